@@ -1,0 +1,36 @@
+/** Core errors → HTTP status and body, in one place. */
+import crypto from 'node:crypto';
+import { StandardSchemaV1Error, TRPCError } from '@trpc/server';
+import type { Logger } from 'pino';
+import { z } from 'zod';
+import { toValidationIssues } from '../src/api/validation.js';
+import { ConflictError, NotFoundError, RequestValidationError } from '../src/errors.js';
+import type { Redactor } from '../src/secrets/redact.js';
+
+export interface HttpError {
+  status: number;
+  body: unknown;
+}
+
+export function toHttpError(
+  err: unknown,
+  input: unknown,
+  locOf: (p: PropertyKey[]) => (string | number)[],
+  log: Logger,
+  redactor: Redactor,
+): HttpError {
+  const cause = err instanceof TRPCError && err.cause ? err.cause : err;
+  if (cause instanceof StandardSchemaV1Error || cause instanceof z.ZodError) {
+    const issues = cause.issues as unknown as Parameters<typeof toValidationIssues>[0];
+    return { status: 422, body: { detail: redactor.redactDeep(toValidationIssues(issues, input, locOf)) } };
+  }
+  if (cause instanceof RequestValidationError) return { status: 422, body: { detail: redactor.redactDeep(cause.issues) } };
+  if (cause instanceof NotFoundError) return { status: 404, body: { detail: cause.message } };
+  if (cause instanceof ConflictError) return { status: 409, body: { detail: cause.message } };
+  if (err instanceof TRPCError && err.code === 'CONFLICT') return { status: 409, body: { detail: err.message } };
+  if (err instanceof TRPCError && err.code === 'NOT_FOUND') return { status: 404, body: { detail: err.message } };
+  const errorId = crypto.randomUUID().replace(/-/g, '');
+  const c = cause as Error;
+  log.error({ error_id: errorId, err: { name: c?.name, message: redactor.redact(String(c?.message ?? c)), stack: redactor.redact(String(c?.stack ?? '')) } }, 'unhandled error');
+  return { status: 500, body: { detail: 'Internal Server Error', error_id: errorId } };
+}

@@ -1,0 +1,88 @@
+/** Transport helpers: reading bodies with a limit, writing corked JSON responses. */
+import crypto from 'node:crypto';
+import type { HttpResponse } from './uws.js';
+
+export const STATUS_TEXT: Record<number, string> = {
+  200: '200 OK', 201: '201 Created', 204: '204 No Content', 400: '400 Bad Request', 401: '401 Unauthorized',
+  404: '404 Not Found', 405: '405 Method Not Allowed', 409: '409 Conflict', 413: '413 Payload Too Large',
+  415: '415 Unsupported Media Type', 422: '422 Unprocessable Entity', 429: '429 Too Many Requests',
+  500: '500 Internal Server Error', 503: '503 Service Unavailable',
+};
+
+export class BodyTooLarge extends Error {}
+
+/** A response whose client may go away: every write checks `aborted`. */
+export interface ResState {
+  aborted: boolean;
+}
+
+export function watchAbort(res: HttpResponse): ResState {
+  const state = { aborted: false };
+  res.onAborted(() => {
+    state.aborted = true;
+  });
+  return state;
+}
+
+export function readBody(res: HttpResponse, limit: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let failed = false;
+    res.onData((ab, isLast) => {
+      if (failed) return;
+      size += ab.byteLength;
+      if (size > limit) {
+        failed = true;
+        reject(new BodyTooLarge());
+        return;
+      }
+      chunks.push(Buffer.from(ab.slice(0)));
+      if (isLast) resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+    });
+  });
+}
+
+export function send(
+  res: HttpResponse,
+  state: ResState,
+  status: number,
+  body: string | Buffer,
+  contentType = 'application/json',
+  extraHeaders?: Record<string, string>,
+): void {
+  if (state.aborted) return;
+  res.cork(() => {
+    res.writeStatus(STATUS_TEXT[status] ?? String(status)).writeHeader('content-type', contentType);
+    if (extraHeaders) for (const [k, v] of Object.entries(extraHeaders)) res.writeHeader(k, v);
+    res.end(body);
+  });
+  state.aborted = true;
+}
+
+export const sendJson = (res: HttpResponse, state: ResState, status: number, value: unknown) =>
+  send(res, state, status, JSON.stringify(value));
+
+/** Constant-time membership test for session keys. */
+export function keyMatches(given: string | undefined | null, keys: string[]): boolean {
+  if (!given) return false;
+  const g = crypto.createHash('sha256').update(given).digest();
+  let ok = false;
+  for (const k of keys) {
+    if (crypto.timingSafeEqual(g, crypto.createHash('sha256').update(k).digest())) ok = true;
+  }
+  return ok;
+}
+
+export function parseQuery(q: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (!q) return out;
+  for (const [k, v] of new URLSearchParams(q)) if (!(k in out)) out[k] = v;
+  return out;
+}
+
+/** Position of a JSON syntax error, as pydantic reports it in `loc`. */
+export function jsonErrorPosition(err: unknown, text: string): number {
+  const m = /position (\d+)/.exec(String((err as Error)?.message ?? ''));
+  return m ? Number(m[1]) : text.length;
+}

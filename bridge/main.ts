@@ -1,0 +1,60 @@
+/** The daemon: `npm start`. Exits 1 with one clear line for a bad configuration or a busy port. */
+import { loadConfig, type Config } from '../src/config.js';
+import { createCore } from '../src/core.js';
+import { createLogger } from '../src/logger.js';
+import { Redactor } from '../src/secrets/redact.js';
+import { startServer } from './server.js';
+
+async function main() {
+  let config: Config;
+  try {
+    config = loadConfig();
+  } catch (err) {
+    process.stderr.write(`parley: ${(err as Error).message}\n`);
+    process.exit(1);
+  }
+  const redactor = new Redactor();
+  const log = createLogger(config.logLevel, redactor);
+  if (config.sessionApiKeys.length === 0) {
+    log.warn({ host: config.host }, 'no SESSION_API_KEY configured: every route is open; listening on loopback only unless HOST is set');
+  }
+  let core;
+  try {
+    core = await createCore(config, log, redactor);
+  } catch (err) {
+    process.stderr.write(`parley: cannot open the data directory ${config.dataDir}: ${redactor.redact((err as Error).message)}\n`);
+    process.exit(1);
+  }
+  const { attachAgent } = await import('../src/agent/attach.js');
+  await attachAgent(core.service, config, log);
+  let daemon;
+  try {
+    daemon = await startServer(config, core.service, log);
+  } catch (err) {
+    process.stderr.write(`parley: ${(err as Error).message}\n`);
+    await core.close();
+    process.exit(1);
+  }
+  log.info({ host: config.host, port: daemon.port, data_dir: config.dataDir }, `listening on http://${config.host}:${daemon.port}`);
+
+  let stopping = false;
+  const shutdown = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal }, 'shutting down');
+    const hard = setTimeout(() => process.exit(1), 9500);
+    hard.unref();
+    await daemon.stop(7000);
+    await core.close();
+    log.info('stopped');
+    log.flush?.();
+    setTimeout(() => process.exit(0), 50).unref();
+  };
+  process.on('SIGTERM', () => void shutdown('SIGTERM'));
+  process.on('SIGINT', () => void shutdown('SIGINT'));
+}
+
+main().catch((err) => {
+  process.stderr.write(`parley: fatal: ${(err as Error)?.message ?? err}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,132 @@
+/** GET /openapi.json: OpenAPI 3.1.0 generated from the zod schemas and the route table. */
+import { z } from 'zod';
+import * as S from '../src/api/schemas.js';
+import type { Route } from './routes.js';
+
+type Json = Record<string, unknown>;
+const ref = (id: string) => ({ $ref: `#/components/schemas/${id}` });
+
+/** What each procedure reads and returns, for the document. */
+const SHAPES: Record<string, { body?: string; query?: z.ZodObject; response: string | Json }> = {
+  createConversation: { body: 'InitSessionRequest', response: 'ConversationResponse' },
+  sendMessage: { body: 'SendMessageRequest', response: 'Success' },
+  addGitProviders: { body: 'POSTProviderModel', response: 'MessageResponse' },
+  listConversations: { query: S.ListConversationsInput, response: 'ConversationPage' },
+  getConversation: { response: 'ConversationInfo' },
+  deleteConversation: { response: 'Success' },
+  searchEvents: { query: S.SearchEventsQuery, response: 'EventPage' },
+  countEvents: { query: S.CountEventsQuery, response: { type: 'integer' } },
+  getEvent: { response: 'Event' },
+  run: { response: 'Success' },
+  pause: { response: 'Success' },
+  interrupt: { response: 'Success' },
+};
+
+function componentSchemas(): Json {
+  const out = z.toJSONSchema(z.globalRegistry, {
+    io: 'input',
+    uri: (id) => `#/components/schemas/${id}`,
+    unrepresentable: 'any',
+  }) as { schemas: Record<string, Json> };
+  const schemas: Json = {};
+  for (const [id, s] of Object.entries(out.schemas)) {
+    const { $schema: _s, $id: _i, ...rest } = s;
+    schemas[id] = rest;
+  }
+  return schemas;
+}
+
+function operationId(r: Route): string {
+  if (r.operationId) return r.operationId;
+  const p = r.path.replace(/:([a-z_]+)/g, '_$1_').replace(/[^a-zA-Z0-9]+/g, '_');
+  return `${r.summary.toLowerCase().replace(/\s+/g, '_')}${p}_${r.method.toLowerCase()}`;
+}
+
+export function buildOpenApi(routes: Route[], version: string, authEnabled: boolean): Json {
+  const paths: Record<string, Json> = {};
+  for (const r of routes) {
+    const shape = SHAPES[r.procedure] ?? { response: 'Success' };
+    const oaPath = r.path.replace(/:([a-z_]+)/g, '{$1}');
+    const parameters: Json[] = [];
+    for (const m of r.path.matchAll(/:([a-z_]+)/g)) {
+      parameters.push({
+        name: m[1],
+        in: 'path',
+        required: true,
+        schema: m[1] === 'conversation_id' ? { type: 'string', format: 'uuid', title: 'Conversation Id' } : { type: 'string', title: 'Event Id' },
+      });
+    }
+    if (shape.query) {
+      const qs = z.toJSONSchema(shape.query, { io: 'input', unrepresentable: 'any' }) as { properties?: Record<string, Json>; required?: string[] };
+      for (const [name, schema] of Object.entries(qs.properties ?? {})) {
+        parameters.push({ name, in: 'query', required: qs.required?.includes(name) ?? false, schema });
+      }
+    }
+    const response = typeof shape.response === 'string' ? ref(shape.response) : shape.response;
+    const op: Json = {
+      tags: [r.tag],
+      summary: r.summary,
+      operationId: operationId(r),
+      responses: {
+        [String(r.status ?? 200)]: { description: 'Successful Response', content: { 'application/json': { schema: response } } },
+        '422': { description: 'Validation Error', content: { 'application/json': { schema: ref('HTTPValidationError') } } },
+      },
+    };
+    if (parameters.length) op.parameters = parameters;
+    if (shape.body) op.requestBody = { required: true, content: { 'application/json': { schema: ref(shape.body) } } };
+    if (r.path.includes(':conversation_id') && r.procedure !== 'sendMessage') {
+      (op.responses as Json)['404'] = { description: 'Not Found', content: { 'application/json': { schema: ref('ErrorDetail') } } };
+    }
+    if (r.procedure === 'sendMessage') op.security = [];
+    paths[oaPath] = { ...(paths[oaPath] as Json | undefined), [r.method.toLowerCase()]: op };
+  }
+  const health = (summary: string, schema: Json) => ({
+    get: { tags: ['Server Details'], summary, operationId: `${summary.toLowerCase().replace(/\s+/g, '_')}_get`, security: [], responses: { '200': { description: 'Successful Response', content: { 'application/json': { schema } } } } },
+  });
+  const statusObj = { type: 'object', properties: { status: { type: 'string' } } };
+  paths['/alive'] = health('Alive', statusObj);
+  paths['/health'] = health('Health', statusObj);
+  paths['/ready'] = health('Ready', statusObj);
+  paths['/server_info'] = health('Server Info', ref('ServerInfo'));
+  return {
+    openapi: '3.1.0',
+    info: {
+      title: 'Parley',
+      version,
+      description:
+        'Conversation service for AI coding agents. Events stream over WebSocket at /sockets/events/{conversation_id}; in-house callers use tRPC at /trpc.',
+    },
+    paths,
+    components: {
+      schemas: componentSchemas(),
+      ...(authEnabled ? { securitySchemes: { APIKeyHeader: { type: 'apiKey', in: 'header', name: 'X-Session-API-Key' } } } : {}),
+    },
+    ...(authEnabled ? { security: [{ APIKeyHeader: [] }] } : {}),
+  };
+}
+
+/** A self-contained page that renders the document (no external assets: works offline). */
+export const DOCS_HTML = `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Parley API</title>
+<style>
+body{font:15px/1.45 system-ui,sans-serif;max-width:960px;margin:2em auto;padding:0 1em;color:#222}
+h1{margin-bottom:0}.op{border:1px solid #ddd;border-radius:6px;margin:.6em 0;padding:.4em .8em}
+.m{display:inline-block;min-width:4.5em;font-weight:700}.GET{color:#0a7}.POST{color:#06c}.DELETE{color:#c33}.PUT{color:#a60}
+code,pre{background:#f6f6f6;border-radius:4px}pre{padding:.6em;overflow:auto;font-size:13px}summary{cursor:pointer}
+</style></head><body><h1>Parley API</h1><p id="d"></p><div id="ops">Loading /openapi.json…</div>
+<script>
+fetch('/openapi.json').then(r=>r.json()).then(doc=>{
+  document.getElementById('d').textContent=doc.info.description+' Version '+doc.info.version+'.';
+  const ops=document.getElementById('ops');ops.textContent='';
+  for(const [p,item] of Object.entries(doc.paths)) for(const [m,op] of Object.entries(item)){
+    const d=document.createElement('details');d.className='op';
+    const s=document.createElement('summary');
+    s.innerHTML='<span class="m '+m.toUpperCase()+'">'+m.toUpperCase()+'</span> <code></code> — ';
+    s.querySelector('code').textContent=p;s.append(op.summary||'');d.append(s);
+    const pre=document.createElement('pre');
+    const refs=JSON.stringify(op,null,2);const names=[...refs.matchAll(/#\\/components\\/schemas\\/(\\w+)/g)].map(x=>x[1]);
+    const comps={};for(const n of new Set(names)) comps[n]=doc.components.schemas[n];
+    pre.textContent=refs+'\\n\\n// schemas\\n'+JSON.stringify(comps,null,2);d.append(pre);ops.append(d);
+  }
+});
+</script></body></html>`;

@@ -1,0 +1,138 @@
+/**
+ * Every REST route is one line: method, path, how the procedure's input is built from the
+ * request, and where each input field came from (for the `loc` of a 422).
+ */
+import type { AppRouter } from '../src/api/router.js';
+
+type Loc = (string | number)[];
+export type ProcedureName = keyof AppRouter['_def']['procedures'];
+
+export interface RouteRequest {
+  params: Record<string, string>;
+  query: Record<string, string>;
+  body: unknown;
+}
+
+export interface Route {
+  method: 'GET' | 'POST' | 'PUT' | 'DELETE';
+  path: string;
+  procedure: ProcedureName;
+  /** Does the route read a JSON body (required)? */
+  body?: boolean;
+  input: (r: RouteRequest) => unknown;
+  /** Wire location of an input path. */
+  loc: (path: PropertyKey[]) => Loc;
+  status?: number;
+  /** OpenAPI text. */
+  summary: string;
+  tag: string;
+  operationId?: string;
+}
+
+const asLoc = (p: PropertyKey[]) => p.map((x) => (typeof x === 'number' ? x : String(x)));
+/** Body fields sit at the input's top level. */
+const bodyLoc = (p: PropertyKey[]) => ['body', ...asLoc(p)];
+/** `conversation_id` (and `event_id`) come from the path, the rest from the query string. */
+const pathOrQuery = (p: PropertyKey[]) =>
+  p[0] === 'conversation_id' || p[0] === 'event_id' ? ['path', ...asLoc(p)] : ['query', ...asLoc(p)];
+const idOnly = (r: RouteRequest) => ({ conversation_id: r.params.conversation_id });
+
+export const ROUTES: Route[] = [
+  {
+    method: 'POST', path: '/api/conversations', procedure: 'createConversation', body: true,
+    input: (r) => r.body, loc: bodyLoc, summary: 'New Conversation', tag: 'Conversations',
+    operationId: 'new_conversation_api_conversations_post',
+  },
+  {
+    method: 'GET', path: '/api/conversations', procedure: 'listConversations',
+    input: (r) => r.query, loc: (p) => ['query', ...asLoc(p)], summary: 'List Conversations', tag: 'Conversations',
+  },
+  {
+    method: 'GET', path: '/api/conversations/:conversation_id', procedure: 'getConversation',
+    input: idOnly, loc: pathOrQuery, summary: 'Get Conversation', tag: 'Conversations',
+  },
+  {
+    method: 'DELETE', path: '/api/conversations/:conversation_id', procedure: 'deleteConversation',
+    input: idOnly, loc: pathOrQuery, summary: 'Delete Conversation', tag: 'Conversations',
+  },
+  {
+    method: 'POST', path: '/api/conversations/:conversation_id/events', procedure: 'sendMessage', body: true,
+    input: (r) => ({ conversation_id: r.params.conversation_id, message: r.body }),
+    loc: (p) => (p[0] === 'conversation_id' ? ['path', 'conversation_id'] : ['body', ...asLoc(p.slice(1))]),
+    summary: 'Send Message', tag: 'Events', operationId: 'send_message_api_conversations__conversation_id__events_post',
+  },
+  {
+    method: 'GET', path: '/api/conversations/:conversation_id/events/search', procedure: 'searchEvents',
+    input: (r) => ({ ...r.query, conversation_id: r.params.conversation_id }), loc: pathOrQuery,
+    summary: 'Search Events', tag: 'Events',
+  },
+  {
+    method: 'GET', path: '/api/conversations/:conversation_id/events/count', procedure: 'countEvents',
+    input: (r) => ({ ...r.query, conversation_id: r.params.conversation_id }), loc: pathOrQuery,
+    summary: 'Count Events', tag: 'Events',
+  },
+  {
+    method: 'GET', path: '/api/conversations/:conversation_id/events/:event_id', procedure: 'getEvent',
+    input: (r) => ({ conversation_id: r.params.conversation_id, event_id: r.params.event_id }), loc: pathOrQuery,
+    summary: 'Get Event', tag: 'Events',
+  },
+  {
+    method: 'POST', path: '/api/conversations/:conversation_id/run', procedure: 'run',
+    input: idOnly, loc: pathOrQuery, summary: 'Run Conversation', tag: 'Conversations',
+  },
+  {
+    method: 'POST', path: '/api/conversations/:conversation_id/pause', procedure: 'pause',
+    input: idOnly, loc: pathOrQuery, summary: 'Pause Conversation', tag: 'Conversations',
+  },
+  {
+    method: 'POST', path: '/api/conversations/:conversation_id/interrupt', procedure: 'interrupt',
+    input: idOnly, loc: pathOrQuery, summary: 'Interrupt Conversation', tag: 'Conversations',
+  },
+  {
+    method: 'POST', path: '/api/add-git-providers', procedure: 'addGitProviders', body: true,
+    input: (r) => r.body, loc: bodyLoc, summary: 'Store Provider Tokens', tag: 'Git',
+    operationId: 'store_provider_tokens_api_add_git_providers_post',
+  },
+];
+
+export interface CompiledRoute extends Route {
+  regex: RegExp;
+  names: string[];
+}
+
+export function compileRoutes(routes: Route[]): CompiledRoute[] {
+  return routes.map((r) => {
+    const names: string[] = [];
+    const src = r.path.replace(/:([a-z_]+)/g, (_, n: string) => {
+      names.push(n);
+      return '([^/]+)';
+    });
+    return { ...r, regex: new RegExp(`^${src}/?$`), names };
+  });
+}
+
+/** Finds the route for a path; `methods` lists what the path allows (for 405). */
+export function matchRoute(routes: CompiledRoute[], method: string, url: string) {
+  let methods: string[] = [];
+  for (const r of routes) {
+    const m = r.regex.exec(url);
+    if (!m) continue;
+    if (r.method !== method) {
+      methods.push(r.method);
+      continue;
+    }
+    const params: Record<string, string> = {};
+    r.names.forEach((n, i) => (params[n] = safeDecode(m[i + 1]!)));
+    return { route: r, params, methods };
+  }
+  methods = [...new Set(methods)];
+  return { route: null, params: {}, methods };
+}
+
+function safeDecode(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
+  }
+}

@@ -1,0 +1,168 @@
+/**
+ * The uWS app: REST routes (one table), /sockets/events/*, /trpc/*, /openapi.json, /docs, health.
+ * Transport concerns only: bodies, limits, auth, error mapping. REST calls the core router
+ * through a server-side caller, so REST and tRPC run the same code.
+ */
+import type { Logger } from 'pino';
+import { createCaller } from '../src/api/router.js';
+import type { Config } from '../src/config.js';
+import type { ConversationService } from '../src/conversation/service.js';
+import { toHttpError } from './errors.js';
+import { BodyTooLarge, jsonErrorPosition, keyMatches, parseQuery, readBody, send, sendJson, watchAbort } from './http.js';
+import { buildOpenApi, DOCS_HTML } from './openapi.js';
+import { compileRoutes, matchRoute, ROUTES, type CompiledRoute } from './routes.js';
+import { handleTrpc } from './trpc.js';
+import { App, us_listen_socket_close, us_socket_local_port, type HttpResponse, type us_listen_socket } from './uws.js';
+import { mountEventSockets } from './ws.js';
+
+export const VERSION = '0.1.0';
+
+export interface Daemon {
+  port: number;
+  /** Stop accepting, wait for in-flight requests (bounded), close sockets with 1001. */
+  stop(timeoutMs?: number): Promise<void>;
+}
+
+export function startServer(config: Config, service: ConversationService, log: Logger): Promise<Daemon> {
+  const app = App();
+  const keys = config.sessionApiKeys;
+  const caller = createCaller({ service });
+  const routes: CompiledRoute[] = compileRoutes(ROUTES);
+  const openapi = JSON.stringify(buildOpenApi(ROUTES, VERSION, keys.length > 0));
+  let inFlight = 0;
+  let draining = false;
+  let onIdle: (() => void) | null = null;
+  const done = () => {
+    inFlight -= 1;
+    if (inFlight === 0 && onIdle) onIdle();
+  };
+
+  const call = (procedure: string, input: unknown) =>
+    (caller as unknown as Record<string, (i: unknown) => Promise<unknown>>)[procedure]!(input);
+
+  const sockets = mountEventSockets(app, service, log, {
+    keys,
+    maxBufferedBytes: config.wsMaxBufferedBytes,
+    maxSubscribers: config.wsMaxSubscribers,
+    sendMessage: (id, body) => call('sendMessage', { conversation_id: id, message: body }),
+  });
+
+  const health = (res: HttpResponse, body: unknown, status = 200) => sendJson(res, watchAbort(res), status, body);
+  app.get('/alive', (res) => health(res, { status: 'ok' }));
+  app.get('/health', (res) => health(res, { status: 'ok' }));
+  app.get('/ready', (res) => (draining ? health(res, { status: 'draining' }, 503) : health(res, { status: 'ready' })));
+  app.get('/server_info', (res) =>
+    health(res, {
+      title: 'Parley',
+      version: VERSION,
+      uptime: Math.floor((Date.now() - service.startedAt) / 1000),
+      idle_time: Math.floor((Date.now() - service.lastActivity) / 1000),
+      docs: '/docs',
+      node_version: process.version,
+    }),
+  );
+  app.get('/openapi.json', (res) => send(res, watchAbort(res), 200, openapi));
+  app.get('/docs', (res) => send(res, watchAbort(res), 200, DOCS_HTML, 'text/html; charset=utf-8'));
+
+  app.any('/trpc/*', (res, req) => {
+    const state = { aborted: false };
+    if (keys.length && !keyMatches(req.getHeader('x-session-api-key'), keys)) {
+      res.onAborted(() => {});
+      return sendJson(res, state, 401, { detail: 'Unauthorized' });
+    }
+    inFlight += 1;
+    handleTrpc(res, req, state, { service }, config.maxBodyBytes, log)
+      .catch((err) => {
+        log.error({ err: service.redactor.redact(String(err)) }, 'trpc transport error');
+        if (!state.aborted) {
+          try {
+            sendJson(res, state, 500, { detail: 'Internal Server Error' });
+          } catch {
+            /* response already started */
+          }
+        }
+      })
+      .finally(done);
+  });
+
+  app.any('/*', (res, req) => {
+    const state = watchAbort(res);
+    const method = req.getMethod().toUpperCase();
+    const url = req.getUrl();
+    const { route, params, methods } = matchRoute(routes, method, url);
+    if (!route) {
+      if (methods.length) return send(res, state, 405, '{"detail":"Method Not Allowed"}', 'application/json', { allow: methods.join(', ') });
+      return sendJson(res, state, 404, { detail: 'Not Found' });
+    }
+    if (keys.length && !keyMatches(req.getHeader('x-session-api-key'), keys)) {
+      return sendJson(res, state, 401, { detail: 'Unauthorized' });
+    }
+    if (draining) return sendJson(res, state, 503, { detail: 'Server is shutting down' });
+    const query = parseQuery(req.getQuery() ?? '');
+    if (!route.body) {
+      inFlight += 1;
+      return void dispatch(res, state, route, { params, query, body: undefined }).finally(done);
+    }
+    const contentType = req.getHeader('content-type').toLowerCase();
+    if (contentType && !/^application\/([a-z.+-]*\+)?json\b/.test(contentType)) {
+      return sendJson(res, state, 415, { detail: 'Content-Type must be application/json' });
+    }
+    const declared = Number(req.getHeader('content-length') || 0);
+    if (declared > config.maxBodyBytes) return sendJson(res, state, 413, { detail: `Request body exceeds ${config.maxBodyBytes} bytes` });
+    inFlight += 1;
+    readBody(res, config.maxBodyBytes)
+      .then((buf) => {
+        const text = buf.toString('utf8');
+        if (text.trim() === '') {
+          return sendJson(res, state, 422, { detail: [{ type: 'missing', loc: ['body'], msg: 'Field required', input: null }] });
+        }
+        let body: unknown;
+        try {
+          body = JSON.parse(text);
+        } catch (err) {
+          return sendJson(res, state, 422, {
+            detail: [{ type: 'json_invalid', loc: ['body', jsonErrorPosition(err, text)], msg: 'JSON decode error', input: {}, ctx: { error: 'Invalid JSON' } }],
+          });
+        }
+        return dispatch(res, state, route, { params, query, body });
+      })
+      .catch((err) => {
+        if (err instanceof BodyTooLarge) sendJson(res, state, 413, { detail: `Request body exceeds ${config.maxBodyBytes} bytes` });
+        else sendJson(res, state, 500, toHttpError(err, undefined, route.loc, log, service.redactor).body);
+      })
+      .finally(done);
+  });
+
+  async function dispatch(res: HttpResponse, state: { aborted: boolean }, route: CompiledRoute, r: { params: Record<string, string>; query: Record<string, string>; body: unknown }) {
+    let input: unknown;
+    try {
+      input = route.input(r);
+      const out = await call(route.procedure, input);
+      sendJson(res, state, route.status ?? 200, out);
+    } catch (err) {
+      const e = toHttpError(err, input, route.loc, log, service.redactor);
+      sendJson(res, state, e.status, e.body);
+    }
+  }
+
+  return new Promise((resolve, reject) => {
+    app.listen(config.host, config.port, (listenSocket: us_listen_socket | false) => {
+      if (!listenSocket) return reject(new Error(`cannot listen on ${config.host}:${config.port} (port in use or address unavailable)`));
+      const port = us_socket_local_port(listenSocket as never);
+      resolve({
+        port,
+        async stop(timeoutMs = 8000) {
+          draining = true;
+          us_listen_socket_close(listenSocket);
+          sockets.closeAll();
+          if (inFlight > 0) {
+            await new Promise<void>((r) => {
+              onIdle = r;
+              setTimeout(r, timeoutMs).unref();
+            });
+          }
+        },
+      });
+    });
+  });
+}

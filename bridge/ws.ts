@@ -1,0 +1,213 @@
+/**
+ * GET /sockets/events/{conversation_id} (CONTRACT §4): auth three ways, the full_state snapshot
+ * first, exact resume, msgpack or JSON frames, client frames handled as sends, and a bounded
+ * buffer per subscriber (close 1013 when it falls behind).
+ */
+import crypto from 'node:crypto';
+import { pack, unpack } from 'msgpackr';
+import type { Logger } from 'pino';
+import { ConversationId, SendMessageRequest } from '../src/api/schemas.js';
+import type { ConversationService } from '../src/conversation/service.js';
+import { EventFeed } from '../src/events/feed.js';
+import { nowIso, type EncodedEvent } from '../src/events/types.js';
+import { keyMatches, parseQuery } from './http.js';
+import type { TemplatedApp, WebSocket } from './uws.js';
+
+interface SocketData {
+  conversationId: string | null;
+  query: Record<string, string>;
+  authed: boolean;
+  binary: boolean;
+  feed?: EventFeed;
+  authTimer?: NodeJS.Timeout;
+  closed: boolean;
+  drainWaiters: (() => void)[];
+}
+
+export interface SocketOptions {
+  keys: string[];
+  maxBufferedBytes: number;
+  maxSubscribers: number;
+  sendMessage: (conversationId: string, body: unknown) => Promise<unknown>;
+}
+
+export function mountEventSockets(app: TemplatedApp, service: ConversationService, log: Logger, opts: SocketOptions) {
+  const open = new Set<WebSocket<SocketData>>();
+  const perConversation = new Map<string, number>();
+
+  const frame = (ws: WebSocket<SocketData>, obj: unknown) => {
+    const d = ws.getUserData();
+    if (d.closed) return;
+    ws.send(d.binary ? pack(obj) : JSON.stringify(obj), d.binary);
+  };
+  const serverError = (ws: WebSocket<SocketData>, code: string, detail: string) =>
+    frame(ws, { kind: 'ServerErrorEvent', id: crypto.randomUUID(), timestamp: nowIso(), source: 'environment', code, detail });
+  const end = (ws: WebSocket<SocketData>, code: number, reason: string) => {
+    const d = ws.getUserData();
+    if (d.closed) return;
+    d.closed = true;
+    ws.end(code, reason);
+  };
+
+  async function start(ws: WebSocket<SocketData>) {
+    const d = ws.getUserData();
+    const id = d.conversationId;
+    if (!id || !(await service.load(id))) return end(ws, 4004, 'Conversation not found');
+    if (d.closed) return;
+    const count = perConversation.get(id) ?? 0;
+    if (count >= opts.maxSubscribers) return end(ws, 1013, 'Too many connections for this conversation');
+    perConversation.set(id, count + 1);
+    const snapshot = await service.fullState(id);
+    if (d.closed) return release(id);
+    const q = d.query;
+    let afterSeq: number | null = snapshot.value.last_seq;
+    let since: string | null = null;
+    if (q.after_seq !== undefined && /^\d+$/.test(q.after_seq)) afterSeq = Number(q.after_seq);
+    else if (q.resend_mode === 'all' || q.resend_all === 'true') afterSeq = 0;
+    else if (q.resend_mode === 'since' && q.after_timestamp) {
+      const t = new Date(q.after_timestamp);
+      if (!Number.isNaN(t.getTime())) {
+        since = t.toISOString();
+        afterSeq = null;
+      } else serverError(ws, 'InvalidQuery', 'after_timestamp is not an ISO 8601 timestamp');
+    }
+    frame(ws, snapshot);
+    const sinkSend = (ev: EncodedEvent) => {
+      if (d.closed) return false;
+      ws.send(d.binary ? ev.msgpack : ev.json, d.binary);
+      const buffered = ws.getBufferedAmount();
+      if (buffered > opts.maxBufferedBytes && !feedReplaying) {
+        end(ws, 1013, 'Subscriber fell too far behind; reconnect with after_seq');
+        return false;
+      }
+      return buffered < opts.maxBufferedBytes / 2;
+    };
+    let feedReplaying = true;
+    d.feed = new EventFeed(service.bus, service.store, id, {
+      send: sinkSend,
+      drained: () => new Promise<void>((r) => d.drainWaiters.push(r)),
+      overflow: () => end(ws, 1013, 'Subscriber fell too far behind; reconnect with after_seq'),
+    }, { afterSeq, sinceTimestamp: since });
+    d.feed.done.then(() => (feedReplaying = false));
+  }
+
+  function release(id: string) {
+    const n = (perConversation.get(id) ?? 1) - 1;
+    if (n <= 0) perConversation.delete(id);
+    else perConversation.set(id, n);
+  }
+
+  async function onClientFrame(ws: WebSocket<SocketData>, raw: unknown) {
+    const d = ws.getUserData();
+    if (!raw || typeof raw !== 'object' || Array.isArray(raw)) return serverError(ws, 'ValidationError', 'A frame must be a JSON object: a SendMessageRequest or {"role","content"}');
+    const obj = raw as Record<string, unknown>;
+    if (obj.type === 'auth') return;
+    const body: Record<string, unknown> = { ...obj };
+    if (typeof body.content === 'string') body.content = [{ type: 'text', text: body.content }];
+    body.run = true;
+    const parsed = SendMessageRequest.safeParse(body);
+    if (!parsed.success) {
+      const first = parsed.error.issues[0];
+      return serverError(ws, 'ValidationError', `${first?.path.join('.') || 'frame'}: ${first?.message ?? 'invalid'}`);
+    }
+    try {
+      await opts.sendMessage(d.conversationId!, parsed.data);
+    } catch (err) {
+      serverError(ws, (err as Error)?.name ?? 'Error', service.redactor.redact(String((err as Error)?.message ?? err)));
+    }
+  }
+
+  app.ws<SocketData>('/sockets/events/*', {
+    maxPayloadLength: 16 * 1024 * 1024,
+    maxBackpressure: 1024 * 1024 * 1024,
+    idleTimeout: 120,
+    sendPingsAutomatically: true,
+    upgrade: (res, req, context) => {
+      const url = req.getUrl();
+      const query = parseQuery(req.getQuery() ?? '');
+      const headerKey = req.getHeader('x-session-api-key');
+      const key = query.session_api_key ?? headerKey;
+      const secKey = req.getHeader('sec-websocket-key');
+      const secProtocol = req.getHeader('sec-websocket-protocol');
+      const secExt = req.getHeader('sec-websocket-extensions');
+      if (opts.keys.length && key && !keyMatches(key, opts.keys)) {
+        res.cork(() => res.writeStatus('401 Unauthorized').writeHeader('content-type', 'application/json').end('{"detail":"Unauthorized"}'));
+        return;
+      }
+      const rawId = decodeURIComponentSafe(url.slice('/sockets/events/'.length).replace(/\/$/, ''));
+      const parsedId = ConversationId.safeParse(rawId);
+      const data: SocketData = {
+        conversationId: parsedId.success ? parsedId.data : null,
+        query,
+        authed: opts.keys.length === 0 || !!key,
+        binary: query.encoding === 'msgpack',
+        closed: false,
+        drainWaiters: [],
+      };
+      res.upgrade(data, secKey, secProtocol, secExt, context);
+    },
+    open: (ws) => {
+      open.add(ws);
+      const d = ws.getUserData();
+      if (d.authed) {
+        start(ws).catch((err) => {
+          log.error({ conversation_id: d.conversationId, err: String(err) }, 'socket start failed');
+          end(ws, 1011, 'Internal error');
+        });
+      } else {
+        d.authTimer = setTimeout(() => end(ws, 4001, 'Authentication failed'), 10_000);
+      }
+    },
+    message: (ws, message, isBinary) => {
+      const d = ws.getUserData();
+      let parsed: unknown;
+      try {
+        parsed = isBinary ? unpack(Buffer.from(message)) : JSON.parse(Buffer.from(message).toString('utf8'));
+      } catch {
+        if (!d.authed) return end(ws, 4001, 'Authentication failed');
+        return serverError(ws, 'InvalidFrame', isBinary ? 'Frame is not valid msgpack' : 'Frame is not valid JSON');
+      }
+      if (!d.authed) {
+        const p = parsed as Record<string, unknown> | null;
+        if (p && p.type === 'auth' && typeof p.session_api_key === 'string' && keyMatches(p.session_api_key, opts.keys)) {
+          clearTimeout(d.authTimer);
+          d.authed = true;
+          start(ws).catch(() => end(ws, 1011, 'Internal error'));
+        } else end(ws, 4001, 'Authentication failed');
+        return;
+      }
+      void onClientFrame(ws, parsed);
+    },
+    drain: (ws) => {
+      const d = ws.getUserData();
+      const waiters = d.drainWaiters;
+      d.drainWaiters = [];
+      for (const w of waiters) w();
+    },
+    close: (ws) => {
+      open.delete(ws);
+      const d = ws.getUserData();
+      const wasCounted = !!d.feed;
+      d.closed = true;
+      clearTimeout(d.authTimer);
+      d.feed?.close();
+      for (const w of d.drainWaiters) w();
+      if (wasCounted && d.conversationId) release(d.conversationId);
+    },
+  });
+
+  return {
+    /** Close every socket with 1001 (going away). */
+    closeAll() {
+      for (const ws of [...open]) end(ws, 1001, 'Server shutting down');
+    },
+  };
+}
+
+function decodeURIComponentSafe(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
+  }
+}

@@ -1,0 +1,217 @@
+/**
+ * Every wire schema, in one place: validation, TypeScript types and the OpenAPI document
+ * all come from these zod objects. Component names (`.meta({ id })`) follow the interface document.
+ */
+import { z } from 'zod';
+
+export const ROLES = ['user', 'system', 'assistant', 'tool'] as const;
+export const PROVIDERS = ['github', 'gitlab', 'bitbucket', 'enterprise_sso'] as const;
+export const EXECUTION_STATUSES = [
+  'idle',
+  'running',
+  'paused',
+  'waiting_for_confirmation',
+  'finished',
+  'error',
+  'stuck',
+] as const;
+export const TASK_TYPES = ['MERGE_CONFLICTS', 'FAILING_CHECKS', 'UNRESOLVED_COMMENTS', 'OPEN_ISSUE'] as const;
+
+const UUID_RE = /^(?:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|[0-9a-fA-F]{32})$/;
+
+/** A conversation id in dashed or 32-hex form, normalised to lowercase dashed. */
+export const ConversationId = z
+  .string()
+  .regex(UUID_RE, { error: 'uuid_parsing' })
+  .transform((s) => {
+    const h = s.replace(/-/g, '').toLowerCase();
+    return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+  })
+  .meta({ format: 'uuid', description: 'Conversation id (dashed or 32-hex UUID)' });
+
+export const TextContent = z
+  .strictObject({
+    text: z.string(),
+    type: z.literal('text').default('text'),
+    cache_prompt: z.boolean().default(false),
+  })
+  .meta({ id: 'TextContent', title: 'TextContent' });
+
+export const ImageContent = z
+  .strictObject({
+    image_urls: z.array(z.string()),
+    type: z.literal('image').default('image'),
+    cache_prompt: z.boolean().default(false),
+  })
+  .meta({ id: 'ImageContent', title: 'ImageContent' });
+
+export const ContentItem = z.union([TextContent, ImageContent]);
+
+export const SendMessageRequest = z
+  .object({
+    role: z.enum(ROLES).default('user'),
+    content: z.array(ContentItem).default([]),
+    run: z.boolean().default(false).meta({ description: 'Whether the agent loop should automatically run if not running' }),
+  })
+  .meta({ id: 'SendMessageRequest', title: 'SendMessageRequest', description: 'Payload to send a message to the agent. This is a simplified version of openhands.sdk.Message.' });
+export type SendMessageRequest = z.output<typeof SendMessageRequest>;
+
+export const Success = z.object({ success: z.boolean().default(true) }).meta({ id: 'Success', title: 'Success' });
+
+export const ValidationErrorSchema = z
+  .object({
+    loc: z.array(z.union([z.string(), z.number().int()])),
+    msg: z.string(),
+    type: z.string(),
+  })
+  .meta({ id: 'ValidationError', title: 'ValidationError' });
+
+export const HTTPValidationError = z
+  .object({ detail: z.array(ValidationErrorSchema) })
+  .meta({ id: 'HTTPValidationError', title: 'HTTPValidationError' });
+
+export const ErrorDetail = z.object({ detail: z.string() }).meta({ id: 'ErrorDetail', title: 'ErrorDetail' });
+
+const HttpUrl = z.string().regex(/^https?:\/\/[^\s]+$/i, { error: 'URL must start with http:// or https://' });
+
+export const McpSseServer = z.strictObject({ url: HttpUrl, api_key: z.string().nullish() });
+export const McpShttpServer = z.strictObject({
+  url: HttpUrl,
+  api_key: z.string().nullish(),
+  timeout: z.number().positive().max(3600).nullish(),
+});
+export const McpStdioServer = z.strictObject({
+  name: z.string().regex(/^[A-Za-z0-9_-]+$/, { error: 'name must match ^[A-Za-z0-9_-]+$' }),
+  command: z.string().min(1),
+  args: z.array(z.string()).default([]),
+  env: z.record(z.string(), z.string()).default({}),
+});
+export const McpConfig = z
+  .strictObject({
+    sse_servers: z.array(McpSseServer).default([]),
+    stdio_servers: z.array(McpStdioServer).default([]),
+    shttp_servers: z.array(McpShttpServer).default([]),
+  })
+  .meta({ id: 'MCPConfig', title: 'MCPConfig', description: 'Configuration for MCP (Message Control Protocol) settings.' });
+export type McpConfig = z.output<typeof McpConfig>;
+
+export const SuggestedTask = z.strictObject({
+  git_provider: z.enum(PROVIDERS).nullish(),
+  task_type: z.enum(TASK_TYPES).nullish(),
+  repo: z.string().min(1),
+  issue_number: z.number().int(),
+  title: z.string(),
+});
+export const CreateMicroagent = z.strictObject({
+  repo: z.string().min(1),
+  git_provider: z.enum(PROVIDERS).nullish(),
+  title: z.string().nullish(),
+});
+
+export const NewConversationRequest = z
+  .strictObject({
+    repository: z.string().nullish(),
+    git_provider: z.enum(PROVIDERS).nullish(),
+    selected_branch: z.string().nullish(),
+    initial_user_msg: z.string().nullish(),
+    image_urls: z.array(z.string()).nullish(),
+    replay_json: z.string().nullish(),
+    suggested_task: SuggestedTask.nullish(),
+    create_microagent: CreateMicroagent.nullish(),
+    conversation_instructions: z.string().nullish(),
+    mcp_config: McpConfig.nullish(),
+    conversation_id: ConversationId.nullish(),
+  })
+  .meta({ id: 'InitSessionRequest', title: 'InitSessionRequest' });
+export type NewConversationRequest = z.output<typeof NewConversationRequest>;
+
+export const NewConversationResponse = z
+  .object({
+    status: z.string(),
+    conversation_id: z.string(),
+    message: z.string().nullable(),
+    conversation_status: z.string(),
+  })
+  .meta({ id: 'ConversationResponse', title: 'ConversationResponse' });
+
+export const ProviderToken = z.strictObject({
+  token: z.string().nullish(),
+  host: z.string().max(512).nullish(),
+  user_id: z.string().nullish(),
+});
+export const AddGitProvidersRequest = z
+  .strictObject({
+    provider_tokens: z.partialRecord(z.enum(PROVIDERS), ProviderToken).default({}),
+    mcp_config: McpConfig.nullish(),
+  })
+  .meta({ id: 'POSTProviderModel', title: 'POSTProviderModel' });
+export type AddGitProvidersRequest = z.output<typeof AddGitProvidersRequest>;
+export const MessageResponse = z.object({ message: z.string() }).meta({ id: 'MessageResponse' });
+
+const Limit = z.coerce.number().int().min(1).max(100).default(100);
+
+export const ListConversationsInput = z.object({
+  page_id: z.string().nullish(),
+  limit: Limit,
+});
+
+export const ConversationInfo = z
+  .object({
+    conversation_id: z.string(),
+    id: z.string(),
+    title: z.string().nullable(),
+    created_at: z.string(),
+    updated_at: z.string(),
+    execution_status: z.enum(EXECUTION_STATUSES),
+    conversation_status: z.string(),
+    status: z.string(),
+    selected_repository: z.string().nullable(),
+    selected_branch: z.string().nullable(),
+    git_provider: z.string().nullable(),
+    last_seq: z.number().int(),
+    setup: z.unknown().optional(),
+    mcp_config: z.unknown().optional(),
+  })
+  .meta({ id: 'ConversationInfo', title: 'ConversationInfo' });
+
+export const ConversationPage = z
+  .object({ items: z.array(ConversationInfo), next_page_id: z.string().nullable() })
+  .meta({ id: 'ConversationPage' });
+
+export const EventSchema = z
+  .looseObject({
+    kind: z.string(),
+    id: z.string(),
+    seq: z.number().int().optional(),
+    timestamp: z.string(),
+    source: z.enum(['user', 'agent', 'environment']),
+  })
+  .meta({ id: 'Event', title: 'Event', description: 'An event; `kind` is the discriminator (CONTRACT §4).' });
+
+export const EventPage = z
+  .object({ items: z.array(EventSchema), next_page_id: z.string().nullable() })
+  .meta({ id: 'EventPage' });
+
+export const SearchEventsQuery = z.object({
+  page_id: z.string().nullish(),
+  limit: Limit,
+  kind: z.string().max(200).nullish(),
+  source: z.enum(['user', 'agent', 'environment']).nullish(),
+  sort_order: z.enum(['TIMESTAMP', 'TIMESTAMP_DESC']).default('TIMESTAMP'),
+  after_seq: z.coerce.number().int().min(0).nullish(),
+});
+export const CountEventsQuery = SearchEventsQuery.pick({ kind: true, source: true, after_seq: true });
+
+export const ConversationIdInput = z.object({ conversation_id: ConversationId });
+export const SearchEventsInput = SearchEventsQuery.extend({ conversation_id: ConversationId });
+export const CountEventsInput = CountEventsQuery.extend({ conversation_id: ConversationId });
+export const GetEventInput = z.object({ conversation_id: ConversationId, event_id: z.string().max(200) });
+export const SendMessageInput = z.object({ conversation_id: ConversationId, message: SendMessageRequest });
+export const SubscribeInput = z.object({
+  conversation_id: ConversationId,
+  after_seq: z.number().int().min(0).nullish(),
+});
+
+export const ServerInfo = z
+  .object({ version: z.string(), uptime: z.number(), idle_time: z.number(), title: z.string(), docs: z.string() })
+  .meta({ id: 'ServerInfo' });

@@ -1,0 +1,31 @@
+import { initTRPC, TRPCError } from '@trpc/server';
+import { ConflictError, NotFoundError, RequestValidationError } from '../errors.js';
+import type { ConversationService } from '../conversation/service.js';
+
+export interface Context {
+  service: ConversationService;
+}
+
+const t = initTRPC.context<Context>().create({
+  errorFormatter({ shape, error }) {
+    const cause = error.cause;
+    const issues = cause instanceof RequestValidationError ? cause.issues : undefined;
+    return { ...shape, data: { ...shape.data, stack: undefined, issues } };
+  },
+});
+
+/** Core errors become tRPC codes here (the REST bridge maps the same causes to HTTP statuses). */
+const mapErrors = t.middleware(async ({ next }) => {
+  const res = await next();
+  if (!res.ok) {
+    const cause = res.error.cause;
+    if (cause instanceof NotFoundError) throw new TRPCError({ code: 'NOT_FOUND', message: cause.message, cause });
+    if (cause instanceof ConflictError) throw new TRPCError({ code: 'CONFLICT', message: cause.message, cause });
+    if (cause instanceof RequestValidationError) throw new TRPCError({ code: 'UNPROCESSABLE_CONTENT', message: cause.message, cause });
+  }
+  return res;
+});
+
+export const router = t.router;
+export const procedure = t.procedure.use(mapErrors);
+export const createCallerFactory = t.createCallerFactory;

@@ -1,0 +1,89 @@
+import path from 'node:path';
+import { z } from 'zod';
+import { ConfigError } from './errors.js';
+
+const intFrom = (name: string, min: number, max: number) =>
+  z
+    .string()
+    .regex(/^\d+$/, `${name} must be a whole number`)
+    .transform(Number)
+    .refine((n) => n >= min && n <= max, `${name} must be between ${min} and ${max}`);
+
+const boolFrom = z.enum(['0', '1', 'true', 'false']).transform((v) => v === '1' || v === 'true');
+
+const EnvSchema = z.object({
+  PORT: intFrom('PORT', 0, 65535).default(3000),
+  HOST: z.string().min(1).optional(),
+  DATA_DIR: z.string().min(1).default('./data'),
+  SESSION_API_KEY: z.string().optional(),
+  SESSION_API_KEYS: z.string().optional(),
+  SECRET_KEY: z.string().optional(),
+  LLM_MODEL: z
+    .string()
+    .regex(/^[a-z0-9-]+\/.+$/, 'LLM_MODEL must look like provider/model, e.g. openai/gpt-5')
+    .optional(),
+  LLM_API_KEY: z.string().optional(),
+  LLM_BASE_URL: z.url({ message: 'LLM_BASE_URL must be a URL' }).optional(),
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  WORKSPACE_ROOT: z.string().min(1).optional(),
+  KEEP_WORKSPACES: boolFrom.default(false),
+  MAX_BODY_BYTES: intFrom('MAX_BODY_BYTES', 1024, 1024 * 1024 * 1024).default(10 * 1024 * 1024),
+  MAX_ITERATIONS: intFrom('MAX_ITERATIONS', 1, 100000).default(100),
+  WS_MAX_BUFFERED_BYTES: intFrom('WS_MAX_BUFFERED_BYTES', 1024, 1024 * 1024 * 1024).default(8 * 1024 * 1024),
+  WS_MAX_SUBSCRIBERS: intFrom('WS_MAX_SUBSCRIBERS', 1, 100000).default(100),
+  SQLITE_SYNCHRONOUS: z.enum(['NORMAL', 'FULL']).default('NORMAL'),
+});
+
+export interface Config {
+  port: number;
+  host: string;
+  hostExplicit: boolean;
+  dataDir: string;
+  workspaceRoot: string;
+  keepWorkspaces: boolean;
+  sessionApiKeys: string[];
+  secretKey?: string;
+  llm: { model?: string; apiKey?: string; baseUrl?: string };
+  logLevel: string;
+  maxBodyBytes: number;
+  maxIterations: number;
+  wsMaxBufferedBytes: number;
+  wsMaxSubscribers: number;
+  sqliteSynchronous: 'NORMAL' | 'FULL';
+}
+
+/** Parse the environment once. Throws ConfigError with one clear line per bad value. */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const picked: Record<string, string> = {};
+  for (const key of Object.keys(EnvSchema.shape)) {
+    const v = env[key];
+    if (v !== undefined && v !== '') picked[key] = v;
+  }
+  const parsed = EnvSchema.safeParse(picked);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((i) => `${String(i.path[0])}: ${i.message}`);
+    throw new ConfigError(`invalid configuration: ${lines.join('; ')}`);
+  }
+  const e = parsed.data;
+  const keys = [e.SESSION_API_KEY, ...(e.SESSION_API_KEYS ?? '').split(',')]
+    .map((k) => k?.trim())
+    .filter((k): k is string => !!k);
+  const dataDir = path.resolve(e.DATA_DIR);
+  return {
+    port: e.PORT,
+    host: e.HOST ?? '127.0.0.1',
+    hostExplicit: e.HOST !== undefined,
+    dataDir,
+    workspaceRoot: path.resolve(e.WORKSPACE_ROOT ?? path.join(dataDir, 'workspaces')),
+    keepWorkspaces: e.KEEP_WORKSPACES,
+    sessionApiKeys: [...new Set(keys)],
+    secretKey: e.SECRET_KEY,
+    llm: { model: e.LLM_MODEL, apiKey: e.LLM_API_KEY, baseUrl: e.LLM_BASE_URL },
+    logLevel: e.LOG_LEVEL,
+    maxBodyBytes: e.MAX_BODY_BYTES,
+    maxIterations: e.MAX_ITERATIONS,
+    wsMaxBufferedBytes: e.WS_MAX_BUFFERED_BYTES,
+    wsMaxSubscribers: e.WS_MAX_SUBSCRIBERS,
+    sqliteSynchronous: e.SQLITE_SYNCHRONOUS,
+  };
+}

@@ -1,0 +1,504 @@
+/**
+ * Conversation lifecycle and status machine. Knows no HTTP: the router calls it, the bridge
+ * calls the router. Every event goes through `append`, which redacts, stores (committed) and
+ * publishes to the conversation's topic.
+ */
+import crypto from 'node:crypto';
+import type { Logger } from 'pino';
+import {
+  type AddGitProvidersRequest,
+  type McpConfig,
+  type NewConversationRequest,
+  type SendMessageRequest,
+  EXECUTION_STATUSES,
+  PROVIDERS,
+} from '../api/schemas.js';
+import { ConflictError, NotFoundError, RequestValidationError } from '../errors.js';
+import type { EventBus } from '../events/bus.js';
+import { EncodedEvent, nowIso, type EventDraft, type ParleyEvent } from '../events/types.js';
+import type { SecretBox } from '../secrets/crypto.js';
+import type { Redactor } from '../secrets/redact.js';
+import type { ConversationRecord, Store } from '../store/types.js';
+import type { AgentRuntime, ConversationPreparer } from './runtime.js';
+
+export type ExecutionStatus = (typeof EXECUTION_STATUSES)[number];
+export type Provider = (typeof PROVIDERS)[number];
+
+export interface StoredProvider {
+  provider: Provider;
+  token: string | null;
+  host: string | null;
+  user_id: string | null;
+}
+
+const PROVIDER_KIND = 'provider';
+const SETTINGS_KIND = 'settings';
+export const SECRET_KIND = 'custom';
+
+function emptyMcp(): McpConfig {
+  return { sse_servers: [], stdio_servers: [], shttp_servers: [] };
+}
+
+/** Default MCP config plus the conversation's; de-duplicated by url (HTTP) and name (stdio), later wins. */
+export function mergeMcpConfigs(base: McpConfig, extra: McpConfig | null | undefined): McpConfig {
+  if (!extra) return base;
+  const byKey = <T>(a: T[], b: T[], key: (x: T) => string) => {
+    const m = new Map<string, T>();
+    for (const x of [...a, ...b]) m.set(key(x), x);
+    return [...m.values()];
+  };
+  return {
+    sse_servers: byKey(base.sse_servers, extra.sse_servers, (s) => s.url),
+    stdio_servers: byKey(base.stdio_servers, extra.stdio_servers, (s) => s.name),
+    shttp_servers: byKey(base.shttp_servers, extra.shttp_servers, (s) => s.url),
+  };
+}
+
+export function mcpSecrets(cfg: McpConfig): string[] {
+  return [
+    ...cfg.sse_servers.map((s) => s.api_key ?? ''),
+    ...cfg.shttp_servers.map((s) => s.api_key ?? ''),
+    ...cfg.stdio_servers.flatMap((s) => Object.values(s.env)),
+  ].filter(Boolean);
+}
+
+export function redactMcpConfig(cfg: McpConfig): McpConfig {
+  const hide = (v: string | null | undefined) => (v ? '<secret_hidden>' : v);
+  return {
+    sse_servers: cfg.sse_servers.map((s) => ({ ...s, api_key: hide(s.api_key) })),
+    shttp_servers: cfg.shttp_servers.map((s) => ({ ...s, api_key: hide(s.api_key) })),
+    stdio_servers: cfg.stdio_servers.map((s) => ({
+      ...s,
+      env: Object.fromEntries(Object.keys(s.env).map((k) => [k, '<secret_hidden>'])),
+    })),
+  };
+}
+
+/** In-memory state of a conversation that has been touched since start (lazy). */
+interface LiveConversation {
+  record: ConversationRecord;
+  status: ExecutionStatus;
+}
+
+export interface CreateResult {
+  status: 'ok';
+  conversation_id: string;
+  message: string | null;
+  conversation_status: 'STARTING' | 'RUNNING';
+}
+
+export class ConversationService {
+  private live = new Map<string, LiveConversation>();
+  private loading = new Map<string, Promise<LiveConversation | null>>();
+  runtime: AgentRuntime | null = null;
+  preparer: ConversationPreparer | null = null;
+  readonly startedAt = Date.now();
+  lastActivity = Date.now();
+
+  constructor(
+    readonly store: Store,
+    readonly bus: EventBus,
+    readonly box: SecretBox,
+    readonly redactor: Redactor,
+    readonly log: Logger,
+  ) {}
+
+  /** Called by the store after each commit: publish in seq order. */
+  onCommit = (conversationId: string, events: ParleyEvent[]): void => {
+    for (const ev of events) this.bus.publish(conversationId, new EncodedEvent(ev));
+  };
+
+  /** Loads secret values into the redactor and repairs conversations a crash left running. */
+  async start(): Promise<void> {
+    for (const p of await this.getProviders()) this.redactor.add(p.token);
+    for (const s of await this.store.listSecrets(SECRET_KIND)) this.redactor.add(this.open(s.sealed));
+    this.redactor.add(this.open((await this.store.getSecret(SETTINGS_KIND, 'llm_api_key'))?.sealed ?? null));
+    this.redactor.add(...mcpSecrets(await this.defaultMcpConfig()));
+    for (const rec of await this.store.conversationsWithStatus(['running'])) {
+      const conv = await this.load(rec.id);
+      if (!conv) continue;
+      await this.append(rec.id, {
+        kind: 'ConversationErrorEvent',
+        source: 'environment',
+        code: 'DaemonRestarted',
+        detail: 'The daemon restarted while this conversation was running. Send a message or run it again to continue.',
+      });
+      await this.setStatus(rec.id, 'error');
+    }
+  }
+
+  private open(sealed: string | null): string | null {
+    if (!sealed) return null;
+    try {
+      return this.box.decrypt(sealed);
+    } catch {
+      this.log.error('a stored secret could not be decrypted (was SECRET_KEY changed?)');
+      return null;
+    }
+  }
+
+  // ---- loading ------------------------------------------------------------------------------
+
+  /** The conversation's live state, loaded on first use. Null when it does not exist. */
+  async load(id: string): Promise<LiveConversation | null> {
+    const hit = this.live.get(id);
+    if (hit) return hit;
+    let p = this.loading.get(id);
+    if (!p) {
+      p = this.store.getConversation(id).then((record) => {
+        this.loading.delete(id);
+        if (!record) return null;
+        const existing = this.live.get(id);
+        if (existing) return existing;
+        const conv = { record, status: record.execution_status as ExecutionStatus };
+        this.live.set(id, conv);
+        return conv;
+      });
+      this.loading.set(id, p);
+    }
+    return p;
+  }
+
+  async require(id: string): Promise<LiveConversation> {
+    const conv = await this.load(id);
+    if (!conv) throw new NotFoundError('Conversation not found');
+    return conv;
+  }
+
+  status(id: string): ExecutionStatus | undefined {
+    return this.live.get(id)?.status;
+  }
+
+  // ---- events -------------------------------------------------------------------------------
+
+  /** Redact, store (committed), publish. */
+  append(conversationId: string, draft: EventDraft): Promise<ParleyEvent> {
+    this.lastActivity = Date.now();
+    return this.store.append(conversationId, this.redactor.redactDeep(draft));
+  }
+
+  appendMany(conversationId: string, drafts: EventDraft[]): Promise<ParleyEvent[]> {
+    this.lastActivity = Date.now();
+    return this.store.appendMany(conversationId, drafts.map((d) => this.redactor.redactDeep(d)));
+  }
+
+  /** A live-only event (no seq, not stored), e.g. StreamingDeltaEvent. */
+  publishTransient(conversationId: string, draft: EventDraft): void {
+    const ev = { id: crypto.randomUUID(), timestamp: nowIso(), ...this.redactor.redactDeep(draft) } as ParleyEvent;
+    this.bus.publish(conversationId, new EncodedEvent(ev));
+  }
+
+  async setStatus(id: string, status: ExecutionStatus): Promise<void> {
+    const conv = await this.require(id);
+    if (conv.status === status) return;
+    conv.status = status;
+    conv.record.execution_status = status;
+    await this.store.updateConversation(id, { execution_status: status });
+    await this.append(id, { kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'execution_status', value: status });
+  }
+
+  /** Merge-patch the conversation's stored data (repository, setup state, ...). */
+  async updateData(id: string, patch: Record<string, unknown>): Promise<void> {
+    const conv = await this.require(id);
+    conv.record.data = { ...conv.record.data, ...patch };
+    await this.store.updateConversation(id, { data: conv.record.data });
+  }
+
+  async setTitle(id: string, title: string): Promise<void> {
+    const conv = await this.require(id);
+    conv.record.title = title;
+    await this.store.updateConversation(id, { title });
+  }
+
+  // ---- the three operations of the interface --------------------------------------------------
+
+  async createConversation(req: NewConversationRequest): Promise<CreateResult> {
+    if (req.replay_json && req.initial_user_msg) {
+      throw new RequestValidationError([
+        {
+          type: 'value_error',
+          loc: ['body', 'replay_json'],
+          msg: 'Value error, replay_json cannot be combined with initial_user_msg: a replay supplies its own first message',
+        },
+      ]);
+    }
+    const willRun = !!(req.initial_user_msg || req.suggested_task || req.create_microagent || req.replay_json);
+    if (req.conversation_id) {
+      const existing = await this.load(req.conversation_id);
+      if (existing) return this.join(existing, req);
+    }
+    const id = req.conversation_id ?? crypto.randomUUID();
+    const now = nowIso();
+    const mcp = mergeMcpConfigs(await this.defaultMcpConfig(), req.mcp_config);
+    this.redactor.add(...mcpSecrets(mcp));
+    const record: ConversationRecord = {
+      id,
+      title: deriveTitle(req),
+      created_at: now,
+      updated_at: now,
+      execution_status: 'idle',
+      data: {
+        selected_repository: req.repository ?? req.suggested_task?.repo ?? req.create_microagent?.repo ?? null,
+        selected_branch: req.selected_branch ?? null,
+        git_provider: req.git_provider ?? req.suggested_task?.git_provider ?? req.create_microagent?.git_provider ?? null,
+        conversation_instructions: req.conversation_instructions ?? null,
+        image_urls: req.image_urls ?? null,
+        suggested_task: req.suggested_task ?? null,
+        create_microagent: req.create_microagent ?? null,
+        replay_json: req.replay_json ? true : null,
+        mcp_config_sealed: this.box.encrypt(JSON.stringify(mcp)),
+        setup: { phase: 'pending' },
+      },
+    };
+    try {
+      await this.store.createConversation(record);
+    } catch (err) {
+      // a concurrent create with the same id won: this one joins it
+      const existing = req.conversation_id ? await this.load(id) : null;
+      if (existing) return this.join(existing, req);
+      throw err;
+    }
+    this.live.set(id, { record, status: 'idle' });
+    this.log.info({ conversation_id: id }, 'conversation created');
+    if (req.initial_user_msg || req.image_urls?.length) {
+      await this.append(id, userMessage(req.initial_user_msg ?? '', req.image_urls ?? []));
+    }
+    if (this.preparer) {
+      this.preparer.prepare(id).catch((err) => this.log.error({ conversation_id: id, err: this.redactor.redact(String(err)) }, 'preparation failed'));
+    } else if (willRun) {
+      this.startRun(id);
+    }
+    return { status: 'ok', conversation_id: id, message: null, conversation_status: willRun ? 'RUNNING' : 'STARTING' };
+  }
+
+  private async join(conv: LiveConversation, req: NewConversationRequest): Promise<CreateResult> {
+    const id = conv.record.id;
+    if (req.initial_user_msg || req.image_urls?.length) {
+      await this.sendMessage(id, {
+        role: 'user',
+        content: contentOf(req.initial_user_msg ?? '', req.image_urls ?? []),
+        run: true,
+      });
+    }
+    return {
+      status: 'ok',
+      conversation_id: id,
+      message: 'Joined existing conversation',
+      conversation_status: conv.status === 'running' ? 'RUNNING' : 'STARTING',
+    };
+  }
+
+  async sendMessage(id: string, msg: SendMessageRequest): Promise<{ success: true }> {
+    const conv = this.live.get(id) ?? (await this.require(id));
+    const source = msg.role === 'assistant' ? 'agent' : msg.role === 'tool' ? 'environment' : 'user';
+    await this.append(id, {
+      kind: 'MessageEvent',
+      source,
+      llm_message: { role: msg.role, content: msg.content },
+    });
+    if (conv.status === 'finished' || conv.status === 'stuck') await this.setStatus(id, 'idle');
+    if (this.runtime?.isRunning(id)) this.runtime.notifyMessage(id);
+    else if (msg.run) this.startRun(id);
+    return { success: true };
+  }
+
+  /** Start the loop if it can run now; preparation still under way starts it when ready. */
+  startRun(id: string): boolean {
+    const conv = this.live.get(id);
+    if (!conv || !this.runtime) return false;
+    const phase = (conv.record.data.setup as { phase?: string } | undefined)?.phase;
+    if (this.preparer && (phase === 'pending' || phase === 'preparing')) {
+      conv.record.data.run_requested = true;
+      return true;
+    }
+    return this.runtime.start(id);
+  }
+
+  async run(id: string): Promise<{ success: true }> {
+    await this.require(id);
+    if (this.runtime?.isRunning(id)) throw new ConflictError('Conversation already running. Wait for completion or pause first.');
+    if (!this.runtime) throw new ConflictError('No agent runtime is configured');
+    this.startRun(id);
+    return { success: true };
+  }
+
+  async pause(id: string): Promise<{ success: true }> {
+    await this.require(id);
+    if (this.runtime?.isRunning(id)) await this.runtime.pause(id);
+    else if (this.status(id) === 'idle') {
+      await this.append(id, { kind: 'PauseEvent', source: 'user' });
+      await this.setStatus(id, 'paused');
+    }
+    return { success: true };
+  }
+
+  async interrupt(id: string): Promise<{ success: true }> {
+    await this.require(id);
+    if (this.runtime?.isRunning(id)) await this.runtime.interrupt(id);
+    return { success: true };
+  }
+
+  async addGitProviders(req: AddGitProvidersRequest): Promise<{ message: string }> {
+    const previous = new Map((await this.getProviders()).map((p) => [p.provider, p]));
+    const next = [];
+    for (const provider of PROVIDERS) {
+      const entry = req.provider_tokens[provider];
+      if (!entry) continue;
+      const token = entry.token ? entry.token : (previous.get(provider)?.token ?? null);
+      this.redactor.add(token);
+      next.push({
+        kind: PROVIDER_KIND,
+        name: provider,
+        sealed: token ? this.box.encrypt(token) : null,
+        meta: { host: entry.host ?? null, user_id: entry.user_id ?? null },
+      });
+    }
+    await this.store.replaceSecrets(PROVIDER_KIND, next);
+    if (req.mcp_config) {
+      this.redactor.add(...mcpSecrets(req.mcp_config));
+      await this.store.putSecret({ kind: SETTINGS_KIND, name: 'mcp_config', sealed: this.box.encrypt(JSON.stringify(req.mcp_config)), meta: {} });
+    }
+    return { message: 'Git providers stored' };
+  }
+
+  async getProviders(): Promise<StoredProvider[]> {
+    return (await this.store.listSecrets(PROVIDER_KIND)).map((s) => ({
+      provider: s.name as Provider,
+      token: this.open(s.sealed),
+      host: (s.meta.host as string | null) ?? null,
+      user_id: (s.meta.user_id as string | null) ?? null,
+    }));
+  }
+
+  async defaultMcpConfig(): Promise<McpConfig> {
+    const s = await this.store.getSecret(SETTINGS_KIND, 'mcp_config');
+    const raw = this.open(s?.sealed ?? null);
+    return raw ? (JSON.parse(raw) as McpConfig) : emptyMcp();
+  }
+
+  async conversationMcpConfig(id: string): Promise<McpConfig> {
+    const conv = await this.require(id);
+    const raw = this.open((conv.record.data.mcp_config_sealed as string | undefined) ?? null);
+    return raw ? (JSON.parse(raw) as McpConfig) : emptyMcp();
+  }
+
+  // ---- reads --------------------------------------------------------------------------------
+
+  async info(conv: LiveConversation) {
+    const d = conv.record.data;
+    const lastSeq = await this.store.lastSeq(conv.record.id);
+    const running = conv.status === 'running';
+    return {
+      conversation_id: conv.record.id,
+      id: conv.record.id,
+      title: conv.record.title,
+      created_at: conv.record.created_at,
+      updated_at: conv.record.updated_at,
+      execution_status: conv.status,
+      conversation_status: running ? 'RUNNING' : conv.status === 'error' ? 'ERROR' : 'STOPPED',
+      status: running ? 'RUNNING' : conv.status === 'error' ? 'ERROR' : 'STOPPED',
+      selected_repository: (d.selected_repository as string | null) ?? null,
+      selected_branch: (d.selected_branch as string | null) ?? null,
+      git_provider: (d.git_provider as string | null) ?? null,
+      last_seq: lastSeq,
+      setup: d.setup ?? null,
+      mcp_config: redactMcpConfig(await this.conversationMcpConfig(conv.record.id)),
+    };
+  }
+
+  async getConversation(id: string) {
+    return this.info(await this.require(id));
+  }
+
+  async listConversations(pageId: string | null | undefined, limit: number) {
+    let cursor: { created_at: string; id: string } | null = null;
+    if (pageId) {
+      try {
+        const [created_at, cid] = JSON.parse(Buffer.from(pageId, 'base64url').toString('utf8')) as [string, string];
+        if (typeof created_at === 'string' && typeof cid === 'string') cursor = { created_at, id: cid };
+      } catch {
+        throw new RequestValidationError([{ type: 'value_error', loc: ['query', 'page_id'], msg: 'Value error, page_id is not a page id returned by this endpoint', input: pageId }]);
+      }
+    }
+    const rows = await this.store.listConversations(limit + 1, cursor);
+    const page = rows.slice(0, limit);
+    const next = rows[limit];
+    const items = [];
+    for (const r of page) items.push(await this.info(this.live.get(r.id) ?? { record: r, status: r.execution_status as ExecutionStatus }));
+    return {
+      items,
+      next_page_id: next ? Buffer.from(JSON.stringify([next.created_at, next.id])).toString('base64url') : null,
+    };
+  }
+
+  async deleteConversation(id: string): Promise<{ success: true }> {
+    await this.require(id);
+    await this.runtime?.dispose(id);
+    await this.preparer?.dispose?.(id);
+    await this.store.deleteConversation(id);
+    this.live.delete(id);
+    this.log.info({ conversation_id: id }, 'conversation deleted');
+    return { success: true };
+  }
+
+  async searchEvents(
+    id: string,
+    q: { page_id?: string | null; limit: number; kind?: string | null; source?: string | null; sort_order: 'TIMESTAMP' | 'TIMESTAMP_DESC'; after_seq?: number | null },
+  ) {
+    await this.require(id);
+    const desc = q.sort_order === 'TIMESTAMP_DESC';
+    let start: number | null = null;
+    if (q.page_id) {
+      if (!/^\d+$/.test(q.page_id)) {
+        throw new RequestValidationError([{ type: 'value_error', loc: ['query', 'page_id'], msg: 'Value error, page_id is not a page id returned by this endpoint', input: q.page_id }]);
+      }
+      start = Number(q.page_id);
+    }
+    const items = await this.store.query(id, {
+      kind: q.kind,
+      source: q.source,
+      desc,
+      limit: q.limit + 1,
+      afterSeq: desc ? q.after_seq : Math.max(q.after_seq ?? 0, start !== null ? start - 1 : 0),
+      beforeSeq: desc && start !== null ? start + 1 : null,
+    });
+    const next = items.length > q.limit ? items[q.limit]! : null;
+    return { items: items.slice(0, q.limit), next_page_id: next ? String(next.seq) : null };
+  }
+
+  async countEvents(id: string, q: { kind?: string | null; source?: string | null; after_seq?: number | null }) {
+    await this.require(id);
+    return this.store.count(id, { kind: q.kind, source: q.source, afterSeq: q.after_seq });
+  }
+
+  async getEvent(id: string, eventId: string) {
+    await this.require(id);
+    const ev = await this.store.get(id, eventId);
+    if (!ev) throw new NotFoundError('Event not found');
+    return ev;
+  }
+
+  /** The socket-only snapshot sent first on every subscription. */
+  async fullState(id: string) {
+    const conv = await this.require(id);
+    return { kind: 'ConversationStateUpdateEvent', id: crypto.randomUUID(), timestamp: nowIso(), source: 'environment', key: 'full_state', value: await this.info(conv) };
+  }
+}
+
+export function contentOf(text: string, imageUrls: string[]) {
+  const content: ({ type: 'text'; text: string; cache_prompt: boolean } | { type: 'image'; image_urls: string[]; cache_prompt: boolean })[] = [];
+  if (text) content.push({ type: 'text', text, cache_prompt: false });
+  if (imageUrls.length) content.push({ type: 'image', image_urls: imageUrls, cache_prompt: false });
+  return content;
+}
+
+export function userMessage(text: string, imageUrls: string[]): EventDraft {
+  return { kind: 'MessageEvent', source: 'user', llm_message: { role: 'user', content: contentOf(text, imageUrls) } };
+}
+
+function deriveTitle(req: NewConversationRequest): string | null {
+  const t = req.suggested_task?.title ?? req.create_microagent?.title ?? req.initial_user_msg ?? req.repository;
+  if (!t) return null;
+  const line = t.trim().split('\n')[0] ?? '';
+  return line.length > 60 ? `${line.slice(0, 57)}...` : line || null;
+}

@@ -1,0 +1,34 @@
+/** Assembles the core: store, bus, secrets, the conversation service. Knows no HTTP. */
+import fs from 'node:fs';
+import type { Logger } from 'pino';
+import type { Config } from './config.js';
+import { ConversationService } from './conversation/service.js';
+import { EventBus } from './events/bus.js';
+import { SecretBox } from './secrets/crypto.js';
+import { Redactor } from './secrets/redact.js';
+import { SqliteStore } from './store/sqlite.js';
+
+export interface Core {
+  service: ConversationService;
+  close(): Promise<void>;
+}
+
+export async function createCore(config: Config, log: Logger, redactor: Redactor): Promise<Core> {
+  fs.mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
+  fs.mkdirSync(config.workspaceRoot, { recursive: true, mode: 0o700 });
+  const box = SecretBox.open(config.dataDir, config.secretKey);
+  for (const k of config.sessionApiKeys) redactor.add(k);
+  redactor.add(config.secretKey, config.llm.apiKey);
+  const bus = new EventBus();
+  let service: ConversationService | null = null;
+  const store = new SqliteStore(config.dataDir, (id, evs) => service?.onCommit(id, evs), { synchronous: config.sqliteSynchronous });
+  service = new ConversationService(store, bus, box, redactor, log);
+  await service.start();
+  return {
+    service,
+    async close() {
+      await service!.runtime?.close();
+      store.close();
+    },
+  };
+}

@@ -1,0 +1,24 @@
+/** Typed core errors; the bridge maps each to one HTTP status in one place. */
+export class NotFoundError extends Error {
+  override name = 'NotFoundError';
+}
+export class ConflictError extends Error {
+  override name = 'ConflictError';
+}
+/** A request that is well-formed but cannot be accepted; `loc` is relative to the input (e.g. ["body","replay_json"]). */
+export interface ValidationIssue {
+  type: string;
+  loc: (string | number)[];
+  msg: string;
+  input?: unknown;
+  ctx?: Record<string, unknown>;
+}
+export class RequestValidationError extends Error {
+  override name = 'RequestValidationError';
+  constructor(readonly issues: ValidationIssue[]) {
+    super(issues.map((i) => `${i.loc.join('.')}: ${i.msg}`).join('; '));
+  }
+}
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}

@@ -1,0 +1,64 @@
+import type { EventDraft, ParleyEvent } from '../events/types.js';
+
+export interface ConversationRecord {
+  id: string;
+  title: string | null;
+  created_at: string;
+  updated_at: string;
+  execution_status: string;
+  /** Everything else the conversation keeps (repository, branch, provider, instructions, setup, mcp config...). */
+  data: Record<string, unknown>;
+}
+
+export interface EventQuery {
+  afterSeq?: number | null;
+  beforeSeq?: number | null;
+  kind?: string | null;
+  source?: string | null;
+  sinceTimestamp?: string | null;
+  desc?: boolean;
+  limit: number;
+}
+
+export interface EventStore {
+  /** Durably appends; resolves once committed, with seq/id/timestamp assigned. */
+  append(conversationId: string, draft: EventDraft): Promise<ParleyEvent>;
+  appendMany(conversationId: string, drafts: EventDraft[]): Promise<ParleyEvent[]>;
+  query(conversationId: string, q: EventQuery): Promise<ParleyEvent[]>;
+  count(conversationId: string, q: Omit<EventQuery, 'limit' | 'desc'>): Promise<number>;
+  get(conversationId: string, eventId: string): Promise<ParleyEvent | null>;
+  lastSeq(conversationId: string): Promise<number>;
+}
+
+export interface ConversationStore {
+  createConversation(rec: ConversationRecord): Promise<void>;
+  getConversation(id: string): Promise<ConversationRecord | null>;
+  /** Newest first; `beforeCreated` is the cursor (created_at, id). */
+  listConversations(limit: number, cursor?: { created_at: string; id: string } | null): Promise<ConversationRecord[]>;
+  updateConversation(id: string, patch: Partial<Omit<ConversationRecord, 'id' | 'created_at'>>): Promise<void>;
+  deleteConversation(id: string): Promise<boolean>;
+  /** Conversations whose status is one of `statuses` (crash recovery at start). */
+  conversationsWithStatus(statuses: string[]): Promise<ConversationRecord[]>;
+}
+
+export interface SealedValue {
+  name: string;
+  kind: string;
+  /** Encrypted value (SecretBox format) or null. */
+  sealed: string | null;
+  meta: Record<string, unknown>;
+}
+
+/** Encrypted name/value records: provider tokens, custom secrets, settings. */
+export interface SecretStore {
+  putSecret(v: SealedValue): Promise<void>;
+  getSecret(kind: string, name: string): Promise<SealedValue | null>;
+  listSecrets(kind: string): Promise<SealedValue[]>;
+  deleteSecret(kind: string, name: string): Promise<boolean>;
+  /** Replace every record of `kind` atomically. */
+  replaceSecrets(kind: string, values: SealedValue[]): Promise<void>;
+}
+
+export interface Store extends EventStore, ConversationStore, SecretStore {
+  close(): void;
+}
