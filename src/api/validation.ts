@@ -7,6 +7,7 @@ import type { ValidationIssue } from '../errors.js';
 import { SECRET_PLACEHOLDER } from '../secrets/redact.js';
 
 type Loc = (string | number)[];
+const FLOAT_FIELDS = new Set(['timeout']);
 const SECRET_KEYS = new Set(['api_key', 'token', 'env', 'llm_api_key', 'value', 'session_api_key', 'password']);
 
 /** Copy of `v` with every value under a secret-looking key replaced. */
@@ -84,11 +85,15 @@ export function toValidationIssues(
     switch (issue.code) {
       case 'invalid_type': {
         if (!at.found || at.value === undefined) return push('missing', 'Field required');
-        const expected = issue.expected === 'number' && (issue as { format?: string }).format?.includes('int') ? 'int' : issue.expected;
+        if (issue.expected === 'int' && typeof at.value === 'number') {
+          return push('int_from_float', 'Input should be a valid integer, got a number with a fractional part');
+        }
+        // this API's numbers are integers except the few float fields listed here
+        const expected = issue.expected === 'number' && !FLOAT_FIELDS.has(String(path[path.length - 1])) ? 'int' : issue.expected;
         if (locOf(path).length <= 1 && expected === 'object') {
           return push('model_attributes_type', 'Input should be a valid dictionary or object to extract fields from');
         }
-        if (expected === 'number' && locOf(path)[0] === 'query') {
+        if (expected === 'int' && locOf(path)[0] === 'query') {
           return push('int_parsing', 'Input should be a valid integer, unable to parse string as an integer');
         }
         const [type, msg] = TYPE_NAMES[expected] ?? [`${expected}_type`, `Input should be a valid ${expected}`];

@@ -1,0 +1,103 @@
+/** Starts the real daemon (`bridge/main.ts`) as a child process on a random port with a temp DATA_DIR. */
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+
+export interface DaemonHandle {
+  url: string;
+  port: number;
+  dataDir: string;
+  env: Record<string, string>;
+  proc: ChildProcess;
+  /** Every line the daemon wrote to stdout and stderr. */
+  output: string[];
+  exited: Promise<number | null>;
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+  /** JSON helper: method, path, body → {status, body, text, headers}. */
+  req(method: string, p: string, body?: unknown, headers?: Record<string, string>): Promise<{ status: number; body: any; text: string; headers: Headers }>;
+}
+
+export function tempDir(prefix = 'parley-test-'): string {
+  return fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+}
+
+export async function startDaemon(env: Record<string, string> = {}, dataDir = tempDir()): Promise<DaemonHandle> {
+  const fullEnv: Record<string, string> = {
+    PATH: process.env.PATH ?? '/usr/bin:/bin',
+    HOME: process.env.HOME ?? os.tmpdir(),
+    PORT: '0',
+    DATA_DIR: dataDir,
+    LOG_LEVEL: 'debug',
+    ...env,
+  };
+  const proc = spawn(process.execPath, ['--import', 'tsx', 'bridge/main.ts'], { cwd: ROOT, env: fullEnv, stdio: ['ignore', 'pipe', 'pipe'] });
+  const output: string[] = [];
+  const exited = new Promise<number | null>((resolve) => proc.on('exit', (code) => resolve(code)));
+  const port = await new Promise<number>((resolve, reject) => {
+    let buf = '';
+    const onLine = (line: string) => {
+      output.push(line);
+      const m = /"port":(\d+).*listening on/.exec(line);
+      if (m) resolve(Number(m[1]));
+    };
+    const feed = (chunk: Buffer) => {
+      buf += chunk.toString('utf8');
+      let i;
+      while ((i = buf.indexOf('\n')) >= 0) {
+        onLine(buf.slice(0, i));
+        buf = buf.slice(i + 1);
+      }
+    };
+    proc.stdout!.on('data', feed);
+    proc.stderr!.on('data', feed);
+    exited.then((code) => reject(new Error(`daemon exited with ${code} before listening:\n${output.join('\n')}`)));
+    setTimeout(() => reject(new Error(`daemon did not start in 20 s:\n${output.join('\n')}`)), 20_000).unref();
+  });
+  const url = `http://127.0.0.1:${port}`;
+  return {
+    url,
+    port,
+    dataDir,
+    env: fullEnv,
+    proc,
+    output,
+    exited,
+    async stop(signal: NodeJS.Signals = 'SIGTERM') {
+      if (proc.exitCode !== null || proc.signalCode !== null) return proc.exitCode;
+      proc.kill(signal);
+      return exited;
+    },
+    async req(method, p, body, headers = {}) {
+      const res = await fetch(url + p, {
+        method,
+        headers: { ...(body !== undefined ? { 'content-type': 'application/json' } : {}), ...headers },
+        body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+      });
+      const text = await res.text();
+      let parsed: unknown = undefined;
+      try {
+        parsed = JSON.parse(text);
+      } catch {
+        /* not JSON */
+      }
+      return { status: res.status, body: parsed, text, headers: res.headers };
+    },
+  };
+}
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Polls `fn` until it returns a truthy value (bounded). */
+export async function waitFor<T>(fn: () => T | Promise<T>, what: string, timeoutMs = 10_000): Promise<T> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await sleep(25);
+  }
+}
