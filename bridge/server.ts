@@ -68,7 +68,11 @@ export function startServer(config: Config, service: ConversationService, log: L
     const state = { aborted: false };
     if (keys.length && !keyMatches(req.getHeader('x-session-api-key'), keys)) {
       res.onAborted(() => {});
-      return sendJson(res, state, 401, { detail: 'Unauthorized' });
+      // a tRPC-shaped error (one per batched call) so typed clients can read it
+      const error = { error: { message: 'Unauthorized', code: -32001, data: { code: 'UNAUTHORIZED', httpStatus: 401 } } };
+      const calls = req.getUrl().slice('/trpc/'.length).split(',').length;
+      const batch = /(^|&)batch=1/.test(req.getQuery() ?? '');
+      return sendJson(res, state, 401, batch ? Array.from({ length: calls }, () => error) : error);
     }
     inFlight += 1;
     handleTrpc(res, req, state, { service }, config.maxBodyBytes, log)

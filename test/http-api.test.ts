@@ -195,7 +195,7 @@ describe('conversation surface', () => {
     assert.equal((await d.req('DELETE', `/api/conversations/${id}`, undefined, H)).status, 404);
   });
   test('list is paged newest first; limit is 1..100', async () => {
-    const ids = [];
+    const ids: string[] = [];
     for (let i = 0; i < 5; i++) ids.push(await newConversation({ initial_user_msg: `n${i}` }));
     const seen: string[] = [];
     let page: string | null = null;

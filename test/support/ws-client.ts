@@ -27,7 +27,7 @@ export function connect(url: string, opts: { headers?: Record<string, string> } 
       ws.once('error', reject);
     }),
     next: (pred, what = 'frame', timeoutMs = 10_000) => waitFor(() => out.frames.find(pred), what, timeoutMs),
-    waitClose: (timeoutMs = 10_000) => waitFor(() => out.closed, 'close', timeoutMs),
+    waitClose: (timeoutMs = 10_000) => waitFor(() => out.closed, 'close', timeoutMs) as Promise<{ code: number; reason: string }>,
     send: (obj) => ws.send(typeof obj === 'string' ? obj : JSON.stringify(obj)),
     close: () => ws.close(),
   };

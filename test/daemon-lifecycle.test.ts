@@ -1,0 +1,111 @@
+/** Durability across kill -9, lazy start, SIGTERM drain, configuration errors, the typed tRPC client. */
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { describe, test } from 'node:test';
+import { createParleyClient } from '../src/client.js';
+import { ROOT, startDaemon, tempDir, waitFor } from './support/daemon.js';
+import { connect } from './support/ws-client.js';
+
+describe('durability', () => {
+  test('a 200 means committed: kill -9 right after, restart, same events with the same seq; tokens survive', async () => {
+    const dir = tempDir();
+    const d1 = await startDaemon({}, dir);
+    const id = (await d1.req('POST', '/api/conversations', {})).body.conversation_id;
+    await d1.req('POST', '/api/add-git-providers', { provider_tokens: { github: { token: 'ghp_SURVIVES_RESTART', host: 'git.example.com' } } });
+    const results = await Promise.all(Array.from({ length: 50 }, (_, i) => d1.req('POST', `/api/conversations/${id}/events`, { content: [{ text: `m${i}` }] })));
+    assert.ok(results.every((r) => r.status === 200));
+    d1.proc.kill('SIGKILL');
+    await d1.exited;
+    const d2 = await startDaemon({}, dir);
+    const s = await d2.req('GET', `/api/conversations/${id}/events/search?limit=100`);
+    assert.equal(s.status, 200);
+    const texts = s.body.items.map((e: any) => e.llm_message.content[0].text).sort();
+    assert.deepEqual(texts, Array.from({ length: 50 }, (_, i) => `m${i}`).sort());
+    assert.deepEqual(s.body.items.map((e: any) => e.seq), Array.from({ length: 50 }, (_, i) => i + 1));
+    // the next append continues the sequence
+    await d2.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'after' }] });
+    assert.equal((await d2.req('GET', `/api/conversations/${id}/events/count`)).body, 51);
+    // the token is still there: a host-only update keeps it (the redactor knows it after restart)
+    const dbText = fs.readFileSync(path.join(dir, 'parley.db')).toString('latin1');
+    assert.ok(!dbText.includes('ghp_SURVIVES_RESTART'));
+    await d2.stop();
+  });
+  test('start-up is lazy: many stored conversations do not slow it down', async () => {
+    const dir = tempDir();
+    const d1 = await startDaemon({ LOG_LEVEL: 'info' }, dir);
+    for (let i = 0; i < 200; i++) {
+      const id = (await d1.req('POST', '/api/conversations', {})).body.conversation_id;
+      await d1.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'x' }] });
+    }
+    await d1.stop();
+    const d2 = await startDaemon({ LOG_LEVEL: 'debug' }, dir);
+    // nothing was loaded at start: no per-conversation log lines before the first request
+    assert.ok(!d2.output.some((l) => l.includes('conversation_id')), d2.output.join('\n'));
+    const list = await d2.req('GET', '/api/conversations?limit=100');
+    assert.equal(list.body.items.length, 100);
+    await d2.stop();
+  });
+});
+
+describe('process lifecycle', () => {
+  test('SIGTERM closes sockets with 1001, flushes and exits 0', async () => {
+    const d = await startDaemon();
+    const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
+    const s = connect(`ws://127.0.0.1:${d.port}/sockets/events/${id}`);
+    await s.next((f) => f.key === 'full_state');
+    const pending = Array.from({ length: 20 }, (_, i) => d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: `t${i}` }] }));
+    d.proc.kill('SIGTERM');
+    const settled = await Promise.allSettled(pending);
+    const code = await d.exited;
+    assert.equal(code, 0);
+    assert.equal((await s.waitClose()).code, 1001);
+    const ok = settled.filter((r) => r.status === 'fulfilled' && r.value.status === 200).length;
+    const d2 = await startDaemon({}, d.dataDir);
+    assert.equal((await d2.req('GET', `/api/conversations/${id}/events/count`)).body, ok, 'every 200 was committed');
+    await d2.stop();
+  });
+  test('bad configuration and a busy port: one clear line, exit 1', async () => {
+    const run = (env: Record<string, string>) =>
+      spawnSync(process.execPath, ['--import', 'tsx', 'bridge/main.ts'], { cwd: ROOT, env: { PATH: process.env.PATH!, DATA_DIR: tempDir(), ...env }, encoding: 'utf8', timeout: 20_000 });
+    const bad = run({ PORT: 'eighty' });
+    assert.equal(bad.status, 1);
+    assert.match(bad.stderr, /PORT/);
+    assert.equal(bad.stderr.trim().split('\n').length, 1);
+    const badModel = run({ LLM_MODEL: 'gpt-5' });
+    assert.equal(badModel.status, 1);
+    assert.match(badModel.stderr, /LLM_MODEL/);
+    const d = await startDaemon();
+    const busy = run({ PORT: String(d.port) });
+    assert.equal(busy.status, 1);
+    assert.match(busy.stderr, /port in use|cannot listen/);
+    await d.stop();
+  });
+});
+
+describe('in-house callers (tRPC)', () => {
+  test('the typed client creates, sends and receives the event through the subscription; same keys', async () => {
+    const d = await startDaemon({ SESSION_API_KEY: 'trpc-key' });
+    try {
+    const denied = createParleyClient({ url: d.url, apiKey: 'wrong' });
+    await assert.rejects(denied.listConversations.query({}), /Unauthorized/);
+    const client = createParleyClient({ url: d.url, apiKey: 'trpc-key' });
+    const { conversation_id } = await client.createConversation.mutate({});
+    const received: any[] = [];
+    const sub = client.events.subscribe({ conversation_id, after_seq: 0 }, { onData: (e: any) => received.push(e.data ?? e) });
+    await client.sendMessage.mutate({ conversation_id, message: { content: [{ type: 'text', text: 'over trpc' }] } as never });
+    await waitFor(() => received.find((e) => e.kind === 'MessageEvent'), 'event via subscription');
+    assert.equal(received.find((e) => e.kind === 'MessageEvent').llm_message.content[0].text, 'over trpc');
+    // REST sees the same event: one core, two doors
+    const rest = await d.req('GET', `/api/conversations/${conversation_id}/events/search`, undefined, { 'X-Session-API-Key': 'trpc-key' });
+    assert.equal(rest.body.items[0].id, received.find((e) => e.kind === 'MessageEvent').id);
+    const info = await client.getConversation.query({ conversation_id });
+    assert.equal(info.id, conversation_id);
+    await assert.rejects(client.getConversation.query({ conversation_id: '00000000-0000-0000-0000-000000000009' }), /not found/i);
+    sub.unsubscribe();
+    } finally {
+      await d.stop();
+    }
+  });
+});
