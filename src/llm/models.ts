@@ -1,0 +1,155 @@
+/**
+ * Model strings, the provider table and per-model defaults (context window, image support).
+ *
+ * A model string is `<provider>/<model id>`; everything after the first slash is the provider's model id
+ * (so `openai/meta-llama/Llama-3.3-70B-Instruct` is provider `openai`, model `meta-llama/Llama-3.3-70B-Instruct`).
+ */
+import { createAnthropic } from '@ai-sdk/anthropic';
+import { createOpenAI } from '@ai-sdk/openai';
+import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
+import type { wrapLanguageModel } from 'ai';
+
+/** The AI SDK language model object (LanguageModelV3) that providers hand out. */
+export type SdkLanguageModel = Parameters<typeof wrapLanguageModel>[0]['model'];
+
+export interface ProviderModelOptions {
+  /** Model id without the provider prefix. */
+  modelId: string;
+  apiKey?: string;
+  baseUrl?: string;
+}
+
+/**
+ * The provider table: one entry per supported `<provider>/` prefix. Adding another AI SDK provider is one
+ * line here, e.g. `google: (o) => createGoogleGenerativeAI({ apiKey: o.apiKey, baseURL: o.baseUrl })(o.modelId)`.
+ */
+export const PROVIDERS = {
+  // Without baseUrl: OpenAI itself (Responses API). With baseUrl: any OpenAI-compatible Chat Completions
+  // server (vLLM, Ollama, LiteLLM, OpenRouter, …) through the openai-compatible provider, whose streaming
+  // tool-call assembly copes with the variations those servers produce; `includeUsage` asks for usage numbers.
+  openai: (o: ProviderModelOptions): SdkLanguageModel =>
+    o.baseUrl
+      ? createOpenAICompatible({ name: 'openai-compatible', baseURL: o.baseUrl, apiKey: o.apiKey, includeUsage: true }).chatModel(o.modelId)
+      : createOpenAI({ apiKey: o.apiKey }).responses(o.modelId),
+  // Anthropic Messages API; baseUrl (if any) replaces https://api.anthropic.com/v1 and should end in /v1.
+  anthropic: (o: ProviderModelOptions): SdkLanguageModel =>
+    createAnthropic({ apiKey: o.apiKey, ...(o.baseUrl ? { baseURL: o.baseUrl } : {}) }).messages(o.modelId),
+} satisfies Record<string, (o: ProviderModelOptions) => SdkLanguageModel>;
+
+export type ProviderName = keyof typeof PROVIDERS;
+
+export const PROVIDER_NAMES = Object.keys(PROVIDERS) as ProviderName[];
+
+export interface ParsedModel {
+  provider: ProviderName;
+  /** The provider's model id (everything after the first slash). */
+  modelId: string;
+}
+
+/** Splits `provider/model`. Throws an Error naming the allowed providers when the string is unusable. */
+export function parseModelString(model: string): ParsedModel {
+  const allowed = PROVIDER_NAMES.join(', ');
+  if (typeof model !== 'string' || model.trim() === '') {
+    throw new Error(`Invalid model: expected "<provider>/<model>" (providers: ${allowed}), got an empty value`);
+  }
+  const trimmed = model.trim();
+  const slash = trimmed.indexOf('/');
+  if (slash <= 0 || slash === trimmed.length - 1) {
+    throw new Error(`Invalid model "${trimmed}": expected "<provider>/<model>" with provider one of: ${allowed}`);
+  }
+  const provider = trimmed.slice(0, slash).toLowerCase();
+  const modelId = trimmed.slice(slash + 1);
+  if (!Object.prototype.hasOwnProperty.call(PROVIDERS, provider)) {
+    throw new Error(`Unknown LLM provider "${provider}" in model "${trimmed}": allowed providers are ${allowed}`);
+  }
+  return { provider: provider as ProviderName, modelId };
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Context windows. First matching pattern wins; patterns run against the lower-cased model id.
+
+export const DEFAULT_CONTEXT_WINDOW = 128_000;
+
+const CONTEXT_WINDOWS: [RegExp, number][] = [
+  // OpenAI
+  [/gpt-4\.1/, 1_047_576],
+  [/gpt-5[^/]*-chat/, 128_000],
+  [/gpt-5/, 400_000],
+  [/gpt-4o/, 128_000],
+  [/gpt-4-turbo|gpt-4-\d{4}-preview|gpt-4-vision/, 128_000],
+  [/gpt-4-32k/, 32_768],
+  [/gpt-4(?![.\do])/, 8_192],
+  [/gpt-3\.5-turbo-instruct/, 4_096],
+  [/gpt-3\.5/, 16_385],
+  [/gpt-oss/, 131_072],
+  [/(^|[/:-])o1-(mini|preview)/, 128_000],
+  [/(^|[/:-])o[134](-|$)/, 200_000],
+  [/codex-mini/, 200_000],
+  // Anthropic
+  [/claude-(2|instant)/, 100_000],
+  [/claude|sonnet|opus|haiku/, 200_000],
+  // Google
+  [/gemini-1\.0|gemini-pro$/, 32_768],
+  [/gemini/, 1_048_576],
+  [/gemma-?3/, 131_072],
+  [/gemma/, 8_192],
+  // Meta
+  [/llama-?4/, 1_048_576],
+  [/llama-?3\.[123]|llama3\.[123]/, 131_072],
+  [/llama-?3/, 8_192],
+  [/codellama|llama-?2/, 4_096],
+  // Qwen
+  [/qwen3-coder/, 262_144],
+  [/qwen-?3/, 40_960],
+  [/qwen2\.5-1m/, 1_000_000],
+  [/qwen/, 32_768],
+  // DeepSeek
+  [/deepseek-coder(?!-v2)/, 16_384],
+  [/deepseek/, 128_000],
+  // Mistral
+  [/codestral/, 256_000],
+  [/devstral|mistral-large|mistral-medium|mistral-small-3|pixtral|ministral/, 128_000],
+  [/mistral|mixtral/, 32_768],
+  // Misc
+  [/phi-?4/, 16_384],
+  [/phi-?3/, 4_096],
+  [/kimi|moonshot/, 131_072],
+  [/glm-4\.[56]/, 131_072],
+  [/grok/, 131_072],
+];
+
+/** Default context window (tokens) for a model id (without provider prefix). */
+export function defaultContextWindow(modelId: string): number {
+  const id = modelId.toLowerCase();
+  for (const [pattern, tokens] of CONTEXT_WINDOWS) if (pattern.test(id)) return tokens;
+  return DEFAULT_CONTEXT_WINDOW;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Image input support. Vision markers win; then known text-only families; default: images supported.
+
+const VISION_MARKERS = /vision|(^|[-_/:.])vl([-_/:.]|$)|llava|pixtral|janus|moondream|minicpm-v|bakllava|gemma-?3(?!n?[-:]?1b)|llama-?4|mistral-small-3\.[12]/;
+
+const TEXT_ONLY: RegExp[] = [
+  /gpt-3\.5/,
+  /gpt-4(-32k)?(-\d{4})?$/, // original gpt-4 (not -turbo, -o, .1)
+  /(^|[/:-])o1-(mini|preview)/,
+  /(^|[/:-])o3-mini/,
+  /gpt-oss/,
+  /claude-(2|instant)/,
+  /deepseek/,
+  /qwen/,
+  /llama/,
+  /mistral|mixtral|codestral|devstral|ministral/,
+  /phi-?\d/,
+  /gemma/,
+  /starcoder|wizardcoder|codegemma|granite-code/,
+  /kimi|moonshot|glm|grok-code|grok-3-mini|yi-/,
+];
+
+/** Whether a model (id without provider prefix) accepts image input, by name. */
+export function defaultSupportsImages(modelId: string): boolean {
+  const id = modelId.toLowerCase();
+  if (VISION_MARKERS.test(id)) return true;
+  return !TEXT_ONLY.some((p) => p.test(id));
+}
