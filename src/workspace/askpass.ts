@@ -1,0 +1,142 @@
+/**
+ * Git authentication without writing a token anywhere.
+ *
+ * Git asks `GIT_ASKPASS <prompt>` for a username and a password when a server answers 401. The
+ * askpass program written here is a small POSIX shell script that holds NO secret: it prints
+ * values taken from its own environment, which git inherits from the process that started it.
+ * Tokens therefore live only in the environment of the git process (or of the agent's shell),
+ * never in a URL, `.git/config`, a workspace file, or a command line.
+ *
+ * Two modes:
+ * - clone mode (used by cloneRepository): `PARLEY_ASKPASS_USERNAME` / `PARLEY_ASKPASS_PASSWORD`
+ *   are set on the one git child process and answered verbatim;
+ * - shell mode (askpassEnv, for the agent's later `git fetch`/`git push`): the prompt's URL host
+ *   is looked up in `PARLEY_GIT_HOSTS` (`host[:port]=provider` entries, no secrets) and the token
+ *   is read from GITHUB_TOKEN / GITLAB_TOKEN / BITBUCKET_TOKEN / ENTERPRISE_SSO_TOKEN.
+ *
+ * The script must live outside the workspace (a daemon-owned `helperDir`), mode 0700.
+ */
+import { mkdir, readFile, rename, writeFile, chmod } from 'node:fs/promises';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import {
+  GIT_PROVIDERS,
+  TOKEN_ENV_VARS,
+  TOKEN_USERNAMES,
+  hostKey,
+  providerBaseUrl,
+  type GitProvider,
+  type ProviderCredential,
+} from './providers.js';
+
+export const ASKPASS_SCRIPT_NAME = 'parley-git-askpass.sh';
+
+function askpassScript(): string {
+  const cases = GIT_PROVIDERS.map((p) => {
+    const split =
+      p === 'bitbucket' ? `\n    case "$tok" in ?*:*) user=\${tok%%:*}; tok=\${tok#*:} ;; esac` : '';
+    return `  ${p})\n    user='${TOKEN_USERNAMES[p]}'; tok=\${${TOKEN_ENV_VARS[p]}-}${split} ;;`;
+  }).join('\n');
+  return `#!/bin/sh
+# Parley GIT_ASKPASS helper. It holds no secret: it prints values from its environment.
+prompt=\${1-}
+case "$prompt" in
+  [Uu]sername*) want=user ;;
+  *) want=pass ;;
+esac
+if [ -n "\${PARLEY_ASKPASS_PASSWORD+x}" ]; then
+  if [ "$want" = user ]; then printf '%s\\n' "\${PARLEY_ASKPASS_USERNAME-}"; else printf '%s\\n' "$PARLEY_ASKPASS_PASSWORD"; fi
+  exit 0
+fi
+url=\${prompt#*\\'}
+url=\${url%%\\'*}
+rest=\${url#*://}
+hostport=\${rest%%/*}
+hostport=\${hostport##*@}
+hostport=$(printf '%s' "$hostport" | tr '[:upper:]' '[:lower:]')
+provider=
+for entry in \${PARLEY_GIT_HOSTS-}; do
+  if [ "\${entry%=*}" = "$hostport" ]; then provider=\${entry##*=}; break; fi
+done
+case "$provider" in
+${cases}
+  *) exit 1 ;;
+esac
+[ -n "$tok" ] || exit 1
+if [ "$want" = user ]; then printf '%s\\n' "$user"; else printf '%s\\n' "$tok"; fi
+`;
+}
+
+/** Writes (atomically, mode 0700) the askpass script into `helperDir`; returns its path. */
+export async function ensureAskpassScript(helperDir: string): Promise<string> {
+  await mkdir(helperDir, { recursive: true, mode: 0o700 });
+  const path = join(helperDir, ASKPASS_SCRIPT_NAME);
+  const content = askpassScript();
+  const current = await readFile(path, 'utf8').catch(() => null);
+  if (current === content) {
+    await chmod(path, 0o700);
+    return path;
+  }
+  const tmp = `${path}.${randomBytes(6).toString('hex')}.tmp`;
+  await writeFile(tmp, content, { mode: 0o700 });
+  await rename(tmp, path);
+  return path;
+}
+
+function withToken(providers: ProviderCredential[]): Map<GitProvider, ProviderCredential & { token: string }> {
+  const out = new Map<GitProvider, ProviderCredential & { token: string }>();
+  for (const p of providers) {
+    if (p.token && !out.has(p.provider)) out.set(p.provider, { ...p, token: p.token });
+  }
+  return out;
+}
+
+/**
+ * Token variables for the agent's shell: GITHUB_TOKEN, GITLAB_TOKEN, BITBUCKET_TOKEN (and
+ * ENTERPRISE_SSO_TOKEN) for each stored provider that has a token.
+ */
+export function gitCredentialEnv(providers: ProviderCredential[]): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [provider, cred] of withToken(providers)) env[TOKEN_ENV_VARS[provider]] = cred.token;
+  return env;
+}
+
+/**
+ * `host[:port]=provider` entries (space separated) for every provider with a token and a usable
+ * host. Order: github, gitlab, bitbucket, enterprise_sso (the first match wins in the script).
+ */
+export function askpassHostMap(providers: ProviderCredential[]): string {
+  const byProvider = withToken(providers);
+  const entries: string[] = [];
+  for (const provider of GIT_PROVIDERS) {
+    const cred = byProvider.get(provider);
+    if (!cred) continue;
+    let base: string | null;
+    try {
+      base = providerBaseUrl(provider, cred.host);
+    } catch {
+      continue;
+    }
+    if (base) entries.push(`${hostKey(base)}=${provider}`);
+  }
+  return entries.join(' ');
+}
+
+/**
+ * Environment for the agent's shell so its own `git fetch` / `git push` authenticate like the
+ * clone did: GIT_ASKPASS (script in helperDir), the host map, the token variables,
+ * GIT_TERMINAL_PROMPT=0, and `credential.helper` reset through GIT_CONFIG_* so no credential
+ * helper configured on the machine (e.g. `store`) ever writes the token to disk.
+ */
+export async function askpassEnv(providers: ProviderCredential[], helperDir: string): Promise<Record<string, string>> {
+  const script = await ensureAskpassScript(helperDir);
+  return {
+    ...gitCredentialEnv(providers),
+    GIT_ASKPASS: script,
+    GIT_TERMINAL_PROMPT: '0',
+    PARLEY_GIT_HOSTS: askpassHostMap(providers),
+    GIT_CONFIG_COUNT: '1',
+    GIT_CONFIG_KEY_0: 'credential.helper',
+    GIT_CONFIG_VALUE_0: '',
+  };
+}

@@ -1,0 +1,161 @@
+/**
+ * Runs the repository's `.openhands/setup.sh` (when present) with bash, in the workspace, in its
+ * own process group.
+ *
+ * - Environment: a minimal base (PATH, HOME, locale, proxies…; see child-env.ts) plus `env`; the
+ *   daemon's own environment (SECRET_KEY, LLM keys…) is NOT inherited.
+ * - At the timeout (default 600 s) or on abort, the whole group gets SIGTERM, then SIGKILL after
+ *   `killGraceMs`. When the script exits normally, anything it left running in its group is
+ *   killed too (setup.sh prepares the workspace; long-running services are the agent's job), so
+ *   nothing outlives the setup holding the output pipes.
+ * - Output (stdout and stderr interleaved) is redacted line by line, so a secret is never split
+ *   across two chunks, then passed to `onOutput` and collected (the last `maxOutputBytes` kept).
+ * - A symlinked setup.sh pointing outside the repository is not run.
+ */
+import { spawn } from 'node:child_process';
+import { realpath, stat } from 'node:fs/promises';
+import { join, relative, isAbsolute } from 'node:path';
+import { baseChildEnv, killGroup } from './child-env.js';
+
+export const SETUP_SCRIPT_PATH = '.openhands/setup.sh';
+
+export interface SetupScriptOptions {
+  env?: Record<string, string>;
+  timeoutMs?: number;
+  signal?: AbortSignal;
+  onOutput?: (chunk: string) => void;
+  redact?: (s: string) => string;
+  killGraceMs?: number;
+  maxOutputBytes?: number;
+}
+
+export interface SetupScriptResult {
+  ran: boolean;
+  exitCode: number | null;
+  /** The signal that ended the script, if any. */
+  signal: string | null;
+  timedOut: boolean;
+  aborted: boolean;
+  output: string;
+}
+
+export const DEFAULT_SETUP_TIMEOUT_MS = 600_000;
+
+export async function runSetupScript(dir: string, opts: SetupScriptOptions = {}): Promise<SetupScriptResult> {
+  const notRun: SetupScriptResult = { ran: false, exitCode: null, signal: null, timedOut: false, aborted: false, output: '' };
+  const script = join(dir, SETUP_SCRIPT_PATH);
+  let root: string;
+  let real: string;
+  try {
+    root = await realpath(dir);
+    real = await realpath(script);
+    if (!(await stat(real)).isFile()) return notRun;
+  } catch {
+    return notRun;
+  }
+  const rel = relative(root, real);
+  if (rel.startsWith('..') || isAbsolute(rel)) return notRun;
+  if (opts.signal?.aborted) return { ...notRun, aborted: true };
+
+  const redact = opts.redact ?? ((s: string) => s);
+  const timeoutMs = opts.timeoutMs ?? DEFAULT_SETUP_TIMEOUT_MS;
+  const graceMs = opts.killGraceMs ?? 2000;
+  const maxOutput = opts.maxOutputBytes ?? 256 * 1024;
+
+  return new Promise((resolvePromise, reject) => {
+    const child = spawn('bash', [SETUP_SCRIPT_PATH], {
+      cwd: root,
+      env: baseChildEnv(opts.env ?? {}),
+      detached: true,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    let dropped = false;
+    let pending = '';
+    let timedOut = false;
+    let aborted = false;
+    let killTimer: NodeJS.Timeout | null = null;
+
+    const emit = (text: string) => {
+      if (!text) return;
+      const clean = redact(text);
+      output += clean;
+      if (output.length > maxOutput) {
+        output = output.slice(output.length - maxOutput);
+        dropped = true;
+      }
+      opts.onOutput?.(clean);
+    };
+    const onData = (d: string) => {
+      pending += d;
+      const nl = pending.lastIndexOf('\n');
+      if (nl >= 0) {
+        emit(pending.slice(0, nl + 1));
+        pending = pending.slice(nl + 1);
+      }
+      // A very long line without a newline is flushed anyway.
+      if (pending.length > 64 * 1024) {
+        emit(pending);
+        pending = '';
+      }
+    };
+    child.stdout.setEncoding('utf8');
+    child.stderr.setEncoding('utf8');
+    child.stdout.on('data', onData);
+    child.stderr.on('data', onData);
+
+    const stop = () => {
+      killGroup(child.pid, 'SIGTERM');
+      killTimer = setTimeout(() => killGroup(child.pid, 'SIGKILL'), graceMs);
+    };
+    const timer = setTimeout(() => {
+      timedOut = true;
+      stop();
+    }, timeoutMs);
+    const onAbort = () => {
+      aborted = true;
+      stop();
+    };
+    opts.signal?.addEventListener('abort', onAbort, { once: true });
+
+    let exit: { code: number | null; signal: NodeJS.Signals | null } | null = null;
+    let settled = false;
+    const finish = () => {
+      if (settled || !exit) return;
+      settled = true;
+      clearTimeout(timer);
+      if (killTimer) clearTimeout(killTimer);
+      opts.signal?.removeEventListener('abort', onAbort);
+      killGroup(child.pid, 'SIGKILL');
+      child.stdout.destroy();
+      child.stderr.destroy();
+      emit(pending);
+      pending = '';
+      if (dropped) output = `[earlier output dropped]\n${output}`;
+      if (timedOut) output += `\n[setup script timed out after ${timeoutMs} ms and was killed]\n`;
+      resolvePromise({
+        ran: true,
+        exitCode: exit.code,
+        signal: exit.signal,
+        timedOut,
+        aborted,
+        output,
+      });
+    };
+    child.on('error', (err) => {
+      clearTimeout(timer);
+      if (killTimer) clearTimeout(killTimer);
+      opts.signal?.removeEventListener('abort', onAbort);
+      reject(err);
+    });
+    child.on('exit', (code, signal) => {
+      exit = { code, signal };
+      // Leftover processes in the group hold the pipes open: kill them, then collect.
+      killGroup(child.pid, 'SIGKILL');
+      setTimeout(finish, 200);
+    });
+    child.on('close', () => {
+      if (exit) finish();
+    });
+  });
+}

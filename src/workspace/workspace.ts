@@ -1,0 +1,45 @@
+/**
+ * One directory per conversation: `<root>/<conversation id as 32 lowercase hex>`, mode 0700.
+ */
+import { mkdir, rm } from 'node:fs/promises';
+import { basename, join, resolve } from 'node:path';
+
+const UUID_RE = /^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32})$/i;
+const HEX32 = /^[0-9a-f]{32}$/;
+
+export class InvalidConversationIdError extends Error {
+  override name = 'InvalidConversationIdError';
+}
+
+/** Dashed or 32-hex UUID → 32 lowercase hex. Throws for anything else (no path tricks possible). */
+export function conversationIdHex(conversationId: string): string {
+  if (!UUID_RE.test(conversationId)) {
+    throw new InvalidConversationIdError('Conversation id must be a UUID');
+  }
+  return conversationId.replace(/-/g, '').toLowerCase();
+}
+
+/** The workspace path of a conversation (nothing is created). */
+export function workspacePath(root: string, conversationId: string): string {
+  return join(resolve(root), conversationIdHex(conversationId));
+}
+
+/** Creates (if needed) and returns `<root>/<conversation id hex>` (absolute). */
+export async function createWorkspace(root: string, conversationId: string): Promise<string> {
+  const dir = workspacePath(root, conversationId);
+  await mkdir(resolve(root), { recursive: true, mode: 0o700 });
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  return dir;
+}
+
+/**
+ * Removes a workspace directory and everything in it. As a guard against a wrong path, the
+ * directory's name must be a 32-hex conversation id. A missing directory is not an error.
+ */
+export async function removeWorkspace(dir: string): Promise<void> {
+  const abs = resolve(dir);
+  if (!HEX32.test(basename(abs))) {
+    throw new Error(`Refusing to remove ${abs}: not a workspace directory`);
+  }
+  await rm(abs, { recursive: true, force: true, maxRetries: 3 });
+}
