@@ -1,0 +1,606 @@
+/**
+ * `terminal` tool: a persistent bash per conversation, driven through pipes.
+ * See src/tools/terminal/session.ts for how the shell is run; this file holds the tool semantics
+ * (timeouts, input keys, refusing a second command, truncation, redaction).
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { z } from 'zod';
+import type { Tool, ToolContext, ToolObservation } from './types.js';
+import { cleanTerminalOutput, truncateMiddle } from './terminal/output.js';
+import { RunningCommand, ShellSession, shellQuote } from './terminal/session.js';
+
+export interface TerminalToolOptions {
+  /** Return (exit_code -1) when a command prints nothing new for this long. Default 30 s. */
+  noOutputTimeoutMs?: number;
+  /** Longest output text returned to the LLM; longer output is cut in the middle. Default 30,000. */
+  maxOutputChars?: number;
+  /** Close a conversation's shell after this long without tool calls. Default 10 min. */
+  idleCloseMs?: number;
+  /** Directory for full outputs of truncated observations. Default: os.tmpdir()/parley-output/<conversationId>. */
+  outputDir?: (conversationId: string) => string;
+  /**
+   * Return early (exit_code -1) when the command's newest output does not end with a newline and
+   * nothing more arrives for this long: the program is most likely showing a prompt and waiting for
+   * input (`Name: `, `>>> `, `[Y/n] `). Default 3 s (never more than noOutputTimeoutMs).
+   */
+  inputWaitMs?: number;
+  /**
+   * Longest a call waits for a command without a `timeout` that keeps printing (e.g. `yes`), so a
+   * chatty command cannot block the agent forever. Default 4 x noOutputTimeoutMs.
+   */
+  maxCallMs?: number;
+}
+
+export const terminalParameters = z.object({
+  command: z
+    .string()
+    .describe(
+      'The bash command to run. Can be several lines; chain with && or ;. Send "" (empty) to wait for more output ' +
+        'of the command that is still running. With is_input=true: text to type into the running program ' +
+        '(a newline is added), or one special key: C-c (interrupt), C-d (end of input), C-z, ENTER, TAB, ESC, BS, ' +
+        'UP, DOWN, LEFT, RIGHT, HOME, END, PGUP, PGDN, or C-<letter>.',
+    ),
+  is_input: z
+    .boolean()
+    .default(false)
+    .describe('If true, `command` is sent as input to the command that is still running instead of being run.'),
+  timeout: z
+    .number()
+    .min(0)
+    .nullable()
+    .optional()
+    .describe(
+      'Hard time limit in seconds: when it is reached the command is killed. Without it (or with 0), the call ' +
+        'returns after a while without new output and the command keeps running.',
+    ),
+  reset: z
+    .boolean()
+    .default(false)
+    .describe('If true, kill the shell (and everything it runs) and start a fresh one in the workspace before running `command`.'),
+});
+
+export type TerminalParams = z.output<typeof terminalParameters>;
+
+function describe(noOutputMs: number, maxChars: number): string {
+  return `Run a bash command in a persistent shell (one per conversation, started in the workspace).
+* State persists between calls: working directory, exported variables, functions, an activated Python venv.
+* There is no terminal (TTY): programs that insist on one may not work; prefer non-interactive flags (e.g. \`-y\`, \`--no-pager\`). A plain \`python3\` or \`python\` starts a REPL that reads the lines you send with is_input=true.
+* Long-running commands: a call returns when the command finishes, or (with exit_code -1) after ${secondsText(noOutputMs)} without new output, or earlier when the program seems to wait for input. The command keeps running: send "" to wait for more output, is_input=true to type into it, or "C-c" with is_input=true to interrupt it. Only one command can run at a time. Use \`timeout\` for a hard limit, and run servers in the background (\`cmd > log 2>&1 &\`).
+* Output longer than ${maxChars} characters is cut in the middle; the full output is saved to a file whose path is given.`;
+}
+
+/** Escape sequences for keys that are sent as bytes to the program's stdin. */
+const KEY_BYTES: Record<string, string> = {
+  ENTER: '\n',
+  TAB: '\t',
+  ESC: '\x1b',
+  BS: '\x7f',
+  UP: '\x1b[A',
+  DOWN: '\x1b[B',
+  RIGHT: '\x1b[C',
+  LEFT: '\x1b[D',
+  HOME: '\x1b[H',
+  END: '\x1b[F',
+  PGUP: '\x1b[5~',
+  PGDN: '\x1b[6~',
+};
+
+type WaitReason = 'done' | 'soft_timeout' | 'input_wait' | 'max_wait' | 'hard_timeout' | 'aborted';
+
+function sanitizeId(id: string): string {
+  const s = id.replace(/[^A-Za-z0-9._-]/g, '_').replace(/^\.+/, '_');
+  return s.length > 0 ? s.slice(0, 200) : '_';
+}
+
+function secondsText(ms: number): string {
+  const s = ms / 1000;
+  return `${Number.isInteger(s) ? s : s.toFixed(1)} second${s === 1 ? '' : 's'}`;
+}
+
+interface SessionEntry {
+  session: ShellSession;
+  idleTimer: NodeJS.Timeout | null;
+}
+
+export class TerminalManager {
+  readonly noOutputTimeoutMs: number;
+  readonly maxOutputChars: number;
+  readonly idleCloseMs: number;
+  readonly inputWaitMs: number;
+  readonly maxCallMs: number;
+  private readonly outputDirFor: (conversationId: string) => string;
+  private readonly entries = new Map<string, SessionEntry>();
+  private readonly starting = new Map<string, Promise<ShellSession>>();
+  private readonly locks = new Map<string, Promise<unknown>>();
+  private outputSeq = 0;
+
+  constructor(opts: TerminalToolOptions = {}) {
+    this.noOutputTimeoutMs = opts.noOutputTimeoutMs ?? 30_000;
+    this.maxOutputChars = opts.maxOutputChars ?? 30_000;
+    this.idleCloseMs = opts.idleCloseMs ?? 10 * 60_000;
+    this.inputWaitMs = Math.min(opts.inputWaitMs ?? 3000, this.noOutputTimeoutMs);
+    this.maxCallMs = Math.max(opts.maxCallMs ?? 4 * this.noOutputTimeoutMs, this.noOutputTimeoutMs);
+    this.outputDirFor =
+      opts.outputDir ?? ((id: string) => path.join(os.tmpdir(), 'parley-output', sanitizeId(id)));
+  }
+
+  /** The live shell of a conversation, if any (for inspection and tests). */
+  getSession(conversationId: string): ShellSession | undefined {
+    const s = this.entries.get(conversationId)?.session;
+    return s && s.alive ? s : undefined;
+  }
+
+  /** Runs one tool call. Calls for the same conversation are serialised. */
+  execute(params: TerminalParams, ctx: ToolContext): Promise<ToolObservation> {
+    const id = ctx.conversationId;
+    const prev = this.locks.get(id) ?? Promise.resolve();
+    const next = prev.catch(() => {}).then(() => this.executeLocked(params, ctx));
+    this.locks.set(id, next);
+    const cleanup = () => {
+      if (this.locks.get(id) === next) this.locks.delete(id);
+    };
+    next.then(cleanup, cleanup);
+    return next;
+  }
+
+  async closeConversation(conversationId: string): Promise<void> {
+    const entry = this.entries.get(conversationId);
+    this.entries.delete(conversationId);
+    const starting = this.starting.get(conversationId);
+    if (entry) {
+      if (entry.idleTimer) clearTimeout(entry.idleTimer);
+      await entry.session.terminate('closed');
+    }
+    if (starting) {
+      const s = await starting.catch(() => null);
+      if (s) await s.terminate('closed');
+    }
+  }
+
+  async closeAll(): Promise<void> {
+    const ids = new Set([...this.entries.keys(), ...this.starting.keys()]);
+    await Promise.all([...ids].map((id) => this.closeConversation(id)));
+  }
+
+  // ------------------------------------------------------------------ internals
+
+  private touch(conversationId: string, active: boolean): void {
+    const entry = this.entries.get(conversationId);
+    if (!entry) return;
+    if (entry.idleTimer) clearTimeout(entry.idleTimer);
+    entry.idleTimer = null;
+    if (active) return;
+    entry.idleTimer = setTimeout(() => {
+      if (this.entries.get(conversationId) === entry) {
+        this.entries.delete(conversationId);
+        void entry.session.terminate('idle');
+      }
+    }, this.idleCloseMs);
+    entry.idleTimer.unref();
+  }
+
+  private async getOrStart(ctx: ToolContext): Promise<{ session: ShellSession; notes: string[] }> {
+    const notes: string[] = [];
+    const entry = this.entries.get(ctx.conversationId);
+    if (entry) {
+      if (entry.session.alive) return { session: entry.session, notes };
+      this.entries.delete(ctx.conversationId);
+      if (entry.idleTimer) clearTimeout(entry.idleTimer);
+      await entry.session.terminate('gone');
+      notes.push(
+        'The previous shell had exited, so a new shell was started in the workspace: the working directory and ' +
+          'environment variables from before are gone.',
+      );
+    }
+    const stat = await fs.promises.stat(ctx.workspaceDir).catch(() => null);
+    if (!stat?.isDirectory()) throw new Error(`The workspace directory ${ctx.workspaceDir} does not exist.`);
+    const startP = ShellSession.start({
+      conversationId: ctx.conversationId,
+      cwd: ctx.workspaceDir,
+      env: {
+        ...process.env,
+        TERM: 'dumb',
+        PAGER: 'cat',
+        GIT_PAGER: 'cat',
+        PYTHONUNBUFFERED: '1',
+        ...ctx.env,
+      },
+    });
+    this.starting.set(ctx.conversationId, startP);
+    try {
+      const session = await startP;
+      session.appliedEnv = { ...ctx.env };
+      if (this.starting.get(ctx.conversationId) !== startP) {
+        // closeConversation ran while the shell was starting.
+        await session.terminate('closed');
+        throw new Error('The terminal was closed while it was starting.');
+      }
+      this.entries.set(ctx.conversationId, { session, idleTimer: null });
+      return { session, notes };
+    } finally {
+      if (this.starting.get(ctx.conversationId) === startP) this.starting.delete(ctx.conversationId);
+    }
+  }
+
+  /** Shell code exporting ctx.env values that changed since the shell started (e.g. a new secret). */
+  private envPrefix(session: ShellSession, env: Record<string, string>): string {
+    let out = '';
+    for (const [k, v] of Object.entries(env)) {
+      if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k) || session.appliedEnv[k] === v) continue;
+      out += `export ${k}=${shellQuote(v)}; `;
+      session.appliedEnv[k] = v;
+    }
+    for (const k of Object.keys(session.appliedEnv)) {
+      if (!(k in env) && /^[A-Za-z_][A-Za-z0-9_]*$/.test(k)) {
+        out += `unset ${k}; `;
+        delete session.appliedEnv[k];
+      }
+    }
+    return out;
+  }
+
+  private async executeLocked(params: TerminalParams, ctx: ToolContext): Promise<ToolObservation> {
+    // Commands written with Windows line endings would give bash stray \r characters.
+    const command = (params.command ?? '').replace(/\r\n/g, '\n');
+    const isInput = params.is_input === true;
+    const timeoutSec = typeof params.timeout === 'number' && params.timeout > 0 ? params.timeout : null;
+    const base = { command, ctx };
+
+    if (params.reset && isInput) {
+      return this.errorObs(base, 'Cannot use reset=true together with is_input=true.');
+    }
+    if (ctx.signal.aborted) {
+      return this.errorObs(base, 'The command was not run because the run was interrupted.');
+    }
+
+    const notes: string[] = [];
+    if (params.reset) {
+      const entry = this.entries.get(ctx.conversationId);
+      if (entry) {
+        this.entries.delete(ctx.conversationId);
+        if (entry.idleTimer) clearTimeout(entry.idleTimer);
+        await entry.session.terminate('reset');
+      }
+      notes.push('The terminal was reset: the old shell and all its processes were killed and a new shell was started.');
+    }
+
+    let session: ShellSession;
+    try {
+      const got = await this.getOrStart(ctx);
+      session = got.session;
+      if (!params.reset) notes.push(...got.notes);
+    } catch (err) {
+      return this.errorObs(base, `Could not start the shell: ${(err as Error).message}`);
+    }
+    this.touch(ctx.conversationId, true);
+    try {
+      return await this.handle(session, params, ctx, command, isInput, timeoutSec, notes);
+    } finally {
+      if (this.entries.get(ctx.conversationId)?.session === session) this.touch(ctx.conversationId, false);
+    }
+  }
+
+  private async handle(
+    session: ShellSession,
+    params: TerminalParams,
+    ctx: ToolContext,
+    command: string,
+    isInput: boolean,
+    timeoutSec: number | null,
+    notes: string[],
+  ): Promise<ToolObservation> {
+    const base = { command, ctx };
+    const rc = session.running;
+    const busy = rc !== null && rc.done === null;
+    const isEmpty = command.trim() === '';
+
+    if (params.reset && isEmpty) {
+      return this.resultObs(base, { output: '', notes, exitCode: null, cwd: session.cwd });
+    }
+
+    if (!busy) {
+      // A command that finished after its last observation: give the agent its remaining output.
+      let prefix = '';
+      if (rc && rc.done) {
+        const rest = cleanTerminalOutput(session.takeOutput(rc));
+        session.clearFinished();
+        if (isEmpty && !isInput) {
+          const idle = cleanTerminalOutput(session.takeIdleOutput());
+          return this.resultObs(base, {
+            output: rest + idle,
+            notes: [...notes, ...this.shellExitNotes(rc)],
+            exitCode: rc.done.exitCode,
+            cwd: rc.done.cwd,
+          });
+        }
+        prefix =
+          `[The previous command "${rc.command}" finished with exit code ${rc.done.exitCode}` +
+          (rest ? `; its output since your last request:]\n${rest}${rest.endsWith('\n') ? '' : '\n'}[End of that output]\n` : '.]\n');
+      }
+      if (isInput) {
+        return this.errorObs(
+          base,
+          prefix + 'No command is running, so there is nothing to send input to. Run a command with is_input=false.',
+          session.cwd,
+        );
+      }
+      const idle = cleanTerminalOutput(session.takeIdleOutput());
+      if (idle) {
+        prefix += `[Output printed by background processes since the last command:]\n${idle}${idle.endsWith('\n') ? '' : '\n'}[End of background output]\n`;
+      }
+      if (isEmpty) {
+        if (prefix) return this.resultObs(base, { output: prefix, notes, exitCode: null, cwd: session.cwd });
+        return this.errorObs(base, 'No command is running, so there is no output to wait for.', session.cwd);
+      }
+      let started: RunningCommand;
+      try {
+        started = await session.run(command, this.envPrefix(session, ctx.env));
+      } catch (err) {
+        return this.errorObs(base, `Could not run the command: ${(err as Error).message}`, session.cwd);
+      }
+      if (timeoutSec !== null) {
+        started.timeoutSeconds = timeoutSec;
+        started.deadline = started.startedAt + timeoutSec * 1000;
+      }
+      return this.waitAndReport(session, started, ctx, base, notes, prefix);
+    }
+
+    // A command is running.
+    const running = rc!;
+    if (!isInput && !isEmpty) {
+      const elapsed = Math.round((Date.now() - running.startedAt) / 1000);
+      return this.errorObs(
+        base,
+        `Your command "${command}" was NOT executed: the previous command "${running.command}" is still running ` +
+          `(started ${elapsed} s ago). Only one command can run at a time. You can: send an empty command "" to wait ` +
+          `for more of its output; send input to it with is_input=true (text, or a key such as "C-c" to interrupt ` +
+          `it); or use reset=true to kill the shell and start a new one.`,
+        session.cwd,
+      );
+    }
+    if (timeoutSec !== null) {
+      running.timeoutSeconds = timeoutSec;
+      running.deadline = Date.now() + timeoutSec * 1000;
+    }
+    if (isInput && !isEmpty) {
+      const err = this.sendInput(session, running, command, notes);
+      if (err) return this.errorObs(base, err, session.cwd);
+    }
+    return this.waitAndReport(session, running, ctx, base, notes, '');
+  }
+
+  /** Delivers `is_input` text or a special key. Returns an error message, or null. */
+  private sendInput(session: ShellSession, rc: RunningCommand, input: string, notes: string[]): string | null {
+    switch (input) {
+      case 'C-c':
+        session.interrupt();
+        return null;
+      case 'C-d':
+        if (!session.closeStdin(rc)) notes.push('The standard input of the command was already closed.');
+        else notes.push('Sent end-of-file (C-d): the standard input of the running command was closed.');
+        return null;
+      case 'C-z': {
+        // Without a terminal the shell's process group is "orphaned", and the kernel discards SIGTSTP
+        // for such groups unless the program handles it: send SIGTSTP (for programs that do), then SIGSTOP.
+        const n = session.signalForeground('SIGTSTP');
+        session.signalForeground('SIGSTOP');
+        notes.push(
+          `Stopped the running program (C-z, ${n} process(es)). This shell has no terminal, hence no job control: ` +
+            '`bg`/`fg` are not available and the stopped program still occupies the shell. Send "C-c" with ' +
+            'is_input=true to end it (it is resumed so that it receives the interrupt).',
+        );
+        return null;
+      }
+    }
+    let bytes: string;
+    if (Object.hasOwn(KEY_BYTES, input)) bytes = KEY_BYTES[input]!;
+    else if (/^C-[a-zA-Z]$/.test(input)) bytes = String.fromCharCode(input.toUpperCase().charCodeAt(2) - 64);
+    else bytes = input.endsWith('\n') ? input : `${input}\n`;
+    return session.writeInput(rc, bytes);
+  }
+
+  private async waitAndReport(
+    session: ShellSession,
+    rc: RunningCommand,
+    ctx: ToolContext,
+    base: { command: string; ctx: ToolContext },
+    notes: string[],
+    prefix: string,
+  ): Promise<ToolObservation> {
+    const reason = await this.waitFor(session, rc, ctx.signal);
+    let isError = false;
+    let timedOut = false;
+    if (reason === 'hard_timeout' || reason === 'aborted') {
+      isError = true;
+      timedOut = reason === 'hard_timeout';
+      const fast = reason === 'aborted';
+      const how = await this.killCommand(session, rc, fast);
+      if (reason === 'hard_timeout') {
+        notes.push(`The command timed out after ${secondsText((rc.timeoutSeconds ?? 0) * 1000)} and was killed${how}.`);
+      } else {
+        notes.push(`The command was interrupted because the run was stopped, and was killed${how}.`);
+      }
+    }
+    const output = prefix + cleanTerminalOutput(session.takeOutput(rc));
+    if (rc.done) {
+      session.clearFinished();
+      notes.push(...this.shellExitNotes(rc));
+      if (rc.done.shellExited && this.entries.get(ctx.conversationId)?.session === session) {
+        this.entries.delete(ctx.conversationId);
+      }
+      return this.resultObs(base, { output, notes, exitCode: rc.done.exitCode, cwd: rc.done.cwd, isError, timedOut });
+    }
+    if (reason === 'soft_timeout') {
+      notes.push(
+        `The command has produced no new output for ${secondsText(this.noOutputTimeoutMs)} and is still running. ` +
+          'To keep waiting, send an empty command "". To type into it, use is_input=true. ' +
+          'To interrupt it, send "C-c" with is_input=true. For a long command you can also set `timeout` (seconds).',
+      );
+    } else if (reason === 'max_wait') {
+      notes.push(
+        `The command is still running and still printing output after ${secondsText(this.maxCallMs)}. ` +
+          'Send an empty command "" to get more of its output, or "C-c" with is_input=true to interrupt it.',
+      );
+    } else if (reason === 'input_wait') {
+      notes.push(
+        'The command is still running and seems to be waiting for input (its last output line is incomplete and ' +
+          'nothing more came). Send input with is_input=true (text, "ENTER", or "C-d" for end of input), send "" to ' +
+          'keep waiting, or "C-c" with is_input=true to interrupt it.',
+      );
+    }
+    return this.resultObs(base, { output, notes, exitCode: -1, cwd: session.cwd, isError, timedOut: true });
+  }
+
+  private shellExitNotes(rc: RunningCommand): string[] {
+    const ex = rc.done?.shellExited;
+    if (!ex) return [];
+    if (ex.reason === 'exited') {
+      return [
+        `The shell exited${ex.code !== null ? ` with code ${ex.code}` : ex.signal ? ` (${ex.signal})` : ''}. ` +
+          'A new shell will be started in the workspace for the next command; variables and the working directory ' +
+          'from this one are gone.',
+      ];
+    }
+    if (ex.reason === 'restart') {
+      return [
+        'The command could not be stopped, so the whole shell was killed. A new shell will be started in the ' +
+          'workspace for the next command; variables and the working directory from before are gone.',
+      ];
+    }
+    return [`The shell was closed (${ex.reason}).`];
+  }
+
+  private async waitFor(session: ShellSession, rc: RunningCommand, signal: AbortSignal): Promise<WaitReason> {
+    const callStart = Date.now();
+    for (;;) {
+      if (rc.done) return 'done';
+      if (signal.aborted) return 'aborted';
+      const now = Date.now();
+      if (rc.deadline !== null && now >= rc.deadline) return 'hard_timeout';
+      let wake = Number.POSITIVE_INFINITY;
+      if (rc.deadline !== null) {
+        wake = rc.deadline;
+      } else {
+        const quietSince = Math.max(rc.lastOutputAt, callStart);
+        if (now - quietSince >= this.noOutputTimeoutMs) return 'soft_timeout';
+        if (now - callStart >= this.maxCallMs) return 'max_wait';
+        wake = Math.min(quietSince + this.noOutputTimeoutMs, callStart + this.maxCallMs);
+      }
+      if (rc.hasUnreturnedOutput && !rc.output.endsWithNewline()) {
+        if (now - rc.lastOutputAt >= this.inputWaitMs) return 'input_wait';
+        wake = Math.min(wake, rc.lastOutputAt + this.inputWaitMs);
+      }
+      await session.waitForChange(Math.min(wake - now, 60_000), signal);
+    }
+  }
+
+  /**
+   * Stops the running command: SIGINT to the shell's process group (what Ctrl-C does), then SIGKILL
+   * to the command's processes, and as a last resort kills and forgets the whole shell.
+   * Returns a short description of what it took.
+   */
+  private async killCommand(session: ShellSession, rc: RunningCommand, fast: boolean): Promise<string> {
+    if (rc.done) return '';
+    session.interrupt();
+    if (await session.waitDone(rc, fast ? 300 : 1000)) return ' (SIGINT)';
+    session.killForeground();
+    if (await session.waitDone(rc, fast ? 500 : 1500)) return ' (SIGKILL)';
+    const id = session.conversationId;
+    const entry = this.entries.get(id);
+    if (entry?.session === session) {
+      this.entries.delete(id);
+      if (entry.idleTimer) clearTimeout(entry.idleTimer);
+    }
+    await session.terminate('restart');
+    await session.waitDone(rc, 500);
+    return ' (the shell had to be killed)';
+  }
+
+  // ------------------------------------------------------------------ observations
+
+  private saveFullOutput(conversationId: string, text: string): string | null {
+    try {
+      const dir = this.outputDirFor(conversationId);
+      fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+      const file = path.resolve(
+        dir,
+        `terminal-${new Date().toISOString().replace(/[:.]/g, '-')}-${process.pid}-${++this.outputSeq}.txt`,
+      );
+      fs.writeFileSync(file, text, { mode: 0o600 });
+      return file;
+    } catch {
+      return null;
+    }
+  }
+
+  private resultObs(
+    base: { command: string; ctx: ToolContext },
+    r: { output: string; notes: string[]; exitCode: number | null; cwd: string; isError?: boolean; timedOut?: boolean },
+  ): ToolObservation {
+    const { ctx } = base;
+    let output = ctx.redact(r.output);
+    let fullPath: string | null = null;
+    if (output.length > this.maxOutputChars) {
+      fullPath = this.saveFullOutput(ctx.conversationId, output);
+      const where = fullPath
+        ? `The full output (${output.length} characters) was saved to ${fullPath}; read parts of it with e.g. \`sed -n '100,200p' ${fullPath}\` or \`grep\`.`
+        : 'The full output could not be saved.';
+      output = truncateMiddle(
+        output,
+        this.maxOutputChars,
+        (omitted) => `\n\n[... Output truncated: ${omitted} characters were removed from the middle. ${where} ...]\n\n`,
+      );
+    }
+    const lines: string[] = [];
+    if (output) lines.push(output.endsWith('\n') ? output.slice(0, -1) : output);
+    for (const n of r.notes) lines.push(`[${n}]`);
+    lines.push(`[Current working directory: ${r.cwd}]`);
+    if (r.exitCode !== null && r.exitCode !== -1) lines.push(`[Command finished with exit code ${r.exitCode}]`);
+    const obs: ToolObservation = {
+      kind: 'TerminalObservation',
+      content: [{ type: 'text', text: ctx.redact(lines.join('\n')) }],
+      is_error: r.isError ?? false,
+      command: ctx.redact(base.command),
+      exit_code: r.exitCode,
+      working_dir: ctx.redact(r.cwd),
+      timeout: r.timedOut ?? false,
+    };
+    if (fullPath) obs.full_output_path = fullPath;
+    return obs;
+  }
+
+  private errorObs(base: { command: string; ctx: ToolContext }, message: string, cwd?: string): ToolObservation {
+    const { ctx } = base;
+    const working = cwd ?? this.entries.get(ctx.conversationId)?.session.cwd ?? ctx.workspaceDir;
+    return {
+      kind: 'TerminalObservation',
+      content: [{ type: 'text', text: ctx.redact(message) }],
+      is_error: true,
+      command: ctx.redact(base.command),
+      exit_code: null,
+      working_dir: ctx.redact(working),
+      timeout: false,
+    };
+  }
+}
+
+export type TerminalTool = Tool<TerminalParams> & {
+  readonly manager: TerminalManager;
+  closeConversation(conversationId: string): Promise<void>;
+  closeAll(): Promise<void>;
+};
+
+export function createTerminalTool(opts: TerminalToolOptions = {}): TerminalTool {
+  const manager = new TerminalManager(opts);
+  return {
+    name: 'terminal',
+    description: describe(manager.noOutputTimeoutMs, manager.maxOutputChars),
+    parameters: terminalParameters,
+    manager,
+    execute: (params, ctx) => manager.execute(params, ctx),
+    closeConversation: (id) => manager.closeConversation(id),
+    closeAll: () => manager.closeAll(),
+  };
+}

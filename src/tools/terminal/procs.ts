@@ -1,0 +1,138 @@
+/**
+ * Small Linux process helpers for the terminal tool: find the processes that belong to a
+ * shell (its descendants and the members of its session / process group) by reading /proc,
+ * and signal them. Everything is best-effort: a process may exit between the scan and the kill.
+ */
+import fs from 'node:fs';
+
+export interface ProcInfo {
+  pid: number;
+  ppid: number;
+  pgrp: number;
+  session: number;
+  /** Single-letter state from /proc/<pid>/stat (R, S, T, Z, ...). */
+  state: string;
+}
+
+/** Reads /proc/<pid>/stat. The command name may contain spaces and parentheses, so parse after the last ')'. */
+function readStat(pid: number): ProcInfo | null {
+  let raw: string;
+  try {
+    raw = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch {
+    return null;
+  }
+  const close = raw.lastIndexOf(')');
+  if (close < 0) return null;
+  const fields = raw.slice(close + 2).split(' ');
+  // fields[0] = state, [1] = ppid, [2] = pgrp, [3] = session
+  const ppid = Number(fields[1]);
+  const pgrp = Number(fields[2]);
+  const session = Number(fields[3]);
+  if (!Number.isFinite(ppid) || !Number.isFinite(pgrp)) return null;
+  return { pid, ppid, pgrp, session, state: fields[0] ?? '?' };
+}
+
+export function listProcesses(): ProcInfo[] {
+  let names: string[];
+  try {
+    names = fs.readdirSync('/proc');
+  } catch {
+    return [];
+  }
+  const out: ProcInfo[] = [];
+  for (const name of names) {
+    if (!/^\d+$/.test(name)) continue;
+    const info = readStat(Number(name));
+    if (info) out.push(info);
+  }
+  return out;
+}
+
+/** All descendants of `rootPid` (not including it), found through the parent links. */
+export function descendantsOf(rootPid: number, procs: ProcInfo[] = listProcesses()): ProcInfo[] {
+  const children = new Map<number, ProcInfo[]>();
+  for (const p of procs) {
+    const list = children.get(p.ppid);
+    if (list) list.push(p);
+    else children.set(p.ppid, [p]);
+  }
+  const out: ProcInfo[] = [];
+  const stack = [rootPid];
+  const seen = new Set<number>([rootPid]);
+  while (stack.length > 0) {
+    const pid = stack.pop()!;
+    for (const child of children.get(pid) ?? []) {
+      if (seen.has(child.pid)) continue;
+      seen.add(child.pid);
+      out.push(child);
+      stack.push(child.pid);
+    }
+  }
+  return out;
+}
+
+/**
+ * Every process that belongs to the shell started as the leader of session/group `leaderPid`:
+ * its descendants plus anything still in its session or process group (e.g. orphans that were
+ * re-parented to init). Does not include the leader itself.
+ */
+export function shellProcesses(leaderPid: number): ProcInfo[] {
+  const procs = listProcesses();
+  const byPid = new Map<number, ProcInfo>();
+  for (const p of descendantsOf(leaderPid, procs)) byPid.set(p.pid, p);
+  for (const p of procs) {
+    if (p.pid !== leaderPid && (p.pgrp === leaderPid || p.session === leaderPid)) byPid.set(p.pid, p);
+  }
+  return [...byPid.values()];
+}
+
+/**
+ * True when the process ignores both SIGINT and SIGQUIT: bash starts background jobs (`cmd &`)
+ * like that when job control is off, and their children inherit it.
+ */
+export function isBackgroundJob(pid: number): boolean {
+  try {
+    const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+    const m = /^SigIgn:\s*([0-9a-fA-F]+)/m.exec(status);
+    if (!m) return false;
+    return (BigInt('0x' + m[1]) & 6n) === 6n; // bits for signals 2 (SIGINT) and 3 (SIGQUIT)
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The processes of the command currently running in the foreground of the shell: descendants of
+ * the shell that are not background jobs (see isBackgroundJob).
+ */
+export function foregroundProcesses(shellPid: number): ProcInfo[] {
+  return descendantsOf(shellPid).filter((p) => p.state !== 'Z' && !isBackgroundJob(p.pid));
+}
+
+export function signalPid(pid: number, signal: NodeJS.Signals): boolean {
+  try {
+    process.kill(pid, signal);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export function signalGroup(pgid: number, signal: NodeJS.Signals): boolean {
+  try {
+    process.kill(-pgid, signal);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}

@@ -1,0 +1,564 @@
+/**
+ * One persistent bash process for one conversation, driven through pipes (no pty).
+ *
+ * How it works
+ * - bash runs as an *interactive* shell (`bash --norc --noprofile -i`) whose stdin is a pipe that
+ *   only carries our command lines. Interactive mode matters for Ctrl-C: on SIGINT an interactive
+ *   bash aborts the whole running command line (loops included) and keeps its state, where a
+ *   non-interactive bash either exits or carries on with the loop. Without a terminal bash disables
+ *   job control, so every process it starts stays in its process group (= its session, since it is
+ *   spawned detached). Background jobs (`cmd &`) are started with SIGINT ignored.
+ * - Each command is sent as one line: `{ eval '<command>'; } <fifo >&63 2>&63`. `eval` keeps
+ *   syntax errors from killing the shell; the braces keep `cd`/`export`/venv activation in the shell
+ *   itself; fd 63 is a copy of the original stdout so a command's `exec >file` cannot hide later
+ *   output; stderr is merged into stdout, like a terminal shows it.
+ * - The command's stdin is a fresh named pipe (FIFO) made for that command. `is_input` writes to it,
+ *   and `C-d` closes our end so the program sees end-of-file while the shell itself is untouched.
+ *   The next command gets a new FIFO, so unread input never leaks into it.
+ * - Completion is detected with PROMPT_COMMAND (read-only, so commands cannot replace it), which
+ *   bash runs before every prompt - also after a line aborted by Ctrl-C. When the line set the
+ *   per-command random nonce, it prints `\x1ePARLEY:<nonce>:<exit code>:<pwd>\x1f` to fd 63.
+ *   The nonce is never shown to the agent, so program output cannot fake the end of a command.
+ * - Interactive programs over pipes: `read -p` does not show its prompt when stdin is not a terminal,
+ *   so `read` is wrapped to print the prompt when reading from the command's FIFO; `python`/`python3`
+ *   started without a script get `-i -u` when reading from the FIFO, so the REPL prompts and runs
+ *   each line as it arrives (plain `python3` would wait for end-of-file). PYTHONUNBUFFERED is set.
+ */
+import { spawn, execFile, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { StringDecoder } from 'node:string_decoder';
+import { promisify } from 'node:util';
+import { foregroundProcesses, isAlive, shellProcesses, signalGroup, signalPid } from './procs.js';
+
+const execFileAsync = promisify(execFile);
+
+const OUT_FD = 63;
+const MARK = '\x1ePARLEY:';
+const END = '\x1f';
+
+/** Live shell process groups, killed when the Node process exits so no shell is orphaned. */
+const liveGroups = new Set<number>();
+let exitHookInstalled = false;
+function trackGroup(pid: number): void {
+  liveGroups.add(pid);
+  if (!exitHookInstalled) {
+    exitHookInstalled = true;
+    process.once('exit', () => {
+      for (const pgid of liveGroups) signalGroup(pgid, 'SIGKILL');
+    });
+  }
+}
+
+export function shellQuote(s: string): string {
+  return `'${s.replace(/'/g, `'\\''`)}'`;
+}
+
+const INIT_SCRIPT = String.raw`
+set +H +o history 2>/dev/null; unset HISTFILE MAILCHECK PROMPT_COMMAND; PS1=''; PS2=''; PS0=''; PS4='+ '
+exec ${OUT_FD}>&1
+__parley_n=''
+__parley_fifo=''
+__parley_pc() {
+  local __parley_ec=$?
+  if [ -n "$__parley_n" ]; then
+    printf '\036PARLEY:%s:%s:%s\037\n' "$__parley_n" "$__parley_ec" "$PWD" >&${OUT_FD}
+    __parley_n=''
+  fi
+}
+declare -r PROMPT_COMMAND=__parley_pc
+__parley_stdin_is_terminal() { [ -n "$__parley_fifo" ] && [ /dev/stdin -ef "$__parley_fifo" ]; }
+read() {
+  local __parley_o __parley_p='' OPTIND=1 OPTARG OPTERR=0
+  while getopts ':ad:ei:n:N:p:rst:u:' __parley_o; do
+    if [ "$__parley_o" = p ]; then __parley_p=$OPTARG; fi
+  done
+  if [ -n "$__parley_p" ] && __parley_stdin_is_terminal; then printf '%s' "$__parley_p" >&2; fi
+  builtin read "$@"
+}
+__parley_py_repl() {
+  local a
+  for a in "$@"; do
+    case "$a" in -c*|-m*|-) return 1 ;; -*) ;; *) return 1 ;; esac
+  done
+  __parley_stdin_is_terminal
+}
+python3() { if __parley_py_repl "$@"; then command python3 -i -u "$@"; else command python3 "$@"; fi; }
+python() { if __parley_py_repl "$@"; then command python -i -u "$@"; else command python "$@"; fi; }
+`;
+
+/** Caps memory use for a command that prints a lot: keeps the head and a rolling tail. */
+class OutputBuffer {
+  private head: string | null = null;
+  private buf = '';
+  private dropped = 0;
+  constructor(private readonly cap: number) {}
+
+  get length(): number {
+    return (this.head?.length ?? 0) + this.buf.length;
+  }
+
+  append(text: string): void {
+    this.buf += text;
+    const half = Math.floor(this.cap / 2);
+    if (this.head === null) {
+      if (this.buf.length <= this.cap) return;
+      this.head = this.buf.slice(0, half);
+      this.buf = this.buf.slice(half);
+    }
+    // Trim the rolling tail only once it is 25% over its size, so the copying stays amortised.
+    if (this.buf.length > half + Math.floor(half / 4)) {
+      const excess = this.buf.length - half;
+      this.dropped += excess;
+      this.buf = this.buf.slice(excess);
+    }
+  }
+
+  /** Removes the last `n` characters (used when the start of the end marker was already appended). */
+  trimEnd(n: number): void {
+    this.buf = this.buf.slice(0, Math.max(0, this.buf.length - n));
+  }
+
+  endsWithNewline(): boolean {
+    return this.buf.length === 0 ? (this.head ?? '').endsWith('\n') : this.buf.endsWith('\n');
+  }
+
+  take(): string {
+    const text =
+      this.head === null
+        ? this.buf
+        : `${this.head}\n[... ${this.dropped} characters of output were dropped here because the command printed too much ...]\n${this.buf}`;
+    this.head = null;
+    this.buf = '';
+    this.dropped = 0;
+    return text;
+  }
+}
+
+export interface CommandResult {
+  exitCode: number;
+  cwd: string;
+  /** Set when the shell itself exited or was killed while (or instead of) finishing the command. */
+  shellExited?: { code: number | null; signal: NodeJS.Signals | null; reason: string };
+}
+
+export class RunningCommand {
+  readonly startedAt = Date.now();
+  lastOutputAt = Date.now();
+  /** Absolute time (ms) at which the command is killed, or null. */
+  deadline: number | null = null;
+  timeoutSeconds: number | null = null;
+  stdinFd: number | null;
+  done: CommandResult | null = null;
+  readonly output: OutputBuffer;
+
+  constructor(
+    readonly command: string,
+    readonly nonce: string,
+    readonly fifoPath: string,
+    stdinFd: number,
+    bufferCap: number,
+  ) {
+    this.stdinFd = stdinFd;
+    this.output = new OutputBuffer(bufferCap);
+  }
+
+  get hasUnreturnedOutput(): boolean {
+    return this.output.length > 0;
+  }
+}
+
+export interface ShellSessionOptions {
+  conversationId: string;
+  cwd: string;
+  env: Record<string, string | undefined>;
+  /** In-memory cap on one command's not-yet-returned output (characters). */
+  bufferCap?: number;
+}
+
+export class ShellSession {
+  readonly conversationId: string;
+  readonly proc: ChildProcessWithoutNullStreams;
+  readonly pid: number;
+  cwd: string;
+  running: RunningCommand | null = null;
+  exited: { code: number | null; signal: NodeJS.Signals | null } | null = null;
+  /** Why the session was killed by us (reset, close, restart), if it was. */
+  killReason: string | null = null;
+  /** Values of ctx.env keys as last exported into the shell. */
+  appliedEnv: Record<string, string> = {};
+
+  private readonly fifoDir: string;
+  private readonly decoder = new StringDecoder('utf8');
+  private readonly bufferCap: number;
+  private idleOutput = '';
+  private scanTail = '';
+  private sentinel: string | null = null;
+  private expectedNonce: string | null = null;
+  private readyNonce: string | null;
+  private readyResolve: (() => void) | null = null;
+  private readonly listeners = new Set<() => void>();
+  private stderrTail = '';
+  private seq = 0;
+  private exitPromise: Promise<void>;
+
+  private constructor(opts: ShellSessionOptions, fifoDir: string) {
+    this.conversationId = opts.conversationId;
+    this.cwd = opts.cwd;
+    this.fifoDir = fifoDir;
+    this.bufferCap = opts.bufferCap ?? 20_000_000;
+    const env: Record<string, string> = {};
+    for (const [k, v] of Object.entries(opts.env)) if (v !== undefined) env[k] = v;
+    for (const k of ['PROMPT_COMMAND', 'PS0', 'PS1', 'PS2', 'BASH_ENV', 'ENV', 'HISTFILE']) delete env[k];
+    this.proc = spawn('bash', ['--norc', '--noprofile', '-i'], {
+      cwd: opts.cwd,
+      env,
+      stdio: ['pipe', 'pipe', 'pipe'],
+      detached: true,
+    });
+    if (this.proc.pid === undefined) throw new Error('failed to start bash');
+    this.pid = this.proc.pid;
+    trackGroup(this.pid);
+    this.readyNonce = randomBytes(8).toString('hex');
+    this.expectedNonce = this.readyNonce;
+
+    this.proc.stdout.on('data', (chunk: Buffer) => this.onStdout(chunk));
+    // bash's own stderr carries its prompts and echoes our command lines: keep only a tail for diagnostics.
+    this.proc.stderr.on('data', (chunk: Buffer) => {
+      this.stderrTail = (this.stderrTail + chunk.toString('utf8')).slice(-4000);
+    });
+    this.proc.stdin.on('error', () => {
+      /* EPIPE when the shell died: reported through the exit event. */
+    });
+    this.exitPromise = new Promise<void>((resolve) => {
+      this.proc.once('exit', (code, signal) => {
+        this.exited = { code, signal };
+        liveGroups.delete(this.pid);
+        // Kill whatever the shell left behind (background jobs) so nothing is orphaned.
+        this.killAllProcesses();
+        // Give the last output a moment to arrive before declaring the command finished.
+        setTimeout(() => {
+          this.finishOnExit();
+          resolve();
+        }, 50);
+      });
+    });
+    this.proc.once('error', () => {
+      if (!this.exited) this.exited = { code: null, signal: null };
+      this.notify();
+    });
+  }
+
+  /** Starts bash in `cwd` and waits until it has run the setup script. */
+  static async start(opts: ShellSessionOptions, startTimeoutMs = 10_000): Promise<ShellSession> {
+    const fifoDir = await fs.promises.mkdtemp(path.join(os.tmpdir(), 'parley-sh-'));
+    let session: ShellSession;
+    try {
+      session = new ShellSession(opts, fifoDir);
+    } catch (err) {
+      await fs.promises.rm(fifoDir, { recursive: true, force: true });
+      throw err;
+    }
+    const ready = new Promise<void>((resolve) => {
+      session.readyResolve = resolve;
+    });
+    session.proc.stdin.write(`${INIT_SCRIPT}\n__parley_n=${session.readyNonce}\n`);
+    let timer: NodeJS.Timeout | undefined;
+    const outcome = await Promise.race([
+      ready.then(() => 'ready' as const),
+      session.exitPromise.then(() => 'exited' as const),
+      new Promise<'timeout'>((resolve) => {
+        timer = setTimeout(() => resolve('timeout'), startTimeoutMs);
+      }),
+    ]);
+    clearTimeout(timer);
+    if (outcome !== 'ready') {
+      const detail = session.stderrTail.trim();
+      await session.terminate('startup failed');
+      throw new Error(`bash did not start (${outcome})${detail ? `: ${detail}` : ''}`);
+    }
+    return session;
+  }
+
+  get alive(): boolean {
+    return this.exited === null && this.killReason === null;
+  }
+
+  // ---------------------------------------------------------------- output parsing
+
+  private onStdout(chunk: Buffer): void {
+    const text = this.decoder.write(chunk);
+    if (text) this.feed(text);
+  }
+
+  private feed(text: string): void {
+    let rest = text;
+    while (rest.length > 0) {
+      if (this.sentinel !== null) {
+        this.sentinel += rest;
+        rest = '';
+        const end = this.sentinel.indexOf(END);
+        if (end < 0) {
+          if (this.sentinel.length > 65_536) {
+            // Not a real end marker after all: give the text back as output.
+            const back = MARK + this.sentinel;
+            this.sentinel = null;
+            this.appendOutput(back);
+          }
+          return;
+        }
+        const body = this.sentinel.slice(0, end);
+        rest = this.sentinel.slice(end + END.length);
+        if (rest.startsWith('\n')) rest = rest.slice(1);
+        this.sentinel = null;
+        this.onSentinel(body);
+        continue;
+      }
+      const nonce = this.expectedNonce;
+      if (nonce === null) {
+        this.appendOutput(rest);
+        return;
+      }
+      const marker = `${MARK}${nonce}:`;
+      const combined = this.scanTail + rest;
+      const idx = combined.indexOf(marker);
+      const fromTail = this.scanTail.length;
+      if (idx < 0) {
+        this.appendOutput(rest);
+        this.scanTail = combined.slice(-(marker.length - 1));
+        return;
+      }
+      if (idx < fromTail) this.trimOutput(fromTail - idx);
+      else this.appendOutput(combined.slice(fromTail, idx));
+      this.scanTail = '';
+      this.sentinel = '';
+      rest = combined.slice(idx + marker.length);
+    }
+  }
+
+  private onSentinel(body: string): void {
+    // body = "<exit code>:<pwd>"
+    const colon = body.indexOf(':');
+    const exitCode = Number(body.slice(0, colon));
+    const cwd = body.slice(colon + 1);
+    if (cwd) this.cwd = cwd;
+    if (this.readyNonce !== null && this.expectedNonce === this.readyNonce) {
+      this.readyNonce = null;
+      this.expectedNonce = null;
+      this.readyResolve?.();
+      this.notify();
+      return;
+    }
+    const rc = this.running;
+    this.expectedNonce = null;
+    if (rc && !rc.done) {
+      rc.done = { exitCode: Number.isFinite(exitCode) ? exitCode : -1, cwd: this.cwd };
+      this.releaseStdin(rc);
+    }
+    this.notify();
+  }
+
+  private appendOutput(text: string): void {
+    if (!text) return;
+    const rc = this.running;
+    if (rc && !rc.done) {
+      rc.output.append(text);
+      rc.lastOutputAt = Date.now();
+    } else {
+      this.idleOutput = (this.idleOutput + text).slice(-20_000);
+    }
+    this.notify();
+  }
+
+  private trimOutput(n: number): void {
+    const rc = this.running;
+    if (rc && !rc.done) rc.output.trimEnd(n);
+    else this.idleOutput = this.idleOutput.slice(0, Math.max(0, this.idleOutput.length - n));
+  }
+
+  /** Output printed (by background processes) while no command was running; cleared by the call. */
+  takeIdleOutput(): string {
+    const out = this.idleOutput;
+    this.idleOutput = '';
+    return out;
+  }
+
+  // ---------------------------------------------------------------- waiting
+
+  private notify(): void {
+    for (const l of [...this.listeners]) l();
+  }
+
+  /** Resolves on the next output/completion/exit event, after `ms`, or when `signal` aborts. */
+  waitForChange(ms: number, signal?: AbortSignal): Promise<void> {
+    return new Promise<void>((resolve) => {
+      let timer: NodeJS.Timeout | undefined;
+      const done = () => {
+        clearTimeout(timer);
+        this.listeners.delete(done);
+        signal?.removeEventListener('abort', done);
+        resolve();
+      };
+      this.listeners.add(done);
+      if (signal) {
+        if (signal.aborted) return done();
+        signal.addEventListener('abort', done, { once: true });
+      }
+      timer = setTimeout(done, Math.max(0, ms));
+    });
+  }
+
+  /** Waits up to `ms` for `rc` to finish; true when it did. */
+  async waitDone(rc: RunningCommand, ms: number): Promise<boolean> {
+    const until = Date.now() + ms;
+    while (!rc.done) {
+      const left = until - Date.now();
+      if (left <= 0) return false;
+      await this.waitForChange(left);
+    }
+    return true;
+  }
+
+  // ---------------------------------------------------------------- commands
+
+  /** Sends `command` to the shell. `envPrefix` is shell code run first (exports of changed ctx.env). */
+  async run(command: string, envPrefix = ''): Promise<RunningCommand> {
+    if (!this.alive) throw new Error('shell is not running');
+    if (this.running && !this.running.done) throw new Error('a command is already running');
+    const nonce = randomBytes(8).toString('hex');
+    const fifoPath = path.join(this.fifoDir, `stdin-${++this.seq}`);
+    await execFileAsync('mkfifo', ['-m', '600', fifoPath]);
+    // O_RDWR: opening does not block, and the shell's `<fifo` open finds a writer at once.
+    const fd = fs.openSync(fifoPath, fs.constants.O_RDWR | fs.constants.O_NONBLOCK);
+    const rc = new RunningCommand(command, nonce, fifoPath, fd, this.bufferCap);
+    this.running = rc;
+    this.scanTail = '';
+    this.expectedNonce = nonce;
+    const line =
+      `${envPrefix}__parley_fifo=${shellQuote(fifoPath)}; __parley_n=${nonce}; ` +
+      `{ eval ${shellQuote(command.replace(/\0/g, ''))}; } <"$__parley_fifo" >&${OUT_FD} 2>&${OUT_FD}\n`;
+    this.proc.stdin.write(line);
+    return rc;
+  }
+
+  /** Takes the command's output that has not been returned yet. */
+  takeOutput(rc: RunningCommand): string {
+    return rc.output.take();
+  }
+
+  /** Forgets a finished command (after its result was returned). */
+  clearFinished(): void {
+    if (this.running?.done) this.running = null;
+  }
+
+  /**
+   * Writes `data` to the running command's stdin. Returns an error message, or null on success.
+   * Never blocks: when the program does not read and the pipe is full, the rest is reported unsent.
+   */
+  writeInput(rc: RunningCommand, data: string): string | null {
+    if (rc.stdinFd === null) {
+      return 'The standard input of the running command was already closed (C-d), so it cannot receive more input.';
+    }
+    const buf = Buffer.from(data, 'utf8');
+    let off = 0;
+    try {
+      while (off < buf.length) off += fs.writeSync(rc.stdinFd, buf, off, buf.length - off);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'EAGAIN') {
+        return `Only ${off} of ${buf.length} bytes could be sent: the program is not reading its input (the pipe is full).`;
+      }
+      return `Could not send input: ${(err as Error).message}`;
+    }
+    return null;
+  }
+
+  /** C-d: closes our end of the command's stdin, so the program reads end-of-file. */
+  closeStdin(rc: RunningCommand): boolean {
+    if (rc.stdinFd === null) return false;
+    this.releaseStdin(rc, false);
+    return true;
+  }
+
+  private releaseStdin(rc: RunningCommand, unlink = true): void {
+    if (rc.stdinFd !== null) {
+      try {
+        fs.closeSync(rc.stdinFd);
+      } catch {
+        /* already closed */
+      }
+      rc.stdinFd = null;
+    }
+    if (unlink) fs.promises.unlink(rc.fifoPath).catch(() => {});
+  }
+
+  // ---------------------------------------------------------------- signals
+
+  /** C-c: SIGINT to the shell's process group (bash aborts the command line), and wake stopped processes. */
+  interrupt(): void {
+    signalGroup(this.pid, 'SIGINT');
+    for (const p of foregroundProcesses(this.pid)) if (p.state === 'T' || p.state === 't') signalPid(p.pid, 'SIGCONT');
+  }
+
+  /** Sends `signal` to the foreground command's processes (not the shell, not background jobs). */
+  signalForeground(signal: NodeJS.Signals): number {
+    let n = 0;
+    for (const p of foregroundProcesses(this.pid)) if (signalPid(p.pid, signal)) n++;
+    return n;
+  }
+
+  /** SIGKILL to the foreground command's processes. */
+  killForeground(): number {
+    return this.signalForeground('SIGKILL');
+  }
+
+  private killAllProcesses(): void {
+    const procs = shellProcesses(this.pid);
+    signalGroup(this.pid, 'SIGKILL');
+    for (const p of procs) signalPid(p.pid, 'SIGKILL');
+  }
+
+  private finishOnExit(): void {
+    const rc = this.running;
+    if (rc && !rc.done) {
+      const code = this.exited?.code ?? null;
+      const signal = this.exited?.signal ?? null;
+      rc.done = {
+        exitCode: code ?? (signal ? 128 + (os.constants.signals[signal] ?? 0) : -1),
+        cwd: this.cwd,
+        shellExited: { code, signal, reason: this.killReason ?? 'exited' },
+      };
+      this.releaseStdin(rc);
+    }
+    fs.promises.rm(this.fifoDir, { recursive: true, force: true }).catch(() => {});
+    this.notify();
+  }
+
+  /** Kills the shell and every process it started (whole process group and session), and cleans up. */
+  async terminate(reason: string): Promise<void> {
+    if (this.killReason === null) this.killReason = reason;
+    if (this.exited === null) {
+      this.killAllProcesses();
+      // A second pass for processes forked while the first one ran.
+      setTimeout(() => this.killAllProcesses(), 100).unref();
+    } else {
+      this.killAllProcesses();
+    }
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      this.exitPromise,
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, 3000);
+      }),
+    ]);
+    clearTimeout(timer);
+    if (isAlive(this.pid)) signalPid(this.pid, 'SIGKILL');
+    liveGroups.delete(this.pid);
+    this.killAllProcesses();
+    this.proc.stdin.destroy();
+    this.proc.stdout.destroy();
+    this.proc.stderr.destroy();
+    await fs.promises.rm(this.fifoDir, { recursive: true, force: true }).catch(() => {});
+  }
+}

@@ -1,0 +1,26 @@
+/** `think` tool: lets the agent write down its reasoning; it changes nothing. */
+import { z } from 'zod';
+import type { Tool } from './types.js';
+
+export const thinkParameters = z.object({
+  thought: z.string().describe('Your thought: analysis, a plan, hypotheses about a bug, options to compare.'),
+});
+
+export type ThinkParams = z.output<typeof thinkParameters>;
+
+export function createThinkTool(): Tool<ThinkParams> {
+  return {
+    name: 'think',
+    description:
+      'Use this tool to think about something: it does not get new information or change anything, it only logs the ' +
+      'thought. Use it when complex reasoning helps, e.g. to weigh approaches to a fix or to organise what you found.',
+    parameters: thinkParameters,
+    async execute() {
+      return {
+        kind: 'ThinkObservation',
+        content: [{ type: 'text', text: 'Your thought has been logged.' }],
+        is_error: false,
+      };
+    },
+  };
+}

@@ -1,0 +1,526 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { z } from 'zod';
+import { createTerminalTool, type TerminalTool } from '../src/tools/terminal.js';
+import type { ToolContext, ToolObservation } from '../src/tools/types.js';
+
+const SECRET = 'sk-test-5ecr3t-value';
+let root: string;
+let tool: TerminalTool;
+let convSeq = 0;
+
+function textOf(obs: ToolObservation): string {
+  const c = obs.content[0];
+  assert.ok(c && c.type === 'text');
+  return c.text;
+}
+
+function makeCtx(over: Partial<ToolContext> = {}): ToolContext {
+  const ws = fs.mkdtempSync(path.join(root, 'ws-'));
+  return {
+    conversationId: `conv-${++convSeq}`,
+    workspaceDir: ws,
+    signal: new AbortController().signal,
+    env: {},
+    redact: (t) => t.split(SECRET).join('<secret_hidden>'),
+    ...over,
+  };
+}
+
+type Call = { command: string; is_input?: boolean; timeout?: number | null; reset?: boolean };
+const shellPids = new Set<number>();
+async function run(ctx: ToolContext, call: Call, t: TerminalTool = tool): Promise<ToolObservation> {
+  const obs = await t.execute(tool.parameters.parse(call), ctx);
+  const pid = t.manager.getSession(ctx.conversationId)?.pid;
+  if (pid) shellPids.add(pid);
+  return obs;
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function procState(pid: number): string | null {
+  try {
+    const raw = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return raw.slice(raw.lastIndexOf(')') + 2).split(' ')[0] ?? null;
+  } catch {
+    return null;
+  }
+}
+
+async function waitUntil(cond: () => boolean, ms = 3000): Promise<boolean> {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (cond()) return true;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  return cond();
+}
+
+function pgrep(pattern: string): number[] {
+  try {
+    return execFileSync('pgrep', ['-f', pattern], { encoding: 'utf8' })
+      .split('\n')
+      .filter(Boolean)
+      .map(Number);
+  } catch {
+    return [];
+  }
+}
+
+function pidFrom(text: string): number {
+  const m = /PID=(\d+)/.exec(text);
+  assert.ok(m, `no PID in: ${text}`);
+  return Number(m[1]);
+}
+
+before(() => {
+  root = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-term-test-'));
+  tool = createTerminalTool({
+    noOutputTimeoutMs: 800,
+    inputWaitMs: 400,
+    maxOutputChars: 2000,
+    outputDir: (id) => path.join(root, 'outputs', id),
+  });
+});
+
+after(async () => {
+  await tool.closeAll();
+  fs.rmSync(root, { recursive: true, force: true });
+});
+
+describe('terminal tool', () => {
+  it('has a parameter schema that converts to JSON Schema', () => {
+    const schema = z.toJSONSchema(tool.parameters) as { type: string; properties: Record<string, unknown> };
+    assert.equal(schema.type, 'object');
+    for (const k of ['command', 'is_input', 'timeout', 'reset']) assert.ok(k in schema.properties, k);
+    const input = z.toJSONSchema(tool.parameters, { io: 'input' }) as { required?: string[] };
+    assert.deepEqual(input.required, ['command']);
+    const parsed = tool.parameters.parse({ command: 'ls' });
+    assert.equal(parsed.is_input, false);
+    assert.equal(parsed.reset, false);
+    assert.equal(tool.name, 'terminal');
+  });
+
+  it('runs in the workspace and reports output, exit code and working directory', async () => {
+    const ctx = makeCtx();
+    const obs = await run(ctx, { command: 'echo hello; pwd' });
+    assert.equal(obs.kind, 'TerminalObservation');
+    assert.equal(obs.is_error, false);
+    assert.equal(obs.exit_code, 0);
+    assert.equal(obs.working_dir, ctx.workspaceDir);
+    assert.equal(obs.command, 'echo hello; pwd');
+    assert.match(textOf(obs), new RegExp(`^hello\\n${ctx.workspaceDir}\\n`));
+    assert.match(textOf(obs), /exit code 0/);
+    const fail = await run(ctx, { command: 'ls /definitely/not/here; (exit 7)' });
+    assert.equal(fail.exit_code, 7);
+    assert.match(textOf(fail), /No such file or directory/); // stderr is included
+  });
+
+  it('keeps cd, exported variables, functions and a venv activation between commands', async () => {
+    const ctx = makeCtx();
+    await run(ctx, { command: 'mkdir -p sub/dir && cd sub/dir && export MY_VAR=kept && greet() { echo "hi $1"; }' });
+    const obs = await run(ctx, { command: 'pwd; echo $MY_VAR; greet you' });
+    assert.equal(obs.working_dir, path.join(ctx.workspaceDir, 'sub/dir'));
+    assert.match(textOf(obs), /sub\/dir\nkept\nhi you\n/);
+
+    const venv = await run(ctx, { command: 'python3 -m venv --without-pip venv && source venv/bin/activate', timeout: 60 });
+    assert.equal(venv.exit_code, 0, textOf(venv));
+    const which = await run(ctx, { command: 'echo "VENV=$VIRTUAL_ENV"; python3 -c "import sys; print(sys.prefix)"' });
+    const venvDir = path.join(ctx.workspaceDir, 'sub/dir/venv');
+    assert.match(textOf(which), new RegExp(`VENV=${venvDir}\\n${venvDir}\\n`));
+  });
+
+  it('merges ctx.env over process.env, exports later changes, and redacts secrets everywhere', async () => {
+    const ctx = makeCtx({ env: { API_TOKEN: SECRET } });
+    const obs = await run(ctx, { command: `echo "token=$API_TOKEN"; echo home=$HOME` });
+    assert.match(textOf(obs), /token=<secret_hidden>/);
+    assert.ok(!textOf(obs).includes(SECRET));
+    assert.match(textOf(obs), new RegExp(`home=${process.env.HOME}`));
+    // The command text itself is redacted too.
+    const echoed = await run(ctx, { command: `echo ${SECRET}` });
+    assert.ok(!JSON.stringify(echoed).includes(SECRET));
+    // A secret added later is exported before the next command.
+    ctx.env.NEW_ONE = 'added-later';
+    const later = await run(ctx, { command: 'echo "$NEW_ONE"' });
+    assert.match(textOf(later), /^added-later/);
+  });
+
+  it('strips ANSI escape codes and survives a syntax error', async () => {
+    const ctx = makeCtx();
+    const obs = await run(ctx, { command: String.raw`printf '\033[1;31mred\033[0m plain\n'` });
+    assert.match(textOf(obs), /^red plain\n/);
+    assert.ok(!textOf(obs).includes('\x1b'));
+    const bad = await run(ctx, { command: 'echo (' });
+    assert.equal(bad.exit_code, 2);
+    assert.match(textOf(bad), /syntax error/);
+    const ok = await run(ctx, { command: 'echo still-alive' });
+    assert.match(textOf(ok), /^still-alive/);
+  });
+
+  it('answers a read -p prompt through is_input', async () => {
+    const ctx = makeCtx();
+    const first = await run(ctx, { command: 'read -p "Your name: " name; echo "hello $name"' });
+    assert.equal(first.exit_code, -1);
+    assert.match(textOf(first), /Your name: /);
+    assert.match(textOf(first), /is_input/);
+    const second = await run(ctx, { command: 'Ada', is_input: true });
+    assert.equal(second.exit_code, 0);
+    assert.match(textOf(second), /hello Ada/);
+    // A plain `read` from a pipe is not affected by the prompt wrapper.
+    const piped = await run(ctx, { command: 'echo "a b" | { read x y; echo "y=$y"; }' });
+    assert.match(textOf(piped), /^y=b\n/);
+  });
+
+  it('drives a python3 REPL with is_input, C-c and C-d', async () => {
+    const ctx = makeCtx();
+    const start = await run(ctx, { command: 'python3' });
+    assert.equal(start.exit_code, -1);
+    assert.match(textOf(start), />>> /);
+    const r1 = await run(ctx, { command: 'x = 6 * 7', is_input: true });
+    assert.equal(r1.exit_code, -1);
+    const r2 = await run(ctx, { command: 'print(x)', is_input: true });
+    assert.match(textOf(r2), /^42\n>>> /);
+    await run(ctx, { command: 'import time; time.sleep(30)', is_input: true });
+    const intr = await run(ctx, { command: 'C-c', is_input: true });
+    assert.match(textOf(intr), /KeyboardInterrupt/);
+    assert.equal(intr.exit_code, -1, 'the REPL survives C-c');
+    const still = await run(ctx, { command: 'print("alive")', is_input: true });
+    assert.match(textOf(still), /alive/);
+    const end = await run(ctx, { command: 'C-d', is_input: true });
+    assert.notEqual(end.exit_code, -1, 'C-d ends the REPL');
+    const after2 = await run(ctx, { command: 'echo shell-ok' });
+    assert.match(textOf(after2), /^shell-ok/);
+  });
+
+  it('C-d closes stdin of the running program without killing the shell', async () => {
+    const ctx = makeCtx();
+    await run(ctx, { command: 'export KEEP=yes' });
+    const start = await run(ctx, { command: 'cat > got.txt; echo "cat done"' });
+    assert.equal(start.exit_code, -1);
+    await run(ctx, { command: 'line one', is_input: true });
+    await run(ctx, { command: 'line two', is_input: true });
+    const done = await run(ctx, { command: 'C-d', is_input: true });
+    assert.equal(done.exit_code, 0);
+    assert.match(textOf(done), /cat done/);
+    assert.equal(fs.readFileSync(path.join(ctx.workspaceDir, 'got.txt'), 'utf8'), 'line one\nline two\n');
+    const keep = await run(ctx, { command: 'echo $KEEP' });
+    assert.match(textOf(keep), /^yes/);
+  });
+
+  it('sends special keys as bytes (TAB, ENTER, arrows, ESC, C-<letter>)', async () => {
+    const ctx = makeCtx();
+    const start = await run(ctx, { command: 'od -An -c' });
+    assert.equal(start.exit_code, -1);
+    for (const key of ['TAB', 'UP', 'DOWN', 'LEFT', 'RIGHT', 'ESC', 'C-a', 'ENTER']) {
+      const obs = await run(ctx, { command: key, is_input: true });
+      assert.equal(obs.is_error, false, key);
+    }
+    const done = await run(ctx, { command: 'C-d', is_input: true });
+    const text = textOf(done).replace(/\s+/g, ' ');
+    assert.match(text, /\\t 033 \[ A 033 \[ B 033 \[ D 033 \[ C 033 001 \\n/);
+    assert.equal(done.exit_code, 0);
+  });
+
+  it('returns after the no-output timeout with exit_code -1, then continues with "" and stops with C-c', async () => {
+    const ctx = makeCtx();
+    const t0 = Date.now();
+    const obs = await run(ctx, { command: 'echo started; sleep 30.11; echo never' });
+    const took = Date.now() - t0;
+    assert.ok(took >= 700 && took < 5000, `took ${took} ms`);
+    assert.equal(obs.exit_code, -1);
+    assert.equal(obs.is_error, false);
+    assert.match(textOf(obs), /started/);
+    assert.match(textOf(obs), /no new output/);
+    assert.match(textOf(obs), /""/);
+    assert.match(textOf(obs), /C-c/);
+    const more = await run(ctx, { command: '' });
+    assert.equal(more.exit_code, -1);
+    assert.ok(!textOf(more).includes('started'), 'output is not repeated');
+    const stop = await run(ctx, { command: 'C-c', is_input: true });
+    assert.equal(stop.exit_code, 130);
+    assert.ok(!textOf(stop).includes('never'), 'C-c aborts the rest of the command line');
+  });
+
+  it('does not let a command that keeps printing block the call forever', async () => {
+    const t = createTerminalTool({
+      noOutputTimeoutMs: 500,
+      maxCallMs: 1000,
+      maxOutputChars: 1000,
+      outputDir: (id) => path.join(root, 'outputs', id),
+    });
+    try {
+      const ctx = makeCtx();
+      const t0 = Date.now();
+      const obs = await run(ctx, { command: 'yes' }, t);
+      assert.ok(Date.now() - t0 < 4000);
+      assert.equal(obs.exit_code, -1);
+      assert.match(textOf(obs), /still printing/);
+      const stop = await run(ctx, { command: 'C-c', is_input: true }, t);
+      assert.equal(stop.exit_code, 130);
+    } finally {
+      await t.closeAll();
+    }
+  });
+
+  it('delivers output that arrived after the last observation with the next call', async () => {
+    const ctx = makeCtx();
+    const first = await run(ctx, { command: 'echo early; sleep 1.2; echo late' });
+    assert.equal(first.exit_code, -1);
+    await new Promise((r) => setTimeout(r, 1000));
+    const next = await run(ctx, { command: 'echo new' });
+    assert.match(textOf(next), /finished with exit code 0/);
+    assert.match(textOf(next), /late\n/);
+    assert.match(textOf(next), /\nnew\n/);
+    await run(ctx, { command: '(sleep 0.3; echo from-background) &' });
+    await new Promise((r) => setTimeout(r, 700));
+    const bg = await run(ctx, { command: 'echo after-bg' });
+    assert.match(textOf(bg), /background processes[^\n]*\nfrom-background\n/);
+    assert.match(textOf(bg), /after-bg/);
+  });
+
+  it('C-c breaks a shell loop and keeps the shell state', async () => {
+    const ctx = makeCtx();
+    await run(ctx, { command: 'cd / && export LOOPVAR=1' });
+    const loop = await run(ctx, { command: 'while true; do sleep 0.1; done' });
+    assert.equal(loop.exit_code, -1);
+    const stop = await run(ctx, { command: 'C-c', is_input: true });
+    assert.equal(stop.exit_code, 130);
+    const state = await run(ctx, { command: 'echo "$PWD $LOOPVAR"' });
+    assert.match(textOf(state), /^\/ 1\n/);
+  });
+
+  it('refuses a new command while one is running, saying what runs and what to do', async () => {
+    const ctx = makeCtx();
+    await run(ctx, { command: 'sleep 20.13' });
+    const refused = await run(ctx, { command: 'echo other' });
+    assert.equal(refused.is_error, true);
+    assert.match(textOf(refused), /NOT executed/);
+    assert.match(textOf(refused), /sleep 20.13/);
+    assert.match(textOf(refused), /is_input/);
+    assert.match(textOf(refused), /C-c/);
+    const stop = await run(ctx, { command: 'C-c', is_input: true });
+    assert.equal(stop.exit_code, 130);
+    const ok = await run(ctx, { command: 'echo other' });
+    assert.match(textOf(ok), /^other/);
+  });
+
+  it('is_input or "" with nothing running is an error', async () => {
+    const ctx = makeCtx();
+    const input = await run(ctx, { command: 'hello', is_input: true });
+    assert.equal(input.is_error, true);
+    assert.match(textOf(input), /No command is running/);
+    const empty = await run(ctx, { command: '' });
+    assert.equal(empty.is_error, true);
+    const both = await run(ctx, { command: 'x', is_input: true, reset: true });
+    assert.equal(both.is_error, true);
+  });
+
+  it('kills the command at the hard timeout and keeps the shell usable', async () => {
+    const ctx = makeCtx();
+    await run(ctx, { command: 'export SURVIVES=yes' });
+    const t0 = Date.now();
+    const obs = await run(ctx, { command: `bash -c 'echo PID=$$; exec sleep 30.12'`, timeout: 1 });
+    const took = Date.now() - t0;
+    assert.ok(took >= 900 && took < 4000, `took ${took} ms`);
+    assert.equal(obs.is_error, true);
+    assert.equal(obs.timeout, true);
+    assert.match(textOf(obs), /timed out after 1 second/);
+    const pid = pidFrom(textOf(obs));
+    assert.ok(await waitUntil(() => !alive(pid), 2000), 'sleep was killed');
+    const next = await run(ctx, { command: 'echo $SURVIVES' });
+    assert.match(textOf(next), /^yes/);
+  });
+
+  it('hard timeout escalates to SIGKILL for a program that ignores SIGINT, sparing background jobs', async () => {
+    const ctx = makeCtx();
+    const bg = await run(ctx, { command: `sleep 41.14 & echo PID=$!` });
+    const bgPid = pidFrom(textOf(bg));
+    const obs = await run(ctx, {
+      command: `python3 -c "import signal,time,os; signal.signal(signal.SIGINT, signal.SIG_IGN); print('PID=%d' % os.getpid(), flush=True); time.sleep(60.2)"`,
+      timeout: 1,
+    });
+    assert.equal(obs.is_error, true);
+    assert.match(textOf(obs), /timed out/);
+    const pid = pidFrom(textOf(obs));
+    assert.ok(await waitUntil(() => !alive(pid)), 'python was killed');
+    assert.ok(alive(bgPid), 'the background job is left alone');
+    const next = await run(ctx, { command: 'echo fine' });
+    assert.match(textOf(next), /^fine/);
+    await tool.closeConversation(ctx.conversationId);
+    assert.ok(await waitUntil(() => !alive(bgPid)), 'closeConversation kills background jobs');
+  });
+
+  it('C-z stops the program (no job control) and C-c then ends it', async () => {
+    const ctx = makeCtx();
+    const start = await run(ctx, { command: `bash -c 'echo PID=$$; exec sleep 30.12'` });
+    const pid = pidFrom(textOf(start));
+    const z1 = await run(ctx, { command: 'C-z', is_input: true });
+    assert.match(textOf(z1), /job control/);
+    assert.ok(await waitUntil(() => procState(pid) === 'T'), 'process is stopped');
+    const c = await run(ctx, { command: 'C-c', is_input: true });
+    assert.equal(c.exit_code, 130);
+    assert.ok(await waitUntil(() => !alive(pid)));
+  });
+
+  it('cuts long output in the middle and saves the full output outside the workspace', async () => {
+    const ctx = makeCtx();
+    const obs = await run(ctx, { command: 'seq 1 5000' });
+    const text = textOf(obs);
+    const out = text.slice(0, text.indexOf('\n[Current working directory'));
+    assert.ok(out.length <= 2000, `output part is ${out.length} chars`);
+    assert.match(text, /^1\n2\n3\n/);
+    assert.match(out, /4999\n5000$/);
+    assert.match(text, /truncated/i);
+    const file = obs.full_output_path as string;
+    assert.ok(path.isAbsolute(file));
+    assert.ok(text.includes(file), 'the note names the file');
+    assert.ok(!file.startsWith(ctx.workspaceDir));
+    const full = fs.readFileSync(file, 'utf8');
+    assert.equal(full, Array.from({ length: 5000 }, (_, i) => `${i + 1}\n`).join(''));
+    assert.equal(obs.exit_code, 0);
+  });
+
+  it('by default keeps full outputs under os.tmpdir()/parley-output/<conversation>', async () => {
+    const t = createTerminalTool({ maxOutputChars: 300 });
+    const ctx = makeCtx();
+    const dir = path.join(os.tmpdir(), 'parley-output', ctx.conversationId);
+    try {
+      const obs = await run(ctx, { command: 'seq 1 1000' }, t);
+      const file = obs.full_output_path as string;
+      assert.equal(path.dirname(file), dir);
+      assert.ok(textOf(obs).includes(file));
+      assert.equal(fs.readFileSync(file, 'utf8').split('\n').length, 1001);
+    } finally {
+      await t.closeAll();
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('uses the configured outputDir and redacts the saved full output', async () => {
+    const outRoot = fs.mkdtempSync(path.join(root, 'out-'));
+    const t = createTerminalTool({ maxOutputChars: 500, outputDir: (id) => path.join(outRoot, id) });
+    try {
+      const ctx = makeCtx({ env: { TOKEN: SECRET } });
+      const obs = await run(ctx, { command: 'for i in $(seq 1 200); do echo "$i $TOKEN"; done' }, t);
+      const file = obs.full_output_path as string;
+      assert.equal(path.dirname(file), path.join(outRoot, ctx.conversationId));
+      const full = fs.readFileSync(file, 'utf8');
+      assert.ok(full.includes('200 <secret_hidden>'));
+      assert.ok(!full.includes(SECRET));
+      assert.ok(!textOf(obs).includes(SECRET));
+    } finally {
+      await t.closeAll();
+    }
+  });
+
+  it('reset kills the shell and its processes and starts a fresh one', async () => {
+    const ctx = makeCtx();
+    const bg = await run(ctx, { command: 'export OLD=1; cd /; sleep 42.15 & echo PID=$!' });
+    const bgPid = pidFrom(textOf(bg));
+    const obs = await run(ctx, { command: 'echo "old=$OLD"; pwd', reset: true });
+    assert.match(textOf(obs), /^old=\n/);
+    assert.equal(obs.working_dir, ctx.workspaceDir);
+    assert.match(textOf(obs), /reset/);
+    assert.ok(await waitUntil(() => !alive(bgPid)), 'background job of the old shell is gone');
+  });
+
+  it('a shell that exits is replaced by a new one on the next command', async () => {
+    const ctx = makeCtx();
+    await run(ctx, { command: 'export GONE=1' });
+    const ex = await run(ctx, { command: 'exit 3' });
+    assert.equal(ex.exit_code, 3);
+    assert.match(textOf(ex), /shell exited/);
+    const next = await run(ctx, { command: 'echo "gone=$GONE"' });
+    assert.match(textOf(next), /^gone=\n/);
+    assert.equal(next.exit_code, 0);
+  });
+
+  it('abort (interrupt) kills the running command promptly', async () => {
+    const ac = new AbortController();
+    const ctx = makeCtx({ signal: ac.signal });
+    const p = run(ctx, { command: `bash -c 'echo PID=$$; trap "" INT; sleep 30.21'` });
+    assert.ok(await waitUntil(() => pgrep('sleep 30.21').length > 0, 5000));
+    const t0 = Date.now();
+    ac.abort();
+    const obs = await p;
+    assert.ok(Date.now() - t0 < 2500, `abort took ${Date.now() - t0} ms`);
+    assert.equal(obs.is_error, true);
+    assert.match(textOf(obs), /interrupted/);
+    const pid = pidFrom(textOf(obs));
+    assert.ok(await waitUntil(() => !alive(pid)), 'command process is gone');
+    assert.ok(!textOf(obs).includes('tcsetattr'), 'bash noise about the missing terminal is filtered');
+    // The conversation can continue with a fresh signal.
+    const ctx2 = { ...ctx, signal: new AbortController().signal };
+    const next = await run(ctx2, { command: 'echo next' });
+    assert.match(textOf(next), /^next/);
+  });
+
+  it('an already aborted signal does not run the command', async () => {
+    const ac = new AbortController();
+    ac.abort();
+    const ctx = makeCtx({ signal: ac.signal });
+    const obs = await run(ctx, { command: 'touch should-not-exist' });
+    assert.equal(obs.is_error, true);
+    assert.ok(!fs.existsSync(path.join(ctx.workspaceDir, 'should-not-exist')));
+  });
+
+  it('keeps conversations apart', async () => {
+    const a = makeCtx();
+    const b = makeCtx();
+    await run(a, { command: 'export WHO=a' });
+    await run(b, { command: 'export WHO=b' });
+    const ra = await run(a, { command: 'echo $WHO; pwd' });
+    const rb = await run(b, { command: 'echo $WHO; pwd' });
+    assert.match(textOf(ra), new RegExp(`^a\\n${a.workspaceDir}`));
+    assert.match(textOf(rb), new RegExp(`^b\\n${b.workspaceDir}`));
+  });
+
+  it('closes an idle shell automatically', async () => {
+    const t = createTerminalTool({ idleCloseMs: 300 });
+    const ctx = makeCtx();
+    await run(ctx, { command: 'sleep 43.16 &' }, t);
+    const pid = t.manager.getSession(ctx.conversationId)!.pid;
+    assert.ok(alive(pid));
+    assert.ok(await waitUntil(() => !alive(pid), 3000), 'idle shell was closed');
+    assert.ok(await waitUntil(() => pgrep('sleep 43.16').length === 0), 'its background job too');
+    assert.equal(t.manager.getSession(ctx.conversationId), undefined);
+    const again = await run(ctx, { command: 'echo back' }, t);
+    assert.match(textOf(again), /^back/);
+    await t.closeAll();
+  });
+
+  it('closeConversation / closeAll leave no bash or child process behind', async () => {
+    const t = createTerminalTool({ noOutputTimeoutMs: 500 });
+    const ctxs = [makeCtx(), makeCtx(), makeCtx()];
+    const pids: number[] = [];
+    for (const ctx of ctxs) {
+      await run(ctx, { command: 'sleep 44.17 & disown; (sleep 45.18 &) ; echo started' }, t);
+      await run(ctx, { command: 'sleep 46.19' }, t); // still running (soft timeout)
+      pids.push(t.manager.getSession(ctx.conversationId)!.pid);
+    }
+    assert.ok(pgrep('sleep 4[456][.]1[789]').length >= 9);
+    await t.closeConversation(ctxs[0]!.conversationId);
+    assert.ok(await waitUntil(() => !alive(pids[0]!)));
+    await t.closeAll();
+    assert.ok(await waitUntil(() => pids.every((p) => !alive(p))), 'all shells are gone');
+    assert.ok(await waitUntil(() => pgrep('sleep 4[456][.]1[789]').length === 0), 'no orphaned children');
+  });
+
+  it('leaves no process behind after closeAll', async () => {
+    await tool.closeAll();
+    assert.ok(shellPids.size >= 10);
+    assert.ok(await waitUntil(() => [...shellPids].every((p) => !alive(p))), 'every shell started by the tests is gone');
+    assert.ok(await waitUntil(() => pgrep('sleep [0-9]+[.](1[1-9]|2[01])').length === 0), 'no test child process is left');
+  });
+});
