@@ -20,6 +20,13 @@ const SHAPES: Record<string, { body?: string; query?: z.ZodObject; response: str
   run: { response: 'Success' },
   pause: { response: 'Success' },
   interrupt: { response: 'Success' },
+  getMcpStatus: { response: { type: 'object' } },
+  getSettings: { response: { type: 'object' } },
+  saveSettings: { body: 'SettingsUpdate', response: { type: 'object' } },
+  listSecrets: { response: { type: 'object' } },
+  createSecret: { body: 'CreateSecret', response: { type: 'object' } },
+  updateSecret: { response: 'Success' },
+  deleteSecret: { response: 'Success' },
 };
 
 function componentSchemas(): Json {
@@ -53,7 +60,7 @@ export function buildOpenApi(routes: Route[], version: string, authEnabled: bool
         name: m[1],
         in: 'path',
         required: true,
-        schema: m[1] === 'conversation_id' ? { type: 'string', format: 'uuid', title: 'Conversation Id' } : { type: 'string', title: 'Event Id' },
+        schema: m[1] === 'conversation_id' ? { type: 'string', format: 'uuid', title: 'Conversation Id' } : { type: 'string', title: m[1] },
       });
     }
     if (shape.query) {

@@ -89,6 +89,35 @@ export const ROUTES: Route[] = [
     input: idOnly, loc: pathOrQuery, summary: 'Interrupt Conversation', tag: 'Conversations',
   },
   {
+    method: 'GET', path: '/api/conversations/:conversation_id/mcp', procedure: 'getMcpStatus',
+    input: idOnly, loc: pathOrQuery, summary: 'MCP Server Status', tag: 'MCP',
+  },
+  {
+    method: 'GET', path: '/api/settings', procedure: 'getSettings',
+    input: () => undefined, loc: bodyLoc, summary: 'Get Settings', tag: 'Settings',
+  },
+  {
+    method: 'POST', path: '/api/settings', procedure: 'saveSettings', body: true,
+    input: (r) => r.body, loc: bodyLoc, summary: 'Store Settings', tag: 'Settings',
+  },
+  {
+    method: 'GET', path: '/api/secrets', procedure: 'listSecrets',
+    input: () => undefined, loc: bodyLoc, summary: 'List Secrets', tag: 'Secrets',
+  },
+  {
+    method: 'POST', path: '/api/secrets', procedure: 'createSecret', body: true, status: 201,
+    input: (r) => r.body, loc: bodyLoc, summary: 'Create Secret', tag: 'Secrets',
+  },
+  {
+    method: 'PUT', path: '/api/secrets/:name', procedure: 'updateSecret', body: true,
+    input: (r) => ({ ...(r.body && typeof r.body === 'object' ? r.body : {}), name: r.params.name }),
+    loc: (p) => (p[0] === 'name' ? ['path', 'name'] : ['body', ...asLoc(p)]), summary: 'Update Secret', tag: 'Secrets',
+  },
+  {
+    method: 'DELETE', path: '/api/secrets/:name', procedure: 'deleteSecret',
+    input: (r) => ({ name: r.params.name }), loc: (p) => ['path', ...asLoc(p)], summary: 'Delete Secret', tag: 'Secrets',
+  },
+  {
     method: 'POST', path: '/api/add-git-providers', procedure: 'addGitProviders', body: true,
     input: (r) => r.body, loc: bodyLoc, summary: 'Store Provider Tokens', tag: 'Git',
     operationId: 'store_provider_tokens_api_add_git_providers_post',

@@ -24,6 +24,7 @@ const EnvSchema = z.object({
     .optional(),
   LLM_API_KEY: z.string().optional(),
   LLM_BASE_URL: z.url({ message: 'LLM_BASE_URL must be a URL' }).optional(),
+  LLM_CONTEXT_WINDOW: intFrom('LLM_CONTEXT_WINDOW', 1000, 10_000_000).optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   WORKSPACE_ROOT: z.string().min(1).optional(),
   KEEP_WORKSPACES: boolFrom.default(false),
@@ -43,7 +44,7 @@ export interface Config {
   keepWorkspaces: boolean;
   sessionApiKeys: string[];
   secretKey?: string;
-  llm: { model?: string; apiKey?: string; baseUrl?: string };
+  llm: { model?: string; apiKey?: string; baseUrl?: string; contextWindow?: number };
   logLevel: string;
   maxBodyBytes: number;
   maxIterations: number;
@@ -78,7 +79,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     keepWorkspaces: e.KEEP_WORKSPACES,
     sessionApiKeys: [...new Set(keys)],
     secretKey: e.SECRET_KEY,
-    llm: { model: e.LLM_MODEL, apiKey: e.LLM_API_KEY, baseUrl: e.LLM_BASE_URL },
+    llm: { model: e.LLM_MODEL, apiKey: e.LLM_API_KEY, baseUrl: e.LLM_BASE_URL, contextWindow: e.LLM_CONTEXT_WINDOW },
     logLevel: e.LOG_LEVEL,
     maxBodyBytes: e.MAX_BODY_BYTES,
     maxIterations: e.MAX_ITERATIONS,

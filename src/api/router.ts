@@ -13,6 +13,10 @@ import {
   SearchEventsInput,
   SendMessageInput,
   SubscribeInput,
+  SettingsUpdate,
+  CreateSecretInput,
+  UpdateSecretInput,
+  SecretNameInput,
 } from './schemas.js';
 import { createCallerFactory, procedure, router } from './trpc.js';
 
@@ -29,6 +33,13 @@ export const appRouter = router({
   run: procedure.input(ConversationIdInput).mutation(({ ctx, input }) => ctx.service.run(input.conversation_id)),
   pause: procedure.input(ConversationIdInput).mutation(({ ctx, input }) => ctx.service.pause(input.conversation_id)),
   interrupt: procedure.input(ConversationIdInput).mutation(({ ctx, input }) => ctx.service.interrupt(input.conversation_id)),
+  getMcpStatus: procedure.input(ConversationIdInput).query(({ ctx, input }) => ctx.service.conversationMcp(input.conversation_id)),
+  getSettings: procedure.query(({ ctx }) => ctx.service.publicSettings()),
+  saveSettings: procedure.input(SettingsUpdate).mutation(({ ctx, input }) => ctx.service.saveLlmSettings(input)),
+  listSecrets: procedure.query(({ ctx }) => ctx.service.listSecrets()),
+  createSecret: procedure.input(CreateSecretInput).mutation(({ ctx, input }) => ctx.service.createSecret(input.name, input.value, input.description)),
+  updateSecret: procedure.input(UpdateSecretInput).mutation(({ ctx, input }) => ctx.service.updateSecret(input.name, input.value, input.description)),
+  deleteSecret: procedure.input(SecretNameInput).mutation(({ ctx, input }) => ctx.service.deleteSecret(input.name)),
 
   /**
    * The conversation's events: every event with seq > after_seq (when given), then live ones.
@@ -75,4 +86,3 @@ export const appRouter = router({
 
 export type AppRouter = typeof appRouter;
 export const createCaller = createCallerFactory(appRouter);
-export { z };

@@ -215,3 +215,15 @@ export const SubscribeInput = z.object({
 export const ServerInfo = z
   .object({ version: z.string(), uptime: z.number(), idle_time: z.number(), title: z.string(), docs: z.string() })
   .meta({ id: 'ServerInfo' });
+
+export const SettingsUpdate = z
+  .strictObject({
+    llm_model: z.string().regex(/^[a-z0-9-]+\/.+$/, { error: 'llm_model must look like provider/model, e.g. openai/gpt-5' }).nullish(),
+    llm_base_url: z.string().regex(/^https?:\/\/\S+$/, { error: 'llm_base_url must be an http(s) URL' }).nullish(),
+    llm_api_key: z.string().nullish(),
+  })
+  .meta({ id: 'SettingsUpdate' });
+export const SecretName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, { error: 'name must be a valid environment variable name' });
+export const CreateSecretInput = z.strictObject({ name: SecretName, value: z.string().min(1), description: z.string().max(1000).nullish() }).meta({ id: 'CreateSecret' });
+export const UpdateSecretInput = z.strictObject({ name: SecretName, value: z.string().min(1).nullish(), description: z.string().max(1000).nullish() });
+export const SecretNameInput = z.object({ name: SecretName });

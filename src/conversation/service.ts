@@ -91,6 +91,8 @@ export class ConversationService {
   private live = new Map<string, LiveConversation>();
   private loading = new Map<string, Promise<LiveConversation | null>>();
   runtime: AgentRuntime | null = null;
+  /** Per-conversation MCP server states (set by the agent runtime). */
+  mcpStatus: ((conversationId: string) => Promise<unknown[]>) | null = null;
   preparer: ConversationPreparer | null = null;
   readonly startedAt = Date.now();
   lastActivity = Date.now();
@@ -112,7 +114,7 @@ export class ConversationService {
   async start(): Promise<void> {
     for (const p of await this.getProviders()) this.redactor.add(p.token);
     for (const s of await this.store.listSecrets(SECRET_KIND)) this.redactor.add(this.open(s.sealed));
-    this.redactor.add(this.open((await this.store.getSecret(SETTINGS_KIND, 'llm_api_key'))?.sealed ?? null));
+    this.redactor.add((await this.getLlmSettings()).llm_api_key);
     this.redactor.add(...mcpSecrets(await this.defaultMcpConfig()));
     for (const rec of await this.store.conversationsWithStatus(['running'])) {
       const conv = await this.load(rec.id);
@@ -380,6 +382,81 @@ export class ConversationService {
     const conv = await this.require(id);
     const raw = this.open((conv.record.data.mcp_config_sealed as string | undefined) ?? null);
     return raw ? (JSON.parse(raw) as McpConfig) : emptyMcp();
+  }
+
+  // ---- settings and custom secrets ----------------------------------------------------------
+
+  async getLlmSettings(): Promise<{ llm_model: string | null; llm_base_url: string | null; llm_api_key: string | null }> {
+    const rec = await this.store.getSecret(SETTINGS_KIND, 'llm');
+    return {
+      llm_model: (rec?.meta.llm_model as string | null) ?? null,
+      llm_base_url: (rec?.meta.llm_base_url as string | null) ?? null,
+      llm_api_key: this.open(rec?.sealed ?? null),
+    };
+  }
+
+  async publicSettings() {
+    const s = await this.getLlmSettings();
+    return { llm_model: s.llm_model, llm_base_url: s.llm_base_url, llm_api_key_set: !!s.llm_api_key };
+  }
+
+  /** Absent fields keep their stored value; null clears it. */
+  async saveLlmSettings(patch: { llm_model?: string | null; llm_base_url?: string | null; llm_api_key?: string | null }) {
+    const cur = await this.getLlmSettings();
+    const next = { ...cur, ...patch };
+    this.redactor.add(next.llm_api_key);
+    await this.store.putSecret({
+      kind: SETTINGS_KIND,
+      name: 'llm',
+      sealed: next.llm_api_key ? this.box.encrypt(next.llm_api_key) : null,
+      meta: { llm_model: next.llm_model, llm_base_url: next.llm_base_url },
+    });
+    return this.publicSettings();
+  }
+
+  async listSecrets() {
+    return { secrets: (await this.store.listSecrets(SECRET_KIND)).map((s) => ({ name: s.name, description: (s.meta.description as string | null) ?? null })) };
+  }
+
+  async createSecret(name: string, value: string, description?: string | null) {
+    if (await this.store.getSecret(SECRET_KIND, name)) throw new ConflictError(`Secret ${name} already exists`);
+    this.redactor.add(value);
+    await this.store.putSecret({ kind: SECRET_KIND, name, sealed: this.box.encrypt(value), meta: { description: description ?? null } });
+    return { name, description: description ?? null };
+  }
+
+  async updateSecret(name: string, value: string | null | undefined, description?: string | null) {
+    const cur = await this.store.getSecret(SECRET_KIND, name);
+    if (!cur) throw new NotFoundError(`Secret ${name} not found`);
+    if (value) this.redactor.add(value);
+    await this.store.putSecret({
+      kind: SECRET_KIND,
+      name,
+      sealed: value ? this.box.encrypt(value) : cur.sealed,
+      meta: { description: description !== undefined ? description : (cur.meta.description ?? null) },
+    });
+    return { success: true as const };
+  }
+
+  async deleteSecret(name: string) {
+    if (!(await this.store.deleteSecret(SECRET_KIND, name))) throw new NotFoundError(`Secret ${name} not found`);
+    return { success: true as const };
+  }
+
+  /** Custom secrets as environment variables for the agent's shell. */
+  async secretValues(): Promise<Record<string, string>> {
+    const out: Record<string, string> = {};
+    for (const s of await this.store.listSecrets(SECRET_KIND)) {
+      const v = this.open(s.sealed);
+      if (v) out[s.name] = v;
+    }
+    return out;
+  }
+
+  async conversationMcp(id: string) {
+    await this.require(id);
+    const cfg = redactMcpConfig(await this.conversationMcpConfig(id));
+    return { config: cfg, servers: this.mcpStatus ? await this.mcpStatus(id) : [] };
   }
 
   // ---- reads --------------------------------------------------------------------------------

@@ -1,0 +1,280 @@
+/**
+ * The agent loop: one run per conversation at most. Each step builds the prompt from the log,
+ * calls the LLM with the tool schemas, records ActionEvent → ObservationEvent (or AgentErrorEvent),
+ * and moves the status machine. Messages that arrive during a run are taken at the next step.
+ */
+import crypto from 'node:crypto';
+import type { Logger } from 'pino';
+import { z } from 'zod';
+import type { ConversationService } from '../conversation/service.js';
+import type { AgentRuntime } from '../conversation/runtime.js';
+import type { ParleyEvent } from '../events/types.js';
+import { ProviderError } from '../llm/errors.js';
+import type { LlmClient, LlmResponse, LlmToolSpec } from '../llm/types.js';
+import type { Tool, ToolContext } from '../tools/types.js';
+import { buildSystemPrompt, estimateTokens, eventsToMessages } from './prompt.js';
+import { detectStuck } from './stuck.js';
+
+export interface AgentDeps {
+  /** The LLM for this conversation, or null when none is configured. */
+  llm(conversationId: string): Promise<LlmClient | null>;
+  tools(conversationId: string): Promise<Tool[]>;
+  workspaceDir(conversationId: string): string;
+  env(conversationId: string): Promise<Record<string, string>>;
+  instructions(conversationId: string, events: ParleyEvent[]): Promise<string[]>;
+  maxIterations: number;
+  /** Share of the model's context window the prompt may use before condensing. */
+  contextBudgetRatio?: number;
+  /** Release per-conversation resources (shells, MCP servers). */
+  release(conversationId: string): Promise<void>;
+}
+
+interface Run {
+  controller: AbortController;
+  pauseRequested: boolean;
+  /** Set when a message arrives: the loop must not finish without looking at it. */
+  newInput: boolean;
+  done: Promise<void>;
+  nudged: boolean;
+}
+
+class Interrupted extends Error {}
+
+export class AgentRuntimeImpl implements AgentRuntime {
+  private runs = new Map<string, Run>();
+  private rerun = new Set<string>();
+
+  constructor(
+    private readonly service: ConversationService,
+    private readonly deps: AgentDeps,
+    private readonly log: Logger,
+  ) {}
+
+  isRunning(id: string): boolean {
+    return this.runs.has(id);
+  }
+
+  start(id: string): boolean {
+    if (this.runs.has(id)) return false;
+    const run: Run = { controller: new AbortController(), pauseRequested: false, newInput: false, done: Promise.resolve(), nudged: false };
+    this.runs.set(id, run);
+    run.done = this.loop(id, run)
+      .catch((err) => this.log.error({ conversation_id: id, err: this.service.redactor.redact(String(err?.stack ?? err)) }, 'run loop failed'))
+      .finally(() => {
+        this.runs.delete(id);
+        // a message that arrived while the run was ending is never stranded
+        if (this.rerun.delete(id) && this.service.status(id) === 'idle') this.start(id);
+      });
+    return true;
+  }
+
+  notifyMessage(id: string): void {
+    const run = this.runs.get(id);
+    if (run) run.newInput = true;
+    else this.rerun.add(id);
+  }
+
+  async pause(id: string): Promise<void> {
+    const run = this.runs.get(id);
+    if (run) run.pauseRequested = true;
+  }
+
+  async interrupt(id: string): Promise<void> {
+    const run = this.runs.get(id);
+    if (!run) return;
+    run.controller.abort(new Interrupted('interrupted'));
+    await Promise.race([run.done, new Promise((r) => setTimeout(r, 5000))]);
+  }
+
+  async dispose(id: string): Promise<void> {
+    await this.interrupt(id);
+    await this.deps.release(id);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.runs.keys()].map((id) => this.interrupt(id)));
+  }
+
+  private async events(id: string): Promise<ParleyEvent[]> {
+    const out: ParleyEvent[] = [];
+    let after = 0;
+    for (;;) {
+      const page = await this.service.store.query(id, { afterSeq: after, limit: 1000 });
+      out.push(...page);
+      if (page.length < 1000) return out;
+      after = page[page.length - 1]!.seq!;
+    }
+  }
+
+  private async loop(id: string, run: Run): Promise<void> {
+    const s = this.service;
+    await s.setStatus(id, 'running');
+    const llm = await this.deps.llm(id);
+    if (!llm) {
+      await s.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: 'LLMNotConfigured', detail: 'No LLM is configured. Set LLM_MODEL (and LLM_API_KEY / LLM_BASE_URL) or POST /api/settings, then run again.' });
+      await s.setStatus(id, 'error');
+      return;
+    }
+    const tools = await this.deps.tools(id);
+    const byName = new Map(tools.map((t) => [t.name, t]));
+    const specs: LlmToolSpec[] = tools.map((t) => ({
+      name: t.name,
+      description: t.description,
+      inputSchema: ((t as { jsonSchema?: Record<string, unknown> }).jsonSchema ?? stripSchemaMeta(z.toJSONSchema(t.parameters as z.ZodType, { io: 'input', unrepresentable: 'any' }))) as Record<string, unknown>,
+    }));
+    const workspaceDir = this.deps.workspaceDir(id);
+    let condensedForContextError = false;
+
+    for (let iteration = 1; ; iteration++) {
+      if (run.pauseRequested) {
+        await s.append(id, { kind: 'PauseEvent', source: 'user' });
+        await s.setStatus(id, 'paused');
+        return;
+      }
+      if (iteration > this.deps.maxIterations) {
+        await s.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: 'MaxIterationsReached', detail: `The run stopped after ${this.deps.maxIterations} steps (max_iterations). Send a message or run again to continue.` });
+        await s.setStatus(id, 'error');
+        return;
+      }
+      run.newInput = false;
+      const events = await this.events(id);
+      const { messages, systemNotes } = eventsToMessages(events);
+      const instructions = await this.deps.instructions(id, events);
+      const system = buildSystemPrompt({ workspaceDir, toolNames: tools.map((t) => t.name), instructions: [...instructions, ...systemNotes] });
+      if (!events.some((e) => e.kind === 'SystemPromptEvent')) {
+        await s.append(id, { kind: 'SystemPromptEvent', source: 'agent', system_prompt: { type: 'text', text: system }, tools: specs.map((t) => t.name) });
+      }
+      const budget = Math.floor(llm.contextWindow * (this.deps.contextBudgetRatio ?? 0.8));
+      if (estimateTokens(system + JSON.stringify(specs), messages) > budget && (await this.condense(id, llm, events, run))) continue;
+
+      let response: LlmResponse;
+      const responseId = crypto.randomUUID();
+      try {
+        response = await llm.complete({
+          system,
+          messages,
+          tools: specs,
+          signal: run.controller.signal,
+          onTextDelta: (delta) => s.publishTransient(id, { kind: 'StreamingDeltaEvent', source: 'agent', content: delta }),
+          onRetry: ({ attempt, delayMs, error }) =>
+            void s.append(id, { kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'llm_retry', value: { attempt, delay_ms: delayMs, code: error.code, detail: error.detail } }),
+        });
+      } catch (err) {
+        if (run.controller.signal.aborted) return this.afterInterrupt(id);
+        if (err instanceof ProviderError && err.code === 'ContextWindowExceeded' && !condensedForContextError) {
+          condensedForContextError = true;
+          if (await this.condense(id, llm, events, run)) continue;
+        }
+        const code = err instanceof ProviderError ? err.code : 'AgentError';
+        const detail = err instanceof ProviderError ? err.detail : `The agent failed: ${(err as Error)?.message ?? String(err)}`;
+        await s.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code, detail: s.redactor.redact(detail) });
+        await s.setStatus(id, 'error');
+        return;
+      }
+
+      if (response.toolCalls.length === 0) {
+        await s.append(id, { kind: 'MessageEvent', source: 'agent', llm_response_id: responseId, llm_message: { role: 'assistant', content: [{ type: 'text', text: response.text }] } });
+        if (run.newInput) continue;
+        await s.setStatus(id, 'finished');
+        return;
+      }
+
+      let finished = false;
+      const ctxBase = { conversationId: id, workspaceDir, signal: run.controller.signal, env: await this.deps.env(id), redact: (t: string) => s.redactor.redact(t) } satisfies ToolContext;
+      for (const [i, call] of response.toolCalls.entries()) {
+        const action = await s.append(id, {
+          kind: 'ActionEvent',
+          source: 'agent',
+          tool_name: call.name,
+          tool_call_id: call.id,
+          llm_response_id: responseId,
+          thought: i === 0 && response.text ? [{ type: 'text', text: response.text }] : [],
+          action: typeof call.input === 'object' && call.input !== null ? call.input : null,
+          tool_call: { id: call.id, name: call.name, arguments: call.rawInput, input: typeof call.input === 'object' && call.input !== null ? call.input : { invalid_arguments: call.rawInput } },
+        });
+        if (run.controller.signal.aborted) break;
+        const tool = byName.get(call.name);
+        const error = (msg: string) => s.append(id, { kind: 'AgentErrorEvent', source: 'agent', tool_name: call.name, tool_call_id: call.id, error: msg });
+        if ((call as { error?: string }).error || !tool) {
+          await error((call as { error?: string }).error ?? `Unknown tool "${call.name}". Available tools: ${[...byName.keys()].join(', ')}.`);
+          continue;
+        }
+        const parsed = (tool.parameters as z.ZodType).safeParse(call.input);
+        if (!parsed.success) {
+          await error(`Invalid arguments for ${call.name}: ${parsed.error.issues.map((x) => `${x.path.join('.') || '(root)'}: ${x.message}`).join('; ')}. Fix the arguments and call the tool again.`);
+          continue;
+        }
+        try {
+          const observation = await tool.execute(parsed.data, ctxBase);
+          await s.append(id, { kind: 'ObservationEvent', source: 'environment', tool_name: call.name, tool_call_id: call.id, action_id: action.id, observation });
+        } catch (err) {
+          if (run.controller.signal.aborted) break;
+          await error(`${call.name} failed: ${(err as Error)?.message ?? String(err)}`);
+          continue;
+        }
+        if (call.name === 'finish') finished = true;
+      }
+      if (run.controller.signal.aborted) return this.afterInterrupt(id);
+      if (finished && !run.newInput) {
+        await s.setStatus(id, 'finished');
+        return;
+      }
+      const verdict = detectStuck(await this.events(id), run.nudged);
+      if (verdict.stuck) {
+        await s.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: 'AgentStuck', detail: `${verdict.reason} Send a message to continue.` });
+        await s.setStatus(id, 'stuck');
+        return;
+      }
+      if (verdict.nudge) {
+        run.nudged = true;
+        await s.append(id, { kind: 'AgentErrorEvent', source: 'environment', error: verdict.nudge });
+      }
+    }
+  }
+
+  /** Every tool call left without a result gets an AgentErrorEvent; status paused. */
+  private async afterInterrupt(id: string): Promise<void> {
+    const s = this.service;
+    const events = await this.events(id);
+    const answered = new Set(events.filter((e) => e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent').map((e) => String(e.tool_call_id)));
+    for (const a of events) {
+      if (a.kind === 'ActionEvent' && !answered.has(String(a.tool_call_id))) {
+        await s.append(id, { kind: 'AgentErrorEvent', source: 'agent', tool_name: a.tool_name, tool_call_id: a.tool_call_id, error: 'Tool call interrupted before completion. The conversation was paused.' });
+      }
+    }
+    await s.append(id, { kind: 'InterruptEvent', source: 'user' });
+    await s.setStatus(id, 'paused');
+  }
+
+  /** Summarise the older half of the history into a Condensation event. False when nothing can be condensed. */
+  private async condense(id: string, llm: LlmClient, events: ParleyEvent[], run: Run): Promise<boolean> {
+    const previous = [...events].reverse().find((e) => e.kind === 'Condensation');
+    const already = new Set((previous?.forgotten_event_ids as string[] | undefined) ?? []);
+    const candidates = events.filter((e) => !already.has(e.id) && e.kind !== 'SystemPromptEvent' && e.kind !== 'Condensation' && e.kind !== 'ConversationStateUpdateEvent');
+    if (candidates.length < 4) return false;
+    let cut = Math.floor(candidates.length / 2);
+    // never split an action from its result: move the cut past any ObservationEvent
+    while (cut < candidates.length && (candidates[cut]!.kind === 'ObservationEvent' || (candidates[cut]!.kind === 'AgentErrorEvent' && candidates[cut]!.tool_call_id))) cut++;
+    const forget = candidates.slice(0, cut);
+    const { messages } = eventsToMessages([...(previous ? [previous] : []), ...forget]);
+    const transcript = JSON.stringify(messages).slice(0, Math.floor(llm.contextWindow * 2));
+    const res = await llm.complete({
+      system: 'You summarise the history of a coding agent session. Keep: the user goals and requirements, decisions made, files changed, commands run and their important results, and what remains to do. Be concise and factual.',
+      messages: [{ role: 'user', content: [{ type: 'text', text: `Summarise this session history:\n${transcript}` }] }],
+      tools: [],
+      signal: run.controller.signal,
+    });
+    await this.service.append(id, {
+      kind: 'Condensation',
+      source: 'environment',
+      forgotten_event_ids: [...already, ...forget.map((e) => e.id)],
+      summary: res.text,
+    });
+    return true;
+  }
+}
+
+function stripSchemaMeta(schema: Record<string, unknown>): Record<string, unknown> {
+  const { $schema: _s, ...rest } = schema;
+  return rest;
+}
