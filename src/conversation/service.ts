@@ -235,7 +235,7 @@ export class ConversationService {
     this.redactor.add(...mcpSecrets(mcp));
     const record: ConversationRecord = {
       id,
-      title: deriveTitle(req),
+      title: this.redactTitle(deriveTitle(req)),
       created_at: now,
       updated_at: now,
       execution_status: 'idle',
@@ -459,6 +459,10 @@ export class ConversationService {
     return { config: cfg, servers: this.mcpStatus ? await this.mcpStatus(id) : [] };
   }
 
+  private redactTitle(t: string | null): string | null {
+    return t === null ? null : this.redactor.redact(t);
+  }
+
   // ---- reads --------------------------------------------------------------------------------
 
   async info(conv: LiveConversation) {
@@ -468,7 +472,7 @@ export class ConversationService {
     return {
       conversation_id: conv.record.id,
       id: conv.record.id,
-      title: conv.record.title,
+      title: this.redactTitle(conv.record.title),
       created_at: conv.record.created_at,
       updated_at: conv.record.updated_at,
       execution_status: conv.status,
