@@ -19,14 +19,17 @@ describe('durability', () => {
     d1.proc.kill('SIGKILL');
     await d1.exited;
     const d2 = await startDaemon({}, dir);
-    const s = await d2.req('GET', `/api/conversations/${id}/events/search?limit=100`);
+    const s = await d2.req('GET', `/api/conversations/${id}/events/search?limit=100&kind=MessageEvent`);
     assert.equal(s.status, 200);
     const texts = s.body.items.map((e: any) => e.llm_message.content[0].text).sort();
     assert.deepEqual(texts, Array.from({ length: 50 }, (_, i) => `m${i}`).sort());
-    assert.deepEqual(s.body.items.map((e: any) => e.seq), Array.from({ length: 50 }, (_, i) => i + 1));
+    const seqs = s.body.items.map((e: any) => e.seq);
+    assert.deepEqual(seqs, [...seqs].sort((a: number, b: number) => a - b));
+    const allSeqs = (await d2.req('GET', `/api/conversations/${id}/events/search?limit=100`)).body.items.map((e: any) => e.seq);
+    assert.deepEqual(allSeqs, Array.from({ length: allSeqs.length }, (_, i) => i + 1), 'gap-free from 1');
     // the next append continues the sequence
     await d2.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'after' }] });
-    assert.equal((await d2.req('GET', `/api/conversations/${id}/events/count`)).body, 51);
+    assert.equal((await d2.req('GET', `/api/conversations/${id}/events/count?kind=MessageEvent`)).body, 51);
     // the token is still there: a host-only update keeps it (the redactor knows it after restart)
     const dbText = fs.readFileSync(path.join(dir, 'parley.db')).toString('latin1');
     assert.ok(!dbText.includes('ghp_SURVIVES_RESTART'));
@@ -63,7 +66,7 @@ describe('process lifecycle', () => {
     assert.equal((await s.waitClose()).code, 1001);
     const ok = settled.filter((r) => r.status === 'fulfilled' && r.value.status === 200).length;
     const d2 = await startDaemon({}, d.dataDir);
-    assert.equal((await d2.req('GET', `/api/conversations/${id}/events/count`)).body, ok, 'every 200 was committed');
+    assert.equal((await d2.req('GET', `/api/conversations/${id}/events/count?kind=MessageEvent`)).body, ok, 'every 200 was committed');
     await d2.stop();
   });
   test('bad configuration and a busy port: one clear line, exit 1', async () => {
@@ -98,7 +101,7 @@ describe('in-house callers (tRPC)', () => {
     await waitFor(() => received.find((e) => e.kind === 'MessageEvent'), 'event via subscription');
     assert.equal(received.find((e) => e.kind === 'MessageEvent').llm_message.content[0].text, 'over trpc');
     // REST sees the same event: one core, two doors
-    const rest = await d.req('GET', `/api/conversations/${conversation_id}/events/search`, undefined, { 'X-Session-API-Key': 'trpc-key' });
+    const rest = await d.req('GET', `/api/conversations/${conversation_id}/events/search?kind=MessageEvent`, undefined, { 'X-Session-API-Key': 'trpc-key' });
     assert.equal(rest.body.items[0].id, received.find((e) => e.kind === 'MessageEvent').id);
     const info = await client.getConversation.query({ conversation_id });
     assert.equal(info.id, conversation_id);

@@ -127,9 +127,14 @@ export async function attachAgent(service: ConversationService, config: Config, 
     async prepare(id) {
       const conv = await service.require(id);
       const d = conv.record.data;
+      // phases are reported as events when there is real work (a clone, a setup script);
+      // a conversation without a repository only gets its directory
+      const repoWork = !!d.selected_repository;
       const phase = async (p: string, detail?: string) => {
         await service.updateData(id, { setup: { phase: p, ...(detail ? { detail } : {}) } });
-        await service.append(id, { kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'setup', value: { phase: p, ...(detail ? { detail } : {}) } });
+        if (repoWork || p === 'error') {
+          await service.append(id, { kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'setup', value: { phase: p, ...(detail ? { detail } : {}) } });
+        }
       };
       await phase('preparing');
       const dir = await createWorkspace(config.workspaceRoot, id);
@@ -173,7 +178,7 @@ export async function attachAgent(service: ConversationService, config: Config, 
       else if (micro) first = createMicroagentMessage(micro);
       if (first) await service.append(id, { kind: 'MessageEvent', source: 'user', llm_message: { role: 'user', content: [{ type: 'text', text: first, cache_prompt: false }] } });
       await phase('ready');
-      const wantsRun = d.run_requested || first || (await service.store.count(id, { kind: 'MessageEvent', source: 'user' })) > 0;
+      const wantsRun = !!(d.run_requested || first);
       delete conv.record.data.run_requested;
       if (wantsRun) runtime.start(id);
     },

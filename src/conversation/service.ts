@@ -250,6 +250,8 @@ export class ConversationService {
         replay_json: req.replay_json ? true : null,
         mcp_config_sealed: this.box.encrypt(JSON.stringify(mcp)),
         setup: { phase: 'pending' },
+        // preparation starts the loop when it is done
+        run_requested: willRun,
       },
     };
     try {
