@@ -240,7 +240,8 @@ class Generator {
     this.warmupEnd = go.warmupEnd;
     this.endAt = go.endAt;
     this.started = true;
-    this.live = this.conns.length;
+    this.live = this.conns.filter((c) => !c.isDone).length;
+    if (this.live === 0) this.finished();
     for (const c of this.conns) c.fire();
     const watchdog = setInterval(() => {
       const t = now();
@@ -270,6 +271,7 @@ class Generator {
   }
 
   connDone(): void {
+    if (!this.started) return; // gave up before the start: never counted in `live`
     this.live -= 1;
     if (this.live === 0) {
       for (const c of this.conns) c.close();
@@ -289,6 +291,10 @@ class Conn {
   private status = 0;
 
   constructor(private readonly g: Generator) {}
+
+  get isDone(): boolean {
+    return this.done;
+  }
 
   open(): Promise<void> {
     return new Promise((resolve, reject) => {
@@ -1172,6 +1178,14 @@ async function main(): Promise<number> {
       `orchestrator (subscribers) CPU during the real run ${fmtCores(real.orchestratorCores)}; ` +
       `daemon log lines after start-up: ${daemon.child.warnLines - logs0.warn} warn, ${daemon.child.errorLines - logs0.error} error.`,
   );
+  if (limit.genElu >= 0.85 || limit.genCores >= 0.85) {
+    lines.push(
+      `note: the load generator was near saturation during the bare run (event loop ${Math.round(limit.genElu * 100)} % busy): ` +
+        'the bare figure is a lower bound of what the route can do here, so the ratio above is, if anything, optimistic.',
+    );
+  }
+  const other = Math.max(limit.otherCores, real.otherCores);
+  if (other >= 0.25) lines.push(`note: other processes used up to ${fmtCores(other)} of a core during a measured window: expect noise; repeat the run.`);
   process.stdout.write(`${lines.join('\n')}\n`);
 
   if (profileDir) {
