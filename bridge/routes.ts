@@ -2,10 +2,10 @@
  * Every REST route is one line: method, path, how the procedure's input is built from the
  * request, and where each input field came from (for the `loc` of a 422).
  */
-import type { AppRouter } from '../src/api/router.js';
+import type { OperationName } from '../src/api/router.js';
 
 type Loc = (string | number)[];
-export type ProcedureName = keyof AppRouter['_def']['procedures'];
+export type ProcedureName = OperationName;
 
 export interface RouteRequest {
   params: Record<string, string>;

@@ -4,7 +4,7 @@
  * through a server-side caller, so REST and tRPC run the same code.
  */
 import type { Logger } from 'pino';
-import { createCaller } from '../src/api/router.js';
+import { runOperation, type OperationName } from '../src/api/router.js';
 import type { Config } from '../src/config.js';
 import type { ConversationService } from '../src/conversation/service.js';
 import { toHttpError } from './errors.js';
@@ -26,7 +26,6 @@ export interface Daemon {
 export function startServer(config: Config, service: ConversationService, log: Logger): Promise<Daemon> {
   const app = App();
   const keys = config.sessionApiKeys;
-  const caller = createCaller({ service });
   const routes: CompiledRoute[] = compileRoutes(ROUTES);
   const openapi = JSON.stringify(buildOpenApi(ROUTES, VERSION, keys.length > 0));
   let inFlight = 0;
@@ -37,8 +36,7 @@ export function startServer(config: Config, service: ConversationService, log: L
     if (inFlight === 0 && onIdle) onIdle();
   };
 
-  const call = (procedure: string, input: unknown) =>
-    (caller as unknown as Record<string, (i: unknown) => Promise<unknown>>)[procedure]!(input);
+  const call = (procedure: OperationName, input: unknown) => runOperation(service, procedure, input);
 
   const sockets = mountEventSockets(app, service, log, {
     keys,

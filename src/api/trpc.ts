@@ -28,4 +28,3 @@ const mapErrors = t.middleware(async ({ next }) => {
 
 export const router = t.router;
 export const procedure = t.procedure.use(mapErrors);
-export const createCallerFactory = t.createCallerFactory;

@@ -3,10 +3,10 @@
  * Appends made in one event-loop turn are grouped into one transaction; `seq` is assigned per
  * conversation, gap-free, and an append resolves only after its transaction has committed.
  */
-import crypto from 'node:crypto';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { pack, unpack } from 'msgpackr';
+import { uuidv7 } from '../events/ids.js';
 import { nowIso, type EventDraft, type ParleyEvent } from '../events/types.js';
 import type { ConversationRecord, EventQuery, SealedValue, Store } from './types.js';
 
@@ -33,6 +33,7 @@ export class SqliteStore implements Store {
   ) {
     this.db = new Database(path.join(dataDir, 'parley.db'));
     this.db.pragma('journal_mode = WAL');
+    this.db.pragma('wal_autocheckpoint = 10000');
     this.db.pragma(`synchronous = ${opts.synchronous ?? 'NORMAL'}`);
     this.db.pragma('busy_timeout = 5000');
     this.db.exec(`
@@ -56,7 +57,8 @@ export class SqliteStore implements Store {
         body BLOB NOT NULL,
         PRIMARY KEY (conversation_id, seq)
       ) WITHOUT ROWID;
-      CREATE UNIQUE INDEX IF NOT EXISTS events_id ON events (conversation_id, id);
+      DROP INDEX IF EXISTS events_id;
+      CREATE UNIQUE INDEX IF NOT EXISTS events_by_id ON events (id);
       CREATE TABLE IF NOT EXISTS secrets (
         kind TEXT NOT NULL,
         name TEXT NOT NULL,
@@ -71,7 +73,7 @@ export class SqliteStore implements Store {
       ),
       touch: this.db.prepare('UPDATE conversations SET updated_at = ? WHERE id = ?'),
       maxSeq: this.db.prepare('SELECT MAX(seq) AS m FROM events WHERE conversation_id = ?').pluck(),
-      getEvent: this.db.prepare('SELECT body FROM events WHERE conversation_id = ? AND id = ?').pluck(),
+      getEvent: this.db.prepare('SELECT body FROM events WHERE id = ? AND conversation_id = ?').pluck(),
       getConv: this.db.prepare('SELECT * FROM conversations WHERE id = ?'),
       insertConv: this.db.prepare(
         'INSERT INTO conversations (id, title, created_at, updated_at, execution_status, data) VALUES (@id, @title, @created_at, @updated_at, @execution_status, @data)',
@@ -130,7 +132,7 @@ export class SqliteStore implements Store {
           const out: ParleyEvent[] = [];
           for (const d of p.drafts) {
             seq += 1;
-            const ev = { ...d, id: d.id ?? crypto.randomUUID(), seq, timestamp: d.timestamp ?? nowIso() } as ParleyEvent;
+            const ev = { ...d, id: d.id ?? uuidv7(), seq, timestamp: d.timestamp ?? nowIso() } as ParleyEvent;
             this.stmts.insertEvent.run(p.conversationId, seq, ev.id, ev.kind, ev.timestamp, ev.source, pack(ev));
             out.push(ev);
             touched.set(p.conversationId, ev.timestamp);
@@ -177,7 +179,7 @@ export class SqliteStore implements Store {
   }
 
   async get(conversationId: string, eventId: string): Promise<ParleyEvent | null> {
-    const b = this.stmts.getEvent.get(conversationId, eventId) as Buffer | undefined;
+    const b = this.stmts.getEvent.get(eventId, conversationId) as Buffer | undefined;
     return b ? (unpack(b) as ParleyEvent) : null;
   }
 
