@@ -29,5 +29,5 @@ const wall = Number(process.hrtime.bigint() - t0) / 1e3;
 const cpu = process.cpuUsage(cpu0);
 console.log(`store append: ${convs} conversations, ${total} events, ~${batch} per transaction`);
 console.log(`  CPU ${((cpu.user + cpu.system) / total).toFixed(1)} µs/event, wall ${(wall / total).toFixed(1)} µs/event, ${Math.round(total / (wall / 1e6))} events/s`);
-store.close();
+await store.close();
 fs.rmSync(dir, { recursive: true, force: true });

@@ -28,7 +28,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     service,
     async close() {
       await service!.runtime?.close();
-      store.close();
+      await store.close();
     },
   };
 }

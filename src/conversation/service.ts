@@ -13,13 +13,16 @@ import {
   EXECUTION_STATUSES,
   PROVIDERS,
 } from '../api/schemas.js';
-import { ConflictError, NotFoundError, RequestValidationError } from '../errors.js';
+import { ConflictError, NotFoundError, RequestValidationError, type ValidationIssue } from '../errors.js';
 import type { EventBus } from '../events/bus.js';
 import { EncodedEvent, nowIso, type EventDraft, type ParleyEvent } from '../events/types.js';
 import type { SecretBox } from '../secrets/crypto.js';
 import type { Redactor } from '../secrets/redact.js';
 import type { ConversationRecord, Store } from '../store/types.js';
-import type { AgentRuntime, ConversationPreparer } from './runtime.js';
+import { normalizeRepository } from '../workspace/git.js';
+import { validateSuggestedTask } from '../workspace/tasks.js';
+import { parseReplay, replayText, type ReplayPlan } from './replay.js';
+import type { AgentRuntime, ConversationPreparer, PrepareOptions } from './runtime.js';
 
 export type ExecutionStatus = (typeof EXECUTION_STATUSES)[number];
 export type Provider = (typeof PROVIDERS)[number];
@@ -108,6 +111,9 @@ export class ConversationService {
   /** Called by the store after each commit: publish in seq order. */
   onCommit = (conversationId: string, events: ParleyEvent[]): void => {
     for (const ev of events) this.bus.publish(conversationId, new EncodedEvent(ev));
+    const live = this.live.get(conversationId);
+    const last = events[events.length - 1];
+    if (live && last) live.record.updated_at = last.timestamp;
   };
 
   /** Loads secret values into the redactor and repairs conversations a crash left running. */
@@ -215,16 +221,10 @@ export class ConversationService {
   // ---- the three operations of the interface --------------------------------------------------
 
   async createConversation(req: NewConversationRequest): Promise<CreateResult> {
-    if (req.replay_json && req.initial_user_msg) {
-      throw new RequestValidationError([
-        {
-          type: 'value_error',
-          loc: ['body', 'replay_json'],
-          msg: 'Value error, replay_json cannot be combined with initial_user_msg: a replay supplies its own first message',
-        },
-      ]);
-    }
-    const willRun = !!(req.initial_user_msg || req.suggested_task || req.create_microagent || req.replay_json);
+    // everything that can be refused is refused now (422), never later in the background
+    const replay = checkNewConversation(req);
+    // a replay runs its recorded actions, not the LLM: only a message sent meanwhile starts a run
+    const willRun = !!(req.initial_user_msg || req.suggested_task || req.create_microagent);
     if (req.conversation_id) {
       const existing = await this.load(req.conversation_id);
       if (existing) return this.join(existing, req);
@@ -235,7 +235,7 @@ export class ConversationService {
     this.redactor.add(...mcpSecrets(mcp));
     const record: ConversationRecord = {
       id,
-      title: this.redactTitle(deriveTitle(req)),
+      title: this.redactTitle(deriveTitle({ ...req, initial_user_msg: req.initial_user_msg ?? replayText(replay?.firstMessage ?? null) })),
       created_at: now,
       updated_at: now,
       execution_status: 'idle',
@@ -263,16 +263,33 @@ export class ConversationService {
       throw err;
     }
     this.live.set(id, { record, status: 'idle' });
+    // reserved before the first await: a run requested meanwhile waits for this preparation
+    if (this.preparer) this.preparing.add(id);
     this.log.info({ conversation_id: id }, 'conversation created');
     if (req.initial_user_msg || req.image_urls?.length) {
       await this.append(id, userMessage(req.initial_user_msg ?? '', req.image_urls ?? []));
     }
+    if (replay?.firstMessage) {
+      await this.append(id, { kind: 'MessageEvent', source: 'user', llm_message: { role: 'user', content: replay.firstMessage } });
+    }
     if (this.preparer) {
-      this.preparer.prepare(id).catch((err) => this.log.error({ conversation_id: id, err: this.redactor.redact(String(err)) }, 'preparation failed'));
+      this.launchPreparer(id, replay ? { replay } : undefined);
     } else if (willRun) {
       this.startRun(id);
     }
-    return { status: 'ok', conversation_id: id, message: null, conversation_status: willRun ? 'RUNNING' : 'STARTING' };
+    return { status: 'ok', conversation_id: id, message: null, conversation_status: willRun || replay ? 'RUNNING' : 'STARTING' };
+  }
+
+  /** Preparations under way in this process (a phase left over by a restart is not one). */
+  private preparing = new Set<string>();
+
+  private launchPreparer(id: string, opts?: PrepareOptions): void {
+    if (!this.preparer) return;
+    this.preparing.add(id);
+    this.preparer
+      .prepare(id, opts)
+      .catch((err) => this.log.error({ conversation_id: id, err: this.redactor.redact(String(err)) }, 'preparation failed'))
+      .finally(() => this.preparing.delete(id));
   }
 
   private async join(conv: LiveConversation, req: NewConversationRequest): Promise<CreateResult> {
@@ -311,8 +328,10 @@ export class ConversationService {
     const conv = this.live.get(id);
     if (!conv || !this.runtime) return false;
     const phase = (conv.record.data.setup as { phase?: string } | undefined)?.phase;
-    if (this.preparer && (phase === 'pending' || phase === 'preparing')) {
+    if (this.preparer && (phase === 'pending' || phase === 'preparing' || phase === 'replaying')) {
       conv.record.data.run_requested = true;
+      // a preparation the daemon's restart cut short is started again; it runs the loop when done
+      if (!this.preparing.has(id)) this.launchPreparer(id);
       return true;
     }
     return this.runtime.start(id);
@@ -577,6 +596,44 @@ export function contentOf(text: string, imageUrls: string[]) {
 
 export function userMessage(text: string, imageUrls: string[]): EventDraft {
   return { kind: 'MessageEvent', source: 'user', llm_message: { role: 'user', content: contentOf(text, imageUrls) } };
+}
+
+/**
+ * The checks of a new conversation that the schema cannot express (all reported at once, 422):
+ * replay_json parses into a plan and comes without another first message; repository names are
+ * `owner/repo`; a suggested task is a combination its templates support.
+ */
+function checkNewConversation(req: NewConversationRequest): ReplayPlan | null {
+  const issues: ValidationIssue[] = [];
+  const valueError = (loc: (string | number)[], msg: string) => issues.push({ type: 'value_error', loc: ['body', ...loc], msg: `Value error, ${msg}` });
+  let plan: ReplayPlan | null = null;
+  if (req.replay_json) {
+    const other = req.initial_user_msg ? 'initial_user_msg' : req.image_urls?.length ? 'image_urls' : req.suggested_task ? 'suggested_task' : req.create_microagent ? 'create_microagent' : null;
+    if (other) valueError(['replay_json'], `replay_json cannot be combined with ${other}: a replay supplies its own first message`);
+    const parsed = parseReplay(req.replay_json);
+    if (parsed.ok) plan = parsed.plan;
+    else issues.push(...parsed.issues);
+  }
+  const repoName = (value: string | null | undefined, loc: string[]) => {
+    if (value === null || value === undefined) return;
+    try {
+      normalizeRepository(value);
+    } catch (err) {
+      valueError(loc, (err as Error).message);
+    }
+  };
+  repoName(req.repository, ['repository']);
+  repoName(req.create_microagent?.repo, ['create_microagent', 'repo']);
+  if (req.suggested_task) {
+    const task = req.suggested_task;
+    const problem = validateSuggestedTask({ ...task, git_provider: task.git_provider ?? req.git_provider ?? undefined });
+    if (problem) {
+      const field = /^suggested_task\.(\w+)/.exec(problem)?.[1] ?? (/git provider/i.test(problem) ? 'git_provider' : 'task_type');
+      valueError(['suggested_task', field], problem);
+    }
+  }
+  if (issues.length) throw new RequestValidationError(issues);
+  return plan;
 }
 
 function deriveTitle(req: NewConversationRequest): string | null {

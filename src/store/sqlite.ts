@@ -1,14 +1,19 @@
 /**
- * The embedded store: SQLite (WAL) in DATA_DIR. The only module that touches the database handle.
- * Appends made in one event-loop turn are grouped into one transaction; `seq` is assigned per
- * conversation, gap-free, and an append resolves only after its transaction has committed.
+ * The embedded store: SQLite (WAL) in DATA_DIR. The only module that touches the database.
+ * Appends made in one event-loop turn are grouped into one transaction, written by the writer
+ * thread (`writer.ts`) so commits do not block the event loop; `seq` is assigned here, per
+ * conversation, gap-free, and an append resolves (and is published) only after its transaction
+ * has committed. Reads run on this thread's connection, over `events` and the staging `inbox`,
+ * inside one read transaction so a concurrent move between the two is never seen half-done.
  */
 import path from 'node:path';
+import { Worker } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 import { pack, unpack } from 'msgpackr';
 import { uuidv7 } from '../events/ids.js';
 import { nowIso, type EventDraft, type ParleyEvent } from '../events/types.js';
 import type { ConversationRecord, EventQuery, SealedValue, Store } from './types.js';
+import type { Row, WriterReply, WriterRequest } from './writer.js';
 
 interface Pending {
   conversationId: string;
@@ -16,6 +21,8 @@ interface Pending {
   resolve: (evs: ParleyEvent[]) => void;
   reject: (err: unknown) => void;
 }
+
+type WithoutN<T> = T extends unknown ? Omit<T, 'n'> : never;
 
 export type CommitListener = (conversationId: string, events: ParleyEvent[]) => void;
 
@@ -25,6 +32,10 @@ export class SqliteStore implements Store {
   private pending: Pending[] = [];
   private flushScheduled = false;
   private stmts;
+  private writer: Worker;
+  private requestNo = 0;
+  private waiting = new Map<number, { resolve: () => void; reject: (err: Error) => void }>();
+  private closed = false;
 
   constructor(
     dataDir: string,
@@ -57,6 +68,16 @@ export class SqliteStore implements Store {
         body BLOB NOT NULL,
         PRIMARY KEY (conversation_id, seq)
       ) WITHOUT ROWID;
+      CREATE TABLE IF NOT EXISTS inbox (
+        rowid INTEGER PRIMARY KEY,
+        conversation_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        timestamp TEXT NOT NULL,
+        source TEXT NOT NULL,
+        body BLOB NOT NULL
+      );
       DROP INDEX IF EXISTS events_id;
       CREATE UNIQUE INDEX IF NOT EXISTS events_by_id ON events (id);
       CREATE TABLE IF NOT EXISTS secrets (
@@ -68,18 +89,15 @@ export class SqliteStore implements Store {
       ) WITHOUT ROWID;
     `);
     this.stmts = {
-      insertEvent: this.db.prepare(
-        'INSERT INTO events (conversation_id, seq, id, kind, timestamp, source, body) VALUES (?, ?, ?, ?, ?, ?, ?)',
-      ),
-      touch: this.db.prepare('UPDATE conversations SET updated_at = ? WHERE id = ?'),
-      maxSeq: this.db.prepare('SELECT MAX(seq) AS m FROM events WHERE conversation_id = ?').pluck(),
+      maxSeq: this.db.prepare('SELECT MAX(seq) FROM events WHERE conversation_id = ?').pluck(),
+      maxSeqInbox: this.db.prepare('SELECT MAX(seq) FROM inbox WHERE conversation_id = ?').pluck(),
       getEvent: this.db.prepare('SELECT body FROM events WHERE id = ? AND conversation_id = ?').pluck(),
+      getEventInbox: this.db.prepare('SELECT body FROM inbox WHERE id = ? AND conversation_id = ?').pluck(),
       getConv: this.db.prepare('SELECT * FROM conversations WHERE id = ?'),
       insertConv: this.db.prepare(
         'INSERT INTO conversations (id, title, created_at, updated_at, execution_status, data) VALUES (@id, @title, @created_at, @updated_at, @execution_status, @data)',
       ),
       deleteConv: this.db.prepare('DELETE FROM conversations WHERE id = ?'),
-      deleteEvents: this.db.prepare('DELETE FROM events WHERE conversation_id = ?'),
       putSecret: this.db.prepare(
         'INSERT INTO secrets (kind, name, sealed, meta) VALUES (?, ?, ?, ?) ON CONFLICT (kind, name) DO UPDATE SET sealed = excluded.sealed, meta = excluded.meta',
       ),
@@ -88,6 +106,33 @@ export class SqliteStore implements Store {
       deleteSecret: this.db.prepare('DELETE FROM secrets WHERE kind = ? AND name = ?'),
       deleteSecretsOfKind: this.db.prepare('DELETE FROM secrets WHERE kind = ?'),
     };
+    this.writer = new Worker(new URL('./worker-boot.mjs', import.meta.url), {
+      workerData: { entry: new URL('./writer.ts', import.meta.url).href, file: path.join(dataDir, 'parley.db'), synchronous: opts.synchronous ?? 'NORMAL' },
+    });
+    this.writer.on('message', (r: WriterReply) => {
+      const w = this.waiting.get(r.n);
+      if (!w) return;
+      this.waiting.delete(r.n);
+      if (r.error) w.reject(new Error(`event log write failed: ${r.error}`));
+      else w.resolve();
+    });
+    this.writer.on('error', (err) => {
+      for (const w of this.waiting.values()) w.reject(err);
+      this.waiting.clear();
+    });
+    this.writer.unref();
+  }
+
+  /** Sends a request to the writer; resolves when its transaction has committed. */
+  private ask(req: WithoutN<WriterRequest>): Promise<void> {
+    const n = ++this.requestNo;
+    return new Promise<void>((resolve, reject) => {
+      this.waiting.set(n, { resolve, reject });
+      this.writer.ref();
+      this.writer.postMessage({ ...req, n } as WriterRequest);
+    }).finally(() => {
+      if (this.waiting.size === 0) this.writer.unref();
+    });
   }
 
   // ---- events -------------------------------------------------------------------------------
@@ -109,48 +154,54 @@ export class SqliteStore implements Store {
   private seqOf(conversationId: string): number {
     let s = this.lastSeqCache.get(conversationId);
     if (s === undefined) {
-      s = (this.stmts.maxSeq.get(conversationId) as number | null) ?? 0;
+      s = Math.max((this.stmts.maxSeq.get(conversationId) as number | null) ?? 0, (this.stmts.maxSeqInbox.get(conversationId) as number | null) ?? 0);
       this.lastSeqCache.set(conversationId, s);
     }
     return s;
   }
 
-  /** Writes every pending append in one transaction, then resolves and publishes in seq order. */
+  /** Hands every pending append to the writer as one transaction; resolves and publishes in seq order after the commit. */
   private flush(): void {
     this.flushScheduled = false;
     const batch = this.pending;
     this.pending = [];
     if (batch.length === 0) return;
     const results: ParleyEvent[][] = [];
+    const rows: Row[] = [];
+    const touched = new Map<string, string>();
     const seqBefore = new Map<string, number>();
-    try {
-      this.db.transaction(() => {
-        const touched = new Map<string, string>();
-        for (const p of batch) {
-          if (!seqBefore.has(p.conversationId)) seqBefore.set(p.conversationId, this.seqOf(p.conversationId));
-          let seq = this.seqOf(p.conversationId);
-          const out: ParleyEvent[] = [];
-          for (const d of p.drafts) {
-            seq += 1;
-            const ev = { ...d, id: d.id ?? uuidv7(), seq, timestamp: d.timestamp ?? nowIso() } as ParleyEvent;
-            this.stmts.insertEvent.run(p.conversationId, seq, ev.id, ev.kind, ev.timestamp, ev.source, pack(ev));
-            out.push(ev);
-            touched.set(p.conversationId, ev.timestamp);
-          }
-          this.lastSeqCache.set(p.conversationId, seq);
-          results.push(out);
-        }
-        for (const [id, ts] of touched) this.stmts.touch.run(ts, id);
-      })();
-    } catch (err) {
-      for (const [id, s] of seqBefore) this.lastSeqCache.set(id, s);
-      for (const p of batch) p.reject(err);
-      return;
+    for (const p of batch) {
+      let seq = this.seqOf(p.conversationId);
+      if (!seqBefore.has(p.conversationId)) seqBefore.set(p.conversationId, seq);
+      const out: ParleyEvent[] = [];
+      for (const d of p.drafts) {
+        seq += 1;
+        const ev = { ...d, id: d.id ?? uuidv7(), seq, timestamp: d.timestamp ?? nowIso() } as ParleyEvent;
+        rows.push([p.conversationId, seq, ev.id, ev.kind, ev.timestamp, ev.source, pack(ev)]);
+        out.push(ev);
+        touched.set(p.conversationId, ev.timestamp);
+      }
+      this.lastSeqCache.set(p.conversationId, seq);
+      results.push(out);
     }
-    batch.forEach((p, i) => {
-      this.onCommit(p.conversationId, results[i]!);
-      p.resolve(results[i]!);
-    });
+    this.ask({ type: 'append', rows, touched: [...touched] }).then(
+      () => {
+        batch.forEach((p, i) => {
+          this.onCommit(p.conversationId, results[i]!);
+          p.resolve(results[i]!);
+        });
+      },
+      (err) => {
+        // nothing of this batch was committed: re-read the counters before the next append
+        for (const id of seqBefore.keys()) this.lastSeqCache.delete(id);
+        for (const p of batch) p.reject(err);
+      },
+    );
+  }
+
+  /** Runs `fn` in one read transaction (a consistent snapshot of events + inbox). */
+  private read<T>(fn: () => T): T {
+    return this.db.transaction(fn).deferred();
   }
 
   async query(conversationId: string, q: EventQuery): Promise<ParleyEvent[]> {
@@ -161,12 +212,14 @@ export class SqliteStore implements Store {
     if (q.kind) (where.push('kind = ?'), args.push(q.kind));
     if (q.source) (where.push('source = ?'), args.push(q.source));
     if (q.sinceTimestamp) (where.push('timestamp >= ?'), args.push(q.sinceTimestamp));
-    args.push(q.limit);
-    const rows = this.db
-      .prepare(`SELECT body FROM events WHERE ${where.join(' AND ')} ORDER BY seq ${q.desc ? 'DESC' : 'ASC'} LIMIT ?`)
-      .pluck()
-      .all(...args) as Buffer[];
-    return rows.map((b) => unpack(b) as ParleyEvent);
+    const order = q.desc ? 'DESC' : 'ASC';
+    const sql = (table: string) => `SELECT seq, body FROM ${table} WHERE ${where.join(' AND ')} ORDER BY seq ${order} LIMIT ?`;
+    const rows = this.read(() => [
+      ...(this.db.prepare(sql('events')).all(...args, q.limit) as { seq: number; body: Buffer }[]),
+      ...(this.db.prepare(sql('inbox')).all(...args, q.limit) as { seq: number; body: Buffer }[]),
+    ]);
+    rows.sort((a, b) => (q.desc ? b.seq - a.seq : a.seq - b.seq));
+    return rows.slice(0, q.limit).map((r) => unpack(r.body) as ParleyEvent);
   }
 
   async count(conversationId: string, q: Omit<EventQuery, 'limit' | 'desc'>): Promise<number> {
@@ -175,11 +228,16 @@ export class SqliteStore implements Store {
     if (q.afterSeq != null) (where.push('seq > ?'), args.push(q.afterSeq));
     if (q.kind) (where.push('kind = ?'), args.push(q.kind));
     if (q.source) (where.push('source = ?'), args.push(q.source));
-    return this.db.prepare(`SELECT COUNT(*) FROM events WHERE ${where.join(' AND ')}`).pluck().get(...args) as number;
+    const sql = (table: string) => `SELECT COUNT(*) FROM ${table} WHERE ${where.join(' AND ')}`;
+    return this.read(
+      () => (this.db.prepare(sql('events')).pluck().get(...args) as number) + (this.db.prepare(sql('inbox')).pluck().get(...args) as number),
+    );
   }
 
   async get(conversationId: string, eventId: string): Promise<ParleyEvent | null> {
-    const b = this.stmts.getEvent.get(eventId, conversationId) as Buffer | undefined;
+    const b = this.read(
+      () => (this.stmts.getEvent.get(eventId, conversationId) ?? this.stmts.getEventInbox.get(eventId, conversationId)) as Buffer | undefined,
+    );
     return b ? (unpack(b) as ParleyEvent) : null;
   }
 
@@ -233,10 +291,9 @@ export class SqliteStore implements Store {
   }
 
   async deleteConversation(id: string): Promise<boolean> {
-    const changed = this.db.transaction(() => {
-      this.stmts.deleteEvents.run(id);
-      return this.stmts.deleteConv.run(id).changes;
-    })();
+    const changed = this.stmts.deleteConv.run(id).changes;
+    // after every append already handed to the writer
+    await this.ask({ type: 'delete', conversationId: id });
     this.lastSeqCache.delete(id);
     return changed > 0;
   }
@@ -275,8 +332,13 @@ export class SqliteStore implements Store {
     })();
   }
 
-  close(): void {
+  /** Flushes pending appends, lets the writer move and checkpoint, then closes both connections. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
     if (this.pending.length) this.flush();
+    await this.ask({ type: 'close' });
+    await this.writer.terminate();
     this.db.close();
   }
 }

@@ -60,5 +60,5 @@ export interface SecretStore {
 }
 
 export interface Store extends EventStore, ConversationStore, SecretStore {
-  close(): void;
+  close(): Promise<void>;
 }
