@@ -33,6 +33,10 @@ const EnvSchema = z.object({
   WS_MAX_BUFFERED_BYTES: intFrom('WS_MAX_BUFFERED_BYTES', 1024, 1024 * 1024 * 1024).default(8 * 1024 * 1024),
   WS_MAX_SUBSCRIBERS: intFrom('WS_MAX_SUBSCRIBERS', 1, 100000).default(100),
   SQLITE_SYNCHRONOUS: z.enum(['NORMAL', 'FULL']).default('NORMAL'),
+  /** Stop a conversation's MCP servers after it has been idle this long (0: never). */
+  MCP_IDLE_CLOSE_MS: intFrom('MCP_IDLE_CLOSE_MS', 0, 7 * 24 * 3600 * 1000).default(10 * 60 * 1000),
+  /** The terminal tool returns (exit_code -1) after this long without new output. */
+  TERMINAL_NO_OUTPUT_TIMEOUT_MS: intFrom('TERMINAL_NO_OUTPUT_TIMEOUT_MS', 100, 3600 * 1000).default(30_000),
 });
 
 export interface Config {
@@ -51,6 +55,8 @@ export interface Config {
   wsMaxBufferedBytes: number;
   wsMaxSubscribers: number;
   sqliteSynchronous: 'NORMAL' | 'FULL';
+  mcpIdleCloseMs: number;
+  terminalNoOutputTimeoutMs: number;
 }
 
 /** Parse the environment once. Throws ConfigError with one clear line per bad value. */
@@ -86,5 +92,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     wsMaxBufferedBytes: e.WS_MAX_BUFFERED_BYTES,
     wsMaxSubscribers: e.WS_MAX_SUBSCRIBERS,
     sqliteSynchronous: e.SQLITE_SYNCHRONOUS,
+    mcpIdleCloseMs: e.MCP_IDLE_CLOSE_MS,
+    terminalNoOutputTimeoutMs: e.TERMINAL_NO_OUTPUT_TIMEOUT_MS,
   };
 }

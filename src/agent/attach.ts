@@ -12,6 +12,7 @@ import { createLlmClient } from '../llm/provider.js';
 import type { LlmClient } from '../llm/types.js';
 import { createFileEditorTool } from '../tools/file-editor.js';
 import { createFinishTool } from '../tools/finish.js';
+import { mcpSecretValues, mergeMcpConfig } from '../tools/mcp/config.js';
 import { McpManager } from '../tools/mcp/manager.js';
 import { createTaskTrackerTool } from '../tools/task-tracker.js';
 import { createTerminalTool } from '../tools/terminal.js';
@@ -30,37 +31,71 @@ import {
   suggestedTaskMessage,
   workspacePath,
 } from '../workspace/index.js';
+import { executeReplay } from './replay-run.js';
 import { AgentRuntimeImpl } from './runtime.js';
 
 export async function attachAgent(service: ConversationService, config: Config, log: Logger): Promise<void> {
-  const terminal = createTerminalTool({ outputDir: (id) => path.join(config.dataDir, 'outputs', id) });
+  const terminal = createTerminalTool({ outputDir: (id) => path.join(config.dataDir, 'outputs', id), noOutputTimeoutMs: config.terminalNoOutputTimeoutMs });
   const builtins: Tool[] = [terminal, createFileEditorTool(), createTaskTrackerTool(), createThinkTool(), createFinishTool()] as Tool[];
   const reserved = builtins.map((t) => t.name);
   const mcp = new Map<string, McpManager>();
   const helperDir = path.join(config.dataDir, 'helpers');
   const llmCache = new Map<string, LlmClient>();
 
-  async function mcpFor(id: string): Promise<McpManager> {
-    let m = mcp.get(id);
-    if (!m) {
-      const cfg = await service.conversationMcpConfig(id);
-      m = new McpManager({
-        config: cfg as ConstructorParameters<typeof McpManager>[0]['config'],
-        workspaceDir: workspacePath(config.workspaceRoot, id),
-        conversationId: id,
-        reservedNames: reserved,
-        redact: (t) => service.redactor.redact(t),
-        onEvent: (ev) => {
-          if (ev.type === 'server_failed') {
-            void service.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: 'MCPServerFailed', detail: `MCP server ${ev.server} is unavailable: ${ev.error}`, server: ev.server });
-          } else {
-            void service.append(id, { kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'mcp', value: ev });
-          }
-        },
-      });
-      mcp.set(id, m);
+  // one manager per conversation, created once even when a run and a status request race for it
+  const mcpCreating = new Map<string, Promise<McpManager>>();
+  function mcpFor(id: string): Promise<McpManager> {
+    const m = mcp.get(id);
+    if (m) return Promise.resolve(m);
+    let p = mcpCreating.get(id);
+    if (!p) {
+      p = (async () => {
+        const stored = await service.conversationMcpConfig(id);
+        // the conversation's own keys and env values are secrets for every exit (also after a restart)
+        service.redactor.add(...mcpSecretValues(stored));
+        const created = new McpManager({
+          // normalised: duplicate urls (`http://h:1` and `http://h:1/`) and names collapse, the later wins
+          config: mergeMcpConfig(null, stored),
+          workspaceDir: workspacePath(config.workspaceRoot, id),
+          conversationId: id,
+          reservedNames: reserved,
+          redact: (t) => service.redactor.redact(t),
+          onEvent: (ev) => {
+            if (ev.type === 'server_failed') {
+              void service.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: 'MCPServerFailed', detail: `MCP server ${ev.server} is unavailable: ${ev.error}`, server: ev.server });
+            } else {
+              void service.append(id, { kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'mcp', value: ev });
+            }
+          },
+        });
+        mcp.set(id, created);
+        return created;
+      })().finally(() => mcpCreating.delete(id));
+      mcpCreating.set(id, p);
     }
-    return m;
+    return p;
+  }
+
+  // MCP servers (stdio processes, HTTP sessions) of a conversation that went idle are stopped after
+  // MCP_IDLE_CLOSE_MS; the next run starts them again
+  const idleTimers = new Map<string, NodeJS.Timeout>();
+  function cancelIdleClose(id: string): void {
+    const t = idleTimers.get(id);
+    if (t) clearTimeout(t);
+    idleTimers.delete(id);
+  }
+  function scheduleIdleClose(id: string): void {
+    cancelIdleClose(id);
+    const m = mcp.get(id);
+    if (!m || config.mcpIdleCloseMs <= 0) return;
+    const t = setTimeout(() => {
+      idleTimers.delete(id);
+      if (runtime.isRunning(id) || mcp.get(id) !== m) return;
+      log.debug({ conversation_id: id }, 'closing the MCP servers of an idle conversation');
+      void m.close().catch((err) => log.warn({ conversation_id: id, err: service.redactor.redact(String(err)) }, 'closing MCP servers failed'));
+    }, config.mcpIdleCloseMs);
+    t.unref();
+    idleTimers.set(id, t);
   }
   service.mcpStatus = async (id) => (mcp.get(id) ?? (await mcpFor(id))).status();
 
@@ -80,6 +115,7 @@ export async function attachAgent(service: ConversationService, config: Config, 
         return c;
       },
       async tools(id) {
+        cancelIdleClose(id);
         return [...builtins, ...((await (await mcpFor(id)).tools()) as Tool[])];
       },
       workspaceDir: (id) => workspacePath(config.workspaceRoot, id),
@@ -109,8 +145,13 @@ export async function attachAgent(service: ConversationService, config: Config, 
       async release(id) {
         await terminal.closeConversation(id);
         for (const t of builtins) await t.closeConversation?.(id);
+        cancelIdleClose(id);
+        await mcpCreating.get(id)?.catch(() => null);
         await mcp.get(id)?.close();
         mcp.delete(id);
+      },
+      idle(id) {
+        scheduleIdleClose(id);
       },
     },
     log,
@@ -119,29 +160,42 @@ export async function attachAgent(service: ConversationService, config: Config, 
   const baseClose = runtime.close.bind(runtime);
   runtime.close = async () => {
     await baseClose();
+    for (const id of [...idleTimers.keys()]) cancelIdleClose(id);
     await terminal.closeAll();
     await McpManager.closeAll();
   };
 
+  // replays under way, stopped when their conversation is deleted
+  const replays = new Map<string, AbortController>();
   service.preparer = {
-    async prepare(id) {
+    async prepare(id, opts) {
       const conv = await service.require(id);
+      // conv.record.data is replaced by every update: read it fresh, never through a saved reference
       const d = conv.record.data;
-      // phases are reported as events when there is real work (a clone, a setup script);
+      // phases are reported as events when there is real work (a clone, a setup script, a replay);
       // a conversation without a repository only gets its directory
-      const repoWork = !!d.selected_repository;
+      const visible = !!d.selected_repository || !!opts?.replay;
       const phase = async (p: string, detail?: string) => {
         await service.updateData(id, { setup: { phase: p, ...(detail ? { detail } : {}) } });
-        if (repoWork || p === 'error') {
+        if (visible || p === 'error') {
           await service.append(id, { kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'setup', value: { phase: p, ...(detail ? { detail } : {}) } });
         }
       };
+      const fail = async (err: unknown, fallbackCode: string) => {
+        const detail = service.redactor.redact((err as Error)?.message ?? String(err));
+        await phase('error', detail);
+        await service.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: (err as { code?: string }).code ?? fallbackCode, detail });
+        await service.setStatus(id, 'error');
+      };
       await phase('preparing');
       const dir = await createWorkspace(config.workspaceRoot, id);
+      let first: string | null = null;
       try {
         const repo = d.selected_repository as string | null;
         if (repo) {
           const providers = await service.getProviders();
+          // clone phases are recorded in the order they happen
+          let phases = Promise.resolve();
           const res = await cloneRepository({
             workspaceDir: dir,
             repository: repo,
@@ -150,8 +204,10 @@ export async function attachAgent(service: ConversationService, config: Config, 
             branch: (d.selected_branch as string | null) ?? null,
             helperDir,
             redact: (t) => service.redactor.redact(t),
-            onPhase: (p, detail) => void phase(p === 'ready' ? 'cloned' : p, detail),
-          });
+            onPhase: (p, detail) => {
+              phases = phases.then(() => phase(p === 'ready' ? 'cloned' : p, detail));
+            },
+          }).finally(() => phases);
           await service.updateData(id, { branch: res.branch });
           const secrets = await service.secretValues();
           const setup = await runSetupScript(dir, {
@@ -163,26 +219,46 @@ export async function attachAgent(service: ConversationService, config: Config, 
             await service.append(id, { kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'setup_script', value: { exit_code: setup.exitCode, timed_out: setup.timedOut, output: setup.output.slice(-20000) } });
           }
         }
+        // the first message from a template, when the request asked for one (checked at creation)
+        const task = d.suggested_task as Parameters<typeof suggestedTaskMessage>[0] | null;
+        const micro = d.create_microagent as { repo: string; title?: string | null } | null;
+        if (task) first = suggestedTaskMessage({ ...task, git_provider: task.git_provider ?? (d.git_provider as never) ?? undefined });
+        else if (micro) first = createMicroagentMessage(micro);
       } catch (err) {
-        const detail = service.redactor.redact((err as Error)?.message ?? String(err));
-        await phase('error', detail);
-        await service.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: (err as { code?: string }).code ?? 'WorkspaceSetupFailed', detail });
-        await service.setStatus(id, 'error');
+        await fail(err, 'WorkspaceSetupFailed');
         return;
       }
-      // the first message from a template, when the request asked for one
-      const task = d.suggested_task as Parameters<typeof suggestedTaskMessage>[0] | null;
-      const micro = d.create_microagent as { repo: string; title?: string | null } | null;
-      let first: string | null = null;
-      if (task) first = suggestedTaskMessage({ ...task, git_provider: task.git_provider ?? (d.git_provider as never) ?? undefined });
-      else if (micro) first = createMicroagentMessage(micro);
+      if (opts?.replay) {
+        const controller = new AbortController();
+        replays.set(id, controller);
+        try {
+          await phase('replaying', `${opts.replay.steps.length} recorded step(s)`);
+          await service.setStatus(id, 'running');
+          const providers = await service.getProviders();
+          const env = { ...(await service.secretValues()), ...gitCredentialEnv(providers), ...(await askpassEnv(providers, helperDir)) };
+          const res = await executeReplay({ service, conversationId: id, workspaceDir: dir, plan: opts.replay, tools: builtins, env, signal: controller.signal });
+          if (controller.signal.aborted) return;
+          await service.setStatus(id, res.actions > 0 || opts.replay.steps.length > 0 ? 'finished' : 'idle');
+        } catch (err) {
+          if (controller.signal.aborted) return;
+          await fail(err, 'ReplayFailed');
+          return;
+        } finally {
+          replays.delete(id);
+        }
+      }
       if (first) await service.append(id, { kind: 'MessageEvent', source: 'user', llm_message: { role: 'user', content: [{ type: 'text', text: first, cache_prompt: false }] } });
       await phase('ready');
-      const wantsRun = !!(d.run_requested || first);
+      // requested at creation, or by a message sent while preparing (startRun sets it)
+      const wantsRun = !!(conv.record.data.run_requested || first);
       delete conv.record.data.run_requested;
-      if (wantsRun) runtime.start(id);
+      if (wantsRun) {
+        if (service.status(id) === 'finished') await service.setStatus(id, 'idle');
+        runtime.start(id);
+      }
     },
     async dispose(id) {
+      replays.get(id)?.abort();
       if (!config.keepWorkspaces) await removeWorkspace(workspacePath(config.workspaceRoot, id)).catch(() => {});
     },
   };

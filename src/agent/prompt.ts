@@ -26,11 +26,21 @@ export function buildSystemPrompt(ctx: SystemContext): string {
 
 type Content = { type: 'text'; text: string; cache_prompt?: boolean } | { type: 'image'; image_urls: string[]; cache_prompt?: boolean };
 
+/** An image by URL; a URL that cannot be parsed becomes a note instead of failing the whole step. */
+function imagePart(url: string): { type: 'text'; text: string } | { type: 'image'; image: string | URL } {
+  if (url.startsWith('data:')) return { type: 'image', image: url };
+  try {
+    return { type: 'image', image: new URL(url) };
+  } catch {
+    return { type: 'text', text: `[image omitted: ${JSON.stringify(url.slice(0, 200))} is not a valid URL]` };
+  }
+}
+
 function userContent(content: Content[]) {
   const parts: ({ type: 'text'; text: string } | { type: 'image'; image: string | URL })[] = [];
   for (const c of content) {
     if (c.type === 'text') parts.push({ type: 'text', text: c.text });
-    else for (const url of c.image_urls) parts.push({ type: 'image', image: url.startsWith('data:') ? url : new URL(url) });
+    else for (const url of c.image_urls) parts.push(imagePart(url));
   }
   return parts.length ? parts : [{ type: 'text' as const, text: '(empty message)' }];
 }

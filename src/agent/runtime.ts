@@ -27,6 +27,8 @@ export interface AgentDeps {
   contextBudgetRatio?: number;
   /** Release per-conversation resources (shells, MCP servers). */
   release(conversationId: string): Promise<void>;
+  /** A run ended and no other run follows: the conversation is idle (e.g. stop its MCP servers later). */
+  idle?(conversationId: string): void;
 }
 
 interface Run {
@@ -36,6 +38,8 @@ interface Run {
   newInput: boolean;
   done: Promise<void>;
   nudged: boolean;
+  /** The newest event seq the loop has read: a user message after it has not been seen. */
+  seenSeq: number;
 }
 
 class Interrupted extends Error {}
@@ -56,16 +60,36 @@ export class AgentRuntimeImpl implements AgentRuntime {
 
   start(id: string): boolean {
     if (this.runs.has(id)) return false;
-    const run: Run = { controller: new AbortController(), pauseRequested: false, newInput: false, done: Promise.resolve(), nudged: false };
+    const run: Run = { controller: new AbortController(), pauseRequested: false, newInput: false, done: Promise.resolve(), nudged: false, seenSeq: 0 };
     this.runs.set(id, run);
     run.done = this.loop(id, run)
       .catch((err) => this.log.error({ conversation_id: id, err: this.service.redactor.redact(String(err?.stack ?? err)) }, 'run loop failed'))
-      .finally(() => {
-        this.runs.delete(id);
-        // a message that arrived while the run was ending is never stranded
-        if (this.rerun.delete(id) && this.service.status(id) === 'idle') this.start(id);
-      });
+      .finally(() => this.afterRun(id, run));
     return true;
+  }
+
+  /**
+   * A message that arrived while the run was ending (after the loop last read the log, before the
+   * run was gone: its sender saw a running loop and left it to us) is never stranded: a new run
+   * takes it, unless the run ended because the user paused or interrupted it.
+   */
+  private async afterRun(id: string, run: Run): Promise<void> {
+    this.runs.delete(id);
+    try {
+      const pending = this.rerun.delete(id) || run.newInput;
+      const status = this.service.status(id);
+      if (pending && status !== undefined && status !== 'paused' && status !== 'waiting_for_confirmation' && !run.controller.signal.aborted) {
+        const unseen = await this.service.store.query(id, { afterSeq: run.seenSeq, kind: 'MessageEvent', source: 'user', limit: 1 });
+        if (unseen.length > 0 && !this.runs.has(id)) {
+          this.log.debug({ conversation_id: id }, 'a message arrived as the run ended: running again');
+          if (this.service.status(id) === 'finished' || this.service.status(id) === 'stuck') await this.service.setStatus(id, 'idle');
+          if (this.start(id)) return;
+        }
+      }
+    } catch (err) {
+      this.log.warn({ conversation_id: id, err: this.service.redactor.redact(String(err)) }, 'checking for messages after a run failed');
+    }
+    if (!this.runs.has(id)) this.deps.idle?.(id);
   }
 
   notifyMessage(id: string): void {
@@ -138,6 +162,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
       }
       run.newInput = false;
       const events = await this.events(id);
+      run.seenSeq = Math.max(run.seenSeq, events[events.length - 1]?.seq ?? 0);
       const { messages, systemNotes } = eventsToMessages(events);
       const instructions = await this.deps.instructions(id, events);
       const system = buildSystemPrompt({ workspaceDir, toolNames: tools.map((t) => t.name), instructions: [...instructions, ...systemNotes] });

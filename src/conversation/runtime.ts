@@ -1,3 +1,5 @@
+import type { ReplayPlan } from './replay.js';
+
 /** The plug between the conversation service and whatever runs the agent. */
 export interface AgentRuntime {
   /** Starts a run loop unless one is active; false when one is already running. */
@@ -14,8 +16,13 @@ export interface AgentRuntime {
   close(): Promise<void>;
 }
 
-/** Background work after creation (workspace, clone, setup script). */
+export interface PrepareOptions {
+  /** A checked `replay_json` plan, run once the workspace is ready. */
+  replay?: ReplayPlan;
+}
+
+/** Background work after creation (workspace, clone, setup script, replay). */
 export interface ConversationPreparer {
-  prepare(conversationId: string): Promise<void>;
+  prepare(conversationId: string, opts?: PrepareOptions): Promise<void>;
   dispose?(conversationId: string): Promise<void>;
 }

@@ -25,7 +25,7 @@ export interface McpShttpServerConfig {
   url: string;
   api_key?: string | null;
   /** Seconds; the connect/list timeout and the per-call timeout for this server. */
-  timeout?: number;
+  timeout?: number | null;
 }
 
 export interface McpConfig {
