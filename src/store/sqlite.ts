@@ -36,6 +36,8 @@ export class SqliteStore implements Store {
   private requestNo = 0;
   private waiting = new Map<number, { resolve: () => void; reject: (err: Error) => void }>();
   private closed = false;
+  /** Set when the writer thread died: every later write fails at once instead of waiting. */
+  private writerError: Error | null = null;
 
   constructor(
     dataDir: string,
@@ -116,15 +118,21 @@ export class SqliteStore implements Store {
       if (r.error) w.reject(new Error(`event log write failed: ${r.error}`));
       else w.resolve();
     });
-    this.writer.on('error', (err) => {
+    const fail = (err: Error) => {
+      this.writerError ??= err;
       for (const w of this.waiting.values()) w.reject(err);
       this.waiting.clear();
+    };
+    this.writer.on('error', fail);
+    this.writer.on('exit', (code) => {
+      if (!this.closed) fail(new Error(`event log writer stopped (exit ${code})`));
     });
     this.writer.unref();
   }
 
   /** Sends a request to the writer; resolves when its transaction has committed. */
   private ask(req: WithoutN<WriterRequest>): Promise<void> {
+    if (this.writerError) return Promise.reject(this.writerError);
     const n = ++this.requestNo;
     return new Promise<void>((resolve, reject) => {
       this.waiting.set(n, { resolve, reject });
@@ -292,7 +300,8 @@ export class SqliteStore implements Store {
 
   async deleteConversation(id: string): Promise<boolean> {
     const changed = this.stmts.deleteConv.run(id).changes;
-    // after every append already handed to the writer
+    // ordered after every append made so far, including those still waiting for their flush
+    if (this.pending.length) this.flush();
     await this.ask({ type: 'delete', conversationId: id });
     this.lastSeqCache.delete(id);
     return changed > 0;
