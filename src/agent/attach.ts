@@ -143,6 +143,7 @@ export async function attachAgent(service: ConversationService, config: Config, 
         return out;
       },
       async release(id) {
+        replays.get(id)?.abort(); // a replay under way stops before its shell is closed
         await terminal.closeConversation(id);
         for (const t of builtins) await t.closeConversation?.(id);
         cancelIdleClose(id);

@@ -328,7 +328,8 @@ export class ConversationService {
     const conv = this.live.get(id);
     if (!conv || !this.runtime) return false;
     const phase = (conv.record.data.setup as { phase?: string } | undefined)?.phase;
-    if (this.preparer && (phase === 'pending' || phase === 'preparing' || phase === 'replaying')) {
+    // every phase before 'ready' (pending, preparing, cloning, checking_out, cloned, replaying) waits
+    if (this.preparer && phase !== undefined && phase !== 'ready' && phase !== 'error') {
       conv.record.data.run_requested = true;
       // a preparation the daemon's restart cut short is started again; it runs the loop when done
       if (!this.preparing.has(id)) this.launchPreparer(id);
