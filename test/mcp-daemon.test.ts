@@ -412,6 +412,7 @@ describe('MCP tools in a conversation', () => {
     assert.ok(isAlive(pid) && isAlive(child));
     assert.equal((await req('DELETE', `/api/conversations/${id}`)).status, 200);
     await waitFor(() => !isAlive(pid) && !isAlive(child), 'the server and its child are gone', 5000);
+    llm.clear(); // the reply the deleted run never asked for
   });
 
   test('canary: MCP api keys and env values appear in no event, response, log line or LLM request', async () => {
@@ -428,6 +429,7 @@ describe('MCP server lifecycle', () => {
   test('an idle conversation stops its stdio server after MCP_IDLE_CLOSE_MS; the next run starts it again; SIGTERM leaves no process', async () => {
     const d = await daemon({ MCP_IDLE_CLOSE_MS: '3000' });
     const req = recorder(d);
+    llm.clear();
     llm.push({ toolCalls: [{ name: 'pid', arguments: {} }] }, { text: 'first run done' });
     const r = await req('POST', '/api/conversations', { initial_user_msg: 'pid please', mcp_config: { stdio_servers: [stdio('local')] } });
     const id = r.body.conversation_id as string;

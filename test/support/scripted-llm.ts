@@ -133,6 +133,8 @@ export interface ScriptedLlm {
   push(...replies: ScriptedReply[]): void;
   /** Number of replies still queued. */
   pending(): number;
+  /** Drop every queued reply (a test that ended early must not hand its leftovers to the next). */
+  clear(): void;
   /** Resolves when at least `count` completion requests have arrived (rejects after timeoutMs, default 5000). */
   waitForRequests(count: number, timeoutMs?: number): Promise<void>;
   /** Stops the server and drops open connections. */
@@ -307,6 +309,9 @@ async function startServer(dialect: Dialect, script: ScriptedReply[], options: S
       queue.push(...replies);
     },
     pending: () => queue.length,
+    clear: () => {
+      queue.length = 0;
+    },
     waitForRequests(count: number, timeoutMs = 5000): Promise<void> {
       if (requests.length >= count) return Promise.resolve();
       return new Promise<void>((resolve, reject) => {
