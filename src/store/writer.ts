@@ -4,7 +4,7 @@
  * and every 100 ms the rows move into `events` (indexed by conversation and seq, and by id) in one
  * large transaction. Every message is acknowledged after its transaction commits, in order.
  */
-import { parentPort, workerData } from 'node:worker_threads';
+import { parentPort, receiveMessageOnPort, workerData } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 
 export type Row = [conversationId: string, seq: number, id: string, kind: string, timestamp: string, source: string, body: Uint8Array];
@@ -57,22 +57,45 @@ const mover = setInterval(() => {
   }
 }, 100);
 
-parentPort!.on('message', (m: WriterRequest) => {
-  const reply: WriterReply = { n: m.n };
-  try {
-    if (m.type === 'append') {
-      append(m.rows, m.touched);
-      dirty = true;
-    } else if (m.type === 'delete') {
-      remove(m.conversationId);
-    } else {
-      clearInterval(mover);
-      move();
-      db.pragma('wal_checkpoint(TRUNCATE)');
-      db.close();
-    }
-  } catch (err) {
-    reply.error = (err as Error)?.message ?? String(err);
-  }
-  parentPort!.postMessage(reply);
+/** Appends queued behind one another are committed together: one transaction, then every ack in order. */
+const appendMany = db.transaction((reqs: Extract<WriterRequest, { type: 'append' }>[]) => {
+  for (const r of reqs) append(r.rows, r.touched);
 });
+
+function handle(first: WriterRequest): void {
+  const queue: WriterRequest[] = [first];
+  for (let next = receiveMessageOnPort(parentPort!); next; next = receiveMessageOnPort(parentPort!)) queue.push(next.message as WriterRequest);
+  let i = 0;
+  while (i < queue.length) {
+    const m = queue[i]!;
+    if (m.type === 'append') {
+      const run: Extract<WriterRequest, { type: 'append' }>[] = [];
+      while (i < queue.length && queue[i]!.type === 'append') run.push(queue[i++] as Extract<WriterRequest, { type: 'append' }>);
+      let error: string | undefined;
+      try {
+        appendMany(run);
+        dirty = true;
+      } catch (err) {
+        error = (err as Error)?.message ?? String(err);
+      }
+      for (const r of run) parentPort!.postMessage({ n: r.n, ...(error ? { error } : {}) } satisfies WriterReply);
+      continue;
+    }
+    i += 1;
+    const reply: WriterReply = { n: m.n };
+    try {
+      if (m.type === 'delete') remove(m.conversationId);
+      else {
+        clearInterval(mover);
+        move();
+        db.pragma('wal_checkpoint(TRUNCATE)');
+        db.close();
+      }
+    } catch (err) {
+      reply.error = (err as Error)?.message ?? String(err);
+    }
+    parentPort!.postMessage(reply);
+  }
+}
+
+parentPort!.on('message', handle);
