@@ -7,21 +7,9 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
 import { startScriptedAnthropic, startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
+import { allEvents, statusOf, waitStatus, type Req } from './support/conversation-api.js';
 
-type Req = DaemonHandle['req'];
 
-async function allEvents(req: Req, id: string): Promise<any[]> {
-  const out: any[] = [];
-  for (let after = 0; ; ) {
-    const r = await req('GET', `/api/conversations/${id}/events/search?limit=100&after_seq=${after}`);
-    assert.equal(r.status, 200, r.text);
-    out.push(...r.body.items);
-    if (!r.body.next_page_id) return out;
-    after = out[out.length - 1].seq;
-  }
-}
-const statusOf = async (req: Req, id: string) => (await req('GET', `/api/conversations/${id}`)).body.execution_status as string;
-const waitStatus = (req: Req, id: string, want: string, ms = 20_000) => waitFor(async () => (await statusOf(req, id)) === want, `status ${want}`, ms);
 const statuses = (evs: any[]) => evs.filter((e) => e.key === 'execution_status').map((e) => e.value);
 
 const daemons: DaemonHandle[] = [];

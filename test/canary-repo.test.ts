@@ -13,19 +13,11 @@ import { startDaemon, waitFor } from './support/daemon.js';
 import { startGitServer } from './support/git-server.js';
 import { startScriptedLlm } from './support/scripted-llm.js';
 import { connect } from './support/ws-client.js';
+import { walkFiles } from './support/files.js';
 
 const GH = 'ghp_CANARYclone0123456789abcdefXYZ';
 const SESSION = 'k-canary-repo-session';
 
-function walk(dir: string): string[] {
-  const out: string[] = [];
-  for (const e of fs.readdirSync(dir, { withFileTypes: true })) {
-    const p = path.join(dir, e.name);
-    if (e.isDirectory()) out.push(...walk(p));
-    else if (e.isFile()) out.push(p);
-  }
-  return out;
-}
 
 test('canary token in a cloned repository: shell has it masked, push works, it appears nowhere', async () => {
   const git = await startGitServer({ token: GH });
@@ -85,7 +77,7 @@ test('canary token in a cloned repository: shell has it masked, push works, it a
       ['LLM requests', JSON.stringify(llm.requests)],
       ['git request URLs', git.requests.map((r) => r.url).join('\n')],
     ];
-    const files = walk(d.dataDir);
+    const files = walkFiles(d.dataDir);
     const workspaceFiles = files.filter((f) => f.includes(`${path.sep}workspaces${path.sep}`));
     assert.ok(workspaceFiles.some((f) => f.endsWith(`${path.sep}.git${path.sep}config`)), 'the walk covers .git');
     assert.ok(workspaceFiles.some((f) => f.endsWith('pushed.txt')));

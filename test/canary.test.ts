@@ -10,6 +10,7 @@ import { test } from 'node:test';
 import { startDaemon, waitFor } from './support/daemon.js';
 import { startScriptedLlm } from './support/scripted-llm.js';
 import { connect } from './support/ws-client.js';
+import { walkFiles } from './support/files.js';
 
 const GH = 'ghp_CANARYgithub0123456789abcdef';
 const SECRET = 'custom-CANARY-secret-value-42';
@@ -17,15 +18,6 @@ const MCPKEY = 'mcp-CANARY-api-key-77';
 const LLMKEY = 'sk-CANARY-llm-key-0099';
 const CANARIES = [GH, SECRET, MCPKEY, LLMKEY];
 
-function walk(dir: string): string[] {
-  const out: string[] = [];
-  for (const e of fs.readdirSync(dir, { withFileTypes: true })) {
-    const p = path.join(dir, e.name);
-    if (e.isDirectory()) out.push(...walk(p));
-    else if (e.isFile()) out.push(p);
-  }
-  return out;
-}
 
 test('canary tokens appear nowhere', async () => {
   const llm = await startScriptedLlm();
@@ -72,7 +64,7 @@ test('canary tokens appear nowhere', async () => {
       ['daemon output', d.output.join('\n')],
       ['LLM requests (bodies)', JSON.stringify(llm.requests.map((r) => r.body))],
     ];
-    for (const f of walk(d.dataDir)) places.push([`file ${path.relative(d.dataDir, f)}`, fs.readFileSync(f).toString('latin1')]);
+    for (const f of walkFiles(d.dataDir)) places.push([`file ${path.relative(d.dataDir, f)}`, fs.readFileSync(f).toString('latin1')]);
     // the shell holds the real values (it needs them for provider APIs); the daemon itself writes
     // no token into the workspace, the store, the logs or any output
     assert.ok(places.some(([n]) => n.includes('leak.txt')), 'the workspace file exists');

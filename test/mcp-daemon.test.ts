@@ -11,6 +11,8 @@ import { after, before, describe, test } from 'node:test';
 import { startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
 import { startSseServer, startShttpServer, type RunningHttpServer } from './support/mcp-servers/http-servers.js';
 import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
+import { isAlive } from './support/processes.js';
+import { allEvents, statusOf, waitStatus, type Req } from './support/conversation-api.js';
 
 const TSX_LOADER = import.meta.resolve('tsx');
 const STDIO_SERVER = fileURLToPath(new URL('./support/mcp-servers/stdio-server.ts', import.meta.url));
@@ -29,20 +31,6 @@ function stdio(name: string, env?: Record<string, string>) {
   return { name, command: process.execPath, args: ['--import', TSX_LOADER, STDIO_SERVER, name], ...(env ? { env } : {}) };
 }
 
-/** Alive = exists and is not a zombie. */
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return false;
-  }
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
-  } catch {
-    return false;
-  }
-}
 
 async function freePort(): Promise<number> {
   return new Promise((resolve) => {
@@ -75,7 +63,6 @@ async function startHangingServer(): Promise<{ port: number; close(): Promise<vo
 
 /** Every response body the tests saw, for the canary check. */
 const seen: string[] = [];
-type Req = DaemonHandle['req'];
 function recorder(d: DaemonHandle): Req {
   return async (m, p, b, h) => {
     const r = await d.req(m, p, b, h);
@@ -84,18 +71,6 @@ function recorder(d: DaemonHandle): Req {
   };
 }
 
-async function allEvents(req: Req, id: string): Promise<any[]> {
-  const out: any[] = [];
-  for (let after = 0; ; ) {
-    const r = await req('GET', `/api/conversations/${id}/events/search?limit=100&after_seq=${after}`);
-    assert.equal(r.status, 200, r.text);
-    out.push(...r.body.items);
-    if (!r.body.next_page_id) return out;
-    after = out[out.length - 1].seq;
-  }
-}
-const statusOf = async (req: Req, id: string) => (await req('GET', `/api/conversations/${id}`)).body.execution_status as string;
-const waitStatus = (req: Req, id: string, want: string, ms = 30_000) => waitFor(async () => (await statusOf(req, id)) === want, `status ${want}`, ms);
 const textOf = (obs: any) => (obs.observation.content as any[]).map((c) => c.text ?? '').join('\n');
 
 function resultFor(evs: any[], toolName: string, nth = 0): any {

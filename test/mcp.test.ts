@@ -12,6 +12,7 @@ import { assignServerNames, assignToolNames, serverNameFromUrl } from '../src/to
 import type { ToolContext, ToolObservation } from '../src/tools/types.js';
 import { startSseServer, startShttpServer, type RunningHttpServer } from './support/mcp-servers/http-servers.js';
 import { PNG_1X1 } from './support/mcp-servers/tools.js';
+import { isAlive } from './support/processes.js';
 
 const TSX_LOADER = import.meta.resolve('tsx');
 const STDIO_SERVER = fileURLToPath(new URL('./support/mcp-servers/stdio-server.ts', import.meta.url));
@@ -39,20 +40,6 @@ function tool(tools: McpTool[], name: string): McpTool {
   return t;
 }
 
-/** Alive = exists and is not a zombie (a reparented zombie may linger if PID 1 does not reap). */
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return false;
-  }
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
-  } catch {
-    return false;
-  }
-}
 
 async function waitFor(pred: () => boolean, ms: number, what: string): Promise<void> {
   const end = Date.now() + ms;
