@@ -263,4 +263,5 @@ export async function attachAgent(service: ConversationService, config: Config, 
       if (!config.keepWorkspaces) await removeWorkspace(workspacePath(config.workspaceRoot, id)).catch(() => {});
     },
   };
+  await service.resumePreparations();
 }

@@ -283,6 +283,16 @@ export class ConversationService {
   /** Preparations under way in this process (a phase left over by a restart is not one). */
   private preparing = new Set<string>();
 
+  /** Starts again every preparation a stop cut short (an existing clone is reused); each runs the loop when done if one was requested. */
+  async resumePreparations(): Promise<void> {
+    if (!this.preparer) return;
+    for (const id of await this.store.conversationsWithUnfinishedSetup()) {
+      if (!(await this.load(id)) || this.preparing.has(id)) continue;
+      this.log.info({ conversation_id: id }, 'resuming workspace preparation after a restart');
+      this.launchPreparer(id);
+    }
+  }
+
   private launchPreparer(id: string, opts?: PrepareOptions): void {
     if (!this.preparer) return;
     this.preparing.add(id);

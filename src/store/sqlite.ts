@@ -307,6 +307,15 @@ export class SqliteStore implements Store {
     return changed > 0;
   }
 
+  async conversationsWithUnfinishedSetup(): Promise<string[]> {
+    return this.db
+      .prepare(
+        "SELECT id FROM conversations WHERE execution_status <> 'error' AND json_extract(data, '$.setup.phase') IS NOT NULL AND json_extract(data, '$.setup.phase') NOT IN ('ready', 'error')",
+      )
+      .pluck()
+      .all() as string[];
+  }
+
   async conversationsWithStatus(statuses: string[]): Promise<ConversationRecord[]> {
     if (statuses.length === 0) return [];
     const rows = this.db

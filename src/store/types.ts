@@ -39,6 +39,8 @@ export interface ConversationStore {
   deleteConversation(id: string): Promise<boolean>;
   /** Conversations whose status is one of `statuses` (crash recovery at start). */
   conversationsWithStatus(statuses: string[]): Promise<ConversationRecord[]>;
+  /** Conversations whose workspace preparation a stop cut short (not marked error). */
+  conversationsWithUnfinishedSetup(): Promise<string[]>;
 }
 
 export interface SealedValue {
