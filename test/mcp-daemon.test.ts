@@ -130,6 +130,8 @@ describe('MCP config through the API', () => {
       mcp_config: {
         stdio_servers: [stdio('local', { SECRET_ENV: ENV_SECRET })],
         shttp_servers: [{ url: shttp.url, api_key: SHTTP_KEY, timeout: 20 }, { url: plain.url }],
+        // the same server spelled differently: URLs are compared normalised
+        sse_servers: [{ url: sse.url.replace(/^http:/, 'HTTP:'), api_key: SSE_KEY }],
       },
     });
     assert.equal(a.status, 200, a.text);
@@ -143,7 +145,7 @@ describe('MCP config through the API', () => {
       assert.deepEqual(ca.stdio_servers.find((s: any) => s.name === 'local').env, { SECRET_ENV: '<secret_hidden>' });
       assert.deepEqual(ca.shttp_servers.map((s: any) => [s.url, s.api_key ?? null]).sort(), [[plain.url, null], [shttp.url, '<secret_hidden>']].sort());
       assert.equal(ca.shttp_servers.find((s: any) => s.url === shttp.url).timeout, 20, 'the conversation entry won');
-      assert.deepEqual(ca.sse_servers, [{ url: sse.url, api_key: '<secret_hidden>' }]);
+      assert.deepEqual(ca.sse_servers, [{ url: sse.url.replace(/^http:/, 'HTTP:'), api_key: '<secret_hidden>' }], 'one entry: the conversation\'s');
       const cb = (await req('GET', `/api/conversations/${idB}`)).body.mcp_config;
       assert.deepEqual(cb.stdio_servers.map((s: any) => [s.name, s.command, s.env]), [['local', '/nonexistent/default-local', { DEFAULT_ENV: '<secret_hidden>' }], ['tools', '/bin/true', {}]]);
       assert.deepEqual(cb.shttp_servers, [{ url: shttp.url, api_key: '<secret_hidden>' }]);

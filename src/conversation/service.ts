@@ -19,6 +19,7 @@ import { EncodedEvent, nowIso, type EventDraft, type ParleyEvent } from '../even
 import type { SecretBox } from '../secrets/crypto.js';
 import type { Redactor } from '../secrets/redact.js';
 import type { ConversationRecord, Store } from '../store/types.js';
+import { mcpSecretValues, mergeMcpConfig, redactMcpConfig as redactMcp, type McpConfig as McpModuleConfig } from '../tools/mcp/config.js';
 import { normalizeRepository } from '../workspace/git.js';
 import { validateSuggestedTask } from '../workspace/tasks.js';
 import { parseReplay, replayText, type ReplayPlan } from './replay.js';
@@ -42,40 +43,19 @@ function emptyMcp(): McpConfig {
   return { sse_servers: [], stdio_servers: [], shttp_servers: [] };
 }
 
-/** Default MCP config plus the conversation's; de-duplicated by url (HTTP) and name (stdio), later wins. */
-export function mergeMcpConfigs(base: McpConfig, extra: McpConfig | null | undefined): McpConfig {
-  if (!extra) return base;
-  const byKey = <T>(a: T[], b: T[], key: (x: T) => string) => {
-    const m = new Map<string, T>();
-    for (const x of [...a, ...b]) m.set(key(x), x);
-    return [...m.values()];
-  };
+/** The API's complete shape (every list present) of an MCP config from the MCP module. */
+function complete(c: McpModuleConfig): McpConfig {
   return {
-    sse_servers: byKey(base.sse_servers, extra.sse_servers, (s) => s.url),
-    stdio_servers: byKey(base.stdio_servers, extra.stdio_servers, (s) => s.name),
-    shttp_servers: byKey(base.shttp_servers, extra.shttp_servers, (s) => s.url),
+    sse_servers: (c.sse_servers ?? []).map((s) => ({ url: s.url, api_key: s.api_key })),
+    stdio_servers: (c.stdio_servers ?? []).map((s) => ({ name: s.name, command: s.command, args: s.args ?? [], env: s.env ?? {} })),
+    shttp_servers: (c.shttp_servers ?? []).map((s) => ({ url: s.url, api_key: s.api_key, timeout: s.timeout })),
   };
 }
 
-export function mcpSecrets(cfg: McpConfig): string[] {
-  return [
-    ...cfg.sse_servers.map((s) => s.api_key ?? ''),
-    ...cfg.shttp_servers.map((s) => s.api_key ?? ''),
-    ...cfg.stdio_servers.flatMap((s) => Object.values(s.env)),
-  ].filter(Boolean);
-}
-
-export function redactMcpConfig(cfg: McpConfig): McpConfig {
-  const hide = (v: string | null | undefined) => (v ? '<secret_hidden>' : v);
-  return {
-    sse_servers: cfg.sse_servers.map((s) => ({ ...s, api_key: hide(s.api_key) })),
-    shttp_servers: cfg.shttp_servers.map((s) => ({ ...s, api_key: hide(s.api_key) })),
-    stdio_servers: cfg.stdio_servers.map((s) => ({
-      ...s,
-      env: Object.fromEntries(Object.keys(s.env).map((k) => [k, '<secret_hidden>'])),
-    })),
-  };
-}
+/** Default MCP config plus the conversation's, de-duplicated by normalised url (HTTP) and name (stdio); the conversation's entry wins. */
+export const mergeMcpConfigs = (base: McpConfig, extra: McpConfig | null | undefined): McpConfig => complete(mergeMcpConfig(base, extra));
+export const mcpSecrets = (cfg: McpConfig): string[] => mcpSecretValues(cfg);
+export const redactMcpConfig = (cfg: McpConfig): McpConfig => complete(redactMcp(cfg));
 
 /** In-memory state of a conversation that has been touched since start (lazy). */
 interface LiveConversation {
