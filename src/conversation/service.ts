@@ -60,7 +60,10 @@ export const redactMcpConfig = (cfg: McpConfig): McpConfig => complete(redactMcp
 /** In-memory state of a conversation that has been touched since start (lazy). */
 interface LiveConversation {
   record: ConversationRecord;
+  /** The status the service acts on (changes at once). */
   status: ExecutionStatus;
+  /** The status clients are shown: it follows committed execution_status events, so a client never sees a status its event log does not hold yet. */
+  shown?: ExecutionStatus;
 }
 
 export interface CreateResult {
@@ -93,7 +96,10 @@ export class ConversationService {
     for (const ev of events) this.bus.publish(conversationId, new EncodedEvent(ev));
     const live = this.live.get(conversationId);
     const last = events[events.length - 1];
-    if (live && last) live.record.updated_at = last.timestamp;
+    if (live && last) {
+      live.record.updated_at = last.timestamp;
+      for (const ev of events) if (ev.kind === 'ConversationStateUpdateEvent' && ev.key === 'execution_status') live.shown = ev.value as ExecutionStatus;
+    }
   };
 
   /** Loads secret values into the redactor and repairs conversations a crash left running. */
@@ -480,16 +486,17 @@ export class ConversationService {
   async info(conv: LiveConversation) {
     const d = conv.record.data;
     const lastSeq = await this.store.lastSeq(conv.record.id);
-    const running = conv.status === 'running';
+    const status = conv.shown ?? conv.status;
+    const running = status === 'running';
     return {
       conversation_id: conv.record.id,
       id: conv.record.id,
       title: this.redactTitle(conv.record.title),
       created_at: conv.record.created_at,
       updated_at: conv.record.updated_at,
-      execution_status: conv.status,
-      conversation_status: running ? 'RUNNING' : conv.status === 'error' ? 'ERROR' : 'STOPPED',
-      status: running ? 'RUNNING' : conv.status === 'error' ? 'ERROR' : 'STOPPED',
+      execution_status: status,
+      conversation_status: running ? 'RUNNING' : status === 'error' ? 'ERROR' : 'STOPPED',
+      status: running ? 'RUNNING' : status === 'error' ? 'ERROR' : 'STOPPED',
       selected_repository: (d.selected_repository as string | null) ?? null,
       selected_branch: (d.selected_branch as string | null) ?? null,
       git_provider: (d.git_provider as string | null) ?? null,
