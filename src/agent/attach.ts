@@ -119,11 +119,10 @@ export async function attachAgent(service: ConversationService, config: Config, 
         return [...builtins, ...((await (await mcpFor(id)).tools()) as Tool[])];
       },
       workspaceDir: (id) => workspacePath(config.workspaceRoot, id),
-      async env(id) {
+      async env() {
         const providers = await service.getProviders();
         const secrets = await service.secretValues();
         return { ...secrets, ...gitCredentialEnv(providers), ...(await askpassEnv(providers, helperDir)) };
-        void id;
       },
       async instructions(id, events) {
         const conv = await service.require(id);
