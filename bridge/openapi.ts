@@ -20,12 +20,12 @@ const SHAPES: Record<string, { body?: string; query?: z.ZodObject; response: str
   run: { response: 'Success' },
   pause: { response: 'Success' },
   interrupt: { response: 'Success' },
-  getMcpStatus: { response: { type: 'object' } },
-  getSettings: { response: { type: 'object' } },
-  saveSettings: { body: 'SettingsUpdate', response: { type: 'object' } },
-  listSecrets: { response: { type: 'object' } },
-  createSecret: { body: 'CreateSecret', response: { type: 'object' } },
-  updateSecret: { response: 'Success' },
+  getMcpStatus: { response: 'McpStatusView' },
+  getSettings: { response: 'SettingsView' },
+  saveSettings: { body: 'SettingsUpdate', response: 'SettingsView' },
+  listSecrets: { response: 'SecretList' },
+  createSecret: { body: 'CreateSecret', response: 'SecretInfo' },
+  updateSecret: { body: 'UpdateSecret', response: 'Success' },
   deleteSecret: { response: 'Success' },
 };
 

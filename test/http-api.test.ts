@@ -297,6 +297,15 @@ describe('OpenAPI', () => {
     for (const path of ['/api/conversations', '/api/add-git-providers', '/api/conversations/{conversation_id}', '/api/conversations/{conversation_id}/events/search', '/alive', '/server_info']) {
       assert.ok(doc.paths[path], path);
     }
+    // every operation documents its success response, and every $ref resolves to a component
+    for (const [p, item] of Object.entries<any>(doc.paths)) {
+      for (const [m, o] of Object.entries<any>(item)) {
+        const ok = o.responses['200'] ?? o.responses['201'];
+        assert.ok(ok?.content?.['application/json']?.schema, `${m} ${p} has a success schema`);
+        assert.ok(o.operationId && o.summary && o.tags?.length, `${m} ${p} has operationId, summary, tags`);
+      }
+    }
+    for (const m of JSON.stringify(doc).matchAll(/"#\/components\/schemas\/([^"]+)"/g)) assert.ok(c[m[1]!], `$ref ${m[1]} resolves`);
     const docs = await d.req('GET', '/docs');
     assert.match(docs.text, /<html/);
     assert.match(docs.headers.get('content-type') ?? '', /text\/html/);

@@ -225,5 +225,24 @@ export const SettingsUpdate = z
   .meta({ id: 'SettingsUpdate' });
 export const SecretName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, { error: 'name must be a valid environment variable name' });
 export const CreateSecretInput = z.strictObject({ name: SecretName, value: z.string().min(1), description: z.string().max(1000).nullish() }).meta({ id: 'CreateSecret' });
-export const UpdateSecretInput = z.strictObject({ name: SecretName, value: z.string().min(1).nullish(), description: z.string().max(1000).nullish() });
+export const UpdateSecretBody = z.strictObject({ value: z.string().min(1).nullish(), description: z.string().max(1000).nullish() }).meta({ id: 'UpdateSecret' });
+export const UpdateSecretInput = UpdateSecretBody.extend({ name: SecretName });
 export const SecretNameInput = z.object({ name: SecretName });
+
+export const SettingsView = z
+  .object({ llm_model: z.string().nullable(), llm_base_url: z.string().nullable(), llm_api_key_set: z.boolean() })
+  .meta({ id: 'SettingsView', description: 'LLM settings; the key itself is never returned.' });
+export const SecretInfo = z.object({ name: z.string(), description: z.string().nullable() }).meta({ id: 'SecretInfo' });
+export const SecretList = z.object({ secrets: z.array(SecretInfo) }).meta({ id: 'SecretList', description: 'Names and descriptions; values are never returned.' });
+export const McpServerStatus = z
+  .object({
+    name: z.string(),
+    transport: z.enum(['stdio', 'sse', 'shttp']),
+    state: z.enum(['configured', 'starting', 'ready', 'failed']),
+    reason: z.string().optional(),
+    tools: z.array(z.string()),
+  })
+  .meta({ id: 'McpServerStatus' });
+export const McpStatusView = z
+  .object({ config: McpConfig, servers: z.array(McpServerStatus) })
+  .meta({ id: 'McpStatusView', description: 'The effective MCP config (api_key and env values redacted) and each server\'s state.' });
