@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
-import { startDaemon, waitFor } from './support/daemon.js';
+import { recordingReq, startDaemon, waitFor } from './support/daemon.js';
 import { startGitServer } from './support/git-server.js';
 import { startScriptedLlm } from './support/scripted-llm.js';
 import { connect } from './support/ws-client.js';
@@ -26,11 +26,7 @@ test('canary token in a cloned repository: shell has it masked, push works, it a
   const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'sk-canary-repo-llm', SESSION_API_KEY: SESSION });
   const H = { 'X-Session-API-Key': SESSION };
   const responses: string[] = [];
-  const call = async (m: string, p: string, b?: unknown) => {
-    const r = await d.req(m, p, b, H);
-    responses.push(r.text);
-    return r;
-  };
+  const call = recordingReq(d, responses, H);
   try {
     assert.equal((await call('POST', '/api/add-git-providers', { provider_tokens: { github: { token: GH, host: git.url } } })).status, 200);
     llm.push(

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
-import { startDaemon, waitFor } from './support/daemon.js';
+import { recordingReq, startDaemon, waitFor } from './support/daemon.js';
 import { startScriptedLlm } from './support/scripted-llm.js';
 import { connect } from './support/ws-client.js';
 import { walkFiles } from './support/files.js';
@@ -24,11 +24,7 @@ test('canary tokens appear nowhere', async () => {
   const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: LLMKEY, SESSION_API_KEY: 'k-canary-session' });
   const H = { 'X-Session-API-Key': 'k-canary-session' };
   const responses: string[] = [];
-  const call = async (m: string, p: string, b?: unknown) => {
-    const r = await d.req(m, p, b, H);
-    responses.push(r.text);
-    return r;
-  };
+  const call = recordingReq(d, responses, H);
   try {
     await call('POST', '/api/add-git-providers', { provider_tokens: { github: { token: GH } }, mcp_config: { shttp_servers: [{ url: 'http://127.0.0.1:9/mcp', api_key: MCPKEY }] } });
     assert.equal((await call('POST', '/api/secrets', { name: 'MY_SECRET', value: SECRET, description: 'test' })).status, 201);

@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
-import { startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
+import { freePort, recordingReq, startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
 import { startSseServer, startShttpServer, type RunningHttpServer } from './support/mcp-servers/http-servers.js';
 import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
 import { isAlive } from './support/processes.js';
@@ -32,15 +32,6 @@ function stdio(name: string, env?: Record<string, string>) {
 }
 
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 /** A TCP server that accepts connections and never answers (an MCP server stuck at start). */
 async function startHangingServer(): Promise<{ port: number; close(): Promise<void> }> {
@@ -63,13 +54,6 @@ async function startHangingServer(): Promise<{ port: number; close(): Promise<vo
 
 /** Every response body the tests saw, for the canary check. */
 const seen: string[] = [];
-function recorder(d: DaemonHandle): Req {
-  return async (m, p, b, h) => {
-    const r = await d.req(m, p, b, h);
-    seen.push(r.text);
-    return r;
-  };
-}
 
 const textOf = (obs: any) => (obs.observation.content as any[]).map((c) => c.text ?? '').join('\n');
 
@@ -114,7 +98,7 @@ describe('MCP config through the API', () => {
   test('the stored default is merged into new conversations (de-duplicated by url and name), survives a restart, and is shown redacted', async () => {
     const dir = tempDir();
     let d = await daemon({}, dir);
-    let req = recorder(d);
+    let req = recordingReq(d, seen);
     const stored = await req('POST', '/api/add-git-providers', {
       provider_tokens: {},
       mcp_config: {
@@ -158,7 +142,7 @@ describe('MCP config through the API', () => {
     await check();
     await d.stop();
     d = await daemon({}, dir);
-    req = recorder(d);
+    req = recordingReq(d, seen);
     await check();
 
     // the conversation's own key is a secret for every exit after the restart too (terminal output included)
@@ -167,7 +151,7 @@ describe('MCP config through the API', () => {
     const idC = c.body.conversation_id as string;
     await d.stop();
     d = await daemon({}, dir);
-    req = recorder(d);
+    req = recordingReq(d, seen);
     await req('POST', `/api/conversations/${idC}/events`, { content: [{ text: 'print it' }], run: true });
     await waitStatus(req, idC, 'finished');
     const obs = (await allEvents(req, idC)).find((e) => e.kind === 'ObservationEvent' && e.tool_name === 'terminal');
@@ -182,7 +166,7 @@ describe('MCP tools in a conversation', () => {
   let req: Req;
   before(async () => {
     d = await daemon();
-    req = recorder(d);
+    req = recordingReq(d, seen);
   });
 
   test('a scripted LLM calls tools on stdio, streamable-HTTP and SSE servers: naming, schemas, results, errors, bearer keys', async () => {
@@ -405,7 +389,7 @@ describe('MCP tools in a conversation', () => {
 describe('MCP server lifecycle', () => {
   test('an idle conversation stops its stdio server after MCP_IDLE_CLOSE_MS; the next run starts it again; SIGTERM leaves no process', async () => {
     const d = await daemon({ MCP_IDLE_CLOSE_MS: '3000' });
-    const req = recorder(d);
+    const req = recordingReq(d, seen);
     llm.clear();
     llm.push({ toolCalls: [{ name: 'pid', arguments: {} }] }, { text: 'first run done' });
     const r = await req('POST', '/api/conversations', { initial_user_msg: 'pid please', mcp_config: { stdio_servers: [stdio('local')] } });

@@ -1,7 +1,6 @@
 import assert from 'node:assert/strict';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { readFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -13,6 +12,7 @@ import type { ToolContext, ToolObservation } from '../src/tools/types.js';
 import { startSseServer, startShttpServer, type RunningHttpServer } from './support/mcp-servers/http-servers.js';
 import { PNG_1X1 } from './support/mcp-servers/tools.js';
 import { isAlive } from './support/processes.js';
+import { freePort } from './support/daemon.js';
 
 const TSX_LOADER = import.meta.resolve('tsx');
 const STDIO_SERVER = fileURLToPath(new URL('./support/mcp-servers/stdio-server.ts', import.meta.url));
@@ -49,15 +49,6 @@ async function waitFor(pred: () => boolean, ms: number, what: string): Promise<v
   }
 }
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 let workspace: string;
 before(async () => {

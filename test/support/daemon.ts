@@ -1,5 +1,6 @@
 /** Starts the real daemon (`bridge/main.ts`) as a child process on a random port with a temp DATA_DIR. */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { createServer } from 'node:net';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -100,4 +101,24 @@ export async function waitFor<T>(fn: () => T | Promise<T>, what: string, timeout
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
     await sleep(25);
   }
+}
+
+/** A `req` that also keeps every response text in `into` (for "the canary is in no response" checks). */
+export function recordingReq(d: DaemonHandle, into: string[], headers: Record<string, string> = {}): DaemonHandle['req'] {
+  return async (m, p, b, h) => {
+    const r = await d.req(m, p, b, { ...headers, ...h });
+    into.push(r.text);
+    return r;
+  };
+}
+
+/** A loopback port nothing listens on (it was free a moment ago). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+  });
 }
