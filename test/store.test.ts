@@ -1,22 +1,22 @@
-/** Unit tests of the SQLite event log (writer thread + staging table) on a real file. */
+/** Unit tests of the event store (journal + SQLite index written by the writer thread) on real files. */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { SqliteStore } from '../src/store/sqlite.js';
 import type { ParleyEvent } from '../src/events/types.js';
-import { sleep, tempDir } from './support/daemon.js';
+import { tempDir, waitFor } from './support/daemon.js';
 
 const C = '11111111-1111-4111-8111-111111111111';
 const D = '22222222-2222-4222-8222-222222222222';
 const msg = (text: string) => ({ kind: 'MessageEvent', source: 'user' as const, llm_message: { role: 'user', content: [{ type: 'text', text }] } });
 
-test('seq is gap-free per conversation; publish order is seq order; reads see events before and after the bulk move', async () => {
+test('seq is gap-free per conversation; publish order is seq order; reads see events before and after they are indexed', async () => {
   const published: ParleyEvent[] = [];
-  const store = new SqliteStore(tempDir(), (_id, evs) => published.push(...evs));
+  const store = new SqliteStore(tempDir(), (_id, evs) => published.push(...evs.map((e) => e.event)), { indexDelayMs: 200 });
   const all = await Promise.all(Array.from({ length: 300 }, (_, i) => store.append(i % 3 ? C : D, msg(`m${i}`))));
   assert.deepEqual(all.filter((e) => e.llm_message && (e as any).seq && true).length, 300);
   const cSeqs = published.filter((_, i) => i >= 0).filter((e) => all.indexOf(e) % 3 !== 0).map((e) => e.seq);
   assert.deepEqual(cSeqs, Array.from({ length: 200 }, (_, i) => i + 1));
-  // some rows are still staged, some moved: every read path sees each event exactly once
+  // none indexed yet, then all: every read path sees each event exactly once
   const check = async () => {
     const page = await store.query(C, { limit: 1000 });
     assert.deepEqual(page.map((e) => e.seq), Array.from({ length: 200 }, (_, i) => i + 1));
@@ -27,20 +27,22 @@ test('seq is gap-free per conversation; publish order is seq order; reads see ev
     assert.equal((await store.get(C, all[1]!.id))?.seq, all[1]!.seq);
     assert.equal(await store.get(D, all[1]!.id), null, 'an event is only found in its own conversation');
   };
+  assert.ok(store.unindexed > 0, 'read from memory before the index has them');
   await check();
-  await sleep(250); // the writer has moved the staged rows
+  await waitFor(() => store.unindexed === 0, 'the index');
   await check();
   await store.appendMany(C, [msg('x'), msg('y')]);
   assert.deepEqual((await store.query(C, { afterSeq: 199, limit: 10 })).map((e) => e.seq), [200, 201, 202]);
   await store.close();
 });
 
-test('deleting a conversation removes its staged and moved events, after appends already queued', async () => {
+test('deleting a conversation removes its indexed and unindexed events, after appends already queued', async () => {
   const dir = tempDir();
   const store = new SqliteStore(dir);
   await store.createConversation({ id: C, title: null, created_at: 'a', updated_at: 'a', execution_status: 'idle', data: {} });
   for (let i = 0; i < 10; i++) await store.append(C, msg(`a${i}`));
-  await sleep(250);
+  await waitFor(() => store.unindexed === 0, 'the index');
+  for (let i = 0; i < 5; i++) await store.append(C, msg(`b${i}`));
   void store.append(C, msg('queued just before the delete'));
   assert.equal(await store.deleteConversation(C), true);
   assert.equal(await store.count(C, {}), 0);

@@ -92,13 +92,13 @@ export class ConversationService {
   ) {}
 
   /** Called by the store after each commit: publish in seq order. */
-  onCommit = (conversationId: string, events: ParleyEvent[]): void => {
-    for (const ev of events) this.bus.publish(conversationId, new EncodedEvent(ev));
+  onCommit = (conversationId: string, events: EncodedEvent[]): void => {
+    for (const ev of events) this.bus.publish(conversationId, ev);
     const live = this.live.get(conversationId);
     const last = events[events.length - 1];
     if (live && last) {
-      live.record.updated_at = last.timestamp;
-      for (const ev of events) if (ev.kind === 'ConversationStateUpdateEvent' && ev.key === 'execution_status') live.shown = ev.value as ExecutionStatus;
+      live.record.updated_at = last.event.timestamp;
+      for (const { event: ev } of events) if (ev.kind === 'ConversationStateUpdateEvent' && ev.key === 'execution_status') live.shown = ev.value as ExecutionStatus;
     }
   };
 

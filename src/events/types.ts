@@ -19,9 +19,12 @@ export type EventDraft = { kind: string; source: EventSource; id?: string; times
  * An event plus its wire encodings, computed at most once however many subscribers receive it.
  */
 export class EncodedEvent {
-  private jsonText?: string;
   private packed?: Buffer;
-  constructor(readonly event: ParleyEvent) {}
+  /** `jsonText`, when given, must be `JSON.stringify(event)` (the store passes the text it journaled). */
+  constructor(
+    readonly event: ParleyEvent,
+    private jsonText?: string,
+  ) {}
   get json(): string {
     return (this.jsonText ??= JSON.stringify(this.event));
   }

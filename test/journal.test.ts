@@ -1,0 +1,119 @@
+/**
+ * The event journal (src/store/journal.ts): the commit point of the hot path. Events acknowledged
+ * by the journal but never indexed survive a SIGKILL of the process; a torn tail is ignored;
+ * files rotate and go once indexed; appends wait when the index falls too far behind.
+ */
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { test } from 'node:test';
+import Database from 'better-sqlite3';
+import { journalGenerations } from '../src/store/journal.js';
+import { SqliteStore } from '../src/store/sqlite.js';
+import { ROOT, tempDir, waitFor } from './support/daemon.js';
+
+const C = '11111111-1111-4111-8111-111111111111';
+const D = '22222222-2222-4222-8222-222222222222';
+const msg = (text: string) => ({ kind: 'MessageEvent', source: 'user' as const, llm_message: { role: 'user', content: [{ type: 'text', text }] } });
+
+type Committed = { unindexed: number; events: { conversation: string; seq: number; id: string }[] };
+
+function crashAfterCommitting(dir: string, count: number): Committed {
+  const r = spawnSync(process.execPath, ['--import', 'tsx', path.join(ROOT, 'test/support/journal-crash.ts'), dir, String(count)], { cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
+  assert.equal(r.signal, 'SIGKILL', `the child died by SIGKILL (stderr: ${r.stderr})`);
+  return JSON.parse(r.stdout.trim()) as Committed;
+}
+
+test('events committed to the journal but never indexed survive a SIGKILL: same seq, same id, same content', async () => {
+  const dir = tempDir();
+  const committed = crashAfterCommitting(dir, 300);
+  assert.equal(committed.unindexed, 300, 'nothing was indexed before the kill');
+  const raw = new Database(path.join(dir, 'parley.db'), { readonly: true });
+  assert.equal(raw.prepare('SELECT COUNT(*) FROM events').pluck().get(), 0, 'the index is empty: only the journal has them');
+  raw.close();
+  assert.ok(journalGenerations(path.join(dir, 'journal')).length >= 1);
+
+  const store = new SqliteStore(dir, () => {}, { indexDelayMs: 10 });
+  for (const conv of [C, D]) {
+    const mine = committed.events.filter((e) => e.conversation === conv);
+    const page = await store.query(conv, { limit: 1000 });
+    assert.deepEqual(page.map((e) => [e.seq, e.id]), mine.map((e) => [e.seq, e.id]));
+    assert.deepEqual(page.map((e) => e.seq), Array.from({ length: 150 }, (_, i) => i + 1), 'gap-free from 1');
+  }
+  const first = await store.get(C, committed.events[0]!.id);
+  assert.deepEqual((first?.llm_message as any).content[0].text, 'm0\ttab\nnewline', 'tabs and newlines in content survive the line format');
+  // recovery indexed the old generations and removed their files; the next append continues the sequence
+  assert.deepEqual(journalGenerations(path.join(dir, 'journal')).length, 1);
+  assert.equal((await store.append(C, msg('after'))).seq, 151);
+  await store.close();
+  assert.deepEqual(journalGenerations(path.join(dir, 'journal')), [], 'a clean close leaves no journal file');
+  const reopened = new SqliteStore(dir);
+  assert.equal(await reopened.count(C, {}), 151);
+  await reopened.close();
+});
+
+test('a torn or corrupt frame at the end of the journal is ignored; every whole frame before it is kept', async () => {
+  const dir = tempDir();
+  const committed = crashAfterCommitting(dir, 40);
+  const jdir = path.join(dir, 'journal');
+  const gen = journalGenerations(jdir).at(-1)!;
+  const file = path.join(jdir, `${String(gen).padStart(12, '0')}.log`);
+  // a frame header that promises more bytes than follow (a write cut short)...
+  const torn = Buffer.alloc(12);
+  torn.writeUInt32LE(5000, 0);
+  fs.appendFileSync(file, torn);
+  const store = new SqliteStore(dir);
+  assert.equal(await store.count(C, {}) + (await store.count(D, {})), committed.events.length);
+  await store.close();
+
+  // ...and a whole frame whose checksum does not match its payload
+  const dir2 = tempDir();
+  const committed2 = crashAfterCommitting(dir2, 40);
+  const file2 = path.join(dir2, 'journal', `${String(journalGenerations(path.join(dir2, 'journal')).at(-1)!).padStart(12, '0')}.log`);
+  const payload = Buffer.from(`${JSON.stringify([C, 999, 'x', 'MessageEvent', '2026-01-01T00:00:00.000Z', 'user'])}\t{}`);
+  const bad = Buffer.alloc(8 + payload.length);
+  bad.writeUInt32LE(payload.length, 0);
+  bad.writeUInt32LE(12345, 4);
+  payload.copy(bad, 8);
+  fs.appendFileSync(file2, bad);
+  const store2 = new SqliteStore(dir2);
+  assert.equal(await store2.count(C, {}), committed2.events.filter((e) => e.conversation === C).length);
+  assert.equal(await store2.lastSeq(C), 20, 'the corrupt frame claimed seq 999: it was not taken');
+  await store2.close();
+});
+
+test('journal files rotate, and a generation is removed once the index holds it', async () => {
+  const dir = tempDir();
+  const jdir = path.join(dir, 'journal');
+  const store = new SqliteStore(dir, () => {}, { rotateBytes: 4096, indexDelayMs: 5 });
+  let maxFiles = 0;
+  for (let i = 0; i < 200; i++) {
+    await store.append(i % 2 ? C : D, msg(`rotating ${i} ${'x'.repeat(200)}`));
+    maxFiles = Math.max(maxFiles, journalGenerations(jdir).length);
+  }
+  assert.ok(maxFiles >= 2, 'the journal rotated');
+  await waitFor(() => store.unindexed === 0 && journalGenerations(jdir).length === 1, 'the index caught up and old generations were removed');
+  assert.equal(await store.count(C, {}), 100);
+  assert.equal((await store.query(D, { limit: 1, desc: true }))[0]?.seq, 100);
+  await store.close();
+});
+
+test('when the index falls behind, appends wait for it instead of holding unbounded memory', async () => {
+  const dir = tempDir();
+  const store = new SqliteStore(dir, () => {}, { maxUnindexed: 50, indexDelayMs: 100 });
+  const first = await Promise.all(Array.from({ length: 50 }, (_, i) => store.append(C, msg(`a${i}`))));
+  assert.equal(store.unindexed, 50);
+  let seenWhenResolved = -1;
+  const late = store.append(C, msg('waits for the index')).then((e) => {
+    seenWhenResolved = store.unindexed;
+    return e;
+  });
+  const ev = await late;
+  assert.equal(ev.seq, 51);
+  // had it not waited, 51 events would have been unindexed when it resolved
+  assert.ok(seenWhenResolved <= 1, `committed only after the index caught up (unindexed then: ${seenWhenResolved})`);
+  // reads never missed anything meanwhile
+  assert.deepEqual((await store.query(C, { limit: 100 })).map((e) => e.seq), [...first.map((e) => e.seq), 51]);
+  await store.close();
+});
