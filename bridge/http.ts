@@ -24,9 +24,14 @@ export function watchAbort(res: HttpResponse): ResState {
   return state;
 }
 
-export function readBody(res: HttpResponse, limit: number): Promise<Buffer> {
+/**
+ * Reads the whole body as UTF-8 text, refusing more than `limit` bytes. The usual single-chunk
+ * body is decoded straight from uWS's buffer (no copy); uWS reuses that memory after the
+ * callback, so chunks of a longer body are copied first.
+ */
+export function readText(res: HttpResponse, limit: number): Promise<string> {
   return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
+    let chunks: Buffer[] | null = null;
     let size = 0;
     let failed = false;
     res.onData((ab, isLast) => {
@@ -37,8 +42,9 @@ export function readBody(res: HttpResponse, limit: number): Promise<Buffer> {
         reject(new BodyTooLarge());
         return;
       }
-      chunks.push(Buffer.from(ab.slice(0)));
-      if (isLast) resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+      if (isLast && chunks === null) return resolve(Buffer.from(ab).toString('utf8'));
+      (chunks ??= []).push(Buffer.from(ab.slice(0)));
+      if (isLast) resolve(Buffer.concat(chunks, size).toString('utf8'));
     });
   });
 }

@@ -8,7 +8,7 @@ import { runOperation, type OperationName } from '../src/api/router.js';
 import type { Config } from '../src/config.js';
 import type { ConversationService } from '../src/conversation/service.js';
 import { toHttpError } from './errors.js';
-import { BodyTooLarge, jsonErrorPosition, keyMatches, parseQuery, readBody, send, sendJson, watchAbort } from './http.js';
+import { BodyTooLarge, jsonErrorPosition, keyMatches, parseQuery, readText, send, sendJson, watchAbort } from './http.js';
 import { buildOpenApi, DOCS_HTML } from './openapi.js';
 import { compileRoutes, matchRoute, ROUTES, type CompiledRoute } from './routes.js';
 import { handleTrpc } from './trpc.js';
@@ -112,9 +112,8 @@ export function startServer(config: Config, service: ConversationService, log: L
     const declared = Number(req.getHeader('content-length') || 0);
     if (declared > config.maxBodyBytes) return sendJson(res, state, 413, { detail: `Request body exceeds ${config.maxBodyBytes} bytes` });
     inFlight += 1;
-    readBody(res, config.maxBodyBytes)
-      .then((buf) => {
-        const text = buf.toString('utf8');
+    readText(res, config.maxBodyBytes)
+      .then((text) => {
         if (text.trim() === '') {
           return sendJson(res, state, 422, { detail: [{ type: 'missing', loc: ['body'], msg: 'Field required', input: null }] });
         }

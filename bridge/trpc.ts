@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import { appRouter } from '../src/api/router.js';
 import type { Context } from '../src/api/trpc.js';
 import type { HttpRequest, HttpResponse } from './uws.js';
-import { readBody, STATUS_TEXT, type ResState } from './http.js';
+import { readText, STATUS_TEXT, type ResState } from './http.js';
 
 export async function handleTrpc(
   res: HttpResponse,
@@ -23,8 +23,8 @@ export async function handleTrpc(
     state.aborted = true;
     controller.abort();
   });
-  const body = method === 'GET' || method === 'HEAD' ? undefined : await readBody(res, maxBody);
-  const request = new Request(url, { method, headers, body: body as unknown as BodyInit | undefined, signal: controller.signal });
+  const body = method === 'GET' || method === 'HEAD' ? undefined : await readText(res, maxBody);
+  const request = new Request(url, { method, headers, body, signal: controller.signal });
   const response = await fetchRequestHandler({
     endpoint: '/trpc',
     req: request,
