@@ -26,7 +26,7 @@ export interface StoreOptions {
   rotateBytes?: number;
   /** How long the writer gathers frames before indexing them in one transaction (default 250 ms). */
   indexDelayMs?: number;
-  /** Committed events the index has not acknowledged yet, beyond which appends wait for it (default 200,000). */
+  /** Committed events the index has not acknowledged yet, beyond which appends wait for it (default 50,000). */
   maxUnindexed?: number;
 }
 
@@ -136,7 +136,7 @@ export class SqliteStore implements Store {
       deleteSecretsOfKind: this.db.prepare('DELETE FROM secrets WHERE kind = ?'),
     };
     this.migrateInbox();
-    this.maxUnindexed = opts.maxUnindexed ?? 200_000;
+    this.maxUnindexed = opts.maxUnindexed ?? 50_000;
     this.journal = this.recover(path.join(dataDir, 'journal'), { fsync: opts.synchronous === 'FULL', rotateBytes: opts.rotateBytes ?? 64 * 1024 * 1024 });
     this.writer = new Worker(new URL('./worker-boot.mjs', import.meta.url), {
       workerData: { entry: new URL('./writer.ts', import.meta.url).href, file: path.join(dataDir, 'parley.db'), synchronous: opts.synchronous ?? 'NORMAL', indexDelayMs: opts.indexDelayMs ?? 250 },
