@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
 import Database from 'better-sqlite3';
-import { journalGenerations } from '../src/store/journal.js';
+import { Journal, journalGenerations } from '../src/store/journal.js';
 import { SqliteStore } from '../src/store/sqlite.js';
 import { ROOT, tempDir, waitFor } from './support/daemon.js';
 
@@ -116,4 +116,26 @@ test('when the index falls behind, appends wait for it instead of holding unboun
   // reads never missed anything meanwhile
   assert.deepEqual((await store.query(C, { limit: 100 })).map((e) => e.seq), [...first.map((e) => e.seq), 51]);
   await store.close();
+});
+
+test('a journal write that fails (disk full) rejects the append with a clear error, takes no seq, and keeps what was committed', async () => {
+  const dir = tempDir();
+  const published: number[] = [];
+  const store = new SqliteStore(dir, (_id, evs) => published.push(...evs.map((e) => e.event.seq!)));
+  await store.appendMany(C, [msg('one'), msg('two')]);
+  // from here on the journal writes to /dev/full: every write(2) fails with ENOSPC
+  const jdir = path.join(dir, 'journal');
+  fs.symlinkSync('/dev/full', path.join(jdir, '000000099999.log'));
+  (store as unknown as { journal: Journal }).journal = new Journal(jdir, 99999, { fsync: false, rotateBytes: 1 << 30 });
+  await assert.rejects(store.append(C, msg('three')), /event log write failed: .*ENOSPC/);
+  await assert.rejects(store.appendMany(D, [msg('x'), msg('y')]), /ENOSPC/);
+  assert.deepEqual(published, [1, 2], 'nothing of the failed appends was published');
+  assert.equal(await store.lastSeq(C), 2, 'the failed append took no seq');
+  assert.equal(await store.lastSeq(D), 0);
+  assert.deepEqual((await store.query(C, { limit: 10 })).map((e) => e.seq), [1, 2]);
+  await store.close();
+  const reopened = new SqliteStore(dir);
+  assert.deepEqual((await reopened.query(C, { limit: 10 })).map((e) => e.seq), [1, 2]);
+  assert.equal((await reopened.append(C, msg('three'))).seq, 3);
+  await reopened.close();
 });
