@@ -85,6 +85,20 @@ describe('process lifecycle', () => {
     assert.match(busy.stderr, /port in use|cannot listen/);
     await d.stop();
   });
+  test('a DATA_DIR in use by a running daemon: the second one says so in one line and exits 1; the first is untouched', async () => {
+    const dir = tempDir();
+    const d = await startDaemon({}, dir);
+    const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
+    const second = spawnSync(process.execPath, ['--import', 'tsx', 'bridge/main.ts'], {
+      cwd: ROOT, env: { PATH: process.env.PATH!, DATA_DIR: dir, PORT: '0' }, encoding: 'utf8', timeout: 20_000,
+    });
+    assert.equal(second.status, 1);
+    assert.match(second.stderr, new RegExp(`in use by another Parley process \\(pid ${d.proc.pid}\\)`));
+    assert.equal(second.stderr.trim().split('\n').length, 1);
+    assert.equal((await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'still mine' }] })).status, 200);
+    assert.ok(fs.readdirSync(path.join(dir, 'journal')).length >= 1, 'the running daemon keeps its journal');
+    await d.stop();
+  });
 });
 
 describe('in-house callers (tRPC)', () => {

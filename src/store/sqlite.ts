@@ -16,6 +16,7 @@ import Database from 'better-sqlite3';
 import { unpack } from 'msgpackr';
 import { uuidv7 } from '../events/ids.js';
 import { EncodedEvent, nowIso, type EventDraft, type ParleyEvent } from '../events/types.js';
+import { lockDataDir } from './lock.js';
 import { Journal, journalFile, journalGenerations, journalIndexer, journalLine, readFrames, type JournalPosition } from './journal.js';
 import type { ConversationRecord, EventQuery, SealedValue, Store } from './types.js';
 import type { WriterReply, WriterRequest } from './writer.js';
@@ -72,12 +73,15 @@ export class SqliteStore implements Store {
   private tail = new Map<string, ParleyEvent[]>();
   private tailSize = 0;
   private readonly maxUnindexed: number;
+  private readonly unlock: () => void;
 
   constructor(
     dataDir: string,
     private readonly onCommit: CommitListener = () => {},
     opts: StoreOptions = {},
   ) {
+    // a failure below leaves the lock to this process; it exits, and the next start takes it over
+    this.unlock = lockDataDir(dataDir);
     this.db = new Database(path.join(dataDir, 'parley.db'));
     this.db.pragma('journal_mode = WAL');
     this.db.pragma('wal_autocheckpoint = 10000');
@@ -482,5 +486,6 @@ export class SqliteStore implements Store {
     await this.writer.terminate();
     this.journal.close(indexedAll && !this.writerError);
     this.db.close();
+    this.unlock();
   }
 }
