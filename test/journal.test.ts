@@ -139,3 +139,31 @@ test('a journal write that fails (disk full) rejects the append with a clear err
   assert.equal((await reopened.append(C, msg('three'))).seq, 3);
   await reopened.close();
 });
+
+test('when indexing fails for good, committed events stay readable, new appends fail clearly, and the next start indexes them', async () => {
+  const dir = tempDir();
+  const store = new SqliteStore(dir, () => {}, { indexDelayMs: 20, indexRetries: 1 });
+  await store.append(C, msg('indexed'));
+  await waitFor(() => store.unindexed === 0, 'the first event indexed');
+  const admin = new Database(path.join(dir, 'parley.db'));
+  admin.exec("CREATE TRIGGER refuse BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'the index refuses'); END");
+  const committed = await store.appendMany(C, [msg('a'), msg('b')]);
+  assert.deepEqual(committed.map((e) => e.seq), [2, 3]);
+  await waitFor(
+    () => store.append(C, msg('after')).then(() => false, (err: Error) => /event index unavailable: .*the index refuses/.test(err.message)),
+    'appends to fail once the index gave up',
+  );
+  // everything committed is still read, in order, from memory above what the index holds
+  const seqs = (await store.query(C, { limit: 10 })).map((e) => e.seq);
+  assert.deepEqual(seqs.slice(0, 3), [1, 2, 3]);
+  assert.equal(await store.count(C, {}), seqs.length);
+  assert.equal((await store.get(C, committed[1]!.id))?.seq, 3);
+  await store.close();
+  assert.ok(journalGenerations(path.join(dir, 'journal')).length >= 1, 'the journal is kept: the index does not hold it');
+  admin.exec('DROP TRIGGER refuse');
+  admin.close();
+  const reopened = new SqliteStore(dir);
+  assert.deepEqual((await reopened.query(C, { limit: 10 })).map((e) => e.seq), seqs, 're-indexed from the journal at start-up');
+  assert.equal((await reopened.append(C, msg('next'))).seq, seqs.length + 1);
+  await reopened.close();
+});

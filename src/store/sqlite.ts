@@ -29,6 +29,8 @@ export interface StoreOptions {
   indexDelayMs?: number;
   /** Committed events the index has not acknowledged yet, beyond which appends wait for it (default 50,000). */
   maxUnindexed?: number;
+  /** Retries (with backoff up to 2 s) before the writer gives up on a failing index transaction (default 20, ~30 s). */
+  indexRetries?: number;
 }
 
 /** A stored body: the event's JSON text (msgpack in stores written before the journal). */
@@ -143,7 +145,7 @@ export class SqliteStore implements Store {
     this.maxUnindexed = opts.maxUnindexed ?? 50_000;
     this.journal = this.recover(path.join(dataDir, 'journal'), { fsync: opts.synchronous === 'FULL', rotateBytes: opts.rotateBytes ?? 64 * 1024 * 1024 });
     this.writer = new Worker(new URL('./worker-boot.mjs', import.meta.url), {
-      workerData: { entry: new URL('./writer.ts', import.meta.url).href, file: path.join(dataDir, 'parley.db'), synchronous: opts.synchronous ?? 'NORMAL', indexDelayMs: opts.indexDelayMs ?? 250 },
+      workerData: { entry: new URL('./writer.ts', import.meta.url).href, file: path.join(dataDir, 'parley.db'), synchronous: opts.synchronous ?? 'NORMAL', indexDelayMs: opts.indexDelayMs ?? 250, indexRetries: opts.indexRetries ?? 20 },
     });
     this.writer.on('message', (r: WriterReply) => {
       const w = this.waiting.get(r.n);
@@ -156,6 +158,7 @@ export class SqliteStore implements Store {
       this.writerError ??= err;
       for (const w of this.waiting.values()) w.reject(err);
       this.waiting.clear();
+      if (this.pending.length) this.flush(true); // appends held back for the index fail now
     };
     this.writer.on('error', fail);
     this.writer.on('exit', (code) => {
@@ -290,8 +293,11 @@ export class SqliteStore implements Store {
     });
     this.ask({ type: 'index', payload, pos }).then(
       () => this.indexed(pos, newest),
-      () => {
-        // the writer is gone (writerError is set): the tail stays readable and the journal is re-indexed at the next start
+      (err: Error) => {
+        // The index cannot take this frame (the writer gave up, or is gone). Its events stay in the
+        // tail, readable; later frames fail too (the writer indexes in order), so the index never
+        // skips past them, and the journal is re-indexed at the next start. New appends fail now.
+        this.writerError ??= new Error(`event index unavailable: ${err.message}`);
       },
     );
     batch.forEach((p, i) => {

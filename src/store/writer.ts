@@ -17,7 +17,7 @@ export type WriterRequest =
   | { type: 'close'; n: number };
 export type WriterReply = { n: number; error?: string };
 
-const { file, synchronous, indexDelayMs } = workerData as { file: string; synchronous: string; indexDelayMs: number; entry: string };
+const { file, synchronous, indexDelayMs, indexRetries } = workerData as { file: string; synchronous: string; indexDelayMs: number; indexRetries: number; entry: string };
 
 // Indexing is background work: the events are committed (journal) and readable (the store's tail)
 // before it runs, so it yields the CPU to the event loop. Linux applies setpriority to one thread
@@ -39,6 +39,8 @@ const index = journalIndexer(db);
 const remove = db.prepare('DELETE FROM events WHERE conversation_id = ?');
 
 let gathered: Extract<WriterRequest, { type: 'index' }>[] = [];
+/** Set once indexing failed for good: no later frame is indexed, or the index would skip the failed one. */
+let broken: string | null = null;
 let timer: NodeJS.Timeout | null = null;
 const pause = new Int32Array(new SharedArrayBuffer(4));
 
@@ -49,20 +51,16 @@ function indexGathered(): void {
   const run = gathered;
   gathered = [];
   if (run.length === 0) return;
-  let error: string | undefined;
-  for (let attempt = 0; ; attempt++) {
+  for (let attempt = 0; !broken; attempt++) {
     try {
       index(run);
       break;
     } catch (err) {
-      if (attempt >= 20) {
-        error = (err as Error)?.message ?? String(err);
-        break;
-      }
-      Atomics.wait(pause, 0, 0, Math.min(2000, 25 * 2 ** attempt));
+      if (attempt >= indexRetries) broken = (err as Error)?.message ?? String(err);
+      else Atomics.wait(pause, 0, 0, Math.min(2000, 25 * 2 ** attempt));
     }
   }
-  for (const r of run) parentPort!.postMessage({ n: r.n, ...(error ? { error } : {}) } satisfies WriterReply);
+  for (const r of run) parentPort!.postMessage({ n: r.n, ...(broken ? { error: broken } : {}) } satisfies WriterReply);
 }
 
 parentPort!.on('message', (m: WriterRequest) => {
