@@ -5,6 +5,10 @@ export class NotFoundError extends Error {
 export class ConflictError extends Error {
   override name = 'ConflictError';
 }
+/** The service cannot take the request now (its event log cannot be written); the client may retry later. */
+export class UnavailableError extends Error {
+  override name = 'UnavailableError';
+}
 /** A request that is well-formed but cannot be accepted; `loc` is relative to the input (e.g. ["body","replay_json"]). */
 export interface ValidationIssue {
   type: string;

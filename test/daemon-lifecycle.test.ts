@@ -4,6 +4,7 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, test } from 'node:test';
+import Database from 'better-sqlite3';
 import { createParleyClient } from '../src/client.js';
 import { ROOT, startDaemon, tempDir, waitFor } from './support/daemon.js';
 import { connect } from './support/ws-client.js';
@@ -33,6 +34,30 @@ describe('durability', () => {
     // the token is still there: a host-only update keeps it (the redactor knows it after restart)
     const dbText = fs.readFileSync(path.join(dir, 'parley.db')).toString('latin1');
     assert.ok(!dbText.includes('ghp_SURVIVES_RESTART'));
+    await d2.stop();
+  });
+  test('a journal that cannot be written (disk full): 503 with the reason, nothing published, the daemon stays up, earlier events kept', async () => {
+    const dir = tempDir();
+    const d1 = await startDaemon({}, dir);
+    const id = (await d1.req('POST', '/api/conversations', {})).body.conversation_id;
+    assert.equal((await d1.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'before' }] })).status, 200);
+    await d1.stop();
+    // the next start writes generation gen + 1: make that file /dev/full
+    const db = new Database(path.join(dir, 'parley.db'), { readonly: true });
+    const { gen } = db.prepare('SELECT gen FROM journal_state').get() as { gen: number };
+    db.close();
+    fs.symlinkSync('/dev/full', path.join(dir, 'journal', `${String(gen + 1).padStart(12, '0')}.log`));
+    const d2 = await startDaemon({}, dir);
+    const ws = connect(`ws://127.0.0.1:${d2.port}/sockets/events/${id}`);
+    await ws.next((f) => f.key === 'full_state', 'the snapshot');
+    const r = await d2.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'no room' }] });
+    assert.equal(r.status, 503);
+    assert.match(r.body.detail, /event log write failed: ENOSPC/);
+    assert.equal((await d2.req('GET', '/alive')).status, 200);
+    const texts = (await d2.req('GET', `/api/conversations/${id}/events/search?kind=MessageEvent`)).body.items.map((e: any) => e.llm_message.content[0].text);
+    assert.deepEqual(texts, ['before']);
+    assert.ok(!ws.frames.some((e: any) => e.kind === 'MessageEvent' && e.llm_message?.content?.[0]?.text === 'no room'), 'nothing was published');
+    ws.close();
     await d2.stop();
   });
   test('start-up is lazy: many stored conversations do not slow it down', async () => {

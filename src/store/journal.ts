@@ -45,11 +45,12 @@ export function parseLines(payload: string): IndexRow[] {
 
 export const journalFile = (dir: string, gen: number) => path.join(dir, `${String(gen).padStart(12, '0')}.log`);
 
-/** The generations present in `dir`, oldest first. */
+/** The generations present in `dir` (regular files only), oldest first. */
 export function journalGenerations(dir: string): number[] {
   return fs
-    .readdirSync(dir)
-    .map((f) => /^(\d{12})\.log$/.exec(f))
+    .readdirSync(dir, { withFileTypes: true })
+    .filter((f) => f.isFile())
+    .map((f) => /^(\d{12})\.log$/.exec(f.name))
     .filter((m): m is RegExpExecArray => m !== null)
     .map((m) => Number(m[1]))
     .sort((a, b) => a - b);

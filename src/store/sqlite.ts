@@ -14,6 +14,7 @@ import path from 'node:path';
 import { Worker } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 import { unpack } from 'msgpackr';
+import { UnavailableError } from '../errors.js';
 import { uuidv7 } from '../events/ids.js';
 import { EncodedEvent, nowIso, type EventDraft, type ParleyEvent } from '../events/types.js';
 import { lockDataDir } from './lock.js';
@@ -151,7 +152,7 @@ export class SqliteStore implements Store {
       const w = this.waiting.get(r.n);
       if (!w) return;
       this.waiting.delete(r.n);
-      if (r.error) w.reject(new Error(`event log write failed: ${r.error}`));
+      if (r.error) w.reject(new UnavailableError(`event index write failed: ${r.error}`));
       else w.resolve();
     });
     const fail = (err: Error) => {
@@ -160,9 +161,9 @@ export class SqliteStore implements Store {
       this.waiting.clear();
       if (this.pending.length) this.flush(true); // appends held back for the index fail now
     };
-    this.writer.on('error', fail);
+    this.writer.on('error', (err) => fail(new UnavailableError(`event index writer failed: ${err.message}`)));
     this.writer.on('exit', (code) => {
-      if (!this.closed) fail(new Error(`event log writer stopped (exit ${code})`));
+      if (!this.closed) fail(new UnavailableError(`event log writer stopped (exit ${code})`));
     });
     this.writer.unref();
   }
@@ -279,7 +280,7 @@ export class SqliteStore implements Store {
     } catch (err) {
       // nothing of this batch was committed: the counters go back to what was committed
       for (const [id, seq] of seqBefore) this.lastSeqCache.set(id, seq);
-      const e = new Error(`event log write failed: ${(err as Error)?.message ?? err}`);
+      const e = new UnavailableError(`event log write failed: ${(err as Error)?.message ?? err}`);
       for (const p of batch) p.reject(e);
       return;
     }
@@ -297,7 +298,7 @@ export class SqliteStore implements Store {
         // The index cannot take this frame (the writer gave up, or is gone). Its events stay in the
         // tail, readable; later frames fail too (the writer indexes in order), so the index never
         // skips past them, and the journal is re-indexed at the next start. New appends fail now.
-        this.writerError ??= new Error(`event index unavailable: ${err.message}`);
+        this.writerError ??= new UnavailableError(`event index unavailable: ${err.message}`);
       },
     );
     batch.forEach((p, i) => {
