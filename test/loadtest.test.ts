@@ -1,0 +1,41 @@
+/**
+ * The load test (`npm run loadtest`, issue 2 point 10) runs end to end on a small load and its
+ * verification works: it passes against the real daemon and fails against one that drops
+ * publications. No speed is asserted here; the numbers are the script's output, not a test.
+ */
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { test } from 'node:test';
+import { ROOT } from './support/daemon.js';
+
+function loadtest(...args: string[]) {
+  return spawnSync(process.execPath, ['--import', 'tsx', 'scripts/loadtest.ts', '--duration', '1', '--warmup', '0', '--conversations', '3', '--concurrency', '4', ...args], {
+    cwd: ROOT,
+    encoding: 'utf8',
+    timeout: 120_000,
+  });
+}
+
+test('the load test measures both targets, prints the ratio, and verifies every 200 was committed and published (auth on)', () => {
+  const r = loadtest('--auth');
+  assert.equal(r.status, 0, r.stdout + r.stderr);
+  for (const target of ['bare uWS route', 'Parley POST /api/conversations/{id}/events']) {
+    const row = r.stdout.split('\n').find((l) => l.startsWith(`| ${target}`));
+    assert.ok(row, `a row for ${target}`);
+    const cells = row!.split('|').map((c) => c.trim());
+    assert.ok(Number(cells[2]!.replace(/,/g, '')) > 0, `${target}: req/s`);
+    assert.equal(cells[6], '0', `${target}: no errors`);
+  }
+  assert.match(r.stdout, /real\/bare: \d+\.\d\d \(target >= 0\.50: (met|MISSED)\)/);
+  const m = /committed: (\d+)\/(\d+), published: (\d+)\/(\d+) \(3 of 3 conversations subscribed; seq order gap-free\)/.exec(r.stdout);
+  assert.ok(m, r.stdout);
+  assert.equal(m![1], m![2]);
+  assert.equal(m![3], m![4]);
+  assert.equal(m![1], m![3]);
+});
+
+test('the load test fails (exit 1) when the daemon answers 200 without publishing every message', () => {
+  const r = loadtest('--daemon-entry', 'test/support/lossy-daemon.ts');
+  assert.equal(r.status, 1, r.stdout + r.stderr);
+  assert.match(r.stderr, /VERIFICATION FAILED/);
+});
