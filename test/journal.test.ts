@@ -159,6 +159,9 @@ test('when indexing fails for good, committed events stay readable, new appends 
   assert.deepEqual(seqs.slice(0, 3), [1, 2, 3]);
   assert.equal(await store.count(C, {}), seqs.length);
   assert.equal((await store.get(C, committed[1]!.id))?.seq, 3);
+  await store.createConversation({ id: D, title: null, created_at: 'a', updated_at: 'a', execution_status: 'idle', data: {} });
+  await assert.rejects(store.deleteConversation(D), UnavailableError);
+  assert.ok(await store.getConversation(D), 'a delete that cannot remove the events keeps the conversation');
   await store.close();
   assert.ok(journalGenerations(path.join(dir, 'journal')).length >= 1, 'the journal is kept: the index does not hold it');
   admin.exec('DROP TRIGGER refuse');

@@ -426,6 +426,7 @@ export class SqliteStore implements Store {
   }
 
   async deleteConversation(id: string): Promise<boolean> {
+    if (this.writerError) throw this.writerError; // its events could not be removed: keep the conversation too
     const changed = this.stmts.deleteConv.run(id).changes;
     // ordered after every append made so far, including those still waiting for their flush
     if (this.pending.length) this.flush(true);
