@@ -171,3 +171,38 @@ test('when indexing fails for good, committed events stay readable, new appends 
   assert.equal((await reopened.append(C, msg('next'))).seq, seqs.length + 1);
   await reopened.close();
 });
+
+test('SQLITE_SYNCHRONOUS=FULL: appends, rotation and reopen work with every frame synced', async () => {
+  const dir = tempDir();
+  const jdir = path.join(dir, 'journal');
+  const store = new SqliteStore(dir, () => {}, { synchronous: 'FULL', rotateBytes: 2048, indexDelayMs: 5 });
+  let rotated = false;
+  for (let i = 0; i < 40; i++) {
+    await store.append(C, msg(`durable ${i} ${'y'.repeat(100)}`));
+    rotated ||= journalGenerations(jdir).length > 1;
+  }
+  assert.ok(rotated, 'new generations were created');
+  assert.equal(await store.count(C, {}), 40);
+  await store.close();
+  const reopened = new SqliteStore(dir, () => {}, { synchronous: 'FULL' });
+  assert.deepEqual((await reopened.query(C, { limit: 100 })).map((e) => e.seq), Array.from({ length: 40 }, (_, i) => i + 1));
+  await reopened.close();
+});
+
+const strace = spawnSync('strace', ['-V'], { encoding: 'utf8' }).status === 0;
+test('the syncs reach the kernel: FULL fdatasyncs every journal frame and fsyncs the journal directory; NORMAL syncs no frame', { skip: strace ? false : 'strace is not installed' }, () => {
+  const syncs = (mode: string) => {
+    const dir = tempDir();
+    const r = spawnSync('strace', ['-f', '-y', '-e', 'trace=fsync,fdatasync', '-o', path.join(dir, 'strace.txt'), process.execPath, '--import', 'tsx', 'test/support/journal-sync.ts', dir, mode], { cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
+    assert.equal(r.status, 0, r.stderr);
+    const lines = fs.readFileSync(path.join(dir, 'strace.txt'), 'utf8').split('\n');
+    return {
+      frames: lines.filter((l) => /fdatasync\(\d+<[^>]*\/journal\/\d{12}\.log>\)/.test(l)).length,
+      directory: lines.filter((l) => /fsync\(\d+<[^>]*\/journal>\)/.test(l)).length,
+    };
+  };
+  const full = syncs('FULL');
+  assert.equal(full.frames, 10, 'one fdatasync per frame (10 appends, one by one)');
+  assert.ok(full.directory >= 1, 'the new journal file is made durable in its directory');
+  assert.deepEqual(syncs('NORMAL'), { frames: 0, directory: 0 });
+});

@@ -85,8 +85,22 @@ export class Journal {
     private readonly opts: { fsync: boolean; rotateBytes: number },
   ) {
     this.gen = gen;
-    this.fd = fs.openSync(journalFile(dir, gen), 'w');
+    this.fd = this.create(gen);
     this.live = [gen];
+  }
+
+  /** A new generation's file; with fsync its directory entry is made durable too (else a power cut could lose the file). */
+  private create(gen: number): number {
+    const fd = fs.openSync(journalFile(this.dir, gen), 'w');
+    if (this.opts.fsync) {
+      const dirFd = fs.openSync(this.dir, 'r');
+      try {
+        fs.fsyncSync(dirFd);
+      } finally {
+        fs.closeSync(dirFd);
+      }
+    }
+    return fd;
   }
 
   /** Writes one frame; when this returns the payload is committed. On failure nothing of it remains. */
@@ -117,7 +131,7 @@ export class Journal {
     fs.closeSync(this.fd);
     this.gen += 1;
     this.offset = 0;
-    this.fd = fs.openSync(journalFile(this.dir, this.gen), 'w');
+    this.fd = this.create(this.gen);
     this.live.push(this.gen);
   }
 
