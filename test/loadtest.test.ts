@@ -39,3 +39,11 @@ test('the load test fails (exit 1) when the daemon answers 200 without publishin
   assert.equal(r.status, 1, r.stdout + r.stderr);
   assert.match(r.stderr, /VERIFICATION FAILED/);
 });
+
+test('the ceiling daemon answers every request (no errors) and commits nothing, so the verification fails by design', () => {
+  const r = loadtest('--subscribers', '0', '--daemon-entry', 'scripts/ceiling-daemon.ts');
+  assert.equal(r.status, 1, r.stdout + r.stderr);
+  const row = r.stdout.split('\n').find((l) => l.startsWith('| Parley'));
+  assert.equal(row?.split('|').map((c) => c.trim())[6], '0', 'no errors');
+  assert.match(r.stdout, /committed: 0\/[1-9]\d*/);
+});
