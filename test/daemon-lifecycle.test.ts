@@ -6,6 +6,7 @@ import path from 'node:path';
 import { describe, test } from 'node:test';
 import Database from 'better-sqlite3';
 import { createParleyClient } from '../src/client.js';
+import { journalFile } from '../src/store/journal.js';
 import { ROOT, startDaemon, tempDir, waitFor } from './support/daemon.js';
 import { connect } from './support/ws-client.js';
 
@@ -46,7 +47,7 @@ describe('durability', () => {
     const db = new Database(path.join(dir, 'parley.db'), { readonly: true });
     const { gen } = db.prepare('SELECT gen FROM journal_state').get() as { gen: number };
     db.close();
-    fs.symlinkSync('/dev/full', path.join(dir, 'journal', `${String(gen + 1).padStart(12, '0')}.log`));
+    fs.symlinkSync('/dev/full', journalFile(path.join(dir, 'journal'), gen + 1));
     const d2 = await startDaemon({}, dir);
     const ws = connect(`ws://127.0.0.1:${d2.port}/sockets/events/${id}`);
     await ws.next((f) => f.key === 'full_state', 'the snapshot');

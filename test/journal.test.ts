@@ -10,7 +10,7 @@ import path from 'node:path';
 import { test } from 'node:test';
 import Database from 'better-sqlite3';
 import { UnavailableError } from '../src/errors.js';
-import { Journal, journalGenerations } from '../src/store/journal.js';
+import { Journal, journalFile, journalGenerations } from '../src/store/journal.js';
 import { SqliteStore } from '../src/store/sqlite.js';
 import { ROOT, tempDir, waitFor } from './support/daemon.js';
 
@@ -59,7 +59,7 @@ test('a torn or corrupt frame at the end of the journal is ignored; every whole 
   const committed = crashAfterCommitting(dir, 40);
   const jdir = path.join(dir, 'journal');
   const gen = journalGenerations(jdir).at(-1)!;
-  const file = path.join(jdir, `${String(gen).padStart(12, '0')}.log`);
+  const file = journalFile(jdir, gen);
   // a frame header that promises more bytes than follow (a write cut short)...
   const torn = Buffer.alloc(12);
   torn.writeUInt32LE(5000, 0);
@@ -71,7 +71,7 @@ test('a torn or corrupt frame at the end of the journal is ignored; every whole 
   // ...and a whole frame whose checksum does not match its payload
   const dir2 = tempDir();
   const committed2 = crashAfterCommitting(dir2, 40);
-  const file2 = path.join(dir2, 'journal', `${String(journalGenerations(path.join(dir2, 'journal')).at(-1)!).padStart(12, '0')}.log`);
+  const file2 = journalFile(path.join(dir2, 'journal'), journalGenerations(path.join(dir2, 'journal')).at(-1)!);
   const payload = Buffer.from(`${JSON.stringify([C, 999, 'x', 'MessageEvent', '2026-01-01T00:00:00.000Z', 'user'])}\t{}`);
   const bad = Buffer.alloc(8 + payload.length);
   bad.writeUInt32LE(payload.length, 0);
@@ -126,7 +126,7 @@ test('a journal write that fails (disk full) rejects the append with a clear err
   await store.appendMany(C, [msg('one'), msg('two')]);
   // from here on the journal writes to /dev/full: every write(2) fails with ENOSPC
   const jdir = path.join(dir, 'journal');
-  fs.symlinkSync('/dev/full', path.join(jdir, '000000099999.log'));
+  fs.symlinkSync('/dev/full', journalFile(jdir, 99999));
   (store as unknown as { journal: Journal }).journal = new Journal(jdir, 99999, { fsync: false, rotateBytes: 1 << 30 });
   await assert.rejects(store.append(C, msg('three')), (err: Error) => err instanceof UnavailableError && /event log write failed: .*ENOSPC/.test(err.message));
   await assert.rejects(store.appendMany(D, [msg('x'), msg('y')]), /ENOSPC/);

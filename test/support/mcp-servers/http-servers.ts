@@ -13,6 +13,13 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import { buildTestServer } from './tools.js';
 
+/** Closes every session's transport (the server's sessions end; clients see the connection go). */
+async function closeAll(transports: Map<string, { close(): Promise<void> }>): Promise<void> {
+  const all = [...transports.values()];
+  transports.clear();
+  await Promise.all(all.map((t) => t.close()));
+}
+
 export interface RunningHttpServer {
   url: string;
   port: number;
@@ -110,12 +117,7 @@ export async function startShttpServer(opts: HttpServerOptions = {}): Promise<Ru
       if (!res.headersSent) res.writeHead(500).end(String(err));
     }
   });
-  const drop = async () => {
-    const all = [...transports.values()];
-    transports.clear();
-    await Promise.all(all.map((t) => t.close()));
-  };
-  return listen(server, '/mcp', seen, drop);
+  return listen(server, '/mcp', seen, () => closeAll(transports));
 }
 
 export async function startSseServer(opts: HttpServerOptions = {}): Promise<RunningHttpServer> {
@@ -147,10 +149,5 @@ export async function startSseServer(opts: HttpServerOptions = {}): Promise<Runn
       if (!res.headersSent) res.writeHead(500).end(String(err));
     }
   });
-  const drop = async () => {
-    const all = [...transports.values()];
-    transports.clear();
-    await Promise.all(all.map((t) => t.close()));
-  };
-  return listen(server, '/sse', seen, drop);
+  return listen(server, '/sse', seen, () => closeAll(transports));
 }
