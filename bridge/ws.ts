@@ -102,6 +102,8 @@ export function mountEventSockets(app: TemplatedApp, service: ConversationServic
     if (!raw || typeof raw !== 'object' || Array.isArray(raw)) return serverError(ws, 'ValidationError', 'A frame must be a JSON object: a SendMessageRequest or {"role","content"}');
     const obj = raw as Record<string, unknown>;
     if (obj.type === 'auth') return;
+    // a message has content or a role; anything else (e.g. {"nonsense":true}) is not one, and must not append an empty message or start a run
+    if (!('content' in obj) && !('role' in obj)) return serverError(ws, 'ValidationError', 'A frame must carry "content" or "role": a SendMessageRequest or {"role","content"}');
     const body: Record<string, unknown> = { ...obj };
     if (typeof body.content === 'string') body.content = [{ type: 'text', text: body.content }];
     body.run = true;
