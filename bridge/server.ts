@@ -10,7 +10,8 @@ import type { ConversationService } from '../src/conversation/service.js';
 import { toHttpError } from './errors.js';
 import { BodyTooLarge, jsonErrorPosition, keyMatches, parseQuery, readText, send, sendJson, watchAbort } from './http.js';
 import { mountMetrics, RouteMetric, unmatchedMetric } from './metrics.js';
-import { buildOpenApi, DOCS_HTML } from './openapi.js';
+import { mountDocs } from './docs.js';
+import { buildOpenApi } from './openapi.js';
 import { compileRoutes, matchRoute, ROUTES, type CompiledRoute } from './routes.js';
 import { handleTrpc } from './trpc.js';
 import { App, us_listen_socket_close, us_socket_local_port, type HttpResponse, type us_listen_socket } from './uws.js';
@@ -67,7 +68,7 @@ export function startServer(config: Config, service: ConversationService, log: L
   const openapiMetric = fixed('/openapi.json');
   app.get('/openapi.json', (res) => send(res, watchAbort(res, openapiMetric), 200, openapi));
   mountMetrics(app, keys, log);
-  app.get('/docs', (res) => send(res, watchAbort(res), 200, DOCS_HTML, 'text/html; charset=utf-8'));
+  mountDocs(app);
 
   app.any('/trpc/*', (res, req) => {
     const state = { aborted: false };
