@@ -32,7 +32,8 @@ export function startServer(config: Config, service: ConversationService, log: L
   // requests are counted by route template (GET /metrics): one cached metric per route
   const routeMetrics = new Map(routes.map((r) => [r, new RouteMetric(r.method, r.path.replace(/:([a-z_]+)/g, '{$1}'))]));
   const fixed = (path: string) => new RouteMetric('GET', path);
-  const openapi = JSON.stringify(buildOpenApi(ROUTES, VERSION, keys.length > 0));
+  // generated on first request: converting every zod schema takes tens of ms the start does not need to wait for
+  let openapi: string | null = null;
   let inFlight = 0;
   let draining = false;
   let onIdle: (() => void) | null = null;
@@ -66,7 +67,7 @@ export function startServer(config: Config, service: ConversationService, log: L
     }),
   );
   const openapiMetric = fixed('/openapi.json');
-  app.get('/openapi.json', (res) => send(res, watchAbort(res, openapiMetric), 200, openapi));
+  app.get('/openapi.json', (res) => send(res, watchAbort(res, openapiMetric), 200, (openapi ??= JSON.stringify(buildOpenApi(ROUTES, VERSION, keys.length > 0)))));
   mountMetrics(app, keys, log);
   mountDocs(app);
 

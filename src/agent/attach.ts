@@ -8,13 +8,12 @@ import type { Logger } from 'pino';
 import type { Config } from '../config.js';
 import type { ConversationService } from '../conversation/service.js';
 import type { ParleyEvent } from '../events/types.js';
-import { createLlmClient } from '../llm/provider.js';
 import type { LlmClient } from '../llm/types.js';
 import { metrics } from '../metrics.js';
 import { createFileEditorTool } from '../tools/file-editor.js';
 import { createFinishTool } from '../tools/finish.js';
 import { mcpSecretValues, mergeMcpConfig } from '../tools/mcp/config.js';
-import { McpManager } from '../tools/mcp/manager.js';
+import type { McpManager } from '../tools/mcp/manager.js';
 import { createTaskTrackerTool } from '../tools/task-tracker.js';
 import { createTerminalTool } from '../tools/terminal.js';
 import { createThinkTool } from '../tools/think.js';
@@ -43,6 +42,9 @@ export async function attachAgent(service: ConversationService, config: Config, 
   const mcp = new Map<string, McpManager>();
   const helperDir = path.join(config.dataDir, 'helpers');
   const llmCache = new Map<string, LlmClient>();
+  // the AI SDK and the MCP SDK load on first use: a daemon starts (and idles) without them
+  let mcpModule: typeof import('../tools/mcp/manager.js') | null = null;
+  const loadMcp = async () => (mcpModule ??= await import('../tools/mcp/manager.js'));
 
   // one manager per conversation, created once even when a run and a status request race for it
   const mcpCreating = new Map<string, Promise<McpManager>>();
@@ -55,6 +57,7 @@ export async function attachAgent(service: ConversationService, config: Config, 
         const stored = await service.conversationMcpConfig(id);
         // the conversation's own keys and env values are secrets for every exit (also after a restart)
         service.redactor.add(...mcpSecretValues(stored));
+        const { McpManager } = await loadMcp();
         const created = new McpManager({
           // normalised: duplicate urls (`http://h:1` and `http://h:1/`) and names collapse, the later wins
           config: mergeMcpConfig(null, stored),
@@ -114,7 +117,10 @@ export async function attachAgent(service: ConversationService, config: Config, 
         const baseUrl = s.llm_base_url ?? config.llm.baseUrl;
         const key = JSON.stringify([model, apiKey, baseUrl]);
         let c = llmCache.get(key);
-        if (!c) llmCache.set(key, (c = instrumentLlm(createLlmClient({ model, apiKey, baseUrl, contextWindow: config.llm.contextWindow }))));
+        if (!c) {
+          const { createLlmClient } = await import('../llm/provider.js');
+          llmCache.set(key, (c = instrumentLlm(createLlmClient({ model, apiKey, baseUrl, contextWindow: config.llm.contextWindow }))));
+        }
         return c;
       },
       async tools(id) {
@@ -165,7 +171,7 @@ export async function attachAgent(service: ConversationService, config: Config, 
     await baseClose();
     for (const id of [...idleTimers.keys()]) cancelIdleClose(id);
     await terminal.closeAll();
-    await McpManager.closeAll();
+    await mcpModule?.McpManager.closeAll();
   };
 
   // replays under way, stopped when their conversation is deleted

@@ -1,5 +1,5 @@
 /** Metrics of the agent's outside calls: LLM requests (latency, outcome, tokens) and tool calls. */
-import { ProviderError } from '../llm/errors.js';
+import { ProviderError } from '../llm/provider-error.js';
 import type { LlmClient } from '../llm/types.js';
 import { metrics, providerAndModel } from '../metrics.js';
 import type { ToolObservation } from '../tools/types.js';

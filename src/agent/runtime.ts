@@ -9,7 +9,7 @@ import { z } from 'zod';
 import type { ConversationService } from '../conversation/service.js';
 import type { AgentRuntime } from '../conversation/runtime.js';
 import type { ParleyEvent } from '../events/types.js';
-import { ProviderError } from '../llm/errors.js';
+import { ProviderError } from '../llm/provider-error.js';
 import type { LlmClient, LlmResponse, LlmToolSpec } from '../llm/types.js';
 import type { Tool, ToolContext } from '../tools/types.js';
 import { metrics } from '../metrics.js';

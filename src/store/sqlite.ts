@@ -153,9 +153,12 @@ export class SqliteStore implements Store {
     this.migrateInbox();
     this.maxUnindexed = opts.maxUnindexed ?? 50_000;
     this.journal = this.recover(path.join(dataDir, 'journal'), { fsync: opts.synchronous === 'FULL', rotateBytes: opts.rotateBytes ?? 64 * 1024 * 1024 });
-    this.writer = new Worker(new URL('./worker-boot.mjs', import.meta.url), {
-      workerData: { entry: new URL('./writer.ts', import.meta.url).href, file: path.join(dataDir, 'parley.db'), synchronous: opts.synchronous ?? 'NORMAL', indexDelayMs: opts.indexDelayMs ?? 250, indexRetries: opts.indexRetries ?? 20 },
-    });
+    const workerData = { file: path.join(dataDir, 'parley.db'), synchronous: opts.synchronous ?? 'NORMAL', indexDelayMs: opts.indexDelayMs ?? 250, indexRetries: opts.indexRetries ?? 20 };
+    // Built (`npm start` runs dist/, see scripts/build.mjs): the writer is plain JavaScript next to this
+    // bundle. From source (tsx: tests, development): a boot file registers tsx in the worker first.
+    this.writer = import.meta.url.endsWith('.ts')
+      ? new Worker(new URL('./worker-boot.mjs', import.meta.url), { workerData: { ...workerData, entry: new URL('./writer.ts', import.meta.url).href } })
+      : new Worker(new URL('./writer.mjs', import.meta.url), { workerData });
     this.writer.on('message', (r: WriterReply) => {
       const w = this.waiting.get(r.n);
       if (!w) return;

@@ -1,0 +1,190 @@
+/**
+ * Start time and memory of the daemon, started the README's way.
+ *
+ *   npx tsx scripts/bench-startup.ts [--runs 5] [--conversations 1000] [--turns 40] [--settle-ms 3000]
+ *
+ * Start time: from spawn to the first 200 of GET /health (polled every 5 ms), median and min of
+ * `--runs` starts on fresh DATA_DIRs, for
+ *   - `npm start` (the target: ≤ 0.5 s),
+ *   - `node dist/main.mjs` (the build npm start runs, without npm's own start-up),
+ *   - `node --import tsx bridge/main.ts` (the sources through tsx, as tests and development run it),
+ *   - a bare Node HTTP server answering 200, and the same through `npm start` (the floors on this
+ *     machine, measured in the same run: what Node and npm themselves take).
+ * Memory (VmRSS of the daemon process, named by DATA_DIR/parley.pid; `npm start`'s own npm process
+ * is reported apart): idle after start-up, after creating `--conversations` idle conversations,
+ * and after `--turns` scripted agent turns (each a terminal tool call in a real shell, then an answer,
+ * against the scripted OpenAI-compatible LLM), each read after `--settle-ms`.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { freePort, ROOT, sleep } from '../test/support/daemon.js';
+import { startScriptedLlm } from '../test/support/scripted-llm.js';
+
+const { values: args } = parseArgs({
+  options: {
+    runs: { type: 'string', default: '5' },
+    conversations: { type: 'string', default: '1000' },
+    turns: { type: 'string', default: '40' },
+    'settle-ms': { type: 'string', default: '3000' },
+  },
+});
+const RUNS = Number(args.runs);
+const CONVERSATIONS = Number(args.conversations);
+const TURNS = Number(args.turns);
+const SETTLE = Number(args['settle-ms']);
+
+const MiB = 1024 * 1024;
+const rssOf = (pid: number): number => {
+  const m = /VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return m ? Number(m[1]) * 1024 : NaN;
+};
+
+function get(port: number, p: string): Promise<number> {
+  return new Promise((resolve) => {
+    const req = http.get({ host: '127.0.0.1', port, path: p, agent: false }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode ?? 0));
+    });
+    req.on('error', () => resolve(0));
+  });
+}
+
+async function json(port: number, method: string, p: string, body?: unknown): Promise<any> {
+  const res = await fetch(`http://127.0.0.1:${port}${p}`, { method, headers: body ? { 'content-type': 'application/json' } : {}, body: body ? JSON.stringify(body) : undefined });
+  if (!res.ok) throw new Error(`${method} ${p}: ${res.status} ${await res.text()}`);
+  return res.json();
+}
+
+interface Started {
+  proc: ChildProcess;
+  port: number;
+  dataDir: string;
+  ms: number;
+}
+
+/** Spawns `cmd` in its own process group and waits for the first 200 of /health. */
+async function start(cmd: string[], env: Record<string, string> = {}): Promise<Started> {
+  const port = await freePort();
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-bench-start-'));
+  const t0 = performance.now();
+  const proc = spawn(cmd[0]!, cmd.slice(1), {
+    cwd: ROOT,
+    detached: true,
+    stdio: ['ignore', 'ignore', 'pipe'],
+    env: { PATH: process.env.PATH!, HOME: process.env.HOME ?? os.tmpdir(), PORT: String(port), DATA_DIR: dataDir, LOG_LEVEL: 'warn', ...env },
+  });
+  let stderr = '';
+  proc.stderr!.on('data', (c) => (stderr += c));
+  for (;;) {
+    if (proc.exitCode !== null) throw new Error(`${cmd.join(' ')} exited with ${proc.exitCode}: ${stderr}`);
+    if ((await get(port, '/health')) === 200) break;
+    if (performance.now() - t0 > 60_000) throw new Error(`${cmd.join(' ')}: no 200 from /health in 60 s`);
+    await sleep(5);
+  }
+  return { proc, port, dataDir, ms: performance.now() - t0 };
+}
+
+async function stop(s: Started): Promise<void> {
+  const exited = new Promise<void>((r) => (s.proc.exitCode !== null || s.proc.signalCode !== null ? r() : s.proc.on('exit', () => r())));
+  let daemonPid = 0;
+  try {
+    daemonPid = Number(fs.readFileSync(path.join(s.dataDir, 'parley.pid'), 'utf8'));
+  } catch {
+    // not a Parley daemon (the bare baseline)
+  }
+  try {
+    process.kill(-s.proc.pid!, 'SIGTERM');
+  } catch {
+    // gone
+  }
+  await exited;
+  // npm may exit before its child; wait for the daemon itself (a zombie counts as gone)
+  for (let i = 0; daemonPid && i < 400; i++) {
+    try {
+      if (fs.readFileSync(`/proc/${daemonPid}/stat`, 'utf8').split(') ')[1]?.startsWith('Z')) break;
+    } catch {
+      break;
+    }
+    await sleep(25);
+  }
+  fs.rmSync(s.dataDir, { recursive: true, force: true });
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+const bare = `require('node:http').createServer((q, s) => s.end('ok')).listen(Number(process.env.PORT), '127.0.0.1')`;
+if (!fs.existsSync(path.join(ROOT, 'dist', 'main.mjs'))) throw new Error('dist/ is not built: run `npm run build` (npm install does it)');
+
+console.log(`start time: spawn → first 200 of GET /health, ${RUNS} runs each (median, min), run alternately`);
+// npm's own share: `npm start` of a project whose start script is the bare server
+const npmFloor = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-bench-npm-'));
+fs.writeFileSync(path.join(npmFloor, 'bare.cjs'), bare);
+fs.writeFileSync(path.join(npmFloor, 'package.json'), JSON.stringify({ name: 'floor', version: '1.0.0', private: true, scripts: { start: 'node bare.cjs' } }));
+const commands: [string, string[]][] = [
+  ['bare node:http server (floor)', [process.execPath, '-e', bare]],
+  ['npm start of that bare server (floor)', ['npm', 'start', '--prefix', npmFloor]],
+  ['npm start', ['npm', 'start']],
+  ['node dist/main.mjs', [process.execPath, 'dist/main.mjs']],
+  ['node --import tsx bridge/main.ts', [process.execPath, '--import', 'tsx', 'bridge/main.ts']],
+];
+const times = commands.map((): number[] => []);
+for (let i = 0; i < RUNS; i++) {
+  for (const [k, [, cmd]] of commands.entries()) {
+    const s = await start(cmd);
+    times[k]!.push(s.ms);
+    await stop(s);
+  }
+}
+const rows = commands.map(([label], k) => ({ label, median: median(times[k]!), min: Math.min(...times[k]!) }));
+fs.rmSync(npmFloor, { recursive: true, force: true });
+for (const r of rows) console.log(`  ${r.label.padEnd(38)} ${r.median.toFixed(0).padStart(6)} ms  (min ${r.min.toFixed(0)} ms)`);
+
+const llm = await startScriptedLlm();
+const s = await start(['npm', 'start'], { LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'sk-bench' });
+try {
+  const pid = Number(fs.readFileSync(path.join(s.dataDir, 'parley.pid'), 'utf8'));
+  await sleep(SETTLE);
+  const idle = rssOf(pid);
+  const npmRss = rssOf(s.proc.pid!);
+
+  const ids: string[] = [];
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: 8 }, async () => {
+      while (next < CONVERSATIONS) {
+        next++;
+        ids.push((await json(s.port, 'POST', '/api/conversations', {})).conversation_id);
+      }
+    }),
+  );
+  await sleep(SETTLE);
+  const withConversations = rssOf(pid);
+
+  // scripted turns, one conversation per 4 turns: a terminal command in a real shell, then an answer
+  for (let t = 0; t < TURNS; t++) {
+    const id = ids[Math.floor(t / 4) % ids.length]!;
+    llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: `echo turn ${t}` } }] }, { text: `Turn ${t} done.` });
+    await json(s.port, 'POST', `/api/conversations/${id}/events`, { content: [{ type: 'text', text: `turn ${t}` }], run: true });
+    for (let i = 0; ; i++) {
+      const st = (await json(s.port, 'GET', `/api/conversations/${id}`)).execution_status;
+      if (st === 'finished') break;
+      if (st === 'error' || i > 2000) throw new Error(`turn ${t}: status ${st}`);
+      await sleep(10);
+    }
+  }
+  await sleep(SETTLE);
+  const afterTurns = rssOf(pid);
+
+  console.log(`\nmemory (VmRSS of the daemon started by npm start; read ${SETTLE} ms after each step):`);
+  console.log(`  idle                                   ${(idle / MiB).toFixed(1).padStart(7)} MiB`);
+  console.log(`  + ${CONVERSATIONS} idle conversations              ${(withConversations / MiB).toFixed(1).padStart(7)} MiB  (+${((withConversations - idle) / MiB).toFixed(1)} MiB)`);
+  console.log(`  + ${TURNS} scripted agent turns             ${(afterTurns / MiB).toFixed(1).padStart(7)} MiB  (+${((afterTurns - withConversations) / MiB).toFixed(1)} MiB; AI SDK loaded, ${Math.ceil(TURNS / 4)} shells)`);
+  console.log(`  (npm's own process, the daemon's parent under npm start: ${(npmRss / MiB).toFixed(1)} MiB)`);
+} finally {
+  await stop(s);
+  await llm.close();
+}
