@@ -44,26 +44,38 @@ export class CounterChild {
   }
 }
 
-/** A counter with labels; `child(...)` is cached: keep it where the event happens. */
-export class Counter {
-  private children = new Map<string, { values: string[]; child: CounterChild }>();
+/** A metric with labels: one child per label values, made once; keep it where the event happens. */
+abstract class Family<C> {
+  protected children = new Map<string, { values: string[]; child: C }>();
   constructor(
     readonly name: string,
     readonly help: string,
-    private readonly labelNames: readonly string[] = [],
+    protected readonly labelNames: readonly string[],
+    type: Exported['type'],
   ) {
-    sources.push({ name, help, type: 'counter', get: () => this.export() });
+    sources.push({ name, help, type, get: () => this.export() });
   }
-  child(...values: string[]): CounterChild {
+  protected abstract make(): C;
+  protected abstract export(): Exported;
+  child(...values: string[]): C {
     const k = keyOf(values);
     let c = this.children.get(k);
-    if (!c) this.children.set(k, (c = { values, child: new CounterChild() }));
+    if (!c) this.children.set(k, (c = { values, child: this.make() }));
     return c.child;
+  }
+}
+
+export class Counter extends Family<CounterChild> {
+  constructor(name: string, help: string, labelNames: readonly string[] = []) {
+    super(name, help, labelNames, 'counter');
+  }
+  protected make(): CounterChild {
+    return new CounterChild();
   }
   inc(...values: string[]): void {
     this.child(...values).inc();
   }
-  private export(): Exported {
+  protected export(): Exported {
     const values = [...this.children.values()].map(({ values: v, child }) => ({ labels: labelsOf(this.labelNames, v), value: child.value }));
     return { name: this.name, help: this.help, type: 'counter', values, aggregator: 'sum' };
   }
@@ -92,23 +104,19 @@ export class HistogramChild {
   }
 }
 
-export class Histogram {
-  private children = new Map<string, { values: string[]; child: HistogramChild }>();
+export class Histogram extends Family<HistogramChild> {
   constructor(
-    readonly name: string,
-    readonly help: string,
-    private readonly labelNames: readonly string[] = [],
+    name: string,
+    help: string,
+    labelNames: readonly string[] = [],
     private readonly bounds: readonly number[] = LATENCY_BUCKETS,
   ) {
-    sources.push({ name, help, type: 'histogram', get: () => this.export() });
+    super(name, help, labelNames, 'histogram');
   }
-  child(...values: string[]): HistogramChild {
-    const k = keyOf(values);
-    let c = this.children.get(k);
-    if (!c) this.children.set(k, (c = { values, child: new HistogramChild(this.bounds) }));
-    return c.child;
+  protected make(): HistogramChild {
+    return new HistogramChild(this.bounds);
   }
-  private export(): Exported {
+  protected export(): Exported {
     const values: Sample[] = [];
     for (const { values: v, child } of this.children.values()) {
       const labels = labelsOf(this.labelNames, v);
