@@ -14,10 +14,13 @@ export class BodyTooLarge extends Error {}
 /** A response whose client may go away: every write checks `aborted`. */
 export interface ResState {
   aborted: boolean;
+  /** Where the response is counted once written (GET /metrics), and when the request came. */
+  metric?: { end(status: number, t0: number): void } | null;
+  t0?: number;
 }
 
-export function watchAbort(res: HttpResponse): ResState {
-  const state = { aborted: false };
+export function watchAbort(res: HttpResponse, metric: ResState['metric'] = null): ResState {
+  const state: ResState = { aborted: false, metric, t0: performance.now() };
   res.onAborted(() => {
     state.aborted = true;
   });
@@ -64,6 +67,7 @@ export function send(
     res.end(body);
   });
   state.aborted = true;
+  state.metric?.end(status, state.t0!);
 }
 
 export const sendJson = (res: HttpResponse, state: ResState, status: number, value: unknown) =>

@@ -3,6 +3,7 @@ import { loadConfig, type Config } from '../src/config.js';
 import { createCore } from '../src/core.js';
 import { createLogger } from '../src/logger.js';
 import { Redactor } from '../src/secrets/redact.js';
+import { startMetricsServer } from './metrics.js';
 import { startServer } from './server.js';
 
 async function main() {
@@ -28,8 +29,13 @@ async function main() {
   const { attachAgent } = await import('../src/agent/attach.js');
   await attachAgent(core.service, config, log);
   let daemon;
+  let metricsServer: { port: number; stop(): void } | undefined;
   try {
     daemon = await startServer(config, core.service, log);
+    if (config.metricsPort !== undefined) {
+      metricsServer = await startMetricsServer(config.host, config.metricsPort, log);
+      log.info({ metrics_port: metricsServer.port }, `metrics on http://${config.host}:${metricsServer.port}/metrics`);
+    }
   } catch (err) {
     process.stderr.write(`parley: ${(err as Error).message}\n`);
     await core.close();
@@ -44,6 +50,7 @@ async function main() {
     log.info({ signal }, 'shutting down');
     const hard = setTimeout(() => process.exit(1), 9500);
     hard.unref();
+    metricsServer?.stop();
     await daemon.stop(7000);
     await core.close();
     log.info('stopped');

@@ -111,29 +111,3 @@ export function buildOpenApi(routes: Route[], version: string, authEnabled: bool
     ...(authEnabled ? { security: [{ APIKeyHeader: [] }] } : {}),
   };
 }
-
-/** A self-contained page that renders the document (no external assets: works offline). */
-export const DOCS_HTML = `<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>Parley API</title>
-<style>
-body{font:15px/1.45 system-ui,sans-serif;max-width:960px;margin:2em auto;padding:0 1em;color:#222}
-h1{margin-bottom:0}.op{border:1px solid #ddd;border-radius:6px;margin:.6em 0;padding:.4em .8em}
-.m{display:inline-block;min-width:4.5em;font-weight:700}.GET{color:#0a7}.POST{color:#06c}.DELETE{color:#c33}.PUT{color:#a60}
-code,pre{background:#f6f6f6;border-radius:4px}pre{padding:.6em;overflow:auto;font-size:13px}summary{cursor:pointer}
-</style></head><body><h1>Parley API</h1><p id="d"></p><div id="ops">Loading /openapi.json…</div>
-<script>
-fetch('/openapi.json').then(r=>r.json()).then(doc=>{
-  document.getElementById('d').textContent=doc.info.description+' Version '+doc.info.version+'.';
-  const ops=document.getElementById('ops');ops.textContent='';
-  for(const [p,item] of Object.entries(doc.paths)) for(const [m,op] of Object.entries(item)){
-    const d=document.createElement('details');d.className='op';
-    const s=document.createElement('summary');
-    s.innerHTML='<span class="m '+m.toUpperCase()+'">'+m.toUpperCase()+'</span> <code></code> — ';
-    s.querySelector('code').textContent=p;s.append(op.summary||'');d.append(s);
-    const pre=document.createElement('pre');
-    const refs=JSON.stringify(op,null,2);const names=[...refs.matchAll(/#\\/components\\/schemas\\/(\\w+)/g)].map(x=>x[1]);
-    const comps={};for(const n of new Set(names)) comps[n]=doc.components.schemas[n];
-    pre.textContent=refs+'\\n\\n// schemas\\n'+JSON.stringify(comps,null,2);d.append(pre);ops.append(d);
-  }
-});
-</script></body></html>`;

@@ -9,7 +9,9 @@ import type { Config } from '../src/config.js';
 import type { ConversationService } from '../src/conversation/service.js';
 import { toHttpError } from './errors.js';
 import { BodyTooLarge, jsonErrorPosition, keyMatches, parseQuery, readText, send, sendJson, watchAbort } from './http.js';
-import { buildOpenApi, DOCS_HTML } from './openapi.js';
+import { mountMetrics, RouteMetric, unmatchedMetric } from './metrics.js';
+import { mountDocs } from './docs.js';
+import { buildOpenApi } from './openapi.js';
 import { compileRoutes, matchRoute, ROUTES, type CompiledRoute } from './routes.js';
 import { handleTrpc } from './trpc.js';
 import { App, us_listen_socket_close, us_socket_local_port, type HttpResponse, type us_listen_socket } from './uws.js';
@@ -27,6 +29,9 @@ export function startServer(config: Config, service: ConversationService, log: L
   const app = App();
   const keys = config.sessionApiKeys;
   const routes: CompiledRoute[] = compileRoutes(ROUTES);
+  // requests are counted by route template (GET /metrics): one cached metric per route
+  const routeMetrics = new Map(routes.map((r) => [r, new RouteMetric(r.method, r.path.replace(/:([a-z_]+)/g, '{$1}'))]));
+  const fixed = (path: string) => new RouteMetric('GET', path);
   const openapi = JSON.stringify(buildOpenApi(ROUTES, VERSION, keys.length > 0));
   let inFlight = 0;
   let draining = false;
@@ -45,12 +50,13 @@ export function startServer(config: Config, service: ConversationService, log: L
     sendMessage: (id, body) => call('sendMessage', { conversation_id: id, message: body }),
   });
 
-  const health = (res: HttpResponse, body: unknown, status = 200) => sendJson(res, watchAbort(res), status, body);
-  app.get('/alive', (res) => health(res, { status: 'ok' }));
-  app.get('/health', (res) => health(res, { status: 'ok' }));
-  app.get('/ready', (res) => (draining ? health(res, { status: 'draining' }, 503) : health(res, { status: 'ready' })));
+  const health = (res: HttpResponse, metric: RouteMetric, body: unknown, status = 200) => sendJson(res, watchAbort(res, metric), status, body);
+  const [alive, healthy, ready, info] = ['/alive', '/health', '/ready', '/server_info'].map(fixed) as [RouteMetric, RouteMetric, RouteMetric, RouteMetric];
+  app.get('/alive', (res) => health(res, alive, { status: 'ok' }));
+  app.get('/health', (res) => health(res, healthy, { status: 'ok' }));
+  app.get('/ready', (res) => (draining ? health(res, ready, { status: 'draining' }, 503) : health(res, ready, { status: 'ready' })));
   app.get('/server_info', (res) =>
-    health(res, {
+    health(res, info, {
       title: 'Parley',
       version: VERSION,
       uptime: Math.floor((Date.now() - service.startedAt) / 1000),
@@ -59,8 +65,10 @@ export function startServer(config: Config, service: ConversationService, log: L
       node_version: process.version,
     }),
   );
-  app.get('/openapi.json', (res) => send(res, watchAbort(res), 200, openapi));
-  app.get('/docs', (res) => send(res, watchAbort(res), 200, DOCS_HTML, 'text/html; charset=utf-8'));
+  const openapiMetric = fixed('/openapi.json');
+  app.get('/openapi.json', (res) => send(res, watchAbort(res, openapiMetric), 200, openapi));
+  mountMetrics(app, keys, log);
+  mountDocs(app);
 
   app.any('/trpc/*', (res, req) => {
     const state = { aborted: false };
@@ -92,6 +100,7 @@ export function startServer(config: Config, service: ConversationService, log: L
     const method = req.getMethod().toUpperCase();
     const url = req.getUrl();
     const { route, params, methods } = matchRoute(routes, method, url);
+    state.metric = route ? routeMetrics.get(route) : unmatchedMetric(method);
     if (!route) {
       if (methods.length) return send(res, state, 405, '{"detail":"Method Not Allowed"}', 'application/json', { allow: methods.join(', ') });
       return sendJson(res, state, 404, { detail: 'Not Found' });

@@ -10,6 +10,7 @@ import { ConversationId, SendMessageRequest } from '../src/api/schemas.js';
 import type { ConversationService } from '../src/conversation/service.js';
 import { EventFeed } from '../src/events/feed.js';
 import { nowIso, type EncodedEvent } from '../src/events/types.js';
+import { metrics } from '../src/metrics.js';
 import { keyMatches, parseQuery } from './http.js';
 import type { TemplatedApp, WebSocket } from './uws.js';
 
@@ -34,6 +35,16 @@ export interface SocketOptions {
 export function mountEventSockets(app: TemplatedApp, service: ConversationService, log: Logger, opts: SocketOptions) {
   const open = new Set<WebSocket<SocketData>>();
   const perConversation = new Map<string, number>();
+  const dropped = metrics.wsDropped.child();
+  const tooSlow = (ws: WebSocket<SocketData>) => {
+    dropped.inc();
+    end(ws, 1013, 'Subscriber fell too far behind; reconnect with after_seq');
+  };
+  metrics.wsSubscribers.read(() => {
+    let n = 0;
+    for (const ws of open) if (ws.getUserData().feed && !ws.getUserData().closed) n++;
+    return [[[], n]];
+  });
 
   const frame = (ws: WebSocket<SocketData>, obj: unknown) => {
     const d = ws.getUserData();
@@ -77,7 +88,7 @@ export function mountEventSockets(app: TemplatedApp, service: ConversationServic
       ws.send(d.binary ? ev.msgpack : ev.json, d.binary);
       const buffered = ws.getBufferedAmount();
       if (buffered > opts.maxBufferedBytes && !feedReplaying) {
-        end(ws, 1013, 'Subscriber fell too far behind; reconnect with after_seq');
+        tooSlow(ws);
         return false;
       }
       return buffered < opts.maxBufferedBytes / 2;
@@ -86,7 +97,7 @@ export function mountEventSockets(app: TemplatedApp, service: ConversationServic
     d.feed = new EventFeed(service.bus, service.store, id, {
       send: sinkSend,
       drained: () => new Promise<void>((r) => d.drainWaiters.push(r)),
-      overflow: () => end(ws, 1013, 'Subscriber fell too far behind; reconnect with after_seq'),
+      overflow: () => tooSlow(ws),
     }, { afterSeq, sinceTimestamp: since });
     d.feed.done.then(() => (feedReplaying = false));
   }
@@ -102,6 +113,8 @@ export function mountEventSockets(app: TemplatedApp, service: ConversationServic
     if (!raw || typeof raw !== 'object' || Array.isArray(raw)) return serverError(ws, 'ValidationError', 'A frame must be a JSON object: a SendMessageRequest or {"role","content"}');
     const obj = raw as Record<string, unknown>;
     if (obj.type === 'auth') return;
+    // a message has content or a role; anything else (e.g. {"nonsense":true}) is not one, and must not append an empty message or start a run
+    if (!('content' in obj) && !('role' in obj)) return serverError(ws, 'ValidationError', 'A frame must carry "content" or "role": a SendMessageRequest or {"role","content"}');
     const body: Record<string, unknown> = { ...obj };
     if (typeof body.content === 'string') body.content = [{ type: 'text', text: body.content }];
     body.run = true;

@@ -13,6 +13,8 @@ const boolFrom = z.enum(['0', '1', 'true', 'false']).transform((v) => v === '1' 
 
 const EnvSchema = z.object({
   PORT: intFrom('PORT', 0, 65535).default(3000),
+  /** A second listener serving only GET /metrics, without a session key (0 picks a free port). */
+  METRICS_PORT: intFrom('METRICS_PORT', 0, 65535).optional(),
   HOST: z.string().min(1).optional(),
   DATA_DIR: z.string().min(1).default('./data'),
   SESSION_API_KEY: z.string().optional(),
@@ -41,6 +43,7 @@ const EnvSchema = z.object({
 
 export interface Config {
   port: number;
+  metricsPort?: number;
   host: string;
   hostExplicit: boolean;
   dataDir: string;
@@ -78,6 +81,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const dataDir = path.resolve(e.DATA_DIR);
   return {
     port: e.PORT,
+    metricsPort: e.METRICS_PORT,
     host: e.HOST ?? '127.0.0.1',
     hostExplicit: e.HOST !== undefined,
     dataDir,

@@ -2,6 +2,7 @@
 import fs from 'node:fs';
 import type { Logger } from 'pino';
 import type { Config } from './config.js';
+import { metrics } from './metrics.js';
 import { ConversationService } from './conversation/service.js';
 import { EventBus } from './events/bus.js';
 import { SecretBox } from './secrets/crypto.js';
@@ -23,11 +24,17 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   let service: ConversationService | null = null;
   const store = new SqliteStore(config.dataDir, (id, evs) => service?.onCommit(id, evs), { synchronous: config.sqliteSynchronous });
   service = new ConversationService(store, bus, box, redactor, log);
+  const unread = [
+    metrics.conversations.read(() => store.countByStatus().map(([s, n]) => [[s], n])),
+    metrics.storeUnindexed.read(() => [[[], store.unindexed]]),
+    metrics.storeIndexLag.read(() => [[[], store.indexLagSeconds]]),
+  ];
   await service.start();
   return {
     service,
     async close() {
       await service!.runtime?.close();
+      for (const u of unread) u();
       await store.close();
     },
   };

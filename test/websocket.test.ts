@@ -130,9 +130,16 @@ describe('client frames', () => {
     await waitFor(() => s.frames.filter((f) => f.kind === 'ServerErrorEvent').length >= 2, 'second error');
     s.send([1, 2]);
     await waitFor(() => s.frames.filter((f) => f.kind === 'ServerErrorEvent').length >= 3, 'third error');
+    const count = async () => (await d.req('GET', `/api/conversations/${id}/events/count`, undefined, H)).body;
+    const before = await count();
+    s.send({ nonsense: true });
+    await waitFor(() => s.frames.filter((f) => f.kind === 'ServerErrorEvent').length >= 4, 'fourth error: a frame with neither content nor role');
+    assert.match(s.frames.filter((f) => f.kind === 'ServerErrorEvent')[3].detail, /content|role/);
+    assert.equal(await count(), before, 'no empty message was appended');
     assert.equal(s.closed, null);
     s.send({ content: [{ text: 'still works' }] });
     await s.next((f) => f.kind === 'MessageEvent' && f.llm_message.content[0].text === 'still works');
+    assert.equal(s.frames.filter((f) => f.kind === 'MessageEvent' && f.llm_message.content.length === 0).length, 0, 'no empty message anywhere in the stream');
     s.close();
   });
 });

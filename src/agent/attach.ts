@@ -10,6 +10,7 @@ import type { ConversationService } from '../conversation/service.js';
 import type { ParleyEvent } from '../events/types.js';
 import { createLlmClient } from '../llm/provider.js';
 import type { LlmClient } from '../llm/types.js';
+import { metrics } from '../metrics.js';
 import { createFileEditorTool } from '../tools/file-editor.js';
 import { createFinishTool } from '../tools/finish.js';
 import { mcpSecretValues, mergeMcpConfig } from '../tools/mcp/config.js';
@@ -31,6 +32,7 @@ import {
   suggestedTaskMessage,
   workspacePath,
 } from '../workspace/index.js';
+import { instrumentLlm } from './instrument.js';
 import { executeReplay } from './replay-run.js';
 import { AgentRuntimeImpl } from './runtime.js';
 
@@ -97,6 +99,7 @@ export async function attachAgent(service: ConversationService, config: Config, 
     t.unref();
     idleTimers.set(id, t);
   }
+  metrics.mcpServers.read(() => [...mcp.values()].flatMap((m) => m.status().map((s): [string[], number] => [[s.state], 1])));
   service.mcpStatus = async (id) => (mcp.get(id) ?? (await mcpFor(id))).status();
 
   const runtime = new AgentRuntimeImpl(
@@ -111,7 +114,7 @@ export async function attachAgent(service: ConversationService, config: Config, 
         const baseUrl = s.llm_base_url ?? config.llm.baseUrl;
         const key = JSON.stringify([model, apiKey, baseUrl]);
         let c = llmCache.get(key);
-        if (!c) llmCache.set(key, (c = createLlmClient({ model, apiKey, baseUrl, contextWindow: config.llm.contextWindow })));
+        if (!c) llmCache.set(key, (c = instrumentLlm(createLlmClient({ model, apiKey, baseUrl, contextWindow: config.llm.contextWindow }))));
         return c;
       },
       async tools(id) {

@@ -12,6 +12,8 @@ import type { EventOf, ParleyEvent } from '../events/schema.js';
 import { ProviderError } from '../llm/errors.js';
 import type { LlmClient, LlmResponse, LlmToolSpec } from '../llm/types.js';
 import { actionOf, type Tool, type ToolContext } from '../tools/types.js';
+import { metrics } from '../metrics.js';
+import { timedTool } from './instrument.js';
 import { buildSystemPrompt, estimateTokens, eventsToMessages } from './prompt.js';
 import { detectStuck } from './stuck.js';
 
@@ -44,6 +46,9 @@ interface Run {
 
 class Interrupted extends Error {}
 
+const runsStarted = metrics.agentRuns.child();
+const steps = metrics.agentSteps.child();
+
 export class AgentRuntimeImpl implements AgentRuntime {
   private runs = new Map<string, Run>();
   private rerun = new Set<string>();
@@ -52,7 +57,9 @@ export class AgentRuntimeImpl implements AgentRuntime {
     private readonly service: ConversationService,
     private readonly deps: AgentDeps,
     private readonly log: Logger,
-  ) {}
+  ) {
+    metrics.agentRunning.read(() => [[[], this.runs.size]]);
+  }
 
   isRunning(id: string): boolean {
     return this.runs.has(id);
@@ -62,6 +69,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
     if (this.runs.has(id)) return false;
     const run: Run = { controller: new AbortController(), pauseRequested: false, newInput: false, done: Promise.resolve(), nudged: false, seenSeq: 0 };
     this.runs.set(id, run);
+    runsStarted.inc();
     run.done = this.loop(id, run)
       .catch((err) => this.log.error({ conversation_id: id, err: this.service.redactor.redact(String(err?.stack ?? err)) }, 'run loop failed'))
       .finally(() => this.afterRun(id, run));
@@ -75,6 +83,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
    */
   private async afterRun(id: string, run: Run): Promise<void> {
     this.runs.delete(id);
+    metrics.agentRunsEnded.inc(this.service.status(id) ?? 'deleted');
     try {
       const pending = this.rerun.delete(id) || run.newInput;
       const status = this.service.status(id);
@@ -173,6 +182,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
       const budget = Math.floor(llm.contextWindow * (this.deps.contextBudgetRatio ?? 0.8));
       if (estimateTokens(system + JSON.stringify(specs), messages) > budget && (await this.condense(id, llm, events, run))) continue;
 
+      steps.inc();
       let response: LlmResponse;
       const responseId = crypto.randomUUID();
       try {
@@ -231,7 +241,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
           continue;
         }
         try {
-          const observation = await tool.execute(parsed.data, ctxBase);
+          const observation = await timedTool(call.name, ctxBase.signal, () => tool.execute(parsed.data, ctxBase));
           await s.append(id, { kind: 'ObservationEvent', source: 'environment', tool_name: call.name, tool_call_id: call.id, action_id: action.id, observation });
         } catch (err) {
           if (run.controller.signal.aborted) break;

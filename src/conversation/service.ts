@@ -17,6 +17,7 @@ import { ConflictError, NotFoundError, RequestValidationError, type ValidationIs
 import type { EventBus } from '../events/bus.js';
 import { EncodedEvent, nowIso, type EventDraft, type ParleyEvent } from '../events/types.js';
 import type { SecretBox } from '../secrets/crypto.js';
+import { metrics } from '../metrics.js';
 import type { Redactor } from '../secrets/redact.js';
 import type { ConversationRecord, Store } from '../store/types.js';
 import { mcpSecretValues, mergeMcpConfig, redactMcpConfig as redactMcp, type McpConfig as McpModuleConfig } from '../tools/mcp/config.js';
@@ -24,6 +25,9 @@ import { normalizeRepository } from '../workspace/git.js';
 import { validateSuggestedTask } from '../workspace/tasks.js';
 import { parseReplay, replayText, type ReplayPlan } from './replay.js';
 import type { AgentRuntime, ConversationPreparer, PrepareOptions } from './runtime.js';
+
+const appended = metrics.eventsAppended.child();
+const published = metrics.eventsPublished.child();
 
 export type ExecutionStatus = (typeof EXECUTION_STATUSES)[number];
 export type Provider = (typeof PROVIDERS)[number];
@@ -93,6 +97,8 @@ export class ConversationService {
 
   /** Called by the store after each commit: publish in seq order. */
   onCommit = (conversationId: string, events: EncodedEvent[]): void => {
+    appended.inc(events.length);
+    published.inc(events.length);
     for (const ev of events) this.bus.publish(conversationId, ev);
     const live = this.live.get(conversationId);
     const last = events[events.length - 1];
@@ -179,6 +185,7 @@ export class ConversationService {
   /** A live-only event (no seq, not stored), e.g. StreamingDeltaEvent. */
   publishTransient(conversationId: string, draft: EventDraft): void {
     const ev = { id: crypto.randomUUID(), timestamp: nowIso(), ...this.redactor.redactDeep(draft) } as ParleyEvent;
+    published.inc();
     this.bus.publish(conversationId, new EncodedEvent(ev));
   }
 

@@ -1,44 +1,42 @@
 /**
  * One daemon per DATA_DIR. A second one would hand out the seqs the first also hands out, and its
- * start-up would index and remove the journal file the first is still writing. The lock is a
- * file holding the owner's pid; one left by a process that is gone (kill -9) is taken over.
+ * start-up would index and remove the journal file the first is still writing.
+ *
+ * The lock is an exclusive SQLite transaction held open on `parley.lock`, i.e. an fcntl lock the
+ * kernel drops when the process ends however it ends (kill -9, a crash, a reboot), even while the
+ * dead process lingers as an unreaped zombie. Nothing is judged by pid: `parley.pid` only names the
+ * owner in the error a second daemon prints (and serves operators' tools).
  */
 import fs from 'node:fs';
 import path from 'node:path';
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
+import Database from 'better-sqlite3';
 
 /** Takes the lock or throws a one-line error naming the owner; returns the release. */
 export function lockDataDir(dir: string): () => void {
-  const file = path.join(dir, 'parley.pid');
-  for (let attempt = 0; attempt < 3; attempt++) {
+  const pidFile = path.join(dir, 'parley.pid');
+  const db = new Database(path.join(dir, 'parley.lock'), { timeout: 0 });
+  try {
+    // the default rollback journal: BEGIN EXCLUSIVE takes the file's exclusive lock at once
+    db.pragma('journal_mode = DELETE');
+    db.exec('BEGIN EXCLUSIVE');
+  } catch (err) {
+    db.close();
+    if ((err as { code?: string }).code !== 'SQLITE_BUSY') throw err;
+    let owner = 'unknown';
     try {
-      fs.writeFileSync(file, `${process.pid}\n`, { flag: 'wx', mode: 0o600 });
-      return () => {
-        try {
-          if (fs.readFileSync(file, 'utf8').trim() === String(process.pid)) fs.rmSync(file, { force: true });
-        } catch {
-          // already gone
-        }
-      };
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-      let owner = NaN;
-      try {
-        owner = Number(fs.readFileSync(file, 'utf8').trim());
-      } catch {
-        continue; // removed meanwhile: try again
-      }
-      if (Number.isInteger(owner) && owner > 0 && alive(owner)) throw new Error(`${dir} is in use by another Parley process (pid ${owner})`);
-      fs.rmSync(file, { force: true }); // its owner is gone
+      owner = fs.readFileSync(pidFile, 'utf8').trim() || owner;
+    } catch {
+      // the owner has not written it yet
     }
+    throw new Error(`${dir} is in use by another Parley process (pid ${owner})`);
   }
-  throw new Error(`cannot lock ${dir}: ${file} keeps reappearing`);
+  fs.writeFileSync(pidFile, `${process.pid}\n`, { mode: 0o600 });
+  return () => {
+    try {
+      if (fs.readFileSync(pidFile, 'utf8').trim() === String(process.pid)) fs.rmSync(pidFile, { force: true });
+    } catch {
+      // already gone
+    }
+    db.close(); // ends the transaction: the lock is free
+  };
 }

@@ -18,6 +18,7 @@ import { UnavailableError } from '../errors.js';
 import { uuidv7 } from '../events/ids.js';
 import { upgradeEvent } from '../events/legacy.js';
 import { EncodedEvent, nowIso, type EventDraft, type ParleyEvent } from '../events/types.js';
+import { metrics } from '../metrics.js';
 import { lockDataDir } from './lock.js';
 import { Journal, journalFile, journalGenerations, journalIndexer, journalLine, readFrames, type JournalPosition } from './journal.js';
 import type { ConversationRecord, EventQuery, SealedValue, Store } from './types.js';
@@ -58,6 +59,8 @@ interface Pending {
 
 type WithoutN<T> = T extends unknown ? Omit<T, 'n'> : never;
 
+const appendLatency = metrics.storeAppend.child();
+
 export type CommitListener = (conversationId: string, events: EncodedEvent[]) => void;
 
 export class SqliteStore implements Store {
@@ -78,6 +81,10 @@ export class SqliteStore implements Store {
   private tailSize = 0;
   private readonly maxUnindexed: number;
   private readonly unlock: () => void;
+  /** When the oldest append waiting for the next frame was queued (performance.now()). */
+  private pendingSince = 0;
+  /** Commit times of the frames the index has not acknowledged yet, oldest first. */
+  private unindexedFrames: number[] = [];
 
   constructor(
     dataDir: string,
@@ -135,6 +142,7 @@ export class SqliteStore implements Store {
         'INSERT INTO conversations (id, title, created_at, updated_at, execution_status, data) VALUES (@id, @title, @created_at, @updated_at, @execution_status, @data)',
       ),
       deleteConv: this.db.prepare('DELETE FROM conversations WHERE id = ?'),
+      countByStatus: this.db.prepare('SELECT execution_status AS s, COUNT(*) AS n FROM conversations GROUP BY execution_status'),
       putSecret: this.db.prepare(
         'INSERT INTO secrets (kind, name, sealed, meta) VALUES (?, ?, ?, ?) ON CONFLICT (kind, name) DO UPDATE SET sealed = excluded.sealed, meta = excluded.meta',
       ),
@@ -219,6 +227,7 @@ export class SqliteStore implements Store {
 
   appendMany(conversationId: string, drafts: EventDraft[]): Promise<ParleyEvent[]> {
     return new Promise((resolve, reject) => {
+      if (this.pending.length === 0) this.pendingSince = performance.now();
       this.pending.push({ conversationId, drafts, resolve, reject });
       if (!this.flushScheduled) {
         this.flushScheduled = true;
@@ -285,6 +294,9 @@ export class SqliteStore implements Store {
       for (const p of batch) p.reject(e);
       return;
     }
+    const committedAt = performance.now();
+    appendLatency.observe((committedAt - this.pendingSince) / 1000);
+    this.unindexedFrames.push(committedAt);
     const newest = new Map<string, number>();
     batch.forEach((p, i) => {
       let t = this.tail.get(p.conversationId);
@@ -320,10 +332,22 @@ export class SqliteStore implements Store {
       else t.splice(0, k);
     }
     this.journal.indexed(pos);
+    this.unindexedFrames.shift();
     if (this.pending.length && !this.flushScheduled && this.tailSize < this.maxUnindexed) {
       this.flushScheduled = true;
       setImmediate(() => this.flush());
     }
+  }
+
+  /** Seconds since the oldest frame the index has not acknowledged was committed (0: none waiting). */
+  get indexLagSeconds(): number {
+    const oldest = this.unindexedFrames[0];
+    return oldest === undefined ? 0 : (performance.now() - oldest) / 1000;
+  }
+
+  /** Conversations per execution status. */
+  countByStatus(): [string, number][] {
+    return (this.stmts.countByStatus.all() as { s: string; n: number }[]).map((r) => [r.s, r.n]);
   }
 
   /** Committed events the writer has not indexed yet (held in memory and readable). */

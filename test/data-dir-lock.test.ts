@@ -1,0 +1,85 @@
+/**
+ * The DATA_DIR lock is one the kernel drops with its process: a daemon started the README's way
+ * (`npm start`) and killed with SIGKILL of its process group comes back at once on the same
+ * DATA_DIR (even when the dead daemon lingers as an unreaped zombie), and a stale `parley.pid`
+ * naming a live unrelated process does not block a start.
+ */
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { describe, test } from 'node:test';
+import { ROOT, startDaemon, tempDir } from './support/daemon.js';
+import { isAlive } from './support/processes.js';
+
+interface Started {
+  proc: ChildProcess;
+  url: string;
+  output: string[];
+}
+
+/** `npm start` in its own process group; resolves once the daemon logs its port. */
+function npmStart(dataDir: string): Promise<Started> {
+  const proc = spawn('npm', ['start'], {
+    cwd: ROOT,
+    detached: true,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { PATH: process.env.PATH!, HOME: process.env.HOME ?? '/tmp', PORT: '0', DATA_DIR: dataDir, LOG_LEVEL: 'info' },
+  });
+  const output: string[] = [];
+  return new Promise((resolve, reject) => {
+    const onData = (chunk: Buffer) => {
+      output.push(chunk.toString('utf8'));
+      const m = /"port":(\d+).*listening on/.exec(output.join(''));
+      if (m) resolve({ proc, url: `http://127.0.0.1:${m[1]}`, output });
+    };
+    proc.stdout!.on('data', onData);
+    proc.stderr!.on('data', onData);
+    proc.on('exit', (code) => reject(new Error(`npm start exited with ${code} before listening:\n${output.join('')}`)));
+    setTimeout(() => reject(new Error(`npm start did not listen in 30 s:\n${output.join('')}`)), 30_000).unref();
+  });
+}
+
+const killGroup = (p: ChildProcess, signal: NodeJS.Signals) => {
+  try {
+    process.kill(-p.pid!, signal);
+  } catch {
+    // already gone
+  }
+};
+
+describe('DATA_DIR lock', { timeout: 120_000 }, () => {
+  test('npm start, SIGKILL of its process group, start again at once on the same DATA_DIR: it starts and has the data', async () => {
+    const dir = tempDir();
+    const first = await npmStart(dir);
+    const created = await fetch(`${first.url}/api/conversations`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+    const id = ((await created.json()) as { conversation_id: string }).conversation_id;
+    const daemonPid = Number(fs.readFileSync(path.join(dir, 'parley.pid'), 'utf8'));
+    assert.ok(daemonPid > 0 && daemonPid !== first.proc.pid, 'parley.pid names the daemon, a child of npm');
+    killGroup(first.proc, 'SIGKILL'); // no reaping of the daemon, no wait: start again at once
+    let second: Started | undefined;
+    try {
+      second = await npmStart(dir);
+      const got = await fetch(`${second.url}/api/conversations/${id}`);
+      assert.equal(got.status, 200, 'the restarted daemon serves the conversation made before the kill');
+      const newPid = Number(fs.readFileSync(path.join(dir, 'parley.pid'), 'utf8'));
+      assert.ok(newPid !== daemonPid && isAlive(newPid), 'parley.pid names the new, live daemon');
+    } finally {
+      if (second) killGroup(second.proc, 'SIGTERM');
+    }
+    await new Promise<void>((r) => (second!.proc.exitCode !== null ? r() : second!.proc.on('exit', () => r())));
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('a stale parley.pid naming a live unrelated process does not block a start', async () => {
+    const dir = tempDir();
+    fs.writeFileSync(path.join(dir, 'parley.pid'), `${process.pid}\n`); // this test runner: alive, not a daemon
+    fs.writeFileSync(path.join(dir, 'parley.lock'), ''); // and a lock file left behind
+    const d = await startDaemon({}, dir);
+    assert.equal((await d.req('GET', '/health')).status, 200);
+    assert.equal(fs.readFileSync(path.join(dir, 'parley.pid'), 'utf8').trim(), String(d.proc.pid));
+    await d.stop();
+    assert.ok(!fs.existsSync(path.join(dir, 'parley.pid')), 'a clean stop removes parley.pid');
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+});
