@@ -16,7 +16,7 @@ test('one encoding per event however many subscribers; a throwing subscriber har
     bus.subscribe('c', () => {
       throw new Error('bad subscriber');
     });
-    const ev = new EncodedEvent({ kind: 'MessageEvent', id: 'x', seq: 1, timestamp: 't', source: 'user' });
+    const ev = new EncodedEvent({ kind: 'PauseEvent', id: 'x', seq: 1, timestamp: 't', source: 'user' });
     bus.publish('c', ev);
     assert.equal(seen.length, 100);
     assert.ok(seen.every((e) => e === ev));

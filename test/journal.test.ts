@@ -16,7 +16,7 @@ import { ROOT, tempDir, waitFor } from './support/daemon.js';
 
 const C = '11111111-1111-4111-8111-111111111111';
 const D = '22222222-2222-4222-8222-222222222222';
-const msg = (text: string) => ({ kind: 'MessageEvent', source: 'user' as const, llm_message: { role: 'user', content: [{ type: 'text', text }] } });
+const msg = (text: string) => ({ kind: 'MessageEvent' as const, source: 'user' as const, llm_message: { role: 'user' as const, content: [{ type: 'text' as const, text }] } });
 
 type Committed = { unindexed: number; events: { conversation: string; seq: number; id: string }[] };
 
@@ -43,7 +43,7 @@ test('events committed to the journal but never indexed survive a SIGKILL: same 
     assert.deepEqual(page.map((e) => e.seq), Array.from({ length: 150 }, (_, i) => i + 1), 'gap-free from 1');
   }
   const first = await store.get(C, committed.events[0]!.id);
-  assert.deepEqual((first?.llm_message as any).content[0].text, 'm0\ttab\nnewline', 'tabs and newlines in content survive the line format');
+  assert.deepEqual(first?.kind === 'MessageEvent' && first.llm_message.content[0], { type: 'text', text: 'm0\ttab\nnewline' }, 'tabs and newlines in content survive the line format');
   // recovery indexed the old generations and removed their files; the next append continues the sequence
   assert.deepEqual(journalGenerations(path.join(dir, 'journal')).length, 1);
   assert.equal((await store.append(C, msg('after'))).seq, 151);
@@ -155,7 +155,7 @@ test('when indexing fails for good, committed events stay readable, new appends 
     'appends to fail once the index gave up',
   );
   // everything committed is still read, in order, from memory above what the index holds
-  const seqs = (await store.query(C, { limit: 10 })).map((e) => e.seq);
+  const seqs = (await store.query(C, { limit: 1000 })).map((e) => e.seq);
   assert.deepEqual(seqs.slice(0, 3), [1, 2, 3]);
   assert.equal(await store.count(C, {}), seqs.length);
   assert.equal((await store.get(C, committed[1]!.id))?.seq, 3);
@@ -167,7 +167,7 @@ test('when indexing fails for good, committed events stay readable, new appends 
   admin.exec('DROP TRIGGER refuse');
   admin.close();
   const reopened = new SqliteStore(dir);
-  assert.deepEqual((await reopened.query(C, { limit: 10 })).map((e) => e.seq), seqs, 're-indexed from the journal at start-up');
+  assert.deepEqual((await reopened.query(C, { limit: 1000 })).map((e) => e.seq), seqs, 're-indexed from the journal at start-up');
   assert.equal((await reopened.append(C, msg('next'))).seq, seqs.length + 1);
   await reopened.close();
 });

@@ -234,7 +234,7 @@ describe('MCP tools in a conversation', () => {
     const last = JSON.stringify(llm.requests[llm.requests.length - 1]!.body.messages);
     assert.ok(last.includes('echo: from sse') && last.includes('intentional failure from fail'));
     const sys = evs.find((e) => e.kind === 'SystemPromptEvent');
-    assert.ok(sys.tools.includes('local_echo'));
+    assert.ok(sys.tools.some((t: any) => t.name === 'local_echo' && t.kind === 'MCPToolDefinition' && t.action_type === 'MCPToolAction'));
   });
 
   test('with one server the tools keep their own names; a clash with a built-in is prefixed', async () => {

@@ -7,13 +7,13 @@ import { tempDir, waitFor } from './support/daemon.js';
 
 const C = '11111111-1111-4111-8111-111111111111';
 const D = '22222222-2222-4222-8222-222222222222';
-const msg = (text: string) => ({ kind: 'MessageEvent', source: 'user' as const, llm_message: { role: 'user', content: [{ type: 'text', text }] } });
+const msg = (text: string) => ({ kind: 'MessageEvent' as const, source: 'user' as const, llm_message: { role: 'user' as const, content: [{ type: 'text' as const, text }] } });
 
 test('seq is gap-free per conversation; publish order is seq order; reads see events before and after they are indexed', async () => {
   const published: ParleyEvent[] = [];
   const store = new SqliteStore(tempDir(), (_id, evs) => published.push(...evs.map((e) => e.event)), { indexDelayMs: 200 });
   const all = await Promise.all(Array.from({ length: 300 }, (_, i) => store.append(i % 3 ? C : D, msg(`m${i}`))));
-  assert.deepEqual(all.filter((e) => e.llm_message && (e as any).seq && true).length, 300);
+  assert.deepEqual(all.filter((e) => e.kind === 'MessageEvent' && e.seq).length, 300);
   const cSeqs = published.filter((_, i) => i >= 0).filter((e) => all.indexOf(e) % 3 !== 0).map((e) => e.seq);
   assert.deepEqual(cSeqs, Array.from({ length: 200 }, (_, i) => i + 1));
   // none indexed yet, then all: every read path sees each event exactly once

@@ -5,7 +5,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
 import { createFileEditorTool, type FileEditorTool } from '../src/tools/file-editor.js';
-import type { ToolContext, ToolObservation } from '../src/tools/types.js';
+import type { ToolContext } from '../src/tools/types.js';
+import type { FileEditorObservation as ToolObservation } from '../src/tools/file-editor.js';
 
 let root: string;
 let tool: FileEditorTool;

@@ -10,7 +10,8 @@ import {
   type TaskItem,
 } from '../src/tools/task-tracker.js';
 import { createThinkTool } from '../src/tools/think.js';
-import type { ToolContext, ToolObservation } from '../src/tools/types.js';
+import type { ToolContext } from '../src/tools/types.js';
+import type { Observation as ToolObservation } from '../src/events/schema.js';
 
 function makeCtx(conversationId: string): ToolContext {
   return {

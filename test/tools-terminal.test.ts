@@ -6,7 +6,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
 import { createTerminalTool, type TerminalTool } from '../src/tools/terminal.js';
-import type { ToolContext, ToolObservation } from '../src/tools/types.js';
+import type { ToolContext } from '../src/tools/types.js';
+import type { TerminalObservation as ToolObservation } from '../src/tools/terminal.js';
 
 const SECRET = 'sk-test-5ecr3t-value';
 let root: string;

@@ -143,7 +143,7 @@ export async function attachAgent(service: ConversationService, config: Config, 
         try {
           const loaded = await loadRepoInstructions(workspacePath(config.workspaceRoot, id));
           for (const a of loaded.always) out.push(`Repository instructions (${a.source}):\n${a.content}`);
-          const userText = events.filter((e) => e.kind === 'MessageEvent' && e.source === 'user').map((e) => JSON.stringify((e as ParleyEvent).llm_message)).join('\n');
+          const userText = events.flatMap((e) => (e.kind === 'MessageEvent' && e.source === 'user' ? [JSON.stringify(e.llm_message)] : [])).join('\n');
           for (const t of selectTriggered(loaded.triggered, userText)) out.push(`Knowledge (${t.source}):\n${t.content}`);
         } catch {
           /* no workspace yet */

@@ -2,7 +2,7 @@
 import { ProviderError } from '../llm/provider-error.js';
 import type { LlmClient } from '../llm/types.js';
 import { metrics, providerAndModel } from '../metrics.js';
-import type { ToolObservation } from '../tools/types.js';
+import type { Observation } from '../events/schema.js';
 
 /** The client, its `complete` counted by provider/model/outcome (ok, aborted, or the ProviderError code). */
 export function instrumentLlm<C extends LlmClient>(client: C): C {
@@ -36,7 +36,7 @@ export function instrumentLlm<C extends LlmClient>(client: C): C {
 }
 
 /** Runs one tool call, counted by tool and outcome (ok, error: `is_error` or thrown, aborted). */
-export async function timedTool(tool: string, signal: AbortSignal, run: () => Promise<ToolObservation>): Promise<ToolObservation> {
+export async function timedTool(tool: string, signal: AbortSignal, run: () => Promise<Observation>): Promise<Observation> {
   const t0 = performance.now();
   let outcome = 'error';
   try {

@@ -1,6 +1,7 @@
 /** Builds the LLM prompt from the conversation's events. */
 import type { ModelMessage } from 'ai';
-import type { ParleyEvent } from '../events/types.js';
+import type { ContentItem } from '../events/content.js';
+import { unreachable, type EventOf, type Observation, type ParleyEvent } from '../events/schema.js';
 
 export interface SystemContext {
   workspaceDir: string;
@@ -24,8 +25,6 @@ export function buildSystemPrompt(ctx: SystemContext): string {
   return parts.join('\n\n');
 }
 
-type Content = { type: 'text'; text: string; cache_prompt?: boolean } | { type: 'image'; image_urls: string[]; cache_prompt?: boolean };
-
 /** An image by URL; a URL that cannot be parsed becomes a note instead of failing the whole step. */
 function imagePart(url: string): { type: 'text'; text: string } | { type: 'image'; image: string | URL } {
   if (url.startsWith('data:')) return { type: 'image', image: url };
@@ -36,7 +35,7 @@ function imagePart(url: string): { type: 'text'; text: string } | { type: 'image
   }
 }
 
-function userContent(content: Content[]) {
+function userContent(content: ContentItem[]) {
   const parts: ({ type: 'text'; text: string } | { type: 'image'; image: string | URL })[] = [];
   for (const c of content) {
     if (c.type === 'text') parts.push({ type: 'text', text: c.text });
@@ -45,76 +44,113 @@ function userContent(content: Content[]) {
   return parts.length ? parts : [{ type: 'text' as const, text: '(empty message)' }];
 }
 
-const textOf = (content: Content[] | undefined) =>
-  (content ?? []).map((c) => (c.type === 'text' ? c.text : `[${c.image_urls.length} image(s)]`)).join('\n');
+const textOf = (content: ContentItem[]) => content.map((c) => (c.type === 'text' ? c.text : `[${c.image_urls.length} image(s)]`)).join('\n');
 
-function observationText(obs: Record<string, unknown>): string {
-  const text = ((obs.content as Content[] | undefined) ?? []).filter((c) => c.type === 'text').map((c) => (c as { text: string }).text).join('\n');
+function observationText(obs: Observation): string {
+  const text = obs.content.flatMap((c) => (c.type === 'text' ? [c.text] : [])).join('\n');
   return obs.is_error ? `[An error occurred during execution.]\n${text}` : text;
 }
 
+/** The arguments of a recorded tool call as the LLM sent them (an object; unparsable JSON is kept as a string field). */
+export function toolCallInput(a: EventOf<'ActionEvent'>): Record<string, unknown> {
+  if (a.tool_call.arguments.trim() === '') return {};
+  try {
+    const v: unknown = JSON.parse(a.tool_call.arguments);
+    if (typeof v === 'object' && v !== null && !Array.isArray(v)) return v as Record<string, unknown>;
+  } catch {
+    /* not JSON */
+  }
+  return { invalid_arguments: a.tool_call.arguments };
+}
+
 const CACHE = { anthropic: { cacheControl: { type: 'ephemeral' } } } as const;
+
+/** A tool call's result: an observation, or an error that answers it. */
+type ToolResult = EventOf<'ObservationEvent'> | EventOf<'AgentErrorEvent'>;
+
+function resultText(r: ToolResult | undefined): string {
+  if (!r) return 'Tool call interrupted before completion.';
+  return r.kind === 'AgentErrorEvent' ? `[An error occurred during execution.]\n${r.error}` : observationText(r.observation);
+}
 
 /**
  * Events → AI SDK messages. Honors the newest Condensation (its summary replaces the events it
  * forgot), groups parallel tool calls of one response, and gives every tool call exactly one result.
  */
 export function eventsToMessages(events: ParleyEvent[]): { messages: ModelMessage[]; systemNotes: string[] } {
-  const condensation = [...events].reverse().find((e) => e.kind === 'Condensation');
-  const forgotten = new Set((condensation?.forgotten_event_ids as string[] | undefined) ?? []);
+  let condensation: EventOf<'Condensation'> | undefined;
+  const results = new Map<string, ToolResult>();
+  for (const e of events) {
+    if (e.kind === 'Condensation') condensation = e;
+    else if ((e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent') && e.tool_call_id) results.set(e.tool_call_id, e);
+  }
+  const forgotten = new Set(condensation?.forgotten_event_ids ?? []);
   const messages: ModelMessage[] = [];
   const systemNotes: string[] = [];
   if (condensation?.summary) {
-    messages.push({ role: 'user', content: [{ type: 'text', text: `Summary of the earlier conversation (older events were condensed):\n${String(condensation.summary)}` }] });
+    messages.push({ role: 'user', content: [{ type: 'text', text: `Summary of the earlier conversation (older events were condensed):\n${condensation.summary}` }] });
   }
-  const results = new Map<string, ParleyEvent>();
-  for (const e of events) {
-    if ((e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent') && e.tool_call_id) results.set(String(e.tool_call_id), e);
-  }
-  let pendingCalls: ParleyEvent[] = [];
+  let pendingCalls: EventOf<'ActionEvent'>[] = [];
   const flushCalls = () => {
     if (!pendingCalls.length) return;
-    const thought = pendingCalls.map((a) => textOf(a.thought as Content[])).filter(Boolean).join('\n');
+    const thought = pendingCalls.map((a) => textOf(a.thought)).filter(Boolean).join('\n');
     messages.push({
       role: 'assistant',
       content: [
         ...(thought ? [{ type: 'text' as const, text: thought }] : []),
-        ...pendingCalls.map((a) => ({ type: 'tool-call' as const, toolCallId: String(a.tool_call_id), toolName: String(a.tool_name), input: (a.tool_call as { input?: unknown })?.input ?? a.action ?? {} })),
+        ...pendingCalls.map((a) => ({ type: 'tool-call' as const, toolCallId: a.tool_call_id, toolName: a.tool_name, input: toolCallInput(a) })),
       ],
     });
     messages.push({
       role: 'tool',
-      content: pendingCalls.map((a) => {
-        const r = results.get(String(a.tool_call_id));
-        const value = !r
-          ? 'Tool call interrupted before completion.'
-          : r.kind === 'AgentErrorEvent'
-            ? `[An error occurred during execution.]\n${String(r.error)}`
-            : observationText(r.observation as Record<string, unknown>);
-        return { type: 'tool-result' as const, toolCallId: String(a.tool_call_id), toolName: String(a.tool_name), output: { type: 'text' as const, value } };
-      }),
+      content: pendingCalls.map((a) => ({
+        type: 'tool-result' as const,
+        toolCallId: a.tool_call_id,
+        toolName: a.tool_name,
+        output: { type: 'text' as const, value: resultText(results.get(a.tool_call_id)) },
+      })),
     });
     pendingCalls = [];
   };
   for (const e of events) {
     if (forgotten.has(e.id)) continue;
-    if (e.kind === 'ActionEvent') {
-      const last = pendingCalls[pendingCalls.length - 1];
-      if (last && last.llm_response_id !== e.llm_response_id) flushCalls();
-      pendingCalls.push(e);
-      continue;
-    }
-    if (e.kind === 'ObservationEvent' || (e.kind === 'AgentErrorEvent' && e.tool_call_id)) continue;
-    flushCalls();
-    if (e.kind === 'MessageEvent') {
-      const m = e.llm_message as { role: string; content: Content[] };
-      const cache = m.content?.some((c) => c.cache_prompt) ? { providerOptions: CACHE } : {};
-      if (m.role === 'system') systemNotes.push(textOf(m.content));
-      else if (m.role === 'assistant' || e.source === 'agent') messages.push({ role: 'assistant', content: textOf(m.content) || '(no text)', ...cache });
-      else if (m.role === 'tool') messages.push({ role: 'user', content: [{ type: 'text', text: `[Tool output provided by the user]\n${textOf(m.content)}` }], ...cache });
-      else messages.push({ role: 'user', content: userContent(m.content), ...cache });
-    } else if (e.kind === 'AgentErrorEvent') {
-      messages.push({ role: 'user', content: [{ type: 'text', text: `[Note from the environment] ${String(e.error)}` }] });
+    switch (e.kind) {
+      case 'ActionEvent': {
+        const last = pendingCalls[pendingCalls.length - 1];
+        if (last && last.llm_response_id !== e.llm_response_id) flushCalls();
+        pendingCalls.push(e);
+        break;
+      }
+      case 'ObservationEvent':
+        break; // given with its action
+      case 'AgentErrorEvent':
+        if (e.tool_call_id) break; // given with its action
+        flushCalls();
+        messages.push({ role: 'user', content: [{ type: 'text', text: `[Note from the environment] ${e.error}` }] });
+        break;
+      case 'MessageEvent': {
+        flushCalls();
+        const m = e.llm_message;
+        const cache = m.content.some((c) => c.cache_prompt) ? { providerOptions: CACHE } : {};
+        if (m.role === 'system') systemNotes.push(textOf(m.content));
+        else if (m.role === 'assistant' || e.source === 'agent') messages.push({ role: 'assistant', content: textOf(m.content) || '(no text)', ...cache });
+        else if (m.role === 'tool') messages.push({ role: 'user', content: [{ type: 'text', text: `[Tool output provided by the user]\n${textOf(m.content)}` }], ...cache });
+        else messages.push({ role: 'user', content: userContent(m.content), ...cache });
+        break;
+      }
+      case 'SystemPromptEvent':
+      case 'ConversationErrorEvent':
+      case 'ConversationStateUpdateEvent':
+      case 'PauseEvent':
+      case 'InterruptEvent':
+      case 'Condensation':
+      case 'StreamingDeltaEvent':
+      case 'SetupOutputEvent':
+      case 'ServerErrorEvent':
+        flushCalls();
+        break; // not part of the prompt
+      default:
+        unreachable(e);
     }
   }
   flushCalls();

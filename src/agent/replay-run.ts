@@ -11,7 +11,7 @@ import fs from 'node:fs/promises';
 import type { z } from 'zod';
 import type { ConversationService } from '../conversation/service.js';
 import { mapReplayCommand, mapReplayPath, type ReplayPlan, type ReplayStep } from '../conversation/replay.js';
-import type { Tool, ToolContext } from '../tools/types.js';
+import { actionOf, type Tool, type ToolContext } from '../tools/types.js';
 
 export interface ReplayRunOptions {
   service: ConversationService;
@@ -77,6 +77,8 @@ export async function executeReplay(o: ReplayRunOptions): Promise<ReplayRunResul
     const { name, args } = await resolveCall(step, o.plan, o.workspaceDir);
     // ids unique in the conversation: later LLM calls (call_1, toolu_…) never collide with them
     const callId = `replay_${crypto.randomUUID().replace(/-/g, '')}`;
+    const tool = byName.get(name);
+    const parsed = tool ? (tool.parameters as z.ZodType).safeParse(args) : undefined;
     const action = await s.append(id, {
       kind: 'ActionEvent',
       source: 'agent',
@@ -84,18 +86,16 @@ export async function executeReplay(o: ReplayRunOptions): Promise<ReplayRunResul
       tool_call_id: callId,
       llm_response_id: crypto.randomUUID(),
       thought: step.thought ? [{ type: 'text', text: step.thought }] : [],
-      action: args,
-      tool_call: { id: callId, name, arguments: JSON.stringify(args), input: args },
+      action: tool && parsed?.success ? actionOf(tool, parsed.data) : null,
+      tool_call: { id: callId, name, arguments: JSON.stringify(args), origin: 'completion' },
       replayed: true,
     });
     result.actions++;
     const error = (msg: string) => s.append(id, { kind: 'AgentErrorEvent', source: 'agent', tool_name: name, tool_call_id: callId, error: msg });
-    const tool = byName.get(name);
-    if (!tool) {
+    if (!tool || !parsed) {
       await error(`The tool ${name} is not available.`);
       continue;
     }
-    const parsed = (tool.parameters as z.ZodType).safeParse(args);
     if (!parsed.success) {
       await error(`Invalid arguments for ${name}: ${parsed.error.issues.map((x) => `${x.path.join('.') || '(root)'}: ${x.message}`).join('; ')}.`);
       continue;

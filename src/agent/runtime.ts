@@ -8,10 +8,10 @@ import type { Logger } from 'pino';
 import { z } from 'zod';
 import type { ConversationService } from '../conversation/service.js';
 import type { AgentRuntime } from '../conversation/runtime.js';
-import type { ParleyEvent } from '../events/types.js';
+import type { EventOf, ParleyEvent } from '../events/schema.js';
 import { ProviderError } from '../llm/provider-error.js';
 import type { LlmClient, LlmResponse, LlmToolSpec } from '../llm/types.js';
-import type { Tool, ToolContext } from '../tools/types.js';
+import { actionOf, type Tool, type ToolContext } from '../tools/types.js';
 import { metrics } from '../metrics.js';
 import { timedTool } from './instrument.js';
 import { buildSystemPrompt, estimateTokens, eventsToMessages } from './prompt.js';
@@ -153,7 +153,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
     const specs: LlmToolSpec[] = tools.map((t) => ({
       name: t.name,
       description: t.description,
-      inputSchema: ((t as { jsonSchema?: Record<string, unknown> }).jsonSchema ?? stripSchemaMeta(z.toJSONSchema(t.parameters as z.ZodType, { io: 'input', unrepresentable: 'any' }))) as Record<string, unknown>,
+      inputSchema: t.jsonSchema ?? stripSchemaMeta(z.toJSONSchema(t.parameters as z.ZodType, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>),
     }));
     const workspaceDir = this.deps.workspaceDir(id);
     let condensedForContextError = false;
@@ -176,7 +176,8 @@ export class AgentRuntimeImpl implements AgentRuntime {
       const instructions = await this.deps.instructions(id, events);
       const system = buildSystemPrompt({ workspaceDir, toolNames: tools.map((t) => t.name), instructions: [...instructions, ...systemNotes] });
       if (!events.some((e) => e.kind === 'SystemPromptEvent')) {
-        await s.append(id, { kind: 'SystemPromptEvent', source: 'agent', system_prompt: { type: 'text', text: system }, tools: specs.map((t) => t.name) });
+        const definitions = tools.map((t, i) => ({ kind: t.kind, name: t.name, description: t.description, parameters: specs[i]!.inputSchema, action_type: t.actionKind }));
+        await s.append(id, { kind: 'SystemPromptEvent', source: 'agent', system_prompt: { type: 'text', text: system }, tools: definitions });
       }
       const budget = Math.floor(llm.contextWindow * (this.deps.contextBudgetRatio ?? 0.8));
       if (estimateTokens(system + JSON.stringify(specs), messages) > budget && (await this.condense(id, llm, events, run))) continue;
@@ -217,6 +218,8 @@ export class AgentRuntimeImpl implements AgentRuntime {
       let finished = false;
       const ctxBase = { conversationId: id, workspaceDir, signal: run.controller.signal, env: await this.deps.env(id), redact: (t: string) => s.redactor.redact(t) } satisfies ToolContext;
       for (const [i, call] of response.toolCalls.entries()) {
+        const tool = call.error ? undefined : byName.get(call.name);
+        const parsed = tool ? (tool.parameters as z.ZodType).safeParse(call.input) : undefined;
         const action = await s.append(id, {
           kind: 'ActionEvent',
           source: 'agent',
@@ -224,17 +227,15 @@ export class AgentRuntimeImpl implements AgentRuntime {
           tool_call_id: call.id,
           llm_response_id: responseId,
           thought: i === 0 && response.text ? [{ type: 'text', text: response.text }] : [],
-          action: typeof call.input === 'object' && call.input !== null ? call.input : null,
-          tool_call: { id: call.id, name: call.name, arguments: call.rawInput, input: typeof call.input === 'object' && call.input !== null ? call.input : { invalid_arguments: call.rawInput } },
+          action: tool && parsed?.success ? actionOf(tool, parsed.data) : null,
+          tool_call: { id: call.id, name: call.name, arguments: call.rawInput, origin: 'completion' },
         });
         if (run.controller.signal.aborted) break;
-        const tool = byName.get(call.name);
         const error = (msg: string) => s.append(id, { kind: 'AgentErrorEvent', source: 'agent', tool_name: call.name, tool_call_id: call.id, error: msg });
-        if ((call as { error?: string }).error || !tool) {
-          await error((call as { error?: string }).error ?? `Unknown tool "${call.name}". Available tools: ${[...byName.keys()].join(', ')}.`);
+        if (!tool || !parsed) {
+          await error(call.error ?? `Unknown tool "${call.name}". Available tools: ${[...byName.keys()].join(', ')}.`);
           continue;
         }
-        const parsed = (tool.parameters as z.ZodType).safeParse(call.input);
         if (!parsed.success) {
           await error(`Invalid arguments for ${call.name}: ${parsed.error.issues.map((x) => `${x.path.join('.') || '(root)'}: ${x.message}`).join('; ')}. Fix the arguments and call the tool again.`);
           continue;
@@ -247,7 +248,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
           await error(`${call.name} failed: ${(err as Error)?.message ?? String(err)}`);
           continue;
         }
-        if (call.name === 'finish') finished = true;
+        if (tool.actionKind === 'FinishAction') finished = true;
       }
       if (run.controller.signal.aborted) return this.afterInterrupt(id);
       if (finished && !run.newInput) {
@@ -271,9 +272,10 @@ export class AgentRuntimeImpl implements AgentRuntime {
   private async afterInterrupt(id: string): Promise<void> {
     const s = this.service;
     const events = await this.events(id);
-    const answered = new Set(events.filter((e) => e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent').map((e) => String(e.tool_call_id)));
+    const answered = new Set<string>();
+    for (const e of events) if ((e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent') && e.tool_call_id) answered.add(e.tool_call_id);
     for (const a of events) {
-      if (a.kind === 'ActionEvent' && !answered.has(String(a.tool_call_id))) {
+      if (a.kind === 'ActionEvent' && !answered.has(a.tool_call_id)) {
         await s.append(id, { kind: 'AgentErrorEvent', source: 'agent', tool_name: a.tool_name, tool_call_id: a.tool_call_id, error: 'Tool call interrupted before completion. The conversation was paused.' });
       }
     }
@@ -283,13 +285,15 @@ export class AgentRuntimeImpl implements AgentRuntime {
 
   /** Summarise the older half of the history into a Condensation event. False when nothing can be condensed. */
   private async condense(id: string, llm: LlmClient, events: ParleyEvent[], run: Run): Promise<boolean> {
-    const previous = [...events].reverse().find((e) => e.kind === 'Condensation');
-    const already = new Set((previous?.forgotten_event_ids as string[] | undefined) ?? []);
+    let previous: EventOf<'Condensation'> | undefined;
+    for (const e of events) if (e.kind === 'Condensation') previous = e;
+    const already = new Set(previous?.forgotten_event_ids ?? []);
     const candidates = events.filter((e) => !already.has(e.id) && e.kind !== 'SystemPromptEvent' && e.kind !== 'Condensation' && e.kind !== 'ConversationStateUpdateEvent');
     if (candidates.length < 4) return false;
     let cut = Math.floor(candidates.length / 2);
     // never split an action from its result: move the cut past any ObservationEvent
-    while (cut < candidates.length && (candidates[cut]!.kind === 'ObservationEvent' || (candidates[cut]!.kind === 'AgentErrorEvent' && candidates[cut]!.tool_call_id))) cut++;
+    const answersACall = (e: ParleyEvent) => e.kind === 'ObservationEvent' || (e.kind === 'AgentErrorEvent' && !!e.tool_call_id);
+    while (cut < candidates.length && answersACall(candidates[cut]!)) cut++;
     const forget = candidates.slice(0, cut);
     const { messages } = eventsToMessages([...(previous ? [previous] : []), ...forget]);
     const transcript = JSON.stringify(messages).slice(0, Math.floor(llm.contextWindow * 2));

@@ -1,21 +1,24 @@
 /** Stuck detection over the events of the current run (since the last user message). */
-import type { ParleyEvent } from '../events/types.js';
+import type { EventOf, ParleyEvent } from '../events/schema.js';
 
 export type StuckVerdict = { stuck: false; nudge?: string } | { stuck: true; reason: string };
 
-const actionKey = (a: ParleyEvent) => `${a.tool_name}:${JSON.stringify(a.action ?? null)}`;
-function resultKey(r: ParleyEvent | undefined): string {
+type ActionEv = EventOf<'ActionEvent'>;
+type ResultEv = EventOf<'ObservationEvent'> | EventOf<'AgentErrorEvent'>;
+
+const actionKey = (a: ActionEv) => `${a.tool_name}:${a.action ? JSON.stringify(a.action) : a.tool_call.arguments}`;
+function resultKey(r: ResultEv | undefined): string {
   if (!r) return 'none';
-  if (r.kind === 'AgentErrorEvent') return `error:${String(r.error)}`;
-  const o = r.observation as { content?: { text?: string }[]; exit_code?: number; is_error?: boolean } | undefined;
-  return `obs:${o?.is_error}:${o?.exit_code}:${(o?.content ?? []).map((c) => c.text ?? '').join('')}`;
+  if (r.kind === 'AgentErrorEvent') return `error:${r.error}`;
+  const o = r.observation;
+  const exit = o.kind === 'TerminalObservation' ? o.exit_code : undefined;
+  return `obs:${o.is_error}:${exit}:${o.content.map((c) => (c.type === 'text' ? c.text : '')).join('')}`;
 }
+const isError = (r: ResultEv | undefined) => r?.kind === 'AgentErrorEvent' || (r?.kind === 'ObservationEvent' && r.observation.is_error);
 /** A terminal command still running (exit_code -1) or an empty "keep waiting" command is polling, not looping. */
-function isPolling(a: ParleyEvent, r: ParleyEvent | undefined): boolean {
-  if (a.tool_name !== 'terminal') return false;
-  const act = a.action as { command?: string } | undefined;
-  const obs = r?.observation as { exit_code?: number } | undefined;
-  return act?.command === '' || obs?.exit_code === -1;
+function isPolling(a: ActionEv, r: ResultEv | undefined): boolean {
+  if (a.action?.kind !== 'TerminalAction') return false;
+  return a.action.command === '' || (r?.kind === 'ObservationEvent' && r.observation.kind === 'TerminalObservation' && r.observation.exit_code === -1);
 }
 
 export function detectStuck(events: ParleyEvent[], nudged: boolean): StuckVerdict {
@@ -28,11 +31,14 @@ export function detectStuck(events: ParleyEvent[], nudged: boolean): StuckVerdic
     }
   }
   const run = events.slice(start);
-  const results = new Map<string, ParleyEvent>();
-  for (const e of run) if ((e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent') && e.tool_call_id) results.set(String(e.tool_call_id), e);
+  const results = new Map<string, ResultEv>();
+  for (const e of run) if ((e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent') && e.tool_call_id) results.set(e.tool_call_id, e);
   const steps = run
-    .filter((e) => e.kind === 'ActionEvent')
-    .map((a) => ({ a, r: results.get(String(a.tool_call_id)), key: `${actionKey(a)}→${resultKey(results.get(String(a.tool_call_id)))}` }));
+    .filter((e): e is ActionEv => e.kind === 'ActionEvent')
+    .map((a) => {
+      const r = results.get(a.tool_call_id);
+      return { a, r, key: `${actionKey(a)}→${resultKey(r)}` };
+    });
 
   // the same action with the same observation 4 times in a row
   if (steps.length >= 4) {
@@ -42,11 +48,11 @@ export function detectStuck(events: ParleyEvent[], nudged: boolean): StuckVerdic
     }
   }
   // the same error 3 times: nudge once, then stuck
-  const errors = steps.filter((s) => s.r?.kind === 'AgentErrorEvent' || (s.r?.observation as { is_error?: boolean } | undefined)?.is_error);
+  const errors = steps.filter((s) => isError(s.r));
   if (errors.length >= 3) {
     const last3 = steps.slice(-3);
     const k = resultKey(last3[0]!.r);
-    if (last3.every((s) => resultKey(s.r) === k && (s.r?.kind === 'AgentErrorEvent' || (s.r?.observation as { is_error?: boolean })?.is_error))) {
+    if (last3.every((s) => resultKey(s.r) === k && isError(s.r))) {
       if (nudged) return { stuck: true, reason: 'The same error occurred 3 times in a row, even after a hint to change approach.' };
       return { stuck: false, nudge: 'The same error has occurred 3 times in a row. Stop repeating that call: read the error, then try a different approach.' };
     }

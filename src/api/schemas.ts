@@ -3,8 +3,9 @@
  * all come from these zod objects. Component names (`.meta({ id })`) follow the interface document.
  */
 import { z } from 'zod';
+import { Event, EventSource, MESSAGE_ROLES } from '../events/schema.js';
 
-export const ROLES = ['user', 'system', 'assistant', 'tool'] as const;
+export const ROLES = MESSAGE_ROLES;
 export const PROVIDERS = ['github', 'gitlab', 'bitbucket', 'enterprise_sso'] as const;
 export const EXECUTION_STATUSES = [
   'idle',
@@ -178,25 +179,15 @@ export const ConversationPage = z
   .object({ items: z.array(ConversationInfo), next_page_id: z.string().nullable() })
   .meta({ id: 'ConversationPage' });
 
-export const EventSchema = z
-  .looseObject({
-    kind: z.string(),
-    id: z.string(),
-    seq: z.number().int().optional(),
-    timestamp: z.string(),
-    source: z.enum(['user', 'agent', 'environment']),
-  })
-  .meta({ id: 'Event', title: 'Event', description: 'An event; `kind` is the discriminator (CONTRACT §4).' });
-
 export const EventPage = z
-  .object({ items: z.array(EventSchema), next_page_id: z.string().nullable() })
+  .object({ items: z.array(Event), next_page_id: z.string().nullable() })
   .meta({ id: 'EventPage' });
 
 export const SearchEventsQuery = z.object({
   page_id: z.string().nullish(),
   limit: Limit,
   kind: z.string().max(200).nullish(),
-  source: z.enum(['user', 'agent', 'environment']).nullish(),
+  source: EventSource.nullish(),
   sort_order: z.enum(['TIMESTAMP', 'TIMESTAMP_DESC']).default('TIMESTAMP'),
   after_seq: z.coerce.number().int().min(0).nullish(),
 });

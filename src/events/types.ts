@@ -1,19 +1,7 @@
 import { pack } from 'msgpackr';
+import type { ParleyEvent } from './schema.js';
 
-export type EventSource = 'user' | 'agent' | 'environment';
-
-/** An event as stored and sent (CONTRACT §4). Kind-specific fields sit beside the common ones. */
-export interface ParleyEvent {
-  kind: string;
-  id: string;
-  seq?: number;
-  timestamp: string;
-  source: EventSource;
-  [field: string]: unknown;
-}
-
-/** What a producer hands to the log: the store assigns id (if absent), seq and timestamp. */
-export type EventDraft = { kind: string; source: EventSource; id?: string; timestamp?: string; [field: string]: unknown };
+export type { EventDraft, EventKind, EventOf, EventSource, ParleyEvent } from './schema.js';
 
 /**
  * An event plus its wire encodings, computed at most once however many subscribers receive it.

@@ -16,6 +16,7 @@ import Database from 'better-sqlite3';
 import { unpack } from 'msgpackr';
 import { UnavailableError } from '../errors.js';
 import { uuidv7 } from '../events/ids.js';
+import { upgradeEvent } from '../events/legacy.js';
 import { EncodedEvent, nowIso, type EventDraft, type ParleyEvent } from '../events/types.js';
 import { metrics } from '../metrics.js';
 import { lockDataDir } from './lock.js';
@@ -35,8 +36,8 @@ export interface StoreOptions {
   indexRetries?: number;
 }
 
-/** A stored body: the event's JSON text (msgpack in stores written before the journal). */
-const decodeBody = (b: string | Buffer): ParleyEvent => (typeof b === 'string' ? JSON.parse(b) : unpack(b)) as ParleyEvent;
+/** A stored body: the event's JSON text (msgpack in stores written before the journal), in today's event shape. */
+const decodeBody = (b: string | Buffer): ParleyEvent => upgradeEvent((typeof b === 'string' ? JSON.parse(b) : unpack(b)) as ParleyEvent);
 
 function matches(ev: ParleyEvent, q: Omit<EventQuery, 'limit' | 'desc'>): boolean {
   const seq = ev.seq!;

@@ -5,7 +5,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { z } from 'zod';
-import type { ObservationContent, Tool, ToolContext, ToolObservation } from './types.js';
+import { actionSchema, observationSchema } from '../events/content.js';
+import type { ObservationContent, Tool, ToolContext } from './types.js';
 
 export const MAX_FILE_BYTES = 10 * 1024 * 1024;
 const MAX_IMAGE_BYTES = 5 * 1024 * 1024;
@@ -60,6 +61,14 @@ export const fileEditorParameters = z.object({
 });
 
 export type FileEditorParams = z.output<typeof fileEditorParameters>;
+export const FileEditorAction = actionSchema('FileEditorAction', fileEditorParameters);
+export const FileEditorObservation = observationSchema('FileEditorObservation', {
+  command: z.string(),
+  path: z.string(),
+  /** Whether the file existed before a create or an edit. */
+  prev_exist: z.boolean().optional(),
+});
+export type FileEditorObservation = z.output<typeof FileEditorObservation>;
 
 const DESCRIPTION = `View, create and edit files.
 * \`view\`: a file is shown with line numbers like \`cat -n\` (use \`view_range\` for part of a long file); a directory lists its files and directories up to 2 levels deep (hidden ones left out). Images are returned as images.
@@ -115,7 +124,7 @@ function shorten(s: string, max = 200): string {
 export class FileEditor {
   private readonly history = new Map<string, HistoryEntry[]>();
 
-  async execute(params: FileEditorParams, ctx: ToolContext): Promise<ToolObservation> {
+  async execute(params: FileEditorParams, ctx: ToolContext): Promise<FileEditorObservation> {
     const command = params.command;
     const rawPath = params.path ?? '';
     try {
@@ -159,8 +168,8 @@ export class FileEditor {
     filePath: string,
     content: ObservationContent[],
     isError: boolean,
-    extra: Record<string, unknown> = {},
-  ): ToolObservation {
+    extra: { prev_exist?: boolean } = {},
+  ): FileEditorObservation {
     return {
       kind: 'FileEditorObservation',
       content: content.map((c) => (c.type === 'text' ? { type: 'text', text: ctx.redact(c.text) } : c)),
@@ -294,7 +303,7 @@ export class FileEditor {
 
   // -------------------------------------------------------------------------- view
 
-  private async view(abs: string, params: FileEditorParams, ctx: ToolContext): Promise<ToolObservation> {
+  private async view(abs: string, params: FileEditorParams, ctx: ToolContext): Promise<FileEditorObservation> {
     const st = await this.statOrNull(abs);
     if (!st) throw new EditorError(`The path ${abs} does not exist. Please provide a valid path.`);
     if (st.isDirectory()) {
@@ -422,7 +431,7 @@ export class FileEditor {
 
   // -------------------------------------------------------------------------- create
 
-  private async create(abs: string, params: FileEditorParams, ctx: ToolContext): Promise<ToolObservation> {
+  private async create(abs: string, params: FileEditorParams, ctx: ToolContext): Promise<FileEditorObservation> {
     if (typeof params.file_text !== 'string') {
       throw new EditorError('Parameter `file_text` is required for command: create.');
     }
@@ -453,7 +462,7 @@ export class FileEditor {
 
   // -------------------------------------------------------------------------- str_replace
 
-  private async strReplace(abs: string, params: FileEditorParams, ctx: ToolContext): Promise<ToolObservation> {
+  private async strReplace(abs: string, params: FileEditorParams, ctx: ToolContext): Promise<FileEditorObservation> {
     if (typeof params.old_str !== 'string') {
       throw new EditorError('Parameter `old_str` is required for command: str_replace.');
     }
@@ -527,7 +536,7 @@ export class FileEditor {
 
   // -------------------------------------------------------------------------- insert
 
-  private async insert(abs: string, params: FileEditorParams, ctx: ToolContext): Promise<ToolObservation> {
+  private async insert(abs: string, params: FileEditorParams, ctx: ToolContext): Promise<FileEditorObservation> {
     if (params.insert_line === undefined) throw new EditorError('Parameter `insert_line` is required for command: insert.');
     if (typeof params.new_str !== 'string') throw new EditorError('Parameter `new_str` is required for command: insert.');
     await this.requireFile(abs, 'insert');
@@ -580,7 +589,7 @@ export class FileEditor {
 
   // -------------------------------------------------------------------------- undo
 
-  private async undo(abs: string, ctx: ToolContext): Promise<ToolObservation> {
+  private async undo(abs: string, ctx: ToolContext): Promise<FileEditorObservation> {
     const entry = this.popHistory(ctx.conversationId, abs);
     if (!entry) throw new EditorError(`No edit history found for ${abs}.`);
     if (entry.content === null) {
@@ -611,7 +620,7 @@ export class FileEditor {
   }
 }
 
-export type FileEditorTool = Tool<FileEditorParams> & {
+export type FileEditorTool = Tool<FileEditorParams, FileEditorObservation> & {
   readonly editor: FileEditor;
   closeConversation(conversationId: string): void;
   closeAll(): void;
@@ -621,6 +630,8 @@ export function createFileEditorTool(): FileEditorTool {
   const editor = new FileEditor();
   return {
     name: 'file_editor',
+    kind: 'FileEditorTool',
+    actionKind: 'FileEditorAction',
     description: DESCRIPTION,
     parameters: fileEditorParameters,
     editor,

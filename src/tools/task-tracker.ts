@@ -4,7 +4,8 @@
  * conversation's event log holds it; after a restart the loader calls restoreTaskList().
  */
 import { z } from 'zod';
-import type { Tool, ToolContext, ToolObservation } from './types.js';
+import { actionSchema, observationSchema } from '../events/content.js';
+import type { Tool, ToolContext } from './types.js';
 
 export const TASK_STATUSES = ['todo', 'in_progress', 'done'] as const;
 export type TaskStatus = (typeof TASK_STATUSES)[number];
@@ -36,6 +37,12 @@ export const taskTrackerParameters = z.object({
 });
 
 export type TaskTrackerParams = z.output<typeof taskTrackerParameters>;
+export const TaskTrackerAction = actionSchema('TaskTrackerAction', taskTrackerParameters);
+export const TaskTrackerObservation = observationSchema('TaskTrackerObservation', {
+  command: z.string(),
+  task_list: z.array(z.object({ id: z.string(), title: z.string(), status: z.enum(TASK_STATUSES), notes: z.string().optional() })),
+});
+export type TaskTrackerObservation = z.output<typeof TaskTrackerObservation>;
 
 const DESCRIPTION = `Keep a task list for multi-step work.
 * \`plan\` replaces the whole list with \`task_list\` (each task: id, title, status todo|in_progress|done, optional notes). Send the complete list every time, with updated statuses.
@@ -91,10 +98,10 @@ export function renderTaskList(list: readonly TaskItem[]): string {
   return lines.join('\n');
 }
 
-export function createTaskTrackerTool(): Tool<TaskTrackerParams> & {
+export function createTaskTrackerTool(): Tool<TaskTrackerParams, TaskTrackerObservation> & {
   closeConversation(conversationId: string): void;
 } {
-  const obs = (ctx: ToolContext, command: string, text: string, isError: boolean): ToolObservation => ({
+  const obs = (ctx: ToolContext, command: string, text: string, isError: boolean): TaskTrackerObservation => ({
     kind: 'TaskTrackerObservation',
     content: [{ type: 'text', text: ctx.redact(text) }],
     is_error: isError,
@@ -103,6 +110,8 @@ export function createTaskTrackerTool(): Tool<TaskTrackerParams> & {
   });
   return {
     name: 'task_tracker',
+    kind: 'TaskTrackerTool',
+    actionKind: 'TaskTrackerAction',
     description: DESCRIPTION,
     parameters: taskTrackerParameters,
     async execute(params, ctx) {

@@ -7,7 +7,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
-import type { Tool, ToolContext, ToolObservation } from './types.js';
+import { actionSchema, observationSchema } from '../events/content.js';
+import type { Tool, ToolContext } from './types.js';
 import { cleanTerminalOutput, truncateMiddle } from './terminal/output.js';
 import { RunningCommand, ShellSession, shellQuote } from './terminal/session.js';
 
@@ -62,6 +63,16 @@ export const terminalParameters = z.object({
 });
 
 export type TerminalParams = z.output<typeof terminalParameters>;
+export const TerminalAction = actionSchema('TerminalAction', terminalParameters);
+export const TerminalObservation = observationSchema('TerminalObservation', {
+  command: z.string(),
+  /** -1 while the command is still running (it went quiet and keeps running); null when it never ran. */
+  exit_code: z.number().int().nullable(),
+  working_dir: z.string(),
+  timeout: z.boolean(),
+  full_output_path: z.string().optional(),
+});
+export type TerminalObservation = z.output<typeof TerminalObservation>;
 
 function describe(noOutputMs: number, maxChars: number): string {
   return `Run a bash command in a persistent shell (one per conversation, started in the workspace).
@@ -133,7 +144,7 @@ export class TerminalManager {
   }
 
   /** Runs one tool call. Calls for the same conversation are serialised. */
-  execute(params: TerminalParams, ctx: ToolContext): Promise<ToolObservation> {
+  execute(params: TerminalParams, ctx: ToolContext): Promise<TerminalObservation> {
     const id = ctx.conversationId;
     const prev = this.locks.get(id) ?? Promise.resolve();
     const next = prev.catch(() => {}).then(() => this.executeLocked(params, ctx));
@@ -241,7 +252,7 @@ export class TerminalManager {
     return out;
   }
 
-  private async executeLocked(params: TerminalParams, ctx: ToolContext): Promise<ToolObservation> {
+  private async executeLocked(params: TerminalParams, ctx: ToolContext): Promise<TerminalObservation> {
     // Commands written with Windows line endings would give bash stray \r characters.
     const command = (params.command ?? '').replace(/\r\n/g, '\n');
     const isInput = params.is_input === true;
@@ -290,7 +301,7 @@ export class TerminalManager {
     isInput: boolean,
     timeoutSec: number | null,
     notes: string[],
-  ): Promise<ToolObservation> {
+  ): Promise<TerminalObservation> {
     const base = { command, ctx };
     const rc = session.running;
     const busy = rc !== null && rc.done === null;
@@ -408,7 +419,7 @@ export class TerminalManager {
     base: { command: string; ctx: ToolContext },
     notes: string[],
     prefix: string,
-  ): Promise<ToolObservation> {
+  ): Promise<TerminalObservation> {
     const reason = await this.waitFor(session, rc, ctx.signal);
     let isError = false;
     let timedOut = false;
@@ -538,7 +549,7 @@ export class TerminalManager {
   private resultObs(
     base: { command: string; ctx: ToolContext },
     r: { output: string; notes: string[]; exitCode: number | null; cwd: string; isError?: boolean; timedOut?: boolean },
-  ): ToolObservation {
+  ): TerminalObservation {
     const { ctx } = base;
     let output = ctx.redact(r.output);
     let fullPath: string | null = null;
@@ -558,7 +569,7 @@ export class TerminalManager {
     for (const n of r.notes) lines.push(`[${n}]`);
     lines.push(`[Current working directory: ${r.cwd}]`);
     if (r.exitCode !== null && r.exitCode !== -1) lines.push(`[Command finished with exit code ${r.exitCode}]`);
-    const obs: ToolObservation = {
+    const obs: TerminalObservation = {
       kind: 'TerminalObservation',
       content: [{ type: 'text', text: ctx.redact(lines.join('\n')) }],
       is_error: r.isError ?? false,
@@ -571,7 +582,7 @@ export class TerminalManager {
     return obs;
   }
 
-  private errorObs(base: { command: string; ctx: ToolContext }, message: string, cwd?: string): ToolObservation {
+  private errorObs(base: { command: string; ctx: ToolContext }, message: string, cwd?: string): TerminalObservation {
     const { ctx } = base;
     const working = cwd ?? this.entries.get(ctx.conversationId)?.session.cwd ?? ctx.workspaceDir;
     return {
@@ -586,7 +597,7 @@ export class TerminalManager {
   }
 }
 
-export type TerminalTool = Tool<TerminalParams> & {
+export type TerminalTool = Tool<TerminalParams, TerminalObservation> & {
   readonly manager: TerminalManager;
   closeConversation(conversationId: string): Promise<void>;
   closeAll(): Promise<void>;
@@ -596,6 +607,8 @@ export function createTerminalTool(opts: TerminalToolOptions = {}): TerminalTool
   const manager = new TerminalManager(opts);
   return {
     name: 'terminal',
+    kind: 'TerminalTool',
+    actionKind: 'TerminalAction',
     description: describe(manager.noOutputTimeoutMs, manager.maxOutputChars),
     parameters: terminalParameters,
     manager,

@@ -1,19 +1,9 @@
 import type { z } from 'zod';
+import type { ContentItem } from '../events/content.js';
+import type { Action, Observation } from '../events/schema.js';
 
-/** Content items shared by observations and messages (CONTRACT §4). */
-export type TextContent = { type: 'text'; text: string };
-export type ImageContent = { type: 'image'; image_urls: string[] };
-export type ObservationContent = TextContent | ImageContent;
-
-/** What a tool returns; recorded as `ObservationEvent.observation`. */
-export interface ToolObservation {
-  /** Observation kind, e.g. `TerminalObservation`. */
-  kind: string;
-  content: ObservationContent[];
-  is_error: boolean;
-  /** Tool-specific fields (exit_code, working_dir, path, ...). JSON-serialisable. */
-  [extra: string]: unknown;
-}
+/** Content of an observation (text or images). */
+export type ObservationContent = ContentItem;
 
 /** Everything a tool needs from the conversation it runs in. */
 export interface ToolContext {
@@ -28,16 +18,32 @@ export interface ToolContext {
   redact: (text: string) => string;
 }
 
-/** A tool the agent can call. The parameter schema is zod: JSON Schema for the LLM comes from it. */
-export interface Tool<P = unknown> {
+/**
+ * A tool the agent can call. Its file declares, next to the executor, the zod parameters (JSON
+ * Schema for the LLM comes from them), the action kind its calls are recorded as
+ * (`ActionEvent.action`) and the observation it returns (`ObservationEvent.observation`).
+ */
+export interface Tool<P = unknown, O extends Observation = Observation> {
   name: string;
+  /** OpenHands' tool definition kind, as listed in `SystemPromptEvent.tools` (e.g. `TerminalTool`). */
+  kind: string;
+  /** The kind of `ActionEvent.action` for a call of this tool (e.g. `TerminalAction`). */
+  actionKind: Action['kind'];
   description: string;
   parameters: z.ZodType<P>;
-  execute(params: P, ctx: ToolContext): Promise<ToolObservation>;
+  /** JSON Schema offered to the LLM when it does not come from `parameters` (MCP tools: the server's own). */
+  jsonSchema?: Record<string, unknown>;
+  execute(params: P, ctx: ToolContext): Promise<O>;
   /** Optional: release per-conversation resources (shells, processes). */
   closeConversation?(conversationId: string): Promise<void> | void;
   /** Optional: release everything (daemon stop). */
   closeAll?(): Promise<void> | void;
+}
+
+/** The action a call records: the validated parameters under the tool's action kind (MCP: under `data`). */
+export function actionOf(tool: Pick<Tool, 'actionKind'>, params: unknown): Action {
+  if (tool.actionKind === 'MCPToolAction') return { kind: 'MCPToolAction', data: (params ?? {}) as Record<string, unknown> };
+  return { ...(params as object), kind: tool.actionKind } as Action;
 }
 
 /** A tool raised this for bad input the LLM can correct (becomes an AgentErrorEvent). */

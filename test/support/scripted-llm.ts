@@ -114,6 +114,9 @@ export interface ScriptedRequest {
   body: any;
   /** The bearer token / x-api-key the client sent, if any. */
   apiKey?: string;
+  /** performance.now() when the request arrived, and when its answer was completely sent (benchmarks). */
+  receivedAt: number;
+  answeredAt?: number;
 }
 
 export interface ScriptedLlmOptions {
@@ -186,6 +189,7 @@ async function startServer(dialect: Dialect, script: ScriptedReply[], options: S
   });
 
   async function handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const receivedAt = performance.now();
     const raw = await readBody(req);
     const url = new URL(req.url ?? '/', 'http://localhost');
     const path = url.pathname.replace(/\/+$/, '');
@@ -216,7 +220,7 @@ async function startServer(dialect: Dialect, script: ScriptedReply[], options: S
       body = undefined;
     }
     const apiKey = extractApiKey(headers);
-    const request: ScriptedRequest = { method: req.method, path, headers, body, apiKey };
+    const request: ScriptedRequest = { method: req.method, path, headers, body, apiKey, receivedAt };
     requests.push(request);
     notifyWaiters();
 
@@ -289,6 +293,7 @@ async function startServer(dialect: Dialect, script: ScriptedReply[], options: S
       if (stream) await streamAnthropic(res, answer);
       else sendJson(res, 200, anthropicJson(answer));
     }
+    request.answeredAt = performance.now();
   }
 
   await new Promise<void>((resolve, reject) => {

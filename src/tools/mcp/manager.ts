@@ -24,7 +24,7 @@ import { SSEClientTransport, SseError } from '@modelcontextprotocol/sdk/client/s
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import { ErrorCode, McpError, ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
-import type { Tool, ToolContext, ToolObservation } from '../types.js';
+import type { Tool, ToolContext } from '../types.js';
 import {
   MCP_SECRET_PLACEHOLDER,
   mcpSecretValues,
@@ -33,7 +33,7 @@ import {
   type McpSseServerConfig,
   type McpStdioServerConfig,
 } from './config.js';
-import { convertCallResult, normalizeInputSchema } from './content.js';
+import { convertCallResult, normalizeInputSchema, type MCPObservation } from './content.js';
 import { assignServerNames, assignToolNames, DEFAULT_RESERVED_TOOL_NAMES } from './naming.js';
 import { minimalEnv, StdioProcessTransport } from './stdio.js';
 
@@ -74,7 +74,7 @@ export interface McpManagerOptions {
 }
 
 /** A tool backed by an MCP server. `jsonSchema` is the server's inputSchema (prefer it over zod). */
-export interface McpTool extends Tool<Record<string, unknown>> {
+export interface McpTool extends Tool<Record<string, unknown>, McpObservation> {
   jsonSchema: Record<string, unknown>;
   /** Server name (as in status and events). */
   server: string;
@@ -82,12 +82,7 @@ export interface McpTool extends Tool<Record<string, unknown>> {
   mcpName: string;
 }
 
-export interface McpObservation extends ToolObservation {
-  kind: 'MCPObservation';
-  server: string;
-  /** The tool's name on its server. */
-  tool: string;
-}
+export type McpObservation = MCPObservation;
 
 export const DEFAULT_CONNECT_TIMEOUT_MS = 30_000;
 export const DEFAULT_CALL_TIMEOUT_MS = 300_000;
@@ -325,6 +320,8 @@ export class McpManager {
     const text = def.description ?? def.title;
     return {
       name: exposed,
+      kind: 'MCPToolDefinition',
+      actionKind: 'MCPToolAction',
       description: this.redact(text && text.trim() ? text : `Tool '${def.name}' of the MCP server '${entry.name}'.`),
       parameters: permissiveParams,
       jsonSchema: normalizeInputSchema(def.inputSchema),

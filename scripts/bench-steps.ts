@@ -1,0 +1,53 @@
+/**
+ * What an agent step costs the daemon, as the history grows. One conversation runs N steps
+ * (default 1,000) against the scripted OpenAI-compatible LLM, each step one terminal call
+ * (`echo step <i>`), through the public API of a real daemon. A step's overhead is the gap between
+ * the LLM's reply being completely sent and the daemon's next completion request arriving: it holds
+ * recording the action, running the shell command, recording the observation, stuck detection and
+ * building the next prompt. Prints the median gap around steps 10, 100 and 1,000 (a window of
+ * ±`window` steps) and their ratio to the first.
+ *
+ *   npx tsx scripts/bench-steps.ts [--steps 1000] [--window 10]
+ */
+import { parseArgs } from 'node:util';
+import { startDaemon } from '../test/support/daemon.js';
+import { startScriptedLlm } from '../test/support/scripted-llm.js';
+
+const { values } = parseArgs({ options: { steps: { type: 'string', default: '1000' }, window: { type: 'string', default: '10' } } });
+const steps = Number(values.steps);
+const window = Number(values.window);
+
+const llm = await startScriptedLlm();
+for (let i = 1; i <= steps; i++) llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: `echo step ${i}` } }] });
+llm.push({ toolCalls: [{ name: 'finish', arguments: { message: 'done' } }] });
+const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'k', MAX_ITERATIONS: String(steps + 10), LLM_CONTEXT_WINDOW: '10000000', LOG_LEVEL: 'warn' });
+try {
+  const started = performance.now();
+  const r = await d.req('POST', '/api/conversations', { initial_user_msg: 'run the steps' });
+  const id = r.body.conversation_id as string;
+  for (;;) {
+    const s = (await d.req('GET', `/api/conversations/${id}`)).body.execution_status;
+    if (s !== 'running' && s !== 'idle' && llm.requests.length > steps) break;
+    if (s === 'error' || s === 'stuck') throw new Error(`the run ended with ${s}`);
+    await new Promise((res) => setTimeout(res, 200));
+  }
+  const total = (performance.now() - started) / 1000;
+  // gap[i]: from the end of answer i (1-based: the reply that asked for step i) to request i+1
+  const gaps: number[] = [];
+  for (let i = 0; i + 1 < llm.requests.length; i++) gaps.push(llm.requests[i + 1]!.receivedAt - llm.requests[i]!.answeredAt!);
+  const median = (xs: number[]) => {
+    const s = [...xs].sort((a, b) => a - b);
+    return s[Math.floor(s.length / 2)]!;
+  };
+  const at = (step: number) => median(gaps.slice(Math.max(0, step - 1 - window), Math.min(gaps.length, step - 1 + window)));
+  const points = [10, 100, 1000].filter((p) => p <= steps);
+  const base = at(points[0]!);
+  console.log(`steps=${steps} total=${total.toFixed(1)} s (command: npx tsx scripts/bench-steps.ts --steps ${steps} --window ${window})`);
+  console.log('step | median gap ms | ratio to step 10');
+  for (const p of points) console.log(`${String(p).padStart(4)} | ${at(p).toFixed(2).padStart(13)} | ${(at(p) / base).toFixed(2)}`);
+} finally {
+  await d.stop();
+  await llm.close();
+  const fs = await import('node:fs');
+  fs.rmSync(d.dataDir, { recursive: true, force: true });
+}

@@ -1,0 +1,171 @@
+/**
+ * The event model: one zod discriminated union by `kind`, anchored on the OpenHands SDK's events
+ * (MessageEvent, SystemPromptEvent, ActionEvent, ObservationEvent, AgentErrorEvent, …). The
+ * TypeScript types, the OpenAPI document and the tests' validation of what the daemon writes all
+ * come from these schemas; every consumer switches on `kind` and the compiler checks the cases.
+ *
+ * Nothing validates events on the hot path: producers are type-checked against `EventDraft`.
+ * Events written by 0.1.0 are brought to this shape as they are read (`upgradeEvent`).
+ */
+import { z } from 'zod';
+import { FileEditorAction, FileEditorObservation } from '../tools/file-editor.js';
+import { FinishAction, FinishObservation } from '../tools/finish.js';
+import { MCPObservation, MCPToolAction } from '../tools/mcp/content.js';
+import { TaskTrackerAction, TaskTrackerObservation } from '../tools/task-tracker.js';
+import { TerminalAction, TerminalObservation } from '../tools/terminal.js';
+import { ThinkAction, ThinkObservation } from '../tools/think.js';
+import { ContentItem, TextContentItem } from './content.js';
+
+export const EVENT_SOURCES = ['user', 'agent', 'environment'] as const;
+export const EventSource = z.enum(EVENT_SOURCES);
+export type EventSource = z.output<typeof EventSource>;
+
+export const MESSAGE_ROLES = ['user', 'system', 'assistant', 'tool'] as const;
+
+/** What a call of each built-in tool records as `ActionEvent.action` (declared in the tool's file). */
+export const Action = z.discriminatedUnion('kind', [TerminalAction, FileEditorAction, TaskTrackerAction, ThinkAction, FinishAction, MCPToolAction]);
+export type Action = z.output<typeof Action>;
+
+/** What each tool returns, recorded as `ObservationEvent.observation` (declared in the tool's file). */
+export const Observation = z.discriminatedUnion('kind', [
+  TerminalObservation,
+  FileEditorObservation,
+  TaskTrackerObservation,
+  ThinkObservation,
+  FinishObservation,
+  MCPObservation,
+]);
+export type Observation = z.output<typeof Observation>;
+
+/** The tool call as the LLM sent it (OpenHands' MessageToolCall). */
+export const MessageToolCall = z
+  .object({
+    id: z.string(),
+    name: z.string(),
+    /** The arguments as the model sent them: a JSON string (not necessarily valid JSON). */
+    arguments: z.string(),
+    origin: z.enum(['completion', 'responses']),
+  })
+  .meta({ id: 'MessageToolCall' });
+
+/** A tool as offered to the LLM (OpenHands' ToolDefinition, in `SystemPromptEvent.tools`). */
+export const ToolDefinition = z
+  .object({
+    kind: z.string().meta({ description: 'e.g. TerminalTool, FileEditorTool, MCPToolDefinition' }),
+    name: z.string(),
+    description: z.string(),
+    parameters: z.record(z.string(), z.unknown()).meta({ description: 'JSON Schema of the arguments' }),
+    action_type: z.string(),
+  })
+  .meta({ id: 'ToolDefinition' });
+export type ToolDefinition = z.output<typeof ToolDefinition>;
+
+const common = {
+  id: z.string(),
+  /** Absent on live-only events (StreamingDeltaEvent, SetupOutputEvent, the socket's full_state). */
+  seq: z.number().int().optional(),
+  timestamp: z.string(),
+  source: EventSource,
+};
+const event = <K extends string, S extends z.ZodRawShape>(kind: K, fields: S, description: string) =>
+  z.object({ kind: z.literal(kind), ...common, ...fields }).meta({ id: kind, description });
+
+export const MessageEvent = event(
+  'MessageEvent',
+  {
+    llm_message: z.object({ role: z.enum(MESSAGE_ROLES), content: z.array(ContentItem) }),
+    llm_response_id: z.string().optional(),
+    /** Recorded by a `replay_json` replay. */
+    replayed: z.boolean().optional(),
+  },
+  'A message from the user, the agent or the environment.',
+);
+export const SystemPromptEvent = event(
+  'SystemPromptEvent',
+  { system_prompt: TextContentItem, tools: z.array(ToolDefinition) },
+  'The system prompt and the tools of the first step of a run.',
+);
+export const ActionEvent = event(
+  'ActionEvent',
+  {
+    tool_name: z.string(),
+    tool_call_id: z.string(),
+    llm_response_id: z.string(),
+    thought: z.array(TextContentItem),
+    /** Null when the call cannot run (unknown tool, arguments that do not validate). */
+    action: Action.nullable(),
+    tool_call: MessageToolCall,
+    replayed: z.boolean().optional(),
+  },
+  'A tool call of the agent.',
+);
+export const ObservationEvent = event(
+  'ObservationEvent',
+  { tool_name: z.string(), tool_call_id: z.string(), action_id: z.string(), observation: Observation },
+  'The result of a tool call.',
+);
+export const AgentErrorEvent = event(
+  'AgentErrorEvent',
+  {
+    /** Present when the error answers a tool call; absent for a note to the agent (e.g. a stuck hint). */
+    tool_name: z.string().optional(),
+    tool_call_id: z.string().optional(),
+    error: z.string(),
+  },
+  'An error the agent can correct: a failed or invalid tool call, or a hint from the environment.',
+);
+export const ConversationErrorEvent = event(
+  'ConversationErrorEvent',
+  { code: z.string(), detail: z.string(), server: z.string().optional() },
+  'An error that stopped the run or a part of the conversation (code + human detail).',
+);
+export const ConversationStateUpdateEvent = event(
+  'ConversationStateUpdateEvent',
+  { key: z.string(), value: z.unknown() },
+  '`key:"execution_status"` when the status changes; also `setup`, `setup_script`, `mcp`, `llm_retry`, and the socket-only `full_state`.',
+);
+export const PauseEvent = event('PauseEvent', {}, 'The run was paused.');
+export const InterruptEvent = event('InterruptEvent', {}, 'The run was interrupted (its in-flight call cancelled); the conversation is paused.');
+export const Condensation = event(
+  'Condensation',
+  { forgotten_event_ids: z.array(z.string()), summary: z.string().nullable() },
+  'Older events replaced by a summary in the prompt.',
+);
+export const StreamingDeltaEvent = event('StreamingDeltaEvent', { content: z.string() }, 'Live only (no seq): streamed text of the answer being written.');
+export const SetupOutputEvent = event('SetupOutputEvent', { output: z.string() }, 'Live only (no seq): output of the setup script.');
+export const ServerErrorEvent = event('ServerErrorEvent', { code: z.string(), detail: z.string() }, 'Socket only: a client frame that could not be handled.');
+
+export const Event = z
+  .discriminatedUnion('kind', [
+    MessageEvent,
+    SystemPromptEvent,
+    ActionEvent,
+    ObservationEvent,
+    AgentErrorEvent,
+    ConversationErrorEvent,
+    ConversationStateUpdateEvent,
+    PauseEvent,
+    InterruptEvent,
+    Condensation,
+    StreamingDeltaEvent,
+    SetupOutputEvent,
+    ServerErrorEvent,
+  ])
+  .meta({ id: 'Event', description: 'An event; `kind` is the discriminator (CONTRACT §4).' });
+
+/** An event as stored and sent. */
+export type ParleyEvent = z.output<typeof Event>;
+export type EventKind = ParleyEvent['kind'];
+export type EventOf<K extends EventKind> = Extract<ParleyEvent, { kind: K }>;
+
+/** What a producer hands to the log: the store assigns seq, and id and timestamp when absent. */
+export type EventDraft = ParleyEvent extends infer E
+  ? E extends ParleyEvent
+    ? Omit<E, 'id' | 'seq' | 'timestamp'> & { id?: string; timestamp?: string }
+    : never
+  : never;
+
+/** Fails to compile when a switch over kinds misses one. */
+export function unreachable(x: never): never {
+  throw new Error(`unexpected event kind ${JSON.stringify((x as { kind?: unknown })?.kind ?? x)}`);
+}
