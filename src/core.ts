@@ -1,39 +1,81 @@
-/** Assembles the core: store, bus, secrets, the conversation service. Knows no HTTP. */
+/**
+ * The composition root of the core (knows no HTTP): the store, the event bus and log, secrets and
+ * settings, conversations, the agent, workspace preparation and the conversation lifecycle, each
+ * given what it depends on once, here. bridge/main.ts puts the HTTP bridge in front of it.
+ */
 import fs from 'node:fs';
+import path from 'node:path';
 import type { Logger } from 'pino';
+import { createAgent, type Agent } from './agent/agent.js';
 import type { Config } from './config.js';
-import { metrics } from './metrics.js';
+import { Conversations } from './conversation/conversations.js';
 import { ConversationService } from './conversation/service.js';
 import { EventBus } from './events/bus.js';
+import { EventLog } from './events/log.js';
+import type { EncodedEvent } from './events/types.js';
+import { metrics } from './metrics.js';
 import { SecretBox } from './secrets/crypto.js';
-import { Redactor } from './secrets/redact.js';
+import type { Redactor } from './secrets/redact.js';
+import { Settings } from './secrets/settings.js';
 import { SqliteStore } from './store/sqlite.js';
+import { WorkspacePreparer } from './workspace/preparer.js';
 
 export interface Core {
   service: ConversationService;
+  conversations: Conversations;
+  events: EventLog;
+  settings: Settings;
+  agent: Agent;
+  redactor: Redactor;
+  startedAt: number;
   close(): Promise<void>;
 }
 
 export async function createCore(config: Config, log: Logger, redactor: Redactor): Promise<Core> {
+  const startedAt = Date.now();
   fs.mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   fs.mkdirSync(config.workspaceRoot, { recursive: true, mode: 0o700 });
   const box = SecretBox.open(config.dataDir, config.secretKey);
   for (const k of config.sessionApiKeys) redactor.add(k);
   redactor.add(config.secretKey, config.llm.apiKey);
   const bus = new EventBus();
-  let service: ConversationService | null = null;
-  const store = new SqliteStore(config.dataDir, (id, evs) => service?.onCommit(id, evs), { synchronous: config.sqliteSynchronous });
-  service = new ConversationService(store, bus, box, redactor, log);
+  // The store reports every commit to the event log (which publishes it) and to the conversations
+  // (which follow its status); both read the store, so they exist only once it is open.
+  const committed = { to: (_id: string, _evs: EncodedEvent[]): void => {} };
+  const store = new SqliteStore(config.dataDir, (id, evs) => committed.to(id, evs), { synchronous: config.sqliteSynchronous });
+  const events = new EventLog(store, bus, redactor);
+  const settings = new Settings(store, box, redactor, log);
+  const conversations = new Conversations(store, events, settings, redactor);
+  committed.to = (id, evs) => {
+    events.committed(id, evs);
+    conversations.committed(id, evs);
+  };
+  const agent = createAgent({ conversations, events, settings, redactor, config, log });
+  const preparer = new WorkspacePreparer(conversations, events, settings, agent.runtime, redactor, {
+    workspaceRoot: config.workspaceRoot,
+    helperDir: path.join(config.dataDir, 'helpers'),
+    keepWorkspaces: config.keepWorkspaces,
+    replay: agent.replay,
+  });
+  const service = new ConversationService(conversations, events, settings, agent.runtime, preparer, redactor, log);
   const unread = [
     metrics.conversations.read(() => store.countByStatus().map(([s, n]) => [[s], n])),
     metrics.storeUnindexed.read(() => [[[], store.unindexed]]),
     metrics.storeIndexLag.read(() => [[[], store.indexLagSeconds]]),
   ];
-  await service.start();
+  await settings.loadIntoRedactor();
+  await conversations.recoverInterrupted(log);
+  await service.resumePreparations();
   return {
     service,
+    conversations,
+    events,
+    settings,
+    agent,
+    redactor,
+    startedAt,
     async close() {
-      await service!.runtime?.close();
+      await agent.runtime.close();
       for (const u of unread) u();
       await store.close();
     },

@@ -1,9 +1,8 @@
 /** The typed core API. REST (the bridge) and /trpc both run these procedures. */
 import { tracked } from '@trpc/server';
 import { z } from 'zod';
-import { EventFeed } from '../events/feed.js';
+import type { Core } from '../core.js';
 import type { EncodedEvent } from '../events/types.js';
-import type { ConversationService } from '../conversation/service.js';
 import {
   AddGitProvidersRequest,
   ConversationIdInput,
@@ -20,6 +19,8 @@ import {
   SecretNameInput,
 } from './schemas.js';
 import { procedure, router } from './trpc.js';
+import { NotFoundError } from '../errors.js';
+import { fullMcpConfig, redactMcpConfig } from '../tools/mcp/config.js';
 
 /**
  * Every operation once: its input schema and its handler. The tRPC router below and the REST
@@ -27,61 +28,69 @@ import { procedure, router } from './trpc.js';
  * code; REST calls `runOperation` directly instead of going through tRPC's middleware chain
  * (measured: the server-side caller cost ~12 µs of the hot path's budget).
  */
-const op = <I extends z.ZodType, O>(input: I, handler: (s: ConversationService, i: z.output<I>) => Promise<O>) => ({ input, handler });
+const op = <I extends z.ZodType, O>(input: I, handler: (c: Core, i: z.output<I>) => Promise<O>) => ({ input, handler });
 const NoInput = z.undefined();
 
 export const operations = {
-  createConversation: op(NewConversationRequest, (s, i) => s.createConversation(i)),
-  sendMessage: op(SendMessageInput, (s, i) => s.sendMessage(i.conversation_id, i.message)),
-  addGitProviders: op(AddGitProvidersRequest, (s, i) => s.addGitProviders(i)),
-  getConversation: op(ConversationIdInput, (s, i) => s.getConversation(i.conversation_id)),
-  listConversations: op(ListConversationsInput, (s, i) => s.listConversations(i.page_id, i.limit)),
-  deleteConversation: op(ConversationIdInput, (s, i) => s.deleteConversation(i.conversation_id)),
-  searchEvents: op(SearchEventsInput, (s, i) => s.searchEvents(i.conversation_id, i)),
-  countEvents: op(CountEventsInput, (s, i) => s.countEvents(i.conversation_id, i)),
-  getEvent: op(GetEventInput, (s, i) => s.getEvent(i.conversation_id, i.event_id)),
-  run: op(ConversationIdInput, (s, i) => s.run(i.conversation_id)),
-  pause: op(ConversationIdInput, (s, i) => s.pause(i.conversation_id)),
-  interrupt: op(ConversationIdInput, (s, i) => s.interrupt(i.conversation_id)),
-  getMcpStatus: op(ConversationIdInput, (s, i) => s.conversationMcp(i.conversation_id)),
-  getSettings: op(NoInput, (s) => s.publicSettings()),
-  saveSettings: op(SettingsUpdate, (s, i) => s.saveLlmSettings(i)),
-  listSecrets: op(NoInput, (s) => s.listSecrets()),
-  createSecret: op(CreateSecretInput, (s, i) => s.createSecret(i.name, i.value, i.description)),
-  updateSecret: op(UpdateSecretInput, (s, i) => s.updateSecret(i.name, i.value, i.description)),
-  deleteSecret: op(SecretNameInput, (s, i) => s.deleteSecret(i.name)),
+  createConversation: op(NewConversationRequest, (c, i) => c.service.createConversation(i)),
+  sendMessage: op(SendMessageInput, (c, i) => c.service.sendMessage(i.conversation_id, i.message)),
+  addGitProviders: op(AddGitProvidersRequest, (c, i) => c.settings.addGitProviders(i)),
+  getConversation: op(ConversationIdInput, (c, i) => c.conversations.get(i.conversation_id)),
+  listConversations: op(ListConversationsInput, (c, i) => c.conversations.list(i.page_id, i.limit)),
+  deleteConversation: op(ConversationIdInput, (c, i) => c.service.deleteConversation(i.conversation_id)),
+  searchEvents: op(SearchEventsInput, async (c, i) => (await c.conversations.require(i.conversation_id), c.events.search(i.conversation_id, i))),
+  countEvents: op(CountEventsInput, async (c, i) => (await c.conversations.require(i.conversation_id), c.events.count(i.conversation_id, i))),
+  getEvent: op(GetEventInput, async (c, i) => {
+    await c.conversations.require(i.conversation_id);
+    const ev = await c.events.get(i.conversation_id, i.event_id);
+    if (!ev) throw new NotFoundError('Event not found');
+    return ev;
+  }),
+  run: op(ConversationIdInput, (c, i) => c.service.run(i.conversation_id)),
+  pause: op(ConversationIdInput, (c, i) => c.service.pause(i.conversation_id)),
+  interrupt: op(ConversationIdInput, (c, i) => c.service.interrupt(i.conversation_id)),
+  getMcpStatus: op(ConversationIdInput, async (c, i) => {
+    const config = redactMcpConfig(await c.conversations.mcpConfig(i.conversation_id));
+    return { config: fullMcpConfig(config), servers: await c.agent.mcpStatus(i.conversation_id) };
+  }),
+  getSettings: op(NoInput, (c) => c.settings.publicSettings()),
+  saveSettings: op(SettingsUpdate, (c, i) => c.settings.saveLlmSettings(i)),
+  listSecrets: op(NoInput, (c) => c.settings.listSecrets()),
+  createSecret: op(CreateSecretInput, (c, i) => c.settings.createSecret(i.name, i.value, i.description)),
+  updateSecret: op(UpdateSecretInput, (c, i) => c.settings.updateSecret(i.name, i.value, i.description)),
+  deleteSecret: op(SecretNameInput, (c, i) => c.settings.deleteSecret(i.name)),
 };
 export type OperationName = keyof typeof operations;
 
 /** Validate with the operation's schema (throws the ZodError) and run its handler. */
-export function runOperation(service: ConversationService, name: OperationName, raw: unknown): Promise<unknown> {
-  const o = operations[name] as { input: z.ZodType; handler: (s: ConversationService, i: unknown) => Promise<unknown> };
+export function runOperation(core: Core, name: OperationName, raw: unknown): Promise<unknown> {
+  const o = operations[name] as { input: z.ZodType; handler: (c: Core, i: unknown) => Promise<unknown> };
   const parsed = o.input.safeParse(raw);
   if (!parsed.success) return Promise.reject(parsed.error);
-  return o.handler(service, parsed.data);
+  return o.handler(core, parsed.data);
 }
 
 const O = operations;
 export const appRouter = router({
-  createConversation: procedure.input(O.createConversation.input).mutation(({ ctx, input }) => O.createConversation.handler(ctx.service, input)),
-  sendMessage: procedure.input(O.sendMessage.input).mutation(({ ctx, input }) => O.sendMessage.handler(ctx.service, input)),
-  addGitProviders: procedure.input(O.addGitProviders.input).mutation(({ ctx, input }) => O.addGitProviders.handler(ctx.service, input)),
-  getConversation: procedure.input(O.getConversation.input).query(({ ctx, input }) => O.getConversation.handler(ctx.service, input)),
-  listConversations: procedure.input(O.listConversations.input).query(({ ctx, input }) => O.listConversations.handler(ctx.service, input)),
-  deleteConversation: procedure.input(O.deleteConversation.input).mutation(({ ctx, input }) => O.deleteConversation.handler(ctx.service, input)),
-  searchEvents: procedure.input(O.searchEvents.input).query(({ ctx, input }) => O.searchEvents.handler(ctx.service, input)),
-  countEvents: procedure.input(O.countEvents.input).query(({ ctx, input }) => O.countEvents.handler(ctx.service, input)),
-  getEvent: procedure.input(O.getEvent.input).query(({ ctx, input }) => O.getEvent.handler(ctx.service, input)),
-  run: procedure.input(O.run.input).mutation(({ ctx, input }) => O.run.handler(ctx.service, input)),
-  pause: procedure.input(O.pause.input).mutation(({ ctx, input }) => O.pause.handler(ctx.service, input)),
-  interrupt: procedure.input(O.interrupt.input).mutation(({ ctx, input }) => O.interrupt.handler(ctx.service, input)),
-  getMcpStatus: procedure.input(O.getMcpStatus.input).query(({ ctx, input }) => O.getMcpStatus.handler(ctx.service, input)),
-  getSettings: procedure.query(({ ctx }) => O.getSettings.handler(ctx.service, undefined)),
-  saveSettings: procedure.input(O.saveSettings.input).mutation(({ ctx, input }) => O.saveSettings.handler(ctx.service, input)),
-  listSecrets: procedure.query(({ ctx }) => O.listSecrets.handler(ctx.service, undefined)),
-  createSecret: procedure.input(O.createSecret.input).mutation(({ ctx, input }) => O.createSecret.handler(ctx.service, input)),
-  updateSecret: procedure.input(O.updateSecret.input).mutation(({ ctx, input }) => O.updateSecret.handler(ctx.service, input)),
-  deleteSecret: procedure.input(O.deleteSecret.input).mutation(({ ctx, input }) => O.deleteSecret.handler(ctx.service, input)),
+  createConversation: procedure.input(O.createConversation.input).mutation(({ ctx, input }) => O.createConversation.handler(ctx.core, input)),
+  sendMessage: procedure.input(O.sendMessage.input).mutation(({ ctx, input }) => O.sendMessage.handler(ctx.core, input)),
+  addGitProviders: procedure.input(O.addGitProviders.input).mutation(({ ctx, input }) => O.addGitProviders.handler(ctx.core, input)),
+  getConversation: procedure.input(O.getConversation.input).query(({ ctx, input }) => O.getConversation.handler(ctx.core, input)),
+  listConversations: procedure.input(O.listConversations.input).query(({ ctx, input }) => O.listConversations.handler(ctx.core, input)),
+  deleteConversation: procedure.input(O.deleteConversation.input).mutation(({ ctx, input }) => O.deleteConversation.handler(ctx.core, input)),
+  searchEvents: procedure.input(O.searchEvents.input).query(({ ctx, input }) => O.searchEvents.handler(ctx.core, input)),
+  countEvents: procedure.input(O.countEvents.input).query(({ ctx, input }) => O.countEvents.handler(ctx.core, input)),
+  getEvent: procedure.input(O.getEvent.input).query(({ ctx, input }) => O.getEvent.handler(ctx.core, input)),
+  run: procedure.input(O.run.input).mutation(({ ctx, input }) => O.run.handler(ctx.core, input)),
+  pause: procedure.input(O.pause.input).mutation(({ ctx, input }) => O.pause.handler(ctx.core, input)),
+  interrupt: procedure.input(O.interrupt.input).mutation(({ ctx, input }) => O.interrupt.handler(ctx.core, input)),
+  getMcpStatus: procedure.input(O.getMcpStatus.input).query(({ ctx, input }) => O.getMcpStatus.handler(ctx.core, input)),
+  getSettings: procedure.query(({ ctx }) => O.getSettings.handler(ctx.core, undefined)),
+  saveSettings: procedure.input(O.saveSettings.input).mutation(({ ctx, input }) => O.saveSettings.handler(ctx.core, input)),
+  listSecrets: procedure.query(({ ctx }) => O.listSecrets.handler(ctx.core, undefined)),
+  createSecret: procedure.input(O.createSecret.input).mutation(({ ctx, input }) => O.createSecret.handler(ctx.core, input)),
+  updateSecret: procedure.input(O.updateSecret.input).mutation(({ ctx, input }) => O.updateSecret.handler(ctx.core, input)),
+  deleteSecret: procedure.input(O.deleteSecret.input).mutation(({ ctx, input }) => O.deleteSecret.handler(ctx.core, input)),
 
   /**
    * The conversation's events: every event with seq > after_seq (when given), then live ones.
@@ -89,11 +98,11 @@ export const appRouter = router({
    */
   events: procedure.input(SubscribeInput).subscription(async function* ({ ctx, input, signal }) {
     const id = input.conversation_id;
-    await ctx.service.require(id);
+    await ctx.core.conversations.require(id);
     const queue: EncodedEvent[] = [];
     let wake: (() => void) | null = null;
     let overflowed = false;
-    const feed = new EventFeed(ctx.service.bus, ctx.service.store, id, {
+    const feed = ctx.core.events.follow(id, {
       send(ev) {
         queue.push(ev);
         wake?.();
