@@ -36,6 +36,12 @@ export async function createTestDatabase(): Promise<TestDatabase> {
   return {
     url: url.toString(),
     name,
-    drop: () => admin((c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)).then(() => {}),
+    drop: () => dropTestDatabase(url.toString()),
   };
+}
+
+export async function dropTestDatabase(url: string): Promise<void> {
+  const name = new URL(url).pathname.slice(1);
+  if (!/^parley_test_[0-9a-f]+$/.test(name)) throw new Error(`not a test database: ${name}`);
+  await admin((c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`));
 }
