@@ -18,6 +18,9 @@ import { SecretBox } from './secrets/crypto.js';
 import type { Redactor } from './secrets/redact.js';
 import { Settings } from './secrets/settings.js';
 import { SqliteStore } from './store/sqlite.js';
+import { PostgresStore } from './store/postgres.js';
+import type { Store } from './store/types.js';
+import { pgStoreMetrics } from './cluster/metrics.js';
 import { WorkspacePreparer } from './workspace/preparer.js';
 
 export interface Core {
@@ -42,7 +45,23 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   // The store reports every commit to the event log (which publishes it) and to the conversations
   // (which follow its status); both read the store, so they exist only once it is open.
   const committed = { to: (_id: string, _evs: EncodedEvent[]): void => {} };
-  const store = new SqliteStore(config.dataDir, (id, evs) => committed.to(id, evs), { synchronous: config.sqliteSynchronous });
+  const onCommit = (id: string, evs: EncodedEvent[]) => committed.to(id, evs);
+  let store: Store;
+  let unread: (() => void)[];
+  if (config.cluster) {
+    const pgStore = await PostgresStore.open(config.cluster.databaseUrl, onCommit);
+    redactor.add(new URL(config.cluster.databaseUrl).password || null);
+    store = pgStore;
+    unread = pgStoreMetrics(pgStore);
+  } else {
+    const sqlite = new SqliteStore(config.dataDir, onCommit, { synchronous: config.sqliteSynchronous });
+    store = sqlite;
+    unread = [
+      metrics.conversations.read(() => sqlite.countByStatus().map(([s, n]) => [[s], n])),
+      metrics.storeUnindexed.read(() => [[[], sqlite.unindexed]]),
+      metrics.storeIndexLag.read(() => [[[], sqlite.indexLagSeconds]]),
+    ];
+  }
   const events = new EventLog(store, bus, redactor);
   const settings = new Settings(store, box, redactor, log);
   const conversations = new Conversations(store, events, settings, redactor);
@@ -58,11 +77,6 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     replay: agent.replay,
   });
   const service = new ConversationService(conversations, events, settings, agent.runtime, preparer, redactor, log);
-  const unread = [
-    metrics.conversations.read(() => store.countByStatus().map(([s, n]) => [[s], n])),
-    metrics.storeUnindexed.read(() => [[[], store.unindexed]]),
-    metrics.storeIndexLag.read(() => [[[], store.indexLagSeconds]]),
-  ];
   await settings.loadIntoRedactor();
   await conversations.recoverInterrupted(log);
   await service.resumePreparations();
