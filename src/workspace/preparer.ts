@@ -79,6 +79,8 @@ export class WorkspacePreparer implements ConversationPreparer {
           redact,
           onPhase: (p, detail) => {
             phases = phases.then(() => phase(p === 'ready' ? 'cloned' : p, detail));
+            // awaited once the clone ends; a conversation deleted meanwhile must not be an unhandled rejection
+            phases.catch(() => {});
           },
         }).finally(() => phases);
         await conversations.updateData(id, { branch: res.branch });
