@@ -12,7 +12,7 @@ import { BodyTooLarge, jsonErrorPosition, keyMatches, parseQuery, readText, send
 import { mountMetrics, RouteMetric, unmatchedMetric } from './metrics.js';
 import { mountDocs } from './docs.js';
 import { buildOpenApi } from './openapi.js';
-import { compileRoutes, matchRoute, ROUTES, type CompiledRoute } from './routes.js';
+import { compileRoutes, matchRoute, ROUTES, type CompiledRoute, type RouteRequest } from './routes.js';
 import { handleTrpc } from './trpc.js';
 import { App, us_listen_socket_close, us_socket_local_port, type HttpResponse, type us_listen_socket } from './uws.js';
 import { mountEventSockets } from './ws.js';
@@ -110,10 +110,11 @@ export function startServer(config: Config, service: ConversationService, log: L
       return sendJson(res, state, 401, { detail: 'Unauthorized' });
     }
     if (draining) return sendJson(res, state, 503, { detail: 'Server is shutting down' });
-    const query = parseQuery(req.getQuery() ?? '');
+    const rawQuery = req.getQuery() ?? '';
+    const query = parseQuery(rawQuery);
     if (!route.body) {
       inFlight += 1;
-      return void dispatch(res, state, route, { params, query, body: undefined }).finally(done);
+      return void dispatch(res, state, route, { params, query, rawQuery, body: undefined }).finally(done);
     }
     const contentType = req.getHeader('content-type').toLowerCase();
     if (contentType && !/^application\/([a-z.+-]*\+)?json\b/.test(contentType)) {
@@ -135,7 +136,7 @@ export function startServer(config: Config, service: ConversationService, log: L
             detail: [{ type: 'json_invalid', loc: ['body', jsonErrorPosition(err, text)], msg: 'JSON decode error', input: {}, ctx: { error: 'Invalid JSON' } }],
           });
         }
-        return dispatch(res, state, route, { params, query, body });
+        return dispatch(res, state, route, { params, query, rawQuery, body });
       })
       .catch((err) => {
         if (err instanceof BodyTooLarge) sendJson(res, state, 413, { detail: `Request body exceeds ${config.maxBodyBytes} bytes` });
@@ -144,11 +145,11 @@ export function startServer(config: Config, service: ConversationService, log: L
       .finally(done);
   });
 
-  async function dispatch(res: HttpResponse, state: { aborted: boolean }, route: CompiledRoute, r: { params: Record<string, string>; query: Record<string, string>; body: unknown }) {
+  async function dispatch(res: HttpResponse, state: { aborted: boolean }, route: CompiledRoute, r: RouteRequest) {
     let input: unknown;
     try {
       input = route.input(r);
-      const out = await call(route.procedure, input);
+      const out = await call(route.procedureFor?.(r) ?? route.procedure, input);
       sendJson(res, state, route.status ?? 200, out);
     } catch (err) {
       const e = toHttpError(err, input, route.loc, log, service.redactor);

@@ -23,7 +23,11 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   const bus = new EventBus();
   let service: ConversationService | null = null;
   const store = new SqliteStore(config.dataDir, (id, evs) => service?.onCommit(id, evs), { synchronous: config.sqliteSynchronous });
-  service = new ConversationService(store, bus, box, redactor, log);
+  service = new ConversationService(store, bus, box, redactor, log, {
+    workspaceRoot: config.workspaceRoot,
+    dataDir: config.dataDir,
+    llm: { model: config.llm.model, baseUrl: config.llm.baseUrl, apiKeySet: !!config.llm.apiKey },
+  });
   const unread = [
     metrics.conversations.read(() => store.countByStatus().map(([s, n]) => [[s], n])),
     metrics.storeUnindexed.read(() => [[[], store.unindexed]]),
