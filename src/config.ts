@@ -1,3 +1,4 @@
+import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
 import { ConfigError } from './errors.js';
@@ -39,6 +40,11 @@ const EnvSchema = z.object({
   MCP_IDLE_CLOSE_MS: intFrom('MCP_IDLE_CLOSE_MS', 0, 7 * 24 * 3600 * 1000).default(10 * 60 * 1000),
   /** The terminal tool returns (exit_code -1) after this long without new output. */
   TERMINAL_NO_OUTPUT_TIMEOUT_MS: intFrom('TERMINAL_NO_OUTPUT_TIMEOUT_MS', 100, 3600 * 1000).default(30_000),
+  // cluster mode (src/cluster/): PostgreSQL is the store, NATS carries live events between nodes
+  DATABASE_URL: z.string().regex(/^postgres(ql)?:\/\/.+/, 'DATABASE_URL must look like postgres://user@host:5432/db').optional(),
+  NATS_URL: z.string().regex(/^(nats|tls):\/\/.+/, 'NATS_URL must look like nats://host:4222 (several: comma-separated)').optional(),
+  NODE_ID: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/, 'NODE_ID must be 1-64 letters, digits, dot, dash or underscore').optional(),
+  LEASE_TTL_MS: intFrom('LEASE_TTL_MS', 1000, 3600 * 1000).default(10_000),
 });
 
 export interface Config {
@@ -60,6 +66,15 @@ export interface Config {
   sqliteSynchronous: 'NORMAL' | 'FULL';
   mcpIdleCloseMs: number;
   terminalNoOutputTimeoutMs: number;
+  /** Set in cluster mode (DATABASE_URL given); absent, the embedded SQLite store is used. */
+  cluster?: ClusterConfig;
+}
+
+export interface ClusterConfig {
+  databaseUrl: string;
+  natsUrl?: string;
+  nodeId: string;
+  leaseTtlMs: number;
 }
 
 /** Parse the environment once. Throws ConfigError with one clear line per bad value. */
@@ -79,6 +94,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     .map((k) => k?.trim())
     .filter((k): k is string => !!k);
   const dataDir = path.resolve(e.DATA_DIR);
+  if (e.NATS_URL && !e.DATABASE_URL) throw new ConfigError('invalid configuration: NATS_URL: cluster mode needs DATABASE_URL too (the nodes share one PostgreSQL database)');
+  if (e.DATABASE_URL && !e.SECRET_KEY) throw new ConfigError('invalid configuration: SECRET_KEY: required with DATABASE_URL (every node must seal and open secrets with the same key)');
   return {
     port: e.PORT,
     metricsPort: e.METRICS_PORT,
@@ -98,5 +115,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     sqliteSynchronous: e.SQLITE_SYNCHRONOUS,
     mcpIdleCloseMs: e.MCP_IDLE_CLOSE_MS,
     terminalNoOutputTimeoutMs: e.TERMINAL_NO_OUTPUT_TIMEOUT_MS,
+    cluster: e.DATABASE_URL
+      ? { databaseUrl: e.DATABASE_URL, natsUrl: e.NATS_URL, nodeId: e.NODE_ID ?? `${os.hostname()}-${process.pid}`, leaseTtlMs: e.LEASE_TTL_MS }
+      : undefined,
   };
 }
