@@ -1,3 +1,4 @@
+import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
 import { ConfigError } from './errors.js';
@@ -49,6 +50,11 @@ const EnvSchema = z.object({
   /** Hosts (comma separated, `host` or `host:port`) MCP servers and git clones may reach; unset: any. */
   MCP_ALLOWED_HOSTS: z.string().optional(),
   GIT_ALLOWED_HOSTS: z.string().optional(),
+  // cluster mode (src/cluster/): PostgreSQL is the store, NATS carries live events between nodes
+  DATABASE_URL: z.string().regex(/^postgres(ql)?:\/\/.+/, 'DATABASE_URL must look like postgres://user@host:5432/db').optional(),
+  NATS_URL: z.string().regex(/^(nats|tls):\/\/.+/, 'NATS_URL must look like nats://host:4222 (several: comma-separated)').optional(),
+  NODE_ID: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/, 'NODE_ID must be 1-64 letters, digits, dot, dash or underscore').optional(),
+  LEASE_TTL_MS: intFrom('LEASE_TTL_MS', 1000, 3600 * 1000).default(10_000),
 });
 
 /** Session keys and secrets shorter than this are refused: they could not be redacted safely. */
@@ -100,6 +106,15 @@ export interface Config {
   /** null: any host. */
   mcpAllowedHosts: string[] | null;
   gitAllowedHosts: string[] | null;
+  /** Set in cluster mode (DATABASE_URL given); absent, the embedded SQLite store is used. */
+  cluster?: ClusterConfig;
+}
+
+export interface ClusterConfig {
+  databaseUrl: string;
+  natsUrl?: string;
+  nodeId: string;
+  leaseTtlMs: number;
 }
 
 /** Parse the environment once. Throws ConfigError with one clear line per bad value. */
@@ -123,6 +138,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     throw new ConfigError(`invalid configuration: SESSION_API_KEY: a session key must be at least ${MIN_SECRET_LENGTH} characters (one has ${short.length})`);
   }
   const dataDir = path.resolve(e.DATA_DIR);
+  if (e.NATS_URL && !e.DATABASE_URL) throw new ConfigError('invalid configuration: NATS_URL: cluster mode needs DATABASE_URL too (the nodes share one PostgreSQL database)');
+  if (e.DATABASE_URL && !e.SECRET_KEY) throw new ConfigError('invalid configuration: SECRET_KEY: required with DATABASE_URL (every node must seal and open secrets with the same key)');
   return {
     port: e.PORT,
     metricsPort: e.METRICS_PORT,
@@ -147,5 +164,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     maxPageBytes: e.MAX_PAGE_BYTES,
     mcpAllowedHosts: hostList(e.MCP_ALLOWED_HOSTS),
     gitAllowedHosts: hostList(e.GIT_ALLOWED_HOSTS),
+    cluster: e.DATABASE_URL
+      ? { databaseUrl: e.DATABASE_URL, natsUrl: e.NATS_URL, nodeId: e.NODE_ID ?? `${os.hostname()}-${process.pid}`, leaseTtlMs: e.LEASE_TTL_MS }
+      : undefined,
   };
 }

@@ -9,6 +9,10 @@ import { SecretBox } from './secrets/crypto.js';
 import { Redactor } from './secrets/redact.js';
 import { restrictDataDir } from './store/permissions.js';
 import { SqliteStore } from './store/sqlite.js';
+import { PostgresStore } from './store/postgres.js';
+import type { Store } from './store/types.js';
+import type { EncodedEvent } from './events/types.js';
+import { pgStoreMetrics } from './cluster/metrics.js';
 
 export interface Core {
   service: ConversationService;
@@ -24,13 +28,24 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   redactor.add(config.secretKey, config.llm.apiKey);
   const bus = new EventBus();
   let service: ConversationService | null = null;
-  const store = new SqliteStore(config.dataDir, (id, evs) => service?.onCommit(id, evs), { synchronous: config.sqliteSynchronous });
+  const onCommit = (id: string, evs: EncodedEvent[]) => service?.onCommit(id, evs);
+  let store: Store;
+  let unread: (() => void)[];
+  if (config.cluster) {
+    const pgStore = await PostgresStore.open(config.cluster.databaseUrl, onCommit);
+    redactor.add(new URL(config.cluster.databaseUrl).password || null);
+    store = pgStore;
+    unread = pgStoreMetrics(pgStore);
+  } else {
+    const sqlite = new SqliteStore(config.dataDir, onCommit, { synchronous: config.sqliteSynchronous });
+    store = sqlite;
+    unread = [
+      metrics.conversations.read(() => sqlite.countByStatus().map(([s, n]) => [[s], n])),
+      metrics.storeUnindexed.read(() => [[[], sqlite.unindexed]]),
+      metrics.storeIndexLag.read(() => [[[], sqlite.indexLagSeconds]]),
+    ];
+  }
   service = new ConversationService(store, bus, box, redactor, log);
-  const unread = [
-    metrics.conversations.read(() => store.countByStatus().map(([s, n]) => [[s], n])),
-    metrics.storeUnindexed.read(() => [[[], store.unindexed]]),
-    metrics.storeIndexLag.read(() => [[[], store.indexLagSeconds]]),
-  ];
   await service.start();
   return {
     service,
