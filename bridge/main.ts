@@ -3,10 +3,13 @@ import { loadConfig, type Config } from '../src/config.js';
 import { createCore } from '../src/core.js';
 import { createLogger } from '../src/logger.js';
 import { Redactor } from '../src/secrets/redact.js';
+import { DATA_DIR_UMASK } from '../src/store/permissions.js';
 import { startMetricsServer } from './metrics.js';
 import { startServer } from './server.js';
 
 async function main() {
+  // every file the daemon creates (database, WAL, journal, key file, outputs) is 0600, directories 0700
+  process.umask(DATA_DIR_UMASK);
   let config: Config;
   try {
     config = loadConfig();

@@ -7,6 +7,7 @@ import { ConversationService } from './conversation/service.js';
 import { EventBus } from './events/bus.js';
 import { SecretBox } from './secrets/crypto.js';
 import { Redactor } from './secrets/redact.js';
+import { restrictDataDir } from './store/permissions.js';
 import { SqliteStore } from './store/sqlite.js';
 import { PostgresStore } from './store/postgres.js';
 import type { Store } from './store/types.js';
@@ -21,6 +22,7 @@ export interface Core {
 export async function createCore(config: Config, log: Logger, redactor: Redactor): Promise<Core> {
   fs.mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   fs.mkdirSync(config.workspaceRoot, { recursive: true, mode: 0o700 });
+  restrictDataDir(config.dataDir, [config.workspaceRoot]);
   const box = SecretBox.open(config.dataDir, config.secretKey);
   for (const k of config.sessionApiKeys) redactor.add(k);
   redactor.add(config.secretKey, config.llm.apiKey);

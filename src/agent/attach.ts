@@ -3,6 +3,7 @@
  * environment), the built-in and MCP tools, workspace preparation (clone, setup script,
  * instructions) and the per-conversation resources released on delete or stop.
  */
+import { rm } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import type { Config } from '../config.js';
@@ -269,6 +270,8 @@ export async function attachAgent(service: ConversationService, config: Config, 
     async dispose(id) {
       replays.get(id)?.abort();
       if (!config.keepWorkspaces) await removeWorkspace(workspacePath(config.workspaceRoot, id)).catch(() => {});
+      // full terminal outputs hold what the commands printed: they go with the conversation
+      await rm(path.join(config.dataDir, 'outputs', id), { recursive: true, force: true }).catch(() => {});
     },
   };
   await service.resumePreparations();

@@ -214,9 +214,11 @@ export const SettingsUpdate = z
     llm_api_key: z.string().nullish(),
   })
   .meta({ id: 'SettingsUpdate' });
+/** Shorter values would be redacted from every output as ordinary words, so they are refused (issue 12.5). */
+const SecretValue = z.string().min(8, { error: 'a secret value must be at least 8 characters' });
 export const SecretName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, { error: 'name must be a valid environment variable name' });
-export const CreateSecretInput = z.strictObject({ name: SecretName, value: z.string().min(1), description: z.string().max(1000).nullish() }).meta({ id: 'CreateSecret' });
-export const UpdateSecretBody = z.strictObject({ value: z.string().min(1).nullish(), description: z.string().max(1000).nullish() }).meta({ id: 'UpdateSecret' });
+export const CreateSecretInput = z.strictObject({ name: SecretName, value: SecretValue, description: z.string().max(1000).nullish() }).meta({ id: 'CreateSecret' });
+export const UpdateSecretBody = z.strictObject({ value: SecretValue.nullish(), description: z.string().max(1000).nullish() }).meta({ id: 'UpdateSecret' });
 export const UpdateSecretInput = UpdateSecretBody.extend({ name: SecretName });
 export const SecretNameInput = z.object({ name: SecretName });
 
