@@ -171,6 +171,11 @@ export class ConversationService {
     return conv;
   }
 
+  /** Another node deleted the conversation: its state here goes. */
+  forget(id: string): void {
+    this.live.delete(id);
+  }
+
   status(id: string): ExecutionStatus | undefined {
     return this.live.get(id)?.status;
   }
@@ -558,6 +563,7 @@ export class ConversationService {
     await this.preparer?.dispose?.(id);
     await this.store.deleteConversation(id);
     this.live.delete(id);
+    this.bus.end(id); // its subscribers are closed, here and on every other node
     this.log.info({ conversation_id: id }, 'conversation deleted');
     return { success: true };
   }
