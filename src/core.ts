@@ -17,6 +17,7 @@ import { metrics } from './metrics.js';
 import { SecretBox } from './secrets/crypto.js';
 import type { Redactor } from './secrets/redact.js';
 import { Settings } from './secrets/settings.js';
+import { restrictDataDir } from './store/permissions.js';
 import { SqliteStore } from './store/sqlite.js';
 import { PostgresStore } from './store/postgres.js';
 import type { Store } from './store/types.js';
@@ -38,21 +39,35 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   const startedAt = Date.now();
   fs.mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   fs.mkdirSync(config.workspaceRoot, { recursive: true, mode: 0o700 });
+  restrictDataDir(config.dataDir, [config.workspaceRoot]);
   const box = SecretBox.open(config.dataDir, config.secretKey);
   for (const k of config.sessionApiKeys) redactor.add(k);
   redactor.add(config.secretKey, config.llm.apiKey);
-  const bus = new EventBus();
+  let bus = new EventBus();
   // The store reports every commit to the event log (which publishes it) and to the conversations
   // (which follow its status); both read the store, so they exist only once it is open.
   const committed = { to: (_id: string, _evs: EncodedEvent[]): void => {} };
   const onCommit = (id: string, evs: EncodedEvent[]) => committed.to(id, evs);
   let store: Store;
   let unread: (() => void)[];
+  let closeBus = async () => {};
+  // another node deleted a conversation: its state here goes (bound once the conversations exist)
+  const remoteDelete = { to: (_id: string): void => {} };
   if (config.cluster) {
     const pgStore = await PostgresStore.open(config.cluster.databaseUrl, onCommit);
     redactor.add(new URL(config.cluster.databaseUrl).password || null);
     store = pgStore;
     unread = pgStoreMetrics(pgStore);
+    if (config.cluster.natsUrl) {
+      const { ClusterBus } = await import('./cluster/bus.js');
+      const cluster = await ClusterBus.connect(pgStore, { url: config.cluster.natsUrl, prefix: config.cluster.natsPrefix, nodeId: config.cluster.nodeId, log }).catch(async (err) => {
+        await pgStore.close();
+        throw new Error(`cannot reach NATS at ${config.cluster!.natsUrl}: ${(err as Error).message}`);
+      });
+      cluster.onRemoteDelete((id) => remoteDelete.to(id));
+      closeBus = () => cluster.close();
+      bus = cluster;
+    }
   } else {
     const sqlite = new SqliteStore(config.dataDir, onCommit, { synchronous: config.sqliteSynchronous });
     store = sqlite;
@@ -64,7 +79,12 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   }
   const events = new EventLog(store, bus, redactor);
   const settings = new Settings(store, box, redactor, log);
-  const conversations = new Conversations(store, events, settings, redactor);
+  const conversations = new Conversations(store, events, settings, redactor, {
+    workspaceRoot: config.workspaceRoot,
+    dataDir: config.dataDir,
+    llm: { model: config.llm.model, baseUrl: config.llm.baseUrl, apiKeySet: !!config.llm.apiKey },
+  });
+  remoteDelete.to = (id) => conversations.forget(id);
   committed.to = (id, evs) => {
     events.committed(id, evs);
     conversations.committed(id, evs);
@@ -91,6 +111,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     async close() {
       await agent.runtime.close();
       for (const u of unread) u();
+      await closeBus();
       await store.close();
     },
   };

@@ -3,9 +3,11 @@
  * tools, the shell's environment, the instructions of the system prompt, the run loop, replays,
  * and the per-conversation resources released on delete or stop.
  */
+import { rm } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import type { Config } from '../config.js';
+import { conversationLimits, conversationLlm, conversationSecretValues, recordUsage } from '../conversation/agent-server.js';
 import type { Conversations } from '../conversation/conversations.js';
 import type { ReplayPlan } from '../conversation/replay.js';
 import type { EventLog } from '../events/log.js';
@@ -47,7 +49,8 @@ export interface Agent {
 }
 
 export function createAgent({ conversations, events, settings, redactor, config, log }: AgentParts): Agent {
-  const terminal = createTerminalTool({ outputDir: (id) => path.join(config.dataDir, 'outputs', id), noOutputTimeoutMs: config.terminalNoOutputTimeoutMs });
+  const outputDir = (id: string) => path.join(config.dataDir, 'outputs', id);
+  const terminal = createTerminalTool({ outputDir, noOutputTimeoutMs: config.terminalNoOutputTimeoutMs });
   const builtins: Tool[] = [terminal, createFileEditorTool(), createTaskTrackerTool(), createThinkTool(), createFinishTool()] as Tool[];
   const reserved = builtins.map((t) => t.name);
   const mcp = new Map<string, McpManager>();
@@ -115,9 +118,9 @@ export function createAgent({ conversations, events, settings, redactor, config,
   }
   metrics.mcpServers.read(() => [...mcp.values()].flatMap((m) => m.status().map((s): [string[], number] => [[s.state], 1])));
 
-  const shellEnv = async (): Promise<Record<string, string>> => {
+  const shellEnv = async (id: string): Promise<Record<string, string>> => {
     const providers = await settings.getProviders();
-    const secrets = await settings.secretValues();
+    const secrets = { ...(await settings.secretValues()), ...(await conversationSecretValues(conversations, settings, id)) };
     return { ...secrets, ...gitCredentialEnv(providers), ...(await askpassEnv(providers, helperDir)) };
   };
 
@@ -127,12 +130,14 @@ export function createAgent({ conversations, events, settings, redactor, config,
     redactor,
     {
       maxIterations: config.maxIterations,
-      async llm() {
+      async llm(id) {
         const s = await settings.getLlmSettings();
-        const model = s.llm_model ?? config.llm.model;
+        // the conversation's own (agent.llm of an agent-server create), field by field over the server's
+        const own = await conversationLlm(conversations, settings, id);
+        const model = own?.model ?? s.llm_model ?? config.llm.model;
         if (!model) return null;
-        const apiKey = s.llm_api_key ?? config.llm.apiKey;
-        const baseUrl = s.llm_base_url ?? config.llm.baseUrl;
+        const apiKey = own?.apiKey ?? s.llm_api_key ?? config.llm.apiKey;
+        const baseUrl = own?.baseUrl ?? s.llm_base_url ?? config.llm.baseUrl;
         const key = JSON.stringify([model, apiKey, baseUrl]);
         let c = llmCache.get(key);
         if (!c) {
@@ -147,6 +152,8 @@ export function createAgent({ conversations, events, settings, redactor, config,
       },
       workspaceDir: (id) => workspacePath(config.workspaceRoot, id),
       env: shellEnv,
+      limits: (id) => conversationLimits(conversations, id),
+      usage: (id, usage) => recordUsage(conversations, id, usage),
       async instructions(id, events) {
         const conv = await conversations.require(id);
         const out: string[] = [];
@@ -165,8 +172,9 @@ export function createAgent({ conversations, events, settings, redactor, config,
         return out;
       },
       async release(id) {
-        await terminal.closeConversation(id);
-        for (const t of builtins) await t.closeConversation?.(id);
+        for (const t of builtins) await t.closeConversation?.(id); // the terminal's shell among them
+        // full terminal outputs hold what the commands printed: they go with the conversation
+        await rm(outputDir(id), { recursive: true, force: true }).catch(() => {});
         cancelIdleClose(id);
         await mcpCreating.get(id)?.catch(() => null);
         await mcp.get(id)?.close();
@@ -187,7 +195,7 @@ export function createAgent({ conversations, events, settings, redactor, config,
     runtime,
     mcpStatus: async (id) => (mcp.get(id) ?? (await mcpFor(id))).status(),
     async replay(id, workspaceDir, plan, signal) {
-      const env = await shellEnv();
+      const env = await shellEnv(id);
       return executeReplay({ events, redact: (t) => redactor.redact(t), conversationId: id, workspaceDir, plan, tools: builtins, env, signal });
     },
   };

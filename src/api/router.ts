@@ -21,6 +21,9 @@ import {
 import { procedure, router } from './trpc.js';
 import { NotFoundError } from '../errors.js';
 import { fullMcpConfig, redactMcpConfig } from '../tools/mcp/config.js';
+import * as AS from './agent-server-schemas.js';
+import * as agentServer from '../conversation/agent-server.js';
+import { countEventsFiltered, hasExtraFilters, searchEventsFiltered } from '../conversation/event-search.js';
 
 /**
  * Every operation once: its input schema and its handler. The tRPC router below and the REST
@@ -38,8 +41,14 @@ export const operations = {
   getConversation: op(ConversationIdInput, (c, i) => c.conversations.get(i.conversation_id)),
   listConversations: op(ListConversationsInput, (c, i) => c.conversations.list(i.page_id, i.limit)),
   deleteConversation: op(ConversationIdInput, (c, i) => c.service.deleteConversation(i.conversation_id)),
-  searchEvents: op(SearchEventsInput, async (c, i) => (await c.conversations.require(i.conversation_id), c.events.search(i.conversation_id, i))),
-  countEvents: op(CountEventsInput, async (c, i) => (await c.conversations.require(i.conversation_id), c.events.count(i.conversation_id, i))),
+  searchEvents: op(SearchEventsInput, async (c, i) => {
+    await c.conversations.require(i.conversation_id);
+    return hasExtraFilters(i) ? searchEventsFiltered(c.events, i.conversation_id, i) : c.events.search(i.conversation_id, i);
+  }),
+  countEvents: op(CountEventsInput, async (c, i) => {
+    await c.conversations.require(i.conversation_id);
+    return hasExtraFilters(i) ? countEventsFiltered(c.events, i.conversation_id, i) : c.events.count(i.conversation_id, i);
+  }),
   getEvent: op(GetEventInput, async (c, i) => {
     await c.conversations.require(i.conversation_id);
     const ev = await c.events.get(i.conversation_id, i.event_id);
@@ -59,6 +68,24 @@ export const operations = {
   createSecret: op(CreateSecretInput, (c, i) => c.settings.createSecret(i.name, i.value, i.description)),
   updateSecret: op(UpdateSecretInput, (c, i) => c.settings.updateSecret(i.name, i.value, i.description)),
   deleteSecret: op(SecretNameInput, (c, i) => c.settings.deleteSecret(i.name)),
+  // OpenHands agent-server shape (@openhands/typescript-client)
+  startConversation: op(AS.StartConversationRequest, (c, i) => agentServer.startConversation(c, i)),
+  searchConversations: op(AS.ConversationSearchQuery, (c, i) => agentServer.searchConversations(c.conversations, i)),
+  countConversations: op(AS.ConversationCountQuery, (c, i) => agentServer.countConversations(c.conversations, i)),
+  getConversations: op(AS.ConversationIdsInput, (c, i) => agentServer.getConversations(c.conversations, i.ids)),
+  updateConversation: op(AS.UpdateConversationInput, (c, i) => agentServer.updateConversation(c, i.conversation_id, i)),
+  agentFinalResponse: op(ConversationIdInput, (c, i) => agentServer.agentFinalResponse(c, i.conversation_id)),
+  setConfirmationPolicy: op(AS.SetConfirmationPolicyInput, (c, i) => agentServer.setConfirmationPolicy(c.conversations, i.conversation_id, i.policy)),
+  updateConversationSecrets: op(AS.UpdateSecretsInput, (c, i) => agentServer.setConversationSecrets(c, i.conversation_id, i.secrets)),
+  condense: op(ConversationIdInput, async (c, i) => {
+    await c.conversations.require(i.conversation_id);
+    return { success: await c.agent.runtime.condense(i.conversation_id) };
+  }),
+  askAgent: op(AS.AskAgentInput, async (c, i) => {
+    await c.conversations.require(i.conversation_id);
+    return { response: await c.agent.runtime.ask(i.conversation_id, i.question) };
+  }),
+  respondToConfirmation: op(AS.ConfirmationResponseInput, (c, i) => agentServer.respondToConfirmation(c, i.conversation_id, i.accept, i.reason ?? null)),
 };
 export type OperationName = keyof typeof operations;
 
@@ -91,6 +118,17 @@ export const appRouter = router({
   createSecret: procedure.input(O.createSecret.input).mutation(({ ctx, input }) => O.createSecret.handler(ctx.core, input)),
   updateSecret: procedure.input(O.updateSecret.input).mutation(({ ctx, input }) => O.updateSecret.handler(ctx.core, input)),
   deleteSecret: procedure.input(O.deleteSecret.input).mutation(({ ctx, input }) => O.deleteSecret.handler(ctx.core, input)),
+  startConversation: procedure.input(O.startConversation.input).mutation(({ ctx, input }) => O.startConversation.handler(ctx.core, input)),
+  searchConversations: procedure.input(O.searchConversations.input).query(({ ctx, input }) => O.searchConversations.handler(ctx.core, input)),
+  countConversations: procedure.input(O.countConversations.input).query(({ ctx, input }) => O.countConversations.handler(ctx.core, input)),
+  getConversations: procedure.input(O.getConversations.input).query(({ ctx, input }) => O.getConversations.handler(ctx.core, input)),
+  updateConversation: procedure.input(O.updateConversation.input).mutation(({ ctx, input }) => O.updateConversation.handler(ctx.core, input)),
+  agentFinalResponse: procedure.input(O.agentFinalResponse.input).query(({ ctx, input }) => O.agentFinalResponse.handler(ctx.core, input)),
+  setConfirmationPolicy: procedure.input(O.setConfirmationPolicy.input).mutation(({ ctx, input }) => O.setConfirmationPolicy.handler(ctx.core, input)),
+  updateConversationSecrets: procedure.input(O.updateConversationSecrets.input).mutation(({ ctx, input }) => O.updateConversationSecrets.handler(ctx.core, input)),
+  condense: procedure.input(O.condense.input).mutation(({ ctx, input }) => O.condense.handler(ctx.core, input)),
+  askAgent: procedure.input(O.askAgent.input).mutation(({ ctx, input }) => O.askAgent.handler(ctx.core, input)),
+  respondToConfirmation: procedure.input(O.respondToConfirmation.input).mutation(({ ctx, input }) => O.respondToConfirmation.handler(ctx.core, input)),
 
   /**
    * The conversation's events: every event with seq > after_seq (when given), then live ones.

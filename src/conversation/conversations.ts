@@ -13,6 +13,7 @@ import type { Redactor } from '../secrets/redact.js';
 import type { Settings } from '../secrets/settings.js';
 import type { ConversationRecord, ConversationStore } from '../store/types.js';
 import { redactMcpConfig, fullMcpConfig, type FullMcpConfig } from '../tools/mcp/config.js';
+import { agentServerInfo, type AgentServerContext } from './agent-server.js';
 
 export const EXECUTION_STATUSES = ['idle', 'running', 'paused', 'waiting_for_confirmation', 'finished', 'error', 'stuck'] as const;
 export type ExecutionStatus = (typeof EXECUTION_STATUSES)[number];
@@ -56,6 +57,8 @@ export class Conversations {
     private readonly events: EventLog,
     private readonly settings: Settings,
     private readonly redactor: Redactor,
+    /** Paths and the server's LLM, for the agent-server fields of the info (agent, workspace, persistence_dir). */
+    private readonly agentServer?: AgentServerContext,
   ) {}
 
   /** The store reports each commit here: the record's updated_at and the shown status follow it. */
@@ -123,6 +126,16 @@ export class Conversations {
     return this.live.get(id)?.status;
   }
 
+  /** Another node deleted the conversation: its state here goes. */
+  forget(id: string): void {
+    this.live.delete(id);
+  }
+
+  /** Stored records, newest first, from a (created_at, id) cursor. */
+  records(limit: number, cursor?: { created_at: string; id: string } | null): Promise<ConversationRecord[]> {
+    return this.store.listConversations(limit, cursor);
+  }
+
   /** Stores a new conversation; it is live (and idle) from now on. Throws when the id is taken. */
   async create(record: ConversationRecord): Promise<LiveConversation> {
     await this.store.createConversation(record);
@@ -166,7 +179,7 @@ export class Conversations {
 
   // ---- reads --------------------------------------------------------------------------------
 
-  private async info(conv: LiveConversation): Promise<ConversationInfo> {
+  private async info(conv: LiveConversation) {
     const d = conv.record.data;
     const lastSeq = await this.events.lastSeq(conv.record.id);
     const status = conv.shown ?? conv.status;
@@ -186,10 +199,11 @@ export class Conversations {
       last_seq: lastSeq,
       setup: d.setup ?? null,
       mcp_config: fullMcpConfig(redactMcpConfig(this.settings.openMcp(d.mcp_config_sealed as string | undefined))),
+      ...agentServerInfo(conv.record, this.agentServer, await this.settings.llmView()),
     };
   }
 
-  async get(id: string): Promise<ConversationInfo> {
+  async get(id: string) {
     return this.info(await this.require(id));
   }
 

@@ -47,6 +47,8 @@ export interface IncomingMessage {
 export interface CreateResult {
   status: 'ok';
   conversation_id: string;
+  /** = conversation_id (the agent-server shape's name for it). */
+  id: string;
   message: string | null;
   conversation_status: 'STARTING' | 'RUNNING';
 }
@@ -118,7 +120,7 @@ export class ConversationService {
       await this.events.append(id, { kind: 'MessageEvent', source: 'user', llm_message: { role: 'user', content: replay.firstMessage } });
     }
     this.launchPreparer(id, replay ? { replay } : undefined);
-    return { status: 'ok', conversation_id: id, message: null, conversation_status: willRun || replay ? 'RUNNING' : 'STARTING' };
+    return { status: 'ok', conversation_id: id, id, message: null, conversation_status: willRun || replay ? 'RUNNING' : 'STARTING' };
   }
 
   /** Starts again every preparation a stop cut short (an existing clone is reused); each runs the loop when done if one was requested. */
@@ -150,6 +152,7 @@ export class ConversationService {
     return {
       status: 'ok',
       conversation_id: id,
+      id,
       message: 'Joined existing conversation',
       conversation_status: conv.status === 'running' ? 'RUNNING' : 'STARTING',
     };
@@ -213,6 +216,7 @@ export class ConversationService {
     await this.runtime.dispose(id);
     await this.preparer.dispose(id);
     await this.conversations.remove(id);
+    this.events.end(id); // its subscribers are closed, here and on every other node
     this.log.info({ conversation_id: id }, 'conversation deleted');
     return { success: true };
   }
@@ -264,7 +268,7 @@ function checkNewConversation(req: NewConversation): ReplayPlan | null {
   return plan;
 }
 
-function deriveTitle(req: NewConversation): string | null {
+export function deriveTitle(req: NewConversation): string | null {
   const t = req.suggested_task?.title ?? req.create_microagent?.title ?? req.initial_user_msg ?? req.repository;
   if (!t) return null;
   const line = t.trim().split('\n')[0] ?? '';

@@ -8,7 +8,7 @@ import crypto from 'node:crypto';
 import { RequestValidationError } from '../errors.js';
 import { metrics } from '../metrics.js';
 import type { Redactor } from '../secrets/redact.js';
-import type { EventStore } from '../store/types.js';
+import type { EventQuery, EventStore } from '../store/types.js';
 import type { EventBus } from './bus.js';
 import { EventFeed, type FeedOptions, type FeedSink } from './feed.js';
 import { EncodedEvent, nowIso, type EventDraft, type ParleyEvent } from './types.js';
@@ -29,6 +29,15 @@ export interface EventFilter {
   kind?: string | null;
   source?: string | null;
   after_seq?: number | null;
+}
+
+/** An event page id is the seq the page starts at; anything else is a 422. */
+export function seqPageStart(pageId: string | null | undefined): number | null {
+  if (!pageId) return null;
+  if (!/^\d+$/.test(pageId)) {
+    throw new RequestValidationError([{ type: 'value_error', loc: ['query', 'page_id'], msg: 'Value error, page_id is not a page id returned by this endpoint', input: pageId }]);
+  }
+  return Number(pageId);
 }
 
 export class EventLog {
@@ -83,6 +92,11 @@ export class EventLog {
     return (await this.store.query(conversationId, { afterSeq, kind: 'MessageEvent', source: 'user', limit: 1 })).length > 0;
   }
 
+  /** A store query as it is (the store's filters: kind, source, seq range, order). */
+  query(conversationId: string, q: EventQuery): Promise<ParleyEvent[]> {
+    return this.store.query(conversationId, q);
+  }
+
   lastSeq(conversationId: string): Promise<number> {
     return this.store.lastSeq(conversationId);
   }
@@ -90,13 +104,7 @@ export class EventLog {
   /** One page of the log, filtered; `next_page_id` is the seq the next page starts at. */
   async search(conversationId: string, q: EventSearch) {
     const desc = q.sort_order === 'TIMESTAMP_DESC';
-    let start: number | null = null;
-    if (q.page_id) {
-      if (!/^\d+$/.test(q.page_id)) {
-        throw new RequestValidationError([{ type: 'value_error', loc: ['query', 'page_id'], msg: 'Value error, page_id is not a page id returned by this endpoint', input: q.page_id }]);
-      }
-      start = Number(q.page_id);
-    }
+    const start = seqPageStart(q.page_id);
     const items = await this.store.query(conversationId, {
       kind: q.kind,
       source: q.source,
@@ -115,6 +123,11 @@ export class EventLog {
 
   get(conversationId: string, eventId: string): Promise<ParleyEvent | null> {
     return this.store.get(conversationId, eventId);
+  }
+
+  /** The conversation was deleted: its subscribers are closed (on every node of a cluster). */
+  end(conversationId: string): void {
+    this.bus.end(conversationId);
   }
 
   /** Follow a conversation: replay (when asked) then live events, in seq order, into `sink`. */

@@ -59,6 +59,19 @@ export class Settings {
     }
   }
 
+  /** A secret value sealed for storing elsewhere (a conversation's record); it is redacted from here on. */
+  seal(value: string): string {
+    this.redactor.add(value);
+    return this.box.encrypt(value);
+  }
+
+  /** A value sealed by `seal`, opened (and redacted from here on); null when it cannot be opened. */
+  unseal(sealed: string | null | undefined): string | null {
+    const value = this.open(sealed ?? null);
+    this.redactor.add(value);
+    return value;
+  }
+
   // ---- MCP configs --------------------------------------------------------------------------
 
   /** A conversation's MCP config, sealed for its record (its keys and env values are secrets). */
@@ -119,6 +132,12 @@ export class Settings {
       llm_base_url: (rec?.meta.llm_base_url as string | null) ?? null,
       llm_api_key: this.open(rec?.sealed ?? null),
     };
+  }
+
+  /** The stored LLM settings without decrypting the key. */
+  async llmView(): Promise<{ model: string | null; base_url: string | null; key_set: boolean }> {
+    const rec = await this.store.getSecret(SETTINGS_KIND, 'llm');
+    return { model: (rec?.meta.llm_model as string | null) ?? null, base_url: (rec?.meta.llm_base_url as string | null) ?? null, key_set: !!rec?.sealed };
   }
 
   async publicSettings() {
