@@ -56,7 +56,11 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
       metrics.storeIndexLag.read(() => [[[], sqlite.indexLagSeconds]]),
     ];
   }
-  service = new ConversationService(store, bus, box, redactor, log);
+  service = new ConversationService(store, bus, box, redactor, log, {
+    workspaceRoot: config.workspaceRoot,
+    dataDir: config.dataDir,
+    llm: { model: config.llm.model, baseUrl: config.llm.baseUrl, apiKeySet: !!config.llm.apiKey },
+  });
   await service.start();
   return {
     service,

@@ -4,6 +4,7 @@
  */
 import { z } from 'zod';
 import { Event, EventSource, MESSAGE_ROLES } from '../events/schema.js';
+import { EventFilterExtras } from './event-filters.js';
 
 export const ROLES = MESSAGE_ROLES;
 export const PROVIDERS = ['github', 'gitlab', 'bitbucket', 'enterprise_sso'] as const;
@@ -183,15 +184,17 @@ export const EventPage = z
   .object({ items: z.array(Event), next_page_id: z.string().nullable() })
   .meta({ id: 'EventPage' });
 
-export const SearchEventsQuery = z.object({
+// strict: a query parameter Parley does not know is a 422, never silently ignored
+export const SearchEventsQuery = z.strictObject({
   page_id: z.string().nullish(),
   limit: Limit,
   kind: z.string().max(200).nullish(),
   source: EventSource.nullish(),
   sort_order: z.enum(['TIMESTAMP', 'TIMESTAMP_DESC']).default('TIMESTAMP'),
   after_seq: z.coerce.number().int().min(0).nullish(),
+  ...EventFilterExtras,
 });
-export const CountEventsQuery = SearchEventsQuery.pick({ kind: true, source: true, after_seq: true });
+export const CountEventsQuery = SearchEventsQuery.pick({ kind: true, source: true, after_seq: true, body: true, timestamp__gte: true, timestamp__lt: true });
 
 export const ConversationIdInput = z.object({ conversation_id: ConversationId });
 export const SearchEventsInput = SearchEventsQuery.extend({ conversation_id: ConversationId });
