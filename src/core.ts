@@ -9,7 +9,9 @@ import type { Logger } from 'pino';
 import { createAgent, type Agent } from './agent/agent.js';
 import type { Config } from './config.js';
 import { Conversations } from './conversation/conversations.js';
+import { hostAccess } from './conversation/host-access.js';
 import { ConversationService } from './conversation/service.js';
+import { SideChannels } from './conversation/side-channels.js';
 import { EventBus } from './events/bus.js';
 import { EventLog } from './events/log.js';
 import type { EncodedEvent } from './events/types.js';
@@ -30,6 +32,8 @@ export interface Core {
   events: EventLog;
   settings: Settings;
   agent: Agent;
+  /** The agent server's workspace side channels (/api/bash, /api/file, /api/git). */
+  sideChannels: SideChannels;
   redactor: Redactor;
   startedAt: number;
   close(): Promise<void>;
@@ -97,6 +101,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     replay: agent.replay,
   });
   const service = new ConversationService(conversations, events, settings, agent.runtime, preparer, redactor, log);
+  const sideChannels = new SideChannels(conversations, settings, redactor, config.workspaceRoot, hostAccess());
   await settings.loadIntoRedactor();
   await conversations.recoverInterrupted(log);
   await service.resumePreparations();
@@ -106,6 +111,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     events,
     settings,
     agent,
+    sideChannels,
     redactor,
     startedAt,
     async close() {

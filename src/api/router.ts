@@ -24,6 +24,7 @@ import { fullMcpConfig, redactMcpConfig } from '../tools/mcp/config.js';
 import * as AS from './agent-server-schemas.js';
 import * as agentServer from '../conversation/agent-server.js';
 import { countEventsFiltered, hasExtraFilters, searchEventsFiltered } from '../conversation/event-search.js';
+import { TOOL_NAMES } from '../conversation/side-channels.js';
 
 /**
  * Every operation once: its input schema and its handler. The tRPC router below and the REST
@@ -85,6 +86,17 @@ export const operations = {
     await c.conversations.require(i.conversation_id);
     return { response: await c.agent.runtime.ask(i.conversation_id, i.question) };
   }),
+  // workspace side channels (no conversation in the path: the locator finds it)
+  executeBash: op(AS.ExecuteBashRequest, (c, i) => c.sideChannels.executeBash(i)),
+  startBash: op(AS.ExecuteBashRequest, (c, i) => c.sideChannels.startBash(i)),
+  searchBashEvents: op(AS.BashEventSearchQuery, async (c, i) => c.sideChannels.searchBash(i)),
+  getBashEvent: op(AS.BashEventIdInput, async (c, i) => c.sideChannels.getBashEvent(i.event_id)),
+  clearBashEvents: op(NoInput, async (c) => c.sideChannels.bash.clear()),
+  uploadFile: op(AS.WorkspaceUploadInput, (c, i) => c.sideChannels.upload(i)),
+  downloadFile: op(AS.WorkspacePathQuery, (c, i) => c.sideChannels.download(i)),
+  gitChanges: op(AS.WorkspacePathQuery, (c, i) => c.sideChannels.gitChanges(i)),
+  gitDiff: op(AS.WorkspacePathQuery, (c, i) => c.sideChannels.gitDiff(i)),
+  listTools: op(NoInput, async () => TOOL_NAMES),
   respondToConfirmation: op(AS.ConfirmationResponseInput, (c, i) => agentServer.respondToConfirmation(c, i.conversation_id, i.accept, i.reason ?? null)),
 };
 export type OperationName = keyof typeof operations;
@@ -128,6 +140,14 @@ export const appRouter = router({
   updateConversationSecrets: procedure.input(O.updateConversationSecrets.input).mutation(({ ctx, input }) => O.updateConversationSecrets.handler(ctx.core, input)),
   condense: procedure.input(O.condense.input).mutation(({ ctx, input }) => O.condense.handler(ctx.core, input)),
   askAgent: procedure.input(O.askAgent.input).mutation(({ ctx, input }) => O.askAgent.handler(ctx.core, input)),
+  executeBash: procedure.input(O.executeBash.input).mutation(({ ctx, input }) => O.executeBash.handler(ctx.core, input)),
+  startBash: procedure.input(O.startBash.input).mutation(({ ctx, input }) => O.startBash.handler(ctx.core, input)),
+  searchBashEvents: procedure.input(O.searchBashEvents.input).query(({ ctx, input }) => O.searchBashEvents.handler(ctx.core, input)),
+  getBashEvent: procedure.input(O.getBashEvent.input).query(({ ctx, input }) => O.getBashEvent.handler(ctx.core, input)),
+  clearBashEvents: procedure.mutation(({ ctx }) => O.clearBashEvents.handler(ctx.core, undefined)),
+  gitChanges: procedure.input(O.gitChanges.input).query(({ ctx, input }) => O.gitChanges.handler(ctx.core, input)),
+  gitDiff: procedure.input(O.gitDiff.input).query(({ ctx, input }) => O.gitDiff.handler(ctx.core, input)),
+  listTools: procedure.query(({ ctx }) => O.listTools.handler(ctx.core, undefined)),
   respondToConfirmation: procedure.input(O.respondToConfirmation.input).mutation(({ ctx, input }) => O.respondToConfirmation.handler(ctx.core, input)),
 
   /**

@@ -199,7 +199,7 @@ type ConversationInfo = Awaited<ReturnType<Conversations['get']>>;
 type SortOrder = 'CREATED_AT' | 'UPDATED_AT' | 'CREATED_AT_DESC' | 'UPDATED_AT_DESC';
 
 /** Every conversation's record (newest first), read page by page from the store. */
-async function allRecords(conversations: Conversations): Promise<ConversationRecord[]> {
+export async function allRecords(conversations: Conversations): Promise<ConversationRecord[]> {
   const out: ConversationRecord[] = [];
   let cursor: { created_at: string; id: string } | null = null;
   for (;;) {
