@@ -23,6 +23,10 @@ async function main() {
   try {
     core = await createCore(config, log, redactor);
   } catch (err) {
+    if ((err as Error)?.name === 'SandboxUnavailableError') {
+      process.stderr.write(`parley: ${(err as Error).message}\n`);
+      process.exit(1);
+    }
     process.stderr.write(`parley: cannot open the data directory ${config.dataDir}: ${redactor.redact((err as Error).message)}\n`);
     process.exit(1);
   }
