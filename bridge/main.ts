@@ -3,10 +3,13 @@ import { loadConfig, type Config } from '../src/config.js';
 import { createCore } from '../src/core.js';
 import { createLogger } from '../src/logger.js';
 import { Redactor } from '../src/secrets/redact.js';
+import { DATA_DIR_UMASK } from '../src/store/permissions.js';
 import { startMetricsServer } from './metrics.js';
 import { startServer } from './server.js';
 
 async function main() {
+  // every file the daemon creates (database, WAL, journal, key file, outputs) is 0600, directories 0700
+  process.umask(DATA_DIR_UMASK);
   let config: Config;
   try {
     config = loadConfig();
@@ -27,7 +30,8 @@ async function main() {
       process.stderr.write(`parley: ${(err as Error).message}\n`);
       process.exit(1);
     }
-    process.stderr.write(`parley: cannot open the data directory ${config.dataDir}: ${redactor.redact((err as Error).message)}\n`);
+    const what = config.cluster ? 'start the cluster node' : `open the data directory ${config.dataDir}`;
+    process.stderr.write(`parley: cannot ${what}: ${redactor.redact((err as Error).message)}\n`);
     process.exit(1);
   }
   const { attachAgent } = await import('../src/agent/attach.js');

@@ -12,7 +12,8 @@ import { BodyTooLarge, jsonErrorPosition, keyMatches, parseQuery, readText, send
 import { mountMetrics, RouteMetric, unmatchedMetric } from './metrics.js';
 import { mountDocs } from './docs.js';
 import { buildOpenApi } from './openapi.js';
-import { compileRoutes, matchRoute, ROUTES, type CompiledRoute } from './routes.js';
+import { checkBrowserRequest, isJsonContentType, type GuardOptions } from './guard.js';
+import { compileRoutes, matchRoute, ROUTES, type CompiledRoute, type RouteRequest } from './routes.js';
 import { handleTrpc } from './trpc.js';
 import { App, us_listen_socket_close, us_socket_local_port, type HttpResponse, type us_listen_socket } from './uws.js';
 import { mountEventSockets } from './ws.js';
@@ -42,12 +43,16 @@ export function startServer(config: Config, service: ConversationService, log: L
     if (inFlight === 0 && onIdle) onIdle();
   };
 
+  const guard: GuardOptions = { allowedOrigins: config.allowedOrigins, loopbackOnly: keys.length === 0 };
+  const tooLarge = { detail: `Request body exceeds ${config.maxBodyBytes} bytes` };
   const call = (procedure: OperationName, input: unknown) => runOperation(service, procedure, input);
 
   const sockets = mountEventSockets(app, service, log, {
     keys,
     maxBufferedBytes: config.wsMaxBufferedBytes,
     maxSubscribers: config.wsMaxSubscribers,
+    guard,
+    maxBodyBytes: config.maxBodyBytes,
     sendMessage: (id, body) => call('sendMessage', { conversation_id: id, message: body }),
   });
 
@@ -74,6 +79,12 @@ export function startServer(config: Config, service: ConversationService, log: L
 
   app.any('/trpc/*', (res, req) => {
     const state = { aborted: false };
+    const method = req.getMethod().toUpperCase();
+    const verdict = checkBrowserRequest(guard, req.getHeader('host'), req.getHeader('origin'), method !== 'GET' && method !== 'HEAD');
+    if (verdict) {
+      res.onAborted(() => {});
+      return sendJson(res, state, verdict.status, { detail: verdict.detail });
+    }
     if (keys.length && !keyMatches(req.getHeader('x-session-api-key'), keys)) {
       res.onAborted(() => {});
       // a tRPC-shaped error (one per batched call) so typed clients can read it
@@ -82,9 +93,15 @@ export function startServer(config: Config, service: ConversationService, log: L
       const batch = /(^|&)batch=1/.test(req.getQuery() ?? '');
       return sendJson(res, state, 401, batch ? Array.from({ length: calls }, () => error) : error);
     }
+    if (method === 'POST') {
+      res.onAborted(() => {});
+      if (!isJsonContentType(req.getHeader('content-type'))) return sendJson(res, state, 415, { detail: 'Content-Type must be application/json' });
+      if (Number(req.getHeader('content-length') || 0) > config.maxBodyBytes) return sendJson(res, state, 413, tooLarge);
+    }
     inFlight += 1;
     handleTrpc(res, req, state, { service }, config.maxBodyBytes, log)
       .catch((err) => {
+        if (err instanceof BodyTooLarge) return sendJson(res, state, 413, tooLarge);
         log.error({ err: service.redactor.redact(String(err)) }, 'trpc transport error');
         if (!state.aborted) {
           try {
@@ -103,25 +120,29 @@ export function startServer(config: Config, service: ConversationService, log: L
     const url = req.getUrl();
     const { route, params, methods } = matchRoute(routes, method, url);
     state.metric = route ? routeMetrics.get(route) : unmatchedMetric(method);
+    const verdict = checkBrowserRequest(guard, req.getHeader('host'), req.getHeader('origin'), method !== 'GET' && method !== 'HEAD');
+    if (verdict) return sendJson(res, state, verdict.status, { detail: verdict.detail });
+    // the key is checked before 404/405 so routes cannot be listed without it
+    if (keys.length && (route || url.startsWith('/api')) && !keyMatches(req.getHeader('x-session-api-key'), keys)) {
+      return sendJson(res, state, 401, { detail: 'Unauthorized' });
+    }
     if (!route) {
       if (methods.length) return send(res, state, 405, '{"detail":"Method Not Allowed"}', 'application/json', { allow: methods.join(', ') });
       return sendJson(res, state, 404, { detail: 'Not Found' });
     }
-    if (keys.length && !keyMatches(req.getHeader('x-session-api-key'), keys)) {
-      return sendJson(res, state, 401, { detail: 'Unauthorized' });
-    }
     if (draining) return sendJson(res, state, 503, { detail: 'Server is shutting down' });
-    const query = parseQuery(req.getQuery() ?? '');
+    const rawQuery = req.getQuery() ?? '';
+    const query = parseQuery(rawQuery);
     if (!route.body) {
       inFlight += 1;
-      return void dispatch(res, state, route, { params, query, body: undefined }).finally(done);
+      return void dispatch(res, state, route, { params, query, rawQuery, body: undefined }).finally(done);
     }
-    const contentType = req.getHeader('content-type').toLowerCase();
-    if (contentType && !/^application\/([a-z.+-]*\+)?json\b/.test(contentType)) {
+    // a cross-site "simple" request cannot send this type: no body without it, even an empty one
+    if (!isJsonContentType(req.getHeader('content-type'))) {
       return sendJson(res, state, 415, { detail: 'Content-Type must be application/json' });
     }
     const declared = Number(req.getHeader('content-length') || 0);
-    if (declared > config.maxBodyBytes) return sendJson(res, state, 413, { detail: `Request body exceeds ${config.maxBodyBytes} bytes` });
+    if (declared > config.maxBodyBytes) return sendJson(res, state, 413, tooLarge);
     inFlight += 1;
     readText(res, config.maxBodyBytes)
       .then((text) => {
@@ -136,20 +157,20 @@ export function startServer(config: Config, service: ConversationService, log: L
             detail: [{ type: 'json_invalid', loc: ['body', jsonErrorPosition(err, text)], msg: 'JSON decode error', input: {}, ctx: { error: 'Invalid JSON' } }],
           });
         }
-        return dispatch(res, state, route, { params, query, body });
+        return dispatch(res, state, route, { params, query, rawQuery, body });
       })
       .catch((err) => {
-        if (err instanceof BodyTooLarge) sendJson(res, state, 413, { detail: `Request body exceeds ${config.maxBodyBytes} bytes` });
+        if (err instanceof BodyTooLarge) sendJson(res, state, 413, tooLarge);
         else sendJson(res, state, 500, toHttpError(err, undefined, route.loc, log, service.redactor).body);
       })
       .finally(done);
   });
 
-  async function dispatch(res: HttpResponse, state: { aborted: boolean }, route: CompiledRoute, r: { params: Record<string, string>; query: Record<string, string>; body: unknown }) {
+  async function dispatch(res: HttpResponse, state: { aborted: boolean }, route: CompiledRoute, r: RouteRequest) {
     let input: unknown;
     try {
       input = route.input(r);
-      const out = await call(route.procedure, input);
+      const out = await call(route.procedureFor?.(r) ?? route.procedure, input);
       sendJson(res, state, route.status ?? 200, out);
     } catch (err) {
       const e = toHttpError(err, input, route.loc, log, service.redactor);

@@ -11,6 +11,7 @@ import type { ConversationService } from '../src/conversation/service.js';
 import { EventFeed } from '../src/events/feed.js';
 import { nowIso, type EncodedEvent } from '../src/events/types.js';
 import { metrics } from '../src/metrics.js';
+import { checkBrowserRequest, type GuardOptions } from './guard.js';
 import { keyMatches, parseQuery } from './http.js';
 import type { TemplatedApp, WebSocket } from './uws.js';
 
@@ -23,18 +24,45 @@ interface SocketData {
   authTimer?: NodeJS.Timeout;
   closed: boolean;
   drainWaiters: (() => void)[];
+  /** Remote address, kept while the socket counts as pending authentication. */
+  ip: string;
+  pending: boolean;
+  /** Invalid frames since the last valid one. */
+  invalid: number;
 }
+
+/** Until authenticated a socket may only send an auth frame: a few KiB (issue 12.4). */
+export const PREAUTH_FRAME_BYTES = 4096;
+/** Unauthenticated sockets at once, per remote address and in total. */
+export const PREAUTH_PER_IP = 8;
+export const PREAUTH_TOTAL = 128;
+/** Invalid frames in a row after which the socket is closed (1008). */
+export const INVALID_FRAME_LIMIT = 1000;
 
 export interface SocketOptions {
   keys: string[];
   maxBufferedBytes: number;
   maxSubscribers: number;
+  /** Host/Origin checks shared with HTTP (bridge/guard.ts). */
+  guard: GuardOptions;
+  /** Largest client frame (= MAX_BODY_BYTES). */
+  maxBodyBytes: number;
   sendMessage: (conversationId: string, body: unknown) => Promise<unknown>;
 }
 
 export function mountEventSockets(app: TemplatedApp, service: ConversationService, log: Logger, opts: SocketOptions) {
   const open = new Set<WebSocket<SocketData>>();
   const perConversation = new Map<string, number>();
+  const pendingByIp = new Map<string, number>();
+  let pendingTotal = 0;
+  const unpend = (d: SocketData) => {
+    if (!d.pending) return;
+    d.pending = false;
+    pendingTotal -= 1;
+    const n = (pendingByIp.get(d.ip) ?? 1) - 1;
+    if (n <= 0) pendingByIp.delete(d.ip);
+    else pendingByIp.set(d.ip, n);
+  };
   const dropped = metrics.wsDropped.child();
   const tooSlow = (ws: WebSocket<SocketData>) => {
     dropped.inc();
@@ -53,6 +81,13 @@ export function mountEventSockets(app: TemplatedApp, service: ConversationServic
   };
   const serverError = (ws: WebSocket<SocketData>, code: string, detail: string) =>
     frame(ws, { kind: 'ServerErrorEvent', id: crypto.randomUUID(), timestamp: nowIso(), source: 'environment', code, detail });
+  /** An invalid client frame: answered, counted; a client that does not read its answers or keeps sending junk is closed. */
+  const invalidFrame = (ws: WebSocket<SocketData>, code: string, detail: string) => {
+    const d = ws.getUserData();
+    serverError(ws, code, detail);
+    if (++d.invalid >= INVALID_FRAME_LIMIT) return end(ws, 1008, 'Too many invalid frames');
+    if (ws.getBufferedAmount() > opts.maxBufferedBytes) tooSlow(ws);
+  };
   const end = (ws: WebSocket<SocketData>, code: number, reason: string) => {
     const d = ws.getUserData();
     if (d.closed) return;
@@ -98,6 +133,7 @@ export function mountEventSockets(app: TemplatedApp, service: ConversationServic
       send: sinkSend,
       drained: () => new Promise<void>((r) => d.drainWaiters.push(r)),
       overflow: () => tooSlow(ws),
+      ended: () => end(ws, 4004, 'Conversation deleted'),
     }, { afterSeq, sinceTimestamp: since });
     d.feed.done.then(() => (feedReplaying = false));
   }
@@ -110,19 +146,20 @@ export function mountEventSockets(app: TemplatedApp, service: ConversationServic
 
   async function onClientFrame(ws: WebSocket<SocketData>, raw: unknown) {
     const d = ws.getUserData();
-    if (!raw || typeof raw !== 'object' || Array.isArray(raw)) return serverError(ws, 'ValidationError', 'A frame must be a JSON object: a SendMessageRequest or {"role","content"}');
+    if (!raw || typeof raw !== 'object' || Array.isArray(raw)) return invalidFrame(ws, 'ValidationError', 'A frame must be a JSON object: a SendMessageRequest or {"role","content"}');
     const obj = raw as Record<string, unknown>;
     if (obj.type === 'auth') return;
     // a message has content or a role; anything else (e.g. {"nonsense":true}) is not one, and must not append an empty message or start a run
-    if (!('content' in obj) && !('role' in obj)) return serverError(ws, 'ValidationError', 'A frame must carry "content" or "role": a SendMessageRequest or {"role","content"}');
+    if (!('content' in obj) && !('role' in obj)) return invalidFrame(ws, 'ValidationError', 'A frame must carry "content" or "role": a SendMessageRequest or {"role","content"}');
     const body: Record<string, unknown> = { ...obj };
     if (typeof body.content === 'string') body.content = [{ type: 'text', text: body.content }];
     body.run = true;
     const parsed = SendMessageRequest.safeParse(body);
     if (!parsed.success) {
       const first = parsed.error.issues[0];
-      return serverError(ws, 'ValidationError', `${first?.path.join('.') || 'frame'}: ${first?.message ?? 'invalid'}`);
+      return invalidFrame(ws, 'ValidationError', `${first?.path.join('.') || 'frame'}: ${first?.message ?? 'invalid'}`);
     }
+    d.invalid = 0;
     try {
       await opts.sendMessage(d.conversationId!, parsed.data);
     } catch (err) {
@@ -131,8 +168,11 @@ export function mountEventSockets(app: TemplatedApp, service: ConversationServic
   }
 
   app.ws<SocketData>('/sockets/events/*', {
-    maxPayloadLength: 16 * 1024 * 1024,
-    maxBackpressure: 1024 * 1024 * 1024,
+    // a client frame is a send: the REST body limit applies. What uWS buffers for a reader that does
+    // not read is bounded: past WS_MAX_BUFFERED_BYTES the socket is closed (1013, tooSlow); uWS drops
+    // sends beyond maxBackpressure, so it gets headroom for the frame that crossed and the close frame
+    maxPayloadLength: opts.maxBodyBytes,
+    maxBackpressure: 2 * opts.maxBufferedBytes,
     idleTimeout: 120,
     sendPingsAutomatically: true,
     upgrade: (res, req, context) => {
@@ -143,19 +183,33 @@ export function mountEventSockets(app: TemplatedApp, service: ConversationServic
       const secKey = req.getHeader('sec-websocket-key');
       const secProtocol = req.getHeader('sec-websocket-protocol');
       const secExt = req.getHeader('sec-websocket-extensions');
+      const verdict = checkBrowserRequest(opts.guard, req.getHeader('host'), req.getHeader('origin'), true);
+      if (verdict) {
+        res.cork(() => res.writeStatus(verdict.status === 403 ? '403 Forbidden' : '421 Misdirected Request').writeHeader('content-type', 'application/json').end(JSON.stringify({ detail: verdict.detail })));
+        return;
+      }
       if (opts.keys.length && key && !keyMatches(key, opts.keys)) {
         res.cork(() => res.writeStatus('401 Unauthorized').writeHeader('content-type', 'application/json').end('{"detail":"Unauthorized"}'));
         return;
       }
       const rawId = decodeURIComponentSafe(url.slice('/sockets/events/'.length).replace(/\/$/, ''));
       const parsedId = ConversationId.safeParse(rawId);
+      const authed = opts.keys.length === 0 || !!key;
+      const ip = authed ? '' : Buffer.from(res.getRemoteAddressAsText()).toString();
+      if (!authed && (pendingTotal >= PREAUTH_TOTAL || (pendingByIp.get(ip) ?? 0) >= PREAUTH_PER_IP)) {
+        res.cork(() => res.writeStatus('429 Too Many Requests').writeHeader('content-type', 'application/json').end('{"detail":"Too many sockets waiting for authentication"}'));
+        return;
+      }
       const data: SocketData = {
         conversationId: parsedId.success ? parsedId.data : null,
         query,
-        authed: opts.keys.length === 0 || !!key,
+        authed,
         binary: query.encoding === 'msgpack',
         closed: false,
         drainWaiters: [],
+        ip,
+        pending: false,
+        invalid: 0,
       };
       res.upgrade(data, secKey, secProtocol, secExt, context);
     },
@@ -168,22 +222,27 @@ export function mountEventSockets(app: TemplatedApp, service: ConversationServic
           end(ws, 1011, 'Internal error');
         });
       } else {
+        d.pending = true;
+        pendingTotal += 1;
+        pendingByIp.set(d.ip, (pendingByIp.get(d.ip) ?? 0) + 1);
         d.authTimer = setTimeout(() => end(ws, 4001, 'Authentication failed'), 10_000);
       }
     },
     message: (ws, message, isBinary) => {
       const d = ws.getUserData();
+      if (!d.authed && message.byteLength > PREAUTH_FRAME_BYTES) return end(ws, 4001, 'Authentication failed');
       let parsed: unknown;
       try {
         parsed = isBinary ? unpack(Buffer.from(message)) : JSON.parse(Buffer.from(message).toString('utf8'));
       } catch {
         if (!d.authed) return end(ws, 4001, 'Authentication failed');
-        return serverError(ws, 'InvalidFrame', isBinary ? 'Frame is not valid msgpack' : 'Frame is not valid JSON');
+        return invalidFrame(ws, 'InvalidFrame', isBinary ? 'Frame is not valid msgpack' : 'Frame is not valid JSON');
       }
       if (!d.authed) {
         const p = parsed as Record<string, unknown> | null;
         if (p && p.type === 'auth' && typeof p.session_api_key === 'string' && keyMatches(p.session_api_key, opts.keys)) {
           clearTimeout(d.authTimer);
+          unpend(d);
           d.authed = true;
           start(ws).catch(() => end(ws, 1011, 'Internal error'));
         } else end(ws, 4001, 'Authentication failed');
@@ -203,6 +262,7 @@ export function mountEventSockets(app: TemplatedApp, service: ConversationServic
       const wasCounted = !!d.feed;
       d.closed = true;
       clearTimeout(d.authTimer);
+      unpend(d);
       d.feed?.close();
       for (const w of d.drainWaiters) w();
       if (wasCounted && d.conversationId) release(d.conversationId);

@@ -1,3 +1,4 @@
+import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
 import { ConfigError } from './errors.js';
@@ -49,7 +50,46 @@ const EnvSchema = z.object({
   SANDBOX_MAX_LIVE: intFrom('SANDBOX_MAX_LIVE', 0, 1_000_000).default(64),
   SANDBOX_RO_BINDS: z.string().optional(),
   BWRAP_PATH: z.string().min(1).optional(),
+  // ---- hardening (issue 12) ----
+  /** Origins (besides same-origin) allowed to send state-changing requests and open WebSockets. */
+  ALLOWED_ORIGINS: z.string().optional(),
+  /** Largest content item (one text, one image URL list) a message may carry, in bytes. */
+  MAX_EVENT_BYTES: intFrom('MAX_EVENT_BYTES', 1024, 1024 * 1024 * 1024).default(2 * 1024 * 1024),
+  /** A search page or a replay batch is cut once its events reach this many bytes. */
+  MAX_PAGE_BYTES: intFrom('MAX_PAGE_BYTES', 1024, 1024 * 1024 * 1024).default(4 * 1024 * 1024),
+  /** Hosts (comma separated, `host` or `host:port`) MCP servers and git clones may reach; unset: any. */
+  MCP_ALLOWED_HOSTS: z.string().optional(),
+  GIT_ALLOWED_HOSTS: z.string().optional(),
+  // cluster mode (src/cluster/): PostgreSQL is the store, NATS carries live events between nodes
+  DATABASE_URL: z.string().regex(/^postgres(ql)?:\/\/.+/, 'DATABASE_URL must look like postgres://user@host:5432/db').optional(),
+  NATS_URL: z.string().regex(/^(nats|tls):\/\/.+/, 'NATS_URL must look like nats://host:4222 (several: comma-separated)').optional(),
+  NATS_PREFIX: z.string().regex(/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/, 'NATS_PREFIX must be subject tokens (letters, digits, - and _) separated by dots').default('parley'),
+  NODE_ID: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/, 'NODE_ID must be 1-64 letters, digits, dot, dash or underscore').optional(),
+  LEASE_TTL_MS: intFrom('LEASE_TTL_MS', 1000, 3600 * 1000).default(10_000),
 });
+
+/** Session keys and secrets shorter than this are refused: they could not be redacted safely. */
+export const MIN_SECRET_LENGTH = 8;
+
+function parseOrigins(raw: string | undefined): string[] {
+  const out: string[] = [];
+  for (const entry of (raw ?? '').split(',').map((s) => s.trim()).filter(Boolean)) {
+    let u: URL | null = null;
+    try {
+      u = new URL(entry);
+    } catch {
+      /* reported below */
+    }
+    if (!u || (u.protocol !== 'http:' && u.protocol !== 'https:') || u.pathname.length > 1 || u.search || u.username) {
+      throw new ConfigError(`invalid configuration: ALLOWED_ORIGINS: ${entry} is not an origin like https://app.example.com`);
+    }
+    out.push(u.origin.toLowerCase());
+  }
+  return out;
+}
+
+const hostList = (raw: string | undefined): string[] | null =>
+  raw === undefined ? null : raw.split(',').map((s) => s.trim().toLowerCase()).filter(Boolean);
 
 export interface Config {
   port: number;
@@ -71,6 +111,24 @@ export interface Config {
   mcpIdleCloseMs: number;
   terminalNoOutputTimeoutMs: number;
   sandbox: SandboxSettings;
+  // ---- hardening (issue 12) ----
+  allowedOrigins: string[];
+  maxEventBytes: number;
+  maxPageBytes: number;
+  /** null: any host. */
+  mcpAllowedHosts: string[] | null;
+  gitAllowedHosts: string[] | null;
+  /** Set in cluster mode (DATABASE_URL given); absent, the embedded SQLite store is used. */
+  cluster?: ClusterConfig;
+}
+
+export interface ClusterConfig {
+  databaseUrl: string;
+  natsUrl?: string;
+  /** NATS subjects start with this: clusters sharing a NATS server keep apart. */
+  natsPrefix: string;
+  nodeId: string;
+  leaseTtlMs: number;
 }
 
 /** Parse the environment once. Throws ConfigError with one clear line per bad value. */
@@ -89,7 +147,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const keys = [e.SESSION_API_KEY, ...(e.SESSION_API_KEYS ?? '').split(',')]
     .map((k) => k?.trim())
     .filter((k): k is string => !!k);
+  const short = keys.find((k) => k.length < MIN_SECRET_LENGTH);
+  if (short !== undefined) {
+    throw new ConfigError(`invalid configuration: SESSION_API_KEY: a session key must be at least ${MIN_SECRET_LENGTH} characters (one has ${short.length})`);
+  }
   const dataDir = path.resolve(e.DATA_DIR);
+  if (e.NATS_URL && !e.DATABASE_URL) throw new ConfigError('invalid configuration: NATS_URL: cluster mode needs DATABASE_URL too (the nodes share one PostgreSQL database)');
+  if (e.DATABASE_URL && !e.SECRET_KEY) throw new ConfigError('invalid configuration: SECRET_KEY: required with DATABASE_URL (every node must seal and open secrets with the same key)');
   return {
     port: e.PORT,
     metricsPort: e.METRICS_PORT,
@@ -119,5 +183,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       bwrapPath: e.BWRAP_PATH,
       roBinds: (e.SANDBOX_RO_BINDS ?? '').split(':').filter(Boolean),
     },
+    allowedOrigins: parseOrigins(e.ALLOWED_ORIGINS),
+    maxEventBytes: e.MAX_EVENT_BYTES,
+    maxPageBytes: e.MAX_PAGE_BYTES,
+    mcpAllowedHosts: hostList(e.MCP_ALLOWED_HOSTS),
+    gitAllowedHosts: hostList(e.GIT_ALLOWED_HOSTS),
+    cluster: e.DATABASE_URL
+      ? { databaseUrl: e.DATABASE_URL, natsUrl: e.NATS_URL, natsPrefix: e.NATS_PREFIX, nodeId: e.NODE_ID ?? `${os.hostname()}-${process.pid}`, leaseTtlMs: e.LEASE_TTL_MS }
+      : undefined,
   };
 }

@@ -28,7 +28,7 @@ test('canary tokens appear nowhere', async () => {
   try {
     await call('POST', '/api/add-git-providers', { provider_tokens: { github: { token: GH } }, mcp_config: { shttp_servers: [{ url: 'http://127.0.0.1:9/mcp', api_key: MCPKEY }] } });
     assert.equal((await call('POST', '/api/secrets', { name: 'MY_SECRET', value: SECRET, description: 'test' })).status, 201);
-    assert.equal((await call('POST', '/api/secrets', { name: 'MY_SECRET', value: 'x' })).status, 409);
+    assert.equal((await call('POST', '/api/secrets', { name: 'MY_SECRET', value: 'xxxxxxxx' })).status, 409);
     // bad requests that carry the canaries are rejected without echoing them
     await call('POST', '/api/add-git-providers', { provider_tokens: { github: { token: GH, bogus: GH } } });
     await call('POST', '/api/conversations', { mcp_config: { shttp_servers: [{ url: 'nope', api_key: MCPKEY }] } });

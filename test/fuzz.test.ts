@@ -3,8 +3,12 @@
  * bodies, paths, queries and WebSocket frames against every route that takes input.
  */
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { startDaemon, type DaemonHandle } from './support/daemon.js';
+import WebSocket from 'ws';
+import { startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
 import { connect } from './support/ws-client.js';
 
 let d: DaemonHandle;
@@ -13,6 +17,7 @@ before(async () => {
 });
 after(async () => {
   await d.stop();
+  fs.rmSync(d.dataDir, { recursive: true, force: true });
 });
 
 /** mulberry32: a small seeded PRNG so a failure can be replayed. */
@@ -111,4 +116,170 @@ test('random WebSocket frames get ServerErrorEvents or are sends; the socket and
   assert.ok(s.frames.some((f) => f.kind === 'ServerErrorEvent'));
   s.close();
   assert.equal((await d.req('GET', '/alive')).status, 200);
+});
+
+// ---- attacks through the public API (issue 12): each one stays fixed ----------------------------
+
+/** A request with exactly these headers (fetch would add or refuse some, e.g. Host). */
+function raw(port: number, method: string, p: string, headers: Record<string, string | number>, body?: string | Buffer): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, method, path: p, headers, agent: false, setHost: !('Host' in headers) }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode!, text: Buffer.concat(chunks).toString('utf8') }));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+/** Resolves with the HTTP status a WebSocket handshake was refused with (or 101). */
+function handshake(url: string, headers: Record<string, string>): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(url, { headers });
+    ws.once('open', () => (ws.close(), resolve(101)));
+    ws.once('unexpected-response', (_req, res) => (res.resume(), resolve(res.statusCode!)));
+    ws.once('error', reject);
+  });
+}
+
+const conversationCount = async () => (await d.req('GET', '/api/conversations?limit=100')).body.items.length as number;
+
+test('attack 12.1: a cross-site "simple" POST (no Content-Type, text/plain, form) is refused with 415 and creates nothing', async () => {
+  const before = await conversationCount();
+  const body = JSON.stringify({ replay_json: JSON.stringify([{ kind: 'ActionEvent', action: { kind: 'ExecuteBashAction', command: 'touch /tmp/pwned' } }]) });
+  for (const headers of [{} as Record<string, string>, { 'content-type': 'text/plain;charset=UTF-8' }, { 'content-type': 'application/x-www-form-urlencoded' }, { 'content-type': 'multipart/form-data; boundary=x' }]) {
+    const r = await raw(d.port, 'POST', '/api/conversations', { ...headers, 'content-length': Buffer.byteLength(body) }, body);
+    assert.equal(r.status, 415, `${JSON.stringify(headers)} → ${r.status} ${r.text}`);
+  }
+  const empty = await raw(d.port, 'POST', '/api/settings', { 'content-length': 0 });
+  assert.equal(empty.status, 415, 'an empty body without a content type too');
+  assert.equal(await conversationCount(), before);
+  const trpc = await raw(d.port, 'POST', '/trpc/createConversation', { 'content-type': 'text/plain', 'content-length': 2 }, '{}');
+  assert.equal(trpc.status, 415, 'the tRPC door too');
+  assert.equal(await conversationCount(), before);
+});
+
+test('attack 12.1: a foreign Origin cannot change state or open a WebSocket; same-origin, no Origin and ALLOWED_ORIGINS can', async () => {
+  const json = { 'content-type': 'application/json', 'content-length': 2 };
+  const evil = await raw(d.port, 'POST', '/api/conversations', { ...json, origin: 'http://evil.example' }, '{}');
+  assert.equal(evil.status, 403, evil.text);
+  assert.match(evil.text, /ALLOWED_ORIGINS/);
+  assert.equal((await raw(d.port, 'POST', '/trpc/createConversation', { ...json, origin: 'null' }, '{}')).status, 403, 'an opaque origin is foreign');
+  assert.equal((await raw(d.port, 'DELETE', '/api/secrets/SOME_NAME', { origin: 'https://evil.example' })).status, 403);
+  assert.equal((await raw(d.port, 'POST', '/api/conversations', { ...json, origin: `http://127.0.0.1:${d.port}` }, '{}')).status, 200, 'same origin');
+  assert.equal((await raw(d.port, 'POST', '/api/conversations', json, '{}')).status, 200, 'no Origin (curl, SDKs)');
+  assert.equal((await raw(d.port, 'GET', '/api/conversations', { origin: 'http://evil.example' })).status, 200, 'reads are not state changes (and CORS keeps them unreadable)');
+  const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id as string;
+  const ws = `ws://127.0.0.1:${d.port}/sockets/events/${id}`;
+  assert.equal(await handshake(ws, { origin: 'http://evil.example' }), 403);
+  assert.equal(await handshake(ws, { origin: `http://127.0.0.1:${d.port}` }), 101);
+  assert.equal(await handshake(ws, {}), 101);
+  const allowed = await startDaemon({ ALLOWED_ORIGINS: 'https://app.example.com, http://localhost:5173' });
+  try {
+    assert.equal((await raw(allowed.port, 'POST', '/api/conversations', { ...json, origin: 'https://app.example.com' }, '{}')).status, 200);
+    assert.equal((await raw(allowed.port, 'POST', '/api/conversations', { ...json, origin: 'https://other.example.com' }, '{}')).status, 403);
+    const wsId = (await allowed.req('POST', '/api/conversations', {})).body.conversation_id as string;
+    assert.equal(await handshake(`ws://127.0.0.1:${allowed.port}/sockets/events/${wsId}`, { origin: 'http://localhost:5173' }), 101);
+  } finally {
+    await allowed.stop();
+  }
+});
+
+test('attack 12.1: without a session key only a loopback Host is answered (DNS rebinding)', async () => {
+  for (const host of ['evil.example', `evil.example:${d.port}`, `127.0.0.1.nip.io:${d.port}`, '192.168.1.10']) {
+    const r = await raw(d.port, 'GET', '/api/conversations', { Host: host });
+    assert.equal(r.status, 421, `${host} → ${r.status}`);
+    assert.equal((await raw(d.port, 'POST', '/api/conversations', { Host: host, 'content-type': 'application/json', 'content-length': 2 }, '{}')).status, 421);
+  }
+  for (const host of [`127.0.0.1:${d.port}`, `localhost:${d.port}`, `[::1]:${d.port}`, 'localhost']) {
+    assert.equal((await raw(d.port, 'GET', '/api/conversations', { Host: host })).status, 200, host);
+  }
+  const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id as string;
+  assert.equal(await handshake(`ws://127.0.0.1:${d.port}/sockets/events/${id}`, { host: `evil.example:${d.port}` }), 421);
+  // with a key the name does not matter: a rebinding page cannot know the key
+  const keyed = await startDaemon({ SESSION_API_KEY: 'attack-test-key-1' });
+  try {
+    assert.equal((await raw(keyed.port, 'GET', '/api/conversations', { Host: 'parley.internal', 'x-session-api-key': 'attack-test-key-1' })).status, 200);
+  } finally {
+    await keyed.stop();
+  }
+});
+
+test('attack 12.5: over-limit bodies answer 413 on every path, before reading when Content-Length says so', async () => {
+  const big = JSON.stringify({ initial_user_msg: 'x'.repeat(70_000) });
+  for (const p of ['/api/conversations', '/trpc/createConversation']) {
+    const declared = await raw(d.port, 'POST', p, { 'content-type': 'application/json', 'content-length': 10 * 1024 * 1024 }, '');
+    assert.equal(declared.status, 413, `${p} declared: ${declared.text}`);
+    const sent = await raw(d.port, 'POST', p, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(big) }, big);
+    assert.equal(sent.status, 413, `${p} sent: ${sent.text}`);
+    assert.match(sent.text, /exceeds 65536 bytes/);
+  }
+});
+
+test('attack 12.5: the key is checked before 404/405, so routes cannot be listed without it', async () => {
+  const keyed = await startDaemon({ SESSION_API_KEY: 'attack-test-key-2' });
+  try {
+    assert.equal((await keyed.req('GET', '/api/nothing-here')).status, 401);
+    assert.equal((await keyed.req('DELETE', '/api/settings')).status, 401);
+    assert.equal((await keyed.req('PUT', '/api/conversations')).status, 401);
+    const k = { 'x-session-api-key': 'attack-test-key-2' };
+    assert.equal((await keyed.req('GET', '/api/nothing-here', undefined, k)).status, 404);
+    assert.equal((await keyed.req('DELETE', '/api/settings', undefined, k)).status, 405);
+  } finally {
+    await keyed.stop();
+  }
+});
+
+test('attack 12.5: secrets and session keys shorter than 8 characters are refused', async () => {
+  const r = await d.req('POST', '/api/secrets', { name: 'SHORT_ONE', value: 'abc' });
+  assert.equal(r.status, 422);
+  assert.match(r.text, /at least 8 characters/);
+  assert.equal((await d.req('POST', '/api/secrets', { name: 'LONG_ENOUGH', value: 'abcdefgh' })).status, 201);
+  assert.equal((await d.req('PUT', '/api/secrets/LONG_ENOUGH', { value: 'abc' })).status, 422);
+  await assert.rejects(startDaemon({ SESSION_API_KEY: 'short' }), /SESSION_API_KEY: a session key must be at least 8 characters/);
+  await assert.rejects(startDaemon({ SESSION_API_KEYS: 'long-enough-key,k2' }), /at least 8 characters/);
+});
+
+test('attack 12.5: every file under DATA_DIR is 0600 and every directory 0700, whatever the umask', async () => {
+  const dir = tempDir();
+  // what an earlier version (or a looser umask) left behind is tightened at start too
+  fs.mkdirSync(path.join(dir, 'journal'), { mode: 0o755 });
+  fs.writeFileSync(path.join(dir, 'journal', 'old.log'), 'x', { mode: 0o644 });
+  fs.chmodSync(path.join(dir, 'journal', 'old.log'), 0o644);
+  fs.chmodSync(dir, 0o755);
+  const previous = process.umask(0o022);
+  let loose: DaemonHandle;
+  try {
+    loose = await startDaemon({}, dir);
+  } finally {
+    process.umask(previous);
+  }
+  try {
+    const id = (await loose.req('POST', '/api/conversations', { initial_user_msg: 'hello' })).body.conversation_id as string;
+    assert.equal((await loose.req('POST', '/api/secrets', { name: 'A_SECRET', value: 'abcdefgh-secret' })).status, 201);
+    await waitFor(() => fs.existsSync(path.join(dir, 'parley.db-wal')), 'the WAL');
+    assert.ok(id);
+    const bad: string[] = [];
+    const walk = (p: string) => {
+      const st = fs.lstatSync(p);
+      if (st.isDirectory() ? (st.mode & 0o777) !== 0o700 : (st.mode & 0o077) !== 0) bad.push(`${path.relative(dir, p) || '.'} ${(st.mode & 0o777).toString(8)}`);
+      if (st.isDirectory() && p !== path.join(dir, 'workspaces')) for (const n of fs.readdirSync(p)) walk(path.join(p, n));
+    };
+    walk(dir);
+    assert.deepEqual(bad, []);
+    assert.ok(fs.readdirSync(dir).length >= 3, fs.readdirSync(dir).join(' '));
+  } finally {
+    await loose!.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('attack 12.5: DELETE removes DATA_DIR/outputs/<id> with the workspace', async () => {
+  const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id as string;
+  const out = path.join(d.dataDir, 'outputs', id);
+  fs.mkdirSync(out, { recursive: true });
+  fs.writeFileSync(path.join(out, 'output-1.txt'), 'full output of a command');
+  assert.equal((await d.req('DELETE', `/api/conversations/${id}`)).status, 200);
+  assert.equal(fs.existsSync(out), false);
 });

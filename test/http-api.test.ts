@@ -10,7 +10,7 @@ const post = (p: string, body: unknown) => d.req('POST', p, body, H);
 const get = (p: string) => d.req('GET', p, undefined, H);
 
 before(async () => {
-  d = await startDaemon({ SESSION_API_KEYS: `old-key,${KEY}`, MAX_BODY_BYTES: '65536' });
+  d = await startDaemon({ SESSION_API_KEYS: `old-session-key,${KEY}`, MAX_BODY_BYTES: '65536' });
 });
 after(async () => {
   assert.equal(await d.stop(), 0);
@@ -33,7 +33,7 @@ describe('authentication', () => {
     assert.equal(wrong.status, 401);
   });
   test('any of the rotated keys works; public routes need none', async () => {
-    assert.equal((await d.req('POST', '/api/conversations', {}, { 'X-Session-API-Key': 'old-key' })).status, 200);
+    assert.equal((await d.req('POST', '/api/conversations', {}, { 'X-Session-API-Key': 'old-session-key' })).status, 200);
     for (const p of ['/alive', '/health', '/ready', '/server_info', '/openapi.json', '/docs']) {
       assert.equal((await d.req('GET', p)).status, 200, p);
     }

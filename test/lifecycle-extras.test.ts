@@ -88,7 +88,7 @@ describe('custom secrets', () => {
     const V1 = 'first-SECRET-value-123';
     const V2 = 'second-SECRET-value-456';
     assert.equal((await d.req('POST', '/api/secrets', { name: 'API_TOKEN', value: V1, description: 'for the API' })).status, 201);
-    assert.equal((await d.req('POST', '/api/secrets', { name: 'API_TOKEN', value: 'x1234' })).status, 409);
+    assert.equal((await d.req('POST', '/api/secrets', { name: 'API_TOKEN', value: 'x1234567' })).status, 409);
     for (const bad of [{ name: '1BAD', value: 'v' }, { name: 'has space', value: 'v' }, { name: 'OK_NAME', value: '' }, { name: 'OK', value: 'v', extra: 1 }]) {
       const r = await d.req('POST', '/api/secrets', bad);
       assert.equal(r.status, 422, JSON.stringify(bad));
@@ -97,7 +97,7 @@ describe('custom secrets', () => {
     assert.deepEqual(list.body, { secrets: [{ name: 'API_TOKEN', description: 'for the API' }] });
     assert.equal((await d.req('PUT', '/api/secrets/API_TOKEN', { value: V2 })).status, 200);
     assert.deepEqual((await d.req('GET', '/api/secrets')).body.secrets[0], { name: 'API_TOKEN', description: 'for the API' }, 'description kept');
-    assert.equal((await d.req('PUT', '/api/secrets/NOPE', { value: 'abcd' })).status, 404);
+    assert.equal((await d.req('PUT', '/api/secrets/NOPE', { value: 'abcdefgh' })).status, 404);
     assert.equal((await d.req('DELETE', '/api/secrets/NOPE')).status, 404);
 
     llm.clear();

@@ -1,67 +1,237 @@
-/** Unit tests of the event store (journal + SQLite index written by the writer thread) on real files. */
+/**
+ * The store contract, run against both implementations on real parts: SQLite (journal + index
+ * written by the writer thread) on real files, and PostgreSQL on this machine's server (each
+ * test in a database of its own, dropped after). Then what only one of them has.
+ */
 import assert from 'node:assert/strict';
-import { test } from 'node:test';
-import { SqliteStore } from '../src/store/sqlite.js';
+import fs from 'node:fs';
+import { test, type TestContext } from 'node:test';
+import pg from 'pg';
+import { UnavailableError } from '../src/errors.js';
+import { PostgresStore } from '../src/store/postgres.js';
+import { SqliteStore, type CommitListener } from '../src/store/sqlite.js';
+import type { Store } from '../src/store/types.js';
 import type { ParleyEvent } from '../src/events/types.js';
-import { tempDir, waitFor } from './support/daemon.js';
+import { freePort, tempDir, waitFor } from './support/daemon.js';
+import { createTestDatabase } from './support/postgres.js';
+import { tcpProxy } from './support/tcp-proxy.js';
 
 const C = '11111111-1111-4111-8111-111111111111';
 const D = '22222222-2222-4222-8222-222222222222';
 const msg = (text: string) => ({ kind: 'MessageEvent' as const, source: 'user' as const, llm_message: { role: 'user' as const, content: [{ type: 'text' as const, text }] } });
+const conv = (id: string, created_at: string, execution_status = 'idle', data: Record<string, unknown> = {}) => ({ id, title: null, created_at, updated_at: created_at, execution_status, data });
 
-test('seq is gap-free per conversation; publish order is seq order; reads see events before and after they are indexed', async () => {
-  const published: ParleyEvent[] = [];
-  const store = new SqliteStore(tempDir(), (_id, evs) => published.push(...evs.map((e) => e.event)), { indexDelayMs: 200 });
-  const all = await Promise.all(Array.from({ length: 300 }, (_, i) => store.append(i % 3 ? C : D, msg(`m${i}`))));
-  assert.deepEqual(all.filter((e) => e.kind === 'MessageEvent' && e.seq).length, 300);
-  const cSeqs = published.filter((_, i) => i >= 0).filter((e) => all.indexOf(e) % 3 !== 0).map((e) => e.seq);
-  assert.deepEqual(cSeqs, Array.from({ length: 200 }, (_, i) => i + 1));
-  // none indexed yet, then all: every read path sees each event exactly once
-  const check = async () => {
+/** Opens stores of one backend on one place (a directory, a database); removed when the test ends. */
+type Open = (onCommit?: CommitListener) => Promise<Store>;
+
+const backends: { name: string; setup(t: TestContext): Promise<Open> }[] = [
+  {
+    name: 'SQLite',
+    async setup(t) {
+      const dir = tempDir();
+      t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+      return async (onCommit) => new SqliteStore(dir, onCommit);
+    },
+  },
+  {
+    name: 'PostgreSQL',
+    async setup(t) {
+      const db = await createTestDatabase();
+      const opened: Store[] = [];
+      t.after(async () => {
+        for (const s of opened) await s.close().catch(() => {});
+        await db.drop();
+      });
+      return async (onCommit) => {
+        const s = await PostgresStore.open(db.url, onCommit);
+        opened.push(s);
+        return s;
+      };
+    },
+  },
+];
+
+for (const backend of backends) {
+  const contract = (name: string, fn: (open: Open) => Promise<void>) =>
+    test(`${backend.name}: ${name}`, { timeout: 60_000 }, async (t) => fn(await backend.setup(t)));
+
+  contract('seq is gap-free per conversation; publish order is seq order; every read path sees each event once', async (open) => {
+    const published: ParleyEvent[] = [];
+    const store = await open((_id, evs) => published.push(...evs.map((e) => e.event)));
+    const all = await Promise.all(Array.from({ length: 300 }, (_, i) => store.append(i % 3 ? C : D, msg(`m${i}`))));
+    assert.equal(all.length, 300);
+    const text = (e: ParleyEvent) => (e as { llm_message: { content: { text: string }[] } }).llm_message.content[0]!.text;
+    const cPublished = published.filter((e) => Number(text(e).slice(1)) % 3 !== 0);
+    assert.deepEqual(cPublished.map((e) => e.seq), Array.from({ length: 200 }, (_, i) => i + 1));
     const page = await store.query(C, { limit: 1000 });
     assert.deepEqual(page.map((e) => e.seq), Array.from({ length: 200 }, (_, i) => i + 1));
+    assert.deepEqual(page.map(text), cPublished.map(text), 'stored in the order appended');
     assert.equal(await store.count(C, {}), 200);
+    assert.equal(await store.count(C, { afterSeq: 150 }), 50);
     assert.equal(await store.lastSeq(C), 200);
+    assert.equal(await store.lastSeq(D), 100);
     const desc = await store.query(C, { limit: 5, desc: true, beforeSeq: 100 });
     assert.deepEqual(desc.map((e) => e.seq), [99, 98, 97, 96, 95]);
     assert.equal((await store.get(C, all[1]!.id))?.seq, all[1]!.seq);
+    assert.deepEqual(await store.get(C, all[1]!.id), all[1], 'read back as appended');
     assert.equal(await store.get(D, all[1]!.id), null, 'an event is only found in its own conversation');
+    assert.equal((await store.query(C, { kind: 'PauseEvent', limit: 10 })).length, 0);
+    assert.equal((await store.query(C, { source: 'user', limit: 1000 })).length, 200);
+    await store.appendMany(C, [msg('x'), msg('y')]);
+    assert.deepEqual((await store.query(C, { afterSeq: 199, limit: 10 })).map((e) => e.seq), [200, 201, 202]);
+    await store.close();
+  });
+
+  contract('deleting a conversation removes its events, after appends already queued', async (open) => {
+    const store = await open();
+    await store.createConversation(conv(C, 'a'));
+    for (let i = 0; i < 10; i++) await store.append(C, msg(`a${i}`));
+    for (let i = 0; i < 5; i++) await store.append(C, msg(`b${i}`));
+    void store.append(C, msg('queued just before the delete'));
+    assert.equal(await store.deleteConversation(C), true);
+    assert.equal(await store.getConversation(C), null);
+    assert.equal(await store.count(C, {}), 0);
+    assert.equal(await store.lastSeq(C), 0);
+    assert.equal(await store.deleteConversation(C), false);
+    await store.close();
+    const reopened = await open();
+    assert.equal(await reopened.count(C, {}), 0);
+    assert.equal((await reopened.append(C, msg('again'))).seq, 1, 'numbering starts again');
+    await reopened.close();
+  });
+
+  contract('events survive close and reopen with their seq; ids are time-ordered UUIDv7', async (open) => {
+    const s1 = await open();
+    const evs = await s1.appendMany(D, [msg('1'), msg('2'), msg('3')]);
+    await s1.close();
+    for (const e of evs) assert.match(e.id, /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    assert.deepEqual([...evs.map((e) => e.id)].sort(), evs.map((e) => e.id));
+    const s2 = await open();
+    assert.deepEqual((await s2.query(D, { limit: 10 })).map((e) => e.seq), [1, 2, 3]);
+    assert.equal((await s2.append(D, msg('4'))).seq, 4);
+    await s2.close();
+  });
+
+  contract('conversations: create, read, page newest first, patch, find by status and unfinished setup', async (open) => {
+    const store = await open();
+    const ids = Array.from({ length: 5 }, (_, i) => `0000000${i}-0000-4000-8000-000000000000`);
+    for (const [i, id] of ids.entries()) await store.createConversation(conv(id, `2026-01-0${i + 1}T00:00:00.000Z`, i % 2 ? 'running' : 'idle', { setup: { phase: i === 4 ? 'cloning' : 'ready' }, n: i }));
+    await assert.rejects(store.createConversation(conv(ids[0]!, 'x')), 'the id is unique');
+    assert.deepEqual((await store.getConversation(ids[2]!))?.data, { setup: { phase: 'ready' }, n: 2 });
+    const first = await store.listConversations(3);
+    assert.deepEqual(first.map((c) => c.id), [ids[4], ids[3], ids[2]]);
+    const rest = await store.listConversations(3, { created_at: first[2]!.created_at, id: first[2]!.id });
+    assert.deepEqual(rest.map((c) => c.id), [ids[2], ids[1], ids[0]]);
+    await store.updateConversation(ids[1]!, { execution_status: 'error', title: 'T', data: { a: 1 } });
+    const updated = await store.getConversation(ids[1]!);
+    assert.equal(updated?.execution_status, 'error');
+    assert.equal(updated?.title, 'T');
+    assert.deepEqual(updated?.data, { a: 1 });
+    assert.notEqual(updated?.updated_at, updated?.created_at, 'updated_at follows a patch');
+    assert.deepEqual((await store.conversationsWithStatus(['running'])).map((c) => c.id), [ids[3]]);
+    assert.deepEqual(await store.conversationsWithStatus([]), []);
+    assert.deepEqual(await store.conversationsWithUnfinishedSetup(), [ids[4]]);
+    await store.close();
+  });
+
+  contract('secrets: put, get, list by kind, delete, replace a kind at once', async (open) => {
+    const store = await open();
+    await store.putSecret({ kind: 'custom', name: 'B', sealed: 'v1:b', meta: { description: 'b' } });
+    await store.putSecret({ kind: 'custom', name: 'A', sealed: null, meta: {} });
+    await store.putSecret({ kind: 'provider', name: 'github', sealed: 'v1:g', meta: { host: null } });
+    await store.putSecret({ kind: 'custom', name: 'B', sealed: 'v1:b2', meta: { description: 'b2' } });
+    assert.deepEqual(await store.getSecret('custom', 'B'), { kind: 'custom', name: 'B', sealed: 'v1:b2', meta: { description: 'b2' } });
+    assert.deepEqual((await store.listSecrets('custom')).map((s) => s.name), ['A', 'B']);
+    assert.equal(await store.deleteSecret('custom', 'A'), true);
+    assert.equal(await store.deleteSecret('custom', 'A'), false);
+    await store.replaceSecrets('provider', [{ kind: 'provider', name: 'gitlab', sealed: null, meta: {} }]);
+    assert.deepEqual((await store.listSecrets('provider')).map((s) => s.name), ['gitlab']);
+    assert.equal(await store.getSecret('provider', 'github'), null);
+    await store.close();
+  });
+}
+
+// ---- SQLite only --------------------------------------------------------------------------------
+
+test('SQLite: reads see events before and after the writer thread indexes them', { timeout: 60_000 }, async (t) => {
+  const dir = tempDir();
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const store = new SqliteStore(dir, () => {}, { indexDelayMs: 200 });
+  const all = await Promise.all(Array.from({ length: 200 }, (_, i) => store.append(C, msg(`m${i}`))));
+  const check = async () => {
+    assert.deepEqual((await store.query(C, { limit: 1000 })).map((e) => e.seq), Array.from({ length: 200 }, (_, i) => i + 1));
+    assert.equal(await store.count(C, {}), 200);
+    assert.deepEqual((await store.query(C, { limit: 5, desc: true, beforeSeq: 100 })).map((e) => e.seq), [99, 98, 97, 96, 95]);
+    assert.equal((await store.get(C, all[1]!.id))?.seq, 2);
   };
   assert.ok(store.unindexed > 0, 'read from memory before the index has them');
   await check();
   await waitFor(() => store.unindexed === 0, 'the index');
   await check();
-  await store.appendMany(C, [msg('x'), msg('y')]);
-  assert.deepEqual((await store.query(C, { afterSeq: 199, limit: 10 })).map((e) => e.seq), [200, 201, 202]);
   await store.close();
 });
 
-test('deleting a conversation removes its indexed and unindexed events, after appends already queued', async () => {
-  const dir = tempDir();
-  const store = new SqliteStore(dir);
-  await store.createConversation({ id: C, title: null, created_at: 'a', updated_at: 'a', execution_status: 'idle', data: {} });
-  for (let i = 0; i < 10; i++) await store.append(C, msg(`a${i}`));
-  await waitFor(() => store.unindexed === 0, 'the index');
-  for (let i = 0; i < 5; i++) await store.append(C, msg(`b${i}`));
-  void store.append(C, msg('queued just before the delete'));
-  assert.equal(await store.deleteConversation(C), true);
-  assert.equal(await store.count(C, {}), 0);
-  assert.equal(await store.lastSeq(C), 0);
-  await store.close();
-  const reopened = new SqliteStore(dir);
-  assert.equal(await reopened.count(C, {}), 0);
-  await reopened.close();
+// ---- PostgreSQL only ----------------------------------------------------------------------------
+
+test('PostgreSQL: two nodes appending to one conversation get one gap-free seq; appends are grouped into few statements', { timeout: 60_000 }, async (t) => {
+  const db = await createTestDatabase();
+  t.after(() => db.drop());
+  // two stores opened together: the migrations run once (the second waits on the advisory lock)
+  const [a, b] = await Promise.all([PostgresStore.open(db.url), PostgresStore.open(db.url)]);
+  const statements = { n: 0 };
+  const query = a.pool.query.bind(a.pool) as (...args: unknown[]) => unknown;
+  (a.pool as { query: unknown }).query = (...args: unknown[]) => (String(args[0]).includes('event_counters AS c') && statements.n++, query(...args));
+  const fromA = Array.from({ length: 200 }, (_, i) => a.append(C, msg(`a${i}`)));
+  const fromB = Array.from({ length: 200 }, (_, i) => b.append(C, msg(`b${i}`)));
+  const seqs = (await Promise.all([...fromA, ...fromB])).map((e) => e.seq!).sort((x, y) => x - y);
+  assert.deepEqual(seqs, Array.from({ length: 400 }, (_, i) => i + 1), 'every seq once, none missing');
+  assert.ok(statements.n < 200 / 4, `200 appends of one node took ${statements.n} statements: they are grouped`);
+  const aSeqs = (await Promise.all(fromA)).map((e) => e.seq!);
+  assert.deepEqual(aSeqs, [...aSeqs].sort((x, y) => x - y), "a node's appends are numbered in the order it made them");
+  assert.deepEqual((await b.query(C, { limit: 1000 })).map((e) => e.seq), Array.from({ length: 400 }, (_, i) => i + 1));
+  const versions = await a.pool.query('SELECT version FROM schema_migrations');
+  assert.equal(versions.rowCount, 1, 'each migration applied once');
+  await Promise.all([a.close(), b.close()]);
 });
 
-test('events survive close and reopen with their seq; ids are time-ordered UUIDv7', async () => {
-  const dir = tempDir();
-  const s1 = new SqliteStore(dir);
-  const evs = await s1.appendMany(D, [msg('1'), msg('2'), msg('3')]);
-  await s1.close();
-  for (const e of evs) assert.match(e.id, /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
-  assert.deepEqual([...evs.map((e) => e.id)].sort(), evs.map((e) => e.id));
-  const s2 = new SqliteStore(dir);
-  assert.deepEqual((await s2.query(D, { limit: 10 })).map((e) => e.seq), [1, 2, 3]);
-  assert.equal((await s2.append(D, msg('4'))).seq, 4);
-  await s2.close();
+test('PostgreSQL: unreachable at start or mid-run answers UnavailableError with the reason; a bad append fails alone', { timeout: 60_000 }, async (t) => {
+  const port = await freePort();
+  await assert.rejects(PostgresStore.open(`postgres://postgres@127.0.0.1:${port}/x`, () => {}, { connectTimeoutMs: 2000 }), (err: Error) => err instanceof UnavailableError && /PostgreSQL unavailable: .*ECONNREFUSED/.test(err.message));
+
+  const db = await createTestDatabase();
+  t.after(() => db.drop());
+  const store = await PostgresStore.open(db.url);
+  const first = await store.append(C, msg('kept'));
+  // the same event id twice in one group: only that append fails, the others commit
+  const results = await Promise.allSettled([store.append(C, msg('ok 1')), store.append(C, { ...msg('dup'), id: first.id }), store.append(C, msg('ok 2'))]);
+  assert.deepEqual(results.map((r) => r.status), ['fulfilled', 'rejected', 'fulfilled']);
+  assert.deepEqual((await store.query(C, { limit: 10 })).map((e) => e.seq), [1, 2, 3], 'the failed append took no seq');
+
+  // the server ends every connection of this database: the next calls reconnect by themselves
+  const admin = new pg.Client({ connectionString: db.url });
+  await admin.connect();
+  await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()', [db.name]);
+  await admin.end();
+  await waitFor(async () => (await store.append(C, msg('after')).catch(() => null))?.seq === 4, 'an append after the connections were cut');
+  await store.close();
+});
+
+test('PostgreSQL: a node whose connection to the server is cut answers 503 with the reason and recovers by itself', { timeout: 60_000 }, async (t) => {
+  const db = await createTestDatabase();
+  t.after(() => db.drop());
+  const proxy = await tcpProxy(5432);
+  t.after(() => proxy.close());
+  const url = new URL(db.url);
+  url.port = String(proxy.port);
+  const store = await PostgresStore.open(url.toString(), () => {}, { connectTimeoutMs: 1000 });
+  await store.append(C, msg('before'));
+  proxy.cut();
+  const err = await store.append(C, msg('during')).then(() => null, (e: Error) => e);
+  assert.ok(err instanceof UnavailableError, `503, got ${err}`);
+  assert.match(err.message, /^PostgreSQL unavailable: /);
+  proxy.restore();
+  const after = (await waitFor(() => store.append(C, msg('after')).catch(() => null), 'an append once the server is back'))!;
+  assert.equal((await store.query(C, { limit: 10 })).filter((e) => e.seq === after.seq).length, 1);
+  assert.ok((await store.query(C, { limit: 10 })).some((e) => e.seq === 1), 'what was acknowledged before is kept');
+  await store.close();
 });

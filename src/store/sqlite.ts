@@ -21,7 +21,7 @@ import { EncodedEvent, nowIso, type EventDraft, type ParleyEvent } from '../even
 import { metrics } from '../metrics.js';
 import { lockDataDir } from './lock.js';
 import { Journal, journalFile, journalGenerations, journalIndexer, journalLine, readFrames, type JournalPosition } from './journal.js';
-import type { ConversationRecord, EventQuery, SealedValue, Store } from './types.js';
+import { conversationFromRow, type ConversationRecord, type EventQuery, type SealedValue, type Store } from './types.js';
 import type { WriterReply, WriterRequest } from './writer.js';
 
 export interface StoreOptions {
@@ -411,14 +411,7 @@ export class SqliteStore implements Store {
   // ---- conversations ------------------------------------------------------------------------
 
   private static rowToConv(r: Record<string, unknown>): ConversationRecord {
-    return {
-      id: r.id as string,
-      title: (r.title as string | null) ?? null,
-      created_at: r.created_at as string,
-      updated_at: r.updated_at as string,
-      execution_status: r.execution_status as string,
-      data: JSON.parse(r.data as string),
-    };
+    return conversationFromRow(r, JSON.parse(r.data as string));
   }
 
   async createConversation(rec: ConversationRecord): Promise<void> {

@@ -10,6 +10,18 @@ export interface ConversationRecord {
   data: Record<string, unknown>;
 }
 
+/** A conversations row of either store, its `data` column already decoded. */
+export function conversationFromRow(r: Record<string, unknown>, data: Record<string, unknown>): ConversationRecord {
+  return {
+    id: r.id as string,
+    title: (r.title as string | null) ?? null,
+    created_at: r.created_at as string,
+    updated_at: r.updated_at as string,
+    execution_status: r.execution_status as string,
+    data,
+  };
+}
+
 export interface EventQuery {
   afterSeq?: number | null;
   beforeSeq?: number | null;

@@ -35,6 +35,7 @@ export async function startDaemon(env: Record<string, string> = {}, dataDir = te
     LOG_LEVEL: 'debug',
     // sandboxed stdio MCP test servers run from this checkout with its node_modules (tsx): show both read-only
     SANDBOX_RO_BINDS: [ROOT, fs.realpathSync(path.join(ROOT, 'node_modules'))].join(':'),
+    ...(process.env.PARLEY_TEST_STORE === 'postgres' && !env.DATABASE_URL ? await postgresFor(dataDir) : {}),
     ...env,
   };
   const proc = spawn(process.execPath, ['--import', 'tsx', 'bridge/main.ts'], { cwd: ROOT, env: fullEnv, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -90,6 +91,26 @@ export async function startDaemon(env: Record<string, string> = {}, dataDir = te
       return { status: res.status, body: parsed, text, headers: res.headers };
     },
   };
+}
+
+/**
+ * PARLEY_TEST_STORE=postgres runs the daemon tests on PostgreSQL: one database per DATA_DIR (a
+ * restarted daemon finds its data), dropped when the test process ends.
+ */
+const databases = new Map<string, Promise<{ DATABASE_URL: string; SECRET_KEY: string }>>();
+function postgresFor(dataDir: string) {
+  let db = databases.get(dataDir);
+  if (!db) {
+    if (databases.size === 0) {
+      process.once('beforeExit', async () => {
+        const { dropTestDatabase } = await import('./postgres.js');
+        for (const d of databases.values()) await dropTestDatabase((await d).DATABASE_URL).catch(() => {});
+      });
+    }
+    db = import('./postgres.js').then(async (m) => ({ DATABASE_URL: (await m.createTestDatabase()).url, SECRET_KEY: 'parley-test-secret-key' }));
+    databases.set(dataDir, db);
+  }
+  return db;
 }
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

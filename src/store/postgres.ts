@@ -1,0 +1,467 @@
+/**
+ * The cluster store: PostgreSQL, shared by every node (cluster mode, DATABASE_URL).
+ *
+ * `seq` comes from one counter row per conversation (`event_counters`), bumped in the same
+ * statement that inserts the events: the row lock orders concurrent appends from every node, a
+ * failed statement takes no number, so seq is gap-free and every committed seq has all smaller
+ * ones committed before it (a reader that sees seq n can read 1..n).
+ *
+ * Group commit: appends queued while a statement is in flight go together in the next one (one
+ * round trip, one transaction, any number of conversations). Each node resolves and publishes
+ * its appends in commit order, hence in seq order per conversation.
+ *
+ * PostgreSQL unreachable: every call fails with UnavailableError (503) naming the reason; the
+ * pool reconnects by itself on a later call. An append that failed was not acknowledged; one
+ * whose connection broke during COMMIT may still have committed (it is then read, never lost).
+ */
+import pg from 'pg';
+import { UnavailableError } from '../errors.js';
+import { uuidv7 } from '../events/ids.js';
+import { EncodedEvent, nowIso, type EventDraft, type ParleyEvent } from '../events/types.js';
+import { metrics } from '../metrics.js';
+import type { CommitListener } from './sqlite.js';
+import { conversationFromRow, type ConversationRecord, type EventQuery, type SealedValue, type Store } from './types.js';
+
+export interface PostgresStoreOptions {
+  /** Connections in the pool (default 10). */
+  poolSize?: number;
+  /** How long a call waits for a connection before answering 503 (default 5 s). */
+  connectTimeoutMs?: number;
+  /** A statement that has not answered after this long fails with 503 (default 30 s). */
+  queryTimeoutMs?: number;
+}
+
+/** Versioned schema; each step runs once, in its own transaction, under an advisory lock. */
+const MIGRATIONS: { version: number; sql: string }[] = [
+  {
+    version: 1,
+    sql: `
+      CREATE TABLE conversations (
+        id TEXT PRIMARY KEY,
+        title TEXT,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        execution_status TEXT NOT NULL,
+        data JSONB NOT NULL
+      );
+      CREATE INDEX conversations_created ON conversations (created_at DESC, id DESC);
+      CREATE INDEX conversations_status ON conversations (execution_status);
+      CREATE TABLE event_counters (
+        conversation_id TEXT PRIMARY KEY,
+        last_seq BIGINT NOT NULL
+      );
+      CREATE TABLE events (
+        conversation_id TEXT NOT NULL,
+        seq BIGINT NOT NULL,
+        id TEXT NOT NULL UNIQUE,
+        kind TEXT NOT NULL,
+        timestamp TEXT NOT NULL,
+        source TEXT NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (conversation_id, seq)
+      );
+      CREATE TABLE secrets (
+        kind TEXT NOT NULL,
+        name TEXT NOT NULL,
+        sealed TEXT,
+        meta JSONB NOT NULL,
+        PRIMARY KEY (kind, name)
+      );`,
+  },
+];
+
+/** Any constant: the key of the advisory lock that serialises migrations across nodes. */
+const MIGRATION_LOCK = 0x7061726c; // 'parl'
+
+/**
+ * One statement: count the batch per conversation, bump each counter (in conversation order, so
+ * two nodes' batches cannot deadlock), number the events from the old value, insert them.
+ */
+const APPEND_SQL = `
+  WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
+      WITH ORDINALITY AS t(conversation_id, id, kind, ts, source, body, ord)
+  ),
+  counts AS (
+    SELECT conversation_id, count(*)::bigint AS n FROM input GROUP BY conversation_id ORDER BY conversation_id
+  ),
+  bumped AS (
+    INSERT INTO event_counters AS c (conversation_id, last_seq)
+    SELECT conversation_id, n FROM counts
+    ON CONFLICT (conversation_id) DO UPDATE SET last_seq = c.last_seq + excluded.last_seq
+    RETURNING conversation_id, last_seq
+  )
+  INSERT INTO events (conversation_id, seq, id, kind, timestamp, source, body)
+  SELECT i.conversation_id, b.last_seq - n.n + row_number() OVER (PARTITION BY i.conversation_id ORDER BY i.ord), i.id, i.kind, i.ts, i.source, i.body
+  FROM input i JOIN bumped b USING (conversation_id) JOIN counts n USING (conversation_id)
+  RETURNING id, seq`;
+
+interface Pending {
+  conversationId: string;
+  drafts: EventDraft[];
+  resolve: (evs: ParleyEvent[]) => void;
+  reject: (err: unknown) => void;
+}
+
+const appendLatency = metrics.storeAppend.child();
+
+/** Errors that mean "PostgreSQL cannot be reached or is going away", as opposed to a bad statement. */
+function isConnectionError(err: unknown): boolean {
+  const e = err as { code?: string; message?: string };
+  if (typeof e?.code === 'string' && /^(08|57P|53)/.test(e.code)) return true; // connection exception, operator intervention, insufficient resources
+  if (typeof e?.code === 'string' && /^E[A-Z]+$/.test(e.code)) return true; // ECONNREFUSED, ECONNRESET, ETIMEDOUT...
+  return /timeout|terminat|Connection|connect|ended/i.test(e?.message ?? '');
+}
+
+function unavailable(err: unknown): Error {
+  if (err instanceof UnavailableError) return err;
+  if (!isConnectionError(err)) return err as Error;
+  const e = err as { code?: string; message?: string };
+  return new UnavailableError(`PostgreSQL unavailable: ${e.message || e.code || String(err)}`);
+}
+
+/** JSONB comes back parsed. */
+const rowToConv = (r: Record<string, unknown>) => conversationFromRow(r, r.data as Record<string, unknown>);
+
+/** The WHERE clause and its parameters ($1...) of an event query. */
+function eventFilter(conversationId: string, q: Omit<EventQuery, 'limit' | 'desc'>): { where: string[]; args: unknown[] } {
+  const where = ['conversation_id = $1'];
+  const args: unknown[] = [conversationId];
+  const add = (clause: string, v: unknown) => (args.push(v), where.push(clause.replace('?', `$${args.length}`)));
+  if (q.afterSeq != null) add('seq > ?', q.afterSeq);
+  if (q.beforeSeq != null) add('seq < ?', q.beforeSeq);
+  if (q.kind) add('kind = ?', q.kind);
+  if (q.source) add('source = ?', q.source);
+  if (q.sinceTimestamp) add('timestamp >= ?', q.sinceTimestamp);
+  return { where, args };
+}
+
+function rowToSecret(r: Record<string, unknown>): SealedValue {
+  return { kind: r.kind as string, name: r.name as string, sealed: (r.sealed as string | null) ?? null, meta: r.meta as Record<string, unknown> };
+}
+
+/** A stored body is the event without its seq (the column holds it). */
+function rowToEvent(r: { body: string; seq: string | number }): ParleyEvent {
+  const ev = JSON.parse(r.body) as ParleyEvent;
+  ev.seq = Number(r.seq);
+  return ev;
+}
+
+export class PostgresStore implements Store {
+  private pending: Pending[] = [];
+  private inFlight: Promise<void> | null = null;
+  private closed = false;
+
+  private constructor(
+    readonly pool: pg.Pool,
+    private readonly onCommit: CommitListener,
+  ) {}
+
+  /** Connects, runs the migrations this database lacks, and returns the store. Fails (UnavailableError) when PostgreSQL cannot be reached. */
+  static async open(url: string, onCommit: CommitListener = () => {}, opts: PostgresStoreOptions = {}): Promise<PostgresStore> {
+    const pool = new pg.Pool({
+      connectionString: url,
+      max: opts.poolSize ?? 10,
+      connectionTimeoutMillis: opts.connectTimeoutMs ?? 5000,
+      query_timeout: opts.queryTimeoutMs ?? 30_000,
+      idleTimeoutMillis: 30_000,
+      keepAlive: true,
+    });
+    // an idle connection that breaks is dropped from the pool; the next call opens a new one
+    pool.on('error', () => {});
+    try {
+      await migrate(pool);
+    } catch (err) {
+      await pool.end().catch(() => {});
+      throw unavailable(err);
+    }
+    return new PostgresStore(pool, onCommit);
+  }
+
+  private async q<R extends pg.QueryResultRow = Record<string, unknown>>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>> {
+    try {
+      return await this.pool.query<R>(text, values);
+    } catch (err) {
+      throw unavailable(err);
+    }
+  }
+
+  /** Runs `fn` in one transaction on one connection. */
+  private async tx<T>(fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
+    let client: pg.PoolClient;
+    try {
+      client = await this.pool.connect();
+    } catch (err) {
+      throw unavailable(err);
+    }
+    let broken: unknown = undefined;
+    try {
+      await client.query('BEGIN');
+      const out = await fn(client);
+      await client.query('COMMIT');
+      return out;
+    } catch (err) {
+      broken = isConnectionError(err) ? err : undefined;
+      await client.query('ROLLBACK').catch(() => {});
+      throw unavailable(err);
+    } finally {
+      client.release(broken as Error | undefined);
+    }
+  }
+
+  // ---- events -------------------------------------------------------------------------------
+
+  append(conversationId: string, draft: EventDraft): Promise<ParleyEvent> {
+    return this.appendMany(conversationId, [draft]).then((evs) => evs[0]!);
+  }
+
+  appendMany(conversationId: string, drafts: EventDraft[]): Promise<ParleyEvent[]> {
+    if (this.closed) return Promise.reject(new UnavailableError('the store is closed'));
+    if (drafts.length === 0) return Promise.resolve([]);
+    return new Promise((resolve, reject) => {
+      this.pending.push({ conversationId, drafts, resolve, reject });
+      if (!this.inFlight) this.inFlight = this.drain();
+    });
+  }
+
+  /** Commits queued appends, one statement at a time, until none is left. */
+  private async drain(): Promise<void> {
+    // let every append of this event-loop turn join the first statement
+    await new Promise((r) => setImmediate(r));
+    while (this.pending.length) {
+      const batch = this.pending;
+      this.pending = [];
+      const started = performance.now();
+      let done: { p: Pending; events: ParleyEvent[] }[] = [];
+      try {
+        done = await this.commit(batch);
+      } catch (err) {
+        if (batch.length > 1 && !isConnectionError(err)) {
+          // one bad append (e.g. a duplicate event id) must not fail the others: the statement
+          // committed nothing, so each goes again on its own
+          for (const p of batch) {
+            try {
+              done.push(...(await this.commit([p])));
+            } catch (e) {
+              p.reject(unavailable(e));
+            }
+          }
+        } else {
+          const e = unavailable(err);
+          for (const p of batch) p.reject(e);
+        }
+      }
+      appendLatency.observe((performance.now() - started) / 1000);
+      for (const { p, events } of done) {
+        try {
+          this.onCommit(p.conversationId, events.map((e) => new EncodedEvent(e)));
+        } catch {
+          // a listener's failure is its own; the events are committed
+        }
+        p.resolve(events);
+      }
+    }
+    this.inFlight = null;
+  }
+
+  /** One statement for the whole batch: the events with their seq, in the batch's order. */
+  private async commit(batch: Pending[]): Promise<{ p: Pending; events: ParleyEvent[] }[]> {
+    const cols: string[][] = [[], [], [], [], [], []];
+    const out: { p: Pending; events: ParleyEvent[] }[] = [];
+    const byId = new Map<string, ParleyEvent>();
+    const now = nowIso();
+    for (const p of batch) {
+      const events: ParleyEvent[] = [];
+      for (const d of p.drafts) {
+        // Object.assign, not a spread (see sqlite.ts); the body is stored without seq
+        const ev = Object.assign({}, d) as ParleyEvent;
+        ev.id = d.id ?? uuidv7();
+        ev.timestamp = d.timestamp ?? now;
+        cols[0]!.push(p.conversationId);
+        cols[1]!.push(ev.id);
+        cols[2]!.push(ev.kind);
+        cols[3]!.push(ev.timestamp);
+        cols[4]!.push(ev.source);
+        cols[5]!.push(JSON.stringify(ev));
+        byId.set(ev.id, ev);
+        events.push(ev);
+      }
+      out.push({ p, events });
+    }
+    const res = await this.pool.query<{ id: string; seq: string }>(APPEND_SQL, cols);
+    for (const r of res.rows) byId.get(r.id)!.seq = Number(r.seq);
+    return out;
+  }
+
+  /** Resolves when every append queued before the call has been committed (or failed). */
+  private async settled(): Promise<void> {
+    while (this.inFlight) await this.inFlight;
+  }
+
+  async query(conversationId: string, q: EventQuery): Promise<ParleyEvent[]> {
+    const { where, args } = eventFilter(conversationId, q);
+    args.push(q.limit);
+    const res = await this.q<{ body: string; seq: string }>(
+      `SELECT seq, body FROM events WHERE ${where.join(' AND ')} ORDER BY seq ${q.desc ? 'DESC' : 'ASC'} LIMIT $${args.length}`,
+      args,
+    );
+    return res.rows.map(rowToEvent);
+  }
+
+  async count(conversationId: string, q: Omit<EventQuery, 'limit' | 'desc'>): Promise<number> {
+    const { where, args } = eventFilter(conversationId, q);
+    const res = await this.q<{ n: string }>(`SELECT count(*) AS n FROM events WHERE ${where.join(' AND ')}`, args);
+    return Number(res.rows[0]!.n);
+  }
+
+  async get(conversationId: string, eventId: string): Promise<ParleyEvent | null> {
+    const res = await this.q<{ body: string; seq: string }>('SELECT seq, body FROM events WHERE id = $1 AND conversation_id = $2', [eventId, conversationId]);
+    return res.rows[0] ? rowToEvent(res.rows[0]) : null;
+  }
+
+  async lastSeq(conversationId: string): Promise<number> {
+    const res = await this.q<{ last_seq: string }>('SELECT last_seq FROM event_counters WHERE conversation_id = $1', [conversationId]);
+    return res.rows[0] ? Number(res.rows[0].last_seq) : 0;
+  }
+
+  /** The last seq of each of `ids` (0 for one without events), in one round trip. */
+  async lastSeqs(ids: string[]): Promise<Map<string, number>> {
+    const out = new Map(ids.map((id) => [id, 0]));
+    if (ids.length === 0) return out;
+    const res = await this.q<{ conversation_id: string; last_seq: string }>(
+      'SELECT conversation_id, last_seq FROM event_counters WHERE conversation_id = ANY($1::text[])',
+      [ids],
+    );
+    for (const r of res.rows) out.set(r.conversation_id, Number(r.last_seq));
+    return out;
+  }
+
+  // ---- conversations ------------------------------------------------------------------------
+
+  async createConversation(rec: ConversationRecord): Promise<void> {
+    await this.q(
+      'INSERT INTO conversations (id, title, created_at, updated_at, execution_status, data) VALUES ($1, $2, $3, $4, $5, $6)',
+      [rec.id, rec.title, rec.created_at, rec.updated_at, rec.execution_status, JSON.stringify(rec.data)],
+    );
+  }
+
+  async getConversation(id: string): Promise<ConversationRecord | null> {
+    const res = await this.q('SELECT * FROM conversations WHERE id = $1', [id]);
+    return res.rows[0] ? rowToConv(res.rows[0]) : null;
+  }
+
+  async listConversations(limit: number, cursor?: { created_at: string; id: string } | null): Promise<ConversationRecord[]> {
+    const res = cursor
+      ? await this.q(
+          'SELECT * FROM conversations WHERE (created_at < $1) OR (created_at = $1 AND id <= $2) ORDER BY created_at DESC, id DESC LIMIT $3',
+          [cursor.created_at, cursor.id, limit],
+        )
+      : await this.q('SELECT * FROM conversations ORDER BY created_at DESC, id DESC LIMIT $1', [limit]);
+    return res.rows.map(rowToConv);
+  }
+
+  async updateConversation(id: string, patch: Partial<Omit<ConversationRecord, 'id' | 'created_at'>>): Promise<void> {
+    const sets: string[] = [];
+    const args: unknown[] = [];
+    for (const [k, v] of Object.entries(patch)) {
+      if (!['title', 'updated_at', 'execution_status', 'data'].includes(k)) continue;
+      args.push(k === 'data' ? JSON.stringify(v) : v);
+      sets.push(`${k} = $${args.length}`);
+    }
+    if (!('updated_at' in patch)) (args.push(nowIso()), sets.push(`updated_at = $${args.length}`));
+    args.push(id);
+    await this.q(`UPDATE conversations SET ${sets.join(', ')} WHERE id = $${args.length}`, args);
+  }
+
+  async deleteConversation(id: string): Promise<boolean> {
+    // ordered after every append this node queued so far
+    await this.settled();
+    return this.tx(async (c) => {
+      const res = await c.query('DELETE FROM conversations WHERE id = $1', [id]);
+      // the counter row first: a concurrent append (any node) waits on it, then starts again at 1
+      await c.query('DELETE FROM event_counters WHERE conversation_id = $1', [id]);
+      await c.query('DELETE FROM events WHERE conversation_id = $1', [id]);
+      return (res.rowCount ?? 0) > 0;
+    });
+  }
+
+  async conversationsWithUnfinishedSetup(): Promise<string[]> {
+    const res = await this.q<{ id: string }>(
+      "SELECT id FROM conversations WHERE execution_status <> 'error' AND data->'setup'->>'phase' IS NOT NULL AND data->'setup'->>'phase' NOT IN ('ready', 'error')",
+    );
+    return res.rows.map((r) => r.id);
+  }
+
+  async conversationsWithStatus(statuses: string[]): Promise<ConversationRecord[]> {
+    if (statuses.length === 0) return [];
+    const res = await this.q('SELECT * FROM conversations WHERE execution_status = ANY($1::text[])', [statuses]);
+    return res.rows.map(rowToConv);
+  }
+
+  /** Conversations per execution status. */
+  async countByStatus(): Promise<[string, number][]> {
+    const res = await this.q<{ s: string; n: string }>('SELECT execution_status AS s, count(*) AS n FROM conversations GROUP BY execution_status');
+    return res.rows.map((r) => [r.s, Number(r.n)]);
+  }
+
+  // ---- secrets ------------------------------------------------------------------------------
+
+  private static readonly PUT_SECRET =
+    'INSERT INTO secrets (kind, name, sealed, meta) VALUES ($1, $2, $3, $4) ON CONFLICT (kind, name) DO UPDATE SET sealed = excluded.sealed, meta = excluded.meta';
+
+  async putSecret(v: SealedValue): Promise<void> {
+    await this.q(PostgresStore.PUT_SECRET, [v.kind, v.name, v.sealed, JSON.stringify(v.meta)]);
+  }
+  async getSecret(kind: string, name: string): Promise<SealedValue | null> {
+    const res = await this.q('SELECT * FROM secrets WHERE kind = $1 AND name = $2', [kind, name]);
+    return res.rows[0] ? rowToSecret(res.rows[0]) : null;
+  }
+  async listSecrets(kind: string): Promise<SealedValue[]> {
+    return (await this.q('SELECT * FROM secrets WHERE kind = $1 ORDER BY name', [kind])).rows.map(rowToSecret);
+  }
+  async deleteSecret(kind: string, name: string): Promise<boolean> {
+    return ((await this.q('DELETE FROM secrets WHERE kind = $1 AND name = $2', [kind, name])).rowCount ?? 0) > 0;
+  }
+  async replaceSecrets(kind: string, values: SealedValue[]): Promise<void> {
+    await this.tx(async (c) => {
+      await c.query('DELETE FROM secrets WHERE kind = $1', [kind]);
+      for (const v of values) await c.query(PostgresStore.PUT_SECRET, [kind, v.name, v.sealed, JSON.stringify(v.meta)]);
+    });
+  }
+
+  /** Commits what is queued, then closes the pool. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.settled();
+    await this.pool.end();
+  }
+}
+
+/** Applies the migrations the database lacks; an advisory lock makes nodes starting together take turns. */
+async function migrate(pool: pg.Pool): Promise<void> {
+  const client = await pool.connect();
+  try {
+    await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK]);
+    try {
+      await client.query('CREATE TABLE IF NOT EXISTS schema_migrations (version INT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())');
+      const done = new Set((await client.query<{ version: number }>('SELECT version FROM schema_migrations')).rows.map((r) => r.version));
+      for (const m of MIGRATIONS) {
+        if (done.has(m.version)) continue;
+        await client.query('BEGIN');
+        try {
+          await client.query(m.sql);
+          await client.query('INSERT INTO schema_migrations (version) VALUES ($1)', [m.version]);
+          await client.query('COMMIT');
+        } catch (err) {
+          await client.query('ROLLBACK').catch(() => {});
+          throw err;
+        }
+      }
+    } finally {
+      await client.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK]).catch(() => {});
+    }
+  } finally {
+    client.release();
+  }
+}
