@@ -309,7 +309,7 @@ describe('sandbox: modes at start', { timeout: 60_000 }, () => {
       p.stderr.on('data', (c: Buffer) => (stderr += c.toString('utf8')));
       p.stdout.on('data', (c: Buffer) => {
         stdout += c.toString('utf8');
-        if (/listening on/.test(stdout)) p.kill('SIGTERM');
+        if (/"port":\d+.*listening on/.test(stdout)) p.kill('SIGTERM');
       });
       p.on('exit', (code) => {
         fs.rmSync(dir, { recursive: true, force: true });
