@@ -110,6 +110,40 @@ describe('the OpenHands client, unchanged', { timeout: 120_000 }, () => {
     await conv.setConfirmationPolicy(new OH.NeverConfirm() as never);
     assert.deepEqual(await (await st.refresh(), st.getConfirmationPolicy()), { kind: 'NeverConfirm' });
 
+    // workspace side channels: the client names paths in its own working_dir (/workspace/project)
+    const w = conv.workspace;
+    const pwd = await w.executeCommand('pwd && cat made.txt', '/workspace/project');
+    assert.equal(pwd.exit_code, 0, pwd.stderr);
+    assert.equal(pwd.stdout, `${ws.working_dir}\nfrom-agent\n`);
+    const plain = await w.executeCommand('echo "$MY_TOKEN" | wc -c; exit 3');
+    assert.equal(plain.exit_code, 3);
+    assert.equal(plain.stdout.trim(), String(SECRET.length + 1), 'the conversation secret is in the shell');
+    const started: any = await w.bash.startCommand('echo started-output', '/workspace/project');
+    await waitFor(async () => (await w.bash.searchEvents({ command_id__eq: started.id, kind__eq: 'BashOutput' })).items.length === 1, 'the started command\'s output');
+    const [out]: any[] = (await w.bash.searchEvents({ command_id__eq: started.id, kind__eq: 'BashOutput' })).items;
+    assert.equal(out.stdout, 'started-output\n');
+    assert.equal(((await w.bash.getEvent(started.id)) as any).command, 'echo started-output');
+    const up = await w.fileUpload('uploaded text\n', '/workspace/project/notes/hi.txt');
+    assert.equal(up.success, true);
+    assert.equal(fs.readFileSync(path.join(ws.working_dir, 'notes', 'hi.txt'), 'utf8'), 'uploaded text\n');
+    assert.equal(await w.downloadAsText('/workspace/project/notes/hi.txt'), 'uploaded text\n');
+    assert.equal(await w.downloadAsText(path.join(ws.working_dir, 'made.txt')), 'from-agent\n');
+    await assert.rejects(w.fileDownload('/etc/passwd'), (e: any) => e.status === 403 && /outside the workspace/.test(JSON.stringify(e.response)));
+    fs.symlinkSync('/etc', path.join(ws.working_dir, 'etc-link'));
+    await assert.rejects(w.fileDownload('/workspace/project/etc-link/passwd'), (e: any) => e.status === 403);
+    await assert.rejects(w.fileUpload('x', '/workspace/project/etc-link/evil'), (e: any) => e.status === 403);
+    await assert.rejects(w.fileUpload('x', '/workspace/project/../../etc/evil'), (e: any) => e.status === 403);
+    await assert.rejects(w.executeCommand('pwd', '/workspace/project/etc-link'), (e: any) => e.status === 403);
+    fs.unlinkSync(path.join(ws.working_dir, 'etc-link'));
+    const git = await w.executeCommand('git init -q . && git -c user.email=t@t -c user.name=t add made.txt && git -c user.email=t@t -c user.name=t commit -qm one && echo changed >> made.txt', '/workspace/project');
+    assert.equal(git.exit_code, 0, git.stderr);
+    const changes: any[] = await w.gitChanges('/workspace/project');
+    assert.deepEqual(changes.find((c) => c.path === 'made.txt'), { path: 'made.txt', status: 'UPDATED' });
+    assert.deepEqual(changes.find((c) => c.path === 'notes/hi.txt'), { path: 'notes/hi.txt', status: 'ADDED' });
+    const diff: any = await w.gitDiff('/workspace/project/made.txt');
+    assert.deepEqual(diff, { original: 'from-agent\n', modified: 'from-agent\nchanged\n' });
+    assert.deepEqual(await manager().tools.listTools(), ['terminal', 'file_editor', 'task_tracker', 'think', 'finish']);
+
     // the manager: search, count, get-many
     const m = manager();
     const page = await m.searchConversations({ limit: 10 } as never);
