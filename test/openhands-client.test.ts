@@ -180,6 +180,43 @@ describe('the OpenHands client, unchanged', { timeout: 120_000 }, () => {
   });
 });
 
+describe('confirmation', { timeout: 120_000 }, () => {
+  test('AlwaysConfirm: actions wait; accept runs them, reject answers them with UserRejectObservation', async (t) => {
+    const conv = new Conversation(agent(), workspace('/workspace/confirm'));
+    t.after(() => conv.close());
+    await conv.start();
+    await conv.setConfirmationPolicy({ kind: 'AlwaysConfirm' } as never);
+    const wsDir = path.join(d.dataDir, 'workspaces', conv.id.replace(/-/g, ''));
+    const status = async () => (await conv.state.refresh()).execution_status;
+    await assert.rejects(conv.sendConfirmationResponse(true), (e: any) => e.status === 409);
+
+    llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'echo confirmed > c.txt' } }] }, { toolCalls: [{ name: 'finish', arguments: { message: 'ok' } }] });
+    await conv.sendMessage('write c.txt');
+    await conv.run();
+    await waitFor(async () => (await status()) === 'waiting_for_confirmation', 'waiting_for_confirmation', 60_000);
+    assert.equal(fs.existsSync(path.join(wsDir, 'c.txt')), false, 'nothing ran before the confirmation');
+    await conv.sendConfirmationResponse(true);
+    await waitFor(async () => (await status()) === 'finished', 'finished after accept', 60_000);
+    assert.equal(fs.readFileSync(path.join(wsDir, 'c.txt'), 'utf8'), 'confirmed\n');
+
+    llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'touch r.txt' } }] });
+    await conv.sendMessage('touch r.txt');
+    await conv.run();
+    await waitFor(async () => (await status()) === 'waiting_for_confirmation', 'waiting again', 60_000);
+    await conv.sendConfirmationResponse(false, 'not that one');
+    await waitFor(async () => (await status()) === 'idle', 'idle after reject', 30_000);
+    assert.equal(fs.existsSync(path.join(wsDir, 'r.txt')), false);
+    const rejected: any[] = (await conv.state.events.search({ kind: 'UserRejectObservation' })).items;
+    assert.equal(rejected.length, 1);
+    assert.equal(rejected[0].rejection_reason, 'not that one');
+    const n = llm.requests.length;
+    llm.push({ text: 'Understood.' });
+    await conv.run();
+    await waitFor(async () => (await status()) === 'finished', 'finished after the rejection', 60_000);
+    assert.match(JSON.stringify(llm.requests[n]!.body.messages), /rejected this action.*not that one/);
+  });
+});
+
 describe('raw shapes', { timeout: 60_000 }, () => {
   test('the seed create still answers its shape (plus id); agent-server bodies are strict too', async () => {
     const seed = await d.req('POST', '/api/conversations', {}, H);

@@ -70,10 +70,11 @@ export function toolCallInput(a: EventOf<'ActionEvent'>): Record<string, unknown
 const CACHE = { anthropic: { cacheControl: { type: 'ephemeral' } } } as const;
 
 /** A tool call's result: an observation, or an error that answers it. */
-type ToolResult = EventOf<'ObservationEvent'> | EventOf<'AgentErrorEvent'>;
+type ToolResult = EventOf<'ObservationEvent'> | EventOf<'AgentErrorEvent'> | EventOf<'UserRejectObservation'>;
 
 function resultText(r: ToolResult | undefined): string {
   if (!r) return 'Tool call interrupted before completion.';
+  if (r.kind === 'UserRejectObservation') return `The user rejected this action; it did not run. Reason: ${r.rejection_reason}`;
   return r.kind === 'AgentErrorEvent' ? `[An error occurred during execution.]\n${r.error}` : observationText(r.observation);
 }
 
@@ -86,7 +87,7 @@ export function eventsToMessages(events: ParleyEvent[]): { messages: ModelMessag
   const results = new Map<string, ToolResult>();
   for (const e of events) {
     if (e.kind === 'Condensation') condensation = e;
-    else if ((e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent') && e.tool_call_id) results.set(e.tool_call_id, e);
+    else if ((e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent' || e.kind === 'UserRejectObservation') && e.tool_call_id) results.set(e.tool_call_id, e);
   }
   const forgotten = new Set(condensation?.forgotten_event_ids ?? []);
   const messages: ModelMessage[] = [];
@@ -126,6 +127,7 @@ export function eventsToMessages(events: ParleyEvent[]): { messages: ModelMessag
         break;
       }
       case 'ObservationEvent':
+      case 'UserRejectObservation':
         break; // given with its action
       case 'AgentErrorEvent':
         if (e.tool_call_id) break; // given with its action
