@@ -71,6 +71,7 @@ export function startServer(config: Config, service: ConversationService, log: L
       idle_time: Math.floor((Date.now() - service.lastActivity) / 1000),
       docs: '/docs',
       node_version: process.version,
+      sandbox: service.sandbox.info(),
     }),
   );
   const openapiMetric = fixed('/openapi.json');
