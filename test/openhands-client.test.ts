@@ -114,7 +114,13 @@ describe('the OpenHands client, unchanged', { timeout: 120_000 }, () => {
     const w = conv.workspace;
     const pwd = await w.executeCommand('pwd && cat made.txt', '/workspace/project');
     assert.equal(pwd.exit_code, 0, pwd.stderr);
-    assert.equal(pwd.stdout, `${ws.working_dir}\nfrom-agent\n`);
+    // the command runs where the agent's shell runs: in the conversation's sandbox when it is on
+    const sandboxed = (await d.req('GET', '/server_info')).body.sandbox?.mode === 'bwrap';
+    assert.equal(pwd.stdout, `${sandboxed ? '/workspace' : ws.working_dir}\nfrom-agent\n`);
+    if (sandboxed) {
+      const peek = await w.executeCommand(`test -e ${path.join(d.dataDir, 'parley.lock')}; echo $?`, '/workspace/project');
+      assert.equal(peek.stdout.trim(), '1', 'DATA_DIR is not visible from the side channel');
+    }
     const plain = await w.executeCommand('echo "$MY_TOKEN" | wc -c; exit 3');
     assert.equal(plain.exit_code, 3);
     assert.equal(plain.stdout.trim(), String(SECRET.length + 1), 'the conversation secret is in the shell');
