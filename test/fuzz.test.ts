@@ -3,12 +3,15 @@
  * bodies, paths, queries and WebSocket frames against every route that takes input.
  */
 import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import WebSocket from 'ws';
+import { cloneRepository, CloneError } from '../src/workspace/index.js';
 import { startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
+import { startGitServer } from './support/git-server.js';
 import { connect } from './support/ws-client.js';
 
 let d: DaemonHandle;
@@ -282,4 +285,48 @@ test('attack 12.5: DELETE removes DATA_DIR/outputs/<id> with the workspace', asy
   fs.writeFileSync(path.join(out, 'output-1.txt'), 'full output of a command');
   assert.equal((await d.req('DELETE', `/api/conversations/${id}`)).status, 200);
   assert.equal(fs.existsSync(out), false);
+});
+
+test('attack 12.2: a git host that redirects the clone to another host does not get the token there', async () => {
+  const TOKEN = `tok-${crypto.randomBytes(12).toString('hex')}`;
+  const second = await startGitServer({ token: TOKEN });
+  await second.createRepo('acme/app', { 'README.md': '# app\n' }, { private: true });
+  const seen: string[] = [];
+  // the first host answers every request with a redirect to the second
+  const first = http.createServer((req, res) => {
+    seen.push(String(req.headers.authorization ?? ''));
+    res.writeHead(302, { location: `${second.url}${req.url}` }).end();
+  });
+  await new Promise<void>((r) => first.listen(0, '127.0.0.1', r));
+  const firstUrl = `http://127.0.0.1:${(first.address() as { port: number }).port}`;
+  const root = tempDir('parley-redirect-');
+  try {
+    const workspaceDir = path.join(root, 'ws');
+    fs.mkdirSync(workspaceDir);
+    await assert.rejects(
+      cloneRepository({ workspaceDir, repository: 'acme/app', provider: 'github', providers: [{ provider: 'github', token: TOKEN, host: firstUrl }], helperDir: path.join(root, 'helpers'), redact: (s) => s }),
+      CloneError,
+    );
+    assert.ok(second.requests.length > 0, 'git followed the redirect (the attack reached the second host)');
+    for (const r of second.requests) assert.equal(r.headers.authorization, undefined, `no credentials at the second host: ${r.method} ${r.url}`);
+    assert.ok(seen.every((a) => !a.includes(Buffer.from(TOKEN).toString('base64').slice(0, 8))));
+    // the same token still works for the host it was stored for
+    const direct = path.join(root, 'ws2');
+    fs.mkdirSync(direct);
+    const ok = await cloneRepository({ workspaceDir: direct, repository: 'acme/app', provider: 'github', providers: [{ provider: 'github', token: TOKEN, host: second.url }], helperDir: path.join(root, 'helpers'), redact: (s) => s });
+    assert.equal(ok.provider, 'github');
+    // GIT_ALLOWED_HOSTS: a host outside the list is not cloned from at all
+    const before = second.requests.length;
+    const third = path.join(root, 'ws3');
+    fs.mkdirSync(third);
+    await assert.rejects(
+      cloneRepository({ workspaceDir: third, repository: 'acme/app', provider: 'github', providers: [{ provider: 'github', token: TOKEN, host: second.url }], helperDir: path.join(root, 'helpers'), redact: (s) => s, allowedHosts: ['github.com'] }),
+      /not in GIT_ALLOWED_HOSTS/,
+    );
+    assert.equal(second.requests.length, before);
+  } finally {
+    first.close();
+    await second.close();
+    fs.rmSync(root, { recursive: true, force: true });
+  }
 });

@@ -213,6 +213,7 @@ export async function attachAgent(service: ConversationService, config: Config, 
             providers,
             branch: (d.selected_branch as string | null) ?? null,
             helperDir,
+            allowedHosts: config.gitAllowedHosts,
             redact: (t) => service.redactor.redact(t),
             onPhase: (p, detail) => {
               phases = phases.then(() => phase(p === 'ready' ? 'cloned' : p, detail));
