@@ -12,6 +12,7 @@ import WebSocket from 'ws';
 import { cloneRepository, CloneError } from '../src/workspace/index.js';
 import { startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
 import { startGitServer } from './support/git-server.js';
+import { startScriptedLlm } from './support/scripted-llm.js';
 import { connect } from './support/ws-client.js';
 
 let d: DaemonHandle;
@@ -328,5 +329,56 @@ test('attack 12.2: a git host that redirects the clone to another host does not 
     first.close();
     await second.close();
     fs.rmSync(root, { recursive: true, force: true });
+  }
+});
+
+test('attack 12.3: image URLs that will never be fetched are refused on arrival (422 with the rule)', async () => {
+  const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id as string;
+  const never = ['http://127.0.0.1:1/x.png', 'http://169.254.169.254/latest/meta-data', 'http://[::1]/a.png', 'http://[::ffff:10.0.0.1]/a.png', 'http://10.1.2.3/a.png', 'https://printer.local/a.png', 'http://metadata.google.internal/x', 'file:///etc/passwd', 'ftp://example.com/a.png', 'data:text/html;base64,PGgxPg==', 'not a url', 'http://0.0.0.0/'];
+  for (const url of never) {
+    const r = await d.req('POST', `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'image', image_urls: [url] }], run: false });
+    assert.equal(r.status, 422, `${url} → ${r.status}`);
+    assert.match(r.text, /image URLs must be https:\/\/, http:\/\/ or data:image/);
+    assert.equal((await d.req('POST', '/api/conversations', { initial_user_msg: 'x', image_urls: [url] })).status, 422, url);
+  }
+  for (const url of ['https://example.com/cat.png', 'http://93.184.216.34/a.png', 'data:image/png;base64,iVBORw0KGgo=']) {
+    assert.equal((await d.req('POST', `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'image', image_urls: [url] }], run: false })).status, 200, url);
+  }
+  const s = connect(`ws://127.0.0.1:${d.port}/sockets/events/${id}`);
+  await s.next((f) => f.key === 'full_state');
+  s.send({ role: 'user', content: [{ type: 'image', image_urls: ['http://192.168.0.1/a.png'] }] });
+  const err = await s.next((f) => f.kind === 'ServerErrorEvent', 'the refusal');
+  assert.match(err.detail, /never fetched/);
+  s.close();
+});
+
+test('attack 12.3: an image whose download fails at step time becomes a note; the conversation keeps working', async () => {
+  const llm = await startScriptedLlm([{ text: 'first answer' }, { text: 'second answer' }]);
+  const withLlm = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'sk-scripted-key' });
+  try {
+    // passes the arrival rule (a public name) but cannot be downloaded: the name does not resolve
+    const dead = 'https://img.nonexistent.invalid/cat.png';
+    const created = await withLlm.req('POST', '/api/conversations', { initial_user_msg: 'what is this?', image_urls: [dead] });
+    assert.equal(created.status, 200, created.text);
+    const id = created.body.conversation_id as string;
+    const finished = async (n: number) =>
+      waitFor(async () => {
+        const evs = (await withLlm.req('GET', `/api/conversations/${id}/events/search?limit=100`)).body.items as any[];
+        return evs.filter((e) => e.kind === 'MessageEvent' && e.source === 'agent').length >= n && (await withLlm.req('GET', `/api/conversations/${id}`)).body.execution_status !== 'running';
+      }, `agent answer ${n}`, 30_000);
+    await finished(1);
+    const first = JSON.stringify(llm.requests[0]!.body.messages);
+    assert.match(first, /image omitted: https:\/\/img\.nonexistent\.invalid\/cat\.png could not be downloaded/);
+    assert.match(first, /what is this\?/);
+    assert.equal((await withLlm.req('POST', `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'text', text: 'and now?' }], run: true })).status, 200);
+    await finished(2);
+    assert.equal(llm.requests.length, 2);
+    assert.match(JSON.stringify(llm.requests[1]!.body.messages), /and now\?/);
+    const errors = ((await withLlm.req('GET', `/api/conversations/${id}/events/search?limit=100`)).body.items as any[]).filter((e) => /Error/.test(e.kind));
+    assert.deepEqual(errors, []);
+  } finally {
+    await withLlm.stop();
+    await llm.close();
+    fs.rmSync(withLlm.dataDir, { recursive: true, force: true });
   }
 });

@@ -4,6 +4,7 @@
  */
 import { z } from 'zod';
 import { Event, EventSource, MESSAGE_ROLES } from '../events/schema.js';
+import { imageUrlProblem } from '../llm/image-url-rule.js';
 
 export const ROLES = MESSAGE_ROLES;
 export const PROVIDERS = ['github', 'gitlab', 'bitbucket', 'enterprise_sso'] as const;
@@ -38,9 +39,15 @@ export const TextContent = z
   })
   .meta({ id: 'TextContent', title: 'TextContent' });
 
+/** An image URL the daemon will fetch for the model: anything else is refused on arrival (issue 12.3). */
+export const ImageUrl = z.string().superRefine((url, ctx) => {
+  const problem = imageUrlProblem(url);
+  if (problem) ctx.addIssue({ code: 'custom', message: problem });
+});
+
 export const ImageContent = z
   .strictObject({
-    image_urls: z.array(z.string()),
+    image_urls: z.array(ImageUrl),
     type: z.literal('image').default('image'),
     cache_prompt: z.boolean().default(false),
   })
@@ -115,7 +122,7 @@ export const NewConversationRequest = z
     git_provider: z.enum(PROVIDERS).nullish(),
     selected_branch: z.string().nullish(),
     initial_user_msg: z.string().nullish(),
-    image_urls: z.array(z.string()).nullish(),
+    image_urls: z.array(ImageUrl).nullish(),
     replay_json: z.string().nullish(),
     suggested_task: SuggestedTask.nullish(),
     create_microagent: CreateMicroagent.nullish(),
