@@ -26,8 +26,8 @@ async function main() {
   try {
     core = await createCore(config, log, redactor);
   } catch (err) {
-    const what = config.cluster ? 'the PostgreSQL store (DATABASE_URL)' : `the data directory ${config.dataDir}`;
-    process.stderr.write(`parley: cannot open ${what}: ${redactor.redact((err as Error).message)}\n`);
+    const what = config.cluster ? 'start the cluster node' : `open the data directory ${config.dataDir}`;
+    process.stderr.write(`parley: cannot ${what}: ${redactor.redact((err as Error).message)}\n`);
     process.exit(1);
   }
   const { attachAgent } = await import('../src/agent/attach.js');

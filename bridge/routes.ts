@@ -3,6 +3,8 @@
  * request, and where each input field came from (for the `loc` of a 422).
  */
 import type { OperationName } from '../src/api/router.js';
+import { isAgentServerCreate } from '../src/api/agent-server-schemas.js';
+import { AGENT_SERVER_CONVERSATION_ROUTES, GET_MANY, AGENT_SERVER_ROUTES } from './agent-server-routes.js';
 
 type Loc = (string | number)[];
 export type ProcedureName = OperationName;
@@ -11,12 +13,16 @@ export interface RouteRequest {
   params: Record<string, string>;
   query: Record<string, string>;
   body: unknown;
+  /** The whole query string (for a parameter given more than once, e.g. `ids=a&ids=b`). */
+  rawQuery?: string;
 }
 
 export interface Route {
-  method: 'GET' | 'POST' | 'PUT' | 'DELETE';
+  method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
   path: string;
   procedure: ProcedureName;
+  /** When one path serves two procedures, which one this request calls (default: `procedure`). */
+  procedureFor?: (r: RouteRequest) => ProcedureName;
   /** Does the route read a JSON body (required)? */
   body?: boolean;
   input: (r: RouteRequest) => unknown;
@@ -40,13 +46,18 @@ const idOnly = (r: RouteRequest) => ({ conversation_id: r.params.conversation_id
 export const ROUTES: Route[] = [
   {
     method: 'POST', path: '/api/conversations', procedure: 'createConversation', body: true,
+    procedureFor: (r) => (isAgentServerCreate(r.body) ? 'startConversation' : 'createConversation'),
     input: (r) => r.body, loc: bodyLoc, summary: 'New Conversation', tag: 'Conversations',
     operationId: 'new_conversation_api_conversations_post',
   },
   {
     method: 'GET', path: '/api/conversations', procedure: 'listConversations',
-    input: (r) => r.query, loc: (p) => ['query', ...asLoc(p)], summary: 'List Conversations', tag: 'Conversations',
+    loc: (p) => ['query', ...asLoc(p)], summary: 'List Conversations', tag: 'Conversations',
+    // `?ids=` is the agent-server get-many; otherwise the listing as it was
+    ...GET_MANY,
   },
+  // before /:conversation_id, which would capture them
+  ...AGENT_SERVER_CONVERSATION_ROUTES,
   {
     method: 'GET', path: '/api/conversations/:conversation_id', procedure: 'getConversation',
     input: idOnly, loc: pathOrQuery, summary: 'Get Conversation', tag: 'Conversations',
@@ -70,6 +81,11 @@ export const ROUTES: Route[] = [
     method: 'GET', path: '/api/conversations/:conversation_id/events/count', procedure: 'countEvents',
     input: (r) => ({ ...r.query, conversation_id: r.params.conversation_id }), loc: pathOrQuery,
     summary: 'Count Events', tag: 'Events',
+  },
+  {
+    method: 'POST', path: '/api/conversations/:conversation_id/events/respond_to_confirmation', procedure: 'respondToConfirmation', body: true,
+    input: (r) => ({ ...(r.body && typeof r.body === 'object' ? r.body : {}), conversation_id: r.params.conversation_id }),
+    loc: (p) => (p[0] === 'conversation_id' ? ['path', 'conversation_id'] : ['body', ...asLoc(p)]), summary: 'Respond To Confirmation', tag: 'Events',
   },
   {
     method: 'GET', path: '/api/conversations/:conversation_id/events/:event_id', procedure: 'getEvent',
@@ -122,6 +138,7 @@ export const ROUTES: Route[] = [
     input: (r) => r.body, loc: bodyLoc, summary: 'Store Provider Tokens', tag: 'Git',
     operationId: 'store_provider_tokens_api_add_git_providers_post',
   },
+  ...AGENT_SERVER_ROUTES,
 ];
 
 export interface CompiledRoute extends Route {

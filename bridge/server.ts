@@ -13,7 +13,7 @@ import { mountMetrics, RouteMetric, unmatchedMetric } from './metrics.js';
 import { mountDocs } from './docs.js';
 import { buildOpenApi } from './openapi.js';
 import { checkBrowserRequest, isJsonContentType, type GuardOptions } from './guard.js';
-import { compileRoutes, matchRoute, ROUTES, type CompiledRoute } from './routes.js';
+import { compileRoutes, matchRoute, ROUTES, type CompiledRoute, type RouteRequest } from './routes.js';
 import { handleTrpc } from './trpc.js';
 import { App, us_listen_socket_close, us_socket_local_port, type HttpResponse, type us_listen_socket } from './uws.js';
 import { mountEventSockets } from './ws.js';
@@ -130,10 +130,11 @@ export function startServer(config: Config, service: ConversationService, log: L
       return sendJson(res, state, 404, { detail: 'Not Found' });
     }
     if (draining) return sendJson(res, state, 503, { detail: 'Server is shutting down' });
-    const query = parseQuery(req.getQuery() ?? '');
+    const rawQuery = req.getQuery() ?? '';
+    const query = parseQuery(rawQuery);
     if (!route.body) {
       inFlight += 1;
-      return void dispatch(res, state, route, { params, query, body: undefined }).finally(done);
+      return void dispatch(res, state, route, { params, query, rawQuery, body: undefined }).finally(done);
     }
     // a cross-site "simple" request cannot send this type: no body without it, even an empty one
     if (!isJsonContentType(req.getHeader('content-type'))) {
@@ -155,7 +156,7 @@ export function startServer(config: Config, service: ConversationService, log: L
             detail: [{ type: 'json_invalid', loc: ['body', jsonErrorPosition(err, text)], msg: 'JSON decode error', input: {}, ctx: { error: 'Invalid JSON' } }],
           });
         }
-        return dispatch(res, state, route, { params, query, body });
+        return dispatch(res, state, route, { params, query, rawQuery, body });
       })
       .catch((err) => {
         if (err instanceof BodyTooLarge) sendJson(res, state, 413, tooLarge);
@@ -164,11 +165,11 @@ export function startServer(config: Config, service: ConversationService, log: L
       .finally(done);
   });
 
-  async function dispatch(res: HttpResponse, state: { aborted: boolean }, route: CompiledRoute, r: { params: Record<string, string>; query: Record<string, string>; body: unknown }) {
+  async function dispatch(res: HttpResponse, state: { aborted: boolean }, route: CompiledRoute, r: RouteRequest) {
     let input: unknown;
     try {
       input = route.input(r);
-      const out = await call(route.procedure, input);
+      const out = await call(route.procedureFor?.(r) ?? route.procedure, input);
       sendJson(res, state, route.status ?? 200, out);
     } catch (err) {
       const e = toHttpError(err, input, route.loc, log, service.redactor);

@@ -133,6 +133,7 @@ export function mountEventSockets(app: TemplatedApp, service: ConversationServic
       send: sinkSend,
       drained: () => new Promise<void>((r) => d.drainWaiters.push(r)),
       overflow: () => tooSlow(ws),
+      ended: () => end(ws, 4004, 'Conversation deleted'),
     }, { afterSeq, sinceTimestamp: since });
     d.feed.done.then(() => (feedReplaying = false));
   }

@@ -53,6 +53,7 @@ const EnvSchema = z.object({
   // cluster mode (src/cluster/): PostgreSQL is the store, NATS carries live events between nodes
   DATABASE_URL: z.string().regex(/^postgres(ql)?:\/\/.+/, 'DATABASE_URL must look like postgres://user@host:5432/db').optional(),
   NATS_URL: z.string().regex(/^(nats|tls):\/\/.+/, 'NATS_URL must look like nats://host:4222 (several: comma-separated)').optional(),
+  NATS_PREFIX: z.string().regex(/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/, 'NATS_PREFIX must be subject tokens (letters, digits, - and _) separated by dots').default('parley'),
   NODE_ID: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/, 'NODE_ID must be 1-64 letters, digits, dot, dash or underscore').optional(),
   LEASE_TTL_MS: intFrom('LEASE_TTL_MS', 1000, 3600 * 1000).default(10_000),
 });
@@ -113,6 +114,8 @@ export interface Config {
 export interface ClusterConfig {
   databaseUrl: string;
   natsUrl?: string;
+  /** NATS subjects start with this: clusters sharing a NATS server keep apart. */
+  natsPrefix: string;
   nodeId: string;
   leaseTtlMs: number;
 }
@@ -165,7 +168,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     mcpAllowedHosts: hostList(e.MCP_ALLOWED_HOSTS),
     gitAllowedHosts: hostList(e.GIT_ALLOWED_HOSTS),
     cluster: e.DATABASE_URL
-      ? { databaseUrl: e.DATABASE_URL, natsUrl: e.NATS_URL, nodeId: e.NODE_ID ?? `${os.hostname()}-${process.pid}`, leaseTtlMs: e.LEASE_TTL_MS }
+      ? { databaseUrl: e.DATABASE_URL, natsUrl: e.NATS_URL, natsPrefix: e.NATS_PREFIX, nodeId: e.NODE_ID ?? `${os.hostname()}-${process.pid}`, leaseTtlMs: e.LEASE_TTL_MS }
       : undefined,
   };
 }

@@ -26,16 +26,27 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   const box = SecretBox.open(config.dataDir, config.secretKey);
   for (const k of config.sessionApiKeys) redactor.add(k);
   redactor.add(config.secretKey, config.llm.apiKey);
-  const bus = new EventBus();
+  let bus = new EventBus();
   let service: ConversationService | null = null;
   const onCommit = (id: string, evs: EncodedEvent[]) => service?.onCommit(id, evs);
   let store: Store;
   let unread: (() => void)[];
+  let closeBus = async () => {};
   if (config.cluster) {
     const pgStore = await PostgresStore.open(config.cluster.databaseUrl, onCommit);
     redactor.add(new URL(config.cluster.databaseUrl).password || null);
     store = pgStore;
     unread = pgStoreMetrics(pgStore);
+    if (config.cluster.natsUrl) {
+      const { ClusterBus } = await import('./cluster/bus.js');
+      const cluster = await ClusterBus.connect(pgStore, { url: config.cluster.natsUrl, prefix: config.cluster.natsPrefix, nodeId: config.cluster.nodeId, log }).catch(async (err) => {
+        await pgStore.close();
+        throw new Error(`cannot reach NATS at ${config.cluster!.natsUrl}: ${(err as Error).message}`);
+      });
+      cluster.onRemoteDelete((id) => service?.forget(id));
+      closeBus = () => cluster.close();
+      bus = cluster;
+    }
   } else {
     const sqlite = new SqliteStore(config.dataDir, onCommit, { synchronous: config.sqliteSynchronous });
     store = sqlite;
@@ -45,13 +56,18 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
       metrics.storeIndexLag.read(() => [[[], sqlite.indexLagSeconds]]),
     ];
   }
-  service = new ConversationService(store, bus, box, redactor, log);
+  service = new ConversationService(store, bus, box, redactor, log, {
+    workspaceRoot: config.workspaceRoot,
+    dataDir: config.dataDir,
+    llm: { model: config.llm.model, baseUrl: config.llm.baseUrl, apiKeySet: !!config.llm.apiKey },
+  });
   await service.start();
   return {
     service,
     async close() {
       await service!.runtime?.close();
       for (const u of unread) u();
+      await closeBus();
       await store.close();
     },
   };

@@ -1,8 +1,12 @@
-/** The bus hands one EncodedEvent to every subscriber: each encoding is computed at most once. */
+/** The bus hands one EncodedEvent to every subscriber (each encoding computed at most once); a feed over it is exact whatever order events arrive in. */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { unpack } from 'msgpackr';
+import fs from 'node:fs';
 import { EventBus } from '../src/events/bus.js';
+import { EventFeed } from '../src/events/feed.js';
+import { SqliteStore } from '../src/store/sqlite.js';
+import { tempDir, waitFor } from './support/daemon.js';
 import { EncodedEvent } from '../src/events/types.js';
 
 test('one encoding per event however many subscribers; a throwing subscriber harms no one', () => {
@@ -27,4 +31,24 @@ test('one encoding per event however many subscribers; a throwing subscriber har
   assert.equal(seen[0]!.msgpack, seen[99]!.msgpack, 'the same msgpack buffer');
   assert.deepEqual(unpack(seen[0]!.msgpack), seen[0]!.event);
   assert.equal(bus.subscriberCount('other'), 0);
+});
+
+test('a feed that receives a later seq first reads the gap from the store: each event once, in seq order', async (t) => {
+  const dir = tempDir();
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  // the store publishes nothing itself: the test plays the bus, out of order (as events of two nodes can arrive)
+  const store = new SqliteStore(dir);
+  t.after(() => store.close());
+  const bus = new EventBus();
+  const got: number[] = [];
+  let ended = false;
+  const feed = new EventFeed(bus, store, 'c', { send: (ev) => (got.push(ev.seq!), true), drained: async () => {}, overflow: () => assert.fail('no overflow'), ended: () => (ended = true) }, { afterSeq: 0 });
+  await feed.done;
+  const evs = (await store.appendMany('c', Array.from({ length: 5 }, () => ({ kind: 'PauseEvent' as const, source: 'user' as const })))).map((e) => new EncodedEvent(e));
+  for (const i of [2, 0, 1, 4, 3]) bus.publish('c', evs[i]!);
+  await waitFor(() => got.length === 5, 'the feed to read the gap');
+  assert.deepEqual(got, [1, 2, 3, 4, 5]);
+  bus.end('c');
+  assert.equal(ended, true, 'ending the topic ends the feed');
+  assert.equal(bus.subscriberCount('c'), 0);
 });

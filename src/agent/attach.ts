@@ -7,6 +7,7 @@ import { rm } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import type { Config } from '../config.js';
+import { conversationLimits, conversationLlm, conversationSecretValues, recordUsage } from '../conversation/agent-server.js';
 import type { ConversationService } from '../conversation/service.js';
 import type { ParleyEvent } from '../events/types.js';
 import type { LlmClient } from '../llm/types.js';
@@ -110,12 +111,14 @@ export async function attachAgent(service: ConversationService, config: Config, 
     service,
     {
       maxIterations: config.maxIterations,
-      async llm() {
+      async llm(id) {
         const s = await service.getLlmSettings();
-        const model = s.llm_model ?? config.llm.model;
+        // the conversation's own (agent.llm of an agent-server create), field by field over the server's
+        const own = await conversationLlm(service, id);
+        const model = own?.model ?? s.llm_model ?? config.llm.model;
         if (!model) return null;
-        const apiKey = s.llm_api_key ?? config.llm.apiKey;
-        const baseUrl = s.llm_base_url ?? config.llm.baseUrl;
+        const apiKey = own?.apiKey ?? s.llm_api_key ?? config.llm.apiKey;
+        const baseUrl = own?.baseUrl ?? s.llm_base_url ?? config.llm.baseUrl;
         const key = JSON.stringify([model, apiKey, baseUrl]);
         let c = llmCache.get(key);
         if (!c) {
@@ -129,11 +132,13 @@ export async function attachAgent(service: ConversationService, config: Config, 
         return [...builtins, ...((await (await mcpFor(id)).tools()) as Tool[])];
       },
       workspaceDir: (id) => workspacePath(config.workspaceRoot, id),
-      async env() {
+      async env(id) {
         const providers = await service.getProviders();
-        const secrets = await service.secretValues();
+        const secrets = { ...(await service.secretValues()), ...(await conversationSecretValues(service, id)) };
         return { ...secrets, ...gitCredentialEnv(providers), ...(await askpassEnv(providers, helperDir)) };
       },
+      limits: (id) => conversationLimits(service, id),
+      usage: (id, usage) => recordUsage(service, id, usage),
       async instructions(id, events) {
         const conv = await service.require(id);
         const out: string[] = [];

@@ -9,6 +9,7 @@ import { z } from 'zod';
 import type { ConversationService } from '../conversation/service.js';
 import type { AgentRuntime } from '../conversation/runtime.js';
 import type { EventOf, ParleyEvent } from '../events/schema.js';
+import { ConflictError } from '../errors.js';
 import { ProviderError } from '../llm/provider-error.js';
 import type { LlmClient, LlmResponse, LlmToolSpec } from '../llm/types.js';
 import { actionOf, type Tool, type ToolContext } from '../tools/types.js';
@@ -31,6 +32,10 @@ export interface AgentDeps {
   release(conversationId: string): Promise<void>;
   /** A run ended and no other run follows: the conversation is idle (e.g. stop its MCP servers later). */
   idle?(conversationId: string): void;
+  /** The conversation's own step limit and stuck detection (agent-server create); absent: the defaults. */
+  limits?(conversationId: string): Promise<{ maxIterations: number | null; stuckDetection: boolean }>;
+  /** Token counts of each LLM call of the conversation (its `stats`). */
+  usage?(conversationId: string, usage: LlmResponse['usage']): Promise<void>;
 }
 
 interface Run {
@@ -156,6 +161,8 @@ export class AgentRuntimeImpl implements AgentRuntime {
       inputSchema: t.jsonSchema ?? stripSchemaMeta(z.toJSONSchema(t.parameters as z.ZodType, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>),
     }));
     const workspaceDir = this.deps.workspaceDir(id);
+    const limits = await this.deps.limits?.(id);
+    const maxIterations = limits?.maxIterations ?? this.deps.maxIterations;
     let condensedForContextError = false;
 
     for (let iteration = 1; ; iteration++) {
@@ -164,8 +171,8 @@ export class AgentRuntimeImpl implements AgentRuntime {
         await s.setStatus(id, 'paused');
         return;
       }
-      if (iteration > this.deps.maxIterations) {
-        await s.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: 'MaxIterationsReached', detail: `The run stopped after ${this.deps.maxIterations} steps (max_iterations). Send a message or run again to continue.` });
+      if (iteration > maxIterations) {
+        await s.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: 'MaxIterationsReached', detail: `The run stopped after ${maxIterations} steps (max_iterations). Send a message or run again to continue.` });
         await s.setStatus(id, 'error');
         return;
       }
@@ -176,11 +183,11 @@ export class AgentRuntimeImpl implements AgentRuntime {
       const instructions = await this.deps.instructions(id, events);
       const system = buildSystemPrompt({ workspaceDir, toolNames: tools.map((t) => t.name), instructions: [...instructions, ...systemNotes] });
       if (!events.some((e) => e.kind === 'SystemPromptEvent')) {
-        const definitions = tools.map((t, i) => ({ kind: t.kind, name: t.name, description: t.description, parameters: specs[i]!.inputSchema, action_type: t.actionKind }));
+        const definitions = tools.map((t, i) => ({ kind: t.kind, name: t.name, title: t.name, description: t.description, parameters: specs[i]!.inputSchema, action_type: t.actionKind }));
         await s.append(id, { kind: 'SystemPromptEvent', source: 'agent', system_prompt: { type: 'text', text: system }, tools: definitions });
       }
       const budget = Math.floor(llm.contextWindow * (this.deps.contextBudgetRatio ?? 0.8));
-      if (estimateTokens(system + JSON.stringify(specs), messages) > budget && (await this.condense(id, llm, events, run))) continue;
+      if (estimateTokens(system + JSON.stringify(specs), messages) > budget && (await this.condenseHistory(id, llm, events, run))) continue;
 
       steps.inc();
       let response: LlmResponse;
@@ -199,7 +206,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
         if (run.controller.signal.aborted) return this.afterInterrupt(id);
         if (err instanceof ProviderError && err.code === 'ContextWindowExceeded' && !condensedForContextError) {
           condensedForContextError = true;
-          if (await this.condense(id, llm, events, run)) continue;
+          if (await this.condenseHistory(id, llm, events, run)) continue;
         }
         const code = err instanceof ProviderError ? err.code : 'AgentError';
         const detail = err instanceof ProviderError ? err.detail : `The agent failed: ${(err as Error)?.message ?? String(err)}`;
@@ -208,6 +215,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
         return;
       }
 
+      await this.deps.usage?.(id, response.usage);
       if (response.toolCalls.length === 0) {
         await s.append(id, { kind: 'MessageEvent', source: 'agent', llm_response_id: responseId, llm_message: { role: 'assistant', content: [{ type: 'text', text: response.text }] } });
         if (run.newInput) continue;
@@ -255,7 +263,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
         await s.setStatus(id, 'finished');
         return;
       }
-      const verdict = detectStuck(await this.events(id), run.nudged);
+      const verdict = limits?.stuckDetection === false ? { stuck: false as const } : detectStuck(await this.events(id), run.nudged);
       if (verdict.stuck) {
         await s.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: 'AgentStuck', detail: `${verdict.reason} Send a message to continue.` });
         await s.setStatus(id, 'stuck');
@@ -266,6 +274,27 @@ export class AgentRuntimeImpl implements AgentRuntime {
         await s.append(id, { kind: 'AgentErrorEvent', source: 'environment', error: verdict.nudge });
       }
     }
+  }
+
+  async condense(id: string): Promise<boolean> {
+    if (this.runs.has(id)) throw new ConflictError('The conversation is running: pause it first');
+    const llm = await this.requireLlm(id);
+    const controller = new AbortController();
+    return this.condenseHistory(id, llm, await this.events(id), { controller });
+  }
+
+  async ask(id: string, question: string): Promise<string> {
+    const llm = await this.requireLlm(id);
+    const { messages, systemNotes } = eventsToMessages(await this.events(id));
+    const system = buildSystemPrompt({ workspaceDir: this.deps.workspaceDir(id), toolNames: [], instructions: [...systemNotes, 'Answer the question below from what you know of this session; do not call tools.'] });
+    const res = await llm.complete({ system, messages: [...messages, { role: 'user', content: [{ type: 'text', text: question }] }], tools: [] });
+    return this.service.redactor.redact(res.text);
+  }
+
+  private async requireLlm(id: string): Promise<LlmClient> {
+    const llm = await this.deps.llm(id);
+    if (!llm) throw new ConflictError('No LLM is configured');
+    return llm;
   }
 
   /** Every tool call left without a result gets an AgentErrorEvent; status paused. */
@@ -284,7 +313,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
   }
 
   /** Summarise the older half of the history into a Condensation event. False when nothing can be condensed. */
-  private async condense(id: string, llm: LlmClient, events: ParleyEvent[], run: Run): Promise<boolean> {
+  private async condenseHistory(id: string, llm: LlmClient, events: ParleyEvent[], run: Pick<Run, 'controller'>): Promise<boolean> {
     let previous: EventOf<'Condensation'> | undefined;
     for (const e of events) if (e.kind === 'Condensation') previous = e;
     const already = new Set(previous?.forgotten_event_ids ?? []);

@@ -20,6 +20,10 @@ import {
   SecretNameInput,
 } from './schemas.js';
 import { procedure, router } from './trpc.js';
+import * as AS from './agent-server-schemas.js';
+import * as agentServer from '../conversation/agent-server.js';
+import { countEventsFiltered, hasExtraFilters, searchEventsFiltered } from '../conversation/event-search.js';
+import { ConflictError } from '../errors.js';
 
 /**
  * Every operation once: its input schema and its handler. The tRPC router below and the REST
@@ -37,8 +41,8 @@ export const operations = {
   getConversation: op(ConversationIdInput, (s, i) => s.getConversation(i.conversation_id)),
   listConversations: op(ListConversationsInput, (s, i) => s.listConversations(i.page_id, i.limit)),
   deleteConversation: op(ConversationIdInput, (s, i) => s.deleteConversation(i.conversation_id)),
-  searchEvents: op(SearchEventsInput, (s, i) => s.searchEvents(i.conversation_id, i)),
-  countEvents: op(CountEventsInput, (s, i) => s.countEvents(i.conversation_id, i)),
+  searchEvents: op(SearchEventsInput, (s, i) => (hasExtraFilters(i) ? searchEventsFiltered(s, i.conversation_id, i) : s.searchEvents(i.conversation_id, i))),
+  countEvents: op(CountEventsInput, (s, i) => (hasExtraFilters(i) ? countEventsFiltered(s, i.conversation_id, i) : s.countEvents(i.conversation_id, i))),
   getEvent: op(GetEventInput, (s, i) => s.getEvent(i.conversation_id, i.event_id)),
   run: op(ConversationIdInput, (s, i) => s.run(i.conversation_id)),
   pause: op(ConversationIdInput, (s, i) => s.pause(i.conversation_id)),
@@ -50,6 +54,26 @@ export const operations = {
   createSecret: op(CreateSecretInput, (s, i) => s.createSecret(i.name, i.value, i.description)),
   updateSecret: op(UpdateSecretInput, (s, i) => s.updateSecret(i.name, i.value, i.description)),
   deleteSecret: op(SecretNameInput, (s, i) => s.deleteSecret(i.name)),
+  // OpenHands agent-server shape (@openhands/typescript-client)
+  startConversation: op(AS.StartConversationRequest, (s, i) => agentServer.startConversation(s, i)),
+  searchConversations: op(AS.ConversationSearchQuery, (s, i) => agentServer.searchConversations(s, i)),
+  countConversations: op(AS.ConversationCountQuery, (s, i) => agentServer.countConversations(s, i)),
+  getConversations: op(AS.ConversationIdsInput, (s, i) => agentServer.getConversations(s, i.ids)),
+  updateConversation: op(AS.UpdateConversationInput, (s, i) => agentServer.updateConversation(s, i.conversation_id, i)),
+  agentFinalResponse: op(ConversationIdInput, (s, i) => agentServer.agentFinalResponse(s, i.conversation_id)),
+  setConfirmationPolicy: op(AS.SetConfirmationPolicyInput, (s, i) => agentServer.setConfirmationPolicy(s, i.conversation_id, i.policy)),
+  updateConversationSecrets: op(AS.UpdateSecretsInput, (s, i) => agentServer.setConversationSecrets(s, i.conversation_id, i.secrets)),
+  condense: op(ConversationIdInput, async (s, i) => {
+    await s.require(i.conversation_id);
+    if (!s.runtime?.condense) throw new ConflictError('No agent runtime is configured');
+    return { success: await s.runtime.condense(i.conversation_id) };
+  }),
+  askAgent: op(AS.AskAgentInput, async (s, i) => {
+    await s.require(i.conversation_id);
+    if (!s.runtime?.ask) throw new ConflictError('No agent runtime is configured');
+    return { response: await s.runtime.ask(i.conversation_id, i.question) };
+  }),
+  respondToConfirmation: op(AS.ConfirmationResponseInput, (s, i) => agentServer.respondToConfirmation(s, i.conversation_id, i.accept, i.reason ?? null)),
 };
 export type OperationName = keyof typeof operations;
 
@@ -82,6 +106,17 @@ export const appRouter = router({
   createSecret: procedure.input(O.createSecret.input).mutation(({ ctx, input }) => O.createSecret.handler(ctx.service, input)),
   updateSecret: procedure.input(O.updateSecret.input).mutation(({ ctx, input }) => O.updateSecret.handler(ctx.service, input)),
   deleteSecret: procedure.input(O.deleteSecret.input).mutation(({ ctx, input }) => O.deleteSecret.handler(ctx.service, input)),
+  startConversation: procedure.input(O.startConversation.input).mutation(({ ctx, input }) => O.startConversation.handler(ctx.service, input)),
+  searchConversations: procedure.input(O.searchConversations.input).query(({ ctx, input }) => O.searchConversations.handler(ctx.service, input)),
+  countConversations: procedure.input(O.countConversations.input).query(({ ctx, input }) => O.countConversations.handler(ctx.service, input)),
+  getConversations: procedure.input(O.getConversations.input).query(({ ctx, input }) => O.getConversations.handler(ctx.service, input)),
+  updateConversation: procedure.input(O.updateConversation.input).mutation(({ ctx, input }) => O.updateConversation.handler(ctx.service, input)),
+  agentFinalResponse: procedure.input(O.agentFinalResponse.input).query(({ ctx, input }) => O.agentFinalResponse.handler(ctx.service, input)),
+  setConfirmationPolicy: procedure.input(O.setConfirmationPolicy.input).mutation(({ ctx, input }) => O.setConfirmationPolicy.handler(ctx.service, input)),
+  updateConversationSecrets: procedure.input(O.updateConversationSecrets.input).mutation(({ ctx, input }) => O.updateConversationSecrets.handler(ctx.service, input)),
+  condense: procedure.input(O.condense.input).mutation(({ ctx, input }) => O.condense.handler(ctx.service, input)),
+  askAgent: procedure.input(O.askAgent.input).mutation(({ ctx, input }) => O.askAgent.handler(ctx.service, input)),
+  respondToConfirmation: procedure.input(O.respondToConfirmation.input).mutation(({ ctx, input }) => O.respondToConfirmation.handler(ctx.service, input)),
 
   /**
    * The conversation's events: every event with seq > after_seq (when given), then live ones.

@@ -5,6 +5,7 @@
 import { z } from 'zod';
 import { Event, EventSource, MESSAGE_ROLES } from '../events/schema.js';
 import { imageUrlProblem } from '../llm/image-url-rule.js';
+import { EventFilterExtras } from './event-filters.js';
 
 export const ROLES = MESSAGE_ROLES;
 export const PROVIDERS = ['github', 'gitlab', 'bitbucket', 'enterprise_sso'] as const;
@@ -190,15 +191,17 @@ export const EventPage = z
   .object({ items: z.array(Event), next_page_id: z.string().nullable() })
   .meta({ id: 'EventPage' });
 
-export const SearchEventsQuery = z.object({
+// strict: a query parameter Parley does not know is a 422, never silently ignored
+export const SearchEventsQuery = z.strictObject({
   page_id: z.string().nullish(),
   limit: Limit,
   kind: z.string().max(200).nullish(),
   source: EventSource.nullish(),
   sort_order: z.enum(['TIMESTAMP', 'TIMESTAMP_DESC']).default('TIMESTAMP'),
   after_seq: z.coerce.number().int().min(0).nullish(),
+  ...EventFilterExtras,
 });
-export const CountEventsQuery = SearchEventsQuery.pick({ kind: true, source: true, after_seq: true });
+export const CountEventsQuery = SearchEventsQuery.pick({ kind: true, source: true, after_seq: true, body: true, timestamp__gte: true, timestamp__lt: true });
 
 export const ConversationIdInput = z.object({ conversation_id: ConversationId });
 export const SearchEventsInput = SearchEventsQuery.extend({ conversation_id: ConversationId });
@@ -222,7 +225,7 @@ export const SettingsUpdate = z
   })
   .meta({ id: 'SettingsUpdate' });
 /** Shorter values would be redacted from every output as ordinary words, so they are refused (issue 12.5). */
-const SecretValue = z.string().min(8, { error: 'a secret value must be at least 8 characters' });
+export const SecretValue = z.string().min(8, { error: 'a secret value must be at least 8 characters' });
 export const SecretName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, { error: 'name must be a valid environment variable name' });
 export const CreateSecretInput = z.strictObject({ name: SecretName, value: SecretValue, description: z.string().max(1000).nullish() }).meta({ id: 'CreateSecret' });
 export const UpdateSecretBody = z.strictObject({ value: SecretValue.nullish(), description: z.string().max(1000).nullish() }).meta({ id: 'UpdateSecret' });

@@ -14,6 +14,12 @@ export interface AgentRuntime {
   /** The conversation is being deleted: stop everything it owns. */
   dispose(conversationId: string): Promise<void>;
   close(): Promise<void>;
+  /** Condense the conversation's history now; false when there is nothing to condense. */
+  condense?(conversationId: string): Promise<boolean>;
+  /** A side question to the LLM with the conversation's context; nothing is added to the conversation. */
+  ask?(conversationId: string, question: string): Promise<string>;
+  /** The conversation waits for confirmation: run its pending actions (accept) or reject them. */
+  confirm?(conversationId: string, accept: boolean, reason: string | null): Promise<void>;
 }
 
 export interface PrepareOptions {

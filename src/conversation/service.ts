@@ -24,6 +24,8 @@ import { mcpSecretValues, mergeMcpConfig, redactMcpConfig as redactMcp, type Mcp
 import { normalizeRepository } from '../workspace/git.js';
 import { validateSuggestedTask } from '../workspace/tasks.js';
 import { parseReplay, replayText, type ReplayPlan } from './replay.js';
+import { agentServerInfo, type AgentServerContext } from './agent-server.js';
+import { seqPageStart } from './event-search.js';
 import type { AgentRuntime, ConversationPreparer, PrepareOptions } from './runtime.js';
 
 const appended = metrics.eventsAppended.child();
@@ -73,6 +75,8 @@ interface LiveConversation {
 export interface CreateResult {
   status: 'ok';
   conversation_id: string;
+  /** = conversation_id (the agent-server shape's name for it). */
+  id: string;
   message: string | null;
   conversation_status: 'STARTING' | 'RUNNING';
 }
@@ -93,6 +97,8 @@ export class ConversationService {
     readonly box: SecretBox,
     readonly redactor: Redactor,
     readonly log: Logger,
+    /** Paths and the server's LLM, for the agent-server fields of the info (agent, workspace, persistence_dir). */
+    readonly agentServer?: AgentServerContext,
   ) {}
 
   /** Called by the store after each commit: publish in seq order. */
@@ -163,6 +169,11 @@ export class ConversationService {
     const conv = await this.load(id);
     if (!conv) throw new NotFoundError('Conversation not found');
     return conv;
+  }
+
+  /** Another node deleted the conversation: its state here goes. */
+  forget(id: string): void {
+    this.live.delete(id);
   }
 
   status(id: string): ExecutionStatus | undefined {
@@ -270,7 +281,7 @@ export class ConversationService {
     } else if (willRun) {
       this.startRun(id);
     }
-    return { status: 'ok', conversation_id: id, message: null, conversation_status: willRun || replay ? 'RUNNING' : 'STARTING' };
+    return { status: 'ok', conversation_id: id, id, message: null, conversation_status: willRun || replay ? 'RUNNING' : 'STARTING' };
   }
 
   /** Preparations under way in this process (a phase left over by a restart is not one). */
@@ -307,6 +318,7 @@ export class ConversationService {
     return {
       status: 'ok',
       conversation_id: id,
+      id,
       message: 'Joined existing conversation',
       conversation_status: conv.status === 'running' ? 'RUNNING' : 'STARTING',
     };
@@ -420,6 +432,12 @@ export class ConversationService {
     };
   }
 
+  /** The stored LLM settings without decrypting the key. */
+  private async serverLlmView() {
+    const rec = await this.store.getSecret(SETTINGS_KIND, 'llm');
+    return { model: (rec?.meta.llm_model as string | null) ?? null, base_url: (rec?.meta.llm_base_url as string | null) ?? null, key_set: !!rec?.sealed };
+  }
+
   async publicSettings() {
     const s = await this.getLlmSettings();
     return { llm_model: s.llm_model, llm_base_url: s.llm_base_url, llm_api_key_set: !!s.llm_api_key };
@@ -510,6 +528,7 @@ export class ConversationService {
       last_seq: lastSeq,
       setup: d.setup ?? null,
       mcp_config: redactMcpConfig(await this.conversationMcpConfig(conv.record.id)),
+      ...agentServerInfo(conv.record, this.agentServer, await this.serverLlmView()),
     };
   }
 
@@ -544,6 +563,7 @@ export class ConversationService {
     await this.preparer?.dispose?.(id);
     await this.store.deleteConversation(id);
     this.live.delete(id);
+    this.bus.end(id); // its subscribers are closed, here and on every other node
     this.log.info({ conversation_id: id }, 'conversation deleted');
     return { success: true };
   }
@@ -554,13 +574,7 @@ export class ConversationService {
   ) {
     await this.require(id);
     const desc = q.sort_order === 'TIMESTAMP_DESC';
-    let start: number | null = null;
-    if (q.page_id) {
-      if (!/^\d+$/.test(q.page_id)) {
-        throw new RequestValidationError([{ type: 'value_error', loc: ['query', 'page_id'], msg: 'Value error, page_id is not a page id returned by this endpoint', input: q.page_id }]);
-      }
-      start = Number(q.page_id);
-    }
+    const start = seqPageStart(q.page_id);
     const items = await this.store.query(id, {
       kind: q.kind,
       source: q.source,
@@ -641,7 +655,7 @@ function checkNewConversation(req: NewConversationRequest): ReplayPlan | null {
   return plan;
 }
 
-function deriveTitle(req: NewConversationRequest): string | null {
+export function deriveTitle(req: NewConversationRequest): string | null {
   const t = req.suggested_task?.title ?? req.create_microagent?.title ?? req.initial_user_msg ?? req.repository;
   if (!t) return null;
   const line = t.trim().split('\n')[0] ?? '';

@@ -15,6 +15,8 @@ export interface FeedSink {
   drained(): Promise<void>;
   /** The subscriber fell too far behind: the transport must close (1013); the client resumes with after_seq. */
   overflow(): void;
+  /** The conversation was deleted (on this node or another): the transport must close. */
+  ended?(): void;
 }
 
 export interface FeedOptions {
@@ -45,8 +47,8 @@ export class EventFeed {
     const wantsReplay = opts.afterSeq != null || opts.sinceTimestamp != null;
     this.cursor = opts.afterSeq ?? (opts.sinceTimestamp != null ? 0 : null);
     this.replaying = wantsReplay;
-    this.unsubscribe = bus.subscribe(conversationId, (ev) => this.onLive(ev));
-    this.done = wantsReplay ? this.replay() : Promise.resolve();
+    this.unsubscribe = bus.subscribe(conversationId, (ev) => this.onLive(ev), () => this.ended());
+    this.done = wantsReplay ? this.replay(opts.sinceTimestamp ?? null) : Promise.resolve();
   }
 
   private onLive(ev: EncodedEvent): void {
@@ -56,26 +58,43 @@ export class EventFeed {
       if (this.pending.length > (this.opts.maxPending ?? 10000)) this.fail();
       return;
     }
+    const seq = ev.seq;
+    if (seq !== undefined && this.cursor !== null && seq > this.cursor + 1) {
+      // Another node's event overtook ones committed before it (each node publishes its own
+      // commits): every seq below a committed one is committed too, so the gap is read from the store.
+      this.replaying = true;
+      this.pending.push(ev);
+      void this.replay(null);
+      return;
+    }
     this.deliver(ev);
   }
 
   private deliver(ev: EncodedEvent): void {
     const seq = ev.seq;
-    if (seq !== undefined && this.cursor !== null) {
-      if (seq <= this.cursor) return;
+    if (seq !== undefined) {
+      if (this.cursor !== null && seq <= this.cursor) return;
       this.cursor = seq;
     }
     this.sink.send(ev);
   }
 
-  private async replay(): Promise<void> {
+  private ended(): void {
+    if (this.closed) return;
+    this.close();
+    if (this.sink.ended) this.sink.ended();
+    else this.sink.overflow();
+  }
+
+  /** Sends every stored event after the cursor (the first page from `since` when given), then the live ones held meanwhile. */
+  private async replay(since: string | null): Promise<void> {
     const pageSize = this.opts.pageSize ?? 256;
     let first = true;
     try {
       for (;;) {
         const page = await this.store.query(this.conversationId, {
           afterSeq: this.cursor,
-          sinceTimestamp: first ? this.opts.sinceTimestamp : null,
+          sinceTimestamp: first ? since : null,
           limit: pageSize,
         });
         first = false;
@@ -93,7 +112,7 @@ export class EventFeed {
       this.replaying = false;
       const held = this.pending;
       this.pending = [];
-      for (const ev of held) this.deliver(ev);
+      for (const ev of held) this.onLive(ev); // a gap among them (events of several nodes) starts another read
     } catch {
       this.fail();
     }

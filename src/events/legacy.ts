@@ -41,7 +41,7 @@ export function upgradeEvent(ev: ParleyEvent): ParleyEvent {
     const names = ev.tools as unknown as string[];
     return {
       ...ev,
-      tools: names.map((name) => ({ kind: TOOL_KINDS[name] ?? 'MCPToolDefinition', name, description: '', parameters: {}, action_type: ACTION_KINDS[name] ?? 'MCPToolAction' })),
+      tools: names.map((name) => ({ kind: TOOL_KINDS[name] ?? 'MCPToolDefinition', name, title: name, description: '', parameters: {}, action_type: ACTION_KINDS[name] ?? 'MCPToolAction' })),
     };
   }
   return ev;

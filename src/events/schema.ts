@@ -53,6 +53,8 @@ export const ToolDefinition = z
   .object({
     kind: z.string().meta({ description: 'e.g. TerminalTool, FileEditorTool, MCPToolDefinition' }),
     name: z.string(),
+    /** OpenHands' ToolDefinition carries `title` (the name the tool is shown by); events from before it lack it. */
+    title: z.string().optional(),
     description: z.string(),
     parameters: z.record(z.string(), z.unknown()).meta({ description: 'JSON Schema of the arguments' }),
     action_type: z.string(),

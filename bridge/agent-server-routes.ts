@@ -1,0 +1,65 @@
+/**
+ * The REST lines of OpenHands' agent-server shape (what `@openhands/typescript-client` calls), in
+ * the same table form as `routes.ts`. The conversation-level ones are listed before
+ * `/api/conversations/:conversation_id` so that `search` and `count` are never read as an id.
+ */
+import type { Route, RouteRequest } from './routes.js';
+
+type Loc = (string | number)[];
+const asLoc = (p: PropertyKey[]): Loc => p.map((x) => (typeof x === 'number' ? x : String(x)));
+const queryLoc = (p: PropertyKey[]): Loc => ['query', ...asLoc(p)];
+const idOrBody = (p: PropertyKey[]): Loc => (p[0] === 'conversation_id' ? ['path', 'conversation_id'] : ['body', ...asLoc(p)]);
+const idOrQuery = (p: PropertyKey[]): Loc => (p[0] === 'conversation_id' ? ['path', 'conversation_id'] : ['query', ...asLoc(p)]);
+const objectBody = (r: RouteRequest) => (r.body && typeof r.body === 'object' && !Array.isArray(r.body) ? r.body : {});
+const withId = (r: RouteRequest) => ({ ...objectBody(r), conversation_id: r.params.conversation_id });
+const idOnly = (r: RouteRequest) => ({ conversation_id: r.params.conversation_id });
+
+/** `GET /api/conversations?ids=a,b` (or `ids=a&ids=b`) is the client's get-many; without `ids` the listing. */
+export const GET_MANY: Pick<Route, 'procedureFor' | 'input'> = {
+  procedureFor: (r) => ('ids' in r.query ? 'getConversations' : 'listConversations'),
+  input: (r) => ('ids' in r.query ? idsInput(r) : r.query),
+};
+/** The input of a get-many: every `ids` value, comma lists split. */
+const idsInput = (r: RouteRequest) => {
+  const extra = Object.keys(r.query).filter((k) => k !== 'ids');
+  const ids = new URLSearchParams(r.rawQuery ?? '').getAll('ids').flatMap((v) => v.split(',')).filter(Boolean);
+  return extra.length ? { ids, ...Object.fromEntries(extra.map((k) => [k, r.query[k]])) } : { ids };
+};
+
+export const AGENT_SERVER_CONVERSATION_ROUTES: Route[] = [
+  {
+    method: 'GET', path: '/api/conversations/search', procedure: 'searchConversations',
+    input: (r) => r.query, loc: queryLoc, summary: 'Search Conversations', tag: 'Conversations',
+  },
+  {
+    method: 'GET', path: '/api/conversations/count', procedure: 'countConversations',
+    input: (r) => r.query, loc: queryLoc, summary: 'Count Conversations', tag: 'Conversations',
+  },
+  {
+    method: 'PATCH', path: '/api/conversations/:conversation_id', procedure: 'updateConversation', body: true,
+    input: withId, loc: idOrBody, summary: 'Update Conversation', tag: 'Conversations',
+  },
+];
+
+export const AGENT_SERVER_ROUTES: Route[] = [
+  {
+    method: 'GET', path: '/api/conversations/:conversation_id/agent_final_response', procedure: 'agentFinalResponse',
+    input: idOnly, loc: idOrQuery, summary: 'Agent Final Response', tag: 'Conversations',
+  },
+  {
+    method: 'POST', path: '/api/conversations/:conversation_id/confirmation_policy', procedure: 'setConfirmationPolicy', body: true,
+    input: withId, loc: idOrBody, summary: 'Set Confirmation Policy', tag: 'Conversations',
+  },
+  {
+    method: 'POST', path: '/api/conversations/:conversation_id/secrets', procedure: 'updateConversationSecrets', body: true,
+    input: withId, loc: idOrBody, summary: 'Update Conversation Secrets', tag: 'Conversations',
+  },
+  {
+    method: 'POST', path: '/api/conversations/:conversation_id/condense', procedure: 'condense',
+    input: idOnly, loc: idOrQuery, summary: 'Condense Conversation', tag: 'Conversations',
+  },
+  {
+    method: 'POST', path: '/api/conversations/:conversation_id/ask_agent', procedure: 'askAgent', body: true,
+    input: withId, loc: idOrBody, summary: 'Ask Agent', tag: 'Conversations',
+  },
+];

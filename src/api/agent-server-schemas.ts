@@ -1,0 +1,148 @@
+/**
+ * Wire schemas of OpenHands' agent-server shape (what `@openhands/typescript-client` sends): the
+ * create request, conversation search, title/tags, confirmation policy, conversation secrets, and
+ * the workspace side channels. Kept apart from `schemas.ts`, whose `InitSessionRequest` and its 422s
+ * are the interface's own and do not change for this client.
+ */
+import { z } from 'zod';
+import { ConversationId, EXECUTION_STATUSES, SecretValue, SendMessageRequest } from './schemas.js';
+
+/** Body keys that mark a create request as the agent-server shape (any other body is `InitSessionRequest`). */
+export const AGENT_SERVER_CREATE_KEYS = ['agent', 'agent_settings', 'workspace', 'initial_message'] as const;
+
+export function isAgentServerCreate(body: unknown): boolean {
+  return !!body && typeof body === 'object' && !Array.isArray(body) && AGENT_SERVER_CREATE_KEYS.some((k) => k in body);
+}
+
+/** The LLM of an agent: Parley uses model, api_key and base_url; the client's other LLM options are accepted. */
+export const AgentLlm = z
+  .looseObject({
+    model: z.string().min(1).max(300).nullish(),
+    api_key: z.string().nullish(),
+    base_url: z.string().regex(/^https?:\/\/\S+$/, { error: 'base_url must be an http(s) URL' }).nullish(),
+  })
+  .meta({ id: 'AgentServerLLM' });
+
+/** `{kind:"Agent", llm, tools…}`: the agent's other fields (tools, context, condenser…) are accepted and Parley's own are used. */
+export const AgentSpec = z.looseObject({ kind: z.string().nullish(), llm: AgentLlm.nullish() }).meta({ id: 'AgentServerAgent' });
+
+export const WorkspaceSpec = z
+  .looseObject({
+    kind: z.string().nullish(),
+    type: z.string().nullish(),
+    working_dir: z.string().max(4096).nullish(),
+  })
+  .meta({ id: 'AgentServerWorkspace', description: 'working_dir is recorded as the client names the workspace; it is never used as a host path.' });
+
+const POLICY_KINDS = { never: 'NeverConfirm', always: 'AlwaysConfirm', risk_based: 'ConfirmRisky' } as const;
+
+/** `{kind:"NeverConfirm"|"AlwaysConfirm"|"ConfirmRisky"}` or the client's class form `{type:"never"|"always"|"risk_based"}`. */
+export const ConfirmationPolicy = z
+  .looseObject({
+    kind: z.enum(['NeverConfirm', 'AlwaysConfirm', 'ConfirmRisky']).optional(),
+    type: z.enum(['never', 'always', 'risk_based']).optional(),
+    confirm_unknown: z.boolean().optional(),
+    threshold: z.string().optional(),
+  })
+  .refine((p) => p.kind !== undefined || p.type !== undefined, { error: 'policy needs kind (NeverConfirm, AlwaysConfirm or ConfirmRisky)' })
+  .transform((p) => {
+    const kind = p.kind ?? POLICY_KINDS[p.type!];
+    return kind === 'ConfirmRisky' ? { kind, confirm_unknown: p.confirm_unknown ?? true, threshold: p.threshold ?? 'HIGH' } : { kind };
+  })
+  .meta({ id: 'ConfirmationPolicy' });
+export type ConfirmationPolicy = z.output<typeof ConfirmationPolicy>;
+
+/** `{kind:"StaticSecret", value}`; a LookupSecret (a URL the server would fetch) is refused. */
+export const StaticSecret = z.strictObject({
+  kind: z.literal('StaticSecret').default('StaticSecret'),
+  value: SecretValue,
+  description: z.string().max(1000).nullish(),
+});
+export const SecretName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, { error: 'name must be a valid environment variable name' });
+export const SecretsMap = z.record(SecretName, z.union([StaticSecret, SecretValue]));
+
+export const Tags = z.record(z.string().max(200), z.string().max(2000));
+
+export const StartConversationRequest = z
+  .strictObject({
+    agent: AgentSpec.nullish(),
+    agent_settings: z.record(z.string(), z.unknown()).nullish(),
+    workspace: WorkspaceSpec.nullish(),
+    initial_message: SendMessageRequest.extend({ run: z.boolean().default(true) }).nullish(),
+    max_iterations: z.number().int().min(1).max(10_000).nullish(),
+    stuck_detection: z.boolean().nullish(),
+    confirmation_policy: ConfirmationPolicy.nullish(),
+    secrets: SecretsMap.nullish(),
+    conversation_id: ConversationId.nullish(),
+    tags: Tags.nullish(),
+    // sent by the client on every create; Parley has no hooks and no users, so they are accepted and ignored
+    hook_config: z.unknown().optional(),
+    user_id: z.string().nullish(),
+  })
+  .meta({ id: 'StartConversationRequest', title: 'StartConversationRequest', description: "OpenHands agent-server create request (what @openhands/typescript-client sends)." });
+export type StartConversationRequest = z.output<typeof StartConversationRequest>;
+
+const Limit = z.coerce.number().int().min(1).max(100).default(100);
+
+export const ConversationSearchQuery = z.strictObject({
+  page_id: z.string().nullish(),
+  limit: Limit,
+  status: z.enum(EXECUTION_STATUSES).nullish(),
+  sort_order: z.enum(['CREATED_AT', 'UPDATED_AT', 'CREATED_AT_DESC', 'UPDATED_AT_DESC']).default('CREATED_AT_DESC'),
+  tag: z.string().max(2000).nullish(),
+});
+export const ConversationCountQuery = ConversationSearchQuery.pick({ status: true, tag: true });
+
+/** `GET /api/conversations?ids=a,b` (or `ids=a&ids=b`). */
+export const ConversationIdsInput = z.strictObject({ ids: z.array(ConversationId).min(1).max(100) });
+
+export const UpdateConversationBody = z
+  .strictObject({ title: z.string().max(500).nullish(), tags: Tags.nullish() })
+  .meta({ id: 'UpdateConversationRequest' });
+export const UpdateConversationInput = UpdateConversationBody.extend({ conversation_id: ConversationId });
+
+export const SetConfirmationPolicyInput = z.strictObject({ conversation_id: ConversationId, policy: ConfirmationPolicy });
+export const UpdateSecretsInput = z.strictObject({ conversation_id: ConversationId, secrets: SecretsMap });
+export const AskAgentInput = z.strictObject({ conversation_id: ConversationId, question: z.string().min(1).max(100_000) });
+export const ConfirmationResponseInput = z.strictObject({
+  conversation_id: ConversationId,
+  accept: z.boolean(),
+  reason: z.string().max(10_000).nullish(),
+});
+
+// ---- workspace side channels (bash, file, git) ------------------------------------------------
+
+export const ExecuteBashRequest = z
+  .strictObject({
+    command: z.string().min(1).max(100_000),
+    cwd: z.string().max(4096).nullish(),
+    timeout: z.number().int().min(1).max(3600).default(300),
+    conversation_id: ConversationId.nullish(),
+  })
+  .meta({ id: 'ExecuteBashRequest' });
+export type ExecuteBashRequest = z.output<typeof ExecuteBashRequest>;
+
+export const BashEventSearchQuery = z.strictObject({
+  kind__eq: z.enum(['BashCommand', 'BashOutput']).nullish(),
+  command_id__eq: z.string().max(200).nullish(),
+  timestamp__gte: z.string().max(64).nullish(),
+  timestamp__lt: z.string().max(64).nullish(),
+  order__gt: z.coerce.number().int().nullish(),
+  sort_order: z.enum(['TIMESTAMP', 'TIMESTAMP_DESC']).default('TIMESTAMP'),
+  page_id: z.string().max(200).nullish(),
+  limit: Limit,
+});
+export const BashEventIdInput = z.object({ event_id: z.string().max(200) });
+
+/** A side-channel path (`?path=`), with the conversation it belongs to when the caller names it. */
+export const WorkspacePathQuery = z.strictObject({
+  path: z.string().min(1).max(4096),
+  conversation_id: ConversationId.nullish(),
+  ref: z.string().max(200).nullish(),
+});
+export const WorkspaceUploadInput = z.object({
+  path: z.string().min(1).max(4096),
+  conversation_id: ConversationId.nullish(),
+  /** The `file` part of the multipart body. */
+  content: z.instanceof(Uint8Array),
+});

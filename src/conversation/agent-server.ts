@@ -1,0 +1,303 @@
+/**
+ * OpenHands' agent-server shape on top of the conversation service: the create request that
+ * `@openhands/typescript-client` sends, the conversation info fields it reads (agent, workspace,
+ * confirmation policy, stats…), conversation search, title/tags, conversation secrets, the final
+ * response. Knows no HTTP; the router calls these with the service.
+ *
+ * What the client says about the host is never trusted: `workspace.working_dir` is recorded as
+ * the name the client gave the workspace, and the conversation gets its own directory like every
+ * other (its path is what `workspace.working_dir` shows).
+ */
+import crypto from 'node:crypto';
+import path from 'node:path';
+import type { ConfirmationPolicy, StartConversationRequest } from '../api/agent-server-schemas.js';
+import { ConflictError, RequestValidationError } from '../errors.js';
+import type { ParleyEvent } from '../events/types.js';
+import type { ConversationRecord } from '../store/types.js';
+import { workspacePath } from '../workspace/workspace.js';
+import { deriveTitle, type ConversationService } from './service.js';
+
+/** Where the service's conversations live and what the server's LLM is (for the info's `agent`). */
+export interface AgentServerContext {
+  workspaceRoot: string;
+  dataDir: string;
+  llm: { model?: string | null; baseUrl?: string | null; apiKeySet?: boolean };
+}
+
+export const MASKED = '**********';
+type Data = Record<string, unknown>;
+
+interface StoredLlm {
+  model: string | null;
+  base_url: string | null;
+  api_key_sealed: string | null;
+}
+
+export interface Usage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  cache_read_tokens: number;
+  cache_write_tokens: number;
+}
+
+/**
+ * A model as the OpenHands client names it (LiteLLM style) → Parley's `provider/model`: known
+ * prefixes stay, a bare `claude-…` is Anthropic's, any other bare name OpenAI's; `litellm_proxy/x`
+ * and unknown prefixes behind a `base_url` go to an OpenAI-compatible server.
+ */
+export function parleyModel(model: string, baseUrl: string | null | undefined): string {
+  const m = model.trim();
+  const slash = m.indexOf('/');
+  if (slash < 0) return /^claude/i.test(m) ? `anthropic/${m}` : `openai/${m}`;
+  const provider = m.slice(0, slash).toLowerCase();
+  if (provider === 'openai' || provider === 'anthropic') return m;
+  if (provider === 'litellm_proxy') return `openai/${m.slice(slash + 1)}`;
+  if (baseUrl) return `openai/${m}`;
+  throw new RequestValidationError([
+    { type: 'value_error', loc: ['body', 'agent', 'llm', 'model'], msg: `Value error, model "${m}": Parley speaks to openai/…, anthropic/… and OpenAI-compatible servers (give base_url)`, input: m },
+  ]);
+}
+
+// ---- create ---------------------------------------------------------------------------------
+
+/** `POST /api/conversations` with the agent-server body: create (or return, for a known `conversation_id`) and answer with the info. */
+export async function startConversation(service: ConversationService, req: StartConversationRequest) {
+  if (req.conversation_id && (await service.load(req.conversation_id))) return service.getConversation(req.conversation_id);
+  const llm = req.agent?.llm;
+  const data: Data = {};
+  if (llm && (llm.model || llm.api_key || llm.base_url)) {
+    if (llm.api_key) service.redactor.add(llm.api_key);
+    data.llm = {
+      model: llm.model ? parleyModel(llm.model, llm.base_url) : null,
+      base_url: llm.base_url ?? null,
+      api_key_sealed: llm.api_key ? service.box.encrypt(llm.api_key) : null,
+    } satisfies StoredLlm;
+  }
+  if (req.max_iterations) data.max_iterations = req.max_iterations;
+  if (req.stuck_detection !== undefined && req.stuck_detection !== null) data.stuck_detection = req.stuck_detection;
+  if (req.confirmation_policy) data.confirmation_policy = req.confirmation_policy;
+  if (req.tags) data.tags = req.tags;
+  if (req.workspace?.working_dir) data.declared_working_dir = req.workspace.working_dir;
+  const created = await service.createConversation({ conversation_id: req.conversation_id ?? crypto.randomUUID() });
+  const id = created.conversation_id;
+  await service.updateData(id, data);
+  if (req.secrets) await setConversationSecrets(service, id, req.secrets);
+  const msg = req.initial_message;
+  if (msg && msg.content.length) {
+    const text = msg.content.flatMap((c) => (c.type === 'text' ? [c.text] : [])).join('\n');
+    const title = deriveTitle({ initial_user_msg: text });
+    if (title) await service.setTitle(id, service.redactor.redact(title));
+    await service.sendMessage(id, { role: msg.role, content: msg.content, run: msg.run });
+  }
+  return service.getConversation(id);
+}
+
+// ---- the info's agent-server fields ---------------------------------------------------------------
+
+/** Fields the client's ConversationInfo reads, from what the conversation keeps (additive to the interface's info). */
+export function agentServerInfo(record: ConversationRecord, ctx: AgentServerContext | undefined, server: { model: string | null; base_url: string | null; key_set: boolean }) {
+  const d = record.data;
+  const own = (d.llm as StoredLlm | undefined) ?? null;
+  const keySet = own?.api_key_sealed ? true : server.key_set || !!ctx?.llm.apiKeySet;
+  const usage = (d.usage as Usage | undefined) ?? { prompt_tokens: 0, completion_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0 };
+  const model = own?.model ?? server.model ?? ctx?.llm.model ?? null;
+  return {
+    agent: {
+      kind: 'Agent',
+      llm: { model, base_url: own?.base_url ?? server.base_url ?? ctx?.llm.baseUrl ?? null, api_key: keySet ? MASKED : null, usage_id: 'agent' },
+      tools: [{ name: 'terminal' }, { name: 'file_editor' }, { name: 'task_tracker' }],
+    },
+    workspace: { kind: 'LocalWorkspace', working_dir: ctx ? workspacePath(ctx.workspaceRoot, record.id) : null },
+    confirmation_policy: (d.confirmation_policy as ConfirmationPolicy | undefined) ?? { kind: 'NeverConfirm' },
+    persistence_dir: ctx ? path.resolve(ctx.dataDir) : null,
+    max_iterations: (d.max_iterations as number | undefined) ?? null,
+    stuck_detection: (d.stuck_detection as boolean | undefined) ?? true,
+    stats: {
+      usage_to_metrics: {
+        agent: {
+          model_name: model ?? 'default',
+          accumulated_cost: 0,
+          accumulated_token_usage: { model: model ?? 'default', ...usage, reasoning_tokens: 0, context_window: 0, per_turn_token: 0, response_id: '' },
+        },
+      },
+    },
+    tags: (d.tags as Record<string, string> | undefined) ?? {},
+    activated_knowledge_skills: [],
+    secret_names: Object.keys((d.secrets_sealed as Record<string, string> | undefined) ?? {}),
+  };
+}
+
+// ---- per-conversation settings used by the agent --------------------------------------------------
+
+/** The conversation's own LLM (from `agent.llm`), key decrypted; null fields fall back to the server's. */
+export async function conversationLlm(service: ConversationService, id: string): Promise<{ model: string | null; baseUrl: string | null; apiKey: string | null } | null> {
+  const own = (await service.require(id)).record.data.llm as StoredLlm | undefined;
+  if (!own) return null;
+  const apiKey = own.api_key_sealed ? service.box.decrypt(own.api_key_sealed) : null;
+  service.redactor.add(apiKey);
+  return { model: own.model, baseUrl: own.base_url, apiKey };
+}
+
+export async function conversationLimits(service: ConversationService, id: string): Promise<{ maxIterations: number | null; stuckDetection: boolean; confirm: boolean }> {
+  const d = (await service.require(id)).record.data;
+  const policy = d.confirmation_policy as ConfirmationPolicy | undefined;
+  return {
+    maxIterations: (d.max_iterations as number | undefined) ?? null,
+    stuckDetection: d.stuck_detection !== false,
+    // Parley has no risk analyser: every action's risk is unknown, so ConfirmRisky asks when it confirms unknown risks
+    confirm: policy?.kind === 'AlwaysConfirm' || (policy?.kind === 'ConfirmRisky' && policy.confirm_unknown !== false),
+  };
+}
+
+/** Adds an LLM call's token counts to the conversation's usage (shown as `stats`). */
+export async function recordUsage(service: ConversationService, id: string, u: { inputTokens?: number; outputTokens?: number; cacheReadTokens?: number; cacheWriteTokens?: number }): Promise<void> {
+  const conv = await service.load(id);
+  if (!conv) return;
+  const cur = (conv.record.data.usage as Usage | undefined) ?? { prompt_tokens: 0, completion_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0 };
+  await service.updateData(id, {
+    usage: {
+      prompt_tokens: cur.prompt_tokens + (u.inputTokens ?? 0),
+      completion_tokens: cur.completion_tokens + (u.outputTokens ?? 0),
+      cache_read_tokens: cur.cache_read_tokens + (u.cacheReadTokens ?? 0),
+      cache_write_tokens: cur.cache_write_tokens + (u.cacheWriteTokens ?? 0),
+    } satisfies Usage,
+  });
+}
+
+// ---- secrets ------------------------------------------------------------------------------------
+
+type SecretInput = string | { value: string; description?: string | null };
+
+/** Merges secrets into the conversation's (encrypted at rest, masked everywhere, exported to its shell). */
+export async function setConversationSecrets(service: ConversationService, id: string, secrets: Record<string, SecretInput>) {
+  const conv = await service.require(id);
+  const sealed = { ...((conv.record.data.secrets_sealed as Record<string, string> | undefined) ?? {}) };
+  for (const [name, s] of Object.entries(secrets)) {
+    const value = typeof s === 'string' ? s : s.value;
+    service.redactor.add(value);
+    sealed[name] = service.box.encrypt(value);
+  }
+  await service.updateData(id, { secrets_sealed: sealed });
+  return { success: true as const };
+}
+
+export async function conversationSecretValues(service: ConversationService, id: string): Promise<Record<string, string>> {
+  const sealed = ((await service.require(id)).record.data.secrets_sealed as Record<string, string> | undefined) ?? {};
+  const out: Record<string, string> = {};
+  for (const [name, s] of Object.entries(sealed)) {
+    out[name] = service.box.decrypt(s);
+    service.redactor.add(out[name]);
+  }
+  return out;
+}
+
+// ---- conversation-level operations ---------------------------------------------------------------
+
+type ConversationInfo = Awaited<ReturnType<ConversationService['getConversation']>>;
+
+type SortOrder = 'CREATED_AT' | 'UPDATED_AT' | 'CREATED_AT_DESC' | 'UPDATED_AT_DESC';
+
+/** Every conversation's record (newest first), read page by page from the store. */
+async function allRecords(service: ConversationService): Promise<ConversationRecord[]> {
+  const out: ConversationRecord[] = [];
+  let cursor: { created_at: string; id: string } | null = null;
+  for (;;) {
+    const rows = await service.store.listConversations(500, cursor);
+    out.push(...rows);
+    if (rows.length < 500) return out;
+    const last = rows[rows.length - 1]!;
+    cursor = { created_at: last.created_at, id: last.id };
+  }
+}
+
+function matches(r: ConversationRecord, status: string | null | undefined, tag: string | null | undefined, service: ConversationService): boolean {
+  if (status && (service.status(r.id) ?? r.execution_status) !== status) return false;
+  if (tag) {
+    // `key=value` or `key`
+    const [k, v] = tag.split('=', 2) as [string, string | undefined];
+    const tags = (r.data.tags as Record<string, string> | undefined) ?? {};
+    if (!(k in tags) || (v !== undefined && tags[k] !== v)) return false;
+  }
+  return true;
+}
+
+/** `GET /api/conversations/search`: filtered by status (and tag), sorted, paged by offset. */
+export async function searchConversations(
+  service: ConversationService,
+  q: { page_id?: string | null; limit: number; status?: string | null; sort_order: SortOrder; tag?: string | null },
+): Promise<{ items: ConversationInfo[]; next_page_id: string | null }> {
+  let start = 0;
+  if (q.page_id) {
+    if (!/^\d{1,9}$/.test(q.page_id)) {
+      throw new RequestValidationError([{ type: 'value_error', loc: ['query', 'page_id'], msg: 'Value error, page_id is not a page id returned by this endpoint', input: q.page_id }]);
+    }
+    start = Number(q.page_id);
+  }
+  const key = q.sort_order.startsWith('UPDATED') ? 'updated_at' : 'created_at';
+  const desc = q.sort_order.endsWith('_DESC');
+  const rows = (await allRecords(service)).filter((r) => matches(r, q.status, q.tag, service));
+  rows.sort((a, b) => (a[key] < b[key] ? -1 : a[key] > b[key] ? 1 : a.id < b.id ? -1 : 1) * (desc ? -1 : 1));
+  const page = rows.slice(start, start + q.limit);
+  const items: ConversationInfo[] = [];
+  for (const r of page) items.push(await service.getConversation(r.id));
+  return { items, next_page_id: start + q.limit < rows.length ? String(start + q.limit) : null };
+}
+
+export async function countConversations(service: ConversationService, q: { status?: string | null; tag?: string | null }): Promise<number> {
+  return (await allRecords(service)).filter((r) => matches(r, q.status, q.tag, service)).length;
+}
+
+/** `GET /api/conversations?ids=…`: in the order asked, null for an unknown id. */
+export async function getConversations(service: ConversationService, ids: string[]): Promise<(ConversationInfo | null)[]> {
+  const out: (ConversationInfo | null)[] = [];
+  for (const id of ids) out.push((await service.load(id)) ? await service.getConversation(id) : null);
+  return out;
+}
+
+/** `PATCH /api/conversations/{id}`: title and/or tags. */
+export async function updateConversation(service: ConversationService, id: string, patch: { title?: string | null; tags?: Record<string, string> | null }) {
+  await service.require(id);
+  if (patch.title !== undefined && patch.title !== null) await service.setTitle(id, service.redactor.redact(patch.title));
+  if (patch.tags !== undefined) await service.updateData(id, { tags: patch.tags ?? {} });
+  return { success: true as const };
+}
+
+export async function setConfirmationPolicy(service: ConversationService, id: string, policy: ConfirmationPolicy) {
+  await service.require(id);
+  await service.updateData(id, { confirmation_policy: policy });
+  return { success: true as const };
+}
+
+/** The text of the agent's last answer: its finish message, else its last message. */
+export async function agentFinalResponse(service: ConversationService, id: string): Promise<{ response: string }> {
+  await service.require(id);
+  let before: number | null = null;
+  for (;;) {
+    const page: ParleyEvent[] = await service.store.query(id, { desc: true, limit: 200, beforeSeq: before, source: 'agent' });
+    for (const e of page) {
+      if (e.kind === 'ActionEvent' && e.action?.kind === 'FinishAction') return { response: e.action.message };
+      if (e.kind === 'MessageEvent' && e.llm_message.role === 'assistant') {
+        return { response: e.llm_message.content.flatMap((c) => (c.type === 'text' ? [c.text] : [])).join('\n') };
+      }
+    }
+    if (page.length < 200) return { response: '' };
+    before = page[page.length - 1]!.seq!;
+  }
+}
+
+export function requireStatus(service: ConversationService, id: string, allowed: readonly string[], what: string): void {
+  const status = service.status(id);
+  if (!status || !allowed.includes(status)) throw new ConflictError(`${what}: the conversation is ${status ?? 'not loaded'}`);
+}
+
+/**
+ * `POST …/events/respond_to_confirmation`: the actions waiting for confirmation run (accept) or are
+ * answered with a UserRejectObservation each (reject). Only while the conversation waits for one.
+ */
+export async function respondToConfirmation(service: ConversationService, id: string, accept: boolean, reason: string | null) {
+  await service.require(id);
+  if (service.status(id) !== 'waiting_for_confirmation') throw new ConflictError('No action is waiting for confirmation');
+  if (!service.runtime?.confirm) throw new ConflictError('No agent runtime is configured');
+  await service.runtime.confirm(id, accept, reason);
+  return { success: true as const };
+}

@@ -1,0 +1,144 @@
+/**
+ * Cluster mode against the real servers: daemons on random ports sharing one PostgreSQL database
+ * (created and dropped per test), one WORKSPACE_ROOT and a nats-server of the test's own.
+ */
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { startCluster } from './support/cluster.js';
+import { waitFor, type DaemonHandle } from './support/daemon.js';
+import { tcpProxy } from './support/tcp-proxy.js';
+import { connect, type Frames } from './support/ws-client.js';
+
+const send = (d: DaemonHandle, id: string, text: string, run = false) => d.req('POST', `/api/conversations/${id}/events`, { content: [{ text }], run });
+const subscribe = (d: DaemonHandle, id: string, q = '') => connect(`ws://127.0.0.1:${d.port}/sockets/events/${id}${q ? `?${q}` : ''}`);
+const create = async (d: DaemonHandle) => (await d.req('POST', '/api/conversations', {})).body.conversation_id as string;
+const stored = (f: Frames) => f.frames.filter((x) => x.seq !== undefined);
+const texts = (f: Frames) => stored(f).filter((x) => x.kind === 'MessageEvent').map((x) => x.llm_message.content[0].text as string);
+
+/** The texts of every message stored, read through the REST API. */
+async function storedTexts(d: DaemonHandle, id: string): Promise<string[]> {
+  const out: string[] = [];
+  for (let page: string | null = null; ; ) {
+    const r = await d.req('GET', `/api/conversations/${id}/events/search?limit=100&kind=MessageEvent${page ? `&page_id=${page}` : ''}`);
+    out.push(...r.body.items.map((e: any) => e.llm_message.content[0].text));
+    page = r.body.next_page_id;
+    if (!page) return out;
+  }
+}
+
+/** Every stored event once, in seq order, gap-free from `from`. */
+function assertGapFree(f: Frames, from = 1) {
+  const seqs = stored(f).map((x) => x.seq as number);
+  assert.deepEqual(seqs, Array.from({ length: seqs.length }, (_, i) => i + from));
+}
+
+describe('cluster mode: PostgreSQL + NATS', { timeout: 180_000 }, () => {
+  test('three nodes: writes through two nodes at once reach subscribers on the others once each, in seq order, gap-free; resume on a third node', async (t) => {
+    const c = await startCluster(t, 3);
+    const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
+    const id = await create(n1);
+    const s2 = subscribe(n2, id, 'after_seq=0');
+    const s3 = subscribe(n3, id, 'after_seq=0');
+    await Promise.all([s2.next((f) => f.key === 'full_state'), s3.next((f) => f.key === 'full_state')]);
+    const results = await Promise.all([
+      ...Array.from({ length: 100 }, (_, i) => send(n2, id, `two ${i}`)),
+      ...Array.from({ length: 100 }, (_, i) => send(n3, id, `three ${i}`)),
+    ]);
+    assert.ok(results.every((r) => r.status === 200), 'every send answered 200');
+    // a 200 from any node means committed: every node counts all of them at once
+    for (const n of c.nodes) assert.equal((await n.req('GET', `/api/conversations/${id}/events/count?kind=MessageEvent`)).body, 200);
+    for (const s of [s2, s3]) {
+      await waitFor(() => texts(s).length === 200, 'all 200 messages on a subscriber', 30_000);
+      assertGapFree(s);
+      assert.equal(new Set(texts(s)).size, 200, 'each message once');
+      // a node's own writes keep their order
+      const two = texts(s).filter((x) => x.startsWith('two '));
+      assert.deepEqual(two, Array.from({ length: 100 }, (_, i) => `two ${i}`));
+    }
+    // resume on the third node from the middle of what the second saw
+    const mid = stored(s2)[120]!.seq as number;
+    s2.close();
+    const r1 = subscribe(n1, id, `after_seq=${mid}`);
+    const last = stored(s3).at(-1)!.seq as number;
+    await waitFor(() => stored(r1).at(-1)?.seq === last, 'the resumed subscriber to catch up');
+    assertGapFree(r1, mid + 1);
+    await send(n2, id, 'after the resume');
+    await waitFor(() => texts(r1).includes('after the resume'), 'a live event after the resume');
+    assertGapFree(r1, mid + 1);
+    r1.close();
+    s3.close();
+  });
+
+  test('deleting on one node: 404 on every node, subscribers on the others are closed', async (t) => {
+    const c = await startCluster(t, 3);
+    const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
+    const id = await create(n1);
+    await send(n2, id, 'hello');
+    const s2 = subscribe(n2, id);
+    const s3 = subscribe(n3, id);
+    await Promise.all([s2.next((f) => f.key === 'full_state'), s3.next((f) => f.key === 'full_state')]);
+    // each node has the conversation loaded
+    for (const n of c.nodes) assert.equal((await n.req('GET', `/api/conversations/${id}`)).status, 200);
+    assert.equal((await n1.req('DELETE', `/api/conversations/${id}`)).status, 200);
+    for (const n of c.nodes) assert.equal((await n.req('GET', `/api/conversations/${id}`)).status, 404);
+    assert.equal((await send(n3, id, 'too late')).status, 404);
+    for (const s of [s2, s3]) assert.equal((await s.waitClose()).code, 4004);
+  });
+
+  test('NATS stopped mid-run: events still reach subscribers on other nodes (from PostgreSQL); NATS back, live again', async (t) => {
+    const c = await startCluster(t, 2);
+    const [n1, n2] = c.nodes as [DaemonHandle, DaemonHandle];
+    const id = await create(n1);
+    const s2 = subscribe(n2, id, 'after_seq=0');
+    await s2.next((f) => f.key === 'full_state');
+    for (let i = 0; i < 10; i++) assert.equal((await send(n1, id, `before ${i}`)).status, 200);
+    await waitFor(() => texts(s2).length === 10, 'the events before the stop');
+    await c.nats.stop();
+    for (let i = 0; i < 10; i++) assert.equal((await send(n1, id, `during ${i}`)).status, 200, 'NATS down: writes go on');
+    await waitFor(() => texts(s2).length === 20, 'the events written while NATS was down', 20_000);
+    await c.nats.start();
+    for (let i = 0; i < 10; i++) assert.equal((await send(n1, id, `after ${i}`)).status, 200);
+    await waitFor(() => texts(s2).length === 30, 'the events after NATS came back', 20_000);
+    assertGapFree(s2);
+    s2.close();
+  });
+
+  test('PostgreSQL briefly unreachable from a node: appends answer 503 with the reason, nothing acknowledged is lost, the node recovers by itself', async (t) => {
+    const proxy = await tcpProxy(5432);
+    t.after(() => proxy.close());
+    const c = await startCluster(t, 2);
+    const [n1] = c.nodes as [DaemonHandle];
+    // node 2 reaches PostgreSQL through the proxy
+    await c.nodes[1]!.stop();
+    const url = new URL(c.db.url);
+    url.port = String(proxy.port);
+    const n2 = await c.startNode(1, { DATABASE_URL: url.toString() });
+    const id = await create(n1);
+    const s1 = subscribe(n1, id, 'after_seq=0');
+    await s1.next((f) => f.key === 'full_state');
+    const acknowledged: string[] = [];
+    let refused: { status: number; body: any } | null = null;
+    let i = 0;
+    const writer = (async () => {
+      while (!refused || acknowledged.length < 40) {
+        const text = `m${i++}`;
+        const r = await send(n2, id, text);
+        if (r.status === 200) acknowledged.push(text);
+        else if (r.status === 503) refused ??= r;
+        else assert.fail(`unexpected ${r.status}: ${r.text}`);
+      }
+    })();
+    await waitFor(() => acknowledged.length >= 10, 'appends before the cut');
+    proxy.cut();
+    await waitFor(() => refused, 'a 503 while PostgreSQL is unreachable', 20_000);
+    assert.match(JSON.stringify(refused!.body), /PostgreSQL unavailable/);
+    proxy.restore();
+    await writer; // went on by itself after the restore
+    const all = await storedTexts(n1, id);
+    for (const a of acknowledged) assert.ok(all.includes(a), `acknowledged ${a} is stored`);
+    await waitFor(() => acknowledged.every((a) => texts(s1).includes(a)), 'every acknowledged event on a subscriber of the other node', 20_000);
+    assertGapFree(s1);
+    s1.close();
+    void n2;
+  });
+});

@@ -1,0 +1,180 @@
+/**
+ * OpenHands' own TypeScript client (@openhands/typescript-client, pinned devDependency) runs a whole
+ * session against a real daemon, unchanged, with the scripted LLM behind the conversation's own
+ * `agent.llm`. Also the raw shapes it relies on (create body, info fields, 422s, routes order).
+ */
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { startDaemon, waitFor, type DaemonHandle } from './support/daemon.js';
+import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
+
+// the client's ESM build calls require('ws') to open its socket (a client bug, worked around here)
+(globalThis as { require?: NodeJS.Require }).require = createRequire(import.meta.url);
+const OH = await import('@openhands/typescript-client');
+const { Agent, Conversation, ConversationManager, Workspace } = OH;
+
+const SESSION_KEY = 'session-key-0123456789';
+const LLM_KEY = 'sk-OHCLIENT-CANARY-98765';
+const SECRET = 'conv-secret-CANARY-4242';
+let d: DaemonHandle;
+let llm: ScriptedLlm;
+const H = { 'x-session-api-key': SESSION_KEY };
+
+before(async () => {
+  llm = await startScriptedLlm([], { requireApiKey: LLM_KEY });
+  // no LLM configured on the server: the conversation's agent.llm is what runs
+  d = await startDaemon({ SESSION_API_KEY: SESSION_KEY });
+});
+after(async () => {
+  await d?.stop();
+  await llm?.close();
+});
+
+const agent = () => new Agent({ llm: { model: 'openai/scripted', api_key: LLM_KEY, base_url: llm.url } as never });
+const workspace = (dir = '/workspace/project') => new Workspace({ host: d.url, workingDir: dir, apiKey: SESSION_KEY });
+const manager = () => new ConversationManager({ host: d.url, apiKey: SESSION_KEY });
+
+describe('the OpenHands client, unchanged', { timeout: 120_000 }, () => {
+  test('create, socket, send, run to finished, remote state, final response, title, policy, secrets, search, delete', async (t) => {
+    const received: any[] = [];
+    const errors: Error[] = [];
+    const conv = new Conversation(agent(), workspace(), { callback: (e: any) => received.push(e), onError: (e: Error) => errors.push(e) } as never);
+    t.after(() => conv.close());
+    await conv.start();
+    const id = conv.id;
+    assert.match(id, /^[0-9a-f-]{36}$/);
+    await conv.startWebSocketClient();
+    await waitFor(() => received.some((e) => e.key === 'full_state'), 'full_state over the socket');
+
+    llm.push({ text: 'Looking.', toolCalls: [{ name: 'terminal', arguments: { command: 'echo from-agent > made.txt && echo "secret=$MY_TOKEN"' } }] }, { text: 'Done.', toolCalls: [{ name: 'finish', arguments: { message: 'All done here.' } }] });
+    await conv.updateSecrets({ MY_TOKEN: SECRET });
+    await conv.sendMessage('Please make a file');
+    await conv.run();
+    await waitFor(async () => (await conv.state.refresh(), (await conv.state.getExecutionStatus()) === 'finished'), 'finished', 60_000);
+    await waitFor(() => received.some((e) => e.kind === 'ActionEvent' && e.action?.kind === 'FinishAction'), 'the finish action over the socket');
+
+    // remote state: every accessor
+    const st = conv.state;
+    assert.equal(await st.getExecutionStatus(), 'finished');
+    assert.equal(await st.getAgentStatus(), 'finished');
+    assert.deepEqual(await st.getConfirmationPolicy(), { kind: 'NeverConfirm' });
+    assert.deepEqual(await st.getActivatedKnowledgeSkills(), []);
+    const ag: any = await st.getAgent();
+    assert.equal(ag.kind, 'Agent');
+    assert.equal(ag.llm.model, 'openai/scripted');
+    assert.equal(ag.llm.api_key, '**********');
+    const ws: any = await st.getWorkspace();
+    assert.equal(ws.kind, 'LocalWorkspace');
+    // the client's working_dir is not a host path: the conversation has its own workspace
+    assert.equal(ws.working_dir, path.join(d.dataDir, 'workspaces', id.replace(/-/g, '')));
+    assert.equal(fs.readFileSync(path.join(ws.working_dir, 'made.txt'), 'utf8'), 'from-agent\n');
+    assert.equal(typeof (await st.getPersistenceDir()), 'string');
+    const dump: any = await st.modelDump();
+    assert.equal(dump.id, id);
+    assert.equal(dump.max_iterations, 500);
+    assert.equal(dump.stuck_detection, true);
+    assert.equal(JSON.parse(await st.modelDumpJson()).id, id);
+    const stats: any = await conv.conversationStats();
+    assert.ok(stats.usage_to_metrics.agent.accumulated_token_usage.prompt_tokens > 0);
+
+    // events: search, count, get, the cached list
+    const all = await st.events.getEvents();
+    assert.ok(all.some((e: any) => e.kind === 'SystemPromptEvent' && e.tools.some((t: any) => t.kind === 'TerminalTool' && t.title)));
+    const action: any = all.find((e: any) => e.kind === 'ActionEvent' && e.action?.kind === 'TerminalAction');
+    assert.equal(action.tool_call.origin, 'completion');
+    const obs: any = all.find((e: any) => e.kind === 'ObservationEvent' && e.tool_call_id === action.tool_call_id);
+    assert.equal(obs.observation.kind, 'TerminalObservation');
+    assert.ok(!JSON.stringify(all).includes(SECRET), 'the conversation secret is masked in events');
+    assert.match(JSON.stringify(obs), /secret=<secret_hidden>/);
+    const found = await st.events.search({ body: 'MAKE A FILE' });
+    assert.equal(found.items.length, 1);
+    assert.equal(found.items[0].kind, 'MessageEvent');
+    assert.equal(await st.events.count({ body: 'make a file' }), 1);
+    const mid = all[Math.floor(all.length / 2)] as any;
+    const before = await st.events.search({ timestamp__lt: mid.timestamp, limit: 100 });
+    const from = await st.events.search({ timestamp__gte: mid.timestamp, limit: 100 });
+    const stored = (await st.events.search({ limit: 100 })).items;
+    assert.equal(before.items.length + from.items.length, stored.length);
+    assert.ok(before.items.every((e: any) => e.timestamp < mid.timestamp) && from.items.every((e: any) => e.timestamp >= mid.timestamp));
+    assert.equal((await st.events.getEventById(mid.id)).id, mid.id);
+
+    assert.equal(await conv.getAgentFinalResponse(), 'All done here.');
+    await conv.setTitle('A title from the client');
+    await conv.setConfirmationPolicy({ kind: 'AlwaysConfirm' } as never);
+    const info = await st.refresh();
+    assert.equal(info.title, 'A title from the client');
+    assert.deepEqual(info.confirmation_policy, { kind: 'AlwaysConfirm' });
+    await conv.setConfirmationPolicy(new OH.NeverConfirm() as never);
+    assert.deepEqual(await (await st.refresh(), st.getConfirmationPolicy()), { kind: 'NeverConfirm' });
+
+    // the manager: search, count, get-many
+    const m = manager();
+    const page = await m.searchConversations({ limit: 10 } as never);
+    assert.ok(page.items.some((c: any) => c.id === id));
+    assert.equal(typeof (await m.countConversations()), 'number');
+    assert.ok((await m.countConversations({ status: 'finished' } as never)) >= 1);
+    const unknown = '00000000-0000-4000-8000-000000000000';
+    const many = await m.getConversations([id, unknown]);
+    assert.equal(many.length, 2);
+    assert.equal((many[0] as any).id, id);
+    assert.equal(many[1], null);
+    assert.equal((await m.getConversation(id)).id, id);
+
+    assert.deepEqual(errors, []);
+    await conv.close();
+    await m.deleteConversation(id);
+    assert.equal((await d.req('GET', `/api/conversations/${id}`, undefined, H)).status, 404);
+  });
+
+  test('initial message runs; max_iterations and stuck_detection are the conversation\'s; the LLM key never shows', async (t) => {
+    llm.push({ text: 'Hi from the agent.' });
+    const conv = new Conversation(agent(), workspace('/tmp'));
+    t.after(() => conv.close());
+    await conv.start({ initialMessage: 'hello there', maxIterations: 7, stuckDetection: false } as never);
+    await waitFor(async () => (await conv.state.refresh()).execution_status === 'finished', 'finished', 60_000);
+    const info: any = await conv.state.refresh();
+    assert.equal(info.max_iterations, 7);
+    assert.equal(info.stuck_detection, false);
+    assert.equal(info.title, 'hello there');
+    assert.equal(await conv.getAgentFinalResponse(), 'Hi from the agent.');
+    const raw = await d.req('GET', `/api/conversations/${conv.id}`, undefined, H);
+    assert.ok(!raw.text.includes(LLM_KEY));
+    await conv.close();
+  });
+});
+
+describe('raw shapes', { timeout: 60_000 }, () => {
+  test('the seed create still answers its shape (plus id); agent-server bodies are strict too', async () => {
+    const seed = await d.req('POST', '/api/conversations', {}, H);
+    assert.equal(seed.status, 200);
+    assert.equal(seed.body.id, seed.body.conversation_id);
+    assert.equal(seed.body.status, 'ok');
+    const bad = await d.req('POST', '/api/conversations', { initial_user_msg: 'x', nope: 1 }, H);
+    assert.equal(bad.status, 422);
+    assert.equal(bad.body.detail[0].type, 'extra_forbidden');
+    const badAs = await d.req('POST', '/api/conversations', { workspace: { working_dir: '/x' }, nope: 1 }, H);
+    assert.equal(badAs.status, 422);
+    assert.deepEqual(badAs.body.detail[0].loc, ['body', 'nope']);
+    const cid = '11111111-2222-4333-8444-555555555555';
+    const a = await d.req('POST', '/api/conversations', { workspace: { kind: 'LocalWorkspace', working_dir: '/etc' }, conversation_id: cid }, H);
+    assert.equal(a.status, 200, a.text);
+    assert.equal(a.body.id, cid);
+    assert.notEqual(a.body.workspace.working_dir, '/etc');
+    const again = await d.req('POST', '/api/conversations', { workspace: { working_dir: '/etc' }, conversation_id: cid }, H);
+    assert.equal(again.body.id, cid);
+  });
+
+  test('search and count are not read as an id; unknown event-search parameters are a 422', async () => {
+    assert.equal((await d.req('GET', '/api/conversations/search', undefined, H)).status, 200);
+    assert.equal((await d.req('GET', '/api/conversations/count', undefined, H)).status, 200);
+    const c = await d.req('POST', '/api/conversations', {}, H);
+    const r = await d.req('GET', `/api/conversations/${c.body.id}/events/search?bogus=1`, undefined, H);
+    assert.equal(r.status, 422);
+    assert.deepEqual(r.body.detail[0].loc, ['query', 'bogus']);
+    assert.equal((await d.req('GET', `/api/conversations/${c.body.id}/events/count?whatever=1`, undefined, H)).status, 422);
+    assert.equal((await d.req('GET', '/api/conversations/search?nope=1', undefined, H)).status, 422);
+  });
+});
