@@ -63,3 +63,49 @@ export const AGENT_SERVER_ROUTES: Route[] = [
     input: withId, loc: idOrBody, summary: 'Ask Agent', tag: 'Conversations',
   },
 ];
+
+const bodyLoc = (p: PropertyKey[]): Loc => ['body', ...asLoc(p)];
+
+/** Workspace side channels: no conversation in the path (the core's locator finds it from the path or cwd). */
+export const SIDE_CHANNEL_ROUTES: Route[] = [
+  {
+    method: 'POST', path: '/api/bash/execute_bash_command', procedure: 'executeBash', body: true,
+    input: (r) => r.body, loc: bodyLoc, summary: 'Execute Bash Command', tag: 'Bash',
+  },
+  {
+    method: 'POST', path: '/api/bash/start_bash_command', procedure: 'startBash', body: true,
+    input: (r) => r.body, loc: bodyLoc, summary: 'Start Bash Command', tag: 'Bash',
+  },
+  {
+    method: 'GET', path: '/api/bash/bash_events/search', procedure: 'searchBashEvents',
+    input: (r) => r.query, loc: queryLoc, summary: 'Search Bash Events', tag: 'Bash',
+  },
+  {
+    method: 'GET', path: '/api/bash/bash_events/:event_id', procedure: 'getBashEvent',
+    input: (r) => ({ event_id: r.params.event_id }), loc: (p) => ['path', ...asLoc(p)], summary: 'Get Bash Event', tag: 'Bash',
+  },
+  {
+    method: 'DELETE', path: '/api/bash/bash_events', procedure: 'clearBashEvents',
+    input: () => undefined, loc: queryLoc, summary: 'Clear Bash Events', tag: 'Bash',
+  },
+  {
+    method: 'POST', path: '/api/file/upload', procedure: 'uploadFile', body: 'multipart',
+    input: (r) => ({ ...r.query, content: r.body }), loc: (p) => (p[0] === 'content' ? ['body', 'file'] : queryLoc(p)), summary: 'Upload File', tag: 'Files',
+  },
+  {
+    method: 'GET', path: '/api/file/download', procedure: 'downloadFile',
+    input: (r) => r.query, loc: queryLoc, summary: 'Download File', tag: 'Files',
+  },
+  {
+    method: 'GET', path: '/api/git/changes', procedure: 'gitChanges',
+    input: (r) => r.query, loc: queryLoc, summary: 'Git Changes', tag: 'Git',
+  },
+  {
+    method: 'GET', path: '/api/git/diff', procedure: 'gitDiff',
+    input: (r) => r.query, loc: queryLoc, summary: 'Git Diff', tag: 'Git',
+  },
+  {
+    method: 'GET', path: '/api/tools', procedure: 'listTools',
+    input: () => undefined, loc: queryLoc, summary: 'List Tools', tag: 'Tools',
+  },
+];

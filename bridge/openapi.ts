@@ -1,5 +1,6 @@
 /** GET /openapi.json: OpenAPI 3.1.0 generated from the zod schemas and the route table. */
 import { z } from 'zod';
+import * as AS from '../src/api/agent-server-schemas.js';
 import * as S from '../src/api/schemas.js';
 import type { Route } from './routes.js';
 
@@ -27,6 +28,22 @@ const SHAPES: Record<string, { body?: string; query?: z.ZodObject; response: str
   createSecret: { body: 'CreateSecret', response: 'SecretInfo' },
   updateSecret: { body: 'UpdateSecret', response: 'Success' },
   deleteSecret: { response: 'Success' },
+  // OpenHands agent-server shape (POST /api/conversations with agent/workspace/initial_message is startConversation)
+  startConversation: { body: 'StartConversationRequest', response: 'ConversationInfo' },
+  searchConversations: { query: AS.ConversationSearchQuery, response: 'ConversationPage' },
+  countConversations: { query: AS.ConversationCountQuery, response: { type: 'integer' } },
+  getConversations: { response: { type: 'array', items: { anyOf: [ref('ConversationInfo'), { type: 'null' }] } } },
+  updateConversation: { body: 'UpdateConversationRequest', response: 'Success' },
+  agentFinalResponse: { response: { type: 'object', properties: { response: { type: 'string' } } } },
+  askAgent: { response: { type: 'object', properties: { response: { type: 'string' } } } },
+  executeBash: { body: 'ExecuteBashRequest', response: { type: 'object', description: 'BashOutput' } },
+  startBash: { body: 'ExecuteBashRequest', response: { type: 'object', description: 'BashCommand' } },
+  searchBashEvents: { query: AS.BashEventSearchQuery, response: { type: 'object', description: '{items, next_page_id}' } },
+  downloadFile: { query: AS.WorkspacePathQuery.omit({ ref: true }), response: { type: 'string', format: 'binary' } },
+  gitChanges: { query: AS.WorkspacePathQuery.omit({ ref: true }), response: { type: 'array', items: { type: 'object', properties: { path: { type: 'string' }, status: { enum: ['ADDED', 'UPDATED', 'DELETED', 'MOVED'] } } } } },
+  gitDiff: { query: AS.WorkspacePathQuery, response: { type: 'object', properties: { original: { type: ['string', 'null'] }, modified: { type: ['string', 'null'] } } } },
+  listTools: { response: { type: 'array', items: { type: 'string' } } },
+  uploadFile: { query: AS.WorkspacePathQuery.omit({ ref: true }), response: 'Success' },
 };
 
 function componentSchemas(): Json {
@@ -81,6 +98,9 @@ export function buildOpenApi(routes: Route[], version: string, authEnabled: bool
     };
     if (parameters.length) op.parameters = parameters;
     if (shape.body) op.requestBody = { required: true, content: { 'application/json': { schema: ref(shape.body) } } };
+    if (r.body === 'multipart') {
+      op.requestBody = { required: true, content: { 'multipart/form-data': { schema: { type: 'object', properties: { file: { type: 'string', format: 'binary' } }, required: ['file'] } } } };
+    }
     if (r.path.includes(':conversation_id') && r.procedure !== 'sendMessage') {
       (op.responses as Json)['404'] = { description: 'Not Found', content: { 'application/json': { schema: ref('ErrorDetail') } } };
     }

@@ -4,7 +4,7 @@
  */
 import type { OperationName } from '../src/api/router.js';
 import { isAgentServerCreate } from '../src/api/agent-server-schemas.js';
-import { AGENT_SERVER_CONVERSATION_ROUTES, GET_MANY, AGENT_SERVER_ROUTES } from './agent-server-routes.js';
+import { AGENT_SERVER_CONVERSATION_ROUTES, AGENT_SERVER_ROUTES, GET_MANY, SIDE_CHANNEL_ROUTES } from './agent-server-routes.js';
 
 type Loc = (string | number)[];
 export type ProcedureName = OperationName;
@@ -23,8 +23,8 @@ export interface Route {
   procedure: ProcedureName;
   /** When one path serves two procedures, which one this request calls (default: `procedure`). */
   procedureFor?: (r: RouteRequest) => ProcedureName;
-  /** Does the route read a JSON body (required)? */
-  body?: boolean;
+  /** Does the route read a JSON body (required)? `multipart`: a multipart/form-data body whose `file` part is the input's body. */
+  body?: boolean | 'multipart';
   input: (r: RouteRequest) => unknown;
   /** Wire location of an input path. */
   loc: (path: PropertyKey[]) => Loc;
@@ -139,6 +139,7 @@ export const ROUTES: Route[] = [
     operationId: 'store_provider_tokens_api_add_git_providers_post',
   },
   ...AGENT_SERVER_ROUTES,
+  ...SIDE_CHANNEL_ROUTES,
 ];
 
 export interface CompiledRoute extends Route {

@@ -12,6 +12,8 @@ import { BodyTooLarge, jsonErrorPosition, keyMatches, parseQuery, readText, send
 import { mountMetrics, RouteMetric, unmatchedMetric } from './metrics.js';
 import { mountDocs } from './docs.js';
 import { buildOpenApi } from './openapi.js';
+import { FileBytes } from '../src/conversation/side-channels.js';
+import { isMultipart, multipartFile, readBytes } from './multipart.js';
 import { checkBrowserRequest, isJsonContentType, type GuardOptions } from './guard.js';
 import { compileRoutes, matchRoute, ROUTES, type CompiledRoute, type RouteRequest } from './routes.js';
 import { handleTrpc } from './trpc.js';
@@ -69,6 +71,7 @@ export function startServer(config: Config, service: ConversationService, log: L
       idle_time: Math.floor((Date.now() - service.lastActivity) / 1000),
       docs: '/docs',
       node_version: process.version,
+      sandbox: service.sandbox.info(),
     }),
   );
   const openapiMetric = fixed('/openapi.json');
@@ -136,6 +139,10 @@ export function startServer(config: Config, service: ConversationService, log: L
       inFlight += 1;
       return void dispatch(res, state, route, { params, query, rawQuery, body: undefined }).finally(done);
     }
+    if (route.body === 'multipart') {
+      inFlight += 1;
+      return void readUpload(res, state, route, { params, query, rawQuery, body: undefined }, req.getHeader('content-type')).finally(done);
+    }
     // a cross-site "simple" request cannot send this type: no body without it, even an empty one
     if (!isJsonContentType(req.getHeader('content-type'))) {
       return sendJson(res, state, 415, { detail: 'Content-Type must be application/json' });
@@ -165,11 +172,27 @@ export function startServer(config: Config, service: ConversationService, log: L
       .finally(done);
   });
 
+  /** POST /api/file/upload: the multipart body's `file` part is the input's body. */
+  async function readUpload(res: HttpResponse, state: { aborted: boolean }, route: CompiledRoute, r: RouteRequest, contentType: string) {
+    if (!isMultipart(contentType)) return sendJson(res, state, 415, { detail: 'Content-Type must be multipart/form-data' });
+    let bytes: Buffer;
+    try {
+      bytes = await readBytes(res, config.maxBodyBytes);
+    } catch {
+      return sendJson(res, state, 413, tooLarge);
+    }
+    const file = await multipartFile(bytes, contentType);
+    if (!file) return sendJson(res, state, 422, { detail: [{ type: 'missing', loc: ['body', 'file'], msg: 'Field required', input: null }] });
+    return dispatch(res, state, route, { ...r, body: file });
+  }
+
   async function dispatch(res: HttpResponse, state: { aborted: boolean }, route: CompiledRoute, r: RouteRequest) {
     let input: unknown;
     try {
       input = route.input(r);
       const out = await call(route.procedureFor?.(r) ?? route.procedure, input);
+      // a file's bytes go out as they are
+      if (out instanceof FileBytes) return send(res, state, 200, Buffer.from(out.bytes), 'application/octet-stream', { 'content-disposition': `attachment; filename="${out.name.replace(/[^\w.-]/g, '_')}"` });
       sendJson(res, state, route.status ?? 200, out);
     } catch (err) {
       const e = toHttpError(err, input, route.loc, log, service.redactor);

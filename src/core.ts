@@ -1,5 +1,6 @@
 /** Assembles the core: store, bus, secrets, the conversation service. Knows no HTTP. */
 import fs from 'node:fs';
+import path from 'node:path';
 import type { Logger } from 'pino';
 import type { Config } from './config.js';
 import { metrics } from './metrics.js';
@@ -13,9 +14,14 @@ import { PostgresStore } from './store/postgres.js';
 import type { Store } from './store/types.js';
 import type { EncodedEvent } from './events/types.js';
 import { pgStoreMetrics } from './cluster/metrics.js';
+import { Sandbox } from './sandbox/launcher.js';
+
+/** The daemon-owned askpass directory (workspace/askpass.ts), shown read-only inside sandboxes. */
+export const helperDirOf = (dataDir: string) => path.join(dataDir, 'helpers');
 
 export interface Core {
   service: ConversationService;
+  sandbox: Sandbox;
   close(): Promise<void>;
 }
 
@@ -23,6 +29,12 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   fs.mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   fs.mkdirSync(config.workspaceRoot, { recursive: true, mode: 0o700 });
   restrictDataDir(config.dataDir, [config.workspaceRoot]);
+  // probes bwrap once; SANDBOX=bwrap without a working bwrap throws SandboxUnavailableError
+  const sandbox = await Sandbox.open(config.sandbox, {
+    workspaceRoot: config.workspaceRoot,
+    mapped: [{ host: helperDirOf(config.dataDir), inside: '/parley/helpers' }],
+    log,
+  });
   const box = SecretBox.open(config.dataDir, config.secretKey);
   for (const k of config.sessionApiKeys) redactor.add(k);
   redactor.add(config.secretKey, config.llm.apiKey);
@@ -61,11 +73,18 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     dataDir: config.dataDir,
     llm: { model: config.llm.model, baseUrl: config.llm.baseUrl, apiKeySet: !!config.llm.apiKey },
   });
+  service.sandbox = sandbox;
+  unread.push(
+    metrics.sandboxes.read(() => [[[sandbox.mode], sandbox.liveCount]]),
+    metrics.sandboxProcesses.read(() => [[[sandbox.mode], sandbox.processCount]]),
+  );
   await service.start();
   return {
     service,
+    sandbox,
     async close() {
       await service!.runtime?.close();
+      await sandbox.close();
       for (const u of unread) u();
       await closeBus();
       await store.close();

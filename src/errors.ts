@@ -5,6 +5,10 @@ export class NotFoundError extends Error {
 export class ConflictError extends Error {
   override name = 'ConflictError';
 }
+/** The request names something it may not reach (e.g. a path outside the conversation's workspace); the message says why. */
+export class ForbiddenError extends Error {
+  override name = 'ForbiddenError';
+}
 /** The service cannot take the request now (its event log cannot be written); the client may retry later. */
 export class UnavailableError extends Error {
   override name = 'UnavailableError';

@@ -1,5 +1,5 @@
 /**
- * The load test (`npm run loadtest`, issue 2 point 10) runs end to end on a small load and its
+ * The load test (`npm run loadtest`) runs end to end on a small load, on one node and across two, and its
  * verification works: it passes against the real daemon and fails against one that drops
  * publications. No speed is asserted here; the numbers are the script's output, not a test.
  */
@@ -46,4 +46,16 @@ test('the ceiling daemon answers every request (no errors) and commits nothing, 
   const row = r.stdout.split('\n').find((l) => l.startsWith('| Parley'));
   assert.equal(row?.split('|').map((c) => c.trim())[6], '0', 'no errors');
   assert.match(r.stdout, /committed: 0\/[1-9]\d*/);
+});
+
+test('across nodes: two nodes on PostgreSQL + NATS, subscribers on the other node than the writers, committed = published', () => {
+  const r = loadtest('--setups', 'pg-nats-2', '--conversations', '4');
+  assert.equal(r.status, 0, r.stdout + r.stderr);
+  assert.match(r.stdout, /setups: 2 nodes, PostgreSQL \+ NATS/);
+  const m = /committed: (\d+)\/(\d+), published: (\d+)\/(\d+) \(4 of 4 conversations subscribed, each on another node than its writer; seq order gap-free\)/.exec(r.stdout);
+  assert.ok(m, r.stdout);
+  assert.ok(Number(m![1]) > 0);
+  assert.equal(m![1], m![2]);
+  assert.equal(m![3], m![4]);
+  assert.equal(m![1], m![3]);
 });

@@ -110,6 +110,40 @@ describe('the OpenHands client, unchanged', { timeout: 120_000 }, () => {
     await conv.setConfirmationPolicy(new OH.NeverConfirm() as never);
     assert.deepEqual(await (await st.refresh(), st.getConfirmationPolicy()), { kind: 'NeverConfirm' });
 
+    // workspace side channels: the client names paths in its own working_dir (/workspace/project)
+    const w = conv.workspace;
+    const pwd = await w.executeCommand('pwd && cat made.txt', '/workspace/project');
+    assert.equal(pwd.exit_code, 0, pwd.stderr);
+    assert.equal(pwd.stdout, `${ws.working_dir}\nfrom-agent\n`);
+    const plain = await w.executeCommand('echo "$MY_TOKEN" | wc -c; exit 3');
+    assert.equal(plain.exit_code, 3);
+    assert.equal(plain.stdout.trim(), String(SECRET.length + 1), 'the conversation secret is in the shell');
+    const started: any = await w.bash.startCommand('echo started-output', '/workspace/project');
+    await waitFor(async () => (await w.bash.searchEvents({ command_id__eq: started.id, kind__eq: 'BashOutput' })).items.length === 1, 'the started command\'s output');
+    const [out]: any[] = (await w.bash.searchEvents({ command_id__eq: started.id, kind__eq: 'BashOutput' })).items;
+    assert.equal(out.stdout, 'started-output\n');
+    assert.equal(((await w.bash.getEvent(started.id)) as any).command, 'echo started-output');
+    const up = await w.fileUpload('uploaded text\n', '/workspace/project/notes/hi.txt');
+    assert.equal(up.success, true);
+    assert.equal(fs.readFileSync(path.join(ws.working_dir, 'notes', 'hi.txt'), 'utf8'), 'uploaded text\n');
+    assert.equal(await w.downloadAsText('/workspace/project/notes/hi.txt'), 'uploaded text\n');
+    assert.equal(await w.downloadAsText(path.join(ws.working_dir, 'made.txt')), 'from-agent\n');
+    await assert.rejects(w.fileDownload('/etc/passwd'), (e: any) => e.status === 403 && /outside the workspace/.test(JSON.stringify(e.response)));
+    fs.symlinkSync('/etc', path.join(ws.working_dir, 'etc-link'));
+    await assert.rejects(w.fileDownload('/workspace/project/etc-link/passwd'), (e: any) => e.status === 403);
+    await assert.rejects(w.fileUpload('x', '/workspace/project/etc-link/evil'), (e: any) => e.status === 403);
+    await assert.rejects(w.fileUpload('x', '/workspace/project/../../etc/evil'), (e: any) => e.status === 403);
+    await assert.rejects(w.executeCommand('pwd', '/workspace/project/etc-link'), (e: any) => e.status === 403);
+    fs.unlinkSync(path.join(ws.working_dir, 'etc-link'));
+    const git = await w.executeCommand('git init -q . && git -c user.email=t@t -c user.name=t add made.txt && git -c user.email=t@t -c user.name=t commit -qm one && echo changed >> made.txt', '/workspace/project');
+    assert.equal(git.exit_code, 0, git.stderr);
+    const changes: any[] = await w.gitChanges('/workspace/project');
+    assert.deepEqual(changes.find((c) => c.path === 'made.txt'), { path: 'made.txt', status: 'UPDATED' });
+    assert.deepEqual(changes.find((c) => c.path === 'notes/hi.txt'), { path: 'notes/hi.txt', status: 'ADDED' });
+    const diff: any = await w.gitDiff('/workspace/project/made.txt');
+    assert.deepEqual(diff, { original: 'from-agent\n', modified: 'from-agent\nchanged\n' });
+    assert.deepEqual(await manager().tools.listTools(), ['terminal', 'file_editor', 'task_tracker', 'think', 'finish']);
+
     // the manager: search, count, get-many
     const m = manager();
     const page = await m.searchConversations({ limit: 10 } as never);
@@ -143,6 +177,43 @@ describe('the OpenHands client, unchanged', { timeout: 120_000 }, () => {
     const raw = await d.req('GET', `/api/conversations/${conv.id}`, undefined, H);
     assert.ok(!raw.text.includes(LLM_KEY));
     await conv.close();
+  });
+});
+
+describe('confirmation', { timeout: 120_000 }, () => {
+  test('AlwaysConfirm: actions wait; accept runs them, reject answers them with UserRejectObservation', async (t) => {
+    const conv = new Conversation(agent(), workspace('/workspace/confirm'));
+    t.after(() => conv.close());
+    await conv.start();
+    await conv.setConfirmationPolicy({ kind: 'AlwaysConfirm' } as never);
+    const wsDir = path.join(d.dataDir, 'workspaces', conv.id.replace(/-/g, ''));
+    const status = async () => (await conv.state.refresh()).execution_status;
+    await assert.rejects(conv.sendConfirmationResponse(true), (e: any) => e.status === 409);
+
+    llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'echo confirmed > c.txt' } }] }, { toolCalls: [{ name: 'finish', arguments: { message: 'ok' } }] });
+    await conv.sendMessage('write c.txt');
+    await conv.run();
+    await waitFor(async () => (await status()) === 'waiting_for_confirmation', 'waiting_for_confirmation', 60_000);
+    assert.equal(fs.existsSync(path.join(wsDir, 'c.txt')), false, 'nothing ran before the confirmation');
+    await conv.sendConfirmationResponse(true);
+    await waitFor(async () => (await status()) === 'finished', 'finished after accept', 60_000);
+    assert.equal(fs.readFileSync(path.join(wsDir, 'c.txt'), 'utf8'), 'confirmed\n');
+
+    llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'touch r.txt' } }] });
+    await conv.sendMessage('touch r.txt');
+    await conv.run();
+    await waitFor(async () => (await status()) === 'waiting_for_confirmation', 'waiting again', 60_000);
+    await conv.sendConfirmationResponse(false, 'not that one');
+    await waitFor(async () => (await status()) === 'idle', 'idle after reject', 30_000);
+    assert.equal(fs.existsSync(path.join(wsDir, 'r.txt')), false);
+    const rejected: any[] = (await conv.state.events.search({ kind: 'UserRejectObservation' })).items;
+    assert.equal(rejected.length, 1);
+    assert.equal(rejected[0].rejection_reason, 'not that one');
+    const n = llm.requests.length;
+    llm.push({ text: 'Understood.' });
+    await conv.run();
+    await waitFor(async () => (await status()) === 'finished', 'finished after the rejection', 60_000);
+    assert.match(JSON.stringify(llm.requests[n]!.body.messages), /rejected this action.*not that one/);
   });
 });
 

@@ -38,8 +38,11 @@ import { executeReplay } from './replay-run.js';
 import { AgentRuntimeImpl } from './runtime.js';
 
 export async function attachAgent(service: ConversationService, config: Config, log: Logger): Promise<void> {
-  const terminal = createTerminalTool({ outputDir: (id) => path.join(config.dataDir, 'outputs', id), noOutputTimeoutMs: config.terminalNoOutputTimeoutMs });
-  const builtins: Tool[] = [terminal, createFileEditorTool(), createTaskTrackerTool(), createThinkTool(), createFinishTool()] as Tool[];
+  const sandbox = service.sandbox;
+  const terminal = createTerminalTool({ outputDir: (id) => path.join(config.dataDir, 'outputs', id), noOutputTimeoutMs: config.terminalNoOutputTimeoutMs, sandbox });
+  // file_editor sees exactly the workspace, at the path the shell sees it
+  const fileEditor = createFileEditorTool({ view: (ctx) => sandbox.pathView(ctx.workspaceDir) });
+  const builtins: Tool[] = [terminal, fileEditor, createTaskTrackerTool(), createThinkTool(), createFinishTool()] as Tool[];
   const reserved = builtins.map((t) => t.name);
   const mcp = new Map<string, McpManager>();
   const helperDir = path.join(config.dataDir, 'helpers');
@@ -64,6 +67,7 @@ export async function attachAgent(service: ConversationService, config: Config, 
           // normalised: duplicate urls (`http://h:1` and `http://h:1/`) and names collapse, the later wins
           config: mergeMcpConfig(null, stored),
           workspaceDir: workspacePath(config.workspaceRoot, id),
+          launcher: sandbox.forConversation(id),
           conversationId: id,
           reservedNames: reserved,
           redact: (t) => service.redactor.redact(t),
@@ -132,6 +136,7 @@ export async function attachAgent(service: ConversationService, config: Config, 
         return [...builtins, ...((await (await mcpFor(id)).tools()) as Tool[])];
       },
       workspaceDir: (id) => workspacePath(config.workspaceRoot, id),
+      workspaceView: (id) => ({ dir: sandbox.visibleWorkspace(workspacePath(config.workspaceRoot, id)), sandboxed: sandbox.enabled }),
       async env(id) {
         const providers = await service.getProviders();
         const secrets = { ...(await service.secretValues()), ...(await conversationSecretValues(service, id)) };
@@ -164,6 +169,13 @@ export async function attachAgent(service: ConversationService, config: Config, 
         await mcpCreating.get(id)?.catch(() => null);
         await mcp.get(id)?.close();
         mcp.delete(id);
+        await sandbox.closeConversation(id);
+      },
+      async interrupted(id) {
+        // everything the conversation runs stops: the shell (background jobs included), setup.sh, MCP servers
+        await terminal.closeConversation(id);
+        await mcp.get(id)?.close();
+        await sandbox.closeConversation(id);
       },
       idle(id) {
         scheduleIdleClose(id);
@@ -219,6 +231,7 @@ export async function attachAgent(service: ConversationService, config: Config, 
             branch: (d.selected_branch as string | null) ?? null,
             helperDir,
             allowedHosts: config.gitAllowedHosts,
+            sandbox: sandbox.forConversation(id),
             redact: (t) => service.redactor.redact(t),
             onPhase: (p, detail) => {
               phases = phases.then(() => phase(p === 'ready' ? 'cloned' : p, detail));
@@ -228,6 +241,7 @@ export async function attachAgent(service: ConversationService, config: Config, 
           const secrets = await service.secretValues();
           const setup = await runSetupScript(dir, {
             env: { ...secrets, ...gitCredentialEnv(providers) },
+            launch: sandbox.forConversation(id),
             redact: (t) => service.redactor.redact(t),
             onOutput: (chunk) => service.publishTransient(id, { kind: 'SetupOutputEvent', source: 'environment', output: chunk }),
           });
@@ -252,7 +266,7 @@ export async function attachAgent(service: ConversationService, config: Config, 
           await service.setStatus(id, 'running');
           const providers = await service.getProviders();
           const env = { ...(await service.secretValues()), ...gitCredentialEnv(providers), ...(await askpassEnv(providers, helperDir)) };
-          const res = await executeReplay({ service, conversationId: id, workspaceDir: dir, plan: opts.replay, tools: builtins, env, signal: controller.signal });
+          const res = await executeReplay({ service, conversationId: id, workspaceDir: dir, visibleDir: sandbox.visibleWorkspace(dir), plan: opts.replay, tools: builtins, env, signal: controller.signal });
           if (controller.signal.aborted) return;
           await service.setStatus(id, res.actions > 0 || opts.replay.steps.length > 0 ? 'finished' : 'idle');
         } catch (err) {

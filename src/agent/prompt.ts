@@ -5,6 +5,8 @@ import { unreachable, type EventOf, type Observation, type ParleyEvent } from '.
 
 export interface SystemContext {
   workspaceDir: string;
+  /** The agent's processes run in a sandbox (src/sandbox/): the prompt says so only then. */
+  sandboxed?: boolean;
   toolNames: string[];
   instructions: string[];
   date?: Date;
@@ -13,7 +15,9 @@ export interface SystemContext {
 export function buildSystemPrompt(ctx: SystemContext): string {
   const date = (ctx.date ?? new Date()).toISOString().slice(0, 10);
   const parts = [
-    'You are Parley, an autonomous AI software engineer working in a sandboxed workspace.',
+    ctx.sandboxed
+      ? 'You are Parley, an autonomous AI software engineer working in a sandboxed workspace: your commands only see this workspace, a private /tmp and home, and the system read-only.'
+      : 'You are Parley, an autonomous AI software engineer working in a workspace on the host machine.',
     `Your working directory is ${ctx.workspaceDir}. Use absolute paths with file_editor.`,
     `Today's date is ${date}.`,
     `Tools available: ${ctx.toolNames.join(', ')}.`,
@@ -66,10 +70,11 @@ export function toolCallInput(a: EventOf<'ActionEvent'>): Record<string, unknown
 const CACHE = { anthropic: { cacheControl: { type: 'ephemeral' } } } as const;
 
 /** A tool call's result: an observation, or an error that answers it. */
-type ToolResult = EventOf<'ObservationEvent'> | EventOf<'AgentErrorEvent'>;
+type ToolResult = EventOf<'ObservationEvent'> | EventOf<'AgentErrorEvent'> | EventOf<'UserRejectObservation'>;
 
 function resultText(r: ToolResult | undefined): string {
   if (!r) return 'Tool call interrupted before completion.';
+  if (r.kind === 'UserRejectObservation') return `The user rejected this action; it did not run. Reason: ${r.rejection_reason}`;
   return r.kind === 'AgentErrorEvent' ? `[An error occurred during execution.]\n${r.error}` : observationText(r.observation);
 }
 
@@ -82,7 +87,7 @@ export function eventsToMessages(events: ParleyEvent[]): { messages: ModelMessag
   const results = new Map<string, ToolResult>();
   for (const e of events) {
     if (e.kind === 'Condensation') condensation = e;
-    else if ((e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent') && e.tool_call_id) results.set(e.tool_call_id, e);
+    else if ((e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent' || e.kind === 'UserRejectObservation') && e.tool_call_id) results.set(e.tool_call_id, e);
   }
   const forgotten = new Set(condensation?.forgotten_event_ids ?? []);
   const messages: ModelMessage[] = [];
@@ -122,6 +127,7 @@ export function eventsToMessages(events: ParleyEvent[]): { messages: ModelMessag
         break;
       }
       case 'ObservationEvent':
+      case 'UserRejectObservation':
         break; // given with its action
       case 'AgentErrorEvent':
         if (e.tool_call_id) break; // given with its action

@@ -15,7 +15,7 @@ import type { LlmClient, LlmResponse, LlmToolSpec } from '../llm/types.js';
 import { actionOf, type Tool, type ToolContext } from '../tools/types.js';
 import { metrics } from '../metrics.js';
 import { timedTool } from './instrument.js';
-import { buildSystemPrompt, estimateTokens, eventsToMessages } from './prompt.js';
+import { buildSystemPrompt, estimateTokens, eventsToMessages, toolCallInput } from './prompt.js';
 import { detectStuck } from './stuck.js';
 
 export interface AgentDeps {
@@ -23,6 +23,8 @@ export interface AgentDeps {
   llm(conversationId: string): Promise<LlmClient | null>;
   tools(conversationId: string): Promise<Tool[]>;
   workspaceDir(conversationId: string): string;
+  /** How the agent sees its workspace: the path its processes see and whether they are sandboxed. */
+  workspaceView?(conversationId: string): { dir: string; sandboxed: boolean };
   env(conversationId: string): Promise<Record<string, string>>;
   instructions(conversationId: string, events: ParleyEvent[]): Promise<string[]>;
   maxIterations: number;
@@ -30,10 +32,12 @@ export interface AgentDeps {
   contextBudgetRatio?: number;
   /** Release per-conversation resources (shells, MCP servers). */
   release(conversationId: string): Promise<void>;
+  /** An interrupt: stop every process the conversation runs (its sandbox), background ones included. */
+  interrupted?(conversationId: string): Promise<void>;
   /** A run ended and no other run follows: the conversation is idle (e.g. stop its MCP servers later). */
   idle?(conversationId: string): void;
   /** The conversation's own step limit and stuck detection (agent-server create); absent: the defaults. */
-  limits?(conversationId: string): Promise<{ maxIterations: number | null; stuckDetection: boolean }>;
+  limits?(conversationId: string): Promise<{ maxIterations: number | null; stuckDetection: boolean; confirm: boolean }>;
   /** Token counts of each LLM call of the conversation (its `stats`). */
   usage?(conversationId: string, usage: LlmResponse['usage']): Promise<void>;
 }
@@ -57,6 +61,8 @@ const steps = metrics.agentSteps.child();
 export class AgentRuntimeImpl implements AgentRuntime {
   private runs = new Map<string, Run>();
   private rerun = new Set<string>();
+  /** Conversations whose actions waiting for confirmation were accepted: the next run executes them first. */
+  private confirmed = new Set<string>();
 
   constructor(
     private readonly service: ConversationService,
@@ -119,9 +125,11 @@ export class AgentRuntimeImpl implements AgentRuntime {
 
   async interrupt(id: string): Promise<void> {
     const run = this.runs.get(id);
-    if (!run) return;
-    run.controller.abort(new Interrupted('interrupted'));
-    await Promise.race([run.done, new Promise((r) => setTimeout(r, 5000))]);
+    if (run) {
+      run.controller.abort(new Interrupted('interrupted'));
+      await Promise.race([run.done, new Promise((r) => setTimeout(r, 5000))]);
+    }
+    await this.deps.interrupted?.(id);
   }
 
   async dispose(id: string): Promise<void> {
@@ -165,6 +173,25 @@ export class AgentRuntimeImpl implements AgentRuntime {
     const maxIterations = limits?.maxIterations ?? this.deps.maxIterations;
     let condensedForContextError = false;
 
+    if (this.confirmed.delete(id)) {
+      const ctx = { conversationId: id, workspaceDir, signal: run.controller.signal, env: await this.deps.env(id), redact: (t: string) => s.redactor.redact(t) } satisfies ToolContext;
+      let finishedByAction = false;
+      for (const a of await this.pendingActions(id)) {
+        const tool = byName.get(a.tool_name);
+        const parsed = tool ? (tool.parameters as z.ZodType).safeParse(toolCallInput(a)) : undefined;
+        if (!tool || !parsed?.success) {
+          await s.append(id, { kind: 'AgentErrorEvent', source: 'agent', tool_name: a.tool_name, tool_call_id: a.tool_call_id, error: `${a.tool_name} can no longer run (its tool or arguments are not valid now).` });
+          continue;
+        }
+        if ((await this.executeCall(id, run, ctx, tool, parsed.data, a)) === 'finished') finishedByAction = true;
+        if (run.controller.signal.aborted) return this.afterInterrupt(id);
+      }
+      if (finishedByAction && !run.newInput) {
+        await s.setStatus(id, 'finished');
+        return;
+      }
+    }
+
     for (let iteration = 1; ; iteration++) {
       if (run.pauseRequested) {
         await s.append(id, { kind: 'PauseEvent', source: 'user' });
@@ -181,7 +208,8 @@ export class AgentRuntimeImpl implements AgentRuntime {
       run.seenSeq = Math.max(run.seenSeq, events[events.length - 1]?.seq ?? 0);
       const { messages, systemNotes } = eventsToMessages(events);
       const instructions = await this.deps.instructions(id, events);
-      const system = buildSystemPrompt({ workspaceDir, toolNames: tools.map((t) => t.name), instructions: [...instructions, ...systemNotes] });
+      const seen = this.deps.workspaceView?.(id) ?? { dir: workspaceDir, sandboxed: false };
+      const system = buildSystemPrompt({ workspaceDir: seen.dir, sandboxed: seen.sandboxed, toolNames: tools.map((t) => t.name), instructions: [...instructions, ...systemNotes] });
       if (!events.some((e) => e.kind === 'SystemPromptEvent')) {
         const definitions = tools.map((t, i) => ({ kind: t.kind, name: t.name, title: t.name, description: t.description, parameters: specs[i]!.inputSchema, action_type: t.actionKind }));
         await s.append(id, { kind: 'SystemPromptEvent', source: 'agent', system_prompt: { type: 'text', text: system }, tools: definitions });
@@ -224,6 +252,11 @@ export class AgentRuntimeImpl implements AgentRuntime {
       }
 
       let finished = false;
+      // the policy may have changed during the run: read it at every step
+      // a lone finish or think does nothing to confirm (as in OpenHands' agent)
+      const harmless = response.toolCalls.every((c) => byName.get(c.name)?.actionKind === 'FinishAction' || byName.get(c.name)?.actionKind === 'ThinkAction');
+      const confirm = !harmless && (await this.deps.limits?.(id))?.confirm === true;
+      let waiting = false;
       const ctxBase = { conversationId: id, workspaceDir, signal: run.controller.signal, env: await this.deps.env(id), redact: (t: string) => s.redactor.redact(t) } satisfies ToolContext;
       for (const [i, call] of response.toolCalls.entries()) {
         const tool = call.error ? undefined : byName.get(call.name);
@@ -248,17 +281,19 @@ export class AgentRuntimeImpl implements AgentRuntime {
           await error(`Invalid arguments for ${call.name}: ${parsed.error.issues.map((x) => `${x.path.join('.') || '(root)'}: ${x.message}`).join('; ')}. Fix the arguments and call the tool again.`);
           continue;
         }
-        try {
-          const observation = await timedTool(call.name, ctxBase.signal, () => tool.execute(parsed.data, ctxBase));
-          await s.append(id, { kind: 'ObservationEvent', source: 'environment', tool_name: call.name, tool_call_id: call.id, action_id: action.id, observation });
-        } catch (err) {
-          if (run.controller.signal.aborted) break;
-          await error(`${call.name} failed: ${(err as Error)?.message ?? String(err)}`);
+        if (confirm) {
+          waiting = true; // recorded, run once the user accepts (respond_to_confirmation)
           continue;
         }
-        if (tool.actionKind === 'FinishAction') finished = true;
+        const outcome = await this.executeCall(id, run, ctxBase, tool, parsed.data, action as EventOf<'ActionEvent'>);
+        if (outcome === 'aborted') break;
+        if (outcome === 'finished') finished = true;
       }
       if (run.controller.signal.aborted) return this.afterInterrupt(id);
+      if (waiting) {
+        await s.setStatus(id, 'waiting_for_confirmation');
+        return;
+      }
       if (finished && !run.newInput) {
         await s.setStatus(id, 'finished');
         return;
@@ -274,6 +309,49 @@ export class AgentRuntimeImpl implements AgentRuntime {
         await s.append(id, { kind: 'AgentErrorEvent', source: 'environment', error: verdict.nudge });
       }
     }
+  }
+
+  /** Runs one validated tool call and records its observation (or the error that answers it). */
+  private async executeCall(id: string, run: Run, ctx: ToolContext, tool: Tool, input: unknown, action: EventOf<'ActionEvent'>): Promise<'ok' | 'finished' | 'error' | 'aborted'> {
+    const s = this.service;
+    try {
+      const observation = await timedTool(action.tool_name, ctx.signal, () => tool.execute(input, ctx));
+      await s.append(id, { kind: 'ObservationEvent', source: 'environment', tool_name: action.tool_name, tool_call_id: action.tool_call_id, action_id: action.id, observation });
+    } catch (err) {
+      if (run.controller.signal.aborted) return 'aborted';
+      await s.append(id, { kind: 'AgentErrorEvent', source: 'agent', tool_name: action.tool_name, tool_call_id: action.tool_call_id, error: `${action.tool_name} failed: ${(err as Error)?.message ?? String(err)}` });
+      return 'error';
+    }
+    return tool.actionKind === 'FinishAction' ? 'finished' : 'ok';
+  }
+
+  /** Tool calls recorded with a runnable action and not answered yet (waiting for confirmation). */
+  private async pendingActions(id: string): Promise<EventOf<'ActionEvent'>[]> {
+    const events = await this.events(id);
+    const answered = new Set<string>();
+    for (const e of events) if ((e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent' || e.kind === 'UserRejectObservation') && e.tool_call_id) answered.add(e.tool_call_id);
+    return events.filter((e): e is EventOf<'ActionEvent'> => e.kind === 'ActionEvent' && e.action !== null && !answered.has(e.tool_call_id));
+  }
+
+  async confirm(id: string, accept: boolean, reason: string | null): Promise<void> {
+    if (this.runs.has(id)) throw new ConflictError('The conversation is running');
+    if (accept) {
+      this.confirmed.add(id);
+      if (!this.start(id)) this.confirmed.delete(id);
+      return;
+    }
+    for (const a of await this.pendingActions(id)) {
+      await this.service.append(id, {
+        kind: 'UserRejectObservation',
+        source: 'user',
+        tool_name: a.tool_name,
+        tool_call_id: a.tool_call_id,
+        action_id: a.id,
+        rejection_reason: reason || 'User rejected the action',
+        rejection_source: 'user',
+      });
+    }
+    await this.service.setStatus(id, 'idle');
   }
 
   async condense(id: string): Promise<boolean> {
@@ -302,7 +380,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
     const s = this.service;
     const events = await this.events(id);
     const answered = new Set<string>();
-    for (const e of events) if ((e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent') && e.tool_call_id) answered.add(e.tool_call_id);
+    for (const e of events) if ((e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent' || e.kind === 'UserRejectObservation') && e.tool_call_id) answered.add(e.tool_call_id);
     for (const a of events) {
       if (a.kind === 'ActionEvent' && !answered.has(a.tool_call_id)) {
         await s.append(id, { kind: 'AgentErrorEvent', source: 'agent', tool_name: a.tool_name, tool_call_id: a.tool_call_id, error: 'Tool call interrupted before completion. The conversation was paused.' });
@@ -321,7 +399,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
     if (candidates.length < 4) return false;
     let cut = Math.floor(candidates.length / 2);
     // never split an action from its result: move the cut past any ObservationEvent
-    const answersACall = (e: ParleyEvent) => e.kind === 'ObservationEvent' || (e.kind === 'AgentErrorEvent' && !!e.tool_call_id);
+    const answersACall = (e: ParleyEvent) => e.kind === 'ObservationEvent' || e.kind === 'UserRejectObservation' || (e.kind === 'AgentErrorEvent' && !!e.tool_call_id);
     while (cut < candidates.length && answersACall(candidates[cut]!)) cut++;
     const forget = candidates.slice(0, cut);
     const { messages } = eventsToMessages([...(previous ? [previous] : []), ...forget]);

@@ -138,7 +138,8 @@ export const BashEventIdInput = z.object({ event_id: z.string().max(200) });
 export const WorkspacePathQuery = z.strictObject({
   path: z.string().min(1).max(4096),
   conversation_id: ConversationId.nullish(),
-  ref: z.string().max(200).nullish(),
+  // a ref, never an option (`--output=…`): letters, digits and ref punctuation, not starting with '-'
+  ref: z.string().regex(/^[A-Za-z0-9_][A-Za-z0-9._/~^@{}-]{0,199}$/, { error: 'ref must be a git revision' }).nullish(),
 });
 export const WorkspaceUploadInput = z.object({
   path: z.string().min(1).max(4096),

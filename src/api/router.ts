@@ -24,6 +24,7 @@ import * as AS from './agent-server-schemas.js';
 import * as agentServer from '../conversation/agent-server.js';
 import { countEventsFiltered, hasExtraFilters, searchEventsFiltered } from '../conversation/event-search.js';
 import { ConflictError } from '../errors.js';
+import { sideChannelsOf, TOOL_NAMES } from '../conversation/side-channels.js';
 
 /**
  * Every operation once: its input schema and its handler. The tRPC router below and the REST
@@ -73,6 +74,17 @@ export const operations = {
     if (!s.runtime?.ask) throw new ConflictError('No agent runtime is configured');
     return { response: await s.runtime.ask(i.conversation_id, i.question) };
   }),
+  // workspace side channels (no conversation in the path: the locator finds it)
+  executeBash: op(AS.ExecuteBashRequest, (s, i) => sideChannelsOf(s).executeBash(i)),
+  startBash: op(AS.ExecuteBashRequest, (s, i) => sideChannelsOf(s).startBash(i)),
+  searchBashEvents: op(AS.BashEventSearchQuery, async (s, i) => sideChannelsOf(s).searchBash(i)),
+  getBashEvent: op(AS.BashEventIdInput, async (s, i) => sideChannelsOf(s).getBashEvent(i.event_id)),
+  clearBashEvents: op(NoInput, async (s) => sideChannelsOf(s).bash.clear()),
+  uploadFile: op(AS.WorkspaceUploadInput, (s, i) => sideChannelsOf(s).upload(i)),
+  downloadFile: op(AS.WorkspacePathQuery, (s, i) => sideChannelsOf(s).download(i)),
+  gitChanges: op(AS.WorkspacePathQuery, (s, i) => sideChannelsOf(s).gitChanges(i)),
+  gitDiff: op(AS.WorkspacePathQuery, (s, i) => sideChannelsOf(s).gitDiff(i)),
+  listTools: op(NoInput, async () => TOOL_NAMES),
   respondToConfirmation: op(AS.ConfirmationResponseInput, (s, i) => agentServer.respondToConfirmation(s, i.conversation_id, i.accept, i.reason ?? null)),
 };
 export type OperationName = keyof typeof operations;
@@ -116,6 +128,14 @@ export const appRouter = router({
   updateConversationSecrets: procedure.input(O.updateConversationSecrets.input).mutation(({ ctx, input }) => O.updateConversationSecrets.handler(ctx.service, input)),
   condense: procedure.input(O.condense.input).mutation(({ ctx, input }) => O.condense.handler(ctx.service, input)),
   askAgent: procedure.input(O.askAgent.input).mutation(({ ctx, input }) => O.askAgent.handler(ctx.service, input)),
+  executeBash: procedure.input(O.executeBash.input).mutation(({ ctx, input }) => O.executeBash.handler(ctx.service, input)),
+  startBash: procedure.input(O.startBash.input).mutation(({ ctx, input }) => O.startBash.handler(ctx.service, input)),
+  searchBashEvents: procedure.input(O.searchBashEvents.input).query(({ ctx, input }) => O.searchBashEvents.handler(ctx.service, input)),
+  getBashEvent: procedure.input(O.getBashEvent.input).query(({ ctx, input }) => O.getBashEvent.handler(ctx.service, input)),
+  clearBashEvents: procedure.mutation(({ ctx }) => O.clearBashEvents.handler(ctx.service, undefined)),
+  gitChanges: procedure.input(O.gitChanges.input).query(({ ctx, input }) => O.gitChanges.handler(ctx.service, input)),
+  gitDiff: procedure.input(O.gitDiff.input).query(({ ctx, input }) => O.gitDiff.handler(ctx.service, input)),
+  listTools: procedure.query(({ ctx }) => O.listTools.handler(ctx.service, undefined)),
   respondToConfirmation: procedure.input(O.respondToConfirmation.input).mutation(({ ctx, input }) => O.respondToConfirmation.handler(ctx.service, input)),
 
   /**

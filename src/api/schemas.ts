@@ -214,7 +214,21 @@ export const SubscribeInput = z.object({
 });
 
 export const ServerInfo = z
-  .object({ version: z.string(), uptime: z.number(), idle_time: z.number(), title: z.string(), docs: z.string() })
+  .object({
+    version: z.string(),
+    uptime: z.number(),
+    idle_time: z.number(),
+    title: z.string(),
+    docs: z.string(),
+    /** How agent processes are confined (src/sandbox/): mode, network, which limits are enforced and how. */
+    sandbox: z
+      .looseObject({
+        mode: z.enum(['bwrap', 'none']),
+        network: z.enum(['host', 'none']),
+        limits: z.looseObject({ enforced_by: z.string(), memory_mb: z.number().nullable(), pids: z.number().nullable(), file_size_mb: z.number().nullable() }),
+      })
+      .optional(),
+  })
   .meta({ id: 'ServerInfo' });
 
 export const SettingsUpdate = z

@@ -198,7 +198,7 @@ type ConversationInfo = Awaited<ReturnType<ConversationService['getConversation'
 type SortOrder = 'CREATED_AT' | 'UPDATED_AT' | 'CREATED_AT_DESC' | 'UPDATED_AT_DESC';
 
 /** Every conversation's record (newest first), read page by page from the store. */
-async function allRecords(service: ConversationService): Promise<ConversationRecord[]> {
+export async function allRecords(service: ConversationService): Promise<ConversationRecord[]> {
   const out: ConversationRecord[] = [];
   let cursor: { created_at: string; id: string } | null = null;
   for (;;) {

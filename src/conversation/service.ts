@@ -23,6 +23,7 @@ import type { ConversationRecord, Store } from '../store/types.js';
 import { mcpSecretValues, mergeMcpConfig, redactMcpConfig as redactMcp, type McpConfig as McpModuleConfig } from '../tools/mcp/config.js';
 import { normalizeRepository } from '../workspace/git.js';
 import { validateSuggestedTask } from '../workspace/tasks.js';
+import { Sandbox } from '../sandbox/launcher.js';
 import { parseReplay, replayText, type ReplayPlan } from './replay.js';
 import { agentServerInfo, type AgentServerContext } from './agent-server.js';
 import { seqPageStart } from './event-search.js';
@@ -88,6 +89,8 @@ export class ConversationService {
   /** Per-conversation MCP server states (set by the agent runtime). */
   mcpStatus: ((conversationId: string) => Promise<unknown[]>) | null = null;
   preparer: ConversationPreparer | null = null;
+  /** The per-conversation process launcher (src/sandbox/); set by the composition root. */
+  sandbox: Sandbox = Sandbox.none();
   readonly startedAt = Date.now();
   lastActivity = Date.now();
 

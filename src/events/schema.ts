@@ -126,6 +126,17 @@ export const ConversationStateUpdateEvent = event(
   { key: z.string(), value: z.unknown() },
   '`key:"execution_status"` when the status changes; also `setup`, `setup_script`, `mcp`, `llm_retry`, and the socket-only `full_state`.',
 );
+export const UserRejectObservation = event(
+  'UserRejectObservation',
+  {
+    tool_name: z.string(),
+    tool_call_id: z.string(),
+    action_id: z.string(),
+    rejection_reason: z.string(),
+    rejection_source: z.enum(['user', 'hook']),
+  },
+  'An action waiting for confirmation that the user rejected (it did not run); answers its tool call.',
+);
 export const PauseEvent = event('PauseEvent', {}, 'The run was paused.');
 export const InterruptEvent = event('InterruptEvent', {}, 'The run was interrupted (its in-flight call cancelled); the conversation is paused.');
 export const Condensation = event(
@@ -146,6 +157,7 @@ export const Event = z
     AgentErrorEvent,
     ConversationErrorEvent,
     ConversationStateUpdateEvent,
+    UserRejectObservation,
     PauseEvent,
     InterruptEvent,
     Condensation,

@@ -68,6 +68,17 @@ const MIGRATIONS: { version: number; sql: string }[] = [
         PRIMARY KEY (kind, name)
       );`,
   },
+  {
+    // cluster mode: the node running a conversation's agent loop (src/cluster/leases.ts)
+    version: 2,
+    sql: `
+      CREATE TABLE leases (
+        conversation_id TEXT PRIMARY KEY,
+        node_id TEXT NOT NULL,
+        expires_at TIMESTAMPTZ NOT NULL
+      );
+      CREATE INDEX leases_node ON leases (node_id);`,
+  },
 ];
 
 /** Any constant: the key of the advisory lock that serialises migrations across nodes. */
@@ -381,6 +392,7 @@ export class PostgresStore implements Store {
       // the counter row first: a concurrent append (any node) waits on it, then starts again at 1
       await c.query('DELETE FROM event_counters WHERE conversation_id = $1', [id]);
       await c.query('DELETE FROM events WHERE conversation_id = $1', [id]);
+      await c.query('DELETE FROM leases WHERE conversation_id = $1', [id]);
       return (res.rowCount ?? 0) > 0;
     });
   }
