@@ -26,6 +26,10 @@ async function main() {
   try {
     core = await createCore(config, log, redactor);
   } catch (err) {
+    if ((err as Error)?.name === 'SandboxUnavailableError') {
+      process.stderr.write(`parley: ${(err as Error).message}\n`);
+      process.exit(1);
+    }
     const what = config.cluster ? 'start the cluster node' : `open the data directory ${config.dataDir}`;
     process.stderr.write(`parley: cannot ${what}: ${redactor.redact((err as Error).message)}\n`);
     process.exit(1);

@@ -71,6 +71,7 @@ export function startServer(config: Config, core: Core, log: Logger): Promise<Da
       idle_time: Math.floor((Date.now() - core.events.lastActivity) / 1000),
       docs: '/docs',
       node_version: process.version,
+      sandbox: core.sandbox.info(),
     }),
   );
   const openapiMetric = fixed('/openapi.json');

@@ -2,6 +2,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
 import { ConfigError } from './errors.js';
+import type { SandboxSettings } from './sandbox/launcher.js';
 
 const intFrom = (name: string, min: number, max: number) =>
   z
@@ -40,6 +41,15 @@ const EnvSchema = z.object({
   MCP_IDLE_CLOSE_MS: intFrom('MCP_IDLE_CLOSE_MS', 0, 7 * 24 * 3600 * 1000).default(10 * 60 * 1000),
   /** The terminal tool returns (exit_code -1) after this long without new output. */
   TERMINAL_NO_OUTPUT_TIMEOUT_MS: intFrom('TERMINAL_NO_OUTPUT_TIMEOUT_MS', 100, 3600 * 1000).default(30_000),
+  // sandbox (src/sandbox/): one bubblewrap sandbox per conversation
+  SANDBOX: z.enum(['auto', 'bwrap', 'none']).default('auto'),
+  SANDBOX_NETWORK: z.enum(['host', 'none']).default('host'),
+  SANDBOX_MEMORY_MB: intFrom('SANDBOX_MEMORY_MB', 16, 1024 * 1024).default(4096),
+  SANDBOX_PIDS: intFrom('SANDBOX_PIDS', 8, 1_000_000).default(512),
+  SANDBOX_FILE_SIZE_MB: intFrom('SANDBOX_FILE_SIZE_MB', 1, 1024 * 1024).default(1024),
+  SANDBOX_MAX_LIVE: intFrom('SANDBOX_MAX_LIVE', 0, 1_000_000).default(64),
+  SANDBOX_RO_BINDS: z.string().optional(),
+  BWRAP_PATH: z.string().min(1).optional(),
   // ---- hardening (issue 12) ----
   /** Origins (besides same-origin) allowed to send state-changing requests and open WebSockets. */
   ALLOWED_ORIGINS: z.string().optional(),
@@ -100,6 +110,7 @@ export interface Config {
   sqliteSynchronous: 'NORMAL' | 'FULL';
   mcpIdleCloseMs: number;
   terminalNoOutputTimeoutMs: number;
+  sandbox: SandboxSettings;
   // ---- hardening (issue 12) ----
   allowedOrigins: string[];
   maxEventBytes: number;
@@ -162,6 +173,16 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     sqliteSynchronous: e.SQLITE_SYNCHRONOUS,
     mcpIdleCloseMs: e.MCP_IDLE_CLOSE_MS,
     terminalNoOutputTimeoutMs: e.TERMINAL_NO_OUTPUT_TIMEOUT_MS,
+    sandbox: {
+      mode: e.SANDBOX,
+      network: e.SANDBOX_NETWORK,
+      memoryMb: e.SANDBOX_MEMORY_MB,
+      pids: e.SANDBOX_PIDS,
+      fileSizeMb: e.SANDBOX_FILE_SIZE_MB,
+      maxLive: e.SANDBOX_MAX_LIVE,
+      bwrapPath: e.BWRAP_PATH,
+      roBinds: (e.SANDBOX_RO_BINDS ?? '').split(':').filter(Boolean),
+    },
     allowedOrigins: parseOrigins(e.ALLOWED_ORIGINS),
     maxEventBytes: e.MAX_EVENT_BYTES,
     maxPageBytes: e.MAX_PAGE_BYTES,

@@ -4,14 +4,12 @@
  * given what it depends on once, here. bridge/main.ts puts the HTTP bridge in front of it.
  */
 import fs from 'node:fs';
-import path from 'node:path';
 import type { Logger } from 'pino';
 import { createAgent, type Agent } from './agent/agent.js';
 import type { Config } from './config.js';
 import { Conversations } from './conversation/conversations.js';
-import { hostAccess } from './conversation/host-access.js';
 import { ConversationService } from './conversation/service.js';
-import { SideChannels } from './conversation/side-channels.js';
+import { sandboxAccess, SideChannels } from './conversation/side-channels.js';
 import { EventBus } from './events/bus.js';
 import { EventLog } from './events/log.js';
 import type { EncodedEvent } from './events/types.js';
@@ -24,7 +22,9 @@ import { SqliteStore } from './store/sqlite.js';
 import { PostgresStore } from './store/postgres.js';
 import type { Store } from './store/types.js';
 import { pgStoreMetrics } from './cluster/metrics.js';
+import { Sandbox } from './sandbox/launcher.js';
 import { WorkspacePreparer } from './workspace/preparer.js';
+import { helperDirOf } from './workspace/workspace.js';
 
 export interface Core {
   service: ConversationService;
@@ -34,6 +34,7 @@ export interface Core {
   agent: Agent;
   /** The agent server's workspace side channels (/api/bash, /api/file, /api/git). */
   sideChannels: SideChannels;
+  sandbox: Sandbox;
   redactor: Redactor;
   startedAt: number;
   close(): Promise<void>;
@@ -44,6 +45,12 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   fs.mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   fs.mkdirSync(config.workspaceRoot, { recursive: true, mode: 0o700 });
   restrictDataDir(config.dataDir, [config.workspaceRoot]);
+  // probes bwrap once; SANDBOX=bwrap without a working bwrap throws SandboxUnavailableError
+  const sandbox = await Sandbox.open(config.sandbox, {
+    workspaceRoot: config.workspaceRoot,
+    mapped: [{ host: helperDirOf(config.dataDir), inside: '/parley/helpers' }],
+    log,
+  });
   const box = SecretBox.open(config.dataDir, config.secretKey);
   for (const k of config.sessionApiKeys) redactor.add(k);
   redactor.add(config.secretKey, config.llm.apiKey);
@@ -93,15 +100,20 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     events.committed(id, evs);
     conversations.committed(id, evs);
   };
-  const agent = createAgent({ conversations, events, settings, redactor, config, log });
-  const preparer = new WorkspacePreparer(conversations, events, settings, agent.runtime, redactor, {
+  const agent = createAgent({ sandbox, conversations, events, settings, redactor, config, log });
+  const preparer = new WorkspacePreparer(conversations, events, settings, agent.runtime, sandbox, redactor, {
     workspaceRoot: config.workspaceRoot,
-    helperDir: path.join(config.dataDir, 'helpers'),
+    allowedHosts: config.gitAllowedHosts,
+    helperDir: helperDirOf(config.dataDir),
     keepWorkspaces: config.keepWorkspaces,
     replay: agent.replay,
   });
   const service = new ConversationService(conversations, events, settings, agent.runtime, preparer, redactor, log);
-  const sideChannels = new SideChannels(conversations, settings, redactor, config.workspaceRoot, hostAccess());
+  const sideChannels = new SideChannels(conversations, settings, redactor, config.workspaceRoot, sandboxAccess(sandbox));
+  unread.push(
+    metrics.sandboxes.read(() => [[[sandbox.mode], sandbox.liveCount]]),
+    metrics.sandboxProcesses.read(() => [[[sandbox.mode], sandbox.processCount]]),
+  );
   await settings.loadIntoRedactor();
   await conversations.recoverInterrupted(log);
   await service.resumePreparations();
@@ -112,10 +124,12 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     settings,
     agent,
     sideChannels,
+    sandbox,
     redactor,
     startedAt,
     async close() {
       await agent.runtime.close();
+      await sandbox.close();
       for (const u of unread) u();
       await closeBus();
       await store.close();

@@ -191,6 +191,8 @@ export const metrics = {
   toolCalls: new Histogram('parley_tool_call_duration_seconds', 'Tool calls by tool and outcome: latency', ['tool', 'outcome']),
   mcpServers: new Gauge('parley_mcp_servers', 'MCP servers by state', ['state']),
   processes: new Gauge('parley_child_processes', 'Processes the daemon started (shells, sandboxes, MCP servers, git...), alive now, by command name', ['command']),
+  sandboxes: new Gauge('parley_sandboxes', 'Conversations with live sandboxed processes, by sandbox mode (bwrap or none)', ['mode']),
+  sandboxProcesses: new Gauge('parley_sandbox_processes', 'Processes started through the sandbox launcher (shells, setup.sh, git, MCP servers) alive now; their own children not counted', ['mode']),
   storeAppend: new Histogram('parley_store_append_duration_seconds', 'Event log frames: from the first append queued for the frame until the frame was committed', [], [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1]),
   storeUnindexed: new Gauge('parley_store_unindexed_events', 'Committed events the index has not taken yet (readable from memory)'),
   storeIndexLag: new Gauge('parley_store_index_lag_seconds', 'Age of the oldest committed frame the index has not taken yet'),

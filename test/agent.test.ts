@@ -75,7 +75,9 @@ describe('the loop', () => {
       assert.ok(o.seq > a.seq);
     }
     assert.ok(actions[1].seq < obs.find((o) => o.tool_call_id === actions[0].tool_call_id).seq || true);
-    assert.match(obs[0].observation.content[0].text, new RegExp(ws));
+    // the shell sees its workspace at /workspace when sandboxed (the file editor accepts both names)
+    const seen = (await d.req('GET', '/server_info')).body.sandbox.mode === 'bwrap' ? '/workspace' : ws;
+    assert.match(obs[0].observation.content[0].text, new RegExp(`^${seen}$`, 'm'));
     assert.equal(obs[0].observation.exit_code, 0);
     assert.match(obs[2].observation.content[0].text, /hey[\s\S]*bee/, 'the shell kept its exported variable');
     assert.equal(fs.readFileSync(path.join(ws, 'a.txt'), 'utf8'), 'hey\n');

@@ -11,7 +11,7 @@ import { after, before, describe, test } from 'node:test';
 import { freePort, recordingReq, startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
 import { startSseServer, startShttpServer, type RunningHttpServer } from './support/mcp-servers/http-servers.js';
 import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
-import { isAlive } from './support/processes.js';
+import { hostPid, isAlive } from './support/processes.js';
 import { allEvents, statusOf, waitStatus, type Req } from './support/conversation-api.js';
 
 const TSX_LOADER = import.meta.resolve('tsx');
@@ -218,7 +218,8 @@ describe('MCP tools in a conversation', () => {
     assert.ok(shttp.authHeaders.includes(`Bearer ${SHTTP_KEY}`), 'the api_key reaches the shttp server as a bearer token');
     assert.ok(sse.authHeaders.includes(`Bearer ${SSE_KEY}`), 'the api_key reaches the SSE server as a bearer token');
     assert.equal(textOf(resultFor(evs, 'local_env')), 'SECRET_ENV=<secret_hidden>', 'env reaches the stdio server (and is redacted)');
-    assert.match(textOf(resultFor(evs, 'local_cwd')), new RegExp(id.replace(/-/g, '')), 'stdio servers run in the workspace');
+    // sandboxed, the workspace is /workspace
+    assert.match(textOf(resultFor(evs, 'local_cwd')), new RegExp(`${id.replace(/-/g, '')}|^/workspace$`), 'stdio servers run in the workspace');
 
     // the LLM was offered the MCP tools with their JSON schemas next to the built-ins
     const first = llm.requests[before]!.body;
@@ -302,15 +303,17 @@ describe('MCP tools in a conversation', () => {
     assert.equal(invalid.observation.is_error, true);
     assert.match(textOf(invalid), /invalid|expected/i);
 
-    const pid1 = Number(textOf(resultFor(evs, 'local_pid', 0)));
     const crash = resultFor(evs, 'local_crash');
     assert.equal(crash.observation.is_error, true);
     assert.match(textOf(crash), /closed the connection[\s\S]*restarted/);
     assert.ok(failed.some((e) => e.server === 'local' && /exited with code 3/.test(e.detail)), 'the crash is reported');
-    const pid2 = Number(textOf(resultFor(evs, 'local_pid', 1)));
-    assert.ok(pid1 > 0 && pid2 > 0 && pid1 !== pid2, `restarted: ${pid1} → ${pid2}`);
-    assert.ok(!isAlive(pid1));
-    assert.ok(isAlive(pid2));
+    // as reported (a pid, or a token naming the process when the server is sandboxed), then on the host
+    const [r1, r2] = [textOf(resultFor(evs, 'local_pid', 0)), textOf(resultFor(evs, 'local_pid', 1))];
+    assert.ok(r1 !== r2, `restarted: ${r1} → ${r2}`);
+    const pid1 = hostPid(r1);
+    const pid2 = hostPid(r2);
+    assert.ok(pid1 === 0 || !isAlive(pid1), 'the crashed server is gone');
+    assert.ok(pid2 > 0 && isAlive(pid2));
     assert.equal(textOf(resultFor(evs, 'local_echo', 2)), 'echo: after the crash');
 
     // the LLM saw every error
@@ -368,8 +371,8 @@ describe('MCP tools in a conversation', () => {
       const e = await allEvents(req, id);
       return e.filter((x) => x.kind === 'ObservationEvent').length >= 2 ? e : null;
     }, 'observations', 20_000))!;
-    const pid = Number(textOf(resultFor(evs, 'pid')));
-    const child = Number(textOf(resultFor(evs, 'spawn_child')));
+    const pid = hostPid(textOf(resultFor(evs, 'pid')));
+    const child = hostPid(textOf(resultFor(evs, 'spawn_child')));
     assert.ok(isAlive(pid) && isAlive(child));
     assert.equal((await req('DELETE', `/api/conversations/${id}`)).status, 200);
     await waitFor(() => !isAlive(pid) && !isAlive(child), 'the server and its child are gone', 5000);
@@ -395,7 +398,7 @@ describe('MCP server lifecycle', () => {
     const r = await req('POST', '/api/conversations', { initial_user_msg: 'pid please', mcp_config: { stdio_servers: [stdio('local')] } });
     const id = r.body.conversation_id as string;
     await waitStatus(req, id, 'finished');
-    const pid1 = Number(textOf(resultFor(await allEvents(req, id), 'pid')));
+    const pid1 = hostPid(textOf(resultFor(await allEvents(req, id), 'pid')));
     assert.ok(isAlive(pid1), 'still running right after the run');
     await waitFor(() => !isAlive(pid1), 'the idle server stopped', 10_000);
     const st = (await req('GET', `/api/conversations/${id}/mcp`)).body.servers;
@@ -408,7 +411,7 @@ describe('MCP server lifecycle', () => {
       const e = await allEvents(req, id);
       return e.filter((x) => x.kind === 'ObservationEvent').length >= 2 ? e : null;
     }, 'second pid'))!;
-    const pid2 = Number(textOf(resultFor(evs, 'pid', 1)));
+    const pid2 = hostPid(textOf(resultFor(evs, 'pid', 1)));
     assert.ok(pid2 !== pid1 && isAlive(pid2));
     // a running conversation is not idle: the server stays up past the idle period
     await new Promise((res) => setTimeout(res, 4000));

@@ -29,6 +29,8 @@ const info = async (id: string) => (await d.req('GET', `/api/conversations/${id}
 const waitStatus = (id: string, want: string, ms = 30_000) => waitFor(async () => (await info(id)).execution_status === want, `status ${want}`, ms);
 const waitReady = (id: string) => waitFor(async () => ['ready', 'error'].includes((await info(id)).setup?.phase), 'preparation done', 30_000);
 const workspace = (id: string) => path.join(d.dataDir, 'workspaces', id.replace(/-/g, ''));
+/** Where the agent's processes see the workspace: /workspace when sandboxed (replayed paths are mapped there). */
+const seenWorkspace = async (id: string) => ((await d.req('GET', '/server_info')).body.sandbox?.mode === 'bwrap' ? '/workspace' : workspace(id));
 const textOf = (ev: any) => ev.llm_message.content.map((c: any) => c.text ?? '').join('');
 const obsText = (ev: any) => ev.observation.content.map((c: any) => c.text ?? '').join('');
 
@@ -57,8 +59,9 @@ describe('replaying this service\'s own events', () => {
     const r = await d.req('POST', '/api/conversations', { initial_user_msg: 'Create the notes' });
     const src = r.body.conversation_id;
     const srcWs = workspace(src);
+    // a value only this run can print (a sandboxed shell sees every workspace as /workspace)
     llm.push(
-      { text: 'Making files.', toolCalls: [{ name: 'terminal', arguments: { command: `echo "made in $(basename $PWD)" > made.txt && cat ${srcWs}/made.txt` } }] },
+      { text: 'Making files.', toolCalls: [{ name: 'terminal', arguments: { command: `echo "made $(cat /proc/sys/kernel/random/uuid)" > made.txt && cat ${await seenWorkspace(src)}/made.txt` } }] },
       { toolCalls: [{ name: 'file_editor', arguments: { command: 'create', path: `${srcWs}/notes.md`, file_text: 'alpha\nbeta\n' } }] },
       { toolCalls: [{ name: 'file_editor', arguments: { command: 'str_replace', path: `${srcWs}/notes.md`, old_str: 'beta', new_str: 'gamma' } }] },
       { toolCalls: [{ name: 'finish', arguments: { message: 'Notes written.' } }] },
@@ -90,9 +93,12 @@ describe('replaying this service\'s own events', () => {
       assert.equal(o.observation.is_error, false, JSON.stringify(o.observation));
     }
     assert.equal(p[0].a.thought[0].text, 'Making files.');
-    assert.equal(p[1].a.action.path, `${ws}/notes.md`, 'paths mapped to the new workspace');
-    assert.match(obsText(p[0].o), new RegExp(`made in ${path.basename(ws)}`), 'a NEW observation (the new directory name)');
-    assert.equal(fs.readFileSync(path.join(ws, 'made.txt'), 'utf8'), `made in ${path.basename(ws)}\n`);
+    assert.equal(p[1].a.action.path, `${await seenWorkspace(id)}/notes.md`, 'paths mapped to the new workspace');
+    const made = fs.readFileSync(path.join(ws, 'made.txt'), 'utf8').trim();
+    assert.match(made, /^made [0-9a-f-]{36}$/);
+    assert.ok(obsText(p[0].o).includes(made), 'a NEW observation (what this run printed)');
+    const recordedObs = recorded.find((e) => e.kind === 'ObservationEvent');
+    assert.ok(!obsText(recordedObs).includes(made), 'not the recorded one');
     assert.equal(fs.readFileSync(path.join(ws, 'notes.md'), 'utf8'), 'alpha\ngamma\n');
     assert.ok(evs.some((e) => e.key === 'setup' && e.value.phase === 'replaying'));
 
@@ -103,7 +109,7 @@ describe('replaying this service\'s own events', () => {
     assert.equal(llm.requests.length, llmBefore + 1);
     const sent = JSON.stringify(llm.requests[llmBefore].body.messages);
     assert.ok(sent.includes('Create the notes') && sent.includes('notes.md') && sent.includes('and now?'));
-    assert.ok(sent.includes(`made in ${path.basename(ws)}`), 'the LLM sees the new observations');
+    assert.ok(sent.includes(made), 'the LLM sees the new observations');
   });
 
   test('a message sent with run:true during the replay runs the LLM once the replay is done', async () => {
@@ -182,8 +188,9 @@ describe('replaying an OpenHands trajectory', () => {
     const msgs = evs.filter((e) => e.kind === 'MessageEvent').map((e) => [e.source, textOf(e)]);
     assert.deepEqual(msgs, [['user', 'Write a tiny script'], ['agent', 'The script is ready.'], ['user', 'thanks']]);
     const p = pairs(evs);
+    const seen = await seenWorkspace(id);
     assert.deepEqual(p.map((x) => `${x.a.tool_name}:${x.a.action.command ?? ''}`), [
-      'terminal:mkdir -p ' + `${ws}/src && echo hi > ${ws}/src/a.txt && ls ${ws}/src`,
+      'terminal:mkdir -p ' + `${seen}/src && echo hi > ${seen}/src/a.txt && ls ${seen}/src`,
       'file_editor:create',
       'file_editor:str_replace',
       'file_editor:create',

@@ -15,6 +15,7 @@ import type { ParleyEvent } from '../events/types.js';
 import type { LlmClient } from '../llm/types.js';
 import { metrics } from '../metrics.js';
 import type { Redactor } from '../secrets/redact.js';
+import type { Sandbox } from '../sandbox/index.js';
 import type { Settings } from '../secrets/settings.js';
 import { createFileEditorTool } from '../tools/file-editor.js';
 import { createFinishTool } from '../tools/finish.js';
@@ -26,12 +27,14 @@ import { createThinkTool } from '../tools/think.js';
 import type { Tool } from '../tools/types.js';
 import { askpassEnv, gitCredentialEnv } from '../workspace/askpass.js';
 import { loadRepoInstructions, selectTriggered } from '../workspace/instructions.js';
-import { workspacePath } from '../workspace/workspace.js';
+import { helperDirOf, workspacePath } from '../workspace/workspace.js';
 import { instrumentLlm } from './instrument.js';
 import { executeReplay } from './replay-run.js';
 import { AgentRuntimeImpl } from './runtime.js';
 
 export interface AgentParts {
+  /** The per-conversation process launcher (src/sandbox/). */
+  sandbox: Sandbox;
   conversations: Conversations;
   events: EventLog;
   settings: Settings;
@@ -48,13 +51,15 @@ export interface Agent {
   replay(conversationId: string, workspaceDir: string, plan: ReplayPlan, signal: AbortSignal): Promise<{ actions: number }>;
 }
 
-export function createAgent({ conversations, events, settings, redactor, config, log }: AgentParts): Agent {
+export function createAgent({ sandbox, conversations, events, settings, redactor, config, log }: AgentParts): Agent {
   const outputDir = (id: string) => path.join(config.dataDir, 'outputs', id);
-  const terminal = createTerminalTool({ outputDir, noOutputTimeoutMs: config.terminalNoOutputTimeoutMs });
-  const builtins: Tool[] = [terminal, createFileEditorTool(), createTaskTrackerTool(), createThinkTool(), createFinishTool()] as Tool[];
+  const terminal = createTerminalTool({ outputDir, noOutputTimeoutMs: config.terminalNoOutputTimeoutMs, sandbox });
+  // file_editor sees exactly the workspace, at the path the shell sees it
+  const fileEditor = createFileEditorTool({ view: (ctx) => sandbox.pathView(ctx.workspaceDir) });
+  const builtins: Tool[] = [terminal, fileEditor, createTaskTrackerTool(), createThinkTool(), createFinishTool()] as Tool[];
   const reserved = builtins.map((t) => t.name);
   const mcp = new Map<string, McpManager>();
-  const helperDir = path.join(config.dataDir, 'helpers');
+  const helperDir = helperDirOf(config.dataDir);
   const llmCache = new Map<string, LlmClient>();
   // the AI SDK and the MCP SDK load on first use: a daemon starts (and idles) without them
   let mcpModule: typeof import('../tools/mcp/manager.js') | null = null;
@@ -76,6 +81,7 @@ export function createAgent({ conversations, events, settings, redactor, config,
           // normalised: duplicate urls (`http://h:1` and `http://h:1/`) and names collapse, the later wins
           config: mergeMcpConfig(null, stored),
           workspaceDir: workspacePath(config.workspaceRoot, id),
+          launcher: sandbox.forConversation(id),
           conversationId: id,
           reservedNames: reserved,
           redact: (t) => redactor.redact(t),
@@ -151,6 +157,7 @@ export function createAgent({ conversations, events, settings, redactor, config,
         return [...builtins, ...((await (await mcpFor(id)).tools()) as Tool[])];
       },
       workspaceDir: (id) => workspacePath(config.workspaceRoot, id),
+      workspaceView: (id) => ({ dir: sandbox.visibleWorkspace(workspacePath(config.workspaceRoot, id)), sandboxed: sandbox.enabled }),
       env: shellEnv,
       limits: (id) => conversationLimits(conversations, id),
       usage: (id, usage) => recordUsage(conversations, id, usage),
@@ -179,6 +186,13 @@ export function createAgent({ conversations, events, settings, redactor, config,
         await mcpCreating.get(id)?.catch(() => null);
         await mcp.get(id)?.close();
         mcp.delete(id);
+        await sandbox.closeConversation(id);
+      },
+      async interrupted(id) {
+        // everything the conversation runs stops: the shell (background jobs included), setup.sh, MCP servers
+        await terminal.closeConversation(id);
+        await mcp.get(id)?.close();
+        await sandbox.closeConversation(id);
       },
       async releaseAll() {
         for (const id of [...idleTimers.keys()]) cancelIdleClose(id);
@@ -196,7 +210,7 @@ export function createAgent({ conversations, events, settings, redactor, config,
     mcpStatus: async (id) => (mcp.get(id) ?? (await mcpFor(id))).status(),
     async replay(id, workspaceDir, plan, signal) {
       const env = await shellEnv(id);
-      return executeReplay({ events, redact: (t) => redactor.redact(t), conversationId: id, workspaceDir, plan, tools: builtins, env, signal });
+      return executeReplay({ events, redact: (t) => redactor.redact(t), conversationId: id, workspaceDir, visibleDir: sandbox.visibleWorkspace(workspaceDir), plan, tools: builtins, env, signal });
     },
   };
 }

@@ -6,6 +6,8 @@ import { unreachable, type EventOf, type Observation, type ParleyEvent } from '.
 
 export interface SystemContext {
   workspaceDir: string;
+  /** The agent's processes run in a sandbox (src/sandbox/): the prompt says so only then. */
+  sandboxed?: boolean;
   toolNames: string[];
   instructions: string[];
   date?: Date;
@@ -14,7 +16,9 @@ export interface SystemContext {
 export function buildSystemPrompt(ctx: SystemContext): string {
   const date = (ctx.date ?? new Date()).toISOString().slice(0, 10);
   const parts = [
-    'You are Parley, an autonomous AI software engineer working in a sandboxed workspace.',
+    ctx.sandboxed
+      ? 'You are Parley, an autonomous AI software engineer working in a sandboxed workspace: your commands only see this workspace, a private /tmp and home, and the system read-only.'
+      : 'You are Parley, an autonomous AI software engineer working in a workspace on the host machine.',
     `Your working directory is ${ctx.workspaceDir}. Use absolute paths with file_editor.`,
     `Today's date is ${date}.`,
     `Tools available: ${ctx.toolNames.join(', ')}.`,

@@ -12,12 +12,15 @@ import type { z } from 'zod';
 import type { EventLog } from '../events/log.js';
 import { mapReplayCommand, mapReplayPath, type ReplayPlan, type ReplayStep } from '../conversation/replay.js';
 import { actionOf, type Tool, type ToolContext } from '../tools/types.js';
+import { PathView } from '../sandbox/path-view.js';
 
 export interface ReplayRunOptions {
   events: EventLog;
   redact(text: string): string;
   conversationId: string;
   workspaceDir: string;
+  /** Where the conversation's processes see the workspace (/workspace when sandboxed); default workspaceDir. */
+  visibleDir?: string;
   plan: ReplayPlan;
   tools: Tool[];
   /** The agent shell's environment (provider tokens, custom secrets). */
@@ -33,10 +36,12 @@ export interface ReplayRunResult {
 }
 
 /** The file_editor call that makes `path` hold the recorded content (or the recorded line range). */
-async function writeCall(step: Extract<ReplayStep, { type: 'write' }>, abs: string): Promise<Record<string, unknown>> {
+async function writeCall(step: Extract<ReplayStep, { type: 'write' }>, abs: string, view: PathView): Promise<Record<string, unknown>> {
   let current: string | null = null;
   try {
-    if ((await fs.stat(abs)).isFile()) current = await fs.readFile(abs, 'utf8');
+    // read through the workspace view: a planted symlink never makes the daemon read outside
+    const host = view.resolve(abs).host;
+    if ((await fs.stat(host)).isFile()) current = await fs.readFile(host, 'utf8');
   } catch {
     current = null;
   }
@@ -54,8 +59,8 @@ async function writeCall(step: Extract<ReplayStep, { type: 'write' }>, abs: stri
   return { command: 'str_replace', path: abs, old_str: current, new_str: next };
 }
 
-async function resolveCall(step: Exclude<ReplayStep, { type: 'message' }>, plan: ReplayPlan, dir: string): Promise<{ name: string; args: Record<string, unknown> }> {
-  if (step.type === 'write') return { name: 'file_editor', args: await writeCall(step, mapReplayPath(step.path, plan.roots, dir)) };
+async function resolveCall(step: Exclude<ReplayStep, { type: 'message' }>, plan: ReplayPlan, dir: string, view: PathView): Promise<{ name: string; args: Record<string, unknown> }> {
+  if (step.type === 'write') return { name: 'file_editor', args: await writeCall(step, mapReplayPath(step.path, plan.roots, dir), view) };
   const args = { ...step.args };
   if (step.tool === 'terminal' && typeof args.command === 'string' && !args.is_input) args.command = mapReplayCommand(args.command, plan.roots, dir);
   if (step.tool === 'file_editor' && typeof args.path === 'string') args.path = mapReplayPath(args.path, plan.roots, dir);
@@ -67,6 +72,7 @@ export async function executeReplay(o: ReplayRunOptions): Promise<ReplayRunResul
   const byName = new Map(o.tools.map((t) => [t.name, t]));
   const ctx: ToolContext = { conversationId: id, workspaceDir: o.workspaceDir, signal: o.signal, env: o.env, redact: o.redact };
   const result: ReplayRunResult = { actions: 0, finished: false };
+  const view = new PathView(o.workspaceDir, o.visibleDir ?? o.workspaceDir);
   for (const step of o.plan.steps) {
     if (o.signal.aborted) break;
     if (step.type === 'message') {
@@ -75,7 +81,7 @@ export async function executeReplay(o: ReplayRunOptions): Promise<ReplayRunResul
       if (source === 'user') result.finished = false;
       continue;
     }
-    const { name, args } = await resolveCall(step, o.plan, o.workspaceDir);
+    const { name, args } = await resolveCall(step, o.plan, o.visibleDir ?? o.workspaceDir, view);
     // ids unique in the conversation: later LLM calls (call_1, toolu_…) never collide with them
     const callId = `replay_${crypto.randomUUID().replace(/-/g, '')}`;
     const tool = byName.get(name);

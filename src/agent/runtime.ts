@@ -25,6 +25,8 @@ export interface AgentDeps {
   llm(conversationId: string): Promise<LlmClient | null>;
   tools(conversationId: string): Promise<Tool[]>;
   workspaceDir(conversationId: string): string;
+  /** How the agent sees its workspace: the path its processes see and whether they are sandboxed. */
+  workspaceView?(conversationId: string): { dir: string; sandboxed: boolean };
   env(conversationId: string): Promise<Record<string, string>>;
   instructions(conversationId: string, events: ParleyEvent[]): Promise<string[]>;
   maxIterations: number;
@@ -34,6 +36,8 @@ export interface AgentDeps {
   release(conversationId: string): Promise<void>;
   /** The daemon stops: release every conversation's resources. */
   releaseAll(): Promise<void>;
+  /** An interrupt: stop every process the conversation runs (its sandbox), background ones included. */
+  interrupted?(conversationId: string): Promise<void>;
   /** A run ended and no other run follows: the conversation is idle (e.g. stop its MCP servers later). */
   idle?(conversationId: string): void;
   /** The conversation's own step limit and stuck detection (agent-server create); absent: the defaults. */
@@ -126,9 +130,11 @@ export class AgentRuntimeImpl implements AgentRuntime {
 
   async interrupt(id: string): Promise<void> {
     const run = this.runs.get(id);
-    if (!run) return;
-    run.controller.abort(new Interrupted('interrupted'));
-    await Promise.race([run.done, new Promise((r) => setTimeout(r, 5000))]);
+    if (run) {
+      run.controller.abort(new Interrupted('interrupted'));
+      await Promise.race([run.done, new Promise((r) => setTimeout(r, 5000))]);
+    }
+    await this.deps.interrupted?.(id);
   }
 
   async dispose(id: string): Promise<void> {
@@ -198,7 +204,8 @@ export class AgentRuntimeImpl implements AgentRuntime {
       run.seenSeq = Math.max(run.seenSeq, events[events.length - 1]?.seq ?? 0);
       const { messages, systemNotes } = eventsToMessages(events);
       const instructions = await this.deps.instructions(id, events);
-      const system = buildSystemPrompt({ workspaceDir, toolNames: tools.map((t) => t.name), instructions: [...instructions, ...systemNotes] });
+      const seen = this.deps.workspaceView?.(id) ?? { dir: workspaceDir, sandboxed: false };
+      const system = buildSystemPrompt({ workspaceDir: seen.dir, sandboxed: seen.sandboxed, toolNames: tools.map((t) => t.name), instructions: [...instructions, ...systemNotes] });
       if (!events.some((e) => e.kind === 'SystemPromptEvent')) {
         const definitions = tools.map((t, i) => ({ kind: t.kind, name: t.name, title: t.name, description: t.description, parameters: specs[i]!.inputSchema, action_type: t.actionKind }));
         await eventLog.append(id, { kind: 'SystemPromptEvent', source: 'agent', system_prompt: { type: 'text', text: system }, tools: definitions });

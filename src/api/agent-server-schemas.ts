@@ -6,7 +6,7 @@
  */
 import { z } from 'zod';
 import { EXECUTION_STATUSES } from '../conversation/conversations.js';
-import { ConversationId, SendMessageRequest } from './schemas.js';
+import { ConversationId, SecretValue, SendMessageRequest } from './schemas.js';
 
 /** Body keys that mark a create request as the agent-server shape (any other body is `InitSessionRequest`). */
 export const AGENT_SERVER_CREATE_KEYS = ['agent', 'agent_settings', 'workspace', 'initial_message'] as const;
@@ -56,11 +56,11 @@ export type ConfirmationPolicy = z.output<typeof ConfirmationPolicy>;
 /** `{kind:"StaticSecret", value}`; a LookupSecret (a URL the server would fetch) is refused. */
 export const StaticSecret = z.strictObject({
   kind: z.literal('StaticSecret').default('StaticSecret'),
-  value: z.string().min(1),
+  value: SecretValue,
   description: z.string().max(1000).nullish(),
 });
 export const SecretName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, { error: 'name must be a valid environment variable name' });
-export const SecretsMap = z.record(SecretName, z.union([StaticSecret, z.string().min(1)]));
+export const SecretsMap = z.record(SecretName, z.union([StaticSecret, SecretValue]));
 
 export const Tags = z.record(z.string().max(200), z.string().max(2000));
 

@@ -8,6 +8,7 @@ import { Event, EventSource, MESSAGE_ROLES } from '../events/schema.js';
 import { McpConfig } from '../tools/mcp/config.js';
 import { GIT_PROVIDERS } from '../workspace/providers.js';
 import { TASK_TYPES } from '../workspace/tasks.js';
+import { imageUrlProblem } from '../llm/image-url-rule.js';
 import { EventFilterExtras } from './event-filters.js';
 
 // shapes the core defines (the API validates with them or documents them)
@@ -33,9 +34,15 @@ export const TextContent = z
   })
   .meta({ id: 'TextContent', title: 'TextContent' });
 
+/** An image URL the daemon will fetch for the model: anything else is refused on arrival (issue 12.3). */
+export const ImageUrl = z.string().superRefine((url, ctx) => {
+  const problem = imageUrlProblem(url);
+  if (problem) ctx.addIssue({ code: 'custom', message: problem });
+});
+
 export const ImageContent = z
   .strictObject({
-    image_urls: z.array(z.string()),
+    image_urls: z.array(ImageUrl),
     type: z.literal('image').default('image'),
     cache_prompt: z.boolean().default(false),
   })
@@ -87,7 +94,7 @@ export const NewConversationRequest = z
     git_provider: z.enum(GIT_PROVIDERS).nullish(),
     selected_branch: z.string().nullish(),
     initial_user_msg: z.string().nullish(),
-    image_urls: z.array(z.string()).nullish(),
+    image_urls: z.array(ImageUrl).nullish(),
     replay_json: z.string().nullish(),
     suggested_task: SuggestedTask.nullish(),
     create_microagent: CreateMicroagent.nullish(),
@@ -159,7 +166,21 @@ export const SubscribeInput = z.object({
 });
 
 export const ServerInfo = z
-  .object({ version: z.string(), uptime: z.number(), idle_time: z.number(), title: z.string(), docs: z.string() })
+  .object({
+    version: z.string(),
+    uptime: z.number(),
+    idle_time: z.number(),
+    title: z.string(),
+    docs: z.string(),
+    /** How agent processes are confined (src/sandbox/): mode, network, which limits are enforced and how. */
+    sandbox: z
+      .looseObject({
+        mode: z.enum(['bwrap', 'none']),
+        network: z.enum(['host', 'none']),
+        limits: z.looseObject({ enforced_by: z.string(), memory_mb: z.number().nullable(), pids: z.number().nullable(), file_size_mb: z.number().nullable() }),
+      })
+      .optional(),
+  })
   .meta({ id: 'ServerInfo' });
 
 export const SettingsUpdate = z
@@ -170,7 +191,7 @@ export const SettingsUpdate = z
   })
   .meta({ id: 'SettingsUpdate' });
 /** Shorter values would be redacted from every output as ordinary words, so they are refused (issue 12.5). */
-const SecretValue = z.string().min(8, { error: 'a secret value must be at least 8 characters' });
+export const SecretValue = z.string().min(8, { error: 'a secret value must be at least 8 characters' });
 export const SecretName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, { error: 'name must be a valid environment variable name' });
 export const CreateSecretInput = z.strictObject({ name: SecretName, value: SecretValue, description: z.string().max(1000).nullish() }).meta({ id: 'CreateSecret' });
 export const UpdateSecretBody = z.strictObject({ value: SecretValue.nullish(), description: z.string().max(1000).nullish() }).meta({ id: 'UpdateSecret' });

@@ -8,6 +8,7 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { ExecuteBashRequest } from '../api/agent-server-schemas.js';
+import type { Sandbox } from '../sandbox/index.js';
 import { ForbiddenError, NotFoundError, RequestValidationError } from '../errors.js';
 import { BashCommands, type BashSearch, type CommandLauncher } from '../workspace/bash-commands.js';
 import { gitChanges, gitDiff } from '../workspace/git-changes.js';
@@ -135,4 +136,14 @@ export class SideChannels {
     const at = await this.locate(q.conversation_id, q.path);
     return gitDiff(at.resolved!.host, this.access.gitOptions(at.conversationId), q.ref ?? 'HEAD');
   }
+}
+
+/** The side channels reach a workspace like the agent does: the sandbox's path view and launcher. */
+export function sandboxAccess(sandbox: Sandbox): WorkspaceAccess {
+  return {
+    resolve: (workspaceDir, p) => sandbox.pathView(workspaceDir).resolve(p),
+    visibleWorkspace: (workspaceDir) => sandbox.visibleWorkspace(workspaceDir),
+    launcher: (id) => sandbox.forConversation(id),
+    gitOptions: (id) => ({ env: sandbox.env({ LC_ALL: 'C', GIT_TERMINAL_PROMPT: '0' }), launch: sandbox.forConversation(id) }),
+  };
 }

@@ -4,6 +4,7 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
+import { PathOutsideError, PathView } from '../sandbox/path-view.js';
 import { z } from 'zod';
 import { actionSchema, observationSchema } from '../events/content.js';
 import type { ObservationContent, Tool, ToolContext } from './types.js';
@@ -124,11 +125,21 @@ function shorten(s: string, max = 200): string {
 export class FileEditor {
   private readonly history = new Map<string, HistoryEntry[]>();
 
+  /** @param viewOf the conversation's file view (sandbox/path-view.ts); default: exactly the workspace, as on the host. */
+  constructor(private readonly viewOf: (ctx: ToolContext) => PathView = (ctx) => new PathView(ctx.workspaceDir, ctx.workspaceDir)) {}
+
   async execute(params: FileEditorParams, ctx: ToolContext): Promise<FileEditorObservation> {
     const command = params.command;
     const rawPath = params.path ?? '';
+    const view = this.viewOf(ctx);
+    // messages name files as the agent sees them (/workspace/… when sandboxed)
+    const shown = view.hostRoot === view.visibleRoot ? ctx : { ...ctx, redact: (t: string) => ctx.redact(t.split(view.hostRoot).join(view.visibleRoot)) };
+    return this.run(params, shown, view, rawPath, command);
+  }
+
+  private async run(params: FileEditorParams, ctx: ToolContext, view: PathView, rawPath: string, command: FileEditorParams['command']): Promise<FileEditorObservation> {
     try {
-      const abs = this.checkPath(rawPath, ctx);
+      const abs = this.checkPath(rawPath, ctx, view);
       switch (command) {
         case 'view':
           return await this.view(abs, params, ctx);
@@ -196,17 +207,23 @@ export class FileEditor {
     }
   }
 
-  private checkPath(p: string, ctx: ToolContext): string {
+  /** The host path to open; refuses paths outside the workspace, `..` escapes and symlinks leading out. */
+  private checkPath(p: string, ctx: ToolContext, view: PathView): string {
     if (typeof p !== 'string' || p.trim() === '') {
       throw new EditorError('Parameter `path` is required: give the absolute path of a file or directory.');
     }
     if (!path.isAbsolute(p)) {
-      const suggestion = path.resolve(ctx.workspaceDir, p);
+      const suggestion = path.resolve(view.visibleRoot, p);
       throw new EditorError(
         `Invalid \`path\` parameter: ${p}. The path should be an absolute path, starting with \`/\`. Maybe you meant ${suggestion}?`,
       );
     }
-    return path.resolve(p);
+    try {
+      return view.resolve(p).host;
+    } catch (err) {
+      if (err instanceof PathOutsideError) throw new EditorError(err.message);
+      throw err;
+    }
   }
 
   private async statOrNull(abs: string): Promise<fs.Stats | null> {
@@ -626,8 +643,8 @@ export type FileEditorTool = Tool<FileEditorParams, FileEditorObservation> & {
   closeAll(): void;
 };
 
-export function createFileEditorTool(): FileEditorTool {
-  const editor = new FileEditor();
+export function createFileEditorTool(opts: { view?: (ctx: ToolContext) => PathView } = {}): FileEditorTool {
+  const editor = new FileEditor(opts.view);
   return {
     name: 'file_editor',
     kind: 'FileEditorTool',

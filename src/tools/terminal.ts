@@ -11,6 +11,11 @@ import { actionSchema, observationSchema } from '../events/content.js';
 import type { Tool, ToolContext } from './types.js';
 import { cleanTerminalOutput, truncateMiddle } from './terminal/output.js';
 import { RunningCommand, ShellSession, shellQuote } from './terminal/session.js';
+import { Sandbox } from '../sandbox/launcher.js';
+
+/** Where a sandboxed shell sees its FIFO directory and the saved full outputs. */
+const SANDBOX_IO_DIR = '/parley/io';
+const SANDBOX_OUTPUT_DIR = '/parley/outputs';
 
 export interface TerminalToolOptions {
   /** Return (exit_code -1) when a command prints nothing new for this long. Default 30 s. */
@@ -32,6 +37,8 @@ export interface TerminalToolOptions {
    * chatty command cannot block the agent forever. Default 4 x noOutputTimeoutMs.
    */
   maxCallMs?: number;
+  /** Where shells run (src/sandbox/); default: plain processes with a built environment. */
+  sandbox?: Sandbox;
 }
 
 export const terminalParameters = z.object({
@@ -126,8 +133,10 @@ export class TerminalManager {
   private readonly starting = new Map<string, Promise<ShellSession>>();
   private readonly locks = new Map<string, Promise<unknown>>();
   private outputSeq = 0;
+  readonly sandbox: Sandbox;
 
   constructor(opts: TerminalToolOptions = {}) {
+    this.sandbox = opts.sandbox ?? Sandbox.none();
     this.noOutputTimeoutMs = opts.noOutputTimeoutMs ?? 30_000;
     this.maxOutputChars = opts.maxOutputChars ?? 30_000;
     this.idleCloseMs = opts.idleCloseMs ?? 10 * 60_000;
@@ -207,17 +216,23 @@ export class TerminalManager {
     }
     const stat = await fs.promises.stat(ctx.workspaceDir).catch(() => null);
     if (!stat?.isDirectory()) throw new Error(`The workspace directory ${ctx.workspaceDir} does not exist.`);
+    const sandbox = this.sandbox;
+    const outputs = this.outputDirFor(ctx.conversationId);
+    if (sandbox.enabled) fs.mkdirSync(outputs, { recursive: true, mode: 0o700 });
     const startP = ShellSession.start({
       conversationId: ctx.conversationId,
       cwd: ctx.workspaceDir,
-      env: {
-        ...process.env,
-        TERM: 'dumb',
-        PAGER: 'cat',
-        GIT_PAGER: 'cat',
-        PYTHONUNBUFFERED: '1',
-        ...ctx.env,
-      },
+      // built from scratch, never the daemon's environment (its keys stay out of the shell)
+      env: sandbox.env({ TERM: 'dumb', PAGER: 'cat', GIT_PAGER: 'cat', PYTHONUNBUFFERED: '1', ...ctx.env }),
+      launch: (argv, o) =>
+        sandbox.spawn(ctx.conversationId, argv, {
+          workspaceDir: ctx.workspaceDir,
+          cwd: o.cwd,
+          env: o.env,
+          stdio: ['pipe', 'pipe', 'pipe'],
+          binds: sandbox.enabled ? [...o.binds, { host: outputs, inside: SANDBOX_OUTPUT_DIR }] : o.binds,
+        }),
+      ioDir: sandbox.enabled ? SANDBOX_IO_DIR : undefined,
     });
     this.starting.set(ctx.conversationId, startP);
     try {
@@ -286,9 +301,12 @@ export class TerminalManager {
       return this.errorObs(base, `Could not start the shell: ${(err as Error).message}`);
     }
     this.touch(ctx.conversationId, true);
+    this.sandbox.setBusy(ctx.conversationId, true);
     try {
       return await this.handle(session, params, ctx, command, isInput, timeoutSec, notes);
     } finally {
+      // a command still running keeps the sandbox from being closed as idle (SANDBOX_MAX_LIVE)
+      this.sandbox.setBusy(ctx.conversationId, !!session.running && !session.running.done);
       if (this.entries.get(ctx.conversationId)?.session === session) this.touch(ctx.conversationId, false);
     }
   }
@@ -546,6 +564,11 @@ export class TerminalManager {
     }
   }
 
+  /** The saved output file as the shell sees it. */
+  private visibleOutputPath(file: string): string {
+    return this.sandbox.enabled ? path.posix.join(SANDBOX_OUTPUT_DIR, path.basename(file)) : file;
+  }
+
   private resultObs(
     base: { command: string; ctx: ToolContext },
     r: { output: string; notes: string[]; exitCode: number | null; cwd: string; isError?: boolean; timedOut?: boolean },
@@ -555,8 +578,9 @@ export class TerminalManager {
     let fullPath: string | null = null;
     if (output.length > this.maxOutputChars) {
       fullPath = this.saveFullOutput(ctx.conversationId, output);
-      const where = fullPath
-        ? `The full output (${output.length} characters) was saved to ${fullPath}; read parts of it with e.g. \`sed -n '100,200p' ${fullPath}\` or \`grep\`.`
+      const shown = fullPath && this.visibleOutputPath(fullPath);
+      const where = shown
+        ? `The full output (${output.length} characters) was saved to ${shown}; read parts of it with e.g. \`sed -n '100,200p' ${shown}\` or \`grep\`.`
         : 'The full output could not be saved.';
       output = truncateMiddle(
         output,
@@ -578,7 +602,7 @@ export class TerminalManager {
       working_dir: ctx.redact(r.cwd),
       timeout: r.timedOut ?? false,
     };
-    if (fullPath) obs.full_output_path = fullPath;
+    if (fullPath) obs.full_output_path = this.visibleOutputPath(fullPath);
     return obs;
   }
 

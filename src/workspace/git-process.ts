@@ -5,6 +5,7 @@
  */
 import { spawn } from 'node:child_process';
 import { killGroup } from './child-env.js';
+import type { ProcessLauncher } from '../sandbox/types.js';
 
 export interface GitResult {
   code: number | null;
@@ -20,6 +21,8 @@ export interface GitRunOptions {
   env: Record<string, string>;
   signal?: AbortSignal;
   timeoutMs?: number;
+  /** Runs git in the conversation's sandbox (src/sandbox/) instead of as a plain process. */
+  launch?: ProcessLauncher;
 }
 
 const MAX_CAPTURE = 1024 * 1024;
@@ -30,22 +33,24 @@ export function runGit(args: string[], opts: GitRunOptions): Promise<GitResult> 
       resolve({ code: null, signal: null, stdout: '', stderr: '', aborted: true, timedOut: false });
       return;
     }
-    const child = spawn('git', args, {
-      cwd: opts.cwd,
-      env: opts.env,
-      detached: true,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const child = opts.launch
+      ? opts.launch.spawn(['git', ...args], { cwd: opts.cwd ?? '.', env: opts.env, stdio: ['ignore', 'pipe', 'pipe'] })
+      : spawn('git', args, {
+          cwd: opts.cwd,
+          env: opts.env,
+          detached: true,
+          stdio: ['ignore', 'pipe', 'pipe'],
+        });
     let stdout = '';
     let stderr = '';
     let aborted = false;
     let timedOut = false;
-    child.stdout.setEncoding('utf8');
-    child.stderr.setEncoding('utf8');
-    child.stdout.on('data', (d: string) => {
+    child.stdout!.setEncoding('utf8');
+    child.stderr!.setEncoding('utf8');
+    child.stdout!.on('data', (d: string) => {
       if (stdout.length < MAX_CAPTURE) stdout += d;
     });
-    child.stderr.on('data', (d: string) => {
+    child.stderr!.on('data', (d: string) => {
       if (stderr.length < MAX_CAPTURE) stderr += d;
     });
     const onAbort = () => {

@@ -25,8 +25,9 @@ import { lstat, readdir, rm, stat } from 'node:fs/promises';
 import { join, relative, resolve, isAbsolute } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { Redactor } from '../secrets/redact.js';
-import { ensureAskpassScript } from './askpass.js';
+import { askpassOrigin, ensureAskpassScript } from './askpass.js';
 import { baseChildEnv } from './child-env.js';
+import type { ProcessLauncher } from '../sandbox/types.js';
 import { runGit, type GitResult } from './git-process.js';
 import {
   GIT_PROVIDERS,
@@ -87,6 +88,8 @@ export interface CloneOptions {
   workBranch?: string;
   /** Daemon-owned directory OUTSIDE the workspace holding the askpass script. */
   helperDir: string;
+  /** The conversation's sandbox: git commands after the clone (config, checkout…) run in it. */
+  sandbox?: ProcessLauncher;
   signal?: AbortSignal;
   onPhase?: (phase: ClonePhase, detail?: string) => void;
   /** The daemon's redaction (applied to every error message). */
@@ -95,6 +98,8 @@ export interface CloneOptions {
   gitIdentity?: { name?: string; email?: string };
   /** Limit for the clone itself (default 15 minutes). */
   timeoutMs?: number;
+  /** GIT_ALLOWED_HOSTS: `host` or `host:port` entries the clone may reach; null or absent: any. */
+  allowedHosts?: string[] | null;
 }
 
 export interface CloneResult {
@@ -207,6 +212,20 @@ function cloneSources(provider: GitProvider | null, providers: ProviderCredentia
   return sources;
 }
 
+/** Keeps the sources whose host GIT_ALLOWED_HOSTS names (by host, or host:port). */
+function allowedSources(sources: Source[], allowed: string[] | null | undefined): Source[] {
+  if (!allowed) return sources;
+  const kept = sources.filter((s) => {
+    const u = new URL(s.baseUrl);
+    return allowed.includes(u.host.toLowerCase()) || allowed.includes(u.hostname.toLowerCase());
+  });
+  if (kept.length === 0) {
+    const hosts = [...new Set(sources.map((s) => new URL(s.baseUrl).host))].join(', ');
+    throw new CloneError(`${hosts || 'the host'} is not in GIT_ALLOWED_HOSTS (${allowed.join(', ') || 'empty'})`, 'invalid_host');
+  }
+  return kept;
+}
+
 function isInside(parent: string, child: string): boolean {
   const rel = relative(parent, child);
   return rel === '' || (!rel.startsWith('..') && !isAbsolute(rel));
@@ -264,18 +283,24 @@ function summaryCode(attempts: CloneAttempt[]): CloneErrorCode {
   return 'git_failed';
 }
 
-async function currentBranch(dir: string, env: Record<string, string>): Promise<string | null> {
-  const r = await runGit(['symbolic-ref', '--quiet', '--short', 'HEAD'], { cwd: dir, env });
+/** The environment of a git command and where it runs. */
+interface GitEnv {
+  vars: Record<string, string>;
+  launch?: ProcessLauncher;
+}
+
+async function currentBranch(dir: string, env: GitEnv): Promise<string | null> {
+  const r = await runGit(['symbolic-ref', '--quiet', '--short', 'HEAD'], { cwd: dir, env: env.vars, launch: env.launch });
   return r.code === 0 ? r.stdout.trim() : null;
 }
 
-async function refExists(dir: string, ref: string, env: Record<string, string>): Promise<boolean> {
-  const r = await runGit(['show-ref', '--verify', '--quiet', ref], { cwd: dir, env });
+async function refExists(dir: string, ref: string, env: GitEnv): Promise<boolean> {
+  const r = await runGit(['show-ref', '--verify', '--quiet', ref], { cwd: dir, env: env.vars, launch: env.launch });
   return r.code === 0;
 }
 
-async function checkedGit(args: string[], dir: string, env: Record<string, string>, scrub: (s: string) => string, code: CloneErrorCode): Promise<GitResult> {
-  const r = await runGit(args, { cwd: dir, env });
+async function checkedGit(args: string[], dir: string, env: GitEnv, scrub: (s: string) => string, code: CloneErrorCode): Promise<GitResult> {
+  const r = await runGit(args, { cwd: dir, env: env.vars, launch: env.launch });
   if (r.code !== 0) throw new CloneError(scrub(`git ${args[0]} failed: ${lastFatalLine(r.stderr) || `exit code ${r.code}`}`), code);
   return r;
 }
@@ -287,7 +312,7 @@ async function checkout(
   branch: string | null,
   workBranch: string,
   createWorkBranch: boolean,
-  env: Record<string, string>,
+  env: GitEnv,
   scrub: (s: string) => string,
 ): Promise<string> {
   const current = await currentBranch(dir, env);
@@ -309,7 +334,7 @@ async function checkout(
     await checkedGit(['checkout', '-q', workBranch, '--'], dir, env, scrub, 'git_failed');
     return workBranch;
   }
-  const hasCommit = (await runGit(['rev-parse', '--verify', '--quiet', 'HEAD'], { cwd: dir, env })).code === 0;
+  const hasCommit = (await runGit(['rev-parse', '--verify', '--quiet', 'HEAD'], { cwd: dir, env: env.vars, launch: env.launch })).code === 0;
   if (hasCommit) {
     await checkedGit(['checkout', '-q', '-b', workBranch], dir, env, scrub, 'git_failed');
   } else {
@@ -352,7 +377,7 @@ async function cloneInner(opts: CloneOptions, scrub: (s: string) => string): Pro
   const st = await stat(dir).catch(() => null);
   if (!st?.isDirectory()) throw new CloneError(`Workspace directory ${dir} does not exist`, 'invalid_options');
 
-  const sources = cloneSources(opts.provider, opts.providers);
+  const sources = allowedSources(cloneSources(opts.provider, opts.providers), opts.allowedHosts);
   const askpass = await ensureAskpassScript(helperDir);
   const gitEnv = (extra: Record<string, string> = {}) =>
     baseChildEnv({
@@ -362,7 +387,10 @@ async function cloneInner(opts: CloneOptions, scrub: (s: string) => string): Pro
       GIT_ALLOW_PROTOCOL: 'http:https',
       ...extra,
     });
-  const env = gitEnv();
+  // after the clone, git runs in the conversation's sandbox when there is one
+  const env: GitEnv = opts.sandbox
+    ? { vars: opts.sandbox.env({ LC_ALL: 'C', GIT_TERMINAL_PROMPT: '0', GIT_ASKPASS: askpass, GIT_ALLOW_PROTOCOL: 'http:https' }), launch: opts.sandbox }
+    : { vars: gitEnv() };
   const identity = { ...DEFAULT_GIT_IDENTITY, ...opts.gitIdentity };
 
   // Resume: an existing clone of one of the candidate remotes is reused as it is.
@@ -370,7 +398,7 @@ async function cloneInner(opts: CloneOptions, scrub: (s: string) => string): Pro
   if (entries.length > 0) {
     let origin: string | null = null;
     if (await exists(join(dir, '.git'))) {
-      const r = await runGit(['remote', 'get-url', 'origin'], { cwd: dir, env });
+      const r = await runGit(['remote', 'get-url', 'origin'], { cwd: dir, env: env.vars, launch: env.launch });
       origin = r.code === 0 ? r.stdout.trim() : null;
     }
     const match = sources.find((s) => `${s.baseUrl}/${repo}.git` === origin);
@@ -390,7 +418,7 @@ async function cloneInner(opts: CloneOptions, scrub: (s: string) => string): Pro
     opts.onPhase?.('cloning', `${repo} from ${source.baseUrl}${source.token ? ` with the ${source.provider} token` : ''}`);
     const creds = source.token && source.provider ? tokenCredentials(source.provider, source.token) : null;
     const r = await runGit(['-c', 'credential.helper=', 'clone', '--no-progress', '--', url, dir], {
-      env: gitEnv(creds ? { PARLEY_ASKPASS_USERNAME: creds.username, PARLEY_ASKPASS_PASSWORD: creds.password } : {}),
+      env: gitEnv(creds ? { PARLEY_ASKPASS_USERNAME: creds.username, PARLEY_ASKPASS_PASSWORD: creds.password, PARLEY_ASKPASS_ORIGIN: askpassOrigin(source.baseUrl) } : {}),
       signal: opts.signal,
       timeoutMs: opts.timeoutMs ?? 15 * 60_000,
     });
@@ -418,7 +446,7 @@ async function cloneInner(opts: CloneOptions, scrub: (s: string) => string): Pro
     await checkedGit(['config', 'credential.helper', ''], dir, env, scrub, 'git_failed');
     opts.onPhase?.('checking_out', branch ?? workBranch);
     const checkedOut = await checkout(dir, repo, branch, workBranch, true, env, scrub);
-    const origin = (await runGit(['remote', 'get-url', 'origin'], { cwd: dir, env })).stdout.trim();
+    const origin = (await runGit(['remote', 'get-url', 'origin'], { cwd: dir, env: env.vars, launch: env.launch })).stdout.trim();
     if (origin !== remoteUrl) {
       await checkedGit(['remote', 'set-url', 'origin', remoteUrl], dir, env, scrub, 'git_failed');
     }

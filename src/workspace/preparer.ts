@@ -4,10 +4,12 @@
  * message of a suggested task or microagent; then the run loop when one was requested. Each phase
  * is recorded in the conversation's data (and as an event when there is real work).
  */
+import type { Config } from '../config.js';
 import type { Conversations } from '../conversation/conversations.js';
 import type { ReplayPlan } from '../conversation/replay.js';
 import type { AgentRuntime, ConversationPreparer, PrepareOptions } from '../conversation/runtime.js';
 import type { EventLog } from '../events/log.js';
+import type { Sandbox } from '../sandbox/index.js';
 import type { Redactor } from '../secrets/redact.js';
 import type { Settings } from '../secrets/settings.js';
 import { gitCredentialEnv } from './askpass.js';
@@ -18,6 +20,8 @@ import { createWorkspace, removeWorkspace, workspacePath } from './workspace.js'
 
 export interface PreparerOptions {
   workspaceRoot: string;
+  /** Hosts a repository may be cloned from (GIT_ALLOWED_HOSTS). */
+  allowedHosts: Config['gitAllowedHosts'];
   /** Where the git askpass helper is written. */
   helperDir: string;
   /** Keep a deleted conversation's workspace on disk. */
@@ -35,6 +39,7 @@ export class WorkspacePreparer implements ConversationPreparer {
     private readonly events: EventLog,
     private readonly settings: Settings,
     private readonly runtime: AgentRuntime,
+    private readonly sandbox: Sandbox,
     private readonly redactor: Redactor,
     private readonly opts: PreparerOptions,
   ) {}
@@ -76,6 +81,8 @@ export class WorkspacePreparer implements ConversationPreparer {
           providers,
           branch: (d.selected_branch as string | null) ?? null,
           helperDir: this.opts.helperDir,
+          allowedHosts: this.opts.allowedHosts,
+          sandbox: this.sandbox.forConversation(id),
           redact,
           onPhase: (p, detail) => {
             phases = phases.then(() => phase(p === 'ready' ? 'cloned' : p, detail));
@@ -87,6 +94,7 @@ export class WorkspacePreparer implements ConversationPreparer {
         const secrets = await settings.secretValues();
         const setup = await runSetupScript(dir, {
           env: { ...secrets, ...gitCredentialEnv(providers) },
+          launch: this.sandbox.forConversation(id),
           redact,
           onOutput: (chunk) => events.publishTransient(id, { kind: 'SetupOutputEvent', source: 'environment', output: chunk }),
         });

@@ -16,6 +16,7 @@ import { spawn } from 'node:child_process';
 import { realpath, stat } from 'node:fs/promises';
 import { join, relative, isAbsolute } from 'node:path';
 import { baseChildEnv, killGroup } from './child-env.js';
+import type { ProcessLauncher } from '../sandbox/types.js';
 
 export const SETUP_SCRIPT_PATH = '.openhands/setup.sh';
 
@@ -27,6 +28,8 @@ export interface SetupScriptOptions {
   redact?: (s: string) => string;
   killGraceMs?: number;
   maxOutputBytes?: number;
+  /** Runs the script in the conversation's sandbox (src/sandbox/) instead of as a plain process. */
+  launch?: ProcessLauncher;
 }
 
 export interface SetupScriptResult {
@@ -63,12 +66,14 @@ export async function runSetupScript(dir: string, opts: SetupScriptOptions = {})
   const maxOutput = opts.maxOutputBytes ?? 256 * 1024;
 
   return new Promise((resolvePromise, reject) => {
-    const child = spawn('bash', [SETUP_SCRIPT_PATH], {
-      cwd: root,
-      env: baseChildEnv(opts.env ?? {}),
-      detached: true,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const child = opts.launch
+      ? opts.launch.spawn(['bash', SETUP_SCRIPT_PATH], { cwd: dir, env: opts.launch.env(opts.env ?? {}), stdio: ['ignore', 'pipe', 'pipe'] })
+      : spawn('bash', [SETUP_SCRIPT_PATH], {
+          cwd: root,
+          env: baseChildEnv(opts.env ?? {}),
+          detached: true,
+          stdio: ['ignore', 'pipe', 'pipe'],
+        });
     let output = '';
     let dropped = false;
     let pending = '';
@@ -99,10 +104,10 @@ export async function runSetupScript(dir: string, opts: SetupScriptOptions = {})
         pending = '';
       }
     };
-    child.stdout.setEncoding('utf8');
-    child.stderr.setEncoding('utf8');
-    child.stdout.on('data', onData);
-    child.stderr.on('data', onData);
+    child.stdout!.setEncoding('utf8');
+    child.stderr!.setEncoding('utf8');
+    child.stdout!.on('data', onData);
+    child.stderr!.on('data', onData);
 
     const stop = () => {
       killGroup(child.pid, 'SIGTERM');
@@ -127,8 +132,8 @@ export async function runSetupScript(dir: string, opts: SetupScriptOptions = {})
       if (killTimer) clearTimeout(killTimer);
       opts.signal?.removeEventListener('abort', onAbort);
       killGroup(child.pid, 'SIGKILL');
-      child.stdout.destroy();
-      child.stderr.destroy();
+      child.stdout!.destroy();
+      child.stderr!.destroy();
       emit(pending);
       pending = '';
       if (dropped) output = `[earlier output dropped]\n${output}`;

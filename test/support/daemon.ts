@@ -33,6 +33,8 @@ export async function startDaemon(env: Record<string, string> = {}, dataDir = te
     PORT: '0',
     DATA_DIR: dataDir,
     LOG_LEVEL: 'debug',
+    // sandboxed stdio MCP test servers run from this checkout with its node_modules (tsx): show both read-only
+    SANDBOX_RO_BINDS: [ROOT, fs.realpathSync(path.join(ROOT, 'node_modules'))].join(':'),
     ...(process.env.PARLEY_TEST_STORE === 'postgres' && !env.DATABASE_URL ? await postgresFor(dataDir) : {}),
     ...env,
   };

@@ -17,6 +17,7 @@
  * Every text leaving the manager (observations, events, status) goes through `redact` and through
  * a built-in redaction of the config's own api_key/env values.
  */
+import type { ChildProcess } from 'node:child_process';
 import { stat } from 'node:fs/promises';
 import { z } from 'zod';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -60,6 +61,11 @@ export interface McpManagerOptions {
   config: McpConfig | null | undefined;
   /** The conversation's workspace: stdio servers start with this cwd. */
   workspaceDir: string;
+  /** Where stdio servers run and the environment they get (the conversation's sandbox, src/sandbox/). */
+  launcher?: {
+    spawn(argv: string[], opts: { cwd: string; env: Record<string, string> }): ChildProcess;
+    env(extra: Record<string, string>): Record<string, string>;
+  };
   /** The global redactor. The config's own secrets are always redacted in addition. */
   redact?: (text: string) => string;
   onEvent?: (event: McpEvent) => void;
@@ -168,6 +174,7 @@ export class McpManager {
   readonly conversationId?: string;
   private readonly entries: Entry[];
   private readonly workspaceDir: string;
+  private readonly launcher: McpManagerOptions['launcher'];
   private readonly userRedact: (text: string) => string;
   private readonly ownSecrets = new Redactor();
   private readonly onEvent?: (event: McpEvent) => void;
@@ -183,6 +190,7 @@ export class McpManager {
     const cfg = opts.config ?? {};
     this.conversationId = opts.conversationId;
     this.workspaceDir = opts.workspaceDir;
+    this.launcher = opts.launcher;
     this.userRedact = opts.redact ?? ((t) => t);
     this.onEvent = opts.onEvent;
     this.reserved = opts.reservedNames ?? DEFAULT_RESERVED_TOOL_NAMES;
@@ -339,8 +347,9 @@ export class McpManager {
       const stdio = new StdioProcessTransport({
         command: s.command,
         args: s.args ?? [],
-        env: { ...minimalEnv(), ...(s.env ?? {}) },
+        env: this.launcher ? this.launcher.env(s.env ?? {}) : { ...minimalEnv(), ...(s.env ?? {}) },
         cwd: this.workspaceDir,
+        launch: this.launcher && ((argv, o) => this.launcher!.spawn(argv, o)),
       });
       return { transport: stdio, stdio };
     }

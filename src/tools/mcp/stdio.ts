@@ -20,6 +20,8 @@ export interface StdioProcessOptions {
   cwd: string;
   /** How long to wait for the server to exit after stdin EOF before SIGTERM (ms). */
   exitGraceMs?: number;
+  /** Starts the process (the conversation's sandbox, src/sandbox/); default: a detached plain process. */
+  launch?: (argv: string[], opts: { cwd: string; env: Record<string, string> }) => ChildProcess;
 }
 
 /** Environment variables passed from the daemon to stdio servers (values from `process.env`). */
@@ -87,13 +89,15 @@ export class StdioProcessTransport implements Transport {
     return new Promise<void>((resolve, reject) => {
       let child: ChildProcess;
       try {
-        child = spawn(this.opts.command, this.opts.args, {
-          cwd: this.opts.cwd,
-          env: this.opts.env,
-          stdio: ['pipe', 'pipe', 'pipe'],
-          detached: true,
-          shell: false,
-        });
+        child = this.opts.launch
+          ? this.opts.launch([this.opts.command, ...this.opts.args], { cwd: this.opts.cwd, env: this.opts.env })
+          : spawn(this.opts.command, this.opts.args, {
+              cwd: this.opts.cwd,
+              env: this.opts.env,
+              stdio: ['pipe', 'pipe', 'pipe'],
+              detached: true,
+              shell: false,
+            });
       } catch (err) {
         reject(err);
         return;

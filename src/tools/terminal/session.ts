@@ -24,14 +24,14 @@
  *   started without a script get `-i -u` when reading from the FIFO, so the REPL prompts and runs
  *   each line as it arrives (plain `python3` would wait for end-of-file). PYTHONUNBUFFERED is set.
  */
-import { spawn, execFile, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { spawn, execFile, type ChildProcess, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
 import { promisify } from 'node:util';
-import { foregroundProcesses, isAlive, shellProcesses, signalGroup, signalPid } from './procs.js';
+import { descendantsOf, foregroundProcesses, isAlive, shellProcesses, signalGroup, signalPid } from './procs.js';
 
 const execFileAsync = promisify(execFile);
 
@@ -170,18 +170,30 @@ export class RunningCommand {
   }
 }
 
+/** Starts the shell: `argv` with the given environment, the FIFO directory mounted at `ioDir` (sandbox/launcher.ts). */
+export type ShellLauncher = (argv: string[], opts: { cwd: string; env: Record<string, string>; binds: { host: string; inside: string; rw: boolean }[] }) => ChildProcess;
+
 export interface ShellSessionOptions {
   conversationId: string;
   cwd: string;
   env: Record<string, string | undefined>;
   /** In-memory cap on one command's not-yet-returned output (characters). */
   bufferCap?: number;
+  /** How to start bash (default: a plain detached process). */
+  launch?: ShellLauncher;
+  /** Where the shell sees the FIFO directory (default: its host path). */
+  ioDir?: string;
 }
 
 export class ShellSession {
   readonly conversationId: string;
   readonly proc: ChildProcessWithoutNullStreams;
+  /** The process the daemon started (bash, or the outer bwrap of a sandboxed shell). */
   readonly pid: number;
+  /** The shell's process group (sandboxed: the pid namespace's init, a session leader). */
+  groupPid: number;
+  /** bash itself: the foreground command's processes are its descendants. */
+  shellPid: number;
   cwd: string;
   running: RunningCommand | null = null;
   exited: { code: number | null; signal: NodeJS.Signals | null } | null = null;
@@ -204,22 +216,27 @@ export class ShellSession {
   private seq = 0;
   private exitPromise: Promise<void>;
 
+  private readonly ioDir: string;
+
   private constructor(opts: ShellSessionOptions, fifoDir: string) {
     this.conversationId = opts.conversationId;
     this.cwd = opts.cwd;
     this.fifoDir = fifoDir;
+    this.ioDir = opts.ioDir ?? fifoDir;
     this.bufferCap = opts.bufferCap ?? 20_000_000;
     const env: Record<string, string> = {};
     for (const [k, v] of Object.entries(opts.env)) if (v !== undefined) env[k] = v;
     for (const k of ['PROMPT_COMMAND', 'PS0', 'PS1', 'PS2', 'BASH_ENV', 'ENV', 'HISTFILE']) delete env[k];
-    this.proc = spawn('bash', ['--norc', '--noprofile', '-i'], {
-      cwd: opts.cwd,
-      env,
-      stdio: ['pipe', 'pipe', 'pipe'],
-      detached: true,
-    });
+    const argv = ['bash', '--norc', '--noprofile', '-i'];
+    this.proc = (
+      opts.launch
+        ? opts.launch(argv, { cwd: opts.cwd, env, binds: [{ host: fifoDir, inside: this.ioDir, rw: true }] })
+        : spawn(argv[0]!, argv.slice(1), { cwd: opts.cwd, env, stdio: ['pipe', 'pipe', 'pipe'], detached: true })
+    ) as ChildProcessWithoutNullStreams;
     if (this.proc.pid === undefined) throw new Error('failed to start bash');
     this.pid = this.proc.pid;
+    this.groupPid = this.pid;
+    this.shellPid = this.pid;
     trackGroup(this.pid);
     this.readyNonce = randomBytes(8).toString('hex');
     this.expectedNonce = this.readyNonce;
@@ -345,6 +362,7 @@ export class ShellSession {
     const cwd = body.slice(colon + 1);
     if (cwd) this.cwd = cwd;
     if (this.readyNonce !== null && this.expectedNonce === this.readyNonce) {
+      this.findShell();
       this.readyNonce = null;
       this.expectedNonce = null;
       this.readyResolve?.();
@@ -376,6 +394,22 @@ export class ShellSession {
     const rc = this.running;
     if (rc && !rc.done) rc.output.trimEnd(n);
     else this.idleOutput = this.idleOutput.slice(0, Math.max(0, this.idleOutput.length - n));
+  }
+
+  /**
+   * A sandboxed shell runs under bwrap: outer bwrap → the pid namespace's init (session leader,
+   * --new-session) → bash. Signals go to the init's group and to bash's descendants, never to the
+   * outer bwrap (which would end the sandbox).
+   */
+  private findShell(): void {
+    const tree = descendantsOf(this.pid);
+    if (tree.length === 0) return; // bash itself
+    const init = tree.find((p) => p.ppid === this.pid);
+    const bash = init && tree.find((p) => p.ppid === init.pid);
+    if (init && bash) {
+      this.groupPid = init.pid;
+      this.shellPid = bash.pid;
+    }
   }
 
   /** Output printed (by background processes) while no command was running; cleared by the call. */
@@ -437,7 +471,7 @@ export class ShellSession {
     this.scanTail = '';
     this.expectedNonce = nonce;
     const line =
-      `${envPrefix}__parley_fifo=${shellQuote(fifoPath)}; __parley_n=${nonce}; ` +
+      `${envPrefix}__parley_fifo=${shellQuote(path.join(this.ioDir, path.basename(fifoPath)))}; __parley_n=${nonce}; ` +
       `{ eval ${shellQuote(command.replace(/\0/g, ''))}; } <"$__parley_fifo" >&${OUT_FD} 2>&${OUT_FD}\n`;
     this.proc.stdin.write(line);
     return rc;
@@ -497,14 +531,14 @@ export class ShellSession {
 
   /** C-c: SIGINT to the shell's process group (bash aborts the command line), and wake stopped processes. */
   interrupt(): void {
-    signalGroup(this.pid, 'SIGINT');
-    for (const p of foregroundProcesses(this.pid)) if (p.state === 'T' || p.state === 't') signalPid(p.pid, 'SIGCONT');
+    signalGroup(this.groupPid, 'SIGINT');
+    for (const p of foregroundProcesses(this.shellPid)) if (p.state === 'T' || p.state === 't') signalPid(p.pid, 'SIGCONT');
   }
 
   /** Sends `signal` to the foreground command's processes (not the shell, not background jobs). */
   signalForeground(signal: NodeJS.Signals): number {
     let n = 0;
-    for (const p of foregroundProcesses(this.pid)) if (signalPid(p.pid, signal)) n++;
+    for (const p of foregroundProcesses(this.shellPid)) if (signalPid(p.pid, signal)) n++;
     return n;
   }
 
@@ -514,9 +548,11 @@ export class ShellSession {
   }
 
   private killAllProcesses(): void {
-    const procs = shellProcesses(this.pid);
-    signalGroup(this.pid, 'SIGKILL');
+    const procs = shellProcesses(this.groupPid);
+    signalGroup(this.groupPid, 'SIGKILL');
     for (const p of procs) signalPid(p.pid, 'SIGKILL');
+    // sandboxed: the outer bwrap's death ends the pid namespace (everything in it is killed)
+    if (this.groupPid !== this.pid) signalGroup(this.pid, 'SIGKILL') || signalPid(this.pid, 'SIGKILL');
   }
 
   private finishOnExit(): void {

@@ -6,15 +6,19 @@
  *  slow {ms}         → sleeps ms, then text
  *  image {}          → an image, a resource link and an embedded text resource
  *  env {name}        → the value of an environment variable (stdio: proves env is passed)
- *  pid {}            → process.pid
+ *  pid {}            → process.pid; in a pid namespace (Parley's sandbox) `ns:<token>`, the token
+ *                      being in the server's command line, so the host can find its real pid
+ *                      (test/support/processes.ts hostPid)
  *  cwd {}            → process.cwd()
- *  spawn_child {}    → starts `sleep 300` (same process group) and returns its pid
+ *  spawn_child {}    → starts `sleep 300` (same process group) and returns its pid (or `ns:<token>`)
  *  crash {}          → process.exit(3) in the middle of the call (only when allowCrash)
  *  add_tool {name}   → registers a new tool `name` (the server sends tools/list_changed)
  *  think {}          → a tool whose name clashes with a built-in tool
  *  auth_header {}    → the Authorization header the HTTP server received (HTTP servers only)
  */
 import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { z } from 'zod';
 
@@ -28,6 +32,17 @@ export interface TestServerOptions {
 }
 
 const text = (t: string) => ({ content: [{ type: 'text' as const, text: t }] });
+
+/** In a pid namespace our pid means nothing on the host: name the process by a token in its command line. */
+const namespaced = (() => {
+  try {
+    return readFileSync('/proc/1/comm', 'utf8').trim() === 'bwrap';
+  } catch {
+    return false;
+  }
+})();
+const TOKEN = `parley-test-pid-${randomUUID()}`;
+if (namespaced) process.title = `node ${TOKEN}`;
 
 export function buildTestServer(opts: TestServerOptions): McpServer {
   const server = new McpServer({ name: opts.name, version: '1.0.0' }, { capabilities: { tools: { listChanged: true } } });
@@ -72,13 +87,14 @@ export function buildTestServer(opts: TestServerOptions): McpServer {
     async ({ name }) => text(`${name}=${process.env[name] ?? '<unset>'}`),
   );
 
-  server.registerTool('pid', { description: 'Returns the server pid.' }, async () => text(String(process.pid)));
+  server.registerTool('pid', { description: 'Returns the server pid.' }, async () => text(namespaced ? `ns:${TOKEN}` : String(process.pid)));
 
   server.registerTool('cwd', { description: 'Returns the server cwd.' }, async () => text(process.cwd()));
 
   server.registerTool('spawn_child', { description: 'Starts a long sleep child.' }, async () => {
-    const child = spawn('sleep', ['300'], { stdio: 'ignore' });
-    return text(String(child.pid));
+    const token = `parley-test-pid-${randomUUID()}`;
+    const child = spawn('sleep', ['300'], { stdio: 'ignore', argv0: namespaced ? token : 'sleep' });
+    return text(namespaced ? `ns:${token}` : String(child.pid));
   });
 
   if (opts.allowCrash) {

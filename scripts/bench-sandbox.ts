@@ -1,0 +1,106 @@
+/**
+ * What the bubblewrap sandbox costs, measured against plain processes in the same run.
+ *
+ *   npx tsx scripts/bench-sandbox.ts [--shells 40] [--turns 20]
+ *
+ * 1. Shell creation: `ShellSession.start` (the terminal's persistent bash: spawn, init script, ready
+ *    marker) through the launcher in bwrap mode (cgroup join + prlimit + bwrap + bash) and in none
+ *    mode (bash alone), `--shells` times each, alternating; median and min in ms, and the added ms.
+ * 2. Agent turns: a real daemon (SANDBOX=bwrap, then SANDBOX=none) and the scripted LLM; each turn
+ *    is a user message → a terminal tool call (`echo`) → an answer, timed from the POST until the
+ *    agent's MessageEvent. The first turn of a conversation starts its shell; the others reuse it.
+ */
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { Sandbox, DEFAULT_SANDBOX_SETTINGS } from '../src/sandbox/launcher.js';
+import { ShellSession } from '../src/tools/terminal/session.js';
+import { startDaemon, waitFor } from '../test/support/daemon.js';
+import { startScriptedLlm } from '../test/support/scripted-llm.js';
+
+const { values: args } = parseArgs({ options: { shells: { type: 'string', default: '40' }, turns: { type: 'string', default: '20' } } });
+const SHELLS = Number(args.shells);
+const TURNS = Number(args.turns);
+
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+};
+const ms = (x: number) => x.toFixed(1);
+
+async function shellCreation(): Promise<void> {
+  const root = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-bench-sandbox-'));
+  const bwrap = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap' }, { workspaceRoot: root });
+  const none = Sandbox.none(root);
+  const times: Record<string, number[]> = { bwrap: [], none: [] };
+  try {
+    for (let i = 0; i < SHELLS; i++) {
+      for (const [name, sb] of [['bwrap', bwrap], ['none', none]] as const) {
+        const id = crypto.randomUUID();
+        const ws = path.join(root, id.replace(/-/g, ''));
+        fs.mkdirSync(ws);
+        const t0 = performance.now();
+        const s = await ShellSession.start({
+          conversationId: id,
+          cwd: ws,
+          env: sb.env({ TERM: 'dumb' }),
+          launch: (argv, o) => sb.spawn(id, argv, { workspaceDir: ws, cwd: o.cwd, env: o.env, stdio: ['pipe', 'pipe', 'pipe'], binds: sb.enabled ? o.binds : [] }),
+          ioDir: sb.enabled ? '/parley/io' : undefined,
+        });
+        times[name]!.push(performance.now() - t0);
+        await s.terminate('bench');
+        await sb.closeConversation(id);
+      }
+    }
+  } finally {
+    await bwrap.close();
+    fs.rmSync(root, { recursive: true, force: true });
+  }
+  const b = median(times.bwrap!);
+  const n = median(times.none!);
+  console.log(`shell creation (${SHELLS} each, limits by ${bwrap.info().limits.enforced_by}):`);
+  console.log(`  bwrap  median ${ms(b)} ms  min ${ms(Math.min(...times.bwrap!))} ms`);
+  console.log(`  none   median ${ms(n)} ms  min ${ms(Math.min(...times.none!))} ms`);
+  console.log(`  added by the sandbox: ${ms(b - n)} ms (ratio ${(b / n).toFixed(2)})`);
+}
+
+async function turns(mode: 'bwrap' | 'none'): Promise<{ first: number[]; later: number[] }> {
+  const llm = await startScriptedLlm();
+  const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'bench', SANDBOX: mode, LOG_LEVEL: 'warn' });
+  const first: number[] = [];
+  const later: number[] = [];
+  try {
+    const convs = 3;
+    for (let c = 0; c < convs; c++) {
+      const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id as string;
+      await waitFor(async () => (await d.req('GET', `/api/conversations/${id}`)).body.execution_status === 'idle', 'idle', 20_000);
+      for (let t = 0; t < Math.ceil(TURNS / convs); t++) {
+        llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: `echo turn-${t}` } }] }, { text: `done ${t}` });
+        const t0 = performance.now();
+        await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: `turn ${t}` }], run: true });
+        await waitFor(async () => {
+          const evs = (await d.req('GET', `/api/conversations/${id}/events/search?limit=100&sort_order=TIMESTAMP_DESC`)).body.items as any[];
+          return evs.some((e) => e.kind === 'MessageEvent' && e.source === 'agent' && e.llm_message.content[0]?.text === `done ${t}`);
+        }, 'answer', 30_000);
+        (t === 0 ? first : later).push(performance.now() - t0);
+        await waitFor(async () => (await d.req('GET', `/api/conversations/${id}`)).body.execution_status !== 'running', 'run ended', 20_000);
+      }
+    }
+  } finally {
+    await d.stop();
+    await llm.close();
+    fs.rmSync(d.dataDir, { recursive: true, force: true });
+  }
+  return { first, later };
+}
+
+await shellCreation();
+const tb = await turns('bwrap');
+const tn = await turns('none');
+console.log(`agent turns (terminal call + answer, scripted LLM, polled every 25 ms):`);
+for (const [name, r] of [['bwrap', tb], ['none', tn]] as const) {
+  console.log(`  ${name.padEnd(5)}  first turn (starts the shell) median ${ms(median(r.first))} ms;  later turns median ${ms(median(r.later))} ms (${r.later.length})`);
+}
+console.log(`  ratio bwrap/none: first ${(median(tb.first) / median(tn.first)).toFixed(2)}, later ${(median(tb.later) / median(tn.later)).toFixed(2)}`);

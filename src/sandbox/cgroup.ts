@@ -1,0 +1,251 @@
+/**
+ * Per-conversation cgroups for the sandbox limits (memory, number of processes).
+ *
+ * - cgroup v2 (what systemd gives a service with `Delegate=yes`): the daemon moves itself into a
+ *   `daemon` leaf of its own cgroup (a v2 cgroup with children may hold no process), enables the
+ *   memory and pids controllers for the children, and creates `sandbox-<conversation>` next to it
+ *   with memory.max, memory.swap.max=0 and pids.max. Kill: cgroup.kill.
+ * - cgroup v1 (a writable memory and pids hierarchy, e.g. as root): `parley/<conversation>` under the
+ *   daemon's own cgroup in each of the two hierarchies, memory.limit_in_bytes (and memsw) and pids.max.
+ * A process joins the cgroup before it execs bwrap (see launcher.ts), so everything it starts is
+ * counted from the first fork. When neither is writable, detect() returns null (rlimits apply).
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+
+export interface CgroupLimits {
+  memoryBytes: number;
+  pids: number;
+}
+
+export interface ConversationCgroup {
+  /** `cgroup.procs` files a process writes its pid into to join (one per hierarchy). */
+  procsFiles: string[];
+  /** Pids currently in the cgroup (host pid namespace). */
+  pids(): number[];
+  /** SIGKILL to every process in it. */
+  killAll(): void;
+  /** Removes the (empty) cgroup directories; best effort. */
+  remove(): void;
+}
+
+export interface CgroupBackend {
+  kind: 'cgroup-v2' | 'cgroup-v1';
+  create(name: string): ConversationCgroup;
+}
+
+interface Mount {
+  dir: string;
+  type: string;
+  options: string[];
+}
+
+function mounts(): Mount[] {
+  try {
+    return fs
+      .readFileSync('/proc/self/mounts', 'utf8')
+      .split('\n')
+      .map((l) => l.split(' '))
+      .filter((f) => f.length >= 4 && (f[2] === 'cgroup' || f[2] === 'cgroup2'))
+      .map((f) => ({ dir: f[1]!.replace(/\\040/g, ' '), type: f[2]!, options: f[3]!.split(',') }));
+  } catch {
+    return [];
+  }
+}
+
+/** controller name ('' for v2) → own cgroup path, from /proc/self/cgroup. */
+function ownCgroups(): Map<string, string> {
+  const out = new Map<string, string>();
+  try {
+    for (const line of fs.readFileSync('/proc/self/cgroup', 'utf8').split('\n')) {
+      const m = /^\d+:([^:]*):(.*)$/.exec(line);
+      if (!m) continue;
+      for (const c of m[1]!.split(',')) out.set(c, m[2]!);
+    }
+  } catch {
+    /* not Linux */
+  }
+  return out;
+}
+
+function readPids(file: string): number[] {
+  try {
+    return fs
+      .readFileSync(file, 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map(Number);
+  } catch {
+    return [];
+  }
+}
+
+function killPids(pids: number[]): void {
+  for (const pid of pids) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      /* gone */
+    }
+  }
+}
+
+function write(file: string, value: string): void {
+  fs.writeFileSync(file, value);
+}
+
+function rmdirQuiet(dir: string): void {
+  try {
+    fs.rmdirSync(dir);
+  } catch {
+    /* busy or gone */
+  }
+}
+
+function safeName(name: string): string {
+  return name.replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 64);
+}
+
+class V1Backend implements CgroupBackend {
+  readonly kind = 'cgroup-v1';
+  constructor(
+    private readonly memoryBase: string,
+    private readonly pidsBase: string,
+    private readonly limits: CgroupLimits,
+  ) {}
+
+  create(name: string): ConversationCgroup {
+    const mem = path.join(this.memoryBase, safeName(name));
+    const pids = path.join(this.pidsBase, safeName(name));
+    fs.mkdirSync(mem, { recursive: true });
+    fs.mkdirSync(pids, { recursive: true });
+    write(path.join(mem, 'memory.limit_in_bytes'), String(this.limits.memoryBytes));
+    // no swap beyond the limit (the file exists only with swap accounting)
+    try {
+      write(path.join(mem, 'memory.memsw.limit_in_bytes'), String(this.limits.memoryBytes));
+    } catch {
+      /* no swap accounting */
+    }
+    write(path.join(pids, 'pids.max'), String(this.limits.pids));
+    const files = [path.join(mem, 'cgroup.procs'), path.join(pids, 'cgroup.procs')];
+    const list = () => [...new Set([...readPids(files[0]!), ...readPids(files[1]!)])];
+    return {
+      procsFiles: files,
+      pids: list,
+      killAll() {
+        // a fork bomb forks while we kill: repeat until the pids cgroup is empty (bounded)
+        for (let i = 0; i < 50; i++) {
+          const p = list();
+          if (p.length === 0) return;
+          killPids(p);
+        }
+      },
+      remove() {
+        rmdirQuiet(mem);
+        rmdirQuiet(pids);
+      },
+    };
+  }
+
+  static detect(limits: CgroupLimits, all: Mount[], own: Map<string, string>): V1Backend | null {
+    const base = (ctrl: string): string | null => {
+      const m = all.find((x) => x.type === 'cgroup' && x.options.includes(ctrl));
+      const p = own.get(ctrl);
+      if (!m || p === undefined) return null;
+      return path.join(m.dir, p, 'parley');
+    };
+    const mem = base('memory');
+    const pids = base('pids');
+    if (!mem || !pids) return null;
+    return new V1Backend(mem, pids, limits);
+  }
+}
+
+class V2Backend implements CgroupBackend {
+  readonly kind = 'cgroup-v2';
+  constructor(
+    private readonly base: string,
+    private readonly limits: CgroupLimits,
+  ) {}
+
+  create(name: string): ConversationCgroup {
+    const dir = path.join(this.base, `sandbox-${safeName(name)}`);
+    fs.mkdirSync(dir, { recursive: true });
+    write(path.join(dir, 'memory.max'), String(this.limits.memoryBytes));
+    try {
+      write(path.join(dir, 'memory.swap.max'), '0');
+    } catch {
+      /* no swap controller */
+    }
+    write(path.join(dir, 'pids.max'), String(this.limits.pids));
+    const procs = path.join(dir, 'cgroup.procs');
+    return {
+      procsFiles: [procs],
+      pids: () => readPids(procs),
+      killAll() {
+        try {
+          write(path.join(dir, 'cgroup.kill'), '1');
+        } catch {
+          for (let i = 0; i < 50; i++) {
+            const p = readPids(procs);
+            if (p.length === 0) return;
+            killPids(p);
+          }
+        }
+      },
+      remove() {
+        rmdirQuiet(dir);
+      },
+    };
+  }
+
+  static detect(limits: CgroupLimits, all: Mount[], own: Map<string, string>): V2Backend | null {
+    const m = all.find((x) => x.type === 'cgroup2');
+    const p = own.get('');
+    if (!m || p === undefined) return null;
+    const mine = path.join(m.dir, p);
+    let controllers: string[];
+    try {
+      controllers = fs.readFileSync(path.join(mine, 'cgroup.controllers'), 'utf8').trim().split(/\s+/);
+    } catch {
+      return null;
+    }
+    if (!controllers.includes('memory') || !controllers.includes('pids')) return null;
+    // children with controllers need the daemon out of the parent: move it into a `daemon` leaf
+    const enabled = fs.readFileSync(path.join(mine, 'cgroup.subtree_control'), 'utf8');
+    if (!/\bmemory\b/.test(enabled) || !/\bpids\b/.test(enabled)) {
+      const leaf = path.join(mine, 'daemon');
+      fs.mkdirSync(leaf, { recursive: true });
+      for (const pid of readPids(path.join(mine, 'cgroup.procs'))) {
+        try {
+          write(path.join(leaf, 'cgroup.procs'), String(pid));
+        } catch {
+          /* exited */
+        }
+      }
+      write(path.join(mine, 'cgroup.subtree_control'), '+memory +pids');
+    }
+    return new V2Backend(mine, limits);
+  }
+}
+
+/**
+ * The first usable backend (v2 with memory+pids delegated, else writable v1), proven by creating
+ * and removing a probe cgroup; null when the daemon cannot manage cgroups.
+ */
+export function detectCgroups(limits: CgroupLimits): CgroupBackend | null {
+  const all = mounts();
+  const own = ownCgroups();
+  for (const detect of [V2Backend.detect, V1Backend.detect]) {
+    try {
+      const b = detect(limits, all, own);
+      if (!b) continue;
+      const probe = b.create(`probe-${process.pid}`);
+      probe.remove();
+      return b;
+    } catch {
+      /* not writable: try the next */
+    }
+  }
+  return null;
+}

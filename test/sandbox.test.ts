@@ -1,0 +1,342 @@
+/**
+ * The per-conversation bubblewrap sandbox, driven through the public API with the scripted LLM and
+ * judged from the host: files on disk, /proc of the host, the daemon's own liveness.
+ */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { allEvents, waitStatus } from './support/conversation-api.js';
+import { ROOT, startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
+import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
+
+const SESSION = 'sess-SANDBOXCANARY-4711';
+const LLM_KEY = 'sk-SANDBOXCANARY-llm-0815';
+const SECRET_KEY = 'secretkey-SANDBOXCANARY-0042';
+const CANARIES = [SESSION, LLM_KEY, SECRET_KEY];
+const H = { 'X-Session-API-Key': SESSION };
+const rev = (s: string) => [...s].reverse().join('');
+
+/** Host processes whose command line contains `marker` (read from the host's /proc). */
+function hostProcesses(marker: string): number[] {
+  const out: number[] = [];
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const cmd = fs.readFileSync(`/proc/${d}/cmdline`, 'utf8').replace(/\0/g, ' ');
+      const state = fs.readFileSync(`/proc/${d}/stat`, 'utf8').split(') ')[1]?.[0];
+      if (cmd.includes(marker) && state !== 'Z') out.push(Number(d));
+    } catch {
+      /* gone */
+    }
+  }
+  return out;
+}
+
+interface Harness {
+  d: DaemonHandle;
+  llm: ScriptedLlm;
+  req: DaemonHandle['req'];
+  /** Creates a conversation (its workspace exists once this returns). */
+  create(): Promise<string>;
+  /** Runs tool calls (one LLM response each) then a final answer; returns the observations. */
+  run(id: string, calls: { name: string; arguments: object }[]): Promise<any[]>;
+  /** One terminal command; the observation's text. */
+  sh(id: string, command: string, timeout?: number): Promise<{ text: string; exit: number | null }>;
+  ws(id: string): string;
+  close(): Promise<void>;
+}
+
+async function harness(env: Record<string, string> = {}): Promise<Harness> {
+  const llm = await startScriptedLlm();
+  const d = await startDaemon({
+    LLM_MODEL: 'openai/scripted',
+    LLM_BASE_URL: llm.url,
+    LLM_API_KEY: LLM_KEY,
+    SESSION_API_KEY: SESSION,
+    SECRET_KEY,
+    SANDBOX: 'bwrap',
+    ...env,
+  });
+  const req: DaemonHandle['req'] = (m, p, b, h) => d.req(m, p, b, { ...H, ...h });
+  const h: Harness = {
+    d,
+    llm,
+    req,
+    async create() {
+      const r = await req('POST', '/api/conversations', {});
+      assert.equal(r.status, 200, r.text);
+      const id = r.body.conversation_id as string;
+      await waitFor(() => fs.existsSync(h.ws(id)), 'workspace created', 20_000);
+      await waitStatus(req, id, 'idle').catch(() => {});
+      return id;
+    },
+    async run(id, calls) {
+      const before = (await allEvents(req, id)).length;
+      llm.push(...calls.map((c) => ({ toolCalls: [c] })), { text: 'done' });
+      const r = await req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true });
+      assert.equal(r.status, 200, r.text);
+      await waitFor(async () => {
+        const evs = await allEvents(req, id);
+        return evs.slice(before).some((e) => e.kind === 'MessageEvent' && e.source === 'agent');
+      }, 'the run answered', 60_000);
+      await waitFor(async () => (await req('GET', `/api/conversations/${id}`)).body.execution_status !== 'running', 'run ended', 20_000);
+      return (await allEvents(req, id)).slice(before).filter((e) => e.kind === 'ObservationEvent').map((e) => e.observation);
+    },
+    async sh(id, command, timeout) {
+      const [o] = await h.run(id, [{ name: 'terminal', arguments: { command, ...(timeout ? { timeout } : {}) } }]);
+      return { text: o.content.map((c: any) => c.text ?? '').join('\n'), exit: o.exit_code };
+    },
+    ws: (id) => path.join(d.dataDir, 'workspaces', id.replace(/-/g, '')),
+    async close() {
+      await d.stop();
+      await llm.close();
+      fs.rmSync(d.dataDir, { recursive: true, force: true });
+    },
+  };
+  return h;
+}
+
+describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
+  let h: Harness;
+  let a: string;
+  let b: string;
+  before(async () => {
+    h = await harness({ SANDBOX_MEMORY_MB: '128', SANDBOX_PIDS: '64' });
+    a = await h.create();
+    b = await h.create();
+    fs.writeFileSync(path.join(h.ws(b), 'secret.txt'), 'B-PRIVATE-CONTENT-1234\n');
+  });
+  after(async () => {
+    await h?.close();
+  });
+
+  test('/server_info reports the sandbox and its limits', async () => {
+    const r = await h.req('GET', '/server_info');
+    assert.equal(r.body.sandbox.mode, 'bwrap');
+    assert.equal(r.body.sandbox.network, 'host');
+    assert.equal(r.body.sandbox.limits.memory_mb, 128);
+    assert.match(r.body.sandbox.limits.enforced_by, /^(cgroup-v1|cgroup-v2|rlimit)$/);
+  });
+
+  test('the shell sees its workspace at /workspace; files keep the daemon user on the host', async () => {
+    const r = await h.sh(a, 'pwd; echo hi > mine.txt; id -u');
+    assert.match(r.text, /^\/workspace$/m);
+    const st = fs.statSync(path.join(h.ws(a), 'mine.txt'));
+    assert.equal(st.uid, process.getuid!());
+    assert.equal(st.gid, process.getgid!());
+  });
+
+  test("another conversation's workspace and DATA_DIR are not visible", async () => {
+    const r = await h.sh(
+      a,
+      `cat ${h.ws(b)}/secret.txt; ls ${h.ws(b)}; ls ${h.d.dataDir}; cat ${h.d.dataDir}/*.db; ls ${path.dirname(h.ws(b))}; cat /workspace/../${path.basename(h.ws(b))}/secret.txt; echo END`,
+    );
+    assert.doesNotMatch(r.text, /B-PRIVATE-CONTENT/);
+    assert.match(r.text, /No such file or directory/);
+    // nothing listed: only error messages name those paths
+    assert.doesNotMatch(r.text, /^(secret\.txt|parley\.db|parley\.lock|parley\.pid|secret\.key|journal.*|workspaces)$/m, 'a listing leaked');
+  });
+
+  test("the daemon's environment and /proc are out of reach", async () => {
+    const pid = h.d.proc.pid!;
+    const r = await h.sh(a, `cat /proc/${pid}/environ; ls /proc | grep -c '^[0-9]'; env | rev > env-rev.txt; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | rev >> env-rev.txt; env | sort > env.txt`);
+    assert.match(r.text, /No such file or directory/);
+    // judged from the host: the files the shell wrote hold no daemon secret, not even reversed
+    const dumped = fs.readFileSync(path.join(h.ws(a), 'env-rev.txt'), 'utf8') + fs.readFileSync(path.join(h.ws(a), 'env.txt'), 'utf8');
+    for (const c of CANARIES) {
+      assert.ok(!dumped.includes(c) && !dumped.includes(rev(c)), `${c} reached the sandbox`);
+    }
+    for (const name of ['SESSION_API_KEY', 'LLM_API_KEY', 'SECRET_KEY', 'DATA_DIR', 'LLM_BASE_URL']) {
+      assert.doesNotMatch(dumped, new RegExp(`^${name}=`, 'm'), `${name} is in the shell's environment`);
+    }
+    assert.match(dumped, /^HOME=\/home\/agent$/m);
+  });
+
+  test('kill -9 of the daemon from inside fails and the daemon lives', async () => {
+    const pid = h.d.proc.pid!;
+    const r = await h.sh(a, `kill -9 ${pid}; echo rc=$?; kill -9 -1; echo after`);
+    assert.match(r.text, /rc=1/);
+    assert.equal(h.d.proc.exitCode, null);
+    assert.equal((await h.req('GET', '/alive')).status, 200);
+    // kill -1 inside only reached the sandbox's own processes: the next command gets a fresh shell
+    const again = await h.sh(a, 'echo still-here');
+    assert.match(again.text, /still-here/);
+  });
+
+  test('writes outside the workspace (/tmp, /, /usr, DATA_DIR) leave nothing on the host', async () => {
+    const tag = `escape-${process.pid}-${Date.now()}`;
+    const r = await h.sh(
+      a,
+      `touch /tmp/${tag} /var/tmp/${tag} /${tag} ~/${tag}; ls /tmp/${tag}; touch /usr/${tag} /etc/${tag} ${h.d.dataDir}/${tag}; echo END`,
+    );
+    assert.match(r.text, /END/);
+    for (const p of [`/tmp/${tag}`, `/var/tmp/${tag}`, `/${tag}`, `/usr/${tag}`, `/etc/${tag}`, path.join(h.d.dataDir, tag), path.join(process.env.HOME ?? '/root', tag)]) {
+      assert.ok(!fs.existsSync(p), `${p} exists on the host`);
+    }
+  });
+
+  test('file_editor: outside paths, .. and planted symlinks are refused without content', async () => {
+    const other = h.ws(b);
+    await h.sh(a, `ln -sfn ${other} /workspace/other; ln -sfn ${h.d.dataDir} /workspace/data; ln -sfn ${other}/secret.txt /workspace/s.txt; ln -sfn /nonexistent/x /workspace/dangling; echo ok`);
+    // the links exist on the host, pointing outside
+    assert.equal(fs.readlinkSync(path.join(h.ws(a), 'other')), other);
+    const obs = await h.run(a, [
+      { name: 'file_editor', arguments: { command: 'view', path: '/workspace/other/secret.txt' } },
+      { name: 'file_editor', arguments: { command: 'view', path: '/workspace/s.txt' } },
+      { name: 'file_editor', arguments: { command: 'view', path: '/workspace/data' } },
+      { name: 'file_editor', arguments: { command: 'view', path: `/workspace/../${path.basename(other)}/secret.txt` } },
+      { name: 'file_editor', arguments: { command: 'view', path: `${other}/secret.txt` } },
+      { name: 'file_editor', arguments: { command: 'create', path: '/workspace/other/planted.txt', file_text: 'x' } },
+      { name: 'file_editor', arguments: { command: 'create', path: '/workspace/dangling', file_text: 'x' } },
+      { name: 'file_editor', arguments: { command: 'view', path: '/etc/hostname' } },
+    ]);
+    assert.equal(obs.length, 8);
+    for (const o of obs) {
+      const text = o.content.map((c: any) => c.text).join('\n');
+      assert.equal(o.is_error, true, text);
+      assert.match(text, /outside the workspace/, text);
+      assert.doesNotMatch(text, /B-PRIVATE-CONTENT|sqlite|\.db/);
+    }
+    assert.ok(!fs.existsSync(path.join(other, 'planted.txt')));
+    assert.ok(!fs.existsSync('/nonexistent/x'));
+    // inside the workspace it works, at either name
+    const ok = await h.run(a, [
+      { name: 'file_editor', arguments: { command: 'create', path: '/workspace/ok.txt', file_text: 'fine\n' } },
+      { name: 'file_editor', arguments: { command: 'view', path: `${h.ws(a)}/ok.txt` } },
+    ]);
+    assert.equal(ok[0].is_error, false, JSON.stringify(ok[0]));
+    assert.match(ok[1].content[0].text, /fine/);
+    assert.equal(fs.readFileSync(path.join(h.ws(a), 'ok.txt'), 'utf8'), 'fine\n');
+  });
+
+  test('the host network is reachable with SANDBOX_NETWORK=host (control for the none test)', async () => {
+    const r = await h.sh(a, `(exec 3<>/dev/tcp/127.0.0.1/${h.d.port}) 2>/dev/null && echo CONNECTED || echo REFUSED`);
+    assert.match(r.text, /CONNECTED/);
+  });
+
+  test('a memory hog is stopped by its limit; the daemon and another conversation keep working', async () => {
+    const r = await h.sh(a, `python3 -c "x = bytearray(1024*1024*1024); x[::4096] = b'1' * (len(x)//4096); print('ALLOCATED')"; echo "rc=$?"`, 60);
+    assert.doesNotMatch(r.text, /ALLOCATED/);
+    assert.match(r.text, /rc=(137|1)\b|Killed|MemoryError/);
+    assert.equal((await h.req('GET', '/alive')).status, 200);
+    assert.match((await h.sh(b, 'echo b-works')).text, /b-works/);
+  });
+
+  test('a fork bomb is held by the pids limit while another conversation works; DELETE leaves no process', async () => {
+    const bomb = `bomb-${process.pid}`;
+    await h.sh(a, `printf '%s\\n' 'f() { f | f & }; f' > ${bomb}.sh; (timeout 600 bash ${bomb}.sh >/dev/null 2>&1 &); echo started`);
+    await waitFor(() => hostProcesses(`${bomb}.sh`).length >= 40, 'the bomb grew', 30_000);
+    // held: never more processes than SANDBOX_PIDS (64) in the conversation
+    for (let i = 0; i < 10; i++) {
+      assert.ok(hostProcesses(`${bomb}.sh`).length <= 64, `${hostProcesses(`${bomb}.sh`).length} bomb processes`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.match((await h.sh(b, 'echo b-still-works')).text, /b-still-works/);
+    assert.equal((await h.req('DELETE', `/api/conversations/${a}`)).status, 200);
+    await waitFor(() => hostProcesses(`${bomb}.sh`).length === 0, 'no bomb process left after DELETE', 20_000);
+  });
+
+  test('background processes are gone after DELETE', async () => {
+    const c = await h.create();
+    const marker = `4242${process.pid % 1000}`;
+    await h.sh(c, `(sleep ${marker} &); nohup sleep ${marker}1 >/dev/null 2>&1 & setsid sleep ${marker}2 & echo started`);
+    await waitFor(() => hostProcesses(`sleep ${marker}`).length === 3, 'three sleeps running', 10_000);
+    assert.equal((await h.req('DELETE', `/api/conversations/${c}`)).status, 200);
+    await waitFor(() => hostProcesses(`sleep ${marker}`).length === 0, 'no sleep left after DELETE', 10_000);
+  });
+
+  test('interrupt stops every process of the conversation, background ones included', async () => {
+    const c = await h.create();
+    const marker = `5353${process.pid % 1000}`;
+    // a run whose command is still running, with a background job started before it
+    h.llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: `(sleep ${marker} &); sleep ${marker}1`, timeout: 600 } }] });
+    await h.req('POST', `/api/conversations/${c}/events`, { content: [{ text: 'go' }], run: true });
+    await waitFor(() => hostProcesses(`sleep ${marker}`).length === 2, 'sleeps running', 10_000);
+    assert.equal((await h.req('POST', `/api/conversations/${c}/interrupt`, {})).status < 300, true);
+    await waitFor(() => hostProcesses(`sleep ${marker}`).length === 0, 'no sleep left after interrupt', 10_000);
+    assert.match((await h.sh(c, 'echo fresh-shell')).text, /fresh-shell/);
+  });
+});
+
+describe('sandbox: SANDBOX_NETWORK=none and kill -9 of the daemon', { timeout: 120_000 }, () => {
+  test('no network: not even the daemon port is reachable', async () => {
+    const h = await harness({ SANDBOX_NETWORK: 'none' });
+    try {
+      assert.equal((await h.req('GET', '/server_info')).body.sandbox.network, 'none');
+      const id = await h.create();
+      const r = await h.sh(id, `(exec 3<>/dev/tcp/127.0.0.1/${h.d.port}) 2>/dev/null && echo CONNECTED || echo REFUSED; ip -o link 2>/dev/null | grep -v ' lo:' | wc -l; cat /proc/net/dev | tail -n +3 | cut -d: -f1`);
+      assert.match(r.text, /REFUSED/);
+      assert.doesNotMatch(r.text, /CONNECTED/);
+      assert.doesNotMatch(r.text, /eth|ens|wlan|docker/);
+    } finally {
+      await h.close();
+    }
+  });
+
+  test('after kill -9 of the daemon no sandboxed process survives', async () => {
+    const h = await harness();
+    try {
+      const id = await h.create();
+      const marker = `6464${process.pid % 1000}`;
+      await h.sh(id, `(sleep ${marker} &); nohup sleep ${marker}1 >/dev/null 2>&1 & setsid sleep ${marker}2 & echo started`);
+      await waitFor(() => hostProcesses(`sleep ${marker}`).length === 3, 'sleeps running', 10_000);
+      h.d.proc.kill('SIGKILL');
+      await h.d.exited;
+      // nothing in the sandbox (sleeps, shells) nor any bwrap of this daemon (its argv names the workspace)
+      const ws = path.join(h.d.dataDir, 'workspaces');
+      await waitFor(() => hostProcesses(`sleep ${marker}`).length === 0 && hostProcesses(ws).length === 0, 'no sandboxed process left', 10_000).catch(() => {
+        throw new Error(`left over: ${[...hostProcesses(`sleep ${marker}`), ...hostProcesses(ws)].join(',')}`);
+      });
+    } finally {
+      await h.close();
+    }
+  });
+});
+
+describe('sandbox: modes at start', { timeout: 60_000 }, () => {
+  const run = (env: Record<string, string>) =>
+    new Promise<{ code: number | null; stderr: string; stdout: string }>((resolve) => {
+      const dir = tempDir();
+      const p = spawn(process.execPath, ['--import', 'tsx', 'bridge/main.ts'], {
+        cwd: ROOT,
+        env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: dir, PORT: '0', DATA_DIR: dir, ...env },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let stderr = '';
+      let stdout = '';
+      p.stderr.on('data', (c: Buffer) => (stderr += c.toString('utf8')));
+      p.stdout.on('data', (c: Buffer) => {
+        stdout += c.toString('utf8');
+        if (/"port":\d+.*listening on/.test(stdout)) p.kill('SIGTERM');
+      });
+      p.on('exit', (code) => {
+        fs.rmSync(dir, { recursive: true, force: true });
+        resolve({ code, stderr, stdout });
+      });
+    });
+
+  test('SANDBOX=bwrap with BWRAP_PATH pointing nowhere exits 1 with one line', async () => {
+    const r = await run({ SANDBOX: 'bwrap', BWRAP_PATH: '/nonexistent/bwrap' });
+    assert.equal(r.code, 1);
+    const lines = r.stderr.trim().split('\n');
+    assert.equal(lines.length, 1, r.stderr);
+    assert.match(lines[0]!, /^parley: SANDBOX=bwrap but BWRAP_PATH=\/nonexistent\/bwrap does not exist: install bubblewrap/);
+  });
+
+  test('SANDBOX=bwrap with no bwrap on PATH exits 1 with one line', async () => {
+    const r = await run({ SANDBOX: 'bwrap', PATH: '/nonexistent' });
+    assert.equal(r.code, 1);
+    assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
+    assert.match(r.stderr, /bwrap was not found on PATH/);
+  });
+
+  test('SANDBOX=auto without bwrap warns once and starts with plain processes', async () => {
+    const r = await run({ SANDBOX: 'auto', BWRAP_PATH: '/nonexistent/bwrap' });
+    assert.match(r.stdout, /"port":\d+.*listening on/, r.stderr);
+    const warnings = r.stdout.split('\n').filter((l) => /UNSANDBOXED/.test(l));
+    assert.equal(warnings.length, 1, r.stdout);
+    assert.match(warnings[0]!, /"level":40/);
+  });
+});
