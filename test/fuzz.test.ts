@@ -3,12 +3,16 @@
  * bodies, paths, queries and WebSocket frames against every route that takes input.
  */
 import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import WebSocket from 'ws';
+import { cloneRepository, CloneError } from '../src/workspace/index.js';
 import { startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
+import { startGitServer } from './support/git-server.js';
+import { startScriptedLlm } from './support/scripted-llm.js';
 import { connect } from './support/ws-client.js';
 
 let d: DaemonHandle;
@@ -282,4 +286,99 @@ test('attack 12.5: DELETE removes DATA_DIR/outputs/<id> with the workspace', asy
   fs.writeFileSync(path.join(out, 'output-1.txt'), 'full output of a command');
   assert.equal((await d.req('DELETE', `/api/conversations/${id}`)).status, 200);
   assert.equal(fs.existsSync(out), false);
+});
+
+test('attack 12.2: a git host that redirects the clone to another host does not get the token there', async () => {
+  const TOKEN = `tok-${crypto.randomBytes(12).toString('hex')}`;
+  const second = await startGitServer({ token: TOKEN });
+  await second.createRepo('acme/app', { 'README.md': '# app\n' }, { private: true });
+  const seen: string[] = [];
+  // the first host answers every request with a redirect to the second
+  const first = http.createServer((req, res) => {
+    seen.push(String(req.headers.authorization ?? ''));
+    res.writeHead(302, { location: `${second.url}${req.url}` }).end();
+  });
+  await new Promise<void>((r) => first.listen(0, '127.0.0.1', r));
+  const firstUrl = `http://127.0.0.1:${(first.address() as { port: number }).port}`;
+  const root = tempDir('parley-redirect-');
+  try {
+    const workspaceDir = path.join(root, 'ws');
+    fs.mkdirSync(workspaceDir);
+    await assert.rejects(
+      cloneRepository({ workspaceDir, repository: 'acme/app', provider: 'github', providers: [{ provider: 'github', token: TOKEN, host: firstUrl }], helperDir: path.join(root, 'helpers'), redact: (s) => s }),
+      CloneError,
+    );
+    assert.ok(second.requests.length > 0, 'git followed the redirect (the attack reached the second host)');
+    for (const r of second.requests) assert.equal(r.headers.authorization, undefined, `no credentials at the second host: ${r.method} ${r.url}`);
+    assert.ok(seen.every((a) => !a.includes(Buffer.from(TOKEN).toString('base64').slice(0, 8))));
+    // the same token still works for the host it was stored for
+    const direct = path.join(root, 'ws2');
+    fs.mkdirSync(direct);
+    const ok = await cloneRepository({ workspaceDir: direct, repository: 'acme/app', provider: 'github', providers: [{ provider: 'github', token: TOKEN, host: second.url }], helperDir: path.join(root, 'helpers'), redact: (s) => s });
+    assert.equal(ok.provider, 'github');
+    // GIT_ALLOWED_HOSTS: a host outside the list is not cloned from at all
+    const before = second.requests.length;
+    const third = path.join(root, 'ws3');
+    fs.mkdirSync(third);
+    await assert.rejects(
+      cloneRepository({ workspaceDir: third, repository: 'acme/app', provider: 'github', providers: [{ provider: 'github', token: TOKEN, host: second.url }], helperDir: path.join(root, 'helpers'), redact: (s) => s, allowedHosts: ['github.com'] }),
+      /not in GIT_ALLOWED_HOSTS/,
+    );
+    assert.equal(second.requests.length, before);
+  } finally {
+    first.close();
+    await second.close();
+    fs.rmSync(root, { recursive: true, force: true });
+  }
+});
+
+test('attack 12.3: image URLs that will never be fetched are refused on arrival (422 with the rule)', async () => {
+  const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id as string;
+  const never = ['http://127.0.0.1:1/x.png', 'http://169.254.169.254/latest/meta-data', 'http://[::1]/a.png', 'http://[::ffff:10.0.0.1]/a.png', 'http://10.1.2.3/a.png', 'https://printer.local/a.png', 'http://metadata.google.internal/x', 'file:///etc/passwd', 'ftp://example.com/a.png', 'data:text/html;base64,PGgxPg==', 'not a url', 'http://0.0.0.0/'];
+  for (const url of never) {
+    const r = await d.req('POST', `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'image', image_urls: [url] }], run: false });
+    assert.equal(r.status, 422, `${url} → ${r.status}`);
+    assert.match(r.text, /image URLs must be https:\/\/, http:\/\/ or data:image/);
+    assert.equal((await d.req('POST', '/api/conversations', { initial_user_msg: 'x', image_urls: [url] })).status, 422, url);
+  }
+  for (const url of ['https://example.com/cat.png', 'http://93.184.216.34/a.png', 'data:image/png;base64,iVBORw0KGgo=']) {
+    assert.equal((await d.req('POST', `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'image', image_urls: [url] }], run: false })).status, 200, url);
+  }
+  const s = connect(`ws://127.0.0.1:${d.port}/sockets/events/${id}`);
+  await s.next((f) => f.key === 'full_state');
+  s.send({ role: 'user', content: [{ type: 'image', image_urls: ['http://192.168.0.1/a.png'] }] });
+  const err = await s.next((f) => f.kind === 'ServerErrorEvent', 'the refusal');
+  assert.match(err.detail, /never fetched/);
+  s.close();
+});
+
+test('attack 12.3: an image whose download fails at step time becomes a note; the conversation keeps working', async () => {
+  const llm = await startScriptedLlm([{ text: 'first answer' }, { text: 'second answer' }]);
+  const withLlm = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'sk-scripted-key' });
+  try {
+    // passes the arrival rule (a public name) but cannot be downloaded: the name does not resolve
+    const dead = 'https://img.nonexistent.invalid/cat.png';
+    const created = await withLlm.req('POST', '/api/conversations', { initial_user_msg: 'what is this?', image_urls: [dead] });
+    assert.equal(created.status, 200, created.text);
+    const id = created.body.conversation_id as string;
+    const finished = async (n: number) =>
+      waitFor(async () => {
+        const evs = (await withLlm.req('GET', `/api/conversations/${id}/events/search?limit=100`)).body.items as any[];
+        return evs.filter((e) => e.kind === 'MessageEvent' && e.source === 'agent').length >= n && (await withLlm.req('GET', `/api/conversations/${id}`)).body.execution_status !== 'running';
+      }, `agent answer ${n}`, 30_000);
+    await finished(1);
+    const first = JSON.stringify(llm.requests[0]!.body.messages);
+    assert.match(first, /image omitted: https:\/\/img\.nonexistent\.invalid\/cat\.png could not be downloaded/);
+    assert.match(first, /what is this\?/);
+    assert.equal((await withLlm.req('POST', `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'text', text: 'and now?' }], run: true })).status, 200);
+    await finished(2);
+    assert.equal(llm.requests.length, 2);
+    assert.match(JSON.stringify(llm.requests[1]!.body.messages), /and now\?/);
+    const errors = ((await withLlm.req('GET', `/api/conversations/${id}/events/search?limit=100`)).body.items as any[]).filter((e) => /Error/.test(e.kind));
+    assert.deepEqual(errors, []);
+  } finally {
+    await withLlm.stop();
+    await llm.close();
+    fs.rmSync(withLlm.dataDir, { recursive: true, force: true });
+  }
 });

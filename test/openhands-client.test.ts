@@ -114,7 +114,13 @@ describe('the OpenHands client, unchanged', { timeout: 120_000 }, () => {
     const w = conv.workspace;
     const pwd = await w.executeCommand('pwd && cat made.txt', '/workspace/project');
     assert.equal(pwd.exit_code, 0, pwd.stderr);
-    assert.equal(pwd.stdout, `${ws.working_dir}\nfrom-agent\n`);
+    // the command runs where the agent's shell runs: in the conversation's sandbox when it is on
+    const sandboxed = (await d.req('GET', '/server_info')).body.sandbox?.mode === 'bwrap';
+    assert.equal(pwd.stdout, `${sandboxed ? '/workspace' : ws.working_dir}\nfrom-agent\n`);
+    if (sandboxed) {
+      const peek = await w.executeCommand(`test -e ${path.join(d.dataDir, 'parley.lock')}; echo $?`, '/workspace/project');
+      assert.equal(peek.stdout.trim(), '1', 'DATA_DIR is not visible from the side channel');
+    }
     const plain = await w.executeCommand('echo "$MY_TOKEN" | wc -c; exit 3');
     assert.equal(plain.exit_code, 3);
     assert.equal(plain.stdout.trim(), String(SECRET.length + 1), 'the conversation secret is in the shell');
@@ -156,6 +162,24 @@ describe('the OpenHands client, unchanged', { timeout: 120_000 }, () => {
     assert.equal((many[0] as any).id, id);
     assert.equal(many[1], null);
     assert.equal((await m.getConversation(id)).id, id);
+
+    // the socket's full_state carries the same info (key masked)
+    const full = received.find((e) => e.key === 'full_state');
+    assert.equal(full.value.agent.llm.api_key, '**********');
+    assert.equal(full.value.workspace.kind, 'LocalWorkspace');
+
+    // ask_agent: an answer with the conversation's context, nothing added to it; condense: a Condensation
+    const countBefore = await st.events.count();
+    const asked = llm.requests.length;
+    llm.push({ text: 'It made made.txt.' });
+    assert.equal(await conv.askAgent('What did you do?'), 'It made made.txt.');
+    assert.match(JSON.stringify(llm.requests[asked]!.body.messages), /Please make a file[\s\S]*What did you do\?/);
+    assert.equal(await st.events.count(), countBefore);
+    llm.push({ text: 'Summary: a file was made.' });
+    await conv.condense();
+    const condensed: any[] = (await st.events.search({ kind: 'Condensation' })).items;
+    assert.equal(condensed.length, 1);
+    assert.equal(condensed[0].summary, 'Summary: a file was made.');
 
     assert.deepEqual(errors, []);
     await conv.close();
@@ -236,6 +260,40 @@ describe('raw shapes', { timeout: 60_000 }, () => {
     assert.notEqual(a.body.workspace.working_dir, '/etc');
     const again = await d.req('POST', '/api/conversations', { workspace: { working_dir: '/etc' }, conversation_id: cid }, H);
     assert.equal(again.body.id, cid);
+  });
+
+  test('secrets, tags and hook_config at create; tags in PATCH and search; without agent.llm the server\'s LLM runs', async () => {
+    const set = await d.req('POST', '/api/settings', { llm_model: 'openai/scripted', llm_base_url: llm.url, llm_api_key: LLM_KEY }, H);
+    assert.equal(set.status, 200, set.text);
+    llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'echo "$TOKEN_AT_CREATE" > s.txt' } }] }, { text: 'ok' });
+    const c = await d.req('POST', '/api/conversations', {
+      agent: { kind: 'Agent', tools: [{ name: 'TerminalTool' }] },
+      workspace: { type: 'local', working_dir: '/tmp' },
+      initial_message: { role: 'user', content: [{ type: 'text', text: 'go' }] },
+      secrets: { TOKEN_AT_CREATE: { kind: 'StaticSecret', value: 'create-secret-CANARY-777' } },
+      tags: { team: 'red' },
+      hook_config: null,
+      user_id: null,
+      max_iterations: 5,
+      stuck_detection: true,
+    }, H);
+    assert.equal(c.status, 200, c.text);
+    const id = c.body.id;
+    assert.deepEqual(c.body.tags, { team: 'red' });
+    assert.equal(c.body.agent.llm.model, 'openai/scripted');
+    await waitFor(async () => (await d.req('GET', `/api/conversations/${id}`, undefined, H)).body.execution_status === 'finished', 'finished', 60_000);
+    const wsDir = path.join(d.dataDir, 'workspaces', id.replace(/-/g, ''));
+    assert.equal(fs.readFileSync(path.join(wsDir, 's.txt'), 'utf8'), 'create-secret-CANARY-777\n');
+    const evs = await d.req('GET', `/api/conversations/${id}/events/search`, undefined, H);
+    assert.ok(!evs.text.includes('create-secret-CANARY-777'));
+    assert.ok(!(await d.req('GET', `/api/conversations/${id}`, undefined, H)).text.includes('create-secret-CANARY-777'));
+    const patched = await d.req('PATCH', `/api/conversations/${id}`, { title: 'renamed', tags: { team: 'blue' } }, H);
+    assert.equal(patched.status, 200, patched.text);
+    const blue = await d.req('GET', '/api/conversations/search?tag=team%3Dblue', undefined, H);
+    assert.deepEqual(blue.body.items.map((x: any) => x.id), [id]);
+    assert.equal(blue.body.items[0].title, 'renamed');
+    assert.equal((await d.req('GET', '/api/conversations/count?tag=team%3Dred', undefined, H)).body, 0);
+    await d.req('POST', '/api/settings', { llm_model: null, llm_base_url: null, llm_api_key: null }, H);
   });
 
   test('search and count are not read as an id; unknown event-search parameters are a 422', async () => {

@@ -358,11 +358,9 @@ describe('initial_user_msg with image_urls', () => {
     }
   });
 
-  test('an image URL that is not a URL becomes a note instead of breaking the run', async () => {
-    llm.push({ text: 'fine' });
-    const before = llm.requests.length;
-    const id = await create({ initial_user_msg: 'look', image_urls: ['not a url'] });
-    await waitStatus(id, 'finished');
-    assert.match(JSON.stringify(userParts(llm.requests[before])), /not a valid URL/);
+  test('an image URL that is not a URL is refused on arrival (422 with the rule, issue 12.3)', async () => {
+    const r = await call('POST', '/api/conversations', { initial_user_msg: 'look', image_urls: ['not a url'] });
+    assert.equal(r.status, 422, r.text);
+    assert.match(r.text, /image URLs must be https:\/\/, http:\/\/ or data:image/);
   });
 });

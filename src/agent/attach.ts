@@ -237,6 +237,7 @@ export async function attachAgent(service: ConversationService, config: Config, 
             providers,
             branch: (d.selected_branch as string | null) ?? null,
             helperDir,
+            allowedHosts: config.gitAllowedHosts,
             sandbox: sandbox.forConversation(id),
             redact: (t) => service.redactor.redact(t),
             onPhase: (p, detail) => {

@@ -5,7 +5,7 @@
  * are the interface's own and do not change for this client.
  */
 import { z } from 'zod';
-import { ConversationId, EXECUTION_STATUSES, SendMessageRequest } from './schemas.js';
+import { ConversationId, EXECUTION_STATUSES, SecretValue, SendMessageRequest } from './schemas.js';
 
 /** Body keys that mark a create request as the agent-server shape (any other body is `InitSessionRequest`). */
 export const AGENT_SERVER_CREATE_KEYS = ['agent', 'agent_settings', 'workspace', 'initial_message'] as const;
@@ -55,11 +55,11 @@ export type ConfirmationPolicy = z.output<typeof ConfirmationPolicy>;
 /** `{kind:"StaticSecret", value}`; a LookupSecret (a URL the server would fetch) is refused. */
 export const StaticSecret = z.strictObject({
   kind: z.literal('StaticSecret').default('StaticSecret'),
-  value: z.string().min(1),
+  value: SecretValue,
   description: z.string().max(1000).nullish(),
 });
 export const SecretName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, { error: 'name must be a valid environment variable name' });
-export const SecretsMap = z.record(SecretName, z.union([StaticSecret, z.string().min(1)]));
+export const SecretsMap = z.record(SecretName, z.union([StaticSecret, SecretValue]));
 
 export const Tags = z.record(z.string().max(200), z.string().max(2000));
 

@@ -4,6 +4,7 @@
  */
 import { z } from 'zod';
 import { Event, EventSource, MESSAGE_ROLES } from '../events/schema.js';
+import { imageUrlProblem } from '../llm/image-url-rule.js';
 import { EventFilterExtras } from './event-filters.js';
 
 export const ROLES = MESSAGE_ROLES;
@@ -39,9 +40,15 @@ export const TextContent = z
   })
   .meta({ id: 'TextContent', title: 'TextContent' });
 
+/** An image URL the daemon will fetch for the model: anything else is refused on arrival (issue 12.3). */
+export const ImageUrl = z.string().superRefine((url, ctx) => {
+  const problem = imageUrlProblem(url);
+  if (problem) ctx.addIssue({ code: 'custom', message: problem });
+});
+
 export const ImageContent = z
   .strictObject({
-    image_urls: z.array(z.string()),
+    image_urls: z.array(ImageUrl),
     type: z.literal('image').default('image'),
     cache_prompt: z.boolean().default(false),
   })
@@ -116,7 +123,7 @@ export const NewConversationRequest = z
     git_provider: z.enum(PROVIDERS).nullish(),
     selected_branch: z.string().nullish(),
     initial_user_msg: z.string().nullish(),
-    image_urls: z.array(z.string()).nullish(),
+    image_urls: z.array(ImageUrl).nullish(),
     replay_json: z.string().nullish(),
     suggested_task: SuggestedTask.nullish(),
     create_microagent: CreateMicroagent.nullish(),
@@ -232,7 +239,7 @@ export const SettingsUpdate = z
   })
   .meta({ id: 'SettingsUpdate' });
 /** Shorter values would be redacted from every output as ordinary words, so they are refused (issue 12.5). */
-const SecretValue = z.string().min(8, { error: 'a secret value must be at least 8 characters' });
+export const SecretValue = z.string().min(8, { error: 'a secret value must be at least 8 characters' });
 export const SecretName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, { error: 'name must be a valid environment variable name' });
 export const CreateSecretInput = z.strictObject({ name: SecretName, value: SecretValue, description: z.string().max(1000).nullish() }).meta({ id: 'CreateSecret' });
 export const UpdateSecretBody = z.strictObject({ value: SecretValue.nullish(), description: z.string().max(1000).nullish() }).meta({ id: 'UpdateSecret' });

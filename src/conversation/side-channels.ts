@@ -8,6 +8,7 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { ExecuteBashRequest } from '../api/agent-server-schemas.js';
+import type { Sandbox } from '../sandbox/index.js';
 import { ForbiddenError, NotFoundError, RequestValidationError } from '../errors.js';
 import { BashCommands, type BashSearch, type CommandLauncher } from '../workspace/bash-commands.js';
 import { gitChanges, gitDiff } from '../workspace/git-changes.js';
@@ -15,7 +16,6 @@ import type { GitRunOptions } from '../workspace/git-process.js';
 import { createWorkspace } from '../workspace/workspace.js';
 import { conversationSecretValues } from './agent-server.js';
 import type { ConversationService } from './service.js';
-import { hostAccess } from './host-access.js';
 import { locateWorkspacePath } from './workspace-locator.js';
 
 /** How the side channels reach a conversation's workspace: path confinement and process start. */
@@ -142,8 +142,18 @@ export function sideChannelsOf(service: ConversationService): SideChannels {
   if (!c) {
     const root = service.agentServer?.workspaceRoot;
     if (!root) throw new Error('the service was built without a workspace root');
-    c = new SideChannels(service, root, hostAccess());
+    c = new SideChannels(service, root, sandboxAccess(service.sandbox));
     perService.set(service, c);
   }
   return c;
+}
+
+/** The side channels reach a workspace like the agent does: the sandbox's path view and launcher. */
+export function sandboxAccess(sandbox: Sandbox): WorkspaceAccess {
+  return {
+    resolve: (workspaceDir, p) => sandbox.pathView(workspaceDir).resolve(p),
+    visibleWorkspace: (workspaceDir) => sandbox.visibleWorkspace(workspaceDir),
+    launcher: (id) => sandbox.forConversation(id),
+    gitOptions: (id) => ({ env: sandbox.env({ LC_ALL: 'C', GIT_TERMINAL_PROMPT: '0' }), launch: sandbox.forConversation(id) }),
+  };
 }

@@ -22,6 +22,7 @@ import {
   type ToolSet,
 } from 'ai';
 import { LlmAbortError, ProviderError, classifyError } from './errors.js';
+import { ImageResolver } from './image-urls.js';
 import { PROVIDERS, defaultContextWindow, defaultSupportsImages, parseModelString, type ProviderName, type SdkLanguageModel } from './models.js';
 import { DEFAULT_BACKOFF, retryDelayMs, sleep, type BackoffSettings } from './retry.js';
 import type { LlmClient, LlmRequest, LlmResponse, LlmToolCall, LlmToolSpec } from './types.js';
@@ -290,6 +291,8 @@ export function createLlmClient(settings: LlmSettings): LlmClient & LlmClientExt
   // Chat Completions models ('openai-compatible.chat', 'openai.chat') cannot take images in tool results.
   const textOnlyToolResults = /\.chat$/.test(sdkModel.provider);
   const apiKey = settings.apiKey;
+  // image URLs the model cannot fetch are downloaded before the step; a failed one becomes a note
+  const images = new ImageResolver(() => sdkModel.supportedUrls);
 
   async function attempt(req: LlmRequest, messages: ModelMessage[], tools: ToolSet | undefined): Promise<LlmResponse> {
     const controller = new AbortController();
@@ -446,7 +449,12 @@ export function createLlmClient(settings: LlmSettings): LlmClient & LlmClientExt
     async complete(req: LlmRequest): Promise<LlmResponse> {
       if (req.signal?.aborted) throw new LlmAbortError();
       const prepared = prepareMessages(req.messages, supportsImages);
-      const messages = textOnlyToolResults ? liftToolResultImages(prepared) : prepared;
+      const lifted = textOnlyToolResults ? liftToolResultImages(prepared) : prepared;
+      const messages = supportsImages
+        ? await images.resolve(lifted, req.signal).catch((err) => {
+            throw req.signal?.aborted ? new LlmAbortError() : err;
+          })
+        : lifted;
       const tools = buildTools(req.tools);
       for (let n = 1; ; n++) {
         try {

@@ -9,7 +9,9 @@
  *
  * Two modes:
  * - clone mode (used by cloneRepository): `PARLEY_ASKPASS_USERNAME` / `PARLEY_ASKPASS_PASSWORD`
- *   are set on the one git child process and answered verbatim;
+ *   are set on the one git child process and answered only when the prompt names
+ *   `PARLEY_ASKPASS_ORIGIN` (scheme://host[:port] of the clone URL): a server that redirects the
+ *   clone to another host (or from https to http) is asked for credentials there, and gets none;
  * - shell mode (askpassEnv, for the agent's later `git fetch`/`git push`): the prompt's URL host
  *   is looked up in `PARLEY_GIT_HOSTS` (`host[:port]=provider` entries, no secrets) and the token
  *   is read from GITHUB_TOKEN / GITLAB_TOKEN / BITBUCKET_TOKEN / ENTERPRISE_SSO_TOKEN.
@@ -44,16 +46,19 @@ case "$prompt" in
   [Uu]sername*) want=user ;;
   *) want=pass ;;
 esac
-if [ -n "\${PARLEY_ASKPASS_PASSWORD+x}" ]; then
-  if [ "$want" = user ]; then printf '%s\\n' "\${PARLEY_ASKPASS_USERNAME-}"; else printf '%s\\n' "$PARLEY_ASKPASS_PASSWORD"; fi
-  exit 0
-fi
 url=\${prompt#*\\'}
 url=\${url%%\\'*}
+scheme=$(printf '%s' "\${url%%://*}" | tr '[:upper:]' '[:lower:]')
 rest=\${url#*://}
 hostport=\${rest%%/*}
 hostport=\${hostport##*@}
 hostport=$(printf '%s' "$hostport" | tr '[:upper:]' '[:lower:]')
+if [ -n "\${PARLEY_ASKPASS_PASSWORD+x}" ]; then
+  # only the origin the clone was started against: a redirect to another host or scheme gets nothing
+  [ "$scheme://$hostport" = "\${PARLEY_ASKPASS_ORIGIN-}" ] || exit 1
+  if [ "$want" = user ]; then printf '%s\\n' "\${PARLEY_ASKPASS_USERNAME-}"; else printf '%s\\n' "$PARLEY_ASKPASS_PASSWORD"; fi
+  exit 0
+fi
 provider=
 for entry in \${PARLEY_GIT_HOSTS-}; do
   if [ "\${entry%=*}" = "$hostport" ]; then provider=\${entry##*=}; break; fi
@@ -65,6 +70,12 @@ esac
 [ -n "$tok" ] || exit 1
 if [ "$want" = user ]; then printf '%s\\n' "$user"; else printf '%s\\n' "$tok"; fi
 `;
+}
+
+/** `scheme://host[:port]` of a provider base URL, as git names it in its prompts (see the script). */
+export function askpassOrigin(baseUrl: string): string {
+  const u = new URL(baseUrl);
+  return `${u.protocol}//${u.host}`.toLowerCase();
 }
 
 /** Writes (atomically, mode 0700) the askpass script into `helperDir`; returns its path. */

@@ -24,7 +24,7 @@
 import { lstat, readdir, rm, stat } from 'node:fs/promises';
 import { join, relative, resolve, isAbsolute } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { ensureAskpassScript } from './askpass.js';
+import { askpassOrigin, ensureAskpassScript } from './askpass.js';
 import { baseChildEnv } from './child-env.js';
 import type { ProcessLauncher } from '../sandbox/types.js';
 import { runGit, type GitResult } from './git-process.js';
@@ -97,6 +97,8 @@ export interface CloneOptions {
   gitIdentity?: { name?: string; email?: string };
   /** Limit for the clone itself (default 15 minutes). */
   timeoutMs?: number;
+  /** GIT_ALLOWED_HOSTS: `host` or `host:port` entries the clone may reach; null or absent: any. */
+  allowedHosts?: string[] | null;
 }
 
 export interface CloneResult {
@@ -207,6 +209,20 @@ function cloneSources(provider: GitProvider | null, providers: ProviderCredentia
     seen.add(baseUrl);
   }
   return sources;
+}
+
+/** Keeps the sources whose host GIT_ALLOWED_HOSTS names (by host, or host:port). */
+function allowedSources(sources: Source[], allowed: string[] | null | undefined): Source[] {
+  if (!allowed) return sources;
+  const kept = sources.filter((s) => {
+    const u = new URL(s.baseUrl);
+    return allowed.includes(u.host.toLowerCase()) || allowed.includes(u.hostname.toLowerCase());
+  });
+  if (kept.length === 0) {
+    const hosts = [...new Set(sources.map((s) => new URL(s.baseUrl).host))].join(', ');
+    throw new CloneError(`${hosts || 'the host'} is not in GIT_ALLOWED_HOSTS (${allowed.join(', ') || 'empty'})`, 'invalid_host');
+  }
+  return kept;
 }
 
 function isInside(parent: string, child: string): boolean {
@@ -363,7 +379,7 @@ async function cloneInner(opts: CloneOptions, scrub: (s: string) => string): Pro
   const st = await stat(dir).catch(() => null);
   if (!st?.isDirectory()) throw new CloneError(`Workspace directory ${dir} does not exist`, 'invalid_options');
 
-  const sources = cloneSources(opts.provider, opts.providers);
+  const sources = allowedSources(cloneSources(opts.provider, opts.providers), opts.allowedHosts);
   const askpass = await ensureAskpassScript(helperDir);
   const gitEnv = (extra: Record<string, string> = {}) =>
     baseChildEnv({
@@ -404,7 +420,7 @@ async function cloneInner(opts: CloneOptions, scrub: (s: string) => string): Pro
     opts.onPhase?.('cloning', `${repo} from ${source.baseUrl}${source.token ? ` with the ${source.provider} token` : ''}`);
     const creds = source.token && source.provider ? tokenCredentials(source.provider, source.token) : null;
     const r = await runGit(['-c', 'credential.helper=', 'clone', '--no-progress', '--', url, dir], {
-      env: gitEnv(creds ? { PARLEY_ASKPASS_USERNAME: creds.username, PARLEY_ASKPASS_PASSWORD: creds.password } : {}),
+      env: gitEnv(creds ? { PARLEY_ASKPASS_USERNAME: creds.username, PARLEY_ASKPASS_PASSWORD: creds.password, PARLEY_ASKPASS_ORIGIN: askpassOrigin(source.baseUrl) } : {}),
       signal: opts.signal,
       timeoutMs: opts.timeoutMs ?? 15 * 60_000,
     });
