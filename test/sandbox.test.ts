@@ -297,6 +297,32 @@ describe('sandbox: SANDBOX_NETWORK=none and kill -9 of the daemon', { timeout: 1
   });
 });
 
+describe('sandbox: SANDBOX_MAX_LIVE', { timeout: 120_000 }, () => {
+  test('beyond the cap the least recently used idle sandbox is closed; its shell comes back on the next command', async () => {
+    const h = await harness({ SANDBOX_MAX_LIVE: '2', METRICS_PORT: '0' });
+    try {
+      const ids = [await h.create(), await h.create(), await h.create()];
+      const marker = `7575${process.pid % 1000}`;
+      await h.sh(ids[0]!, `(sleep ${marker}0 &); echo one`);
+      await h.sh(ids[1]!, `(sleep ${marker}1 &); echo two`);
+      await waitFor(() => hostProcesses(`sleep ${marker}0`).length === 1 && hostProcesses(`sleep ${marker}1`).length === 1, 'two sandboxes live', 10_000);
+      await h.sh(ids[2]!, `(sleep ${marker}2 &); echo three`);
+      // the first (least recently used, idle) one was closed, background job included
+      await waitFor(() => hostProcesses(`sleep ${marker}0`).length === 0, 'the LRU sandbox closed', 10_000);
+      assert.equal(hostProcesses(`sleep ${marker}1`).length, 1);
+      assert.equal(hostProcesses(`sleep ${marker}2`).length, 1);
+      const port = Number(/"metrics_port":(\d+)/.exec(h.d.output.join('\n'))?.[1]);
+      const metrics = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+      assert.match(metrics, /^parley_sandboxes\{mode="bwrap"\} 2$/m);
+      const again = await h.sh(ids[0]!, 'echo back');
+      assert.match(again.text, /back/);
+      assert.match(again.text, /new shell was started/);
+    } finally {
+      await h.close();
+    }
+  });
+});
+
 describe('sandbox: modes at start', { timeout: 60_000 }, () => {
   const run = (env: Record<string, string>) =>
     new Promise<{ code: number | null; stderr: string; stdout: string }>((resolve) => {
