@@ -3,6 +3,7 @@
  * tools, the shell's environment, the instructions of the system prompt, the run loop, replays,
  * and the per-conversation resources released on delete or stop.
  */
+import fs from 'node:fs';
 import { rm } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from 'pino';
@@ -55,7 +56,12 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
   const outputDir = (id: string) => path.join(config.dataDir, 'outputs', id);
   const terminal = createTerminalTool({ outputDir, noOutputTimeoutMs: config.terminalNoOutputTimeoutMs, sandbox });
   // file_editor sees exactly the workspace, at the path the shell sees it
-  const fileEditor = createFileEditorTool({ view: (ctx) => sandbox.pathView(ctx.workspaceDir) });
+  const fileEditor = createFileEditorTool({
+    view: (ctx) => {
+      fs.mkdirSync(ctx.workspaceDir, { recursive: true, mode: 0o700 }); // created on first use
+      return sandbox.pathView(ctx.workspaceDir);
+    },
+  });
   const builtins: Tool[] = [terminal, fileEditor, createTaskTrackerTool(), createThinkTool(), createFinishTool()] as Tool[];
   const reserved = builtins.map((t) => t.name);
   const mcp = new Map<string, McpManager>();

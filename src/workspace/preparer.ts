@@ -66,7 +66,8 @@ export class WorkspacePreparer implements ConversationPreparer {
       await conversations.setStatus(id, 'error');
     };
     await phase('preparing');
-    const dir = await createWorkspace(this.opts.workspaceRoot, id);
+    // the directory is made when something needs it (a clone, a replay, the first command or file)
+    const dir = visible ? await createWorkspace(this.opts.workspaceRoot, id) : workspacePath(this.opts.workspaceRoot, id);
     let first: string | null = null;
     try {
       const repo = d.selected_repository as string | null;
