@@ -102,6 +102,40 @@ function rmdirQuiet(dir: string): void {
   }
 }
 
+/** Removes `root/d<pid>` directories (and their empty children) of daemons that are gone. */
+function removeStale(root: string): void {
+  let entries: string[];
+  try {
+    entries = fs.readdirSync(root);
+  } catch {
+    return;
+  }
+  for (const e of entries) {
+    const m = /^d(\d+)$/.exec(e);
+    if (!m) {
+      // an empty leftover of an older layout (rmdir fails while a process is in it)
+      if (/^[0-9a-f-]{32,36}$|^probe-\d+$/.test(e)) rmdirQuiet(path.join(root, e));
+      continue;
+    }
+    if (Number(m[1]) === process.pid) continue;
+    try {
+      process.kill(Number(m[1]), 0);
+      continue; // alive
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'EPERM') continue;
+    }
+    const dir = path.join(root, e);
+    try {
+      for (const c of fs.readdirSync(dir)) {
+        if (fs.statSync(path.join(dir, c)).isDirectory()) rmdirQuiet(path.join(dir, c));
+      }
+    } catch {
+      /* gone */
+    }
+    rmdirQuiet(dir);
+  }
+}
+
 function safeName(name: string): string {
   return name.replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 64);
 }
@@ -152,7 +186,10 @@ class V1Backend implements CgroupBackend {
       const m = all.find((x) => x.type === 'cgroup' && x.options.includes(ctrl));
       const p = own.get(ctrl);
       if (!m || p === undefined) return null;
-      return path.join(m.dir, p, 'parley');
+      const root = path.join(m.dir, p, 'parley');
+      removeStale(root);
+      // one directory per daemon: a daemon killed with -9 leaves empty cgroups that the next start removes
+      return path.join(root, `d${process.pid}`);
     };
     const mem = base('memory');
     const pids = base('pids');
