@@ -25,13 +25,15 @@ export interface ConversationCgroup {
   pids(): number[];
   /** SIGKILL to every process in it. */
   killAll(): void;
-  /** Removes the (empty) cgroup directories; best effort. */
-  remove(): void;
+  /** Removes the cgroup directories; false while processes are still leaving it (retry). */
+  remove(): boolean;
 }
 
 export interface CgroupBackend {
   kind: 'cgroup-v2' | 'cgroup-v1';
   create(name: string): ConversationCgroup;
+  /** Removes the daemon's own (empty) directories at shutdown. */
+  close(): void;
 }
 
 interface Mount {
@@ -94,11 +96,12 @@ function write(file: string, value: string): void {
   fs.writeFileSync(file, value);
 }
 
-function rmdirQuiet(dir: string): void {
+function rmdirQuiet(dir: string): boolean {
   try {
     fs.rmdirSync(dir);
-  } catch {
-    /* busy or gone */
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'ENOENT';
   }
 }
 
@@ -148,6 +151,11 @@ class V1Backend implements CgroupBackend {
     private readonly limits: CgroupLimits,
   ) {}
 
+  close(): void {
+    rmdirQuiet(this.memoryBase);
+    rmdirQuiet(this.pidsBase);
+  }
+
   create(name: string): ConversationCgroup {
     const mem = path.join(this.memoryBase, safeName(name));
     const pids = path.join(this.pidsBase, safeName(name));
@@ -175,8 +183,9 @@ class V1Backend implements CgroupBackend {
         }
       },
       remove() {
-        rmdirQuiet(mem);
-        rmdirQuiet(pids);
+        const a = rmdirQuiet(mem);
+        const b = rmdirQuiet(pids);
+        return a && b;
       },
     };
   }
@@ -205,6 +214,10 @@ class V2Backend implements CgroupBackend {
     private readonly limits: CgroupLimits,
   ) {}
 
+  close(): void {
+    /* the conversations' cgroups are removed one by one; the daemon's own cgroup stays */
+  }
+
   create(name: string): ConversationCgroup {
     const dir = path.join(this.base, `sandbox-${safeName(name)}`);
     fs.mkdirSync(dir, { recursive: true });
@@ -231,7 +244,7 @@ class V2Backend implements CgroupBackend {
         }
       },
       remove() {
-        rmdirQuiet(dir);
+        return rmdirQuiet(dir);
       },
     };
   }
