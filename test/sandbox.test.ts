@@ -214,6 +214,14 @@ describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
     assert.equal(fs.readFileSync(path.join(h.ws(a), 'ok.txt'), 'utf8'), 'fine\n');
   });
 
+  test('a long output is saved where the shell can read it (read-only)', async () => {
+    const [o] = await h.run(a, [{ name: 'terminal', arguments: { command: 'seq 1 40000' } }]);
+    assert.match(o.full_output_path, /^\/parley\/outputs\//);
+    const r = await h.sh(a, `wc -l < ${o.full_output_path}; echo x >> ${o.full_output_path}; echo rc=$?`);
+    assert.match(r.text, /^40000$/m);
+    assert.match(r.text, /Read-only file system/);
+  });
+
   test('the host network is reachable with SANDBOX_NETWORK=host (control for the none test)', async () => {
     const r = await h.sh(a, `(exec 3<>/dev/tcp/127.0.0.1/${h.d.port}) 2>/dev/null && echo CONNECTED || echo REFUSED`);
     assert.match(r.text, /CONNECTED/);
