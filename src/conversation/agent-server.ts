@@ -52,8 +52,15 @@ export type ConfirmationPolicy = z.output<typeof ConfirmationPolicy>;
 type SecretInput = string | { value: string; description?: string | null };
 
 /** What an agent-server create may ask for (the API validates the request against its own schema). */
+interface AgentLlmInput {
+  model?: string | null;
+  api_key?: string | null;
+  base_url?: string | null;
+}
+
 export interface StartConversation {
-  agent?: { llm?: { model?: string | null; api_key?: string | null; base_url?: string | null } | null } | null;
+  agent?: { llm?: AgentLlmInput | null } | null;
+  agent_settings?: { llm?: AgentLlmInput | null } | null;
   workspace?: { working_dir?: string | null } | null;
   initial_message?: { role: MessageRole; content: ContentItem[]; run: boolean } | null;
   max_iterations?: number | null;
