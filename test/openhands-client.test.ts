@@ -260,6 +260,13 @@ describe('raw shapes', { timeout: 60_000 }, () => {
     assert.notEqual(a.body.workspace.working_dir, '/etc');
     const again = await d.req('POST', '/api/conversations', { workspace: { working_dir: '/etc' }, conversation_id: cid }, H);
     assert.equal(again.body.id, cid);
+    const viaSettings = await d.req('POST', '/api/conversations', { agent_settings: { llm: { model: 'claude-sonnet-4-5', api_key: 'sk-settings-CANARY-1' } } }, H);
+    assert.equal(viaSettings.status, 200, viaSettings.text);
+    assert.equal(viaSettings.body.agent.llm.model, 'anthropic/claude-sonnet-4-5');
+    assert.ok(!viaSettings.text.includes('sk-settings-CANARY-1'));
+    const badUrl = await d.req('POST', '/api/conversations', { agent_settings: { llm: { base_url: 'ftp://x' } } }, H);
+    assert.equal(badUrl.status, 422);
+    assert.deepEqual(badUrl.body.detail[0].loc, ['body', 'agent_settings', 'llm', 'base_url']);
   });
 
   test('secrets, tags and hook_config at create; tags in PATCH and search; without agent.llm the server\'s LLM runs', async () => {

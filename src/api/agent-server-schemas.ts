@@ -67,7 +67,8 @@ export const Tags = z.record(z.string().max(200), z.string().max(2000));
 export const StartConversationRequest = z
   .strictObject({
     agent: AgentSpec.nullish(),
-    agent_settings: z.record(z.string(), z.unknown()).nullish(),
+    // the settings form of an agent: its `llm` is read like agent.llm, the rest accepted
+    agent_settings: z.looseObject({ llm: AgentLlm.nullish() }).nullish(),
     workspace: WorkspaceSpec.nullish(),
     initial_message: SendMessageRequest.extend({ run: z.boolean().default(true) }).nullish(),
     max_iterations: z.number().int().min(1).max(10_000).nullish(),

@@ -67,7 +67,7 @@ export function parleyModel(model: string, baseUrl: string | null | undefined): 
 /** `POST /api/conversations` with the agent-server body: create (or return, for a known `conversation_id`) and answer with the info. */
 export async function startConversation(c: Core, req: StartConversationRequest) {
   if (req.conversation_id && (await c.conversations.load(req.conversation_id))) return c.conversations.get(req.conversation_id);
-  const llm = req.agent?.llm;
+  const llm = req.agent?.llm ?? req.agent_settings?.llm;
   const data: Data = {};
   if (llm && (llm.model || llm.api_key || llm.base_url)) {
     data.llm = {
