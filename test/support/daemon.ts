@@ -59,7 +59,11 @@ export async function startDaemon(env: Record<string, string> = {}, dataDir = te
     proc.stdout!.on('data', feed);
     proc.stderr!.on('data', feed);
     exited.then((code) => reject(new Error(`daemon exited with ${code} before listening:\n${output.join('\n')}`)));
-    setTimeout(() => reject(new Error(`daemon did not start in 20 s:\n${output.join('\n')}`)), 20_000).unref();
+    // generous: a loaded machine (other suites, other daemons) can take tens of seconds to start one
+    setTimeout(() => {
+      proc.kill('SIGKILL'); // never left running behind a failed start
+      reject(new Error(`daemon did not start in 60 s:\n${output.join('\n')}`));
+    }, 60_000).unref();
   });
   const url = `http://127.0.0.1:${port}`;
   return {
