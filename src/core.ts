@@ -12,6 +12,8 @@ import { restrictDataDir } from './store/permissions.js';
 import { SqliteStore } from './store/sqlite.js';
 import { PostgresStore } from './store/postgres.js';
 import type { Store } from './store/types.js';
+import type { ClusterBus } from './cluster/bus.js';
+import type { ClusterConfig } from './config.js';
 import type { EncodedEvent } from './events/types.js';
 import { pgStoreMetrics } from './cluster/metrics.js';
 import { Sandbox } from './sandbox/launcher.js';
@@ -44,6 +46,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   let store: Store;
   let unread: (() => void)[];
   let closeBus = async () => {};
+  let cluster: { store: PostgresStore; bus: ClusterBus; config: ClusterConfig } | null = null;
   if (config.cluster) {
     const pgStore = await PostgresStore.open(config.cluster.databaseUrl, onCommit);
     redactor.add(new URL(config.cluster.databaseUrl).password || null);
@@ -51,13 +54,14 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     unread = pgStoreMetrics(pgStore);
     if (config.cluster.natsUrl) {
       const { ClusterBus } = await import('./cluster/bus.js');
-      const cluster = await ClusterBus.connect(pgStore, { url: config.cluster.natsUrl, prefix: config.cluster.natsPrefix, nodeId: config.cluster.nodeId, log }).catch(async (err) => {
+      const clusterBus = await ClusterBus.connect(pgStore, { url: config.cluster.natsUrl, prefix: config.cluster.natsPrefix, nodeId: config.cluster.nodeId, log }).catch(async (err) => {
         await pgStore.close();
         throw new Error(`cannot reach NATS at ${config.cluster!.natsUrl}: ${(err as Error).message}`);
       });
-      cluster.onRemoteDelete((id) => service?.forget(id));
-      closeBus = () => cluster.close();
-      bus = cluster;
+      clusterBus.onRemoteDelete((id) => service?.forget(id));
+      closeBus = () => clusterBus.close();
+      bus = clusterBus;
+      cluster = { store: pgStore, bus: clusterBus, config: config.cluster };
     }
   } else {
     const sqlite = new SqliteStore(config.dataDir, onCommit, { synchronous: config.sqliteSynchronous });
@@ -78,14 +82,24 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     metrics.sandboxes.read(() => [[[sandbox.mode], sandbox.liveCount]]),
     metrics.sandboxProcesses.read(() => [[[sandbox.mode], sandbox.processCount]]),
   );
+  // several nodes: leases and routing to the owner (src/cluster/), in place before the start-up repairs
+  let exposed = service;
+  let closeNode = async () => {};
+  if (cluster) {
+    const { startClusterNode } = await import('./cluster/index.js');
+    const node = await startClusterNode(service, cluster.store, cluster.bus, { nodeId: cluster.config.nodeId, leaseTtlMs: cluster.config.leaseTtlMs, prefix: cluster.config.natsPrefix }, log);
+    exposed = node.service;
+    closeNode = node.close;
+  }
   await service.start();
   return {
-    service,
+    service: exposed,
     sandbox,
     async close() {
       await service!.runtime?.close();
       await sandbox.close();
       for (const u of unread) u();
+      await closeNode();
       await closeBus();
       await store.close();
     },

@@ -3,9 +3,11 @@
  * (created and dropped per test), one WORKSPACE_ROOT and a nats-server of the test's own.
  */
 import assert from 'node:assert/strict';
-import { describe, test } from 'node:test';
+import { describe, test, type TestContext } from 'node:test';
 import { startCluster } from './support/cluster.js';
 import { waitFor, type DaemonHandle } from './support/daemon.js';
+import { allEvents, statusOf } from './support/conversation-api.js';
+import { startScriptedLlm } from './support/scripted-llm.js';
 import { tcpProxy } from './support/tcp-proxy.js';
 import { connect, type Frames } from './support/ws-client.js';
 
@@ -24,6 +26,16 @@ async function storedTexts(d: DaemonHandle, id: string): Promise<string[]> {
     page = r.body.next_page_id;
     if (!page) return out;
   }
+}
+
+/** Three nodes with a scripted LLM and a conversation created on node 1, its workspace ready. */
+async function agentCluster(t: TestContext, leaseTtlMs: number) {
+  const llm = await startScriptedLlm([]);
+  t.after(() => llm.close());
+  const c = await startCluster(t, 3, { LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'k', LEASE_TTL_MS: String(leaseTtlMs) });
+  const id = await create(c.nodes[0]!);
+  await waitFor(async () => (await c.nodes[0]!.req('GET', `/api/conversations/${id}`)).body.setup?.phase === 'ready', 'the workspace');
+  return { llm, c, id };
 }
 
 /** Every stored event once, in seq order, gap-free from `from`. */
@@ -140,5 +152,78 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 180_000 }, () => {
     assertGapFree(s1);
     s1.close();
     void n2;
+  });
+
+  test('ownership: the node that runs the loop is shown everywhere; run, interrupt and messages through other nodes reach it; the lease goes when the loop stops', async (t) => {
+    const { llm, c, id } = await agentCluster(t, 3000);
+    const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
+    const owner = async (n: DaemonHandle) => (await n.req('GET', `/api/conversations/${id}`)).body.node_id ?? null;
+    // the creating node held the lease while it prepared the workspace, and lets it go after
+    for (const n of c.nodes) await waitFor(async () => (await owner(n)) === null, 'no owner once the workspace is ready', 10_000);
+    llm.push({ text: 'slow answer', delayMs: 60_000 });
+    assert.equal((await send(n2, id, 'start on node 2', true)).status, 200);
+    await llm.waitForRequests(1, 20_000);
+    for (const n of c.nodes) {
+      assert.equal(await owner(n), 'node-2');
+      assert.equal(await statusOf(n.req, id), 'running', 'every node shows the status the owner set');
+    }
+    // a second run through another node reaches the owner, which is already running it
+    assert.equal((await n3.req('POST', `/api/conversations/${id}/run`)).status, 409);
+    // a message through node 3 is taken by the loop on node 2 (no second loop)
+    assert.equal((await send(n3, id, 'more from node 3', true)).status, 200);
+    assert.equal(llm.requests.length, 1, 'no second loop started');
+    // interrupt through node 1 stops the loop on node 2
+    assert.equal((await n1.req('POST', `/api/conversations/${id}/interrupt`)).status, 200);
+    await waitFor(async () => (await statusOf(n3.req, id)) === 'paused', 'paused, as node 3 sees it', 15_000);
+    await waitFor(async () => (await owner(n1)) === null, 'the lease released once the loop stopped', 15_000);
+    // with no owner, the node that receives the run takes the lease
+    llm.push({ text: 'done on node 3' });
+    assert.equal((await n3.req('POST', `/api/conversations/${id}/run`)).status, 200);
+    await waitFor(async () => (await statusOf(n1.req, id)) === 'finished', 'finished', 20_000);
+    const evs = await allEvents(n1.req, id);
+    assert.equal(evs.filter((e) => e.kind === 'MessageEvent' && e.source === 'agent').pop().llm_message.content[0].text, 'done on node 3');
+    assert.ok(JSON.stringify(llm.requests.at(-1)!.body.messages).includes('more from node 3'), 'the message sent through node 3 was in the history');
+  });
+
+  test('SIGKILL of the owner mid-run with writes in flight: its lease expires, another node takes over (error, NodeLost), every acknowledged message is kept, the agent runs again elsewhere; the killed node rejoins without duplicating anything', async (t) => {
+    const { llm, c, id } = await agentCluster(t, 2000);
+    const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
+    llm.push({ text: 'never delivered', delayMs: 60_000 });
+    assert.equal((await send(n2, id, 'long task', true)).status, 200);
+    await llm.waitForRequests(1, 20_000);
+    assert.equal((await n3.req('GET', `/api/conversations/${id}`)).body.node_id, 'node-2');
+    // writes through the owner, in flight when it is killed
+    const acknowledged: string[] = [];
+    const writes = Array.from({ length: 60 }, (_, i) =>
+      send(n2, id, `w${i}`).then(
+        (r) => r.status === 200 && acknowledged.push(`w${i}`),
+        () => {},
+      ),
+    );
+    await waitFor(() => acknowledged.length >= 5, 'some writes acknowledged');
+    n2.proc.kill('SIGKILL');
+    await Promise.all(writes);
+    await n2.exited;
+    // after LEASE_TTL_MS another node applies the crash-recovery rule
+    await waitFor(async () => (await statusOf(n1.req, id)) === 'error', 'the takeover', 20_000);
+    let evs = await allEvents(n3.req, id);
+    assert.equal(evs.filter((e) => e.kind === 'ConversationErrorEvent' && e.code === 'NodeLost').length, 1, 'one takeover');
+    assert.equal((await n3.req('GET', `/api/conversations/${id}`)).body.node_id, null);
+    const texts = evs.filter((e) => e.kind === 'MessageEvent').map((e) => e.llm_message.content[0].text);
+    for (const a of acknowledged) assert.ok(texts.includes(a), `acknowledged ${a} kept`);
+    // the agent runs again, from another node
+    llm.push({ text: 'picked up again' });
+    assert.equal((await n3.req('POST', `/api/conversations/${id}/run`)).status, 200);
+    await waitFor(async () => (await statusOf(n1.req, id)) === 'finished', 'finished after the takeover', 20_000);
+    // the killed node comes back: it adds nothing (no DaemonRestarted, no second takeover) and serves the conversation
+    const before = (await allEvents(n1.req, id)).length;
+    const back = await c.startNode(1);
+    assert.equal(await statusOf(back.req, id), 'finished');
+    assert.equal((await allEvents(back.req, id)).length, before, 'nothing added by the restart');
+    evs = await allEvents(back.req, id);
+    assert.deepEqual(evs.map((e) => e.seq), Array.from({ length: evs.length }, (_, i) => i + 1), 'seq gap-free');
+    assert.equal(new Set(evs.map((e) => e.id)).size, evs.length, 'no event twice');
+    assert.ok(!evs.some((e) => e.code === 'DaemonRestarted'));
+    assert.equal((await send(back, id, 'hello from the restarted node')).status, 200);
   });
 });

@@ -93,6 +93,12 @@ export class ConversationService {
   sandbox: Sandbox = Sandbox.none();
   readonly startedAt = Date.now();
   lastActivity = Date.now();
+  /**
+   * Cluster mode (src/cluster/): the node holding a conversation's lease, shown as `node_id`. Set,
+   * other nodes share the store: a read re-reads the conversation unless its loop runs here, and
+   * conversations left running are the cluster's to recover (when their lease expires), not this start's.
+   */
+  ownerOf: ((id: string) => Promise<string | null>) | null = null;
 
   constructor(
     readonly store: Store,
@@ -123,7 +129,7 @@ export class ConversationService {
     for (const s of await this.store.listSecrets(SECRET_KIND)) this.redactor.add(this.open(s.sealed));
     this.redactor.add((await this.getLlmSettings()).llm_api_key);
     this.redactor.add(...mcpSecrets(await this.defaultMcpConfig()));
-    for (const rec of await this.store.conversationsWithStatus(['running'])) {
+    for (const rec of this.ownerOf ? [] : await this.store.conversationsWithStatus(['running'])) {
       const conv = await this.load(rec.id);
       if (!conv) continue;
       await this.append(rec.id, {
@@ -151,6 +157,7 @@ export class ConversationService {
   /** The conversation's live state, loaded on first use. Null when it does not exist. */
   async load(id: string): Promise<LiveConversation | null> {
     const hit = this.live.get(id);
+    if (hit && this.ownerOf && !this.runtime?.isRunning(id)) return this.refresh(id);
     if (hit) return hit;
     let p = this.loading.get(id);
     if (!p) {
@@ -171,6 +178,27 @@ export class ConversationService {
   async require(id: string): Promise<LiveConversation> {
     const conv = await this.load(id);
     if (!conv) throw new NotFoundError('Conversation not found');
+    return conv;
+  }
+
+  /** Re-reads the conversation from the store (another node may have changed it) unless its loop runs here. */
+  async refresh(id: string): Promise<LiveConversation | null> {
+    const record = await this.store.getConversation(id);
+    const conv = this.live.get(id);
+    if (!record) {
+      this.live.delete(id);
+      return null;
+    }
+    if (!conv) {
+      const fresh = { record, status: record.execution_status as ExecutionStatus };
+      this.live.set(id, fresh);
+      return fresh;
+    }
+    if (!this.runtime?.isRunning(id)) {
+      conv.record = record;
+      conv.status = record.execution_status as ExecutionStatus;
+      conv.shown = undefined;
+    }
     return conv;
   }
 
@@ -291,10 +319,10 @@ export class ConversationService {
   private preparing = new Set<string>();
 
   /** Starts again every preparation a stop cut short (an existing clone is reused); each runs the loop when done if one was requested. */
-  async resumePreparations(): Promise<void> {
+  async resumePreparations(take: (id: string) => Promise<boolean> = async () => true): Promise<void> {
     if (!this.preparer) return;
     for (const id of await this.store.conversationsWithUnfinishedSetup()) {
-      if (!(await this.load(id)) || this.preparing.has(id)) continue;
+      if (!(await this.load(id)) || this.preparing.has(id) || !(await take(id))) continue;
       this.log.info({ conversation_id: id }, 'resuming workspace preparation after a restart');
       this.launchPreparer(id);
     }
@@ -529,6 +557,7 @@ export class ConversationService {
       selected_branch: (d.selected_branch as string | null) ?? null,
       git_provider: (d.git_provider as string | null) ?? null,
       last_seq: lastSeq,
+      ...(this.ownerOf ? { node_id: await this.ownerOf(conv.record.id) } : {}),
       setup: d.setup ?? null,
       mcp_config: redactMcpConfig(await this.conversationMcpConfig(conv.record.id)),
       ...agentServerInfo(conv.record, this.agentServer, await this.serverLlmView()),
