@@ -68,8 +68,10 @@ async function harness(env: Record<string, string> = {}): Promise<Harness> {
       const r = await req('POST', '/api/conversations', {});
       assert.equal(r.status, 200, r.text);
       const id = r.body.conversation_id as string;
-      await waitFor(() => fs.existsSync(h.ws(id)), 'workspace created', 20_000);
-      await waitStatus(req, id, 'idle').catch(() => {});
+      await waitFor(async () => (await req('GET', `/api/conversations/${id}`)).body.execution_status === 'idle', 'conversation ready', 20_000);
+      // created on first use: nothing on disk until something runs
+      assert.ok(!fs.existsSync(h.ws(id)), 'no workspace before first use');
+      fs.mkdirSync(h.ws(id), { recursive: true });
       return id;
     },
     async run(id, calls) {

@@ -299,6 +299,8 @@ export class Sandbox {
     if (this.closed) throw new Error('the sandbox launcher is closed');
     if (argv.length === 0) throw new Error('empty command');
     const host = opts.workspaceDir ?? this.hostWorkspace(conversationId);
+    // workspaces are created on first use (a conversation that never runs anything has none)
+    fs.mkdirSync(host, { recursive: true, mode: 0o700 });
     const live = this.enter(conversationId);
     let child: ChildProcess;
     if (!this.enabled) {
