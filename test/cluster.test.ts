@@ -35,6 +35,8 @@ async function agentCluster(t: TestContext, leaseTtlMs: number) {
   const c = await startCluster(t, 3, { LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'k', LEASE_TTL_MS: String(leaseTtlMs) });
   const id = await create(c.nodes[0]!);
   await waitFor(async () => (await c.nodes[0]!.req('GET', `/api/conversations/${id}`)).body.setup?.phase === 'ready', 'the workspace');
+  // the creating node held the lease while it prepared the workspace, and lets it go after
+  await waitFor(async () => (await c.nodes[0]!.req('GET', `/api/conversations/${id}`)).body.node_id === null, 'no owner once the workspace is ready', 10_000);
   return { llm, c, id };
 }
 
@@ -63,9 +65,6 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 180_000 }, () => {
       await waitFor(() => texts(s).length === 200, 'all 200 messages on a subscriber', 30_000);
       assertGapFree(s);
       assert.equal(new Set(texts(s)).size, 200, 'each message once');
-      // a node's own writes keep their order
-      const two = texts(s).filter((x) => x.startsWith('two '));
-      assert.deepEqual(two, Array.from({ length: 100 }, (_, i) => `two ${i}`));
     }
     // resume on the third node from the middle of what the second saw
     const mid = stored(s2)[120]!.seq as number;
@@ -158,8 +157,7 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 180_000 }, () => {
     const { llm, c, id } = await agentCluster(t, 3000);
     const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
     const owner = async (n: DaemonHandle) => (await n.req('GET', `/api/conversations/${id}`)).body.node_id ?? null;
-    // the creating node held the lease while it prepared the workspace, and lets it go after
-    for (const n of c.nodes) await waitFor(async () => (await owner(n)) === null, 'no owner once the workspace is ready', 10_000);
+    for (const n of c.nodes) assert.equal(await owner(n), null, 'no owner before a run');
     llm.push({ text: 'slow answer', delayMs: 60_000 });
     assert.equal((await send(n2, id, 'start on node 2', true)).status, 200);
     await llm.waitForRequests(1, 20_000);
@@ -226,4 +224,29 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 180_000 }, () => {
     assert.ok(!evs.some((e) => e.code === 'DaemonRestarted'));
     assert.equal((await send(back, id, 'hello from the restarted node')).status, 200);
   });
+
+  test('provider tokens, secrets, settings and MCP defaults stored through one node are used (and redacted) by the others', async (t) => {
+    const { llm, c, id } = await agentCluster(t, 10_000);
+    const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
+    const GH = 'ghp_clusterCanary0123456789abcdefABCDEF';
+    const SECRET = 'cluster-secret-canary-4242';
+    const MCPKEY = 'mcp-cluster-canary-key-77';
+    assert.equal((await n1.req('POST', '/api/add-git-providers', { provider_tokens: { github: { token: GH } }, mcp_config: { shttp_servers: [{ url: 'http://127.0.0.1:9/mcp', api_key: MCPKEY }] } })).status, 200);
+    assert.equal((await n1.req('POST', '/api/secrets', { name: 'MY_SECRET', value: SECRET, description: 'from node 1' })).status, 201);
+    assert.equal((await n1.req('POST', '/api/settings', { llm_model: 'openai/scripted' })).status, 200);
+    assert.deepEqual((await n2.req('GET', '/api/secrets')).body.secrets, [{ name: 'MY_SECRET', description: 'from node 1' }]);
+    assert.equal((await n3.req('GET', '/api/settings')).body.llm_model, 'openai/scripted');
+    // a conversation created on node 3 gets the MCP default stored through node 1 (redacted when shown)
+    const other = await create(n3);
+    assert.equal((await n3.req('GET', `/api/conversations/${other}`)).body.mcp_config.shttp_servers[0].url, 'http://127.0.0.1:9/mcp');
+    // the agent on node 2 has the token and the secret in its shell, and node 2 masks both
+    llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'echo "$GITHUB_TOKEN $MY_SECRET"' } }] }, { text: 'done' });
+    assert.equal((await send(n2, id, 'print them', true)).status, 200);
+    await waitFor(async () => (await statusOf(n2.req, id)) === 'finished', 'finished', 30_000);
+    const obs = (await allEvents(n3.req, id)).find((e) => e.kind === 'ObservationEvent');
+    assert.match(obs.observation.content[0].text, /<secret_hidden> <secret_hidden>/, 'the shell had the values, masked');
+    const everything = JSON.stringify(await allEvents(n1.req, id)) + c.nodes.map((n) => n.output.join('\n')).join('\n');
+    for (const canary of [GH, SECRET, MCPKEY]) assert.ok(!everything.includes(canary), `${canary} leaked`);
+  });
 });
+

@@ -142,7 +142,14 @@ export class ConversationService {
     }
   }
 
+  /** Every value this node opens is redacted from its output: another node (cluster mode) may have stored it. */
   private open(sealed: string | null): string | null {
+    const value = this.decrypt(sealed);
+    this.redactor.add(value);
+    return value;
+  }
+
+  private decrypt(sealed: string | null): string | null {
     if (!sealed) return null;
     try {
       return this.box.decrypt(sealed);
@@ -442,14 +449,19 @@ export class ConversationService {
 
   async defaultMcpConfig(): Promise<McpConfig> {
     const s = await this.store.getSecret(SETTINGS_KIND, 'mcp_config');
-    const raw = this.open(s?.sealed ?? null);
-    return raw ? (JSON.parse(raw) as McpConfig) : emptyMcp();
+    return this.openMcp(s?.sealed ?? null);
+  }
+
+  private openMcp(sealed: string | null): McpConfig {
+    const raw = this.decrypt(sealed);
+    const cfg = raw ? (JSON.parse(raw) as McpConfig) : emptyMcp();
+    this.redactor.add(...mcpSecrets(cfg));
+    return cfg;
   }
 
   async conversationMcpConfig(id: string): Promise<McpConfig> {
     const conv = await this.require(id);
-    const raw = this.open((conv.record.data.mcp_config_sealed as string | undefined) ?? null);
-    return raw ? (JSON.parse(raw) as McpConfig) : emptyMcp();
+    return this.openMcp((conv.record.data.mcp_config_sealed as string | undefined) ?? null);
   }
 
   // ---- settings and custom secrets ----------------------------------------------------------
