@@ -5,55 +5,55 @@
  * run, pause, interrupt, delete, resuming preparations) go through the node first.
  */
 import type { Logger } from 'pino';
+import type { Conversations } from '../conversation/conversations.js';
+import type { AgentRuntime } from '../conversation/runtime.js';
 import type { ConversationService } from '../conversation/service.js';
-import type { PostgresStore } from '../store/postgres.js';
+import type { EventLog } from '../events/log.js';
 import type { ClusterBus } from './bus.js';
-import { Leases } from './leases.js';
+import type { Leases } from './leases.js';
 import { ClusterNode } from './node.js';
 
 const ROUTED = new Set(['createConversation', 'sendMessage', 'run', 'pause', 'interrupt', 'deleteConversation', 'resumePreparations']);
 
-export interface ClusterSetup {
-  nodeId: string;
-  leaseTtlMs: number;
+export interface ClusterNodeParts {
+  service: ConversationService;
+  conversations: Conversations;
+  events: EventLog;
+  runtime: AgentRuntime;
+  leases: Leases;
+  bus: ClusterBus;
   prefix: string;
+  log: Logger;
 }
 
-export async function startClusterNode(
-  service: ConversationService,
-  store: PostgresStore,
-  bus: ClusterBus,
-  opts: ClusterSetup,
-  log: Logger,
-): Promise<{ service: ConversationService; close(): Promise<void> }> {
-  const leases = new Leases(store.pool, opts.nodeId, opts.leaseTtlMs);
+export async function startClusterNode(p: ClusterNodeParts): Promise<{ service: ConversationService; close(): Promise<void> }> {
+  const { service, conversations, events, runtime } = p;
   const node = new ClusterNode({
-    nc: bus.nc,
-    prefix: opts.prefix,
-    leases,
+    nc: p.bus.nc,
+    prefix: p.prefix,
+    leases: p.leases,
     local: service,
-    log,
+    log: p.log,
     hooks: {
-      isRunning: (id) => service.runtime?.isRunning(id) ?? false,
-      stopLocal: async (id) => service.runtime?.pause(id),
+      isRunning: (id) => runtime.isRunning(id),
+      stopLocal: (id) => runtime.pause(id),
       refresh: async (id) => {
-        const conv = await service.refresh(id);
+        const conv = await conversations.refresh(id);
         return conv ? { status: conv.status } : null;
       },
-      setupPhase: async (id) => ((await service.load(id))?.record.data.setup as { phase?: string } | undefined)?.phase,
+      setupPhase: async (id) => ((await conversations.load(id))?.record.data.setup as { phase?: string } | undefined)?.phase,
       resumePreparations: (take) => service.resumePreparations(take),
       recover: async (id) => {
-        await service.append(id, {
+        await events.append(id, {
           kind: 'ConversationErrorEvent',
           source: 'environment',
           code: 'NodeLost',
           detail: 'The node running this conversation stopped. Send a message or run it again to continue.',
         });
-        await service.setStatus(id, 'error');
+        await conversations.setStatus(id, 'error');
       },
     },
   });
-  service.ownerOf = (id) => leases.owner(id);
   await node.start();
   const routed = new Proxy(service, {
     get(target, prop) {
