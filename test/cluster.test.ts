@@ -3,11 +3,11 @@
  * (created and dropped per test), one WORKSPACE_ROOT and a nats-server of the test's own.
  */
 import assert from 'node:assert/strict';
-import { describe, test, type TestContext } from 'node:test';
-import { startCluster } from './support/cluster.js';
+import { after, before, describe, test } from 'node:test';
+import { startCluster, type Cluster, type OnEnd } from './support/cluster.js';
 import { waitFor, type DaemonHandle } from './support/daemon.js';
 import { allEvents, statusOf } from './support/conversation-api.js';
-import { startScriptedLlm } from './support/scripted-llm.js';
+import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
 import { tcpProxy } from './support/tcp-proxy.js';
 import { connect, type Frames } from './support/ws-client.js';
 
@@ -28,16 +28,21 @@ async function storedTexts(d: DaemonHandle, id: string): Promise<string[]> {
   }
 }
 
-/** Three nodes with a scripted LLM and a conversation created on node 1, its workspace ready. */
-async function agentCluster(t: TestContext, leaseTtlMs: number) {
+/** Three nodes with a scripted LLM. */
+async function agentCluster(onEnd: OnEnd, leaseTtlMs: number) {
   const llm = await startScriptedLlm([]);
-  t.after(() => llm.close());
-  const c = await startCluster(t, 3, { LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'k', LEASE_TTL_MS: String(leaseTtlMs) });
+  onEnd(() => llm.close());
+  const c = await startCluster(onEnd, 3, { LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'k', LEASE_TTL_MS: String(leaseTtlMs) });
+  return { llm, c };
+}
+
+/** A conversation created on node 1, its workspace ready and its lease released. */
+async function readyConversation(c: Cluster) {
   const id = await create(c.nodes[0]!);
   await waitFor(async () => (await c.nodes[0]!.req('GET', `/api/conversations/${id}`)).body.setup?.phase === 'ready', 'the workspace');
   // the creating node held the lease while it prepared the workspace, and lets it go after
   await waitFor(async () => (await c.nodes[0]!.req('GET', `/api/conversations/${id}`)).body.node_id === null, 'no owner once the workspace is ready', 10_000);
-  return { llm, c, id };
+  return id;
 }
 
 /** Every stored event once, in seq order, gap-free from `from`. */
@@ -46,9 +51,19 @@ function assertGapFree(f: Frames, from = 1) {
   assert.deepEqual(seqs, Array.from({ length: seqs.length }, (_, i) => i + from));
 }
 
-describe('cluster mode: PostgreSQL + NATS', { timeout: 180_000 }, () => {
-  test('three nodes: writes through two nodes at once reach subscribers on the others once each, in seq order, gap-free; resume on a third node', async (t) => {
-    const c = await startCluster(t, 3);
+describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
+  // one cluster of three nodes for the tests that do not stop any part of it
+  const ends: (() => unknown)[] = [];
+  let shared: { llm: ScriptedLlm; c: Cluster };
+  before(async () => {
+    shared = await agentCluster((f) => ends.push(f), 3000);
+  }, { timeout: 180_000 });
+  after(async () => {
+    for (const f of ends.reverse()) await f();
+  });
+
+  test('three nodes: writes through two nodes at once reach subscribers on the others once each, in seq order, gap-free; resume on a third node', { timeout: 120_000 }, async () => {
+    const { c } = shared;
     const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
     const id = await create(n1);
     const s2 = subscribe(n2, id, 'after_seq=0');
@@ -80,8 +95,8 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 180_000 }, () => {
     s3.close();
   });
 
-  test('deleting on one node: 404 on every node, subscribers on the others are closed', async (t) => {
-    const c = await startCluster(t, 3);
+  test('deleting on one node: 404 on every node, subscribers on the others are closed', { timeout: 120_000 }, async () => {
+    const { c } = shared;
     const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
     const id = await create(n1);
     await send(n2, id, 'hello');
@@ -96,8 +111,8 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 180_000 }, () => {
     for (const s of [s2, s3]) assert.equal((await s.waitClose()).code, 4004);
   });
 
-  test('NATS stopped mid-run: events still reach subscribers on other nodes (from PostgreSQL); NATS back, live again', async (t) => {
-    const c = await startCluster(t, 2);
+  test('NATS stopped mid-run: events still reach subscribers on other nodes (from PostgreSQL); NATS back, live again', { timeout: 180_000 }, async (t) => {
+    const c = await startCluster((f) => t.after(f), 2);
     const [n1, n2] = c.nodes as [DaemonHandle, DaemonHandle];
     const id = await create(n1);
     const s2 = subscribe(n2, id, 'after_seq=0');
@@ -114,10 +129,10 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 180_000 }, () => {
     s2.close();
   });
 
-  test('PostgreSQL briefly unreachable from a node: appends answer 503 with the reason, nothing acknowledged is lost, the node recovers by itself', async (t) => {
+  test('PostgreSQL briefly unreachable from a node: appends answer 503 with the reason, nothing acknowledged is lost, the node recovers by itself', { timeout: 180_000 }, async (t) => {
     const proxy = await tcpProxy(5432);
     t.after(() => proxy.close());
-    const c = await startCluster(t, 2);
+    const c = await startCluster((f) => t.after(f), 2);
     const [n1] = c.nodes as [DaemonHandle];
     // node 2 reaches PostgreSQL through the proxy
     await c.nodes[1]!.stop();
@@ -153,8 +168,9 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 180_000 }, () => {
     void n2;
   });
 
-  test('ownership: the node that runs the loop is shown everywhere; run, interrupt and messages through other nodes reach it; the lease goes when the loop stops', async (t) => {
-    const { llm, c, id } = await agentCluster(t, 3000);
+  test('ownership: the node that runs the loop is shown everywhere; run, interrupt and messages through other nodes reach it; the lease goes when the loop stops', { timeout: 120_000 }, async () => {
+    const { llm, c } = shared;
+    const id = await readyConversation(c);
     const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
     const owner = async (n: DaemonHandle) => (await n.req('GET', `/api/conversations/${id}`)).body.node_id ?? null;
     for (const n of c.nodes) assert.equal(await owner(n), null, 'no owner before a run');
@@ -183,8 +199,9 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 180_000 }, () => {
     assert.ok(JSON.stringify(llm.requests.at(-1)!.body.messages).includes('more from node 3'), 'the message sent through node 3 was in the history');
   });
 
-  test('SIGKILL of the owner mid-run with writes in flight: its lease expires, another node takes over (error, NodeLost), every acknowledged message is kept, the agent runs again elsewhere; the killed node rejoins without duplicating anything', async (t) => {
-    const { llm, c, id } = await agentCluster(t, 2000);
+  test('SIGKILL of the owner mid-run with writes in flight: its lease expires, another node takes over (error, NodeLost), every acknowledged message is kept, the agent runs again elsewhere; the killed node rejoins without duplicating anything', { timeout: 180_000 }, async (t) => {
+    const { llm, c } = await agentCluster((f) => t.after(f), 2000);
+    const id = await readyConversation(c);
     const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
     llm.push({ text: 'never delivered', delayMs: 60_000 });
     assert.equal((await send(n2, id, 'long task', true)).status, 200);
@@ -225,8 +242,9 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 180_000 }, () => {
     assert.equal((await send(back, id, 'hello from the restarted node')).status, 200);
   });
 
-  test('provider tokens, secrets, settings and MCP defaults stored through one node are used (and redacted) by the others', async (t) => {
-    const { llm, c, id } = await agentCluster(t, 10_000);
+  test('provider tokens, secrets, settings and MCP defaults stored through one node are used (and redacted) by the others', { timeout: 120_000 }, async () => {
+    const { llm, c } = shared;
+    const id = await readyConversation(c);
     const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
     const GH = 'ghp_clusterCanary0123456789abcdefABCDEF';
     const SECRET = 'cluster-secret-canary-4242';
