@@ -268,6 +268,11 @@ describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
     assert.equal((await h.req('POST', `/api/conversations/${c}/interrupt`, {})).status < 300, true);
     await waitFor(() => hostProcesses(`sleep ${marker}`).length === 0, 'no sleep left after interrupt', 10_000);
     assert.match((await h.sh(c, 'echo fresh-shell')).text, /fresh-shell/);
+    // also with no run active: a server left in the background is stopped
+    await h.sh(c, `(sleep ${marker}2 &); echo started`);
+    await waitFor(() => hostProcesses(`sleep ${marker}2`).length === 1, 'background sleep running', 10_000);
+    assert.equal((await h.req('POST', `/api/conversations/${c}/interrupt`, {})).status < 300, true);
+    await waitFor(() => hostProcesses(`sleep ${marker}2`).length === 0, 'no sleep left after an idle interrupt', 10_000);
   });
 });
 
