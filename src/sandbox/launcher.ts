@@ -26,6 +26,7 @@ import { workspacePath } from '../workspace/workspace.js';
 import { detectCgroups, type CgroupBackend, type ConversationCgroup } from './cgroup.js';
 import { PathView } from './path-view.js';
 import type { ProcessLauncher } from './types.js';
+import { signalGroup } from '../process-group.js';
 
 export type SandboxModeSetting = 'auto' | 'bwrap' | 'none';
 
@@ -123,15 +124,11 @@ function which(name: string): string | null {
 }
 
 function killTree(p: ChildProcess): void {
-  if (!p.pid) return;
+  if (!p.pid || signalGroup(p.pid, 'SIGKILL')) return;
   try {
-    process.kill(-p.pid, 'SIGKILL');
+    process.kill(p.pid, 'SIGKILL');
   } catch {
-    try {
-      process.kill(p.pid, 'SIGKILL');
-    } catch {
-      /* gone */
-    }
+    /* gone */
   }
 }
 
