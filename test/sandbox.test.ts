@@ -237,7 +237,7 @@ describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
 
   test('a fork bomb is held by the pids limit while another conversation works; DELETE leaves no process', async () => {
     const bomb = `bomb-${process.pid}`;
-    await h.sh(a, `printf '%s\\n' 'f() { f | f & }; f' > ${bomb}.sh; (timeout 600 bash ${bomb}.sh >/dev/null 2>&1 &); echo started`);
+    await h.sh(a, `printf '%s\\n' 'f() { f | f & }; f' > ${bomb}.sh; (nice -n 19 timeout 600 bash ${bomb}.sh >/dev/null 2>&1 &); echo started`);
     await waitFor(() => hostProcesses(`${bomb}.sh`).length >= 40, 'the bomb grew', 30_000);
     // held: never more processes than SANDBOX_PIDS (64) in the conversation
     for (let i = 0; i < 10; i++) {
@@ -268,6 +268,11 @@ describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
     assert.equal((await h.req('POST', `/api/conversations/${c}/interrupt`, {})).status < 300, true);
     await waitFor(() => hostProcesses(`sleep ${marker}`).length === 0, 'no sleep left after interrupt', 10_000);
     assert.match((await h.sh(c, 'echo fresh-shell')).text, /fresh-shell/);
+    // also with no run active: a server left in the background is stopped
+    await h.sh(c, `(sleep ${marker}2 &); echo started`);
+    await waitFor(() => hostProcesses(`sleep ${marker}2`).length === 1, 'background sleep running', 10_000);
+    assert.equal((await h.req('POST', `/api/conversations/${c}/interrupt`, {})).status < 300, true);
+    await waitFor(() => hostProcesses(`sleep ${marker}2`).length === 0, 'no sleep left after an idle interrupt', 10_000);
   });
 });
 
