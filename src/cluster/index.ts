@@ -36,6 +36,7 @@ export async function startClusterNode(p: ClusterNodeParts): Promise<{ service: 
     log: p.log,
     hooks: {
       isRunning: (id) => runtime.isRunning(id),
+      notifyMessage: (id) => runtime.notifyMessage(id),
       stopLocal: (id) => runtime.pause(id),
       refresh: async (id) => {
         const conv = await conversations.refresh(id);

@@ -3,8 +3,8 @@
  * holding its lease, keeps this node's leases alive, and takes over the conversations of nodes
  * that died.
  *
- * Routing: `run`, `pause`, `interrupt`, a message (with or without `run`), a create that joins an
- * existing conversation and `delete` go to the lease holder as a NATS request on
+ * Routing: `run`, `pause`, `interrupt`, a message with `run`, a create that joins an existing
+ * conversation and `delete` go to the lease holder as a NATS request on
  * `<prefix>.node.<node>`; the holder runs the same operation locally and answers with its result
  * or error. With no holder, the receiving node takes the lease when the operation may start the
  * loop, and runs it. The lease is kept while the loop runs or the workspace is being prepared
@@ -38,6 +38,8 @@ export interface LocalOps<NewReq extends { conversation_id?: string | null }, Ms
 export interface NodeHooks {
   /** Whether this node's runtime runs the conversation's loop now. */
   isRunning(id: string): boolean;
+  /** A message was appended on another node: this node's loop takes it at its next step. */
+  notifyMessage(id: string): void;
   /** Stop this node's loop (its lease was lost). */
   stopLocal(id: string): Promise<void>;
   /** Re-read the conversation from the store (another node may have changed it); null when it is gone. */
@@ -98,6 +100,13 @@ export class ClusterNode<N extends { conversation_id?: string | null }, M extend
         );
       },
     });
+    this.d.nc.subscribe(`${this.d.prefix}.msg`, {
+      callback: (err, msg) => {
+        if (err) return;
+        const id = decoder.decode(msg.data);
+        if (this.d.hooks.isRunning(id)) this.d.hooks.notifyMessage(id);
+      },
+    });
     const every = (ms: number, fn: () => Promise<void>) => {
       const t = setInterval(() => void fn().catch((err) => this.d.log.warn({ err: String(err) }, 'cluster lease upkeep failed; next round tries again')), ms);
       t.unref();
@@ -123,8 +132,20 @@ export class ClusterNode<N extends { conversation_id?: string | null }, M extend
     return res;
   }
 
-  sendMessage(id: string, msg: M): Promise<{ success: true }> {
-    return this.route(id, 'sendMessage', [id, msg], !!msg.run) as Promise<{ success: true }>;
+  /**
+   * A message that does not ask for a run is appended here (the store is shared) and the node
+   * running the loop, if any, is told on `<prefix>.msg` to take it at its next step: no lease
+   * lookup on the hot path. One that asks for a run goes to the lease holder.
+   */
+  async sendMessage(id: string, msg: M): Promise<{ success: true }> {
+    if (msg.run) return this.route(id, 'sendMessage', [id, msg], true) as Promise<{ success: true }>;
+    const out = await this.d.local.sendMessage(id, msg);
+    try {
+      this.d.nc.publish(`${this.d.prefix}.msg`, encoder.encode(id));
+    } catch {
+      // NATS down: the loop reads the message from the store at its next step
+    }
+    return out;
   }
   run(id: string): Promise<{ success: true }> {
     return this.route(id, 'run', [id], true) as Promise<{ success: true }>;
@@ -159,18 +180,19 @@ export class ClusterNode<N extends { conversation_id?: string | null }, M extend
         throw new UnavailableError(`the node running this conversation (${owner}) does not answer; try again (its lease expires within ${this.d.leases.ttlMs} ms)`);
       }
       if (startsLoop && !(await this.hold(id))) continue; // another node took it meanwhile: ask it
-      return this.serve(op, args);
+      return this.serve(op, args, true);
     }
     throw new UnavailableError('the conversation changed owner several times; try again');
   }
 
-  /** Runs a routed operation here (this node holds the lease, or nobody does). */
-  private async serve(op: RoutedOp, args: unknown[]): Promise<unknown> {
+  /**
+   * Runs a routed operation here (this node holds the lease, or nobody does). The local operation
+   * reads the conversation from the store first (another node may have changed it).
+   */
+  private async serve(op: RoutedOp, args: unknown[], held = false): Promise<unknown> {
     const local = this.d.local as unknown as Record<RoutedOp, (...a: unknown[]) => Promise<unknown>>;
     const id = op === 'createConversation' ? (args[0] as N).conversation_id! : (args[0] as string);
-    if (op === 'run' || op === 'createConversation' || (op === 'sendMessage' && (args[1] as M).run)) await this.hold(id);
-    // another node may have changed it (a message, a status): act on what the store holds now
-    await this.d.hooks.refresh(id);
+    if (!held && (op === 'run' || op === 'createConversation' || (op === 'sendMessage' && (args[1] as M).run))) await this.hold(id);
     const out = await local[op]!.apply(this.d.local, args);
     if (op === 'deleteConversation') await this.drop(id);
     return out;
