@@ -129,6 +129,8 @@ describe('the OpenHands client, unchanged', { timeout: 120_000 }, () => {
     const [out]: any[] = (await w.bash.searchEvents({ command_id__eq: started.id, kind__eq: 'BashOutput' })).items;
     assert.equal(out.stdout, 'started-output\n');
     assert.equal(((await w.bash.getEvent(started.id)) as any).command, 'echo started-output');
+    const batch: any[] = await w.bash.batchGetEvents([started.id, out.id, 'nope']);
+    assert.deepEqual(batch.map((e) => e?.kind ?? null), ['BashCommand', 'BashOutput', null]);
     const up = await w.fileUpload('uploaded text\n', '/workspace/project/notes/hi.txt');
     assert.equal(up.success, true);
     assert.equal(fs.readFileSync(path.join(ws.working_dir, 'notes', 'hi.txt'), 'utf8'), 'uploaded text\n');
@@ -301,6 +303,20 @@ describe('raw shapes', { timeout: 60_000 }, () => {
     assert.equal(blue.body.items[0].title, 'renamed');
     assert.equal((await d.req('GET', '/api/conversations/count?tag=team%3Dred', undefined, H)).body, 0);
     await d.req('POST', '/api/settings', { llm_model: null, llm_base_url: null, llm_api_key: null }, H);
+  });
+
+  test('the info through /trpc has the same fields; the side channels take the session key', async () => {
+    const c = await d.req('POST', '/api/conversations', { workspace: { working_dir: '/w' } }, H);
+    const input = encodeURIComponent(JSON.stringify({ conversation_id: c.body.id }));
+    const t = await d.req('GET', `/trpc/getConversation?input=${input}`, undefined, H);
+    assert.equal(t.status, 200, t.text);
+    assert.deepEqual(t.body.result.data.workspace, c.body.workspace);
+    assert.deepEqual(t.body.result.data.confirmation_policy, { kind: 'NeverConfirm' });
+    for (const [m, p, b] of [['POST', '/api/bash/execute_bash_command', { command: 'id' }], ['GET', '/api/file/download?path=/w/x'], ['GET', '/api/git/changes?path=/w'], ['GET', '/api/tools/'], ['GET', '/api/bash/bash_events/search']] as const) {
+      assert.equal((await d.req(m, p, b)).status, 401, `${m} ${p}`);
+    }
+    const bad = await d.req('GET', '/api/git/diff?path=/w/a&ref=--output=/tmp/x', undefined, H);
+    assert.equal(bad.status, 422, 'a ref is never an option');
   });
 
   test('search and count are not read as an id; unknown event-search parameters are a 422', async () => {

@@ -237,7 +237,7 @@ describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
 
   test('a fork bomb is held by the pids limit while another conversation works; DELETE leaves no process', async () => {
     const bomb = `bomb-${process.pid}`;
-    await h.sh(a, `printf '%s\\n' 'f() { f | f & }; f' > ${bomb}.sh; (timeout 600 bash ${bomb}.sh >/dev/null 2>&1 &); echo started`);
+    await h.sh(a, `printf '%s\\n' 'f() { f | f & }; f' > ${bomb}.sh; (nice -n 19 timeout 600 bash ${bomb}.sh >/dev/null 2>&1 &); echo started`);
     await waitFor(() => hostProcesses(`${bomb}.sh`).length >= 40, 'the bomb grew', 30_000);
     // held: never more processes than SANDBOX_PIDS (64) in the conversation
     for (let i = 0; i < 10; i++) {
@@ -268,6 +268,11 @@ describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
     assert.equal((await h.req('POST', `/api/conversations/${c}/interrupt`, {})).status < 300, true);
     await waitFor(() => hostProcesses(`sleep ${marker}`).length === 0, 'no sleep left after interrupt', 10_000);
     assert.match((await h.sh(c, 'echo fresh-shell')).text, /fresh-shell/);
+    // also with no run active: a server left in the background is stopped
+    await h.sh(c, `(sleep ${marker}2 &); echo started`);
+    await waitFor(() => hostProcesses(`sleep ${marker}2`).length === 1, 'background sleep running', 10_000);
+    assert.equal((await h.req('POST', `/api/conversations/${c}/interrupt`, {})).status < 300, true);
+    await waitFor(() => hostProcesses(`sleep ${marker}2`).length === 0, 'no sleep left after an idle interrupt', 10_000);
   });
 });
 
@@ -382,6 +387,34 @@ describe('sandbox: setup.sh and the system prompt', { timeout: 120_000 }, () => 
       assert.doesNotMatch(sys.system_prompt.text, /sandbox/i);
     } finally {
       await h.close();
+    }
+  });
+});
+
+describe('sandbox: DATA_DIR under a directory the sandbox shows', { timeout: 120_000 }, () => {
+  test('DATA_DIR inside a SANDBOX_RO_BINDS directory stays invisible (masked), the rest of it is shown', async () => {
+    const outer = tempDir('parley-sbx-outer-');
+    fs.writeFileSync(path.join(outer, 'visible.txt'), 'SHOWN');
+    const dataDir = path.join(outer, 'data');
+    const llm = await startScriptedLlm();
+    const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: LLM_KEY, SANDBOX: 'bwrap', SANDBOX_RO_BINDS: outer }, dataDir);
+    try {
+      const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
+      await waitStatus(d.req, id, 'idle');
+      llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: `cat ${outer}/visible.txt; echo; ls -A ${dataDir} | wc -l; cat ${dataDir}/secret.key ${dataDir}/parley.pid; ls ${dataDir}/workspaces` } }] }, { text: 'done' });
+      await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true });
+      await waitStatus(d.req, id, 'finished');
+      const evs = await allEvents(d.req, id);
+      const text = evs.find((e) => e.kind === 'ObservationEvent').observation.content[0].text as string;
+      assert.match(text, /^SHOWN$/m);
+      assert.match(text, /^0$/m, 'DATA_DIR is an empty directory inside');
+      assert.match(text, /No such file or directory/);
+      assert.ok(fs.existsSync(path.join(dataDir, 'parley.pid')), 'the host DATA_DIR is intact');
+      assert.ok(!text.includes(fs.readFileSync(path.join(dataDir, 'parley.pid'), 'utf8').trim() + '\n'), 'parley.pid not read');
+    } finally {
+      await d.stop();
+      await llm.close();
+      fs.rmSync(outer, { recursive: true, force: true });
     }
   });
 });

@@ -33,6 +33,8 @@ export const ConversationInfo = z
     selected_branch: z.string().nullable(),
     git_provider: z.string().nullable(),
     last_seq: z.number().int(),
+    /** Cluster mode: the node running the conversation's agent loop (null: none). */
+    node_id: z.string().nullable().optional(),
     setup: z.unknown().optional(),
     mcp_config: z.unknown().optional(),
     // OpenHands agent-server fields (src/conversation/agent-server.ts)
@@ -57,6 +59,14 @@ export interface LiveConversation {
   shown?: ExecutionStatus;
 }
 
+/** Cluster mode (src/cluster/): other nodes share the store; one of them may run a conversation's loop. */
+export interface SharedStore {
+  /** The node holding the conversation's lease, shown as `node_id`. */
+  ownerOf(id: string): Promise<string | null>;
+  /** Whether this node runs the conversation's loop (its state here is then the truth). */
+  runsHere(id: string): boolean;
+}
+
 export class Conversations {
   private live = new Map<string, LiveConversation>();
   private loading = new Map<string, Promise<LiveConversation | null>>();
@@ -68,6 +78,8 @@ export class Conversations {
     private readonly redactor: Redactor,
     /** Paths and the server's LLM, for the agent-server fields of the info (agent, workspace, persistence_dir). */
     private readonly agentServer?: AgentServerContext,
+    /** Set in cluster mode: a read re-reads the conversation unless its loop runs here. */
+    private readonly shared?: SharedStore,
   ) {}
 
   /** The store reports each commit here: the record's updated_at and the shown status follow it. */
@@ -97,6 +109,7 @@ export class Conversations {
   /** The conversation's live state, loaded on first use. Null when it does not exist. */
   async load(id: string): Promise<LiveConversation | null> {
     const hit = this.live.get(id);
+    if (hit && this.shared && !this.shared.runsHere(id)) return this.refresh(id);
     if (hit) return hit;
     let p = this.loading.get(id);
     if (!p) {
@@ -133,6 +146,27 @@ export class Conversations {
   /** The status of a loaded conversation (undefined when it is not loaded or was deleted). */
   status(id: string): ExecutionStatus | undefined {
     return this.live.get(id)?.status;
+  }
+
+  /** Re-reads the conversation from the store (another node may have changed it) unless its loop runs here. */
+  async refresh(id: string): Promise<LiveConversation | null> {
+    const record = await this.store.getConversation(id);
+    const conv = this.live.get(id);
+    if (!record) {
+      this.live.delete(id);
+      return null;
+    }
+    if (!conv) {
+      const fresh = { record, status: record.execution_status as ExecutionStatus };
+      this.live.set(id, fresh);
+      return fresh;
+    }
+    if (!this.shared?.runsHere(id)) {
+      conv.record = record;
+      conv.status = record.execution_status as ExecutionStatus;
+      conv.shown = undefined;
+    }
+    return conv;
   }
 
   /** Another node deleted the conversation: its state here goes. */
@@ -206,6 +240,7 @@ export class Conversations {
       selected_branch: (d.selected_branch as string | null) ?? null,
       git_provider: (d.git_provider as string | null) ?? null,
       last_seq: lastSeq,
+      ...(this.shared ? { node_id: await this.shared.ownerOf(conv.record.id) } : {}),
       setup: d.setup ?? null,
       mcp_config: fullMcpConfig(redactMcpConfig(this.settings.openMcp(d.mcp_config_sealed as string | undefined))),
       ...agentServerInfo(conv.record, this.agentServer, await this.settings.llmView()),

@@ -124,9 +124,9 @@ export class ConversationService {
   }
 
   /** Starts again every preparation a stop cut short (an existing clone is reused); each runs the loop when done if one was requested. */
-  async resumePreparations(): Promise<void> {
+  async resumePreparations(take: (id: string) => Promise<boolean> = async () => true): Promise<void> {
     for (const id of await this.conversations.unfinishedSetups()) {
-      if (!(await this.conversations.load(id)) || this.preparing.has(id)) continue;
+      if (!(await this.conversations.load(id)) || this.preparing.has(id) || !(await take(id))) continue;
       this.log.info({ conversation_id: id }, 'resuming workspace preparation after a restart');
       this.launchPreparer(id);
     }
@@ -206,7 +206,8 @@ export class ConversationService {
 
   async interrupt(id: string): Promise<{ success: true }> {
     await this.conversations.require(id);
-    if (this.runtime.isRunning(id)) await this.runtime.interrupt(id);
+    // also when no run is active: the conversation's processes (background jobs) are stopped
+    await this.runtime.interrupt(id);
     return { success: true };
   }
 

@@ -26,7 +26,7 @@ export function tempDir(prefix = 'parley-test-'): string {
   return fs.mkdtempSync(path.join(os.tmpdir(), prefix));
 }
 
-export async function startDaemon(env: Record<string, string> = {}, dataDir = tempDir()): Promise<DaemonHandle> {
+export async function startDaemon(env: Record<string, string> = {}, dataDir = tempDir(), opts: { startTimeoutMs?: number } = {}): Promise<DaemonHandle> {
   const fullEnv: Record<string, string> = {
     PATH: process.env.PATH ?? '/usr/bin:/bin',
     HOME: process.env.HOME ?? os.tmpdir(),
@@ -59,11 +59,12 @@ export async function startDaemon(env: Record<string, string> = {}, dataDir = te
     proc.stdout!.on('data', feed);
     proc.stderr!.on('data', feed);
     exited.then((code) => reject(new Error(`daemon exited with ${code} before listening:\n${output.join('\n')}`)));
-    // generous: a loaded machine (other suites, other daemons) can take tens of seconds to start one
+    // generous by default: a loaded machine (other suites, other daemons) can take tens of seconds to start one
+    const limit = opts.startTimeoutMs ?? 60_000;
     setTimeout(() => {
       proc.kill('SIGKILL'); // never left running behind a failed start
-      reject(new Error(`daemon did not start in 60 s:\n${output.join('\n')}`));
-    }, 60_000).unref();
+      reject(new Error(`daemon did not start in ${limit / 1000} s:\n${output.join('\n')}`));
+    }, limit).unref();
   });
   const url = `http://127.0.0.1:${port}`;
   return {
