@@ -55,8 +55,6 @@ const EnvSchema = z.object({
   ALLOWED_ORIGINS: z.string().optional(),
   /** Largest content item (one text, one image URL list) a message may carry, in bytes. */
   MAX_EVENT_BYTES: intFrom('MAX_EVENT_BYTES', 1024, 1024 * 1024 * 1024).default(2 * 1024 * 1024),
-  /** A search page or a replay batch is cut once its events reach this many bytes. */
-  MAX_PAGE_BYTES: intFrom('MAX_PAGE_BYTES', 1024, 1024 * 1024 * 1024).default(4 * 1024 * 1024),
   /** Hosts (comma separated, `host` or `host:port`) MCP servers and git clones may reach; unset: any. */
   MCP_ALLOWED_HOSTS: z.string().optional(),
   GIT_ALLOWED_HOSTS: z.string().optional(),
@@ -114,7 +112,6 @@ export interface Config {
   // ---- hardening (issue 12) ----
   allowedOrigins: string[];
   maxEventBytes: number;
-  maxPageBytes: number;
   /** null: any host. */
   mcpAllowedHosts: string[] | null;
   gitAllowedHosts: string[] | null;
@@ -185,7 +182,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     },
     allowedOrigins: parseOrigins(e.ALLOWED_ORIGINS),
     maxEventBytes: e.MAX_EVENT_BYTES,
-    maxPageBytes: e.MAX_PAGE_BYTES,
     mcpAllowedHosts: hostList(e.MCP_ALLOWED_HOSTS),
     gitAllowedHosts: hostList(e.GIT_ALLOWED_HOSTS),
     cluster: e.DATABASE_URL

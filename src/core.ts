@@ -74,6 +74,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     llm: { model: config.llm.model, baseUrl: config.llm.baseUrl, apiKeySet: !!config.llm.apiKey },
   });
   service.sandbox = sandbox;
+  service.maxEventBytes = config.maxEventBytes;
   unread.push(
     metrics.sandboxes.read(() => [[[sandbox.mode], sandbox.liveCount]]),
     metrics.sandboxProcesses.read(() => [[[sandbox.mode], sandbox.processCount]]),

@@ -28,6 +28,8 @@ import { parseReplay, replayText, type ReplayPlan } from './replay.js';
 import { agentServerInfo, type AgentServerContext } from './agent-server.js';
 import { seqPageStart } from './event-search.js';
 import type { AgentRuntime, ConversationPreparer, PrepareOptions } from './runtime.js';
+import { pageByBytes, STORE_READ_BYTES } from '../events/page.js';
+import { assertItemsFit } from './message-limits.js';
 
 const appended = metrics.eventsAppended.child();
 const published = metrics.eventsPublished.child();
@@ -89,6 +91,8 @@ export class ConversationService {
   /** Per-conversation MCP server states (set by the agent runtime). */
   mcpStatus: ((conversationId: string) => Promise<unknown[]>) | null = null;
   preparer: ConversationPreparer | null = null;
+  /** Largest content item a message may carry (MAX_EVENT_BYTES); set by the composition root. */
+  maxEventBytes = 2 * 1024 * 1024;
   /** The per-conversation process launcher (src/sandbox/); set by the composition root. */
   sandbox: Sandbox = Sandbox.none();
   readonly startedAt = Date.now();
@@ -229,6 +233,7 @@ export class ConversationService {
 
   async createConversation(req: NewConversationRequest): Promise<CreateResult> {
     // everything that can be refused is refused now (422), never later in the background
+    assertItemsFit([{ text: req.initial_user_msg ?? '' }, { image_urls: req.image_urls ?? [] }], this.maxEventBytes, 'initial_user_msg/image_urls');
     const replay = checkNewConversation(req);
     // a replay runs its recorded actions, not the LLM: only a message sent meanwhile starts a run
     const willRun = !!(req.initial_user_msg || req.suggested_task || req.create_microagent);
@@ -328,6 +333,7 @@ export class ConversationService {
   }
 
   async sendMessage(id: string, msg: SendMessageRequest): Promise<{ success: true }> {
+    assertItemsFit(msg.content, this.maxEventBytes, 'content');
     const conv = this.live.get(id) ?? (await this.require(id));
     const source = msg.role === 'assistant' ? 'agent' : msg.role === 'tool' ? 'environment' : 'user';
     await this.append(id, {
@@ -585,9 +591,10 @@ export class ConversationService {
       limit: q.limit + 1,
       afterSeq: desc ? q.after_seq : Math.max(q.after_seq ?? 0, start !== null ? start - 1 : 0),
       beforeSeq: desc && start !== null ? start + 1 : null,
+      maxBytes: STORE_READ_BYTES,
     });
-    const next = items.length > q.limit ? items[q.limit]! : null;
-    return { items: items.slice(0, q.limit), next_page_id: next ? String(next.seq) : null };
+    const { page, next } = pageByBytes(items, q.limit);
+    return { items: page, next_page_id: next ? String(next.seq) : null };
   }
 
   async countEvents(id: string, q: { kind?: string | null; source?: string | null; after_seq?: number | null }) {
