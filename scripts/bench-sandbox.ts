@@ -9,6 +9,8 @@
  * 2. Agent turns: a real daemon (SANDBOX=bwrap, then SANDBOX=none) and the scripted LLM; each turn
  *    is a user message → a terminal tool call (`echo`) → an answer, timed from the POST until the
  *    agent's MessageEvent. The first turn of a conversation starts its shell; the others reuse it.
+ *    A first conversation warms the daemon up and is not counted; then 6 conversations.
+ * The machine's load average is printed: absolute figures move with it, the ratios less.
  */
 import crypto from 'node:crypto';
 import fs from 'node:fs';
@@ -68,12 +70,13 @@ async function shellCreation(): Promise<void> {
 
 async function turns(mode: 'bwrap' | 'none'): Promise<{ first: number[]; later: number[] }> {
   const llm = await startScriptedLlm();
-  const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'bench', SANDBOX: mode, LOG_LEVEL: 'warn' });
+  const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'bench', SANDBOX: mode, LOG_LEVEL: 'info' });
   const first: number[] = [];
   const later: number[] = [];
   try {
-    const convs = 3;
-    for (let c = 0; c < convs; c++) {
+    // conversation 0 warms the daemon up (first LLM client, first tool call) and is not counted
+    const convs = 6;
+    for (let c = 0; c <= convs; c++) {
       const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id as string;
       await waitFor(async () => (await d.req('GET', `/api/conversations/${id}`)).body.execution_status === 'idle', 'idle', 20_000);
       for (let t = 0; t < Math.ceil(TURNS / convs); t++) {
@@ -84,7 +87,7 @@ async function turns(mode: 'bwrap' | 'none'): Promise<{ first: number[]; later: 
           const evs = (await d.req('GET', `/api/conversations/${id}/events/search?limit=100&sort_order=TIMESTAMP_DESC`)).body.items as any[];
           return evs.some((e) => e.kind === 'MessageEvent' && e.source === 'agent' && e.llm_message.content[0]?.text === `done ${t}`);
         }, 'answer', 30_000);
-        (t === 0 ? first : later).push(performance.now() - t0);
+        if (c > 0) (t === 0 ? first : later).push(performance.now() - t0);
         await waitFor(async () => (await d.req('GET', `/api/conversations/${id}`)).body.execution_status !== 'running', 'run ended', 20_000);
       }
     }
@@ -96,6 +99,7 @@ async function turns(mode: 'bwrap' | 'none'): Promise<{ first: number[]; later: 
   return { first, later };
 }
 
+console.log(`machine: ${os.cpus().length} CPUs, load average ${os.loadavg().map((x) => x.toFixed(1)).join(' ')}`);
 await shellCreation();
 const tb = await turns('bwrap');
 const tn = await turns('none');

@@ -27,20 +27,24 @@ async function daemon(env: Record<string, string> = {}) {
 const wsDir = (d: DaemonHandle, id: string) => path.join(d.dataDir, 'workspaces', id.replace(/-/g, ''));
 
 describe('workspaces', () => {
-  test('created with the conversation, removed with it; kept with KEEP_WORKSPACES=1', async () => {
+  test('created on first use, removed with the conversation; kept with KEEP_WORKSPACES=1', async () => {
     const d = await daemon();
     const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
     await waitStatus(d.req, id, 'idle');
     const dir = wsDir(d, id);
     await new Promise((r) => setTimeout(r, 200));
-    assert.ok(fs.statSync(dir).isDirectory(), 'workspace exists');
-    fs.writeFileSync(path.join(dir, 'work.txt'), 'x');
+    assert.ok(!fs.existsSync(dir), 'no directory for a conversation that ran nothing');
+    llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'echo x > work.txt' } }] }, { text: 'made' });
+    await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'make it' }], run: true });
+    await waitStatus(d.req, id, 'finished');
+    assert.equal(fs.readFileSync(path.join(dir, 'work.txt'), 'utf8'), 'x\n', 'the first command made the workspace');
     assert.equal((await d.req('DELETE', `/api/conversations/${id}`)).status, 200);
     assert.ok(!fs.existsSync(dir), 'workspace removed');
 
     const k = await daemon({ KEEP_WORKSPACES: '1' });
     const id2 = (await k.req('POST', '/api/conversations', {})).body.conversation_id;
     await new Promise((r) => setTimeout(r, 200));
+    fs.mkdirSync(wsDir(k, id2), { recursive: true });
     fs.writeFileSync(path.join(wsDir(k, id2), 'keep.txt'), 'y');
     assert.equal((await k.req('DELETE', `/api/conversations/${id2}`)).status, 200);
     assert.equal(fs.readFileSync(path.join(wsDir(k, id2), 'keep.txt'), 'utf8'), 'y');

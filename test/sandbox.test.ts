@@ -10,6 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import { allEvents, waitStatus } from './support/conversation-api.js';
 import { ROOT, startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
 import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
+import { startGitServer } from './support/git-server.js';
 
 const SESSION = 'sess-SANDBOXCANARY-4711';
 const LLM_KEY = 'sk-SANDBOXCANARY-llm-0815';
@@ -68,8 +69,10 @@ async function harness(env: Record<string, string> = {}): Promise<Harness> {
       const r = await req('POST', '/api/conversations', {});
       assert.equal(r.status, 200, r.text);
       const id = r.body.conversation_id as string;
-      await waitFor(() => fs.existsSync(h.ws(id)), 'workspace created', 20_000);
-      await waitStatus(req, id, 'idle').catch(() => {});
+      await waitFor(async () => (await req('GET', `/api/conversations/${id}`)).body.execution_status === 'idle', 'conversation ready', 20_000);
+      // created on first use: nothing on disk until something runs
+      assert.ok(!fs.existsSync(h.ws(id)), 'no workspace before first use');
+      fs.mkdirSync(h.ws(id), { recursive: true });
       return id;
     },
     async run(id, calls) {
@@ -289,6 +292,97 @@ describe('sandbox: SANDBOX_NETWORK=none and kill -9 of the daemon', { timeout: 1
       await waitFor(() => hostProcesses(`sleep ${marker}`).length === 0 && hostProcesses(ws).length === 0, 'no sandboxed process left', 10_000).catch(() => {
         throw new Error(`left over: ${[...hostProcesses(`sleep ${marker}`), ...hostProcesses(ws)].join(',')}`);
       });
+    } finally {
+      await h.close();
+    }
+  });
+});
+
+describe('sandbox: setup.sh and the system prompt', { timeout: 120_000 }, () => {
+  test('a cloned repository\'s setup.sh runs in the sandbox; the prompt says "sandboxed"', async () => {
+    const h = await harness();
+    const git = await startGitServer({ token: 'gh-SANDBOX-token-1234' });
+    const tag = `setup-escape-${process.pid}-${Date.now()}`;
+    try {
+      await git.createRepo('acme/sbx', {
+        'README.md': '# sbx\n',
+        '.openhands/setup.sh': [
+          'echo "PWD=$(pwd)"',
+          `ls ${h.d.dataDir} >/dev/null 2>&1 && echo DATADIR-VISIBLE`,
+          `cat /proc/${h.d.proc.pid}/environ >/dev/null 2>&1 && echo DAEMON-ENV-VISIBLE`,
+          'env | rev > .env-rev',
+          `touch /tmp/${tag}`,
+          'echo "UID=$(id -u)"',
+          'echo SETUP-DONE',
+          '',
+        ].join('\n'),
+      }, { private: true });
+      assert.equal((await h.req('POST', '/api/add-git-providers', { provider_tokens: { github: { token: 'gh-SANDBOX-token-1234', host: git.url } } })).status, 200);
+      const r = await h.req('POST', '/api/conversations', { repository: 'acme/sbx', git_provider: 'github' });
+      const id = r.body.conversation_id;
+      await waitFor(async () => ['ready', 'error'].includes((await h.req('GET', `/api/conversations/${id}`)).body.setup?.phase), 'prepared', 60_000);
+      const evs = await allEvents(h.req, id);
+      const out = evs.find((e) => e.key === 'setup_script')?.value.output ?? '';
+      assert.match(out, /SETUP-DONE/, out);
+      assert.match(out, /^PWD=\/workspace$/m);
+      assert.match(out, new RegExp(`^UID=${process.getuid!()}$`, 'm'));
+      assert.doesNotMatch(out, /DATADIR-VISIBLE|DAEMON-ENV-VISIBLE/);
+      assert.ok(!fs.existsSync(`/tmp/${tag}`), 'setup.sh wrote to the host /tmp');
+      const dumped = fs.readFileSync(path.join(h.ws(id), '.env-rev'), 'utf8');
+      for (const c of CANARIES) assert.ok(!dumped.includes(rev(c)), `${c} reached setup.sh`);
+      // the cloned files belong to the daemon's user
+      assert.equal(fs.statSync(path.join(h.ws(id), 'README.md')).uid, process.getuid!());
+      const obs = await h.sh(id, 'cat README.md');
+      assert.match(obs.text, /# sbx/);
+      // the agent's git authenticates through the askpass helper shown read-only in the sandbox
+      const fetched = await h.sh(id, 'echo "$GIT_ASKPASS"; git fetch origin && git ls-remote origin >/dev/null && echo FETCH-OK');
+      assert.match(fetched.text, /^\/parley\/helpers\//m);
+      assert.match(fetched.text, /FETCH-OK/, fetched.text);
+      const sys = (await allEvents(h.req, id)).find((e) => e.kind === 'SystemPromptEvent');
+      assert.match(sys.system_prompt.text, /sandboxed workspace/);
+      assert.match(sys.system_prompt.text, /working directory is \/workspace\b/);
+    } finally {
+      await git.close();
+      await h.close();
+    }
+  });
+
+  test('SANDBOX=none: still a built environment; the prompt does not claim a sandbox', async () => {
+    const h = await harness({ SANDBOX: 'none' });
+    try {
+      assert.equal((await h.req('GET', '/server_info')).body.sandbox.mode, 'none');
+      const id = await h.create();
+      await h.sh(id, 'env | rev > env-rev.txt');
+      const dumped = fs.readFileSync(path.join(h.ws(id), 'env-rev.txt'), 'utf8');
+      for (const c of CANARIES) assert.ok(!dumped.includes(rev(c)), `${c} reached the shell`);
+      const sys = (await allEvents(h.req, id)).find((e) => e.kind === 'SystemPromptEvent');
+      assert.doesNotMatch(sys.system_prompt.text, /sandbox/i);
+    } finally {
+      await h.close();
+    }
+  });
+});
+
+describe('sandbox: SANDBOX_MAX_LIVE', { timeout: 120_000 }, () => {
+  test('beyond the cap the least recently used idle sandbox is closed; its shell comes back on the next command', async () => {
+    const h = await harness({ SANDBOX_MAX_LIVE: '2', METRICS_PORT: '0' });
+    try {
+      const ids = [await h.create(), await h.create(), await h.create()];
+      const marker = `7575${process.pid % 1000}`;
+      await h.sh(ids[0]!, `(sleep ${marker}0 &); echo one`);
+      await h.sh(ids[1]!, `(sleep ${marker}1 &); echo two`);
+      await waitFor(() => hostProcesses(`sleep ${marker}0`).length === 1 && hostProcesses(`sleep ${marker}1`).length === 1, 'two sandboxes live', 10_000);
+      await h.sh(ids[2]!, `(sleep ${marker}2 &); echo three`);
+      // the first (least recently used, idle) one was closed, background job included
+      await waitFor(() => hostProcesses(`sleep ${marker}0`).length === 0, 'the LRU sandbox closed', 10_000);
+      assert.equal(hostProcesses(`sleep ${marker}1`).length, 1);
+      assert.equal(hostProcesses(`sleep ${marker}2`).length, 1);
+      const port = Number(/"metrics_port":(\d+)/.exec(h.d.output.join('\n'))?.[1]);
+      const metrics = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+      assert.match(metrics, /^parley_sandboxes\{mode="bwrap"\} 2$/m);
+      const again = await h.sh(ids[0]!, 'echo back');
+      assert.match(again.text, /back/);
+      assert.match(again.text, /new shell was started/);
     } finally {
       await h.close();
     }

@@ -4,6 +4,7 @@
  * instructions) and the per-conversation resources released on delete or stop.
  */
 import { rm } from 'node:fs/promises';
+import fs from 'node:fs';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import type { Config } from '../config.js';
@@ -41,7 +42,12 @@ export async function attachAgent(service: ConversationService, config: Config, 
   const sandbox = service.sandbox;
   const terminal = createTerminalTool({ outputDir: (id) => path.join(config.dataDir, 'outputs', id), noOutputTimeoutMs: config.terminalNoOutputTimeoutMs, sandbox });
   // file_editor sees exactly the workspace, at the path the shell sees it
-  const fileEditor = createFileEditorTool({ view: (ctx) => sandbox.pathView(ctx.workspaceDir) });
+  const fileEditor = createFileEditorTool({
+    view: (ctx) => {
+      fs.mkdirSync(ctx.workspaceDir, { recursive: true, mode: 0o700 }); // created on first use
+      return sandbox.pathView(ctx.workspaceDir);
+    },
+  });
   const builtins: Tool[] = [terminal, fileEditor, createTaskTrackerTool(), createThinkTool(), createFinishTool()] as Tool[];
   const reserved = builtins.map((t) => t.name);
   const mcp = new Map<string, McpManager>();
@@ -215,7 +221,8 @@ export async function attachAgent(service: ConversationService, config: Config, 
         await service.setStatus(id, 'error');
       };
       await phase('preparing');
-      const dir = await createWorkspace(config.workspaceRoot, id);
+      // the directory is made when something needs it (a clone, a replay, the first command or file)
+      const dir = visible ? await createWorkspace(config.workspaceRoot, id) : workspacePath(config.workspaceRoot, id);
       let first: string | null = null;
       try {
         const repo = d.selected_repository as string | null;

@@ -145,7 +145,6 @@ export class Sandbox {
     readonly settings: SandboxSettings,
     readonly workspaceRoot: string,
     private readonly bwrap: string | null,
-    private readonly prlimit: string | null,
     private readonly cgroups: CgroupBackend | null,
     private readonly mapped: MappedDir[],
     private readonly systemArgs: string[],
@@ -156,7 +155,7 @@ export class Sandbox {
 
   /** Plain processes, no probe (unit tests, tools used outside the daemon). */
   static none(workspaceRoot = '/'): Sandbox {
-    return new Sandbox({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'none' }, workspaceRoot, null, null, null, [], []);
+    return new Sandbox({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'none' }, workspaceRoot, null, null, [], []);
   }
 
   /**
@@ -165,12 +164,12 @@ export class Sandbox {
    */
   static async open(settings: SandboxSettings, opts: { workspaceRoot: string; mapped?: MappedDir[]; log?: Logger }): Promise<Sandbox> {
     const mapped = (opts.mapped ?? []).map((m) => ({ host: path.resolve(m.host), inside: m.inside }));
-    if (settings.mode === 'none') return new Sandbox(settings, opts.workspaceRoot, null, null, null, mapped, []);
+    if (settings.mode === 'none') return new Sandbox(settings, opts.workspaceRoot, null, null, mapped, []);
     const fail = (why: string): Sandbox => {
       if (settings.mode === 'bwrap') throw new SandboxUnavailableError(`SANDBOX=bwrap but ${why}`);
       const warning = `SANDBOX=auto: ${why}; agent processes run UNSANDBOXED as the daemon's user (set SANDBOX=none to silence this, or fix bwrap)`;
       opts.log?.warn({ sandbox: 'none' }, warning);
-      return new Sandbox(settings, opts.workspaceRoot, null, null, null, mapped, [], warning);
+      return new Sandbox(settings, opts.workspaceRoot, null, null, mapped, [], warning);
     };
     const bwrap = which(settings.bwrapPath ?? 'bwrap');
     if (!bwrap) {
@@ -180,10 +179,9 @@ export class Sandbox {
           : 'bwrap was not found on PATH: install bubblewrap (apt-get install bubblewrap) or set BWRAP_PATH',
       );
     }
-    const prlimit = which('prlimit');
     const limits = { memoryBytes: settings.memoryMb * 1024 * 1024, pids: settings.pids };
     const cgroups = detectCgroups(limits);
-    const sb = new Sandbox(settings, opts.workspaceRoot, bwrap, prlimit, cgroups, mapped, systemArgs(settings.roBinds));
+    const sb = new Sandbox(settings, opts.workspaceRoot, bwrap, cgroups, mapped, systemArgs(settings.roBinds));
     const probeDir = fs.mkdtempSync(path.join(opts.workspaceRoot, '.probe-'));
     try {
       const err = await sb.probe(probeDir);
@@ -220,7 +218,7 @@ export class Sandbox {
 
   info(): SandboxInfo {
     const on = this.enabled;
-    const by = !on ? 'none' : this.cgroups ? this.cgroups.kind : this.prlimit ? 'rlimit' : 'none';
+    const by = !on ? 'none' : this.cgroups ? this.cgroups.kind : 'rlimit';
     return {
       mode: this.mode,
       requested: this.settings.mode,
@@ -231,7 +229,7 @@ export class Sandbox {
         memory_mb: by === 'none' ? null : this.settings.memoryMb,
         // RLIMIT_NPROC counts every process of the user, not of the conversation: not a pids limit
         pids: by === 'cgroup-v1' || by === 'cgroup-v2' ? this.settings.pids : null,
-        file_size_mb: on && this.prlimit ? this.settings.fileSizeMb : null,
+        file_size_mb: on ? this.settings.fileSizeMb : null,
       },
       ...(this.warning ? { warning: this.warning } : {}),
     };
@@ -285,10 +283,19 @@ export class Sandbox {
 
   /** Marks the conversation busy (a command runs) or idle; idle sandboxes may be closed (LRU). */
   setBusy(conversationId: string, busy: boolean): void {
-    const l = this.live.get(conversationId);
+    if (this.closed) return;
+    const l = busy ? this.enter(conversationId) : this.live.get(conversationId);
     if (!l) return;
     l.busy = busy;
     l.lastUsed = Date.now();
+    this.retireIfEmpty(conversationId, l);
+  }
+
+  /** A conversation with no process left and nothing running gives its cgroup back. */
+  private retireIfEmpty(conversationId: string, l: Live): void {
+    if (l.busy || l.procs.size > 0 || this.live.get(conversationId) !== l) return;
+    this.live.delete(conversationId);
+    l.cgroup?.remove();
   }
 
   /**
@@ -299,6 +306,8 @@ export class Sandbox {
     if (this.closed) throw new Error('the sandbox launcher is closed');
     if (argv.length === 0) throw new Error('empty command');
     const host = opts.workspaceDir ?? this.hostWorkspace(conversationId);
+    // workspaces are created on first use (a conversation that never runs anything has none)
+    fs.mkdirSync(host, { recursive: true, mode: 0o700 });
     const live = this.enter(conversationId);
     let child: ChildProcess;
     if (!this.enabled) {
@@ -322,6 +331,7 @@ export class Sandbox {
     const forget = () => {
       live.procs.delete(child);
       live.lastUsed = Date.now();
+      this.retireIfEmpty(conversationId, live);
     };
     child.once('exit', forget);
     child.once('error', forget);
@@ -411,20 +421,17 @@ export class Sandbox {
     return out;
   }
 
-  /** prlimit (file size; memory and processes when there is no cgroup) and the cgroup join, around bwrap. */
+  /**
+   * One `sh` around bwrap: the file size limit (ulimit -f, 512-byte blocks in POSIX sh), the data
+   * limit when there is no cgroup (ulimit -d, KiB), and the cgroup join before exec, so every process
+   * of the sandbox is counted from its first fork. One exec more than bwrap alone, no prlimit process.
+   */
   private wrap(cgroup: ConversationCgroup | null, bwrapArgs: string[]): string[] {
-    let argv = [this.bwrap!, ...bwrapArgs];
-    if (this.prlimit) {
-      const lim = [`--fsize=${this.settings.fileSizeMb * 1024 * 1024}`];
-      if (!this.cgroups) lim.push(`--data=${this.settings.memoryMb * 1024 * 1024}`);
-      argv = [this.prlimit, ...lim, '--', ...argv];
-    }
-    if (cgroup) {
-      // join the cgroup before exec: every process of the sandbox is counted from its first fork
-      const script = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"';
-      argv = ['/bin/sh', '-c', script, 'sh', String(cgroup.procsFiles.length), ...cgroup.procsFiles, ...argv];
-    }
-    return argv;
+    let script = `ulimit -f ${this.settings.fileSizeMb * 2048} || exit 125; `;
+    if (!this.cgroups) script += `ulimit -d ${this.settings.memoryMb * 1024} || exit 125; `;
+    script += 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"';
+    const files = cgroup?.procsFiles ?? [];
+    return ['/bin/sh', '-c', script, 'sh', String(files.length), ...files, this.bwrap!, ...bwrapArgs];
   }
 
   private bwrapArgs(hostWorkspace: string, cwd: string, binds: Bind[]): string[] {

@@ -214,8 +214,8 @@ export class TerminalManager {
           'environment variables from before are gone.',
       );
     }
-    const stat = await fs.promises.stat(ctx.workspaceDir).catch(() => null);
-    if (!stat?.isDirectory()) throw new Error(`The workspace directory ${ctx.workspaceDir} does not exist.`);
+    // workspaces are created on first use
+    await fs.promises.mkdir(ctx.workspaceDir, { recursive: true, mode: 0o700 });
     const sandbox = this.sandbox;
     const outputs = this.outputDirFor(ctx.conversationId);
     if (sandbox.enabled) fs.mkdirSync(outputs, { recursive: true, mode: 0o700 });

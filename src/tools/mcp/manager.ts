@@ -385,7 +385,8 @@ export class McpManager {
       e.connectTimeoutMs,
     );
     try {
-      if (e.kind === 'stdio') {
+      if (e.kind === 'stdio' && !this.launcher) {
+        // (a launcher creates the workspace on first use)
         const st = await stat(this.workspaceDir).catch(() => null);
         if (!st?.isDirectory()) throw new Error(`workspace directory ${this.workspaceDir} does not exist`);
       }

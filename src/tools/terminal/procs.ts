@@ -49,6 +49,21 @@ export function listProcesses(): ProcInfo[] {
   return out;
 }
 
+/** Direct children of `pid` (/proc/<pid>/task/<pid>/children; a scan of /proc where that file is missing). */
+export function childrenOf(pid: number): number[] {
+  try {
+    return fs
+      .readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8')
+      .split(' ')
+      .filter(Boolean)
+      .map(Number);
+  } catch {
+    return listProcesses()
+      .filter((p) => p.ppid === pid)
+      .map((p) => p.pid);
+  }
+}
+
 /** All descendants of `rootPid` (not including it), found through the parent links. */
 export function descendantsOf(rootPid: number, procs: ProcInfo[] = listProcesses()): ProcInfo[] {
   const children = new Map<number, ProcInfo[]>();

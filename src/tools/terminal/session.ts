@@ -31,7 +31,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
 import { promisify } from 'node:util';
-import { descendantsOf, foregroundProcesses, isAlive, shellProcesses, signalGroup, signalPid } from './procs.js';
+import { childrenOf, foregroundProcesses, isAlive, shellProcesses, signalGroup, signalPid } from './procs.js';
 
 const execFileAsync = promisify(execFile);
 
@@ -402,13 +402,12 @@ export class ShellSession {
    * outer bwrap (which would end the sandbox).
    */
   private findShell(): void {
-    const tree = descendantsOf(this.pid);
-    if (tree.length === 0) return; // bash itself
-    const init = tree.find((p) => p.ppid === this.pid);
-    const bash = init && tree.find((p) => p.ppid === init.pid);
-    if (init && bash) {
-      this.groupPid = init.pid;
-      this.shellPid = bash.pid;
+    const init = childrenOf(this.pid)[0];
+    if (init === undefined) return; // bash itself (no sandbox): it has no child yet
+    const bash = childrenOf(init)[0];
+    if (bash !== undefined) {
+      this.groupPid = init;
+      this.shellPid = bash;
     }
   }
 
