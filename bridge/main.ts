@@ -34,16 +34,14 @@ async function main() {
     process.stderr.write(`parley: cannot ${what}: ${redactor.redact((err as Error).message)}\n`);
     process.exit(1);
   }
-  const { attachAgent } = await import('../src/agent/attach.js');
   // The build (npm start) loads the AI SDK and the MCP SDK on first use. Run from source (tsx: tests,
   // `npm run dev`) they are loaded now, before listening: tsx compiles on first use, which under load
   // can take seconds that a first LLM call would otherwise wait for.
   if (import.meta.url.endsWith('.ts')) await Promise.all([import('../src/llm/provider.js'), import('../src/tools/mcp/manager.js')]);
-  await attachAgent(core.service, config, log);
   let daemon;
   let metricsServer: { port: number; stop(): void } | undefined;
   try {
-    daemon = await startServer(config, core.service, log);
+    daemon = await startServer(config, core, log);
     if (config.metricsPort !== undefined) {
       metricsServer = await startMetricsServer(config.host, config.metricsPort, log);
       log.info({ metrics_port: metricsServer.port }, `metrics on http://${config.host}:${metricsServer.port}/metrics`);

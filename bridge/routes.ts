@@ -176,7 +176,8 @@ export function matchRoute(routes: CompiledRoute[], method: string, url: string)
   return { route: null, params: {}, methods };
 }
 
-function safeDecode(s: string): string {
+/** decodeURIComponent that leaves a malformed escape (`%zz`) as it is instead of throwing. */
+export function safeDecode(s: string): string {
   try {
     return decodeURIComponent(s);
   } catch {

@@ -1,12 +1,12 @@
 /**
  * The uWS app: REST routes (one table), /sockets/events/*, /trpc/*, /openapi.json, /docs, health.
- * Transport concerns only: bodies, limits, auth, error mapping. REST calls the core router
- * through a server-side caller, so REST and tRPC run the same code.
+ * Transport concerns only: bodies, limits, auth, error mapping. REST runs the router's operation
+ * table (`runOperation`), so REST and tRPC run the same validation and the same code.
  */
 import type { Logger } from 'pino';
 import { runOperation, type OperationName } from '../src/api/router.js';
 import type { Config } from '../src/config.js';
-import type { ConversationService } from '../src/conversation/service.js';
+import type { Core } from '../src/core.js';
 import { toHttpError } from './errors.js';
 import { BodyTooLarge, jsonErrorPosition, keyMatches, parseQuery, readText, send, sendJson, watchAbort } from './http.js';
 import { mountMetrics, RouteMetric, unmatchedMetric } from './metrics.js';
@@ -28,7 +28,7 @@ export interface Daemon {
   stop(timeoutMs?: number): Promise<void>;
 }
 
-export function startServer(config: Config, service: ConversationService, log: Logger): Promise<Daemon> {
+export function startServer(config: Config, core: Core, log: Logger): Promise<Daemon> {
   const app = App();
   const keys = config.sessionApiKeys;
   const routes: CompiledRoute[] = compileRoutes(ROUTES);
@@ -47,9 +47,9 @@ export function startServer(config: Config, service: ConversationService, log: L
 
   const guard: GuardOptions = { allowedOrigins: config.allowedOrigins, loopbackOnly: keys.length === 0 };
   const tooLarge = { detail: `Request body exceeds ${config.maxBodyBytes} bytes` };
-  const call = (procedure: OperationName, input: unknown) => runOperation(service, procedure, input);
+  const call = (procedure: OperationName, input: unknown) => runOperation(core, procedure, input);
 
-  const sockets = mountEventSockets(app, service, log, {
+  const sockets = mountEventSockets(app, core, log, {
     keys,
     maxBufferedBytes: config.wsMaxBufferedBytes,
     maxSubscribers: config.wsMaxSubscribers,
@@ -67,11 +67,11 @@ export function startServer(config: Config, service: ConversationService, log: L
     health(res, info, {
       title: 'Parley',
       version: VERSION,
-      uptime: Math.floor((Date.now() - service.startedAt) / 1000),
-      idle_time: Math.floor((Date.now() - service.lastActivity) / 1000),
+      uptime: Math.floor((Date.now() - core.startedAt) / 1000),
+      idle_time: Math.floor((Date.now() - core.events.lastActivity) / 1000),
       docs: '/docs',
       node_version: process.version,
-      sandbox: service.sandbox.info(),
+      sandbox: core.sandbox.info(),
     }),
   );
   const openapiMetric = fixed('/openapi.json');
@@ -101,10 +101,10 @@ export function startServer(config: Config, service: ConversationService, log: L
       if (Number(req.getHeader('content-length') || 0) > config.maxBodyBytes) return sendJson(res, state, 413, tooLarge);
     }
     inFlight += 1;
-    handleTrpc(res, req, state, { service }, config.maxBodyBytes, log)
+    handleTrpc(res, req, state, { core }, config.maxBodyBytes, log)
       .catch((err) => {
         if (err instanceof BodyTooLarge) return sendJson(res, state, 413, tooLarge);
-        log.error({ err: service.redactor.redact(String(err)) }, 'trpc transport error');
+        log.error({ err: core.redactor.redact(String(err)) }, 'trpc transport error');
         if (!state.aborted) {
           try {
             sendJson(res, state, 500, { detail: 'Internal Server Error' });
@@ -167,7 +167,7 @@ export function startServer(config: Config, service: ConversationService, log: L
       })
       .catch((err) => {
         if (err instanceof BodyTooLarge) sendJson(res, state, 413, tooLarge);
-        else sendJson(res, state, 500, toHttpError(err, undefined, route.loc, log, service.redactor).body);
+        else sendJson(res, state, 500, toHttpError(err, undefined, route.loc, log, core.redactor).body);
       })
       .finally(done);
   });
@@ -195,7 +195,7 @@ export function startServer(config: Config, service: ConversationService, log: L
       if (out instanceof FileBytes) return send(res, state, 200, Buffer.from(out.bytes), 'application/octet-stream', { 'content-disposition': `attachment; filename="${out.name.replace(/[^\w.-]/g, '_')}"` });
       sendJson(res, state, route.status ?? 200, out);
     } catch (err) {
-      const e = toHttpError(err, input, route.loc, log, service.redactor);
+      const e = toHttpError(err, input, route.loc, log, core.redactor);
       sendJson(res, state, e.status, e.body);
     }
   }

@@ -31,7 +31,7 @@ export async function handleTrpc(
     router: appRouter,
     createContext: () => ctx,
     onError: ({ error, path }) => {
-      if (error.code === 'INTERNAL_SERVER_ERROR') log.error({ path, err: ctx.service.redactor.redact(String(error.cause ?? error)) }, 'trpc error');
+      if (error.code === 'INTERNAL_SERVER_ERROR') log.error({ path, err: ctx.core.redactor.redact(String(error.cause ?? error)) }, 'trpc error');
     },
   });
   if (state.aborted) return;

@@ -7,12 +7,13 @@ import crypto from 'node:crypto';
 import { pack, unpack } from 'msgpackr';
 import type { Logger } from 'pino';
 import { ConversationId, SendMessageRequest } from '../src/api/schemas.js';
-import type { ConversationService } from '../src/conversation/service.js';
-import { EventFeed } from '../src/events/feed.js';
+import type { Core } from '../src/core.js';
+import type { EventFeed } from '../src/events/feed.js';
 import { nowIso, type EncodedEvent } from '../src/events/types.js';
 import { metrics } from '../src/metrics.js';
 import { checkBrowserRequest, type GuardOptions } from './guard.js';
 import { keyMatches, parseQuery } from './http.js';
+import { safeDecode } from './routes.js';
 import type { TemplatedApp, WebSocket } from './uws.js';
 
 interface SocketData {
@@ -50,7 +51,7 @@ export interface SocketOptions {
   sendMessage: (conversationId: string, body: unknown) => Promise<unknown>;
 }
 
-export function mountEventSockets(app: TemplatedApp, service: ConversationService, log: Logger, opts: SocketOptions) {
+export function mountEventSockets(app: TemplatedApp, core: Core, log: Logger, opts: SocketOptions) {
   const open = new Set<WebSocket<SocketData>>();
   const perConversation = new Map<string, number>();
   const pendingByIp = new Map<string, number>();
@@ -98,12 +99,12 @@ export function mountEventSockets(app: TemplatedApp, service: ConversationServic
   async function start(ws: WebSocket<SocketData>) {
     const d = ws.getUserData();
     const id = d.conversationId;
-    if (!id || !(await service.load(id))) return end(ws, 4004, 'Conversation not found');
+    if (!id || !(await core.conversations.load(id))) return end(ws, 4004, 'Conversation not found');
     if (d.closed) return;
     const count = perConversation.get(id) ?? 0;
     if (count >= opts.maxSubscribers) return end(ws, 1013, 'Too many connections for this conversation');
     perConversation.set(id, count + 1);
-    const snapshot = await service.fullState(id);
+    const snapshot = await core.conversations.fullState(id);
     if (d.closed) return release(id);
     const q = d.query;
     let afterSeq: number | null = snapshot.value.last_seq;
@@ -129,7 +130,7 @@ export function mountEventSockets(app: TemplatedApp, service: ConversationServic
       return buffered < opts.maxBufferedBytes / 2;
     };
     let feedReplaying = true;
-    d.feed = new EventFeed(service.bus, service.store, id, {
+    d.feed = core.events.follow(id, {
       send: sinkSend,
       drained: () => new Promise<void>((r) => d.drainWaiters.push(r)),
       overflow: () => tooSlow(ws),
@@ -163,7 +164,7 @@ export function mountEventSockets(app: TemplatedApp, service: ConversationServic
     try {
       await opts.sendMessage(d.conversationId!, parsed.data);
     } catch (err) {
-      serverError(ws, (err as Error)?.name ?? 'Error', service.redactor.redact(String((err as Error)?.message ?? err)));
+      serverError(ws, (err as Error)?.name ?? 'Error', core.redactor.redact(String((err as Error)?.message ?? err)));
     }
   }
 
@@ -192,7 +193,7 @@ export function mountEventSockets(app: TemplatedApp, service: ConversationServic
         res.cork(() => res.writeStatus('401 Unauthorized').writeHeader('content-type', 'application/json').end('{"detail":"Unauthorized"}'));
         return;
       }
-      const rawId = decodeURIComponentSafe(url.slice('/sockets/events/'.length).replace(/\/$/, ''));
+      const rawId = safeDecode(url.slice('/sockets/events/'.length).replace(/\/$/, ''));
       const parsedId = ConversationId.safeParse(rawId);
       const authed = opts.keys.length === 0 || !!key;
       const ip = authed ? '' : Buffer.from(res.getRemoteAddressAsText()).toString();
@@ -275,12 +276,4 @@ export function mountEventSockets(app: TemplatedApp, service: ConversationServic
       for (const ws of [...open]) end(ws, 1001, 'Server shutting down');
     },
   };
-}
-
-function decodeURIComponentSafe(s: string): string {
-  try {
-    return decodeURIComponent(s);
-  } catch {
-    return s;
-  }
 }

@@ -1,31 +1,47 @@
-/** Assembles the core: store, bus, secrets, the conversation service. Knows no HTTP. */
+/**
+ * The composition root of the core (knows no HTTP): the store, the event bus and log, secrets and
+ * settings, conversations, the agent, workspace preparation and the conversation lifecycle, each
+ * given what it depends on once, here. bridge/main.ts puts the HTTP bridge in front of it.
+ */
 import fs from 'node:fs';
-import path from 'node:path';
 import type { Logger } from 'pino';
+import { createAgent, type Agent } from './agent/agent.js';
 import type { Config } from './config.js';
-import { metrics } from './metrics.js';
+import { Conversations } from './conversation/conversations.js';
 import { ConversationService } from './conversation/service.js';
+import { sandboxAccess, SideChannels } from './conversation/side-channels.js';
 import { EventBus } from './events/bus.js';
+import { EventLog } from './events/log.js';
+import type { EncodedEvent } from './events/types.js';
+import { metrics } from './metrics.js';
 import { SecretBox } from './secrets/crypto.js';
-import { Redactor } from './secrets/redact.js';
+import type { Redactor } from './secrets/redact.js';
+import { Settings } from './secrets/settings.js';
 import { restrictDataDir } from './store/permissions.js';
 import { SqliteStore } from './store/sqlite.js';
 import { PostgresStore } from './store/postgres.js';
 import type { Store } from './store/types.js';
-import type { EncodedEvent } from './events/types.js';
 import { pgStoreMetrics } from './cluster/metrics.js';
 import { Sandbox } from './sandbox/launcher.js';
-
-/** The daemon-owned askpass directory (workspace/askpass.ts), shown read-only inside sandboxes. */
-export const helperDirOf = (dataDir: string) => path.join(dataDir, 'helpers');
+import { WorkspacePreparer } from './workspace/preparer.js';
+import { helperDirOf } from './workspace/workspace.js';
 
 export interface Core {
   service: ConversationService;
+  conversations: Conversations;
+  events: EventLog;
+  settings: Settings;
+  agent: Agent;
+  /** The agent server's workspace side channels (/api/bash, /api/file, /api/git). */
+  sideChannels: SideChannels;
   sandbox: Sandbox;
+  redactor: Redactor;
+  startedAt: number;
   close(): Promise<void>;
 }
 
 export async function createCore(config: Config, log: Logger, redactor: Redactor): Promise<Core> {
+  const startedAt = Date.now();
   fs.mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   fs.mkdirSync(config.workspaceRoot, { recursive: true, mode: 0o700 });
   restrictDataDir(config.dataDir, [config.workspaceRoot]);
@@ -39,11 +55,15 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   for (const k of config.sessionApiKeys) redactor.add(k);
   redactor.add(config.secretKey, config.llm.apiKey);
   let bus = new EventBus();
-  let service: ConversationService | null = null;
-  const onCommit = (id: string, evs: EncodedEvent[]) => service?.onCommit(id, evs);
+  // The store reports every commit to the event log (which publishes it) and to the conversations
+  // (which follow its status); both read the store, so they exist only once it is open.
+  const committed = { to: (_id: string, _evs: EncodedEvent[]): void => {} };
+  const onCommit = (id: string, evs: EncodedEvent[]) => committed.to(id, evs);
   let store: Store;
   let unread: (() => void)[];
   let closeBus = async () => {};
+  // another node deleted a conversation: its state here goes (bound once the conversations exist)
+  const remoteDelete = { to: (_id: string): void => {} };
   if (config.cluster) {
     const pgStore = await PostgresStore.open(config.cluster.databaseUrl, onCommit);
     redactor.add(new URL(config.cluster.databaseUrl).password || null);
@@ -55,7 +75,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
         await pgStore.close();
         throw new Error(`cannot reach NATS at ${config.cluster!.natsUrl}: ${(err as Error).message}`);
       });
-      cluster.onRemoteDelete((id) => service?.forget(id));
+      cluster.onRemoteDelete((id) => remoteDelete.to(id));
       closeBus = () => cluster.close();
       bus = cluster;
     }
@@ -68,23 +88,47 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
       metrics.storeIndexLag.read(() => [[[], sqlite.indexLagSeconds]]),
     ];
   }
-  service = new ConversationService(store, bus, box, redactor, log, {
+  const events = new EventLog(store, bus, redactor);
+  const settings = new Settings(store, box, redactor, log);
+  const conversations = new Conversations(store, events, settings, redactor, {
     workspaceRoot: config.workspaceRoot,
     dataDir: config.dataDir,
     llm: { model: config.llm.model, baseUrl: config.llm.baseUrl, apiKeySet: !!config.llm.apiKey },
   });
-  service.sandbox = sandbox;
-  service.maxEventBytes = config.maxEventBytes;
+  remoteDelete.to = (id) => conversations.forget(id);
+  committed.to = (id, evs) => {
+    events.committed(id, evs);
+    conversations.committed(id, evs);
+  };
+  const agent = createAgent({ sandbox, conversations, events, settings, redactor, config, log });
+  const preparer = new WorkspacePreparer(conversations, events, settings, agent.runtime, sandbox, redactor, {
+    workspaceRoot: config.workspaceRoot,
+    allowedHosts: config.gitAllowedHosts,
+    helperDir: helperDirOf(config.dataDir),
+    keepWorkspaces: config.keepWorkspaces,
+    replay: agent.replay,
+  });
+  const service = new ConversationService(conversations, events, settings, agent.runtime, preparer, redactor, log, config.maxEventBytes);
+  const sideChannels = new SideChannels(conversations, settings, redactor, config.workspaceRoot, sandboxAccess(sandbox));
   unread.push(
     metrics.sandboxes.read(() => [[[sandbox.mode], sandbox.liveCount]]),
     metrics.sandboxProcesses.read(() => [[[sandbox.mode], sandbox.processCount]]),
   );
-  await service.start();
+  await settings.loadIntoRedactor();
+  await conversations.recoverInterrupted(log);
+  await service.resumePreparations();
   return {
     service,
+    conversations,
+    events,
+    settings,
+    agent,
+    sideChannels,
     sandbox,
+    redactor,
+    startedAt,
     async close() {
-      await service!.runtime?.close();
+      await agent.runtime.close();
       await sandbox.close();
       for (const u of unread) u();
       await closeBus();

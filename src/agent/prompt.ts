@@ -1,6 +1,7 @@
 /** Builds the LLM prompt from the conversation's events. */
 import type { ModelMessage } from 'ai';
 import type { ContentItem } from '../events/content.js';
+import { cacheControlProviderOptions } from '../llm/cache-control.js';
 import { unreachable, type EventOf, type Observation, type ParleyEvent } from '../events/schema.js';
 
 export interface SystemContext {
@@ -66,8 +67,6 @@ export function toolCallInput(a: EventOf<'ActionEvent'>): Record<string, unknown
   }
   return { invalid_arguments: a.tool_call.arguments };
 }
-
-const CACHE = { anthropic: { cacheControl: { type: 'ephemeral' } } } as const;
 
 /** A tool call's result: an observation, or an error that answers it. */
 type ToolResult = EventOf<'ObservationEvent'> | EventOf<'AgentErrorEvent'> | EventOf<'UserRejectObservation'>;
@@ -137,7 +136,7 @@ export function eventsToMessages(events: ParleyEvent[]): { messages: ModelMessag
       case 'MessageEvent': {
         flushCalls();
         const m = e.llm_message;
-        const cache = m.content.some((c) => c.cache_prompt) ? { providerOptions: CACHE } : {};
+        const cache = m.content.some((c) => c.cache_prompt) ? { providerOptions: cacheControlProviderOptions() } : {};
         if (m.role === 'system') systemNotes.push(textOf(m.content));
         else if (m.role === 'assistant' || e.source === 'agent') messages.push({ role: 'assistant', content: textOf(m.content) || '(no text)', ...cache });
         else if (m.role === 'tool') messages.push({ role: 'user', content: [{ type: 'text', text: `[Tool output provided by the user]\n${textOf(m.content)}` }], ...cache });

@@ -9,13 +9,14 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs/promises';
 import type { z } from 'zod';
-import type { ConversationService } from '../conversation/service.js';
+import type { EventLog } from '../events/log.js';
 import { mapReplayCommand, mapReplayPath, type ReplayPlan, type ReplayStep } from '../conversation/replay.js';
 import { actionOf, type Tool, type ToolContext } from '../tools/types.js';
 import { PathView } from '../sandbox/path-view.js';
 
 export interface ReplayRunOptions {
-  service: ConversationService;
+  events: EventLog;
+  redact(text: string): string;
   conversationId: string;
   workspaceDir: string;
   /** Where the conversation's processes see the workspace (/workspace when sandboxed); default workspaceDir. */
@@ -67,9 +68,9 @@ async function resolveCall(step: Exclude<ReplayStep, { type: 'message' }>, plan:
 }
 
 export async function executeReplay(o: ReplayRunOptions): Promise<ReplayRunResult> {
-  const { service: s, conversationId: id } = o;
+  const { events: s, conversationId: id } = o;
   const byName = new Map(o.tools.map((t) => [t.name, t]));
-  const ctx: ToolContext = { conversationId: id, workspaceDir: o.workspaceDir, signal: o.signal, env: o.env, redact: (t) => s.redactor.redact(t) };
+  const ctx: ToolContext = { conversationId: id, workspaceDir: o.workspaceDir, signal: o.signal, env: o.env, redact: o.redact };
   const result: ReplayRunResult = { actions: 0, finished: false };
   const view = new PathView(o.workspaceDir, o.visibleDir ?? o.workspaceDir);
   for (const step of o.plan.steps) {

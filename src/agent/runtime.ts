@@ -6,14 +6,16 @@
 import crypto from 'node:crypto';
 import type { Logger } from 'pino';
 import { z } from 'zod';
-import type { ConversationService } from '../conversation/service.js';
+import type { Conversations } from '../conversation/conversations.js';
 import type { AgentRuntime } from '../conversation/runtime.js';
+import type { EventLog } from '../events/log.js';
 import type { EventOf, ParleyEvent } from '../events/schema.js';
 import { ConflictError } from '../errors.js';
 import { ProviderError } from '../llm/provider-error.js';
 import type { LlmClient, LlmResponse, LlmToolSpec } from '../llm/types.js';
 import { actionOf, type Tool, type ToolContext } from '../tools/types.js';
 import { metrics } from '../metrics.js';
+import type { Redactor } from '../secrets/redact.js';
 import { timedTool } from './instrument.js';
 import { buildSystemPrompt, estimateTokens, eventsToMessages, toolCallInput } from './prompt.js';
 import { detectStuck } from './stuck.js';
@@ -32,6 +34,8 @@ export interface AgentDeps {
   contextBudgetRatio?: number;
   /** Release per-conversation resources (shells, MCP servers). */
   release(conversationId: string): Promise<void>;
+  /** The daemon stops: release every conversation's resources. */
+  releaseAll(): Promise<void>;
   /** An interrupt: stop every process the conversation runs (its sandbox), background ones included. */
   interrupted?(conversationId: string): Promise<void>;
   /** A run ended and no other run follows: the conversation is idle (e.g. stop its MCP servers later). */
@@ -65,7 +69,9 @@ export class AgentRuntimeImpl implements AgentRuntime {
   private confirmed = new Set<string>();
 
   constructor(
-    private readonly service: ConversationService,
+    private readonly conversations: Conversations,
+    private readonly events: EventLog,
+    private readonly redactor: Redactor,
     private readonly deps: AgentDeps,
     private readonly log: Logger,
   ) {
@@ -82,7 +88,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
     this.runs.set(id, run);
     runsStarted.inc();
     run.done = this.loop(id, run)
-      .catch((err) => this.log.error({ conversation_id: id, err: this.service.redactor.redact(String(err?.stack ?? err)) }, 'run loop failed'))
+      .catch((err) => this.log.error({ conversation_id: id, err: this.redactor.redact(String(err?.stack ?? err)) }, 'run loop failed'))
       .finally(() => this.afterRun(id, run));
     return true;
   }
@@ -94,20 +100,19 @@ export class AgentRuntimeImpl implements AgentRuntime {
    */
   private async afterRun(id: string, run: Run): Promise<void> {
     this.runs.delete(id);
-    metrics.agentRunsEnded.inc(this.service.status(id) ?? 'deleted');
+    metrics.agentRunsEnded.inc(this.conversations.status(id) ?? 'deleted');
     try {
       const pending = this.rerun.delete(id) || run.newInput;
-      const status = this.service.status(id);
+      const status = this.conversations.status(id);
       if (pending && status !== undefined && status !== 'paused' && status !== 'waiting_for_confirmation' && !run.controller.signal.aborted) {
-        const unseen = await this.service.store.query(id, { afterSeq: run.seenSeq, kind: 'MessageEvent', source: 'user', limit: 1 });
-        if (unseen.length > 0 && !this.runs.has(id)) {
+        if ((await this.events.hasUserMessageAfter(id, run.seenSeq)) && !this.runs.has(id)) {
           this.log.debug({ conversation_id: id }, 'a message arrived as the run ended: running again');
-          if (this.service.status(id) === 'finished' || this.service.status(id) === 'stuck') await this.service.setStatus(id, 'idle');
+          if (this.conversations.status(id) === 'finished' || this.conversations.status(id) === 'stuck') await this.conversations.setStatus(id, 'idle');
           if (this.start(id)) return;
         }
       }
     } catch (err) {
-      this.log.warn({ conversation_id: id, err: this.service.redactor.redact(String(err)) }, 'checking for messages after a run failed');
+      this.log.warn({ conversation_id: id, err: this.redactor.redact(String(err)) }, 'checking for messages after a run failed');
     }
     if (!this.runs.has(id)) this.deps.idle?.(id);
   }
@@ -139,26 +144,17 @@ export class AgentRuntimeImpl implements AgentRuntime {
 
   async close(): Promise<void> {
     await Promise.all([...this.runs.keys()].map((id) => this.interrupt(id)));
-  }
-
-  private async events(id: string): Promise<ParleyEvent[]> {
-    const out: ParleyEvent[] = [];
-    let after = 0;
-    for (;;) {
-      const page = await this.service.store.query(id, { afterSeq: after, limit: 1000 });
-      out.push(...page);
-      if (page.length < 1000) return out;
-      after = page[page.length - 1]!.seq!;
-    }
+    await this.deps.releaseAll();
   }
 
   private async loop(id: string, run: Run): Promise<void> {
-    const s = this.service;
-    await s.setStatus(id, 'running');
+    const eventLog = this.events;
+    const conversations = this.conversations;
+    await conversations.setStatus(id, 'running');
     const llm = await this.deps.llm(id);
     if (!llm) {
-      await s.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: 'LLMNotConfigured', detail: 'No LLM is configured. Set LLM_MODEL (and LLM_API_KEY / LLM_BASE_URL) or POST /api/settings, then run again.' });
-      await s.setStatus(id, 'error');
+      await eventLog.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: 'LLMNotConfigured', detail: 'No LLM is configured. Set LLM_MODEL (and LLM_API_KEY / LLM_BASE_URL) or POST /api/settings, then run again.' });
+      await conversations.setStatus(id, 'error');
       return;
     }
     const tools = await this.deps.tools(id);
@@ -174,37 +170,37 @@ export class AgentRuntimeImpl implements AgentRuntime {
     let condensedForContextError = false;
 
     if (this.confirmed.delete(id)) {
-      const ctx = { conversationId: id, workspaceDir, signal: run.controller.signal, env: await this.deps.env(id), redact: (t: string) => s.redactor.redact(t) } satisfies ToolContext;
+      const ctx = { conversationId: id, workspaceDir, signal: run.controller.signal, env: await this.deps.env(id), redact: (t: string) => this.redactor.redact(t) } satisfies ToolContext;
       let finishedByAction = false;
       for (const a of await this.pendingActions(id)) {
         const tool = byName.get(a.tool_name);
         const parsed = tool ? (tool.parameters as z.ZodType).safeParse(toolCallInput(a)) : undefined;
         if (!tool || !parsed?.success) {
-          await s.append(id, { kind: 'AgentErrorEvent', source: 'agent', tool_name: a.tool_name, tool_call_id: a.tool_call_id, error: `${a.tool_name} can no longer run (its tool or arguments are not valid now).` });
+          await eventLog.append(id, { kind: 'AgentErrorEvent', source: 'agent', tool_name: a.tool_name, tool_call_id: a.tool_call_id, error: `${a.tool_name} can no longer run (its tool or arguments are not valid now).` });
           continue;
         }
         if ((await this.executeCall(id, run, ctx, tool, parsed.data, a)) === 'finished') finishedByAction = true;
         if (run.controller.signal.aborted) return this.afterInterrupt(id);
       }
       if (finishedByAction && !run.newInput) {
-        await s.setStatus(id, 'finished');
+        await conversations.setStatus(id, 'finished');
         return;
       }
     }
 
     for (let iteration = 1; ; iteration++) {
       if (run.pauseRequested) {
-        await s.append(id, { kind: 'PauseEvent', source: 'user' });
-        await s.setStatus(id, 'paused');
+        await eventLog.append(id, { kind: 'PauseEvent', source: 'user' });
+        await conversations.setStatus(id, 'paused');
         return;
       }
       if (iteration > maxIterations) {
-        await s.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: 'MaxIterationsReached', detail: `The run stopped after ${maxIterations} steps (max_iterations). Send a message or run again to continue.` });
-        await s.setStatus(id, 'error');
+        await eventLog.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: 'MaxIterationsReached', detail: `The run stopped after ${maxIterations} steps (max_iterations). Send a message or run again to continue.` });
+        await conversations.setStatus(id, 'error');
         return;
       }
       run.newInput = false;
-      const events = await this.events(id);
+      const events = await this.events.after(id);
       run.seenSeq = Math.max(run.seenSeq, events[events.length - 1]?.seq ?? 0);
       const { messages, systemNotes } = eventsToMessages(events);
       const instructions = await this.deps.instructions(id, events);
@@ -212,7 +208,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
       const system = buildSystemPrompt({ workspaceDir: seen.dir, sandboxed: seen.sandboxed, toolNames: tools.map((t) => t.name), instructions: [...instructions, ...systemNotes] });
       if (!events.some((e) => e.kind === 'SystemPromptEvent')) {
         const definitions = tools.map((t, i) => ({ kind: t.kind, name: t.name, title: t.name, description: t.description, parameters: specs[i]!.inputSchema, action_type: t.actionKind }));
-        await s.append(id, { kind: 'SystemPromptEvent', source: 'agent', system_prompt: { type: 'text', text: system }, tools: definitions });
+        await eventLog.append(id, { kind: 'SystemPromptEvent', source: 'agent', system_prompt: { type: 'text', text: system }, tools: definitions });
       }
       const budget = Math.floor(llm.contextWindow * (this.deps.contextBudgetRatio ?? 0.8));
       if (estimateTokens(system + JSON.stringify(specs), messages) > budget && (await this.condenseHistory(id, llm, events, run))) continue;
@@ -226,9 +222,9 @@ export class AgentRuntimeImpl implements AgentRuntime {
           messages,
           tools: specs,
           signal: run.controller.signal,
-          onTextDelta: (delta) => s.publishTransient(id, { kind: 'StreamingDeltaEvent', source: 'agent', content: delta }),
+          onTextDelta: (delta) => eventLog.publishTransient(id, { kind: 'StreamingDeltaEvent', source: 'agent', content: delta }),
           onRetry: ({ attempt, delayMs, error }) =>
-            void s.append(id, { kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'llm_retry', value: { attempt, delay_ms: delayMs, code: error.code, detail: error.detail } }),
+            void eventLog.append(id, { kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'llm_retry', value: { attempt, delay_ms: delayMs, code: error.code, detail: error.detail } }),
         });
       } catch (err) {
         if (run.controller.signal.aborted) return this.afterInterrupt(id);
@@ -238,16 +234,16 @@ export class AgentRuntimeImpl implements AgentRuntime {
         }
         const code = err instanceof ProviderError ? err.code : 'AgentError';
         const detail = err instanceof ProviderError ? err.detail : `The agent failed: ${(err as Error)?.message ?? String(err)}`;
-        await s.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code, detail: s.redactor.redact(detail) });
-        await s.setStatus(id, 'error');
+        await eventLog.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code, detail: this.redactor.redact(detail) });
+        await conversations.setStatus(id, 'error');
         return;
       }
 
       await this.deps.usage?.(id, response.usage);
       if (response.toolCalls.length === 0) {
-        await s.append(id, { kind: 'MessageEvent', source: 'agent', llm_response_id: responseId, llm_message: { role: 'assistant', content: [{ type: 'text', text: response.text }] } });
+        await eventLog.append(id, { kind: 'MessageEvent', source: 'agent', llm_response_id: responseId, llm_message: { role: 'assistant', content: [{ type: 'text', text: response.text }] } });
         if (run.newInput) continue;
-        await s.setStatus(id, 'finished');
+        await conversations.setStatus(id, 'finished');
         return;
       }
 
@@ -257,11 +253,11 @@ export class AgentRuntimeImpl implements AgentRuntime {
       const harmless = response.toolCalls.every((c) => byName.get(c.name)?.actionKind === 'FinishAction' || byName.get(c.name)?.actionKind === 'ThinkAction');
       const confirm = !harmless && (await this.deps.limits?.(id))?.confirm === true;
       let waiting = false;
-      const ctxBase = { conversationId: id, workspaceDir, signal: run.controller.signal, env: await this.deps.env(id), redact: (t: string) => s.redactor.redact(t) } satisfies ToolContext;
+      const ctxBase = { conversationId: id, workspaceDir, signal: run.controller.signal, env: await this.deps.env(id), redact: (t: string) => this.redactor.redact(t) } satisfies ToolContext;
       for (const [i, call] of response.toolCalls.entries()) {
         const tool = call.error ? undefined : byName.get(call.name);
         const parsed = tool ? (tool.parameters as z.ZodType).safeParse(call.input) : undefined;
-        const action = await s.append(id, {
+        const action = await eventLog.append(id, {
           kind: 'ActionEvent',
           source: 'agent',
           tool_name: call.name,
@@ -272,7 +268,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
           tool_call: { id: call.id, name: call.name, arguments: call.rawInput, origin: 'completion' },
         });
         if (run.controller.signal.aborted) break;
-        const error = (msg: string) => s.append(id, { kind: 'AgentErrorEvent', source: 'agent', tool_name: call.name, tool_call_id: call.id, error: msg });
+        const error = (msg: string) => eventLog.append(id, { kind: 'AgentErrorEvent', source: 'agent', tool_name: call.name, tool_call_id: call.id, error: msg });
         if (!tool || !parsed) {
           await error(call.error ?? `Unknown tool "${call.name}". Available tools: ${[...byName.keys()].join(', ')}.`);
           continue;
@@ -291,35 +287,35 @@ export class AgentRuntimeImpl implements AgentRuntime {
       }
       if (run.controller.signal.aborted) return this.afterInterrupt(id);
       if (waiting) {
-        await s.setStatus(id, 'waiting_for_confirmation');
+        await conversations.setStatus(id, 'waiting_for_confirmation');
         return;
       }
       if (finished && !run.newInput) {
-        await s.setStatus(id, 'finished');
+        await conversations.setStatus(id, 'finished');
         return;
       }
-      const verdict = limits?.stuckDetection === false ? { stuck: false as const } : detectStuck(await this.events(id), run.nudged);
+      const verdict = limits?.stuckDetection === false ? { stuck: false as const } : detectStuck(await this.events.after(id), run.nudged);
       if (verdict.stuck) {
-        await s.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: 'AgentStuck', detail: `${verdict.reason} Send a message to continue.` });
-        await s.setStatus(id, 'stuck');
+        await eventLog.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: 'AgentStuck', detail: `${verdict.reason} Send a message to continue.` });
+        await conversations.setStatus(id, 'stuck');
         return;
       }
       if (verdict.nudge) {
         run.nudged = true;
-        await s.append(id, { kind: 'AgentErrorEvent', source: 'environment', error: verdict.nudge });
+        await eventLog.append(id, { kind: 'AgentErrorEvent', source: 'environment', error: verdict.nudge });
       }
     }
   }
 
   /** Runs one validated tool call and records its observation (or the error that answers it). */
   private async executeCall(id: string, run: Run, ctx: ToolContext, tool: Tool, input: unknown, action: EventOf<'ActionEvent'>): Promise<'ok' | 'finished' | 'error' | 'aborted'> {
-    const s = this.service;
+    const eventLog = this.events;
     try {
       const observation = await timedTool(action.tool_name, ctx.signal, () => tool.execute(input, ctx));
-      await s.append(id, { kind: 'ObservationEvent', source: 'environment', tool_name: action.tool_name, tool_call_id: action.tool_call_id, action_id: action.id, observation });
+      await eventLog.append(id, { kind: 'ObservationEvent', source: 'environment', tool_name: action.tool_name, tool_call_id: action.tool_call_id, action_id: action.id, observation });
     } catch (err) {
       if (run.controller.signal.aborted) return 'aborted';
-      await s.append(id, { kind: 'AgentErrorEvent', source: 'agent', tool_name: action.tool_name, tool_call_id: action.tool_call_id, error: `${action.tool_name} failed: ${(err as Error)?.message ?? String(err)}` });
+      await eventLog.append(id, { kind: 'AgentErrorEvent', source: 'agent', tool_name: action.tool_name, tool_call_id: action.tool_call_id, error: `${action.tool_name} failed: ${(err as Error)?.message ?? String(err)}` });
       return 'error';
     }
     return tool.actionKind === 'FinishAction' ? 'finished' : 'ok';
@@ -327,7 +323,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
 
   /** Tool calls recorded with a runnable action and not answered yet (waiting for confirmation). */
   private async pendingActions(id: string): Promise<EventOf<'ActionEvent'>[]> {
-    const events = await this.events(id);
+    const events = await this.events.after(id);
     const answered = new Set<string>();
     for (const e of events) if ((e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent' || e.kind === 'UserRejectObservation') && e.tool_call_id) answered.add(e.tool_call_id);
     return events.filter((e): e is EventOf<'ActionEvent'> => e.kind === 'ActionEvent' && e.action !== null && !answered.has(e.tool_call_id));
@@ -341,7 +337,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
       return;
     }
     for (const a of await this.pendingActions(id)) {
-      await this.service.append(id, {
+      await this.events.append(id, {
         kind: 'UserRejectObservation',
         source: 'user',
         tool_name: a.tool_name,
@@ -351,22 +347,22 @@ export class AgentRuntimeImpl implements AgentRuntime {
         rejection_source: 'user',
       });
     }
-    await this.service.setStatus(id, 'idle');
+    await this.conversations.setStatus(id, 'idle');
   }
 
   async condense(id: string): Promise<boolean> {
     if (this.runs.has(id)) throw new ConflictError('The conversation is running: pause it first');
     const llm = await this.requireLlm(id);
     const controller = new AbortController();
-    return this.condenseHistory(id, llm, await this.events(id), { controller });
+    return this.condenseHistory(id, llm, await this.events.after(id), { controller });
   }
 
   async ask(id: string, question: string): Promise<string> {
     const llm = await this.requireLlm(id);
-    const { messages, systemNotes } = eventsToMessages(await this.events(id));
+    const { messages, systemNotes } = eventsToMessages(await this.events.after(id));
     const system = buildSystemPrompt({ workspaceDir: this.deps.workspaceDir(id), toolNames: [], instructions: [...systemNotes, 'Answer the question below from what you know of this session; do not call tools.'] });
     const res = await llm.complete({ system, messages: [...messages, { role: 'user', content: [{ type: 'text', text: question }] }], tools: [] });
-    return this.service.redactor.redact(res.text);
+    return this.redactor.redact(res.text);
   }
 
   private async requireLlm(id: string): Promise<LlmClient> {
@@ -377,17 +373,18 @@ export class AgentRuntimeImpl implements AgentRuntime {
 
   /** Every tool call left without a result gets an AgentErrorEvent; status paused. */
   private async afterInterrupt(id: string): Promise<void> {
-    const s = this.service;
-    const events = await this.events(id);
+    const eventLog = this.events;
+    const conversations = this.conversations;
+    const events = await this.events.after(id);
     const answered = new Set<string>();
     for (const e of events) if ((e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent' || e.kind === 'UserRejectObservation') && e.tool_call_id) answered.add(e.tool_call_id);
     for (const a of events) {
       if (a.kind === 'ActionEvent' && !answered.has(a.tool_call_id)) {
-        await s.append(id, { kind: 'AgentErrorEvent', source: 'agent', tool_name: a.tool_name, tool_call_id: a.tool_call_id, error: 'Tool call interrupted before completion. The conversation was paused.' });
+        await eventLog.append(id, { kind: 'AgentErrorEvent', source: 'agent', tool_name: a.tool_name, tool_call_id: a.tool_call_id, error: 'Tool call interrupted before completion. The conversation was paused.' });
       }
     }
-    await s.append(id, { kind: 'InterruptEvent', source: 'user' });
-    await s.setStatus(id, 'paused');
+    await eventLog.append(id, { kind: 'InterruptEvent', source: 'user' });
+    await conversations.setStatus(id, 'paused');
   }
 
   /** Summarise the older half of the history into a Condensation event. False when nothing can be condensed. */
@@ -410,7 +407,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
       tools: [],
       signal: run.controller.signal,
     });
-    await this.service.append(id, {
+    await this.events.append(id, {
       kind: 'Condensation',
       source: 'environment',
       forgotten_event_ids: [...already, ...forget.map((e) => e.id)],

@@ -5,7 +5,8 @@
  * are the interface's own and do not change for this client.
  */
 import { z } from 'zod';
-import { ConversationId, EXECUTION_STATUSES, SecretValue, SendMessageRequest } from './schemas.js';
+import { EXECUTION_STATUSES } from '../conversation/conversations.js';
+import { ConversationId, SecretValue, SendMessageRequest } from './schemas.js';
 
 /** Body keys that mark a create request as the agent-server shape (any other body is `InitSessionRequest`). */
 export const AGENT_SERVER_CREATE_KEYS = ['agent', 'agent_settings', 'workspace', 'initial_message'] as const;

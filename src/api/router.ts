@@ -1,9 +1,8 @@
 /** The typed core API. REST (the bridge) and /trpc both run these procedures. */
 import { tracked } from '@trpc/server';
 import { z } from 'zod';
-import { EventFeed } from '../events/feed.js';
+import type { Core } from '../core.js';
 import type { EncodedEvent } from '../events/types.js';
-import type { ConversationService } from '../conversation/service.js';
 import {
   AddGitProvidersRequest,
   ConversationIdInput,
@@ -20,11 +19,12 @@ import {
   SecretNameInput,
 } from './schemas.js';
 import { procedure, router } from './trpc.js';
+import { NotFoundError } from '../errors.js';
+import { fullMcpConfig, redactMcpConfig } from '../tools/mcp/config.js';
 import * as AS from './agent-server-schemas.js';
 import * as agentServer from '../conversation/agent-server.js';
 import { countEventsFiltered, hasExtraFilters, searchEventsFiltered } from '../conversation/event-search.js';
-import { ConflictError } from '../errors.js';
-import { sideChannelsOf, TOOL_NAMES } from '../conversation/side-channels.js';
+import { TOOL_NAMES } from '../conversation/side-channels.js';
 
 /**
  * Every operation once: its input schema and its handler. The tRPC router below and the REST
@@ -32,111 +32,123 @@ import { sideChannelsOf, TOOL_NAMES } from '../conversation/side-channels.js';
  * code; REST calls `runOperation` directly instead of going through tRPC's middleware chain
  * (measured: the server-side caller cost ~12 µs of the hot path's budget).
  */
-const op = <I extends z.ZodType, O>(input: I, handler: (s: ConversationService, i: z.output<I>) => Promise<O>) => ({ input, handler });
+const op = <I extends z.ZodType, O>(input: I, handler: (c: Core, i: z.output<I>) => Promise<O>) => ({ input, handler });
 const NoInput = z.undefined();
 
 export const operations = {
-  createConversation: op(NewConversationRequest, (s, i) => s.createConversation(i)),
-  sendMessage: op(SendMessageInput, (s, i) => s.sendMessage(i.conversation_id, i.message)),
-  addGitProviders: op(AddGitProvidersRequest, (s, i) => s.addGitProviders(i)),
-  getConversation: op(ConversationIdInput, (s, i) => s.getConversation(i.conversation_id)),
-  listConversations: op(ListConversationsInput, (s, i) => s.listConversations(i.page_id, i.limit)),
-  deleteConversation: op(ConversationIdInput, (s, i) => s.deleteConversation(i.conversation_id)),
-  searchEvents: op(SearchEventsInput, (s, i) => (hasExtraFilters(i) ? searchEventsFiltered(s, i.conversation_id, i) : s.searchEvents(i.conversation_id, i))),
-  countEvents: op(CountEventsInput, (s, i) => (hasExtraFilters(i) ? countEventsFiltered(s, i.conversation_id, i) : s.countEvents(i.conversation_id, i))),
-  getEvent: op(GetEventInput, (s, i) => s.getEvent(i.conversation_id, i.event_id)),
-  run: op(ConversationIdInput, (s, i) => s.run(i.conversation_id)),
-  pause: op(ConversationIdInput, (s, i) => s.pause(i.conversation_id)),
-  interrupt: op(ConversationIdInput, (s, i) => s.interrupt(i.conversation_id)),
-  getMcpStatus: op(ConversationIdInput, (s, i) => s.conversationMcp(i.conversation_id)),
-  getSettings: op(NoInput, (s) => s.publicSettings()),
-  saveSettings: op(SettingsUpdate, (s, i) => s.saveLlmSettings(i)),
-  listSecrets: op(NoInput, (s) => s.listSecrets()),
-  createSecret: op(CreateSecretInput, (s, i) => s.createSecret(i.name, i.value, i.description)),
-  updateSecret: op(UpdateSecretInput, (s, i) => s.updateSecret(i.name, i.value, i.description)),
-  deleteSecret: op(SecretNameInput, (s, i) => s.deleteSecret(i.name)),
-  // OpenHands agent-server shape (@openhands/typescript-client)
-  startConversation: op(AS.StartConversationRequest, (s, i) => agentServer.startConversation(s, i)),
-  searchConversations: op(AS.ConversationSearchQuery, (s, i) => agentServer.searchConversations(s, i)),
-  countConversations: op(AS.ConversationCountQuery, (s, i) => agentServer.countConversations(s, i)),
-  getConversations: op(AS.ConversationIdsInput, (s, i) => agentServer.getConversations(s, i.ids)),
-  updateConversation: op(AS.UpdateConversationInput, (s, i) => agentServer.updateConversation(s, i.conversation_id, i)),
-  agentFinalResponse: op(ConversationIdInput, (s, i) => agentServer.agentFinalResponse(s, i.conversation_id)),
-  setConfirmationPolicy: op(AS.SetConfirmationPolicyInput, (s, i) => agentServer.setConfirmationPolicy(s, i.conversation_id, i.policy)),
-  updateConversationSecrets: op(AS.UpdateSecretsInput, (s, i) => agentServer.setConversationSecrets(s, i.conversation_id, i.secrets)),
-  condense: op(ConversationIdInput, async (s, i) => {
-    await s.require(i.conversation_id);
-    if (!s.runtime?.condense) throw new ConflictError('No agent runtime is configured');
-    return { success: await s.runtime.condense(i.conversation_id) };
+  createConversation: op(NewConversationRequest, (c, i) => c.service.createConversation(i)),
+  sendMessage: op(SendMessageInput, (c, i) => c.service.sendMessage(i.conversation_id, i.message)),
+  addGitProviders: op(AddGitProvidersRequest, (c, i) => c.settings.addGitProviders(i)),
+  getConversation: op(ConversationIdInput, (c, i) => c.conversations.get(i.conversation_id)),
+  listConversations: op(ListConversationsInput, (c, i) => c.conversations.list(i.page_id, i.limit)),
+  deleteConversation: op(ConversationIdInput, (c, i) => c.service.deleteConversation(i.conversation_id)),
+  searchEvents: op(SearchEventsInput, async (c, i) => {
+    await c.conversations.require(i.conversation_id);
+    return hasExtraFilters(i) ? searchEventsFiltered(c.events, i.conversation_id, i) : c.events.search(i.conversation_id, i);
   }),
-  askAgent: op(AS.AskAgentInput, async (s, i) => {
-    await s.require(i.conversation_id);
-    if (!s.runtime?.ask) throw new ConflictError('No agent runtime is configured');
-    return { response: await s.runtime.ask(i.conversation_id, i.question) };
+  countEvents: op(CountEventsInput, async (c, i) => {
+    await c.conversations.require(i.conversation_id);
+    return hasExtraFilters(i) ? countEventsFiltered(c.events, i.conversation_id, i) : c.events.count(i.conversation_id, i);
+  }),
+  getEvent: op(GetEventInput, async (c, i) => {
+    await c.conversations.require(i.conversation_id);
+    const ev = await c.events.get(i.conversation_id, i.event_id);
+    if (!ev) throw new NotFoundError('Event not found');
+    return ev;
+  }),
+  run: op(ConversationIdInput, (c, i) => c.service.run(i.conversation_id)),
+  pause: op(ConversationIdInput, (c, i) => c.service.pause(i.conversation_id)),
+  interrupt: op(ConversationIdInput, (c, i) => c.service.interrupt(i.conversation_id)),
+  getMcpStatus: op(ConversationIdInput, async (c, i) => {
+    const config = redactMcpConfig(await c.conversations.mcpConfig(i.conversation_id));
+    return { config: fullMcpConfig(config), servers: await c.agent.mcpStatus(i.conversation_id) };
+  }),
+  getSettings: op(NoInput, (c) => c.settings.publicSettings()),
+  saveSettings: op(SettingsUpdate, (c, i) => c.settings.saveLlmSettings(i)),
+  listSecrets: op(NoInput, (c) => c.settings.listSecrets()),
+  createSecret: op(CreateSecretInput, (c, i) => c.settings.createSecret(i.name, i.value, i.description)),
+  updateSecret: op(UpdateSecretInput, (c, i) => c.settings.updateSecret(i.name, i.value, i.description)),
+  deleteSecret: op(SecretNameInput, (c, i) => c.settings.deleteSecret(i.name)),
+  // OpenHands agent-server shape (@openhands/typescript-client)
+  startConversation: op(AS.StartConversationRequest, (c, i) => agentServer.startConversation(c, i)),
+  searchConversations: op(AS.ConversationSearchQuery, (c, i) => agentServer.searchConversations(c.conversations, i)),
+  countConversations: op(AS.ConversationCountQuery, (c, i) => agentServer.countConversations(c.conversations, i)),
+  getConversations: op(AS.ConversationIdsInput, (c, i) => agentServer.getConversations(c.conversations, i.ids)),
+  updateConversation: op(AS.UpdateConversationInput, (c, i) => agentServer.updateConversation(c, i.conversation_id, i)),
+  agentFinalResponse: op(ConversationIdInput, (c, i) => agentServer.agentFinalResponse(c, i.conversation_id)),
+  setConfirmationPolicy: op(AS.SetConfirmationPolicyInput, (c, i) => agentServer.setConfirmationPolicy(c.conversations, i.conversation_id, i.policy)),
+  updateConversationSecrets: op(AS.UpdateSecretsInput, (c, i) => agentServer.setConversationSecrets(c, i.conversation_id, i.secrets)),
+  condense: op(ConversationIdInput, async (c, i) => {
+    await c.conversations.require(i.conversation_id);
+    return { success: await c.agent.runtime.condense(i.conversation_id) };
+  }),
+  askAgent: op(AS.AskAgentInput, async (c, i) => {
+    await c.conversations.require(i.conversation_id);
+    return { response: await c.agent.runtime.ask(i.conversation_id, i.question) };
   }),
   // workspace side channels (no conversation in the path: the locator finds it)
-  executeBash: op(AS.ExecuteBashRequest, (s, i) => sideChannelsOf(s).executeBash(i)),
-  startBash: op(AS.ExecuteBashRequest, (s, i) => sideChannelsOf(s).startBash(i)),
-  searchBashEvents: op(AS.BashEventSearchQuery, async (s, i) => sideChannelsOf(s).searchBash(i)),
-  getBashEvent: op(AS.BashEventIdInput, async (s, i) => sideChannelsOf(s).getBashEvent(i.event_id)),
-  clearBashEvents: op(NoInput, async (s) => sideChannelsOf(s).bash.clear()),
-  uploadFile: op(AS.WorkspaceUploadInput, (s, i) => sideChannelsOf(s).upload(i)),
-  downloadFile: op(AS.WorkspacePathQuery, (s, i) => sideChannelsOf(s).download(i)),
-  gitChanges: op(AS.WorkspacePathQuery, (s, i) => sideChannelsOf(s).gitChanges(i)),
-  gitDiff: op(AS.WorkspacePathQuery, (s, i) => sideChannelsOf(s).gitDiff(i)),
+  executeBash: op(AS.ExecuteBashRequest, (c, i) => c.sideChannels.executeBash(i)),
+  startBash: op(AS.ExecuteBashRequest, (c, i) => c.sideChannels.startBash(i)),
+  searchBashEvents: op(AS.BashEventSearchQuery, async (c, i) => c.sideChannels.searchBash(i)),
+  getBashEvent: op(AS.BashEventIdInput, async (c, i) => c.sideChannels.getBashEvent(i.event_id)),
+  clearBashEvents: op(NoInput, async (c) => c.sideChannels.bash.clear()),
+  uploadFile: op(AS.WorkspaceUploadInput, (c, i) => c.sideChannels.upload(i)),
+  downloadFile: op(AS.WorkspacePathQuery, (c, i) => c.sideChannels.download(i)),
+  gitChanges: op(AS.WorkspacePathQuery, (c, i) => c.sideChannels.gitChanges(i)),
+  gitDiff: op(AS.WorkspacePathQuery, (c, i) => c.sideChannels.gitDiff(i)),
   listTools: op(NoInput, async () => TOOL_NAMES),
-  respondToConfirmation: op(AS.ConfirmationResponseInput, (s, i) => agentServer.respondToConfirmation(s, i.conversation_id, i.accept, i.reason ?? null)),
+  respondToConfirmation: op(AS.ConfirmationResponseInput, (c, i) => agentServer.respondToConfirmation(c, i.conversation_id, i.accept, i.reason ?? null)),
 };
 export type OperationName = keyof typeof operations;
 
 /** Validate with the operation's schema (throws the ZodError) and run its handler. */
-export function runOperation(service: ConversationService, name: OperationName, raw: unknown): Promise<unknown> {
-  const o = operations[name] as { input: z.ZodType; handler: (s: ConversationService, i: unknown) => Promise<unknown> };
+export function runOperation(core: Core, name: OperationName, raw: unknown): Promise<unknown> {
+  const o = operations[name] as { input: z.ZodType; handler: (c: Core, i: unknown) => Promise<unknown> };
   const parsed = o.input.safeParse(raw);
   if (!parsed.success) return Promise.reject(parsed.error);
-  return o.handler(service, parsed.data);
+  return o.handler(core, parsed.data);
 }
 
 const O = operations;
 export const appRouter = router({
-  createConversation: procedure.input(O.createConversation.input).mutation(({ ctx, input }) => O.createConversation.handler(ctx.service, input)),
-  sendMessage: procedure.input(O.sendMessage.input).mutation(({ ctx, input }) => O.sendMessage.handler(ctx.service, input)),
-  addGitProviders: procedure.input(O.addGitProviders.input).mutation(({ ctx, input }) => O.addGitProviders.handler(ctx.service, input)),
-  getConversation: procedure.input(O.getConversation.input).query(({ ctx, input }) => O.getConversation.handler(ctx.service, input)),
-  listConversations: procedure.input(O.listConversations.input).query(({ ctx, input }) => O.listConversations.handler(ctx.service, input)),
-  deleteConversation: procedure.input(O.deleteConversation.input).mutation(({ ctx, input }) => O.deleteConversation.handler(ctx.service, input)),
-  searchEvents: procedure.input(O.searchEvents.input).query(({ ctx, input }) => O.searchEvents.handler(ctx.service, input)),
-  countEvents: procedure.input(O.countEvents.input).query(({ ctx, input }) => O.countEvents.handler(ctx.service, input)),
-  getEvent: procedure.input(O.getEvent.input).query(({ ctx, input }) => O.getEvent.handler(ctx.service, input)),
-  run: procedure.input(O.run.input).mutation(({ ctx, input }) => O.run.handler(ctx.service, input)),
-  pause: procedure.input(O.pause.input).mutation(({ ctx, input }) => O.pause.handler(ctx.service, input)),
-  interrupt: procedure.input(O.interrupt.input).mutation(({ ctx, input }) => O.interrupt.handler(ctx.service, input)),
-  getMcpStatus: procedure.input(O.getMcpStatus.input).query(({ ctx, input }) => O.getMcpStatus.handler(ctx.service, input)),
-  getSettings: procedure.query(({ ctx }) => O.getSettings.handler(ctx.service, undefined)),
-  saveSettings: procedure.input(O.saveSettings.input).mutation(({ ctx, input }) => O.saveSettings.handler(ctx.service, input)),
-  listSecrets: procedure.query(({ ctx }) => O.listSecrets.handler(ctx.service, undefined)),
-  createSecret: procedure.input(O.createSecret.input).mutation(({ ctx, input }) => O.createSecret.handler(ctx.service, input)),
-  updateSecret: procedure.input(O.updateSecret.input).mutation(({ ctx, input }) => O.updateSecret.handler(ctx.service, input)),
-  deleteSecret: procedure.input(O.deleteSecret.input).mutation(({ ctx, input }) => O.deleteSecret.handler(ctx.service, input)),
-  startConversation: procedure.input(O.startConversation.input).mutation(({ ctx, input }) => O.startConversation.handler(ctx.service, input)),
-  searchConversations: procedure.input(O.searchConversations.input).query(({ ctx, input }) => O.searchConversations.handler(ctx.service, input)),
-  countConversations: procedure.input(O.countConversations.input).query(({ ctx, input }) => O.countConversations.handler(ctx.service, input)),
-  getConversations: procedure.input(O.getConversations.input).query(({ ctx, input }) => O.getConversations.handler(ctx.service, input)),
-  updateConversation: procedure.input(O.updateConversation.input).mutation(({ ctx, input }) => O.updateConversation.handler(ctx.service, input)),
-  agentFinalResponse: procedure.input(O.agentFinalResponse.input).query(({ ctx, input }) => O.agentFinalResponse.handler(ctx.service, input)),
-  setConfirmationPolicy: procedure.input(O.setConfirmationPolicy.input).mutation(({ ctx, input }) => O.setConfirmationPolicy.handler(ctx.service, input)),
-  updateConversationSecrets: procedure.input(O.updateConversationSecrets.input).mutation(({ ctx, input }) => O.updateConversationSecrets.handler(ctx.service, input)),
-  condense: procedure.input(O.condense.input).mutation(({ ctx, input }) => O.condense.handler(ctx.service, input)),
-  askAgent: procedure.input(O.askAgent.input).mutation(({ ctx, input }) => O.askAgent.handler(ctx.service, input)),
-  executeBash: procedure.input(O.executeBash.input).mutation(({ ctx, input }) => O.executeBash.handler(ctx.service, input)),
-  startBash: procedure.input(O.startBash.input).mutation(({ ctx, input }) => O.startBash.handler(ctx.service, input)),
-  searchBashEvents: procedure.input(O.searchBashEvents.input).query(({ ctx, input }) => O.searchBashEvents.handler(ctx.service, input)),
-  getBashEvent: procedure.input(O.getBashEvent.input).query(({ ctx, input }) => O.getBashEvent.handler(ctx.service, input)),
-  clearBashEvents: procedure.mutation(({ ctx }) => O.clearBashEvents.handler(ctx.service, undefined)),
-  gitChanges: procedure.input(O.gitChanges.input).query(({ ctx, input }) => O.gitChanges.handler(ctx.service, input)),
-  gitDiff: procedure.input(O.gitDiff.input).query(({ ctx, input }) => O.gitDiff.handler(ctx.service, input)),
-  listTools: procedure.query(({ ctx }) => O.listTools.handler(ctx.service, undefined)),
-  respondToConfirmation: procedure.input(O.respondToConfirmation.input).mutation(({ ctx, input }) => O.respondToConfirmation.handler(ctx.service, input)),
+  createConversation: procedure.input(O.createConversation.input).mutation(({ ctx, input }) => O.createConversation.handler(ctx.core, input)),
+  sendMessage: procedure.input(O.sendMessage.input).mutation(({ ctx, input }) => O.sendMessage.handler(ctx.core, input)),
+  addGitProviders: procedure.input(O.addGitProviders.input).mutation(({ ctx, input }) => O.addGitProviders.handler(ctx.core, input)),
+  getConversation: procedure.input(O.getConversation.input).query(({ ctx, input }) => O.getConversation.handler(ctx.core, input)),
+  listConversations: procedure.input(O.listConversations.input).query(({ ctx, input }) => O.listConversations.handler(ctx.core, input)),
+  deleteConversation: procedure.input(O.deleteConversation.input).mutation(({ ctx, input }) => O.deleteConversation.handler(ctx.core, input)),
+  searchEvents: procedure.input(O.searchEvents.input).query(({ ctx, input }) => O.searchEvents.handler(ctx.core, input)),
+  countEvents: procedure.input(O.countEvents.input).query(({ ctx, input }) => O.countEvents.handler(ctx.core, input)),
+  getEvent: procedure.input(O.getEvent.input).query(({ ctx, input }) => O.getEvent.handler(ctx.core, input)),
+  run: procedure.input(O.run.input).mutation(({ ctx, input }) => O.run.handler(ctx.core, input)),
+  pause: procedure.input(O.pause.input).mutation(({ ctx, input }) => O.pause.handler(ctx.core, input)),
+  interrupt: procedure.input(O.interrupt.input).mutation(({ ctx, input }) => O.interrupt.handler(ctx.core, input)),
+  getMcpStatus: procedure.input(O.getMcpStatus.input).query(({ ctx, input }) => O.getMcpStatus.handler(ctx.core, input)),
+  getSettings: procedure.query(({ ctx }) => O.getSettings.handler(ctx.core, undefined)),
+  saveSettings: procedure.input(O.saveSettings.input).mutation(({ ctx, input }) => O.saveSettings.handler(ctx.core, input)),
+  listSecrets: procedure.query(({ ctx }) => O.listSecrets.handler(ctx.core, undefined)),
+  createSecret: procedure.input(O.createSecret.input).mutation(({ ctx, input }) => O.createSecret.handler(ctx.core, input)),
+  updateSecret: procedure.input(O.updateSecret.input).mutation(({ ctx, input }) => O.updateSecret.handler(ctx.core, input)),
+  deleteSecret: procedure.input(O.deleteSecret.input).mutation(({ ctx, input }) => O.deleteSecret.handler(ctx.core, input)),
+  startConversation: procedure.input(O.startConversation.input).mutation(({ ctx, input }) => O.startConversation.handler(ctx.core, input)),
+  searchConversations: procedure.input(O.searchConversations.input).query(({ ctx, input }) => O.searchConversations.handler(ctx.core, input)),
+  countConversations: procedure.input(O.countConversations.input).query(({ ctx, input }) => O.countConversations.handler(ctx.core, input)),
+  getConversations: procedure.input(O.getConversations.input).query(({ ctx, input }) => O.getConversations.handler(ctx.core, input)),
+  updateConversation: procedure.input(O.updateConversation.input).mutation(({ ctx, input }) => O.updateConversation.handler(ctx.core, input)),
+  agentFinalResponse: procedure.input(O.agentFinalResponse.input).query(({ ctx, input }) => O.agentFinalResponse.handler(ctx.core, input)),
+  setConfirmationPolicy: procedure.input(O.setConfirmationPolicy.input).mutation(({ ctx, input }) => O.setConfirmationPolicy.handler(ctx.core, input)),
+  updateConversationSecrets: procedure.input(O.updateConversationSecrets.input).mutation(({ ctx, input }) => O.updateConversationSecrets.handler(ctx.core, input)),
+  condense: procedure.input(O.condense.input).mutation(({ ctx, input }) => O.condense.handler(ctx.core, input)),
+  askAgent: procedure.input(O.askAgent.input).mutation(({ ctx, input }) => O.askAgent.handler(ctx.core, input)),
+  executeBash: procedure.input(O.executeBash.input).mutation(({ ctx, input }) => O.executeBash.handler(ctx.core, input)),
+  startBash: procedure.input(O.startBash.input).mutation(({ ctx, input }) => O.startBash.handler(ctx.core, input)),
+  searchBashEvents: procedure.input(O.searchBashEvents.input).query(({ ctx, input }) => O.searchBashEvents.handler(ctx.core, input)),
+  getBashEvent: procedure.input(O.getBashEvent.input).query(({ ctx, input }) => O.getBashEvent.handler(ctx.core, input)),
+  clearBashEvents: procedure.mutation(({ ctx }) => O.clearBashEvents.handler(ctx.core, undefined)),
+  gitChanges: procedure.input(O.gitChanges.input).query(({ ctx, input }) => O.gitChanges.handler(ctx.core, input)),
+  gitDiff: procedure.input(O.gitDiff.input).query(({ ctx, input }) => O.gitDiff.handler(ctx.core, input)),
+  listTools: procedure.query(({ ctx }) => O.listTools.handler(ctx.core, undefined)),
+  respondToConfirmation: procedure.input(O.respondToConfirmation.input).mutation(({ ctx, input }) => O.respondToConfirmation.handler(ctx.core, input)),
 
   /**
    * The conversation's events: every event with seq > after_seq (when given), then live ones.
@@ -144,11 +156,11 @@ export const appRouter = router({
    */
   events: procedure.input(SubscribeInput).subscription(async function* ({ ctx, input, signal }) {
     const id = input.conversation_id;
-    await ctx.service.require(id);
+    await ctx.core.conversations.require(id);
     const queue: EncodedEvent[] = [];
     let wake: (() => void) | null = null;
     let overflowed = false;
-    const feed = new EventFeed(ctx.service.bus, ctx.service.store, id, {
+    const feed = ctx.core.events.follow(id, {
       send(ev) {
         queue.push(ev);
         wake?.();

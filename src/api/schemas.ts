@@ -3,22 +3,16 @@
  * all come from these zod objects. Component names (`.meta({ id })`) follow the interface document.
  */
 import { z } from 'zod';
+import { ConversationInfo } from '../conversation/conversations.js';
 import { Event, EventSource, MESSAGE_ROLES } from '../events/schema.js';
+import { McpConfig } from '../tools/mcp/config.js';
+import { GIT_PROVIDERS } from '../workspace/providers.js';
+import { TASK_TYPES } from '../workspace/tasks.js';
 import { imageUrlProblem } from '../llm/image-url-rule.js';
 import { EventFilterExtras } from './event-filters.js';
 
-export const ROLES = MESSAGE_ROLES;
-export const PROVIDERS = ['github', 'gitlab', 'bitbucket', 'enterprise_sso'] as const;
-export const EXECUTION_STATUSES = [
-  'idle',
-  'running',
-  'paused',
-  'waiting_for_confirmation',
-  'finished',
-  'error',
-  'stuck',
-] as const;
-export const TASK_TYPES = ['MERGE_CONFLICTS', 'FAILING_CHECKS', 'UNRESOLVED_COMMENTS', 'OPEN_ISSUE'] as const;
+// shapes the core defines (the API validates with them or documents them)
+export { ConversationInfo, McpConfig };
 
 const UUID_RE = /^(?:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|[0-9a-fA-F]{32})$/;
 
@@ -58,7 +52,7 @@ export const ContentItem = z.union([TextContent, ImageContent]);
 
 export const SendMessageRequest = z
   .object({
-    role: z.enum(ROLES).default('user'),
+    role: z.enum(MESSAGE_ROLES).default('user'),
     content: z.array(ContentItem).default([]),
     run: z.boolean().default(false).meta({ description: 'Whether the agent loop should automatically run if not running' }),
   })
@@ -81,31 +75,8 @@ export const HTTPValidationError = z
 
 export const ErrorDetail = z.object({ detail: z.string() }).meta({ id: 'ErrorDetail', title: 'ErrorDetail' });
 
-const HttpUrl = z.string().regex(/^https?:\/\/[^\s]+$/i, { error: 'URL must start with http:// or https://' });
-
-export const McpSseServer = z.strictObject({ url: HttpUrl, api_key: z.string().nullish() });
-export const McpShttpServer = z.strictObject({
-  url: HttpUrl,
-  api_key: z.string().nullish(),
-  timeout: z.number().positive().max(3600).nullish(),
-});
-export const McpStdioServer = z.strictObject({
-  name: z.string().regex(/^[A-Za-z0-9_-]+$/, { error: 'name must match ^[A-Za-z0-9_-]+$' }),
-  command: z.string().min(1),
-  args: z.array(z.string()).default([]),
-  env: z.record(z.string(), z.string()).default({}),
-});
-export const McpConfig = z
-  .strictObject({
-    sse_servers: z.array(McpSseServer).default([]),
-    stdio_servers: z.array(McpStdioServer).default([]),
-    shttp_servers: z.array(McpShttpServer).default([]),
-  })
-  .meta({ id: 'MCPConfig', title: 'MCPConfig', description: 'Configuration for MCP (Message Control Protocol) settings.' });
-export type McpConfig = z.output<typeof McpConfig>;
-
 export const SuggestedTask = z.strictObject({
-  git_provider: z.enum(PROVIDERS).nullish(),
+  git_provider: z.enum(GIT_PROVIDERS).nullish(),
   task_type: z.enum(TASK_TYPES).nullish(),
   repo: z.string().min(1),
   issue_number: z.number().int(),
@@ -113,14 +84,14 @@ export const SuggestedTask = z.strictObject({
 });
 export const CreateMicroagent = z.strictObject({
   repo: z.string().min(1),
-  git_provider: z.enum(PROVIDERS).nullish(),
+  git_provider: z.enum(GIT_PROVIDERS).nullish(),
   title: z.string().nullish(),
 });
 
 export const NewConversationRequest = z
   .strictObject({
     repository: z.string().nullish(),
-    git_provider: z.enum(PROVIDERS).nullish(),
+    git_provider: z.enum(GIT_PROVIDERS).nullish(),
     selected_branch: z.string().nullish(),
     initial_user_msg: z.string().nullish(),
     image_urls: z.array(ImageUrl).nullish(),
@@ -150,7 +121,7 @@ export const ProviderToken = z.strictObject({
 });
 export const AddGitProvidersRequest = z
   .strictObject({
-    provider_tokens: z.partialRecord(z.enum(PROVIDERS), ProviderToken).default({}),
+    provider_tokens: z.partialRecord(z.enum(GIT_PROVIDERS), ProviderToken).default({}),
     mcp_config: McpConfig.nullish(),
   })
   .meta({ id: 'POSTProviderModel', title: 'POSTProviderModel' });
@@ -163,25 +134,6 @@ export const ListConversationsInput = z.object({
   page_id: z.string().nullish(),
   limit: Limit,
 });
-
-export const ConversationInfo = z
-  .object({
-    conversation_id: z.string(),
-    id: z.string(),
-    title: z.string().nullable(),
-    created_at: z.string(),
-    updated_at: z.string(),
-    execution_status: z.enum(EXECUTION_STATUSES),
-    conversation_status: z.string(),
-    status: z.string(),
-    selected_repository: z.string().nullable(),
-    selected_branch: z.string().nullable(),
-    git_provider: z.string().nullable(),
-    last_seq: z.number().int(),
-    setup: z.unknown().optional(),
-    mcp_config: z.unknown().optional(),
-  })
-  .meta({ id: 'ConversationInfo', title: 'ConversationInfo' });
 
 export const ConversationPage = z
   .object({ items: z.array(ConversationInfo), next_page_id: z.string().nullable() })

@@ -1,9 +1,9 @@
 import { initTRPC, TRPCError } from '@trpc/server';
 import { ConflictError, NotFoundError, PayloadTooLargeError, RequestValidationError } from '../errors.js';
-import type { ConversationService } from '../conversation/service.js';
+import type { Core } from '../core.js';
 
 export interface Context {
-  service: ConversationService;
+  core: Core;
 }
 
 const t = initTRPC.context<Context>().create({

@@ -2,7 +2,7 @@
  * OpenHands' agent-server shape on top of the conversation service: the create request that
  * `@openhands/typescript-client` sends, the conversation info fields it reads (agent, workspace,
  * confirmation policy, stats…), conversation search, title/tags, conversation secrets, the final
- * response. Knows no HTTP; the router calls these with the service.
+ * response. Knows no HTTP; the router calls these with the core's parts, the agent the ones it uses.
  *
  * What the client says about the host is never trusted: `workspace.working_dir` is recorded as
  * the name the client gave the workspace, and the conversation gets its own directory like every
@@ -15,7 +15,11 @@ import { ConflictError, RequestValidationError } from '../errors.js';
 import type { ParleyEvent } from '../events/types.js';
 import type { ConversationRecord } from '../store/types.js';
 import { workspacePath } from '../workspace/workspace.js';
-import { deriveTitle, type ConversationService } from './service.js';
+import type { Core } from '../core.js';
+import type { Settings } from '../secrets/settings.js';
+import type { Conversations } from './conversations.js';
+import type { AgentRuntime } from './runtime.js';
+import { deriveTitle } from './service.js';
 
 /** Where the service's conversations live and what the server's LLM is (for the info's `agent`). */
 export interface AgentServerContext {
@@ -61,16 +65,15 @@ export function parleyModel(model: string, baseUrl: string | null | undefined): 
 // ---- create ---------------------------------------------------------------------------------
 
 /** `POST /api/conversations` with the agent-server body: create (or return, for a known `conversation_id`) and answer with the info. */
-export async function startConversation(service: ConversationService, req: StartConversationRequest) {
-  if (req.conversation_id && (await service.load(req.conversation_id))) return service.getConversation(req.conversation_id);
+export async function startConversation(c: Core, req: StartConversationRequest) {
+  if (req.conversation_id && (await c.conversations.load(req.conversation_id))) return c.conversations.get(req.conversation_id);
   const llm = req.agent?.llm;
   const data: Data = {};
   if (llm && (llm.model || llm.api_key || llm.base_url)) {
-    if (llm.api_key) service.redactor.add(llm.api_key);
     data.llm = {
       model: llm.model ? parleyModel(llm.model, llm.base_url) : null,
       base_url: llm.base_url ?? null,
-      api_key_sealed: llm.api_key ? service.box.encrypt(llm.api_key) : null,
+      api_key_sealed: llm.api_key ? c.settings.seal(llm.api_key) : null,
     } satisfies StoredLlm;
   }
   if (req.max_iterations) data.max_iterations = req.max_iterations;
@@ -78,18 +81,18 @@ export async function startConversation(service: ConversationService, req: Start
   if (req.confirmation_policy) data.confirmation_policy = req.confirmation_policy;
   if (req.tags) data.tags = req.tags;
   if (req.workspace?.working_dir) data.declared_working_dir = req.workspace.working_dir;
-  const created = await service.createConversation({ conversation_id: req.conversation_id ?? crypto.randomUUID() });
+  const created = await c.service.createConversation({ conversation_id: req.conversation_id ?? crypto.randomUUID() });
   const id = created.conversation_id;
-  await service.updateData(id, data);
-  if (req.secrets) await setConversationSecrets(service, id, req.secrets);
+  await c.conversations.updateData(id, data);
+  if (req.secrets) await setConversationSecrets(c, id, req.secrets);
   const msg = req.initial_message;
   if (msg && msg.content.length) {
     const text = msg.content.flatMap((c) => (c.type === 'text' ? [c.text] : [])).join('\n');
     const title = deriveTitle({ initial_user_msg: text });
-    if (title) await service.setTitle(id, service.redactor.redact(title));
-    await service.sendMessage(id, { role: msg.role, content: msg.content, run: msg.run });
+    if (title) await c.conversations.setTitle(id, c.redactor.redact(title));
+    await c.service.sendMessage(id, { role: msg.role, content: msg.content, run: msg.run });
   }
-  return service.getConversation(id);
+  return c.conversations.get(id);
 }
 
 // ---- the info's agent-server fields ---------------------------------------------------------------
@@ -130,16 +133,15 @@ export function agentServerInfo(record: ConversationRecord, ctx: AgentServerCont
 // ---- per-conversation settings used by the agent --------------------------------------------------
 
 /** The conversation's own LLM (from `agent.llm`), key decrypted; null fields fall back to the server's. */
-export async function conversationLlm(service: ConversationService, id: string): Promise<{ model: string | null; baseUrl: string | null; apiKey: string | null } | null> {
-  const own = (await service.require(id)).record.data.llm as StoredLlm | undefined;
+export async function conversationLlm(conversations: Conversations, settings: Settings, id: string): Promise<{ model: string | null; baseUrl: string | null; apiKey: string | null } | null> {
+  const own = (await conversations.require(id)).record.data.llm as StoredLlm | undefined;
   if (!own) return null;
-  const apiKey = own.api_key_sealed ? service.box.decrypt(own.api_key_sealed) : null;
-  service.redactor.add(apiKey);
+  const apiKey = settings.unseal(own.api_key_sealed);
   return { model: own.model, baseUrl: own.base_url, apiKey };
 }
 
-export async function conversationLimits(service: ConversationService, id: string): Promise<{ maxIterations: number | null; stuckDetection: boolean; confirm: boolean }> {
-  const d = (await service.require(id)).record.data;
+export async function conversationLimits(conversations: Conversations, id: string): Promise<{ maxIterations: number | null; stuckDetection: boolean; confirm: boolean }> {
+  const d = (await conversations.require(id)).record.data;
   const policy = d.confirmation_policy as ConfirmationPolicy | undefined;
   return {
     maxIterations: (d.max_iterations as number | undefined) ?? null,
@@ -150,11 +152,11 @@ export async function conversationLimits(service: ConversationService, id: strin
 }
 
 /** Adds an LLM call's token counts to the conversation's usage (shown as `stats`). */
-export async function recordUsage(service: ConversationService, id: string, u: { inputTokens?: number; outputTokens?: number; cacheReadTokens?: number; cacheWriteTokens?: number }): Promise<void> {
-  const conv = await service.load(id);
+export async function recordUsage(conversations: Conversations, id: string, u: { inputTokens?: number; outputTokens?: number; cacheReadTokens?: number; cacheWriteTokens?: number }): Promise<void> {
+  const conv = await conversations.load(id);
   if (!conv) return;
   const cur = (conv.record.data.usage as Usage | undefined) ?? { prompt_tokens: 0, completion_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0 };
-  await service.updateData(id, {
+  await conversations.updateData(id, {
     usage: {
       prompt_tokens: cur.prompt_tokens + (u.inputTokens ?? 0),
       completion_tokens: cur.completion_tokens + (u.outputTokens ?? 0),
@@ -169,40 +171,39 @@ export async function recordUsage(service: ConversationService, id: string, u: {
 type SecretInput = string | { value: string; description?: string | null };
 
 /** Merges secrets into the conversation's (encrypted at rest, masked everywhere, exported to its shell). */
-export async function setConversationSecrets(service: ConversationService, id: string, secrets: Record<string, SecretInput>) {
-  const conv = await service.require(id);
+export async function setConversationSecrets(c: Pick<Core, 'conversations' | 'settings'>, id: string, secrets: Record<string, SecretInput>) {
+  const conv = await c.conversations.require(id);
   const sealed = { ...((conv.record.data.secrets_sealed as Record<string, string> | undefined) ?? {}) };
   for (const [name, s] of Object.entries(secrets)) {
     const value = typeof s === 'string' ? s : s.value;
-    service.redactor.add(value);
-    sealed[name] = service.box.encrypt(value);
+    sealed[name] = c.settings.seal(value);
   }
-  await service.updateData(id, { secrets_sealed: sealed });
+  await c.conversations.updateData(id, { secrets_sealed: sealed });
   return { success: true as const };
 }
 
-export async function conversationSecretValues(service: ConversationService, id: string): Promise<Record<string, string>> {
-  const sealed = ((await service.require(id)).record.data.secrets_sealed as Record<string, string> | undefined) ?? {};
+export async function conversationSecretValues(conversations: Conversations, settings: Settings, id: string): Promise<Record<string, string>> {
+  const sealed = ((await conversations.require(id)).record.data.secrets_sealed as Record<string, string> | undefined) ?? {};
   const out: Record<string, string> = {};
   for (const [name, s] of Object.entries(sealed)) {
-    out[name] = service.box.decrypt(s);
-    service.redactor.add(out[name]);
+    const value = settings.unseal(s);
+    if (value !== null) out[name] = value;
   }
   return out;
 }
 
 // ---- conversation-level operations ---------------------------------------------------------------
 
-type ConversationInfo = Awaited<ReturnType<ConversationService['getConversation']>>;
+type ConversationInfo = Awaited<ReturnType<Conversations['get']>>;
 
 type SortOrder = 'CREATED_AT' | 'UPDATED_AT' | 'CREATED_AT_DESC' | 'UPDATED_AT_DESC';
 
 /** Every conversation's record (newest first), read page by page from the store. */
-export async function allRecords(service: ConversationService): Promise<ConversationRecord[]> {
+export async function allRecords(conversations: Conversations): Promise<ConversationRecord[]> {
   const out: ConversationRecord[] = [];
   let cursor: { created_at: string; id: string } | null = null;
   for (;;) {
-    const rows = await service.store.listConversations(500, cursor);
+    const rows = await conversations.records(500, cursor);
     out.push(...rows);
     if (rows.length < 500) return out;
     const last = rows[rows.length - 1]!;
@@ -210,8 +211,8 @@ export async function allRecords(service: ConversationService): Promise<Conversa
   }
 }
 
-function matches(r: ConversationRecord, status: string | null | undefined, tag: string | null | undefined, service: ConversationService): boolean {
-  if (status && (service.status(r.id) ?? r.execution_status) !== status) return false;
+function matches(r: ConversationRecord, status: string | null | undefined, tag: string | null | undefined, conversations: Conversations): boolean {
+  if (status && (conversations.status(r.id) ?? r.execution_status) !== status) return false;
   if (tag) {
     // `key=value` or `key`
     const [k, v] = tag.split('=', 2) as [string, string | undefined];
@@ -223,7 +224,7 @@ function matches(r: ConversationRecord, status: string | null | undefined, tag: 
 
 /** `GET /api/conversations/search`: filtered by status (and tag), sorted, paged by offset. */
 export async function searchConversations(
-  service: ConversationService,
+  conversations: Conversations,
   q: { page_id?: string | null; limit: number; status?: string | null; sort_order: SortOrder; tag?: string | null },
 ): Promise<{ items: ConversationInfo[]; next_page_id: string | null }> {
   let start = 0;
@@ -235,45 +236,45 @@ export async function searchConversations(
   }
   const key = q.sort_order.startsWith('UPDATED') ? 'updated_at' : 'created_at';
   const desc = q.sort_order.endsWith('_DESC');
-  const rows = (await allRecords(service)).filter((r) => matches(r, q.status, q.tag, service));
+  const rows = (await allRecords(conversations)).filter((r) => matches(r, q.status, q.tag, conversations));
   rows.sort((a, b) => (a[key] < b[key] ? -1 : a[key] > b[key] ? 1 : a.id < b.id ? -1 : 1) * (desc ? -1 : 1));
   const page = rows.slice(start, start + q.limit);
   const items: ConversationInfo[] = [];
-  for (const r of page) items.push(await service.getConversation(r.id));
+  for (const r of page) items.push(await conversations.get(r.id));
   return { items, next_page_id: start + q.limit < rows.length ? String(start + q.limit) : null };
 }
 
-export async function countConversations(service: ConversationService, q: { status?: string | null; tag?: string | null }): Promise<number> {
-  return (await allRecords(service)).filter((r) => matches(r, q.status, q.tag, service)).length;
+export async function countConversations(conversations: Conversations, q: { status?: string | null; tag?: string | null }): Promise<number> {
+  return (await allRecords(conversations)).filter((r) => matches(r, q.status, q.tag, conversations)).length;
 }
 
 /** `GET /api/conversations?ids=…`: in the order asked, null for an unknown id. */
-export async function getConversations(service: ConversationService, ids: string[]): Promise<(ConversationInfo | null)[]> {
+export async function getConversations(conversations: Conversations, ids: string[]): Promise<(ConversationInfo | null)[]> {
   const out: (ConversationInfo | null)[] = [];
-  for (const id of ids) out.push((await service.load(id)) ? await service.getConversation(id) : null);
+  for (const id of ids) out.push((await conversations.load(id)) ? await conversations.get(id) : null);
   return out;
 }
 
 /** `PATCH /api/conversations/{id}`: title and/or tags. */
-export async function updateConversation(service: ConversationService, id: string, patch: { title?: string | null; tags?: Record<string, string> | null }) {
-  await service.require(id);
-  if (patch.title !== undefined && patch.title !== null) await service.setTitle(id, service.redactor.redact(patch.title));
-  if (patch.tags !== undefined) await service.updateData(id, { tags: patch.tags ?? {} });
+export async function updateConversation(c: Pick<Core, 'conversations' | 'redactor'>, id: string, patch: { title?: string | null; tags?: Record<string, string> | null }) {
+  await c.conversations.require(id);
+  if (patch.title !== undefined && patch.title !== null) await c.conversations.setTitle(id, c.redactor.redact(patch.title));
+  if (patch.tags !== undefined) await c.conversations.updateData(id, { tags: patch.tags ?? {} });
   return { success: true as const };
 }
 
-export async function setConfirmationPolicy(service: ConversationService, id: string, policy: ConfirmationPolicy) {
-  await service.require(id);
-  await service.updateData(id, { confirmation_policy: policy });
+export async function setConfirmationPolicy(conversations: Conversations, id: string, policy: ConfirmationPolicy) {
+  await conversations.require(id);
+  await conversations.updateData(id, { confirmation_policy: policy });
   return { success: true as const };
 }
 
 /** The text of the agent's last answer: its finish message, else its last message. */
-export async function agentFinalResponse(service: ConversationService, id: string): Promise<{ response: string }> {
-  await service.require(id);
+export async function agentFinalResponse(c: Pick<Core, 'conversations' | 'events'>, id: string): Promise<{ response: string }> {
+  await c.conversations.require(id);
   let before: number | null = null;
   for (;;) {
-    const page: ParleyEvent[] = await service.store.query(id, { desc: true, limit: 200, beforeSeq: before, source: 'agent' });
+    const page: ParleyEvent[] = await c.events.query(id, { desc: true, limit: 200, beforeSeq: before, source: 'agent' });
     for (const e of page) {
       if (e.kind === 'ActionEvent' && e.action?.kind === 'FinishAction') return { response: e.action.message };
       if (e.kind === 'MessageEvent' && e.llm_message.role === 'assistant') {
@@ -285,8 +286,8 @@ export async function agentFinalResponse(service: ConversationService, id: strin
   }
 }
 
-export function requireStatus(service: ConversationService, id: string, allowed: readonly string[], what: string): void {
-  const status = service.status(id);
+export function requireStatus(conversations: Conversations, id: string, allowed: readonly string[], what: string): void {
+  const status = conversations.status(id);
   if (!status || !allowed.includes(status)) throw new ConflictError(`${what}: the conversation is ${status ?? 'not loaded'}`);
 }
 
@@ -294,10 +295,11 @@ export function requireStatus(service: ConversationService, id: string, allowed:
  * `POST …/events/respond_to_confirmation`: the actions waiting for confirmation run (accept) or are
  * answered with a UserRejectObservation each (reject). Only while the conversation waits for one.
  */
-export async function respondToConfirmation(service: ConversationService, id: string, accept: boolean, reason: string | null) {
-  await service.require(id);
-  if (service.status(id) !== 'waiting_for_confirmation') throw new ConflictError('No action is waiting for confirmation');
-  if (!service.runtime?.confirm) throw new ConflictError('No agent runtime is configured');
-  await service.runtime.confirm(id, accept, reason);
+export async function respondToConfirmation(c: Pick<Core, 'conversations' | 'agent'>, id: string, accept: boolean, reason: string | null) {
+  await c.conversations.require(id);
+  if (c.conversations.status(id) !== 'waiting_for_confirmation') throw new ConflictError('No action is waiting for confirmation');
+  const runtime: AgentRuntime = c.agent.runtime;
+  if (!runtime.confirm) throw new ConflictError('This agent runtime does not run actions that wait for confirmation');
+  await runtime.confirm(id, accept, reason);
   return { success: true as const };
 }

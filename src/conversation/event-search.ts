@@ -4,9 +4,8 @@
  * rest is checked here page by page, so every store (SQLite, PostgreSQL) serves it unchanged. Not
  * the hot path: a search with these filters reads the conversation's events up to the page it fills.
  */
+import { seqPageStart, type EventLog } from '../events/log.js';
 import type { ParleyEvent } from '../events/types.js';
-import { RequestValidationError } from '../errors.js';
-import type { ConversationService } from './service.js';
 
 export interface EventFilters {
   kind?: string | null;
@@ -43,21 +42,11 @@ function predicate(q: EventFilters): (e: ParleyEvent) => boolean {
 
 const SCAN = 500;
 
-/** An event page id is the seq the page starts at; anything else is a 422. */
-export function seqPageStart(pageId: string | null | undefined): number | null {
-  if (!pageId) return null;
-  if (!/^\d+$/.test(pageId)) {
-    throw new RequestValidationError([{ type: 'value_error', loc: ['query', 'page_id'], msg: 'Value error, page_id is not a page id returned by this endpoint', input: pageId }]);
-  }
-  return Number(pageId);
-}
-
 export async function searchEventsFiltered(
-  service: ConversationService,
+  events: EventLog,
   id: string,
   q: EventFilters & { page_id?: string | null; limit: number; sort_order: 'TIMESTAMP' | 'TIMESTAMP_DESC' },
 ): Promise<{ items: ParleyEvent[]; next_page_id: string | null }> {
-  await service.require(id);
   const desc = q.sort_order === 'TIMESTAMP_DESC';
   const start = seqPageStart(q.page_id);
   const keep = predicate(q);
@@ -65,7 +54,7 @@ export async function searchEventsFiltered(
   let after = desc ? (q.after_seq ?? null) : Math.max(q.after_seq ?? 0, start !== null ? start - 1 : 0);
   let before = desc && start !== null ? start + 1 : null;
   for (;;) {
-    const page = await service.store.query(id, { kind: q.kind, source: q.source, desc, limit: SCAN, afterSeq: after, beforeSeq: before });
+    const page = await events.query(id, { kind: q.kind, source: q.source, desc, limit: SCAN, afterSeq: after, beforeSeq: before });
     for (const e of page) {
       if (!keep(e)) continue;
       out.push(e);
@@ -78,13 +67,12 @@ export async function searchEventsFiltered(
   }
 }
 
-export async function countEventsFiltered(service: ConversationService, id: string, q: EventFilters): Promise<number> {
-  await service.require(id);
+export async function countEventsFiltered(events: EventLog, id: string, q: EventFilters): Promise<number> {
   const keep = predicate(q);
   let n = 0;
   let after = q.after_seq ?? 0;
   for (;;) {
-    const page = await service.store.query(id, { kind: q.kind, source: q.source, limit: SCAN, afterSeq: after });
+    const page = await events.query(id, { kind: q.kind, source: q.source, limit: SCAN, afterSeq: after });
     for (const e of page) if (keep(e)) n++;
     if (page.length < SCAN) return n;
     after = page[page.length - 1]!.seq!;

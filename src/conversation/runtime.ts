@@ -30,5 +30,8 @@ export interface PrepareOptions {
 /** Background work after creation (workspace, clone, setup script, replay). */
 export interface ConversationPreparer {
   prepare(conversationId: string, opts?: PrepareOptions): Promise<void>;
-  dispose?(conversationId: string): Promise<void>;
+  /** The conversation is being deleted: a replay under way stops now (before its shell is closed). */
+  stop(conversationId: string): void;
+  /** The conversation is deleted and its runtime disposed: remove its workspace. */
+  dispose(conversationId: string): Promise<void>;
 }

@@ -15,7 +15,9 @@ import { gitChanges, gitDiff } from '../workspace/git-changes.js';
 import type { GitRunOptions } from '../workspace/git-process.js';
 import { createWorkspace } from '../workspace/workspace.js';
 import { conversationSecretValues } from './agent-server.js';
-import type { ConversationService } from './service.js';
+import type { Redactor } from '../secrets/redact.js';
+import type { Settings } from '../secrets/settings.js';
+import type { Conversations } from './conversations.js';
 import { locateWorkspacePath } from './workspace-locator.js';
 
 /** How the side channels reach a conversation's workspace: path confinement and process start. */
@@ -43,15 +45,17 @@ export class SideChannels {
   readonly bash: BashCommands;
 
   constructor(
-    private readonly service: ConversationService,
+    private readonly conversations: Conversations,
+    private readonly settings: Settings,
+    private readonly redactor: Redactor,
     private readonly workspaceRoot: string,
     private readonly access: WorkspaceAccess,
   ) {
-    this.bash = new BashCommands((t) => service.redactor.redact(t));
+    this.bash = new BashCommands((t) => redactor.redact(t));
   }
 
   private async locate(conversationId: string | null | undefined, p: string | null | undefined) {
-    const at = await locateWorkspacePath(this.service, this.workspaceRoot, { conversationId, path: p });
+    const at = await locateWorkspacePath(this.conversations, this.workspaceRoot, { conversationId, path: p });
     await createWorkspace(this.workspaceRoot, at.conversationId);
     let resolved: { host: string; visible: string } | null = null;
     if (at.target !== null) {
@@ -65,7 +69,7 @@ export class SideChannels {
   }
 
   private async env(id: string): Promise<Record<string, string>> {
-    const secrets = { ...(await this.service.secretValues()), ...(await conversationSecretValues(this.service, id)) };
+    const secrets = { ...(await this.settings.secretValues()), ...(await conversationSecretValues(this.conversations, this.settings, id)) };
     return this.access.launcher(id).env(secrets);
   }
 
@@ -124,7 +128,7 @@ export class SideChannels {
   async gitChanges(q: { path: string; conversation_id?: string | null }) {
     const at = await this.locate(q.conversation_id, q.path);
     const res = await gitChanges(at.resolved!.host, this.access.gitOptions(at.conversationId));
-    if ('error' in res) throw new RequestValidationError([{ type: 'value_error', loc: ['query', 'path'], msg: `Value error, ${this.service.redactor.redact(res.error)}`, input: q.path }]);
+    if ('error' in res) throw new RequestValidationError([{ type: 'value_error', loc: ['query', 'path'], msg: `Value error, ${this.redactor.redact(res.error)}`, input: q.path }]);
     return res;
   }
 
@@ -132,20 +136,6 @@ export class SideChannels {
     const at = await this.locate(q.conversation_id, q.path);
     return gitDiff(at.resolved!.host, this.access.gitOptions(at.conversationId), q.ref ?? 'HEAD');
   }
-}
-
-const perService = new WeakMap<ConversationService, SideChannels>();
-
-/** The service's side channels, made on first use from its workspace root and its sandbox. */
-export function sideChannelsOf(service: ConversationService): SideChannels {
-  let c = perService.get(service);
-  if (!c) {
-    const root = service.agentServer?.workspaceRoot;
-    if (!root) throw new Error('the service was built without a workspace root');
-    c = new SideChannels(service, root, sandboxAccess(service.sandbox));
-    perService.set(service, c);
-  }
-  return c;
 }
 
 /** The side channels reach a workspace like the agent does: the sandbox's path view and launcher. */

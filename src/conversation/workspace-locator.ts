@@ -19,7 +19,7 @@ import { NotFoundError } from '../errors.js';
 import type { ConversationRecord } from '../store/types.js';
 import { allRecords } from './agent-server.js';
 import { conversationIdHex, workspacePath } from '../workspace/workspace.js';
-import type { ConversationService } from './service.js';
+import type { Conversations } from './conversations.js';
 
 export interface LocatedPath {
   conversationId: string;
@@ -38,7 +38,7 @@ function inside(root: string, p: string): string | null {
 }
 
 export async function locateWorkspacePath(
-  service: ConversationService,
+  conversations: Conversations,
   workspaceRoot: string,
   hint: { conversationId?: string | null; path?: string | null },
 ): Promise<LocatedPath> {
@@ -49,10 +49,10 @@ export async function locateWorkspacePath(
     return { conversationId: id, workspaceDir: ws, target: target === null ? null : path.isAbsolute(target) ? target : path.join(ws, target) };
   };
   if (hint.conversationId) {
-    await service.require(hint.conversationId);
+    await conversations.require(hint.conversationId);
     return at(hint.conversationId, p);
   }
-  const all = await allRecords(service); // newest first
+  const all = await allRecords(conversations); // newest first
   if (p && path.isAbsolute(p)) {
     const abs = path.resolve(p);
     const rel = inside(root, abs);

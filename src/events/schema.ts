@@ -21,6 +21,7 @@ export const EventSource = z.enum(EVENT_SOURCES);
 export type EventSource = z.output<typeof EventSource>;
 
 export const MESSAGE_ROLES = ['user', 'system', 'assistant', 'tool'] as const;
+export type MessageRole = (typeof MESSAGE_ROLES)[number];
 
 /** What a call of each built-in tool records as `ActionEvent.action` (declared in the tool's file). */
 export const Action = z.discriminatedUnion('kind', [TerminalAction, FileEditorAction, TaskTrackerAction, ThinkAction, FinishAction, MCPToolAction]);

@@ -22,6 +22,7 @@ import {
   type ToolSet,
 } from 'ai';
 import { LlmAbortError, ProviderError, classifyError } from './errors.js';
+import { cacheControlProviderOptions } from './cache-control.js';
 import { ImageResolver } from './image-urls.js';
 import { PROVIDERS, defaultContextWindow, defaultSupportsImages, parseModelString, type ProviderName, type SdkLanguageModel } from './models.js';
 import { DEFAULT_BACKOFF, retryDelayMs, sleep, type BackoffSettings } from './retry.js';
@@ -69,14 +70,7 @@ export const DEFAULT_TIMEOUT_MS = 300_000;
 
 type ProviderOptions = NonNullable<ModelMessage['providerOptions']>;
 
-/**
- * Provider options that make a message (or system prompt / tool) an Anthropic prompt-cache breakpoint
- * (`cache_control: { type: 'ephemeral' }` on its last content block). Ignored by other providers.
- * Anthropic allows at most 4 breakpoints per request; the system prompt uses one when `cacheSystemPrompt`.
- */
-export function cacheControlProviderOptions(): ProviderOptions {
-  return { anthropic: { cacheControl: { type: 'ephemeral' } } };
-}
+export { cacheControlProviderOptions };
 
 /** A copy of `message` marked as a prompt-cache breakpoint (`cache_prompt: true` in conversation terms). */
 export function withCacheControl<M extends ModelMessage>(message: M): M {

@@ -24,6 +24,7 @@
 import { lstat, readdir, rm, stat } from 'node:fs/promises';
 import { join, relative, resolve, isAbsolute } from 'node:path';
 import { randomBytes } from 'node:crypto';
+import { Redactor } from '../secrets/redact.js';
 import { askpassOrigin, ensureAskpassScript } from './askpass.js';
 import { baseChildEnv } from './child-env.js';
 import type { ProcessLauncher } from '../sandbox/types.js';
@@ -345,12 +346,9 @@ async function checkout(
 
 /** Clones `opts.repository` into `opts.workspaceDir`; see the file comment. Throws CloneError. */
 export async function cloneRepository(opts: CloneOptions): Promise<CloneResult> {
-  const tokens = opts.providers.map((p) => p.token).filter((t): t is string => !!t);
-  const scrub = (s: string): string => {
-    let out = opts.redact(s);
-    for (const t of tokens) if (t.length >= 4) out = out.split(t).join('<secret_hidden>');
-    return out;
-  };
+  const tokens = new Redactor();
+  tokens.add(...opts.providers.map((p) => p.token));
+  const scrub = (s: string): string => tokens.redact(opts.redact(s));
   try {
     return await cloneInner(opts, scrub);
   } catch (err) {

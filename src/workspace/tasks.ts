@@ -69,25 +69,36 @@ const TERMS: Record<Exclude<GitProvider, 'enterprise_sso'>, ProviderTerms> = {
 const NEEDS_REQUEST_API: TaskType[] = ['MERGE_CONFLICTS', 'FAILING_CHECKS', 'UNRESOLVED_COMMENTS'];
 const REPO_RE = /^[A-Za-z0-9_.][A-Za-z0-9_.-]*(\/[A-Za-z0-9_.][A-Za-z0-9_.-]*)+$/;
 
-/** Null when the task can be turned into a message; otherwise a clear reason. */
-export function validateSuggestedTask(task: SuggestedTask): string | null {
+/** What is wrong with a suggested task: the field at fault and a clear reason. */
+export interface TaskProblem {
+  field: 'git_provider' | 'task_type' | 'repo' | 'issue_number' | 'title';
+  message: string;
+}
+
+/** Null when the task can be turned into a message; otherwise the field at fault and why. */
+export function suggestedTaskProblem(task: SuggestedTask): TaskProblem | null {
   const provider = task.git_provider ?? 'github';
-  if (!isGitProvider(provider)) return `Unsupported git provider ${JSON.stringify(provider)}`;
+  if (!isGitProvider(provider)) return { field: 'git_provider', message: `Unsupported git provider ${JSON.stringify(provider)}` };
   const type = task.task_type ?? 'OPEN_ISSUE';
   if (!(TASK_TYPES as readonly string[]).includes(type)) {
-    return `Unsupported task type ${JSON.stringify(type)}: expected one of ${TASK_TYPES.join(', ')}`;
+    return { field: 'task_type', message: `Unsupported task type ${JSON.stringify(type)}: expected one of ${TASK_TYPES.join(', ')}` };
   }
   if (typeof task.repo !== 'string' || !REPO_RE.test(task.repo.trim())) {
-    return 'suggested_task.repo must be a repository name like "owner/repo"';
+    return { field: 'repo', message: 'suggested_task.repo must be a repository name like "owner/repo"' };
   }
   if (!Number.isSafeInteger(task.issue_number) || task.issue_number <= 0) {
-    return 'suggested_task.issue_number must be a positive integer';
+    return { field: 'issue_number', message: 'suggested_task.issue_number must be a positive integer' };
   }
-  if (typeof task.title !== 'string') return 'suggested_task.title must be a string';
+  if (typeof task.title !== 'string') return { field: 'title', message: 'suggested_task.title must be a string' };
   if (provider === 'enterprise_sso' && NEEDS_REQUEST_API.includes(type)) {
-    return `Task type ${type} needs a pull/merge request API, which enterprise_sso does not have; use github, gitlab or bitbucket`;
+    return { field: 'task_type', message: `Task type ${type} needs a pull/merge request API, which enterprise_sso does not have; use github, gitlab or bitbucket` };
   }
   return null;
+}
+
+/** Null when the task can be turned into a message; otherwise a clear reason. */
+export function validateSuggestedTask(task: SuggestedTask): string | null {
+  return suggestedTaskProblem(task)?.message ?? null;
 }
 
 export class SuggestedTaskError extends Error {

@@ -43,3 +43,6 @@ export async function removeWorkspace(dir: string): Promise<void> {
   }
   await rm(abs, { recursive: true, force: true, maxRetries: 3 });
 }
+
+/** The daemon-owned askpass directory (askpass.ts), shown read-only inside sandboxes. */
+export const helperDirOf = (dataDir: string) => join(dataDir, 'helpers');

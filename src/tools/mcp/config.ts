@@ -1,37 +1,54 @@
 /**
- * MCP server configuration (CONTRACT §5): the TypeScript shape, merging the stored default with a
+ * MCP server configuration (CONTRACT §5): the schema and its TypeScript types, merging the stored default with a
  * conversation's own config, and the secret helpers (redacted copy, list of secret values).
  *
- * Validation (unknown fields → 422, http(s) urls, stdio name pattern) happens at the API with zod;
+ * Validation (unknown fields → 422, http(s) urls, stdio name pattern) happens at the API with this schema;
  * the functions here accept any value of the type and never throw.
  */
+import { z } from 'zod';
+import { SECRET_PLACEHOLDER } from '../../secrets/redact.js';
 
-export const MCP_SECRET_PLACEHOLDER = '<secret_hidden>';
+/** An http(s) URL (a server's address). */
+const HttpUrl = z.string().regex(/^https?:\/\/[^\s]+$/i, { error: 'URL must start with http:// or https://' });
 
-export interface McpSseServerConfig {
-  url: string;
-  api_key?: string | null;
-}
-
-export interface McpStdioServerConfig {
-  /** Server name, `^[A-Za-z0-9_-]+$`; used as the tool-name prefix. */
-  name: string;
-  command: string;
-  args?: string[];
-  env?: Record<string, string>;
-}
-
-export interface McpShttpServerConfig {
-  url: string;
-  api_key?: string | null;
+export const McpSseServer = z.strictObject({ url: HttpUrl, api_key: z.string().nullish() });
+export const McpShttpServer = z.strictObject({
+  url: HttpUrl,
+  api_key: z.string().nullish(),
   /** Seconds; the connect/list timeout and the per-call timeout for this server. */
-  timeout?: number | null;
-}
+  timeout: z.number().positive().max(3600).nullish(),
+});
+export const McpStdioServer = z.strictObject({
+  /** Used as the tool-name prefix. */
+  name: z.string().regex(/^[A-Za-z0-9_-]+$/, { error: 'name must match ^[A-Za-z0-9_-]+$' }),
+  command: z.string().min(1),
+  args: z.array(z.string()).default([]),
+  env: z.record(z.string(), z.string()).default({}),
+});
+/** The one MCP config schema: the API validates requests with it, the parse output has every list present. */
+export const McpConfig = z
+  .strictObject({
+    sse_servers: z.array(McpSseServer).default([]),
+    stdio_servers: z.array(McpStdioServer).default([]),
+    shttp_servers: z.array(McpShttpServer).default([]),
+  })
+  .meta({ id: 'MCPConfig', title: 'MCPConfig', description: 'Configuration for MCP (Message Control Protocol) settings.' });
 
-export interface McpConfig {
-  sse_servers?: McpSseServerConfig[];
-  stdio_servers?: McpStdioServerConfig[];
-  shttp_servers?: McpShttpServerConfig[];
+/** A config as given (lists and their defaults may be absent); what the functions below accept. */
+export type McpConfig = z.input<typeof McpConfig>;
+/** A config with every list present (what the API returns). */
+export type FullMcpConfig = z.output<typeof McpConfig>;
+export type McpSseServerConfig = z.input<typeof McpSseServer>;
+export type McpStdioServerConfig = z.input<typeof McpStdioServer>;
+export type McpShttpServerConfig = z.input<typeof McpShttpServer>;
+
+/** Every list present, each entry with its defaults filled in (the API's shape). */
+export function fullMcpConfig(c: McpConfig | null | undefined): FullMcpConfig {
+  return {
+    sse_servers: (c?.sse_servers ?? []).map((s) => ({ url: s.url, api_key: s.api_key })),
+    stdio_servers: (c?.stdio_servers ?? []).map((s) => ({ name: s.name, command: s.command, args: s.args ?? [], env: s.env ?? {} })),
+    shttp_servers: (c?.shttp_servers ?? []).map((s) => ({ url: s.url, api_key: s.api_key, timeout: s.timeout })),
+  };
 }
 
 /** Key used to de-duplicate HTTP servers: the normalised URL (falls back to the raw string). */
@@ -83,13 +100,13 @@ export function mergeMcpConfig(base: McpConfig | null | undefined, extra: McpCon
 export function redactMcpConfig(cfg: McpConfig | null | undefined): McpConfig {
   const out: McpConfig = {};
   const hideKey = <T extends { api_key?: string | null }>(s: T): T =>
-    s.api_key ? { ...s, api_key: MCP_SECRET_PLACEHOLDER } : { ...s };
+    s.api_key ? { ...s, api_key: SECRET_PLACEHOLDER } : { ...s };
   if (cfg?.sse_servers) out.sse_servers = cfg.sse_servers.map(hideKey);
   if (cfg?.shttp_servers) out.shttp_servers = cfg.shttp_servers.map(hideKey);
   if (cfg?.stdio_servers) {
     out.stdio_servers = cfg.stdio_servers.map((s) => {
       const c = cloneStdio(s);
-      if (c.env) c.env = Object.fromEntries(Object.keys(c.env).map((k) => [k, MCP_SECRET_PLACEHOLDER]));
+      if (c.env) c.env = Object.fromEntries(Object.keys(c.env).map((k) => [k, SECRET_PLACEHOLDER]));
       return c;
     });
   }

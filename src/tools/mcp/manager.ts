@@ -25,9 +25,9 @@ import { SSEClientTransport, SseError } from '@modelcontextprotocol/sdk/client/s
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import { ErrorCode, McpError, ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+import { Redactor } from '../../secrets/redact.js';
 import type { Tool, ToolContext } from '../types.js';
 import {
-  MCP_SECRET_PLACEHOLDER,
   mcpSecretValues,
   type McpConfig,
   type McpShttpServerConfig,
@@ -132,10 +132,6 @@ class TimeoutError extends Error {
 
 const permissiveParams = z.record(z.string(), z.unknown());
 
-function escapeRegExp(s: string): string {
-  return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-}
-
 /** Message of an error and of its `cause` chain (`fetch failed: connect ECONNREFUSED …`). */
 export function describeError(err: unknown): string {
   const parts: string[] = [];
@@ -180,7 +176,7 @@ export class McpManager {
   private readonly workspaceDir: string;
   private readonly launcher: McpManagerOptions['launcher'];
   private readonly userRedact: (text: string) => string;
-  private readonly ownSecrets: RegExp | null;
+  private readonly ownSecrets = new Redactor();
   private readonly onEvent?: (event: McpEvent) => void;
   private readonly reserved: readonly string[];
   private readonly single: boolean;
@@ -198,10 +194,7 @@ export class McpManager {
     this.userRedact = opts.redact ?? ((t) => t);
     this.onEvent = opts.onEvent;
     this.reserved = opts.reservedNames ?? DEFAULT_RESERVED_TOOL_NAMES;
-    const secrets = mcpSecretValues(cfg)
-      .filter((v) => v.length >= 4)
-      .sort((a, b) => b.length - a.length);
-    this.ownSecrets = secrets.length ? new RegExp(secrets.map(escapeRegExp).join('|'), 'g') : null;
+    this.ownSecrets.add(...mcpSecretValues(cfg));
 
     const connectMs = opts.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
     const callMs = opts.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
@@ -227,12 +220,7 @@ export class McpManager {
 
   /** Redacts with the global redactor and the config's own secrets. */
   redact(text: string): string {
-    let out = this.userRedact(text);
-    if (this.ownSecrets) {
-      this.ownSecrets.lastIndex = 0;
-      out = out.replace(this.ownSecrets, MCP_SECRET_PLACEHOLDER);
-    }
-    return out;
+    return this.ownSecrets.redact(this.userRedact(text));
   }
 
   /** Server names in config order (stdio, sse, shttp). */

@@ -1,0 +1,222 @@
+/**
+ * The agent, assembled: the LLM (run-time settings, else the environment), the built-in and MCP
+ * tools, the shell's environment, the instructions of the system prompt, the run loop, replays,
+ * and the per-conversation resources released on delete or stop.
+ */
+import fs from 'node:fs';
+import { rm } from 'node:fs/promises';
+import path from 'node:path';
+import type { Logger } from 'pino';
+import type { Config } from '../config.js';
+import { conversationLimits, conversationLlm, conversationSecretValues, recordUsage } from '../conversation/agent-server.js';
+import type { Conversations } from '../conversation/conversations.js';
+import type { ReplayPlan } from '../conversation/replay.js';
+import type { EventLog } from '../events/log.js';
+import type { ParleyEvent } from '../events/types.js';
+import type { LlmClient } from '../llm/types.js';
+import { metrics } from '../metrics.js';
+import type { Redactor } from '../secrets/redact.js';
+import type { Sandbox } from '../sandbox/index.js';
+import type { Settings } from '../secrets/settings.js';
+import { createFileEditorTool } from '../tools/file-editor.js';
+import { createFinishTool } from '../tools/finish.js';
+import { mcpSecretValues, mergeMcpConfig } from '../tools/mcp/config.js';
+import type { McpManager, McpServerStatus } from '../tools/mcp/manager.js';
+import { createTaskTrackerTool } from '../tools/task-tracker.js';
+import { createTerminalTool } from '../tools/terminal.js';
+import { createThinkTool } from '../tools/think.js';
+import type { Tool } from '../tools/types.js';
+import { askpassEnv, gitCredentialEnv } from '../workspace/askpass.js';
+import { loadRepoInstructions, selectTriggered } from '../workspace/instructions.js';
+import { helperDirOf, workspacePath } from '../workspace/workspace.js';
+import { instrumentLlm } from './instrument.js';
+import { executeReplay } from './replay-run.js';
+import { AgentRuntimeImpl } from './runtime.js';
+
+export interface AgentParts {
+  /** The per-conversation process launcher (src/sandbox/). */
+  sandbox: Sandbox;
+  conversations: Conversations;
+  events: EventLog;
+  settings: Settings;
+  redactor: Redactor;
+  config: Config;
+  log: Logger;
+}
+
+export interface Agent {
+  runtime: AgentRuntimeImpl;
+  /** The state of each MCP server of a conversation (starting them when they are not). */
+  mcpStatus(conversationId: string): Promise<McpServerStatus[]>;
+  /** Runs a replay plan's recorded steps with the built-in tools (no LLM). */
+  replay(conversationId: string, workspaceDir: string, plan: ReplayPlan, signal: AbortSignal): Promise<{ actions: number }>;
+}
+
+export function createAgent({ sandbox, conversations, events, settings, redactor, config, log }: AgentParts): Agent {
+  const outputDir = (id: string) => path.join(config.dataDir, 'outputs', id);
+  const terminal = createTerminalTool({ outputDir, noOutputTimeoutMs: config.terminalNoOutputTimeoutMs, sandbox });
+  // file_editor sees exactly the workspace, at the path the shell sees it
+  const fileEditor = createFileEditorTool({
+    view: (ctx) => {
+      fs.mkdirSync(ctx.workspaceDir, { recursive: true, mode: 0o700 }); // created on first use
+      return sandbox.pathView(ctx.workspaceDir);
+    },
+  });
+  const builtins: Tool[] = [terminal, fileEditor, createTaskTrackerTool(), createThinkTool(), createFinishTool()] as Tool[];
+  const reserved = builtins.map((t) => t.name);
+  const mcp = new Map<string, McpManager>();
+  const helperDir = helperDirOf(config.dataDir);
+  const llmCache = new Map<string, LlmClient>();
+  // the AI SDK and the MCP SDK load on first use: a daemon starts (and idles) without them
+  let mcpModule: typeof import('../tools/mcp/manager.js') | null = null;
+  const loadMcp = async () => (mcpModule ??= await import('../tools/mcp/manager.js'));
+
+  // one manager per conversation, created once even when a run and a status request race for it
+  const mcpCreating = new Map<string, Promise<McpManager>>();
+  function mcpFor(id: string): Promise<McpManager> {
+    const m = mcp.get(id);
+    if (m) return Promise.resolve(m);
+    let p = mcpCreating.get(id);
+    if (!p) {
+      p = (async () => {
+        const stored = await conversations.mcpConfig(id);
+        // the conversation's own keys and env values are secrets for every exit (also after a restart)
+        redactor.add(...mcpSecretValues(stored));
+        const { McpManager } = await loadMcp();
+        const created = new McpManager({
+          // normalised: duplicate urls (`http://h:1` and `http://h:1/`) and names collapse, the later wins
+          config: mergeMcpConfig(null, stored),
+          workspaceDir: workspacePath(config.workspaceRoot, id),
+          launcher: sandbox.forConversation(id),
+          conversationId: id,
+          reservedNames: reserved,
+          redact: (t) => redactor.redact(t),
+          onEvent: (ev) => {
+            if (ev.type === 'server_failed') {
+              void events.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: 'MCPServerFailed', detail: `MCP server ${ev.server} is unavailable: ${ev.error}`, server: ev.server });
+            } else {
+              void events.append(id, { kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'mcp', value: ev });
+            }
+          },
+        });
+        mcp.set(id, created);
+        return created;
+      })().finally(() => mcpCreating.delete(id));
+      mcpCreating.set(id, p);
+    }
+    return p;
+  }
+
+  // MCP servers (stdio processes, HTTP sessions) of a conversation that went idle are stopped after
+  // MCP_IDLE_CLOSE_MS; the next run starts them again
+  const idleTimers = new Map<string, NodeJS.Timeout>();
+  function cancelIdleClose(id: string): void {
+    const t = idleTimers.get(id);
+    if (t) clearTimeout(t);
+    idleTimers.delete(id);
+  }
+  function scheduleIdleClose(id: string): void {
+    cancelIdleClose(id);
+    const m = mcp.get(id);
+    if (!m || config.mcpIdleCloseMs <= 0) return;
+    const t = setTimeout(() => {
+      idleTimers.delete(id);
+      if (runtime.isRunning(id) || mcp.get(id) !== m) return;
+      log.debug({ conversation_id: id }, 'closing the MCP servers of an idle conversation');
+      void m.close().catch((err) => log.warn({ conversation_id: id, err: redactor.redact(String(err)) }, 'closing MCP servers failed'));
+    }, config.mcpIdleCloseMs);
+    t.unref();
+    idleTimers.set(id, t);
+  }
+  metrics.mcpServers.read(() => [...mcp.values()].flatMap((m) => m.status().map((s): [string[], number] => [[s.state], 1])));
+
+  const shellEnv = async (id: string): Promise<Record<string, string>> => {
+    const providers = await settings.getProviders();
+    const secrets = { ...(await settings.secretValues()), ...(await conversationSecretValues(conversations, settings, id)) };
+    return { ...secrets, ...gitCredentialEnv(providers), ...(await askpassEnv(providers, helperDir)) };
+  };
+
+  const runtime = new AgentRuntimeImpl(
+    conversations,
+    events,
+    redactor,
+    {
+      maxIterations: config.maxIterations,
+      async llm(id) {
+        const s = await settings.getLlmSettings();
+        // the conversation's own (agent.llm of an agent-server create), field by field over the server's
+        const own = await conversationLlm(conversations, settings, id);
+        const model = own?.model ?? s.llm_model ?? config.llm.model;
+        if (!model) return null;
+        const apiKey = own?.apiKey ?? s.llm_api_key ?? config.llm.apiKey;
+        const baseUrl = own?.baseUrl ?? s.llm_base_url ?? config.llm.baseUrl;
+        const key = JSON.stringify([model, apiKey, baseUrl]);
+        let c = llmCache.get(key);
+        if (!c) {
+          const { createLlmClient } = await import('../llm/provider.js');
+          llmCache.set(key, (c = instrumentLlm(createLlmClient({ model, apiKey, baseUrl, contextWindow: config.llm.contextWindow }))));
+        }
+        return c;
+      },
+      async tools(id) {
+        cancelIdleClose(id);
+        return [...builtins, ...((await (await mcpFor(id)).tools()) as Tool[])];
+      },
+      workspaceDir: (id) => workspacePath(config.workspaceRoot, id),
+      workspaceView: (id) => ({ dir: sandbox.visibleWorkspace(workspacePath(config.workspaceRoot, id)), sandboxed: sandbox.enabled }),
+      env: shellEnv,
+      limits: (id) => conversationLimits(conversations, id),
+      usage: (id, usage) => recordUsage(conversations, id, usage),
+      async instructions(id, events) {
+        const conv = await conversations.require(id);
+        const out: string[] = [];
+        const ci = conv.record.data.conversation_instructions as string | null;
+        if (ci) out.push(`Instructions for this conversation:\n${ci}`);
+        const repo = conv.record.data.selected_repository as string | null;
+        if (repo) out.push(`The repository ${repo} is checked out in the working directory (branch ${String(conv.record.data.branch ?? conv.record.data.selected_branch ?? 'default')}).`);
+        try {
+          const loaded = await loadRepoInstructions(workspacePath(config.workspaceRoot, id));
+          for (const a of loaded.always) out.push(`Repository instructions (${a.source}):\n${a.content}`);
+          const userText = events.flatMap((e) => (e.kind === 'MessageEvent' && e.source === 'user' ? [JSON.stringify(e.llm_message)] : [])).join('\n');
+          for (const t of selectTriggered(loaded.triggered, userText)) out.push(`Knowledge (${t.source}):\n${t.content}`);
+        } catch {
+          /* no workspace yet */
+        }
+        return out;
+      },
+      async release(id) {
+        for (const t of builtins) await t.closeConversation?.(id); // the terminal's shell among them
+        // full terminal outputs hold what the commands printed: they go with the conversation
+        await rm(outputDir(id), { recursive: true, force: true }).catch(() => {});
+        cancelIdleClose(id);
+        await mcpCreating.get(id)?.catch(() => null);
+        await mcp.get(id)?.close();
+        mcp.delete(id);
+        await sandbox.closeConversation(id);
+      },
+      async interrupted(id) {
+        // everything the conversation runs stops: the shell (background jobs included), setup.sh, MCP servers
+        await terminal.closeConversation(id);
+        await mcp.get(id)?.close();
+        await sandbox.closeConversation(id);
+      },
+      async releaseAll() {
+        for (const id of [...idleTimers.keys()]) cancelIdleClose(id);
+        await terminal.closeAll();
+        await mcpModule?.McpManager.closeAll();
+      },
+      idle(id) {
+        scheduleIdleClose(id);
+      },
+    },
+    log,
+  );
+  return {
+    runtime,
+    mcpStatus: async (id) => (mcp.get(id) ?? (await mcpFor(id))).status(),
+    async replay(id, workspaceDir, plan, signal) {
+      const env = await shellEnv(id);
+      return executeReplay({ events, redact: (t) => redactor.redact(t), conversationId: id, workspaceDir, visibleDir: sandbox.visibleWorkspace(workspaceDir), plan, tools: builtins, env, signal });
+    },
+  };
+}

@@ -1,0 +1,236 @@
+/**
+ * Conversations and their status machine: the in-memory state of each conversation touched since
+ * start (loaded on first use), its stored record, the status the daemon acts on and the status
+ * clients are shown, and the conversation info every read returns.
+ */
+import crypto from 'node:crypto';
+import type { Logger } from 'pino';
+import { z } from 'zod';
+import { NotFoundError, RequestValidationError } from '../errors.js';
+import type { EventLog } from '../events/log.js';
+import { nowIso, type EncodedEvent } from '../events/types.js';
+import type { Redactor } from '../secrets/redact.js';
+import type { Settings } from '../secrets/settings.js';
+import type { ConversationRecord, ConversationStore } from '../store/types.js';
+import { redactMcpConfig, fullMcpConfig, type FullMcpConfig } from '../tools/mcp/config.js';
+import { agentServerInfo, type AgentServerContext } from './agent-server.js';
+
+export const EXECUTION_STATUSES = ['idle', 'running', 'paused', 'waiting_for_confirmation', 'finished', 'error', 'stuck'] as const;
+export type ExecutionStatus = (typeof EXECUTION_STATUSES)[number];
+
+/** What every read of a conversation returns (REST, tRPC, the socket's first frame). */
+export const ConversationInfo = z
+  .object({
+    conversation_id: z.string(),
+    id: z.string(),
+    title: z.string().nullable(),
+    created_at: z.string(),
+    updated_at: z.string(),
+    execution_status: z.enum(EXECUTION_STATUSES),
+    conversation_status: z.string(),
+    status: z.string(),
+    selected_repository: z.string().nullable(),
+    selected_branch: z.string().nullable(),
+    git_provider: z.string().nullable(),
+    last_seq: z.number().int(),
+    setup: z.unknown().optional(),
+    mcp_config: z.unknown().optional(),
+  })
+  .meta({ id: 'ConversationInfo', title: 'ConversationInfo' });
+export type ConversationInfo = z.output<typeof ConversationInfo>;
+
+/** In-memory state of a conversation that has been touched since start (lazy). */
+export interface LiveConversation {
+  record: ConversationRecord;
+  /** The status the daemon acts on (changes at once). */
+  status: ExecutionStatus;
+  /** The status clients are shown: it follows committed execution_status events, so a client never sees a status its event log does not hold yet. */
+  shown?: ExecutionStatus;
+}
+
+export class Conversations {
+  private live = new Map<string, LiveConversation>();
+  private loading = new Map<string, Promise<LiveConversation | null>>();
+
+  constructor(
+    private readonly store: ConversationStore,
+    private readonly events: EventLog,
+    private readonly settings: Settings,
+    private readonly redactor: Redactor,
+    /** Paths and the server's LLM, for the agent-server fields of the info (agent, workspace, persistence_dir). */
+    private readonly agentServer?: AgentServerContext,
+  ) {}
+
+  /** The store reports each commit here: the record's updated_at and the shown status follow it. */
+  committed(conversationId: string, events: EncodedEvent[]): void {
+    const live = this.live.get(conversationId);
+    const last = events[events.length - 1];
+    if (!live || !last) return;
+    live.record.updated_at = last.event.timestamp;
+    for (const { event: ev } of events) if (ev.kind === 'ConversationStateUpdateEvent' && ev.key === 'execution_status') live.shown = ev.value as ExecutionStatus;
+  }
+
+  /** Conversations a crash or a stop left running get a ConversationErrorEvent and the status error. */
+  async recoverInterrupted(log: Logger): Promise<void> {
+    for (const rec of await this.store.conversationsWithStatus(['running'])) {
+      if (!(await this.load(rec.id))) continue;
+      log.info({ conversation_id: rec.id }, 'the daemon restarted while this conversation was running');
+      await this.events.append(rec.id, {
+        kind: 'ConversationErrorEvent',
+        source: 'environment',
+        code: 'DaemonRestarted',
+        detail: 'The daemon restarted while this conversation was running. Send a message or run it again to continue.',
+      });
+      await this.setStatus(rec.id, 'error');
+    }
+  }
+
+  /** The conversation's live state, loaded on first use. Null when it does not exist. */
+  async load(id: string): Promise<LiveConversation | null> {
+    const hit = this.live.get(id);
+    if (hit) return hit;
+    let p = this.loading.get(id);
+    if (!p) {
+      p = this.store.getConversation(id).then((record) => {
+        this.loading.delete(id);
+        if (!record) return null;
+        const existing = this.live.get(id);
+        if (existing) return existing;
+        const conv = { record, status: record.execution_status as ExecutionStatus };
+        this.live.set(id, conv);
+        return conv;
+      });
+      this.loading.set(id, p);
+    }
+    return p;
+  }
+
+  async require(id: string): Promise<LiveConversation> {
+    const conv = await this.load(id);
+    if (!conv) throw new NotFoundError('Conversation not found');
+    return conv;
+  }
+
+  /** A conversation already loaded (no store read). */
+  loaded(id: string): LiveConversation | undefined {
+    return this.live.get(id);
+  }
+
+  /** Conversations whose workspace preparation a stop cut short. */
+  unfinishedSetups(): Promise<string[]> {
+    return this.store.conversationsWithUnfinishedSetup();
+  }
+
+  /** The status of a loaded conversation (undefined when it is not loaded or was deleted). */
+  status(id: string): ExecutionStatus | undefined {
+    return this.live.get(id)?.status;
+  }
+
+  /** Another node deleted the conversation: its state here goes. */
+  forget(id: string): void {
+    this.live.delete(id);
+  }
+
+  /** Stored records, newest first, from a (created_at, id) cursor. */
+  records(limit: number, cursor?: { created_at: string; id: string } | null): Promise<ConversationRecord[]> {
+    return this.store.listConversations(limit, cursor);
+  }
+
+  /** Stores a new conversation; it is live (and idle) from now on. Throws when the id is taken. */
+  async create(record: ConversationRecord): Promise<LiveConversation> {
+    await this.store.createConversation(record);
+    const conv: LiveConversation = { record, status: 'idle' };
+    this.live.set(record.id, conv);
+    return conv;
+  }
+
+  async remove(id: string): Promise<void> {
+    await this.store.deleteConversation(id);
+    this.live.delete(id);
+  }
+
+  async setStatus(id: string, status: ExecutionStatus): Promise<void> {
+    const conv = await this.require(id);
+    if (conv.status === status) return;
+    conv.status = status;
+    conv.record.execution_status = status;
+    await this.store.updateConversation(id, { execution_status: status });
+    await this.events.append(id, { kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'execution_status', value: status });
+  }
+
+  /** Merge-patch the conversation's stored data (repository, setup state, ...). */
+  async updateData(id: string, patch: Record<string, unknown>): Promise<void> {
+    const conv = await this.require(id);
+    conv.record.data = { ...conv.record.data, ...patch };
+    await this.store.updateConversation(id, { data: conv.record.data });
+  }
+
+  async setTitle(id: string, title: string): Promise<void> {
+    const conv = await this.require(id);
+    conv.record.title = title;
+    await this.store.updateConversation(id, { title });
+  }
+
+  /** The conversation's own MCP config (the default merged with the one it was created with). */
+  async mcpConfig(id: string): Promise<FullMcpConfig> {
+    const conv = await this.require(id);
+    return this.settings.openMcp(conv.record.data.mcp_config_sealed as string | undefined);
+  }
+
+  // ---- reads --------------------------------------------------------------------------------
+
+  private async info(conv: LiveConversation) {
+    const d = conv.record.data;
+    const lastSeq = await this.events.lastSeq(conv.record.id);
+    const status = conv.shown ?? conv.status;
+    const shown = status === 'running' ? 'RUNNING' : status === 'error' ? 'ERROR' : 'STOPPED';
+    return {
+      conversation_id: conv.record.id,
+      id: conv.record.id,
+      title: conv.record.title === null ? null : this.redactor.redact(conv.record.title),
+      created_at: conv.record.created_at,
+      updated_at: conv.record.updated_at,
+      execution_status: status,
+      conversation_status: shown,
+      status: shown,
+      selected_repository: (d.selected_repository as string | null) ?? null,
+      selected_branch: (d.selected_branch as string | null) ?? null,
+      git_provider: (d.git_provider as string | null) ?? null,
+      last_seq: lastSeq,
+      setup: d.setup ?? null,
+      mcp_config: fullMcpConfig(redactMcpConfig(this.settings.openMcp(d.mcp_config_sealed as string | undefined))),
+      ...agentServerInfo(conv.record, this.agentServer, await this.settings.llmView()),
+    };
+  }
+
+  async get(id: string) {
+    return this.info(await this.require(id));
+  }
+
+  async list(pageId: string | null | undefined, limit: number) {
+    let cursor: { created_at: string; id: string } | null = null;
+    if (pageId) {
+      try {
+        const [created_at, cid] = JSON.parse(Buffer.from(pageId, 'base64url').toString('utf8')) as [string, string];
+        if (typeof created_at === 'string' && typeof cid === 'string') cursor = { created_at, id: cid };
+      } catch {
+        throw new RequestValidationError([{ type: 'value_error', loc: ['query', 'page_id'], msg: 'Value error, page_id is not a page id returned by this endpoint', input: pageId }]);
+      }
+    }
+    const rows = await this.store.listConversations(limit + 1, cursor);
+    const page = rows.slice(0, limit);
+    const next = rows[limit];
+    const items = [];
+    for (const r of page) items.push(await this.info(this.live.get(r.id) ?? { record: r, status: r.execution_status as ExecutionStatus }));
+    return {
+      items,
+      next_page_id: next ? Buffer.from(JSON.stringify([next.created_at, next.id])).toString('base64url') : null,
+    };
+  }
+
+  /** The socket-only snapshot sent first on every subscription. */
+  async fullState(id: string) {
+    const conv = await this.require(id);
+    return { kind: 'ConversationStateUpdateEvent', id: crypto.randomUUID(), timestamp: nowIso(), source: 'environment', key: 'full_state', value: await this.info(conv) };
+  }
+}

@@ -1,0 +1,151 @@
+/**
+ * Workspace preparation, in the background after a conversation is created: its directory, the
+ * clone and checkout of its repository, the setup script, a `replay_json` replay, and the first
+ * message of a suggested task or microagent; then the run loop when one was requested. Each phase
+ * is recorded in the conversation's data (and as an event when there is real work).
+ */
+import type { Config } from '../config.js';
+import type { Conversations } from '../conversation/conversations.js';
+import type { ReplayPlan } from '../conversation/replay.js';
+import type { AgentRuntime, ConversationPreparer, PrepareOptions } from '../conversation/runtime.js';
+import type { EventLog } from '../events/log.js';
+import type { Sandbox } from '../sandbox/index.js';
+import type { Redactor } from '../secrets/redact.js';
+import type { Settings } from '../secrets/settings.js';
+import { gitCredentialEnv } from './askpass.js';
+import { cloneRepository } from './git.js';
+import { runSetupScript } from './setup-script.js';
+import { createMicroagentMessage, suggestedTaskMessage, type SuggestedTask } from './tasks.js';
+import { createWorkspace, removeWorkspace, workspacePath } from './workspace.js';
+
+export interface PreparerOptions {
+  workspaceRoot: string;
+  /** Hosts a repository may be cloned from (GIT_ALLOWED_HOSTS). */
+  allowedHosts: Config['gitAllowedHosts'];
+  /** Where the git askpass helper is written. */
+  helperDir: string;
+  /** Keep a deleted conversation's workspace on disk. */
+  keepWorkspaces: boolean;
+  /** Runs a replay plan's recorded steps in the workspace; resolves with the number of actions run. */
+  replay(conversationId: string, workspaceDir: string, plan: ReplayPlan, signal: AbortSignal): Promise<{ actions: number }>;
+}
+
+export class WorkspacePreparer implements ConversationPreparer {
+  /** Replays under way, stopped when their conversation is deleted. */
+  private replays = new Map<string, AbortController>();
+
+  constructor(
+    private readonly conversations: Conversations,
+    private readonly events: EventLog,
+    private readonly settings: Settings,
+    private readonly runtime: AgentRuntime,
+    private readonly sandbox: Sandbox,
+    private readonly redactor: Redactor,
+    private readonly opts: PreparerOptions,
+  ) {}
+
+  async prepare(id: string, opts?: PrepareOptions): Promise<void> {
+    const { conversations, events, settings } = this;
+    const redact = (t: string) => this.redactor.redact(t);
+    const conv = await conversations.require(id);
+    // conv.record.data is replaced by every update: read it fresh, never through a saved reference
+    const d = conv.record.data;
+    // phases are reported as events when there is real work (a clone, a setup script, a replay);
+    // a conversation without a repository only gets its directory
+    const visible = !!d.selected_repository || !!opts?.replay;
+    const phase = async (p: string, detail?: string) => {
+      await conversations.updateData(id, { setup: { phase: p, ...(detail ? { detail } : {}) } });
+      if (visible || p === 'error') {
+        await events.append(id, { kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'setup', value: { phase: p, ...(detail ? { detail } : {}) } });
+      }
+    };
+    const fail = async (err: unknown, fallbackCode: string) => {
+      const detail = redact((err as Error)?.message ?? String(err));
+      await phase('error', detail);
+      await events.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: (err as { code?: string }).code ?? fallbackCode, detail });
+      await conversations.setStatus(id, 'error');
+    };
+    await phase('preparing');
+    // the directory is made when something needs it (a clone, a replay, the first command or file)
+    const dir = visible ? await createWorkspace(this.opts.workspaceRoot, id) : workspacePath(this.opts.workspaceRoot, id);
+    let first: string | null = null;
+    try {
+      const repo = d.selected_repository as string | null;
+      if (repo) {
+        const providers = await settings.getProviders();
+        // clone phases are recorded in the order they happen
+        let phases = Promise.resolve();
+        const res = await cloneRepository({
+          workspaceDir: dir,
+          repository: repo,
+          provider: (d.git_provider as never) ?? null,
+          providers,
+          branch: (d.selected_branch as string | null) ?? null,
+          helperDir: this.opts.helperDir,
+          allowedHosts: this.opts.allowedHosts,
+          sandbox: this.sandbox.forConversation(id),
+          redact,
+          onPhase: (p, detail) => {
+            phases = phases.then(() => phase(p === 'ready' ? 'cloned' : p, detail));
+            // awaited once the clone ends; a conversation deleted meanwhile must not be an unhandled rejection
+            phases.catch(() => {});
+          },
+        }).finally(() => phases);
+        await conversations.updateData(id, { branch: res.branch });
+        const secrets = await settings.secretValues();
+        const setup = await runSetupScript(dir, {
+          env: { ...secrets, ...gitCredentialEnv(providers) },
+          launch: this.sandbox.forConversation(id),
+          redact,
+          onOutput: (chunk) => events.publishTransient(id, { kind: 'SetupOutputEvent', source: 'environment', output: chunk }),
+        });
+        if (setup.ran) {
+          await events.append(id, { kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'setup_script', value: { exit_code: setup.exitCode, timed_out: setup.timedOut, output: setup.output.slice(-20000) } });
+        }
+      }
+      // the first message from a template, when the request asked for one (checked at creation)
+      const task = d.suggested_task as SuggestedTask | null;
+      const micro = d.create_microagent as { repo: string; title?: string | null } | null;
+      if (task) first = suggestedTaskMessage({ ...task, git_provider: task.git_provider ?? (d.git_provider as never) ?? undefined });
+      else if (micro) first = createMicroagentMessage(micro);
+    } catch (err) {
+      await fail(err, 'WorkspaceSetupFailed');
+      return;
+    }
+    if (opts?.replay) {
+      const controller = new AbortController();
+      this.replays.set(id, controller);
+      try {
+        await phase('replaying', `${opts.replay.steps.length} recorded step(s)`);
+        await conversations.setStatus(id, 'running');
+        const res = await this.opts.replay(id, dir, opts.replay, controller.signal);
+        if (controller.signal.aborted) return;
+        await conversations.setStatus(id, res.actions > 0 || opts.replay.steps.length > 0 ? 'finished' : 'idle');
+      } catch (err) {
+        if (controller.signal.aborted) return;
+        await fail(err, 'ReplayFailed');
+        return;
+      } finally {
+        this.replays.delete(id);
+      }
+    }
+    if (first) await events.append(id, { kind: 'MessageEvent', source: 'user', llm_message: { role: 'user', content: [{ type: 'text', text: first, cache_prompt: false }] } });
+    await phase('ready');
+    // requested at creation, or by a message sent while preparing (startRun sets it)
+    const wantsRun = !!(conv.record.data.run_requested || first);
+    delete conv.record.data.run_requested;
+    if (wantsRun) {
+      if (conversations.status(id) === 'finished') await conversations.setStatus(id, 'idle');
+      this.runtime.start(id);
+    }
+  }
+
+  stop(id: string): void {
+    this.replays.get(id)?.abort();
+  }
+
+  async dispose(id: string): Promise<void> {
+    this.stop(id);
+    if (!this.opts.keepWorkspaces) await removeWorkspace(workspacePath(this.opts.workspaceRoot, id)).catch(() => {});
+  }
+}
