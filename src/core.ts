@@ -94,7 +94,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     workspaceRoot: config.workspaceRoot,
     dataDir: config.dataDir,
     llm: { model: config.llm.model, baseUrl: config.llm.baseUrl, apiKeySet: !!config.llm.apiKey },
-  });
+  }, { count: config.maxLoadedConversations });
   remoteDelete.to = (id) => conversations.forget(id);
   committed.to = (id, evs) => {
     events.committed(id, evs);
@@ -113,6 +113,8 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   unread.push(
     metrics.sandboxes.read(() => [[[sandbox.mode], sandbox.liveCount]]),
     metrics.sandboxProcesses.read(() => [[[sandbox.mode], sandbox.processCount]]),
+    metrics.conversationsLoaded.read(() => [[[], conversations.resident.count]]),
+    metrics.conversationsLoadedBytes.read(() => [[[], conversations.resident.bytes]]),
   );
   await settings.loadIntoRedactor();
   await conversations.recoverInterrupted(log);

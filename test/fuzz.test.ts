@@ -14,6 +14,8 @@ import { cloneRepository, CloneError } from '../src/workspace/index.js';
 import { startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
 import { startGitServer } from './support/git-server.js';
 import { startScriptedLlm } from './support/scripted-llm.js';
+import { allEvents, waitStatus } from './support/conversation-api.js';
+import { startShttpServer } from './support/mcp-servers/http-servers.js';
 import { connect } from './support/ws-client.js';
 
 let d: DaemonHandle;
@@ -520,5 +522,56 @@ test('attack 12.4: WebSocket limits: frames over MAX_BODY_BYTES, unread replies,
   } finally {
     await w.stop();
     fs.rmSync(w.dataDir, { recursive: true, force: true });
+  }
+});
+
+test('12.6: MCP_ALLOWED_HOSTS: an sse/shttp MCP server on another host is not contacted; an allowed one is', async () => {
+  const allowed = await startShttpServer({ name: 'allowed' });
+  const other = await startShttpServer({ name: 'other' });
+  const llm = await startScriptedLlm([{ text: 'done' }]);
+  const m = await startDaemon({ MCP_ALLOWED_HOSTS: `mcp.example.com, 127.0.0.1:${allowed.port}`, LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'sk-scripted-key' });
+  try {
+    const r = await m.req('POST', '/api/conversations', { initial_user_msg: 'hi', mcp_config: { shttp_servers: [{ url: allowed.url, api_key: 'allowed-key-1' }, { url: other.url, api_key: 'other-key-12' }] } });
+    assert.equal(r.status, 200, r.text);
+    const id = r.body.conversation_id as string;
+    await waitStatus(m.req, id, 'finished', 40_000);
+    const failed = (await allEvents(m.req, id)).filter((e) => e.kind === 'ConversationErrorEvent' && e.code === 'MCPServerFailed');
+    assert.equal(failed.length, 1, JSON.stringify(failed));
+    assert.match(failed[0].detail, new RegExp(`host 127\\.0\\.0\\.1:${other.port} is not in MCP_ALLOWED_HOSTS`));
+    assert.deepEqual(other.authHeaders, [], 'the refused server never saw a request (nor its key)');
+    assert.ok(allowed.authHeaders.length > 0, 'the allowed one was used');
+  } finally {
+    await m.stop();
+    await Promise.all([allowed.close(), other.close(), llm.close()]);
+    fs.rmSync(m.dataDir, { recursive: true, force: true });
+  }
+});
+
+test('attack 12.4: loaded conversations are bounded (idle ones evicted, least recently used first) and large instructions stay in the store', async () => {
+  const llm = await startScriptedLlm([{ text: 'answer' }]);
+  const m = await startDaemon({ MAX_LOADED_CONVERSATIONS: '3', LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'sk-scripted-key' });
+  const gauge = async (name: string) => Number(new RegExp(`^${name} (\\d+)`, 'm').exec((await m.req('GET', '/metrics')).text)?.[1]);
+  try {
+    const instructions = (i: number) => `INSTRUCTIONS-${i} ${'i'.repeat(1024 * 1024)}`;
+    const ids: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      const r = await m.req('POST', '/api/conversations', { conversation_instructions: instructions(i) });
+      assert.equal(r.status, 200, r.text);
+      ids.push(r.body.conversation_id);
+    }
+    // (a conversation being prepared stays loaded; each is ready a moment after its creation)
+    await waitFor(async () => (await gauge('parley_conversations_loaded')) <= 3, 'at most MAX_LOADED_CONVERSATIONS loaded');
+    assert.ok((await gauge('parley_conversations_loaded_bytes')) < 64 * 1024, `the 1 MiB instructions are not resident: ${await gauge('parley_conversations_loaded_bytes')} bytes`);
+    // an evicted conversation is loaded again on use, with everything it was created with
+    for (const id of ids) assert.equal((await m.req('GET', `/api/conversations/${id}`)).status, 200);
+    assert.equal((await m.req('POST', `/api/conversations/${ids[0]}/events`, { role: 'user', content: [{ type: 'text', text: 'go' }], run: true })).status, 200);
+    await waitStatus(m.req, ids[0]!, 'finished', 30_000);
+    const system = JSON.stringify(llm.requests[0]!.body.messages[0]);
+    assert.match(system, /INSTRUCTIONS-0 iii/, 'the instructions reached the LLM from the store');
+    assert.ok((await gauge('parley_conversations_loaded')) <= 3);
+  } finally {
+    await m.stop();
+    await llm.close();
+    fs.rmSync(m.dataDir, { recursive: true, force: true });
   }
 });

@@ -48,9 +48,30 @@ export interface LiveConversation {
   shown?: ExecutionStatus;
 }
 
+/**
+ * Memory of loaded conversations (issue 12.4): at most this many stay loaded, and their records at
+ * most this many bytes; beyond either, idle ones go, least recently used first (a later read loads
+ * them again). The fields that may be large and are read rarely (the conversation's instructions,
+ * its sealed MCP config) are not kept in memory above LARGE_FIELD_BYTES: `field()` reads them from
+ * the store when needed.
+ */
+const MAX_RESIDENT = 2000;
+const RESIDENT_BYTES = 32 * 1024 * 1024;
+export interface ResidentLimits {
+  /** MAX_LOADED_CONVERSATIONS. */
+  count?: number;
+  bytes?: number;
+}
+const LARGE_FIELD_BYTES = 16 * 1024;
+const LARGE_FIELDS = new Set(['conversation_instructions', 'mcp_config_sealed']);
+
 export class Conversations {
   private live = new Map<string, LiveConversation>();
   private loading = new Map<string, Promise<LiveConversation | null>>();
+  /** Estimated bytes of each loaded record, and the data fields left in the store. */
+  private sizes = new Map<string, number>();
+  private residentBytes = 0;
+  private stored = new Map<string, Set<string>>();
 
   constructor(
     private readonly store: ConversationStore,
@@ -59,6 +80,7 @@ export class Conversations {
     private readonly redactor: Redactor,
     /** Paths and the server's LLM, for the agent-server fields of the info (agent, workspace, persistence_dir). */
     private readonly agentServer?: AgentServerContext,
+    private readonly limits: ResidentLimits = {},
   ) {}
 
   /** The store reports each commit here: the record's updated_at and the shown status follow it. */
@@ -88,7 +110,7 @@ export class Conversations {
   /** The conversation's live state, loaded on first use. Null when it does not exist. */
   async load(id: string): Promise<LiveConversation | null> {
     const hit = this.live.get(id);
-    if (hit) return hit;
+    if (hit) return this.touch(id, hit);
     let p = this.loading.get(id);
     if (!p) {
       p = this.store.getConversation(id).then((record) => {
@@ -96,9 +118,7 @@ export class Conversations {
         if (!record) return null;
         const existing = this.live.get(id);
         if (existing) return existing;
-        const conv = { record, status: record.execution_status as ExecutionStatus };
-        this.live.set(id, conv);
-        return conv;
+        return this.admit({ record, status: record.execution_status as ExecutionStatus });
       });
       this.loading.set(id, p);
     }
@@ -128,7 +148,7 @@ export class Conversations {
 
   /** Another node deleted the conversation: its state here goes. */
   forget(id: string): void {
-    this.live.delete(id);
+    this.drop(id);
   }
 
   /** Stored records, newest first, from a (created_at, id) cursor. */
@@ -139,14 +159,12 @@ export class Conversations {
   /** Stores a new conversation; it is live (and idle) from now on. Throws when the id is taken. */
   async create(record: ConversationRecord): Promise<LiveConversation> {
     await this.store.createConversation(record);
-    const conv: LiveConversation = { record, status: 'idle' };
-    this.live.set(record.id, conv);
-    return conv;
+    return this.admit({ record: { ...record, data: { ...record.data } }, status: 'idle' });
   }
 
   async remove(id: string): Promise<void> {
     await this.store.deleteConversation(id);
-    this.live.delete(id);
+    this.drop(id);
   }
 
   async setStatus(id: string, status: ExecutionStatus): Promise<void> {
@@ -162,7 +180,13 @@ export class Conversations {
   async updateData(id: string, patch: Record<string, unknown>): Promise<void> {
     const conv = await this.require(id);
     conv.record.data = { ...conv.record.data, ...patch };
-    await this.store.updateConversation(id, { data: conv.record.data });
+    const kept = this.stored.get(id);
+    this.evictIdle(); // a preparation that ended may make room
+    if (!kept) return this.store.updateConversation(id, { data: conv.record.data });
+    // fields left in the store are written back with the patch, unless it replaces them
+    const full = { ...(await this.store.getConversation(id))?.data, ...conv.record.data };
+    for (const k of Object.keys(patch)) kept.delete(k);
+    await this.store.updateConversation(id, { data: full });
   }
 
   async setTitle(id: string, title: string): Promise<void> {
@@ -174,7 +198,64 @@ export class Conversations {
   /** The conversation's own MCP config (the default merged with the one it was created with). */
   async mcpConfig(id: string): Promise<FullMcpConfig> {
     const conv = await this.require(id);
-    return this.settings.openMcp(conv.record.data.mcp_config_sealed as string | undefined);
+    return this.settings.openMcp((await this.field(conv, 'mcp_config_sealed')) as string | undefined);
+  }
+
+  /** A field of the conversation's stored data, read from the store when it is not kept in memory. */
+  async field(conv: LiveConversation, key: string): Promise<unknown> {
+    if (!this.stored.get(conv.record.id)?.has(key)) return conv.record.data[key];
+    return (await this.store.getConversation(conv.record.id))?.data[key];
+  }
+
+  // ---- memory bound (issue 12.4) -------------------------------------------------------------
+
+  /** Keeps a conversation loaded, its large fields left in the store; evicts idle ones beyond the bounds. */
+  private admit(conv: LiveConversation): LiveConversation {
+    const id = conv.record.id;
+    const kept = new Set<string>();
+    let bytes = 512;
+    for (const [k, v] of Object.entries(conv.record.data)) {
+      const n = typeof v === 'string' ? v.length : JSON.stringify(v ?? null).length;
+      if (n > LARGE_FIELD_BYTES && LARGE_FIELDS.has(k)) {
+        kept.add(k);
+        delete conv.record.data[k];
+      } else bytes += n;
+    }
+    if (kept.size) this.stored.set(id, kept);
+    this.live.set(id, conv);
+    this.sizes.set(id, bytes);
+    this.residentBytes += bytes;
+    this.evictIdle();
+    return conv;
+  }
+
+  /** Most recently used last (Map order). */
+  private touch(id: string, conv: LiveConversation): LiveConversation {
+    this.live.delete(id);
+    this.live.set(id, conv);
+    return conv;
+  }
+
+  private drop(id: string): void {
+    this.live.delete(id);
+    this.residentBytes -= this.sizes.get(id) ?? 0;
+    this.sizes.delete(id);
+    this.stored.delete(id);
+  }
+
+  private evictIdle(): void {
+    const count = this.limits.count ?? MAX_RESIDENT;
+    const bytes = this.limits.bytes ?? RESIDENT_BYTES;
+    if (this.live.size <= count && this.residentBytes <= bytes) return;
+    for (const [id, conv] of this.live) {
+      if (this.live.size <= count && this.residentBytes <= bytes) return;
+      if (evictable(conv)) this.drop(id);
+    }
+  }
+
+  /** Loaded conversations and the bytes of their records (for tests and metrics). */
+  get resident(): { count: number; bytes: number } {
+    return { count: this.live.size, bytes: this.residentBytes };
   }
 
   // ---- reads --------------------------------------------------------------------------------
@@ -198,7 +279,7 @@ export class Conversations {
       git_provider: (d.git_provider as string | null) ?? null,
       last_seq: lastSeq,
       setup: d.setup ?? null,
-      mcp_config: fullMcpConfig(redactMcpConfig(this.settings.openMcp(d.mcp_config_sealed as string | undefined))),
+      mcp_config: fullMcpConfig(redactMcpConfig(this.settings.openMcp((await this.field(conv, 'mcp_config_sealed')) as string | undefined))),
       ...agentServerInfo(conv.record, this.agentServer, await this.settings.llmView()),
     };
   }
@@ -233,4 +314,14 @@ export class Conversations {
     const conv = await this.require(id);
     return { kind: 'ConversationStateUpdateEvent', id: crypto.randomUUID(), timestamp: nowIso(), source: 'environment', key: 'full_state', value: await this.info(conv) };
   }
+}
+
+/**
+ * Only a conversation nothing holds may go: not running, not being prepared (the preparation and
+ * a message sent meanwhile share its in-memory record), no run waiting for the preparation.
+ */
+function evictable(conv: LiveConversation): boolean {
+  if (conv.status === 'running' || conv.record.data.run_requested) return false;
+  const phase = (conv.record.data.setup as { phase?: string } | undefined)?.phase;
+  return phase === undefined || phase === 'ready' || phase === 'error';
 }
