@@ -260,6 +260,13 @@ describe('raw shapes', { timeout: 60_000 }, () => {
     assert.notEqual(a.body.workspace.working_dir, '/etc');
     const again = await d.req('POST', '/api/conversations', { workspace: { working_dir: '/etc' }, conversation_id: cid }, H);
     assert.equal(again.body.id, cid);
+    const viaSettings = await d.req('POST', '/api/conversations', { agent_settings: { llm: { model: 'claude-sonnet-4-5', api_key: 'sk-settings-CANARY-1' } } }, H);
+    assert.equal(viaSettings.status, 200, viaSettings.text);
+    assert.equal(viaSettings.body.agent.llm.model, 'anthropic/claude-sonnet-4-5');
+    assert.ok(!viaSettings.text.includes('sk-settings-CANARY-1'));
+    const badUrl = await d.req('POST', '/api/conversations', { agent_settings: { llm: { base_url: 'ftp://x' } } }, H);
+    assert.equal(badUrl.status, 422);
+    assert.deepEqual(badUrl.body.detail[0].loc, ['body', 'agent_settings', 'llm', 'base_url']);
   });
 
   test('secrets, tags and hook_config at create; tags in PATCH and search; without agent.llm the server\'s LLM runs', async () => {
@@ -294,6 +301,20 @@ describe('raw shapes', { timeout: 60_000 }, () => {
     assert.equal(blue.body.items[0].title, 'renamed');
     assert.equal((await d.req('GET', '/api/conversations/count?tag=team%3Dred', undefined, H)).body, 0);
     await d.req('POST', '/api/settings', { llm_model: null, llm_base_url: null, llm_api_key: null }, H);
+  });
+
+  test('the info through /trpc has the same fields; the side channels take the session key', async () => {
+    const c = await d.req('POST', '/api/conversations', { workspace: { working_dir: '/w' } }, H);
+    const input = encodeURIComponent(JSON.stringify({ conversation_id: c.body.id }));
+    const t = await d.req('GET', `/trpc/getConversation?input=${input}`, undefined, H);
+    assert.equal(t.status, 200, t.text);
+    assert.deepEqual(t.body.result.data.workspace, c.body.workspace);
+    assert.deepEqual(t.body.result.data.confirmation_policy, { kind: 'NeverConfirm' });
+    for (const [m, p, b] of [['POST', '/api/bash/execute_bash_command', { command: 'id' }], ['GET', '/api/file/download?path=/w/x'], ['GET', '/api/git/changes?path=/w'], ['GET', '/api/tools/'], ['GET', '/api/bash/bash_events/search']] as const) {
+      assert.equal((await d.req(m, p, b)).status, 401, `${m} ${p}`);
+    }
+    const bad = await d.req('GET', '/api/git/diff?path=/w/a&ref=--output=/tmp/x', undefined, H);
+    assert.equal(bad.status, 422, 'a ref is never an option');
   });
 
   test('search and count are not read as an id; unknown event-search parameters are a 422', async () => {

@@ -214,6 +214,14 @@ describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
     assert.equal(fs.readFileSync(path.join(h.ws(a), 'ok.txt'), 'utf8'), 'fine\n');
   });
 
+  test('a long output is saved where the shell can read it (read-only)', async () => {
+    const [o] = await h.run(a, [{ name: 'terminal', arguments: { command: 'seq 1 40000' } }]);
+    assert.match(o.full_output_path, /^\/parley\/outputs\//);
+    const r = await h.sh(a, `wc -l < ${o.full_output_path}; echo x >> ${o.full_output_path}; echo rc=$?`);
+    assert.match(r.text, /^40000$/m);
+    assert.match(r.text, /Read-only file system/);
+  });
+
   test('the host network is reachable with SANDBOX_NETWORK=host (control for the none test)', async () => {
     const r = await h.sh(a, `(exec 3<>/dev/tcp/127.0.0.1/${h.d.port}) 2>/dev/null && echo CONNECTED || echo REFUSED`);
     assert.match(r.text, /CONNECTED/);
@@ -229,7 +237,7 @@ describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
 
   test('a fork bomb is held by the pids limit while another conversation works; DELETE leaves no process', async () => {
     const bomb = `bomb-${process.pid}`;
-    await h.sh(a, `printf '%s\\n' 'f() { f | f & }; f' > ${bomb}.sh; (timeout 600 bash ${bomb}.sh >/dev/null 2>&1 &); echo started`);
+    await h.sh(a, `printf '%s\\n' 'f() { f | f & }; f' > ${bomb}.sh; (nice -n 19 timeout 600 bash ${bomb}.sh >/dev/null 2>&1 &); echo started`);
     await waitFor(() => hostProcesses(`${bomb}.sh`).length >= 40, 'the bomb grew', 30_000);
     // held: never more processes than SANDBOX_PIDS (64) in the conversation
     for (let i = 0; i < 10; i++) {
@@ -260,6 +268,11 @@ describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
     assert.equal((await h.req('POST', `/api/conversations/${c}/interrupt`, {})).status < 300, true);
     await waitFor(() => hostProcesses(`sleep ${marker}`).length === 0, 'no sleep left after interrupt', 10_000);
     assert.match((await h.sh(c, 'echo fresh-shell')).text, /fresh-shell/);
+    // also with no run active: a server left in the background is stopped
+    await h.sh(c, `(sleep ${marker}2 &); echo started`);
+    await waitFor(() => hostProcesses(`sleep ${marker}2`).length === 1, 'background sleep running', 10_000);
+    assert.equal((await h.req('POST', `/api/conversations/${c}/interrupt`, {})).status < 300, true);
+    await waitFor(() => hostProcesses(`sleep ${marker}2`).length === 0, 'no sleep left after an idle interrupt', 10_000);
   });
 });
 
@@ -273,6 +286,21 @@ describe('sandbox: SANDBOX_NETWORK=none and kill -9 of the daemon', { timeout: 1
       assert.match(r.text, /REFUSED/);
       assert.doesNotMatch(r.text, /CONNECTED/);
       assert.doesNotMatch(r.text, /eth|ens|wlan|docker/);
+    } finally {
+      await h.close();
+    }
+  });
+
+  test('a daemon shutdown (SIGTERM) leaves no sandboxed process, background jobs included', async () => {
+    const h = await harness();
+    try {
+      const id = await h.create();
+      const marker = `8686${process.pid % 1000}`;
+      await h.sh(id, `(sleep ${marker} &); setsid sleep ${marker}1 & echo started`);
+      await waitFor(() => hostProcesses(`sleep ${marker}`).length === 2, 'sleeps running', 10_000);
+      assert.equal(await h.d.stop('SIGTERM'), 0);
+      const ws = path.join(h.d.dataDir, 'workspaces');
+      await waitFor(() => hostProcesses(`sleep ${marker}`).length === 0 && hostProcesses(ws).length === 0, 'nothing left after shutdown', 10_000);
     } finally {
       await h.close();
     }
@@ -385,6 +413,56 @@ describe('sandbox: SANDBOX_MAX_LIVE', { timeout: 120_000 }, () => {
       assert.match(again.text, /new shell was started/);
     } finally {
       await h.close();
+    }
+  });
+});
+
+describe('sandbox: an unprivileged daemon (as under the systemd unit)', { timeout: 120_000, skip: process.getuid?.() !== 0 && 'needs root to switch to nobody' }, () => {
+  test('as nobody, with no capabilities and no_new_privs: bwrap works, limits fall back to rlimits, files stay the user\'s', async () => {
+    const llm = await startScriptedLlm();
+    const dir = tempDir();
+    fs.chmodSync(dir, 0o755);
+    fs.chownSync(dir, 65534, 65534);
+    const data = path.join(dir, 'data');
+    fs.mkdirSync(data);
+    fs.chownSync(data, 65534, 65534);
+    // what User=… CapabilityBoundingSet= NoNewPrivileges=yes give the daemon
+    const p = spawn('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', '--bounding-set=-all', '--inh-caps=-all', '--no-new-privs', process.execPath, '--import', 'tsx', 'bridge/main.ts'], {
+      cwd: ROOT,
+      env: { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: dir, PORT: '0', DATA_DIR: data, SANDBOX: 'bwrap', LOG_LEVEL: 'info', LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: LLM_KEY, SANDBOX_MEMORY_MB: '256' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    p.stdout.on('data', (c: Buffer) => (out += c.toString('utf8')));
+    p.stderr.on('data', (c: Buffer) => (out += c.toString('utf8')));
+    const exited = new Promise((r) => p.on('exit', r));
+    try {
+      const port = Number((await waitFor(() => /"port":(\d+).*listening on/.exec(out), 'listening', 30_000))![1]);
+      const call = async (m: string, u: string, b?: unknown) => {
+        const r = await fetch(`http://127.0.0.1:${port}${u}`, { method: m, headers: b ? { 'content-type': 'application/json' } : {}, body: b ? JSON.stringify(b) : undefined });
+        return r.json() as Promise<any>;
+      };
+      const info = await call('GET', '/server_info');
+      assert.equal(info.sandbox.mode, 'bwrap');
+      assert.equal(info.sandbox.limits.enforced_by, 'rlimit');
+      assert.equal(info.sandbox.limits.pids, null, 'no per-conversation process limit is claimed without a cgroup');
+      const id = (await call('POST', '/api/conversations', {})).conversation_id;
+      await waitFor(async () => (await call('GET', `/api/conversations/${id}`)).execution_status === 'idle', 'idle', 20_000);
+      llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'id -u; pwd; touch mine.txt; ulimit -f; ulimit -d' } }] }, { text: 'done' });
+      await call('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true });
+      await waitFor(async () => (await call('GET', `/api/conversations/${id}`)).execution_status === 'finished', 'finished', 30_000);
+      const evs = (await call('GET', `/api/conversations/${id}/events/search?limit=100`)).items;
+      const text = evs.find((e: any) => e.kind === 'ObservationEvent').observation.content[0].text;
+      assert.match(text, /^65534\n\/workspace\n/, text);
+      assert.match(text, new RegExp(`^${1024 * 1024}$`, 'm'), 'RLIMIT_FSIZE: 1 GiB (bash counts KiB)');
+      assert.match(text, new RegExp(`^${256 * 1024}$`, 'm'), 'RLIMIT_DATA (KiB)');
+      const st = fs.statSync(path.join(data, 'workspaces', id.replace(/-/g, ''), 'mine.txt'));
+      assert.equal(st.uid, 65534);
+    } finally {
+      p.kill('SIGTERM');
+      await exited;
+      await llm.close();
+      fs.rmSync(dir, { recursive: true, force: true });
     }
   });
 });

@@ -5,6 +5,7 @@
  * are the interface's own and do not change for this client.
  */
 import { z } from 'zod';
+import { ConfirmationPolicy } from '../conversation/agent-server.js';
 import { EXECUTION_STATUSES } from '../conversation/conversations.js';
 import { ConversationId, SecretValue, SendMessageRequest } from './schemas.js';
 
@@ -35,24 +36,6 @@ export const WorkspaceSpec = z
   })
   .meta({ id: 'AgentServerWorkspace', description: 'working_dir is recorded as the client names the workspace; it is never used as a host path.' });
 
-const POLICY_KINDS = { never: 'NeverConfirm', always: 'AlwaysConfirm', risk_based: 'ConfirmRisky' } as const;
-
-/** `{kind:"NeverConfirm"|"AlwaysConfirm"|"ConfirmRisky"}` or the client's class form `{type:"never"|"always"|"risk_based"}`. */
-export const ConfirmationPolicy = z
-  .looseObject({
-    kind: z.enum(['NeverConfirm', 'AlwaysConfirm', 'ConfirmRisky']).optional(),
-    type: z.enum(['never', 'always', 'risk_based']).optional(),
-    confirm_unknown: z.boolean().optional(),
-    threshold: z.string().optional(),
-  })
-  .refine((p) => p.kind !== undefined || p.type !== undefined, { error: 'policy needs kind (NeverConfirm, AlwaysConfirm or ConfirmRisky)' })
-  .transform((p) => {
-    const kind = p.kind ?? POLICY_KINDS[p.type!];
-    return kind === 'ConfirmRisky' ? { kind, confirm_unknown: p.confirm_unknown ?? true, threshold: p.threshold ?? 'HIGH' } : { kind };
-  })
-  .meta({ id: 'ConfirmationPolicy' });
-export type ConfirmationPolicy = z.output<typeof ConfirmationPolicy>;
-
 /** `{kind:"StaticSecret", value}`; a LookupSecret (a URL the server would fetch) is refused. */
 export const StaticSecret = z.strictObject({
   kind: z.literal('StaticSecret').default('StaticSecret'),
@@ -67,7 +50,8 @@ export const Tags = z.record(z.string().max(200), z.string().max(2000));
 export const StartConversationRequest = z
   .strictObject({
     agent: AgentSpec.nullish(),
-    agent_settings: z.record(z.string(), z.unknown()).nullish(),
+    // the settings form of an agent: its `llm` is read like agent.llm, the rest accepted
+    agent_settings: z.looseObject({ llm: AgentLlm.nullish() }).nullish(),
     workspace: WorkspaceSpec.nullish(),
     initial_message: SendMessageRequest.extend({ run: z.boolean().default(true) }).nullish(),
     max_iterations: z.number().int().min(1).max(10_000).nullish(),
@@ -81,7 +65,6 @@ export const StartConversationRequest = z
     user_id: z.string().nullish(),
   })
   .meta({ id: 'StartConversationRequest', title: 'StartConversationRequest', description: "OpenHands agent-server create request (what @openhands/typescript-client sends)." });
-export type StartConversationRequest = z.output<typeof StartConversationRequest>;
 
 const Limit = z.coerce.number().int().min(1).max(100).default(100);
 
@@ -121,7 +104,6 @@ export const ExecuteBashRequest = z
     conversation_id: ConversationId.nullish(),
   })
   .meta({ id: 'ExecuteBashRequest' });
-export type ExecuteBashRequest = z.output<typeof ExecuteBashRequest>;
 
 export const BashEventSearchQuery = z.strictObject({
   kind__eq: z.enum(['BashCommand', 'BashOutput']).nullish(),

@@ -10,8 +10,10 @@
  */
 import crypto from 'node:crypto';
 import path from 'node:path';
-import type { ConfirmationPolicy, StartConversationRequest } from '../api/agent-server-schemas.js';
+import { z } from 'zod';
 import { ConflictError, RequestValidationError } from '../errors.js';
+import type { ContentItem } from '../events/content.js';
+import type { MessageRole } from '../events/schema.js';
 import type { ParleyEvent } from '../events/types.js';
 import type { ConversationRecord } from '../store/types.js';
 import { workspacePath } from '../workspace/workspace.js';
@@ -26,6 +28,47 @@ export interface AgentServerContext {
   workspaceRoot: string;
   dataDir: string;
   llm: { model?: string | null; baseUrl?: string | null; apiKeySet?: boolean };
+}
+
+const POLICY_KINDS = { never: 'NeverConfirm', always: 'AlwaysConfirm', risk_based: 'ConfirmRisky' } as const;
+
+/** `{kind:"NeverConfirm"|"AlwaysConfirm"|"ConfirmRisky"}` or the client's class form `{type:"never"|"always"|"risk_based"}`. */
+export const ConfirmationPolicy = z
+  .looseObject({
+    kind: z.enum(['NeverConfirm', 'AlwaysConfirm', 'ConfirmRisky']).optional(),
+    type: z.enum(['never', 'always', 'risk_based']).optional(),
+    confirm_unknown: z.boolean().optional(),
+    threshold: z.string().optional(),
+  })
+  .refine((p) => p.kind !== undefined || p.type !== undefined, { error: 'policy needs kind (NeverConfirm, AlwaysConfirm or ConfirmRisky)' })
+  .transform((p) => {
+    const kind = p.kind ?? POLICY_KINDS[p.type!];
+    return kind === 'ConfirmRisky' ? { kind, confirm_unknown: p.confirm_unknown ?? true, threshold: p.threshold ?? 'HIGH' } : { kind };
+  })
+  .meta({ id: 'ConfirmationPolicy' });
+export type ConfirmationPolicy = z.output<typeof ConfirmationPolicy>;
+
+
+type SecretInput = string | { value: string; description?: string | null };
+
+/** What an agent-server create may ask for (the API validates the request against its own schema). */
+interface AgentLlmInput {
+  model?: string | null;
+  api_key?: string | null;
+  base_url?: string | null;
+}
+
+export interface StartConversation {
+  agent?: { llm?: AgentLlmInput | null } | null;
+  agent_settings?: { llm?: AgentLlmInput | null } | null;
+  workspace?: { working_dir?: string | null } | null;
+  initial_message?: { role: MessageRole; content: ContentItem[]; run: boolean } | null;
+  max_iterations?: number | null;
+  stuck_detection?: boolean | null;
+  confirmation_policy?: ConfirmationPolicy | null;
+  secrets?: Record<string, SecretInput> | null;
+  conversation_id?: string | null;
+  tags?: Record<string, string> | null;
 }
 
 export const MASKED = '**********';
@@ -65,9 +108,9 @@ export function parleyModel(model: string, baseUrl: string | null | undefined): 
 // ---- create ---------------------------------------------------------------------------------
 
 /** `POST /api/conversations` with the agent-server body: create (or return, for a known `conversation_id`) and answer with the info. */
-export async function startConversation(c: Core, req: StartConversationRequest) {
+export async function startConversation(c: Core, req: StartConversation) {
   if (req.conversation_id && (await c.conversations.load(req.conversation_id))) return c.conversations.get(req.conversation_id);
-  const llm = req.agent?.llm;
+  const llm = req.agent?.llm ?? req.agent_settings?.llm;
   const data: Data = {};
   if (llm && (llm.model || llm.api_key || llm.base_url)) {
     data.llm = {
@@ -167,8 +210,6 @@ export async function recordUsage(conversations: Conversations, id: string, u: {
 }
 
 // ---- secrets ------------------------------------------------------------------------------------
-
-type SecretInput = string | { value: string; description?: string | null };
 
 /** Merges secrets into the conversation's (encrypted at rest, masked everywhere, exported to its shell). */
 export async function setConversationSecrets(c: Pick<Core, 'conversations' | 'settings'>, id: string, secrets: Record<string, SecretInput>) {

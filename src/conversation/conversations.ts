@@ -35,6 +35,15 @@ export const ConversationInfo = z
     last_seq: z.number().int(),
     setup: z.unknown().optional(),
     mcp_config: z.unknown().optional(),
+    // OpenHands agent-server fields (src/conversation/agent-server.ts)
+    agent: z.object({ kind: z.string(), llm: z.object({ model: z.string().nullable(), base_url: z.string().nullable(), api_key: z.string().nullable().meta({ description: '"**********" when a key is set; never the key' }) }).loose() }).loose().optional(),
+    workspace: z.object({ kind: z.literal('LocalWorkspace'), working_dir: z.string().nullable() }).optional(),
+    confirmation_policy: z.object({ kind: z.string() }).loose().optional(),
+    persistence_dir: z.string().nullable().optional(),
+    max_iterations: z.number().int().nullable().optional(),
+    stuck_detection: z.boolean().optional(),
+    stats: z.object({ usage_to_metrics: z.record(z.string(), z.unknown()) }).optional(),
+    tags: z.record(z.string(), z.string()).optional(),
   })
   .meta({ id: 'ConversationInfo', title: 'ConversationInfo' });
 export type ConversationInfo = z.output<typeof ConversationInfo>;

@@ -211,7 +211,8 @@ export class ConversationService {
 
   async interrupt(id: string): Promise<{ success: true }> {
     await this.conversations.require(id);
-    if (this.runtime.isRunning(id)) await this.runtime.interrupt(id);
+    // also when no run is active: the conversation's processes (background jobs) are stopped
+    await this.runtime.interrupt(id);
     return { success: true };
   }
 

@@ -7,7 +7,6 @@
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import type { ExecuteBashRequest } from '../api/agent-server-schemas.js';
 import type { Sandbox } from '../sandbox/index.js';
 import { ForbiddenError, NotFoundError, RequestValidationError } from '../errors.js';
 import { BashCommands, type BashSearch, type CommandLauncher } from '../workspace/bash-commands.js';
@@ -37,6 +36,15 @@ export class FileBytes {
     readonly name: string,
     readonly bytes: Uint8Array,
   ) {}
+}
+
+/** A command for /api/bash (the API validates the request against its own schema). */
+export interface BashRequest {
+  command: string;
+  cwd?: string | null;
+  /** Seconds. */
+  timeout: number;
+  conversation_id?: string | null;
 }
 
 export const TOOL_NAMES = ['terminal', 'file_editor', 'task_tracker', 'think', 'finish'];
@@ -73,7 +81,7 @@ export class SideChannels {
     return this.access.launcher(id).env(secrets);
   }
 
-  private async startCommand(req: ExecuteBashRequest) {
+  private async startCommand(req: BashRequest) {
     const at = await this.locate(req.conversation_id, req.cwd);
     const hostCwd = at.resolved?.host ?? at.workspaceDir;
     const stat = await fs.stat(hostCwd).catch(() => null);
@@ -88,11 +96,11 @@ export class SideChannels {
     });
   }
 
-  async executeBash(req: ExecuteBashRequest) {
+  async executeBash(req: BashRequest) {
     return (await this.startCommand(req)).done;
   }
 
-  async startBash(req: ExecuteBashRequest) {
+  async startBash(req: BashRequest) {
     return (await this.startCommand(req)).command;
   }
 

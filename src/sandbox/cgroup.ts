@@ -25,13 +25,15 @@ export interface ConversationCgroup {
   pids(): number[];
   /** SIGKILL to every process in it. */
   killAll(): void;
-  /** Removes the (empty) cgroup directories; best effort. */
-  remove(): void;
+  /** Removes the cgroup directories; false while processes are still leaving it (retry). */
+  remove(): boolean;
 }
 
 export interface CgroupBackend {
   kind: 'cgroup-v2' | 'cgroup-v1';
   create(name: string): ConversationCgroup;
+  /** Removes the daemon's own (empty) directories at shutdown. */
+  close(): void;
 }
 
 interface Mount {
@@ -94,11 +96,46 @@ function write(file: string, value: string): void {
   fs.writeFileSync(file, value);
 }
 
-function rmdirQuiet(dir: string): void {
+function rmdirQuiet(dir: string): boolean {
   try {
     fs.rmdirSync(dir);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'ENOENT';
+  }
+}
+
+/** Removes `root/d<pid>` directories (and their empty children) of daemons that are gone. */
+function removeStale(root: string): void {
+  let entries: string[];
+  try {
+    entries = fs.readdirSync(root);
   } catch {
-    /* busy or gone */
+    return;
+  }
+  for (const e of entries) {
+    const m = /^d(\d+)$/.exec(e);
+    if (!m) {
+      // an empty leftover of an older layout (rmdir fails while a process is in it)
+      if (/^[0-9a-f-]{32,36}$|^probe-\d+$/.test(e)) rmdirQuiet(path.join(root, e));
+      continue;
+    }
+    if (Number(m[1]) === process.pid) continue;
+    try {
+      process.kill(Number(m[1]), 0);
+      continue; // alive
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'EPERM') continue;
+    }
+    const dir = path.join(root, e);
+    try {
+      for (const c of fs.readdirSync(dir)) {
+        if (fs.statSync(path.join(dir, c)).isDirectory()) rmdirQuiet(path.join(dir, c));
+      }
+    } catch {
+      /* gone */
+    }
+    rmdirQuiet(dir);
   }
 }
 
@@ -113,6 +150,11 @@ class V1Backend implements CgroupBackend {
     private readonly pidsBase: string,
     private readonly limits: CgroupLimits,
   ) {}
+
+  close(): void {
+    rmdirQuiet(this.memoryBase);
+    rmdirQuiet(this.pidsBase);
+  }
 
   create(name: string): ConversationCgroup {
     const mem = path.join(this.memoryBase, safeName(name));
@@ -141,8 +183,9 @@ class V1Backend implements CgroupBackend {
         }
       },
       remove() {
-        rmdirQuiet(mem);
-        rmdirQuiet(pids);
+        const a = rmdirQuiet(mem);
+        const b = rmdirQuiet(pids);
+        return a && b;
       },
     };
   }
@@ -152,7 +195,10 @@ class V1Backend implements CgroupBackend {
       const m = all.find((x) => x.type === 'cgroup' && x.options.includes(ctrl));
       const p = own.get(ctrl);
       if (!m || p === undefined) return null;
-      return path.join(m.dir, p, 'parley');
+      const root = path.join(m.dir, p, 'parley');
+      removeStale(root);
+      // one directory per daemon: a daemon killed with -9 leaves empty cgroups that the next start removes
+      return path.join(root, `d${process.pid}`);
     };
     const mem = base('memory');
     const pids = base('pids');
@@ -167,6 +213,10 @@ class V2Backend implements CgroupBackend {
     private readonly base: string,
     private readonly limits: CgroupLimits,
   ) {}
+
+  close(): void {
+    /* the conversations' cgroups are removed one by one; the daemon's own cgroup stays */
+  }
 
   create(name: string): ConversationCgroup {
     const dir = path.join(this.base, `sandbox-${safeName(name)}`);
@@ -194,7 +244,7 @@ class V2Backend implements CgroupBackend {
         }
       },
       remove() {
-        rmdirQuiet(dir);
+        return rmdirQuiet(dir);
       },
     };
   }

@@ -26,6 +26,7 @@ import { workspacePath } from '../workspace/workspace.js';
 import { detectCgroups, type CgroupBackend, type ConversationCgroup } from './cgroup.js';
 import { PathView } from './path-view.js';
 import type { ProcessLauncher } from './types.js';
+import { signalGroup } from '../process-group.js';
 
 export type SandboxModeSetting = 'auto' | 'bwrap' | 'none';
 
@@ -123,15 +124,11 @@ function which(name: string): string | null {
 }
 
 function killTree(p: ChildProcess): void {
-  if (!p.pid) return;
+  if (!p.pid || signalGroup(p.pid, 'SIGKILL')) return;
   try {
-    process.kill(-p.pid, 'SIGKILL');
+    process.kill(p.pid, 'SIGKILL');
   } catch {
-    try {
-      process.kill(p.pid, 'SIGKILL');
-    } catch {
-      /* gone */
-    }
+    /* gone */
   }
 }
 
@@ -295,7 +292,25 @@ export class Sandbox {
   private retireIfEmpty(conversationId: string, l: Live): void {
     if (l.busy || l.procs.size > 0 || this.live.get(conversationId) !== l) return;
     this.live.delete(conversationId);
-    l.cgroup?.remove();
+    if (l.cgroup) void this.removeCgroup(conversationId, l.cgroup);
+  }
+
+  private readonly removing = new Set<Promise<void>>();
+
+  /** The kernel empties a cgroup a moment after its last process was reaped: retry for a while. */
+  private removeCgroup(conversationId: string, cg: ConversationCgroup): Promise<void> {
+    if (cg.remove()) return Promise.resolve();
+    const p = (async () => {
+      for (let i = 0; i < 40; i++) {
+        await new Promise((r) => setTimeout(r, 50));
+        if (this.live.has(conversationId)) return; // in use again: the same directory serves it
+        if (cg.pids().length > 0) cg.killAll();
+        if (cg.remove()) return;
+      }
+    })();
+    this.removing.add(p);
+    void p.finally(() => this.removing.delete(p));
+    return p;
   }
 
   /**
@@ -366,19 +381,14 @@ export class Sandbox {
           }),
       ),
     );
-    if (l.cgroup) {
-      // the cgroup empties a moment after its last process was reaped
-      for (let i = 0; i < 20 && l.cgroup.pids().length > 0; i++) {
-        l.cgroup.killAll();
-        await new Promise((r) => setTimeout(r, 25));
-      }
-      l.cgroup.remove();
-    }
+    if (l.cgroup) await this.removeCgroup(conversationId, l.cgroup);
   }
 
   async close(): Promise<void> {
     this.closed = true;
     await Promise.all([...this.live.keys()].map((id) => this.closeConversation(id)));
+    await Promise.all([...this.removing]);
+    this.cgroups?.close();
   }
 
   // ------------------------------------------------------------------ internals

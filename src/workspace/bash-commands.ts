@@ -8,7 +8,7 @@
  */
 import type { ChildProcess, StdioOptions } from 'node:child_process';
 import crypto from 'node:crypto';
-import { killGroup } from './child-env.js';
+import { signalGroup } from '../process-group.js';
 
 export interface CommandLauncher {
   spawn(argv: string[], opts: { cwd: string; env: Record<string, string>; stdio?: StdioOptions }): ChildProcess;
@@ -110,7 +110,7 @@ export class BashCommands {
       }
       timer = setTimeout(() => {
         timedOut = true;
-        killGroup(child.pid);
+        signalGroup(child.pid);
       }, req.timeoutS * 1000);
       child.stdout!.setEncoding('utf8').on('data', (d: string) => {
         if (stdout.length < MAX_CAPTURE) stdout += d;

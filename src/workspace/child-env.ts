@@ -46,12 +46,3 @@ export function baseChildEnv(extra: Record<string, string | undefined> = {}): Re
   return env;
 }
 
-/** Kill a whole process group (the child was spawned with `detached: true`); ignores a gone group. */
-export function killGroup(pid: number | undefined, signal: NodeJS.Signals = 'SIGKILL'): void {
-  if (!pid) return;
-  try {
-    process.kill(-pid, signal);
-  } catch {
-    /* already gone */
-  }
-}

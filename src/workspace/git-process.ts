@@ -4,7 +4,7 @@
  * capture of stdout/stderr, and an environment built from scratch (see child-env.ts).
  */
 import { spawn } from 'node:child_process';
-import { killGroup } from './child-env.js';
+import { signalGroup } from '../process-group.js';
 import type { ProcessLauncher } from '../sandbox/types.js';
 
 export interface GitResult {
@@ -55,14 +55,14 @@ export function runGit(args: string[], opts: GitRunOptions): Promise<GitResult> 
     });
     const onAbort = () => {
       aborted = true;
-      killGroup(child.pid);
+      signalGroup(child.pid);
     };
     opts.signal?.addEventListener('abort', onAbort, { once: true });
     const timer =
       opts.timeoutMs && opts.timeoutMs > 0
         ? setTimeout(() => {
             timedOut = true;
-            killGroup(child.pid);
+            signalGroup(child.pid);
           }, opts.timeoutMs)
         : null;
     child.on('error', (err) => {

@@ -15,7 +15,8 @@
 import { spawn } from 'node:child_process';
 import { realpath, stat } from 'node:fs/promises';
 import { join, relative, isAbsolute } from 'node:path';
-import { baseChildEnv, killGroup } from './child-env.js';
+import { signalGroup } from '../process-group.js';
+import { baseChildEnv } from './child-env.js';
 import type { ProcessLauncher } from '../sandbox/types.js';
 
 export const SETUP_SCRIPT_PATH = '.openhands/setup.sh';
@@ -110,8 +111,8 @@ export async function runSetupScript(dir: string, opts: SetupScriptOptions = {})
     child.stderr!.on('data', onData);
 
     const stop = () => {
-      killGroup(child.pid, 'SIGTERM');
-      killTimer = setTimeout(() => killGroup(child.pid, 'SIGKILL'), graceMs);
+      signalGroup(child.pid, 'SIGTERM');
+      killTimer = setTimeout(() => signalGroup(child.pid, 'SIGKILL'), graceMs);
     };
     const timer = setTimeout(() => {
       timedOut = true;
@@ -131,7 +132,7 @@ export async function runSetupScript(dir: string, opts: SetupScriptOptions = {})
       clearTimeout(timer);
       if (killTimer) clearTimeout(killTimer);
       opts.signal?.removeEventListener('abort', onAbort);
-      killGroup(child.pid, 'SIGKILL');
+      signalGroup(child.pid, 'SIGKILL');
       child.stdout!.destroy();
       child.stderr!.destroy();
       emit(pending);
@@ -156,7 +157,7 @@ export async function runSetupScript(dir: string, opts: SetupScriptOptions = {})
     child.on('exit', (code, signal) => {
       exit = { code, signal };
       // Leftover processes in the group hold the pipes open: kill them, then collect.
-      killGroup(child.pid, 'SIGKILL');
+      signalGroup(child.pid, 'SIGKILL');
       setTimeout(finish, 200);
     });
     child.on('close', () => {

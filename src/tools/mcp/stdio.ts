@@ -11,6 +11,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { ReadBuffer, serializeMessage } from '@modelcontextprotocol/sdk/shared/stdio.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
+import { signalGroup, trackGroup, untrackGroup } from '../../process-group.js';
 
 export interface StdioProcessOptions {
   command: string;
@@ -34,25 +35,6 @@ export function minimalEnv(): Record<string, string> {
     if (v !== undefined && !v.startsWith('()')) env[k] = v;
   }
   return env;
-}
-
-const liveGroups = new Set<number>();
-let exitHookInstalled = false;
-
-function installExitHook(): void {
-  if (exitHookInstalled) return;
-  exitHookInstalled = true;
-  process.on('exit', () => {
-    for (const pgid of liveGroups) signalGroup(pgid, 'SIGKILL');
-  });
-}
-
-function signalGroup(pgid: number, signal: NodeJS.Signals): void {
-  try {
-    process.kill(-pgid, signal);
-  } catch {
-    // ESRCH: the group is gone
-  }
 }
 
 const STDERR_TAIL_BYTES = 2048;
@@ -85,7 +67,6 @@ export class StdioProcessTransport implements Transport {
 
   start(): Promise<void> {
     if (this.child) throw new Error('StdioProcessTransport already started');
-    installExitHook();
     return new Promise<void>((resolve, reject) => {
       let child: ChildProcess;
       try {
@@ -113,7 +94,7 @@ export class StdioProcessTransport implements Transport {
       });
       child.once('spawn', () => {
         spawned = true;
-        if (child.pid) liveGroups.add(child.pid);
+        if (child.pid) trackGroup(child.pid);
         resolve();
       });
       child.once('exit', (code, signal) => {
@@ -157,7 +138,7 @@ export class StdioProcessTransport implements Transport {
     if (pid) {
       signalGroup(pid, 'SIGTERM');
       setTimeout(() => signalGroup(pid, 'SIGKILL'), 500).unref();
-      setTimeout(() => liveGroups.delete(pid), 600).unref();
+      setTimeout(() => untrackGroup(pid), 600).unref();
     }
     this.buffer.clear();
     this.onclose?.();
@@ -198,7 +179,7 @@ export class StdioProcessTransport implements Transport {
     if (!this.exitInfo) await wait(1000);
     signalGroup(pgid, 'SIGKILL');
     if (!this.exitInfo) await wait(1000);
-    liveGroups.delete(pgid);
+    untrackGroup(pgid);
     this.finish();
   }
 }

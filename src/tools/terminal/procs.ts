@@ -134,15 +134,6 @@ export function signalPid(pid: number, signal: NodeJS.Signals): boolean {
   }
 }
 
-export function signalGroup(pgid: number, signal: NodeJS.Signals): boolean {
-  try {
-    process.kill(-pgid, signal);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 export function isAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);

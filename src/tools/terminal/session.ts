@@ -31,26 +31,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
 import { promisify } from 'node:util';
-import { childrenOf, foregroundProcesses, isAlive, shellProcesses, signalGroup, signalPid } from './procs.js';
+import { signalGroup, trackGroup, untrackGroup } from '../../process-group.js';
+import { childrenOf, foregroundProcesses, isAlive, shellProcesses, signalPid } from './procs.js';
 
 const execFileAsync = promisify(execFile);
 
 const OUT_FD = 63;
 const MARK = '\x1ePARLEY:';
 const END = '\x1f';
-
-/** Live shell process groups, killed when the Node process exits so no shell is orphaned. */
-const liveGroups = new Set<number>();
-let exitHookInstalled = false;
-function trackGroup(pid: number): void {
-  liveGroups.add(pid);
-  if (!exitHookInstalled) {
-    exitHookInstalled = true;
-    process.once('exit', () => {
-      for (const pgid of liveGroups) signalGroup(pgid, 'SIGKILL');
-    });
-  }
-}
 
 export function shellQuote(s: string): string {
   return `'${s.replace(/'/g, `'\\''`)}'`;
@@ -252,7 +240,7 @@ export class ShellSession {
     this.exitPromise = new Promise<void>((resolve) => {
       this.proc.once('exit', (code, signal) => {
         this.exited = { code, signal };
-        liveGroups.delete(this.pid);
+        untrackGroup(this.pid);
         // Kill whatever the shell left behind (background jobs) so nothing is orphaned.
         this.killAllProcesses();
         // Give the last output a moment to arrive before declaring the command finished.
@@ -589,7 +577,7 @@ export class ShellSession {
     ]);
     clearTimeout(timer);
     if (isAlive(this.pid)) signalPid(this.pid, 'SIGKILL');
-    liveGroups.delete(this.pid);
+    untrackGroup(this.pid);
     this.killAllProcesses();
     this.proc.stdin.destroy();
     this.proc.stdout.destroy();
