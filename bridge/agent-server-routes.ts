@@ -85,6 +85,10 @@ export const SIDE_CHANNEL_ROUTES: Route[] = [
     input: (r) => ({ event_id: r.params.event_id }), loc: (p) => ['path', ...asLoc(p)], summary: 'Get Bash Event', tag: 'Bash',
   },
   {
+    method: 'GET', path: '/api/bash/bash_events', procedure: 'batchGetBashEvents', body: true,
+    input: (r) => r.body, loc: bodyLoc, summary: 'Batch Get Bash Events', tag: 'Bash',
+  },
+  {
     method: 'DELETE', path: '/api/bash/bash_events', procedure: 'clearBashEvents',
     input: () => undefined, loc: queryLoc, summary: 'Clear Bash Events', tag: 'Bash',
   },

@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import type { Logger } from 'pino';
 import { createAgent, type Agent } from './agent/agent.js';
 import type { Config } from './config.js';
-import { Conversations } from './conversation/conversations.js';
+import { Conversations, type SharedStore } from './conversation/conversations.js';
 import { ConversationService } from './conversation/service.js';
 import { sandboxAccess, SideChannels } from './conversation/side-channels.js';
 import { EventBus } from './events/bus.js';
@@ -22,6 +22,8 @@ import { SqliteStore } from './store/sqlite.js';
 import { PostgresStore } from './store/postgres.js';
 import type { Store } from './store/types.js';
 import { pgStoreMetrics } from './cluster/metrics.js';
+import type { ClusterBus } from './cluster/bus.js';
+import type { Leases } from './cluster/leases.js';
 import { Sandbox } from './sandbox/launcher.js';
 import { WorkspacePreparer } from './workspace/preparer.js';
 import { helperDirOf } from './workspace/workspace.js';
@@ -64,6 +66,9 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   let closeBus = async () => {};
   // another node deleted a conversation: its state here goes (bound once the conversations exist)
   const remoteDelete = { to: (_id: string): void => {} };
+  // several nodes (NATS): leases and routing to the lease holder (src/cluster/)
+  let cluster: { bus: ClusterBus; leases: Leases; prefix: string } | null = null;
+  const runsHere = { test: (_id: string): boolean => false };
   if (config.cluster) {
     const pgStore = await PostgresStore.open(config.cluster.databaseUrl, onCommit);
     redactor.add(new URL(config.cluster.databaseUrl).password || null);
@@ -71,13 +76,15 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     unread = pgStoreMetrics(pgStore);
     if (config.cluster.natsUrl) {
       const { ClusterBus } = await import('./cluster/bus.js');
-      const cluster = await ClusterBus.connect(pgStore, { url: config.cluster.natsUrl, prefix: config.cluster.natsPrefix, nodeId: config.cluster.nodeId, log }).catch(async (err) => {
+      const clusterBus = await ClusterBus.connect(pgStore, { url: config.cluster.natsUrl, prefix: config.cluster.natsPrefix, nodeId: config.cluster.nodeId, log }).catch(async (err) => {
         await pgStore.close();
         throw new Error(`cannot reach NATS at ${config.cluster!.natsUrl}: ${(err as Error).message}`);
       });
-      cluster.onRemoteDelete((id) => remoteDelete.to(id));
-      closeBus = () => cluster.close();
-      bus = cluster;
+      clusterBus.onRemoteDelete((id) => remoteDelete.to(id));
+      closeBus = () => clusterBus.close();
+      bus = clusterBus;
+      const { Leases } = await import('./cluster/leases.js');
+      cluster = { bus: clusterBus, leases: new Leases(pgStore.pool, config.cluster.nodeId, config.cluster.leaseTtlMs), prefix: config.cluster.natsPrefix };
     }
   } else {
     const sqlite = new SqliteStore(config.dataDir, onCommit, { synchronous: config.sqliteSynchronous });
@@ -90,17 +97,24 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   }
   const events = new EventLog(store, bus, redactor);
   const settings = new Settings(store, box, redactor, log);
-  const conversations = new Conversations(store, events, settings, redactor, {
-    workspaceRoot: config.workspaceRoot,
-    dataDir: config.dataDir,
-    llm: { model: config.llm.model, baseUrl: config.llm.baseUrl, apiKeySet: !!config.llm.apiKey },
-  }, { count: config.maxLoadedConversations });
+  const leases = cluster?.leases;
+  const shared: SharedStore | undefined = leases && { ownerOf: (id) => leases.owner(id), runsHere: (id) => runsHere.test(id) };
+  const conversations = new Conversations(
+    store,
+    events,
+    settings,
+    redactor,
+    { workspaceRoot: config.workspaceRoot, dataDir: config.dataDir, llm: { model: config.llm.model, baseUrl: config.llm.baseUrl, apiKeySet: !!config.llm.apiKey } },
+    shared,
+    { count: config.maxLoadedConversations },
+  );
   remoteDelete.to = (id) => conversations.forget(id);
   committed.to = (id, evs) => {
     events.committed(id, evs);
     conversations.committed(id, evs);
   };
   const agent = createAgent({ sandbox, conversations, events, settings, redactor, config, log });
+  runsHere.test = (id) => agent.runtime.isRunning(id);
   const preparer = new WorkspacePreparer(conversations, events, settings, agent.runtime, sandbox, redactor, {
     workspaceRoot: config.workspaceRoot,
     allowedHosts: config.gitAllowedHosts,
@@ -116,11 +130,20 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     metrics.conversationsLoaded.read(() => [[[], conversations.resident.count]]),
     metrics.conversationsLoadedBytes.read(() => [[[], conversations.resident.bytes]]),
   );
+  let exposed = service;
+  let closeNode = async () => {};
+  if (cluster) {
+    const { startClusterNode } = await import('./cluster/index.js');
+    const node = await startClusterNode({ service, conversations, events, runtime: agent.runtime, leases: cluster.leases, bus: cluster.bus, prefix: cluster.prefix, log });
+    exposed = node.service;
+    closeNode = node.close;
+  }
   await settings.loadIntoRedactor();
-  await conversations.recoverInterrupted(log);
-  await service.resumePreparations();
+  // with several nodes, a conversation left running is recovered when its lease expires (src/cluster/node.ts)
+  if (!cluster) await conversations.recoverInterrupted(log);
+  await exposed.resumePreparations();
   return {
-    service,
+    service: exposed,
     conversations,
     events,
     settings,
@@ -133,6 +156,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
       await agent.runtime.close();
       await sandbox.close();
       for (const u of unread) u();
+      await closeNode();
       await closeBus();
       await store.close();
     },

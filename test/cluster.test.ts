@@ -3,9 +3,11 @@
  * (created and dropped per test), one WORKSPACE_ROOT and a nats-server of the test's own.
  */
 import assert from 'node:assert/strict';
-import { describe, test } from 'node:test';
-import { startCluster } from './support/cluster.js';
+import { after, before, describe, test } from 'node:test';
+import { startCluster, type Cluster, type OnEnd } from './support/cluster.js';
 import { waitFor, type DaemonHandle } from './support/daemon.js';
+import { allEvents, statusOf } from './support/conversation-api.js';
+import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
 import { tcpProxy } from './support/tcp-proxy.js';
 import { connect, type Frames } from './support/ws-client.js';
 
@@ -26,15 +28,42 @@ async function storedTexts(d: DaemonHandle, id: string): Promise<string[]> {
   }
 }
 
+/** Three nodes with a scripted LLM. */
+async function agentCluster(onEnd: OnEnd, leaseTtlMs: number) {
+  const llm = await startScriptedLlm([]);
+  onEnd(() => llm.close());
+  const c = await startCluster(onEnd, 3, { LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'k', LEASE_TTL_MS: String(leaseTtlMs) });
+  return { llm, c };
+}
+
+/** A conversation created on node 1, its workspace ready and its lease released. */
+async function readyConversation(c: Cluster) {
+  const id = await create(c.nodes[0]!);
+  await waitFor(async () => (await c.nodes[0]!.req('GET', `/api/conversations/${id}`)).body.setup?.phase === 'ready', 'the workspace');
+  // the creating node held the lease while it prepared the workspace, and lets it go after
+  await waitFor(async () => (await c.nodes[0]!.req('GET', `/api/conversations/${id}`)).body.node_id === null, 'no owner once the workspace is ready', 10_000);
+  return id;
+}
+
 /** Every stored event once, in seq order, gap-free from `from`. */
 function assertGapFree(f: Frames, from = 1) {
   const seqs = stored(f).map((x) => x.seq as number);
   assert.deepEqual(seqs, Array.from({ length: seqs.length }, (_, i) => i + from));
 }
 
-describe('cluster mode: PostgreSQL + NATS', { timeout: 180_000 }, () => {
-  test('three nodes: writes through two nodes at once reach subscribers on the others once each, in seq order, gap-free; resume on a third node', async (t) => {
-    const c = await startCluster(t, 3);
+describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
+  // one cluster of three nodes for the tests that do not stop any part of it
+  const ends: (() => unknown)[] = [];
+  let shared: { llm: ScriptedLlm; c: Cluster };
+  before(async () => {
+    shared = await agentCluster((f) => ends.push(f), 3000);
+  }, { timeout: 180_000 });
+  after(async () => {
+    for (const f of ends.reverse()) await f();
+  });
+
+  test('three nodes: writes through two nodes at once reach subscribers on the others once each, in seq order, gap-free; resume on a third node', { timeout: 120_000 }, async () => {
+    const { c } = shared;
     const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
     const id = await create(n1);
     const s2 = subscribe(n2, id, 'after_seq=0');
@@ -51,9 +80,6 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 180_000 }, () => {
       await waitFor(() => texts(s).length === 200, 'all 200 messages on a subscriber', 30_000);
       assertGapFree(s);
       assert.equal(new Set(texts(s)).size, 200, 'each message once');
-      // a node's own writes keep their order
-      const two = texts(s).filter((x) => x.startsWith('two '));
-      assert.deepEqual(two, Array.from({ length: 100 }, (_, i) => `two ${i}`));
     }
     // resume on the third node from the middle of what the second saw
     const mid = stored(s2)[120]!.seq as number;
@@ -69,8 +95,8 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 180_000 }, () => {
     s3.close();
   });
 
-  test('deleting on one node: 404 on every node, subscribers on the others are closed', async (t) => {
-    const c = await startCluster(t, 3);
+  test('deleting on one node: 404 on every node, subscribers on the others are closed', { timeout: 120_000 }, async () => {
+    const { c } = shared;
     const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
     const id = await create(n1);
     await send(n2, id, 'hello');
@@ -85,8 +111,8 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 180_000 }, () => {
     for (const s of [s2, s3]) assert.equal((await s.waitClose()).code, 4004);
   });
 
-  test('NATS stopped mid-run: events still reach subscribers on other nodes (from PostgreSQL); NATS back, live again', async (t) => {
-    const c = await startCluster(t, 2);
+  test('NATS stopped mid-run: events still reach subscribers on other nodes (from PostgreSQL); NATS back, live again', { timeout: 180_000 }, async (t) => {
+    const c = await startCluster((f) => t.after(f), 2);
     const [n1, n2] = c.nodes as [DaemonHandle, DaemonHandle];
     const id = await create(n1);
     const s2 = subscribe(n2, id, 'after_seq=0');
@@ -103,10 +129,10 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 180_000 }, () => {
     s2.close();
   });
 
-  test('PostgreSQL briefly unreachable from a node: appends answer 503 with the reason, nothing acknowledged is lost, the node recovers by itself', async (t) => {
+  test('PostgreSQL briefly unreachable from a node: appends answer 503 with the reason, nothing acknowledged is lost, the node recovers by itself', { timeout: 180_000 }, async (t) => {
     const proxy = await tcpProxy(5432);
     t.after(() => proxy.close());
-    const c = await startCluster(t, 2);
+    const c = await startCluster((f) => t.after(f), 2);
     const [n1] = c.nodes as [DaemonHandle];
     // node 2 reaches PostgreSQL through the proxy
     await c.nodes[1]!.stop();
@@ -141,4 +167,104 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 180_000 }, () => {
     s1.close();
     void n2;
   });
+
+  test('ownership: the node that runs the loop is shown everywhere; run, interrupt and messages through other nodes reach it; the lease goes when the loop stops', { timeout: 120_000 }, async () => {
+    const { llm, c } = shared;
+    const id = await readyConversation(c);
+    const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
+    const owner = async (n: DaemonHandle) => (await n.req('GET', `/api/conversations/${id}`)).body.node_id ?? null;
+    for (const n of c.nodes) assert.equal(await owner(n), null, 'no owner before a run');
+    llm.push({ text: 'slow answer', delayMs: 60_000 });
+    assert.equal((await send(n2, id, 'start on node 2', true)).status, 200);
+    await llm.waitForRequests(1, 20_000);
+    for (const n of c.nodes) {
+      assert.equal(await owner(n), 'node-2');
+      assert.equal(await statusOf(n.req, id), 'running', 'every node shows the status the owner set');
+    }
+    // a second run through another node reaches the owner, which is already running it
+    assert.equal((await n3.req('POST', `/api/conversations/${id}/run`)).status, 409);
+    // a message through node 3 is taken by the loop on node 2 (no second loop)
+    assert.equal((await send(n3, id, 'more from node 3', true)).status, 200);
+    assert.equal(llm.requests.length, 1, 'no second loop started');
+    // interrupt through node 1 stops the loop on node 2
+    assert.equal((await n1.req('POST', `/api/conversations/${id}/interrupt`)).status, 200);
+    await waitFor(async () => (await statusOf(n3.req, id)) === 'paused', 'paused, as node 3 sees it', 15_000);
+    await waitFor(async () => (await owner(n1)) === null, 'the lease released once the loop stopped', 15_000);
+    // with no owner, the node that receives the run takes the lease
+    llm.push({ text: 'done on node 3' });
+    assert.equal((await n3.req('POST', `/api/conversations/${id}/run`)).status, 200);
+    await waitFor(async () => (await statusOf(n1.req, id)) === 'finished', 'finished', 20_000);
+    const evs = await allEvents(n1.req, id);
+    assert.equal(evs.filter((e) => e.kind === 'MessageEvent' && e.source === 'agent').pop().llm_message.content[0].text, 'done on node 3');
+    assert.ok(JSON.stringify(llm.requests.at(-1)!.body.messages).includes('more from node 3'), 'the message sent through node 3 was in the history');
+  });
+
+  test('SIGKILL of the owner mid-run with writes in flight: its lease expires, another node takes over (error, NodeLost), every acknowledged message is kept, the agent runs again elsewhere; the killed node rejoins without duplicating anything', { timeout: 180_000 }, async (t) => {
+    const { llm, c } = await agentCluster((f) => t.after(f), 2000);
+    const id = await readyConversation(c);
+    const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
+    llm.push({ text: 'never delivered', delayMs: 60_000 });
+    assert.equal((await send(n2, id, 'long task', true)).status, 200);
+    await llm.waitForRequests(1, 20_000);
+    assert.equal((await n3.req('GET', `/api/conversations/${id}`)).body.node_id, 'node-2');
+    // writes through the owner, in flight when it is killed
+    const acknowledged: string[] = [];
+    const writes = Array.from({ length: 60 }, (_, i) =>
+      send(n2, id, `w${i}`).then(
+        (r) => r.status === 200 && acknowledged.push(`w${i}`),
+        () => {},
+      ),
+    );
+    await waitFor(() => acknowledged.length >= 5, 'some writes acknowledged');
+    n2.proc.kill('SIGKILL');
+    await Promise.all(writes);
+    await n2.exited;
+    // after LEASE_TTL_MS another node applies the crash-recovery rule
+    await waitFor(async () => (await statusOf(n1.req, id)) === 'error', 'the takeover', 20_000);
+    let evs = await allEvents(n3.req, id);
+    assert.equal(evs.filter((e) => e.kind === 'ConversationErrorEvent' && e.code === 'NodeLost').length, 1, 'one takeover');
+    assert.equal((await n3.req('GET', `/api/conversations/${id}`)).body.node_id, null);
+    const texts = evs.filter((e) => e.kind === 'MessageEvent').map((e) => e.llm_message.content[0].text);
+    for (const a of acknowledged) assert.ok(texts.includes(a), `acknowledged ${a} kept`);
+    // the agent runs again, from another node
+    llm.push({ text: 'picked up again' });
+    assert.equal((await n3.req('POST', `/api/conversations/${id}/run`)).status, 200);
+    await waitFor(async () => (await statusOf(n1.req, id)) === 'finished', 'finished after the takeover', 20_000);
+    // the killed node comes back: it adds nothing (no DaemonRestarted, no second takeover) and serves the conversation
+    const before = (await allEvents(n1.req, id)).length;
+    const back = await c.startNode(1);
+    assert.equal(await statusOf(back.req, id), 'finished');
+    assert.equal((await allEvents(back.req, id)).length, before, 'nothing added by the restart');
+    evs = await allEvents(back.req, id);
+    assert.deepEqual(evs.map((e) => e.seq), Array.from({ length: evs.length }, (_, i) => i + 1), 'seq gap-free');
+    assert.equal(new Set(evs.map((e) => e.id)).size, evs.length, 'no event twice');
+    assert.ok(!evs.some((e) => e.code === 'DaemonRestarted'));
+    assert.equal((await send(back, id, 'hello from the restarted node')).status, 200);
+  });
+
+  test('provider tokens, secrets, settings and MCP defaults stored through one node are used (and redacted) by the others', { timeout: 120_000 }, async () => {
+    const { llm, c } = shared;
+    const id = await readyConversation(c);
+    const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
+    const GH = 'ghp_clusterCanary0123456789abcdefABCDEF';
+    const SECRET = 'cluster-secret-canary-4242';
+    const MCPKEY = 'mcp-cluster-canary-key-77';
+    assert.equal((await n1.req('POST', '/api/add-git-providers', { provider_tokens: { github: { token: GH } }, mcp_config: { shttp_servers: [{ url: 'http://127.0.0.1:9/mcp', api_key: MCPKEY }] } })).status, 200);
+    assert.equal((await n1.req('POST', '/api/secrets', { name: 'MY_SECRET', value: SECRET, description: 'from node 1' })).status, 201);
+    assert.equal((await n1.req('POST', '/api/settings', { llm_model: 'openai/scripted' })).status, 200);
+    assert.deepEqual((await n2.req('GET', '/api/secrets')).body.secrets, [{ name: 'MY_SECRET', description: 'from node 1' }]);
+    assert.equal((await n3.req('GET', '/api/settings')).body.llm_model, 'openai/scripted');
+    // a conversation created on node 3 gets the MCP default stored through node 1 (redacted when shown)
+    const other = await create(n3);
+    assert.equal((await n3.req('GET', `/api/conversations/${other}`)).body.mcp_config.shttp_servers[0].url, 'http://127.0.0.1:9/mcp');
+    // the agent on node 2 has the token and the secret in its shell, and node 2 masks both
+    llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'echo "$GITHUB_TOKEN $MY_SECRET"' } }] }, { text: 'done' });
+    assert.equal((await send(n2, id, 'print them', true)).status, 200);
+    await waitFor(async () => (await statusOf(n2.req, id)) === 'finished', 'finished', 30_000);
+    const obs = (await allEvents(n3.req, id)).find((e) => e.kind === 'ObservationEvent');
+    assert.match(obs.observation.content[0].text, /<secret_hidden> <secret_hidden>/, 'the shell had the values, masked');
+    const everything = JSON.stringify(await allEvents(n1.req, id)) + c.nodes.map((n) => n.output.join('\n')).join('\n');
+    for (const canary of [GH, SECRET, MCPKEY]) assert.ok(!everything.includes(canary), `${canary} leaked`);
+  });
 });
+

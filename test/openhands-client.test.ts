@@ -129,6 +129,8 @@ describe('the OpenHands client, unchanged', { timeout: 120_000 }, () => {
     const [out]: any[] = (await w.bash.searchEvents({ command_id__eq: started.id, kind__eq: 'BashOutput' })).items;
     assert.equal(out.stdout, 'started-output\n');
     assert.equal(((await w.bash.getEvent(started.id)) as any).command, 'echo started-output');
+    const batch: any[] = await w.bash.batchGetEvents([started.id, out.id, 'nope']);
+    assert.deepEqual(batch.map((e) => e?.kind ?? null), ['BashCommand', 'BashOutput', null]);
     const up = await w.fileUpload('uploaded text\n', '/workspace/project/notes/hi.txt');
     assert.equal(up.success, true);
     assert.equal(fs.readFileSync(path.join(ws.working_dir, 'notes', 'hi.txt'), 'utf8'), 'uploaded text\n');

@@ -12,7 +12,7 @@ import type { z } from 'zod';
 import type { EventLog } from '../events/log.js';
 import { mapReplayCommand, mapReplayPath, type ReplayPlan, type ReplayStep } from '../conversation/replay.js';
 import { actionOf, type Tool, type ToolContext } from '../tools/types.js';
-import { PathView } from '../sandbox/path-view.js';
+import { ConfinedFiles, PathView } from '../sandbox/path-view.js';
 
 export interface ReplayRunOptions {
   events: EventLog;
@@ -41,7 +41,7 @@ async function writeCall(step: Extract<ReplayStep, { type: 'write' }>, abs: stri
   try {
     // read through the workspace view: a planted symlink never makes the daemon read outside
     const host = view.resolve(abs).host;
-    if ((await fs.stat(host)).isFile()) current = await fs.readFile(host, 'utf8');
+    if ((await fs.stat(host)).isFile()) current = (await new ConfinedFiles(view).readFile(host)).toString('utf8');
   } catch {
     current = null;
   }

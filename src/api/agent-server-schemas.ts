@@ -116,6 +116,8 @@ export const BashEventSearchQuery = z.strictObject({
   limit: Limit,
 });
 export const BashEventIdInput = z.object({ event_id: z.string().max(200) });
+/** `GET /api/bash/bash_events/` with a JSON array of ids as its body (how the client batches). */
+export const BashEventIdsInput = z.array(z.string().max(200)).max(100);
 
 /** A side-channel path (`?path=`), with the conversation it belongs to when the caller names it. */
 export const WorkspacePathQuery = z.strictObject({

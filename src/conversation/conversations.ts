@@ -33,6 +33,8 @@ export const ConversationInfo = z
     selected_branch: z.string().nullable(),
     git_provider: z.string().nullable(),
     last_seq: z.number().int(),
+    /** Cluster mode: the node running the conversation's agent loop (null: none). */
+    node_id: z.string().nullable().optional(),
     setup: z.unknown().optional(),
     mcp_config: z.unknown().optional(),
     // OpenHands agent-server fields (src/conversation/agent-server.ts)
@@ -74,6 +76,14 @@ export interface ResidentLimits {
 const LARGE_FIELD_BYTES = 16 * 1024;
 const LARGE_FIELDS = new Set(['conversation_instructions', 'mcp_config_sealed']);
 
+/** Cluster mode (src/cluster/): other nodes share the store; one of them may run a conversation's loop. */
+export interface SharedStore {
+  /** The node holding the conversation's lease, shown as `node_id`. */
+  ownerOf(id: string): Promise<string | null>;
+  /** Whether this node runs the conversation's loop (its state here is then the truth). */
+  runsHere(id: string): boolean;
+}
+
 export class Conversations {
   private live = new Map<string, LiveConversation>();
   private loading = new Map<string, Promise<LiveConversation | null>>();
@@ -89,6 +99,8 @@ export class Conversations {
     private readonly redactor: Redactor,
     /** Paths and the server's LLM, for the agent-server fields of the info (agent, workspace, persistence_dir). */
     private readonly agentServer?: AgentServerContext,
+    /** Set in cluster mode: a read re-reads the conversation unless its loop runs here. */
+    private readonly shared?: SharedStore,
     private readonly limits: ResidentLimits = {},
   ) {}
 
@@ -119,6 +131,7 @@ export class Conversations {
   /** The conversation's live state, loaded on first use. Null when it does not exist. */
   async load(id: string): Promise<LiveConversation | null> {
     const hit = this.live.get(id);
+    if (hit && this.shared && !this.shared.runsHere(id)) return this.refresh(id);
     if (hit) return this.touch(id, hit);
     let p = this.loading.get(id);
     if (!p) {
@@ -153,6 +166,23 @@ export class Conversations {
   /** The status of a loaded conversation (undefined when it is not loaded or was deleted). */
   status(id: string): ExecutionStatus | undefined {
     return this.live.get(id)?.status;
+  }
+
+  /** Re-reads the conversation from the store (another node may have changed it) unless its loop runs here. */
+  async refresh(id: string): Promise<LiveConversation | null> {
+    const record = await this.store.getConversation(id);
+    const conv = this.live.get(id);
+    if (!record) {
+      this.drop(id);
+      return null;
+    }
+    if (!conv) return this.admit({ record, status: record.execution_status as ExecutionStatus });
+    if (!this.shared?.runsHere(id)) {
+      conv.record = this.withoutLargeFields(record);
+      conv.status = record.execution_status as ExecutionStatus;
+      conv.shown = undefined;
+    }
+    return conv;
   }
 
   /** Another node deleted the conversation: its state here goes. */
@@ -221,21 +251,30 @@ export class Conversations {
   /** Keeps a conversation loaded, its large fields left in the store; evicts idle ones beyond the bounds. */
   private admit(conv: LiveConversation): LiveConversation {
     const id = conv.record.id;
+    conv.record = this.withoutLargeFields(conv.record);
+    this.live.set(id, conv);
+    this.evictIdle();
+    return conv;
+  }
+
+  /** The record as it stays in memory: large fields left in the store (noted in `stored`), its size counted. */
+  private withoutLargeFields(record: ConversationRecord): ConversationRecord {
+    const id = record.id;
+    const data = { ...record.data };
     const kept = new Set<string>();
     let bytes = 512;
-    for (const [k, v] of Object.entries(conv.record.data)) {
+    for (const [k, v] of Object.entries(data)) {
       const n = typeof v === 'string' ? v.length : JSON.stringify(v ?? null).length;
       if (n > LARGE_FIELD_BYTES && LARGE_FIELDS.has(k)) {
         kept.add(k);
-        delete conv.record.data[k];
+        delete data[k];
       } else bytes += n;
     }
     if (kept.size) this.stored.set(id, kept);
-    this.live.set(id, conv);
+    else this.stored.delete(id);
+    this.residentBytes += bytes - (this.sizes.get(id) ?? 0);
     this.sizes.set(id, bytes);
-    this.residentBytes += bytes;
-    this.evictIdle();
-    return conv;
+    return { ...record, data };
   }
 
   /** Most recently used last (Map order). */
@@ -287,6 +326,7 @@ export class Conversations {
       selected_branch: (d.selected_branch as string | null) ?? null,
       git_provider: (d.git_provider as string | null) ?? null,
       last_seq: lastSeq,
+      ...(this.shared ? { node_id: await this.shared.ownerOf(conv.record.id) } : {}),
       setup: d.setup ?? null,
       mcp_config: fullMcpConfig(redactMcpConfig(this.settings.openMcp((await this.field(conv, 'mcp_config_sealed')) as string | undefined))),
       ...agentServerInfo(conv.record, this.agentServer, await this.settings.llmView()),

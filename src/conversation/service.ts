@@ -128,9 +128,9 @@ export class ConversationService {
   }
 
   /** Starts again every preparation a stop cut short (an existing clone is reused); each runs the loop when done if one was requested. */
-  async resumePreparations(): Promise<void> {
+  async resumePreparations(take: (id: string) => Promise<boolean> = async () => true): Promise<void> {
     for (const id of await this.conversations.unfinishedSetups()) {
-      if (!(await this.conversations.load(id)) || this.preparing.has(id)) continue;
+      if (!(await this.conversations.load(id)) || this.preparing.has(id) || !(await take(id))) continue;
       this.log.info({ conversation_id: id }, 'resuming workspace preparation after a restart');
       this.launchPreparer(id);
     }

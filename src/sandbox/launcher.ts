@@ -186,6 +186,8 @@ export class Sandbox {
     } finally {
       fs.rmSync(probeDir, { recursive: true, force: true });
     }
+    const i = sb.info();
+    opts.log?.info({ sandbox: i }, `sandbox: bwrap (${bwrap}), network ${i.network}, limits by ${i.limits.enforced_by}`);
     return sb;
   }
 

@@ -120,3 +120,60 @@ function relativeInside(root: string, child: string): string | null {
   if (rel === '' || rel.startsWith('..') || path.isAbsolute(rel)) return null;
   return rel;
 }
+
+/**
+ * File I/O on a path `PathView.resolve` accepted, closing the window between that check and the
+ * open: the last component is opened with O_NOFOLLOW, and the file actually opened (its
+ * /proc/self/fd link) must still be inside the workspace; a directory swapped for a symlink in
+ * between is caught there. A write never truncates before that check.
+ */
+export class ConfinedFiles {
+  constructor(private readonly view: PathView) {}
+
+  private realRoot(): string {
+    return fs.realpathSync(this.view.hostRoot);
+  }
+
+  private async check(fh: fs.promises.FileHandle, p: string): Promise<void> {
+    let real: string;
+    try {
+      real = await fs.promises.readlink(`/proc/self/fd/${fh.fd}`);
+    } catch {
+      return; // no /proc: the O_NOFOLLOW open and the resolve() check stand
+    }
+    if (relativeInside(this.realRoot(), real) === null) {
+      await fh.close();
+      throw new PathOutsideError(`The path ${this.view.toVisible(p)} led outside the workspace while it was opened; it was not read or written.`);
+    }
+  }
+
+  async readFile(p: string): Promise<Buffer> {
+    const fh = await fs.promises.open(p, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
+    await this.check(fh, p);
+    try {
+      return await fh.readFile();
+    } finally {
+      await fh.close();
+    }
+  }
+
+  /** `exclusive`: the file must not exist yet (create); `create`: made when missing; else it must exist. */
+  async writeFile(p: string, data: string | Buffer, opts: { exclusive?: boolean; create?: boolean } = {}): Promise<void> {
+    const c = fs.constants;
+    const creating = opts.exclusive || (opts.create && !fs.existsSync(p));
+    const flags = c.O_WRONLY | c.O_NOFOLLOW | (opts.exclusive || opts.create ? c.O_CREAT : 0) | (opts.exclusive ? c.O_EXCL : 0);
+    const fh = await fs.promises.open(p, flags, 0o644);
+    try {
+      await this.check(fh, p);
+    } catch (err) {
+      if (creating) await fs.promises.unlink(p).catch(() => {}); // what we just created outside
+      throw err;
+    }
+    try {
+      await fh.truncate(0);
+      await fh.writeFile(data);
+    } finally {
+      await fh.close();
+    }
+  }
+}

@@ -49,7 +49,14 @@ export class Settings {
     this.redactor.add(...mcpSecretValues(await this.defaultMcpConfig()));
   }
 
+  /** Every value this node opens is redacted from its output: another node (cluster mode) may have stored it. */
   private open(sealed: string | null): string | null {
+    const value = this.decrypt(sealed);
+    this.redactor.add(value);
+    return value;
+  }
+
+  private decrypt(sealed: string | null): string | null {
     if (!sealed) return null;
     try {
       return this.box.decrypt(sealed);
@@ -81,8 +88,10 @@ export class Settings {
   }
 
   openMcp(sealed: string | null | undefined): FullMcpConfig {
-    const raw = this.open(sealed ?? null);
-    return fullMcpConfig(raw ? (JSON.parse(raw) as McpConfig) : null);
+    const raw = this.decrypt(sealed ?? null);
+    const cfg = fullMcpConfig(raw ? (JSON.parse(raw) as McpConfig) : null);
+    this.redactor.add(...mcpSecretValues(cfg));
+    return cfg;
   }
 
   async defaultMcpConfig(): Promise<FullMcpConfig> {

@@ -4,7 +4,7 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { PathOutsideError, PathView } from '../sandbox/path-view.js';
+import { ConfinedFiles, PathOutsideError, PathView } from '../sandbox/path-view.js';
 import { z } from 'zod';
 import { actionSchema, observationSchema } from '../events/content.js';
 import type { ObservationContent, Tool, ToolContext } from './types.js';
@@ -124,6 +124,11 @@ function shorten(s: string, max = 200): string {
 
 export class FileEditor {
   private readonly history = new Map<string, HistoryEntry[]>();
+  /** Reads and writes of one call, confined to its workspace (see ConfinedFiles). */
+  private readonly files = new WeakMap<ToolContext, ConfinedFiles>();
+  private io(ctx: ToolContext): ConfinedFiles {
+    return this.files.get(ctx) ?? new ConfinedFiles(new PathView(ctx.workspaceDir, ctx.workspaceDir));
+  }
 
   /** @param viewOf the conversation's file view (sandbox/path-view.ts); default: exactly the workspace, as on the host. */
   constructor(private readonly viewOf: (ctx: ToolContext) => PathView = (ctx) => new PathView(ctx.workspaceDir, ctx.workspaceDir)) {}
@@ -133,7 +138,9 @@ export class FileEditor {
     const rawPath = params.path ?? '';
     const view = this.viewOf(ctx);
     // messages name files as the agent sees them (/workspace/… when sandboxed)
-    const shown = view.hostRoot === view.visibleRoot ? ctx : { ...ctx, redact: (t: string) => ctx.redact(t.split(view.hostRoot).join(view.visibleRoot)) };
+    const shown = view.hostRoot === view.visibleRoot ? { ...ctx } : { ...ctx, redact: (t: string) => ctx.redact(t.split(view.hostRoot).join(view.visibleRoot)) };
+    // this call's own context object: its confined I/O is looked up by it
+    this.files.set(shown, new ConfinedFiles(view));
     return this.run(params, shown, view, rawPath, command);
   }
 
@@ -158,7 +165,7 @@ export class FileEditor {
       }
     } catch (err) {
       const message =
-        err instanceof EditorError ? err.message : this.describeFsError(err as NodeJS.ErrnoException, rawPath);
+        err instanceof EditorError || err instanceof PathOutsideError ? err.message : this.describeFsError(err as NodeJS.ErrnoException, rawPath);
       return this.obs(ctx, command, rawPath, [{ type: 'text', text: message }], true);
     }
   }
@@ -252,8 +259,8 @@ export class FileEditor {
   }
 
   /** Reads a text file; refuses binary and non-UTF-8 content. */
-  private async readText(abs: string): Promise<TextFile> {
-    const buf = await fs.promises.readFile(abs);
+  private async readText(abs: string, ctx: ToolContext): Promise<TextFile> {
+    const buf = await this.io(ctx).readFile(abs);
     if (buf.length > MAX_FILE_BYTES) throw new EditorError(`The file ${abs} is too large (over 10 MiB).`);
     if (buf.includes(0)) {
       throw new EditorError(`The file ${abs} appears to be binary (it contains NUL bytes); file_editor only handles text files.`);
@@ -334,7 +341,7 @@ export class FileEditor {
       if (st.size > MAX_IMAGE_BYTES) {
         throw new EditorError(`The image ${abs} is too large to view (${st.size} bytes; the limit is ${MAX_IMAGE_BYTES} bytes).`);
       }
-      const data = await fs.promises.readFile(abs);
+      const data = await this.io(ctx).readFile(abs);
       return this.obs(
         ctx,
         'view',
@@ -347,7 +354,7 @@ export class FileEditor {
       );
     }
     await this.requireFile(abs, 'view');
-    const { text } = await this.readText(abs);
+    const { text } = await this.readText(abs, ctx);
     const lines = splitLines(text);
     const n = lines.length;
     let start = 1;
@@ -464,7 +471,7 @@ export class FileEditor {
     }
     await fs.promises.mkdir(path.dirname(abs), { recursive: true });
     // 'wx' refuses to clobber a file created in the meantime.
-    await fs.promises.writeFile(abs, params.file_text, { flag: 'wx' });
+    await this.io(ctx).writeFile(abs, params.file_text, { exclusive: true });
     this.pushHistory(ctx.conversationId, abs, null);
     const lines = splitLines(params.file_text).length;
     return this.obs(
@@ -490,7 +497,7 @@ export class FileEditor {
     let newStr = params.new_str ?? '';
     if (oldStr === newStr) throw new EditorError('`new_str` and `old_str` must be different.');
     await this.requireFile(abs, 'str_replace');
-    const { text, eol, buf: original } = await this.readText(abs);
+    const { text, eol, buf: original } = await this.readText(abs, ctx);
     // An LLM writes \n; a CRLF file keeps its line endings.
     if (eol === '\r\n' && !oldStr.includes('\r')) {
       oldStr = oldStr.replace(/\n/g, '\r\n');
@@ -511,7 +518,7 @@ export class FileEditor {
     const at = positions[0]!;
     // Plain slicing: no `$&`-style replacement patterns are interpreted in new_str.
     const updated = text.slice(0, at) + newStr + text.slice(at + oldStr.length);
-    await fs.promises.writeFile(abs, updated, 'utf8');
+    await this.io(ctx).writeFile(abs, updated);
     this.pushHistory(ctx.conversationId, abs, original);
     const fromLine = lineOfIndex(updated, at);
     const toLine = fromLine + countLines(newStr.replace(/\r\n/g, '\n')) - 1;
@@ -557,7 +564,7 @@ export class FileEditor {
     if (params.insert_line === undefined) throw new EditorError('Parameter `insert_line` is required for command: insert.');
     if (typeof params.new_str !== 'string') throw new EditorError('Parameter `new_str` is required for command: insert.');
     await this.requireFile(abs, 'insert');
-    const { text, eol, buf: original } = await this.readText(abs);
+    const { text, eol, buf: original } = await this.readText(abs, ctx);
     const bom = text.startsWith('\uFEFF') ? '\uFEFF' : '';
     const lines = splitLines(text);
     const n = lines.length;
@@ -592,7 +599,7 @@ export class FileEditor {
       }
     }
     const updated = text.slice(0, offset) + insText + text.slice(offset);
-    await fs.promises.writeFile(abs, updated, 'utf8');
+    await this.io(ctx).writeFile(abs, updated);
     this.pushHistory(ctx.conversationId, abs, original);
     return this.obs(
       ctx,
@@ -620,7 +627,7 @@ export class FileEditor {
       );
     }
     await fs.promises.mkdir(path.dirname(abs), { recursive: true });
-    await fs.promises.writeFile(abs, entry.content);
+    await this.io(ctx).writeFile(abs, entry.content, { create: true });
     let text = `Last edit to ${abs} undone successfully.`;
     try {
       const restored = new TextDecoder('utf-8', { ignoreBOM: true }).decode(entry.content);

@@ -6,7 +6,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
-import type { TestContext } from 'node:test';
 import { freePort, startDaemon, tempDir, type DaemonHandle } from './daemon.js';
 import { createTestDatabase, type TestDatabase } from './postgres.js';
 
@@ -20,8 +19,11 @@ export interface NatsServer {
   start(): Promise<void>;
 }
 
+/** Registers what to do when the test (or suite) ends: `(f) => t.after(f)`, or a list run in `after()`. */
+export type OnEnd = (fn: () => unknown) => void;
+
 /** A nats-server (JetStream on, store in a temp dir) on a random loopback port. */
-export async function startNats(t: TestContext): Promise<NatsServer> {
+export async function startNats(onEnd: OnEnd): Promise<NatsServer> {
   if (!fs.existsSync(NATS_SERVER)) throw new Error(`nats-server not found at ${NATS_SERVER}: these tests need it (set PARLEY_TEST_NATS_SERVER)`);
   const port = await freePort();
   const dir = tempDir('parley-nats-');
@@ -53,7 +55,7 @@ export async function startNats(t: TestContext): Promise<NatsServer> {
       await exited;
     },
   };
-  t.after(async () => {
+  onEnd(async () => {
     await server.stop();
     fs.rmSync(dir, { recursive: true, force: true });
   });
@@ -72,15 +74,15 @@ export interface Cluster {
 }
 
 /** `n` nodes named node-1..node-n; everything is stopped and removed when the test ends. */
-export async function startCluster(t: TestContext, n: number, env: Record<string, string> = {}): Promise<Cluster> {
+export async function startCluster(onEnd: OnEnd, n: number, env: Record<string, string> = {}): Promise<Cluster> {
   const db = await createTestDatabase();
-  t.after(() => db.drop());
-  const nats = await startNats(t);
+  onEnd(() => db.drop());
+  const nats = await startNats(onEnd);
   const workspaceRoot = tempDir('parley-cluster-ws-');
   const dataDirs = Array.from({ length: n }, () => tempDir('parley-cluster-node-'));
   const prefix = `parley_test_${crypto.randomBytes(4).toString('hex')}`;
   const nodes: DaemonHandle[] = [];
-  t.after(async () => {
+  onEnd(async () => {
     await Promise.all(nodes.map((d) => d.stop('SIGKILL')));
     for (const d of [workspaceRoot, ...dataDirs]) fs.rmSync(d, { recursive: true, force: true });
   });
@@ -100,12 +102,14 @@ export async function startCluster(t: TestContext, n: number, env: Record<string
       ...env,
     }),
     async startNode(i, extra = {}) {
-      const d = await startDaemon({ ...cluster.envOf(i), ...extra }, dataDirs[i]);
+      // three daemons compiling at once on a loaded 2-core machine can take long to start
+      const d = await startDaemon({ ...cluster.envOf(i), ...extra }, dataDirs[i], { startTimeoutMs: 90_000 });
       nodes[i] = d;
       return d;
     },
   };
-  // one after the other would be slower; together they also prove the migrations do not race
-  await Promise.all(Array.from({ length: n }, (_, i) => cluster.startNode(i)));
+  // the first alone (it creates the schema; test/store.test.ts opens stores together), then the others
+  await cluster.startNode(0);
+  await Promise.all(Array.from({ length: n - 1 }, (_, i) => cluster.startNode(i + 1)));
   return cluster;
 }

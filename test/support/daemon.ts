@@ -26,7 +26,7 @@ export function tempDir(prefix = 'parley-test-'): string {
   return fs.mkdtempSync(path.join(os.tmpdir(), prefix));
 }
 
-export async function startDaemon(env: Record<string, string> = {}, dataDir = tempDir()): Promise<DaemonHandle> {
+export async function startDaemon(env: Record<string, string> = {}, dataDir = tempDir(), opts: { startTimeoutMs?: number } = {}): Promise<DaemonHandle> {
   const fullEnv: Record<string, string> = {
     PATH: process.env.PATH ?? '/usr/bin:/bin',
     HOME: process.env.HOME ?? os.tmpdir(),
@@ -59,7 +59,8 @@ export async function startDaemon(env: Record<string, string> = {}, dataDir = te
     proc.stdout!.on('data', feed);
     proc.stderr!.on('data', feed);
     exited.then((code) => reject(new Error(`daemon exited with ${code} before listening:\n${output.join('\n')}`)));
-    setTimeout(() => reject(new Error(`daemon did not start in 20 s:\n${output.join('\n')}`)), 20_000).unref();
+    const limit = opts.startTimeoutMs ?? 20_000;
+    setTimeout(() => reject(new Error(`daemon did not start in ${limit / 1000} s:\n${output.join('\n')}`)), limit).unref();
   });
   const url = `http://127.0.0.1:${port}`;
   return {

@@ -1,0 +1,70 @@
+/**
+ * Cluster mode in the composition root: the node (leases, routing, takeover) in front of this
+ * process's conversation service. The router and the bridge keep calling the service they are
+ * given; in cluster mode that is a view of the service whose lifecycle operations (create, send,
+ * run, pause, interrupt, delete, resuming preparations) go through the node first.
+ */
+import type { Logger } from 'pino';
+import type { Conversations } from '../conversation/conversations.js';
+import type { AgentRuntime } from '../conversation/runtime.js';
+import type { ConversationService } from '../conversation/service.js';
+import type { EventLog } from '../events/log.js';
+import type { ClusterBus } from './bus.js';
+import type { Leases } from './leases.js';
+import { ClusterNode } from './node.js';
+
+const ROUTED = new Set(['createConversation', 'sendMessage', 'run', 'pause', 'interrupt', 'deleteConversation', 'resumePreparations']);
+
+export interface ClusterNodeParts {
+  service: ConversationService;
+  conversations: Conversations;
+  events: EventLog;
+  runtime: AgentRuntime;
+  leases: Leases;
+  bus: ClusterBus;
+  prefix: string;
+  log: Logger;
+}
+
+export async function startClusterNode(p: ClusterNodeParts): Promise<{ service: ConversationService; close(): Promise<void> }> {
+  const { service, conversations, events, runtime } = p;
+  const node = new ClusterNode({
+    nc: p.bus.nc,
+    prefix: p.prefix,
+    leases: p.leases,
+    local: service,
+    log: p.log,
+    hooks: {
+      isRunning: (id) => runtime.isRunning(id),
+      notifyMessage: (id) => runtime.notifyMessage(id),
+      stopLocal: (id) => runtime.pause(id),
+      refresh: async (id) => {
+        const conv = await conversations.refresh(id);
+        return conv ? { status: conv.status } : null;
+      },
+      setupPhase: async (id) => ((await conversations.load(id))?.record.data.setup as { phase?: string } | undefined)?.phase,
+      resumePreparations: (take) => service.resumePreparations(take),
+      recover: async (id) => {
+        await events.append(id, {
+          kind: 'ConversationErrorEvent',
+          source: 'environment',
+          code: 'NodeLost',
+          detail: 'The node running this conversation stopped. Send a message or run it again to continue.',
+        });
+        await conversations.setStatus(id, 'error');
+      },
+    },
+  });
+  await node.start();
+  const routed = new Proxy(service, {
+    get(target, prop) {
+      if (typeof prop === 'string' && ROUTED.has(prop)) {
+        const op = (node as unknown as Record<string, (...a: unknown[]) => unknown>)[prop]!;
+        return op.bind(node);
+      }
+      const v = Reflect.get(target, prop, target) as unknown;
+      return typeof v === 'function' ? v.bind(target) : v;
+    },
+  });
+  return { service: routed, close: () => node.close() };
+}
