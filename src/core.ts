@@ -51,6 +51,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   const sandbox = await Sandbox.open(config.sandbox, {
     workspaceRoot: config.workspaceRoot,
     mapped: [{ host: helperDirOf(config.dataDir), inside: '/parley/helpers' }],
+    hidden: [config.dataDir],
     log,
   });
   const box = SecretBox.open(config.dataDir, config.secretKey);

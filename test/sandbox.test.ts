@@ -391,6 +391,34 @@ describe('sandbox: setup.sh and the system prompt', { timeout: 120_000 }, () => 
   });
 });
 
+describe('sandbox: DATA_DIR under a directory the sandbox shows', { timeout: 120_000 }, () => {
+  test('DATA_DIR inside a SANDBOX_RO_BINDS directory stays invisible (masked), the rest of it is shown', async () => {
+    const outer = tempDir('parley-sbx-outer-');
+    fs.writeFileSync(path.join(outer, 'visible.txt'), 'SHOWN');
+    const dataDir = path.join(outer, 'data');
+    const llm = await startScriptedLlm();
+    const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: LLM_KEY, SANDBOX: 'bwrap', SANDBOX_RO_BINDS: outer }, dataDir);
+    try {
+      const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
+      await waitStatus(d.req, id, 'idle');
+      llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: `cat ${outer}/visible.txt; echo; ls -A ${dataDir} | wc -l; cat ${dataDir}/secret.key ${dataDir}/parley.pid; ls ${dataDir}/workspaces` } }] }, { text: 'done' });
+      await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true });
+      await waitStatus(d.req, id, 'finished');
+      const evs = await allEvents(d.req, id);
+      const text = evs.find((e) => e.kind === 'ObservationEvent').observation.content[0].text as string;
+      assert.match(text, /^SHOWN$/m);
+      assert.match(text, /^0$/m, 'DATA_DIR is an empty directory inside');
+      assert.match(text, /No such file or directory/);
+      assert.ok(fs.existsSync(path.join(dataDir, 'parley.pid')), 'the host DATA_DIR is intact');
+      assert.ok(!text.includes(fs.readFileSync(path.join(dataDir, 'parley.pid'), 'utf8').trim() + '\n'), 'parley.pid not read');
+    } finally {
+      await d.stop();
+      await llm.close();
+      fs.rmSync(outer, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('sandbox: SANDBOX_MAX_LIVE', { timeout: 120_000 }, () => {
   test('beyond the cap the least recently used idle sandbox is closed; its shell comes back on the next command', async () => {
     const h = await harness({ SANDBOX_MAX_LIVE: '2', METRICS_PORT: '0' });

@@ -145,6 +145,7 @@ export class Sandbox {
     private readonly cgroups: CgroupBackend | null,
     private readonly mapped: MappedDir[],
     private readonly systemArgs: string[],
+    private readonly extraArgs: string[] = [],
     readonly warning?: string,
   ) {
     this.mode = bwrap ? 'bwrap' : 'none';
@@ -159,14 +160,18 @@ export class Sandbox {
    * Probes bwrap once with the options it will use. `bwrap` mode: throws SandboxUnavailableError
    * (one actionable line) when the probe fails. `auto`: falls back to plain processes with a warning.
    */
-  static async open(settings: SandboxSettings, opts: { workspaceRoot: string; mapped?: MappedDir[]; log?: Logger }): Promise<Sandbox> {
+  /**
+   * @param opts.hidden host paths never visible inside, even under a mounted system directory
+   *   (DATA_DIR: e.g. /opt/parley/data would otherwise show through the /opt mount)
+   */
+  static async open(settings: SandboxSettings, opts: { workspaceRoot: string; mapped?: MappedDir[]; hidden?: string[]; log?: Logger }): Promise<Sandbox> {
     const mapped = (opts.mapped ?? []).map((m) => ({ host: path.resolve(m.host), inside: m.inside }));
     if (settings.mode === 'none') return new Sandbox(settings, opts.workspaceRoot, null, null, mapped, []);
     const fail = (why: string): Sandbox => {
       if (settings.mode === 'bwrap') throw new SandboxUnavailableError(`SANDBOX=bwrap but ${why}`);
       const warning = `SANDBOX=auto: ${why}; agent processes run UNSANDBOXED as the daemon's user (set SANDBOX=none to silence this, or fix bwrap)`;
       opts.log?.warn({ sandbox: 'none' }, warning);
-      return new Sandbox(settings, opts.workspaceRoot, null, null, mapped, [], warning);
+      return new Sandbox(settings, opts.workspaceRoot, null, null, mapped, [], [], warning);
     };
     const bwrap = which(settings.bwrapPath ?? 'bwrap');
     if (!bwrap) {
@@ -178,7 +183,8 @@ export class Sandbox {
     }
     const limits = { memoryBytes: settings.memoryMb * 1024 * 1024, pids: settings.pids };
     const cgroups = detectCgroups(limits);
-    const sb = new Sandbox(settings, opts.workspaceRoot, bwrap, cgroups, mapped, systemArgs(settings.roBinds));
+    const hidden = [...(opts.hidden ?? []), opts.workspaceRoot, ...HIDDEN_PATHS];
+    const sb = new Sandbox(settings, opts.workspaceRoot, bwrap, cgroups, mapped, systemArgs(), extraArgs(settings.roBinds, hidden));
     const probeDir = fs.mkdtempSync(path.join(opts.workspaceRoot, '.probe-'));
     try {
       const err = await sb.probe(probeDir);
@@ -469,6 +475,7 @@ export class Sandbox {
       '/tmp',
       '--dir',
       '/var/tmp',
+      ...this.extraArgs,
       '--dir',
       VISIBLE_HOME,
       '--bind',
@@ -483,7 +490,7 @@ export class Sandbox {
 }
 
 /** Read-only system mounts: /usr, /etc, /opt and the /bin, /lib… entries as they are on the host. */
-function systemArgs(extra: string[]): string[] {
+function systemArgs(): string[] {
   const a: string[] = [];
   for (const dir of ['/usr', '/etc', '/opt']) if (fs.existsSync(dir)) a.push('--ro-bind', dir, dir);
   for (const dir of ['/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32']) {
@@ -512,6 +519,41 @@ function systemArgs(extra: string[]): string[] {
   } catch {
     /* no sshd */
   }
-  for (const dir of extra) if (dir && fs.existsSync(dir)) a.push('--ro-bind', path.resolve(dir), path.resolve(dir));
+  return a;
+}
+
+/** Daemon secrets that live under a mounted system directory: /etc/parley/parley.env (the systemd unit's EnvironmentFile). */
+const HIDDEN_PATHS = ['/etc/parley'];
+
+/**
+ * SANDBOX_RO_BINDS (after the private /tmp, so a directory under /tmp can be shown too), then the
+ * hidden paths masked wherever a mount above would show them: an empty tmpfs over a directory,
+ * /dev/null over a file. Masks follow every mount, so nothing mounted later re-exposes them.
+ */
+function extraArgs(extra: string[], hidden: string[]): string[] {
+  const a: string[] = [];
+  const shown = ['/usr', '/etc', '/opt', '/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32'];
+  for (const dir of extra) {
+    if (!dir || !fs.existsSync(dir)) continue;
+    a.push('--ro-bind', path.resolve(dir), path.resolve(dir));
+    shown.push(path.resolve(dir));
+  }
+  const under = (p: string, root: string) => p === root || p.startsWith(root.endsWith('/') ? root : `${root}/`);
+  const masked: string[] = [];
+  for (const h of [...hidden].sort((x, y) => x.length - y.length)) {
+    let p: string;
+    try {
+      p = fs.realpathSync(h);
+    } catch {
+      continue;
+    }
+    if (!shown.some((root) => under(p, root) || under(path.resolve(h), root))) continue;
+    for (const name of new Set([p, path.resolve(h)])) {
+      if (!shown.some((root) => under(name, root)) || masked.some((m) => under(name, m))) continue;
+      masked.push(name);
+      if (fs.statSync(p).isDirectory()) a.push('--tmpfs', name);
+      else a.push('--ro-bind', '/dev/null', name);
+    }
+  }
   return a;
 }
