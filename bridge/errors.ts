@@ -1,6 +1,5 @@
 /** Core errors → HTTP status and body, in one place. */
 import crypto from 'node:crypto';
-import { StandardSchemaV1Error, TRPCError } from '@trpc/server';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import { toValidationIssues } from '../src/api/validation.js';
@@ -19,8 +18,9 @@ export function toHttpError(
   log: Logger,
   redactor: Redactor,
 ): HttpError {
-  const cause = err instanceof TRPCError && err.cause ? err.cause : err;
-  if (cause instanceof StandardSchemaV1Error || cause instanceof z.ZodError) {
+  // REST runs the operation table directly (runOperation): what arrives here is the core's own error
+  const cause = err;
+  if (cause instanceof z.ZodError) {
     const issues = cause.issues as unknown as Parameters<typeof toValidationIssues>[0];
     return { status: 422, body: { detail: redactor.redactDeep(toValidationIssues(issues, input, locOf)) } };
   }
@@ -33,8 +33,6 @@ export function toHttpError(
     log.error({ err: redactor.redact(cause.message) }, 'service unavailable');
     return { status: 503, body: { detail: redactor.redact(cause.message) } };
   }
-  if (err instanceof TRPCError && err.code === 'CONFLICT') return { status: 409, body: { detail: err.message } };
-  if (err instanceof TRPCError && err.code === 'NOT_FOUND') return { status: 404, body: { detail: err.message } };
   const errorId = crypto.randomUUID().replace(/-/g, '');
   const c = cause as Error;
   log.error({ error_id: errorId, err: { name: c?.name, message: redactor.redact(String(c?.message ?? c)), stack: redactor.redact(String(c?.stack ?? '')) } }, 'unhandled error');

@@ -23,13 +23,19 @@ llm.push({ toolCalls: [{ name: 'finish', arguments: { message: 'done' } }] });
 const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'k', MAX_ITERATIONS: String(steps + 10), LLM_CONTEXT_WINDOW: '10000000', LOG_LEVEL: 'info' });
 try {
   const started = performance.now();
+  let shown = started;
   const r = await d.req('POST', '/api/conversations', { initial_user_msg: 'run the steps' });
   const id = r.body.conversation_id as string;
   for (;;) {
     await new Promise((res) => setTimeout(res, 200));
     // a poll that fails (a reused keep-alive connection reset) is simply made again
     const s = (await d.req('GET', `/api/conversations/${id}`).catch(() => null))?.body.execution_status;
+    if (d.proc.exitCode !== null || d.proc.signalCode !== null) throw new Error('the daemon exited');
     if (s === undefined) continue;
+    if (performance.now() - shown > 10_000) {
+      shown = performance.now();
+      process.stderr.write(`  ${llm.requests.length - 1}/${steps} steps, status ${s}\n`);
+    }
     if (s !== 'running' && s !== 'idle' && llm.requests.length > steps) break;
     if (s === 'error' || s === 'stuck') throw new Error(`the run ended with ${s}`);
   }

@@ -151,7 +151,6 @@ export class SqliteStore implements Store {
       deleteSecret: this.db.prepare('DELETE FROM secrets WHERE kind = ? AND name = ?'),
       deleteSecretsOfKind: this.db.prepare('DELETE FROM secrets WHERE kind = ?'),
     };
-    this.migrateInbox();
     this.maxUnindexed = opts.maxUnindexed ?? 50_000;
     this.journal = this.recover(path.join(dataDir, 'journal'), { fsync: opts.synchronous === 'FULL', rotateBytes: opts.rotateBytes ?? 64 * 1024 * 1024 });
     const workerData = { file: path.join(dataDir, 'parley.db'), synchronous: opts.synchronous ?? 'NORMAL', indexDelayMs: opts.indexDelayMs ?? 250, indexRetries: opts.indexRetries ?? 20 };
@@ -178,15 +177,6 @@ export class SqliteStore implements Store {
       if (!this.closed) fail(new UnavailableError(`event log writer stopped (exit ${code})`));
     });
     this.writer.unref();
-  }
-
-  /** Stores written before the journal staged rows in `inbox`: move any left there. */
-  private migrateInbox(): void {
-    if (!this.db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'inbox'").get()) return;
-    this.db.transaction(() => {
-      this.db.exec('INSERT OR IGNORE INTO events (conversation_id, seq, id, kind, timestamp, source, body) SELECT conversation_id, seq, id, kind, timestamp, source, body FROM inbox');
-      this.db.exec('DROP TABLE inbox');
-    })();
   }
 
   /**

@@ -46,7 +46,10 @@ export async function startDaemon(env: Record<string, string> = {}, dataDir = te
     const onLine = (line: string) => {
       output.push(line);
       const m = /"port":(\d+).*listening on/.exec(line);
-      if (m) resolve(Number(m[1]));
+      if (m) {
+        clearTimeout(startTimer);
+        resolve(Number(m[1]));
+      }
     };
     const feed = (chunk: Buffer) => {
       buf += chunk.toString('utf8');
@@ -61,7 +64,7 @@ export async function startDaemon(env: Record<string, string> = {}, dataDir = te
     exited.then((code) => reject(new Error(`daemon exited with ${code} before listening:\n${output.join('\n')}`)));
     // generous by default: a loaded machine (other suites, other daemons) can take tens of seconds to start one
     const limit = opts.startTimeoutMs ?? 60_000;
-    setTimeout(() => {
+    const startTimer = setTimeout(() => {
       proc.kill('SIGKILL'); // never left running behind a failed start
       reject(new Error(`daemon did not start in ${limit / 1000} s:\n${output.join('\n')}`));
     }, limit).unref();
