@@ -129,11 +129,13 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     metrics.sandboxProcesses.read(() => [[[sandbox.mode], sandbox.processCount]]),
   );
   let exposed = service;
+  let exposedAgent = agent;
   let closeNode = async () => {};
   if (cluster) {
     const { startClusterNode } = await import('./cluster/index.js');
     const node = await startClusterNode({ service, conversations, events, runtime: agent.runtime, leases: cluster.leases, bus: cluster.bus, prefix: cluster.prefix, log });
     exposed = node.service;
+    exposedAgent = { ...agent, runtime: node.runtime };
     closeNode = node.close;
   }
   await settings.loadIntoRedactor();
@@ -145,7 +147,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     conversations,
     events,
     settings,
-    agent,
+    agent: exposedAgent,
     sideChannels,
     sandbox,
     redactor,
