@@ -90,6 +90,7 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
           config: mergeMcpConfig(null, stored),
           workspaceDir: workspacePath(config.workspaceRoot, id),
           launcher: sandbox.forConversation(id),
+          allowedHosts: config.mcpAllowedHosts,
           conversationId: id,
           reservedNames: reserved,
           redact: (t) => redactor.redact(t),
@@ -172,7 +173,8 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
       async instructions(id, events) {
         const conv = await conversations.require(id);
         const out: string[] = [];
-        const ci = conv.record.data.conversation_instructions as string | null;
+        // large instructions are not kept in memory (Conversations.field reads them from the store)
+        const ci = (await conversations.field(conv, 'conversation_instructions')) as string | null;
         if (ci) out.push(`Instructions for this conversation:\n${ci}`);
         const repo = conv.record.data.selected_repository as string | null;
         if (repo) out.push(`The repository ${repo} is checked out in the working directory (branch ${String(conv.record.data.branch ?? conv.record.data.selected_branch ?? 'default')}).`);
