@@ -4,7 +4,7 @@ import { StandardSchemaV1Error, TRPCError } from '@trpc/server';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import { toValidationIssues } from '../src/api/validation.js';
-import { ConflictError, ForbiddenError, NotFoundError, RequestValidationError, UnavailableError } from '../src/errors.js';
+import { ConflictError, ForbiddenError, NotFoundError, PayloadTooLargeError, RequestValidationError, UnavailableError } from '../src/errors.js';
 import type { Redactor } from '../src/secrets/redact.js';
 
 export interface HttpError {
@@ -27,6 +27,7 @@ export function toHttpError(
   if (cause instanceof RequestValidationError) return { status: 422, body: { detail: redactor.redactDeep(cause.issues) } };
   if (cause instanceof NotFoundError) return { status: 404, body: { detail: cause.message } };
   if (cause instanceof ConflictError) return { status: 409, body: { detail: cause.message } };
+  if (cause instanceof PayloadTooLargeError) return { status: 413, body: { detail: cause.message } };
   if (cause instanceof ForbiddenError) return { status: 403, body: { detail: redactor.redact(cause.message) } };
   if (cause instanceof UnavailableError) {
     log.error({ err: redactor.redact(cause.message) }, 'service unavailable');

@@ -55,11 +55,11 @@ const EnvSchema = z.object({
   ALLOWED_ORIGINS: z.string().optional(),
   /** Largest content item (one text, one image URL list) a message may carry, in bytes. */
   MAX_EVENT_BYTES: intFrom('MAX_EVENT_BYTES', 1024, 1024 * 1024 * 1024).default(2 * 1024 * 1024),
-  /** A search page or a replay batch is cut once its events reach this many bytes. */
-  MAX_PAGE_BYTES: intFrom('MAX_PAGE_BYTES', 1024, 1024 * 1024 * 1024).default(4 * 1024 * 1024),
   /** Hosts (comma separated, `host` or `host:port`) MCP servers and git clones may reach; unset: any. */
   MCP_ALLOWED_HOSTS: z.string().optional(),
   GIT_ALLOWED_HOSTS: z.string().optional(),
+  /** Conversations kept loaded in memory; idle ones beyond it are evicted, least recently used first. */
+  MAX_LOADED_CONVERSATIONS: intFrom('MAX_LOADED_CONVERSATIONS', 1, 10_000_000).default(2000),
   // cluster mode (src/cluster/): PostgreSQL is the store, NATS carries live events between nodes
   DATABASE_URL: z.string().regex(/^postgres(ql)?:\/\/.+/, 'DATABASE_URL must look like postgres://user@host:5432/db').optional(),
   NATS_URL: z.string().regex(/^(nats|tls):\/\/.+/, 'NATS_URL must look like nats://host:4222 (several: comma-separated)').optional(),
@@ -114,10 +114,10 @@ export interface Config {
   // ---- hardening (issue 12) ----
   allowedOrigins: string[];
   maxEventBytes: number;
-  maxPageBytes: number;
   /** null: any host. */
   mcpAllowedHosts: string[] | null;
   gitAllowedHosts: string[] | null;
+  maxLoadedConversations: number;
   /** Set in cluster mode (DATABASE_URL given); absent, the embedded SQLite store is used. */
   cluster?: ClusterConfig;
 }
@@ -185,9 +185,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     },
     allowedOrigins: parseOrigins(e.ALLOWED_ORIGINS),
     maxEventBytes: e.MAX_EVENT_BYTES,
-    maxPageBytes: e.MAX_PAGE_BYTES,
     mcpAllowedHosts: hostList(e.MCP_ALLOWED_HOSTS),
     gitAllowedHosts: hostList(e.GIT_ALLOWED_HOSTS),
+    maxLoadedConversations: e.MAX_LOADED_CONVERSATIONS,
     cluster: e.DATABASE_URL
       ? { databaseUrl: e.DATABASE_URL, natsUrl: e.NATS_URL, natsPrefix: e.NATS_PREFIX, nodeId: e.NODE_ID ?? `${os.hostname()}-${process.pid}`, leaseTtlMs: e.LEASE_TTL_MS }
       : undefined,

@@ -107,6 +107,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     redactor,
     { workspaceRoot: config.workspaceRoot, dataDir: config.dataDir, llm: { model: config.llm.model, baseUrl: config.llm.baseUrl, apiKeySet: !!config.llm.apiKey } },
     shared,
+    { count: config.maxLoadedConversations },
   );
   remoteDelete.to = (id) => conversations.forget(id);
   committed.to = (id, evs) => {
@@ -122,11 +123,13 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     keepWorkspaces: config.keepWorkspaces,
     replay: agent.replay,
   });
-  const service = new ConversationService(conversations, events, settings, agent.runtime, preparer, redactor, log);
+  const service = new ConversationService(conversations, events, settings, agent.runtime, preparer, redactor, log, config.maxEventBytes);
   const sideChannels = new SideChannels(conversations, settings, redactor, config.workspaceRoot, sandboxAccess(sandbox));
   unread.push(
     metrics.sandboxes.read(() => [[[sandbox.mode], sandbox.liveCount]]),
     metrics.sandboxProcesses.read(() => [[[sandbox.mode], sandbox.processCount]]),
+    metrics.conversationsLoaded.read(() => [[[], conversations.resident.count]]),
+    metrics.conversationsLoadedBytes.read(() => [[[], conversations.resident.bytes]]),
   );
   let exposed = service;
   let exposedAgent = agent;

@@ -27,6 +27,10 @@ export class RequestValidationError extends Error {
     super(issues.map((i) => `${i.loc.join('.')}: ${i.msg}`).join('; '));
   }
 }
+/** A request carries more than a configured size (MAX_EVENT_BYTES); the bridge answers 413. */
+export class PayloadTooLargeError extends Error {
+  override name = 'PayloadTooLargeError';
+}
 export class ConfigError extends Error {
   override name = 'ConfigError';
 }

@@ -195,6 +195,8 @@ export const metrics = {
   sandboxProcesses: new Gauge('parley_sandbox_processes', 'Processes started through the sandbox launcher (shells, setup.sh, git, MCP servers) alive now; their own children not counted', ['mode']),
   storeAppend: new Histogram('parley_store_append_duration_seconds', 'Event log frames: from the first append queued for the frame until the frame was committed', [], [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1]),
   storeUnindexed: new Gauge('parley_store_unindexed_events', 'Committed events the index has not taken yet (readable from memory)'),
+  conversationsLoaded: new Gauge('parley_conversations_loaded', 'Conversations loaded in memory (idle ones beyond MAX_LOADED_CONVERSATIONS are evicted)'),
+  conversationsLoadedBytes: new Gauge('parley_conversations_loaded_bytes', 'Estimated bytes of the loaded conversation records (large instructions and MCP configs stay in the store)'),
   storeIndexLag: new Gauge('parley_store_index_lag_seconds', 'Age of the oldest committed frame the index has not taken yet'),
 };
 

@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
+import net from 'node:net';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import WebSocket from 'ws';
@@ -13,6 +14,8 @@ import { cloneRepository, CloneError } from '../src/workspace/index.js';
 import { startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
 import { startGitServer } from './support/git-server.js';
 import { startScriptedLlm } from './support/scripted-llm.js';
+import { allEvents, waitStatus } from './support/conversation-api.js';
+import { startShttpServer } from './support/mcp-servers/http-servers.js';
 import { connect } from './support/ws-client.js';
 
 let d: DaemonHandle;
@@ -380,5 +383,195 @@ test('attack 12.3: an image whose download fails at step time becomes a note; th
     await withLlm.stop();
     await llm.close();
     fs.rmSync(withLlm.dataDir, { recursive: true, force: true });
+  }
+});
+
+/** `p`, or a failure naming `what` after `ms` (so a missing close fails the test instead of hanging it). */
+function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout;
+  return Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), ms)))]).finally(() => clearTimeout(timer));
+}
+
+/** A masked client text frame (RFC 6455), for clients that must not read what they are sent. */
+function clientFrame(payload: Buffer): Buffer {
+  const mask = crypto.randomBytes(4);
+  const len = payload.length;
+  const head = len < 126 ? Buffer.from([0x81, 0x80 | len]) : len < 65536 ? Buffer.from([0x81, 0x80 | 126, len >> 8, len & 255]) : Buffer.concat([Buffer.from([0x81, 0x80 | 127, 0, 0, 0, 0]), Buffer.from([len >>> 24, (len >>> 16) & 255, (len >>> 8) & 255, len & 255])]);
+  const body = Buffer.from(payload);
+  for (let i = 0; i < body.length; i++) body[i]! ^= mask[i & 3]!;
+  return Buffer.concat([head, mask, body]);
+}
+
+/** The close code in the last close frame among what a raw client received (null: none). */
+function closeCode(raw: Buffer): number | null {
+  // the close frame is the last frame: 0x88, a payload length under 126, then the code
+  for (let i = raw.lastIndexOf(0x88); i >= 0; i = i > 0 ? raw.lastIndexOf(0x88, i - 1) : -1) {
+    const len = raw[i + 1]!;
+    if (len >= 2 && len < 126 && i + 2 + len === raw.length) return raw.readUInt16BE(i + 2);
+  }
+  return null;
+}
+
+function rawSocket(port: number, p: string, headers = ''): Promise<{ sock: net.Socket; received: () => Buffer; closed: Promise<void> }> {
+  return new Promise((resolve, reject) => {
+    const sock = net.connect(port, '127.0.0.1');
+    const chunks: Buffer[] = [];
+    const closed = new Promise<void>((r) => sock.once('close', () => r()));
+    sock.on('error', () => {});
+    sock.write(`GET ${p} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n${headers}\r\n`);
+    sock.once('data', (c: Buffer) => {
+      if (!c.toString('latin1').startsWith('HTTP/1.1 101')) return reject(new Error(`handshake: ${c.toString('latin1').split('\r\n')[0]}`));
+      chunks.push(c.subarray(c.indexOf('\r\n\r\n') + 4));
+      sock.on('data', (d: Buffer) => chunks.push(d));
+      resolve({ sock, received: () => Buffer.concat(chunks), closed });
+    });
+  });
+}
+
+test('attack 12.4: search pages are bounded by bytes (fewer items and a next_page_id); one content item over MAX_EVENT_BYTES is 413', async () => {
+  const big = await startDaemon({ MAX_EVENT_BYTES: '1048576' });
+  try {
+    const id = (await big.req('POST', '/api/conversations', {})).body.conversation_id as string;
+    const tooBig = 'y'.repeat(1_100_000);
+    const r = await big.req('POST', `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'text', text: tooBig }], run: false });
+    assert.equal(r.status, 413, r.text);
+    assert.match(r.text, /MAX_EVENT_BYTES/);
+    assert.equal((await big.req('POST', '/api/conversations', { initial_user_msg: tooBig })).status, 413);
+    const t = await raw(big.port, 'POST', '/trpc/sendMessage', { 'content-type': 'application/json' }, JSON.stringify({ conversation_id: id, message: { role: 'user', content: [{ type: 'text', text: tooBig }], run: false } }));
+    assert.equal(t.status, 413, t.text.slice(0, 300));
+    const s = connect(`ws://127.0.0.1:${big.port}/sockets/events/${id}`);
+    await s.next((f) => f.key === 'full_state');
+    s.send({ role: 'user', content: tooBig });
+    assert.match((await s.next((f) => f.kind === 'ServerErrorEvent', 'the refusal')).detail, /MAX_EVENT_BYTES/);
+    s.close();
+    // six messages of ~900 KB: a page stops once it reaches 4 MiB
+    const text = (i: number) => `${i}:${'z'.repeat(900_000)}`;
+    for (let i = 0; i < 6; i++) assert.equal((await big.req('POST', `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'text', text: text(i) }], run: false })).status, 200);
+    const seen: number[] = [];
+    let page: string | null = null;
+    let pages = 0;
+    do {
+      const res = await fetch(`${big.url}/api/conversations/${id}/events/search?limit=100&kind=MessageEvent${page ? `&page_id=${page}` : ''}`);
+      const body = await res.text();
+      assert.ok(body.length < 5.5 * 1024 * 1024, `a page of ${body.length} bytes`);
+      const json = JSON.parse(body);
+      for (const e of json.items) seen.push(Number(e.llm_message.content[0].text.split(':')[0]));
+      page = json.next_page_id;
+      pages++;
+    } while (page);
+    assert.deepEqual(seen, [0, 1, 2, 3, 4, 5], 'every message once, in order');
+    assert.ok(pages >= 2, `${pages} pages`);
+    // a replay over the WebSocket delivers them all, in order
+    const all = connect(`ws://127.0.0.1:${big.port}/sockets/events/${id}?resend_mode=all`);
+    await waitFor(() => all.frames.filter((f) => f.kind === 'MessageEvent').length === 6, 'the replay', 30_000);
+    assert.deepEqual(all.frames.filter((f) => f.kind === 'MessageEvent').map((f) => Number(f.llm_message.content[0].text.split(':')[0])), [0, 1, 2, 3, 4, 5]);
+    all.close();
+  } finally {
+    await big.stop();
+    fs.rmSync(big.dataDir, { recursive: true, force: true });
+  }
+});
+
+test('attack 12.4: WebSocket limits: frames over MAX_BODY_BYTES, unread replies, repeated invalid frames, pre-auth frames and pending sockets', async () => {
+  const KEY = 'attack-test-key-ws';
+  const w = await startDaemon({ SESSION_API_KEY: KEY, MAX_BODY_BYTES: '65536', WS_MAX_BUFFERED_BYTES: '65536' });
+  try {
+    const id = (await w.req('POST', '/api/conversations', {}, { 'x-session-api-key': KEY })).body.conversation_id as string;
+    const p = `/sockets/events/${id}`;
+    // a frame above the body limit closes the connection (uWS drops it without buffering the rest)
+    const over = await rawSocket(w.port, p, `X-Session-API-Key: ${KEY}\r\n`);
+    over.sock.write(clientFrame(Buffer.alloc(70_000, 0x20)));
+    await within(over.closed, 20_000, 'the server closing the over socket');
+    assert.ok(over.received().includes('full_state'), 'it was open and authenticated');
+    assert.ok([null, 1009].includes(closeCode(over.received())));
+    const under = connect(`ws://127.0.0.1:${w.port}${p}`, { headers: { 'x-session-api-key': KEY } });
+    await under.next((f) => f.key === 'full_state');
+    under.send({ role: 'user', content: 'x'.repeat(60_000), run: false });
+    await under.next((f) => f.kind === 'MessageEvent', 'a frame under the limit is a send');
+    under.close();
+    // invalid frames sent without reading the replies: the socket is closed, not buffered without end
+    const junk = await rawSocket(w.port, p, `X-Session-API-Key: ${KEY}\r\n`);
+    junk.sock.pause();
+    const frame = clientFrame(Buffer.from('{"nonsense":true}'));
+    junk.sock.write(Buffer.concat(Array.from({ length: 3000 }, () => frame)));
+    junk.sock.resume();
+    await within(junk.closed, 20_000, 'the server closing the junk socket');
+    assert.ok([1008, 1013].includes(closeCode(junk.received())!), `closed with ${closeCode(junk.received())}`);
+    // repeated invalid frames from a client that reads: closed after the limit (1008)
+    const reader = connect(`ws://127.0.0.1:${w.port}${p}`, { headers: { 'x-session-api-key': KEY } });
+    await reader.next((f) => f.key === 'full_state');
+    for (let i = 0; i < 1000; i++) reader.ws.send('{"nonsense":true}');
+    assert.equal((await reader.waitClose(20_000)).code, 1008);
+    // before authentication: a frame above a few KiB ends the socket
+    const preauth = await rawSocket(w.port, p);
+    preauth.sock.write(clientFrame(Buffer.from(JSON.stringify({ type: 'auth', session_api_key: 'x'.repeat(10_000) }))));
+    await within(preauth.closed, 20_000, 'the server closing the preauth socket');
+    assert.equal(closeCode(preauth.received()), 4001);
+    // and the sockets waiting for authentication are capped per address
+    const waiting: Awaited<ReturnType<typeof rawSocket>>[] = [];
+    for (let i = 0; i < 8; i++) waiting.push(await rawSocket(w.port, p));
+    await assert.rejects(rawSocket(w.port, p), /429/);
+    // an authenticated one is not affected, and a pending one still authenticates
+    const ok = connect(`ws://127.0.0.1:${w.port}${p}`, { headers: { 'x-session-api-key': KEY } });
+    await ok.next((f) => f.key === 'full_state');
+    ok.close();
+    waiting[0]!.sock.write(clientFrame(Buffer.from(JSON.stringify({ type: 'auth', session_api_key: KEY }))));
+    await waitFor(() => waiting[0]!.received().includes('full_state'), 'auth by frame');
+    for (const s of waiting) s.sock.destroy();
+    await rawSocket(w.port, p).then((s) => s.sock.destroy());
+  } finally {
+    await w.stop();
+    fs.rmSync(w.dataDir, { recursive: true, force: true });
+  }
+});
+
+test('12.6: MCP_ALLOWED_HOSTS: an sse/shttp MCP server on another host is not contacted; an allowed one is', async () => {
+  const allowed = await startShttpServer({ name: 'allowed' });
+  const other = await startShttpServer({ name: 'other' });
+  const llm = await startScriptedLlm([{ text: 'done' }]);
+  const m = await startDaemon({ MCP_ALLOWED_HOSTS: `mcp.example.com, 127.0.0.1:${allowed.port}`, LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'sk-scripted-key' });
+  try {
+    const r = await m.req('POST', '/api/conversations', { initial_user_msg: 'hi', mcp_config: { shttp_servers: [{ url: allowed.url, api_key: 'allowed-key-1' }, { url: other.url, api_key: 'other-key-12' }] } });
+    assert.equal(r.status, 200, r.text);
+    const id = r.body.conversation_id as string;
+    await waitStatus(m.req, id, 'finished', 40_000);
+    const failed = (await allEvents(m.req, id)).filter((e) => e.kind === 'ConversationErrorEvent' && e.code === 'MCPServerFailed');
+    assert.equal(failed.length, 1, JSON.stringify(failed));
+    assert.match(failed[0].detail, new RegExp(`host 127\\.0\\.0\\.1:${other.port} is not in MCP_ALLOWED_HOSTS`));
+    assert.deepEqual(other.authHeaders, [], 'the refused server never saw a request (nor its key)');
+    assert.ok(allowed.authHeaders.length > 0, 'the allowed one was used');
+  } finally {
+    await m.stop();
+    await Promise.all([allowed.close(), other.close(), llm.close()]);
+    fs.rmSync(m.dataDir, { recursive: true, force: true });
+  }
+});
+
+test('attack 12.4: loaded conversations are bounded (idle ones evicted, least recently used first) and large instructions stay in the store', async () => {
+  const llm = await startScriptedLlm([{ text: 'answer' }]);
+  const m = await startDaemon({ MAX_LOADED_CONVERSATIONS: '3', LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'sk-scripted-key' });
+  const gauge = async (name: string) => Number(new RegExp(`^${name} (\\d+)`, 'm').exec((await m.req('GET', '/metrics')).text)?.[1]);
+  try {
+    const instructions = (i: number) => `INSTRUCTIONS-${i} ${'i'.repeat(1024 * 1024)}`;
+    const ids: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      const r = await m.req('POST', '/api/conversations', { conversation_instructions: instructions(i) });
+      assert.equal(r.status, 200, r.text);
+      ids.push(r.body.conversation_id);
+    }
+    // (a conversation being prepared stays loaded; each is ready a moment after its creation)
+    await waitFor(async () => (await gauge('parley_conversations_loaded')) <= 3, 'at most MAX_LOADED_CONVERSATIONS loaded');
+    assert.ok((await gauge('parley_conversations_loaded_bytes')) < 64 * 1024, `the 1 MiB instructions are not resident: ${await gauge('parley_conversations_loaded_bytes')} bytes`);
+    // an evicted conversation is loaded again on use, with everything it was created with
+    for (const id of ids) assert.equal((await m.req('GET', `/api/conversations/${id}`)).status, 200);
+    assert.equal((await m.req('POST', `/api/conversations/${ids[0]}/events`, { role: 'user', content: [{ type: 'text', text: 'go' }], run: true })).status, 200);
+    await waitStatus(m.req, ids[0]!, 'finished', 30_000);
+    const system = JSON.stringify(llm.requests[0]!.body.messages[0]);
+    assert.match(system, /INSTRUCTIONS-0 iii/, 'the instructions reached the LLM from the store');
+    assert.ok((await gauge('parley_conversations_loaded')) <= 3);
+  } finally {
+    await m.stop();
+    await llm.close();
+    fs.rmSync(m.dataDir, { recursive: true, force: true });
   }
 });

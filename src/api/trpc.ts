@@ -1,9 +1,11 @@
 import { initTRPC, TRPCError } from '@trpc/server';
-import { ConflictError, NotFoundError, RequestValidationError } from '../errors.js';
+import { ConflictError, NotFoundError, PayloadTooLargeError, RequestValidationError } from '../errors.js';
 import type { Core } from '../core.js';
 
 export interface Context {
   core: Core;
+  /** Bytes of events a subscription may have waiting before it is ended as too slow (WS_MAX_BUFFERED_BYTES). */
+  maxQueuedBytes?: number;
 }
 
 const t = initTRPC.context<Context>().create({
@@ -22,6 +24,7 @@ const mapErrors = t.middleware(async ({ next }) => {
     if (cause instanceof NotFoundError) throw new TRPCError({ code: 'NOT_FOUND', message: cause.message, cause });
     if (cause instanceof ConflictError) throw new TRPCError({ code: 'CONFLICT', message: cause.message, cause });
     if (cause instanceof RequestValidationError) throw new TRPCError({ code: 'UNPROCESSABLE_CONTENT', message: cause.message, cause });
+    if (cause instanceof PayloadTooLargeError) throw new TRPCError({ code: 'PAYLOAD_TOO_LARGE', message: cause.message, cause });
   }
   return res;
 });

@@ -59,6 +59,23 @@ export interface LiveConversation {
   shown?: ExecutionStatus;
 }
 
+/**
+ * Memory of loaded conversations (issue 12.4): at most this many stay loaded, and their records at
+ * most this many bytes; beyond either, idle ones go, least recently used first (a later read loads
+ * them again). The fields that may be large and are read rarely (the conversation's instructions,
+ * its sealed MCP config) are not kept in memory above LARGE_FIELD_BYTES: `field()` reads them from
+ * the store when needed.
+ */
+const MAX_RESIDENT = 2000;
+const RESIDENT_BYTES = 32 * 1024 * 1024;
+export interface ResidentLimits {
+  /** MAX_LOADED_CONVERSATIONS. */
+  count?: number;
+  bytes?: number;
+}
+const LARGE_FIELD_BYTES = 16 * 1024;
+const LARGE_FIELDS = new Set(['conversation_instructions', 'mcp_config_sealed']);
+
 /** Cluster mode (src/cluster/): other nodes share the store; one of them may run a conversation's loop. */
 export interface SharedStore {
   /** The node holding the conversation's lease, shown as `node_id`. */
@@ -70,6 +87,10 @@ export interface SharedStore {
 export class Conversations {
   private live = new Map<string, LiveConversation>();
   private loading = new Map<string, Promise<LiveConversation | null>>();
+  /** Estimated bytes of each loaded record, and the data fields left in the store. */
+  private sizes = new Map<string, number>();
+  private residentBytes = 0;
+  private stored = new Map<string, Set<string>>();
 
   constructor(
     private readonly store: ConversationStore,
@@ -80,6 +101,7 @@ export class Conversations {
     private readonly agentServer?: AgentServerContext,
     /** Set in cluster mode: a read re-reads the conversation unless its loop runs here. */
     private readonly shared?: SharedStore,
+    private readonly limits: ResidentLimits = {},
   ) {}
 
   /** The store reports each commit here: the record's updated_at and the shown status follow it. */
@@ -110,7 +132,7 @@ export class Conversations {
   async load(id: string): Promise<LiveConversation | null> {
     const hit = this.live.get(id);
     if (hit && this.shared && !this.shared.runsHere(id)) return this.refresh(id);
-    if (hit) return hit;
+    if (hit) return this.touch(id, hit);
     let p = this.loading.get(id);
     if (!p) {
       p = this.store.getConversation(id).then((record) => {
@@ -118,9 +140,7 @@ export class Conversations {
         if (!record) return null;
         const existing = this.live.get(id);
         if (existing) return existing;
-        const conv = { record, status: record.execution_status as ExecutionStatus };
-        this.live.set(id, conv);
-        return conv;
+        return this.admit({ record, status: record.execution_status as ExecutionStatus });
       });
       this.loading.set(id, p);
     }
@@ -153,16 +173,12 @@ export class Conversations {
     const record = await this.store.getConversation(id);
     const conv = this.live.get(id);
     if (!record) {
-      this.live.delete(id);
+      this.drop(id);
       return null;
     }
-    if (!conv) {
-      const fresh = { record, status: record.execution_status as ExecutionStatus };
-      this.live.set(id, fresh);
-      return fresh;
-    }
+    if (!conv) return this.admit({ record, status: record.execution_status as ExecutionStatus });
     if (!this.shared?.runsHere(id)) {
-      conv.record = record;
+      conv.record = this.withoutLargeFields(record);
       conv.status = record.execution_status as ExecutionStatus;
       conv.shown = undefined;
     }
@@ -171,7 +187,7 @@ export class Conversations {
 
   /** Another node deleted the conversation: its state here goes. */
   forget(id: string): void {
-    this.live.delete(id);
+    this.drop(id);
   }
 
   /** Stored records, newest first, from a (created_at, id) cursor. */
@@ -182,14 +198,12 @@ export class Conversations {
   /** Stores a new conversation; it is live (and idle) from now on. Throws when the id is taken. */
   async create(record: ConversationRecord): Promise<LiveConversation> {
     await this.store.createConversation(record);
-    const conv: LiveConversation = { record, status: 'idle' };
-    this.live.set(record.id, conv);
-    return conv;
+    return this.admit({ record: { ...record, data: { ...record.data } }, status: 'idle' });
   }
 
   async remove(id: string): Promise<void> {
     await this.store.deleteConversation(id);
-    this.live.delete(id);
+    this.drop(id);
   }
 
   async setStatus(id: string, status: ExecutionStatus): Promise<void> {
@@ -205,7 +219,13 @@ export class Conversations {
   async updateData(id: string, patch: Record<string, unknown>): Promise<void> {
     const conv = await this.require(id);
     conv.record.data = { ...conv.record.data, ...patch };
-    await this.store.updateConversation(id, { data: conv.record.data });
+    const kept = this.stored.get(id);
+    this.evictIdle(); // a preparation that ended may make room
+    if (!kept) return this.store.updateConversation(id, { data: conv.record.data });
+    // fields left in the store are written back with the patch, unless it replaces them
+    const full = { ...(await this.store.getConversation(id))?.data, ...conv.record.data };
+    for (const k of Object.keys(patch)) kept.delete(k);
+    await this.store.updateConversation(id, { data: full });
   }
 
   async setTitle(id: string, title: string): Promise<void> {
@@ -217,7 +237,73 @@ export class Conversations {
   /** The conversation's own MCP config (the default merged with the one it was created with). */
   async mcpConfig(id: string): Promise<FullMcpConfig> {
     const conv = await this.require(id);
-    return this.settings.openMcp(conv.record.data.mcp_config_sealed as string | undefined);
+    return this.settings.openMcp((await this.field(conv, 'mcp_config_sealed')) as string | undefined);
+  }
+
+  /** A field of the conversation's stored data, read from the store when it is not kept in memory. */
+  async field(conv: LiveConversation, key: string): Promise<unknown> {
+    if (!this.stored.get(conv.record.id)?.has(key)) return conv.record.data[key];
+    return (await this.store.getConversation(conv.record.id))?.data[key];
+  }
+
+  // ---- memory bound (issue 12.4) -------------------------------------------------------------
+
+  /** Keeps a conversation loaded, its large fields left in the store; evicts idle ones beyond the bounds. */
+  private admit(conv: LiveConversation): LiveConversation {
+    const id = conv.record.id;
+    conv.record = this.withoutLargeFields(conv.record);
+    this.live.set(id, conv);
+    this.evictIdle();
+    return conv;
+  }
+
+  /** The record as it stays in memory: large fields left in the store (noted in `stored`), its size counted. */
+  private withoutLargeFields(record: ConversationRecord): ConversationRecord {
+    const id = record.id;
+    const data = { ...record.data };
+    const kept = new Set<string>();
+    let bytes = 512;
+    for (const [k, v] of Object.entries(data)) {
+      const n = typeof v === 'string' ? v.length : JSON.stringify(v ?? null).length;
+      if (n > LARGE_FIELD_BYTES && LARGE_FIELDS.has(k)) {
+        kept.add(k);
+        delete data[k];
+      } else bytes += n;
+    }
+    if (kept.size) this.stored.set(id, kept);
+    else this.stored.delete(id);
+    this.residentBytes += bytes - (this.sizes.get(id) ?? 0);
+    this.sizes.set(id, bytes);
+    return { ...record, data };
+  }
+
+  /** Most recently used last (Map order). */
+  private touch(id: string, conv: LiveConversation): LiveConversation {
+    this.live.delete(id);
+    this.live.set(id, conv);
+    return conv;
+  }
+
+  private drop(id: string): void {
+    this.live.delete(id);
+    this.residentBytes -= this.sizes.get(id) ?? 0;
+    this.sizes.delete(id);
+    this.stored.delete(id);
+  }
+
+  private evictIdle(): void {
+    const count = this.limits.count ?? MAX_RESIDENT;
+    const bytes = this.limits.bytes ?? RESIDENT_BYTES;
+    if (this.live.size <= count && this.residentBytes <= bytes) return;
+    for (const [id, conv] of this.live) {
+      if (this.live.size <= count && this.residentBytes <= bytes) return;
+      if (evictable(conv)) this.drop(id);
+    }
+  }
+
+  /** Loaded conversations and the bytes of their records (for tests and metrics). */
+  get resident(): { count: number; bytes: number } {
+    return { count: this.live.size, bytes: this.residentBytes };
   }
 
   // ---- reads --------------------------------------------------------------------------------
@@ -242,7 +328,7 @@ export class Conversations {
       last_seq: lastSeq,
       ...(this.shared ? { node_id: await this.shared.ownerOf(conv.record.id) } : {}),
       setup: d.setup ?? null,
-      mcp_config: fullMcpConfig(redactMcpConfig(this.settings.openMcp(d.mcp_config_sealed as string | undefined))),
+      mcp_config: fullMcpConfig(redactMcpConfig(this.settings.openMcp((await this.field(conv, 'mcp_config_sealed')) as string | undefined))),
       ...agentServerInfo(conv.record, this.agentServer, await this.settings.llmView()),
     };
   }
@@ -277,4 +363,14 @@ export class Conversations {
     const conv = await this.require(id);
     return { kind: 'ConversationStateUpdateEvent', id: crypto.randomUUID(), timestamp: nowIso(), source: 'environment', key: 'full_state', value: await this.info(conv) };
   }
+}
+
+/**
+ * Only a conversation nothing holds may go: not running, not being prepared (the preparation and
+ * a message sent meanwhile share its in-memory record), no run waiting for the preparation.
+ */
+function evictable(conv: LiveConversation): boolean {
+  if (conv.status === 'running' || conv.record.data.run_requested) return false;
+  const phase = (conv.record.data.setup as { phase?: string } | undefined)?.phase;
+  return phase === undefined || phase === 'ready' || phase === 'error';
 }

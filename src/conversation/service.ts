@@ -21,6 +21,7 @@ import { suggestedTaskProblem, type SuggestedTask } from '../workspace/tasks.js'
 import type { Conversations, LiveConversation } from './conversations.js';
 import { parseReplay, replayText, type ReplayPlan } from './replay.js';
 import type { AgentRuntime, ConversationPreparer, PrepareOptions } from './runtime.js';
+import { assertItemsFit } from './message-limits.js';
 
 /** What a new conversation may ask for (the API validates the request against its own schema). */
 export interface NewConversation {
@@ -65,10 +66,13 @@ export class ConversationService {
     private readonly preparer: ConversationPreparer,
     private readonly redactor: Redactor,
     private readonly log: Logger,
+    /** MAX_EVENT_BYTES: the largest content item a message may carry. */
+    private readonly maxEventBytes = 2 * 1024 * 1024,
   ) {}
 
   async createConversation(req: NewConversation): Promise<CreateResult> {
     // everything that can be refused is refused now (422), never later in the background
+    assertItemsFit([{ text: req.initial_user_msg ?? '' }, { image_urls: req.image_urls ?? [] }], this.maxEventBytes, 'initial_user_msg/image_urls');
     const replay = checkNewConversation(req);
     // a replay runs its recorded actions, not the LLM: only a message sent meanwhile starts a run
     const willRun = !!(req.initial_user_msg || req.suggested_task || req.create_microagent);
@@ -159,6 +163,7 @@ export class ConversationService {
   }
 
   async sendMessage(id: string, msg: IncomingMessage): Promise<{ success: true }> {
+    assertItemsFit(msg.content, this.maxEventBytes, 'content');
     const conv = await this.conversations.require(id);
     const source = msg.role === 'assistant' ? 'agent' : msg.role === 'tool' ? 'environment' : 'user';
     await this.events.append(id, {

@@ -27,7 +27,11 @@ export interface FeedOptions {
   /** Max events held while the replay runs or the transport is backpressured. */
   maxPending?: number;
   pageSize?: number;
+  /** A replay read stops once its events reach this many stored bytes. */
+  pageBytes?: number;
 }
+
+const REPLAY_PAGE_BYTES = 1024 * 1024;
 
 export class EventFeed {
   private cursor: number | null;
@@ -96,15 +100,21 @@ export class EventFeed {
           afterSeq: this.cursor,
           sinceTimestamp: first ? since : null,
           limit: pageSize,
+          // a page of large events is read and sent in parts: memory stays bounded by bytes (issue 12.4)
+          maxBytes: this.opts.pageBytes ?? REPLAY_PAGE_BYTES,
         });
         first = false;
         if (this.closed) return;
+        if (page.length === 0) break;
         let backpressured = false;
         for (const e of page) {
           this.cursor = e.seq!;
-          if (!this.sink.send(new EncodedEvent(e))) backpressured = true;
+          // stop at the transport's high-water mark; the rest of the page is read again after the drain
+          if (!this.sink.send(new EncodedEvent(e))) {
+            backpressured = true;
+            break;
+          }
         }
-        if (page.length < pageSize) break;
         if (backpressured) await this.sink.drained();
         if (this.closed) return;
       }

@@ -12,6 +12,7 @@ import type { EventQuery, EventStore } from '../store/types.js';
 import type { EventBus } from './bus.js';
 import { EventFeed, type FeedOptions, type FeedSink } from './feed.js';
 import { EncodedEvent, nowIso, type EventDraft, type ParleyEvent } from './types.js';
+import { pageByBytes, STORE_READ_BYTES } from './page.js';
 
 const appended = metrics.eventsAppended.child();
 const published = metrics.eventsPublished.child();
@@ -112,9 +113,10 @@ export class EventLog {
       limit: q.limit + 1,
       afterSeq: desc ? q.after_seq : Math.max(q.after_seq ?? 0, start !== null ? start - 1 : 0),
       beforeSeq: desc && start !== null ? start + 1 : null,
+      maxBytes: STORE_READ_BYTES,
     });
-    const next = items.length > q.limit ? items[q.limit]! : null;
-    return { items: items.slice(0, q.limit), next_page_id: next ? String(next.seq) : null };
+    const { page, next } = pageByBytes(items, q.limit);
+    return { items: page, next_page_id: next ? String(next.seq) : null };
   }
 
   count(conversationId: string, q: EventFilter): Promise<number> {

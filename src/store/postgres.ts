@@ -312,10 +312,14 @@ export class PostgresStore implements Store {
   async query(conversationId: string, q: EventQuery): Promise<ParleyEvent[]> {
     const { where, args } = eventFilter(conversationId, q);
     args.push(q.limit);
-    const res = await this.q<{ body: string; seq: string }>(
-      `SELECT seq, body FROM events WHERE ${where.join(' AND ')} ORDER BY seq ${q.desc ? 'DESC' : 'ASC'} LIMIT $${args.length}`,
-      args,
-    );
+    const order = `ORDER BY seq ${q.desc ? 'DESC' : 'ASC'}`;
+    let sql = `SELECT seq, body FROM events WHERE ${where.join(' AND ')} ${order} LIMIT $${args.length}`;
+    if (q.maxBytes !== undefined) {
+      // memory bound (EventQuery.maxBytes): keep rows up to the one at which the running size reaches maxBytes
+      args.push(q.maxBytes);
+      sql = `SELECT seq, body FROM (SELECT seq, body, sum(octet_length(body)) OVER (${order}) - octet_length(body) AS before FROM (${sql}) page) sized WHERE before < $${args.length} ${order}`;
+    }
+    const res = await this.q<{ body: string; seq: string }>(sql, args);
     return res.rows.map(rowToEvent);
   }
 

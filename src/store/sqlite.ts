@@ -376,9 +376,25 @@ export class SqliteStore implements Store {
     if (q.sinceTimestamp) (where.push('timestamp >= ?'), args.push(q.sinceTimestamp));
     const order = q.desc ? 'DESC' : 'ASC';
     const sql = `SELECT body FROM events WHERE ${where.join(' AND ')} ORDER BY seq ${order} LIMIT ?`;
-    const rows = this.db.prepare(sql).all(...args, q.limit) as { body: string | Buffer }[];
-    const events = rows.map((r) => decodeBody(r.body));
-    for (const ev of t.events) if (matches(ev, q)) events.push(ev);
+    const stmt = this.db.prepare(sql);
+    let events: ParleyEvent[];
+    let cut = false;
+    if (q.maxBytes === undefined) events = (stmt.all(...args, q.limit) as { body: string | Buffer }[]).map((r) => decodeBody(r.body));
+    else {
+      // rows are read one at a time so a page of large events is never held whole
+      events = [];
+      let bytes = 0;
+      for (const r of stmt.iterate(...args, q.limit) as IterableIterator<{ body: string | Buffer }>) {
+        events.push(decodeBody(r.body));
+        bytes += r.body.length;
+        if (bytes >= q.maxBytes) {
+          cut = true;
+          break;
+        }
+      }
+    }
+    // unindexed events all come after the stored ones: in ascending order a cut page ends before them
+    if (!(cut && !q.desc)) for (const ev of t.events) if (matches(ev, q)) events.push(ev);
     events.sort((a, b) => (q.desc ? b.seq! - a.seq! : a.seq! - b.seq!));
     return events.slice(0, q.limit);
   }

@@ -77,6 +77,8 @@ export interface McpManagerOptions {
   connectTimeoutMs?: number;
   /** Per-call timeout (ms). Default 300 000. shttp `timeout` overrides. */
   callTimeoutMs?: number;
+  /** MCP_ALLOWED_HOSTS: `host` or `host:port` an sse/shttp server may be on; null or absent: any. */
+  allowedHosts?: string[] | null;
 }
 
 /** A tool backed by an MCP server. `jsonSchema` is the server's inputSchema (prefer it over zod). */
@@ -175,6 +177,7 @@ export class McpManager {
   private readonly entries: Entry[];
   private readonly workspaceDir: string;
   private readonly launcher: McpManagerOptions['launcher'];
+  private readonly allowedHosts: string[] | null;
   private readonly userRedact: (text: string) => string;
   private readonly ownSecrets = new Redactor();
   private readonly onEvent?: (event: McpEvent) => void;
@@ -191,6 +194,7 @@ export class McpManager {
     this.conversationId = opts.conversationId;
     this.workspaceDir = opts.workspaceDir;
     this.launcher = opts.launcher;
+    this.allowedHosts = opts.allowedHosts ?? null;
     this.userRedact = opts.redact ?? ((t) => t);
     this.onEvent = opts.onEvent;
     this.reserved = opts.reservedNames ?? DEFAULT_RESERVED_TOOL_NAMES;
@@ -355,6 +359,10 @@ export class McpManager {
     }
     const h = e.http!;
     const url = new URL(h.url);
+    const allowed = this.allowedHosts;
+    if (allowed && !allowed.includes(url.host.toLowerCase()) && !allowed.includes(url.hostname.toLowerCase())) {
+      throw new Error(`host ${url.host} is not in MCP_ALLOWED_HOSTS (${allowed.join(', ') || 'empty'})`);
+    }
     const requestInit: RequestInit = h.api_key ? { headers: { Authorization: `Bearer ${h.api_key}` } } : {};
     if (e.kind === 'sse') return { transport: new SSEClientTransport(url, { requestInit }) };
     return { transport: new StreamableHTTPClientTransport(url, { requestInit }) };

@@ -1,0 +1,194 @@
+/**
+ * The daemon's memory under the oversized-data attacks of issue 12.4, measured from the host.
+ *
+ *   npx tsx scripts/bench-memory-attacks.ts [--messages 20] [--message-mib 8] [--frames 300000]
+ *
+ * Each attack runs against a fresh daemon (its VmRSS read from /proc/<pid>/status) and prints the
+ * RSS before, the peak seen while the attack ran (sampled every 20 ms) and after, in MiB:
+ *   search:  `--messages` messages of `--message-mib` MiB (MAX_EVENT_BYTES and MAX_BODY_BYTES raised
+ *            so they are accepted), then one `events/search?limit=100` (the response size is printed)
+ *            and one WebSocket replay of everything (resend_mode=all) read to the end;
+ *   frames:  `--frames` tiny invalid frames on one socket whose client never reads;
+ *   preauth: six unauthenticated sockets each sending a 15 MiB "auth" frame (a session key is set);
+ *   creates: eight conversations created with 8 MiB `conversation_instructions`.
+ */
+import { spawn } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import WebSocket from 'ws';
+import { ROOT } from '../test/support/daemon.js';
+
+const { values: args } = parseArgs({
+  options: {
+    messages: { type: 'string', default: '20' },
+    'message-mib': { type: 'string', default: '8' },
+    frames: { type: 'string', default: '300000' },
+    only: { type: 'string' },
+  },
+});
+const MiB = 1024 * 1024;
+const KEY = 'bench-memory-key';
+
+interface Daemon {
+  url: string;
+  port: number;
+  pid: number;
+  stop(): Promise<void>;
+}
+
+async function start(env: Record<string, string>): Promise<Daemon> {
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-bench-mem-'));
+  const proc = spawn(process.execPath, ['--import', 'tsx', 'bridge/main.ts'], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH!, HOME: process.env.HOME ?? os.tmpdir(), PORT: '0', DATA_DIR: dataDir, LOG_LEVEL: 'info', SANDBOX: 'none', ...env },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const port = await new Promise<number>((resolve, reject) => {
+    let buf = '';
+    proc.stdout!.on('data', (c: Buffer) => {
+      buf += c.toString();
+      const m = /"port":(\d+).*listening on/.exec(buf);
+      if (m) resolve(Number(m[1]));
+    });
+    proc.once('exit', (code) => reject(new Error(`daemon exited ${code}`)));
+  });
+  proc.stdout!.resume();
+  return {
+    url: `http://127.0.0.1:${port}`,
+    port,
+    pid: proc.pid!,
+    async stop() {
+      proc.kill('SIGTERM');
+      await new Promise((r) => proc.once('exit', r));
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+const rss = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) / 1024;
+
+/** Runs `attack` while sampling the daemon's RSS; prints before / peak / after. */
+async function measure(name: string, d: Daemon, attack: () => Promise<string | void>) {
+  await new Promise((r) => setTimeout(r, 1000));
+  const before = rss(d.pid);
+  let peak = before;
+  const timer = setInterval(() => (peak = Math.max(peak, rss(d.pid))), 20);
+  const note = await attack();
+  await new Promise((r) => setTimeout(r, 1000));
+  clearInterval(timer);
+  const after = rss(d.pid);
+  peak = Math.max(peak, after);
+  console.log(`${name.padEnd(8)} RSS before ${before.toFixed(0)} MiB, peak ${peak.toFixed(0)} MiB (+${(peak - before).toFixed(0)}), after ${after.toFixed(0)} MiB (+${(after - before).toFixed(0)})${note ? `; ${note}` : ''}`);
+}
+
+const post = (d: Daemon, p: string, body: unknown, headers: Record<string, string> = {}) =>
+  fetch(d.url + p, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+
+function frame(payload: Buffer): Buffer {
+  const mask = crypto.randomBytes(4);
+  const len = payload.length;
+  const head = len < 126 ? Buffer.from([0x81, 0x80 | len]) : len < 65536 ? Buffer.from([0x81, 0xfe, len >> 8, len & 255]) : Buffer.from([0x81, 0xff, 0, 0, 0, 0, len >>> 24, (len >>> 16) & 255, (len >>> 8) & 255, len & 255]);
+  const body = Buffer.from(payload);
+  for (let i = 0; i < body.length; i++) body[i]! ^= mask[i & 3]!;
+  return Buffer.concat([head, mask, body]);
+}
+
+function rawSocket(d: Daemon, p: string, headers = ''): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    const s = net.connect(d.port, '127.0.0.1');
+    s.on('error', () => {});
+    s.write(`GET ${p} HTTP/1.1\r\nHost: 127.0.0.1:${d.port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n${headers}\r\n`);
+    s.once('data', (c: Buffer) => (c.toString('latin1').startsWith('HTTP/1.1 101') ? resolve(s) : reject(new Error(c.toString('latin1').split('\r\n')[0]))));
+  });
+}
+
+const attacks: Record<string, () => Promise<void>> = {
+  async search() {
+    const size = Number(args['message-mib']) * MiB;
+    const d = await start({ MAX_BODY_BYTES: String(size + MiB), MAX_EVENT_BYTES: String(size + 1024) });
+    try {
+      const id = ((await (await post(d, '/api/conversations', {})).json()) as { conversation_id: string }).conversation_id;
+      for (let i = 0; i < Number(args.messages); i++) {
+        const r = await post(d, `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'text', text: `${i}:${'m'.repeat(size - 16)}` }], run: false });
+        if (r.status !== 200) throw new Error(`message ${i}: ${r.status} ${await r.text()}`);
+      }
+      await measure('search', d, async () => {
+        const res = await fetch(`${d.url}/api/conversations/${id}/events/search?limit=100`);
+        const body = await res.arrayBuffer();
+        const items = (JSON.parse(Buffer.from(body).toString()) as { items: unknown[] }).items.length;
+        return `one page: ${(body.byteLength / MiB).toFixed(1)} MiB, ${items} items`;
+      });
+      await measure('replay', d, async () => {
+        const ws = new WebSocket(`ws://127.0.0.1:${d.port}/sockets/events/${id}?resend_mode=all`);
+        let n = 0;
+        await new Promise<void>((resolve, reject) => {
+          ws.on('message', (m: Buffer) => {
+            if (m.includes('"MessageEvent"') && ++n === Number(args.messages)) resolve();
+          });
+          ws.on('close', (code) => reject(new Error(`closed ${code} after ${n}`)));
+        });
+        ws.removeAllListeners('close');
+        ws.close();
+        return `all ${n} messages replayed`;
+      });
+    } finally {
+      await d.stop();
+    }
+  },
+  async frames() {
+    const d = await start({});
+    try {
+      const id = ((await (await post(d, '/api/conversations', {})).json()) as { conversation_id: string }).conversation_id;
+      await measure('frames', d, async () => {
+        const s = await rawSocket(d, `/sockets/events/${id}`);
+        s.pause();
+        const one = frame(Buffer.from('{"nonsense":true}'));
+        const batch = Buffer.concat(Array.from({ length: 1000 }, () => one));
+        let sent = 0;
+        let closed = false;
+        s.once('close', () => (closed = true));
+        for (; sent < Number(args.frames) && !closed; sent += 1000) {
+          if (!s.write(batch)) await new Promise((r) => { s.once('drain', r); s.once('close', r); });
+        }
+        s.destroy();
+        return `${sent} frames written${closed ? ' before the daemon closed the socket' : ''}`;
+      });
+    } finally {
+      await d.stop();
+    }
+  },
+  async preauth() {
+    const d = await start({ SESSION_API_KEY: KEY });
+    try {
+      const id = ((await (await post(d, '/api/conversations', {}, { 'x-session-api-key': KEY })).json()) as { conversation_id: string }).conversation_id;
+      await measure('preauth', d, async () => {
+        const auth = frame(Buffer.from(JSON.stringify({ type: 'auth', session_api_key: 'x'.repeat(15 * MiB) })));
+        const sockets = await Promise.all(Array.from({ length: 6 }, () => rawSocket(d, `/sockets/events/${id}`).catch(() => null)));
+        await Promise.all(sockets.map((s) => s && new Promise<void>((r) => { s.once('close', () => r()); s.write(auth, () => r()); })));
+        for (const s of sockets) s?.destroy();
+        return `${sockets.filter(Boolean).length} sockets sent 15 MiB each`;
+      });
+    } finally {
+      await d.stop();
+    }
+  },
+  async creates() {
+    const d = await start({ MAX_BODY_BYTES: String(9 * MiB) });
+    try {
+      await measure('creates', d, async () => {
+        const codes: number[] = [];
+        for (let i = 0; i < 8; i++) codes.push((await post(d, '/api/conversations', { conversation_instructions: `${i}${'i'.repeat(8 * MiB - 8)}` })).status);
+        return `8 creates with 8 MiB instructions: ${[...new Set(codes)].join(',')}`;
+      });
+    } finally {
+      await d.stop();
+    }
+  },
+};
+
+console.log(`bench-memory-attacks (${os.cpus().length} cores, Node ${process.version}, ${new Date().toISOString().slice(0, 16)} UTC)`);
+for (const [name, run] of Object.entries(attacks)) if (!args.only || args.only.split(',').includes(name)) await run();
