@@ -101,7 +101,7 @@ export function startServer(config: Config, core: Core, log: Logger): Promise<Da
       if (Number(req.getHeader('content-length') || 0) > config.maxBodyBytes) return sendJson(res, state, 413, tooLarge);
     }
     inFlight += 1;
-    handleTrpc(res, req, state, { core }, config.maxBodyBytes, log)
+    handleTrpc(res, req, state, { core, maxQueuedBytes: config.wsMaxBufferedBytes }, config.maxBodyBytes, log)
       .catch((err) => {
         if (err instanceof BodyTooLarge) return sendJson(res, state, 413, tooLarge);
         log.error({ err: core.redactor.redact(String(err)) }, 'trpc transport error');

@@ -20,16 +20,18 @@ const window = Number(values.window);
 const llm = await startScriptedLlm();
 for (let i = 1; i <= steps; i++) llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: `echo step ${i}` } }] });
 llm.push({ toolCalls: [{ name: 'finish', arguments: { message: 'done' } }] });
-const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'k', MAX_ITERATIONS: String(steps + 10), LLM_CONTEXT_WINDOW: '10000000', LOG_LEVEL: 'warn' });
+const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'k', MAX_ITERATIONS: String(steps + 10), LLM_CONTEXT_WINDOW: '10000000', LOG_LEVEL: 'info' });
 try {
   const started = performance.now();
   const r = await d.req('POST', '/api/conversations', { initial_user_msg: 'run the steps' });
   const id = r.body.conversation_id as string;
   for (;;) {
-    const s = (await d.req('GET', `/api/conversations/${id}`)).body.execution_status;
+    await new Promise((res) => setTimeout(res, 200));
+    // a poll that fails (a reused keep-alive connection reset) is simply made again
+    const s = (await d.req('GET', `/api/conversations/${id}`).catch(() => null))?.body.execution_status;
+    if (s === undefined) continue;
     if (s !== 'running' && s !== 'idle' && llm.requests.length > steps) break;
     if (s === 'error' || s === 'stuck') throw new Error(`the run ended with ${s}`);
-    await new Promise((res) => setTimeout(res, 200));
   }
   const total = (performance.now() - started) / 1000;
   // gap[i]: from the end of answer i (1-based: the reply that asked for step i) to request i+1
@@ -45,6 +47,9 @@ try {
   console.log(`steps=${steps} total=${total.toFixed(1)} s (command: npx tsx scripts/bench-steps.ts --steps ${steps} --window ${window})`);
   console.log('step | median gap ms | ratio to step 10');
   for (const p of points) console.log(`${String(p).padStart(4)} | ${at(p).toFixed(2).padStart(13)} | ${(at(p) / base).toFixed(2)}`);
+} catch (err) {
+  console.error(`the benchmark failed: ${(err as Error).message} (${String((err as Error).cause)}; daemon exit ${d.proc.exitCode} ${d.proc.signalCode})\nlast daemon lines:\n${d.output.slice(-20).join('\n')}`);
+  process.exitCode = 1;
 } finally {
   await d.stop();
   await llm.close();

@@ -27,7 +27,7 @@ import { createTerminalTool } from '../tools/terminal.js';
 import { createThinkTool } from '../tools/think.js';
 import type { Tool } from '../tools/types.js';
 import { askpassEnv, gitCredentialEnv } from '../workspace/askpass.js';
-import { loadRepoInstructions, selectTriggered } from '../workspace/instructions.js';
+import { loadRepoInstructions, selectTriggered, type RepoInstructions } from '../workspace/instructions.js';
 import { helperDirOf, workspacePath } from '../workspace/workspace.js';
 import { instrumentLlm } from './instrument.js';
 import { executeReplay } from './replay-run.js';
@@ -65,6 +65,8 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
   const builtins: Tool[] = [terminal, fileEditor, createTaskTrackerTool(), createThinkTool(), createFinishTool()] as Tool[];
   const reserved = builtins.map((t) => t.name);
   const mcp = new Map<string, McpManager>();
+  // a sandbox closed to stay under SANDBOX_MAX_LIVE: its MCP servers stop quietly (no failure event) and start again on the next run
+  sandbox.onEvict((id) => void mcp.get(id)?.close());
   const helperDir = helperDirOf(config.dataDir);
   const llmCache = new Map<string, LlmClient>();
   // the AI SDK and the MCP SDK load on first use: a daemon starts (and idles) without them
@@ -131,6 +133,8 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
   }
   metrics.mcpServers.read(() => [...mcp.values()].flatMap((m) => m.status().map((s): [string[], number] => [[s.state], 1])));
 
+  // each conversation's repository instructions as read at its run's start, and what its user messages trigger
+  const repoInstructions = new Map<string, { loaded: RepoInstructions | null; users: number; texts: string[] }>();
   const shellEnv = async (id: string): Promise<Record<string, string>> => {
     const providers = await settings.getProviders();
     const secrets = { ...(await settings.secretValues()), ...(await conversationSecretValues(conversations, settings, id)) };
@@ -168,7 +172,7 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
       env: shellEnv,
       limits: (id) => conversationLimits(conversations, id),
       usage: (id, usage) => recordUsage(conversations, id, usage),
-      async instructions(id, events) {
+      async instructions(id, userTexts, reload) {
         const conv = await conversations.require(id);
         const out: string[] = [];
         // large instructions are not kept in memory (Conversations.field reads them from the store)
@@ -176,17 +180,23 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
         if (ci) out.push(`Instructions for this conversation:\n${ci}`);
         const repo = conv.record.data.selected_repository as string | null;
         if (repo) out.push(`The repository ${repo} is checked out in the working directory (branch ${String(conv.record.data.branch ?? conv.record.data.selected_branch ?? 'default')}).`);
-        try {
-          const loaded = await loadRepoInstructions(workspacePath(config.workspaceRoot, id));
-          for (const a of loaded.always) out.push(`Repository instructions (${a.source}):\n${a.content}`);
-          const userText = events.flatMap((e) => (e.kind === 'MessageEvent' && e.source === 'user' ? [JSON.stringify(e.llm_message)] : [])).join('\n');
-          for (const t of selectTriggered(loaded.triggered, userText)) out.push(`Knowledge (${t.source}):\n${t.content}`);
-        } catch {
-          /* no workspace yet */
+        // the repository's files are read at a run's first step, not at every step
+        let cached = repoInstructions.get(id);
+        if (!cached || reload) {
+          const loaded = await loadRepoInstructions(workspacePath(config.workspaceRoot, id)).catch(() => null); // no workspace yet
+          repoInstructions.set(id, (cached = { loaded, users: -1, texts: [] }));
         }
-        return out;
+        if (!cached.loaded) return out;
+        if (cached.users !== userTexts.length) {
+          const always = cached.loaded.always.map((a) => `Repository instructions (${a.source}):\n${a.content}`);
+          const triggered = selectTriggered(cached.loaded.triggered, userTexts.join('\n')).map((t) => `Knowledge (${t.source}):\n${t.content}`);
+          cached.texts = [...always, ...triggered];
+          cached.users = userTexts.length;
+        }
+        return [...out, ...cached.texts];
       },
       async release(id) {
+        repoInstructions.delete(id);
         for (const t of builtins) await t.closeConversation?.(id); // the terminal's shell among them
         // full terminal outputs hold what the commands printed: they go with the conversation
         await rm(outputDir(id), { recursive: true, force: true }).catch(() => {});

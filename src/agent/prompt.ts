@@ -77,92 +77,170 @@ function resultText(r: ToolResult | undefined): string {
   return r.kind === 'AgentErrorEvent' ? `[An error occurred during execution.]\n${r.error}` : observationText(r.observation);
 }
 
+const jsonLength = (ms: ModelMessage[]) => ms.reduce((n, m) => n + JSON.stringify(m).length, 0);
+
+type CallGroup = { actions: EventOf<'ActionEvent'>[]; rendered?: ModelMessage[]; chars?: number };
+
 /**
- * Events → AI SDK messages. Honors the newest Condensation (its summary replaces the events it
- * forgot), groups parallel tool calls of one response, and gives every tool call exactly one result.
+ * A conversation's events as AI SDK messages, kept incrementally: `add` takes the events appended
+ * since the last call, `build` gives the messages. Honors the newest Condensation (its summary
+ * replaces the events it forgot), groups parallel tool calls of one response, and gives every tool
+ * call exactly one result. A group's messages are rendered once all its calls have results; a
+ * Condensation (or a second result for one call) makes the view `stale`: build a new one from the
+ * whole log then.
  */
-export function eventsToMessages(events: ParleyEvent[]): { messages: ModelMessage[]; systemNotes: string[] } {
-  let condensation: EventOf<'Condensation'> | undefined;
-  const results = new Map<string, ToolResult>();
-  for (const e of events) {
-    if (e.kind === 'Condensation') condensation = e;
-    else if ((e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent' || e.kind === 'UserRejectObservation') && e.tool_call_id) results.set(e.tool_call_id, e);
-  }
-  const forgotten = new Set(condensation?.forgotten_event_ids ?? []);
-  const messages: ModelMessage[] = [];
-  const systemNotes: string[] = [];
-  if (condensation?.summary) {
-    messages.push({ role: 'user', content: [{ type: 'text', text: `Summary of the earlier conversation (older events were condensed):\n${condensation.summary}` }] });
-  }
-  let pendingCalls: EventOf<'ActionEvent'>[] = [];
-  const flushCalls = () => {
-    if (!pendingCalls.length) return;
-    const thought = pendingCalls.map((a) => textOf(a.thought)).filter(Boolean).join('\n');
-    messages.push({
-      role: 'assistant',
-      content: [
-        ...(thought ? [{ type: 'text' as const, text: thought }] : []),
-        ...pendingCalls.map((a) => ({ type: 'tool-call' as const, toolCallId: a.tool_call_id, toolName: a.tool_name, input: toolCallInput(a) })),
-      ],
-    });
-    messages.push({
-      role: 'tool',
-      content: pendingCalls.map((a) => ({
-        type: 'tool-result' as const,
-        toolCallId: a.tool_call_id,
-        toolName: a.tool_name,
-        output: { type: 'text' as const, value: resultText(results.get(a.tool_call_id)) },
-      })),
-    });
-    pendingCalls = [];
-  };
-  for (const e of events) {
-    if (forgotten.has(e.id)) continue;
-    switch (e.kind) {
-      case 'ActionEvent': {
-        const last = pendingCalls[pendingCalls.length - 1];
-        if (last && last.llm_response_id !== e.llm_response_id) flushCalls();
-        pendingCalls.push(e);
-        break;
-      }
-      case 'ObservationEvent':
-      case 'UserRejectObservation':
-        break; // given with its action
-      case 'AgentErrorEvent':
-        if (e.tool_call_id) break; // given with its action
-        flushCalls();
-        messages.push({ role: 'user', content: [{ type: 'text', text: `[Note from the environment] ${e.error}` }] });
-        break;
-      case 'MessageEvent': {
-        flushCalls();
-        const m = e.llm_message;
-        const cache = m.content.some((c) => c.cache_prompt) ? { providerOptions: cacheControlProviderOptions() } : {};
-        if (m.role === 'system') systemNotes.push(textOf(m.content));
-        else if (m.role === 'assistant' || e.source === 'agent') messages.push({ role: 'assistant', content: textOf(m.content) || '(no text)', ...cache });
-        else if (m.role === 'tool') messages.push({ role: 'user', content: [{ type: 'text', text: `[Tool output provided by the user]\n${textOf(m.content)}` }], ...cache });
-        else messages.push({ role: 'user', content: userContent(m.content), ...cache });
-        break;
-      }
-      case 'SystemPromptEvent':
-      case 'ConversationErrorEvent':
-      case 'ConversationStateUpdateEvent':
-      case 'PauseEvent':
-      case 'InterruptEvent':
-      case 'Condensation':
-      case 'StreamingDeltaEvent':
-      case 'SetupOutputEvent':
-      case 'ServerErrorEvent':
-        flushCalls();
-        break; // not part of the prompt
-      default:
-        unreachable(e);
+export class MessageView {
+  private readonly parts: (ModelMessage | CallGroup)[] = [];
+  private readonly results = new Map<string, ToolResult>();
+  private open: EventOf<'ActionEvent'>[] = [];
+  private readonly forgotten: Set<string>;
+  /** JSON length of the messages rendered for good (for the token estimate). */
+  private fixedChars = 0;
+  readonly systemNotes: string[] = [];
+  /** The text of every user message (for knowledge triggered by keywords). */
+  readonly userTexts: string[] = [];
+  hasSystemPrompt = false;
+  /** A Condensation arrived (or a call was answered twice): this view no longer says what the log says. */
+  stale = false;
+
+  private constructor(condensation: EventOf<'Condensation'> | undefined) {
+    this.forgotten = new Set(condensation?.forgotten_event_ids ?? []);
+    if (condensation?.summary) {
+      this.push({ role: 'user', content: [{ type: 'text', text: `Summary of the earlier conversation (older events were condensed):\n${condensation.summary}` }] });
     }
   }
-  flushCalls();
+
+  /** The view of a whole log (the newest Condensation in it applies). */
+  static of(events: ParleyEvent[]): MessageView {
+    let condensation: EventOf<'Condensation'> | undefined;
+    for (const e of events) if (e.kind === 'Condensation') condensation = e;
+    const view = new MessageView(condensation);
+    view.add(events, true);
+    return view;
+  }
+
+  private push(m: ModelMessage): void {
+    this.parts.push(m);
+    this.fixedChars += JSON.stringify(m).length;
+  }
+
+  private flushCalls(): void {
+    if (!this.open.length) return;
+    this.parts.push({ actions: this.open });
+    this.open = [];
+  }
+
+  /** A group's two messages; kept for good (`keep`) once every call of it has its result. */
+  private render(g: CallGroup, keep: boolean): ModelMessage[] {
+    if (g.rendered) return g.rendered;
+    const thought = g.actions.map((a) => textOf(a.thought)).filter(Boolean).join('\n');
+    const messages: ModelMessage[] = [
+      {
+        role: 'assistant',
+        content: [
+          ...(thought ? [{ type: 'text' as const, text: thought }] : []),
+          ...g.actions.map((a) => ({ type: 'tool-call' as const, toolCallId: a.tool_call_id, toolName: a.tool_name, input: toolCallInput(a) })),
+        ],
+      },
+      {
+        role: 'tool',
+        content: g.actions.map((a) => ({
+          type: 'tool-result' as const,
+          toolCallId: a.tool_call_id,
+          toolName: a.tool_name,
+          output: { type: 'text' as const, value: resultText(this.results.get(a.tool_call_id)) },
+        })),
+      },
+    ];
+    // every call answered: these messages are final
+    if (keep && g.actions.every((a) => this.results.has(a.tool_call_id))) {
+      g.rendered = messages;
+      g.chars = jsonLength(messages);
+      this.fixedChars += g.chars;
+    }
+    return messages;
+  }
+
+  /** Takes events appended after the ones already taken, in seq order. */
+  add(events: ParleyEvent[], whole = false): void {
+    for (const e of events) {
+      if (e.kind === 'Condensation' && !whole) this.stale = true;
+      if (e.kind === 'SystemPromptEvent') this.hasSystemPrompt = true;
+      if (e.kind === 'MessageEvent' && e.source === 'user') this.userTexts.push(JSON.stringify(e.llm_message));
+      if ((e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent' || e.kind === 'UserRejectObservation') && e.tool_call_id) {
+        if (this.results.has(e.tool_call_id)) this.stale = true;
+        this.results.set(e.tool_call_id, e);
+      }
+      if (this.forgotten.has(e.id)) continue;
+      switch (e.kind) {
+        case 'ActionEvent': {
+          const last = this.open[this.open.length - 1];
+          if (last && last.llm_response_id !== e.llm_response_id) this.flushCalls();
+          this.open.push(e);
+          break;
+        }
+        case 'ObservationEvent':
+        case 'UserRejectObservation':
+          break; // given with its action
+        case 'AgentErrorEvent':
+          if (e.tool_call_id) break; // given with its action
+          this.flushCalls();
+          this.push({ role: 'user', content: [{ type: 'text', text: `[Note from the environment] ${e.error}` }] });
+          break;
+        case 'MessageEvent': {
+          this.flushCalls();
+          const m = e.llm_message;
+          const cache = m.content.some((c) => c.cache_prompt) ? { providerOptions: cacheControlProviderOptions() } : {};
+          if (m.role === 'system') this.systemNotes.push(textOf(m.content));
+          else if (m.role === 'assistant' || e.source === 'agent') this.push({ role: 'assistant', content: textOf(m.content) || '(no text)', ...cache });
+          else if (m.role === 'tool') this.push({ role: 'user', content: [{ type: 'text', text: `[Tool output provided by the user]\n${textOf(m.content)}` }], ...cache });
+          else this.push({ role: 'user', content: userContent(m.content), ...cache });
+          break;
+        }
+        case 'SystemPromptEvent':
+        case 'ConversationErrorEvent':
+        case 'ConversationStateUpdateEvent':
+        case 'PauseEvent':
+        case 'InterruptEvent':
+        case 'Condensation':
+        case 'StreamingDeltaEvent':
+        case 'SetupOutputEvent':
+        case 'ServerErrorEvent':
+          this.flushCalls();
+          break; // not part of the prompt
+        default:
+          unreachable(e);
+      }
+    }
+  }
+
+  /** The messages for the next LLM call, and the JSON length of all of them (for the token estimate). */
+  build(): { messages: ModelMessage[]; systemNotes: string[]; chars: number } {
+    const messages: ModelMessage[] = [];
+    let pendingChars = 0;
+    const group = (g: CallGroup, keep: boolean) => {
+      const ms = this.render(g, keep);
+      if (!g.rendered) pendingChars += jsonLength(ms);
+      messages.push(...ms);
+    };
+    for (const p of this.parts) {
+      if ('actions' in p) group(p, true);
+      else messages.push(p);
+    }
+    // the newest response's calls: more of them may still come
+    if (this.open.length) group({ actions: this.open }, false);
+    // as JSON.stringify(messages).length: each message, the commas between them and the brackets
+    return { messages, systemNotes: this.systemNotes, chars: this.fixedChars + pendingChars + Math.max(messages.length + 1, 2) };
+  }
+}
+
+/** Events → AI SDK messages, all at once (see MessageView). */
+export function eventsToMessages(events: ParleyEvent[]): { messages: ModelMessage[]; systemNotes: string[] } {
+  const { messages, systemNotes } = MessageView.of(events).build();
   return { messages, systemNotes };
 }
 
-/** Rough token estimate (4 characters a token), for the context budget. */
-export function estimateTokens(system: string, messages: ModelMessage[]): number {
-  return Math.ceil((system.length + JSON.stringify(messages).length) / 4);
+/** Rough token estimate (4 characters a token), for the context budget: the system text and the messages' JSON length. */
+export function estimateTokens(system: string, messageChars: number): number {
+  return Math.ceil((system.length + messageChars) / 4);
 }

@@ -17,8 +17,8 @@ import { actionOf, type Tool, type ToolContext } from '../tools/types.js';
 import { metrics } from '../metrics.js';
 import type { Redactor } from '../secrets/redact.js';
 import { timedTool } from './instrument.js';
-import { buildSystemPrompt, estimateTokens, eventsToMessages, toolCallInput } from './prompt.js';
-import { detectStuck } from './stuck.js';
+import { buildSystemPrompt, estimateTokens, eventsToMessages, MessageView, toolCallInput } from './prompt.js';
+import { StuckWindow } from './stuck.js';
 
 export interface AgentDeps {
   /** The LLM for this conversation, or null when none is configured. */
@@ -28,7 +28,11 @@ export interface AgentDeps {
   /** How the agent sees its workspace: the path its processes see and whether they are sandboxed. */
   workspaceView?(conversationId: string): { dir: string; sandboxed: boolean };
   env(conversationId: string): Promise<Record<string, string>>;
-  instructions(conversationId: string, events: ParleyEvent[]): Promise<string[]>;
+  /**
+   * The instructions of the system prompt: the conversation's, the repository's (read from the
+   * workspace when `reload`: at a run's first step) and the knowledge the user's messages trigger.
+   */
+  instructions(conversationId: string, userTexts: string[], reload: boolean): Promise<string[]>;
   maxIterations: number;
   /** Share of the model's context window the prompt may use before condensing. */
   contextBudgetRatio?: number;
@@ -59,11 +63,23 @@ interface Run {
 
 class Interrupted extends Error {}
 
+/** What a conversation's steps read, kept up to date with the log instead of reread at every step. */
+interface History {
+  view: MessageView;
+  stuck: StuckWindow;
+  /** The newest seq taken in. */
+  seq: number;
+}
+
+/** Histories kept for conversations run recently (the least recently run is dropped beyond this). */
+const MAX_HISTORIES = 64;
+
 const runsStarted = metrics.agentRuns.child();
 const steps = metrics.agentSteps.child();
 
 export class AgentRuntimeImpl implements AgentRuntime {
   private runs = new Map<string, Run>();
+  private histories = new Map<string, History>();
   private rerun = new Set<string>();
   /** Conversations whose actions waiting for confirmation were accepted: the next run executes them first. */
   private confirmed = new Set<string>();
@@ -137,7 +153,32 @@ export class AgentRuntimeImpl implements AgentRuntime {
     await this.deps.interrupted?.(id);
   }
 
+  /**
+   * The conversation's history with every event committed so far: only the events after the ones
+   * already taken are read; built from the whole log the first time (after a start) and again after
+   * a condensation.
+   */
+  private async history(id: string): Promise<History> {
+    let h = this.histories.get(id);
+    if (h) {
+      const fresh = await this.events.after(id, h.seq);
+      h.view.add(fresh);
+      h.stuck.add(fresh);
+      h.seq = fresh[fresh.length - 1]?.seq ?? h.seq;
+    }
+    if (!h || h.view.stale) {
+      const all = await this.events.after(id);
+      h = { view: MessageView.of(all), stuck: new StuckWindow(), seq: all[all.length - 1]?.seq ?? 0 };
+      h.stuck.add(all);
+    }
+    this.histories.delete(id); // re-inserted: the map's order is the order conversations were last used
+    this.histories.set(id, h);
+    if (this.histories.size > MAX_HISTORIES) this.histories.delete(this.histories.keys().next().value!);
+    return h;
+  }
+
   async dispose(id: string): Promise<void> {
+    this.histories.delete(id);
     await this.interrupt(id);
     await this.deps.release(id);
   }
@@ -164,6 +205,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
       description: t.description,
       inputSchema: t.jsonSchema ?? stripSchemaMeta(z.toJSONSchema(t.parameters as z.ZodType, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>),
     }));
+    const specsJson = JSON.stringify(specs);
     const workspaceDir = this.deps.workspaceDir(id);
     const limits = await this.deps.limits?.(id);
     const maxIterations = limits?.maxIterations ?? this.deps.maxIterations;
@@ -200,18 +242,18 @@ export class AgentRuntimeImpl implements AgentRuntime {
         return;
       }
       run.newInput = false;
-      const events = await this.events.after(id);
-      run.seenSeq = Math.max(run.seenSeq, events[events.length - 1]?.seq ?? 0);
-      const { messages, systemNotes } = eventsToMessages(events);
-      const instructions = await this.deps.instructions(id, events);
+      const history = await this.history(id);
+      run.seenSeq = Math.max(run.seenSeq, history.seq);
+      const { messages, systemNotes, chars } = history.view.build();
+      const instructions = await this.deps.instructions(id, history.view.userTexts, iteration === 1);
       const seen = this.deps.workspaceView?.(id) ?? { dir: workspaceDir, sandboxed: false };
       const system = buildSystemPrompt({ workspaceDir: seen.dir, sandboxed: seen.sandboxed, toolNames: tools.map((t) => t.name), instructions: [...instructions, ...systemNotes] });
-      if (!events.some((e) => e.kind === 'SystemPromptEvent')) {
+      if (!history.view.hasSystemPrompt) {
         const definitions = tools.map((t, i) => ({ kind: t.kind, name: t.name, title: t.name, description: t.description, parameters: specs[i]!.inputSchema, action_type: t.actionKind }));
         await eventLog.append(id, { kind: 'SystemPromptEvent', source: 'agent', system_prompt: { type: 'text', text: system }, tools: definitions });
       }
       const budget = Math.floor(llm.contextWindow * (this.deps.contextBudgetRatio ?? 0.8));
-      if (estimateTokens(system + JSON.stringify(specs), messages) > budget && (await this.condenseHistory(id, llm, events, run))) continue;
+      if (estimateTokens(system + specsJson, chars) > budget && (await this.condenseHistory(id, llm, await this.events.after(id), run))) continue;
 
       steps.inc();
       let response: LlmResponse;
@@ -230,7 +272,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
         if (run.controller.signal.aborted) return this.afterInterrupt(id);
         if (err instanceof ProviderError && err.code === 'ContextWindowExceeded' && !condensedForContextError) {
           condensedForContextError = true;
-          if (await this.condenseHistory(id, llm, events, run)) continue;
+          if (await this.condenseHistory(id, llm, await this.events.after(id), run)) continue;
         }
         const code = err instanceof ProviderError ? err.code : 'AgentError';
         const detail = err instanceof ProviderError ? err.detail : `The agent failed: ${(err as Error)?.message ?? String(err)}`;
@@ -294,7 +336,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
         await conversations.setStatus(id, 'finished');
         return;
       }
-      const verdict = limits?.stuckDetection === false ? { stuck: false as const } : detectStuck(await this.events.after(id), run.nudged);
+      const verdict = limits?.stuckDetection === false ? { stuck: false as const } : (await this.history(id)).stuck.verdict(run.nudged);
       if (verdict.stuck) {
         await eventLog.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: 'AgentStuck', detail: `${verdict.reason} Send a message to continue.` });
         await conversations.setStatus(id, 'stuck');

@@ -76,3 +76,24 @@ export function detectStuck(events: ParleyEvent[], nudged: boolean): StuckVerdic
   if (agentMessages >= 3) return { stuck: true, reason: 'The agent sent 3 messages in a row without user input.' };
   return { stuck: false };
 }
+
+/**
+ * The events stuck detection looks at, kept as they are appended: those after the newest user
+ * message, at most the last `MAX` (the checks read the last six steps and the messages at the end).
+ */
+export class StuckWindow {
+  private static readonly MAX = 400;
+  private events: ParleyEvent[] = [];
+
+  add(events: ParleyEvent[]): void {
+    for (const e of events) {
+      if (e.kind === 'MessageEvent' && e.source === 'user') this.events = [];
+      else this.events.push(e);
+    }
+    if (this.events.length > StuckWindow.MAX) this.events = this.events.slice(-StuckWindow.MAX / 2);
+  }
+
+  verdict(nudged: boolean): StuckVerdict {
+    return detectStuck(this.events, nudged);
+  }
+}

@@ -1,8 +1,6 @@
 /** The typed core API. REST (the bridge) and /trpc both run these procedures. */
-import { tracked } from '@trpc/server';
 import { z } from 'zod';
 import type { Core } from '../core.js';
-import type { EncodedEvent } from '../events/types.js';
 import {
   AddGitProvidersRequest,
   ConversationIdInput,
@@ -18,6 +16,7 @@ import {
   UpdateSecretInput,
   SecretNameInput,
 } from './schemas.js';
+import { eventStream } from './subscription.js';
 import { procedure, router } from './trpc.js';
 import { NotFoundError } from '../errors.js';
 import { fullMcpConfig, redactMcpConfig } from '../tools/mcp/config.js';
@@ -152,47 +151,8 @@ export const appRouter = router({
   listTools: procedure.query(({ ctx }) => O.listTools.handler(ctx.core, undefined)),
   respondToConfirmation: procedure.input(O.respondToConfirmation.input).mutation(({ ctx, input }) => O.respondToConfirmation.handler(ctx.core, input)),
 
-  /**
-   * The conversation's events: every event with seq > after_seq (when given), then live ones.
-   * Each item is tracked by its seq, so a reconnecting client resumes exactly where it stopped.
-   */
-  events: procedure.input(SubscribeInput).subscription(async function* ({ ctx, input, signal }) {
-    const id = input.conversation_id;
-    await ctx.core.conversations.require(id);
-    const queue: EncodedEvent[] = [];
-    let wake: (() => void) | null = null;
-    let overflowed = false;
-    const feed = ctx.core.events.follow(id, {
-      send(ev) {
-        queue.push(ev);
-        wake?.();
-        return queue.length < 1000;
-      },
-      drained: () => new Promise<void>((r) => setTimeout(r, 5)),
-      overflow() {
-        overflowed = true;
-        wake?.();
-      },
-    }, { afterSeq: input.after_seq ?? null });
-    const onAbort = () => wake?.();
-    signal?.addEventListener('abort', onAbort);
-    try {
-      while (!signal?.aborted) {
-        const ev = queue.shift();
-        if (ev) {
-          const e = ev.event;
-          if (e.seq !== undefined) yield tracked(String(e.seq), e);
-          continue;
-        }
-        if (overflowed) throw new Error('subscriber fell too far behind; resume with after_seq');
-        await new Promise<void>((r) => (wake = r));
-        wake = null;
-      }
-    } finally {
-      signal?.removeEventListener('abort', onAbort);
-      feed.close();
-    }
-  }),
+  /** The conversation's events (replay from lastEventId / after_seq, then live): see subscription.ts. */
+  events: procedure.input(SubscribeInput).subscription(({ ctx, input, signal }) => eventStream(ctx.core, input, signal, ctx.maxQueuedBytes)),
 });
 
 export type AppRouter = typeof appRouter;

@@ -163,6 +163,8 @@ export const SendMessageInput = z.object({ conversation_id: ConversationId, mess
 export const SubscribeInput = z.object({
   conversation_id: ConversationId,
   after_seq: z.number().int().min(0).nullish(),
+  /** Sent by tRPC's client when it resubscribes: the id (seq) of the last event it received. */
+  lastEventId: z.string().max(40).nullish(),
 });
 
 export const ServerInfo = z

@@ -4,6 +4,8 @@ import type { Core } from '../core.js';
 
 export interface Context {
   core: Core;
+  /** Bytes of events a subscription may have waiting before it is ended as too slow (WS_MAX_BUFFERED_BYTES). */
+  maxQueuedBytes?: number;
 }
 
 const t = initTRPC.context<Context>().create({
