@@ -93,6 +93,11 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     assertGapFree(r1, mid + 1);
     r1.close();
     s3.close();
+    // resend_mode=all on yet another node: the whole log, once, in order
+    const all = subscribe(n2, id, 'resend_mode=all');
+    await waitFor(() => stored(all).at(-1)?.seq === stored(r1).at(-1)!.seq, 'the whole log on node 2');
+    assertGapFree(all);
+    all.close();
   });
 
   test('deleting on one node: 404 on every node, subscribers on the others are closed', { timeout: 120_000 }, async () => {
