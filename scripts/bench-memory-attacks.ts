@@ -10,7 +10,7 @@
  *            and one WebSocket replay of everything (resend_mode=all) read to the end;
  *   frames:  `--frames` tiny invalid frames on one socket whose client never reads;
  *   preauth: six unauthenticated sockets each sending a 15 MiB "auth" frame (a session key is set);
- *   creates: eight conversations created with 8 MiB `conversation_instructions`.
+ *   creates: `--creates` (8) conversations created with 8 MiB `conversation_instructions`.
  */
 import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
@@ -27,6 +27,7 @@ const { values: args } = parseArgs({
     messages: { type: 'string', default: '20' },
     'message-mib': { type: 'string', default: '8' },
     frames: { type: 'string', default: '300000' },
+    creates: { type: 'string', default: '8' },
     only: { type: 'string' },
   },
 });
@@ -69,20 +70,31 @@ async function start(env: Record<string, string>): Promise<Daemon> {
   };
 }
 
+/** V8's used heap (live objects and garbage not yet collected), from GET /metrics. */
+async function heapUsed(d: Daemon): Promise<number> {
+  const text = await (await fetch(`${d.url}/metrics`, { headers: { 'x-session-api-key': KEY } })).text();
+  return Number(/^nodejs_heap_size_used_bytes (\S+)/m.exec(text)?.[1] ?? NaN) / MiB;
+}
+
 const rss = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) / 1024;
 
 /** Runs `attack` while sampling the daemon's RSS; prints before / peak / after. */
 async function measure(name: string, d: Daemon, attack: () => Promise<string | void>) {
   await new Promise((r) => setTimeout(r, 1000));
   const before = rss(d.pid);
+  const heapBefore = await heapUsed(d);
   let peak = before;
   const timer = setInterval(() => (peak = Math.max(peak, rss(d.pid))), 20);
   const note = await attack();
-  await new Promise((r) => setTimeout(r, 1000));
+  await new Promise((r) => setTimeout(r, 3000));
   clearInterval(timer);
   const after = rss(d.pid);
+  const heapAfter = await heapUsed(d);
   peak = Math.max(peak, after);
-  console.log(`${name.padEnd(8)} RSS before ${before.toFixed(0)} MiB, peak ${peak.toFixed(0)} MiB (+${(peak - before).toFixed(0)}), after ${after.toFixed(0)} MiB (+${(after - before).toFixed(0)})${note ? `; ${note}` : ''}`);
+  console.log(
+    `${name.padEnd(8)} RSS before ${before.toFixed(0)} MiB, peak ${peak.toFixed(0)} MiB (+${(peak - before).toFixed(0)}), after 3 s ${after.toFixed(0)} MiB (+${(after - before).toFixed(0)}); ` +
+      `heap used ${heapBefore.toFixed(0)} → ${heapAfter.toFixed(0)} MiB${note ? `; ${note}` : ''}`,
+  );
 }
 
 const post = (d: Daemon, p: string, body: unknown, headers: Record<string, string> = {}) =>
@@ -181,8 +193,8 @@ const attacks: Record<string, () => Promise<void>> = {
     try {
       await measure('creates', d, async () => {
         const codes: number[] = [];
-        for (let i = 0; i < 8; i++) codes.push((await post(d, '/api/conversations', { conversation_instructions: `${i}${'i'.repeat(8 * MiB - 8)}` })).status);
-        return `8 creates with 8 MiB instructions: ${[...new Set(codes)].join(',')}`;
+        for (let i = 0; i < Number(args.creates); i++) codes.push((await post(d, '/api/conversations', { conversation_instructions: `${i}${'i'.repeat(8 * MiB - 8)}` })).status);
+        return `${args.creates} creates with 8 MiB instructions: ${[...new Set(codes)].join(',')}`;
       });
     } finally {
       await d.stop();

@@ -132,11 +132,13 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     metrics.conversationsLoadedBytes.read(() => [[[], conversations.resident.bytes]]),
   );
   let exposed = service;
+  let exposedAgent = agent;
   let closeNode = async () => {};
   if (cluster) {
     const { startClusterNode } = await import('./cluster/index.js');
     const node = await startClusterNode({ service, conversations, events, runtime: agent.runtime, leases: cluster.leases, bus: cluster.bus, prefix: cluster.prefix, log });
     exposed = node.service;
+    exposedAgent = { ...agent, runtime: node.runtime };
     closeNode = node.close;
   }
   await settings.loadIntoRedactor();
@@ -148,7 +150,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     conversations,
     events,
     settings,
-    agent,
+    agent: exposedAgent,
     sideChannels,
     sandbox,
     redactor,

@@ -93,6 +93,11 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     assertGapFree(r1, mid + 1);
     r1.close();
     s3.close();
+    // resend_mode=all on yet another node: the whole log, once, in order
+    const all = subscribe(n2, id, 'resend_mode=all');
+    await waitFor(() => stored(all).at(-1)?.seq === stored(r1).at(-1)!.seq, 'the whole log on node 2');
+    assertGapFree(all);
+    all.close();
   });
 
   test('deleting on one node: 404 on every node, subscribers on the others are closed', { timeout: 120_000 }, async () => {
@@ -265,6 +270,24 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     assert.match(obs.observation.content[0].text, /<secret_hidden> <secret_hidden>/, 'the shell had the values, masked');
     const everything = JSON.stringify(await allEvents(n1.req, id)) + c.nodes.map((n) => n.output.join('\n')).join('\n');
     for (const canary of [GH, SECRET, MCPKEY]) assert.ok(!everything.includes(canary), `${canary} leaked`);
+  });
+
+  test('a confirmation accepted through another node runs the waiting actions there, under the lease', { timeout: 120_000 }, async () => {
+    const { llm, c } = shared;
+    const id = await readyConversation(c);
+    const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
+    assert.equal((await n1.req('POST', `/api/conversations/${id}/confirmation_policy`, { policy: { kind: 'AlwaysConfirm' } })).status, 200);
+    // the action outlives LEASE_TTL_MS (3 s): run without the lease, it would be taken over
+    llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'sleep 5; echo confirmed' } }] }, { text: 'ok' });
+    assert.equal((await send(n2, id, 'do it', true)).status, 200);
+    await waitFor(async () => (await statusOf(n1.req, id)) === 'waiting_for_confirmation', 'waiting for confirmation', 30_000);
+    await waitFor(async () => (await n1.req('GET', `/api/conversations/${id}`)).body.node_id === null, 'no lease while waiting', 10_000);
+    assert.equal((await n3.req('POST', `/api/conversations/${id}/events/respond_to_confirmation`, { accept: true })).status, 200);
+    await waitFor(async () => (await n1.req('GET', `/api/conversations/${id}`)).body.node_id === 'node-3', 'node 3 runs the actions', 10_000);
+    await waitFor(async () => (await statusOf(n2.req, id)) === 'finished', 'finished', 60_000);
+    const evs = await allEvents(n1.req, id);
+    assert.ok(!evs.some((e) => e.code === 'NodeLost'), 'not taken over');
+    assert.match(JSON.stringify(evs.filter((e) => e.kind === 'ObservationEvent')), /confirmed/);
   });
 });
 

@@ -244,6 +244,9 @@ test('attack 12.5: secrets and session keys shorter than 8 characters are refuse
   assert.match(r.text, /at least 8 characters/);
   assert.equal((await d.req('POST', '/api/secrets', { name: 'LONG_ENOUGH', value: 'abcdefgh' })).status, 201);
   assert.equal((await d.req('PUT', '/api/secrets/LONG_ENOUGH', { value: 'abc' })).status, 422);
+  const token = await d.req('POST', '/api/add-git-providers', { provider_tokens: { github: { token: 'ghp_x' } } });
+  assert.equal(token.status, 422, token.text);
+  assert.match(token.text, /at least 8 characters/);
   await assert.rejects(startDaemon({ SESSION_API_KEY: 'short' }), /SESSION_API_KEY: a session key must be at least 8 characters/);
   await assert.rejects(startDaemon({ SESSION_API_KEYS: 'long-enough-key,k2' }), /at least 8 characters/);
 });

@@ -156,7 +156,7 @@ describe('providers and credential env', () => {
       { provider: 'bitbucket', token: null, host: 'bb.example.com' },
     ];
     assert.deepEqual(gitCredentialEnv(providers), { GITHUB_TOKEN: 'ghp_aaaa', GITLAB_TOKEN: 'glpat_bbbb' });
-    assert.equal(askpassHostMap(providers), 'github.com=github gitlab.local:8080=gitlab');
+    assert.equal(askpassHostMap(providers), 'https://github.com=github http://gitlab.local:8080=gitlab');
   });
 
   test('askpass script answers by host in shell mode, holds no secret, lives in helperDir', async () => {
@@ -178,6 +178,9 @@ describe('providers and credential env', () => {
       assert.equal(await ask("Username for 'https://BB.example.com': "), 'someuser\n');
       assert.equal(await ask("Password for 'https://someuser@bb.example.com': "), 'apppass\n');
       await assert.rejects(ask("Password for 'https://unknown.example.com': "));
+      // the same host over another scheme (a redirect from https to http) gets nothing (issue 12.2)
+      await assert.rejects(ask("Password for 'http://someuser@bb.example.com': "));
+      await assert.rejects(ask("Password for 'https://x-access-token@127.0.0.1:9': "));
     } finally {
       await rm(helper, { recursive: true, force: true });
     }

@@ -65,6 +65,8 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
   const builtins: Tool[] = [terminal, fileEditor, createTaskTrackerTool(), createThinkTool(), createFinishTool()] as Tool[];
   const reserved = builtins.map((t) => t.name);
   const mcp = new Map<string, McpManager>();
+  // a sandbox closed to stay under SANDBOX_MAX_LIVE: its MCP servers stop quietly (no failure event) and start again on the next run
+  sandbox.onEvict((id) => void mcp.get(id)?.close());
   const helperDir = helperDirOf(config.dataDir);
   const llmCache = new Map<string, LlmClient>();
   // the AI SDK and the MCP SDK load on first use: a daemon starts (and idles) without them

@@ -115,7 +115,8 @@ export const NewConversationResponse = z
   .meta({ id: 'ConversationResponse', title: 'ConversationResponse' });
 
 export const ProviderToken = z.strictObject({
-  token: z.string().nullish(),
+  // empty keeps the stored token; a new one must be long enough to be redacted safely (issue 12.5)
+  token: z.string().refine((t) => t === '' || t.length >= 8, { error: 'a token must be at least 8 characters' }).nullish(),
   host: z.string().max(512).nullish(),
   user_id: z.string().nullish(),
 });

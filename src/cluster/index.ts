@@ -6,7 +6,7 @@
  */
 import type { Logger } from 'pino';
 import type { Conversations } from '../conversation/conversations.js';
-import type { AgentRuntime } from '../conversation/runtime.js';
+import type { AgentRuntimeImpl } from '../agent/runtime.js';
 import type { ConversationService } from '../conversation/service.js';
 import type { EventLog } from '../events/log.js';
 import type { ClusterBus } from './bus.js';
@@ -19,14 +19,14 @@ export interface ClusterNodeParts {
   service: ConversationService;
   conversations: Conversations;
   events: EventLog;
-  runtime: AgentRuntime;
+  runtime: AgentRuntimeImpl;
   leases: Leases;
   bus: ClusterBus;
   prefix: string;
   log: Logger;
 }
 
-export async function startClusterNode(p: ClusterNodeParts): Promise<{ service: ConversationService; close(): Promise<void> }> {
+export async function startClusterNode(p: ClusterNodeParts): Promise<{ service: ConversationService; runtime: AgentRuntimeImpl; close(): Promise<void> }> {
   const { service, conversations, events, runtime } = p;
   const node = new ClusterNode({
     nc: p.bus.nc,
@@ -44,6 +44,7 @@ export async function startClusterNode(p: ClusterNodeParts): Promise<{ service: 
       },
       setupPhase: async (id) => ((await conversations.load(id))?.record.data.setup as { phase?: string } | undefined)?.phase,
       resumePreparations: (take) => service.resumePreparations(take),
+      runtimeOp: (op, args) => (runtime[op] as (...a: unknown[]) => Promise<unknown>).apply(runtime, args),
       recover: async (id) => {
         await events.append(id, {
           kind: 'ConversationErrorEvent',
@@ -66,5 +67,13 @@ export async function startClusterNode(p: ClusterNodeParts): Promise<{ service: 
       return typeof v === 'function' ? v.bind(target) : v;
     },
   });
-  return { service: routed, close: () => node.close() };
+  // the API calls these of the runtime directly (confirmation, condense, ask): they go to the holder too
+  const routedRuntime = new Proxy(runtime, {
+    get(target, prop) {
+      if (prop === 'confirm' || prop === 'condense' || prop === 'ask') return (...args: unknown[]) => node.runtime(prop, args);
+      const v = Reflect.get(target, prop, target) as unknown;
+      return typeof v === 'function' ? v.bind(target) : v;
+    },
+  });
+  return { service: routed, runtime: routedRuntime, close: () => node.close() };
 }

@@ -50,9 +50,15 @@ export interface NodeHooks {
   resumePreparations(take: (id: string) => Promise<boolean>): Promise<void>;
   /** The crash-recovery rule: an error event, status error. */
   recover(id: string): Promise<void>;
+  /** Runs an operation of this node's agent runtime (its first argument is the conversation id). */
+  runtimeOp(op: RuntimeOp, args: unknown[]): Promise<unknown>;
 }
 
-type RoutedOp = 'createConversation' | 'sendMessage' | 'run' | 'pause' | 'interrupt' | 'deleteConversation';
+type ServiceOp = 'createConversation' | 'sendMessage' | 'run' | 'pause' | 'interrupt' | 'deleteConversation';
+/** Operations of the agent runtime that the API calls directly. */
+export type RuntimeOp = 'confirm' | 'condense' | 'ask';
+type RoutedOp = ServiceOp | RuntimeOp;
+const RUNTIME_OPS = new Set<string>(['confirm', 'condense', 'ask']);
 
 interface Reply {
   ok?: unknown;
@@ -160,6 +166,14 @@ export class ClusterNode<N extends { conversation_id?: string | null }, M extend
     return this.route(id, 'deleteConversation', [id], false) as Promise<{ success: true }>;
   }
 
+  /**
+   * `confirm`, `condense` and `ask` of the agent runtime, at the lease holder (or here). Accepting a
+   * confirmation runs the waiting actions: it takes the lease like `run`.
+   */
+  runtime(op: RuntimeOp, args: unknown[]): Promise<unknown> {
+    return this.route(args[0] as string, op, args, op === 'confirm' && args[1] === true);
+  }
+
   /** Preparations a stop cut short are resumed by whichever node takes their lease first. */
   resumePreparations(): Promise<void> {
     return this.d.hooks.resumePreparations((id) => this.hold(id));
@@ -190,10 +204,11 @@ export class ClusterNode<N extends { conversation_id?: string | null }, M extend
    * reads the conversation from the store first (another node may have changed it).
    */
   private async serve(op: RoutedOp, args: unknown[], held = false): Promise<unknown> {
-    const local = this.d.local as unknown as Record<RoutedOp, (...a: unknown[]) => Promise<unknown>>;
+    const local = this.d.local as unknown as Record<ServiceOp, (...a: unknown[]) => Promise<unknown>>;
     const id = op === 'createConversation' ? (args[0] as N).conversation_id! : (args[0] as string);
-    if (!held && (op === 'run' || op === 'createConversation' || (op === 'sendMessage' && (args[1] as M).run))) await this.hold(id);
-    const out = await local[op]!.apply(this.d.local, args);
+    const startsLoop = op === 'run' || op === 'createConversation' || (op === 'sendMessage' && (args[1] as M).run) || (op === 'confirm' && args[1] === true);
+    if (!held && startsLoop) await this.hold(id);
+    const out = RUNTIME_OPS.has(op) ? await this.d.hooks.runtimeOp(op as RuntimeOp, args) : await local[op as ServiceOp]!.apply(this.d.local, args);
     if (op === 'deleteConversation') await this.drop(id);
     return out;
   }

@@ -423,8 +423,9 @@ export class Sandbox {
     const idle = withProcs.filter(([, l]) => !l.busy).sort((a, b) => a[1].lastUsed - b[1].lastUsed);
     for (const [id] of idle) {
       if (over-- <= 0) break;
-      void this.closeConversation(id);
+      // listeners first (e.g. MCP managers detach quietly), then the processes are killed
       for (const fn of this.evictListeners) fn(id);
+      void this.closeConversation(id);
     }
   }
 

@@ -13,7 +13,8 @@
  *   `PARLEY_ASKPASS_ORIGIN` (scheme://host[:port] of the clone URL): a server that redirects the
  *   clone to another host (or from https to http) is asked for credentials there, and gets none;
  * - shell mode (askpassEnv, for the agent's later `git fetch`/`git push`): the prompt's URL host
- *   is looked up in `PARLEY_GIT_HOSTS` (`host[:port]=provider` entries, no secrets) and the token
+ *   is looked up in `PARLEY_GIT_HOSTS` (`scheme://host[:port]=provider` entries, no secrets: a
+ *   redirect to another host or from https to http gets nothing) and the token
  *   is read from GITHUB_TOKEN / GITLAB_TOKEN / BITBUCKET_TOKEN / ENTERPRISE_SSO_TOKEN.
  *
  * The script must live outside the workspace (a daemon-owned `helperDir`), mode 0700.
@@ -25,7 +26,6 @@ import {
   GIT_PROVIDERS,
   TOKEN_ENV_VARS,
   TOKEN_USERNAMES,
-  hostKey,
   providerBaseUrl,
   type GitProvider,
   type ProviderCredential,
@@ -61,7 +61,7 @@ if [ -n "\${PARLEY_ASKPASS_PASSWORD+x}" ]; then
 fi
 provider=
 for entry in \${PARLEY_GIT_HOSTS-}; do
-  if [ "\${entry%=*}" = "$hostport" ]; then provider=\${entry##*=}; break; fi
+  if [ "\${entry%=*}" = "$scheme://$hostport" ]; then provider=\${entry##*=}; break; fi
 done
 case "$provider" in
 ${cases}
@@ -128,7 +128,7 @@ export function askpassHostMap(providers: ProviderCredential[]): string {
     } catch {
       continue;
     }
-    if (base) entries.push(`${hostKey(base)}=${provider}`);
+    if (base) entries.push(`${askpassOrigin(base)}=${provider}`);
   }
   return entries.join(' ');
 }
