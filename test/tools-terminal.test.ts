@@ -8,6 +8,7 @@ import { z } from 'zod';
 import { createTerminalTool, type TerminalTool } from '../src/tools/terminal.js';
 import type { ToolContext } from '../src/tools/types.js';
 import type { TerminalObservation as ToolObservation } from '../src/tools/terminal.js';
+import { waitFor } from './support/daemon.js';
 
 const SECRET = 'sk-test-5ecr3t-value';
 let root: string;
@@ -59,14 +60,8 @@ function procState(pid: number): string | null {
   }
 }
 
-async function waitUntil(cond: () => boolean, ms = 3000): Promise<boolean> {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (cond()) return true;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  return cond();
-}
+/** True once `cond` holds (false when it still does not after `ms`: the caller asserts). */
+const waitUntil = (cond: () => boolean, ms = 15_000): Promise<boolean> => waitFor(cond, 'a condition', ms).then(() => true, () => false);
 
 function pgrep(pattern: string): number[] {
   try {
