@@ -111,7 +111,7 @@ describe('model strings and defaults', () => {
   });
 
   it('scrubs keys from texts', () => {
-    assert.equal(scrubSecrets(`bad key ${CANARY_KEY}!`, CANARY_KEY), 'bad key [redacted]!');
+    assert.equal(scrubSecrets(`bad key ${CANARY_KEY}!`, CANARY_KEY), 'bad key <secret_hidden>!');
     assert.ok(!scrubSecrets('Authorization: Bearer abcdefghijklmnop').includes('abcdefghijklmnop'));
     assert.ok(!scrubSecrets('key sk-ant-api03-AAAABBBBCCCCDDDD').includes('AAAABBBBCCCCDDDD'));
   });
