@@ -330,7 +330,7 @@ describe('OpenAI-compatible provider against the scripted server', () => {
       assert.ok(!text.includes(CANARY_KEY), `key leaked in: ${text}`);
       assert.ok(!text.includes(CANARY_KEY.slice(3)), `key leaked in: ${text}`);
     }
-    assert.match(err.detail, /Incorrect API key provided: \[redacted\]/);
+    assert.match(err.detail, /Incorrect API key provided: <secret_hidden>/);
     await createLlmClient(settings()).complete(request()); // consume 'not reached'
   });
 
