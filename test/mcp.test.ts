@@ -298,17 +298,18 @@ describe('McpManager with real servers', () => {
         ],
         sse_servers: [{ url: `http://127.0.0.1:${deadPort}/sse` }],
       },
-      { connectTimeoutMs: 2500 },
+      // long enough for a healthy server to start on a loaded machine; the hanging one waits it out
+      { connectTimeoutMs: 10_000 },
     );
     const t0 = Date.now();
     const tools = await m.tools();
-    assert.ok(Date.now() - t0 < 8000, 'parallel, bounded by the timeout');
+    assert.ok(Date.now() - t0 < 30_000, 'the servers start in parallel, each bounded by the timeout');
 
     const failed = new Map(events.filter((e) => e.type === 'server_failed').map((e) => [e.server, (e as { error: string }).error]));
     assert.deepEqual([...failed.keys()].sort(), ['127_0_0_1_' + deadPort, '127_0_0_1_' + deadPort + '_2', '127_0_0_1_' + shttp.port, 'badcmd', 'dies', 'hangs'].sort());
     assert.match(failed.get('badcmd')!, /badcmd.*\/nonexistent\/mcp-server-binary.*ENOENT/);
     assert.match(failed.get('dies')!, /exited with code 2.*fatal: missing config file/);
-    assert.match(failed.get('hangs')!, /did not start within 2\.5 s/);
+    assert.match(failed.get('hangs')!, /did not start within 10 s/);
     assert.match(failed.get(`127_0_0_1_${deadPort}`)!, /ECONNREFUSED/);
     assert.match(failed.get(`127_0_0_1_${deadPort}_2`)!, /ECONNREFUSED|SSE error/);
     assert.match(failed.get(`127_0_0_1_${shttp.port}`)!, /401/);
