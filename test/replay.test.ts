@@ -26,7 +26,7 @@ after(async () => {
 
 const events = async (id: string) => (await d.req('GET', `/api/conversations/${id}/events/search?limit=100`)).body.items as any[];
 const info = async (id: string) => (await d.req('GET', `/api/conversations/${id}`)).body;
-const waitStatus = (id: string, want: string, ms = 30_000) => waitFor(async () => (await info(id)).execution_status === want, `status ${want}`, ms);
+const waitStatus = (id: string, want: string, ms = 90_000) => waitFor(async () => (await info(id)).execution_status === want, `status ${want}`, ms);
 const waitReady = (id: string) => waitFor(async () => ['ready', 'error'].includes((await info(id)).setup?.phase), 'preparation done', 30_000);
 const workspace = (id: string) => path.join(d.dataDir, 'workspaces', id.replace(/-/g, ''));
 /** Where the agent's processes see the workspace: /workspace when sandboxed (replayed paths are mapped there). */
@@ -56,7 +56,8 @@ function pairs(evs: any[]) {
 describe('replaying this service\'s own events', () => {
   test('a recorded conversation runs again in a new workspace, without the LLM, then continues normally', async () => {
     // record: a real conversation driven by the scripted LLM
-    const r = await d.req('POST', '/api/conversations', { initial_user_msg: 'Create the notes' });
+    // created without a message: the script below needs its workspace, and a run must not ask the LLM before it is pushed
+    const r = await d.req('POST', '/api/conversations', {});
     const src = r.body.conversation_id;
     const srcWs = workspace(src);
     // a value only this run can print (a sandboxed shell sees every workspace as /workspace)
@@ -66,6 +67,7 @@ describe('replaying this service\'s own events', () => {
       { toolCalls: [{ name: 'file_editor', arguments: { command: 'str_replace', path: `${srcWs}/notes.md`, old_str: 'beta', new_str: 'gamma' } }] },
       { toolCalls: [{ name: 'finish', arguments: { message: 'Notes written.' } }] },
     );
+    assert.equal((await d.req('POST', `/api/conversations/${src}/events`, { content: [{ type: 'text', text: 'Create the notes' }], run: true })).status, 200);
     await waitStatus(src, 'finished');
     const recorded = await events(src);
     assert.equal(recorded.filter((e) => e.kind === 'ActionEvent').length, 4);
@@ -120,7 +122,7 @@ describe('replaying this service\'s own events', () => {
     ]);
     llm.push({ text: 'saw it' });
     assert.equal((await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'extra message' }], run: true })).status, 200);
-    await waitFor(async () => (await events(id)).some((e) => e.kind === 'MessageEvent' && e.source === 'agent'), 'agent answer', 30_000);
+    await waitFor(async () => (await events(id)).some((e) => e.kind === 'MessageEvent' && e.source === 'agent'), 'agent answer', 90_000);
     await waitStatus(id, 'finished');
     assert.equal(llm.requests.length, llmBefore + 1);
     const evs = await events(id);
