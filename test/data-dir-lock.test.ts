@@ -68,7 +68,7 @@ describe('DATA_DIR lock', { timeout: 120_000 }, () => {
       if (second) killGroup(second.proc, 'SIGTERM');
     }
     await new Promise<void>((r) => (second!.proc.exitCode !== null ? r() : second!.proc.on('exit', () => r())));
-    fs.rmSync(dir, { recursive: true, force: true });
+    fs.rmSync(dir, { recursive: true, force: true, maxRetries: 10 }); // a stopping daemon may still be closing files in it
   });
 
   test('a stale parley.pid naming a live unrelated process does not block a start', async () => {
@@ -80,6 +80,6 @@ describe('DATA_DIR lock', { timeout: 120_000 }, () => {
     assert.equal(fs.readFileSync(path.join(dir, 'parley.pid'), 'utf8').trim(), String(d.proc.pid));
     await d.stop();
     assert.ok(!fs.existsSync(path.join(dir, 'parley.pid')), 'a clean stop removes parley.pid');
-    fs.rmSync(dir, { recursive: true, force: true });
+    fs.rmSync(dir, { recursive: true, force: true, maxRetries: 10 }); // a stopping daemon may still be closing files in it
   });
 });

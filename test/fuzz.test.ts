@@ -1,5 +1,5 @@
 /**
- * No input, however malformed, produces a 5xx or stops the daemon (issue 2.3): seeded random
+ * No input, however malformed, produces a 5xx or stops the daemon: seeded random
  * bodies, paths, queries and WebSocket frames against every route that takes input.
  */
 import assert from 'node:assert/strict';

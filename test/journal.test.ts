@@ -141,7 +141,10 @@ test('a journal write that fails (disk full) rejects the append with a clear err
   await reopened.close();
 });
 
-test('when indexing fails for good, committed events stay readable, new appends fail clearly, and the next start indexes them', async () => {
+test('when indexing fails for good, committed events stay readable, new appends fail clearly, and the next start indexes them', async (t) => {
+  // the store's writer thread does not keep a process alive (unref'd): this test's awaits on it must
+  const keepAlive = setInterval(() => {}, 1000);
+  t.after(() => clearInterval(keepAlive));
   const dir = tempDir();
   const store = new SqliteStore(dir, () => {}, { indexDelayMs: 20, indexRetries: 1 });
   await store.append(C, msg('indexed'));

@@ -111,7 +111,7 @@ describe('model strings and defaults', () => {
   });
 
   it('scrubs keys from texts', () => {
-    assert.equal(scrubSecrets(`bad key ${CANARY_KEY}!`, CANARY_KEY), 'bad key [redacted]!');
+    assert.equal(scrubSecrets(`bad key ${CANARY_KEY}!`, CANARY_KEY), 'bad key <secret_hidden>!');
     assert.ok(!scrubSecrets('Authorization: Bearer abcdefghijklmnop').includes('abcdefghijklmnop'));
     assert.ok(!scrubSecrets('key sk-ant-api03-AAAABBBBCCCCDDDD').includes('AAAABBBBCCCCDDDD'));
   });
@@ -330,7 +330,7 @@ describe('OpenAI-compatible provider against the scripted server', () => {
       assert.ok(!text.includes(CANARY_KEY), `key leaked in: ${text}`);
       assert.ok(!text.includes(CANARY_KEY.slice(3)), `key leaked in: ${text}`);
     }
-    assert.match(err.detail, /Incorrect API key provided: \[redacted\]/);
+    assert.match(err.detail, /Incorrect API key provided: <secret_hidden>/);
     await createLlmClient(settings()).complete(request()); // consume 'not reached'
   });
 

@@ -31,7 +31,7 @@ async function call(method: string, p: string, body?: unknown) {
 }
 const events = async (id: string) => (await call('GET', `/api/conversations/${id}/events/search?limit=100`)).body.items as any[];
 const info = async (id: string) => (await call('GET', `/api/conversations/${id}`)).body;
-const waitStatus = (id: string, want: string, ms = 30_000) => waitFor(async () => (await info(id)).execution_status === want, `status ${want}`, ms);
+const waitStatus = (id: string, want: string, ms = 90_000) => waitFor(async () => (await info(id)).execution_status === want, `status ${want}`, ms);
 const workspace = (id: string) => path.join(d.dataDir, 'workspaces', id.replace(/-/g, ''));
 const gitOut = (dir: string, args: string[]) => execFileSync('git', args, { cwd: dir, encoding: 'utf8' }).trim();
 const systemOf = (req: any) => String(req.body.messages.find((m: any) => m.role === 'system')?.content ?? '');

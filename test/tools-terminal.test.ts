@@ -8,6 +8,7 @@ import { z } from 'zod';
 import { createTerminalTool, type TerminalTool } from '../src/tools/terminal.js';
 import type { ToolContext } from '../src/tools/types.js';
 import type { TerminalObservation as ToolObservation } from '../src/tools/terminal.js';
+import { waitFor } from './support/daemon.js';
 
 const SECRET = 'sk-test-5ecr3t-value';
 let root: string;
@@ -34,6 +35,7 @@ function makeCtx(over: Partial<ToolContext> = {}): ToolContext {
 
 type Call = { command: string; is_input?: boolean; timeout?: number | null; reset?: boolean };
 const shellPids = new Set<number>();
+const runWith = (ctx: ToolContext, call: Call, t: TerminalTool) => run(ctx, call, t);
 async function run(ctx: ToolContext, call: Call, t: TerminalTool = tool): Promise<ToolObservation> {
   const obs = await t.execute(tool.parameters.parse(call), ctx);
   const pid = t.manager.getSession(ctx.conversationId)?.pid;
@@ -59,14 +61,8 @@ function procState(pid: number): string | null {
   }
 }
 
-async function waitUntil(cond: () => boolean, ms = 3000): Promise<boolean> {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (cond()) return true;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  return cond();
-}
+/** True once `cond` holds (false when it still does not after `ms`: the caller asserts). */
+const waitUntil = (cond: () => boolean, ms = 15_000): Promise<boolean> => waitFor(cond, 'a condition', ms).then(() => true, () => false);
 
 function pgrep(pattern: string): number[] {
   try {
@@ -183,8 +179,12 @@ describe('terminal tool', () => {
     assert.match(textOf(piped), /^y=b\n/);
   });
 
-  it('drives a python3 REPL with is_input, C-c and C-d', async () => {
+  it('drives a python3 REPL with is_input, C-c and C-d', async (t) => {
     const ctx = makeCtx();
+    // the REPL answers once it is quiet: a no-output wait a loaded machine's python3 start fits in
+    const repl = createTerminalTool({ noOutputTimeoutMs: 3000, inputWaitMs: 1000, maxOutputChars: 2000, outputDir: (id) => path.join(root, 'outputs', id) });
+    t.after(() => repl.closeAll());
+    const run = (c: ToolContext, call: Call) => runWith(c, call, repl);
     const start = await run(ctx, { command: 'python3' });
     assert.equal(start.exit_code, -1);
     assert.match(textOf(start), />>> /);

@@ -28,6 +28,7 @@ import {
   type ProviderCredential,
   type CloneOptions,
 } from '../src/workspace/index.js';
+import { waitFor } from './support/daemon.js';
 
 const execFileAsync = promisify(execFile);
 const CANARY = `canary-${randomBytes(12).toString('hex')}`;
@@ -74,9 +75,8 @@ async function closedPort(): Promise<number> {
 }
 
 /** True once `pid` is gone or a zombie (an orphan may wait a while for PID 1 to reap it). */
-async function waitDead(pid: number, ms = 2000): Promise<boolean> {
-  const deadline = Date.now() + ms;
-  while (Date.now() < deadline) {
+async function waitDead(pid: number, ms = 15_000): Promise<boolean> {
+  const gone = async () => {
     try {
       process.kill(pid, 0);
     } catch {
@@ -84,10 +84,9 @@ async function waitDead(pid: number, ms = 2000): Promise<boolean> {
     }
     const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
     const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
-    if (!stat || state === 'Z' || state === 'X') return true;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  return false;
+    return !stat || state === 'Z' || state === 'X';
+  };
+  return waitFor(gone, `process ${pid} to end`, ms).then(() => true, () => false);
 }
 
 function newId(): string {

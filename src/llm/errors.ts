@@ -7,6 +7,7 @@ import type { ProviderErrorCode, ProviderErrorInfo } from './types.js';
 
 export { isAbortError, LlmAbortError, ProviderError } from './provider-error.js';
 import { ProviderError } from './provider-error.js';
+import { SECRET_PLACEHOLDER } from '../secrets/redact.js';
 
 // ---------------------------------------------------------------------------------------------------------
 // Scrubbing
@@ -22,7 +23,7 @@ export function scrubSecrets(text: string, apiKey?: string): string {
   let out = text;
   if (apiKey && apiKey.length >= 4) {
     for (const variant of new Set([apiKey, encodeURIComponent(apiKey), JSON.stringify(apiKey).slice(1, -1)])) {
-      out = out.split(variant).join('[redacted]');
+      out = out.split(variant).join(SECRET_PLACEHOLDER);
     }
   }
   for (const [pattern, replacement] of KEY_PATTERNS) out = out.replace(pattern, replacement);

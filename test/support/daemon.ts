@@ -22,8 +22,20 @@ export interface DaemonHandle {
   req(method: string, p: string, body?: unknown, headers?: Record<string, string>): Promise<{ status: number; body: any; text: string; headers: Headers }>;
 }
 
+const tempDirs = new Set<string>();
+let tempCleanup = false;
+
+/** A new temporary directory, removed when the test process exits (a daemon restarted on it keeps it until then). */
 export function tempDir(prefix = 'parley-test-'): string {
-  return fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  tempDirs.add(dir);
+  if (!tempCleanup) {
+    tempCleanup = true;
+    process.once('exit', () => {
+      for (const d of tempDirs) fs.rmSync(d, { recursive: true, force: true });
+    });
+  }
+  return dir;
 }
 
 export async function startDaemon(env: Record<string, string> = {}, dataDir = tempDir(), opts: { startTimeoutMs?: number } = {}): Promise<DaemonHandle> {
