@@ -228,7 +228,8 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     await waitFor(async () => (await statusOf(n1.req, id)) === 'error', 'the takeover', 20_000);
     let evs = await allEvents(n3.req, id);
     assert.equal(evs.filter((e) => e.kind === 'ConversationErrorEvent' && e.code === 'NodeLost').length, 1, 'one takeover');
-    assert.equal((await n3.req('GET', `/api/conversations/${id}`)).body.node_id, null);
+    // the node that took over releases the lease right after it set the status
+    await waitFor(async () => (await n3.req('GET', `/api/conversations/${id}`)).body.node_id === null, 'no owner after the takeover', 10_000);
     const texts = evs.filter((e) => e.kind === 'MessageEvent').map((e) => e.llm_message.content[0].text);
     for (const a of acknowledged) assert.ok(texts.includes(a), `acknowledged ${a} kept`);
     // the agent runs again, from another node
@@ -239,7 +240,8 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     const before = (await allEvents(n1.req, id)).length;
     const back = await c.startNode(1);
     assert.equal(await statusOf(back.req, id), 'finished');
-    assert.equal((await allEvents(back.req, id)).length, before, 'nothing added by the restart');
+    const extra = (await allEvents(back.req, id)).slice(before).map((e) => `${e.seq} ${e.kind}/${e.source}${e.key ? ` ${e.key}=${e.value}` : ''}${e.code ? ` ${e.code}` : ''}`);
+    assert.deepEqual(extra, [], 'nothing added by the restart');
     evs = await allEvents(back.req, id);
     assert.deepEqual(evs.map((e) => e.seq), Array.from({ length: evs.length }, (_, i) => i + 1), 'seq gap-free');
     assert.equal(new Set(evs.map((e) => e.id)).size, evs.length, 'no event twice');

@@ -211,8 +211,10 @@ export class Conversations {
     if (conv.status === status) return;
     conv.status = status;
     conv.record.execution_status = status;
-    await this.store.updateConversation(id, { execution_status: status });
+    // the event first: the stored status is what other nodes show, and a client must never see a
+    // status its event log does not hold yet
     await this.events.append(id, { kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'execution_status', value: status });
+    await this.store.updateConversation(id, { execution_status: status });
   }
 
   /** Merge-patch the conversation's stored data (repository, setup state, ...). */
