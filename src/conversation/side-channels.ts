@@ -8,6 +8,7 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Sandbox } from '../sandbox/index.js';
+import { ConfinedFiles, PathOutsideError } from '../sandbox/path-view.js';
 import { ForbiddenError, NotFoundError, RequestValidationError } from '../errors.js';
 import { BashCommands, type BashSearch, type CommandLauncher } from '../workspace/bash-commands.js';
 import { gitChanges, gitDiff } from '../workspace/git-changes.js';
@@ -28,6 +29,18 @@ export interface WorkspaceAccess {
   launcher(conversationId: string): CommandLauncher & { env(extra?: Record<string, string | undefined>): Record<string, string> };
   /** runGit options that run git the way the conversation's other git runs. */
   gitOptions(conversationId: string): Omit<GitRunOptions, 'cwd'>;
+  /** Reads and writes on a resolved path that stay inside the workspace while the file is opened (no check-then-open window). */
+  files(workspaceDir: string): Pick<ConfinedFiles, 'readFile' | 'writeFile'>;
+}
+
+/** A path that led outside the workspace while it was opened is refused like one outside at the check. */
+async function confined<T>(io: Promise<T>): Promise<T> {
+  try {
+    return await io;
+  } catch (err) {
+    if (err instanceof PathOutsideError || (err as NodeJS.ErrnoException).code === 'ELOOP') throw new ForbiddenError(err instanceof PathOutsideError ? err.message : 'The path is a symbolic link; it was not read or written.');
+    throw err;
+  }
 }
 
 /** A file's bytes, answered raw (not as JSON) by the bridge. */
@@ -121,7 +134,7 @@ export class SideChannels {
     await fs.mkdir(path.dirname(target), { recursive: true });
     // the parent was created only now: confine again before writing (a symlink may sit on the way)
     const checked = this.access.resolve(at.workspaceDir, at.target!);
-    await fs.writeFile(checked.host, q.content);
+    await confined(this.access.files(at.workspaceDir).writeFile(checked.host, Buffer.from(q.content.buffer, q.content.byteOffset, q.content.byteLength), { create: true }));
     return { success: true as const, path: checked.visible, file_size: q.content.byteLength };
   }
 
@@ -130,7 +143,7 @@ export class SideChannels {
     const file = at.resolved!.host;
     const stat = await fs.stat(file).catch(() => null);
     if (!stat?.isFile()) throw new RequestValidationError([{ type: 'value_error', loc: ['query', 'path'], msg: `Value error, ${q.path} is not a file of the workspace`, input: q.path }]);
-    return new FileBytes(path.basename(file), await fs.readFile(file));
+    return new FileBytes(path.basename(file), await confined(this.access.files(at.workspaceDir).readFile(file)));
   }
 
   async gitChanges(q: { path: string; conversation_id?: string | null }) {
@@ -153,5 +166,6 @@ export function sandboxAccess(sandbox: Sandbox): WorkspaceAccess {
     visibleWorkspace: (workspaceDir) => sandbox.visibleWorkspace(workspaceDir),
     launcher: (id) => sandbox.forConversation(id),
     gitOptions: (id) => ({ env: sandbox.env({ LC_ALL: 'C', GIT_TERMINAL_PROMPT: '0' }), launch: sandbox.forConversation(id) }),
+    files: (workspaceDir) => new ConfinedFiles(sandbox.pathView(workspaceDir)),
   };
 }
