@@ -413,8 +413,11 @@ describe('MCP server lifecycle', () => {
     }, 'second pid'))!;
     const pid2 = hostPid(textOf(resultFor(evs, 'pid', 1)));
     assert.ok(pid2 !== pid1 && isAlive(pid2));
-    // a running conversation is not idle: the server stays up past the idle period
-    await new Promise((res) => setTimeout(res, 4000));
+    // a running conversation is not idle: only the end of a run schedules an idle close, so the one
+    // scheduled after the first run (and done) is the only one, and the server stays up
+    const lines = (text: string) => d.output.filter((l) => l.includes(id) && l.includes(text)).length;
+    assert.equal(lines('close if it stays idle'), 1, 'no idle close scheduled while running');
+    assert.equal(lines('closing the MCP servers of an idle conversation'), 1);
     assert.ok(isAlive(pid2), 'not closed while running');
 
     // SIGTERM while running: the daemon exits 0 and the stdio server is gone

@@ -130,6 +130,7 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
     }, config.mcpIdleCloseMs);
     t.unref();
     idleTimers.set(id, t);
+    log.debug({ conversation_id: id, ms: config.mcpIdleCloseMs }, 'the MCP servers of an idle conversation close if it stays idle');
   }
   metrics.mcpServers.read(() => [...mcp.values()].flatMap((m) => m.status().map((s): [string[], number] => [[s.state], 1])));
 

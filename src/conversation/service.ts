@@ -141,7 +141,11 @@ export class ConversationService {
     this.preparer
       .prepare(id, opts)
       .catch((err) => this.log.error({ conversation_id: id, err: this.redactor.redact(String(err)) }, 'preparation failed'))
-      .finally(() => this.preparing.delete(id));
+      .finally(() => {
+        this.preparing.delete(id);
+        // nothing of the preparation (a clone, setup.sh, a replay's steps) runs after this line
+        this.log.debug({ conversation_id: id }, 'workspace preparation ended');
+      });
   }
 
   private async join(conv: LiveConversation, req: NewConversation): Promise<CreateResult> {
