@@ -4,7 +4,6 @@
  * visible but never fatal, the status endpoint, no orphan processes, and no leaked secrets.
  */
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
@@ -12,7 +11,7 @@ import { freePort, recordingReq, startDaemon, tempDir, waitFor, type DaemonHandl
 import { startSseServer, startShttpServer, type RunningHttpServer } from './support/mcp-servers/http-servers.js';
 import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
 import { hostPid, isAlive } from './support/processes.js';
-import { allEvents, statusOf, waitStatus, type Req } from './support/conversation-api.js';
+import { allEvents, waitStatus, type Req } from './support/conversation-api.js';
 
 const TSX_LOADER = import.meta.resolve('tsx');
 const STDIO_SERVER = fileURLToPath(new URL('./support/mcp-servers/stdio-server.ts', import.meta.url));

@@ -12,7 +12,6 @@ import { conversationLimits, conversationLlm, conversationSecretValues, recordUs
 import type { Conversations } from '../conversation/conversations.js';
 import type { ReplayPlan } from '../conversation/replay.js';
 import type { EventLog } from '../events/log.js';
-import type { ParleyEvent } from '../events/types.js';
 import type { LlmClient } from '../llm/types.js';
 import { metrics } from '../metrics.js';
 import type { Redactor } from '../secrets/redact.js';
@@ -33,7 +32,7 @@ import { instrumentLlm } from './instrument.js';
 import { executeReplay } from './replay-run.js';
 import { AgentRuntimeImpl } from './runtime.js';
 
-export interface AgentParts {
+interface AgentParts {
   /** The per-conversation process launcher (src/sandbox/). */
   sandbox: Sandbox;
   conversations: Conversations;
