@@ -96,7 +96,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
       metrics.storeIndexLag.read(() => [[[], sqlite.indexLagSeconds]]),
     ];
   }
-  const events = new EventLog(store, bus, redactor);
+  const events = new EventLog(store, bus, redactor, config.maxEventBytes);
   const settings = new Settings(store, box, redactor, log);
   const leases = cluster?.leases;
   const shared: SharedStore | undefined = leases && { ownerOf: (id) => leases.owner(id), runsHere: (id) => runsHere.test(id) };
