@@ -4,10 +4,12 @@
  * nats-server of the test's own with a subject prefix of its own (stopped after).
  */
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { describe, test } from 'node:test';
 import { createParleyClient } from '../src/client.js';
 import { startCluster, type Cluster, type OnEnd } from './support/cluster.js';
-import { waitFor, type DaemonHandle } from './support/daemon.js';
+import { freePort, ROOT, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
+import { createTestDatabase } from './support/postgres.js';
 import { allEvents, statusOf } from './support/conversation-api.js';
 import { startScriptedLlm } from './support/scripted-llm.js';
 import { tcpProxy } from './support/tcp-proxy.js';
@@ -54,6 +56,30 @@ function assertGapFree(f: Frames, from = 1) {
 }
 
 describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
+  test('cluster configuration: without SECRET_KEY, or with PostgreSQL or NATS unreachable, start fails with one clear line', { timeout: 120_000 }, async (t) => {
+    const db = await createTestDatabase();
+    t.after(() => db.drop());
+    const [pgPort, natsPort] = [await freePort(), await freePort()];
+    const start = (env: Record<string, string>) =>
+      new Promise<{ status: number | null; stderr: string }>((resolve) => {
+        const p = spawn(process.execPath, ['--import', 'tsx', 'bridge/main.ts'], { cwd: ROOT, env: { PATH: process.env.PATH!, DATA_DIR: tempDir(), PORT: '0', ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
+        let stderr = '';
+        p.stderr!.on('data', (b: Buffer) => (stderr += b.toString()));
+        p.on('exit', (status) => resolve({ status, stderr }));
+      });
+    const runs = await Promise.all([
+      start({ DATABASE_URL: db.url }),
+      start({ DATABASE_URL: `postgres://postgres@127.0.0.1:${pgPort}/x`, SECRET_KEY: 'k' }),
+      start({ DATABASE_URL: db.url, NATS_URL: `nats://127.0.0.1:${natsPort}`, SECRET_KEY: 'k' }),
+    ]);
+    const want = [/SECRET_KEY: required with DATABASE_URL/, /PostgreSQL unavailable: .*ECONNREFUSED/, new RegExp(`cannot reach NATS at nats://127.0.0.1:${natsPort}`)];
+    for (const [i, r] of runs.entries()) {
+      assert.equal(r.status, 1, r.stderr);
+      assert.match(r.stderr, want[i]!);
+      assert.equal(r.stderr.trim().split('\n').length, 1, `one line: ${r.stderr}`);
+    }
+  });
+
   test('three nodes: writes through two nodes at once reach subscribers on the others once each, in seq order, gap-free; resume on a third node', { timeout: 180_000 }, async (t) => {
     const c = await startCluster((f) => t.after(f), 3);
     const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
@@ -270,6 +296,17 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     const evs = await allEvents(n1.req, id);
     assert.equal(evs.filter((e) => e.kind === 'MessageEvent' && e.source === 'agent').pop().llm_message.content[0].text, 'done on node 3');
     assert.ok(JSON.stringify(llm.requests.at(-1)!.body.messages).includes('more from node 3'), 'the message sent through node 3 was in the history');
+    // pause through node 2 reaches the loop on node 1: it stops after the step in progress
+    llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'sleep 2; echo step' } }] }, { text: 'not reached' });
+    const asked = llm.requests.length;
+    await waitFor(async () => (await owner(n1)) === null, 'the lease released after the run on node 3', 15_000);
+    assert.equal((await n1.req('POST', `/api/conversations/${id}/run`)).status, 200);
+    await llm.waitForRequests(asked + 1, 20_000);
+    assert.equal(await owner(n2), 'node-1');
+    assert.equal((await n2.req('POST', `/api/conversations/${id}/pause`)).status, 200);
+    await waitFor(async () => (await statusOf(n3.req, id)) === 'paused', 'paused, as node 3 sees it', 30_000);
+    assert.equal(llm.requests.length, asked + 1, 'no step after the pause');
+    assert.ok((await allEvents(n2.req, id)).some((e) => e.kind === 'PauseEvent'));
   });
 
   test('SIGKILL of the owner mid-run with writes in flight: its lease expires, another node takes over (error, NodeLost), every acknowledged message is kept, the agent runs again elsewhere; the killed node rejoins without duplicating anything', { timeout: 180_000 }, async (t) => {
