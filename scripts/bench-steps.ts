@@ -7,20 +7,25 @@
  * building the next prompt. Prints the median gap around steps 10, 100 and 1,000 (a window of
  * ±`window` steps) and their ratio to the first.
  *
- *   npx tsx scripts/bench-steps.ts [--steps 1000] [--window 10]
+ * `--cpu-prof DIR` writes the daemon's CPU profile there (open it in Chrome DevTools or speedscope).
+ *
+ *   npx tsx scripts/bench-steps.ts [--steps 1000] [--window 10] [--cpu-prof DIR]
  */
+import os from 'node:os';
 import { parseArgs } from 'node:util';
 import { startDaemon } from '../test/support/daemon.js';
 import { startScriptedLlm } from '../test/support/scripted-llm.js';
 
-const { values } = parseArgs({ options: { steps: { type: 'string', default: '1000' }, window: { type: 'string', default: '10' } } });
+const { values } = parseArgs({ options: { steps: { type: 'string', default: '1000' }, window: { type: 'string', default: '10' }, 'cpu-prof': { type: 'string' } } });
 const steps = Number(values.steps);
 const window = Number(values.window);
 
 const llm = await startScriptedLlm();
 for (let i = 1; i <= steps; i++) llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: `echo step ${i}` } }] });
 llm.push({ toolCalls: [{ name: 'finish', arguments: { message: 'done' } }] });
-const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'k', MAX_ITERATIONS: String(steps + 10), LLM_CONTEXT_WINDOW: '10000000', LOG_LEVEL: 'info' });
+const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'k', MAX_ITERATIONS: String(steps + 10), LLM_CONTEXT_WINDOW: '10000000', LOG_LEVEL: 'info' }, undefined, {
+  nodeArgs: values['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${values['cpu-prof']}`] : [],
+});
 try {
   const started = performance.now();
   let shown = started;
@@ -51,9 +56,9 @@ try {
     return s[Math.floor(s.length / 2)]!;
   };
   const at = (step: number) => median(gaps.slice(Math.max(0, step - 1 - window), Math.min(gaps.length, step - 1 + window)));
-  const points = [10, 100, 1000].filter((p) => p <= steps);
+  const points = [...new Set([10, 100, 1000, steps])].filter((p) => p <= steps);
   const base = at(points[0]!);
-  console.log(`steps=${steps} total=${total.toFixed(1)} s (command: npx tsx scripts/bench-steps.ts --steps ${steps} --window ${window})`);
+  console.log(`steps=${steps} total=${total.toFixed(1)} s load=${os.loadavg().map((l) => l.toFixed(2)).join(' ')} (command: npx tsx scripts/bench-steps.ts --steps ${steps} --window ${window})`);
   console.log('step | median gap ms | ratio to step 10');
   for (const p of points) console.log(`${String(p).padStart(4)} | ${at(p).toFixed(2).padStart(13)} | ${(at(p) / base).toFixed(2)}`);
 } catch (err) {

@@ -578,3 +578,54 @@ test('attack 12.4: loaded conversations are bounded (idle ones evicted, least re
     fs.rmSync(m.dataDir, { recursive: true, force: true });
   }
 });
+
+test('attack 12.4: every appended event fits MAX_EVENT_BYTES: the agent\'s huge tool arguments and text are cut with a marker; client data beyond it is 413, replay_json images follow the image rule', async () => {
+  const MAX = 65_536;
+  const llm = await startScriptedLlm([]);
+  const m = await startDaemon({ MAX_EVENT_BYTES: String(MAX), LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'sk-scripted-key' });
+  try {
+    // client data: two items each under the bound but together over it, and a replay_json item over it
+    const id0 = (await m.req('POST', '/api/conversations', {})).body.conversation_id as string;
+    const half = 'h'.repeat(40_000);
+    const two = await m.req('POST', `/api/conversations/${id0}/events`, { role: 'user', content: [{ type: 'text', text: half }, { type: 'text', text: half }], run: false });
+    assert.equal(two.status, 413, two.text);
+    assert.match(two.text, /MAX_EVENT_BYTES/);
+    const bigReplay = JSON.stringify([{ kind: 'MessageEvent', source: 'user', llm_message: { role: 'user', content: [{ type: 'text', text: 'r'.repeat(80_000) }] } }]);
+    const rr = await m.req('POST', '/api/conversations', { replay_json: bigReplay });
+    assert.equal(rr.status, 413, rr.text);
+    assert.match(rr.text, /replay_json.*MAX_EVENT_BYTES/);
+    for (const url of ['http://127.0.0.1/x.png', 'file:///etc/passwd']) {
+      const ownFormat = JSON.stringify([{ kind: 'MessageEvent', source: 'user', llm_message: { role: 'user', content: [{ type: 'image', image_urls: [url] }] } }]);
+      const openHands = JSON.stringify([{ action: 'message', source: 'user', args: { content: 'look', image_urls: [url] } }]);
+      for (const replay_json of [ownFormat, openHands]) {
+        const r = await m.req('POST', '/api/conversations', { replay_json });
+        assert.equal(r.status, 422, r.text);
+        assert.deepEqual(r.body.detail[0].loc, ['body', 'replay_json', 0]);
+        assert.match(r.body.detail[0].msg, /image URLs must be https:\/\/, http:\/\/ or data:image/);
+      }
+    }
+    // what the agent produces is cut, not refused: a 200 KB file written by a tool call, a 200 KB answer
+    const r = await m.req('POST', '/api/conversations', {});
+    const id = r.body.conversation_id as string;
+    const ws = path.join(m.dataDir, 'workspaces', id.replace(/-/g, ''));
+    const fileText = `FIRST\n${'line of the file\n'.repeat(12_500)}LAST\n`;
+    llm.push(
+      { toolCalls: [{ name: 'file_editor', arguments: { command: 'create', path: `${ws}/big.txt`, file_text: fileText } }] },
+      { text: `BEGIN ${'answer '.repeat(30_000)} END` },
+    );
+    assert.equal((await m.req('POST', `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'text', text: 'write it' }], run: true })).status, 200);
+    await waitStatus(m.req, id, 'finished', 40_000);
+    const res = await fetch(`${m.url}/api/conversations/${id}/events/search?limit=100`);
+    const items = (JSON.parse(await res.text()) as { items: any[] }).items;
+    for (const e of items) assert.ok(Buffer.byteLength(JSON.stringify(e)) <= MAX, `${e.kind} of ${Buffer.byteLength(JSON.stringify(e))} bytes`);
+    const action = items.find((e) => e.kind === 'ActionEvent');
+    assert.match(action.action.file_text, /^FIRST\n[\s\S]*bytes cut here: an event may hold at most 65536 bytes \(MAX_EVENT_BYTES\)[\s\S]*LAST\n$/);
+    const answer = items.find((e) => e.kind === 'MessageEvent' && e.source === 'agent');
+    assert.match(answer.llm_message.content[0].text, /^BEGIN answer[\s\S]*MAX_EVENT_BYTES[\s\S]*answer {2}END$/);
+    assert.equal(fs.readFileSync(path.join(ws, 'big.txt'), 'utf8'), fileText, 'the tool ran with the whole arguments; only the log is cut');
+  } finally {
+    await m.stop();
+    await llm.close();
+    fs.rmSync(m.dataDir, { recursive: true, force: true });
+  }
+});

@@ -3,6 +3,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import type { ModelMessage } from 'ai';
+import { convertToLanguageModelPrompt } from 'ai/internal';
 import {
   cacheControlProviderOptions,
   createLlmClient,
@@ -12,7 +13,9 @@ import {
   type LlmSettings,
 } from '../src/llm/provider.js';
 import { ProviderError, parseRetryAfter, scrubSecrets } from '../src/llm/errors.js';
+import { ImageResolver } from '../src/llm/image-urls.js';
 import { defaultContextWindow, defaultSupportsImages } from '../src/llm/models.js';
+import { PromptConverter } from '../src/llm/prompt.js';
 import { retryDelayMs } from '../src/llm/retry.js';
 import type { LlmRequest, LlmToolSpec, ProviderErrorInfo } from '../src/llm/types.js';
 import { startScriptedAnthropic, startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
@@ -114,6 +117,51 @@ describe('model strings and defaults', () => {
     assert.equal(scrubSecrets(`bad key ${CANARY_KEY}!`, CANARY_KEY), 'bad key <secret_hidden>!');
     assert.ok(!scrubSecrets('Authorization: Bearer abcdefghijklmnop').includes('abcdefghijklmnop'));
     assert.ok(!scrubSecrets('key sk-ant-api03-AAAABBBBCCCCDDDD').includes('AAAABBBBCCCCDDDD'));
+  });
+});
+
+describe('prompt conversion', () => {
+  const converter = () => new PromptConverter({ supportsImages: true, textOnlyToolResults: false, images: new ImageResolver(() => ({})), supportedUrls: () => ({}) });
+  const cache = cacheControlProviderOptions();
+  const history: ModelMessage[] = [
+    { role: 'user', content: 'Hello' },
+    { role: 'user', content: [{ type: 'text', text: 'a' }, { type: 'text', text: '' }], providerOptions: cache },
+    {
+      role: 'assistant',
+      content: [
+        { type: 'text', text: '' },
+        { type: 'reasoning', text: 'hmm' },
+        { type: 'text', text: 'x' },
+        { type: 'tool-call', toolCallId: 'c1', toolName: 't', input: { a: 1 } },
+        { type: 'tool-call', toolCallId: 'c2', toolName: 't', input: { a: 2 } },
+      ],
+    },
+    { role: 'tool', content: [{ type: 'tool-result', toolCallId: 'c1', toolName: 't', output: { type: 'text', value: 'r1' } }], providerOptions: cache },
+    { role: 'tool', content: [{ type: 'tool-result', toolCallId: 'c2', toolName: 't', output: { type: 'error-text', value: 'r2' } }] },
+    { role: 'assistant', content: 'plain' },
+    { role: 'user', content: [{ type: 'text', text: 'img' }, { type: 'image', image: 'data:image/png;base64,iVBORw0KGgo=' }] },
+  ];
+
+  it('converts a history as the AI SDK does, without its validation pass', async () => {
+    const sdk = await convertToLanguageModelPrompt({ prompt: { system: 'S', messages: history }, supportedUrls: {}, download: undefined });
+    assert.deepStrictEqual(await converter().prompt('S', undefined, history), sdk);
+  });
+
+  it('converts a longer history of the same conversation from where the last one left off, and one that differs from where it differs', async () => {
+    const c = converter();
+    for (let i = 1; i <= history.length; i++) {
+      assert.deepStrictEqual(await c.prompt('S', undefined, history.slice(0, i)), await converter().prompt('S', undefined, history.slice(0, i)), `first ${i}`);
+    }
+    // a message in the middle of a run of tool messages (which are joined into one) and at the end
+    const changed: ModelMessage[] = [...history.slice(0, 4), { role: 'user', content: 'between' }, ...history.slice(4, 6), { role: 'user', content: 'last' }];
+    const fresh = await converter().prompt('S', undefined, changed);
+    assert.deepStrictEqual(await c.prompt('S', undefined, changed), fresh);
+    assert.deepStrictEqual(await c.prompt('S', undefined, history), await converter().prompt('S', undefined, history));
+    // what one call returned is not changed by the next
+    const before = structuredClone(fresh);
+    const again = await c.prompt('S', undefined, changed);
+    await c.prompt('T', undefined, [...changed, { role: 'assistant', content: 'more' }]);
+    assert.deepStrictEqual(again, before);
   });
 });
 

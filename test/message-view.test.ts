@@ -2,13 +2,13 @@
  * The agent's incremental view of a conversation: taking the log a few events at a time gives the
  * same prompt messages as reading it whole (tool results that arrive after their group was closed,
  * parallel calls, notes, system messages), and a condensation or a call answered twice marks the view
- * stale so it is built again from the whole log. Stuck detection over the kept window agrees with
- * detection over the whole log.
+ * stale so it is built again from the whole log. Stuck detection, kept as events arrive, finds each
+ * pattern however long the run was before it, and a user message starts it over.
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { MessageView, eventsToMessages } from '../src/agent/prompt.js';
-import { detectStuck, StuckWindow } from '../src/agent/stuck.js';
+import { StuckWindow } from '../src/agent/stuck.js';
 import type { EventDraft, ParleyEvent } from '../src/events/schema.js';
 
 let seq = 0;
@@ -85,16 +85,54 @@ describe('MessageView', () => {
 });
 
 describe('StuckWindow', () => {
-  test('agrees with detection over the whole log, also far past its size', () => {
+  const err = (call: string, text: string) => ev({ kind: 'AgentErrorEvent', source: 'agent', tool_name: 'think', tool_call_id: call, error: text });
+  const agentSays = (text: string) => ev({ kind: 'MessageEvent', source: 'agent', llm_message: { role: 'assistant', content: [{ type: 'text', text }] } });
+  /** The verdict after each event, the events taken `chunk` at a time. */
+  function verdicts(events: ParleyEvent[], chunk: number, nudged = false) {
+    const window = new StuckWindow();
+    const out: ReturnType<StuckWindow['verdict']>[] = [];
+    for (let i = 0; i < events.length; i += chunk) {
+      window.add(events.slice(i, i + chunk));
+      out.push(window.verdict(nudged));
+    }
+    return out;
+  }
+
+  test('the same action and result 4 times is stuck, also after 500 different steps', () => {
     seq = 0;
     const events: ParleyEvent[] = [user('go')];
     for (let i = 0; i < 500; i++) events.push(action(`s${i}`, `r${i}`, `step ${i}`), observation(`s${i}`, `out ${i}`));
-    for (let i = 0; i < 4; i++) events.push(action(`l${i}`, `rl${i}`, 'same'), observation(`l${i}`, 'same'));
-    const window = new StuckWindow();
-    for (let i = 0; i < events.length; i += 7) {
-      window.add(events.slice(i, i + 7));
-      assert.deepEqual(window.verdict(false), detectStuck(events.slice(0, i + 7), false));
-    }
-    assert.equal(window.verdict(false).stuck, true);
+    for (let i = 0; i < 3; i++) events.push(action(`l${i}`, `rl${i}`, 'same'), observation(`l${i}`, 'same'));
+    for (const chunk of [1, 2, 7]) assert.ok(verdicts(events, chunk).every((v) => !v.stuck), `chunks of ${chunk}`);
+    events.push(action('l3', 'rl3', 'same'), state(), observation('l3', 'same'));
+    assert.match(String((verdicts(events, 5).at(-1) as { reason?: string }).reason), /same action \(think\).*4 times/);
+    // a user message starts the run over
+    events.push(user('try again'), action('l4', 'rl4', 'same'), observation('l4', 'same'));
+    assert.deepEqual(verdicts(events, 3).at(-1), { stuck: false });
+  });
+
+  test('the same error 3 times: a nudge, then stuck once nudged', () => {
+    seq = 0;
+    const events: ParleyEvent[] = [user('go')];
+    for (let i = 0; i < 300; i++) events.push(action(`s${i}`, `r${i}`, `step ${i}`), observation(`s${i}`, `out ${i}`));
+    for (let i = 0; i < 3; i++) events.push(action(`e${i}`, `re${i}`, `try ${i}`), err(`e${i}`, 'boom'));
+    assert.match(String((verdicts(events, 4).at(-1) as { nudge?: string }).nudge), /same error/);
+    assert.equal(verdicts(events, 4, true).at(-1)!.stuck, true);
+  });
+
+  test('A/B alternation six steps long is stuck; three agent messages in a row are stuck', () => {
+    seq = 0;
+    const events: ParleyEvent[] = [user('go')];
+    for (let i = 0; i < 300; i++) events.push(action(`s${i}`, `r${i}`, `step ${i}`), observation(`s${i}`, `out ${i}`));
+    for (let i = 0; i < 5; i++) events.push(action(`ab${i}`, `rab${i}`, i % 2 ? 'B' : 'A'), observation(`ab${i}`, i % 2 ? 'b' : 'a'));
+    assert.equal(verdicts(events, 3).at(-1)!.stuck, false);
+    events.push(action('ab5', 'rab5', 'B'), observation('ab5', 'b'));
+    assert.match(String((verdicts(events, 3).at(-1) as { reason?: string }).reason), /alternating/);
+
+    seq = 0;
+    const talk: ParleyEvent[] = [user('go'), action('t0', 'r0', 'x'), observation('t0', 'x'), agentSays('one'), agentSays('two')];
+    assert.equal(verdicts(talk, 2).at(-1)!.stuck, false);
+    talk.push(state(), agentSays('three'));
+    assert.match(String((verdicts(talk, 2).at(-1) as { reason?: string }).reason), /3 messages/);
   });
 });

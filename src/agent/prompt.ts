@@ -91,6 +91,9 @@ type CallGroup = { actions: EventOf<'ActionEvent'>[]; rendered?: ModelMessage[];
  */
 export class MessageView {
   private readonly parts: (ModelMessage | CallGroup)[] = [];
+  /** The messages of `parts[0, fixedParts)`, all final (a build copies them instead of walking the parts). */
+  private readonly fixed: ModelMessage[] = [];
+  private fixedParts = 0;
   private readonly results = new Map<string, ToolResult>();
   private open: EventOf<'ActionEvent'>[] = [];
   private readonly forgotten: Set<string>;
@@ -216,14 +219,23 @@ export class MessageView {
 
   /** The messages for the next LLM call, and the JSON length of all of them (for the token estimate). */
   build(): { messages: ModelMessage[]; systemNotes: string[]; chars: number } {
-    const messages: ModelMessage[] = [];
+    // the parts up to the first group still waiting for a result are final: their messages are kept
+    for (; this.fixedParts < this.parts.length; this.fixedParts++) {
+      const p = this.parts[this.fixedParts]!;
+      if ('actions' in p) {
+        this.render(p, true);
+        if (!p.rendered) break;
+        this.fixed.push(...p.rendered);
+      } else this.fixed.push(p);
+    }
+    const messages = this.fixed.slice();
     let pendingChars = 0;
     const group = (g: CallGroup, keep: boolean) => {
       const ms = this.render(g, keep);
       if (!g.rendered) pendingChars += jsonLength(ms);
       messages.push(...ms);
     };
-    for (const p of this.parts) {
+    for (const p of this.parts.slice(this.fixedParts)) {
       if ('actions' in p) group(p, true);
       else messages.push(p);
     }

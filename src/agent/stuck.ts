@@ -21,36 +21,21 @@ function isPolling(a: ActionEv, r: ResultEv | undefined): boolean {
   return a.action.command === '' || (r?.kind === 'ObservationEvent' && r.observation.kind === 'TerminalObservation' && r.observation.exit_code === -1);
 }
 
-export function detectStuck(events: ParleyEvent[], nudged: boolean): StuckVerdict {
-  let start = 0;
-  for (let i = events.length - 1; i >= 0; i--) {
-    const e = events[i]!;
-    if (e.kind === 'MessageEvent' && e.source === 'user') {
-      start = i + 1;
-      break;
-    }
-  }
-  const run = events.slice(start);
-  const results = new Map<string, ResultEv>();
-  for (const e of run) if ((e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent') && e.tool_call_id) results.set(e.tool_call_id, e);
-  const steps = run
-    .filter((e): e is ActionEv => e.kind === 'ActionEvent')
-    .map((a) => {
-      const r = results.get(a.tool_call_id);
-      return { a, r, key: `${actionKey(a)}→${resultKey(r)}` };
-    });
+type Step = { a: ActionEv; r: ResultEv | undefined };
 
+/** The verdict on a run's steps (oldest first; only the last six matter) and the agent messages at its end. */
+function judge(steps: Step[], agentMessages: number, nudged: boolean): StuckVerdict {
+  const keyed = steps.slice(-6).map((s) => ({ ...s, key: `${actionKey(s.a)}→${resultKey(s.r)}` }));
   // the same action with the same observation 4 times in a row
-  if (steps.length >= 4) {
-    const last4 = steps.slice(-4);
+  if (keyed.length >= 4) {
+    const last4 = keyed.slice(-4);
     if (last4.every((s) => s.key === last4[0]!.key) && !last4.some((s) => isPolling(s.a, s.r))) {
       return { stuck: true, reason: `The same action (${last4[0]!.a.tool_name}) produced the same result 4 times in a row.` };
     }
   }
-  // the same error 3 times: nudge once, then stuck
-  const errors = steps.filter((s) => isError(s.r));
-  if (errors.length >= 3) {
-    const last3 = steps.slice(-3);
+  // the same error 3 times in a row: nudge once, then stuck
+  if (keyed.length >= 3) {
+    const last3 = keyed.slice(-3);
     const k = resultKey(last3[0]!.r);
     if (last3.every((s) => resultKey(s.r) === k && isError(s.r))) {
       if (nudged) return { stuck: true, reason: 'The same error occurred 3 times in a row, even after a hint to change approach.' };
@@ -58,42 +43,52 @@ export function detectStuck(events: ParleyEvent[], nudged: boolean): StuckVerdic
     }
   }
   // A/B alternation six steps long
-  if (steps.length >= 6) {
-    const k = steps.slice(-6).map((s) => s.key);
+  if (keyed.length >= 6) {
+    const k = keyed.map((s) => s.key);
     if (k[0] !== k[1] && k[0] === k[2] && k[2] === k[4] && k[1] === k[3] && k[3] === k[5]) {
       return { stuck: true, reason: 'The agent is alternating between the same two actions with the same results.' };
     }
   }
   // three agent messages in a row with no user input
-  let agentMessages = 0;
-  for (let i = events.length - 1; i >= 0; i--) {
-    const e = events[i]!;
-    if (e.kind === 'MessageEvent') {
-      if (e.source === 'agent') agentMessages += 1;
-      else break;
-    } else if (e.kind === 'ActionEvent') break;
-  }
   if (agentMessages >= 3) return { stuck: true, reason: 'The agent sent 3 messages in a row without user input.' };
   return { stuck: false };
 }
 
 /**
- * The events stuck detection looks at, kept as they are appended: those after the newest user
- * message, at most the last `MAX` (the checks read the last six steps and the messages at the end).
+ * What stuck detection looks at, kept as events are appended: the last six steps of the current run
+ * (since the newest user message) with their results, and the agent messages at its end. Taking an
+ * event costs the same at any length of the log.
  */
 export class StuckWindow {
-  private static readonly MAX = 400;
-  private events: ParleyEvent[] = [];
+  private static readonly STEPS = 6;
+  /** Results of the run's recent tool calls, by call id (bounded: an old call is no longer among the last steps). */
+  private static readonly RESULTS = 256;
+  private steps: Step[] = [];
+  private results = new Map<string, ResultEv>();
+  private agentMessages = 0;
 
   add(events: ParleyEvent[]): void {
     for (const e of events) {
-      if (e.kind === 'MessageEvent' && e.source === 'user') this.events = [];
-      else this.events.push(e);
+      if (e.kind === 'MessageEvent') {
+        if (e.source === 'user') {
+          this.steps = [];
+          this.results = new Map();
+        }
+        this.agentMessages = e.source === 'agent' ? this.agentMessages + 1 : 0;
+      } else if (e.kind === 'ActionEvent') {
+        this.agentMessages = 0;
+        this.steps.push({ a: e, r: this.results.get(e.tool_call_id) });
+        if (this.steps.length > StuckWindow.STEPS) this.steps.shift();
+      } else if ((e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent') && e.tool_call_id) {
+        this.results.delete(e.tool_call_id); // re-inserted: the newest result of a call counts
+        this.results.set(e.tool_call_id, e);
+        if (this.results.size > StuckWindow.RESULTS) this.results.delete(this.results.keys().next().value!);
+        for (const s of this.steps) if (s.a.tool_call_id === e.tool_call_id) s.r = e;
+      }
     }
-    if (this.events.length > StuckWindow.MAX) this.events = this.events.slice(-StuckWindow.MAX / 2);
   }
 
   verdict(nudged: boolean): StuckVerdict {
-    return detectStuck(this.events, nudged);
+    return judge(this.steps, this.agentMessages, nudged);
   }
 }

@@ -27,6 +27,7 @@ import { finishParameters } from '../tools/finish.js';
 import { taskTrackerParameters } from '../tools/task-tracker.js';
 import { terminalParameters } from '../tools/terminal.js';
 import { thinkParameters } from '../tools/think.js';
+import { imageUrlProblem } from '../llm/image-url-rule.js';
 
 export type ReplayContent = (
   | { type: 'text'; text: string; cache_prompt: boolean }
@@ -115,10 +116,19 @@ function content(v: unknown, what: string): ReplayContent {
       return { type: 'text' as const, text: c.text, cache_prompt: c.cache_prompt === true };
     }
     if (isObject(c) && (c.type === 'image' || c.type === undefined) && Array.isArray(c.image_urls) && c.image_urls.every((u) => typeof u === 'string')) {
-      return { type: 'image' as const, image_urls: c.image_urls as string[], cache_prompt: c.cache_prompt === true };
+      return { type: 'image' as const, image_urls: checkImageUrls(c.image_urls as string[], `${what}[${i}]`), cache_prompt: c.cache_prompt === true };
     }
     throw new ItemError(`${what}[${i}] must be {"type":"text","text":...} or {"type":"image","image_urls":[...]}`);
   });
+}
+
+/** Image URLs are held to the rule of a message's (issue 12.3): one that will never be fetched is a 422 with the rule. */
+function checkImageUrls(urls: string[], what: string): string[] {
+  for (const [j, u] of urls.entries()) {
+    const problem = imageUrlProblem(u);
+    if (problem) throw new ItemError(`${what}.image_urls[${j}]: ${problem}`);
+  }
+  return urls;
 }
 
 function thoughtText(v: unknown): string | null {
@@ -202,7 +212,7 @@ function openHandsAction(item: Record<string, unknown>, index: number): ReplaySt
       const urls = args.image_urls ?? [];
       if (!Array.isArray(urls) || !urls.every((u) => typeof u === 'string')) throw new ItemError('args.image_urls must be a list of strings');
       const c = content(args.content, 'args.content');
-      if (urls.length) c.push({ type: 'image', image_urls: urls as string[], cache_prompt: false });
+      if (urls.length) c.push({ type: 'image', image_urls: checkImageUrls(urls as string[], 'args'), cache_prompt: false });
       return { type: 'message', index, role, content: c };
     }
     case 'run': {

@@ -21,7 +21,7 @@ import { suggestedTaskProblem, type SuggestedTask } from '../workspace/tasks.js'
 import type { Conversations, LiveConversation } from './conversations.js';
 import { parseReplay, replayText, type ReplayPlan } from './replay.js';
 import type { AgentRuntime, ConversationPreparer, PrepareOptions } from './runtime.js';
-import { assertItemsFit } from './message-limits.js';
+import { assertFitsEvent, assertItemsFit } from './message-limits.js';
 
 /** What a new conversation may ask for (the API validates the request against its own schema). */
 export interface NewConversation {
@@ -73,7 +73,7 @@ export class ConversationService {
   async createConversation(req: NewConversation): Promise<CreateResult> {
     // everything that can be refused is refused now (422), never later in the background
     assertItemsFit([{ text: req.initial_user_msg ?? '' }, { image_urls: req.image_urls ?? [] }], this.maxEventBytes, 'initial_user_msg/image_urls');
-    const replay = checkNewConversation(req);
+    const replay = checkNewConversation(req, this.maxEventBytes);
     // a replay runs its recorded actions, not the LLM: only a message sent meanwhile starts a run
     const willRun = !!(req.initial_user_msg || req.suggested_task || req.create_microagent);
     if (req.conversation_id) {
@@ -244,7 +244,7 @@ function userMessage(text: string, imageUrls: string[]): EventDraft {
  * replay_json parses into a plan and comes without another first message; repository names are
  * `owner/repo`; a suggested task is a combination its templates support.
  */
-function checkNewConversation(req: NewConversation): ReplayPlan | null {
+function checkNewConversation(req: NewConversation, maxEventBytes: number): ReplayPlan | null {
   const issues: ValidationIssue[] = [];
   const valueError = (loc: (string | number)[], msg: string) => issues.push({ type: 'value_error', loc: ['body', ...loc], msg: `Value error, ${msg}` });
   let plan: ReplayPlan | null = null;
@@ -254,6 +254,9 @@ function checkNewConversation(req: NewConversation): ReplayPlan | null {
     const parsed = parseReplay(req.replay_json);
     if (parsed.ok) plan = parsed.plan;
     else issues.push(...parsed.issues);
+    // each replayed item becomes an event: one over MAX_EVENT_BYTES is refused (413), not cut
+    if (plan?.firstMessage) assertFitsEvent(plan.firstMessage, maxEventBytes, 'replay_json (its first user message)');
+    for (const step of plan?.steps ?? []) assertFitsEvent(step, maxEventBytes, `replay_json[${step.index}]`);
   }
   const repoName = (value: string | null | undefined, loc: string[]) => {
     if (value === null || value === undefined) return;

@@ -13,6 +13,7 @@ import type { EventBus } from './bus.js';
 import { EventFeed, type FeedOptions, type FeedSink } from './feed.js';
 import { EncodedEvent, nowIso, type EventDraft, type ParleyEvent } from './types.js';
 import { pageByBytes, STORE_READ_BYTES } from './page.js';
+import { capEvent } from './cap.js';
 
 const appended = metrics.eventsAppended.child();
 const published = metrics.eventsPublished.child();
@@ -49,6 +50,8 @@ export class EventLog {
     private readonly store: EventStore,
     private readonly bus: EventBus,
     private readonly redactor: Redactor,
+    /** MAX_EVENT_BYTES: every appended event's JSON is cut to this (src/events/cap.ts). */
+    private readonly maxEventBytes = 2 * 1024 * 1024,
   ) {}
 
   /** The store reports each commit here: publish in seq order. */
@@ -58,20 +61,20 @@ export class EventLog {
     for (const ev of events) this.bus.publish(conversationId, ev);
   }
 
-  /** Redact, store (resolves once committed), publish. */
+  /** Redact, bound by MAX_EVENT_BYTES, store (resolves once committed), publish. */
   append(conversationId: string, draft: EventDraft): Promise<ParleyEvent> {
     this.lastActivity = Date.now();
-    return this.store.append(conversationId, this.redactor.redactDeep(draft));
+    return this.store.append(conversationId, capEvent(this.redactor.redactDeep(draft), this.maxEventBytes));
   }
 
   appendMany(conversationId: string, drafts: EventDraft[]): Promise<ParleyEvent[]> {
     this.lastActivity = Date.now();
-    return this.store.appendMany(conversationId, drafts.map((d) => this.redactor.redactDeep(d)));
+    return this.store.appendMany(conversationId, drafts.map((d) => capEvent(this.redactor.redactDeep(d), this.maxEventBytes)));
   }
 
   /** A live-only event (no seq, not stored), e.g. StreamingDeltaEvent. */
   publishTransient(conversationId: string, draft: EventDraft): void {
-    const ev = { id: crypto.randomUUID(), timestamp: nowIso(), ...this.redactor.redactDeep(draft) } as ParleyEvent;
+    const ev = { id: crypto.randomUUID(), timestamp: nowIso(), ...capEvent(this.redactor.redactDeep(draft), this.maxEventBytes) } as ParleyEvent;
     published.inc();
     this.bus.publish(conversationId, new EncodedEvent(ev));
   }

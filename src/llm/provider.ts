@@ -1,32 +1,23 @@
 /**
- * The LLM client: one streamed completion step through the AI SDK (v6), with our own retry loop.
+ * The LLM client: one streamed completion step through an AI SDK (v6) provider's model, with our own
+ * retry loop.
  *
- * - Tools are offered to the model WITHOUT execute functions, and `streamText` runs one step only, so the SDK
- *   never runs a tool: the agent loop executes the returned tool calls itself.
+ * - The provider's LanguageModelV3 `doStream` is called directly, with a prompt converted once per
+ *   message (src/llm/prompt.ts): a step costs what is new, not the whole history (`streamText`
+ *   re-validated the whole prompt at every call). Tools are only described; the agent loop runs them.
  * - Unusable tool calls (arguments that are not JSON, unknown tool names) come back as ordinary tool calls
  *   with `error` set (and `input` = the raw string when it did not parse); nothing is thrown.
- * - The AI SDK's own retries are off (`maxRetries: 0`); `complete()` retries rate limits, 5xx, timeouts,
- *   network errors and dropped streams with jittered exponential backoff honouring Retry-After.
+ * - `complete()` retries rate limits, 5xx, timeouts, network errors and dropped streams with jittered
+ *   exponential backoff honouring Retry-After.
  */
-import {
-  InvalidToolInputError,
-  NoSuchToolError,
-  jsonSchema,
-  streamText,
-  tool,
-  wrapLanguageModel,
-  type JSONSchema7,
-  type LanguageModelMiddleware,
-  type ModelMessage,
-  type SystemModelMessage,
-  type ToolSet,
-} from 'ai';
+import type { ModelMessage } from 'ai';
 import { LlmAbortError, ProviderError, classifyError } from './errors.js';
 import { cacheControlProviderOptions } from './cache-control.js';
 import { ImageResolver } from './image-urls.js';
 import { PROVIDERS, defaultContextWindow, defaultSupportsImages, parseModelString, type ProviderName, type SdkLanguageModel } from './models.js';
 import { DEFAULT_BACKOFF, retryDelayMs, sleep, type BackoffSettings } from './retry.js';
-import type { LlmClient, LlmRequest, LlmResponse, LlmToolCall, LlmToolSpec } from './types.js';
+import { PromptConverter, safeToolInput, type SdkPrompt, type SdkTools } from './prompt.js';
+import type { LlmClient, LlmRequest, LlmResponse, LlmToolCall } from './types.js';
 
 export { parseModelString } from './models.js';
 export { ProviderError, LlmAbortError } from './errors.js';
@@ -95,166 +86,22 @@ export function toAssistantMessage(response: Pick<LlmResponse, 'text' | 'toolCal
   return { role: 'assistant', content };
 }
 
-function isPlainObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
-function safeToolInput(input: unknown, raw?: string): Record<string, unknown> {
-  if (isPlainObject(input)) return input;
-  const text = raw ?? (typeof input === 'string' ? input : JSON.stringify(input ?? null));
-  return { invalid_arguments: text };
-}
-
-const IMAGE_OMITTED = '[image omitted: this model does not accept images]';
-
-function isImageMediaType(mediaType: unknown): boolean {
-  return typeof mediaType === 'string' && mediaType.toLowerCase().startsWith('image/');
-}
-
 /**
- * Makes the history safe to send: non-object tool-call inputs wrapped (see toAssistantMessage) and, for
- * text-only models, image parts replaced by a short note.
+ * A tool call as the model sent it (`input`: the raw JSON text), parsed. A tool that was not offered or
+ * arguments that are not JSON give a call with `error` set (the agent answers it with that text).
  */
-export function prepareMessages(messages: ModelMessage[], supportsImages: boolean): ModelMessage[] {
-  return messages.map((message): ModelMessage => {
-    if (message.role === 'assistant' && Array.isArray(message.content)) {
-      let changed = false;
-      const content = message.content.map((part) => {
-        if (part.type === 'tool-call' && !isPlainObject(part.input)) {
-          changed = true;
-          return { ...part, input: safeToolInput(part.input) };
-        }
-        return part;
-      });
-      return changed ? { ...message, content } : message;
-    }
-    if (supportsImages) return message;
-    if (message.role === 'user' && Array.isArray(message.content)) {
-      let changed = false;
-      const content = message.content.map((part) => {
-        if (part.type === 'image' || (part.type === 'file' && isImageMediaType(part.mediaType))) {
-          changed = true;
-          return { type: 'text' as const, text: IMAGE_OMITTED };
-        }
-        return part;
-      });
-      return changed ? { ...message, content } : message;
-    }
-    if (message.role === 'tool') {
-      let changed = false;
-      const content = message.content.map((part) => {
-        if (part.type !== 'tool-result' || part.output.type !== 'content') return part;
-        const value = part.output.value.map((item) => {
-          const isImage =
-            item.type === 'image-data' ||
-            item.type === 'image-url' ||
-            item.type === 'image-file-id' ||
-            ((item.type === 'media' || item.type === 'file-data' || item.type === 'file-url') && isImageMediaType(item.mediaType));
-          if (!isImage) return item;
-          changed = true;
-          return { type: 'text' as const, text: IMAGE_OMITTED };
-        });
-        return { ...part, output: { ...part.output, value } };
-      });
-      return changed ? { ...message, content } : message;
-    }
-    return message;
-  });
-}
-
-type UserPart = Exclude<Extract<ModelMessage, { role: 'user' }>['content'], string>[number];
-type ToolMessage = Extract<ModelMessage, { role: 'tool' }>;
-type ToolResultPart = Extract<ToolMessage['content'][number], { type: 'tool-result' }>;
-type ContentItem = Extract<ToolResultPart['output'], { type: 'content' }>['value'][number];
-
-/** An image item of a tool result as a user-message image part (undefined when it is not an image). */
-function toImagePart(item: ContentItem): UserPart | undefined {
-  switch (item.type) {
-    case 'image-data':
-      return { type: 'image', image: item.data, mediaType: item.mediaType };
-    case 'media':
-    case 'file-data':
-      return isImageMediaType(item.mediaType) ? { type: 'image', image: item.data, mediaType: item.mediaType } : undefined;
-    case 'image-url':
-      return { type: 'image', image: new URL(item.url) };
-    case 'file-url':
-      return isImageMediaType(item.mediaType) ? { type: 'image', image: new URL(item.url), mediaType: item.mediaType } : undefined;
-    default:
-      return undefined;
+function toolCall(id: string, name: string, rawInput: string, offered: string[]): LlmToolCall {
+  let input: unknown = rawInput;
+  let parseError: string | undefined;
+  try {
+    input = rawInput.trim() === '' ? {} : JSON.parse(rawInput);
+  } catch (err) {
+    parseError = (err as Error).message;
   }
-}
-
-/**
- * For Chat Completions: a `tool` message can only hold text, and the AI SDK would JSON-encode rich tool output
- * (base64 images included — a token bomb). So: text-only `content` outputs become plain text, and images from
- * tool results move into one user message placed right after the run of tool messages.
- */
-export function liftToolResultImages(messages: ModelMessage[]): ModelMessage[] {
-  const out: ModelMessage[] = [];
-  let pending: UserPart[] = [];
-  const flush = () => {
-    if (pending.length > 0) out.push({ role: 'user', content: pending });
-    pending = [];
-  };
-  for (const message of messages) {
-    if (message.role !== 'tool') {
-      flush();
-      out.push(message);
-      continue;
-    }
-    const content = message.content.map((part) => {
-      if (part.type !== 'tool-result' || part.output.type !== 'content') return part;
-      const rest: ContentItem[] = [];
-      const images: UserPart[] = [];
-      for (const item of part.output.value) {
-        const image = toImagePart(item);
-        if (image) images.push(image);
-        else rest.push(item);
-      }
-      if (images.length > 0) {
-        pending.push({ type: 'text', text: `${images.length === 1 ? 'Image' : 'Images'} returned by tool call ${part.toolCallId} (${part.toolName}):` }, ...images);
-        rest.push({ type: 'text', text: `[${images.length} image${images.length === 1 ? '' : 's'} attached in the next user message]` });
-      }
-      if (rest.every((item) => item.type === 'text')) {
-        const text = rest.map((item) => (item as { text: string }).text).join('\n');
-        return { ...part, output: { type: 'text' as const, value: text } };
-      }
-      return images.length > 0 ? { ...part, output: { type: 'content' as const, value: rest } } : part;
-    });
-    out.push({ ...message, content });
-  }
-  flush();
-  return out;
-}
-
-function buildTools(specs: LlmToolSpec[]): ToolSet | undefined {
-  if (specs.length === 0) return undefined;
-  const tools: ToolSet = {};
-  for (const spec of specs) {
-    // No `execute`: the SDK must only report the call.
-    tools[spec.name] = tool({ description: spec.description, inputSchema: jsonSchema(spec.inputSchema as JSONSchema7) });
-  }
-  return tools;
-}
-
-function deepestMessage(error: unknown): string {
-  let cur: unknown = error;
-  let msg = error instanceof Error ? error.message : String(error);
-  for (let i = 0; i < 5 && cur instanceof Error; i++) {
-    msg = cur.message;
-    cur = (cur as { cause?: unknown }).cause;
-  }
-  return msg;
-}
-
-function invalidCallMessage(toolName: string, error: unknown, offered: string[]): string {
-  if (NoSuchToolError.isInstance(error)) {
-    return `Unknown tool "${toolName}". Available tools: ${offered.length > 0 ? offered.join(', ') : '(none)'}.`;
-  }
-  if (InvalidToolInputError.isInstance(error)) {
-    return `The arguments for tool "${toolName}" are not valid JSON (${deepestMessage(error.cause ?? error)}). Call the tool again with a JSON object as arguments.`;
-  }
-  return `Invalid call of tool "${toolName}": ${deepestMessage(error)}`;
+  const call: LlmToolCall = { id, name, input, rawInput };
+  if (!offered.includes(name)) call.error = `Unknown tool "${name}". Available tools: ${offered.length > 0 ? offered.join(', ') : '(none)'}.`;
+  else if (parseError !== undefined) call.error = `The arguments for tool "${name}" are not valid JSON (${parseError}). Call the tool again with a JSON object as arguments.`;
+  return call;
 }
 
 /** Carries an exception thrown by a caller's callback (onTextDelta) through the retry machinery untouched. */
@@ -287,8 +134,10 @@ export function createLlmClient(settings: LlmSettings): LlmClient & LlmClientExt
   const apiKey = settings.apiKey;
   // image URLs the model cannot fetch are downloaded before the step; a failed one becomes a note
   const images = new ImageResolver(() => sdkModel.supportedUrls);
+  const converter = new PromptConverter({ supportsImages, textOnlyToolResults, images, supportedUrls: () => sdkModel.supportedUrls });
+  const systemOptions = cacheSystem ? cacheControlProviderOptions() : undefined;
 
-  async function attempt(req: LlmRequest, messages: ModelMessage[], tools: ToolSet | undefined): Promise<LlmResponse> {
+  async function attempt(req: LlmRequest, prompt: SdkPrompt, tools: SdkTools | undefined): Promise<LlmResponse> {
     const controller = new AbortController();
     let timedOut = false;
     let settled = false;
@@ -334,95 +183,61 @@ export function createLlmClient(settings: LlmSettings): LlmClient & LlmClientExt
       if (!controller.signal.aborted) controller.abort(new Error('done'));
     }
 
+    // One step straight through the provider's LanguageModelV3 `doStream`: no SDK retries, no SDK tool
+    // execution, no re-validation of the prompt (it was converted message by message, see PromptConverter).
     async function consume(): Promise<LlmResponse> {
-      const rawInputs = new Map<string, string>();
-      const capture: LanguageModelMiddleware = {
-        specificationVersion: 'v3',
-        wrapStream: async ({ doStream }) => {
-          const result = await doStream();
-          streamStarted = true;
-          touch();
-          return {
-            ...result,
-            stream: result.stream.pipeThrough(
-              new TransformStream({
-                transform(chunk, ctrl) {
-                  if (chunk.type === 'tool-call') rawInputs.set(chunk.toolCallId, chunk.input);
-                  ctrl.enqueue(chunk);
-                },
-              }),
-            ),
-          };
-        },
-      };
-      const system: string | SystemModelMessage | undefined = !req.system
-        ? undefined
-        : cacheSystem
-          ? { role: 'system', content: req.system, providerOptions: cacheControlProviderOptions() }
-          : req.system;
-
-      const result = streamText({
-        model: wrapLanguageModel({ model: sdkModel, middleware: capture }),
-        ...(system !== undefined ? { system } : {}),
-        messages,
-        ...(tools ? { tools } : {}),
-        maxRetries: 0,
+      const { stream } = await sdkModel.doStream({
+        prompt,
+        ...(tools ? { tools, toolChoice: { type: 'auto' as const } } : {}),
         abortSignal: controller.signal,
         ...(settings.maxOutputTokens !== undefined ? { maxOutputTokens: settings.maxOutputTokens } : {}),
         ...(settings.headers ? { headers: settings.headers } : {}),
-        onError: () => {
-          // Errors are read from the stream below; keep the SDK from logging them.
-        },
       });
+      streamStarted = true;
+      touch();
 
       let text = '';
       const toolCalls: LlmToolCall[] = [];
       let finishReason: string | undefined;
       let usage: LlmResponse['usage'] = {};
       let responseId: string | undefined;
-      let streamError: unknown;
-      let hasError = false;
-      const offered = tools ? Object.keys(tools) : [];
+      const offered = tools ? tools.map((t) => t.name) : [];
 
-      for await (const part of result.fullStream) {
-        touch();
-        if (part.type === 'text-delta') {
-          text += part.text;
-          if (req.onTextDelta) {
-            try {
-              req.onTextDelta(part.text);
-            } catch (e) {
-              throw new CallbackFailure(e);
+      const reader = stream.getReader();
+      try {
+        for (;;) {
+          const { done, value: part } = await reader.read();
+          if (done) break;
+          touch();
+          if (part.type === 'text-delta') {
+            text += part.delta;
+            if (req.onTextDelta) {
+              try {
+                req.onTextDelta(part.delta);
+              } catch (e) {
+                throw new CallbackFailure(e);
+              }
             }
+          } else if (part.type === 'tool-call') {
+            if (!part.providerExecuted) toolCalls.push(toolCall(part.toolCallId, part.toolName, part.input, offered));
+          } else if (part.type === 'response-metadata') {
+            responseId = part.id || responseId;
+          } else if (part.type === 'finish') {
+            finishReason = part.finishReason.unified;
+            const u = part.usage;
+            usage = {
+              ...(u.inputTokens.total !== undefined ? { inputTokens: u.inputTokens.total } : {}),
+              ...(u.outputTokens.total !== undefined ? { outputTokens: u.outputTokens.total } : {}),
+              ...(u.inputTokens.cacheRead !== undefined ? { cacheReadTokens: u.inputTokens.cacheRead } : {}),
+              ...(u.inputTokens.cacheWrite !== undefined ? { cacheWriteTokens: u.inputTokens.cacheWrite } : {}),
+            };
+          } else if (part.type === 'error') {
+            throw part.error;
           }
-        } else if (part.type === 'tool-call') {
-          if (part.providerExecuted) continue;
-          const rawInput =
-            rawInputs.get(part.toolCallId) ?? (typeof part.input === 'string' ? part.input : JSON.stringify(part.input ?? {}));
-          const call: LlmToolCall = { id: part.toolCallId, name: part.toolName, input: part.input, rawInput };
-          if (part.invalid) call.error = invalidCallMessage(part.toolName, part.error, offered);
-          toolCalls.push(call);
-        } else if (part.type === 'finish-step') {
-          responseId = part.response.id || responseId;
-          finishReason = part.finishReason;
-        } else if (part.type === 'finish') {
-          finishReason = part.finishReason;
-          const u = part.totalUsage;
-          usage = {
-            ...(u.inputTokens !== undefined ? { inputTokens: u.inputTokens } : {}),
-            ...(u.outputTokens !== undefined ? { outputTokens: u.outputTokens } : {}),
-            ...(u.inputTokenDetails?.cacheReadTokens !== undefined ? { cacheReadTokens: u.inputTokenDetails.cacheReadTokens } : {}),
-            ...(u.inputTokenDetails?.cacheWriteTokens !== undefined ? { cacheWriteTokens: u.inputTokenDetails.cacheWriteTokens } : {}),
-          };
-        } else if (part.type === 'error') {
-          streamError = part.error;
-          hasError = true;
-          break;
-        } else if (part.type === 'abort') {
-          throw new LlmAbortError();
         }
+      } finally {
+        reader.cancel().catch(() => {});
       }
-      if (hasError) throw streamError;
       if (finishReason === undefined) {
         throw new ProviderError({
           code: 'StreamInterrupted',
@@ -442,17 +257,13 @@ export function createLlmClient(settings: LlmSettings): LlmClient & LlmClientExt
     supportsImages,
     async complete(req: LlmRequest): Promise<LlmResponse> {
       if (req.signal?.aborted) throw new LlmAbortError();
-      const prepared = prepareMessages(req.messages, supportsImages);
-      const lifted = textOnlyToolResults ? liftToolResultImages(prepared) : prepared;
-      const messages = supportsImages
-        ? await images.resolve(lifted, req.signal).catch((err) => {
-            throw req.signal?.aborted ? new LlmAbortError() : err;
-          })
-        : lifted;
-      const tools = buildTools(req.tools);
+      const prompt = await converter.prompt(req.system, systemOptions, req.messages, req.signal).catch((err) => {
+        throw req.signal?.aborted ? new LlmAbortError() : err;
+      });
+      const tools = converter.tools(req.tools);
       for (let n = 1; ; n++) {
         try {
-          return await attempt(req, messages, tools);
+          return await attempt(req, prompt, tools);
         } catch (error) {
           if (error instanceof CallbackFailure) throw error.error;
           if (req.signal?.aborted || error instanceof LlmAbortError) throw new LlmAbortError();

@@ -78,8 +78,24 @@ export function askpassOrigin(baseUrl: string): string {
   return `${u.protocol}//${u.host}`.toLowerCase();
 }
 
-/** Writes (atomically, mode 0700) the askpass script into `helperDir`; returns its path. */
-export async function ensureAskpassScript(helperDir: string): Promise<string> {
+const ensured = new Map<string, Promise<string>>();
+
+/**
+ * Writes (atomically, mode 0700) the askpass script into `helperDir` once per process (the agent's
+ * shell environment is built at every step; the daemon's data directory is nobody else's to change);
+ * returns its path.
+ */
+export function ensureAskpassScript(helperDir: string): Promise<string> {
+  let p = ensured.get(helperDir);
+  if (!p) {
+    p = writeAskpassScript(helperDir);
+    ensured.set(helperDir, p);
+    p.catch(() => ensured.delete(helperDir));
+  }
+  return p;
+}
+
+async function writeAskpassScript(helperDir: string): Promise<string> {
   await mkdir(helperDir, { recursive: true, mode: 0o700 });
   const path = join(helperDir, ASKPASS_SCRIPT_NAME);
   const content = askpassScript();

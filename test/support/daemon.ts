@@ -38,7 +38,7 @@ export function tempDir(prefix = 'parley-test-'): string {
   return dir;
 }
 
-export async function startDaemon(env: Record<string, string> = {}, dataDir = tempDir(), opts: { startTimeoutMs?: number } = {}): Promise<DaemonHandle> {
+export async function startDaemon(env: Record<string, string> = {}, dataDir = tempDir(), opts: { startTimeoutMs?: number; /** Extra node flags (e.g. `--cpu-prof`). */ nodeArgs?: string[] } = {}): Promise<DaemonHandle> {
   const fullEnv: Record<string, string> = {
     PATH: process.env.PATH ?? '/usr/bin:/bin',
     HOME: process.env.HOME ?? os.tmpdir(),
@@ -50,7 +50,7 @@ export async function startDaemon(env: Record<string, string> = {}, dataDir = te
     ...(process.env.PARLEY_TEST_STORE === 'postgres' && !env.DATABASE_URL ? await postgresFor(dataDir) : {}),
     ...env,
   };
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'bridge/main.ts'], { cwd: ROOT, env: fullEnv, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(process.execPath, [...(opts.nodeArgs ?? []), '--import', 'tsx', 'bridge/main.ts'], { cwd: ROOT, env: fullEnv, stdio: ['ignore', 'pipe', 'pipe'] });
   const output: string[] = [];
   const exited = new Promise<number | null>((resolve) => proc.on('exit', (code) => resolve(code)));
   const port = await new Promise<number>((resolve, reject) => {

@@ -12,7 +12,7 @@
  *   syntax errors from killing the shell; the braces keep `cd`/`export`/venv activation in the shell
  *   itself; fd 63 is a copy of the original stdout so a command's `exec >file` cannot hide later
  *   output; stderr is merged into stdout, like a terminal shows it.
- * - The command's stdin is a fresh named pipe (FIFO) made for that command. `is_input` writes to it,
+ * - The command's stdin is a fresh named pipe (FIFO), one per command (made ahead, a few at a time). `is_input` writes to it,
  *   and `C-d` closes our end so the program sees end-of-file while the shell itself is untouched.
  *   The next command gets a new FIFO, so unread input never leaks into it.
  * - Completion is detected with PROMPT_COMMAND (read-only, so commands cannot replace it), which
@@ -37,6 +37,8 @@ import { childrenOf, foregroundProcesses, isAlive, shellProcesses, signalPid } f
 const execFileAsync = promisify(execFile);
 
 const OUT_FD = 63;
+/** FIFOs made at once for the stdin of the next commands (see nextFifo). */
+const FIFO_BATCH = 16;
 const MARK = '\x1ePARLEY:';
 const END = '\x1f';
 
@@ -202,6 +204,7 @@ export class ShellSession {
   private readonly listeners = new Set<() => void>();
   private stderrTail = '';
   private seq = 0;
+  private readonly spareFifos: { path: string; fd: number }[] = [];
   private exitPromise: Promise<void>;
 
   private readonly ioDir: string;
@@ -446,10 +449,7 @@ export class ShellSession {
     if (!this.alive) throw new Error('shell is not running');
     if (this.running && !this.running.done) throw new Error('a command is already running');
     const nonce = randomBytes(8).toString('hex');
-    const fifoPath = path.join(this.fifoDir, `stdin-${++this.seq}`);
-    await execFileAsync('mkfifo', ['-m', '600', fifoPath]);
-    // O_RDWR: opening does not block, and the shell's `<fifo` open finds a writer at once.
-    const fd = fs.openSync(fifoPath, fs.constants.O_RDWR | fs.constants.O_NONBLOCK);
+    const { path: fifoPath, fd } = await this.nextFifo();
     const rc = new RunningCommand(command, nonce, fifoPath, fd, this.bufferCap);
     this.running = rc;
     this.scanTail = '';
@@ -459,6 +459,40 @@ export class ShellSession {
       `{ eval ${shellQuote(command.replace(/\0/g, ''))}; } <"$__parley_fifo" >&${OUT_FD} 2>&${OUT_FD}\n`;
     this.proc.stdin.write(line);
     return rc;
+  }
+
+  /**
+   * A fresh FIFO for the next command's stdin, already opened. They are made FIFO_BATCH at a time:
+   * one `mkfifo` process for that many commands (spawning from the daemon costs milliseconds, most
+   * of an `echo` step). Each is opened when made (O_RDWR: opening does not block, and the shell's
+   * `<fifo` open finds a writer at once), so whatever a command does to the directory later (it is
+   * the shell's too) cannot change what we write to; O_NOFOLLOW and the type check refuse anything
+   * but the FIFO we made.
+   */
+  private async nextFifo(): Promise<{ path: string; fd: number }> {
+    if (this.spareFifos.length === 0) {
+      const paths = Array.from({ length: FIFO_BATCH }, () => path.join(this.fifoDir, `stdin-${++this.seq}`));
+      await execFileAsync('mkfifo', ['-m', '600', ...paths]);
+      for (const p of paths) {
+        const fd = fs.openSync(p, fs.constants.O_RDWR | fs.constants.O_NONBLOCK | fs.constants.O_NOFOLLOW);
+        if (!fs.fstatSync(fd).isFIFO()) {
+          fs.closeSync(fd);
+          throw new Error(`${p} is not the FIFO made for a command's input`);
+        }
+        this.spareFifos.push({ path: p, fd });
+      }
+    }
+    return this.spareFifos.shift()!;
+  }
+
+  private closeSpareFifos(): void {
+    for (const { fd } of this.spareFifos.splice(0)) {
+      try {
+        fs.closeSync(fd);
+      } catch {
+        /* already closed */
+      }
+    }
   }
 
   /** Takes the command's output that has not been returned yet. */
@@ -551,6 +585,7 @@ export class ShellSession {
       };
       this.releaseStdin(rc);
     }
+    this.closeSpareFifos();
     fs.promises.rm(this.fifoDir, { recursive: true, force: true }).catch(() => {});
     this.notify();
   }
@@ -579,6 +614,7 @@ export class ShellSession {
     this.proc.stdin.destroy();
     this.proc.stdout.destroy();
     this.proc.stderr.destroy();
+    this.closeSpareFifos();
     await fs.promises.rm(this.fifoDir, { recursive: true, force: true }).catch(() => {});
   }
 }

@@ -1,0 +1,103 @@
+/**
+ * Every appended event is bounded by MAX_EVENT_BYTES, its JSON in UTF-8 bytes (issue 12.4): every
+ * page, replay, resume and LLM request carries an event again, so one 50 MiB terminal output would
+ * cost far more than its size once. Client data beyond the bound is refused before it gets here
+ * (413: messages, `replay_json` items); what the daemon produces itself (tool observations,
+ * terminal output, a file_editor view, an MCP result, the agent's text) is cut here: the largest
+ * strings lose their middle, replaced by a marker naming the bytes removed and the limit.
+ */
+
+/** Per string cut: the marker's worst size (its numbers included). */
+const MARKER_BYTES = 200;
+
+export function truncationMarker(removed: number, maxBytes: number): string {
+  return `\n[… ${removed} bytes cut here: an event may hold at most ${maxBytes} bytes (MAX_EVENT_BYTES) …]\n`;
+}
+
+/** The UTF-8 size of an event's JSON. */
+export function jsonBytes(value: unknown): number {
+  return Buffer.byteLength(JSON.stringify(value) ?? '');
+}
+
+/**
+ * A cheap upper bound of `jsonBytes(value)` without serialising: a UTF-16 unit is at most 6 bytes
+ * of JSON (`\u0000`), and the structure around a value at most 8. Stops counting past `stopAt`.
+ */
+function upperBound(value: unknown, stopAt: number): number {
+  let n = 0;
+  const walk = (v: unknown): void => {
+    if (n > stopAt) return;
+    if (typeof v === 'string') n += v.length * 6 + 8;
+    else if (Array.isArray(v)) for (const x of v) walk(x);
+    else if (v && typeof v === 'object') {
+      for (const k in v) {
+        n += k.length * 6 + 8;
+        walk((v as Record<string, unknown>)[k]);
+      }
+    } else n += 24;
+  };
+  walk(value);
+  return n;
+}
+
+/** Whether `value` may be appended as it is (most events: no serialisation at all). */
+export function fitsEvent(value: unknown, maxBytes: number): boolean {
+  return upperBound(value, maxBytes) <= maxBytes || jsonBytes(value) <= maxBytes;
+}
+
+interface Leaf {
+  parent: Record<string, unknown> | unknown[];
+  key: string | number;
+  bytes: number;
+}
+
+function leaves(value: unknown, out: Leaf[]): Leaf[] {
+  if (Array.isArray(value)) {
+    value.forEach((x, i) => (typeof x === 'string' ? out.push({ parent: value, key: i, bytes: jsonBytes(x) }) : leaves(x, out)));
+  } else if (value && typeof value === 'object') {
+    const o = value as Record<string, unknown>;
+    for (const k of Object.keys(o)) {
+      const x = o[k];
+      if (typeof x === 'string') out.push({ parent: o, key: k, bytes: jsonBytes(x) });
+      else leaves(x, out);
+    }
+  }
+  return out;
+}
+
+/** `s` without `removeBytes` (about) from its middle, the marker in their place; a surrogate pair is never split. */
+function cutMiddle(s: string, removeBytes: number, bytesPerUnit: number, maxBytes: number): string {
+  const keepUnits = Math.max(0, s.length - Math.ceil(removeBytes / bytesPerUnit));
+  let head = Math.ceil((keepUnits * 2) / 3);
+  let tail = s.length - (keepUnits - head);
+  if (head > 0 && /[\ud800-\udbff]/.test(s[head - 1]!)) head -= 1;
+  if (tail < s.length && /[\udc00-\udfff]/.test(s[tail]!)) tail += 1;
+  const removed = Buffer.byteLength(s.slice(head, tail));
+  return s.slice(0, head) + truncationMarker(removed, maxBytes) + s.slice(tail);
+}
+
+/**
+ * The event as it may be appended: itself when it fits, otherwise a copy whose largest strings
+ * were cut (middle out, a marker in their place) until its JSON is at most `maxBytes`.
+ */
+export function capEvent<T>(draft: T, maxBytes: number): T {
+  if (fitsEvent(draft, maxBytes)) return draft;
+  const copy = structuredClone(draft);
+  for (let round = 0; round < 4; round++) {
+    const total = jsonBytes(copy);
+    if (total <= maxBytes) return copy;
+    const all = leaves(copy, []).sort((a, b) => b.bytes - a.bytes);
+    let excess = total - maxBytes;
+    for (const leaf of all) {
+      if (excess <= 0) break;
+      const s = (leaf.parent as Record<string | number, string>)[leaf.key]!;
+      // strings too small to hold the marker are left as they are
+      if (leaf.bytes <= 2 * MARKER_BYTES) break;
+      const remove = Math.min(leaf.bytes - MARKER_BYTES, excess + MARKER_BYTES + (round ? 1024 << round : 0));
+      const cut = cutMiddle(s, remove, Math.max(1, leaf.bytes / Math.max(1, s.length)), maxBytes);
+      (leaf.parent as Record<string | number, string>)[leaf.key] = cut;
+      excess -= leaf.bytes - jsonBytes(cut);
+    }
+  }
+  return copy;
+}
