@@ -21,7 +21,7 @@ import { EncodedEvent, keepStoredJson, nowIso, type EventDraft, type ParleyEvent
 import { metrics } from '../metrics.js';
 import { lockDataDir } from './lock.js';
 import { Journal, journalFile, journalGenerations, journalIndexer, journalLine, readFrames, type JournalPosition } from './journal.js';
-import { conversationFromRow, type ConversationRecord, type EventQuery, type SealedValue, type Store } from './types.js';
+import { conversationFromRow, executionStatusOf, type ConversationRecord, type EventQuery, type SealedValue, type Store } from './types.js';
 import type { WriterReply, WriterRequest } from './writer.js';
 
 export interface StoreOptions {
@@ -87,6 +87,8 @@ export class SqliteStore implements Store {
   private journal: Journal;
   /** Per conversation, the committed events not yet indexed, in seq order. */
   private tail = new Map<string, ParleyEvent[]>();
+  /** Per conversation, the status (and its time) its last committed status event set, until stored. */
+  private statusBehind = new Map<string, [string, string]>();
   private tailSize = 0;
   private readonly maxUnindexed: number;
   private readonly unlock: () => void;
@@ -151,6 +153,7 @@ export class SqliteStore implements Store {
         'INSERT INTO conversations (id, title, created_at, updated_at, execution_status, data) VALUES (@id, @title, @created_at, @updated_at, @execution_status, @data)',
       ),
       deleteConv: this.db.prepare('DELETE FROM conversations WHERE id = ?'),
+      setStatus: this.db.prepare('UPDATE conversations SET execution_status = ?, updated_at = ? WHERE id = ?'),
       countByStatus: this.db.prepare('SELECT execution_status AS s, COUNT(*) AS n FROM conversations GROUP BY execution_status'),
       putSecret: this.db.prepare(
         'INSERT INTO secrets (kind, name, sealed, meta) VALUES (?, ?, ?, ?) ON CONFLICT (kind, name) DO UPDATE SET sealed = excluded.sealed, meta = excluded.meta',
@@ -196,7 +199,7 @@ export class SqliteStore implements Store {
     fs.mkdirSync(dir, { recursive: true });
     const state = (this.db.prepare('SELECT gen, offset FROM journal_state WHERE k = 0').get() as JournalPosition | undefined) ?? { gen: 0, offset: 0 };
     const gens = journalGenerations(dir);
-    const index = journalIndexer(this.db);
+    const index = journalIndexer(this.db, { statuses: true });
     for (const gen of gens) {
       if (gen < state.gen) continue;
       const frames = [...readFrames(dir, gen, gen === state.gen ? state.offset : 0)].map((f) => ({ payload: f.payload, pos: { gen, offset: f.end } }));
@@ -296,6 +299,15 @@ export class SqliteStore implements Store {
       for (const p of batch) p.reject(e);
       return;
     }
+    // a status event sets the stored status in the same commit: the frame is the commit, and a
+    // crash before this update is made up for by recovery (journalIndexer `statuses`)
+    batch.forEach((p, i) => {
+      for (const e of results[i]!) {
+        const status = executionStatusOf(e.event);
+        if (status) this.statusBehind.set(p.conversationId, [status, e.event.timestamp]);
+      }
+    });
+    this.applyStatuses();
     const committedAt = performance.now();
     appendLatency.observe((committedAt - this.pendingSince) / 1000);
     this.unindexedFrames.push(committedAt);
@@ -320,6 +332,18 @@ export class SqliteStore implements Store {
       this.onCommit(p.conversationId, results[i]!);
       p.resolve(results[i]!.map((e) => e.event));
     });
+  }
+
+  /** Stores the statuses of committed status events (one that failed, e.g. a busy database, goes again at the next commit). */
+  private applyStatuses(): void {
+    for (const [id, [status, ts]] of this.statusBehind) {
+      try {
+        this.stmts.setStatus.run(status, ts, id);
+      } catch {
+        return;
+      }
+      this.statusBehind.delete(id);
+    }
   }
 
   /** The index holds a frame: its events leave the tail (up to `newest` seq per conversation). */

@@ -83,3 +83,11 @@ export interface SecretStore {
 export interface Store extends EventStore, ConversationStore, SecretStore {
   close(): Promise<void>;
 }
+
+/**
+ * The execution status a status-change event sets (null: not one). Appending such an event sets
+ * the conversation's stored execution_status in the same commit, in both stores.
+ */
+export function executionStatusOf(ev: { kind?: unknown; key?: unknown; value?: unknown }): string | null {
+  return ev.kind === 'ConversationStateUpdateEvent' && ev.key === 'execution_status' && typeof ev.value === 'string' ? ev.value : null;
+}
