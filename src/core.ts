@@ -53,6 +53,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     mapped: [{ host: helperDirOf(config.dataDir), inside: '/parley/helpers' }],
     hidden: [config.dataDir],
     log,
+    apiOpenOnLoopback: config.sessionApiKeys.length === 0,
   });
   const box = SecretBox.open(config.dataDir, config.secretKey);
   for (const k of config.sessionApiKeys) redactor.add(k);

@@ -422,6 +422,44 @@ describe('sandbox: SANDBOX_NETWORK=none and kill -9 of the daemon', { timeout: 1
   });
 });
 
+describe('sandbox: the daemon API from inside a sandbox without a session key', { timeout: 180_000 }, () => {
+  const httpGet = (port: number, url: string) =>
+    `exec 3<>/dev/tcp/127.0.0.1/${port} && printf 'GET ${url} HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\nConnection: close\\r\\n\\r\\n' >&3 && cat <&3 || echo NO-CONNECTION`;
+
+  test('SANDBOX_NETWORK=none: another conversation cannot be read through the keyless API', async () => {
+    const h = await harness({ SESSION_API_KEY: '', SANDBOX_NETWORK: 'none' });
+    try {
+      const victim = await h.create();
+      await h.sh(victim, 'echo VICTIM-MARKER-3131');
+      const a = await h.create();
+      // from the host the keyless API answers (control) …
+      assert.match((await fetch(`http://127.0.0.1:${h.d.port}/api/conversations/${victim}/events/search?limit=100`)).status.toString(), /^200$/);
+      // … from the sandbox it cannot even be reached
+      const r = await h.sh(a, httpGet(h.d.port, `/api/conversations/${victim}/events/search?limit=100`));
+      assert.match(r.text, /NO-CONNECTION/);
+      assert.doesNotMatch(r.text, /VICTIM-MARKER|HTTP\/1\.1 200/);
+      assert.ok(!h.d.output.some((l) => l.includes('api-reachable')), 'no warning with network none');
+    } finally {
+      await h.close();
+    }
+  });
+
+  test('SANDBOX_NETWORK=host without a key: the daemon warns at start that agents reach its API (the documented gap)', async () => {
+    const h = await harness({ SESSION_API_KEY: '' });
+    try {
+      const warnings = h.d.output.filter((l) => l.includes('"sandbox":"api-reachable"'));
+      assert.equal(warnings.length, 1, h.d.output.join('\n'));
+      assert.match(warnings[0]!, /set SESSION_API_KEY or SANDBOX_NETWORK=none/);
+      // what the warning is about: the keyless API answers a sandboxed process (README, Trust model)
+      const a = await h.create();
+      const r = await h.sh(a, httpGet(h.d.port, '/alive'));
+      assert.match(r.text, /HTTP\/1\.1 200/);
+    } finally {
+      await h.close();
+    }
+  });
+});
+
 describe('sandbox: setup.sh and the system prompt', { timeout: 120_000 }, () => {
   test('a cloned repository\'s setup.sh runs in the sandbox; the prompt says "sandboxed"', async () => {
     const h = await harness();

@@ -249,7 +249,14 @@ export class Sandbox {
    * @param opts.hidden host paths never visible inside, even under a mounted system directory
    *   (DATA_DIR: e.g. /opt/parley/data would otherwise show through the /opt mount)
    */
-  static async open(settings: SandboxSettings, opts: { workspaceRoot: string; mapped?: MappedDir[]; hidden?: string[]; log?: Logger }): Promise<Sandbox> {
+  /**
+   * @param opts.apiOpenOnLoopback the daemon answers loopback requests without a key: with the
+   *   host network a sandboxed agent can call it too (README, Trust model), which is logged once
+   */
+  static async open(
+    settings: SandboxSettings,
+    opts: { workspaceRoot: string; mapped?: MappedDir[]; hidden?: string[]; log?: Logger; apiOpenOnLoopback?: boolean },
+  ): Promise<Sandbox> {
     const mapped = (opts.mapped ?? []).map((m) => ({ host: path.resolve(m.host), inside: m.inside }));
     if (settings.mode === 'none') return new Sandbox(settings, opts.workspaceRoot, null, null, mapped, []);
     const fail = (why: string): Sandbox => {
@@ -281,6 +288,12 @@ export class Sandbox {
     void sb.warm();
     const i = sb.info();
     opts.log?.info({ sandbox: i }, `sandbox: bwrap (${bwrap}), network ${i.network}, limits by ${i.limits.enforced_by}`);
+    if (opts.apiOpenOnLoopback && settings.network === 'host') {
+      opts.log?.warn(
+        { sandbox: 'api-reachable' },
+        "no SESSION_API_KEY and SANDBOX_NETWORK=host: agents' sandboxed processes can call this daemon's API on loopback (every conversation, every file); set SESSION_API_KEY or SANDBOX_NETWORK=none",
+      );
+    }
     return sb;
   }
 
