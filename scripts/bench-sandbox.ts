@@ -4,8 +4,11 @@
  *   npx tsx scripts/bench-sandbox.ts [--shells 40] [--turns 20]
  *
  * 1. Shell creation: `ShellSession.start` (the terminal's persistent bash: spawn, init script, ready
- *    marker) through the launcher in bwrap mode (cgroup join + prlimit + bwrap + bash) and in none
+ *    marker) for a NEW conversation each time, through the launcher in bwrap mode (the conversation's
+ *    sandbox from the spare holder, then cgroup join + sh + bwrap joining it + sh + bash) and in none
  *    mode (bash alone), `--shells` times each, alternating; median and min in ms, and the added ms.
+ *    Before each, the spare holder is let come up (the daemon starts the next one 50 ms after a
+ *    conversation took one), so the figure is what a conversation's first shell costs.
  * 2. Agent turns: a real daemon (SANDBOX=bwrap, then SANDBOX=none) and the scripted LLM; each turn
  *    is a user message → a terminal tool call (`echo`) → an answer, timed from the POST until the
  *    agent's MessageEvent. The first turn of a conversation starts its shell; the others reuse it.
@@ -43,12 +46,14 @@ async function shellCreation(): Promise<void> {
         const id = crypto.randomUUID();
         const ws = path.join(root, id.replace(/-/g, ''));
         fs.mkdirSync(ws);
+        // as in the daemon between conversations: the sandbox's spare holder is up (not timed)
+        await sb.warm();
         const t0 = performance.now();
         const s = await ShellSession.start({
           conversationId: id,
           cwd: ws,
           env: sb.env({ TERM: 'dumb' }),
-          launch: (argv, o) => sb.spawn(id, argv, { workspaceDir: ws, cwd: o.cwd, env: o.env, stdio: ['pipe', 'pipe', 'pipe'], binds: sb.enabled ? o.binds : [] }),
+          launch: (argv, o) => sb.spawn(id, argv, { workspaceDir: ws, cwd: o.cwd, env: o.env, stdio: ['pipe', 'pipe', 'pipe'], binds: sb.enabled ? o.binds : [], commandClosesFds: true }),
           ioDir: sb.enabled ? '/parley/io' : undefined,
         });
         times[name]!.push(performance.now() - t0);

@@ -53,6 +53,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     mapped: [{ host: helperDirOf(config.dataDir), inside: '/parley/helpers' }],
     hidden: [config.dataDir],
     log,
+    apiOpenOnLoopback: config.sessionApiKeys.length === 0,
   });
   const box = SecretBox.open(config.dataDir, config.secretKey);
   for (const k of config.sessionApiKeys) redactor.add(k);
@@ -68,7 +69,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   // another node deleted a conversation: its state here goes (bound once the conversations exist)
   const remoteDelete = { to: (_id: string): void => {} };
   // several nodes (NATS): leases and routing to the lease holder (src/cluster/)
-  let cluster: { bus: ClusterBus; leases: Leases; prefix: string } | null = null;
+  let cluster: { bus: ClusterBus; leases: Leases; prefix: string; store: PostgresStore } | null = null;
   const runsHere = { test: (_id: string): boolean => false };
   if (config.cluster) {
     const pgStore = await PostgresStore.open(config.cluster.databaseUrl, onCommit);
@@ -85,7 +86,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
       closeBus = () => clusterBus.close();
       bus = clusterBus;
       const { Leases } = await import('./cluster/leases.js');
-      cluster = { bus: clusterBus, leases: new Leases(pgStore.pool, config.cluster.nodeId, config.cluster.leaseTtlMs), prefix: config.cluster.natsPrefix };
+      cluster = { bus: clusterBus, leases: new Leases(pgStore.pool, config.cluster.nodeId, config.cluster.leaseTtlMs), prefix: config.cluster.natsPrefix, store: pgStore };
     }
   } else {
     const sqlite = new SqliteStore(config.dataDir, onCommit, { synchronous: config.sqliteSynchronous });
@@ -136,7 +137,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   let closeNode = async () => {};
   if (cluster) {
     const { startClusterNode } = await import('./cluster/index.js');
-    const node = await startClusterNode({ service, conversations, events, runtime: agent.runtime, leases: cluster.leases, bus: cluster.bus, prefix: cluster.prefix, log });
+    const node = await startClusterNode({ service, conversations, events, runtime: agent.runtime, leases: cluster.leases, bus: cluster.bus, store: cluster.store, prefix: cluster.prefix, log });
     exposed = node.service;
     exposedAgent = { ...agent, runtime: node.runtime };
     closeNode = node.close;

@@ -1,13 +1,17 @@
 /**
- * Cluster mode against the real servers: daemons on random ports sharing one PostgreSQL database
- * (created and dropped per test), one WORKSPACE_ROOT and a nats-server of the test's own.
+ * Cluster mode against the real servers: in each test, daemons on random ports sharing one
+ * PostgreSQL database of the test's own (created, then dropped), one WORKSPACE_ROOT, and a
+ * nats-server of the test's own with a subject prefix of its own (stopped after).
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { spawn } from 'node:child_process';
+import { describe, test } from 'node:test';
+import { createParleyClient } from '../src/client.js';
 import { startCluster, type Cluster, type OnEnd } from './support/cluster.js';
-import { waitFor, type DaemonHandle } from './support/daemon.js';
+import { freePort, ROOT, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
+import { createTestDatabase } from './support/postgres.js';
 import { allEvents, statusOf } from './support/conversation-api.js';
-import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
+import { startScriptedLlm } from './support/scripted-llm.js';
 import { tcpProxy } from './support/tcp-proxy.js';
 import { connect, type Frames } from './support/ws-client.js';
 
@@ -29,10 +33,10 @@ async function storedTexts(d: DaemonHandle, id: string): Promise<string[]> {
 }
 
 /** Three nodes with a scripted LLM. */
-async function agentCluster(onEnd: OnEnd, leaseTtlMs: number) {
+async function agentCluster(onEnd: OnEnd, leaseTtlMs: number, nodes = 3) {
   const llm = await startScriptedLlm([]);
   onEnd(() => llm.close());
-  const c = await startCluster(onEnd, 3, { LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'k', LEASE_TTL_MS: String(leaseTtlMs) });
+  const c = await startCluster(onEnd, nodes, { LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'k', LEASE_TTL_MS: String(leaseTtlMs) });
   return { llm, c };
 }
 
@@ -52,18 +56,32 @@ function assertGapFree(f: Frames, from = 1) {
 }
 
 describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
-  // one cluster of three nodes for the tests that do not stop any part of it
-  const ends: (() => unknown)[] = [];
-  let shared: { llm: ScriptedLlm; c: Cluster };
-  before(async () => {
-    shared = await agentCluster((f) => ends.push(f), 3000);
-  }, { timeout: 180_000 });
-  after(async () => {
-    for (const f of ends.reverse()) await f();
+  test('cluster configuration: without SECRET_KEY, or with PostgreSQL or NATS unreachable, start fails with one clear line', { timeout: 120_000 }, async (t) => {
+    const db = await createTestDatabase();
+    t.after(() => db.drop());
+    const [pgPort, natsPort] = [await freePort(), await freePort()];
+    const start = (env: Record<string, string>) =>
+      new Promise<{ status: number | null; stderr: string }>((resolve) => {
+        const p = spawn(process.execPath, ['--import', 'tsx', 'bridge/main.ts'], { cwd: ROOT, env: { PATH: process.env.PATH!, DATA_DIR: tempDir(), PORT: '0', ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
+        let stderr = '';
+        p.stderr!.on('data', (b: Buffer) => (stderr += b.toString()));
+        p.on('exit', (status) => resolve({ status, stderr }));
+      });
+    const runs = await Promise.all([
+      start({ DATABASE_URL: db.url }),
+      start({ DATABASE_URL: `postgres://postgres@127.0.0.1:${pgPort}/x`, SECRET_KEY: 'k' }),
+      start({ DATABASE_URL: db.url, NATS_URL: `nats://127.0.0.1:${natsPort}`, SECRET_KEY: 'k' }),
+    ]);
+    const want = [/SECRET_KEY: required with DATABASE_URL/, /PostgreSQL unavailable: .*ECONNREFUSED/, new RegExp(`cannot reach NATS at nats://127.0.0.1:${natsPort}`)];
+    for (const [i, r] of runs.entries()) {
+      assert.equal(r.status, 1, r.stderr);
+      assert.match(r.stderr, want[i]!);
+      assert.equal(r.stderr.trim().split('\n').length, 1, `one line: ${r.stderr}`);
+    }
   });
 
-  test('three nodes: writes through two nodes at once reach subscribers on the others once each, in seq order, gap-free; resume on a third node', { timeout: 120_000 }, async () => {
-    const { c } = shared;
+  test('three nodes: writes through two nodes at once reach subscribers on the others once each, in seq order, gap-free; resume on a third node', { timeout: 180_000 }, async (t) => {
+    const c = await startCluster((f) => t.after(f), 3);
     const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
     const id = await create(n1);
     const s2 = subscribe(n2, id, 'after_seq=0');
@@ -100,21 +118,6 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     all.close();
   });
 
-  test('deleting on one node: 404 on every node, subscribers on the others are closed', { timeout: 120_000 }, async () => {
-    const { c } = shared;
-    const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
-    const id = await create(n1);
-    await send(n2, id, 'hello');
-    const s2 = subscribe(n2, id);
-    const s3 = subscribe(n3, id);
-    await Promise.all([s2.next((f) => f.key === 'full_state'), s3.next((f) => f.key === 'full_state')]);
-    // each node has the conversation loaded
-    for (const n of c.nodes) assert.equal((await n.req('GET', `/api/conversations/${id}`)).status, 200);
-    assert.equal((await n1.req('DELETE', `/api/conversations/${id}`)).status, 200);
-    for (const n of c.nodes) assert.equal((await n.req('GET', `/api/conversations/${id}`)).status, 404);
-    assert.equal((await send(n3, id, 'too late')).status, 404);
-    for (const s of [s2, s3]) assert.equal((await s.waitClose()).code, 4004);
-  });
 
   test('NATS stopped mid-run: events still reach subscribers on other nodes (from PostgreSQL); NATS back, live again', { timeout: 180_000 }, async (t) => {
     const c = await startCluster((f) => t.after(f), 2);
@@ -137,13 +140,14 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
   test('PostgreSQL briefly unreachable from a node: appends answer 503 with the reason, nothing acknowledged is lost, the node recovers by itself', { timeout: 180_000 }, async (t) => {
     const proxy = await tcpProxy(5432);
     t.after(() => proxy.close());
-    const c = await startCluster((f) => t.after(f), 2);
-    const [n1] = c.nodes as [DaemonHandle];
     // node 2 reaches PostgreSQL through the proxy
-    await c.nodes[1]!.stop();
-    const url = new URL(c.db.url);
-    url.port = String(proxy.port);
-    const n2 = await c.startNode(1, { DATABASE_URL: url.toString() });
+    const c = await startCluster((f) => t.after(f), 2, (i, db): Record<string, string> => {
+      if (i === 0) return {};
+      const url = new URL(db.url);
+      url.port = String(proxy.port);
+      return { DATABASE_URL: url.toString() };
+    });
+    const [n1, n2] = c.nodes as [DaemonHandle, DaemonHandle];
     const id = await create(n1);
     const s1 = subscribe(n1, id, 'after_seq=0');
     await s1.next((f) => f.key === 'full_state');
@@ -170,11 +174,93 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     await waitFor(() => acknowledged.every((a) => texts(s1).includes(a)), 'every acknowledged event on a subscriber of the other node', 20_000);
     assertGapFree(s1);
     s1.close();
-    void n2;
   });
 
-  test('ownership: the node that runs the loop is shown everywhere; run, interrupt and messages through other nodes reach it; the lease goes when the loop stops', { timeout: 120_000 }, async () => {
-    const { llm, c } = shared;
+  test('tRPC events across nodes: a subscriber through node 2 gets what is written through nodes 1 and 3 once each, in seq order; lastEventId resumes on node 3. Deleting through node 1: 404 on every node, subscribers on the others (WebSocket and tRPC) are closed', { timeout: 180_000 }, async (t) => {
+    const c = await startCluster((f) => t.after(f), 3);
+    const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
+    const trpc = (d: DaemonHandle, input: Record<string, unknown>) => {
+      const events: any[] = [];
+      const errors: any[] = [];
+      const sub = createParleyClient({ url: d.url }).events.subscribe(input as never, { onData: (e: any) => events.push(e.data ?? e), onError: (err) => errors.push(err) });
+      return { events, errors, seqs: () => events.filter((e) => e.seq !== undefined).map((e) => e.seq as number), close: () => sub.unsubscribe() };
+    };
+    const id = await create(n1);
+    for (let i = 0; i < 5; i++) assert.equal((await send(n1, id, `before ${i}`)).status, 200);
+    const s2 = trpc(n2, { conversation_id: id, after_seq: 0 });
+    await waitFor(() => s2.seqs().length >= 5, 'the replay through node 2');
+    const results = await Promise.all([...Array.from({ length: 60 }, (_, i) => send(n1, id, `one ${i}`)), ...Array.from({ length: 60 }, (_, i) => send(n3, id, `three ${i}`))]);
+    assert.ok(results.every((r) => r.status === 200));
+    const last = (await n2.req('GET', `/api/conversations/${id}`)).body.last_seq as number;
+    await waitFor(() => s2.seqs().at(-1) === last, 'every event through node 2', 30_000);
+    assert.deepEqual(s2.seqs(), Array.from({ length: last }, (_, i) => i + 1), 'once each, in seq order, gap-free');
+    s2.close();
+    // resume through node 3 after an event node 2 delivered
+    const mid = s2.events.filter((e) => e.seq !== undefined)[70]!;
+    const r3 = trpc(n3, { conversation_id: id, lastEventId: String(mid.seq) });
+    await waitFor(() => r3.seqs().at(-1) === last, 'the resumed replay through node 3', 30_000);
+    assert.equal((await send(n1, id, 'live after the resume')).status, 200);
+    await waitFor(() => r3.events.some((e) => e.kind === 'MessageEvent' && e.llm_message.content[0].text === 'live after the resume'), 'a live event written through node 1', 20_000);
+    assert.deepEqual(r3.seqs(), Array.from({ length: last + 1 - mid.seq }, (_, i) => mid.seq + 1 + i), 'after lastEventId: no gap, no duplicate');
+    // deleting through node 1: 404 everywhere, and the subscribers on nodes 2 and 3 are closed
+    const w2 = subscribe(n2, id);
+    const w3 = subscribe(n3, id);
+    await Promise.all([w2.next((f) => f.key === 'full_state'), w3.next((f) => f.key === 'full_state')]);
+    for (const n of c.nodes) assert.equal((await n.req('GET', `/api/conversations/${id}`)).status, 200, 'loaded on each node');
+    assert.equal((await n1.req('DELETE', `/api/conversations/${id}`)).status, 200);
+    for (const n of c.nodes) assert.equal((await n.req('GET', `/api/conversations/${id}`)).status, 404);
+    assert.equal((await send(n3, id, 'too late')).status, 404);
+    for (const w of [w2, w3]) assert.equal((await w.waitClose()).code, 4004);
+    await waitFor(() => r3.errors.length > 0, 'the tRPC subscription on node 3 ended by the delete', 20_000);
+    assert.match(String(r3.errors[0]?.message), /deleted/i);
+    r3.close();
+  });
+
+  test('an owner stalled (SIGSTOP) past its lease: a command that must reach it answers 503 with the reason; another node takes over; resumed (SIGCONT), it stops its loop and writes nothing as the owner', { timeout: 180_000 }, async (t) => {
+    const { llm, c } = await agentCluster((f) => t.after(f), 4000, 2);
+    const id = await readyConversation(c);
+    const [n1, n2] = c.nodes as [DaemonHandle, DaemonHandle];
+    let answer!: () => void;
+    const gate = new Promise<void>((r) => (answer = r));
+    llm.push(async () => {
+      await gate;
+      return { text: 'written by a stalled owner' };
+    });
+    assert.equal((await send(n2, id, 'long task', true)).status, 200);
+    await llm.waitForRequests(1, 20_000);
+    assert.equal((await n1.req('GET', `/api/conversations/${id}`)).body.node_id, 'node-2');
+    n2.proc.kill('SIGSTOP');
+    t.after(() => n2.proc.kill('SIGCONT'));
+    // the owner holds the lease but does not answer: 503 naming it, not a wait without end
+    const interrupt = await n1.req('POST', `/api/conversations/${id}/interrupt`);
+    assert.equal(interrupt.status, 503, interrupt.text);
+    assert.match(interrupt.text, /node-2.*does not answer/);
+    // its lease expires: another node applies the crash-recovery rule
+    await waitFor(async () => (await statusOf(n1.req, id)) === 'error', 'the takeover', 30_000);
+    const recovered = await allEvents(n1.req, id);
+    assert.equal(recovered.filter((e) => e.code === 'NodeLost').length, 1);
+    // the LLM answers the stalled node, which then resumes
+    answer();
+    n2.proc.kill('SIGCONT');
+    await waitFor(() => n2.output.some((l) => l.includes('lease lost to another node')), 'the resumed node to see it lost the lease', 30_000);
+    const active = async () => /^parley_agent_runs_active (\d+)/m.exec((await n2.req('GET', '/metrics')).text)?.[1];
+    await waitFor(async () => (await active()) === '0', 'the loop on the resumed node to stop', 30_000);
+    // nothing was written as the owner after the takeover
+    const evs = await allEvents(n1.req, id);
+    assert.deepEqual(evs.slice(recovered.length), [], 'no event after the takeover');
+    assert.ok(!JSON.stringify(evs).includes('written by a stalled owner'));
+    for (const n of c.nodes) assert.equal(await statusOf(n.req, id), 'error', 'the status the takeover set, everywhere');
+    // the resumed node serves the conversation again: a message, and a run it owns
+    llm.push({ text: 'done after the stall' });
+    assert.equal((await send(n2, id, 'go on', true)).status, 200);
+    await waitFor(async () => (await statusOf(n1.req, id)) === 'finished', 'finished', 30_000);
+    const after = await allEvents(n1.req, id);
+    assert.equal(after.filter((e) => e.kind === 'MessageEvent' && e.source === 'agent').pop().llm_message.content[0].text, 'done after the stall');
+    assert.deepEqual(after.map((e) => e.seq), Array.from({ length: after.length }, (_, i) => i + 1), 'seq gap-free');
+  });
+
+  test('ownership: the node that runs the loop is shown everywhere; run, interrupt and messages through other nodes reach it; the lease goes when the loop stops', { timeout: 180_000 }, async (t) => {
+    const { llm, c } = await agentCluster((f) => t.after(f), 3000);
     const id = await readyConversation(c);
     const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
     const owner = async (n: DaemonHandle) => (await n.req('GET', `/api/conversations/${id}`)).body.node_id ?? null;
@@ -202,6 +288,17 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     const evs = await allEvents(n1.req, id);
     assert.equal(evs.filter((e) => e.kind === 'MessageEvent' && e.source === 'agent').pop().llm_message.content[0].text, 'done on node 3');
     assert.ok(JSON.stringify(llm.requests.at(-1)!.body.messages).includes('more from node 3'), 'the message sent through node 3 was in the history');
+    // pause through node 2 reaches the loop on node 1: it stops after the step in progress
+    llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'sleep 2; echo step' } }] }, { text: 'not reached' });
+    const asked = llm.requests.length;
+    await waitFor(async () => (await owner(n1)) === null, 'the lease released after the run on node 3', 15_000);
+    assert.equal((await n1.req('POST', `/api/conversations/${id}/run`)).status, 200);
+    await llm.waitForRequests(asked + 1, 20_000);
+    assert.equal(await owner(n2), 'node-1');
+    assert.equal((await n2.req('POST', `/api/conversations/${id}/pause`)).status, 200);
+    await waitFor(async () => (await statusOf(n3.req, id)) === 'paused', 'paused, as node 3 sees it', 30_000);
+    assert.equal(llm.requests.length, asked + 1, 'no step after the pause');
+    assert.ok((await allEvents(n2.req, id)).some((e) => e.kind === 'PauseEvent'));
   });
 
   test('SIGKILL of the owner mid-run with writes in flight: its lease expires, another node takes over (error, NodeLost), every acknowledged message is kept, the agent runs again elsewhere; the killed node rejoins without duplicating anything', { timeout: 180_000 }, async (t) => {
@@ -249,10 +346,10 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     assert.equal((await send(back, id, 'hello from the restarted node')).status, 200);
   });
 
-  test('provider tokens, secrets, settings and MCP defaults stored through one node are used (and redacted) by the others', { timeout: 120_000 }, async () => {
-    const { llm, c } = shared;
+  test('provider tokens, secrets, settings and MCP defaults stored through one node are used (and redacted) by the others', { timeout: 180_000 }, async (t) => {
+    const { llm, c } = await agentCluster((f) => t.after(f), 3000, 2);
     const id = await readyConversation(c);
-    const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
+    const [n1, n2] = c.nodes as [DaemonHandle, DaemonHandle];
     const GH = 'ghp_clusterCanary0123456789abcdefABCDEF';
     const SECRET = 'cluster-secret-canary-4242';
     const MCPKEY = 'mcp-cluster-canary-key-77';
@@ -260,32 +357,32 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     assert.equal((await n1.req('POST', '/api/secrets', { name: 'MY_SECRET', value: SECRET, description: 'from node 1' })).status, 201);
     assert.equal((await n1.req('POST', '/api/settings', { llm_model: 'openai/scripted' })).status, 200);
     assert.deepEqual((await n2.req('GET', '/api/secrets')).body.secrets, [{ name: 'MY_SECRET', description: 'from node 1' }]);
-    assert.equal((await n3.req('GET', '/api/settings')).body.llm_model, 'openai/scripted');
-    // a conversation created on node 3 gets the MCP default stored through node 1 (redacted when shown)
-    const other = await create(n3);
-    assert.equal((await n3.req('GET', `/api/conversations/${other}`)).body.mcp_config.shttp_servers[0].url, 'http://127.0.0.1:9/mcp');
+    assert.equal((await n2.req('GET', '/api/settings')).body.llm_model, 'openai/scripted');
+    // a conversation created on node 2 gets the MCP default stored through node 1 (redacted when shown)
+    const other = await create(n2);
+    assert.equal((await n2.req('GET', `/api/conversations/${other}`)).body.mcp_config.shttp_servers[0].url, 'http://127.0.0.1:9/mcp');
     // the agent on node 2 has the token and the secret in its shell, and node 2 masks both
     llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'echo "$GITHUB_TOKEN $MY_SECRET"' } }] }, { text: 'done' });
     assert.equal((await send(n2, id, 'print them', true)).status, 200);
     await waitFor(async () => (await statusOf(n2.req, id)) === 'finished', 'finished', 30_000);
-    const obs = (await allEvents(n3.req, id)).find((e) => e.kind === 'ObservationEvent');
+    const obs = (await allEvents(n2.req, id)).find((e) => e.kind === 'ObservationEvent');
     assert.match(obs.observation.content[0].text, /<secret_hidden> <secret_hidden>/, 'the shell had the values, masked');
     const everything = JSON.stringify(await allEvents(n1.req, id)) + c.nodes.map((n) => n.output.join('\n')).join('\n');
     for (const canary of [GH, SECRET, MCPKEY]) assert.ok(!everything.includes(canary), `${canary} leaked`);
   });
 
-  test('a confirmation accepted through another node runs the waiting actions there, under the lease', { timeout: 120_000 }, async () => {
-    const { llm, c } = shared;
+  test('a confirmation accepted through another node runs the waiting actions there, under the lease', { timeout: 180_000 }, async (t) => {
+    const { llm, c } = await agentCluster((f) => t.after(f), 3000, 2);
     const id = await readyConversation(c);
-    const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
+    const [n1, n2] = c.nodes as [DaemonHandle, DaemonHandle];
     assert.equal((await n1.req('POST', `/api/conversations/${id}/confirmation_policy`, { policy: { kind: 'AlwaysConfirm' } })).status, 200);
     // the action outlives LEASE_TTL_MS (3 s): run without the lease, it would be taken over
     llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'sleep 5; echo confirmed' } }] }, { text: 'ok' });
     assert.equal((await send(n2, id, 'do it', true)).status, 200);
     await waitFor(async () => (await statusOf(n1.req, id)) === 'waiting_for_confirmation', 'waiting for confirmation', 30_000);
     await waitFor(async () => (await n1.req('GET', `/api/conversations/${id}`)).body.node_id === null, 'no lease while waiting', 10_000);
-    assert.equal((await n3.req('POST', `/api/conversations/${id}/events/respond_to_confirmation`, { accept: true })).status, 200);
-    await waitFor(async () => (await n1.req('GET', `/api/conversations/${id}`)).body.node_id === 'node-3', 'node 3 runs the actions', 10_000);
+    assert.equal((await n1.req('POST', `/api/conversations/${id}/events/respond_to_confirmation`, { accept: true })).status, 200);
+    await waitFor(async () => (await n1.req('GET', `/api/conversations/${id}`)).body.node_id === 'node-1', 'node 1 runs the actions', 10_000);
     await waitFor(async () => (await statusOf(n2.req, id)) === 'finished', 'finished', 60_000);
     const evs = await allEvents(n1.req, id);
     assert.ok(!evs.some((e) => e.code === 'NodeLost'), 'not taken over');

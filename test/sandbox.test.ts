@@ -11,6 +11,8 @@ import { allEvents, waitStatus } from './support/conversation-api.js';
 import { ROOT, startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
 import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
 import { startGitServer } from './support/git-server.js';
+import { hostPid } from './support/processes.js';
+import { fileURLToPath } from 'node:url';
 
 const SESSION = 'sess-SANDBOXCANARY-4711';
 const LLM_KEY = 'sk-SANDBOXCANARY-llm-0815';
@@ -34,6 +36,23 @@ function hostProcesses(marker: string): number[] {
   }
   return out;
 }
+
+/** The namespace a host process is in (`pid:[4026…]`), or null when it is gone. */
+function nsOf(pid: number, kind = 'pid'): string | null {
+  try {
+    return fs.readlinkSync(`/proc/${pid}/ns/${kind}`);
+  } catch {
+    return null;
+  }
+}
+
+/** Host processes in the pid namespace `ns` (zombies have no namespace links). */
+function pidsInNs(ns: string): number[] {
+  return fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d) && nsOf(Number(d)) === ns).map(Number);
+}
+
+const TSX_LOADER = import.meta.resolve('tsx');
+const STDIO_SERVER = fileURLToPath(new URL('./support/mcp-servers/stdio-server.ts', import.meta.url));
 
 interface Harness {
   d: DaemonHandle;
@@ -276,6 +295,83 @@ describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
   });
 });
 
+describe('sandbox: one sandbox per conversation', { timeout: 180_000 }, () => {
+  test('the shell, setup.sh and a stdio MCP server share one pid namespace and one /tmp; another conversation does not; DELETE ends it; a dead sandbox is recreated', async () => {
+    const h = await harness();
+    const git = await startGitServer({ token: 'gh-SANDBOX-token-5678' });
+    const m = `9191${process.pid % 1000}`;
+    try {
+      await git.createRepo('acme/one', {
+        'README.md': '# one\n',
+        '.openhands/setup.sh': [`echo FROM-SETUP-${m} > /tmp/setup-${m}`, `echo cached > ~/.cache-${m}`, `(sleep ${m}1 >/dev/null 2>&1 &)`, 'echo SETUP-DONE', ''].join('\n'),
+      }, { private: true });
+      assert.equal((await h.req('POST', '/api/add-git-providers', { provider_tokens: { github: { token: 'gh-SANDBOX-token-5678', host: git.url } } })).status, 200);
+      const r = await h.req('POST', '/api/conversations', {
+        repository: 'acme/one',
+        git_provider: 'github',
+        mcp_config: { stdio_servers: [{ name: 'local', command: process.execPath, args: ['--import', TSX_LOADER, STDIO_SERVER, 'local'] }] },
+      });
+      const a = r.body.conversation_id as string;
+      await waitFor(async () => ['ready', 'error'].includes((await h.req('GET', `/api/conversations/${a}`)).body.setup?.phase), 'prepared', 60_000);
+      // the MCP server starts with the run; its `pid` tool names it on the host
+      const [pidObs] = await h.run(a, [{ name: 'pid', arguments: {} }]);
+      const mcpPid = hostPid(pidObs.content.map((c: any) => c.text).join(''));
+      assert.ok(mcpPid > 0, JSON.stringify(pidObs));
+      const shell = await h.sh(a, `cat /tmp/setup-${m}; cat ~/.cache-${m}; (sleep ${m}2 >/dev/null 2>&1 &); ps -eo pid,args`);
+      assert.match(shell.text, new RegExp(`FROM-SETUP-${m}`), 'the shell reads what setup.sh wrote to /tmp');
+      assert.match(shell.text, /^cached$/m, 'and to HOME');
+      assert.match(shell.text, new RegExp(`sleep ${m}1`), "ps in the shell shows setup.sh's background job");
+      assert.match(shell.text, /parley-test-pid-/, 'ps in the shell shows the MCP server');
+      // judged from the host: one pid (and user) namespace for all of them, not the host's
+      const [setupJob] = hostProcesses(`sleep ${m}1`);
+      const [shellJob] = hostProcesses(`sleep ${m}2`);
+      assert.ok(setupJob && shellJob);
+      const nsA = nsOf(shellJob)!;
+      assert.notEqual(nsA, nsOf(process.pid));
+      assert.equal(nsOf(setupJob), nsA);
+      assert.equal(nsOf(mcpPid), nsA);
+      assert.equal(nsOf(mcpPid, 'user'), nsOf(shellJob, 'user'));
+      // /tmp and HOME live on the host outside the workspace, private to the daemon's user
+      const state = path.join(h.d.dataDir, 'workspaces', '.sandbox', a.replace(/-/g, ''));
+      assert.equal(fs.readFileSync(path.join(state, 'tmp', `setup-${m}`), 'utf8'), `FROM-SETUP-${m}\n`);
+      assert.equal(fs.statSync(path.join(state, 'tmp')).mode & 0o777, 0o700);
+      assert.ok(!fs.existsSync(path.join(h.ws(a), `setup-${m}`)));
+
+      // another conversation: its own namespace and /tmp
+      const b = await h.create();
+      const other = await h.sh(b, `ls -A /tmp; ls -A ~; (sleep ${m}3 >/dev/null 2>&1 &); ps -eo args | grep -c "sleep ${m}[12]"`);
+      assert.doesNotMatch(other.text, new RegExp(`setup-${m}|cache-${m}`));
+      assert.match(other.text, /^0$/m, "another conversation's processes are not visible");
+      const [bJob] = hostProcesses(`sleep ${m}3`);
+      const nsB = nsOf(bJob!)!;
+      assert.notEqual(nsB, nsA);
+
+      // DELETE: nothing of the namespace is left on the host, nor its /tmp and HOME
+      assert.equal((await h.req('DELETE', `/api/conversations/${a}`)).status, 200);
+      await waitFor(() => pidsInNs(nsA).length === 0, "no process of the deleted conversation's namespace left", 10_000).catch(() => {
+        throw new Error(`left over: ${pidsInNs(nsA).join(',')}`);
+      });
+      assert.ok(!fs.existsSync(state), 'the sandbox /tmp and HOME are removed');
+      assert.ok(pidsInNs(nsB).length > 0, 'the other conversation is untouched');
+
+      // the sandbox dies (its init killed from the host): the next command recreates it
+      const init = pidsInNs(nsB).find((p) => /^NSpid:\s+\d+\s+1$/m.test(fs.readFileSync(`/proc/${p}/status`, 'utf8')));
+      assert.ok(init, 'the namespace has an init');
+      process.kill(init!, 'SIGKILL');
+      await waitFor(() => pidsInNs(nsB).length === 0, 'the dead sandbox left nothing', 10_000);
+      const again = await h.sh(b, `echo back; (sleep ${m}4 >/dev/null 2>&1 &)`);
+      assert.match(again.text, /back/);
+      assert.match(again.text, /new shell was started/);
+      const [bJob2] = hostProcesses(`sleep ${m}4`);
+      assert.ok(bJob2);
+      assert.notEqual(nsOf(bJob2!), nsB, 'a new sandbox');
+    } finally {
+      await git.close();
+      await h.close();
+    }
+  });
+});
+
 describe('sandbox: SANDBOX_NETWORK=none and kill -9 of the daemon', { timeout: 120_000 }, () => {
   test('no network: not even the daemon port is reachable', async () => {
     const h = await harness({ SANDBOX_NETWORK: 'none' });
@@ -320,6 +416,44 @@ describe('sandbox: SANDBOX_NETWORK=none and kill -9 of the daemon', { timeout: 1
       await waitFor(() => hostProcesses(`sleep ${marker}`).length === 0 && hostProcesses(ws).length === 0, 'no sandboxed process left', 10_000).catch(() => {
         throw new Error(`left over: ${[...hostProcesses(`sleep ${marker}`), ...hostProcesses(ws)].join(',')}`);
       });
+    } finally {
+      await h.close();
+    }
+  });
+});
+
+describe('sandbox: the daemon API from inside a sandbox without a session key', { timeout: 180_000 }, () => {
+  const httpGet = (port: number, url: string) =>
+    `exec 3<>/dev/tcp/127.0.0.1/${port} && printf 'GET ${url} HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\nConnection: close\\r\\n\\r\\n' >&3 && cat <&3 || echo NO-CONNECTION`;
+
+  test('SANDBOX_NETWORK=none: another conversation cannot be read through the keyless API', async () => {
+    const h = await harness({ SESSION_API_KEY: '', SANDBOX_NETWORK: 'none' });
+    try {
+      const victim = await h.create();
+      await h.sh(victim, 'echo VICTIM-MARKER-3131');
+      const a = await h.create();
+      // from the host the keyless API answers (control) …
+      assert.match((await fetch(`http://127.0.0.1:${h.d.port}/api/conversations/${victim}/events/search?limit=100`)).status.toString(), /^200$/);
+      // … from the sandbox it cannot even be reached
+      const r = await h.sh(a, httpGet(h.d.port, `/api/conversations/${victim}/events/search?limit=100`));
+      assert.match(r.text, /NO-CONNECTION/);
+      assert.doesNotMatch(r.text, /VICTIM-MARKER|HTTP\/1\.1 200/);
+      assert.ok(!h.d.output.some((l) => l.includes('api-reachable')), 'no warning with network none');
+    } finally {
+      await h.close();
+    }
+  });
+
+  test('SANDBOX_NETWORK=host without a key: the daemon warns at start that agents reach its API (the documented gap)', async () => {
+    const h = await harness({ SESSION_API_KEY: '' });
+    try {
+      const warnings = h.d.output.filter((l) => l.includes('"sandbox":"api-reachable"'));
+      assert.equal(warnings.length, 1, h.d.output.join('\n'));
+      assert.match(warnings[0]!, /set SESSION_API_KEY or SANDBOX_NETWORK=none/);
+      // what the warning is about: the keyless API answers a sandboxed process (README, Trust model)
+      const a = await h.create();
+      const r = await h.sh(a, httpGet(h.d.port, '/alive'));
+      assert.match(r.text, /HTTP\/1\.1 200/);
     } finally {
       await h.close();
     }

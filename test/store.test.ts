@@ -4,21 +4,24 @@
  * test in a database of its own, dropped after). Then what only one of them has.
  */
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import path from 'node:path';
 import { test, type TestContext } from 'node:test';
 import pg from 'pg';
 import { UnavailableError } from '../src/errors.js';
-import { PostgresStore } from '../src/store/postgres.js';
+import { LeaseLostError, PostgresStore } from '../src/store/postgres.js';
 import { SqliteStore, type CommitListener } from '../src/store/sqlite.js';
 import type { Store } from '../src/store/types.js';
 import type { ParleyEvent } from '../src/events/types.js';
-import { freePort, tempDir, waitFor } from './support/daemon.js';
+import { freePort, ROOT, tempDir, waitFor } from './support/daemon.js';
 import { createTestDatabase } from './support/postgres.js';
 import { tcpProxy } from './support/tcp-proxy.js';
 
 const C = '11111111-1111-4111-8111-111111111111';
 const D = '22222222-2222-4222-8222-222222222222';
 const msg = (text: string) => ({ kind: 'MessageEvent' as const, source: 'user' as const, llm_message: { role: 'user' as const, content: [{ type: 'text' as const, text }] } });
+const status = (value: string) => ({ kind: 'ConversationStateUpdateEvent' as const, source: 'environment' as const, key: 'execution_status', value });
 const conv = (id: string, created_at: string, execution_status = 'idle', data: Record<string, unknown> = {}) => ({ id, title: null, created_at, updated_at: created_at, execution_status, data });
 
 /** Opens stores of one backend on one place (a directory, a database); removed when the test ends. */
@@ -149,6 +152,22 @@ for (const backend of backends) {
     assert.equal(await store.getSecret('provider', 'github'), null);
     await store.close();
   });
+  contract('a status event sets the stored execution_status in the same commit (the last of a batch wins); other events leave it', async (open) => {
+    const store = await open();
+    await store.createConversation(conv(C, 'a'));
+    await store.createConversation(conv(D, 'b'));
+    await store.append(C, status('running'));
+    assert.equal((await store.getConversation(C))?.execution_status, 'running');
+    await Promise.all([store.appendMany(C, [status('paused'), msg('x'), status('error')]), store.append(D, status('finished')), store.append(D, msg('y'))]);
+    assert.equal((await store.getConversation(C))?.execution_status, 'error');
+    assert.equal((await store.getConversation(D))?.execution_status, 'finished');
+    await store.append(C, { kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'llm_retry', value: 'finished' });
+    assert.equal((await store.getConversation(C))?.execution_status, 'error', 'another key is not the status');
+    await store.close();
+    const reopened = await open();
+    assert.deepEqual((await reopened.conversationsWithStatus(['error'])).map((c) => c.id), [C]);
+    await reopened.close();
+  });
 }
 
 // ---- SQLite only --------------------------------------------------------------------------------
@@ -168,6 +187,16 @@ test('SQLite: reads see events before and after the writer thread indexes them',
   await check();
   await waitFor(() => store.unindexed === 0, 'the index');
   await check();
+  await store.close();
+});
+
+test('SQLite: a crash between the journal write of a status event and the status update is made up for at the next start', { timeout: 60_000 }, async (t) => {
+  const dir = tempDir();
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const r = spawnSync(process.execPath, ['--import', 'tsx', path.join(ROOT, 'test/support/status-crash.ts'), dir, C], { cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
+  assert.equal(r.signal, 'SIGKILL', `the child died by SIGKILL (stderr: ${r.stderr})`);
+  const store = new SqliteStore(dir, () => {});
+  assert.equal((await store.getConversation(C))?.execution_status, 'running', 'the status follows the log');
   await store.close();
 });
 
@@ -233,5 +262,28 @@ test('PostgreSQL: a node whose connection to the server is cut answers 503 with 
   const after = (await waitFor(() => store.append(C, msg('after')).catch(() => null), 'an append once the server is back'))!;
   assert.equal((await store.query(C, { limit: 10 })).filter((e) => e.seq === after.seq).length, 1);
   assert.ok((await store.query(C, { limit: 10 })).some((e) => e.seq === 1), 'what was acknowledged before is kept');
+  await store.close();
+});
+
+test('PostgreSQL: a fenced append commits only while its node holds the lease; refused, it takes no seq, sets no status and fails alone', { timeout: 60_000 }, async (t) => {
+  const db = await createTestDatabase();
+  t.after(() => db.drop());
+  const store = await PostgresStore.open(db.url);
+  await store.createConversation(conv(C, 'a', 'running'));
+  await store.pool.query("INSERT INTO leases (conversation_id, node_id, expires_at) VALUES ($1, 'node-a', now() + interval '1 minute')", [C]);
+  const lost: string[] = [];
+  store.fenceWith((id) => (id === C ? 'node-a' : null), (e) => lost.push(e.conversationId));
+  assert.equal((await store.append(C, msg('as the owner'))).seq, 1);
+  // another node takes the conversation over
+  await store.pool.query("UPDATE leases SET node_id = 'node-b' WHERE conversation_id = $1", [C]);
+  const results = await Promise.allSettled([store.append(C, status('finished')), store.append(D, msg('not fenced'))]);
+  assert.equal(results[0].status, 'rejected');
+  assert.ok((results[0] as PromiseRejectedResult).reason instanceof LeaseLostError, String((results[0] as PromiseRejectedResult).reason));
+  assert.equal(results[1].status, 'fulfilled', 'the other append of the group commits');
+  assert.deepEqual(lost, [C]);
+  assert.equal((await store.getConversation(C))?.execution_status, 'running', 'the refused status was not stored');
+  assert.equal(await store.lastSeq(C), 1, 'no seq taken');
+  store.fenceWith(() => null, () => {});
+  assert.equal((await store.append(C, msg('not the owner'))).seq, 2);
   await store.close();
 });

@@ -9,6 +9,7 @@ import type { Conversations } from '../conversation/conversations.js';
 import type { AgentRuntimeImpl } from '../agent/runtime.js';
 import type { ConversationService } from '../conversation/service.js';
 import type { EventLog } from '../events/log.js';
+import type { PostgresStore } from '../store/postgres.js';
 import type { ClusterBus } from './bus.js';
 import type { Leases } from './leases.js';
 import { ClusterNode } from './node.js';
@@ -22,9 +23,12 @@ export interface ClusterNodeParts {
   runtime: AgentRuntimeImpl;
   leases: Leases;
   bus: ClusterBus;
+  store: PostgresStore;
   prefix: string;
   log: Logger;
 }
+
+const isUserMessage = (d: { kind: string; source: string }) => d.kind === 'MessageEvent' && d.source === 'user';
 
 export async function startClusterNode(p: ClusterNodeParts): Promise<{ service: ConversationService; runtime: AgentRuntimeImpl; close(): Promise<void> }> {
   const { service, conversations, events, runtime } = p;
@@ -37,7 +41,8 @@ export async function startClusterNode(p: ClusterNodeParts): Promise<{ service: 
     hooks: {
       isRunning: (id) => runtime.isRunning(id),
       notifyMessage: (id) => runtime.notifyMessage(id),
-      stopLocal: (id) => runtime.pause(id),
+      // stops the loop and the processes it started; what it would append is refused (the fence)
+      stopLocal: (id) => runtime.interrupt(id),
       refresh: async (id) => {
         const conv = await conversations.refresh(id);
         return conv ? { status: conv.status } : null;
@@ -56,6 +61,13 @@ export async function startClusterNode(p: ClusterNodeParts): Promise<{ service: 
       },
     },
   });
+  // The agent loop running here writes as the owner: its appends need this node's lease, so a node
+  // that was stalled (or cut off) while another took the conversation over writes nothing more.
+  // A user's message is not the owner's: it is appended whoever holds the lease.
+  p.store.fenceWith(
+    (id, drafts) => (runtime.isRunning(id) && !drafts.every(isUserMessage) ? p.leases.nodeId : null),
+    (err) => node.leaseLost(err.conversationId),
+  );
   await node.start();
   const routed = new Proxy(service, {
     get(target, prop) {

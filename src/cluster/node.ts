@@ -78,13 +78,18 @@ export interface ClusterNodeDeps<N, M, C> {
   local: LocalOps<N & { conversation_id?: string | null }, M & Message, C & { conversation_id: string }>;
   hooks: NodeHooks;
   log: Logger;
-  /** How long a routed request waits for the owner's answer (default 30 s). */
+  /**
+   * How long a routed request waits for the owner's answer before it answers 503 (default: the
+   * lease TTL, at least 10 s; `condense` and `ask`, which call the LLM, wait 2 minutes).
+   */
   requestTimeoutMs?: number;
 }
 
 export class ClusterNode<N extends { conversation_id?: string | null }, M extends Message, C extends { conversation_id: string }> implements LocalOps<N, M, C> {
   /** Conversations whose lease this node holds. */
   private held = new Set<string>();
+  /** Held conversations whose loop had stopped at the last renewal: released at the next one. */
+  private idle = new Set<string>();
   private timers: NodeJS.Timeout[] = [];
   private closed = false;
   private readonly nodeId: string;
@@ -217,7 +222,8 @@ export class ClusterNode<N extends { conversation_id?: string | null }, M extend
   private async ask(owner: string, op: RoutedOp, args: unknown[]): Promise<unknown> {
     let reply: Reply;
     try {
-      const msg = await this.d.nc.request(`${this.d.prefix}.node.${token(owner)}`, encoder.encode(JSON.stringify({ op, args })), { timeout: this.d.requestTimeoutMs ?? 30_000 });
+      const timeout = op === 'condense' || op === 'ask' ? 120_000 : (this.d.requestTimeoutMs ?? Math.max(10_000, this.d.leases.ttlMs));
+      const msg = await this.d.nc.request(`${this.d.prefix}.node.${token(owner)}`, encoder.encode(JSON.stringify({ op, args })), { timeout });
       reply = JSON.parse(decoder.decode(msg.data)) as Reply;
     } catch {
       return undefined;
@@ -245,6 +251,7 @@ export class ClusterNode<N extends { conversation_id?: string | null }, M extend
 
   private async drop(id: string): Promise<void> {
     this.held.delete(id);
+    this.idle.delete(id);
     await this.d.leases.release(id).catch(() => {});
   }
 
@@ -252,20 +259,32 @@ export class ClusterNode<N extends { conversation_id?: string | null }, M extend
   private async renew(): Promise<void> {
     if (this.closed) return;
     const lost = await this.d.leases.renew([...this.held]);
-    for (const id of lost) {
-      this.held.delete(id);
-      if (this.d.hooks.isRunning(id)) {
-        // it could not renew in time and another node has taken over: that node applied the crash-recovery rule
-        this.d.log.warn({ conversation_id: id }, 'lease lost to another node: stopping the agent loop here');
-        await this.d.hooks.stopLocal(id).catch(() => {});
-      }
-    }
+    for (const id of lost) this.leaseLost(id);
     for (const id of [...this.held]) {
-      if (this.d.hooks.isRunning(id)) continue;
+      if (this.d.hooks.isRunning(id)) {
+        this.idle.delete(id);
+        continue;
+      }
       const phase = await this.d.hooks.setupPhase(id);
       if (phase !== undefined && phase !== 'ready' && phase !== 'error') continue; // still preparing
-      await this.drop(id);
+      // released one renewal after the loop stopped: a run that ends as a message arrives is
+      // followed by another (runtime.ts afterRun), which still needs the lease
+      if (this.idle.has(id)) await this.drop(id);
+      else this.idle.add(id);
     }
+  }
+
+  /**
+   * Another node holds the conversation's lease now (this node could not renew it in time: it was
+   * stalled or cut off, and the other node applied the crash-recovery rule). The loop here stops;
+   * whatever it would still write is refused by the store (the fence, src/cluster/index.ts).
+   */
+  leaseLost(id: string): void {
+    this.held.delete(id);
+    this.idle.delete(id);
+    if (!this.d.hooks.isRunning(id)) return;
+    this.d.log.warn({ conversation_id: id }, 'lease lost to another node: stopping the agent loop here');
+    void this.d.hooks.stopLocal(id).catch(() => {});
   }
 
   /** Conversations left running by a node that died: the first node to take the lease recovers each. */
@@ -273,9 +292,14 @@ export class ClusterNode<N extends { conversation_id?: string | null }, M extend
     if (this.closed) return;
     for (const id of await this.d.leases.orphans()) {
       if (!(await this.d.leases.acquire(id))) continue;
+      if (this.held.has(id) || this.d.hooks.isRunning(id)) {
+        // this node's own work, whose lease lapsed (a renewal came late): it is renewed, and kept
+        this.held.add(id);
+        continue;
+      }
       try {
         const conv = await this.d.hooks.refresh(id);
-        if (!conv || conv.status !== 'running' || this.d.hooks.isRunning(id)) continue;
+        if (!conv || conv.status !== 'running') continue;
         this.d.log.warn({ conversation_id: id }, 'taking over a conversation whose node stopped renewing its lease');
         await this.d.hooks.recover(id);
       } finally {
@@ -299,6 +323,7 @@ function rebuild(e: NonNullable<Reply['error']>): Error {
     case 'NotFoundError':
       return new NotFoundError(e.message);
     case 'ConflictError':
+    case 'LeaseLostError':
       return new ConflictError(e.message);
     case 'UnavailableError':
       return new UnavailableError(e.message);

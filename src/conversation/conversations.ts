@@ -211,10 +211,9 @@ export class Conversations {
     if (conv.status === status) return;
     conv.status = status;
     conv.record.execution_status = status;
-    // the event first: the stored status is what other nodes show, and a client must never see a
-    // status its event log does not hold yet
+    // the store sets the stored status in the same commit as the event (store/types.ts
+    // executionStatusOf): the log and the status other nodes show never disagree
     await this.events.append(id, { kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'execution_status', value: status });
-    await this.store.updateConversation(id, { execution_status: status });
   }
 
   /** Merge-patch the conversation's stored data (repository, setup state, ...). */

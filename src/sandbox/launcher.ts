@@ -2,14 +2,23 @@
  * The per-conversation sandbox launcher: every process the agent causes (the terminal's shell,
  * setup.sh, git after the clone, stdio MCP servers) is started through `spawn()`.
  *
- * bwrap mode: each process runs in its own `bwrap` (new user, pid, ipc and uts namespaces, and a
- * network namespace with only loopback when SANDBOX_NETWORK=none; the system read-only, the
- * conversation's workspace read-write at /workspace, private /tmp and HOME, its own /proc,
- * --die-with-parent, --new-session, all capabilities dropped). The processes of one conversation
- * share one cgroup (memory, pids), so the limits are per conversation. A bwrap per process costs
- * a few milliseconds (scripts/bench-sandbox.ts) and keeps kill-all simple: killing the outer bwrap
- * ends its pid namespace (the namespace's init dies through --die-with-parent, and the kernel kills
- * every process in it), and so does the daemon's death, kill -9 included.
+ * bwrap mode: ONE sandbox per conversation. A long-lived "holder" bwrap owns the conversation's
+ * namespaces: a new user and pid namespace (its init is bwrap's reaper, pid 1; pid 2 is a `cat`
+ * reading a pipe the daemon holds), plus ipc, uts and, with SANDBOX_NETWORK=none, net. Every process
+ * of the conversation is a further bwrap that JOINS the holder's user and pid namespaces
+ * (`--userns 3 --pidns 4`, the namespace files the daemon keeps open, reached through
+ * /proc/<daemon>/fd), so `ps` in the shell shows the MCP servers and setup.sh's background jobs, and
+ * killing the holder's init ends the pid namespace with everything in it. Each joining bwrap builds
+ * the same view (the system read-only, the workspace read-write at /workspace, its own /proc, a new
+ * ipc and uts namespace, a loopback-only network namespace with SANDBOX_NETWORK=none) and binds the
+ * conversation's /tmp and HOME from per-conversation host directories (`<WORKSPACE_ROOT>/.sandbox/
+ * <id>/{tmp,home}`, 0700, never shown to another conversation, removed on DELETE), so a file setup.sh
+ * writes to /tmp is seen by the shell. --die-with-parent everywhere: after the daemon's death (kill -9
+ * included) the holder's init and every joined process get SIGKILL, and the namespace ends.
+ * All processes of one conversation share one cgroup (memory, pids), so the limits are per
+ * conversation. The holder lives while the conversation uses it: it is closed by interrupt, DELETE,
+ * shutdown, SANDBOX_MAX_LIVE (least recently used idle one) or after IDLE_CLOSE_MS with no process
+ * started through the launcher; the next spawn starts a new one.
  *
  * none mode: plain processes in their own process group, with the same built environment (never
  * the daemon's) and the same kill-all bookkeeping.
@@ -22,7 +31,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import { baseChildEnv } from '../workspace/child-env.js';
-import { workspacePath } from '../workspace/workspace.js';
+import { conversationIdHex, workspacePath } from '../workspace/workspace.js';
 import { detectCgroups, type CgroupBackend, type ConversationCgroup } from './cgroup.js';
 import { PathView } from './path-view.js';
 import type { ProcessLauncher } from './types.js';
@@ -76,6 +85,13 @@ export interface SandboxSpawnOptions {
   workspaceDir?: string;
   /** Extra per-process mounts (e.g. the terminal's FIFO directory). */
   binds?: Bind[];
+  /**
+   * bwrap leaves the namespace fds it joined through open (fds 3 and 4) in the command; they give
+   * nothing the process does not have (it is in those namespaces already), but by default an `sh`
+   * closes them before the command (a few ms). True: the command closes them itself (the terminal's
+   * bash does in its init script), saving that exec where the start time matters.
+   */
+  commandClosesFds?: boolean;
 }
 
 /** What /server_info reports. */
@@ -101,11 +117,34 @@ export class SandboxUnavailableError extends Error {
 export const VISIBLE_WORKSPACE = '/workspace';
 const VISIBLE_HOME = '/home/agent';
 
+/** How long a sandbox with no process started through the launcher stays up (its background jobs with it). */
+const IDLE_CLOSE_MS = 10 * 60_000;
+/** A holder not ready by then is killed (its joiners get an error). */
+const HOLDER_START_MS = 10_000;
+
+/** The long-lived bwrap whose namespaces every process of a conversation joins. */
+interface Holder {
+  proc: ChildProcess;
+  /** Host pid of the namespace's init (bwrap's pid 1), from --info-fd. */
+  init: number | null;
+  /** The daemon's fds on the namespace files (joiners open /proc/<daemon>/fd/<n>). */
+  fds: { user: number; pid: number } | null;
+  /** Resolves when joiners may start; rejects with the reason when the holder failed. */
+  ready: Promise<void>;
+  dead: boolean;
+  /** Joiners started against this holder and not yet exited: the fds stay open while any is alive. */
+  users: Set<ChildProcess>;
+  /** Called once it has exited. */
+  onDead: (() => void) | null;
+}
+
 interface Live {
   procs: Set<ChildProcess>;
   busy: boolean;
   lastUsed: number;
   cgroup: ConversationCgroup | null;
+  holder: Holder | null;
+  idleTimer: NodeJS.Timeout | null;
 }
 
 function which(name: string): string | null {
@@ -132,10 +171,56 @@ function killTree(p: ChildProcess): void {
   }
 }
 
+function signalPid(pid: number): void {
+  try {
+    process.kill(pid, 'SIGKILL');
+  } catch {
+    /* gone */
+  }
+}
+
+function exited(p: ChildProcess, ms: number): Promise<void> {
+  return new Promise<void>((resolve) => {
+    if (p.exitCode !== null || p.signalCode !== null) return resolve();
+    const t = setTimeout(resolve, ms);
+    p.once('exit', () => {
+      clearTimeout(t);
+      resolve();
+    });
+  });
+}
+
+function closeFd(fd: number): void {
+  try {
+    fs.closeSync(fd);
+  } catch {
+    /* closed */
+  }
+}
+
+/** A name for per-conversation directories: the id's 32 hex digits, or a safe form of other ids (probes, tests). */
+function stateName(conversationId: string): string {
+  try {
+    return conversationIdHex(conversationId);
+  } catch {
+    return `x-${conversationId.replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 64)}`;
+  }
+}
+
+/** The stdio of a joiner: the caller's three, then fd 3 = the pipe that carries the namespace fd numbers. */
+function joinerStdio(stdio: StdioOptions | undefined): StdioOptions {
+  const base = stdio === undefined || typeof stdio === 'string' ? [stdio ?? 'pipe', stdio ?? 'pipe', stdio ?? 'pipe'] : [...stdio].slice(0, 3);
+  while (base.length < 3) base.push('pipe');
+  return [...base, 'pipe'] as StdioOptions;
+}
+
 export class Sandbox {
   readonly mode: 'bwrap' | 'none';
   private readonly live = new Map<string, Live>();
   private readonly evictListeners = new Set<(conversationId: string) => void>();
+  private readonly holderMounts = programArgs();
+  /** A holder started ahead for the next conversation (see takeHolder). */
+  private spare: Holder | null = null;
   private closed = false;
 
   private constructor(
@@ -164,7 +249,14 @@ export class Sandbox {
    * @param opts.hidden host paths never visible inside, even under a mounted system directory
    *   (DATA_DIR: e.g. /opt/parley/data would otherwise show through the /opt mount)
    */
-  static async open(settings: SandboxSettings, opts: { workspaceRoot: string; mapped?: MappedDir[]; hidden?: string[]; log?: Logger }): Promise<Sandbox> {
+  /**
+   * @param opts.apiOpenOnLoopback the daemon answers loopback requests without a key: with the
+   *   host network a sandboxed agent can call it too (README, Trust model), which is logged once
+   */
+  static async open(
+    settings: SandboxSettings,
+    opts: { workspaceRoot: string; mapped?: MappedDir[]; hidden?: string[]; log?: Logger; apiOpenOnLoopback?: boolean },
+  ): Promise<Sandbox> {
     const mapped = (opts.mapped ?? []).map((m) => ({ host: path.resolve(m.host), inside: m.inside }));
     if (settings.mode === 'none') return new Sandbox(settings, opts.workspaceRoot, null, null, mapped, []);
     const fail = (why: string): Sandbox => {
@@ -192,29 +284,48 @@ export class Sandbox {
     } finally {
       fs.rmSync(probeDir, { recursive: true, force: true });
     }
+    // the first conversation finds a holder ready too
+    void sb.warm();
     const i = sb.info();
     opts.log?.info({ sandbox: i }, `sandbox: bwrap (${bwrap}), network ${i.network}, limits by ${i.limits.enforced_by}`);
+    if (opts.apiOpenOnLoopback && settings.network === 'host') {
+      opts.log?.warn(
+        { sandbox: 'api-reachable' },
+        "no SESSION_API_KEY and SANDBOX_NETWORK=host: agents' sandboxed processes can call this daemon's API on loopback (every conversation, every file); set SESSION_API_KEY or SANDBOX_NETWORK=none",
+      );
+    }
     return sb;
   }
 
-  /** Runs `true` in a sandbox built exactly like the real ones; an error line or null. */
-  private probe(dir: string): Promise<string | null> {
-    return new Promise((resolve) => {
-      const argv = this.wrap(null, [...this.bwrapArgs(dir, VISIBLE_WORKSPACE, []), '--', 'true']);
-      const child = spawnChild(argv[0]!, argv.slice(1), { env: { PATH: baseChildEnv().PATH! }, stdio: ['ignore', 'ignore', 'pipe'] });
+  /**
+   * Starts a holder and runs `true` joined to it, built exactly like the real ones (with the
+   * conversation's cgroup: the probe proves it can be joined); an error line or null.
+   */
+  private async probe(dir: string): Promise<string | null> {
+    const id = `probe-${process.pid}`;
+    try {
+      const child = this.spawn(id, ['true'], { env: { PATH: baseChildEnv().PATH! }, stdio: ['ignore', 'ignore', 'pipe'], workspaceDir: dir });
       let stderr = '';
       child.stderr!.on('data', (d: Buffer) => (stderr += d.toString('utf8')));
-      child.on('error', (e) => resolve(`bwrap could not be started (${e.message})`));
-      child.on('close', (code) => {
-        if (code === 0) return resolve(null);
-        const line = stderr.trim().split('\n').pop() ?? '';
-        let hint = '';
-        if (/user namespace|Operation not permitted|setting up uid map|No permissions/i.test(line)) {
-          hint = ' (unprivileged user namespaces are disabled or blocked: sysctl kernel.unprivileged_userns_clone=1, or an AppArmor profile for bwrap on Ubuntu 24.04+, or systemd RestrictNamespaces)';
-        }
-        resolve(`the bwrap probe failed: ${line || `exit code ${code}`}${hint}`);
+      const live = this.live.get(id);
+      const holderFailed = live?.holder?.ready.then(() => null, (e: Error) => e.message);
+      return await new Promise<string | null>((resolve) => {
+        child.on('error', (e) => resolve(`bwrap could not be started (${e.message})`));
+        child.on('close', async (code) => {
+          if (code === 0) return resolve(null);
+          const line = (await holderFailed) ?? stderr.trim().split('\n').pop() ?? '';
+          let hint = '';
+          if (/user namespace|Operation not permitted|setting up uid map|No permissions|Permission denied/i.test(line)) {
+            hint = ' (unprivileged user namespaces are disabled or blocked: sysctl kernel.unprivileged_userns_clone=1, or an AppArmor profile for bwrap on Ubuntu 24.04+, or systemd RestrictNamespaces)';
+          }
+          resolve(`the bwrap probe failed: ${line || `exit code ${code}`}${hint}`);
+        });
       });
-    });
+    } catch (e) {
+      return `bwrap could not be started (${(e as Error).message})`;
+    } finally {
+      await this.removeConversation(id);
+    }
   }
 
   get enabled(): boolean {
@@ -245,6 +356,11 @@ export class Sandbox {
     return workspacePath(this.workspaceRoot, conversationId);
   }
 
+  /** The conversation's /tmp and HOME on the host (outside its workspace; created with its sandbox). */
+  stateDir(conversationId: string): string {
+    return path.join(this.workspaceRoot, '.sandbox', stateName(conversationId));
+  }
+
   /** Where the conversation's processes see their workspace. */
   visibleWorkspace(hostWorkspaceDir: string): string {
     return this.enabled ? VISIBLE_WORKSPACE : hostWorkspaceDir;
@@ -269,7 +385,7 @@ export class Sandbox {
   /** Number of conversations with live sandboxed processes (metrics). */
   get liveCount(): number {
     let n = 0;
-    for (const l of this.live.values()) if (l.procs.size > 0) n++;
+    for (const l of this.live.values()) if (l.procs.size > 0 || (l.holder && !l.holder.dead)) n++;
     return n;
   }
 
@@ -293,14 +409,27 @@ export class Sandbox {
     if (!l) return;
     l.busy = busy;
     l.lastUsed = Date.now();
-    this.retireIfEmpty(conversationId, l);
+    this.scheduleIdle(conversationId, l);
   }
 
-  /** A conversation with no process left and nothing running gives its cgroup back. */
-  private retireIfEmpty(conversationId: string, l: Live): void {
+  /**
+   * A conversation with no process started through the launcher and nothing running: in none mode
+   * (no holder) its bookkeeping goes at once; a sandbox is closed after IDLE_CLOSE_MS (its
+   * background jobs, e.g. what setup.sh started, live until then).
+   */
+  private scheduleIdle(conversationId: string, l: Live): void {
+    if (l.idleTimer) clearTimeout(l.idleTimer);
+    l.idleTimer = null;
     if (l.busy || l.procs.size > 0 || this.live.get(conversationId) !== l) return;
-    this.live.delete(conversationId);
-    if (l.cgroup) void this.removeCgroup(conversationId, l.cgroup);
+    if (!l.holder || l.holder.dead) {
+      this.live.delete(conversationId);
+      if (l.cgroup) void this.removeCgroup(conversationId, l.cgroup);
+      return;
+    }
+    l.idleTimer = setTimeout(() => {
+      if (this.live.get(conversationId) === l && !l.busy && l.procs.size === 0) void this.closeConversation(conversationId);
+    }, IDLE_CLOSE_MS);
+    l.idleTimer.unref();
   }
 
   private readonly removing = new Set<Promise<void>>();
@@ -322,8 +451,9 @@ export class Sandbox {
   }
 
   /**
-   * Starts `argv` for the conversation. The workspace directory must exist. Returns the child (the
-   * outer bwrap in bwrap mode); its stdio is the command's.
+   * Starts `argv` for the conversation. Returns the child (the outer bwrap in bwrap mode); its
+   * stdio is the command's. In bwrap mode the process joins the conversation's sandbox (started
+   * here when there is none); until the sandbox is ready the child waits in its `sh`.
    */
   spawn(conversationId: string, argv: string[], opts: SandboxSpawnOptions): ChildProcess {
     if (this.closed) throw new Error('the sandbox launcher is closed');
@@ -341,24 +471,173 @@ export class Sandbox {
         detached: true,
       });
     } else {
+      const state = this.stateDir(conversationId);
+      let holder = live.holder && !live.holder.dead ? live.holder : null;
+      if (!holder) {
+        fs.mkdirSync(path.dirname(state), { recursive: true, mode: 0o700 });
+        for (const d of ['', 'tmp', 'home']) fs.mkdirSync(path.join(state, d), { recursive: true, mode: 0o700 });
+        holder = live.holder = this.takeHolder();
+        const h = holder;
+        // everything that joined it dies with the namespace
+        h.onDead = () => {
+          if (this.live.get(conversationId) === live && live.holder === h) this.scheduleIdle(conversationId, live);
+        };
+        if (h.dead) h.onDead();
+      }
       const view = this.pathView(host);
       const cwd = opts.cwd ? view.toVisible(opts.cwd) : VISIBLE_WORKSPACE;
-      const full = this.wrap(live.cgroup, [...this.bwrapArgs(host, cwd, opts.binds ?? []), '--', ...argv]);
+      const inner = opts.commandClosesFds ? argv : ['/bin/sh', '-c', 'exec 3<&- 4<&-; exec "$@"', 'sh', ...argv];
+      const full = this.wrap(live.cgroup, [...this.bwrapArgs(host, cwd, opts.binds ?? [], state), '--', ...inner], true);
       child = spawnChild(full[0]!, full.slice(1), {
         env: this.translateEnv(opts.env),
-        stdio: opts.stdio ?? 'pipe',
+        stdio: joinerStdio(opts.stdio),
         detached: true,
       });
+      const joined = holder;
+      holder.users.add(child);
+      const control = child.stdio[3] as import('node:stream').Writable | null;
+      control?.on('error', () => {
+        /* the child is gone */
+      });
+      joined.ready.then(
+        () => control?.end(`${joined.fds!.user} ${joined.fds!.pid}\n`),
+        () => control?.end(),
+      );
+      const release = () => {
+        joined.users.delete(child);
+        this.releaseHolderFds(joined);
+      };
+      child.once('exit', release);
+      child.once('error', release);
     }
     live.procs.add(child);
+    if (live.idleTimer) clearTimeout(live.idleTimer);
+    live.idleTimer = null;
     const forget = () => {
       live.procs.delete(child);
       live.lastUsed = Date.now();
-      this.retireIfEmpty(conversationId, live);
+      this.scheduleIdle(conversationId, live);
     };
     child.once('exit', forget);
     child.once('error', forget);
     return child;
+  }
+
+  /** Starts the spare holder if there is none; resolves once it is ready (benchmarks wait for it). */
+  async warm(): Promise<void> {
+    if (!this.enabled || this.closed) return;
+    if (!this.spare || this.spare.dead) this.spare = this.startHolder();
+    await this.spare.ready.catch(() => {});
+  }
+
+  /**
+   * A holder for a conversation: the spare one started after the previous take (ready by now, so a
+   * new conversation's first process only waits for its own bwrap), else a new one. Holders bind
+   * nothing of a conversation (no workspace, no /tmp), so a spare fits any conversation. A spare is
+   * in no conversation's cgroup: only its init and `cat` are, which never fork; everything that
+   * joins it enters the conversation's cgroup first.
+   */
+  private takeHolder(): Holder {
+    const spare = this.spare && !this.spare.dead ? this.spare : null;
+    this.spare = null;
+    const timer = setTimeout(() => {
+      if (!this.closed && !this.spare) this.spare = this.startHolder();
+    }, 50);
+    timer.unref();
+    return spare ?? this.startHolder();
+  }
+
+  /**
+   * Starts a holder: `sh` (rlimits) → bwrap with new namespaces, --info-fd 3 (the host pid of its
+   * init) → `sh -c 'echo; exec cat'` (the line says the namespaces are set up; `cat` reads a pipe
+   * only the daemon writes, so it ends with the daemon).
+   */
+  private startHolder(): Holder {
+    const argv = this.wrap(null, [
+      ...this.namespaceArgs(),
+      '--info-fd',
+      '3',
+      ...this.holderMounts,
+      '--',
+      '/bin/sh',
+      '-c',
+      'echo; exec cat',
+    ]);
+    const proc = spawnChild(argv[0]!, argv.slice(1), {
+      env: { PATH: baseChildEnv().PATH! },
+      stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
+      detached: true,
+    });
+    const holder: Holder = { proc, init: null, fds: null, ready: Promise.resolve(), dead: false, users: new Set(), onDead: null };
+    holder.ready = new Promise<void>((resolve, reject) => {
+      let info = '';
+      let stderr = '';
+      let up = false;
+      const timer = setTimeout(() => {
+        if (holder.fds || holder.dead) return;
+        killTree(proc);
+        fail(`the conversation's sandbox did not start within ${HOLDER_START_MS / 1000} s`);
+      }, HOLDER_START_MS);
+      timer.unref();
+      const fail = (why: string) => {
+        clearTimeout(timer);
+        holder.dead = true;
+        reject(new Error(why));
+      };
+      const check = () => {
+        if (holder.dead || !up || holder.init === null || holder.fds) return;
+        try {
+          const user = fs.openSync(`/proc/${holder.init}/ns/user`, 'r');
+          let pid: number;
+          try {
+            pid = fs.openSync(`/proc/${holder.init}/ns/pid`, 'r');
+          } catch (e) {
+            closeFd(user);
+            throw e;
+          }
+          holder.fds = { user, pid };
+          clearTimeout(timer);
+          resolve();
+        } catch (e) {
+          killTree(proc);
+          fail(`the conversation's sandbox could not be opened (${(e as Error).message})`);
+        }
+      };
+      (proc.stdio[3] as import('node:stream').Readable).on('data', (d: Buffer) => {
+        info += d.toString('utf8');
+        const m = /"child-pid":\s*(\d+)/.exec(info);
+        if (m && holder.init === null) {
+          holder.init = Number(m[1]);
+          check();
+        }
+      });
+      proc.stdout!.once('data', () => {
+        up = true;
+        check();
+      });
+      proc.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString('utf8')).slice(-2000)));
+      proc.stdin!.on('error', () => {
+        /* gone */
+      });
+      proc.once('error', (e) => fail(`bwrap could not be started (${e.message})`));
+
+      proc.once('exit', (code, signal) => {
+        fail(stderr.trim().split('\n').pop() || `the sandbox ended (${signal ?? `exit code ${code}`})`);
+        this.releaseHolderFds(holder);
+        if (this.spare === holder) this.spare = null;
+        holder.onDead?.();
+      });
+    });
+    holder.ready.catch(() => {});
+    return holder;
+  }
+
+  /** The namespace fds go once the holder is gone and no joiner started against it can still open them. */
+  private releaseHolderFds(h: Holder): void {
+    if (!h.dead || h.users.size > 0 || !h.fds) return;
+    closeFd(h.fds.user);
+    closeFd(h.fds.pid);
+    h.fds = null;
   }
 
   /** The launcher of one conversation, for code that only starts processes (setup.sh, git, MCP servers). */
@@ -369,32 +648,38 @@ export class Sandbox {
     };
   }
 
-  /** Kills every process of the conversation (background ones included) and frees its cgroup. */
+  /** Kills every process of the conversation (background ones included: the pid namespace ends) and frees its cgroup. */
   async closeConversation(conversationId: string): Promise<void> {
     const l = this.live.get(conversationId);
     if (!l) return;
     this.live.delete(conversationId);
+    if (l.idleTimer) clearTimeout(l.idleTimer);
+    const h = l.holder;
+    // the init first: the kernel kills everything in its pid namespace
+    if (h && !h.dead && h.init) signalPid(h.init);
+    if (h) killTree(h.proc);
     for (const p of l.procs) killTree(p);
     l.cgroup?.killAll();
-    await Promise.all(
-      [...l.procs].map(
-        (p) =>
-          new Promise<void>((resolve) => {
-            if (p.exitCode !== null || p.signalCode !== null) return resolve();
-            const t = setTimeout(resolve, 3000);
-            p.once('exit', () => {
-              clearTimeout(t);
-              resolve();
-            });
-          }),
-      ),
-    );
+    await Promise.all([...l.procs, ...(h ? [h.proc] : [])].map((p) => exited(p, 3000)));
     if (l.cgroup) await this.removeCgroup(conversationId, l.cgroup);
+  }
+
+  /** DELETE: closes the sandbox and removes the conversation's /tmp and HOME from the host. */
+  async removeConversation(conversationId: string): Promise<void> {
+    await this.closeConversation(conversationId);
+    await fs.promises.rm(this.stateDir(conversationId), { recursive: true, force: true }).catch(() => {});
   }
 
   async close(): Promise<void> {
     this.closed = true;
+    const spare = this.spare;
+    this.spare = null;
+    if (spare) {
+      if (!spare.dead && spare.init) signalPid(spare.init);
+      killTree(spare.proc);
+    }
     await Promise.all([...this.live.keys()].map((id) => this.closeConversation(id)));
+    if (spare) await exited(spare.proc, 3000);
     await Promise.all([...this.removing]);
     this.cgroups?.close();
   }
@@ -406,7 +691,7 @@ export class Sandbox {
     if (!l) {
       let cgroup: ConversationCgroup | null = null;
       if (this.enabled && this.cgroups) cgroup = this.cgroups.create(conversationId);
-      l = { procs: new Set(), busy: false, lastUsed: Date.now(), cgroup };
+      l = { procs: new Set(), busy: false, lastUsed: Date.now(), cgroup, holder: null, idleTimer: null };
       this.live.set(conversationId, l);
       this.evictIfNeeded(conversationId);
     }
@@ -417,7 +702,7 @@ export class Sandbox {
   private evictIfNeeded(except: string): void {
     const max = this.settings.maxLive;
     if (max <= 0) return;
-    const withProcs = [...this.live.entries()].filter(([id, l]) => id !== except && l.procs.size > 0);
+    const withProcs = [...this.live.entries()].filter(([id, l]) => id !== except && (l.procs.size > 0 || (l.holder && !l.holder.dead)));
     let over = withProcs.length + 1 - max;
     if (over <= 0) return;
     const idle = withProcs.filter(([, l]) => !l.busy).sort((a, b) => a[1].lastUsed - b[1].lastUsed);
@@ -443,20 +728,49 @@ export class Sandbox {
   /**
    * One `sh` around bwrap: the file size limit (ulimit -f, 512-byte blocks in POSIX sh), the data
    * limit when there is no cgroup (ulimit -d, KiB), and the cgroup join before exec, so every process
-   * of the sandbox is counted from its first fork. One exec more than bwrap alone, no prlimit process.
+   * of the sandbox is counted from its first fork. A joiner (`join`) then reads the numbers of the
+   * daemon's namespace fds from fd 3 (written once the holder is ready; nothing when it failed) and
+   * opens them as fds 3 and 4 for `bwrap --userns 3 --pidns 4`. One exec more than bwrap alone.
    */
-  private wrap(cgroup: ConversationCgroup | null, bwrapArgs: string[]): string[] {
+  private wrap(cgroup: ConversationCgroup | null, bwrapArgs: string[], join = false): string[] {
     let script = `ulimit -f ${this.settings.fileSizeMb * 2048} || exit 125; `;
     if (!this.cgroups) script += `ulimit -d ${this.settings.memoryMb * 1024} || exit 125; `;
-    script += 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"';
+    script += 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; ';
+    if (join) {
+      script +=
+        'read -r u p <&3 || { echo "parley: the conversation\'s sandbox is not running" >&2; exit 125; }; ' +
+        `exec 3</proc/${process.pid}/fd/$u 4</proc/${process.pid}/fd/$p || exit 125; `;
+    }
+    script += 'exec "$@"';
     const files = cgroup?.procsFiles ?? [];
     return ['/bin/sh', '-c', script, 'sh', String(files.length), ...files, this.bwrap!, ...bwrapArgs];
   }
 
-  private bwrapArgs(hostWorkspace: string, cwd: string, binds: Bind[]): string[] {
-    const a = [
+  /** The holder's namespaces (a joiner adds its own mount, ipc, uts and, with network none, net namespace). */
+  private namespaceArgs(): string[] {
+    return [
       '--unshare-user',
       '--unshare-pid',
+      '--unshare-ipc',
+      '--unshare-uts',
+      '--unshare-cgroup-try',
+      ...(this.settings.network === 'none' ? ['--unshare-net'] : []),
+      '--die-with-parent',
+      '--new-session',
+      '--cap-drop',
+      'ALL',
+      '--hostname',
+      'sandbox',
+    ];
+  }
+
+  private bwrapArgs(hostWorkspace: string, cwd: string, binds: Bind[], state: string): string[] {
+    const tmp = path.join(state, 'tmp');
+    const a = [
+      '--userns',
+      '3',
+      '--pidns',
+      '4',
       '--unshare-ipc',
       '--unshare-uts',
       '--unshare-cgroup-try',
@@ -472,12 +786,15 @@ export class Sandbox {
       '/proc',
       '--dev',
       '/dev',
-      '--tmpfs',
+      '--bind',
+      tmp,
       '/tmp',
-      '--dir',
+      '--bind',
+      tmp,
       '/var/tmp',
       ...this.extraArgs,
-      '--dir',
+      '--bind',
+      path.join(state, 'home'),
       VISIBLE_HOME,
       '--bind',
       hostWorkspace,
@@ -490,10 +807,10 @@ export class Sandbox {
   }
 }
 
-/** Read-only system mounts: /usr, /etc, /opt and the /bin, /lib… entries as they are on the host. */
-function systemArgs(): string[] {
+/** What the holder needs to run `sh` and `cat`: /usr and the /bin, /lib… entries as they are on the host. */
+function programArgs(): string[] {
   const a: string[] = [];
-  for (const dir of ['/usr', '/etc', '/opt']) if (fs.existsSync(dir)) a.push('--ro-bind', dir, dir);
+  if (fs.existsSync('/usr')) a.push('--ro-bind', '/usr', '/usr');
   for (const dir of ['/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32']) {
     let st: fs.Stats;
     try {
@@ -504,6 +821,13 @@ function systemArgs(): string[] {
     if (st.isSymbolicLink()) a.push('--symlink', fs.readlinkSync(dir), dir);
     else if (st.isDirectory()) a.push('--ro-bind', dir, dir);
   }
+  return a;
+}
+
+/** Read-only system mounts: /usr, /etc, /opt and the /bin, /lib… entries as they are on the host. */
+function systemArgs(): string[] {
+  const a = programArgs();
+  for (const dir of ['/etc', '/opt']) if (fs.existsSync(dir)) a.push('--ro-bind', dir, dir);
   // /etc/resolv.conf is often a symlink into /run (systemd-resolved): mount its target
   try {
     const real = fs.realpathSync('/etc/resolv.conf');

@@ -18,6 +18,7 @@ import path from 'node:path';
 import zlib from 'node:zlib';
 import type Database from 'better-sqlite3';
 import type { ParleyEvent } from '../events/types.js';
+import { executionStatusOf } from './types.js';
 
 const HEADER_BYTES = 8;
 
@@ -154,22 +155,32 @@ export class Journal {
  * Indexes journal payloads into SQLite: rows go to `events` (a row already there, from a frame
  * indexed before a crash, is kept), each conversation's `updated_at` follows its newest event,
  * and `journal_state` records the position, all in one transaction. Used by the writer thread
- * and by start-up recovery.
+ * and by start-up recovery; recovery (`statuses`) also sets each conversation's stored
+ * execution_status from its last status event, which a crash between the journal write and the
+ * status update (sqlite.ts `flush`) may have left behind.
  */
-export function journalIndexer(db: Database.Database): (frames: { payload: string; pos: JournalPosition }[]) => void {
+export function journalIndexer(db: Database.Database, opts: { statuses?: boolean } = {}): (frames: { payload: string; pos: JournalPosition }[]) => void {
   const insert = db.prepare('INSERT OR IGNORE INTO events (conversation_id, seq, id, kind, timestamp, source, body) VALUES (?, ?, ?, ?, ?, ?, ?)');
   const touch = db.prepare('UPDATE conversations SET updated_at = ? WHERE id = ? AND updated_at < ?');
+  const setStatus = db.prepare('UPDATE conversations SET execution_status = ? WHERE id = ?');
   const state = db.prepare('INSERT INTO journal_state (k, gen, offset) VALUES (0, ?, ?) ON CONFLICT (k) DO UPDATE SET gen = excluded.gen, offset = excluded.offset');
   return db.transaction((frames: { payload: string; pos: JournalPosition }[]) => {
     const newest = new Map<string, string>();
+    const statuses = new Map<string, string>();
     for (const f of frames) {
       for (const r of parseLines(f.payload)) {
         insert.run(r[0], r[1], r[2], r[3], r[4], r[5], r[6]);
         newest.set(r[0], r[4]);
+        if (opts.statuses && r[3] === 'ConversationStateUpdateEvent') {
+          const status = executionStatusOf(JSON.parse(r[6]) as Record<string, unknown>);
+          if (status) statuses.set(r[0], status);
+        }
       }
     }
     for (const [id, ts] of newest) touch.run(ts, id, ts);
+    for (const [id, status] of statuses) setStatus.run(status, id);
     const last = frames[frames.length - 1];
     if (last) state.run(last.pos.gen, last.pos.offset);
   });
 }
+

@@ -15,12 +15,12 @@
  * whose connection broke during COMMIT may still have committed (it is then read, never lost).
  */
 import pg from 'pg';
-import { UnavailableError } from '../errors.js';
+import { ConflictError, UnavailableError } from '../errors.js';
 import { uuidv7 } from '../events/ids.js';
 import { EncodedEvent, nowIso, type EventDraft, type ParleyEvent } from '../events/types.js';
 import { metrics } from '../metrics.js';
 import type { CommitListener } from './sqlite.js';
-import { conversationFromRow, type ConversationRecord, type EventQuery, type SealedValue, type Store } from './types.js';
+import { conversationFromRow, executionStatusOf, type ConversationRecord, type EventQuery, type SealedValue, type Store } from './types.js';
 
 export interface PostgresStoreOptions {
   /** Connections in the pool (default 10). */
@@ -85,13 +85,18 @@ const MIGRATIONS: { version: number; sql: string }[] = [
 const MIGRATION_LOCK = 0x7061726c; // 'parl'
 
 /**
- * One statement: count the batch per conversation, bump each counter (in conversation order, so
- * two nodes' batches cannot deadlock), number the events from the old value, insert them.
+ * One statement: drop the fenced rows whose node no longer holds the conversation's lease, count
+ * the batch per conversation, bump each counter (in conversation order, so two nodes' batches
+ * cannot deadlock), number the events from the old value, insert them, and set the stored
+ * execution_status of each conversation to the last status event of the batch (same
+ * transaction: the stored status never runs ahead of, or behind, the log). The status update is
+ * not referenced, so it runs after the insert, once the batch holds its counter rows.
  */
 const APPEND_SQL = `
   WITH input AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
-      WITH ORDINALITY AS t(conversation_id, id, kind, ts, source, body, ord)
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
+      WITH ORDINALITY AS t(conversation_id, id, kind, ts, source, body, status, fence, ord)
+    WHERE t.fence IS NULL OR EXISTS (SELECT 1 FROM leases l WHERE l.conversation_id = t.conversation_id AND l.node_id = t.fence)
   ),
   counts AS (
     SELECT conversation_id, count(*)::bigint AS n FROM input GROUP BY conversation_id ORDER BY conversation_id
@@ -101,15 +106,36 @@ const APPEND_SQL = `
     SELECT conversation_id, n FROM counts
     ON CONFLICT (conversation_id) DO UPDATE SET last_seq = c.last_seq + excluded.last_seq
     RETURNING conversation_id, last_seq
+  ),
+  statuses AS (
+    UPDATE conversations c SET execution_status = s.status, updated_at = s.ts
+    FROM (SELECT DISTINCT ON (conversation_id) conversation_id, status, ts FROM input WHERE status IS NOT NULL ORDER BY conversation_id, ord DESC) s
+    WHERE c.id = s.conversation_id
   )
   INSERT INTO events (conversation_id, seq, id, kind, timestamp, source, body)
   SELECT i.conversation_id, b.last_seq - n.n + row_number() OVER (PARTITION BY i.conversation_id ORDER BY i.ord), i.id, i.kind, i.ts, i.source, i.body
   FROM input i JOIN bumped b USING (conversation_id) JOIN counts n USING (conversation_id)
   RETURNING id, seq`;
 
+/**
+ * A fenced append was refused: the node that made it no longer holds the conversation's lease
+ * (another node took the conversation over while this one was stalled or cut off).
+ */
+export class LeaseLostError extends ConflictError {
+  override name = 'LeaseLostError';
+  constructor(
+    readonly conversationId: string,
+    readonly nodeId: string,
+  ) {
+    super(`this node (${nodeId}) no longer holds the lease of conversation ${conversationId}: another node took it over`);
+  }
+}
+
 interface Pending {
   conversationId: string;
   drafts: EventDraft[];
+  /** The node whose lease on the conversation the append needs (null: none). */
+  fence: string | null;
   resolve: (evs: ParleyEvent[]) => void;
   reject: (err: unknown) => void;
 }
@@ -162,6 +188,8 @@ export class PostgresStore implements Store {
   private pending: Pending[] = [];
   private inFlight: Promise<void> | null = null;
   private closed = false;
+  private fence: (conversationId: string, drafts: EventDraft[]) => string | null = () => null;
+  private onLeaseLost: (err: LeaseLostError) => void = () => {};
 
   private constructor(
     readonly pool: pg.Pool,
@@ -187,6 +215,17 @@ export class PostgresStore implements Store {
       throw unavailable(err);
     }
     return new PostgresStore(pool, onCommit);
+  }
+
+  /**
+   * Cluster mode: `fence` names, per append, the node whose lease the append needs (the agent loop
+   * running on this node: a node that lost the lease while it was stalled must not write as the
+   * owner). Such an append commits only while that node holds the lease; otherwise it fails with
+   * LeaseLostError, reported to `onLost` too.
+   */
+  fenceWith(fence: (conversationId: string, drafts: EventDraft[]) => string | null, onLost: (err: LeaseLostError) => void): void {
+    this.fence = fence;
+    this.onLeaseLost = onLost;
   }
 
   private async q<R extends pg.QueryResultRow = Record<string, unknown>>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>> {
@@ -230,7 +269,7 @@ export class PostgresStore implements Store {
     if (this.closed) return Promise.reject(new UnavailableError('the store is closed'));
     if (drafts.length === 0) return Promise.resolve([]);
     return new Promise((resolve, reject) => {
-      this.pending.push({ conversationId, drafts, resolve, reject });
+      this.pending.push({ conversationId, drafts, fence: this.fence(conversationId, drafts), resolve, reject });
       if (!this.inFlight) this.inFlight = this.drain();
     });
   }
@@ -277,7 +316,7 @@ export class PostgresStore implements Store {
 
   /** One statement for the whole batch: the events with their seq, in the batch's order. */
   private async commit(batch: Pending[]): Promise<{ p: Pending; events: ParleyEvent[] }[]> {
-    const cols: string[][] = [[], [], [], [], [], []];
+    const cols: (string | null)[][] = [[], [], [], [], [], [], [], []];
     const out: { p: Pending; events: ParleyEvent[] }[] = [];
     const byId = new Map<string, ParleyEvent>();
     const now = nowIso();
@@ -294,6 +333,8 @@ export class PostgresStore implements Store {
         cols[3]!.push(ev.timestamp);
         cols[4]!.push(ev.source);
         cols[5]!.push(JSON.stringify(ev));
+        cols[6]!.push(executionStatusOf(ev));
+        cols[7]!.push(p.fence);
         byId.set(ev.id, ev);
         events.push(ev);
       }
@@ -301,7 +342,21 @@ export class PostgresStore implements Store {
     }
     const res = await this.pool.query<{ id: string; seq: string }>(APPEND_SQL, cols);
     for (const r of res.rows) byId.get(r.id)!.seq = Number(r.seq);
-    return out;
+    // a fenced append whose node lost the lease took no number: it fails alone
+    const committed: typeof out = [];
+    for (const o of out) {
+      if (o.events.every((e) => e.seq !== undefined)) committed.push(o);
+      else {
+        const err = new LeaseLostError(o.p.conversationId, o.p.fence ?? '');
+        o.p.reject(err);
+        try {
+          this.onLeaseLost(err);
+        } catch {
+          // the listener's failure is its own
+        }
+      }
+    }
+    return committed;
   }
 
   /** Resolves when every append queued before the call has been committed (or failed). */
@@ -392,9 +447,10 @@ export class PostgresStore implements Store {
     // ordered after every append this node queued so far
     await this.settled();
     return this.tx(async (c) => {
-      const res = await c.query('DELETE FROM conversations WHERE id = $1', [id]);
-      // the counter row first: a concurrent append (any node) waits on it, then starts again at 1
+      // the counter row first: a concurrent append (any node) waits on it, then starts again at 1;
+      // an append locks the counter before the conversation row (its status), so must this
       await c.query('DELETE FROM event_counters WHERE conversation_id = $1', [id]);
+      const res = await c.query('DELETE FROM conversations WHERE id = $1', [id]);
       await c.query('DELETE FROM events WHERE conversation_id = $1', [id]);
       await c.query('DELETE FROM leases WHERE conversation_id = $1', [id]);
       return (res.rowCount ?? 0) > 0;

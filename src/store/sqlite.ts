@@ -17,11 +17,11 @@ import { unpack } from 'msgpackr';
 import { UnavailableError } from '../errors.js';
 import { uuidv7 } from '../events/ids.js';
 import { upgradeEvent } from '../events/legacy.js';
-import { EncodedEvent, nowIso, type EventDraft, type ParleyEvent } from '../events/types.js';
+import { EncodedEvent, keepStoredJson, nowIso, type EventDraft, type ParleyEvent } from '../events/types.js';
 import { metrics } from '../metrics.js';
 import { lockDataDir } from './lock.js';
 import { Journal, journalFile, journalGenerations, journalIndexer, journalLine, readFrames, type JournalPosition } from './journal.js';
-import { conversationFromRow, type ConversationRecord, type EventQuery, type SealedValue, type Store } from './types.js';
+import { conversationFromRow, executionStatusOf, type ConversationRecord, type EventQuery, type SealedValue, type Store } from './types.js';
 import type { WriterReply, WriterRequest } from './writer.js';
 
 interface StoreOptions {
@@ -38,6 +38,15 @@ interface StoreOptions {
 
 /** A stored body: the event's JSON text (msgpack in stores written before the journal), in today's event shape. */
 const decodeBody = (b: string | Buffer): ParleyEvent => upgradeEvent((typeof b === 'string' ? JSON.parse(b) : unpack(b)) as ParleyEvent);
+
+/** decodeBody, keeping the text with the event when it is the event's JSON as it is (not upgraded from an older shape). */
+function decodeKeepingJson(b: string | Buffer): ParleyEvent {
+  if (typeof b !== 'string') return decodeBody(b);
+  const parsed = JSON.parse(b) as ParleyEvent;
+  const ev = upgradeEvent(parsed);
+  if (ev === parsed) keepStoredJson(ev, b);
+  return ev;
+}
 
 function matches(ev: ParleyEvent, q: Omit<EventQuery, 'limit' | 'desc'>): boolean {
   const seq = ev.seq!;
@@ -78,6 +87,8 @@ export class SqliteStore implements Store {
   private journal: Journal;
   /** Per conversation, the committed events not yet indexed, in seq order. */
   private tail = new Map<string, ParleyEvent[]>();
+  /** Per conversation, the status (and its time) its last committed status event set, until stored. */
+  private statusBehind = new Map<string, [string, string]>();
   private tailSize = 0;
   private readonly maxUnindexed: number;
   private readonly unlock: () => void;
@@ -142,6 +153,7 @@ export class SqliteStore implements Store {
         'INSERT INTO conversations (id, title, created_at, updated_at, execution_status, data) VALUES (@id, @title, @created_at, @updated_at, @execution_status, @data)',
       ),
       deleteConv: this.db.prepare('DELETE FROM conversations WHERE id = ?'),
+      setStatus: this.db.prepare('UPDATE conversations SET execution_status = ?, updated_at = ? WHERE id = ?'),
       countByStatus: this.db.prepare('SELECT execution_status AS s, COUNT(*) AS n FROM conversations GROUP BY execution_status'),
       putSecret: this.db.prepare(
         'INSERT INTO secrets (kind, name, sealed, meta) VALUES (?, ?, ?, ?) ON CONFLICT (kind, name) DO UPDATE SET sealed = excluded.sealed, meta = excluded.meta',
@@ -187,7 +199,7 @@ export class SqliteStore implements Store {
     fs.mkdirSync(dir, { recursive: true });
     const state = (this.db.prepare('SELECT gen, offset FROM journal_state WHERE k = 0').get() as JournalPosition | undefined) ?? { gen: 0, offset: 0 };
     const gens = journalGenerations(dir);
-    const index = journalIndexer(this.db);
+    const index = journalIndexer(this.db, { statuses: true });
     for (const gen of gens) {
       if (gen < state.gen) continue;
       const frames = [...readFrames(dir, gen, gen === state.gen ? state.offset : 0)].map((f) => ({ payload: f.payload, pos: { gen, offset: f.end } }));
@@ -287,6 +299,15 @@ export class SqliteStore implements Store {
       for (const p of batch) p.reject(e);
       return;
     }
+    // a status event sets the stored status in the same commit: the frame is the commit, and a
+    // crash before this update is made up for by recovery (journalIndexer `statuses`)
+    batch.forEach((p, i) => {
+      for (const e of results[i]!) {
+        const status = executionStatusOf(e.event);
+        if (status) this.statusBehind.set(p.conversationId, [status, e.event.timestamp]);
+      }
+    });
+    this.applyStatuses();
     const committedAt = performance.now();
     appendLatency.observe((committedAt - this.pendingSince) / 1000);
     this.unindexedFrames.push(committedAt);
@@ -311,6 +332,18 @@ export class SqliteStore implements Store {
       this.onCommit(p.conversationId, results[i]!);
       p.resolve(results[i]!.map((e) => e.event));
     });
+  }
+
+  /** Stores the statuses of committed status events (one that failed, e.g. a busy database, goes again at the next commit). */
+  private applyStatuses(): void {
+    for (const [id, [status, ts]] of this.statusBehind) {
+      try {
+        this.stmts.setStatus.run(status, ts, id);
+      } catch {
+        return;
+      }
+      this.statusBehind.delete(id);
+    }
   }
 
   /** The index holds a frame: its events leave the tail (up to `newest` seq per conversation). */
@@ -374,8 +407,9 @@ export class SqliteStore implements Store {
       // rows are read one at a time so a page of large events is never held whole
       events = [];
       let bytes = 0;
+      const decode = q.keepJson ? decodeKeepingJson : decodeBody;
       for (const r of stmt.iterate(...args, q.limit) as IterableIterator<{ body: string | Buffer }>) {
-        events.push(decodeBody(r.body));
+        events.push(decode(r.body));
         bytes += r.body.length;
         if (bytes >= q.maxBytes) {
           cut = true;

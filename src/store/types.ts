@@ -35,6 +35,8 @@ export interface EventQuery {
    * bytes reaches this, even before `limit`. Callers cut their pages themselves (src/events/page.ts).
    */
   maxBytes?: number;
+  /** The caller sends the events' JSON on (replay, pages): keep each stored text with its event (`eventJson`) when it is the event's JSON as it is. */
+  keepJson?: boolean;
 }
 
 export interface EventStore {
@@ -80,4 +82,12 @@ export interface SecretStore {
 
 export interface Store extends EventStore, ConversationStore, SecretStore {
   close(): Promise<void>;
+}
+
+/**
+ * The execution status a status-change event sets (null: not one). Appending such an event sets
+ * the conversation's stored execution_status in the same commit, in both stores.
+ */
+export function executionStatusOf(ev: { kind?: unknown; key?: unknown; value?: unknown }): string | null {
+  return ev.kind === 'ConversationStateUpdateEvent' && ev.key === 'execution_status' && typeof ev.value === 'string' ? ev.value : null;
 }

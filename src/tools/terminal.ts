@@ -231,6 +231,7 @@ class TerminalManager {
           env: o.env,
           stdio: ['pipe', 'pipe', 'pipe'],
           binds: sandbox.enabled ? [...o.binds, { host: outputs, inside: SANDBOX_OUTPUT_DIR }] : o.binds,
+          commandClosesFds: true, // the init script closes the sandbox's namespace fds
         }),
       ioDir: sandbox.enabled ? SANDBOX_IO_DIR : undefined,
     });

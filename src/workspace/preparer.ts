@@ -146,6 +146,8 @@ export class WorkspacePreparer implements ConversationPreparer {
 
   async dispose(id: string): Promise<void> {
     this.stop(id);
+    // the sandbox's /tmp and HOME on the host go with the conversation (its processes are already gone)
+    await this.sandbox.removeConversation(id);
     if (!this.opts.keepWorkspaces) await removeWorkspace(workspacePath(this.opts.workspaceRoot, id)).catch(() => {});
   }
 }

@@ -73,8 +73,12 @@ export interface Cluster {
   startNode(i: number, env?: Record<string, string>): Promise<DaemonHandle>;
 }
 
-/** `n` nodes named node-1..node-n; everything is stopped and removed when the test ends. */
-export async function startCluster(onEnd: OnEnd, n: number, env: Record<string, string> = {}): Promise<Cluster> {
+/**
+ * `n` nodes named node-1..node-n, started together (their schema migrations take turns); `env`
+ * is added to every node's environment, or given per node. Everything is stopped and removed
+ * (the database dropped) when the test ends.
+ */
+export async function startCluster(onEnd: OnEnd, n: number, env: Record<string, string> | ((i: number, db: TestDatabase) => Record<string, string>) = {}): Promise<Cluster> {
   const db = await createTestDatabase();
   onEnd(() => db.drop());
   const nats = await startNats(onEnd);
@@ -99,7 +103,7 @@ export async function startCluster(onEnd: OnEnd, n: number, env: Record<string, 
       SECRET_KEY: 'parley-cluster-test-key',
       WORKSPACE_ROOT: workspaceRoot,
       LOG_LEVEL: 'info',
-      ...env,
+      ...(typeof env === 'function' ? env(i, db) : env),
     }),
     async startNode(i, extra = {}) {
       // three daemons compiling at once on a loaded 2-core machine can take long to start
@@ -108,8 +112,6 @@ export async function startCluster(onEnd: OnEnd, n: number, env: Record<string, 
       return d;
     },
   };
-  // the first alone (it creates the schema; test/store.test.ts opens stores together), then the others
-  await cluster.startNode(0);
-  await Promise.all(Array.from({ length: n - 1 }, (_, i) => cluster.startNode(i + 1)));
+  await Promise.all(Array.from({ length: n }, (_, i) => cluster.startNode(i)));
   return cluster;
 }

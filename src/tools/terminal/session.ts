@@ -48,7 +48,7 @@ export function shellQuote(s: string): string {
 
 const INIT_SCRIPT = String.raw`
 set +H +o history 2>/dev/null; unset HISTFILE MAILCHECK PROMPT_COMMAND; PS1=''; PS2=''; PS0=''; PS4='+ '
-exec ${OUT_FD}>&1
+exec ${OUT_FD}>&1 3<&- 4<&-
 __parley_n=''
 __parley_fifo=''
 __parley_pc() {
@@ -180,7 +180,7 @@ export class ShellSession {
   readonly proc: ChildProcessWithoutNullStreams;
   /** The process the daemon started (bash, or the outer bwrap of a sandboxed shell). */
   readonly pid: number;
-  /** The shell's process group (sandboxed: the pid namespace's init, a session leader). */
+  /** The shell's process group (sandboxed: bash inside the sandbox, a session leader). */
   groupPid: number;
   /** bash itself: the foreground command's processes are its descendants. */
   shellPid: number;
@@ -388,18 +388,15 @@ export class ShellSession {
   }
 
   /**
-   * A sandboxed shell runs under bwrap: outer bwrap → the pid namespace's init (session leader,
-   * --new-session) → bash. Signals go to the init's group and to bash's descendants, never to the
-   * outer bwrap (which would end the sandbox).
+   * A sandboxed shell runs under bwrap, joined to its conversation's sandbox: outer bwrap (on the
+   * host) → bash (in the conversation's pid namespace, a session leader: --new-session). Signals go
+   * to bash's group and descendants, never to the outer bwrap (whose death kills bash).
    */
   private findShell(): void {
-    const init = childrenOf(this.pid)[0];
-    if (init === undefined) return; // bash itself (no sandbox): it has no child yet
-    const bash = childrenOf(init)[0];
-    if (bash !== undefined) {
-      this.groupPid = init;
-      this.shellPid = bash;
-    }
+    const bash = childrenOf(this.pid)[0];
+    if (bash === undefined) return; // bash itself (no sandbox): it has no child yet
+    this.groupPid = bash;
+    this.shellPid = bash;
   }
 
   /** Output printed (by background processes) while no command was running; cleared by the call. */
@@ -572,7 +569,7 @@ export class ShellSession {
     const procs = shellProcesses(this.groupPid);
     signalGroup(this.groupPid, 'SIGKILL');
     for (const p of procs) signalPid(p.pid, 'SIGKILL');
-    // sandboxed: the outer bwrap's death ends the pid namespace (everything in it is killed)
+    // sandboxed: the outer bwrap too (bash dies with it: --die-with-parent)
     if (this.groupPid !== this.pid) signalGroup(this.pid, 'SIGKILL') || signalPid(this.pid, 'SIGKILL');
   }
 
