@@ -33,10 +33,10 @@ async function storedTexts(d: DaemonHandle, id: string): Promise<string[]> {
 }
 
 /** Three nodes with a scripted LLM. */
-async function agentCluster(onEnd: OnEnd, leaseTtlMs: number) {
+async function agentCluster(onEnd: OnEnd, leaseTtlMs: number, nodes = 3) {
   const llm = await startScriptedLlm([]);
   onEnd(() => llm.close());
-  const c = await startCluster(onEnd, 3, { LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'k', LEASE_TTL_MS: String(leaseTtlMs) });
+  const c = await startCluster(onEnd, nodes, { LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'k', LEASE_TTL_MS: String(leaseTtlMs) });
   return { llm, c };
 }
 
@@ -118,21 +118,6 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     all.close();
   });
 
-  test('deleting on one node: 404 on every node, subscribers on the others are closed', { timeout: 180_000 }, async (t) => {
-    const c = await startCluster((f) => t.after(f), 3);
-    const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
-    const id = await create(n1);
-    await send(n2, id, 'hello');
-    const s2 = subscribe(n2, id);
-    const s3 = subscribe(n3, id);
-    await Promise.all([s2.next((f) => f.key === 'full_state'), s3.next((f) => f.key === 'full_state')]);
-    // each node has the conversation loaded
-    for (const n of c.nodes) assert.equal((await n.req('GET', `/api/conversations/${id}`)).status, 200);
-    assert.equal((await n1.req('DELETE', `/api/conversations/${id}`)).status, 200);
-    for (const n of c.nodes) assert.equal((await n.req('GET', `/api/conversations/${id}`)).status, 404);
-    assert.equal((await send(n3, id, 'too late')).status, 404);
-    for (const s of [s2, s3]) assert.equal((await s.waitClose()).code, 4004);
-  });
 
   test('NATS stopped mid-run: events still reach subscribers on other nodes (from PostgreSQL); NATS back, live again', { timeout: 180_000 }, async (t) => {
     const c = await startCluster((f) => t.after(f), 2);
@@ -191,7 +176,7 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     s1.close();
   });
 
-  test('tRPC events across nodes: a subscriber through node 2 gets what is written through nodes 1 and 3 once each, in seq order; lastEventId resumes on node 3; a delete on node 1 ends it', { timeout: 180_000 }, async (t) => {
+  test('tRPC events across nodes: a subscriber through node 2 gets what is written through nodes 1 and 3 once each, in seq order; lastEventId resumes on node 3. Deleting through node 1: 404 on every node, subscribers on the others (WebSocket and tRPC) are closed', { timeout: 180_000 }, async (t) => {
     const c = await startCluster((f) => t.after(f), 3);
     const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
     const trpc = (d: DaemonHandle, input: Record<string, unknown>) => {
@@ -217,17 +202,24 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     assert.equal((await send(n1, id, 'live after the resume')).status, 200);
     await waitFor(() => r3.events.some((e) => e.kind === 'MessageEvent' && e.llm_message.content[0].text === 'live after the resume'), 'a live event written through node 1', 20_000);
     assert.deepEqual(r3.seqs(), Array.from({ length: last + 1 - mid.seq }, (_, i) => mid.seq + 1 + i), 'after lastEventId: no gap, no duplicate');
-    // deleting through node 1 ends the subscription on node 3
+    // deleting through node 1: 404 everywhere, and the subscribers on nodes 2 and 3 are closed
+    const w2 = subscribe(n2, id);
+    const w3 = subscribe(n3, id);
+    await Promise.all([w2.next((f) => f.key === 'full_state'), w3.next((f) => f.key === 'full_state')]);
+    for (const n of c.nodes) assert.equal((await n.req('GET', `/api/conversations/${id}`)).status, 200, 'loaded on each node');
     assert.equal((await n1.req('DELETE', `/api/conversations/${id}`)).status, 200);
-    await waitFor(() => r3.errors.length > 0, 'the subscription on node 3 ended by the delete', 20_000);
+    for (const n of c.nodes) assert.equal((await n.req('GET', `/api/conversations/${id}`)).status, 404);
+    assert.equal((await send(n3, id, 'too late')).status, 404);
+    for (const w of [w2, w3]) assert.equal((await w.waitClose()).code, 4004);
+    await waitFor(() => r3.errors.length > 0, 'the tRPC subscription on node 3 ended by the delete', 20_000);
     assert.match(String(r3.errors[0]?.message), /deleted/i);
     r3.close();
   });
 
   test('an owner stalled (SIGSTOP) past its lease: a command that must reach it answers 503 with the reason; another node takes over; resumed (SIGCONT), it stops its loop and writes nothing as the owner', { timeout: 180_000 }, async (t) => {
-    const { llm, c } = await agentCluster((f) => t.after(f), 4000);
+    const { llm, c } = await agentCluster((f) => t.after(f), 4000, 2);
     const id = await readyConversation(c);
-    const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
+    const [n1, n2] = c.nodes as [DaemonHandle, DaemonHandle];
     let answer!: () => void;
     const gate = new Promise<void>((r) => (answer = r));
     llm.push(async () => {
@@ -244,7 +236,7 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     assert.equal(interrupt.status, 503, interrupt.text);
     assert.match(interrupt.text, /node-2.*does not answer/);
     // its lease expires: another node applies the crash-recovery rule
-    await waitFor(async () => (await statusOf(n3.req, id)) === 'error', 'the takeover', 30_000);
+    await waitFor(async () => (await statusOf(n1.req, id)) === 'error', 'the takeover', 30_000);
     const recovered = await allEvents(n1.req, id);
     assert.equal(recovered.filter((e) => e.code === 'NodeLost').length, 1);
     // the LLM answers the stalled node, which then resumes
@@ -262,7 +254,7 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     llm.push({ text: 'done after the stall' });
     assert.equal((await send(n2, id, 'go on', true)).status, 200);
     await waitFor(async () => (await statusOf(n1.req, id)) === 'finished', 'finished', 30_000);
-    const after = await allEvents(n3.req, id);
+    const after = await allEvents(n1.req, id);
     assert.equal(after.filter((e) => e.kind === 'MessageEvent' && e.source === 'agent').pop().llm_message.content[0].text, 'done after the stall');
     assert.deepEqual(after.map((e) => e.seq), Array.from({ length: after.length }, (_, i) => i + 1), 'seq gap-free');
   });
@@ -355,9 +347,9 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
   });
 
   test('provider tokens, secrets, settings and MCP defaults stored through one node are used (and redacted) by the others', { timeout: 180_000 }, async (t) => {
-    const { llm, c } = await agentCluster((f) => t.after(f), 3000);
+    const { llm, c } = await agentCluster((f) => t.after(f), 3000, 2);
     const id = await readyConversation(c);
-    const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
+    const [n1, n2] = c.nodes as [DaemonHandle, DaemonHandle];
     const GH = 'ghp_clusterCanary0123456789abcdefABCDEF';
     const SECRET = 'cluster-secret-canary-4242';
     const MCPKEY = 'mcp-cluster-canary-key-77';
@@ -365,32 +357,32 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     assert.equal((await n1.req('POST', '/api/secrets', { name: 'MY_SECRET', value: SECRET, description: 'from node 1' })).status, 201);
     assert.equal((await n1.req('POST', '/api/settings', { llm_model: 'openai/scripted' })).status, 200);
     assert.deepEqual((await n2.req('GET', '/api/secrets')).body.secrets, [{ name: 'MY_SECRET', description: 'from node 1' }]);
-    assert.equal((await n3.req('GET', '/api/settings')).body.llm_model, 'openai/scripted');
-    // a conversation created on node 3 gets the MCP default stored through node 1 (redacted when shown)
-    const other = await create(n3);
-    assert.equal((await n3.req('GET', `/api/conversations/${other}`)).body.mcp_config.shttp_servers[0].url, 'http://127.0.0.1:9/mcp');
+    assert.equal((await n2.req('GET', '/api/settings')).body.llm_model, 'openai/scripted');
+    // a conversation created on node 2 gets the MCP default stored through node 1 (redacted when shown)
+    const other = await create(n2);
+    assert.equal((await n2.req('GET', `/api/conversations/${other}`)).body.mcp_config.shttp_servers[0].url, 'http://127.0.0.1:9/mcp');
     // the agent on node 2 has the token and the secret in its shell, and node 2 masks both
     llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'echo "$GITHUB_TOKEN $MY_SECRET"' } }] }, { text: 'done' });
     assert.equal((await send(n2, id, 'print them', true)).status, 200);
     await waitFor(async () => (await statusOf(n2.req, id)) === 'finished', 'finished', 30_000);
-    const obs = (await allEvents(n3.req, id)).find((e) => e.kind === 'ObservationEvent');
+    const obs = (await allEvents(n2.req, id)).find((e) => e.kind === 'ObservationEvent');
     assert.match(obs.observation.content[0].text, /<secret_hidden> <secret_hidden>/, 'the shell had the values, masked');
     const everything = JSON.stringify(await allEvents(n1.req, id)) + c.nodes.map((n) => n.output.join('\n')).join('\n');
     for (const canary of [GH, SECRET, MCPKEY]) assert.ok(!everything.includes(canary), `${canary} leaked`);
   });
 
   test('a confirmation accepted through another node runs the waiting actions there, under the lease', { timeout: 180_000 }, async (t) => {
-    const { llm, c } = await agentCluster((f) => t.after(f), 3000);
+    const { llm, c } = await agentCluster((f) => t.after(f), 3000, 2);
     const id = await readyConversation(c);
-    const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
+    const [n1, n2] = c.nodes as [DaemonHandle, DaemonHandle];
     assert.equal((await n1.req('POST', `/api/conversations/${id}/confirmation_policy`, { policy: { kind: 'AlwaysConfirm' } })).status, 200);
     // the action outlives LEASE_TTL_MS (3 s): run without the lease, it would be taken over
     llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'sleep 5; echo confirmed' } }] }, { text: 'ok' });
     assert.equal((await send(n2, id, 'do it', true)).status, 200);
     await waitFor(async () => (await statusOf(n1.req, id)) === 'waiting_for_confirmation', 'waiting for confirmation', 30_000);
     await waitFor(async () => (await n1.req('GET', `/api/conversations/${id}`)).body.node_id === null, 'no lease while waiting', 10_000);
-    assert.equal((await n3.req('POST', `/api/conversations/${id}/events/respond_to_confirmation`, { accept: true })).status, 200);
-    await waitFor(async () => (await n1.req('GET', `/api/conversations/${id}`)).body.node_id === 'node-3', 'node 3 runs the actions', 10_000);
+    assert.equal((await n1.req('POST', `/api/conversations/${id}/events/respond_to_confirmation`, { accept: true })).status, 200);
+    await waitFor(async () => (await n1.req('GET', `/api/conversations/${id}`)).body.node_id === 'node-1', 'node 1 runs the actions', 10_000);
     await waitFor(async () => (await statusOf(n2.req, id)) === 'finished', 'finished', 60_000);
     const evs = await allEvents(n1.req, id);
     assert.ok(!evs.some((e) => e.code === 'NodeLost'), 'not taken over');

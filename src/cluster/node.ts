@@ -323,6 +323,7 @@ function rebuild(e: NonNullable<Reply['error']>): Error {
     case 'NotFoundError':
       return new NotFoundError(e.message);
     case 'ConflictError':
+    case 'LeaseLostError':
       return new ConflictError(e.message);
     case 'UnavailableError':
       return new UnavailableError(e.message);
