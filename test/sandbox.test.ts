@@ -51,6 +51,40 @@ function pidsInNs(ns: string): number[] {
   return fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d) && nsOf(Number(d)) === ns).map(Number);
 }
 
+/** Every living descendant of `root` on the host (through the parent links in /proc/<pid>/stat). */
+function descendants(root: number): number[] {
+  const parent = new Map<number, number>();
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (f[0] !== 'Z') parent.set(Number(d), Number(f[1]));
+    } catch {
+      /* gone */
+    }
+  }
+  const out: number[] = [];
+  for (const pid of parent.keys()) {
+    for (let p = parent.get(pid); p !== undefined && p > 1; p = parent.get(p)) {
+      if (p === root) {
+        out.push(pid);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+const alive = (pids: number[]) =>
+  pids.filter((p) => {
+    try {
+      return !/\) Z /.test(fs.readFileSync(`/proc/${p}/stat`, 'utf8'));
+    } catch {
+      return false;
+    }
+  });
+
 const TSX_LOADER = import.meta.resolve('tsx');
 const STDIO_SERVER = fileURLToPath(new URL('./support/mcp-servers/stdio-server.ts', import.meta.url));
 
@@ -394,9 +428,13 @@ describe('sandbox: SANDBOX_NETWORK=none and kill -9 of the daemon', { timeout: 1
       const marker = `8686${process.pid % 1000}`;
       await h.sh(id, `(sleep ${marker} &); setsid sleep ${marker}1 & echo started`);
       await waitFor(() => hostProcesses(`sleep ${marker}`).length === 2, 'sleeps running', 10_000);
+      // everything the daemon started: shells, the conversation's holder (its init and pid 2), the spare holder
+      const started = descendants(h.d.proc.pid!);
+      const ns = nsOf(hostProcesses(`sleep ${marker}`)[0]!)!;
+      assert.ok(pidsInNs(ns).length >= 4, 'init, pid 2, bash, the sleeps');
       assert.equal(await h.d.stop('SIGTERM'), 0);
       const ws = path.join(h.d.dataDir, 'workspaces');
-      await waitFor(() => hostProcesses(`sleep ${marker}`).length === 0 && hostProcesses(ws).length === 0, 'nothing left after shutdown', 10_000);
+      await waitFor(() => hostProcesses(`sleep ${marker}`).length === 0 && hostProcesses(ws).length === 0 && pidsInNs(ns).length === 0 && alive(started).length === 0, 'nothing left after shutdown', 10_000);
     } finally {
       await h.close();
     }
@@ -409,12 +447,16 @@ describe('sandbox: SANDBOX_NETWORK=none and kill -9 of the daemon', { timeout: 1
       const marker = `6464${process.pid % 1000}`;
       await h.sh(id, `(sleep ${marker} &); nohup sleep ${marker}1 >/dev/null 2>&1 & setsid sleep ${marker}2 & echo started`);
       await waitFor(() => hostProcesses(`sleep ${marker}`).length === 3, 'sleeps running', 10_000);
+      const started = descendants(h.d.proc.pid!);
+      const ns = nsOf(hostProcesses(`sleep ${marker}`)[0]!)!;
       h.d.proc.kill('SIGKILL');
       await h.d.exited;
-      // nothing in the sandbox (sleeps, shells) nor any bwrap of this daemon (its argv names the workspace)
+      // nothing in the sandbox (sleeps, shells, its init), no bwrap of this daemon (its argv names the
+      // workspace), nothing the daemon had started (the spare holder included)
       const ws = path.join(h.d.dataDir, 'workspaces');
-      await waitFor(() => hostProcesses(`sleep ${marker}`).length === 0 && hostProcesses(ws).length === 0, 'no sandboxed process left', 10_000).catch(() => {
-        throw new Error(`left over: ${[...hostProcesses(`sleep ${marker}`), ...hostProcesses(ws)].join(',')}`);
+      const left = () => [...hostProcesses(`sleep ${marker}`), ...hostProcesses(ws), ...pidsInNs(ns), ...alive(started)];
+      await waitFor(() => left().length === 0, 'no sandboxed process left', 10_000).catch(() => {
+        throw new Error(`left over: ${left().join(',')}`);
       });
     } finally {
       await h.close();

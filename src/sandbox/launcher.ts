@@ -45,7 +45,7 @@ export interface SandboxSettings {
   memoryMb: number;
   pids: number;
   fileSizeMb: number;
-  /** Most conversations with live sandboxed processes; the least recently used idle one is closed. */
+  /** Most conversations with a live sandbox; the least recently used idle one is closed. */
   maxLive: number;
   /** The bwrap binary (BWRAP_PATH), else `bwrap` from PATH. */
   bwrapPath?: string;
@@ -382,7 +382,7 @@ export class Sandbox {
     return env;
   }
 
-  /** Number of conversations with live sandboxed processes (metrics). */
+  /** Number of conversations with a live sandbox (its holder, or processes in none mode; metrics). */
   get liveCount(): number {
     let n = 0;
     for (const l of this.live.values()) if (l.procs.size > 0 || (l.holder && !l.holder.dead)) n++;
