@@ -737,6 +737,45 @@ describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
     assert.ok(level > 0 && level < 5, `exposure ${level}`);
   });
 
+  test('every namespace, socket family and system call the sandboxes used (strace) is allowed by the unit', { skip: (!hasAnalyze || !fs.existsSync('/usr/bin/strace')) && 'needs strace and systemd-analyze' }, async () => {
+    const dir = tempDir();
+    const traces = path.join(dir, 'traces');
+    fs.mkdirSync(traces);
+    const wrapper = path.join(dir, 'bwrap');
+    fs.writeFileSync(wrapper, `#!/bin/sh\nexec /usr/bin/strace -ff -qq -o ${traces}/t /usr/bin/bwrap "$@"\n`, { mode: 0o755 });
+    const h = await harness({ BWRAP_PATH: wrapper, SESSION_API_KEY: '' });
+    try {
+      const id = await h.create();
+      const r = await h.sh(id, 'echo hi > /tmp/x && cat /tmp/x && ps -e >/dev/null && git --version >/dev/null && echo TRACED');
+      assert.match(r.text, /TRACED/);
+    } finally {
+      await h.close();
+    }
+    try {
+      const text = fs.readdirSync(traces).map((f) => fs.readFileSync(path.join(traces, f), 'utf8')).join('\n');
+      const calls = new Set([...text.matchAll(/^(?:<\.\.\. )?([a-z_][a-z0-9_]*)(?:\(| resumed>)/gm)].map((m) => m[1]!));
+      assert.ok(calls.has('pivot_root') && calls.has('setns') && calls.has('execve'), [...calls].join(' '));
+      // SystemCallFilter=~…: none of the denied groups' calls was made
+      const groups = /^SystemCallFilter=~(.*)$/m.exec(unit)![1]!.trim().split(/\s+/);
+      const listed = (await run('systemd-analyze', ['syscall-filter', '--no-pager', ...groups])).out;
+      const denied = new Set(listed.split('\n').map((l) => l.trim()).filter((l) => /^[a-z_][a-z0-9_]*$/.test(l)));
+      assert.ok(denied.has('ptrace') && denied.has('reboot'), 'the groups were listed');
+      assert.deepEqual([...calls].filter((c) => denied.has(c)), [], 'calls the unit would refuse');
+      // RestrictNamespaces=: the namespaces created or joined
+      const allowed = /^RestrictNamespaces=(.*)$/m.exec(unit)![1]!.trim().split(/\s+/);
+      const names: Record<string, string> = { NS: 'mnt', USER: 'user', PID: 'pid', IPC: 'ipc', UTS: 'uts', NET: 'net', CGROUP: 'cgroup', TIME: 'time' };
+      const used = new Set([...text.matchAll(/CLONE_NEW([A-Z]+)/g)].map((m) => names[m[1]!] ?? m[1]!));
+      assert.ok(used.has('user') && used.has('pid') && used.has('mnt'), [...used].join(' '));
+      assert.deepEqual([...used].filter((n) => !allowed.includes(n)), [], 'namespaces the unit would refuse');
+      // RestrictAddressFamilies=
+      const families = /^RestrictAddressFamilies=(.*)$/m.exec(unit)![1]!.trim().split(/\s+/);
+      const opened = new Set([...text.matchAll(/^socket\((AF_[A-Z0-9]+)/gm)].map((m) => m[1]!));
+      assert.deepEqual([...opened].filter((f) => !families.includes(f)), [], 'socket families the unit would refuse');
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   const emulated = async (tunables: 'yes' | 'no') => {
     const state = fs.mkdtempSync('/var/lib/parley-unit-test-');
     fs.chmodSync(state, 0o750);

@@ -209,7 +209,8 @@ function stateName(conversationId: string): string {
 
 /** The stdio of a joiner: the caller's three, then fd 3 = the pipe that carries the namespace fd numbers. */
 function joinerStdio(stdio: StdioOptions | undefined): StdioOptions {
-  const base = stdio === undefined || typeof stdio === 'string' ? [stdio ?? 'pipe', stdio ?? 'pipe', stdio ?? 'pipe'] : [...stdio].slice(0, 3);
+  if (Array.isArray(stdio) && stdio.length > 3) throw new Error('a sandboxed process gets stdin, stdout and stderr only (fd 3 carries the sandbox)');
+  const base = stdio === undefined || typeof stdio === 'string' ? [stdio ?? 'pipe', stdio ?? 'pipe', stdio ?? 'pipe'] : [...stdio];
   while (base.length < 3) base.push('pipe');
   return [...base, 'pipe'] as StdioOptions;
 }
