@@ -34,9 +34,24 @@ interface SocketData {
 
 /** Until authenticated a socket may only send an auth frame: a few KiB (issue 12.4). */
 export const PREAUTH_FRAME_BYTES = 4096;
-/** Unauthenticated sockets at once, per remote address and in total. */
-export const PREAUTH_PER_IP = 8;
-export const PREAUTH_TOTAL = 128;
+/**
+ * What sockets waiting for their auth frame may make uWS hold. uWS's frame limit (maxPayloadLength)
+ * is one per route, not per socket, and the URL is the contract's: an unauthenticated socket can
+ * still send a frame up to MAX_BODY_BYTES, which uWS buffers whole before the 4 KiB check sees it
+ * (and closes the socket, 4001). So the number of such sockets is what bounds that memory: at most
+ * PREAUTH_BUDGET_BYTES / MAX_BODY_BYTES of them at once (6 with the default 10 MiB), at most half
+ * of those from one address (and never more than 8 / 128), each for at most 10 s. A socket that
+ * names its key at the upgrade (header or query) is authenticated there and not counted.
+ */
+export const PREAUTH_BUDGET_BYTES = 64 * 1024 * 1024;
+const PREAUTH_PER_IP_MAX = 8;
+const PREAUTH_TOTAL_MAX = 128;
+
+/** Unauthenticated sockets at once, in total and per remote address, for a body limit. */
+export function preauthCaps(maxBodyBytes: number): { total: number; perIp: number } {
+  const total = Math.max(2, Math.min(PREAUTH_TOTAL_MAX, Math.floor(PREAUTH_BUDGET_BYTES / maxBodyBytes)));
+  return { total, perIp: Math.max(1, Math.min(PREAUTH_PER_IP_MAX, Math.floor(total / 2))) };
+}
 /** Invalid frames in a row after which the socket is closed (1008). */
 export const INVALID_FRAME_LIMIT = 1000;
 
@@ -51,11 +66,17 @@ export interface SocketOptions {
   sendMessage: (conversationId: string, body: unknown) => Promise<unknown>;
 }
 
+/** uWS's WebSocket.send result when the frame was not sent (its buffer would pass maxBackpressure). */
+const DROPPED = 2;
+
 export function mountEventSockets(app: TemplatedApp, core: Core, log: Logger, opts: SocketOptions) {
   const open = new Set<WebSocket<SocketData>>();
+  /** A replay sends its next event once what uWS holds for the socket is below this. */
+  const lowWater = opts.maxBufferedBytes / 2;
   const perConversation = new Map<string, number>();
   const pendingByIp = new Map<string, number>();
   let pendingTotal = 0;
+  const preauth = preauthCaps(opts.maxBodyBytes);
   const unpend = (d: SocketData) => {
     if (!d.pending) return;
     d.pending = false;
@@ -121,13 +142,17 @@ export function mountEventSockets(app: TemplatedApp, core: Core, log: Logger, op
     frame(ws, snapshot);
     const sinkSend = (ev: EncodedEvent) => {
       if (d.closed) return false;
-      ws.send(d.binary ? ev.msgpack : ev.json, d.binary);
+      // uWS drops a frame that would take its buffer past maxBackpressure: the client must resume (after_seq), not miss it
+      if (ws.send(d.binary ? ev.msgpack : ev.json, d.binary) === DROPPED) {
+        tooSlow(ws);
+        return false;
+      }
       const buffered = ws.getBufferedAmount();
       if (buffered > opts.maxBufferedBytes && !feedReplaying) {
         tooSlow(ws);
         return false;
       }
-      return buffered < opts.maxBufferedBytes / 2;
+      return buffered < lowWater;
     };
     let feedReplaying = true;
     d.feed = core.events.follow(id, {
@@ -171,7 +196,7 @@ export function mountEventSockets(app: TemplatedApp, core: Core, log: Logger, op
   app.ws<SocketData>('/sockets/events/*', {
     // a client frame is a send: the REST body limit applies. What uWS buffers for a reader that does
     // not read is bounded: past WS_MAX_BUFFERED_BYTES the socket is closed (1013, tooSlow); uWS drops
-    // sends beyond maxBackpressure, so it gets headroom for the frame that crossed and the close frame
+    // sends once it holds more than maxBackpressure, so it gets headroom for the close frame
     maxPayloadLength: opts.maxBodyBytes,
     maxBackpressure: 2 * opts.maxBufferedBytes,
     idleTimeout: 120,
@@ -197,7 +222,7 @@ export function mountEventSockets(app: TemplatedApp, core: Core, log: Logger, op
       const parsedId = ConversationId.safeParse(rawId);
       const authed = opts.keys.length === 0 || !!key;
       const ip = authed ? '' : Buffer.from(res.getRemoteAddressAsText()).toString();
-      if (!authed && (pendingTotal >= PREAUTH_TOTAL || (pendingByIp.get(ip) ?? 0) >= PREAUTH_PER_IP)) {
+      if (!authed && (pendingTotal >= preauth.total || (pendingByIp.get(ip) ?? 0) >= preauth.perIp)) {
         res.cork(() => res.writeStatus('429 Too Many Requests').writeHeader('content-type', 'application/json').end('{"detail":"Too many sockets waiting for authentication"}'));
         return;
       }
@@ -253,9 +278,16 @@ export function mountEventSockets(app: TemplatedApp, core: Core, log: Logger, op
     },
     drain: (ws) => {
       const d = ws.getUserData();
+      // uWS calls this each time some of its buffer went out: a replay waits until it is below the low-water mark,
+      // so what is buffered for one socket stays under lowWater + one event
+      if (!d.drainWaiters.length || ws.getBufferedAmount() >= lowWater) return;
       const waiters = d.drainWaiters;
       d.drainWaiters = [];
-      for (const w of waiters) w();
+      // not from inside uWS's writable callback: a frame sent there (the replay's next event, in a
+      // microtask) can stay in uWS's buffer with nothing polling to write it, and the replay stalls
+      setImmediate(() => {
+        for (const w of waiters) w();
+      });
     },
     close: (ws) => {
       open.delete(ws);

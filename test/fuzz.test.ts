@@ -629,3 +629,175 @@ test('attack 12.4: every appended event fits MAX_EVENT_BYTES: the agent\'s huge 
     fs.rmSync(m.dataDir, { recursive: true, force: true });
   }
 });
+
+/** The daemon's resident memory in MiB, read from the host (/proc). */
+const rssMiB = (pid: number) => {
+  const m = /VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
+  if (!m) throw new Error(`the daemon (pid ${pid}) has exited`);
+  return Number(m[1]) / 1024;
+};
+
+/** Samples `pid`'s RSS every 20 ms until stopped; `peak()` is the highest seen. */
+function rssSampler(pid: number) {
+  let peak = rssMiB(pid);
+  const timer = setInterval(() => (peak = Math.max(peak, rssMiB(pid))), 20);
+  return { peak: () => peak, stop: () => clearInterval(timer) };
+}
+
+/**
+ * A WebSocket client that reads only when told to, at most `bytes` at a time (the rest stays in the
+ * kernel and then in the daemon): the first 200 bytes of each server frame are kept.
+ */
+function slowReader(port: number, p: string) {
+  const sock = net.connect(port, '127.0.0.1');
+  sock.on('error', () => {});
+  sock.pause();
+  sock.write(`GET ${p} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`);
+  const frames: string[] = [];
+  let buf: Buffer = Buffer.alloc(0);
+  let handshake = false;
+  let need = 0;
+  let head = '';
+  return {
+    frames,
+    sock,
+    /** Reads what the kernel holds, up to `bytes`; returns how much was read. */
+    read(bytes: number): number {
+      let n = 0;
+      let c: Buffer | null;
+      while (n < bytes && (c = sock.read()) !== null) {
+        n += c.length;
+        buf = buf.length ? Buffer.concat([buf, c]) : c;
+        if (!handshake) {
+          const i = buf.indexOf('\r\n\r\n');
+          if (i < 0) continue;
+          handshake = true;
+          buf = buf.subarray(i + 4);
+        }
+        for (;;) {
+          if (need > 0) {
+            const take = Math.min(need, buf.length);
+            if (head.length < 200) head += buf.subarray(0, Math.min(take, 200 - head.length)).toString('latin1');
+            need -= take;
+            buf = buf.subarray(take);
+            if (need === 0) (frames.push(head), (head = ''));
+            if (!buf.length) break;
+            continue;
+          }
+          if (buf.length < 2) break;
+          let len = buf[1]! & 127;
+          let off = 2;
+          if (len === 126) {
+            if (buf.length < 4) break;
+            len = buf.readUInt16BE(2);
+            off = 4;
+          } else if (len === 127) {
+            if (buf.length < 10) break;
+            len = Number(buf.readBigUInt64BE(2));
+            off = 10;
+          }
+          buf = buf.subarray(off);
+          need = len;
+          if (len === 0) frames.push('');
+        }
+      }
+      return n;
+    },
+  };
+}
+
+test('attack 12.4: a WebSocket replay of large events to a client that reads slowly waits for it: nothing dropped, daemon memory bounded', async () => {
+  const MiB = 1024 * 1024;
+  const N = 16;
+  const w = await startDaemon({ MAX_EVENT_BYTES: String(3 * MiB), MAX_BODY_BYTES: String(4 * MiB), WS_MAX_BUFFERED_BYTES: String(MiB), SANDBOX: 'none' });
+  try {
+    const id = (await w.req('POST', '/api/conversations', {})).body.conversation_id as string;
+    for (let i = 0; i < N; i++) {
+      const r = await w.req('POST', `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'text', text: `${i}:${'m'.repeat(2 * MiB)}` }], run: false });
+      assert.equal(r.status, 200, r.text);
+    }
+    const before = rssMiB(w.proc.pid!);
+    const rss = rssSampler(w.proc.pid!);
+    const c = slowReader(w.port, `/sockets/events/${id}?resend_mode=all`);
+    // the client reads nothing for a while: the replay must wait, not queue 32 MiB of frames
+    const idle = Date.now();
+    await waitFor(() => Date.now() - idle > 3000, 'three seconds without reading', 5000);
+    const whilePaused = rss.peak() - before;
+    // then reads 256 KiB every 20 ms (~12 MiB/s)
+    const messages = () => c.frames.filter((f) => f.includes('"MessageEvent"'));
+    let total = 0;
+    const tick = setInterval(() => (total += c.read(256 * 1024)), 20);
+    try {
+      await waitFor(() => messages().length >= N || c.sock.destroyed, 'the whole replay', 60_000).catch((err) => {
+        throw new Error(`${err.message}: ${total} bytes read, frames: ${c.frames.map((f) => f.slice(0, 60)).join(' | ')}`);
+      });
+    } finally {
+      clearInterval(tick);
+      rss.stop();
+    }
+    const got = messages().map((f) => Number(/"text":"(\d+):/.exec(f)?.[1]));
+    assert.deepEqual(got, Array.from({ length: N }, (_, i) => i), 'every event once, in order, none dropped');
+    assert.ok(whilePaused < 64, `the daemon grew ${whilePaused.toFixed(0)} MiB while the client did not read (the replay is ${2 * N} MiB)`);
+    assert.ok(rss.peak() - before < 160, `peak +${(rss.peak() - before).toFixed(0)} MiB`);
+    console.log(`replay of ${N} × 2 MiB to a slow reader: RSS +${whilePaused.toFixed(0)} MiB while it did not read, peak +${(rss.peak() - before).toFixed(0)} MiB`);
+    c.sock.destroy();
+  } finally {
+    await w.stop();
+    fs.rmSync(w.dataDir, { recursive: true, force: true });
+  }
+});
+
+test('attack 12.4: sockets waiting for their auth frame are capped by a byte budget over MAX_BODY_BYTES, from many addresses too: what uWS buffers for them stays bounded', async () => {
+  const KEY = 'attack-test-key-preauth';
+  const MiB = 1024 * 1024;
+  const w = await startDaemon({ SESSION_API_KEY: KEY, MAX_BODY_BYTES: String(8 * MiB), SANDBOX: 'none' });
+  try {
+    const id = (await w.req('POST', '/api/conversations', {}, { 'x-session-api-key': KEY })).body.conversation_id as string;
+    const p = `/sockets/events/${id}`;
+    const upgrade = (localAddress: string) =>
+      new Promise<{ sock: net.Socket; closed: Promise<void> } | number>((resolve) => {
+        const sock = net.connect({ port: w.port, host: '127.0.0.1', localAddress });
+        sock.on('error', () => resolve(0));
+        const closed = new Promise<void>((r) => sock.once('close', () => r()));
+        sock.write(`GET ${p} HTTP/1.1\r\nHost: 127.0.0.1:${w.port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`);
+        sock.once('data', (c: Buffer) => {
+          const status = Number(c.toString('latin1').split(' ')[1]);
+          if (status === 101) resolve({ sock, closed });
+          else (sock.destroy(), resolve(status));
+        });
+      });
+    const before = rssMiB(w.proc.pid!);
+    const rss = rssSampler(w.proc.pid!);
+    // 8 MiB frames: 64 MiB / 8 MiB = 8 sockets at once in total, 4 per address; 8 addresses try 3 each
+    const held: { sock: net.Socket; closed: Promise<void> }[] = [];
+    const refused: number[] = [];
+    for (let a = 2; a < 10; a++) {
+      for (let k = 0; k < 3; k++) {
+        const r = await upgrade(`127.0.0.${a}`);
+        if (typeof r === 'number') refused.push(r);
+        else held.push(r);
+      }
+    }
+    assert.equal(held.length, 8, `${held.length} unauthenticated sockets held at once`);
+    assert.deepEqual([...new Set(refused)], [429]);
+    // each sends all of an 8 MiB "auth" frame but its last byte: uWS buffers it until the auth timeout ends the socket
+    const frame = clientFrame(Buffer.alloc(8 * MiB - 64, 0x20));
+    await Promise.all(held.map((h) => new Promise<void>((r) => h.sock.write(frame.subarray(0, frame.length - 1), () => r()))));
+    // a socket that names its key at the upgrade is not held back meanwhile
+    const ok = connect(`ws://127.0.0.1:${w.port}${p}`, { headers: { 'x-session-api-key': KEY } });
+    await ok.next((f) => f.key === 'full_state');
+    ok.close();
+    await within(Promise.all(held.map((h) => h.closed)), 30_000, 'the auth timeout closing the held sockets');
+    rss.stop();
+    const grew = rss.peak() - before;
+    console.log(`8 unauthenticated sockets with 8 MiB frames: RSS peak +${grew.toFixed(0)} MiB`);
+    assert.ok(grew < 8 * 8 * 2 + 48, `RSS grew ${grew.toFixed(0)} MiB`);
+    // once they are gone, another may wait for its auth frame again
+    const again = await upgrade('127.0.0.2');
+    assert.notEqual(typeof again, 'number');
+    if (typeof again !== 'number') again.sock.destroy();
+  } finally {
+    await w.stop();
+    fs.rmSync(w.dataDir, { recursive: true, force: true });
+  }
+});

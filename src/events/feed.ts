@@ -102,6 +102,7 @@ export class EventFeed {
           limit: pageSize,
           // a page of large events is read and sent in parts: memory stays bounded by bytes (issue 12.4)
           maxBytes: this.opts.pageBytes ?? REPLAY_PAGE_BYTES,
+          keepJson: true,
         });
         first = false;
         if (this.closed) return;

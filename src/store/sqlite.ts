@@ -17,7 +17,7 @@ import { unpack } from 'msgpackr';
 import { UnavailableError } from '../errors.js';
 import { uuidv7 } from '../events/ids.js';
 import { upgradeEvent } from '../events/legacy.js';
-import { EncodedEvent, nowIso, type EventDraft, type ParleyEvent } from '../events/types.js';
+import { EncodedEvent, keepStoredJson, nowIso, type EventDraft, type ParleyEvent } from '../events/types.js';
 import { metrics } from '../metrics.js';
 import { lockDataDir } from './lock.js';
 import { Journal, journalFile, journalGenerations, journalIndexer, journalLine, readFrames, type JournalPosition } from './journal.js';
@@ -38,6 +38,15 @@ export interface StoreOptions {
 
 /** A stored body: the event's JSON text (msgpack in stores written before the journal), in today's event shape. */
 const decodeBody = (b: string | Buffer): ParleyEvent => upgradeEvent((typeof b === 'string' ? JSON.parse(b) : unpack(b)) as ParleyEvent);
+
+/** decodeBody, keeping the text with the event when it is the event's JSON as it is (not upgraded from an older shape). */
+function decodeKeepingJson(b: string | Buffer): ParleyEvent {
+  if (typeof b !== 'string') return decodeBody(b);
+  const parsed = JSON.parse(b) as ParleyEvent;
+  const ev = upgradeEvent(parsed);
+  if (ev === parsed) keepStoredJson(ev, b);
+  return ev;
+}
 
 function matches(ev: ParleyEvent, q: Omit<EventQuery, 'limit' | 'desc'>): boolean {
   const seq = ev.seq!;
@@ -398,8 +407,9 @@ export class SqliteStore implements Store {
       // rows are read one at a time so a page of large events is never held whole
       events = [];
       let bytes = 0;
+      const decode = q.keepJson ? decodeKeepingJson : decodeBody;
       for (const r of stmt.iterate(...args, q.limit) as IterableIterator<{ body: string | Buffer }>) {
-        events.push(decodeBody(r.body));
+        events.push(decode(r.body));
         bytes += r.body.length;
         if (bytes >= q.maxBytes) {
           cut = true;

@@ -35,6 +35,8 @@ export interface EventQuery {
    * bytes reaches this, even before `limit`. Callers cut their pages themselves (src/events/page.ts).
    */
   maxBytes?: number;
+  /** The caller sends the events' JSON on (replay, pages): keep each stored text with its event (`eventJson`) when it is the event's JSON as it is. */
+  keepJson?: boolean;
 }
 
 export interface EventStore {
