@@ -45,7 +45,7 @@ export interface SandboxSettings {
   memoryMb: number;
   pids: number;
   fileSizeMb: number;
-  /** Most conversations with live sandboxed processes; the least recently used idle one is closed. */
+  /** Most conversations with a live sandbox; the least recently used idle one is closed. */
   maxLive: number;
   /** The bwrap binary (BWRAP_PATH), else `bwrap` from PATH. */
   bwrapPath?: string;
@@ -209,7 +209,8 @@ function stateName(conversationId: string): string {
 
 /** The stdio of a joiner: the caller's three, then fd 3 = the pipe that carries the namespace fd numbers. */
 function joinerStdio(stdio: StdioOptions | undefined): StdioOptions {
-  const base = stdio === undefined || typeof stdio === 'string' ? [stdio ?? 'pipe', stdio ?? 'pipe', stdio ?? 'pipe'] : [...stdio].slice(0, 3);
+  if (Array.isArray(stdio) && stdio.length > 3) throw new Error('a sandboxed process gets stdin, stdout and stderr only (fd 3 carries the sandbox)');
+  const base = stdio === undefined || typeof stdio === 'string' ? [stdio ?? 'pipe', stdio ?? 'pipe', stdio ?? 'pipe'] : [...stdio];
   while (base.length < 3) base.push('pipe');
   return [...base, 'pipe'] as StdioOptions;
 }
@@ -382,7 +383,7 @@ export class Sandbox {
     return env;
   }
 
-  /** Number of conversations with live sandboxed processes (metrics). */
+  /** Number of conversations with a live sandbox (its holder, or processes in none mode; metrics). */
   get liveCount(): number {
     let n = 0;
     for (const l of this.live.values()) if (l.procs.size > 0 || (l.holder && !l.holder.dead)) n++;
