@@ -6,10 +6,11 @@
  * - `imageUrlProblem` (image-url-rule.ts) is checked when a message arrives (422 with the rule): a
  *   URL that will never be fetched (a scheme other than http/https/data:image, a loopback, private
  *   or link-local address, a local-only name) is refused before it is stored;
- * - `ImageResolver` downloads what the model cannot fetch before the step, and replaces an image
- *   whose download fails (DNS, 404, too big, a name that resolves to a private address) by a
- *   short text note, so the conversation keeps working. Failures are remembered (bounded) so a
- *   dead URL is not retried at every step.
+ * - `ImageResolver` downloads what the model cannot fetch before the message is first sent (the
+ *   prompt converter keeps the result with the message: it is not fetched again at every step),
+ *   and replaces an image whose download fails (DNS, 404, too big, a name that resolves to a
+ *   private address) by a short text note, so the conversation keeps working. Failures are
+ *   remembered (bounded) so a dead URL is not retried for every message that holds it.
  */
 import { createDownload, type ModelMessage } from 'ai';
 
