@@ -4,8 +4,8 @@
  * (`echo step <i>`), through the public API of a real daemon. A step's overhead is the gap between
  * the LLM's reply being completely sent and the daemon's next completion request arriving: it holds
  * recording the action, running the shell command, recording the observation, stuck detection and
- * building the next prompt. Prints the median gap around steps 10, 100 and 1,000 (a window of
- * ±`window` steps) and their ratio to the first.
+ * building the next prompt. Prints the median gap around steps 10, 100 and 1,000 (and the last
+ * step of a shorter run; a window of ±`window` steps), their ratio to the first, and the load average.
  *
  * `--cpu-prof DIR` writes the daemon's CPU profile there (open it in Chrome DevTools or speedscope).
  *
