@@ -822,7 +822,8 @@ describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
       assert.equal(info.sandbox.mode, 'bwrap', u.output());
       const id = (await call('POST', '/api/conversations', {})).conversation_id;
       await waitFor(async () => (await call('GET', `/api/conversations/${id}`)).execution_status === 'idle', 'idle', 20_000);
-      u.llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'id -u; pwd; echo shared > /tmp/t; touch mine.txt; ls /proc | grep -c "^[0-9]"' } }] }, { text: 'done' });
+      // (the locked directories: what a non-root daemon must still be able to remove on DELETE)
+      u.llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'id -u; pwd; echo shared > /tmp/t; touch mine.txt; mkdir -p /tmp/locked/in locked/in; touch /tmp/locked/in/f locked/in/f; chmod 0 /tmp/locked/in /tmp/locked locked/in locked' } }] }, { text: 'done' });
       await call('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true });
       await waitFor(async () => (await call('GET', `/api/conversations/${id}`)).execution_status === 'finished', 'finished', 30_000);
       const evs = (await call('GET', `/api/conversations/${id}/events/search?limit=100`)).items;
@@ -834,6 +835,10 @@ describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
       assert.equal(mine.mode & 0o777, 0o600, 'UMask=0077 reaches the agent');
       assert.equal(fs.readFileSync(path.join(u.state, 'workspaces', '.sandbox', hex, 'tmp', 't'), 'utf8'), 'shared\n');
       assert.equal(fs.statSync(path.join(u.state, 'secret.key')).mode & 0o077, 0, 'the key file is private');
+      assert.equal(fs.statSync(path.join(u.state, 'workspaces', '.sandbox', hex, 'tmp', 'locked')).mode & 0o777, 0);
+      assert.equal((await fetch(`http://127.0.0.1:${port}/api/conversations/${id}`, { method: 'DELETE' })).status, 200);
+      assert.ok(!fs.existsSync(path.join(u.state, 'workspaces', '.sandbox', hex)), "the sandbox's /tmp and HOME are removed, locked directories included");
+      assert.ok(!fs.existsSync(path.join(u.state, 'workspaces', hex)), 'the workspace is removed, locked directories included');
     } finally {
       await u.close();
     }

@@ -7,7 +7,7 @@
 import { seqPageStart, type EventLog } from '../events/log.js';
 import type { ParleyEvent } from '../events/types.js';
 
-export interface EventFilters {
+interface EventFilters {
   kind?: string | null;
   source?: string | null;
   after_seq?: number | null;

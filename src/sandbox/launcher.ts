@@ -31,7 +31,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import { baseChildEnv } from '../workspace/child-env.js';
-import { conversationIdHex, workspacePath } from '../workspace/workspace.js';
+import { conversationIdHex, removeTree, workspacePath } from '../workspace/workspace.js';
 import { detectCgroups, type CgroupBackend, type ConversationCgroup } from './cgroup.js';
 import { PathView } from './path-view.js';
 import type { ProcessLauncher } from './types.js';
@@ -668,7 +668,7 @@ export class Sandbox {
   /** DELETE: closes the sandbox and removes the conversation's /tmp and HOME from the host. */
   async removeConversation(conversationId: string): Promise<void> {
     await this.closeConversation(conversationId);
-    await fs.promises.rm(this.stateDir(conversationId), { recursive: true, force: true }).catch(() => {});
+    await removeTree(this.stateDir(conversationId)).catch(() => {});
   }
 
   async close(): Promise<void> {
