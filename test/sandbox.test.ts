@@ -4,6 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -12,6 +13,7 @@ import { ROOT, startDaemon, tempDir, waitFor, type DaemonHandle } from './suppor
 import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
 import { startGitServer } from './support/git-server.js';
 import { hostPid } from './support/processes.js';
+import { Sandbox, DEFAULT_SANDBOX_SETTINGS } from '../src/sandbox/launcher.js';
 import { fileURLToPath } from 'node:url';
 
 const SESSION = 'sess-SANDBOXCANARY-4711';
@@ -351,7 +353,8 @@ describe('sandbox: one sandbox per conversation', { timeout: 180_000 }, () => {
       const [pidObs] = await h.run(a, [{ name: 'pid', arguments: {} }]);
       const mcpPid = hostPid(pidObs.content.map((c: any) => c.text).join(''));
       assert.ok(mcpPid > 0, JSON.stringify(pidObs));
-      const shell = await h.sh(a, `cat /tmp/setup-${m}; cat ~/.cache-${m}; (sleep ${m}2 >/dev/null 2>&1 &); ps -eo pid,args`);
+      const shell = await h.sh(a, `cat /tmp/setup-${m}; cat ~/.cache-${m}; (sleep ${m}2 >/dev/null 2>&1 &); ps -eo pid,args; echo "NSFDS $(ls -l /proc/$$/fd | grep -cE '(user|pid):\\[')"`);
+      assert.match(shell.text, /^NSFDS 0$/m, "the shell closed the sandbox's namespace fds");
       assert.match(shell.text, new RegExp(`FROM-SETUP-${m}`), 'the shell reads what setup.sh wrote to /tmp');
       assert.match(shell.text, /^cached$/m, 'and to HOME');
       assert.match(shell.text, new RegExp(`sleep ${m}1`), "ps in the shell shows setup.sh's background job");
@@ -402,6 +405,44 @@ describe('sandbox: one sandbox per conversation', { timeout: 180_000 }, () => {
     } finally {
       await git.close();
       await h.close();
+    }
+  });
+});
+
+describe('sandbox: the launcher (in-process, real bwrap)', { timeout: 60_000 }, () => {
+  test('background jobs outlive the process that started them until the idle sandbox is closed; joined processes keep no namespace fds', async () => {
+    const root = tempDir();
+    const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', idleCloseMs: 1500 }, { workspaceRoot: root });
+    const id = crypto.randomUUID();
+    const m = `7373${process.pid % 1000}`;
+    const out = (argv: string[]) =>
+      new Promise<string>((resolve) => {
+        const c = sb.spawn(id, argv, { env: sb.env(), stdio: ['ignore', 'pipe', 'pipe'] });
+        let text = '';
+        c.stdout!.on('data', (d: Buffer) => (text += d.toString('utf8')));
+        c.stderr!.on('data', (d: Buffer) => (text += d.toString('utf8')));
+        c.on('close', () => resolve(text));
+      });
+    try {
+      assert.equal(sb.enabled, true);
+      // like setup.sh starting a server: the script ends, the job stays in the conversation's sandbox
+      await out(['sh', '-c', `(sleep ${m} >/dev/null 2>&1 &); echo started`]);
+      const [job] = (await waitFor(() => (hostProcesses(`sleep ${m}`).length === 1 ? hostProcesses(`sleep ${m}`) : null), 'the job runs', 10_000))!;
+      const fds = await out(['sh', '-c', 'ls /proc/$$/fd; true']); // sh's own fds (true: sh does not exec ls)
+      const open = fds.trim().split(/\s+/);
+      assert.ok(open.includes('2') && !open.includes('3') && !open.includes('4'), `fds of a joined process: ${open.join(' ')}`);
+      assert.equal(sb.liveCount, 1);
+      assert.equal(sb.processCount, 0);
+      assert.ok(nsOf(job!), 'still running after the script ended');
+      // nothing started through the launcher for idleCloseMs: the sandbox closes, the job with it
+      await waitFor(() => hostProcesses(`sleep ${m}`).length === 0, 'the idle sandbox closed', 15_000);
+      assert.equal(sb.liveCount, 0);
+      assert.ok(fs.existsSync(sb.stateDir(id)), '/tmp and HOME stay until DELETE');
+      await sb.removeConversation(id);
+      assert.ok(!fs.existsSync(sb.stateDir(id)));
+    } finally {
+      await sb.close();
+      fs.rmSync(root, { recursive: true, force: true });
     }
   });
 });

@@ -47,6 +47,8 @@ export interface SandboxSettings {
   fileSizeMb: number;
   /** Most conversations with a live sandbox; the least recently used idle one is closed. */
   maxLive: number;
+  /** A sandbox with no process started through the launcher is closed after this long (default 10 min). */
+  idleCloseMs?: number;
   /** The bwrap binary (BWRAP_PATH), else `bwrap` from PATH. */
   bwrapPath?: string;
   /** Extra host directories mounted read-only at the same path (SANDBOX_RO_BINDS). */
@@ -118,7 +120,7 @@ export const VISIBLE_WORKSPACE = '/workspace';
 const VISIBLE_HOME = '/home/agent';
 
 /** How long a sandbox with no process started through the launcher stays up (its background jobs with it). */
-const IDLE_CLOSE_MS = 10 * 60_000;
+const IDLE_CLOSE_MS = 10 * 60_000; // SandboxSettings.idleCloseMs
 /** A holder not ready by then is killed (its joiners get an error). */
 const HOLDER_START_MS = 10_000;
 
@@ -429,7 +431,7 @@ export class Sandbox {
     }
     l.idleTimer = setTimeout(() => {
       if (this.live.get(conversationId) === l && !l.busy && l.procs.size === 0) void this.closeConversation(conversationId);
-    }, IDLE_CLOSE_MS);
+    }, this.settings.idleCloseMs ?? IDLE_CLOSE_MS);
     l.idleTimer.unref();
   }
 
