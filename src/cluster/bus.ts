@@ -19,12 +19,12 @@ import { EncodedEvent, type ParleyEvent } from '../events/types.js';
 import type { EventQuery } from '../store/types.js';
 
 /** What the bus reads from the store to catch up. */
-export interface CatchUpSource {
+interface CatchUpSource {
   lastSeqs(ids: string[]): Promise<Map<string, number>>;
   query(conversationId: string, q: EventQuery): Promise<ParleyEvent[]>;
 }
 
-export interface ClusterBusOptions {
+interface ClusterBusOptions {
   url: string;
   /** Subjects start with this (default `parley`): clusters sharing a NATS server keep apart. */
   prefix: string;

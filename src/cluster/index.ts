@@ -16,7 +16,7 @@ import { ClusterNode } from './node.js';
 
 const ROUTED = new Set(['createConversation', 'sendMessage', 'run', 'pause', 'interrupt', 'deleteConversation', 'resumePreparations']);
 
-export interface ClusterNodeParts {
+interface ClusterNodeParts {
   service: ConversationService;
   conversations: Conversations;
   events: EventLog;

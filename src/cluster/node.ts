@@ -25,7 +25,7 @@ interface Message {
 }
 
 /** The operations of the conversation service that the cluster routes, run on this node. */
-export interface LocalOps<NewReq extends { conversation_id?: string | null }, Msg extends Message, Created extends { conversation_id: string }> {
+interface LocalOps<NewReq extends { conversation_id?: string | null }, Msg extends Message, Created extends { conversation_id: string }> {
   createConversation(req: NewReq): Promise<Created>;
   sendMessage(id: string, msg: Msg): Promise<{ success: true }>;
   run(id: string): Promise<{ success: true }>;
@@ -35,7 +35,7 @@ export interface LocalOps<NewReq extends { conversation_id?: string | null }, Ms
 }
 
 /** What the node needs of the rest of the core. */
-export interface NodeHooks {
+interface NodeHooks {
   /** Whether this node's runtime runs the conversation's loop now. */
   isRunning(id: string): boolean;
   /** A message was appended on another node: this node's loop takes it at its next step. */
@@ -56,7 +56,7 @@ export interface NodeHooks {
 
 type ServiceOp = 'createConversation' | 'sendMessage' | 'run' | 'pause' | 'interrupt' | 'deleteConversation';
 /** Operations of the agent runtime that the API calls directly. */
-export type RuntimeOp = 'confirm' | 'condense' | 'ask';
+type RuntimeOp = 'confirm' | 'condense' | 'ask';
 type RoutedOp = ServiceOp | RuntimeOp;
 const RUNTIME_OPS = new Set<string>(['confirm', 'condense', 'ask']);
 
@@ -71,7 +71,7 @@ const decoder = new TextDecoder();
 /** A node id as one NATS subject token. */
 const token = (nodeId: string) => nodeId.replace(/[^A-Za-z0-9_-]/g, '_');
 
-export interface ClusterNodeDeps<N, M, C> {
+interface ClusterNodeDeps<N, M, C> {
   nc: NatsConnection;
   prefix: string;
   leases: Leases;

@@ -22,7 +22,7 @@ import { metrics } from '../metrics.js';
 import type { CommitListener } from './sqlite.js';
 import { conversationFromRow, executionStatusOf, type ConversationRecord, type EventQuery, type SealedValue, type Store } from './types.js';
 
-export interface PostgresStoreOptions {
+interface PostgresStoreOptions {
   /** Connections in the pool (default 10). */
   poolSize?: number;
   /** How long a call waits for a connection before answering 503 (default 5 s). */
