@@ -69,7 +69,7 @@ const EnvSchema = z.object({
 });
 
 /** Session keys and secrets shorter than this are refused: they could not be redacted safely. */
-export const MIN_SECRET_LENGTH = 8;
+const MIN_SECRET_LENGTH = 8;
 
 function parseOrigins(raw: string | undefined): string[] {
   const out: string[] = [];
@@ -122,7 +122,7 @@ export interface Config {
   cluster?: ClusterConfig;
 }
 
-export interface ClusterConfig {
+interface ClusterConfig {
   databaseUrl: string;
   natsUrl?: string;
   /** NATS subjects start with this: clusters sharing a NATS server keep apart. */

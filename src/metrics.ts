@@ -37,7 +37,7 @@ const sources: Source[] = [];
 const keyOf = (values: readonly string[]) => values.join('\u0001');
 const labelsOf = (names: readonly string[], values: readonly string[]): Labels => Object.fromEntries(names.map((n, i) => [n, values[i] ?? '']));
 
-export class CounterChild {
+class CounterChild {
   value = 0;
   inc(n = 1): void {
     this.value += n;
@@ -65,7 +65,7 @@ abstract class Family<C> {
   }
 }
 
-export class Counter extends Family<CounterChild> {
+class Counter extends Family<CounterChild> {
   constructor(name: string, help: string, labelNames: readonly string[] = []) {
     super(name, help, labelNames, 'counter');
   }
@@ -82,7 +82,7 @@ export class Counter extends Family<CounterChild> {
 }
 
 /** Latency buckets in seconds, from sub-millisecond requests to multi-minute LLM calls. */
-export const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
 
 export class HistogramChild {
   count = 0;
@@ -104,7 +104,7 @@ export class HistogramChild {
   }
 }
 
-export class Histogram extends Family<HistogramChild> {
+class Histogram extends Family<HistogramChild> {
   constructor(
     name: string,
     help: string,
@@ -134,7 +134,7 @@ export class Histogram extends Family<HistogramChild> {
 }
 
 /** A gauge read at scrape time from whoever registered a reader (several may add up, e.g. per module). */
-export class Gauge {
+class Gauge {
   private readers: (() => Iterable<[string[], number]>)[] = [];
   constructor(
     readonly name: string,

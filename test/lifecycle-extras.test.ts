@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { allEvents, waitStatus } from './support/conversation-api.js';
-import { startDaemon, type DaemonHandle } from './support/daemon.js';
+import { startDaemon, waitFor, type DaemonHandle } from './support/daemon.js';
 import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
 
 let llm: ScriptedLlm;
@@ -24,15 +24,16 @@ async function daemon(env: Record<string, string> = {}) {
   daemons.push(d);
   return d;
 }
+const preparationDone = (d: DaemonHandle, id: string) => waitFor(async () => (await d.req('GET', `/api/conversations/${id}`)).body.setup?.phase === 'ready', 'the preparation done');
 const wsDir = (d: DaemonHandle, id: string) => path.join(d.dataDir, 'workspaces', id.replace(/-/g, ''));
 
 describe('workspaces', () => {
   test('created on first use, removed with the conversation; kept with KEEP_WORKSPACES=1', async () => {
     const d = await daemon();
     const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
-    await waitStatus(d.req, id, 'idle');
+    // the preparation is over: nothing makes a directory unless something runs
+    await preparationDone(d, id);
     const dir = wsDir(d, id);
-    await new Promise((r) => setTimeout(r, 200));
     assert.ok(!fs.existsSync(dir), 'no directory for a conversation that ran nothing');
     llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'echo x > work.txt' } }] }, { text: 'made' });
     await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'make it' }], run: true });
@@ -43,7 +44,7 @@ describe('workspaces', () => {
 
     const k = await daemon({ KEEP_WORKSPACES: '1' });
     const id2 = (await k.req('POST', '/api/conversations', {})).body.conversation_id;
-    await new Promise((r) => setTimeout(r, 200));
+    await preparationDone(k, id2);
     fs.mkdirSync(wsDir(k, id2), { recursive: true });
     fs.writeFileSync(path.join(wsDir(k, id2), 'keep.txt'), 'y');
     assert.equal((await k.req('DELETE', `/api/conversations/${id2}`)).status, 200);

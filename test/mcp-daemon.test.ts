@@ -4,7 +4,6 @@
  * visible but never fatal, the status endpoint, no orphan processes, and no leaked secrets.
  */
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
@@ -12,7 +11,7 @@ import { freePort, recordingReq, startDaemon, tempDir, waitFor, type DaemonHandl
 import { startSseServer, startShttpServer, type RunningHttpServer } from './support/mcp-servers/http-servers.js';
 import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
 import { hostPid, isAlive } from './support/processes.js';
-import { allEvents, statusOf, waitStatus, type Req } from './support/conversation-api.js';
+import { allEvents, waitStatus, type Req } from './support/conversation-api.js';
 
 const TSX_LOADER = import.meta.resolve('tsx');
 const STDIO_SERVER = fileURLToPath(new URL('./support/mcp-servers/stdio-server.ts', import.meta.url));
@@ -413,8 +412,11 @@ describe('MCP server lifecycle', () => {
     }, 'second pid'))!;
     const pid2 = hostPid(textOf(resultFor(evs, 'pid', 1)));
     assert.ok(pid2 !== pid1 && isAlive(pid2));
-    // a running conversation is not idle: the server stays up past the idle period
-    await new Promise((res) => setTimeout(res, 4000));
+    // a running conversation is not idle: only the end of a run schedules an idle close, so the one
+    // scheduled after the first run (and done) is the only one, and the server stays up
+    const lines = (text: string) => d.output.filter((l) => l.includes(id) && l.includes(text)).length;
+    assert.equal(lines('close if it stays idle'), 1, 'no idle close scheduled while running');
+    assert.equal(lines('closing the MCP servers of an idle conversation'), 1);
     assert.ok(isAlive(pid2), 'not closed while running');
 
     // SIGTERM while running: the daemon exits 0 and the stdio server is gone

@@ -135,21 +135,24 @@ describe('replaying this service\'s own events', () => {
 });
 
 describe('deleting during a replay', () => {
-  test('answers at once, removes the conversation and its workspace; the steps after the running one do not run', async () => {
+  test('answers without waiting for the command, removes the conversation and its workspace; the steps after the running one do not run', async () => {
     const marker = path.join(os.tmpdir(), `parley-replay-after-delete-${process.pid}-${Date.now()}`);
     const id = await replay([
       { action: 'message', args: { content: 'long one' }, source: 'user' },
-      { action: 'run', args: { command: 'sleep 30' } },
+      // never ends by itself: a delete that waited for it would not answer at all
+      { action: 'run', args: { command: 'sleep 100000' } },
       { action: 'run', args: { command: `touch ${marker}` } },
     ]);
     await waitFor(async () => (await events(id)).some((e) => e.kind === 'ActionEvent'), 'the replay started', 20_000);
-    const t0 = Date.now();
-    assert.equal((await d.req('DELETE', `/api/conversations/${id}`)).status, 200);
-    assert.ok(Date.now() - t0 < 8000, 'the delete did not wait for the command');
-    await new Promise((r) => setTimeout(r, 1000));
+    const deleted = d.req('DELETE', `/api/conversations/${id}`);
+    const waited = new Promise<'waited'>((r) => setTimeout(() => r('waited'), 60_000).unref());
+    const res = await Promise.race([deleted, waited]);
+    assert.notEqual(res, 'waited', 'the delete waited for the command');
+    assert.equal(res !== 'waited' && res.status, 200);
     assert.equal((await d.req('GET', `/api/conversations/${id}`)).status, 404);
-    assert.ok(!fs.existsSync(workspace(id)));
-    await new Promise((r) => setTimeout(r, 1000));
+    await waitFor(() => !fs.existsSync(workspace(id)), 'the workspace removed');
+    // the preparation (the replay) has returned: no step of it runs after this line
+    await waitFor(() => d.output.some((l) => l.includes(id) && l.includes('workspace preparation ended')), 'the replay ended');
     assert.ok(!fs.existsSync(marker), 'the step after the killed command never ran');
     assert.ok(!d.output.some((l) => l.includes(id) && /preparation failed|ReplayFailed/.test(l)), 'ended quietly');
   });

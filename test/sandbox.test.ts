@@ -4,6 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -12,6 +13,7 @@ import { ROOT, startDaemon, tempDir, waitFor, type DaemonHandle } from './suppor
 import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
 import { startGitServer } from './support/git-server.js';
 import { hostPid } from './support/processes.js';
+import { Sandbox, DEFAULT_SANDBOX_SETTINGS } from '../src/sandbox/launcher.js';
 import { fileURLToPath } from 'node:url';
 
 const SESSION = 'sess-SANDBOXCANARY-4711';
@@ -50,6 +52,40 @@ function nsOf(pid: number, kind = 'pid'): string | null {
 function pidsInNs(ns: string): number[] {
   return fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d) && nsOf(Number(d)) === ns).map(Number);
 }
+
+/** Every living descendant of `root` on the host (through the parent links in /proc/<pid>/stat). */
+function descendants(root: number): number[] {
+  const parent = new Map<number, number>();
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (f[0] !== 'Z') parent.set(Number(d), Number(f[1]));
+    } catch {
+      /* gone */
+    }
+  }
+  const out: number[] = [];
+  for (const pid of parent.keys()) {
+    for (let p = parent.get(pid); p !== undefined && p > 1; p = parent.get(p)) {
+      if (p === root) {
+        out.push(pid);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+const alive = (pids: number[]) =>
+  pids.filter((p) => {
+    try {
+      return !/\) Z /.test(fs.readFileSync(`/proc/${p}/stat`, 'utf8'));
+    } catch {
+      return false;
+    }
+  });
 
 const TSX_LOADER = import.meta.resolve('tsx');
 const STDIO_SERVER = fileURLToPath(new URL('./support/mcp-servers/stdio-server.ts', import.meta.url));
@@ -317,7 +353,8 @@ describe('sandbox: one sandbox per conversation', { timeout: 180_000 }, () => {
       const [pidObs] = await h.run(a, [{ name: 'pid', arguments: {} }]);
       const mcpPid = hostPid(pidObs.content.map((c: any) => c.text).join(''));
       assert.ok(mcpPid > 0, JSON.stringify(pidObs));
-      const shell = await h.sh(a, `cat /tmp/setup-${m}; cat ~/.cache-${m}; (sleep ${m}2 >/dev/null 2>&1 &); ps -eo pid,args`);
+      const shell = await h.sh(a, `cat /tmp/setup-${m}; cat ~/.cache-${m}; (sleep ${m}2 >/dev/null 2>&1 &); ps -eo pid,args; echo "NSFDS $(ls -l /proc/$$/fd | grep -cE '(user|pid):\\[')"`);
+      assert.match(shell.text, /^NSFDS 0$/m, "the shell closed the sandbox's namespace fds");
       assert.match(shell.text, new RegExp(`FROM-SETUP-${m}`), 'the shell reads what setup.sh wrote to /tmp');
       assert.match(shell.text, /^cached$/m, 'and to HOME');
       assert.match(shell.text, new RegExp(`sleep ${m}1`), "ps in the shell shows setup.sh's background job");
@@ -372,6 +409,44 @@ describe('sandbox: one sandbox per conversation', { timeout: 180_000 }, () => {
   });
 });
 
+describe('sandbox: the launcher (in-process, real bwrap)', { timeout: 60_000 }, () => {
+  test('background jobs outlive the process that started them until the idle sandbox is closed; joined processes keep no namespace fds', async () => {
+    const root = tempDir();
+    const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', idleCloseMs: 1500 }, { workspaceRoot: root });
+    const id = crypto.randomUUID();
+    const m = `7373${process.pid % 1000}`;
+    const out = (argv: string[]) =>
+      new Promise<string>((resolve) => {
+        const c = sb.spawn(id, argv, { env: sb.env(), stdio: ['ignore', 'pipe', 'pipe'] });
+        let text = '';
+        c.stdout!.on('data', (d: Buffer) => (text += d.toString('utf8')));
+        c.stderr!.on('data', (d: Buffer) => (text += d.toString('utf8')));
+        c.on('close', () => resolve(text));
+      });
+    try {
+      assert.equal(sb.enabled, true);
+      // like setup.sh starting a server: the script ends, the job stays in the conversation's sandbox
+      await out(['sh', '-c', `(sleep ${m} >/dev/null 2>&1 &); echo started`]);
+      const [job] = (await waitFor(() => (hostProcesses(`sleep ${m}`).length === 1 ? hostProcesses(`sleep ${m}`) : null), 'the job runs', 10_000))!;
+      const fds = await out(['sh', '-c', 'ls /proc/$$/fd; true']); // sh's own fds (true: sh does not exec ls)
+      const open = fds.trim().split(/\s+/);
+      assert.ok(open.includes('2') && !open.includes('3') && !open.includes('4'), `fds of a joined process: ${open.join(' ')}`);
+      assert.equal(sb.liveCount, 1);
+      assert.equal(sb.processCount, 0);
+      assert.ok(nsOf(job!), 'still running after the script ended');
+      // nothing started through the launcher for idleCloseMs: the sandbox closes, the job with it
+      await waitFor(() => hostProcesses(`sleep ${m}`).length === 0, 'the idle sandbox closed', 15_000);
+      assert.equal(sb.liveCount, 0);
+      assert.ok(fs.existsSync(sb.stateDir(id)), '/tmp and HOME stay until DELETE');
+      await sb.removeConversation(id);
+      assert.ok(!fs.existsSync(sb.stateDir(id)));
+    } finally {
+      await sb.close();
+      fs.rmSync(root, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('sandbox: SANDBOX_NETWORK=none and kill -9 of the daemon', { timeout: 120_000 }, () => {
   test('no network: not even the daemon port is reachable', async () => {
     const h = await harness({ SANDBOX_NETWORK: 'none' });
@@ -394,9 +469,13 @@ describe('sandbox: SANDBOX_NETWORK=none and kill -9 of the daemon', { timeout: 1
       const marker = `8686${process.pid % 1000}`;
       await h.sh(id, `(sleep ${marker} &); setsid sleep ${marker}1 & echo started`);
       await waitFor(() => hostProcesses(`sleep ${marker}`).length === 2, 'sleeps running', 10_000);
+      // everything the daemon started: shells, the conversation's holder (its init and pid 2), the spare holder
+      const started = descendants(h.d.proc.pid!);
+      const ns = nsOf(hostProcesses(`sleep ${marker}`)[0]!)!;
+      assert.ok(pidsInNs(ns).length >= 4, 'init, pid 2, bash, the sleeps');
       assert.equal(await h.d.stop('SIGTERM'), 0);
       const ws = path.join(h.d.dataDir, 'workspaces');
-      await waitFor(() => hostProcesses(`sleep ${marker}`).length === 0 && hostProcesses(ws).length === 0, 'nothing left after shutdown', 10_000);
+      await waitFor(() => hostProcesses(`sleep ${marker}`).length === 0 && hostProcesses(ws).length === 0 && pidsInNs(ns).length === 0 && alive(started).length === 0, 'nothing left after shutdown', 10_000);
     } finally {
       await h.close();
     }
@@ -409,12 +488,16 @@ describe('sandbox: SANDBOX_NETWORK=none and kill -9 of the daemon', { timeout: 1
       const marker = `6464${process.pid % 1000}`;
       await h.sh(id, `(sleep ${marker} &); nohup sleep ${marker}1 >/dev/null 2>&1 & setsid sleep ${marker}2 & echo started`);
       await waitFor(() => hostProcesses(`sleep ${marker}`).length === 3, 'sleeps running', 10_000);
+      const started = descendants(h.d.proc.pid!);
+      const ns = nsOf(hostProcesses(`sleep ${marker}`)[0]!)!;
       h.d.proc.kill('SIGKILL');
       await h.d.exited;
-      // nothing in the sandbox (sleeps, shells) nor any bwrap of this daemon (its argv names the workspace)
+      // nothing in the sandbox (sleeps, shells, its init), no bwrap of this daemon (its argv names the
+      // workspace), nothing the daemon had started (the spare holder included)
       const ws = path.join(h.d.dataDir, 'workspaces');
-      await waitFor(() => hostProcesses(`sleep ${marker}`).length === 0 && hostProcesses(ws).length === 0, 'no sandboxed process left', 10_000).catch(() => {
-        throw new Error(`left over: ${[...hostProcesses(`sleep ${marker}`), ...hostProcesses(ws)].join(',')}`);
+      const left = () => [...hostProcesses(`sleep ${marker}`), ...hostProcesses(ws), ...pidsInNs(ns), ...alive(started)];
+      await waitFor(() => left().length === 0, 'no sandboxed process left', 10_000).catch(() => {
+        throw new Error(`left over: ${left().join(',')}`);
       });
     } finally {
       await h.close();
@@ -625,6 +708,190 @@ describe('sandbox: an unprivileged daemon (as under the systemd unit)', { timeou
       await exited;
       await llm.close();
       fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+/**
+ * What the unit's restrictions do to the daemon, emulated where that is possible without systemd
+ * (as root: a private mount namespace, then setpriv to nobody). Emulated: User= (nobody),
+ * CapabilityBoundingSet= / AmbientCapabilities= (empty), NoNewPrivileges=yes, UMask=0077,
+ * LimitNOFILE (up to the hard limit here), the unit's Environment= lines (env -i), ProtectSystem=strict
+ * with ReadWritePaths/StateDirectory (every mount read-only but the state directory),
+ * PrivateTmp=yes, ProtectHome=yes, ProtectProc=invisible (a proc mounted with hidepid=invisible),
+ * and the relaxation ProtectKernelTunables=no (the second test shows bwrap failing without it).
+ * Not emulated (need systemd or a seccomp loader): RestrictNamespaces, SystemCallFilter,
+ * RestrictAddressFamilies, LockPersonality, RestrictRealtime, ProtectClock, ProtectKernelModules,
+ * ProtectHostname, PrivateDevices, Delegate=yes (cgroup v2; this machine has v1 only), KillMode.
+ */
+const UNIT_EMULATION = String.raw`set -e
+STATE=$1; TUNABLES=$2; shift 2
+mount --bind "$STATE" "$STATE"
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+mount -t tmpfs -o mode=1777 tmpfs /var/tmp
+for d in /home /root /run/user; do if [ -d "$d" ]; then mount -t tmpfs -o ro,mode=0755 tmpfs "$d"; fi; done
+findmnt -rn -o TARGET | sort -r | while read -r m; do
+  case "$m" in /proc|/proc/*|/sys|/sys/*|/dev|/dev/*|"$STATE"|/tmp|/var/tmp|/home|/root|/run/user) continue;; esac
+  mount -o remount,bind,ro "$m" 2>/dev/null || echo "could not make $m read-only" >&2
+done
+mount -t proc -o hidepid=invisible,nosuid,nodev,noexec proc /proc
+if [ "$TUNABLES" = yes ]; then mount --bind /proc/sys /proc/sys; mount -o remount,bind,ro /proc/sys; fi
+umask 077
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+exec setpriv --reuid=65534 --regid=65534 --clear-groups --bounding-set=-all --inh-caps=-all --no-new-privs "$@"`;
+
+describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
+  const unitFile = path.join(ROOT, 'scripts/parley.service');
+  const unit = fs.readFileSync(unitFile, 'utf8');
+  const run = (cmd: string, args: string[]) =>
+    new Promise<{ code: number | null; out: string }>((resolve) => {
+      const p = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      p.stdout.on('data', (c: Buffer) => (out += c.toString('utf8')));
+      p.stderr.on('data', (c: Buffer) => (out += c.toString('utf8')));
+      p.on('error', (e) => resolve({ code: -1, out: String(e) }));
+      p.on('exit', (code) => resolve({ code, out }));
+    });
+  const hasAnalyze = fs.existsSync('/usr/bin/systemd-analyze') || fs.existsSync('/bin/systemd-analyze');
+
+  test('systemd-analyze verify accepts the unit (and does flag a broken copy); the offline security check passes the sandbox settings', { skip: !hasAnalyze && 'no systemd-analyze' }, async () => {
+    const ok = await run('systemd-analyze', ['verify', unitFile]);
+    assert.equal(ok.code, 0, ok.out);
+    assert.equal(ok.out.trim(), '', `verify complained:\n${ok.out}`);
+    // control: verify prints what it cannot parse (its exit code stays 0 for that)
+    const dir = tempDir();
+    try {
+      const bad = path.join(dir, 'parley.service');
+      fs.writeFileSync(bad, unit.replace(/^RestrictNamespaces=.*$/m, 'RestrictNamespaces=user mnt nonsense'));
+      assert.match((await run('systemd-analyze', ['verify', bad])).out, /Failed to parse namespace type/);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+    const sec = await run('systemd-analyze', ['security', '--offline=true', '--no-pager', unitFile]);
+    assert.equal(sec.code, 0, sec.out);
+    assert.match(sec.out, /✓ NoNewPrivileges=/);
+    assert.match(sec.out, /✓ PrivateTmp=/);
+    assert.match(sec.out, /✓ ProtectHome=/);
+    // the relaxation bwrap needs: user namespaces allowed
+    assert.match(sec.out, /✗ RestrictNamespaces=~user/);
+    const level = Number(/Overall exposure level for parley\.service: ([\d.]+)/.exec(sec.out)?.[1]);
+    assert.ok(level > 0 && level < 5, `exposure ${level}`);
+  });
+
+  test('every namespace, socket family and system call the sandboxes used (strace) is allowed by the unit', { skip: (!hasAnalyze || !fs.existsSync('/usr/bin/strace')) && 'needs strace and systemd-analyze' }, async () => {
+    const dir = tempDir();
+    const traces = path.join(dir, 'traces');
+    fs.mkdirSync(traces);
+    const wrapper = path.join(dir, 'bwrap');
+    fs.writeFileSync(wrapper, `#!/bin/sh\nexec /usr/bin/strace -ff -qq -o ${traces}/t /usr/bin/bwrap "$@"\n`, { mode: 0o755 });
+    const h = await harness({ BWRAP_PATH: wrapper, SESSION_API_KEY: '' });
+    try {
+      const id = await h.create();
+      const r = await h.sh(id, 'echo hi > /tmp/x && cat /tmp/x && ps -e >/dev/null && git --version >/dev/null && echo TRACED');
+      assert.match(r.text, /TRACED/);
+    } finally {
+      await h.close();
+    }
+    try {
+      const text = fs.readdirSync(traces).map((f) => fs.readFileSync(path.join(traces, f), 'utf8')).join('\n');
+      const calls = new Set([...text.matchAll(/^(?:<\.\.\. )?([a-z_][a-z0-9_]*)(?:\(| resumed>)/gm)].map((m) => m[1]!));
+      assert.ok(calls.has('pivot_root') && calls.has('setns') && calls.has('execve'), [...calls].join(' '));
+      // SystemCallFilter=~…: none of the denied groups' calls was made
+      const groups = /^SystemCallFilter=~(.*)$/m.exec(unit)![1]!.trim().split(/\s+/);
+      const listed = (await run('systemd-analyze', ['syscall-filter', '--no-pager', ...groups])).out;
+      const denied = new Set(listed.split('\n').map((l) => l.trim()).filter((l) => /^[a-z_][a-z0-9_]*$/.test(l)));
+      assert.ok(denied.has('ptrace') && denied.has('reboot'), 'the groups were listed');
+      assert.deepEqual([...calls].filter((c) => denied.has(c)), [], 'calls the unit would refuse');
+      // RestrictNamespaces=: the namespaces created or joined
+      const allowed = /^RestrictNamespaces=(.*)$/m.exec(unit)![1]!.trim().split(/\s+/);
+      const names: Record<string, string> = { NS: 'mnt', USER: 'user', PID: 'pid', IPC: 'ipc', UTS: 'uts', NET: 'net', CGROUP: 'cgroup', TIME: 'time' };
+      const used = new Set([...text.matchAll(/CLONE_NEW([A-Z]+)/g)].map((m) => names[m[1]!] ?? m[1]!));
+      assert.ok(used.has('user') && used.has('pid') && used.has('mnt'), [...used].join(' '));
+      assert.deepEqual([...used].filter((n) => !allowed.includes(n)), [], 'namespaces the unit would refuse');
+      // RestrictAddressFamilies=
+      const families = /^RestrictAddressFamilies=(.*)$/m.exec(unit)![1]!.trim().split(/\s+/);
+      const opened = new Set([...text.matchAll(/^socket\((AF_[A-Z0-9]+)/gm)].map((m) => m[1]!));
+      assert.deepEqual([...opened].filter((f) => !families.includes(f)), [], 'socket families the unit would refuse');
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  const emulated = async (tunables: 'yes' | 'no') => {
+    const state = fs.mkdtempSync('/var/lib/parley-unit-test-');
+    fs.chmodSync(state, 0o750);
+    fs.chownSync(state, 65534, 65534);
+    // the unit's Environment= lines, its DATA_DIR/HOME (/var/lib/parley) moved to this test's state directory
+    const env = [...unit.matchAll(/^Environment=(.*)$/gm)].map((m) => m[1]!.replaceAll('/var/lib/parley', state));
+    assert.ok(env.includes('SANDBOX=bwrap') && env.includes(`DATA_DIR=${state}`), env.join(' '));
+    const exec = /^ExecStart=(.*)$/m.exec(unit)![1]!.split(/\s+/);
+    const llm = await startScriptedLlm();
+    const p = spawn(
+      'unshare',
+      ['--mount', '--propagation', 'private', 'sh', '-c', UNIT_EMULATION, 'sh', state, tunables, 'env', '-i', 'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', ...env, 'PORT=0', 'LOG_LEVEL=info', 'LLM_MODEL=openai/scripted', `LLM_BASE_URL=${llm.url}`, `LLM_API_KEY=${LLM_KEY}`, ...exec],
+      { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let out = '';
+    p.stdout.on('data', (c: Buffer) => (out += c.toString('utf8')));
+    p.stderr.on('data', (c: Buffer) => (out += c.toString('utf8')));
+    const exited = new Promise<number | null>((r) => p.on('exit', r));
+    return {
+      state,
+      llm,
+      exited,
+      output: () => out,
+      async close() {
+        p.kill('SIGTERM');
+        await exited;
+        await llm.close();
+        fs.rmSync(state, { recursive: true, force: true });
+      },
+    };
+  };
+
+  test('under the unit\'s emulated restrictions (nobody, no capabilities, no_new_privs, UMask, read-only system, private /tmp, ProtectHome, ProtectProc=invisible) the sandbox works', { skip: process.getuid?.() !== 0 && 'needs root to emulate the unit' }, async () => {
+    const u = await emulated('no');
+    try {
+      const port = Number((await waitFor(() => /"port":(\d+).*listening on/.exec(u.output()), 'listening', 60_000).catch(() => {
+        throw new Error(u.output());
+      }))![1]);
+      const call = async (m: string, url: string, b?: unknown) => {
+        const r = await fetch(`http://127.0.0.1:${port}${url}`, { method: m, headers: b ? { 'content-type': 'application/json' } : {}, body: b ? JSON.stringify(b) : undefined });
+        return r.json() as Promise<any>;
+      };
+      const info = await call('GET', '/server_info');
+      assert.equal(info.sandbox.mode, 'bwrap', u.output());
+      const id = (await call('POST', '/api/conversations', {})).conversation_id;
+      await waitFor(async () => (await call('GET', `/api/conversations/${id}`)).execution_status === 'idle', 'idle', 20_000);
+      // (the locked directories: what a non-root daemon must still be able to remove on DELETE)
+      u.llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'id -u; pwd; echo shared > /tmp/t; touch mine.txt; mkdir -p /tmp/locked/in locked/in; touch /tmp/locked/in/f locked/in/f; chmod 0 /tmp/locked/in /tmp/locked locked/in locked' } }] }, { text: 'done' });
+      await call('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true });
+      await waitFor(async () => (await call('GET', `/api/conversations/${id}`)).execution_status === 'finished', 'finished', 30_000);
+      const evs = (await call('GET', `/api/conversations/${id}/events/search?limit=100`)).items;
+      const text = evs.find((e: any) => e.kind === 'ObservationEvent').observation.content[0].text;
+      assert.match(text, /^65534\n\/workspace\n/, text);
+      const hex = id.replace(/-/g, '');
+      const mine = fs.statSync(path.join(u.state, 'workspaces', hex, 'mine.txt'));
+      assert.equal(mine.uid, 65534);
+      assert.equal(mine.mode & 0o777, 0o600, 'UMask=0077 reaches the agent');
+      assert.equal(fs.readFileSync(path.join(u.state, 'workspaces', '.sandbox', hex, 'tmp', 't'), 'utf8'), 'shared\n');
+      assert.equal(fs.statSync(path.join(u.state, 'secret.key')).mode & 0o077, 0, 'the key file is private');
+      assert.equal(fs.statSync(path.join(u.state, 'workspaces', '.sandbox', hex, 'tmp', 'locked')).mode & 0o777, 0);
+      assert.equal((await fetch(`http://127.0.0.1:${port}/api/conversations/${id}`, { method: 'DELETE' })).status, 200);
+      assert.ok(!fs.existsSync(path.join(u.state, 'workspaces', '.sandbox', hex)), "the sandbox's /tmp and HOME are removed, locked directories included");
+      assert.ok(!fs.existsSync(path.join(u.state, 'workspaces', hex)), 'the workspace is removed, locked directories included');
+    } finally {
+      await u.close();
+    }
+  });
+
+  test('why ProtectKernelTunables=no: with /proc/sys read-only bwrap cannot mount /proc and SANDBOX=bwrap exits 1 with one line', { skip: process.getuid?.() !== 0 && 'needs root to emulate the unit' }, async () => {
+    const u = await emulated('yes');
+    try {
+      assert.equal(await u.exited, 1, u.output());
+      assert.match(u.output(), /^parley: SANDBOX=bwrap but the bwrap probe failed: .*Can't mount proc/m);
+    } finally {
+      await u.close();
     }
   });
 });

@@ -276,15 +276,17 @@ describe('terminal tool', () => {
 
   it('delivers output that arrived after the last observation with the next call', async () => {
     const ctx = makeCtx();
-    const first = await run(ctx, { command: 'echo early; sleep 1.2; echo late' });
+    // each command makes a file after its last output: once the file is there, the output was written
+    const done = (name: string) => path.join(ctx.workspaceDir, name);
+    const first = await run(ctx, { command: `echo early; sleep 1.2; echo late; touch ${done('late.done')}` });
     assert.equal(first.exit_code, -1);
-    await new Promise((r) => setTimeout(r, 1000));
+    await waitFor(() => fs.existsSync(done('late.done')), 'the first command ended');
     const next = await run(ctx, { command: 'echo new' });
     assert.match(textOf(next), /finished with exit code 0/);
     assert.match(textOf(next), /late\n/);
     assert.match(textOf(next), /\nnew\n/);
-    await run(ctx, { command: '(sleep 0.3; echo from-background) &' });
-    await new Promise((r) => setTimeout(r, 700));
+    await run(ctx, { command: `(sleep 0.3; echo from-background; touch ${done('bg.done')}) &` });
+    await waitFor(() => fs.existsSync(done('bg.done')), 'the background job printed');
     const bg = await run(ctx, { command: 'echo after-bg' });
     assert.match(textOf(bg), /background processes[^\n]*\nfrom-background\n/);
     assert.match(textOf(bg), /after-bg/);

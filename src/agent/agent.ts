@@ -12,7 +12,6 @@ import { conversationLimits, conversationLlm, conversationSecretValues, recordUs
 import type { Conversations } from '../conversation/conversations.js';
 import type { ReplayPlan } from '../conversation/replay.js';
 import type { EventLog } from '../events/log.js';
-import type { ParleyEvent } from '../events/types.js';
 import type { LlmClient } from '../llm/types.js';
 import { metrics } from '../metrics.js';
 import type { Redactor } from '../secrets/redact.js';
@@ -33,7 +32,7 @@ import { instrumentLlm } from './instrument.js';
 import { executeReplay } from './replay-run.js';
 import { AgentRuntimeImpl } from './runtime.js';
 
-export interface AgentParts {
+interface AgentParts {
   /** The per-conversation process launcher (src/sandbox/). */
   sandbox: Sandbox;
   conversations: Conversations;
@@ -130,6 +129,7 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
     }, config.mcpIdleCloseMs);
     t.unref();
     idleTimers.set(id, t);
+    log.debug({ conversation_id: id, ms: config.mcpIdleCloseMs }, 'the MCP servers of an idle conversation close if it stays idle');
   }
   metrics.mcpServers.read(() => [...mcp.values()].flatMap((m) => m.status().map((s): [string[], number] => [[s.state], 1])));
 

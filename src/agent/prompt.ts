@@ -4,7 +4,7 @@ import type { ContentItem } from '../events/content.js';
 import { cacheControlProviderOptions } from '../llm/cache-control.js';
 import { unreachable, type EventOf, type Observation, type ParleyEvent } from '../events/schema.js';
 
-export interface SystemContext {
+interface SystemContext {
   workspaceDir: string;
   /** The agent's processes run in a sandbox (src/sandbox/): the prompt says so only then. */
   sandboxed?: boolean;

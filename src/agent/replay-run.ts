@@ -14,7 +14,7 @@ import { mapReplayCommand, mapReplayPath, type ReplayPlan, type ReplayStep } fro
 import { actionOf, type Tool, type ToolContext } from '../tools/types.js';
 import { ConfinedFiles, PathView } from '../sandbox/path-view.js';
 
-export interface ReplayRunOptions {
+interface ReplayRunOptions {
   events: EventLog;
   redact(text: string): string;
   conversationId: string;
@@ -28,7 +28,7 @@ export interface ReplayRunOptions {
   signal: AbortSignal;
 }
 
-export interface ReplayRunResult {
+interface ReplayRunResult {
   /** Tool steps executed. */
   actions: number;
   /** The trajectory ended with the finish tool. */

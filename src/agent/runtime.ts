@@ -20,7 +20,7 @@ import { timedTool } from './instrument.js';
 import { buildSystemPrompt, estimateTokens, eventsToMessages, MessageView, toolCallInput } from './prompt.js';
 import { StuckWindow } from './stuck.js';
 
-export interface AgentDeps {
+interface AgentDeps {
   /** The LLM for this conversation, or null when none is configured. */
   llm(conversationId: string): Promise<LlmClient | null>;
   tools(conversationId: string): Promise<Tool[]>;

@@ -1,7 +1,7 @@
 /** Stuck detection over the events of the current run (since the last user message). */
 import type { EventOf, ParleyEvent } from '../events/schema.js';
 
-export type StuckVerdict = { stuck: false; nudge?: string } | { stuck: true; reason: string };
+type StuckVerdict = { stuck: false; nudge?: string } | { stuck: true; reason: string };
 
 type ActionEv = EventOf<'ActionEvent'>;
 type ResultEv = EventOf<'ObservationEvent'> | EventOf<'AgentErrorEvent'>;

@@ -58,7 +58,7 @@ interface AgentLlmInput {
   base_url?: string | null;
 }
 
-export interface StartConversation {
+interface StartConversation {
   agent?: { llm?: AgentLlmInput | null } | null;
   agent_settings?: { llm?: AgentLlmInput | null } | null;
   workspace?: { working_dir?: string | null } | null;
@@ -71,7 +71,7 @@ export interface StartConversation {
   tags?: Record<string, string> | null;
 }
 
-export const MASKED = '**********';
+const MASKED = '**********';
 type Data = Record<string, unknown>;
 
 interface StoredLlm {
@@ -92,7 +92,7 @@ export interface Usage {
  * prefixes stay, a bare `claude-…` is Anthropic's, any other bare name OpenAI's; `litellm_proxy/x`
  * and unknown prefixes behind a `base_url` go to an OpenAI-compatible server.
  */
-export function parleyModel(model: string, baseUrl: string | null | undefined): string {
+function parleyModel(model: string, baseUrl: string | null | undefined): string {
   const m = model.trim();
   const slash = m.indexOf('/');
   if (slash < 0) return /^claude/i.test(m) ? `anthropic/${m}` : `openai/${m}`;
@@ -325,11 +325,6 @@ export async function agentFinalResponse(c: Pick<Core, 'conversations' | 'events
     if (page.length < 200) return { response: '' };
     before = page[page.length - 1]!.seq!;
   }
-}
-
-export function requireStatus(conversations: Conversations, id: string, allowed: readonly string[], what: string): void {
-  const status = conversations.status(id);
-  if (!status || !allowed.includes(status)) throw new ConflictError(`${what}: the conversation is ${status ?? 'not loaded'}`);
 }
 
 /**

@@ -16,7 +16,7 @@ import { redactMcpConfig, fullMcpConfig, type FullMcpConfig } from '../tools/mcp
 import { agentServerInfo, type AgentServerContext } from './agent-server.js';
 
 export const EXECUTION_STATUSES = ['idle', 'running', 'paused', 'waiting_for_confirmation', 'finished', 'error', 'stuck'] as const;
-export type ExecutionStatus = (typeof EXECUTION_STATUSES)[number];
+type ExecutionStatus = (typeof EXECUTION_STATUSES)[number];
 
 /** What every read of a conversation returns (REST, tRPC, the socket's first frame). */
 export const ConversationInfo = z
@@ -68,7 +68,7 @@ export interface LiveConversation {
  */
 const MAX_RESIDENT = 2000;
 const RESIDENT_BYTES = 32 * 1024 * 1024;
-export interface ResidentLimits {
+interface ResidentLimits {
   /** MAX_LOADED_CONVERSATIONS. */
   count?: number;
   bytes?: number;

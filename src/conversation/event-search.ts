@@ -8,7 +8,7 @@
 import type { EventLog } from '../events/log.js';
 import type { ParleyEvent } from '../events/types.js';
 
-export interface EventFilters {
+interface EventFilters {
   kind?: string | null;
   source?: string | null;
   after_seq?: number | null;

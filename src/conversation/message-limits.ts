@@ -10,9 +10,9 @@ import { fitsEvent, jsonBytes } from '../events/cap.js';
 type Item = { type?: string; text?: string; image_urls?: string[] } | null | undefined;
 
 /** Room left for an event's own fields (kind, id, seq, timestamp, source, role) around the client's data. */
-export const EVENT_ENVELOPE_BYTES = 1024;
+const EVENT_ENVELOPE_BYTES = 1024;
 
-export function itemBytes(item: Item): number {
+function itemBytes(item: Item): number {
   if (!item) return 0;
   if (typeof item.text === 'string') return Buffer.byteLength(item.text);
   let n = 0;

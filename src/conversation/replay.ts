@@ -29,12 +29,12 @@ import { terminalParameters } from '../tools/terminal.js';
 import { thinkParameters } from '../tools/think.js';
 import { imageUrlProblem } from '../llm/image-url-rule.js';
 
-export type ReplayContent = (
+type ReplayContent = (
   | { type: 'text'; text: string; cache_prompt: boolean }
   | { type: 'image'; image_urls: string[]; cache_prompt: boolean }
 )[];
 
-export type ReplayToolName = 'terminal' | 'file_editor' | 'think' | 'task_tracker' | 'finish';
+type ReplayToolName = 'terminal' | 'file_editor' | 'think' | 'task_tracker' | 'finish';
 
 export type ReplayStep =
   | { type: 'message'; index: number; role: 'user' | 'assistant'; content: ReplayContent }
@@ -51,7 +51,7 @@ export interface ReplayPlan {
   roots: string[];
 }
 
-export type ReplayParseResult = { ok: true; plan: ReplayPlan } | { ok: false; issues: ValidationIssue[] };
+type ReplayParseResult = { ok: true; plan: ReplayPlan } | { ok: false; issues: ValidationIssue[] };
 
 const TOOL_SCHEMAS: Record<ReplayToolName, z.ZodType> = {
   terminal: terminalParameters,

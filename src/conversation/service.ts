@@ -24,7 +24,7 @@ import type { AgentRuntime, ConversationPreparer, PrepareOptions } from './runti
 import { assertFitsEvent, assertItemsFit } from './message-limits.js';
 
 /** What a new conversation may ask for (the API validates the request against its own schema). */
-export interface NewConversation {
+interface NewConversation {
   repository?: string | null;
   git_provider?: GitProvider | null;
   selected_branch?: string | null;
@@ -45,7 +45,7 @@ export interface IncomingMessage {
   run: boolean;
 }
 
-export interface CreateResult {
+interface CreateResult {
   status: 'ok';
   conversation_id: string;
   /** = conversation_id (the agent-server shape's name for it). */
@@ -141,7 +141,11 @@ export class ConversationService {
     this.preparer
       .prepare(id, opts)
       .catch((err) => this.log.error({ conversation_id: id, err: this.redactor.redact(String(err)) }, 'preparation failed'))
-      .finally(() => this.preparing.delete(id));
+      .finally(() => {
+        this.preparing.delete(id);
+        // nothing of the preparation (a clone, setup.sh, a replay's steps) runs after this line
+        this.log.debug({ conversation_id: id }, 'workspace preparation ended');
+      });
   }
 
   private async join(conv: LiveConversation, req: NewConversation): Promise<CreateResult> {

@@ -21,7 +21,7 @@ import type { Conversations } from './conversations.js';
 import { locateWorkspacePath } from './workspace-locator.js';
 
 /** How the side channels reach a conversation's workspace: path confinement and process start. */
-export interface WorkspaceAccess {
+interface WorkspaceAccess {
   /** `p` (absolute: a host path in the workspace, or one in the view its processes have) checked to stay inside; throws with the reason when it does not. */
   resolve(workspaceDir: string, p: string): { host: string; visible: string };
   /** Where the conversation's processes see the workspace. */
@@ -52,7 +52,7 @@ export class FileBytes {
 }
 
 /** A command for /api/bash (the API validates the request against its own schema). */
-export interface BashRequest {
+interface BashRequest {
   command: string;
   cwd?: string | null;
   /** Seconds. */

@@ -21,7 +21,7 @@ import { allRecords } from './agent-server.js';
 import { conversationIdHex, workspacePath } from '../workspace/workspace.js';
 import type { Conversations } from './conversations.js';
 
-export interface LocatedPath {
+interface LocatedPath {
   conversationId: string;
   /** The conversation's workspace on the host. */
   workspaceDir: string;

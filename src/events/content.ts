@@ -10,7 +10,7 @@ export const TextContentItem = z.object({
   text: z.string(),
   cache_prompt: z.boolean().optional(),
 });
-export const ImageContentItem = z.object({
+const ImageContentItem = z.object({
   type: z.literal('image'),
   image_urls: z.array(z.string()),
   cache_prompt: z.boolean().optional(),
@@ -18,7 +18,7 @@ export const ImageContentItem = z.object({
 export const ContentItem = z.discriminatedUnion('type', [TextContentItem, ImageContentItem]);
 
 export type TextContentItem = z.output<typeof TextContentItem>;
-export type ImageContentItem = z.output<typeof ImageContentItem>;
+type ImageContentItem = z.output<typeof ImageContentItem>;
 export type ContentItem = z.output<typeof ContentItem>;
 
 /** The fields every observation has; a tool adds its own beside them (`observationSchema`). */

@@ -16,7 +16,7 @@ import { TerminalAction, TerminalObservation } from '../tools/terminal.js';
 import { ThinkAction, ThinkObservation } from '../tools/think.js';
 import { ContentItem, TextContentItem } from './content.js';
 
-export const EVENT_SOURCES = ['user', 'agent', 'environment'] as const;
+const EVENT_SOURCES = ['user', 'agent', 'environment'] as const;
 export const EventSource = z.enum(EVENT_SOURCES);
 export type EventSource = z.output<typeof EventSource>;
 
@@ -39,7 +39,7 @@ export const Observation = z.discriminatedUnion('kind', [
 export type Observation = z.output<typeof Observation>;
 
 /** The tool call as the LLM sent it (OpenHands' MessageToolCall). */
-export const MessageToolCall = z
+const MessageToolCall = z
   .object({
     id: z.string(),
     name: z.string(),
@@ -50,7 +50,7 @@ export const MessageToolCall = z
   .meta({ id: 'MessageToolCall' });
 
 /** A tool as offered to the LLM (OpenHands' ToolDefinition, in `SystemPromptEvent.tools`). */
-export const ToolDefinition = z
+const ToolDefinition = z
   .object({
     kind: z.string().meta({ description: 'e.g. TerminalTool, FileEditorTool, MCPToolDefinition' }),
     name: z.string(),
@@ -61,7 +61,7 @@ export const ToolDefinition = z
     action_type: z.string(),
   })
   .meta({ id: 'ToolDefinition' });
-export type ToolDefinition = z.output<typeof ToolDefinition>;
+type ToolDefinition = z.output<typeof ToolDefinition>;
 
 const common = {
   id: z.string(),

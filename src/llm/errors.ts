@@ -5,7 +5,7 @@
 import { APICallError, LoadAPIKeyError, RetryError } from 'ai';
 import type { ProviderErrorCode, ProviderErrorInfo } from './types.js';
 
-export { isAbortError, LlmAbortError, ProviderError } from './provider-error.js';
+export { LlmAbortError, ProviderError } from './provider-error.js';
 import { ProviderError } from './provider-error.js';
 import { SECRET_PLACEHOLDER } from '../secrets/redact.js';
 
@@ -48,11 +48,11 @@ const LABELS: Record<ProviderErrorCode, string> = {
   ProviderError: 'LLM provider error',
 };
 
-export interface ClassifiedError extends ProviderErrorInfo {
+interface ClassifiedError extends ProviderErrorInfo {
   retryAfterMs?: number;
 }
 
-export interface ClassifyContext {
+interface ClassifyContext {
   apiKey?: string;
   /** True when the provider had already started streaming a response (status 200) when this happened. */
   streamStarted: boolean;

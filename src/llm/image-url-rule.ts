@@ -5,7 +5,7 @@
  */
 import { BlockList, isIP } from 'node:net';
 
-export const IMAGE_URL_RULE =
+const IMAGE_URL_RULE =
   'image URLs must be https://, http:// or data:image/…;base64 URLs of a public host (not localhost, *.local, *.internal, a loopback, private or link-local address)';
 
 const blocked = new BlockList();

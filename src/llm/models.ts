@@ -12,7 +12,7 @@ import type { wrapLanguageModel } from 'ai';
 /** The AI SDK language model object (LanguageModelV3) that providers hand out. */
 export type SdkLanguageModel = Parameters<typeof wrapLanguageModel>[0]['model'];
 
-export interface ProviderModelOptions {
+interface ProviderModelOptions {
   /** Model id without the provider prefix. */
   modelId: string;
   apiKey?: string;
@@ -38,9 +38,9 @@ export const PROVIDERS = {
 
 export type ProviderName = keyof typeof PROVIDERS;
 
-export const PROVIDER_NAMES = Object.keys(PROVIDERS) as ProviderName[];
+const PROVIDER_NAMES = Object.keys(PROVIDERS) as ProviderName[];
 
-export interface ParsedModel {
+interface ParsedModel {
   provider: ProviderName;
   /** The provider's model id (everything after the first slash). */
   modelId: string;
@@ -68,7 +68,7 @@ export function parseModelString(model: string): ParsedModel {
 // ---------------------------------------------------------------------------------------------------------
 // Context windows. First matching pattern wins; patterns run against the lower-cased model id.
 
-export const DEFAULT_CONTEXT_WINDOW = 128_000;
+const DEFAULT_CONTEXT_WINDOW = 128_000;
 
 const CONTEXT_WINDOWS: [RegExp, number][] = [
   // OpenAI

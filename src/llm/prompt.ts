@@ -197,7 +197,7 @@ interface Converted {
   lifted: SdkUserPart[];
 }
 
-export interface PromptConverterOptions {
+interface PromptConverterOptions {
   supportsImages: boolean;
   /** Chat Completions models cannot take images in tool results (see liftImages). */
   textOnlyToolResults: boolean;

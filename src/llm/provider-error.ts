@@ -48,7 +48,3 @@ export class LlmAbortError extends Error {
     super(message);
   }
 }
-
-export function isAbortError(e: unknown): boolean {
-  return e instanceof Error && (e.name === 'AbortError' || e.name === 'ResponseAborted');
-}

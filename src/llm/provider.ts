@@ -20,7 +20,6 @@ import { PromptConverter, safeToolInput, type SdkPrompt, type SdkTools } from '.
 import type { LlmClient, LlmRequest, LlmResponse, LlmToolCall } from './types.js';
 
 export { parseModelString } from './models.js';
-export { ProviderError, LlmAbortError } from './errors.js';
 
 export interface LlmSettings {
   /** `provider/model`, e.g. `openai/gpt-4.1`, `anthropic/claude-sonnet-4-5`, `openai/qwen2.5-coder` (+ baseUrl). */
@@ -56,8 +55,8 @@ export interface LlmSettings {
   cacheSystemPrompt?: boolean;
 }
 
-export const DEFAULT_MAX_ATTEMPTS = 5;
-export const DEFAULT_TIMEOUT_MS = 300_000;
+const DEFAULT_MAX_ATTEMPTS = 5;
+const DEFAULT_TIMEOUT_MS = 300_000;
 
 type ProviderOptions = NonNullable<ModelMessage['providerOptions']>;
 
@@ -109,7 +108,7 @@ class CallbackFailure {
   constructor(readonly error: unknown) {}
 }
 
-export interface LlmClientExtras {
+interface LlmClientExtras {
   readonly provider: ProviderName;
   /** Model id without the provider prefix. */
   readonly modelId: string;

@@ -31,7 +31,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import { baseChildEnv } from '../workspace/child-env.js';
-import { conversationIdHex, workspacePath } from '../workspace/workspace.js';
+import { conversationIdHex, removeTree, workspacePath } from '../workspace/workspace.js';
 import { detectCgroups, type CgroupBackend, type ConversationCgroup } from './cgroup.js';
 import { PathView } from './path-view.js';
 import type { ProcessLauncher } from './types.js';
@@ -45,8 +45,10 @@ export interface SandboxSettings {
   memoryMb: number;
   pids: number;
   fileSizeMb: number;
-  /** Most conversations with live sandboxed processes; the least recently used idle one is closed. */
+  /** Most conversations with a live sandbox; the least recently used idle one is closed. */
   maxLive: number;
+  /** A sandbox with no process started through the launcher is closed after this long (default 10 min). */
+  idleCloseMs?: number;
   /** The bwrap binary (BWRAP_PATH), else `bwrap` from PATH. */
   bwrapPath?: string;
   /** Extra host directories mounted read-only at the same path (SANDBOX_RO_BINDS). */
@@ -118,7 +120,7 @@ export const VISIBLE_WORKSPACE = '/workspace';
 const VISIBLE_HOME = '/home/agent';
 
 /** How long a sandbox with no process started through the launcher stays up (its background jobs with it). */
-const IDLE_CLOSE_MS = 10 * 60_000;
+const IDLE_CLOSE_MS = 10 * 60_000; // SandboxSettings.idleCloseMs
 /** A holder not ready by then is killed (its joiners get an error). */
 const HOLDER_START_MS = 10_000;
 
@@ -209,7 +211,8 @@ function stateName(conversationId: string): string {
 
 /** The stdio of a joiner: the caller's three, then fd 3 = the pipe that carries the namespace fd numbers. */
 function joinerStdio(stdio: StdioOptions | undefined): StdioOptions {
-  const base = stdio === undefined || typeof stdio === 'string' ? [stdio ?? 'pipe', stdio ?? 'pipe', stdio ?? 'pipe'] : [...stdio].slice(0, 3);
+  if (Array.isArray(stdio) && stdio.length > 3) throw new Error('a sandboxed process gets stdin, stdout and stderr only (fd 3 carries the sandbox)');
+  const base = stdio === undefined || typeof stdio === 'string' ? [stdio ?? 'pipe', stdio ?? 'pipe', stdio ?? 'pipe'] : [...stdio];
   while (base.length < 3) base.push('pipe');
   return [...base, 'pipe'] as StdioOptions;
 }
@@ -382,7 +385,7 @@ export class Sandbox {
     return env;
   }
 
-  /** Number of conversations with live sandboxed processes (metrics). */
+  /** Number of conversations with a live sandbox (its holder, or processes in none mode; metrics). */
   get liveCount(): number {
     let n = 0;
     for (const l of this.live.values()) if (l.procs.size > 0 || (l.holder && !l.holder.dead)) n++;
@@ -428,7 +431,7 @@ export class Sandbox {
     }
     l.idleTimer = setTimeout(() => {
       if (this.live.get(conversationId) === l && !l.busy && l.procs.size === 0) void this.closeConversation(conversationId);
-    }, IDLE_CLOSE_MS);
+    }, this.settings.idleCloseMs ?? IDLE_CLOSE_MS);
     l.idleTimer.unref();
   }
 
@@ -667,7 +670,7 @@ export class Sandbox {
   /** DELETE: closes the sandbox and removes the conversation's /tmp and HOME from the host. */
   async removeConversation(conversationId: string): Promise<void> {
     await this.closeConversation(conversationId);
-    await fs.promises.rm(this.stateDir(conversationId), { recursive: true, force: true }).catch(() => {});
+    await removeTree(this.stateDir(conversationId)).catch(() => {});
   }
 
   async close(): Promise<void> {

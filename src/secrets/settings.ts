@@ -15,14 +15,14 @@ const PROVIDER_KIND = 'provider';
 const SETTINGS_KIND = 'settings';
 const SECRET_KIND = 'custom';
 
-export interface StoredProvider {
+interface StoredProvider {
   provider: GitProvider;
   token: string | null;
   host: string | null;
   user_id: string | null;
 }
 
-export interface ProviderTokensUpdate {
+interface ProviderTokensUpdate {
   provider_tokens: Partial<Record<GitProvider, { token?: string | null; host?: string | null; user_id?: string | null }>>;
   mcp_config?: McpConfig | null;
 }

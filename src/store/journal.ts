@@ -31,9 +31,9 @@ export interface JournalPosition {
 export const journalLine = (conversationId: string, ev: ParleyEvent, json: string): string =>
   `${JSON.stringify([conversationId, ev.seq, ev.id, ev.kind, ev.timestamp, ev.source])}\t${json}`;
 
-export type IndexRow = [conversationId: string, seq: number, id: string, kind: string, timestamp: string, source: string, body: string];
+type IndexRow = [conversationId: string, seq: number, id: string, kind: string, timestamp: string, source: string, body: string];
 
-export function parseLines(payload: string): IndexRow[] {
+function parseLines(payload: string): IndexRow[] {
   const rows: IndexRow[] = [];
   for (const line of payload.split('\n')) {
     const tab = line.indexOf('\t');

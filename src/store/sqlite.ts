@@ -24,7 +24,7 @@ import { Journal, journalFile, journalGenerations, journalIndexer, journalLine, 
 import { conversationFromRow, executionStatusOf, type ConversationRecord, type EventQuery, type SealedValue, type Store } from './types.js';
 import type { WriterReply, WriterRequest } from './writer.js';
 
-export interface StoreOptions {
+interface StoreOptions {
   synchronous?: 'NORMAL' | 'FULL';
   /** A journal file past this size is closed and a new generation started (default 64 MiB). */
   rotateBytes?: number;

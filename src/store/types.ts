@@ -52,7 +52,7 @@ export interface EventStore {
 export interface ConversationStore {
   createConversation(rec: ConversationRecord): Promise<void>;
   getConversation(id: string): Promise<ConversationRecord | null>;
-  /** Newest first; `beforeCreated` is the cursor (created_at, id). */
+  /** Newest first; with `cursor` (created_at, id), from that record on (it included). */
   listConversations(limit: number, cursor?: { created_at: string; id: string } | null): Promise<ConversationRecord[]>;
   updateConversation(id: string, patch: Partial<Omit<ConversationRecord, 'id' | 'created_at'>>): Promise<void>;
   deleteConversation(id: string): Promise<boolean>;

@@ -9,7 +9,7 @@ import { z } from 'zod';
 import { actionSchema, observationSchema } from '../events/content.js';
 import type { ObservationContent, Tool, ToolContext } from './types.js';
 
-export const MAX_FILE_BYTES = 10 * 1024 * 1024;
+const MAX_FILE_BYTES = 10 * 1024 * 1024;
 const MAX_IMAGE_BYTES = 5 * 1024 * 1024;
 const MAX_VIEW_CHARS = 16_000;
 const MAX_DIR_ENTRIES = 1_000;
@@ -27,7 +27,6 @@ const IMAGE_TYPES: Record<string, string> = {
 };
 
 const COMMANDS = ['view', 'create', 'str_replace', 'insert', 'undo_edit'] as const;
-export type FileEditorCommand = (typeof COMMANDS)[number];
 
 /**
  * A flat object with a `command` enum rather than a discriminated union: it converts to a single
@@ -61,7 +60,7 @@ export const fileEditorParameters = z.object({
     ),
 });
 
-export type FileEditorParams = z.output<typeof fileEditorParameters>;
+type FileEditorParams = z.output<typeof fileEditorParameters>;
 export const FileEditorAction = actionSchema('FileEditorAction', fileEditorParameters);
 export const FileEditorObservation = observationSchema('FileEditorObservation', {
   command: z.string(),
@@ -122,7 +121,7 @@ function shorten(s: string, max = 200): string {
   return s.length <= max ? s : `${s.slice(0, max)}...`;
 }
 
-export class FileEditor {
+class FileEditor {
   private readonly history = new Map<string, HistoryEntry[]>();
   /** Reads and writes of one call, confined to its workspace (see ConfinedFiles). */
   private readonly files = new WeakMap<ToolContext, ConfinedFiles>();

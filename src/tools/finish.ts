@@ -7,7 +7,7 @@ export const finishParameters = z.object({
   message: z.string().describe('The final message to the user: what was done, and anything they should know.'),
 });
 
-export type FinishParams = z.output<typeof finishParameters>;
+type FinishParams = z.output<typeof finishParameters>;
 export const FinishAction = actionSchema('FinishAction', finishParameters);
 export const FinishObservation = observationSchema('FinishObservation', { message: z.string() });
 export type FinishObservation = z.output<typeof FinishObservation>;

@@ -7,8 +7,8 @@ import { z } from 'zod';
 import { actionSchema, observationSchema } from '../events/content.js';
 import type { Tool, ToolContext } from './types.js';
 
-export const TASK_STATUSES = ['todo', 'in_progress', 'done'] as const;
-export type TaskStatus = (typeof TASK_STATUSES)[number];
+const TASK_STATUSES = ['todo', 'in_progress', 'done'] as const;
+type TaskStatus = (typeof TASK_STATUSES)[number];
 
 export interface TaskItem {
   id: string;
@@ -36,7 +36,7 @@ export const taskTrackerParameters = z.object({
     .describe('Required for `plan`: the COMPLETE new task list (it replaces the old one), in order.'),
 });
 
-export type TaskTrackerParams = z.output<typeof taskTrackerParameters>;
+type TaskTrackerParams = z.output<typeof taskTrackerParameters>;
 export const TaskTrackerAction = actionSchema('TaskTrackerAction', taskTrackerParameters);
 export const TaskTrackerObservation = observationSchema('TaskTrackerObservation', {
   command: z.string(),
@@ -84,7 +84,7 @@ function normalize(list: z.output<typeof taskSchema>[]): TaskItem[] {
 
 const MARK: Record<TaskStatus, string> = { todo: '[ ]', in_progress: '[~]', done: '[x]' };
 
-export function renderTaskList(list: readonly TaskItem[]): string {
+function renderTaskList(list: readonly TaskItem[]): string {
   if (list.length === 0) return EMPTY_TEXT;
   const count = (s: TaskStatus) => list.filter((t) => t.status === s).length;
   const lines = [

@@ -17,7 +17,7 @@ import { Sandbox } from '../sandbox/launcher.js';
 const SANDBOX_IO_DIR = '/parley/io';
 const SANDBOX_OUTPUT_DIR = '/parley/outputs';
 
-export interface TerminalToolOptions {
+interface TerminalToolOptions {
   /** Return (exit_code -1) when a command prints nothing new for this long. Default 30 s. */
   noOutputTimeoutMs?: number;
   /** Longest output text returned to the LLM; longer output is cut in the middle. Default 30,000. */
@@ -69,7 +69,7 @@ export const terminalParameters = z.object({
     .describe('If true, kill the shell (and everything it runs) and start a fresh one in the workspace before running `command`.'),
 });
 
-export type TerminalParams = z.output<typeof terminalParameters>;
+type TerminalParams = z.output<typeof terminalParameters>;
 export const TerminalAction = actionSchema('TerminalAction', terminalParameters);
 export const TerminalObservation = observationSchema('TerminalObservation', {
   command: z.string(),
@@ -122,7 +122,7 @@ interface SessionEntry {
   idleTimer: NodeJS.Timeout | null;
 }
 
-export class TerminalManager {
+class TerminalManager {
   readonly noOutputTimeoutMs: number;
   readonly maxOutputChars: number;
   readonly idleCloseMs: number;

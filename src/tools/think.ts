@@ -7,7 +7,7 @@ export const thinkParameters = z.object({
   thought: z.string().describe('Your thought: analysis, a plan, hypotheses about a bug, options to compare.'),
 });
 
-export type ThinkParams = z.output<typeof thinkParameters>;
+type ThinkParams = z.output<typeof thinkParameters>;
 export const ThinkAction = actionSchema('ThinkAction', thinkParameters);
 export const ThinkObservation = observationSchema('ThinkObservation', {});
 export type ThinkObservation = z.output<typeof ThinkObservation>;

@@ -45,8 +45,3 @@ export function actionOf(tool: Pick<Tool, 'actionKind'>, params: unknown): Actio
   if (tool.actionKind === 'MCPToolAction') return { kind: 'MCPToolAction', data: (params ?? {}) as Record<string, unknown> };
   return { ...(params as object), kind: tool.actionKind } as Action;
 }
-
-/** A tool raised this for bad input the LLM can correct (becomes an AgentErrorEvent). */
-export class ToolInputError extends Error {
-  override name = 'ToolInputError';
-}

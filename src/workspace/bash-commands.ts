@@ -35,7 +35,7 @@ export interface BashOutput {
   timeout_occurred: boolean;
   conversation_id: string;
 }
-export type BashEvent = BashCommand | BashOutput;
+type BashEvent = BashCommand | BashOutput;
 
 export interface BashSearch {
   kind__eq?: 'BashCommand' | 'BashOutput' | null;

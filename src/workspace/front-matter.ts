@@ -20,7 +20,7 @@
 
 export type FrontMatterValue = string | string[] | null;
 
-export interface FrontMatterResult {
+interface FrontMatterResult {
   /** null when the text has no front matter (or it is unterminated). */
   data: Record<string, FrontMatterValue> | null;
   /** The text after the front matter (the whole text when there is none). */

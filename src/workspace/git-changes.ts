@@ -7,7 +7,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { runGit, type GitRunOptions } from './git-process.js';
 
-export type GitChangeStatus = 'ADDED' | 'UPDATED' | 'DELETED' | 'MOVED';
+type GitChangeStatus = 'ADDED' | 'UPDATED' | 'DELETED' | 'MOVED';
 
 const TIMEOUT_MS = 30_000;
 

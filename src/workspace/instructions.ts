@@ -38,7 +38,7 @@ export interface RepoInstructions {
   warnings: string[];
 }
 
-export interface LoadInstructionsOptions {
+interface LoadInstructionsOptions {
   maxBytes?: number;
   maxFiles?: number;
 }

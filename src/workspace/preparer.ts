@@ -18,7 +18,7 @@ import { runSetupScript } from './setup-script.js';
 import { createMicroagentMessage, suggestedTaskMessage, type SuggestedTask } from './tasks.js';
 import { createWorkspace, removeWorkspace, workspacePath } from './workspace.js';
 
-export interface PreparerOptions {
+interface PreparerOptions {
   workspaceRoot: string;
   /** Hosts a repository may be cloned from (GIT_ALLOWED_HOSTS). */
   allowedHosts: Config['gitAllowedHosts'];

@@ -79,11 +79,6 @@ export function providerBaseUrl(provider: GitProvider, host?: string | null): st
   return `${url.protocol}//${url.host}${path}`;
 }
 
-/** `host[:port]` in lower case, as git shows it in its credential prompts. */
-export function hostKey(baseUrl: string): string {
-  return new URL(baseUrl).host.toLowerCase();
-}
-
 /**
  * Username and password for a token. A Bitbucket token of the form `user:app_password` is an
  * app password with its own username; any other token goes with the provider's fixed username.

@@ -70,7 +70,7 @@ const NEEDS_REQUEST_API: TaskType[] = ['MERGE_CONFLICTS', 'FAILING_CHECKS', 'UNR
 const REPO_RE = /^[A-Za-z0-9_.][A-Za-z0-9_.-]*(\/[A-Za-z0-9_.][A-Za-z0-9_.-]*)+$/;
 
 /** What is wrong with a suggested task: the field at fault and a clear reason. */
-export interface TaskProblem {
+interface TaskProblem {
   field: 'git_provider' | 'task_type' | 'repo' | 'issue_number' | 'title';
   message: string;
 }

@@ -1,7 +1,7 @@
 /**
  * One directory per conversation: `<root>/<conversation id as 32 lowercase hex>`, mode 0700.
  */
-import { mkdir, rm } from 'node:fs/promises';
+import { chmod, lstat, mkdir, readdir, rm } from 'node:fs/promises';
 import { basename, join, resolve } from 'node:path';
 
 const UUID_RE = /^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32})$/i;
@@ -41,7 +41,29 @@ export async function removeWorkspace(dir: string): Promise<void> {
   if (!HEX32.test(basename(abs))) {
     throw new Error(`Refusing to remove ${abs}: not a workspace directory`);
   }
-  await rm(abs, { recursive: true, force: true, maxRetries: 3 });
+  await removeTree(abs);
+}
+
+/**
+ * `rm -rf` that also removes what an agent made unremovable for a non-root daemon: directories
+ * without read, write or search permission (`chmod 0`) are given them back (never following a
+ * symlink), then the removal is retried.
+ */
+export async function removeTree(dir: string): Promise<void> {
+  try {
+    await rm(dir, { recursive: true, force: true, maxRetries: 3 });
+    return;
+  } catch {
+    /* a directory the daemon's user may not list or change: open them up below */
+  }
+  const open = async (d: string): Promise<void> => {
+    await chmod(d, 0o700).catch(() => {});
+    const entries = await readdir(d, { withFileTypes: true }).catch(() => []);
+    for (const e of entries) if (e.isDirectory()) await open(join(d, e.name));
+  };
+  const st = await lstat(dir).catch(() => null);
+  if (st?.isDirectory()) await open(dir);
+  await rm(dir, { recursive: true, force: true, maxRetries: 3 });
 }
 
 /** The daemon-owned askpass directory (askpass.ts), shown read-only inside sandboxes. */

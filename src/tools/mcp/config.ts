@@ -11,14 +11,14 @@ import { SECRET_PLACEHOLDER } from '../../secrets/redact.js';
 /** An http(s) URL (a server's address). */
 const HttpUrl = z.string().regex(/^https?:\/\/[^\s]+$/i, { error: 'URL must start with http:// or https://' });
 
-export const McpSseServer = z.strictObject({ url: HttpUrl, api_key: z.string().nullish() });
-export const McpShttpServer = z.strictObject({
+const McpSseServer = z.strictObject({ url: HttpUrl, api_key: z.string().nullish() });
+const McpShttpServer = z.strictObject({
   url: HttpUrl,
   api_key: z.string().nullish(),
   /** Seconds; the connect/list timeout and the per-call timeout for this server. */
   timeout: z.number().positive().max(3600).nullish(),
 });
-export const McpStdioServer = z.strictObject({
+const McpStdioServer = z.strictObject({
   /** Used as the tool-name prefix. */
   name: z.string().regex(/^[A-Za-z0-9_-]+$/, { error: 'name must match ^[A-Za-z0-9_-]+$' }),
   command: z.string().min(1),
@@ -52,7 +52,7 @@ export function fullMcpConfig(c: McpConfig | null | undefined): FullMcpConfig {
 }
 
 /** Key used to de-duplicate HTTP servers: the normalised URL (falls back to the raw string). */
-export function mcpUrlKey(url: string): string {
+function mcpUrlKey(url: string): string {
   try {
     return new URL(url).href;
   } catch {

@@ -34,7 +34,7 @@ function base64Bytes(b64: string): number {
  * `data:` URLs; audio, resource links and embedded resources are described as text (embedded
  * text resources carry their text; embedded image blobs become images).
  */
-export function convertContentBlock(block: unknown, redact: (t: string) => string): ObservationContent {
+function convertContentBlock(block: unknown, redact: (t: string) => string): ObservationContent {
   if (!isObj(block)) return { type: 'text', text: redact(JSON.stringify(block) ?? String(block)) };
   switch (block.type) {
     case 'text':

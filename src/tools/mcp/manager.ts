@@ -38,8 +38,8 @@ import { convertCallResult, normalizeInputSchema, type MCPObservation } from './
 import { assignServerNames, assignToolNames, DEFAULT_RESERVED_TOOL_NAMES } from './naming.js';
 import { minimalEnv, StdioProcessTransport } from './stdio.js';
 
-export type McpTransportKind = 'stdio' | 'sse' | 'shttp';
-export type McpServerState = 'configured' | 'starting' | 'ready' | 'failed';
+type McpTransportKind = 'stdio' | 'sse' | 'shttp';
+type McpServerState = 'configured' | 'starting' | 'ready' | 'failed';
 
 export type McpEvent =
   | { type: 'server_failed'; server: string; error: string }
@@ -56,7 +56,7 @@ export interface McpServerStatus {
   tools: string[];
 }
 
-export interface McpManagerOptions {
+interface McpManagerOptions {
   /** The effective config (stored default merged with the conversation's). */
   config: McpConfig | null | undefined;
   /** The conversation's workspace: stdio servers start with this cwd. */
@@ -90,10 +90,10 @@ export interface McpTool extends Tool<Record<string, unknown>, McpObservation> {
   mcpName: string;
 }
 
-export type McpObservation = MCPObservation;
+type McpObservation = MCPObservation;
 
-export const DEFAULT_CONNECT_TIMEOUT_MS = 30_000;
-export const DEFAULT_CALL_TIMEOUT_MS = 300_000;
+const DEFAULT_CONNECT_TIMEOUT_MS = 30_000;
+const DEFAULT_CALL_TIMEOUT_MS = 300_000;
 
 interface ToolDef {
   name: string;
@@ -135,7 +135,7 @@ class TimeoutError extends Error {
 const permissiveParams = z.record(z.string(), z.unknown());
 
 /** Message of an error and of its `cause` chain (`fetch failed: connect ECONNREFUSED …`). */
-export function describeError(err: unknown): string {
+function describeError(err: unknown): string {
   const parts: string[] = [];
   let cur: unknown = err;
   for (let i = 0; cur !== undefined && cur !== null && i < 5; i++) {

@@ -20,12 +20,12 @@
  */
 import { createHash } from 'node:crypto';
 
-export const MAX_TOOL_NAME_LENGTH = 64;
+const MAX_TOOL_NAME_LENGTH = 64;
 
 /** Built-in tool names an MCP tool must never shadow. */
 export const DEFAULT_RESERVED_TOOL_NAMES: readonly string[] = ['terminal', 'file_editor', 'task_tracker', 'think', 'finish'];
 
-export function sanitizeName(s: string): string {
+function sanitizeName(s: string): string {
   const out = s.replace(/[^A-Za-z0-9_-]/g, '_');
   return out.length ? out : 'mcp';
 }
@@ -54,14 +54,14 @@ function withSuffix(base: string, n: number): string {
 }
 
 /** Makes `base` unique against `taken` (appending `_2`, `_3`, …) and records it there. */
-export function uniqueName(base: string, taken: Set<string>, maxLength = Infinity): string {
+function uniqueName(base: string, taken: Set<string>, maxLength = Infinity): string {
   let name = maxLength === Infinity ? base : fitLength(base);
   for (let n = 2; taken.has(name); n++) name = maxLength === Infinity ? `${base}_${n}` : withSuffix(base, n);
   taken.add(name);
   return name;
 }
 
-export interface ServerDescriptor {
+interface ServerDescriptor {
   kind: 'stdio' | 'sse' | 'shttp';
   /** stdio `name` or the server URL. */
   source: string;
@@ -73,7 +73,7 @@ export function assignServerNames(servers: ServerDescriptor[]): string[] {
   return servers.map((s) => uniqueName(s.kind === 'stdio' ? sanitizeName(s.source) : serverNameFromUrl(s.source), taken));
 }
 
-export interface ServerToolList {
+interface ServerToolList {
   server: string;
   /** The tools' names as the server lists them. */
   tools: string[];

@@ -13,7 +13,7 @@ import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
 import { signalGroup, trackGroup, untrackGroup } from '../../process-group.js';
 
-export interface StdioProcessOptions {
+interface StdioProcessOptions {
   command: string;
   args: string[];
   /** The complete environment of the process (nothing is inherited). */
@@ -26,7 +26,7 @@ export interface StdioProcessOptions {
 }
 
 /** Environment variables passed from the daemon to stdio servers (values from `process.env`). */
-export const SAFE_ENV_KEYS = ['HOME', 'LOGNAME', 'PATH', 'SHELL', 'TERM', 'USER', 'LANG', 'LC_ALL', 'TZ', 'TMPDIR'];
+const SAFE_ENV_KEYS = ['HOME', 'LOGNAME', 'PATH', 'SHELL', 'TERM', 'USER', 'LANG', 'LC_ALL', 'TZ', 'TMPDIR'];
 
 export function minimalEnv(): Record<string, string> {
   const env: Record<string, string> = {};

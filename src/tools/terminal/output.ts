@@ -12,7 +12,7 @@ const CONTROL_RE = /[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]/g;
 // An interactive bash without a terminal prints this when a foreground child is killed by a signal.
 const BASH_TTY_NOISE_RE = /^bash: \[\d+: \d+ \(\d+\)\] tcsetattr: Inappropriate ioctl for device\n/gm;
 
-export function stripAnsi(text: string): string {
+function stripAnsi(text: string): string {
   return text.replace(ANSI_RE, '');
 }
 

@@ -5,7 +5,7 @@
  */
 import fs from 'node:fs';
 
-export interface ProcInfo {
+interface ProcInfo {
   pid: number;
   ppid: number;
   pgrp: number;
@@ -33,7 +33,7 @@ function readStat(pid: number): ProcInfo | null {
   return { pid, ppid, pgrp, session, state: fields[0] ?? '?' };
 }
 
-export function listProcesses(): ProcInfo[] {
+function listProcesses(): ProcInfo[] {
   let names: string[];
   try {
     names = fs.readdirSync('/proc');
@@ -65,7 +65,7 @@ export function childrenOf(pid: number): number[] {
 }
 
 /** All descendants of `rootPid` (not including it), found through the parent links. */
-export function descendantsOf(rootPid: number, procs: ProcInfo[] = listProcesses()): ProcInfo[] {
+function descendantsOf(rootPid: number, procs: ProcInfo[] = listProcesses()): ProcInfo[] {
   const children = new Map<number, ProcInfo[]>();
   for (const p of procs) {
     const list = children.get(p.ppid);
@@ -106,7 +106,7 @@ export function shellProcesses(leaderPid: number): ProcInfo[] {
  * True when the process ignores both SIGINT and SIGQUIT: bash starts background jobs (`cmd &`)
  * like that when job control is off, and their children inherit it.
  */
-export function isBackgroundJob(pid: number): boolean {
+function isBackgroundJob(pid: number): boolean {
   try {
     const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
     const m = /^SigIgn:\s*([0-9a-fA-F]+)/m.exec(status);

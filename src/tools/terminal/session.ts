@@ -127,7 +127,7 @@ class OutputBuffer {
   }
 }
 
-export interface CommandResult {
+interface CommandResult {
   exitCode: number;
   cwd: string;
   /** Set when the shell itself exited or was killed while (or instead of) finishing the command. */
@@ -161,9 +161,9 @@ export class RunningCommand {
 }
 
 /** Starts the shell: `argv` with the given environment, the FIFO directory mounted at `ioDir` (sandbox/launcher.ts). */
-export type ShellLauncher = (argv: string[], opts: { cwd: string; env: Record<string, string>; binds: { host: string; inside: string; rw: boolean }[] }) => ChildProcess;
+type ShellLauncher = (argv: string[], opts: { cwd: string; env: Record<string, string>; binds: { host: string; inside: string; rw: boolean }[] }) => ChildProcess;
 
-export interface ShellSessionOptions {
+interface ShellSessionOptions {
   conversationId: string;
   cwd: string;
   env: Record<string, string | undefined>;
