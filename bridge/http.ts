@@ -144,7 +144,7 @@ export async function streamPage<T>(res: HttpResponse, state: ResState, page: La
 }
 
 /** Writes a chunk; when uWS had to keep it, waits until the socket is writable again. False: the client went away. */
-function write(res: HttpResponse, state: ResState, chunk: string): Promise<boolean> {
+export function write(res: HttpResponse, state: ResState, chunk: string | Uint8Array): Promise<boolean> {
   if (state.aborted) return Promise.resolve(false);
   let ok = false;
   res.cork(() => (ok = res.write(chunk)));
