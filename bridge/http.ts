@@ -17,12 +17,15 @@ export interface ResState {
   /** Where the response is counted once written (GET /metrics), and when the request came. */
   metric?: { end(status: number, t0: number): void } | null;
   t0?: number;
+  /** Called once when the client goes away (a streamed response waiting for it to read). */
+  onAbort?: () => void;
 }
 
 export function watchAbort(res: HttpResponse, metric: ResState['metric'] = null): ResState {
   const state: ResState = { aborted: false, metric, t0: performance.now() };
   res.onAborted(() => {
     state.aborted = true;
+    state.onAbort?.();
   });
   return state;
 }
@@ -95,4 +98,63 @@ export function parseQuery(q: string): Record<string, string> {
 export function jsonErrorPosition(err: unknown, text: string): number {
   const m = /position (\d+)/.exec(String((err as Error)?.message ?? ''));
   return m ? Number(m[1]) : text.length;
+}
+
+/** A page whose items are read on demand (src/events/page.ts's EventPage). */
+export interface LazyPage<T> {
+  next(): Promise<T[] | null>;
+  nextPageId: string | null;
+}
+
+/**
+ * Writes a page `{"items":[…],"next_page_id":…}` as it is read (issue 12.4): each part goes to uWS
+ * once the client took the previous one (onWritable), so a client that reads slowly holds one
+ * store read of the daemon's memory and one part in uWS's buffer, not a page. A page that is one
+ * read goes out as any other response (with its Content-Length).
+ */
+export async function streamPage<T>(res: HttpResponse, state: ResState, page: LazyPage<T>, json: (item: T) => string): Promise<void> {
+  // the events of one read are serialised and dropped before the next read: a client that does not
+  // read holds one part (a string) here and at most one in uWS
+  const nextPart = async () => {
+    const items = await page.next();
+    return items && items.map(json).join(',');
+  };
+  const first = await nextPart();
+  const second = first !== null ? await nextPart() : null;
+  const end = () => `],"next_page_id":${JSON.stringify(page.nextPageId)}}`;
+  if (second === null) return send(res, state, 200, `{"items":[${first ?? ''}${end()}`);
+  if (state.aborted) return;
+  res.cork(() => res.writeStatus(STATUS_TEXT[200]!).writeHeader('content-type', 'application/json'));
+  try {
+    if (!(await write(res, state, `{"items":[${first}`)) || !(await write(res, state, `,${second}`))) return;
+    for (let part = await nextPart(); part !== null; part = await nextPart()) {
+      if (!(await write(res, state, `,${part}`))) return;
+    }
+    if (state.aborted) return;
+    res.cork(() => res.end(end()));
+    state.aborted = true;
+    state.metric?.end(200, state.t0!);
+  } catch {
+    // the status is sent: a failed read can only cut the response short
+    if (!state.aborted) {
+      state.aborted = true;
+      res.close();
+    }
+  }
+}
+
+/** Writes a chunk; when uWS had to keep it, waits until the socket is writable again. False: the client went away. */
+export function write(res: HttpResponse, state: ResState, chunk: string | Uint8Array): Promise<boolean> {
+  if (state.aborted) return Promise.resolve(false);
+  let ok = false;
+  res.cork(() => (ok = res.write(chunk)));
+  if (ok) return Promise.resolve(true);
+  return new Promise((resolve) => {
+    state.onAbort = () => resolve(false);
+    res.onWritable(() => {
+      // the next part is written outside uWS's callback, as for the WebSocket's drain (bridge/ws.ts)
+      setImmediate(() => resolve(!state.aborted));
+      return true;
+    });
+  });
 }

@@ -15,7 +15,7 @@ const SHAPES: Record<string, { body?: string; query?: z.ZodObject; response: str
   listConversations: { query: S.ListConversationsInput, response: 'ConversationPage' },
   getConversation: { response: 'ConversationInfo' },
   deleteConversation: { response: 'Success' },
-  searchEvents: { query: S.SearchEventsQuery, response: 'EventPage' },
+  streamEvents: { query: S.SearchEventsQuery, response: 'EventPage' },
   countEvents: { query: S.CountEventsQuery, response: { type: 'integer' } },
   getEvent: { response: 'Event' },
   run: { response: 'Success' },

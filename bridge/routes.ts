@@ -73,7 +73,7 @@ export const ROUTES: Route[] = [
     summary: 'Send Message', tag: 'Events', operationId: 'send_message_api_conversations__conversation_id__events_post',
   },
   {
-    method: 'GET', path: '/api/conversations/:conversation_id/events/search', procedure: 'searchEvents',
+    method: 'GET', path: '/api/conversations/:conversation_id/events/search', procedure: 'streamEvents',
     input: (r) => ({ ...r.query, conversation_id: r.params.conversation_id }), loc: pathOrQuery,
     summary: 'Search Events', tag: 'Events',
   },

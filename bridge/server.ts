@@ -8,7 +8,9 @@ import { runOperation, type OperationName } from '../src/api/router.js';
 import type { Config } from '../src/config.js';
 import type { Core } from '../src/core.js';
 import { toHttpError } from './errors.js';
-import { BodyTooLarge, jsonErrorPosition, keyMatches, parseQuery, readText, send, sendJson, watchAbort } from './http.js';
+import { BodyTooLarge, jsonErrorPosition, keyMatches, parseQuery, readText, send, sendJson, streamPage, watchAbort, type ResState } from './http.js';
+import { EventPage } from '../src/events/page.js';
+import { eventJson } from '../src/events/types.js';
 import { mountMetrics, RouteMetric, unmatchedMetric } from './metrics.js';
 import { mountDocs } from './docs.js';
 import { buildOpenApi } from './openapi.js';
@@ -173,7 +175,7 @@ export function startServer(config: Config, core: Core, log: Logger): Promise<Da
   });
 
   /** POST /api/file/upload: the multipart body's `file` part is the input's body. */
-  async function readUpload(res: HttpResponse, state: { aborted: boolean }, route: CompiledRoute, r: RouteRequest, contentType: string) {
+  async function readUpload(res: HttpResponse, state: ResState, route: CompiledRoute, r: RouteRequest, contentType: string) {
     if (!isMultipart(contentType)) return sendJson(res, state, 415, { detail: 'Content-Type must be multipart/form-data' });
     let bytes: Buffer;
     try {
@@ -186,11 +188,13 @@ export function startServer(config: Config, core: Core, log: Logger): Promise<Da
     return dispatch(res, state, route, { ...r, body: file });
   }
 
-  async function dispatch(res: HttpResponse, state: { aborted: boolean }, route: CompiledRoute, r: RouteRequest) {
+  async function dispatch(res: HttpResponse, state: ResState, route: CompiledRoute, r: RouteRequest) {
     let input: unknown;
     try {
       input = route.input(r);
       const out = await call(route.procedureFor?.(r) ?? route.procedure, input);
+      // events/search: written as it is read
+      if (out instanceof EventPage) return await streamPage(res, state, out, eventJson);
       // a file's bytes go out as they are
       if (out instanceof FileBytes) return send(res, state, 200, Buffer.from(out.bytes), 'application/octet-stream', { 'content-disposition': `attachment; filename="${out.name.replace(/[^\w.-]/g, '_')}"` });
       sendJson(res, state, route.status ?? 200, out);

@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import { appRouter } from '../src/api/router.js';
 import type { Context } from '../src/api/trpc.js';
 import type { HttpRequest, HttpResponse } from './uws.js';
-import { readText, STATUS_TEXT, type ResState } from './http.js';
+import { readText, STATUS_TEXT, write, type ResState } from './http.js';
 
 export async function handleTrpc(
   res: HttpResponse,
@@ -22,6 +22,7 @@ export async function handleTrpc(
   res.onAborted(() => {
     state.aborted = true;
     controller.abort();
+    state.onAbort?.();
   });
   const body = method === 'GET' || method === 'HEAD' ? undefined : await readText(res, maxBody);
   const request = new Request(url, { method, headers, body, signal: controller.signal });
@@ -53,8 +54,6 @@ export async function handleTrpc(
       state.aborted = true;
       return;
     }
-    let ok = true;
-    res.cork(() => (ok = res.write(value)));
-    if (!ok) await new Promise<void>((resolve) => res.onWritable(() => (resolve(), true)));
+    if (!(await write(res, state, value))) return;
   }
 }

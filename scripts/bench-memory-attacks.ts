@@ -8,8 +8,14 @@
  *   search:  `--messages` messages of `--message-mib` MiB (MAX_EVENT_BYTES and MAX_BODY_BYTES raised
  *            so they are accepted), then one `events/search?limit=100` (the response size is printed)
  *            and one WebSocket replay of everything (resend_mode=all) read to the end;
+ *            and a replay to a client that reads nothing for 3 s, then 32 MiB/s (`slow replay`: whether
+ *            every message arrived, in order);
+ *   pages:   80 messages of 64 KiB, then 30 clients ask for a 4 MiB `events/search` page and read
+ *            nothing until the daemon's memory settles, then read it all;
  *   frames:  `--frames` tiny invalid frames on one socket whose client never reads;
- *   preauth: six unauthenticated sockets each sending a 15 MiB "auth" frame (a session key is set);
+ *   preauth: from 16 loopback addresses (127.0.0.2…), as many unauthenticated sockets as the daemon
+ *            accepts (8 tries each), each sending all but the last byte of an "auth" frame just under
+ *            MAX_BODY_BYTES (default 10 MiB), held until the auth timeout closes them (worst case);
  *   creates: `--creates` (8) conversations created with 8 MiB `conversation_instructions`.
  */
 import { spawn } from 'node:child_process';
@@ -21,6 +27,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import WebSocket from 'ws';
 import { ROOT } from '../test/support/daemon.js';
+import { FrameReader } from '../test/support/ws-frames.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -92,7 +99,7 @@ async function measure(name: string, d: Daemon, attack: () => Promise<string | v
   const heapAfter = await heapUsed(d);
   peak = Math.max(peak, after);
   console.log(
-    `${name.padEnd(8)} RSS before ${before.toFixed(0)} MiB, peak ${peak.toFixed(0)} MiB (+${(peak - before).toFixed(0)}), after 3 s ${after.toFixed(0)} MiB (+${(after - before).toFixed(0)}); ` +
+    `${name.padEnd(11)} RSS before ${before.toFixed(0)} MiB, peak ${peak.toFixed(0)} MiB (+${(peak - before).toFixed(0)}), after 3 s ${after.toFixed(0)} MiB (+${(after - before).toFixed(0)}); ` +
       `heap used ${heapBefore.toFixed(0)} → ${heapAfter.toFixed(0)} MiB${note ? `; ${note}` : ''}`,
   );
 }
@@ -109,84 +116,151 @@ function frame(payload: Buffer): Buffer {
   return Buffer.concat([head, mask, body]);
 }
 
-function rawSocket(d: Daemon, p: string, headers = ''): Promise<net.Socket> {
+function rawSocket(d: Daemon, p: string, headers = '', localAddress?: string): Promise<net.Socket> {
   return new Promise((resolve, reject) => {
-    const s = net.connect(d.port, '127.0.0.1');
+    const s = net.connect({ port: d.port, host: '127.0.0.1', localAddress });
     s.on('error', () => {});
     s.write(`GET ${p} HTTP/1.1\r\nHost: 127.0.0.1:${d.port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n${headers}\r\n`);
     s.once('data', (c: Buffer) => (c.toString('latin1').startsWith('HTTP/1.1 101') ? resolve(s) : reject(new Error(c.toString('latin1').split('\r\n')[0]))));
   });
 }
 
+/**
+ * A replay (resend_mode=all) to a raw client that reads nothing for 3 s, then 32 MiB/s; returns the
+ * message numbers received, in order of arrival (stops when all came or nothing came for 20 s).
+ */
+async function slowReplay(d: Daemon, id: string, messages: number): Promise<number[]> {
+  const s = net.connect(d.port, '127.0.0.1');
+  s.on('error', () => {});
+  s.pause();
+  s.write(`GET /sockets/events/${id}?resend_mode=all HTTP/1.1\r\nHost: 127.0.0.1:${d.port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`);
+  await new Promise((r) => setTimeout(r, 3000));
+  const reader = new FrameReader();
+  const got = () => reader.frames.flatMap((f) => (/"text":"(\d+):/.exec(f) ? [Number(/"text":"(\d+):/.exec(f)![1])] : []));
+  let lastData = Date.now();
+  while (got().length < messages && Date.now() - lastData < 20_000 && !s.destroyed) {
+    await new Promise((r) => setTimeout(r, 20));
+    let budget = (32 * MiB) / 50;
+    let c: Buffer | null;
+    while (budget > 0 && (c = s.read()) !== null) {
+      lastData = Date.now();
+      budget -= c.length;
+      reader.push(c);
+    }
+  }
+  s.destroy();
+  return got();
+}
+
+/** A fresh daemon with one conversation (created with `headers`), stopped after `fn`. */
+async function withConversation(env: Record<string, string>, fn: (d: Daemon, id: string) => Promise<void>, headers: Record<string, string> = {}) {
+  const d = await start(env);
+  try {
+    const id = ((await (await post(d, '/api/conversations', {}, headers)).json()) as { conversation_id: string }).conversation_id;
+    await fn(d, id);
+  } finally {
+    await d.stop();
+  }
+}
+
 const attacks: Record<string, () => Promise<void>> = {
   async search() {
     const size = Number(args['message-mib']) * MiB;
-    const d = await start({ MAX_BODY_BYTES: String(size + MiB), MAX_EVENT_BYTES: String(size + 1024) });
-    try {
-      const id = ((await (await post(d, '/api/conversations', {})).json()) as { conversation_id: string }).conversation_id;
-      for (let i = 0; i < Number(args.messages); i++) {
-        const r = await post(d, `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'text', text: `${i}:${'m'.repeat(size - 16)}` }], run: false });
-        if (r.status !== 200) throw new Error(`message ${i}: ${r.status} ${await r.text()}`);
-      }
-      await measure('search', d, async () => {
-        const res = await fetch(`${d.url}/api/conversations/${id}/events/search?limit=100`);
-        const body = await res.arrayBuffer();
-        const items = (JSON.parse(Buffer.from(body).toString()) as { items: unknown[] }).items.length;
-        return `one page: ${(body.byteLength / MiB).toFixed(1)} MiB, ${items} items`;
-      });
-      await measure('replay', d, async () => {
-        const ws = new WebSocket(`ws://127.0.0.1:${d.port}/sockets/events/${id}?resend_mode=all`);
-        let n = 0;
-        await new Promise<void>((resolve, reject) => {
-          ws.on('message', (m: Buffer) => {
-            if (m.includes('"MessageEvent"') && ++n === Number(args.messages)) resolve();
-          });
-          ws.on('close', (code) => reject(new Error(`closed ${code} after ${n}`)));
-        });
-        ws.removeAllListeners('close');
-        ws.close();
-        return `all ${n} messages replayed`;
-      });
-    } finally {
-      await d.stop();
+    await withConversation({ MAX_BODY_BYTES: String(size + MiB), MAX_EVENT_BYTES: String(size + 64 * 1024) }, async (d, id) => {
+    for (let i = 0; i < Number(args.messages); i++) {
+      const r = await post(d, `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'text', text: `${i}:${'m'.repeat(size - 16)}` }], run: false });
+      if (r.status !== 200) throw new Error(`message ${i}: ${r.status} ${await r.text()}`);
     }
+    await measure('search', d, async () => {
+      const res = await fetch(`${d.url}/api/conversations/${id}/events/search?limit=100`);
+      const body = await res.arrayBuffer();
+      const items = (JSON.parse(Buffer.from(body).toString()) as { items: unknown[] }).items.length;
+      return `one page: ${(body.byteLength / MiB).toFixed(1)} MiB, ${items} items`;
+    });
+    await measure('replay', d, async () => {
+      const ws = new WebSocket(`ws://127.0.0.1:${d.port}/sockets/events/${id}?resend_mode=all`);
+      let n = 0;
+      await new Promise<void>((resolve, reject) => {
+        ws.on('message', (m: Buffer) => {
+          if (m.includes('"MessageEvent"') && ++n === Number(args.messages)) resolve();
+        });
+        ws.on('close', (code) => reject(new Error(`closed ${code} after ${n}`)));
+      });
+      ws.removeAllListeners('close');
+      ws.close();
+      return `all ${n} messages replayed`;
+    });
+    await measure('slow replay', d, async () => {
+      const got = await slowReplay(d, id, Number(args.messages));
+      const inOrder = got.every((x, i) => x === i);
+      return `${got.length}/${args.messages} messages replayed${inOrder ? ', in order' : `: ${got.join(',')}`}`;
+    });
+    });
+  },
+  async pages() {
+    await withConversation({}, async (d, id) => {
+    for (let i = 0; i < 80; i++) await post(d, `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'text', text: `${i}:${'p'.repeat(64 * 1024)}` }], run: false });
+    await measure('pages', d, async () => {
+      const clients = await Promise.all(Array.from({ length: 30 }, () => new Promise<{ sock: net.Socket; bytes: () => number; ended: Promise<void> }>((resolve) => {
+        let n = 0;
+        const sock = net.connect(d.port, '127.0.0.1', () => resolve({ sock, bytes: () => n, ended }));
+        const ended = new Promise<void>((r) => sock.once('close', () => r()));
+        sock.on('error', () => {});
+        sock.pause();
+        sock.on('data', (c: Buffer) => (n += c.length));
+        sock.write(`GET /api/conversations/${id}/events/search?limit=100 HTTP/1.1\r\nHost: 127.0.0.1:${d.port}\r\nConnection: close\r\n\r\n`);
+      })));
+      let last = rss(d.pid);
+      let since = Date.now();
+      while (Date.now() - since < 1500) {
+        await new Promise((r) => setTimeout(r, 50));
+        const now = rss(d.pid);
+        if (now > last + 1) (last = now), (since = Date.now());
+      }
+      for (const c of clients) c.sock.resume();
+      await Promise.all(clients.map((c) => c.ended));
+      return `30 clients, ${(clients.reduce((a, c) => a + c.bytes(), 0) / 30 / MiB).toFixed(1)} MiB each once read`;
+    });
+    });
   },
   async frames() {
-    const d = await start({});
-    try {
-      const id = ((await (await post(d, '/api/conversations', {})).json()) as { conversation_id: string }).conversation_id;
-      await measure('frames', d, async () => {
-        const s = await rawSocket(d, `/sockets/events/${id}`);
-        s.pause();
-        const one = frame(Buffer.from('{"nonsense":true}'));
-        const batch = Buffer.concat(Array.from({ length: 1000 }, () => one));
-        let sent = 0;
-        let closed = false;
-        s.once('close', () => (closed = true));
-        for (; sent < Number(args.frames) && !closed; sent += 1000) {
-          if (!s.write(batch)) await new Promise((r) => { s.once('drain', r); s.once('close', r); });
-        }
-        s.destroy();
-        return `${sent} frames written${closed ? ' before the daemon closed the socket' : ''}`;
-      });
-    } finally {
-      await d.stop();
-    }
+    await withConversation({}, async (d, id) => {
+    await measure('frames', d, async () => {
+      const s = await rawSocket(d, `/sockets/events/${id}`);
+      s.pause();
+      const one = frame(Buffer.from('{"nonsense":true}'));
+      const batch = Buffer.concat(Array.from({ length: 1000 }, () => one));
+      let sent = 0;
+      let closed = false;
+      s.once('close', () => (closed = true));
+      for (; sent < Number(args.frames) && !closed; sent += 1000) {
+        if (!s.write(batch)) await new Promise((r) => { s.once('drain', r); s.once('close', r); });
+      }
+      s.destroy();
+      return `${sent} frames written${closed ? ' before the daemon closed the socket' : ''}`;
+    });
+    });
   },
   async preauth() {
-    const d = await start({ SESSION_API_KEY: KEY });
-    try {
-      const id = ((await (await post(d, '/api/conversations', {}, { 'x-session-api-key': KEY })).json()) as { conversation_id: string }).conversation_id;
-      await measure('preauth', d, async () => {
-        const auth = frame(Buffer.from(JSON.stringify({ type: 'auth', session_api_key: 'x'.repeat(15 * MiB) })));
-        const sockets = await Promise.all(Array.from({ length: 6 }, () => rawSocket(d, `/sockets/events/${id}`).catch(() => null)));
-        await Promise.all(sockets.map((s) => s && new Promise<void>((r) => { s.once('close', () => r()); s.write(auth, () => r()); })));
-        for (const s of sockets) s?.destroy();
-        return `${sockets.filter(Boolean).length} sockets sent 15 MiB each`;
-      });
-    } finally {
-      await d.stop();
-    }
+    await withConversation({ SESSION_API_KEY: KEY }, async (d, id) => {
+    await measure('preauth', d, async () => {
+      const body = 10 * MiB - 64;
+      const auth = frame(Buffer.alloc(body, 0x20));
+      const held: net.Socket[] = [];
+      let refused = 0;
+      for (let a = 2; a < 18; a++) {
+        for (let k = 0; k < 8; k++) {
+          const s = await rawSocket(d, `/sockets/events/${id}`, '', `127.0.0.${a}`).catch(() => null);
+          if (s) held.push(s);
+          else refused++;
+        }
+      }
+      const closed = Promise.all(held.map((s) => new Promise<void>((r) => s.once('close', () => r()))));
+      await Promise.all(held.map((s) => new Promise<void>((r) => s.write(auth.subarray(0, auth.length - 1), () => r()))));
+      await closed;
+      return `${held.length} sockets held (${refused} refused at the upgrade), each sent ${(body / MiB).toFixed(1)} MiB of an auth frame but its last byte; all closed by the auth timeout`;
+    });
+    }, { 'x-session-api-key': KEY });
   },
   async creates() {
     const d = await start({ MAX_BODY_BYTES: String(9 * MiB) });

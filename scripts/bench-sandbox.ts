@@ -8,7 +8,8 @@
  *    sandbox from the spare holder, then cgroup join + sh + bwrap joining it + sh + bash) and in none
  *    mode (bash alone), `--shells` times each, alternating; median and min in ms, and the added ms.
  *    Before each, the spare holder is let come up (the daemon starts the next one 50 ms after a
- *    conversation took one), so the figure is what a conversation's first shell costs.
+ *    conversation took one), so the figure is what a conversation's first shell costs. "cold":
+ *    the same without a spare (conversations created in a burst): holder, then the joining bwrap.
  * 2. Agent turns: a real daemon (SANDBOX=bwrap, then SANDBOX=none) and the scripted LLM; each turn
  *    is a user message → a terminal tool call (`echo`) → an answer, timed from the POST until the
  *    agent's MessageEvent. The first turn of a conversation starts its shell; the others reuse it.
@@ -38,11 +39,13 @@ const ms = (x: number) => x.toFixed(1);
 async function shellCreation(): Promise<void> {
   const root = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-bench-sandbox-'));
   const bwrap = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap' }, { workspaceRoot: root });
+  // the cold path: no spare holder, the conversation's holder starts with its first shell
+  const cold = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', spareHolder: false }, { workspaceRoot: root });
   const none = Sandbox.none(root);
-  const times: Record<string, number[]> = { bwrap: [], none: [] };
+  const times: Record<string, number[]> = { bwrap: [], cold: [], none: [] };
   try {
     for (let i = 0; i < SHELLS; i++) {
-      for (const [name, sb] of [['bwrap', bwrap], ['none', none]] as const) {
+      for (const [name, sb] of [['bwrap', bwrap], ['cold', cold], ['none', none]] as const) {
         const id = crypto.randomUUID();
         const ws = path.join(root, id.replace(/-/g, ''));
         fs.mkdirSync(ws);
@@ -63,14 +66,17 @@ async function shellCreation(): Promise<void> {
     }
   } finally {
     await bwrap.close();
+    await cold.close();
     fs.rmSync(root, { recursive: true, force: true });
   }
   const b = median(times.bwrap!);
+  const c = median(times.cold!);
   const n = median(times.none!);
   console.log(`shell creation (${SHELLS} each, limits by ${bwrap.info().limits.enforced_by}):`);
   console.log(`  bwrap  median ${ms(b)} ms  min ${ms(Math.min(...times.bwrap!))} ms`);
   console.log(`  none   median ${ms(n)} ms  min ${ms(Math.min(...times.none!))} ms`);
   console.log(`  added by the sandbox: ${ms(b - n)} ms (ratio ${(b / n).toFixed(2)})`);
+  console.log(`  cold (no spare holder: the conversation's holder starts first) median ${ms(c)} ms, added ${ms(c - n)} ms`);
 }
 
 async function turns(mode: 'bwrap' | 'none'): Promise<{ first: number[]; later: number[] }> {

@@ -9,6 +9,7 @@ import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
+import Database from 'better-sqlite3';
 import WebSocket from 'ws';
 import { cloneRepository, CloneError } from '../src/workspace/index.js';
 import { startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
@@ -17,6 +18,7 @@ import { startScriptedLlm } from './support/scripted-llm.js';
 import { allEvents, waitStatus } from './support/conversation-api.js';
 import { startShttpServer } from './support/mcp-servers/http-servers.js';
 import { connect } from './support/ws-client.js';
+import { FrameReader } from './support/ws-frames.js';
 
 let d: DaemonHandle;
 before(async () => {
@@ -653,13 +655,9 @@ function slowReader(port: number, p: string) {
   sock.on('error', () => {});
   sock.pause();
   sock.write(`GET ${p} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`);
-  const frames: string[] = [];
-  let buf: Buffer = Buffer.alloc(0);
-  let handshake = false;
-  let need = 0;
-  let head = '';
+  const reader = new FrameReader();
   return {
-    frames,
+    frames: reader.frames,
     sock,
     /** Reads what the kernel holds, up to `bytes`; returns how much was read. */
     read(bytes: number): number {
@@ -667,39 +665,7 @@ function slowReader(port: number, p: string) {
       let c: Buffer | null;
       while (n < bytes && (c = sock.read()) !== null) {
         n += c.length;
-        buf = buf.length ? Buffer.concat([buf, c]) : c;
-        if (!handshake) {
-          const i = buf.indexOf('\r\n\r\n');
-          if (i < 0) continue;
-          handshake = true;
-          buf = buf.subarray(i + 4);
-        }
-        for (;;) {
-          if (need > 0) {
-            const take = Math.min(need, buf.length);
-            if (head.length < 200) head += buf.subarray(0, Math.min(take, 200 - head.length)).toString('latin1');
-            need -= take;
-            buf = buf.subarray(take);
-            if (need === 0) (frames.push(head), (head = ''));
-            if (!buf.length) break;
-            continue;
-          }
-          if (buf.length < 2) break;
-          let len = buf[1]! & 127;
-          let off = 2;
-          if (len === 126) {
-            if (buf.length < 4) break;
-            len = buf.readUInt16BE(2);
-            off = 4;
-          } else if (len === 127) {
-            if (buf.length < 10) break;
-            len = Number(buf.readBigUInt64BE(2));
-            off = 10;
-          }
-          buf = buf.subarray(off);
-          need = len;
-          if (len === 0) frames.push('');
-        }
+        reader.push(c);
       }
       return n;
     },
@@ -799,5 +765,128 @@ test('attack 12.4: sockets waiting for their auth frame are capped by a byte bud
   } finally {
     await w.stop();
     fs.rmSync(w.dataDir, { recursive: true, force: true });
+  }
+});
+
+/** The body of a `Transfer-Encoding: chunked` response. */
+function dechunk(b: Buffer): Buffer {
+  const out: Buffer[] = [];
+  let i = 0;
+  for (;;) {
+    const eol = b.indexOf('\r\n', i);
+    const size = parseInt(b.subarray(i, eol).toString('latin1'), 16);
+    if (!size) return Buffer.concat(out);
+    out.push(b.subarray(eol + 2, eol + 2 + size));
+    i = eol + 2 + size + 2;
+  }
+}
+
+test('attack 12.4: an events/search page is streamed as it is read: clients that do not read hold little of the daemon\'s memory, and each still gets the whole page', async () => {
+  const KiB = 1024;
+  const N = 80;
+  const CLIENTS = 30;
+  const s = await startDaemon({ SANDBOX: 'none' });
+  try {
+    const id = (await s.req('POST', '/api/conversations', {})).body.conversation_id as string;
+    for (let i = 0; i < N; i++) {
+      const r = await s.req('POST', `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'text', text: `${i}:${'p'.repeat(64 * KiB)}` }], run: false });
+      assert.equal(r.status, 200, r.text);
+    }
+    // a filtered search (a filter the store does not index) is bounded by bytes as well
+    const filtered = await s.req('GET', `/api/conversations/${id}/events/search?limit=100&body=ppp`);
+    assert.equal(filtered.status, 200);
+    assert.ok(filtered.body.items.length < N && filtered.body.next_page_id, `${filtered.body.items.length} items, ${filtered.text.length} bytes`);
+    assert.ok(filtered.text.length < 4.5 * 1024 * KiB, `a filtered page of ${filtered.text.length} bytes`);
+    const before = rssMiB(s.proc.pid!);
+    const rss = rssSampler(s.proc.pid!);
+    // CLIENTS sockets ask for a 4 MiB page and read nothing
+    const clients = await Promise.all(
+      Array.from({ length: CLIENTS }, () => new Promise<{ sock: net.Socket; chunks: Buffer[]; ended: Promise<void> }>((resolve) => {
+        const sock = net.connect(s.port, '127.0.0.1', () => resolve({ sock, chunks, ended }));
+        const chunks: Buffer[] = [];
+        const ended = new Promise<void>((r) => sock.once('end', () => r()));
+        sock.on('error', () => {});
+        sock.pause();
+        sock.on('data', (c: Buffer) => chunks.push(c));
+        sock.write(`GET /api/conversations/${id}/events/search?limit=100 HTTP/1.1\r\nHost: 127.0.0.1:${s.port}\r\nConnection: close\r\n\r\n`);
+      })),
+    );
+    // until the daemon's memory stops growing (what it does for them is done)
+    let last = rssMiB(s.proc.pid!);
+    let since = Date.now();
+    await waitFor(() => {
+      const now = rssMiB(s.proc.pid!);
+      if (now > last + 1) (last = now), (since = Date.now());
+      return Date.now() - since > 1500;
+    }, 'the daemon settling', 30_000);
+    const held = rss.peak() - before;
+    // then they read: each gets the whole page
+    for (const c of clients) c.sock.resume();
+    await within(Promise.all(clients.map((c) => c.ended)), 60_000, 'every response');
+    rss.stop();
+    for (const c of clients) {
+      const raw = Buffer.concat(c.chunks);
+      const split = raw.indexOf('\r\n\r\n');
+      const head = raw.subarray(0, split).toString('latin1');
+      let body: Buffer = raw.subarray(split + 4);
+      assert.match(head, /transfer-encoding: chunked/i, 'a large page is written in parts as it is read');
+      body = dechunk(body);
+      const page = JSON.parse(body.toString()) as { items: any[]; next_page_id: string | null };
+      assert.ok(page.items.length >= 60 && page.items.length < N, `${page.items.length} items`);
+      assert.deepEqual(page.items.map((e) => Number(e.llm_message.content[0].text.split(':')[0])), page.items.map((_, i) => i));
+      assert.equal(page.next_page_id, String(page.items.at(-1).seq + 1));
+    }
+    console.log(`${CLIENTS} clients not reading a 4 MiB events/search page: RSS +${held.toFixed(0)} MiB while they did not read, peak +${(rss.peak() - before).toFixed(0)} MiB`);
+    assert.ok(held < 96, `the daemon held +${held.toFixed(0)} MiB for ${CLIENTS} clients that did not read`);
+  } finally {
+    await s.stop();
+    fs.rmSync(s.dataDir, { recursive: true, force: true });
+  }
+});
+
+test('attack 12.4: loaded conversations: the least recently used idle one is evicted first (seen from the store), large fields are not resident, and memory comes back after creates with 8 MiB instructions', async () => {
+  const MiB = 1024 * 1024;
+  const m = await startDaemon({ MAX_LOADED_CONVERSATIONS: '3', MAX_BODY_BYTES: String(10 * MiB), SANDBOX: 'none' });
+  const gauge = async (name: string) => Number(new RegExp(`^${name} (\\d+)`, 'm').exec((await m.req('GET', '/metrics')).text)?.[1]);
+  const title = async (id: string) => (await m.req('GET', `/api/conversations/${id}`)).body.title as string | null;
+  try {
+    const create = async (body: object = {}) => {
+      const r = await m.req('POST', '/api/conversations', body);
+      assert.equal(r.status, 200, r.text);
+      return r.body.conversation_id as string;
+    };
+    const [a, b, c] = [await create(), await create(), await create()];
+    // each idle and prepared (a conversation being prepared is never evicted), read in the order a, b, c
+    for (const id of [a, b, c]) {
+      await waitFor(async () => (await m.req('GET', `/api/conversations/${id}`)).body.setup?.phase === 'ready', `${id} ready`);
+    }
+    assert.equal(await title(a), null); // a is now the most recently used: b the least
+    const d = await create();
+    await waitFor(async () => (await gauge('parley_conversations_loaded')) <= 3, 'one evicted');
+    // the store changes behind the daemon's back: only an evicted conversation is read from it again
+    const db = new Database(path.join(m.dataDir, 'parley.db'));
+    try {
+      db.pragma('busy_timeout = 5000');
+      db.prepare("UPDATE conversations SET title = 'changed in the store'").run();
+    } finally {
+      db.close();
+    }
+    assert.deepEqual([await title(a), await title(c), await title(d)], [null, null, null], 'a, c and d stayed loaded');
+    assert.equal(await title(b), 'changed in the store', 'b, the least recently used, was evicted and read again');
+    // large fields stay in the store: 1 MiB of image URLs and 8 MiB instructions are not resident
+    const png = `data:image/png;base64,${'A'.repeat(MiB)}`;
+    const before = rssMiB(m.proc.pid!);
+    const big: string[] = [];
+    for (let i = 0; i < 8; i++) big.push(await create({ conversation_instructions: `${i}${'i'.repeat(8 * MiB - 8)}`, image_urls: [png] }));
+    const loadedBytes = await gauge('parley_conversations_loaded_bytes');
+    assert.ok(loadedBytes < 64 * 1024, `${loadedBytes} bytes of records resident`);
+    // the memory the creates took comes back (the 8 MiB bodies are garbage once stored)
+    await waitFor(() => rssMiB(m.proc.pid!) - before < 96, `RSS back under +96 MiB (now +${(rssMiB(m.proc.pid!) - before).toFixed(0)})`, 60_000);
+    console.log(`8 creates with 8 MiB instructions and 1 MiB image URLs: ${loadedBytes} bytes of records resident; RSS +${(rssMiB(m.proc.pid!) - before).toFixed(0)} MiB after`);
+    // and each is still whole when read from the store
+    assert.equal((await m.req('GET', `/api/conversations/${big[0]}`)).status, 200);
+  } finally {
+    await m.stop();
+    fs.rmSync(m.dataDir, { recursive: true, force: true });
   }
 });

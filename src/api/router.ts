@@ -22,8 +22,9 @@ import { NotFoundError } from '../errors.js';
 import { fullMcpConfig, redactMcpConfig } from '../tools/mcp/config.js';
 import * as AS from './agent-server-schemas.js';
 import * as agentServer from '../conversation/agent-server.js';
-import { countEventsFiltered, hasExtraFilters, searchEventsFiltered } from '../conversation/event-search.js';
+import { countEventsFiltered, eventPredicate, hasExtraFilters } from '../conversation/event-search.js';
 import { TOOL_NAMES } from '../conversation/side-channels.js';
+import type { EventPage } from '../events/page.js';
 
 /**
  * Every operation once: its input schema and its handler. The tRPC router below and the REST
@@ -41,10 +42,9 @@ export const operations = {
   getConversation: op(ConversationIdInput, (c, i) => c.conversations.get(i.conversation_id)),
   listConversations: op(ListConversationsInput, (c, i) => c.conversations.list(i.page_id, i.limit)),
   deleteConversation: op(ConversationIdInput, (c, i) => c.service.deleteConversation(i.conversation_id)),
-  searchEvents: op(SearchEventsInput, async (c, i) => {
-    await c.conversations.require(i.conversation_id);
-    return hasExtraFilters(i) ? searchEventsFiltered(c.events, i.conversation_id, i) : c.events.search(i.conversation_id, i);
-  }),
+  searchEvents: op(SearchEventsInput, async (c, i) => (await eventPage(c, i)).collect()),
+  /** REST's events/search: the same page, which the bridge streams as it is read (issue 12.4). */
+  streamEvents: op(SearchEventsInput, eventPage),
   countEvents: op(CountEventsInput, async (c, i) => {
     await c.conversations.require(i.conversation_id);
     return hasExtraFilters(i) ? countEventsFiltered(c.events, i.conversation_id, i) : c.events.count(i.conversation_id, i);
@@ -100,6 +100,11 @@ export const operations = {
   respondToConfirmation: op(AS.ConfirmationResponseInput, (c, i) => agentServer.respondToConfirmation(c, i.conversation_id, i.accept, i.reason ?? null)),
 };
 export type OperationName = keyof typeof operations;
+
+async function eventPage(c: Core, i: z.output<typeof SearchEventsInput>): Promise<EventPage> {
+  await c.conversations.require(i.conversation_id);
+  return c.events.page(i.conversation_id, i, hasExtraFilters(i) ? eventPredicate(i) : undefined);
+}
 
 /** Validate with the operation's schema (throws the ZodError) and run its handler. */
 export function runOperation(core: Core, name: OperationName, raw: unknown): Promise<unknown> {

@@ -63,7 +63,7 @@ export interface LiveConversation {
  * Memory of loaded conversations (issue 12.4): at most this many stay loaded, and their records at
  * most this many bytes; beyond either, idle ones go, least recently used first (a later read loads
  * them again). The fields that may be large and are read rarely (the conversation's instructions,
- * its sealed MCP config) are not kept in memory above LARGE_FIELD_BYTES: `field()` reads them from
+ * its sealed MCP config, the image URLs it was created with) are not kept in memory above LARGE_FIELD_BYTES: `field()` reads them from
  * the store when needed.
  */
 const MAX_RESIDENT = 2000;
@@ -74,7 +74,7 @@ interface ResidentLimits {
   bytes?: number;
 }
 const LARGE_FIELD_BYTES = 16 * 1024;
-const LARGE_FIELDS = new Set(['conversation_instructions', 'mcp_config_sealed']);
+const LARGE_FIELDS = new Set(['conversation_instructions', 'mcp_config_sealed', 'image_urls']);
 
 /** Cluster mode (src/cluster/): other nodes share the store; one of them may run a conversation's loop. */
 export interface SharedStore {
@@ -221,6 +221,7 @@ export class Conversations {
     const conv = await this.require(id);
     conv.record.data = { ...conv.record.data, ...patch };
     const kept = this.stored.get(id);
+    this.resize(id, conv.record.data);
     this.evictIdle(); // a preparation that ended may make room
     if (!kept) return this.store.updateConversation(id, { data: conv.record.data });
     // fields left in the store are written back with the patch, unless it replaces them
@@ -263,19 +264,24 @@ export class Conversations {
     const id = record.id;
     const data = { ...record.data };
     const kept = new Set<string>();
-    let bytes = 512;
     for (const [k, v] of Object.entries(data)) {
-      const n = typeof v === 'string' ? v.length : JSON.stringify(v ?? null).length;
-      if (n > LARGE_FIELD_BYTES && LARGE_FIELDS.has(k)) {
+      if (LARGE_FIELDS.has(k) && fieldBytes(v) > LARGE_FIELD_BYTES) {
         kept.add(k);
         delete data[k];
-      } else bytes += n;
+      }
     }
     if (kept.size) this.stored.set(id, kept);
     else this.stored.delete(id);
+    this.resize(id, data);
+    return { ...record, data };
+  }
+
+  /** Counts the record's resident size again (its data changed). */
+  private resize(id: string, data: Record<string, unknown>): void {
+    let bytes = 512;
+    for (const v of Object.values(data)) bytes += fieldBytes(v);
     this.residentBytes += bytes - (this.sizes.get(id) ?? 0);
     this.sizes.set(id, bytes);
-    return { ...record, data };
   }
 
   /** Most recently used last (Map order). */
@@ -364,6 +370,10 @@ export class Conversations {
     const conv = await this.require(id);
     return { kind: 'ConversationStateUpdateEvent', id: crypto.randomUUID(), timestamp: nowIso(), source: 'environment', key: 'full_state', value: await this.info(conv) };
   }
+}
+
+function fieldBytes(v: unknown): number {
+  return typeof v === 'string' ? v.length : JSON.stringify(v ?? null).length;
 }
 
 /**

@@ -82,7 +82,8 @@ function cutMiddle(s: string, removeBytes: number, bytesPerUnit: number, maxByte
  */
 export function capEvent<T>(draft: T, maxBytes: number): T {
   if (fitsEvent(draft, maxBytes)) return draft;
-  const copy = structuredClone(draft);
+  // the store keeps the event's JSON: a copy through it is what will be stored (and clones anything)
+  const copy = JSON.parse(JSON.stringify(draft)) as T;
   for (let round = 0; round < 4; round++) {
     const total = jsonBytes(copy);
     if (total <= maxBytes) return copy;

@@ -12,7 +12,7 @@ import type { EventQuery, EventStore } from '../store/types.js';
 import type { EventBus } from './bus.js';
 import { EventFeed, type FeedOptions, type FeedSink } from './feed.js';
 import { EncodedEvent, nowIso, type EventDraft, type ParleyEvent } from './types.js';
-import { pageByBytes, STORE_READ_BYTES } from './page.js';
+import { EventPage } from './page.js';
 import { capEvent } from './cap.js';
 
 const appended = metrics.eventsAppended.child();
@@ -105,21 +105,27 @@ export class EventLog {
     return this.store.lastSeq(conversationId);
   }
 
-  /** One page of the log, filtered; `next_page_id` is the seq the next page starts at. */
-  async search(conversationId: string, q: EventSearch) {
+  /**
+   * One page of the log, filtered (`keep`: filters the store does not index), read lazily in
+   * byte-bounded store reads; `next_page_id` is the seq the next page starts at.
+   */
+  page(conversationId: string, q: EventSearch, keep?: (e: ParleyEvent) => boolean): EventPage {
     const desc = q.sort_order === 'TIMESTAMP_DESC';
     const start = seqPageStart(q.page_id);
-    const items = await this.store.query(conversationId, {
+    return new EventPage((sq) => this.store.query(conversationId, sq), {
       kind: q.kind,
       source: q.source,
       desc,
-      limit: q.limit + 1,
-      afterSeq: desc ? q.after_seq : Math.max(q.after_seq ?? 0, start !== null ? start - 1 : 0),
+      limit: q.limit,
+      afterSeq: desc ? (q.after_seq ?? null) : Math.max(q.after_seq ?? 0, start !== null ? start - 1 : 0),
       beforeSeq: desc && start !== null ? start + 1 : null,
-      maxBytes: STORE_READ_BYTES,
+      keep,
     });
-    const { page, next } = pageByBytes(items, q.limit);
-    return { items: page, next_page_id: next ? String(next.seq) : null };
+  }
+
+  /** The whole page at once. */
+  search(conversationId: string, q: EventSearch) {
+    return this.page(conversationId, q).collect();
   }
 
   count(conversationId: string, q: EventFilter): Promise<number> {

@@ -49,6 +49,8 @@ export interface SandboxSettings {
   maxLive: number;
   /** A sandbox with no process started through the launcher is closed after this long (default 10 min). */
   idleCloseMs?: number;
+  /** Keep a holder started ahead for the next conversation (default true; false: benchmarks of the cold path). */
+  spareHolder?: boolean;
   /** The bwrap binary (BWRAP_PATH), else `bwrap` from PATH. */
   bwrapPath?: string;
   /** Extra host directories mounted read-only at the same path (SANDBOX_RO_BINDS). */
@@ -528,7 +530,7 @@ export class Sandbox {
 
   /** Starts the spare holder if there is none; resolves once it is ready (benchmarks wait for it). */
   async warm(): Promise<void> {
-    if (!this.enabled || this.closed) return;
+    if (!this.enabled || this.closed || this.settings.spareHolder === false) return;
     if (!this.spare || this.spare.dead) this.spare = this.startHolder();
     await this.spare.ready.catch(() => {});
   }
@@ -544,7 +546,7 @@ export class Sandbox {
     const spare = this.spare && !this.spare.dead ? this.spare : null;
     this.spare = null;
     const timer = setTimeout(() => {
-      if (!this.closed && !this.spare) this.spare = this.startHolder();
+      if (!this.closed && !this.spare && this.settings.spareHolder !== false) this.spare = this.startHolder();
     }, 50);
     timer.unref();
     return spare ?? this.startHolder();

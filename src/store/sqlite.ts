@@ -17,7 +17,7 @@ import { unpack } from 'msgpackr';
 import { UnavailableError } from '../errors.js';
 import { uuidv7 } from '../events/ids.js';
 import { upgradeEvent } from '../events/legacy.js';
-import { EncodedEvent, keepStoredJson, nowIso, type EventDraft, type ParleyEvent } from '../events/types.js';
+import { EncodedEvent, eventJson, keepStoredJson, nowIso, type EventDraft, type ParleyEvent } from '../events/types.js';
 import { metrics } from '../metrics.js';
 import { lockDataDir } from './lock.js';
 import { Journal, journalFile, journalGenerations, journalIndexer, journalLine, readFrames, type JournalPosition } from './journal.js';
@@ -400,27 +400,39 @@ export class SqliteStore implements Store {
     const order = q.desc ? 'DESC' : 'ASC';
     const sql = `SELECT body FROM events WHERE ${where.join(' AND ')} ORDER BY seq ${order} LIMIT ?`;
     const stmt = this.db.prepare(sql);
-    let events: ParleyEvent[];
-    let cut = false;
-    if (q.maxBytes === undefined) events = (stmt.all(...args, q.limit) as { body: string | Buffer }[]).map((r) => decodeBody(r.body));
-    else {
-      // rows are read one at a time so a page of large events is never held whole
-      events = [];
-      let bytes = 0;
+    if (q.maxBytes === undefined) {
+      const events = (stmt.all(...args, q.limit) as { body: string | Buffer }[]).map((r) => decodeBody(r.body));
+      // unindexed events all come after the stored ones
+      for (const ev of t.events) if (matches(ev, q)) events.push(ev);
+      events.sort((a, b) => (q.desc ? b.seq! - a.seq! : a.seq! - b.seq!));
+      return events.slice(0, q.limit);
+    }
+    // bounded by bytes: rows are read one at a time, so a page of large events is never held whole, and
+    // the unindexed events (newer than every stored one) count as well: first in descending order, last in ascending
+    const max = q.maxBytes;
+    const events: ParleyEvent[] = [];
+    let bytes = 0;
+    const full = () => events.length >= q.limit || bytes >= max;
+    const unindexed = () => {
+      const tail = t.events.filter((ev) => matches(ev, q));
+      if (q.desc) tail.reverse();
+      for (const ev of tail) {
+        if (full()) return;
+        events.push(ev);
+        bytes += eventJson(ev).length;
+      }
+    };
+    if (q.desc) unindexed();
+    if (!full()) {
       const decode = q.keepJson ? decodeKeepingJson : decodeBody;
-      for (const r of stmt.iterate(...args, q.limit) as IterableIterator<{ body: string | Buffer }>) {
+      for (const r of stmt.iterate(...args, q.limit - events.length) as IterableIterator<{ body: string | Buffer }>) {
         events.push(decode(r.body));
         bytes += r.body.length;
-        if (bytes >= q.maxBytes) {
-          cut = true;
-          break;
-        }
+        if (full()) break;
       }
     }
-    // unindexed events all come after the stored ones: in ascending order a cut page ends before them
-    if (!(cut && !q.desc)) for (const ev of t.events) if (matches(ev, q)) events.push(ev);
-    events.sort((a, b) => (q.desc ? b.seq! - a.seq! : a.seq! - b.seq!));
-    return events.slice(0, q.limit);
+    if (!q.desc) unindexed();
+    return events;
   }
 
   async count(conversationId: string, q: Omit<EventQuery, 'limit' | 'desc'>): Promise<number> {
