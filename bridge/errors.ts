@@ -6,7 +6,7 @@ import { toValidationIssues } from '../src/api/validation.js';
 import { ConflictError, ForbiddenError, NotFoundError, PayloadTooLargeError, RequestValidationError, UnavailableError } from '../src/errors.js';
 import type { Redactor } from '../src/secrets/redact.js';
 
-export interface HttpError {
+interface HttpError {
   status: number;
   body: unknown;
 }

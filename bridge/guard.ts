@@ -22,7 +22,7 @@ export function isJsonContentType(contentType: string): boolean {
 }
 
 /** localhost, 127.0.0.0/8 and ::1, with or without a port. */
-export function isLoopbackHost(host: string): boolean {
+function isLoopbackHost(host: string): boolean {
   let h = host.toLowerCase();
   if (h.startsWith('[')) {
     const end = h.indexOf(']');
@@ -42,7 +42,7 @@ export interface GuardOptions {
 }
 
 /** `null` when the request may go on, otherwise the status and the reason to answer. */
-export type GuardVerdict = { status: 403 | 421; detail: string } | null;
+type GuardVerdict = { status: 403 | 421; detail: string } | null;
 
 /** Host (DNS rebinding) and Origin (cross-site) checks; `stateChanging` for everything but GET/HEAD/OPTIONS. */
 export function checkBrowserRequest(opts: GuardOptions, host: string, origin: string, stateChanging: boolean): GuardVerdict {
@@ -55,7 +55,7 @@ export function checkBrowserRequest(opts: GuardOptions, host: string, origin: st
   return null;
 }
 
-export function originAllowed(opts: GuardOptions, host: string, origin: string): boolean {
+function originAllowed(opts: GuardOptions, host: string, origin: string): boolean {
   const o = origin.toLowerCase();
   const sep = o.indexOf('://');
   // same-origin: the browser names the host it connected to, which is what it sent as Host

@@ -101,7 +101,7 @@ export function jsonErrorPosition(err: unknown, text: string): number {
 }
 
 /** A page whose items are read on demand (src/events/page.ts's EventPage). */
-export interface LazyPage<T> {
+interface LazyPage<T> {
   next(): Promise<T[] | null>;
   nextPageId: string | null;
 }

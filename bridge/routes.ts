@@ -7,7 +7,7 @@ import { isAgentServerCreate } from '../src/api/agent-server-schemas.js';
 import { AGENT_SERVER_CONVERSATION_ROUTES, AGENT_SERVER_ROUTES, GET_MANY, SIDE_CHANNEL_ROUTES } from './agent-server-routes.js';
 
 type Loc = (string | number)[];
-export type ProcedureName = OperationName;
+type ProcedureName = OperationName;
 
 export interface RouteRequest {
   params: Record<string, string>;

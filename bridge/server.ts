@@ -22,7 +22,7 @@ import { handleTrpc } from './trpc.js';
 import { App, us_listen_socket_close, us_socket_local_port, type HttpResponse, type us_listen_socket } from './uws.js';
 import { mountEventSockets } from './ws.js';
 
-export const VERSION = '0.1.0';
+const VERSION = '0.1.0';
 
 export interface Daemon {
   port: number;

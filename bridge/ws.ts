@@ -33,7 +33,7 @@ interface SocketData {
 }
 
 /** Until authenticated a socket may only send an auth frame: a few KiB (issue 12.4). */
-export const PREAUTH_FRAME_BYTES = 4096;
+const PREAUTH_FRAME_BYTES = 4096;
 /**
  * What sockets waiting for their auth frame may make uWS hold. uWS's frame limit (maxPayloadLength)
  * is one per route, not per socket, and the URL is the contract's: an unauthenticated socket can
@@ -43,19 +43,19 @@ export const PREAUTH_FRAME_BYTES = 4096;
  * of those from one address (and never more than 8 / 128), each for at most 10 s. A socket that
  * names its key at the upgrade (header or query) is authenticated there and not counted.
  */
-export const PREAUTH_BUDGET_BYTES = 64 * 1024 * 1024;
+const PREAUTH_BUDGET_BYTES = 64 * 1024 * 1024;
 const PREAUTH_PER_IP_MAX = 8;
 const PREAUTH_TOTAL_MAX = 128;
 
 /** Unauthenticated sockets at once, in total and per remote address, for a body limit. */
-export function preauthCaps(maxBodyBytes: number): { total: number; perIp: number } {
+function preauthCaps(maxBodyBytes: number): { total: number; perIp: number } {
   const total = Math.max(2, Math.min(PREAUTH_TOTAL_MAX, Math.floor(PREAUTH_BUDGET_BYTES / maxBodyBytes)));
   return { total, perIp: Math.max(1, Math.min(PREAUTH_PER_IP_MAX, Math.floor(total / 2))) };
 }
 /** Invalid frames in a row after which the socket is closed (1008). */
-export const INVALID_FRAME_LIMIT = 1000;
+const INVALID_FRAME_LIMIT = 1000;
 
-export interface SocketOptions {
+interface SocketOptions {
   keys: string[];
   maxBufferedBytes: number;
   maxSubscribers: number;

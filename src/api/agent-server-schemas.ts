@@ -10,14 +10,14 @@ import { EXECUTION_STATUSES } from '../conversation/conversations.js';
 import { ConversationId, SecretValue, SendMessageRequest } from './schemas.js';
 
 /** Body keys that mark a create request as the agent-server shape (any other body is `InitSessionRequest`). */
-export const AGENT_SERVER_CREATE_KEYS = ['agent', 'agent_settings', 'workspace', 'initial_message'] as const;
+const AGENT_SERVER_CREATE_KEYS = ['agent', 'agent_settings', 'workspace', 'initial_message'] as const;
 
 export function isAgentServerCreate(body: unknown): boolean {
   return !!body && typeof body === 'object' && !Array.isArray(body) && AGENT_SERVER_CREATE_KEYS.some((k) => k in body);
 }
 
 /** The LLM of an agent: Parley uses model, api_key and base_url; the client's other LLM options are accepted. */
-export const AgentLlm = z
+const AgentLlm = z
   .looseObject({
     model: z.string().min(1).max(300).nullish(),
     api_key: z.string().nullish(),
@@ -26,9 +26,9 @@ export const AgentLlm = z
   .meta({ id: 'AgentServerLLM' });
 
 /** `{kind:"Agent", llm, tools…}`: the agent's other fields (tools, context, condenser…) are accepted and Parley's own are used. */
-export const AgentSpec = z.looseObject({ kind: z.string().nullish(), llm: AgentLlm.nullish() }).meta({ id: 'AgentServerAgent' });
+const AgentSpec = z.looseObject({ kind: z.string().nullish(), llm: AgentLlm.nullish() }).meta({ id: 'AgentServerAgent' });
 
-export const WorkspaceSpec = z
+const WorkspaceSpec = z
   .looseObject({
     kind: z.string().nullish(),
     type: z.string().nullish(),
@@ -43,9 +43,9 @@ export const StaticSecret = z.strictObject({
   description: z.string().max(1000).nullish(),
 });
 export const SecretName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, { error: 'name must be a valid environment variable name' });
-export const SecretsMap = z.record(SecretName, z.union([StaticSecret, SecretValue]));
+const SecretsMap = z.record(SecretName, z.union([StaticSecret, SecretValue]));
 
-export const Tags = z.record(z.string().max(200), z.string().max(2000));
+const Tags = z.record(z.string().max(200), z.string().max(2000));
 
 export const StartConversationRequest = z
   .strictObject({
@@ -80,7 +80,7 @@ export const ConversationCountQuery = ConversationSearchQuery.pick({ status: tru
 /** `GET /api/conversations?ids=a,b` (or `ids=a&ids=b`). */
 export const ConversationIdsInput = z.strictObject({ ids: z.array(ConversationId).min(1).max(100) });
 
-export const UpdateConversationBody = z
+const UpdateConversationBody = z
   .strictObject({ title: z.string().max(500).nullish(), tags: Tags.nullish() })
   .meta({ id: 'UpdateConversationRequest' });
 export const UpdateConversationInput = UpdateConversationBody.extend({ conversation_id: ConversationId });

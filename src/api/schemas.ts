@@ -35,7 +35,7 @@ export const TextContent = z
   .meta({ id: 'TextContent', title: 'TextContent' });
 
 /** An image URL the daemon will fetch for the model: anything else is refused on arrival (issue 12.3). */
-export const ImageUrl = z.string().superRefine((url, ctx) => {
+const ImageUrl = z.string().superRefine((url, ctx) => {
   const problem = imageUrlProblem(url);
   if (problem) ctx.addIssue({ code: 'custom', message: problem });
 });
@@ -61,7 +61,7 @@ export type SendMessageRequest = z.output<typeof SendMessageRequest>;
 
 export const Success = z.object({ success: z.boolean().default(true) }).meta({ id: 'Success', title: 'Success' });
 
-export const ValidationErrorSchema = z
+const ValidationErrorSchema = z
   .object({
     loc: z.array(z.union([z.string(), z.number().int()])),
     msg: z.string(),
@@ -82,7 +82,7 @@ export const SuggestedTask = z.strictObject({
   issue_number: z.number().int(),
   title: z.string(),
 });
-export const CreateMicroagent = z.strictObject({
+const CreateMicroagent = z.strictObject({
   repo: z.string().min(1),
   git_provider: z.enum(GIT_PROVIDERS).nullish(),
   title: z.string().nullish(),
@@ -105,6 +105,7 @@ export const NewConversationRequest = z
   .meta({ id: 'InitSessionRequest', title: 'InitSessionRequest' });
 export type NewConversationRequest = z.output<typeof NewConversationRequest>;
 
+// referenced by name only: its meta id registers it for the OpenAPI document (bridge/openapi.ts)
 export const NewConversationResponse = z
   .object({
     status: z.string(),
@@ -114,7 +115,7 @@ export const NewConversationResponse = z
   })
   .meta({ id: 'ConversationResponse', title: 'ConversationResponse' });
 
-export const ProviderToken = z.strictObject({
+const ProviderToken = z.strictObject({
   // empty keeps the stored token; a new one must be long enough to be redacted safely (issue 12.5)
   token: z.string().refine((t) => t === '' || t.length >= 8, { error: 'a token must be at least 8 characters' }).nullish(),
   host: z.string().max(512).nullish(),
@@ -197,7 +198,7 @@ export const SettingsUpdate = z
 export const SecretValue = z.string().min(8, { error: 'a secret value must be at least 8 characters' });
 export const SecretName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, { error: 'name must be a valid environment variable name' });
 export const CreateSecretInput = z.strictObject({ name: SecretName, value: SecretValue, description: z.string().max(1000).nullish() }).meta({ id: 'CreateSecret' });
-export const UpdateSecretBody = z.strictObject({ value: SecretValue.nullish(), description: z.string().max(1000).nullish() }).meta({ id: 'UpdateSecret' });
+const UpdateSecretBody = z.strictObject({ value: SecretValue.nullish(), description: z.string().max(1000).nullish() }).meta({ id: 'UpdateSecret' });
 export const UpdateSecretInput = UpdateSecretBody.extend({ name: SecretName });
 export const SecretNameInput = z.object({ name: SecretName });
 

@@ -10,9 +10,9 @@ import type { Core } from '../core.js';
 import type { EncodedEvent } from '../events/types.js';
 
 /** Bytes (of event JSON) a subscriber may have waiting before it is ended as too slow, unless the caller says otherwise. */
-export const DEFAULT_MAX_QUEUED_BYTES = 8 * 1024 * 1024;
+const DEFAULT_MAX_QUEUED_BYTES = 8 * 1024 * 1024;
 
-export interface EventStreamInput {
+interface EventStreamInput {
   conversation_id: string;
   after_seq?: number | null;
   /** The id (seq) of the last event received, sent by tRPC's client when it resubscribes. */

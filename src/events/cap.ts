@@ -10,7 +10,7 @@
 /** Per string cut: the marker's worst size (its numbers included). */
 const MARKER_BYTES = 200;
 
-export function truncationMarker(removed: number, maxBytes: number): string {
+function truncationMarker(removed: number, maxBytes: number): string {
   return `\n[… ${removed} bytes cut here: an event may hold at most ${maxBytes} bytes (MAX_EVENT_BYTES) …]\n`;
 }
 

@@ -18,7 +18,7 @@ import { capEvent } from './cap.js';
 const appended = metrics.eventsAppended.child();
 const published = metrics.eventsPublished.child();
 
-export interface EventSearch {
+interface EventSearch {
   page_id?: string | null;
   limit: number;
   kind?: string | null;
@@ -27,14 +27,14 @@ export interface EventSearch {
   after_seq?: number | null;
 }
 
-export interface EventFilter {
+interface EventFilter {
   kind?: string | null;
   source?: string | null;
   after_seq?: number | null;
 }
 
 /** An event page id is the seq the page starts at; anything else is a 422. */
-export function seqPageStart(pageId: string | null | undefined): number | null {
+function seqPageStart(pageId: string | null | undefined): number | null {
   if (!pageId) return null;
   if (!/^\d+$/.test(pageId)) {
     throw new RequestValidationError([{ type: 'value_error', loc: ['query', 'page_id'], msg: 'Value error, page_id is not a page id returned by this endpoint', input: pageId }]);

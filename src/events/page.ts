@@ -11,7 +11,7 @@ import { eventJson, type ParleyEvent } from './types.js';
 import type { EventQuery } from '../store/types.js';
 
 /** A search page stops once its events' JSON reaches this many bytes. */
-export const MAX_PAGE_BYTES = 4 * 1024 * 1024;
+const MAX_PAGE_BYTES = 4 * 1024 * 1024;
 
 /** One store read of a lazily read page stops once its events reach this many stored bytes (always one at least). */
 const READ_BYTES = 256 * 1024;
@@ -26,7 +26,7 @@ export function pageByBytes<T>(items: T[], limit: number, maxBytes = MAX_PAGE_BY
   return { page: items.slice(0, n), next: items[n] ?? null };
 }
 
-export interface PageQuery {
+interface PageQuery {
   kind?: string | null;
   source?: string | null;
   desc: boolean;

@@ -13,7 +13,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 
-export interface CgroupLimits {
+interface CgroupLimits {
   memoryBytes: number;
   pids: number;
 }
