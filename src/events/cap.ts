@@ -21,28 +21,32 @@ export function jsonBytes(value: unknown): number {
 
 /**
  * A cheap upper bound of `jsonBytes(value)` without serialising: a UTF-16 unit is at most 6 bytes
- * of JSON (`\u0000`), and the structure around a value at most 8. Stops counting past `stopAt`.
+ * of JSON (`\u0000`), the structure around a value at most 8, an array's brackets and commas at
+ * most 8 plus one per item (`[[],[],…]` is not free). Stops counting past `stopAt`.
+ * A plain recursive function (no closure per call): it runs on every appended event.
  */
-function upperBound(value: unknown, stopAt: number): number {
-  let n = 0;
-  const walk = (v: unknown): void => {
-    if (n > stopAt) return;
-    if (typeof v === 'string') n += v.length * 6 + 8;
-    else if (Array.isArray(v)) for (const x of v) walk(x);
-    else if (v && typeof v === 'object') {
-      for (const k in v) {
-        n += k.length * 6 + 8;
-        walk((v as Record<string, unknown>)[k]);
-      }
-    } else n += 24;
-  };
-  walk(value);
-  return n;
+function upperBound(v: unknown, n: number, stopAt: number): number {
+  if (n > stopAt) return n;
+  if (typeof v === 'string') return n + v.length * 6 + 8;
+  if (Array.isArray(v)) {
+    n += 8 + v.length;
+    for (let i = 0; i < v.length && n <= stopAt; i++) n = upperBound(v[i], n, stopAt);
+    return n;
+  }
+  if (v && typeof v === 'object') {
+    n += 8;
+    for (const k in v) {
+      n = upperBound((v as Record<string, unknown>)[k], n + k.length * 6 + 8, stopAt);
+      if (n > stopAt) return n;
+    }
+    return n;
+  }
+  return n + 24;
 }
 
 /** Whether `value` may be appended as it is (most events: no serialisation at all). */
 export function fitsEvent(value: unknown, maxBytes: number): boolean {
-  return upperBound(value, maxBytes) <= maxBytes || jsonBytes(value) <= maxBytes;
+  return upperBound(value, 0, maxBytes) <= maxBytes || jsonBytes(value) <= maxBytes;
 }
 
 interface Leaf {
@@ -100,5 +104,27 @@ export function capEvent<T>(draft: T, maxBytes: number): T {
       excess -= leaf.bytes - jsonBytes(cut);
     }
   }
+  // what is left over is structure, not text (e.g. `[[],[],…]` as tool arguments): the longest
+  // arrays keep their first half and a marker, until it fits
+  for (let total = jsonBytes(copy); total > maxBytes; total = jsonBytes(copy)) {
+    const longest = longestArray(copy);
+    if (!longest || longest.length < 2) break;
+    const before = jsonBytes(longest);
+    const dropped = longest.splice(Math.floor(longest.length / 2));
+    longest.push(truncationMarker(before - jsonBytes(longest), maxBytes) + `(${dropped.length} items)`);
+  }
   return copy;
+}
+
+function longestArray(value: unknown, best: unknown[] | null = null): unknown[] | null {
+  if (Array.isArray(value)) {
+    if (!best || value.length > best.length) best = value;
+    for (const x of value) if (x && typeof x === 'object') best = longestArray(x, best);
+  } else if (value && typeof value === 'object') {
+    for (const k in value) {
+      const x = (value as Record<string, unknown>)[k];
+      if (x && typeof x === 'object') best = longestArray(x, best);
+    }
+  }
+  return best;
 }
