@@ -662,6 +662,21 @@ describe('sandbox: SANDBOX_MAX_LIVE', { timeout: 120_000 }, () => {
   });
 });
 
+/**
+ * Where an unprivileged daemon finds the code: the checkout bind-mounted (in the daemon's private
+ * mount namespace only) on an empty directory under /var/lib, as the unit's WorkingDirectory would
+ * be. The checkout itself may sit where nobody cannot go (a 0700 temporary directory, /root) or
+ * where the unit's PrivateTmp/ProtectHome would hide it (/tmp, /home).
+ */
+function appDir(): string {
+  const app = fs.mkdtempSync('/var/lib/parley-unit-app-');
+  fs.chmodSync(app, 0o755);
+  return app;
+}
+
+/** sh -c AS_APP sh <checkout> <app dir> cmd…: runs cmd in <app dir> with the checkout mounted there. */
+const AS_APP = 'mount --bind "$1" "$2" && cd "$2" && shift 2 && exec "$@"';
+
 describe('sandbox: an unprivileged daemon (as under the systemd unit)', { timeout: 120_000, skip: process.getuid?.() !== 0 && 'needs root to switch to nobody' }, () => {
   test('as nobody, with no capabilities and no_new_privs: bwrap works, limits fall back to rlimits, files stay the user\'s', async () => {
     const llm = await startScriptedLlm();
@@ -672,7 +687,8 @@ describe('sandbox: an unprivileged daemon (as under the systemd unit)', { timeou
     fs.mkdirSync(data);
     fs.chownSync(data, 65534, 65534);
     // what User=… CapabilityBoundingSet= NoNewPrivileges=yes give the daemon
-    const p = spawn('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', '--bounding-set=-all', '--inh-caps=-all', '--no-new-privs', process.execPath, '--import', 'tsx', 'bridge/main.ts'], {
+    const app = appDir();
+    const p = spawn('unshare', ['--mount', '--propagation', 'private', 'sh', '-c', AS_APP, 'sh', ROOT, app, 'setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', '--bounding-set=-all', '--inh-caps=-all', '--no-new-privs', process.execPath, '--import', 'tsx', 'bridge/main.ts'], {
       cwd: ROOT,
       env: { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: dir, PORT: '0', DATA_DIR: data, SANDBOX: 'bwrap', LOG_LEVEL: 'info', LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: LLM_KEY, SANDBOX_MEMORY_MB: '256' },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -708,6 +724,7 @@ describe('sandbox: an unprivileged daemon (as under the systemd unit)', { timeou
       await exited;
       await llm.close();
       fs.rmSync(dir, { recursive: true, force: true });
+      fs.rmdirSync(app);
     }
   });
 });
@@ -725,7 +742,9 @@ describe('sandbox: an unprivileged daemon (as under the systemd unit)', { timeou
  * ProtectHostname, PrivateDevices, Delegate=yes (cgroup v2; this machine has v1 only), KillMode.
  */
 const UNIT_EMULATION = String.raw`set -e
-STATE=$1; TUNABLES=$2; shift 2
+STATE=$1; TUNABLES=$2; CHECKOUT=$3; APP=$4; shift 4
+mount --bind "$CHECKOUT" "$APP"
+cd "$APP"
 mount --bind "$STATE" "$STATE"
 mount -t tmpfs -o mode=1777 tmpfs /tmp
 mount -t tmpfs -o mode=1777 tmpfs /var/tmp
@@ -826,9 +845,10 @@ describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
     assert.ok(env.includes('SANDBOX=bwrap') && env.includes(`DATA_DIR=${state}`), env.join(' '));
     const exec = /^ExecStart=(.*)$/m.exec(unit)![1]!.split(/\s+/);
     const llm = await startScriptedLlm();
+    const app = appDir();
     const p = spawn(
       'unshare',
-      ['--mount', '--propagation', 'private', 'sh', '-c', UNIT_EMULATION, 'sh', state, tunables, 'env', '-i', 'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', ...env, 'PORT=0', 'LOG_LEVEL=info', 'LLM_MODEL=openai/scripted', `LLM_BASE_URL=${llm.url}`, `LLM_API_KEY=${LLM_KEY}`, ...exec],
+      ['--mount', '--propagation', 'private', 'sh', '-c', UNIT_EMULATION, 'sh', state, tunables, ROOT, app, 'env', '-i', 'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', ...env, 'PORT=0', 'LOG_LEVEL=info', 'LLM_MODEL=openai/scripted', `LLM_BASE_URL=${llm.url}`, `LLM_API_KEY=${LLM_KEY}`, ...exec],
       { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
     );
     let out = '';
@@ -845,6 +865,7 @@ describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
         await exited;
         await llm.close();
         fs.rmSync(state, { recursive: true, force: true });
+        fs.rmdirSync(app);
       },
     };
   };
