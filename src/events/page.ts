@@ -18,14 +18,6 @@ const READ_BYTES = 256 * 1024;
 /** And at most this many events. */
 const READ_EVENTS = 500;
 
-/** The first `limit` items, fewer when they reach `maxBytes`; `next` is the first item left out. */
-export function pageByBytes<T>(items: T[], limit: number, maxBytes = MAX_PAGE_BYTES, size: (item: T) => number = (i) => JSON.stringify(i).length) {
-  let bytes = 0;
-  let n = 0;
-  while (n < items.length && n < limit && (n === 0 || bytes < maxBytes)) bytes += size(items[n++]!);
-  return { page: items.slice(0, n), next: items[n] ?? null };
-}
-
 interface PageQuery {
   kind?: string | null;
   source?: string | null;
