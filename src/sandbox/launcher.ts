@@ -753,9 +753,12 @@ export class Sandbox {
 
   /** The holder's namespaces (a joiner adds its own mount, ipc, uts and, with network none, net namespace). */
   private namespaceArgs(): string[] {
+    return ['--unshare-user', '--unshare-pid', ...this.ownNamespaceArgs()];
+  }
+
+  /** What the holder and every joiner create for themselves, and how they run. */
+  private ownNamespaceArgs(): string[] {
     return [
-      '--unshare-user',
-      '--unshare-pid',
       '--unshare-ipc',
       '--unshare-uts',
       '--unshare-cgroup-try',
@@ -776,16 +779,7 @@ export class Sandbox {
       '3',
       '--pidns',
       '4',
-      '--unshare-ipc',
-      '--unshare-uts',
-      '--unshare-cgroup-try',
-      ...(this.settings.network === 'none' ? ['--unshare-net'] : []),
-      '--die-with-parent',
-      '--new-session',
-      '--cap-drop',
-      'ALL',
-      '--hostname',
-      'sandbox',
+      ...this.ownNamespaceArgs(),
       ...this.systemArgs,
       '--proc',
       '/proc',
