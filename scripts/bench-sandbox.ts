@@ -56,8 +56,9 @@ async function shellCreation(): Promise<void> {
           conversationId: id,
           cwd: ws,
           env: sb.env({ TERM: 'dumb' }),
-          launch: (argv, o) => sb.spawn(id, argv, { workspaceDir: ws, cwd: o.cwd, env: o.env, stdio: ['pipe', 'pipe', 'pipe'], binds: sb.enabled ? o.binds : [], commandClosesFds: true }),
-          ioDir: sb.enabled ? '/parley/io' : undefined,
+          launch: (argv, o) => sb.spawn(id, argv, { workspaceDir: ws, cwd: o.cwd, env: o.env, stdio: ['pipe', 'pipe', 'pipe'] }),
+          // as the terminal does: the conversation's sandbox (and its /parley/io) first
+          io: sb.enabled ? sb.prepare(id).io : undefined,
         });
         times[name]!.push(performance.now() - t0);
         await s.terminate('bench');

@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { allEvents, waitStatus } from './support/conversation-api.js';
@@ -178,12 +179,21 @@ describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
     assert.match(r.body.sandbox.limits.enforced_by, /^(cgroup-v1|cgroup-v2|rlimit)$/);
   });
 
-  test('the shell sees its workspace at /workspace; files keep the daemon user on the host', async () => {
-    const r = await h.sh(a, 'pwd; echo hi > mine.txt; id -u');
+  test('the shell sees its workspace at /workspace; files keep the daemon user on the host; no capability, no_new_privs', async () => {
+    const m = `6464${process.pid % 1000}`;
+    const r = await h.sh(a, `pwd; echo hi > mine.txt; id -u; (sleep ${m} >/dev/null 2>&1 &)`);
     assert.match(r.text, /^\/workspace$/m);
+    assert.match(r.text, /^0$/m, "uid 0 of the conversation's user namespace");
     const st = fs.statSync(path.join(h.ws(a), 'mine.txt'));
     assert.equal(st.uid, process.getuid!());
     assert.equal(st.gid, process.getgid!());
+    // judged from the host: the daemon's uid, every capability set empty, no_new_privs
+    const [job] = (await waitFor(() => (hostProcesses(`sleep ${m}`).length ? hostProcesses(`sleep ${m}`) : null), "the job runs", 10_000))!;
+    const status = fs.readFileSync(`/proc/${job}/status`, 'utf8');
+    assert.match(status, new RegExp(`^Uid:\\s+${process.getuid!()}\\s`, 'm'));
+    for (const set of ['CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb']) assert.match(status, new RegExp(`^${set}:\\s+0+$`, 'm'), set);
+    assert.match(status, /^NoNewPrivs:\s+1$/m);
+    process.kill(job!, 'SIGKILL');
   });
 
   test("another conversation's workspace and DATA_DIR are not visible", async () => {
@@ -332,7 +342,7 @@ describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
 });
 
 describe('sandbox: one sandbox per conversation', { timeout: 180_000 }, () => {
-  test('the shell, setup.sh and a stdio MCP server share one pid namespace and one /tmp; another conversation does not; DELETE ends it; a dead sandbox is recreated', async () => {
+  test('the shell, setup.sh and a stdio MCP server share one set of namespaces (user, pid, mount, ipc, uts) and one /tmp; another conversation does not; DELETE ends it; a dead sandbox is recreated', async () => {
     const h = await harness();
     const git = await startGitServer({ token: 'gh-SANDBOX-token-5678' });
     const m = `9191${process.pid % 1000}`;
@@ -367,7 +377,13 @@ describe('sandbox: one sandbox per conversation', { timeout: 180_000 }, () => {
       assert.notEqual(nsA, nsOf(process.pid));
       assert.equal(nsOf(setupJob), nsA);
       assert.equal(nsOf(mcpPid), nsA);
-      assert.equal(nsOf(mcpPid, 'user'), nsOf(shellJob, 'user'));
+      // and every other namespace: one sandbox, not one per process
+      for (const kind of ['user', 'mnt', 'ipc', 'uts']) {
+        const shared = nsOf(shellJob, kind);
+        assert.notEqual(shared, nsOf(process.pid, kind), `${kind}: not the host's`);
+        assert.equal(nsOf(setupJob, kind), shared, `${kind}: setup.sh's job`);
+        assert.equal(nsOf(mcpPid, kind), shared, `${kind}: the MCP server`);
+      }
       // /tmp and HOME live on the host outside the workspace, private to the daemon's user
       const state = path.join(h.d.dataDir, 'workspaces', '.sandbox', a.replace(/-/g, ''));
       assert.equal(fs.readFileSync(path.join(state, 'tmp', `setup-${m}`), 'utf8'), `FROM-SETUP-${m}\n`);
@@ -382,6 +398,7 @@ describe('sandbox: one sandbox per conversation', { timeout: 180_000 }, () => {
       const [bJob] = hostProcesses(`sleep ${m}3`);
       const nsB = nsOf(bJob!)!;
       assert.notEqual(nsB, nsA);
+      for (const kind of ['user', 'mnt', 'ipc', 'uts']) assert.notEqual(nsOf(bJob!, kind), nsOf(shellJob, kind), `${kind}: per conversation`);
 
       // DELETE: nothing of the namespace is left on the host, nor its /tmp and HOME
       assert.equal((await h.req('DELETE', `/api/conversations/${a}`)).status, 200);
@@ -441,6 +458,54 @@ describe('sandbox: the launcher (in-process, real bwrap)', { timeout: 60_000 }, 
       await sb.removeConversation(id);
       assert.ok(!fs.existsSync(sb.stateDir(id)));
     } finally {
+      await sb.close();
+      fs.rmSync(root, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('sandbox: one set of namespaces per conversation (in-process launcher, real bwrap)', { timeout: 60_000 }, () => {
+  test('SANDBOX_NETWORK=none: a server one process starts on the loopback is reached by the next one, System V IPC is shared; another conversation reaches neither', async () => {
+    const root = tempDir();
+    const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', network: 'none' }, { workspaceRoot: root });
+    const a = crypto.randomUUID();
+    const b = crypto.randomUUID();
+    const port = 20000 + (process.pid % 20000);
+    const out = (id: string, script: string) =>
+      new Promise<string>((resolve) => {
+        const c = sb.spawn(id, ['sh', '-c', script], { env: sb.env(), stdio: ['ignore', 'pipe', 'pipe'] });
+        let text = '';
+        c.stdout!.on('data', (d: Buffer) => (text += d.toString('utf8')));
+        c.stderr!.on('data', (d: Buffer) => (text += d.toString('utf8')));
+        c.on('close', () => resolve(text));
+      });
+    const connect = `node -e "require('net').connect(${port}, '127.0.0.1').on('data', (d) => console.log(String(d))).on('error', (e) => console.log('ERR', e.code))"`;
+    try {
+      // like setup.sh starting a dev server: the script ends, the server stays
+      await out(a, `(node -e "require('net').createServer((s) => s.end('pong-${port}')).listen(${port}, '127.0.0.1', () => console.log('up'))" > /tmp/server.log 2>&1 &)`);
+      const log = path.join(sb.stateDir(a), 'tmp', 'server.log');
+      await waitFor(() => fs.existsSync(log) && fs.readFileSync(log, 'utf8').includes('up'), 'the server listens', 20_000);
+      const [server] = hostProcesses(`pong-${port}`);
+      assert.ok(server, 'the server runs');
+      assert.notEqual(nsOf(server!, 'net'), nsOf(process.pid, 'net'), "its own network namespace, not the host's");
+      // the host does not reach it (its loopback is the sandbox's), the same conversation does
+      const fromHost = await new Promise<string>((resolve) => {
+        const s = net.connect(port, '127.0.0.1');
+        s.on('data', (d) => resolve(String(d)));
+        s.on('error', (e: NodeJS.ErrnoException) => resolve(`ERR ${e.code}`));
+      });
+      assert.match(fromHost, /^ERR ECONNREFUSED$/);
+      assert.match(await out(a, connect), new RegExp(`^pong-${port}$`, 'm'), 'the next process of the conversation reaches it');
+      assert.match(await out(b, connect), /^ERR ECONNREFUSED$/m, 'another conversation does not');
+      // System V IPC: a queue made by one process is seen by the next, not by another conversation
+      assert.match(await out(a, `ipcmk -Q -p 0600 >/dev/null && ipcs -q`), /0x[0-9a-f]+/);
+      const listedA = await out(a, 'ipcs -q');
+      const listedB = await out(b, 'ipcs -q');
+      assert.equal((listedA.match(/^0x[0-9a-f]+ /gm) ?? []).length, 1, listedA);
+      assert.equal((listedB.match(/^0x[0-9a-f]+ /gm) ?? []).length, 0, listedB);
+    } finally {
+      await sb.removeConversation(a);
+      await sb.removeConversation(b);
       await sb.close();
       fs.rmSync(root, { recursive: true, force: true });
     }
@@ -714,7 +779,8 @@ describe('sandbox: an unprivileged daemon (as under the systemd unit)', { timeou
       await waitFor(async () => (await call('GET', `/api/conversations/${id}`)).execution_status === 'finished', 'finished', 30_000);
       const evs = (await call('GET', `/api/conversations/${id}/events/search?limit=100`)).items;
       const text = evs.find((e: any) => e.kind === 'ObservationEvent').observation.content[0].text;
-      assert.match(text, /^65534\n\/workspace\n/, text);
+      // uid 0 of the conversation's user namespace (no capability), the daemon's user on the host
+      assert.match(text, /^0\n\/workspace\n/, text);
       assert.match(text, new RegExp(`^${1024 * 1024}$`, 'm'), 'RLIMIT_FSIZE: 1 GiB (bash counts KiB)');
       assert.match(text, new RegExp(`^${256 * 1024}$`, 'm'), 'RLIMIT_DATA (KiB)');
       const st = fs.statSync(path.join(data, 'workspaces', id.replace(/-/g, ''), 'mine.txt'));
@@ -801,9 +867,13 @@ describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
     const dir = tempDir();
     const traces = path.join(dir, 'traces');
     fs.mkdirSync(traces);
+    // the holders (bwrap) and the processes joining them (nsenter, found first on PATH), traced with their children
     const wrapper = path.join(dir, 'bwrap');
     fs.writeFileSync(wrapper, `#!/bin/sh\nexec /usr/bin/strace -ff -qq -o ${traces}/t /usr/bin/bwrap "$@"\n`, { mode: 0o755 });
-    const h = await harness({ BWRAP_PATH: wrapper, SESSION_API_KEY: '' });
+    const bin = path.join(dir, 'bin');
+    fs.mkdirSync(bin);
+    fs.writeFileSync(path.join(bin, 'nsenter'), `#!/bin/sh\nexec /usr/bin/strace -ff -qq -o ${traces}/n /usr/bin/nsenter "$@"\n`, { mode: 0o755 });
+    const h = await harness({ BWRAP_PATH: wrapper, SESSION_API_KEY: '', PATH: `${bin}:${process.env.PATH ?? '/usr/bin:/bin'}` });
     try {
       const id = await h.create();
       const r = await h.sh(id, 'echo hi > /tmp/x && cat /tmp/x && ps -e >/dev/null && git --version >/dev/null && echo TRACED');
@@ -814,7 +884,8 @@ describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
     try {
       const text = fs.readdirSync(traces).map((f) => fs.readFileSync(path.join(traces, f), 'utf8')).join('\n');
       const calls = new Set([...text.matchAll(/^(?:<\.\.\. )?([a-z_][a-z0-9_]*)(?:\(| resumed>)/gm)].map((m) => m[1]!));
-      assert.ok(calls.has('pivot_root') && calls.has('setns') && calls.has('execve'), [...calls].join(' '));
+      assert.ok(calls.has('pivot_root') && calls.has('setns') && calls.has('chroot') && calls.has('execve'), [...calls].join(' '));
+      assert.ok(fs.readdirSync(traces).some((f) => f.startsWith('n.')), 'the joining processes were traced');
       // SystemCallFilter=~…: none of the denied groups' calls was made
       const groups = /^SystemCallFilter=~(.*)$/m.exec(unit)![1]!.trim().split(/\s+/);
       const listed = (await run('systemd-analyze', ['syscall-filter', '--no-pager', ...groups])).out;
@@ -890,7 +961,7 @@ describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
       await waitFor(async () => (await call('GET', `/api/conversations/${id}`)).execution_status === 'finished', 'finished', 30_000);
       const evs = (await call('GET', `/api/conversations/${id}/events/search?limit=100`)).items;
       const text = evs.find((e: any) => e.kind === 'ObservationEvent').observation.content[0].text;
-      assert.match(text, /^65534\n\/workspace\n/, text);
+      assert.match(text, /^0\n\/workspace\n/, text);
       const hex = id.replace(/-/g, '');
       const mine = fs.statSync(path.join(u.state, 'workspaces', hex, 'mine.txt'));
       assert.equal(mine.uid, 65534);

@@ -8,7 +8,7 @@ export {
   type SandboxSpawnOptions,
   type SandboxInfo,
   type MappedDir,
-  type Bind,
+  type SandboxDir,
 } from './launcher.js';
 export { PathView, PathOutsideError, type ResolvedPath } from './path-view.js';
 export type { ProcessLauncher } from './types.js';

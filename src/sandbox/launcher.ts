@@ -2,19 +2,21 @@
  * The per-conversation sandbox launcher: every process the agent causes (the terminal's shell,
  * setup.sh, git after the clone, stdio MCP servers) is started through `spawn()`.
  *
- * bwrap mode: ONE sandbox per conversation. A long-lived "holder" bwrap owns the conversation's
- * namespaces: a new user and pid namespace (its init is bwrap's reaper, pid 1; pid 2 is a `cat`
- * reading a pipe the daemon holds), plus ipc, uts and, with SANDBOX_NETWORK=none, net. Every process
- * of the conversation is a further bwrap that JOINS the holder's user and pid namespaces
- * (`--userns 3 --pidns 4`, the namespace files the daemon keeps open, reached through
- * /proc/<daemon>/fd), so `ps` in the shell shows the MCP servers and setup.sh's background jobs, and
- * killing the holder's init ends the pid namespace with everything in it. Each joining bwrap builds
- * the same view (the system read-only, the workspace read-write at /workspace, its own /proc, a new
- * ipc and uts namespace, a loopback-only network namespace with SANDBOX_NETWORK=none) and binds the
- * conversation's /tmp and HOME from per-conversation host directories (`<WORKSPACE_ROOT>/.sandbox/
- * <id>/{tmp,home}`, 0700, never shown to another conversation, removed on DELETE), so a file setup.sh
- * writes to /tmp is seen by the shell. --die-with-parent everywhere: after the daemon's death (kill -9
- * included) the holder's init and every joined process get SIGKILL, and the namespace ends.
+ * bwrap mode: ONE sandbox per conversation. A long-lived "holder" bwrap owns all of the
+ * conversation's namespaces: user, pid (its init is bwrap's reaper, pid 1; pid 2 is a `cat` reading a
+ * pipe the daemon holds), mount, ipc, uts, cgroup and, with SANDBOX_NETWORK=none, net. The holder
+ * builds the conversation's view once: the system read-only, its own /proc and /dev, the workspace
+ * read-write at /workspace, /tmp, /var/tmp and HOME from per-conversation host directories
+ * (`<WORKSPACE_ROOT>/.sandbox/<id>/{tmp,home}`, 0700, never shown to another conversation, removed
+ * on DELETE), the terminal's FIFOs and saved outputs under /parley. Every process of the
+ * conversation JOINS all of those namespaces (util-linux `nsenter` with the namespace files, root and
+ * working directory the daemon keeps open, reached through /proc/<daemon>/fd) and then runs under
+ * `setsid` (a new session, as bwrap's --new-session) and `setpriv` (no_new_privs, every capability
+ * dropped, SIGKILL when its parent dies, as bwrap's --die-with-parent). So `ps` in the shell shows the
+ * MCP servers and setup.sh's background jobs, a server one of them starts on the sandbox's loopback
+ * is reached by the others, System V IPC and the hostname are shared, and killing the holder's init
+ * ends the pid namespace with everything in it. The holder has --die-with-parent: after the daemon's
+ * death (kill -9 included) its init gets SIGKILL, and the namespace ends.
  * All processes of one conversation share one cgroup (memory, pids), so the limits are per
  * conversation. The holder lives while the conversation uses it: it is closed by interrupt, DELETE,
  * shutdown, SANDBOX_MAX_LIVE (least recently used idle one) or after IDLE_CLOSE_MS with no process
@@ -73,12 +75,6 @@ export interface MappedDir {
   inside: string;
 }
 
-export interface Bind {
-  host: string;
-  inside: string;
-  rw?: boolean;
-}
-
 export interface SandboxSpawnOptions {
   /** Working directory as a host path (inside the workspace) or a visible path. Default: the workspace. */
   cwd?: string;
@@ -87,15 +83,12 @@ export interface SandboxSpawnOptions {
   stdio?: StdioOptions;
   /** The workspace on the host; default: the conversation's directory under WORKSPACE_ROOT. */
   workspaceDir?: string;
-  /** Extra per-process mounts (e.g. the terminal's FIFO directory). */
-  binds?: Bind[];
-  /**
-   * bwrap leaves the namespace fds it joined through open (fds 3 and 4) in the command; they give
-   * nothing the process does not have (it is in those namespaces already), but by default an `sh`
-   * closes them before the command (a few ms). True: the command closes them itself (the terminal's
-   * bash does in its init script), saving that exec where the start time matters.
-   */
-  commandClosesFds?: boolean;
+}
+
+/** A per-conversation host directory and where the conversation's processes see it. */
+export interface SandboxDir {
+  host: string;
+  inside: string;
 }
 
 /** What /server_info reports. */
@@ -120,6 +113,11 @@ export class SandboxUnavailableError extends Error {
 
 export const VISIBLE_WORKSPACE = '/workspace';
 const VISIBLE_HOME = '/home/agent';
+/** The terminal's FIFO directories (read-write) and its saved full outputs (read-only). */
+const VISIBLE_IO = '/parley/io';
+export const VISIBLE_OUTPUTS = '/parley/outputs';
+/** Subdirectories of a conversation's state directory, each bound into its sandbox. */
+const STATE_DIRS = ['tmp', 'home', 'io', 'outputs'];
 
 /** How long a sandbox with no process started through the launcher stays up (its background jobs with it). */
 const IDLE_CLOSE_MS = 10 * 60_000; // SandboxSettings.idleCloseMs
@@ -131,8 +129,8 @@ interface Holder {
   proc: ChildProcess;
   /** Host pid of the namespace's init (bwrap's pid 1), from --info-fd. */
   init: number | null;
-  /** The daemon's fds on the namespace files (joiners open /proc/<daemon>/fd/<n>). */
-  fds: { user: number; pid: number } | null;
+  /** The daemon's fds on the namespace files, the root and /workspace (joiners open /proc/<daemon>/fd/<n>). */
+  fds: HolderFds | null;
   /** Resolves when joiners may start; rejects with the reason when the holder failed. */
   ready: Promise<void>;
   dead: boolean;
@@ -140,6 +138,22 @@ interface Holder {
   users: Set<ChildProcess>;
   /** Called once it has exited. */
   onDead: (() => void) | null;
+  /** The host directories it binds: the workspace and the state directory (tmp, home, io, outputs). */
+  workspace: string;
+  state: string;
+}
+
+interface HolderFds {
+  user: number;
+  pid: number;
+  mnt: number;
+  ipc: number;
+  uts: number;
+  /** Only when the holder's differs from the daemon's (--unshare-cgroup-try) or the network is none. */
+  cgroup: number | null;
+  net: number | null;
+  root: number;
+  cwd: number;
 }
 
 interface Live {
@@ -211,7 +225,7 @@ function stateName(conversationId: string): string {
   }
 }
 
-/** The stdio of a joiner: the caller's three, then fd 3 = the pipe that carries the namespace fd numbers. */
+/** The stdio of a joiner: the caller's three, then fd 3 = the pipe that carries the holder's fd numbers. */
 function joinerStdio(stdio: StdioOptions | undefined): StdioOptions {
   if (Array.isArray(stdio) && stdio.length > 3) throw new Error('a sandboxed process gets stdin, stdout and stderr only (fd 3 carries the sandbox)');
   const base = stdio === undefined || typeof stdio === 'string' ? [stdio ?? 'pipe', stdio ?? 'pipe', stdio ?? 'pipe'] : [...stdio];
@@ -223,15 +237,17 @@ export class Sandbox {
   readonly mode: 'bwrap' | 'none';
   private readonly live = new Map<string, Live>();
   private readonly evictListeners = new Set<(conversationId: string) => void>();
-  private readonly holderMounts = programArgs();
   /** A holder started ahead for the next conversation (see takeHolder). */
   private spare: Holder | null = null;
+  private spareSeq = 0;
   private closed = false;
 
   private constructor(
     readonly settings: SandboxSettings,
     readonly workspaceRoot: string,
     private readonly bwrap: string | null,
+    /** nsenter, setsid and setpriv (util-linux): how a process joins the holder's namespaces. */
+    private readonly join: JoinTools | null,
     private readonly cgroups: CgroupBackend | null,
     private readonly mapped: MappedDir[],
     private readonly systemArgs: string[],
@@ -243,7 +259,7 @@ export class Sandbox {
 
   /** Plain processes, no probe (unit tests, tools used outside the daemon). */
   static none(workspaceRoot = '/'): Sandbox {
-    return new Sandbox({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'none' }, workspaceRoot, null, null, [], []);
+    return new Sandbox({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'none' }, workspaceRoot, null, null, null, [], []);
   }
 
   /**
@@ -263,12 +279,12 @@ export class Sandbox {
     opts: { workspaceRoot: string; mapped?: MappedDir[]; hidden?: string[]; log?: Logger; apiOpenOnLoopback?: boolean },
   ): Promise<Sandbox> {
     const mapped = (opts.mapped ?? []).map((m) => ({ host: path.resolve(m.host), inside: m.inside }));
-    if (settings.mode === 'none') return new Sandbox(settings, opts.workspaceRoot, null, null, mapped, []);
+    if (settings.mode === 'none') return new Sandbox(settings, opts.workspaceRoot, null, null, null, mapped, []);
     const fail = (why: string): Sandbox => {
       if (settings.mode === 'bwrap') throw new SandboxUnavailableError(`SANDBOX=bwrap but ${why}`);
       const warning = `SANDBOX=auto: ${why}; agent processes run UNSANDBOXED as the daemon's user (set SANDBOX=none to silence this, or fix bwrap)`;
       opts.log?.warn({ sandbox: 'none' }, warning);
-      return new Sandbox(settings, opts.workspaceRoot, null, null, mapped, [], [], warning);
+      return new Sandbox(settings, opts.workspaceRoot, null, null, null, mapped, [], [], warning);
     };
     const bwrap = which(settings.bwrapPath ?? 'bwrap');
     if (!bwrap) {
@@ -278,10 +294,16 @@ export class Sandbox {
           : 'bwrap was not found on PATH: install bubblewrap (apt-get install bubblewrap) or set BWRAP_PATH',
       );
     }
+    const tools = { nsenter: which('nsenter'), setsid: which('setsid'), setpriv: which('setpriv') };
+    const missing = Object.entries(tools).filter(([, p]) => !p).map(([name]) => name);
+    if (missing.length > 0) {
+      return fail(`${missing.join(', ')} (util-linux) not found on PATH: processes join their conversation's sandbox with them (apt-get install util-linux)`);
+    }
     const limits = { memoryBytes: settings.memoryMb * 1024 * 1024, pids: settings.pids };
     const cgroups = detectCgroups(limits);
     const hidden = [...(opts.hidden ?? []), opts.workspaceRoot, ...HIDDEN_PATHS];
-    const sb = new Sandbox(settings, opts.workspaceRoot, bwrap, cgroups, mapped, systemArgs(), extraArgs(settings.roBinds, hidden));
+    const sb = new Sandbox(settings, opts.workspaceRoot, bwrap, tools as JoinTools, cgroups, mapped, systemArgs(), extraArgs(settings.roBinds, hidden));
+    removeStaleSpares(path.join(opts.workspaceRoot, '.sandbox'));
     const probeDir = fs.mkdtempSync(path.join(opts.workspaceRoot, '.probe-'));
     try {
       const err = await sb.probe(probeDir);
@@ -456,19 +478,41 @@ export class Sandbox {
   }
 
   /**
-   * Starts `argv` for the conversation. Returns the child (the outer bwrap in bwrap mode); its
-   * stdio is the command's. In bwrap mode the process joins the conversation's sandbox (started
-   * here when there is none); until the sandbox is ready the child waits in its `sh`.
+   * The conversation's sandbox, started (or taken from the spare) when it has none, and the
+   * per-conversation directories its processes see: the terminal puts its FIFO directories under
+   * `io` and its saved outputs under `outputs`. bwrap mode only.
+   */
+  prepare(conversationId: string): { io: SandboxDir; outputs: SandboxDir } {
+    if (!this.enabled) throw new Error('prepare: the sandbox is off');
+    if (this.closed) throw new Error('the sandbox launcher is closed');
+    this.holderFor(conversationId, this.enter(conversationId), this.hostWorkspace(conversationId));
+    return this.dirs(conversationId);
+  }
+
+  /** The directories `prepare` returns, without starting anything. */
+  dirs(conversationId: string): { io: SandboxDir; outputs: SandboxDir } {
+    const state = this.stateDir(conversationId);
+    return {
+      io: { host: path.join(state, 'io'), inside: VISIBLE_IO },
+      outputs: { host: path.join(state, 'outputs'), inside: VISIBLE_OUTPUTS },
+    };
+  }
+
+  /**
+   * Starts `argv` for the conversation. Returns the child (in bwrap mode the process on the host that
+   * joins the sandbox, whose exit status is the command's); its stdio is the command's. In bwrap
+   * mode the process joins the conversation's sandbox (started here when there is none); until the
+   * sandbox is ready the child waits in its `sh`.
    */
   spawn(conversationId: string, argv: string[], opts: SandboxSpawnOptions): ChildProcess {
     if (this.closed) throw new Error('the sandbox launcher is closed');
     if (argv.length === 0) throw new Error('empty command');
     const host = opts.workspaceDir ?? this.hostWorkspace(conversationId);
-    // workspaces are created on first use (a conversation that never runs anything has none)
-    fs.mkdirSync(host, { recursive: true, mode: 0o700 });
     const live = this.enter(conversationId);
     let child: ChildProcess;
     if (!this.enabled) {
+      // workspaces are created on first use (a conversation that never runs anything has none)
+      fs.mkdirSync(host, { recursive: true, mode: 0o700 });
       child = spawnChild(argv[0]!, argv.slice(1), {
         cwd: opts.cwd ?? host,
         env: opts.env,
@@ -476,41 +520,33 @@ export class Sandbox {
         detached: true,
       });
     } else {
-      const state = this.stateDir(conversationId);
-      let holder = live.holder && !live.holder.dead ? live.holder : null;
-      if (!holder) {
-        fs.mkdirSync(path.dirname(state), { recursive: true, mode: 0o700 });
-        for (const d of ['', 'tmp', 'home']) fs.mkdirSync(path.join(state, d), { recursive: true, mode: 0o700 });
-        holder = live.holder = this.takeHolder();
-        const h = holder;
-        // everything that joined it dies with the namespace
-        h.onDead = () => {
-          if (this.live.get(conversationId) === live && live.holder === h) this.scheduleIdle(conversationId, live);
-        };
-        if (h.dead) h.onDead();
-      }
-      const view = this.pathView(host);
+      const holder = this.holderFor(conversationId, live, host);
+      const view = this.pathView(holder.workspace);
       const cwd = opts.cwd ? view.toVisible(opts.cwd) : VISIBLE_WORKSPACE;
-      const inner = opts.commandClosesFds ? argv : ['/bin/sh', '-c', 'exec 3<&- 4<&-; exec "$@"', 'sh', ...argv];
-      const full = this.wrap(live.cgroup, [...this.bwrapArgs(host, cwd, opts.binds ?? [], state), '--', ...inner], true);
+      // joiners start in /workspace (the holder's); elsewhere a `cd` resolved inside the sandbox
+      const inner = cwd === VISIBLE_WORKSPACE ? argv : ['/bin/sh', '-c', 'cd -- "$0" || exit 125; exec "$@"', cwd, ...argv];
+      const full = this.wrap(live.cgroup, [...this.joinArgs(), ...inner], true);
       child = spawnChild(full[0]!, full.slice(1), {
         env: this.translateEnv(opts.env),
         stdio: joinerStdio(opts.stdio),
         detached: true,
       });
-      const joined = holder;
       holder.users.add(child);
       const control = child.stdio[3] as import('node:stream').Writable | null;
       control?.on('error', () => {
         /* the child is gone */
       });
-      joined.ready.then(
-        () => control?.end(`${joined.fds!.user} ${joined.fds!.pid}\n`),
+      holder.ready.then(
+        () => {
+          const f = holder.fds;
+          if (!f) return control?.end();
+          control?.end(`${f.user} ${f.pid} ${f.mnt} ${f.ipc} ${f.uts} ${f.root} ${f.cwd} ${f.cgroup ?? 'x'} ${f.net ?? 'x'}\n`);
+        },
         () => control?.end(),
       );
       const release = () => {
-        joined.users.delete(child);
-        this.releaseHolderFds(joined);
+        holder.users.delete(child);
+        this.releaseHolderFds(holder);
       };
       child.once('exit', release);
       child.once('error', release);
@@ -528,52 +564,84 @@ export class Sandbox {
     return child;
   }
 
+  /** The live holder of the conversation, or a new one (its directories created or moved in place). */
+  private holderFor(conversationId: string, live: Live, workspace: string): Holder {
+    if (live.holder && !live.holder.dead) return live.holder;
+    const h = (live.holder = this.takeHolder(workspace, this.stateDir(conversationId)));
+    // everything that joined it dies with the namespace
+    h.onDead = () => {
+      if (this.live.get(conversationId) === live && live.holder === h) this.scheduleIdle(conversationId, live);
+    };
+    if (h.dead) h.onDead();
+    return h;
+  }
+
   /** Starts the spare holder if there is none; resolves once it is ready (benchmarks wait for it). */
   async warm(): Promise<void> {
     if (!this.enabled || this.closed || this.settings.spareHolder === false) return;
-    if (!this.spare || this.spare.dead) this.spare = this.startHolder();
+    if (!this.spare || this.spare.dead) this.spare = this.startSpare();
     await this.spare.ready.catch(() => {});
   }
 
   /**
-   * A holder for a conversation: the spare one started after the previous take (ready by now, so a
-   * new conversation's first process only waits for its own bwrap), else a new one. Holders bind
-   * nothing of a conversation (no workspace, no /tmp), so a spare fits any conversation. A spare is
-   * in no conversation's cgroup: only its init and `cat` are, which never fork; everything that
-   * joins it enters the conversation's cgroup first.
+   * A holder for a conversation. The spare one (started ahead, ready by now, so a new conversation's
+   * first process only waits for its own join) binds directories of its own under
+   * `.sandbox/.spare-<pid>-<n>/`: it is adopted by renaming them to the conversation's workspace and
+   * state directory — bind mounts follow the directory, not its name. That works while the workspace
+   * is missing or empty and the state directory is missing (a new conversation, or one whose
+   * workspace nothing has written to yet); otherwise (a cloned repository, a sandbox started again
+   * for a conversation with its /tmp and HOME) a new holder binds the conversation's directories and
+   * the spare waits for the next one. A spare is in no conversation's cgroup: only its init and
+   * `cat` are, which never fork; everything that joins it enters the conversation's cgroup first.
    */
-  private takeHolder(): Holder {
-    const spare = this.spare && !this.spare.dead ? this.spare : null;
-    this.spare = null;
-    const timer = setTimeout(() => {
-      if (!this.closed && !this.spare && this.settings.spareHolder !== false) this.spare = this.startHolder();
-    }, 50);
-    timer.unref();
-    return spare ?? this.startHolder();
+  private takeHolder(workspace: string, state: string): Holder {
+    const spare = this.spare && !this.spare.dead && this.spare.fds ? this.spare : null;
+    if (spare && adoptDirs(spare, workspace, state)) {
+      this.spare = null;
+      const timer = setTimeout(() => {
+        if (!this.closed && !this.spare && this.settings.spareHolder !== false) this.spare = this.startSpare();
+      }, 50);
+      timer.unref();
+      return spare;
+    }
+    fs.mkdirSync(workspace, { recursive: true, mode: 0o700 });
+    makeStateDirs(state);
+    return this.startHolder(workspace, state);
+  }
+
+  private startSpare(): Holder {
+    const dir = path.join(this.workspaceRoot, '.sandbox', `.spare-${process.pid}-${++this.spareSeq}`);
+    fs.mkdirSync(path.join(dir, 'workspace'), { recursive: true, mode: 0o700 });
+    makeStateDirs(path.join(dir, 'state'));
+    const h = this.startHolder(path.join(dir, 'workspace'), path.join(dir, 'state'));
+    // a spare that dies or is closed before a conversation adopted it leaves nothing behind
+    h.proc.once('exit', () => {
+      if (path.dirname(h.state) === dir) fs.rmSync(dir, { recursive: true, force: true });
+    });
+    return h;
   }
 
   /**
-   * Starts a holder: `sh` (rlimits) → bwrap with new namespaces, --info-fd 3 (the host pid of its
-   * init) → `sh -c 'echo; exec cat'` (the line says the namespaces are set up; `cat` reads a pipe
-   * only the daemon writes, so it ends with the daemon).
+   * Starts a holder: `sh` (rlimits) → bwrap with new namespaces and the conversation's whole view,
+   * --info-fd 3 (the host pid of its init) → `sh -c 'echo; exec cat'` (the line says the sandbox is
+   * set up; `cat` reads a pipe only the daemon writes, so it ends with the daemon). bwrap reads its
+   * options from fd 4 (--args): as pid 1 of the sandbox its command line is what `ps` shows inside,
+   * and the host paths of the conversation's directories are none of the agent's business.
    */
-  private startHolder(): Holder {
-    const argv = this.wrap(null, [
-      ...this.namespaceArgs(),
-      '--info-fd',
-      '3',
-      ...this.holderMounts,
-      '--',
-      '/bin/sh',
-      '-c',
-      'echo; exec cat',
-    ]);
+  private startHolder(workspace: string, state: string): Holder {
+    const argv = this.wrap(null, [this.bwrap!, '--args', '4', '--', '/bin/sh', '-c', 'echo; exec cat']);
     const proc = spawnChild(argv[0]!, argv.slice(1), {
       env: { PATH: baseChildEnv().PATH! },
-      stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
+      stdio: ['pipe', 'pipe', 'pipe', 'pipe', 'pipe'],
       detached: true,
     });
-    const holder: Holder = { proc, init: null, fds: null, ready: Promise.resolve(), dead: false, users: new Set(), onDead: null };
+    const options = [...this.namespaceArgs(), '--info-fd', '3', ...this.viewArgs(workspace, state), '--chdir', VISIBLE_WORKSPACE];
+    const args = proc.stdio[4] as import('node:stream').Writable | null;
+    args?.on('error', () => {
+      /* bwrap is gone: its exit says why */
+    });
+    args?.end(options.map((o) => `${o}\0`).join(''));
+    const holder: Holder = { proc, init: null, fds: null, ready: Promise.resolve(), dead: false, users: new Set(), onDead: null, workspace, state };
     holder.ready = new Promise<void>((resolve, reject) => {
       let info = '';
       let stderr = '';
@@ -592,15 +660,7 @@ export class Sandbox {
       const check = () => {
         if (holder.dead || !up || holder.init === null || holder.fds) return;
         try {
-          const user = fs.openSync(`/proc/${holder.init}/ns/user`, 'r');
-          let pid: number;
-          try {
-            pid = fs.openSync(`/proc/${holder.init}/ns/pid`, 'r');
-          } catch (e) {
-            closeFd(user);
-            throw e;
-          }
-          holder.fds = { user, pid };
+          holder.fds = this.openHolder(holder.init);
           clearTimeout(timer);
           resolve();
         } catch (e) {
@@ -637,11 +697,43 @@ export class Sandbox {
     return holder;
   }
 
-  /** The namespace fds go once the holder is gone and no joiner started against it can still open them. */
+  /**
+   * Opens what a joiner enters, from the holder's init before anything of the conversation ran in
+   * it: its namespace files, its root and /workspace under that root (the joiner's working
+   * directory). The cgroup namespace only when bwrap made one (--unshare-cgroup-try), the network
+   * one only with SANDBOX_NETWORK=none: otherwise they are the daemon's.
+   */
+  private openHolder(init: number): HolderFds {
+    const opened: number[] = [];
+    const open = (p: string) => {
+      const fd = fs.openSync(p, 'r');
+      opened.push(fd);
+      return fd;
+    };
+    try {
+      const ns = (kind: string) => open(`/proc/${init}/ns/${kind}`);
+      const own = (kind: string) => fs.readlinkSync(`/proc/${init}/ns/${kind}`) !== fs.readlinkSync(`/proc/self/ns/${kind}`);
+      return {
+        user: ns('user'),
+        pid: ns('pid'),
+        mnt: ns('mnt'),
+        ipc: ns('ipc'),
+        uts: ns('uts'),
+        cgroup: own('cgroup') ? ns('cgroup') : null,
+        net: this.settings.network === 'none' ? ns('net') : null,
+        root: open(`/proc/${init}/root`),
+        cwd: open(`/proc/${init}/root${VISIBLE_WORKSPACE}`),
+      };
+    } catch (e) {
+      for (const fd of opened) closeFd(fd);
+      throw e;
+    }
+  }
+
+  /** The holder's fds go once the holder is gone and no joiner started against it can still open them. */
   private releaseHolderFds(h: Holder): void {
     if (!h.dead || h.users.size > 0 || !h.fds) return;
-    closeFd(h.fds.user);
-    closeFd(h.fds.pid);
+    for (const fd of Object.values(h.fds)) if (fd !== null) closeFd(fd);
     h.fds = null;
   }
 
@@ -731,34 +823,59 @@ export class Sandbox {
   }
 
   /**
-   * One `sh` around bwrap: the file size limit (ulimit -f, 512-byte blocks in POSIX sh), the data
-   * limit when there is no cgroup (ulimit -d, KiB), and the cgroup join before exec, so every process
-   * of the sandbox is counted from its first fork. A joiner (`join`) then reads the numbers of the
-   * daemon's namespace fds from fd 3 (written once the holder is ready; nothing when it failed) and
-   * opens them as fds 3 and 4 for `bwrap --userns 3 --pidns 4`. One exec more than bwrap alone.
+   * One `sh` around the command: the file size limit (ulimit -f, 512-byte blocks in POSIX sh), the
+   * data limit when there is no cgroup (ulimit -d, KiB), and the cgroup join before exec, so every
+   * process of the sandbox is counted from its first fork. A joiner (`join`) then reads the numbers of
+   * the daemon's fds on the holder from fd 3 (written once the holder is ready; nothing when it
+   * failed) and execs `nsenter` with them (/proc/<daemon>/fd/<n>: the holder's pid is never looked up
+   * again, so a reused pid cannot put a process in another sandbox).
    */
-  private wrap(cgroup: ConversationCgroup | null, bwrapArgs: string[], join = false): string[] {
+  private wrap(cgroup: ConversationCgroup | null, argv: string[], join = false): string[] {
     let script = `ulimit -f ${this.settings.fileSizeMb * 2048} || exit 125; `;
     if (!this.cgroups) script += `ulimit -d ${this.settings.memoryMb * 1024} || exit 125; `;
     script += 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; ';
     if (join) {
+      const d = `/proc/${process.pid}/fd`;
       script +=
-        'read -r u p <&3 || { echo "parley: the conversation\'s sandbox is not running" >&2; exit 125; }; ' +
-        `exec 3</proc/${process.pid}/fd/$u 4</proc/${process.pid}/fd/$p || exit 125; `;
+        'read -r u p m i t r w c n <&3 || { echo "parley: the conversation\'s sandbox is not running" >&2; exit 125; }; exec 3<&-; ' +
+        `o="--user=${d}/$u --pid=${d}/$p --mount=${d}/$m --ipc=${d}/$i --uts=${d}/$t --root=${d}/$r --wd=${d}/$w"; ` +
+        `[ "$c" = x ] || o="$o --cgroup=${d}/$c"; [ "$n" = x ] || o="$o --net=${d}/$n"; ` +
+        `exec ${this.join!.nsenter} $o "$@"`;
+    } else {
+      script += 'exec "$@"';
     }
-    script += 'exec "$@"';
     const files = cgroup?.procsFiles ?? [];
-    return ['/bin/sh', '-c', script, 'sh', String(files.length), ...files, this.bwrap!, ...bwrapArgs];
+    return ['/bin/sh', '-c', script, 'sh', String(files.length), ...files, ...argv];
   }
 
-  /** The holder's namespaces (a joiner adds its own mount, ipc, uts and, with network none, net namespace). */
+  /**
+   * nsenter's arguments after the namespaces, then the command: the daemon's uid, which is 0 inside
+   * (--preserve-credentials: nsenter would otherwise set it itself), `setsid` starts a new session
+   * (no terminal of the host's to inject into), `setpriv` sets no_new_privs, SIGKILL when nsenter
+   * dies, and drops every capability entering the user namespace gave (uid 0 would keep them
+   * across exec).
+   */
+  private joinArgs(): string[] {
+    const j = this.join!;
+    return ['--preserve-credentials', '--', j.setsid, j.setpriv, '--pdeathsig', 'KILL', '--no-new-privs', '--inh-caps=-all', '--ambient-caps=-all', '--bounding-set=-all', '--'];
+  }
+
+  /**
+   * The holder's namespaces: the conversation's, joined by every process of it. Inside, uid and gid
+   * 0 of the conversation's user namespace, mapped to the daemon's user (files on the host are the
+   * daemon's), without a capability (as root in a rootless container). Not the daemon's own uid:
+   * unprivileged bwrap then makes a second user namespace inside the first (uid 0 in the outer one
+   * for mounting devpts) and leaves no process in the outer one, which owns the mount, ipc, uts and
+   * pid namespaces — nothing could join those.
+   */
   private namespaceArgs(): string[] {
-    return ['--unshare-user', '--unshare-pid', ...this.ownNamespaceArgs()];
-  }
-
-  /** What the holder and every joiner create for themselves, and how they run. */
-  private ownNamespaceArgs(): string[] {
     return [
+      '--unshare-user',
+      '--uid',
+      '0',
+      '--gid',
+      '0',
+      '--unshare-pid',
       '--unshare-ipc',
       '--unshare-uts',
       '--unshare-cgroup-try',
@@ -772,14 +889,10 @@ export class Sandbox {
     ];
   }
 
-  private bwrapArgs(hostWorkspace: string, cwd: string, binds: Bind[], state: string): string[] {
+  /** The conversation's view, mounted once by its holder. */
+  private viewArgs(hostWorkspace: string, state: string): string[] {
     const tmp = path.join(state, 'tmp');
     const a = [
-      '--userns',
-      '3',
-      '--pidns',
-      '4',
-      ...this.ownNamespaceArgs(),
       ...this.systemArgs,
       '--proc',
       '/proc',
@@ -796,17 +909,87 @@ export class Sandbox {
       path.join(state, 'home'),
       VISIBLE_HOME,
       '--bind',
+      path.join(state, 'io'),
+      VISIBLE_IO,
+      '--ro-bind',
+      path.join(state, 'outputs'),
+      VISIBLE_OUTPUTS,
+      '--bind',
       hostWorkspace,
       VISIBLE_WORKSPACE,
     ];
     for (const m of this.mapped) if (fs.existsSync(m.host)) a.push('--ro-bind', m.host, m.inside);
-    for (const b of binds) a.push(b.rw ? '--bind' : '--ro-bind', b.host, b.inside);
-    a.push('--chdir', cwd);
     return a;
   }
 }
 
-/** What the holder needs to run `sh` and `cat`: /usr and the /bin, /lib… entries as they are on the host. */
+/** How a process joins its conversation's sandbox (util-linux). */
+interface JoinTools {
+  nsenter: string;
+  setsid: string;
+  setpriv: string;
+}
+
+/** A conversation's state directory: its /tmp, HOME, the terminal's FIFOs and saved outputs (0700 each). */
+function makeStateDirs(state: string): void {
+  for (const d of ['', ...STATE_DIRS]) fs.mkdirSync(path.join(state, d), { recursive: true, mode: 0o700 });
+}
+
+/**
+ * Gives a spare holder's directories to a conversation: its workspace renamed onto the
+ * conversation's (missing, or an empty directory: rename replaces it), its state directory onto the
+ * conversation's (missing). False, with everything as it was, when either is in use.
+ */
+function adoptDirs(spare: Holder, workspace: string, state: string): boolean {
+  const dir = path.dirname(spare.state);
+  try {
+    fs.mkdirSync(path.dirname(workspace), { recursive: true, mode: 0o700 });
+    fs.renameSync(spare.workspace, workspace);
+  } catch {
+    return false;
+  }
+  try {
+    if (fs.existsSync(state)) throw new Error('in use');
+    fs.renameSync(spare.state, state);
+  } catch {
+    try {
+      fs.renameSync(workspace, spare.workspace);
+      fs.mkdirSync(workspace, { mode: 0o700 });
+    } catch {
+      /* the spare's workspace stays the conversation's: the spare is not reused */
+    }
+    return false;
+  }
+  spare.workspace = workspace;
+  spare.state = state;
+  fs.rmSync(dir, { recursive: true, force: true });
+  return true;
+}
+
+/** Spare holders' directories of daemons that are gone (a crash leaves them). */
+function removeStaleSpares(dir: string): void {
+  let names: string[];
+  try {
+    names = fs.readdirSync(dir);
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    const m = /^\.spare-(\d+)-\d+$/.exec(name);
+    if (!m) continue;
+    const pid = Number(m[1]);
+    let alive = pid === process.pid;
+    try {
+      if (!alive) process.kill(pid, 0);
+      alive = true;
+    } catch (e) {
+      alive = (e as NodeJS.ErrnoException).code === 'EPERM';
+    }
+    if (!alive) fs.rmSync(path.join(dir, name), { recursive: true, force: true });
+  }
+}
+
+/** /usr and the /bin, /lib… entries as they are on the host. */
 function programArgs(): string[] {
   const a: string[] = [];
   if (fs.existsSync('/usr')) a.push('--ro-bind', '/usr', '/usr');

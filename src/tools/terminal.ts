@@ -11,11 +11,8 @@ import { actionSchema, observationSchema } from '../events/content.js';
 import type { Tool, ToolContext } from './types.js';
 import { cleanTerminalOutput, truncateMiddle } from './terminal/output.js';
 import { RunningCommand, ShellSession, shellQuote } from './terminal/session.js';
-import { Sandbox } from '../sandbox/launcher.js';
+import { Sandbox, VISIBLE_OUTPUTS } from '../sandbox/launcher.js';
 
-/** Where a sandboxed shell sees its FIFO directory and the saved full outputs. */
-const SANDBOX_IO_DIR = '/parley/io';
-const SANDBOX_OUTPUT_DIR = '/parley/outputs';
 
 interface TerminalToolOptions {
   /** Return (exit_code -1) when a command prints nothing new for this long. Default 30 s. */
@@ -214,11 +211,10 @@ class TerminalManager {
           'environment variables from before are gone.',
       );
     }
-    // workspaces are created on first use
-    await fs.promises.mkdir(ctx.workspaceDir, { recursive: true, mode: 0o700 });
     const sandbox = this.sandbox;
-    const outputs = this.outputDirFor(ctx.conversationId);
-    if (sandbox.enabled) fs.mkdirSync(outputs, { recursive: true, mode: 0o700 });
+    // workspaces are created on first use (with the sandbox on, by the sandbox: its spare's moved in)
+    if (!sandbox.enabled) await fs.promises.mkdir(ctx.workspaceDir, { recursive: true, mode: 0o700 });
+    const io = sandbox.enabled ? sandbox.prepare(ctx.conversationId).io : undefined;
     const startP = ShellSession.start({
       conversationId: ctx.conversationId,
       cwd: ctx.workspaceDir,
@@ -230,10 +226,8 @@ class TerminalManager {
           cwd: o.cwd,
           env: o.env,
           stdio: ['pipe', 'pipe', 'pipe'],
-          binds: sandbox.enabled ? [...o.binds, { host: outputs, inside: SANDBOX_OUTPUT_DIR }] : o.binds,
-          commandClosesFds: true, // the init script closes the sandbox's namespace fds
         }),
-      ioDir: sandbox.enabled ? SANDBOX_IO_DIR : undefined,
+      io,
     });
     this.starting.set(ctx.conversationId, startP);
     try {
@@ -552,7 +546,8 @@ class TerminalManager {
 
   private saveFullOutput(conversationId: string, text: string): string | null {
     try {
-      const dir = this.outputDirFor(conversationId);
+      // sandboxed: the conversation's directory its shell sees (read-only) at /parley/outputs
+      const dir = this.sandbox.enabled ? this.sandbox.dirs(conversationId).outputs.host : this.outputDirFor(conversationId);
       fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
       const file = path.resolve(
         dir,
@@ -567,7 +562,7 @@ class TerminalManager {
 
   /** The saved output file as the shell sees it. */
   private visibleOutputPath(file: string): string {
-    return this.sandbox.enabled ? path.posix.join(SANDBOX_OUTPUT_DIR, path.basename(file)) : file;
+    return this.sandbox.enabled ? path.posix.join(VISIBLE_OUTPUTS, path.basename(file)) : file;
   }
 
   private resultObs(

@@ -160,8 +160,8 @@ export class RunningCommand {
   }
 }
 
-/** Starts the shell: `argv` with the given environment, the FIFO directory mounted at `ioDir` (sandbox/launcher.ts). */
-type ShellLauncher = (argv: string[], opts: { cwd: string; env: Record<string, string>; binds: { host: string; inside: string; rw: boolean }[] }) => ChildProcess;
+/** Starts the shell: `argv` with the given environment (sandbox/launcher.ts). */
+type ShellLauncher = (argv: string[], opts: { cwd: string; env: Record<string, string> }) => ChildProcess;
 
 interface ShellSessionOptions {
   conversationId: string;
@@ -171,14 +171,17 @@ interface ShellSessionOptions {
   bufferCap?: number;
   /** How to start bash (default: a plain detached process). */
   launch?: ShellLauncher;
-  /** Where the shell sees the FIFO directory (default: its host path). */
-  ioDir?: string;
+  /**
+   * Where the FIFO directory is made (`host`) and where the shell sees that parent (`inside`), e.g.
+   * a sandbox's /parley/io. Default: a directory under os.tmpdir(), seen at its host path.
+   */
+  io?: { host: string; inside: string };
 }
 
 export class ShellSession {
   readonly conversationId: string;
   readonly proc: ChildProcessWithoutNullStreams;
-  /** The process the daemon started (bash, or the outer bwrap of a sandboxed shell). */
+  /** The process the daemon started (bash, or the nsenter of a sandboxed shell). */
   readonly pid: number;
   /** The shell's process group (sandboxed: bash inside the sandbox, a session leader). */
   groupPid: number;
@@ -213,7 +216,7 @@ export class ShellSession {
     this.conversationId = opts.conversationId;
     this.cwd = opts.cwd;
     this.fifoDir = fifoDir;
-    this.ioDir = opts.ioDir ?? fifoDir;
+    this.ioDir = opts.io ? path.join(opts.io.inside, path.basename(fifoDir)) : fifoDir;
     this.bufferCap = opts.bufferCap ?? 20_000_000;
     const env: Record<string, string> = {};
     for (const [k, v] of Object.entries(opts.env)) if (v !== undefined) env[k] = v;
@@ -221,7 +224,7 @@ export class ShellSession {
     const argv = ['bash', '--norc', '--noprofile', '-i'];
     this.proc = (
       opts.launch
-        ? opts.launch(argv, { cwd: opts.cwd, env, binds: [{ host: fifoDir, inside: this.ioDir, rw: true }] })
+        ? opts.launch(argv, { cwd: opts.cwd, env })
         : spawn(argv[0]!, argv.slice(1), { cwd: opts.cwd, env, stdio: ['pipe', 'pipe', 'pipe'], detached: true })
     ) as ChildProcessWithoutNullStreams;
     if (this.proc.pid === undefined) throw new Error('failed to start bash');
@@ -261,7 +264,7 @@ export class ShellSession {
 
   /** Starts bash in `cwd` and waits until it has run the setup script. */
   static async start(opts: ShellSessionOptions, startTimeoutMs = 10_000): Promise<ShellSession> {
-    const fifoDir = await fs.promises.mkdtemp(path.join(os.tmpdir(), 'parley-sh-'));
+    const fifoDir = await fs.promises.mkdtemp(path.join(opts.io?.host ?? os.tmpdir(), 'parley-sh-'));
     let session: ShellSession;
     try {
       session = new ShellSession(opts, fifoDir);
@@ -388,9 +391,9 @@ export class ShellSession {
   }
 
   /**
-   * A sandboxed shell runs under bwrap, joined to its conversation's sandbox: outer bwrap (on the
-   * host) → bash (in the conversation's pid namespace, a session leader: --new-session). Signals go
-   * to bash's group and descendants, never to the outer bwrap (whose death kills bash).
+   * A sandboxed shell joins its conversation's sandbox: nsenter (on the host) → bash (nsenter's
+   * child, in the conversation's namespaces, a session leader: setsid). Signals go to bash's group
+   * and descendants, never to nsenter (whose death kills bash: setpriv --pdeathsig).
    */
   private findShell(): void {
     const bash = childrenOf(this.pid)[0];
@@ -569,7 +572,7 @@ export class ShellSession {
     const procs = shellProcesses(this.groupPid);
     signalGroup(this.groupPid, 'SIGKILL');
     for (const p of procs) signalPid(p.pid, 'SIGKILL');
-    // sandboxed: the outer bwrap too (bash dies with it: --die-with-parent)
+    // sandboxed: nsenter too (bash dies with it: --pdeathsig)
     if (this.groupPid !== this.pid) signalGroup(this.pid, 'SIGKILL') || signalPid(this.pid, 'SIGKILL');
   }
 
