@@ -149,7 +149,7 @@ describe('systemd: scripts/parley.service under a real systemd (PID 1 of private
     const text = obs?.observation?.content?.[0]?.text as string;
     assert.match(text, /SANDBOXED/, JSON.stringify(obs));
     const lines = text.split('\n');
-    assert.equal(lines[0], String(uid), text);
+    assert.equal(lines[0], '0', `uid 0 of the sandbox's user namespace (parley outside, below): ${text}`);
     assert.equal(lines[1], info.sandbox.workspace, text);
     assert.match(text, /^NoNewPrivs:\s+1$/m, text);
     assert.match(text, /^Seccomp:\s+2$/m, text);
@@ -168,7 +168,12 @@ describe('systemd: scripts/parley.service under a real systemd (PID 1 of private
     });
     assert.ok(sleeper, 'the background job is in parley.service\'s cgroup');
     assert.notEqual(fs.readlinkSync(`/proc/${sleeper}/ns/pid`), daemonNs);
-    assert.equal(status(sleeper).Seccomp, '2');
+    const st = status(sleeper);
+    assert.equal(st.Uid?.split('\t')[0], String(uid), 'the parley user on the host');
+    assert.equal(st.CapEff, '0000000000000000');
+    assert.equal(st.CapBnd, '0000000000000000');
+    assert.equal(st.NoNewPrivs, '1');
+    assert.equal(st.Seccomp, '2');
   });
 
   test('systemctl stop: SIGTERM reaches the daemon (KillMode=mixed), it exits 0, and no process is left', { timeout: 60_000 }, async () => {
