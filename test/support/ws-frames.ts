@@ -1,3 +1,4 @@
+import crypto from 'node:crypto';
 /**
  * Server WebSocket frames (unmasked, RFC 6455) parsed from the raw bytes of an upgrade response as
  * they arrive, for clients that read at their own pace (test/fuzz.test.ts, scripts/bench-memory-attacks.ts).
@@ -47,4 +48,20 @@ export class FrameReader {
       if (len === 0) this.frames.push('');
     }
   }
+}
+
+/** A masked client text frame (RFC 6455), for clients that must not read what they are sent. */
+export function clientFrame(payload: Buffer): Buffer {
+  const mask = crypto.randomBytes(4);
+  const len = payload.length;
+  const head = len < 126 ? Buffer.from([0x81, 0x80 | len]) : len < 65536 ? Buffer.from([0x81, 0x80 | 126, len >> 8, len & 255]) : Buffer.concat([Buffer.from([0x81, 0x80 | 127, 0, 0, 0, 0]), Buffer.from([len >>> 24, (len >>> 16) & 255, (len >>> 8) & 255, len & 255])]);
+  const body = Buffer.from(payload);
+  for (let i = 0; i < body.length; i++) body[i]! ^= mask[i & 3]!;
+  return Buffer.concat([head, mask, body]);
+}
+
+/** `p`, or an error naming `what` after `ms`. */
+export function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout;
+  return Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), ms)))]).finally(() => clearTimeout(timer));
 }
