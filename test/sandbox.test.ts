@@ -40,6 +40,15 @@ function hostProcesses(marker: string): number[] {
   return out;
 }
 
+/**
+ * The one host process whose command line contains `marker`, once it is there: a job started with
+ * `(cmd &)` may not have exec'd yet when the command that started it returns.
+ */
+async function hostProcess(marker: string): Promise<number> {
+  const found = await waitFor(() => (hostProcesses(marker).length === 1 ? hostProcesses(marker)[0] : undefined), `one process "${marker}"`, 10_000);
+  return found!;
+}
+
 /** The namespace a host process is in (`pid:[4026…]`), or null when it is gone. */
 function nsOf(pid: number, kind = 'pid'): string | null {
   try {
@@ -370,9 +379,8 @@ describe('sandbox: one sandbox per conversation', { timeout: 180_000 }, () => {
       assert.match(shell.text, new RegExp(`sleep ${m}1`), "ps in the shell shows setup.sh's background job");
       assert.match(shell.text, /parley-test-pid-/, 'ps in the shell shows the MCP server');
       // judged from the host: one pid (and user) namespace for all of them, not the host's
-      const [setupJob] = hostProcesses(`sleep ${m}1`);
-      const [shellJob] = hostProcesses(`sleep ${m}2`);
-      assert.ok(setupJob && shellJob);
+      const setupJob = await hostProcess(`sleep ${m}1`);
+      const shellJob = await hostProcess(`sleep ${m}2`);
       const nsA = nsOf(shellJob)!;
       assert.notEqual(nsA, nsOf(process.pid));
       assert.equal(nsOf(setupJob), nsA);
@@ -395,7 +403,7 @@ describe('sandbox: one sandbox per conversation', { timeout: 180_000 }, () => {
       const other = await h.sh(b, `ls -A /tmp; ls -A ~; (sleep ${m}3 >/dev/null 2>&1 &); ps -eo args | grep -c "sleep ${m}[12]"`);
       assert.doesNotMatch(other.text, new RegExp(`setup-${m}|cache-${m}`));
       assert.match(other.text, /^0$/m, "another conversation's processes are not visible");
-      const [bJob] = hostProcesses(`sleep ${m}3`);
+      const bJob = await hostProcess(`sleep ${m}3`);
       const nsB = nsOf(bJob!)!;
       assert.notEqual(nsB, nsA);
       for (const kind of ['user', 'mnt', 'ipc', 'uts']) assert.notEqual(nsOf(bJob!, kind), nsOf(shellJob, kind), `${kind}: per conversation`);
@@ -416,8 +424,7 @@ describe('sandbox: one sandbox per conversation', { timeout: 180_000 }, () => {
       const again = await h.sh(b, `echo back; (sleep ${m}4 >/dev/null 2>&1 &)`);
       assert.match(again.text, /back/);
       assert.match(again.text, /new shell was started/);
-      const [bJob2] = hostProcesses(`sleep ${m}4`);
-      assert.ok(bJob2);
+      const bJob2 = await hostProcess(`sleep ${m}4`);
       assert.notEqual(nsOf(bJob2!), nsB, 'a new sandbox');
     } finally {
       await git.close();
@@ -467,7 +474,9 @@ describe('sandbox: the launcher (in-process, real bwrap)', { timeout: 60_000 }, 
 describe('sandbox: one set of namespaces per conversation (in-process launcher, real bwrap)', { timeout: 60_000 }, () => {
   test('SANDBOX_NETWORK=none: a server one process starts on the loopback is reached by the next one, System V IPC is shared; another conversation reaches neither', async () => {
     const root = tempDir();
-    const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', network: 'none' }, { workspaceRoot: root });
+    // a mapped directory (as the askpass helper's) that nothing has written to yet
+    const helpers = path.join(root, 'helpers');
+    const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', network: 'none' }, { workspaceRoot: root, mapped: [{ host: helpers, inside: '/parley/helpers' }] });
     const a = crypto.randomUUID();
     const b = crypto.randomUUID();
     const port = 20000 + (process.pid % 20000);
@@ -503,6 +512,10 @@ describe('sandbox: one set of namespaces per conversation (in-process launcher, 
       const listedB = await out(b, 'ipcs -q');
       assert.equal((listedA.match(/^0x[0-9a-f]+ /gm) ?? []).length, 1, listedA);
       assert.equal((listedB.match(/^0x[0-9a-f]+ /gm) ?? []).length, 0, listedB);
+      // the mapped directory is shown in a sandbox that started before anything was written there
+      // (b's holder was the spare, started with the launcher)
+      fs.writeFileSync(path.join(helpers, 'askpass'), 'ASKPASS-SHOWN\n');
+      assert.match(await out(b, 'cat /parley/helpers/askpass'), /^ASKPASS-SHOWN$/m);
     } finally {
       await sb.removeConversation(a);
       await sb.removeConversation(b);

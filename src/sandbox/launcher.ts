@@ -302,6 +302,9 @@ export class Sandbox {
     const limits = { memoryBytes: settings.memoryMb * 1024 * 1024, pids: settings.pids };
     const cgroups = detectCgroups(limits);
     const hidden = [...(opts.hidden ?? []), opts.workspaceRoot, ...HIDDEN_PATHS];
+    // a holder mounts what exists when it starts (the spare: at start-up), and a mapped directory
+    // (the askpass helper's) may be written to only later
+    for (const m of mapped) fs.mkdirSync(m.host, { recursive: true, mode: 0o700 });
     const sb = new Sandbox(settings, opts.workspaceRoot, bwrap, tools as JoinTools, cgroups, mapped, systemArgs(), extraArgs(settings.roBinds, hidden));
     removeStaleSpares(path.join(opts.workspaceRoot, '.sandbox'));
     const probeDir = fs.mkdtempSync(path.join(opts.workspaceRoot, '.probe-'));
