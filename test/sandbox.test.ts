@@ -425,7 +425,9 @@ describe('sandbox: one sandbox per conversation', { timeout: 180_000 }, () => {
       assert.match(again.text, /back/);
       assert.match(again.text, /new shell was started/);
       const bJob2 = await hostProcess(`sleep ${m}4`);
-      assert.notEqual(nsOf(bJob2!), nsB, 'a new sandbox');
+      // a new sandbox: a namespace's inode number is reused once it is freed, its init's host pid is not (yet)
+      const init2 = pidsInNs(nsOf(bJob2)!).find((p) => /^NSpid:\s+\d+\s+1$/m.test(fs.readFileSync(`/proc/${p}/status`, 'utf8')));
+      assert.ok(init2 && init2 !== init, `a new sandbox (init ${init2}, the killed one ${init})`);
     } finally {
       await git.close();
       await h.close();
