@@ -1040,6 +1040,19 @@ describe('sandbox: modes at start', { timeout: 60_000 }, () => {
     assert.match(r.stderr, /bwrap was not found on PATH/);
   });
 
+  test('SANDBOX=bwrap with bwrap but without nsenter (util-linux) exits 1 with one line naming it', async () => {
+    const dir = tempDir();
+    try {
+      fs.symlinkSync('/usr/bin/bwrap', path.join(dir, 'bwrap'));
+      const r = await run({ SANDBOX: 'bwrap', PATH: dir });
+      assert.equal(r.code, 1);
+      assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
+      assert.match(r.stderr, /^parley: SANDBOX=bwrap but nsenter, setsid, setpriv \(util-linux\) not found on PATH/);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   test('SANDBOX=auto without bwrap warns once and starts with plain processes', async () => {
     const r = await run({ SANDBOX: 'auto', BWRAP_PATH: '/nonexistent/bwrap' });
     assert.match(r.stdout, /"port":\d+.*listening on/, r.stderr);
