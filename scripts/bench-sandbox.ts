@@ -82,25 +82,28 @@ async function shellCreation(): Promise<void> {
 
 async function turns(mode: 'bwrap' | 'none'): Promise<{ first: number[]; later: number[] }> {
   const llm = await startScriptedLlm();
-  const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'bench', SANDBOX: mode, LOG_LEVEL: 'info' });
+  const key = 'bench-sandbox-session-key';
+  // SANDBOX=bwrap with the host network requires a key (agents would reach a keyless API)
+  const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'bench', SANDBOX: mode, LOG_LEVEL: 'info', SESSION_API_KEY: key });
+  const req = (m: string, p: string, b?: unknown) => d.req(m, p, b, { 'X-Session-API-Key': key });
   const first: number[] = [];
   const later: number[] = [];
   try {
     // conversation 0 warms the daemon up (first LLM client, first tool call) and is not counted
     const convs = 6;
     for (let c = 0; c <= convs; c++) {
-      const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id as string;
-      await waitFor(async () => (await d.req('GET', `/api/conversations/${id}`)).body.execution_status === 'idle', 'idle', 20_000);
+      const id = (await req('POST', '/api/conversations', {})).body.conversation_id as string;
+      await waitFor(async () => (await req('GET', `/api/conversations/${id}`)).body.execution_status === 'idle', 'idle', 20_000);
       for (let t = 0; t < Math.ceil(TURNS / convs); t++) {
         llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: `echo turn-${t}` } }] }, { text: `done ${t}` });
         const t0 = performance.now();
-        await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: `turn ${t}` }], run: true });
+        await req('POST', `/api/conversations/${id}/events`, { content: [{ text: `turn ${t}` }], run: true });
         await waitFor(async () => {
-          const evs = (await d.req('GET', `/api/conversations/${id}/events/search?limit=100&sort_order=TIMESTAMP_DESC`)).body.items as any[];
+          const evs = (await req('GET', `/api/conversations/${id}/events/search?limit=100&sort_order=TIMESTAMP_DESC`)).body.items as any[];
           return evs.some((e) => e.kind === 'MessageEvent' && e.source === 'agent' && e.llm_message.content[0]?.text === `done ${t}`);
         }, 'answer', 30_000);
         if (c > 0) (t === 0 ? first : later).push(performance.now() - t0);
-        await waitFor(async () => (await d.req('GET', `/api/conversations/${id}`)).body.execution_status !== 'running', 'run ended', 20_000);
+        await waitFor(async () => (await req('GET', `/api/conversations/${id}`)).body.execution_status !== 'running', 'run ended', 20_000);
       }
     }
   } finally {

@@ -151,6 +151,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (short !== undefined) {
     throw new ConfigError(`invalid configuration: SESSION_API_KEY: a session key must be at least ${MIN_SECRET_LENGTH} characters (one has ${short.length})`);
   }
+  if (e.SANDBOX === 'bwrap' && e.SANDBOX_NETWORK === 'host' && keys.length === 0) {
+    // the sandboxes share the host's loopback, and a keyless daemon answers every loopback request
+    throw new ConfigError(
+      "invalid configuration: SESSION_API_KEY: required with SANDBOX=bwrap and SANDBOX_NETWORK=host (agents' sandboxed processes would reach this keyless API on loopback: every conversation, every file); set a key or SANDBOX_NETWORK=none",
+    );
+  }
   const dataDir = path.resolve(e.DATA_DIR);
   if (e.NATS_URL && !e.DATABASE_URL) throw new ConfigError('invalid configuration: NATS_URL: cluster mode needs DATABASE_URL too (the nodes share one PostgreSQL database)');
   if (e.DATABASE_URL && !e.SECRET_KEY) throw new ConfigError('invalid configuration: SECRET_KEY: required with DATABASE_URL (every node must seal and open secrets with the same key)');

@@ -607,8 +607,8 @@ describe('sandbox: the daemon API from inside a sandbox without a session key', 
     }
   });
 
-  test('SANDBOX_NETWORK=host without a key: the daemon warns at start that agents reach its API (the documented gap)', async () => {
-    const h = await harness({ SESSION_API_KEY: '' });
+  test('SANDBOX=auto, SANDBOX_NETWORK=host without a key: the daemon warns at start that agents reach its API (the documented gap; SANDBOX=bwrap refuses it, see "modes at start")', async () => {
+    const h = await harness({ SESSION_API_KEY: '', SANDBOX: 'auto' });
     try {
       const warnings = h.d.output.filter((l) => l.includes('"sandbox":"api-reachable"'));
       assert.equal(warnings.length, 1, h.d.output.join('\n'));
@@ -694,7 +694,8 @@ describe('sandbox: DATA_DIR under a directory the sandbox shows', { timeout: 120
     fs.writeFileSync(path.join(outer, 'visible.txt'), 'SHOWN');
     const dataDir = path.join(outer, 'data');
     const llm = await startScriptedLlm();
-    const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: LLM_KEY, SANDBOX: 'bwrap', SANDBOX_RO_BINDS: outer }, dataDir);
+    // (keyless: with SANDBOX=bwrap that needs SANDBOX_NETWORK=none; the network plays no part here)
+    const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: LLM_KEY, SANDBOX: 'bwrap', SANDBOX_NETWORK: 'none', SANDBOX_RO_BINDS: outer }, dataDir);
     try {
       const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
       await waitStatus(d.req, id, 'idle');
@@ -770,7 +771,7 @@ describe('sandbox: an unprivileged daemon (as under the systemd unit)', { timeou
     const app = appDir();
     const p = spawn('unshare', ['--mount', '--propagation', 'private', 'sh', '-c', AS_APP, 'sh', ROOT, app, 'setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', '--bounding-set=-all', '--inh-caps=-all', '--no-new-privs', process.execPath, '--import', 'tsx', 'bridge/main.ts'], {
       cwd: ROOT,
-      env: { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: dir, PORT: '0', DATA_DIR: data, SANDBOX: 'bwrap', LOG_LEVEL: 'info', LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: LLM_KEY, SANDBOX_MEMORY_MB: '256' },
+      env: { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: dir, PORT: '0', DATA_DIR: data, SANDBOX: 'bwrap', SESSION_API_KEY: SESSION, LOG_LEVEL: 'info', LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: LLM_KEY, SANDBOX_MEMORY_MB: '256' },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let out = '';
@@ -780,7 +781,7 @@ describe('sandbox: an unprivileged daemon (as under the systemd unit)', { timeou
     try {
       const port = Number((await waitFor(() => /"port":(\d+).*listening on/.exec(out), 'listening', 30_000))![1]);
       const call = async (m: string, u: string, b?: unknown) => {
-        const r = await fetch(`http://127.0.0.1:${port}${u}`, { method: m, headers: b ? { 'content-type': 'application/json' } : {}, body: b ? JSON.stringify(b) : undefined });
+        const r = await fetch(`http://127.0.0.1:${port}${u}`, { method: m, headers: { ...H, ...(b ? { 'content-type': 'application/json' } : {}) }, body: b ? JSON.stringify(b) : undefined });
         return r.json() as Promise<any>;
       };
       const info = await call('GET', '/server_info');
@@ -888,7 +889,7 @@ describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
     const bin = path.join(dir, 'bin');
     fs.mkdirSync(bin);
     fs.writeFileSync(path.join(bin, 'nsenter'), `#!/bin/sh\nexec /usr/bin/strace -ff -qq -o ${traces}/n /usr/bin/nsenter "$@"\n`, { mode: 0o755 });
-    const h = await harness({ BWRAP_PATH: wrapper, SESSION_API_KEY: '', PATH: `${bin}:${process.env.PATH ?? '/usr/bin:/bin'}` });
+    const h = await harness({ BWRAP_PATH: wrapper, PATH: `${bin}:${process.env.PATH ?? '/usr/bin:/bin'}` });
     try {
       const id = await h.create();
       const r = await h.sh(id, 'echo hi > /tmp/x && cat /tmp/x && ps -e >/dev/null && git --version >/dev/null && echo TRACED');
@@ -934,7 +935,7 @@ describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
     const app = appDir();
     const p = spawn(
       'unshare',
-      ['--mount', '--propagation', 'private', 'sh', '-c', UNIT_EMULATION, 'sh', state, tunables, ROOT, app, 'env', '-i', 'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', ...env, 'PORT=0', 'LOG_LEVEL=info', 'LLM_MODEL=openai/scripted', `LLM_BASE_URL=${llm.url}`, `LLM_API_KEY=${LLM_KEY}`, ...exec],
+      ['--mount', '--propagation', 'private', 'sh', '-c', UNIT_EMULATION, 'sh', state, tunables, ROOT, app, 'env', '-i', 'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', ...env, 'PORT=0', `SESSION_API_KEY=${SESSION}`, 'LOG_LEVEL=info', 'LLM_MODEL=openai/scripted', `LLM_BASE_URL=${llm.url}`, `LLM_API_KEY=${LLM_KEY}`, ...exec],
       { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
     );
     let out = '';
@@ -963,7 +964,7 @@ describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
         throw new Error(u.output());
       }))![1]);
       const call = async (m: string, url: string, b?: unknown) => {
-        const r = await fetch(`http://127.0.0.1:${port}${url}`, { method: m, headers: b ? { 'content-type': 'application/json' } : {}, body: b ? JSON.stringify(b) : undefined });
+        const r = await fetch(`http://127.0.0.1:${port}${url}`, { method: m, headers: { ...H, ...(b ? { 'content-type': 'application/json' } : {}) }, body: b ? JSON.stringify(b) : undefined });
         return r.json() as Promise<any>;
       };
       const info = await call('GET', '/server_info');
@@ -984,7 +985,7 @@ describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
       assert.equal(fs.readFileSync(path.join(u.state, 'workspaces', '.sandbox', hex, 'tmp', 't'), 'utf8'), 'shared\n');
       assert.equal(fs.statSync(path.join(u.state, 'secret.key')).mode & 0o077, 0, 'the key file is private');
       assert.equal(fs.statSync(path.join(u.state, 'workspaces', '.sandbox', hex, 'tmp', 'locked')).mode & 0o777, 0);
-      assert.equal((await fetch(`http://127.0.0.1:${port}/api/conversations/${id}`, { method: 'DELETE' })).status, 200);
+      assert.equal((await fetch(`http://127.0.0.1:${port}/api/conversations/${id}`, { method: 'DELETE', headers: H })).status, 200);
       assert.ok(!fs.existsSync(path.join(u.state, 'workspaces', '.sandbox', hex)), "the sandbox's /tmp and HOME are removed, locked directories included");
       assert.ok(!fs.existsSync(path.join(u.state, 'workspaces', hex)), 'the workspace is removed, locked directories included');
     } finally {
@@ -1009,7 +1010,7 @@ describe('sandbox: modes at start', { timeout: 60_000 }, () => {
       const dir = tempDir();
       const p = spawn(process.execPath, ['--import', 'tsx', 'bridge/main.ts'], {
         cwd: ROOT,
-        env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: dir, PORT: '0', DATA_DIR: dir, ...env },
+        env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: dir, PORT: '0', DATA_DIR: dir, SESSION_API_KEY: SESSION, ...env },
         stdio: ['ignore', 'pipe', 'pipe'],
       });
       let stderr = '';
@@ -1038,6 +1039,15 @@ describe('sandbox: modes at start', { timeout: 60_000 }, () => {
     assert.equal(r.code, 1);
     assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
     assert.match(r.stderr, /bwrap was not found on PATH/);
+  });
+
+  test('SANDBOX=bwrap with the host network and no session key exits 1 with one line (agents would reach the keyless API); with SANDBOX_NETWORK=none it starts', async () => {
+    const r = await run({ SANDBOX: 'bwrap', SESSION_API_KEY: '' });
+    assert.equal(r.code, 1);
+    assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
+    assert.match(r.stderr, /^parley: invalid configuration: SESSION_API_KEY: required with SANDBOX=bwrap and SANDBOX_NETWORK=host .*set a key or SANDBOX_NETWORK=none/);
+    const none = await run({ SANDBOX: 'bwrap', SESSION_API_KEY: '', SANDBOX_NETWORK: 'none' });
+    assert.match(none.stdout, /"port":\d+.*listening on/, none.stderr);
   });
 
   test('SANDBOX=bwrap with bwrap but without nsenter (util-linux) exits 1 with one line naming it', async () => {

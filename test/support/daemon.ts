@@ -50,7 +50,11 @@ export async function startDaemon(env: Record<string, string> = {}, dataDir = te
     ...(process.env.PARLEY_TEST_STORE === 'postgres' && !env.DATABASE_URL ? await postgresFor(dataDir) : {}),
     ...env,
   };
-  const proc = spawn(process.execPath, [...(opts.nodeArgs ?? []), '--import', 'tsx', 'bridge/main.ts'], { cwd: ROOT, env: fullEnv, stdio: ['ignore', 'pipe', 'pipe'] });
+  // the daemon (and with it its sandboxes) gets SIGKILL when this test process dies: a test file
+  // killed at its time limit must not leave daemons behind (setpriv execs node: proc.pid is the daemon)
+  const node = [process.execPath, ...(opts.nodeArgs ?? []), '--import', 'tsx', 'bridge/main.ts'];
+  const argv = fs.existsSync('/usr/bin/setpriv') ? ['/usr/bin/setpriv', '--pdeathsig', 'KILL', '--', ...node] : node;
+  const proc = spawn(argv[0]!, argv.slice(1), { cwd: ROOT, env: fullEnv, stdio: ['ignore', 'pipe', 'pipe'] });
   const output: string[] = [];
   const exited = new Promise<number | null>((resolve) => proc.on('exit', (code) => resolve(code)));
   const port = await new Promise<number>((resolve, reject) => {
