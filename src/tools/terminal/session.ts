@@ -48,7 +48,7 @@ export function shellQuote(s: string): string {
 
 const INIT_SCRIPT = String.raw`
 set +H +o history 2>/dev/null; unset HISTFILE MAILCHECK PROMPT_COMMAND; PS1=''; PS2=''; PS0=''; PS4='+ '
-exec ${OUT_FD}>&1 3<&- 4<&-
+exec ${OUT_FD}>&1
 __parley_n=''
 __parley_fifo=''
 __parley_pc() {
