@@ -473,6 +473,36 @@ describe('sandbox: the launcher (in-process, real bwrap)', { timeout: 60_000 }, 
   });
 });
 
+describe('sandbox: a holder whose bwrap dies early', { timeout: 60_000 }, () => {
+  test('what bwrap leaves in its process group when it exits (its first child, blocked until bwrap lets it go on) is killed with it', async () => {
+    // a bwrap that, from its second start on (the first is the probe's), leaves a child behind and
+    // exits, as a real one killed between its clone and its go-ahead (by --die-with-parent when the
+    // daemon dies, or by SIGPIPE on --info-fd) leaves its first child blocked, forever
+    const dir = tempDir();
+    const marker = `8181${process.pid % 1000}`;
+    const fake = path.join(dir, 'bwrap');
+    fs.writeFileSync(fake, `#!/bin/sh\nn=$(cat ${dir}/count 2>/dev/null || echo 0); echo $((n + 1)) > ${dir}/count\nif [ "$n" -ge 1 ]; then sleep ${marker} & exit 1; fi\nexec /usr/bin/bwrap "$@"\n`, { mode: 0o755 });
+    const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', bwrapPath: fake, spareHolder: false }, { workspaceRoot: dir });
+    try {
+      assert.equal(sb.enabled, true, 'the probe passed (the real bwrap)');
+      const c = sb.spawn(crypto.randomUUID(), ['true'], { env: sb.env(), stdio: ['ignore', 'ignore', 'pipe'] });
+      let stderr = '';
+      c.stderr!.on('data', (d: Buffer) => (stderr += d.toString('utf8')));
+      const code = await new Promise<number | null>((resolve) => c.on('close', resolve));
+      assert.notEqual(code, 0, 'the process could not join a sandbox that died');
+      assert.match(stderr, /sandbox is not running/);
+      assert.equal(fs.readFileSync(path.join(dir, 'count'), 'utf8').trim(), '2');
+      await waitFor(() => hostProcesses(`sleep ${marker}`).length === 0, 'nothing of the failed holder left', 10_000).catch(() => {
+        throw new Error(`left behind: ${hostProcesses(`sleep ${marker}`).join(',')}`);
+      });
+    } finally {
+      for (const p of hostProcesses(`sleep ${marker}`)) process.kill(p, 'SIGKILL');
+      await sb.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('sandbox: one set of namespaces per conversation (in-process launcher, real bwrap)', { timeout: 60_000 }, () => {
   test('SANDBOX_NETWORK=none: a server one process starts on the loopback is reached by the next one, System V IPC is shared; another conversation reaches neither', async () => {
     const root = tempDir();

@@ -528,7 +528,7 @@ export class Sandbox {
       const cwd = opts.cwd ? view.toVisible(opts.cwd) : VISIBLE_WORKSPACE;
       // joiners start in /workspace (the holder's); elsewhere a `cd` resolved inside the sandbox
       const inner = cwd === VISIBLE_WORKSPACE ? argv : ['/bin/sh', '-c', 'cd -- "$0" || exit 125; exec "$@"', cwd, ...argv];
-      const full = this.wrap(live.cgroup, [...this.joinArgs(), ...inner], true);
+      const full = this.wrap(live.cgroup, [...this.joinArgs(), ...inner], 'join');
       child = spawnChild(full[0]!, full.slice(1), {
         env: this.translateEnv(opts.env),
         stdio: joinerStdio(opts.stdio),
@@ -625,14 +625,15 @@ export class Sandbox {
   }
 
   /**
-   * Starts a holder: `sh` (rlimits) → bwrap with new namespaces and the conversation's whole view,
+   * Starts a holder: setpriv → `sh` (rlimits; stays as the group's supervisor, see wrap) → bwrap with
+   * new namespaces and the conversation's whole view,
    * --info-fd 3 (the host pid of its init) → `sh -c 'echo; exec cat'` (the line says the sandbox is
    * set up; `cat` reads a pipe only the daemon writes, so it ends with the daemon). bwrap reads its
    * options from fd 4 (--args): as pid 1 of the sandbox its command line is what `ps` shows inside,
    * and the host paths of the conversation's directories are none of the agent's business.
    */
   private startHolder(workspace: string, state: string): Holder {
-    const argv = this.wrap(null, [this.bwrap!, '--args', '4', '--', '/bin/sh', '-c', 'echo; exec cat']);
+    const argv = this.wrap(null, [this.bwrap!, '--args', '4', '--', '/bin/sh', '-c', 'echo; exec cat'], 'supervise');
     const proc = spawnChild(argv[0]!, argv.slice(1), {
       env: { PATH: baseChildEnv().PATH! },
       stdio: ['pipe', 'pipe', 'pipe', 'pipe', 'pipe'],
@@ -826,18 +827,26 @@ export class Sandbox {
   }
 
   /**
-   * One `sh` around the command: the file size limit (ulimit -f, 512-byte blocks in POSIX sh), the
+   * One `sh` around a joiner or a holder: the file size limit (ulimit -f, 512-byte blocks in POSIX sh), the
    * data limit when there is no cgroup (ulimit -d, KiB), and the cgroup join before exec, so every
    * process of the sandbox is counted from its first fork. A joiner (`join`) then reads the numbers of
    * the daemon's fds on the holder from fd 3 (written once the holder is ready; nothing when it
    * failed) and execs `nsenter` with them (/proc/<daemon>/fd/<n>: the holder's pid is never looked up
    * again, so a reused pid cannot put a process in another sandbox).
+   *
+   * A holder (`supervise`) is not exec'd but run under the `sh`, which stays as the supervisor of its
+   * process group: bwrap's first child waits on an eventfd until bwrap's parent has set it up, so a
+   * bwrap parent that dies early (SIGKILL by its --die-with-parent when the daemon dies, SIGPIPE
+   * writing --info-fd to a dead daemon) leaves that child blocked forever, with a pid namespace and
+   * no parent. The supervisor gets SIGTERM when the daemon dies (setpriv --pdeathsig; a daemon gone
+   * before that was set shows as a changed $PPID), and when bwrap exits for any reason it kills the
+   * whole group, that child included (before its setsid it is in the group).
    */
-  private wrap(cgroup: ConversationCgroup | null, argv: string[], join = false): string[] {
+  private wrap(cgroup: ConversationCgroup | null, argv: string[], mode: 'join' | 'supervise'): string[] {
     let script = `ulimit -f ${this.settings.fileSizeMb * 2048} || exit 125; `;
     if (!this.cgroups) script += `ulimit -d ${this.settings.memoryMb * 1024} || exit 125; `;
     script += 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; ';
-    if (join) {
+    if (mode === 'join') {
       const d = `/proc/${process.pid}/fd`;
       script +=
         'read -r u p m i t r w c n <&3 || { echo "parley: the conversation\'s sandbox is not running" >&2; exit 125; }; exec 3<&-; ' +
@@ -845,10 +854,12 @@ export class Sandbox {
         `[ "$c" = x ] || o="$o --cgroup=${d}/$c"; [ "$n" = x ] || o="$o --net=${d}/$n"; ` +
         `exec ${this.join!.nsenter} $o "$@"`;
     } else {
-      script += 'exec "$@"';
+      // (an asynchronous command's stdin is /dev/null before its redirections: pass the pipe on fd 9)
+      script += `[ "$PPID" = ${process.pid} ] || exit 125; trap 'kill -KILL 0' TERM; exec 9<&0; "$@" <&9 9<&- & exec 9<&-; wait $!; kill -KILL 0`;
     }
     const files = cgroup?.procsFiles ?? [];
-    return ['/bin/sh', '-c', script, 'sh', String(files.length), ...files, ...argv];
+    const sh = ['/bin/sh', '-c', script, 'sh', String(files.length), ...files, ...argv];
+    return mode === 'supervise' ? [this.join!.setpriv, '--pdeathsig', 'TERM', '--', ...sh] : sh;
   }
 
   /**
