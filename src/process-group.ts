@@ -16,6 +16,16 @@ export function signalGroup(pgid: number | undefined, signal: NodeJS.Signals = '
   }
 }
 
+/** True while `pid` exists (EPERM: it does, another user's). */
+export function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
 const live = new Set<number>();
 let exitHookInstalled = false;
 

@@ -12,6 +12,7 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
+import { isAlive } from '../process-group.js';
 
 interface CgroupLimits {
   memoryBytes: number;
@@ -120,13 +121,7 @@ function removeStale(root: string): void {
       if (/^[0-9a-f-]{32,36}$|^probe-\d+$/.test(e)) rmdirQuiet(path.join(root, e));
       continue;
     }
-    if (Number(m[1]) === process.pid) continue;
-    try {
-      process.kill(Number(m[1]), 0);
-      continue; // alive
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'EPERM') continue;
-    }
+    if (Number(m[1]) === process.pid || isAlive(Number(m[1]))) continue;
     const dir = path.join(root, e);
     try {
       for (const c of fs.readdirSync(dir)) {

@@ -37,7 +37,7 @@ import { conversationIdHex, removeTree, workspacePath } from '../workspace/works
 import { detectCgroups, type CgroupBackend, type ConversationCgroup } from './cgroup.js';
 import { PathView } from './path-view.js';
 import type { ProcessLauncher } from './types.js';
-import { signalGroup } from '../process-group.js';
+import { isAlive, signalGroup } from '../process-group.js';
 
 export type SandboxModeSetting = 'auto' | 'bwrap' | 'none';
 
@@ -992,14 +992,7 @@ function removeStaleSpares(dir: string): void {
     const m = /^\.spare-(\d+)-\d+$/.exec(name);
     if (!m) continue;
     const pid = Number(m[1]);
-    let alive = pid === process.pid;
-    try {
-      if (!alive) process.kill(pid, 0);
-      alive = true;
-    } catch (e) {
-      alive = (e as NodeJS.ErrnoException).code === 'EPERM';
-    }
-    if (!alive) fs.rmSync(path.join(dir, name), { recursive: true, force: true });
+    if (pid !== process.pid && !isAlive(pid)) fs.rmSync(path.join(dir, name), { recursive: true, force: true });
   }
 }
 

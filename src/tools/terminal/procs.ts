@@ -134,11 +134,3 @@ export function signalPid(pid: number, signal: NodeJS.Signals): boolean {
   }
 }
 
-export function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}

@@ -31,8 +31,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
 import { promisify } from 'node:util';
-import { signalGroup, trackGroup, untrackGroup } from '../../process-group.js';
-import { childrenOf, foregroundProcesses, isAlive, shellProcesses, signalPid } from './procs.js';
+import { isAlive, signalGroup, trackGroup, untrackGroup } from '../../process-group.js';
+import { childrenOf, foregroundProcesses, shellProcesses, signalPid } from './procs.js';
 
 const execFileAsync = promisify(execFile);
 
