@@ -19,7 +19,7 @@ import {
   EGRESS_NET,
   EGRESS_RESOLV_CONF,
   egressRuleset,
-  hostAddresses,
+  formatAllowedNet,
   parseAllowNets,
   probeEgress,
   type EgressHandle,
@@ -51,6 +51,7 @@ describe('SANDBOX_ALLOW_NETS', () => {
       { family: 6, address: 'fd00:1::', prefix: 32, port: null },
       { family: 4, address: '127.0.0.1', prefix: 32, port: 9418 },
     ]);
+    assert.equal(parseAllowNets(' 10.1.2.0/24:3128, 192.168.1.5,[fd00::/8]:443 ,[2001:db8::1], fd00:1::/32,127.0.0.1:9418').map(formatAllowedNet).join(','), '10.1.2.0/24:3128,192.168.1.5,[fd00::/8]:443,2001:db8::1,fd00:1::/32,127.0.0.1:9418');
     assert.deepEqual(parseAllowNets(''), []);
     assert.deepEqual(parseAllowNets(' , '), []);
   });
@@ -120,12 +121,18 @@ describe('SANDBOX_NETWORK=egress, attacked from inside the sandbox', { skip: not
   const sandboxes: TestSandbox[] = [];
   const handles: EgressHandle[] = [];
 
-  async function sandboxWithEgress(allow = ''): Promise<{ sb: TestSandbox; egress: EgressHandle }> {
+  /** A sandbox with egress. `byFd`: its namespaces passed as fds the caller holds (as the launcher does), else as paths. */
+  async function sandboxWithEgress(allow = '', byFd = false): Promise<{ sb: TestSandbox; egress: EgressHandle }> {
     const s = await startSandbox(uid, { resolvConf: EGRESS_RESOLV_CONF });
     sandboxes.push(s);
-    const e = await attachEgress({ userns: s.userns, netns: s.netns, runAs, allow: parseAllowNets(allow) });
-    handles.push(e);
-    return { sb: s, egress: e };
+    const fds = byFd ? [fs.openSync(s.userns, 'r'), fs.openSync(s.netns, 'r')] : [];
+    try {
+      const e = await attachEgress({ userns: fds[0] ?? s.userns, netns: fds[1] ?? s.netns, runAs, allow: parseAllowNets(allow) });
+      handles.push(e);
+      return { sb: s, egress: e };
+    } finally {
+      for (const fd of fds) fs.closeSync(fd);
+    }
   }
 
   /** Host addresses to try from the sandbox, link-local ones with the sandbox's interface as their scope. */
@@ -137,7 +144,7 @@ describe('SANDBOX_NETWORK=egress, attacked from inside the sandbox', { skip: not
   before(async () => {
     world = await createTestNet(uid);
     hostSrv = await startHostServers();
-    ({ sb, egress } = await sandboxWithEgress());
+    ({ sb, egress } = await sandboxWithEgress('', true));
   });
 
   after(async () => {
@@ -297,6 +304,39 @@ describe('SANDBOX_NETWORK=egress, attacked from inside the sandbox', { skip: not
     const lines = r.stdout.trim().split('\n');
     assert.equal(lines.length, 7, r.stdout);
     for (const l of lines) assert.match(l, /^refused: (Operation not permitted|Permission denied)$/, r.stdout);
+  });
+
+  test('a socket bound to a device (SO_BINDTODEVICE, allowed without privilege) does not get around the filter', async () => {
+    // lo is accepted by the filter: a packet for the world sent out of lo comes back to the sandbox
+    // (no forwarding there); tap0 with the host's loopback as destination is refused
+    const b = world.blocked;
+    const targets = [
+      ['lo', b.metadata, 7001],
+      ['lo', world.public, 7001],
+      ['lo', EGRESS_NET.gateway, hostSrv.anyPort],
+      [EGRESS_NET.iface, '127.0.0.1', hostSrv.loopbackPort],
+      [EGRESS_NET.iface, b.ten, 7001],
+      [EGRESS_NET.iface, EGRESS_NET.address, hostSrv.anyPort],
+    ] as const;
+    const perl = [
+      'use Socket;',
+      'my ($dev, $host, $port) = @ARGV;',
+      'socket(my $s, PF_INET, SOCK_STREAM, 0) or die "socket: $!\\n";',
+      'setsockopt($s, SOL_SOCKET, 25, $dev) or die "bind to $dev: $!\\n";',
+      '$SIG{ALRM} = sub { print "timeout\\n"; exit 0 }; alarm 3;',
+      'print(connect($s, pack_sockaddr_in($port, inet_aton($host))) ? "connected\\n" : "refused: $!\\n");',
+    ].join(' ');
+    const worldBefore = world.seen.length;
+    const hostBefore = hostSrv.seen.length;
+    const results = await Promise.all(targets.map(([dev, host, port]) => sb.run(['perl', '-e', perl, dev, host, String(port)])));
+    for (const [i, [dev, host, port]] of targets.entries()) {
+      const r = results[i]!;
+      assert.equal(r.code, 0, r.stderr);
+      assert.doesNotMatch(r.stdout, /connected/, `${dev} ${host}:${port}: ${r.stdout}`);
+      assert.match(r.stdout, /^(refused: .+|timeout)\n$/, `${dev} ${host}:${port}: ${r.stdout}${r.stderr}`);
+    }
+    assert.deepEqual(world.seen.slice(worldBefore), []);
+    assert.deepEqual(hostSrv.seen.slice(hostBefore), []);
   });
 
   test('the agent cannot remove or change the filter, add an address or a route, or touch the interface', async () => {

@@ -163,6 +163,13 @@ function parseAllowEntry(entry: string): AllowedNet {
   return { family, address, prefix, port: portNumber };
 }
 
+/** An entry as SANDBOX_ALLOW_NETS writes it (for /server_info and logs): `10.1.2.0/24:3128`, `[fd00::/8]:443`. */
+export function formatAllowedNet(a: AllowedNet): string {
+  const net = a.prefix === (a.family === 4 ? 32 : 128) ? a.address : `${a.address}/${a.prefix}`;
+  if (a.port === null) return net;
+  return a.family === 6 ? `[${net}]:${a.port}` : `${net}:${a.port}`;
+}
+
 /** The 4 or 16 bytes of a valid address (IPv6 canonicalised by the URL parser, embedded IPv4 included). */
 function addressBytes(address: string, family: 4 | 6): number[] {
   if (family === 4) return address.split('.').map(Number);
