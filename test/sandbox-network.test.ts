@@ -90,7 +90,7 @@ describe('SANDBOX_ALLOW_NETS', () => {
       'oif "lo" accept',
       'ip daddr 10.0.2.3 meta l4proto { tcp, udp } th dport 53 accept',
       'ip daddr 10.0.2.2 meta l4proto { tcp, udp } th dport 9418 accept',
-      'ip daddr 10.0.2.0/24 counter reject',
+      'ip daddr { 10.0.2.0/24, 255.255.255.255 } counter reject',
       'ip daddr 10.1.2.0/24 meta l4proto { tcp, udp } th dport 3128 accept',
       'ip6 daddr fd00::/8 meta l4proto { tcp, udp } th dport 443 accept',
       'ip daddr @blocked4 counter reject',
@@ -445,6 +445,27 @@ describe('SANDBOX_NETWORK=egress, attacked from inside the sandbox', { skip: not
     assert.equal(r.udp!.code, 'EPERM', JSON.stringify(r.udp));
     for (const id of ['own loopback', 'metadata']) assert.equal(r[id]!.ok, false, id);
     assert.deepEqual(hostSrv.seen.slice(before), [{ server: 'loopback', remote: '127.0.0.1' }]);
+  });
+
+  test('with everything outside allowed (0.0.0.0/0) and one host loopback port, the rest of the host loopback stays closed', async () => {
+    const { sb: allowed } = await sandboxWithEgress(`0.0.0.0/0, 127.0.0.1:${hostSrv.loopbackPort}`);
+    const worldBefore = world.seen.length;
+    const hostBefore = hostSrv.seen.length;
+    const r = await allowed.probe([
+      { id: 'allowed', kind: 'tcp', host: EGRESS_NET.gateway, port: hostSrv.loopbackPort },
+      { id: 'metadata', kind: 'tcp', host: world.blocked.metadata, port: 7001 },
+      { id: 'other', kind: 'tcp', host: EGRESS_NET.gateway, port: hostSrv.anyPort },
+      { id: 'gateway udp', kind: 'udp', host: EGRESS_NET.gateway, port: hostSrv.udpPort },
+      // libslirp sends UDP broadcast to the host's loopback when the gateway maps there
+      { id: 'broadcast', kind: 'udp', host: '255.255.255.255', port: hostSrv.udpPort },
+      { id: 'dns other port', kind: 'udp', host: EGRESS_NET.dns, port: hostSrv.udpPort },
+    ]);
+    assert.equal(r.allowed!.banner, 'host loopback');
+    assert.equal(r.metadata!.banner, `world ${world.blocked.metadata}:7001`, 'the operator opened it');
+    for (const id of ['other', 'gateway udp', 'broadcast', 'dns other port']) assert.equal(r[id]!.ok, false, `${id}: ${JSON.stringify(r[id])}`);
+    assert.equal(r.other!.code, 'EHOSTUNREACH');
+    assert.deepEqual(hostSrv.seen.slice(hostBefore), [{ server: 'loopback', remote: '127.0.0.1' }]);
+    assert.deepEqual(world.seen.slice(worldBefore).map((s) => s.local), [`${world.blocked.metadata}:7001`]);
   });
 
   test('an agent that kills every process it can see does not reach slirp4netns', async () => {

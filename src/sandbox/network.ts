@@ -36,7 +36,8 @@
  * processes join later with every capability dropped: they cannot change it, add an address or a
  * route, or open raw or packet sockets. On every interface but the namespace's loopback it refuses
  * (reject, so a client fails at once) every destination in 0.0.0.0/8, 10/8 (the tool's network
- * included: the gateway, and the DNS forwarder on any port but 53), 100.64/10, 127/8, 169.254/16
+ * included: the gateway, and the DNS forwarder on any port but 53; it and 255.255.255.255, which
+ * libslirp also maps to the host's loopback, even when an allowed entry covers them), 100.64/10, 127/8, 169.254/16
  * (the metadata address), 172.16/12, 192.168/16, multicast, 240/4 and broadcast, ::, ::1, ::/96,
  * ::ffff:0:0/96, 64:ff9b::/96, 64:ff9b:1::/48 (NAT64 leads into IPv4 private space), fc00::/7,
  * fe80::/10, ff00::/8, and every address of the host's interfaces (read when attaching). Accepted:
@@ -200,7 +201,9 @@ export function egressRuleset(allow: readonly AllowedNet[], hostAddresses: reado
     'oif "lo" accept',
     `ip daddr ${EGRESS_NET.dns} ${ports} 53 accept`,
     ...allow.filter(isHostLoopback).map((a) => `ip daddr ${EGRESS_NET.gateway} ${ports} ${a.port} accept`),
-    `ip daddr ${EGRESS_NET.cidr} ${reject}`,
+    // before the allowed entries, which cannot open them: libslirp maps the gateway, and 255.255.255.255
+    // (UDP broadcast), to the host's loopback when it is not disabled
+    `ip daddr { ${EGRESS_NET.cidr}, 255.255.255.255 } ${reject}`,
     ...allow
       .filter((a) => !isHostLoopback(a))
       .map((a) => `${a.family === 4 ? 'ip' : 'ip6'} daddr ${a.address}/${a.prefix}${a.port === null ? '' : ` ${ports} ${a.port}`} accept`),

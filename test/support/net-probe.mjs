@@ -62,10 +62,14 @@ function udp({ host, port }) {
     const timer = setTimeout(() => done({ ok: false, code: 'TIMEOUT' }), TIMEOUT_MS);
     s.on('error', (e) => done({ ok: false, code: e.code ?? e.message }));
     s.on('message', (m) => done({ ok: true, banner: m.toString('utf8').trim() }));
-    s.connect(port, host, (err) => {
-      if (err) return done({ ok: false, code: err.code ?? err.message });
-      s.send('ping', (e) => {
-        if (e) done({ ok: false, code: e.code ?? e.message });
+    s.bind(0, () => {
+      // what an agent does to send to a broadcast address (connect checks it)
+      if (!net.isIPv6(host)) s.setBroadcast(true);
+      s.connect(port, host, (err) => {
+        if (err) return done({ ok: false, code: err.code ?? err.message });
+        s.send('ping', (e) => {
+          if (e) done({ ok: false, code: e.code ?? e.message });
+        });
       });
     });
   });
