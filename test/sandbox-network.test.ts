@@ -500,6 +500,7 @@ describe('SANDBOX_NETWORK=egress, attacked from inside the sandbox', { skip: not
     await assert.rejects(attachEgress({ userns: sb.userns, netns: sb.netns, runAs: { uid: uid + 1, gid: uid + 1 }, allow: [] }), oneLine(/Operation not permitted/));
     assert.deepEqual(slirps(), running);
     assert.deepEqual(processesOf(uid + 1), []);
+    assert.deepEqual(processesOf(uid).filter((p) => /^(\S*\/)?(nft|nsenter) /.test(p.cmd)), [], 'no filter step is left either');
     // the sandbox still has its network, and its filter
     const r = await sb.probe([
       { id: 'public', kind: 'tcp', host: world.public, port: 7001 },

@@ -539,9 +539,11 @@ function installFilter(tools: EgressTools, as: { uid?: number; gid?: number }, u
   const proc = spawn(tools.nsenter, argv, { stdio: ['pipe', 'ignore', 'pipe', userFd, netFd], env: {}, detached: true, ...as });
   return new Promise<void>((resolve, reject) => {
     let stderr = '';
+    let late = false;
+    // killed, then reported once it is gone: an attach that failed leaves no process
     const timer = setTimeout(() => {
-      signalGroup(proc.pid);
-      reject(new Error('the filter was not installed in time'));
+      late = true;
+      if (!signalGroup(proc.pid)) proc.kill('SIGKILL');
     }, Math.max(0, deadline - Date.now()));
     proc.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString('utf8')).slice(-2000)));
     proc.stdin!.on('error', () => {});
@@ -553,6 +555,7 @@ function installFilter(tools: EgressTools, as: { uid?: number; gid?: number }, u
     proc.once('close', (code, signal) => {
       clearTimeout(timer);
       if (code === 0) return resolve();
+      if (late) return reject(new Error('the filter was not installed in time'));
       reject(new Error(`the filter could not be installed in the sandbox (${lastLine(stderr) || signal || `exit code ${code}`})`));
     });
   });
