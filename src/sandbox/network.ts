@@ -379,11 +379,12 @@ export interface EgressHandle {
 }
 
 /**
- * Gives the sandbox egress: starts slirp4netns for its network namespace (as `runAs`, confined),
- * waits until the namespace has tap0 with its address and default route and the forwarder is up,
- * then installs the filter. Resolves once the filter is in: start the agent's processes only then.
- * Rejects with one line, leaving no process behind, when anything fails or takes longer than
- * `timeoutMs`. The caller closes the handle when the sandbox ends (slirp4netns also exits when the
+ * Gives the sandbox egress: installs the filter in its network namespace and starts slirp4netns for
+ * it (as `runAs`, confined) at the same time. Resolves once both are done: the filter in, tap0 with
+ * its address and default route, the forwarder up. Start the agent's processes only then. Rejects
+ * with one line, leaving no process behind, when anything fails or takes longer than `timeoutMs`;
+ * the namespace may then hold the filter (closed, never open): discard the sandbox. The caller
+ * closes the handle when the sandbox ends (slirp4netns holds the namespace; it also exits when the
  * daemon does: its --exit-fd is a socket the daemon holds).
  */
 export async function attachEgress(opts: AttachEgressOptions): Promise<EgressHandle> {
