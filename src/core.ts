@@ -46,7 +46,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   const startedAt = Date.now();
   fs.mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   fs.mkdirSync(config.workspaceRoot, { recursive: true, mode: 0o700 });
-  restrictDataDir(config.dataDir, [config.workspaceRoot]);
+  restrictDataDir(config.dataDir, [config.workspaceRoot, helperDirOf(config.dataDir)]);
   // probes bwrap once; SANDBOX=bwrap without a working bwrap throws SandboxUnavailableError
   const sandbox = await Sandbox.open(config.sandbox, {
     workspaceRoot: config.workspaceRoot,

@@ -30,21 +30,38 @@
  */
 import { spawn as spawnChild, type ChildProcess, type StdioOptions } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import { baseChildEnv } from '../workspace/child-env.js';
 import { conversationIdHex, removeTree, workspacePath } from '../workspace/workspace.js';
 import { detectCgroups, type CgroupBackend, type ConversationCgroup } from './cgroup.js';
+import { fileURLToPath } from 'node:url';
+import { ChannelFiles, FileChannel, FileOpError, type WorkspaceFiles } from './files.js';
+import { findProgram } from './programs.js';
+import { DiskQuota } from './disk-quota.js';
+import { attachEgress, EGRESS_NET, EGRESS_RESOLV_CONF, formatAllowedNet, probeEgress, type AllowedNet, type EgressHandle, type EgressTools } from './network.js';
 import { PathView } from './path-view.js';
 import type { ProcessLauncher } from './types.js';
 import { isAlive, signalGroup } from '../process-group.js';
 
 export type SandboxModeSetting = 'auto' | 'bwrap' | 'none';
 
+export type SandboxNetwork = 'egress' | 'host' | 'none';
+
 export interface SandboxSettings {
   mode: SandboxModeSetting;
-  network: 'host' | 'none';
+  /** egress: its own namespace with user-mode networking to the outside only (network.ts); none: loopback only; host: the host's. */
+  network: SandboxNetwork;
+  /** SANDBOX_ALLOW_NETS: what egress may reach besides the internet. */
+  allowNets?: AllowedNet[];
   memoryMb: number;
+  /** All sandboxes together (SANDBOX_TOTAL_MEMORY_MB); default half of the machine's memory. */
+  totalMemoryMb?: number;
+  /** CPUs one conversation may use (SANDBOX_CPU); absent: no quota. */
+  cpus?: number | null;
+  /** Disk one conversation may use, its workspace, /tmp and HOME together (SANDBOX_DISK_MB); absent or 0: no bound. */
+  diskMb?: number;
   pids: number;
   fileSizeMb: number;
   /** Most conversations with a live sandbox; the least recently used idle one is closed. */
@@ -57,11 +74,16 @@ export interface SandboxSettings {
   bwrapPath?: string;
   /** Extra host directories mounted read-only at the same path (SANDBOX_RO_BINDS). */
   roBinds: string[];
+  /**
+   * The host uid and gid sandboxes run as when the daemon is root (SANDBOX_UID/SANDBOX_GID); null
+   * or absent: the daemon's own (a daemon that is not root cannot change uid).
+   */
+  runAs?: { uid: number; gid: number } | null;
 }
 
 export const DEFAULT_SANDBOX_SETTINGS: SandboxSettings = {
   mode: 'none',
-  network: 'host',
+  network: 'none',
   memoryMb: 4096,
   pids: 512,
   fileSizeMb: 1024,
@@ -83,6 +105,8 @@ export interface SandboxSpawnOptions {
   stdio?: StdioOptions;
   /** The workspace on the host; default: the conversation's directory under WORKSPACE_ROOT. */
   workspaceDir?: string;
+  /** Keep the daemon's network namespace (ProcessLauncher.spawn). */
+  hostNetwork?: boolean;
 }
 
 /** A per-conversation host directory and where the conversation's processes see it. */
@@ -95,13 +119,26 @@ export interface SandboxDir {
 export interface SandboxInfo {
   mode: 'bwrap' | 'none';
   requested: SandboxModeSetting;
-  network: 'host' | 'none';
+  /** The network in force (egress falls back to none, never to host). */
+  network: SandboxNetwork;
+  /** With egress: the tool, what it may reach besides the internet, the DNS forwarder. */
+  egress?: { tool: string; version: string; allow: string[]; dns: string; ipv6: false };
   workspace: string;
+  /** The host uid and gid the sandboxes' processes have (never 0). */
+  user: { uid: number; gid: number } | null;
   limits: {
     enforced_by: 'cgroup-v2' | 'cgroup-v1' | 'rlimit' | 'none';
     memory_mb: number | null;
+    /** All sandboxes together (a cgroup over all of them); null without one. */
+    total_memory_mb: number | null;
     pids: number | null;
+    /** CPUs per conversation (a cgroup quota); null: none (equal shares under contention with a cgroup). */
+    cpus: number | null;
     file_size_mb: number | null;
+    /** Disk per conversation (workspace, /tmp, HOME; measured, see README). */
+    disk_mb: number | null;
+    /** Conversations with a live sandbox at most (SANDBOX_MAX_LIVE; with rlimits only, also what keeps all of them within the total). */
+    max_live: number;
   };
   /** Why auto fell back to plain processes. */
   warning?: string;
@@ -119,6 +156,13 @@ export const VISIBLE_OUTPUTS = '/parley/outputs';
 /** Subdirectories of a conversation's state directory, each bound into its sandbox. */
 const STATE_DIRS = ['tmp', 'home', 'io', 'outputs'];
 
+/** SANDBOX_TOTAL_MEMORY_MB, default half of the machine's memory. */
+export function totalMemoryMb(settings: Pick<SandboxSettings, 'totalMemoryMb'>): number {
+  return settings.totalMemoryMb ?? Math.floor(os.totalmem() / 2 / 1024 / 1024);
+}
+
+/** SANDBOX=none: a conversation's file service process ends after this long unused. */
+const PLAIN_FILES_IDLE_MS = 60_000;
 /** How long a sandbox with no process started through the launcher stays up (its background jobs with it). */
 const IDLE_CLOSE_MS = 10 * 60_000; // SandboxSettings.idleCloseMs
 /** A holder not ready by then is killed (its joiners get an error). */
@@ -127,6 +171,10 @@ const HOLDER_START_MS = 10_000;
 /** The long-lived bwrap whose namespaces every process of a conversation joins. */
 interface Holder {
   proc: ChildProcess;
+  /** SANDBOX_NETWORK=egress: the user-mode network of its namespace (closed with it). */
+  egress: EgressHandle | null;
+  /** The conversation's file service: the holder's first process (file-helper.mjs), on its stdin/stdout. */
+  files: FileChannel;
   /** Host pid of the namespace's init (bwrap's pid 1), from --info-fd. */
   init: number | null;
   /** The daemon's fds on the namespace files, the root and /workspace (joiners open /proc/<daemon>/fd/<n>). */
@@ -237,6 +285,8 @@ export class Sandbox {
   readonly mode: 'bwrap' | 'none';
   private readonly live = new Map<string, Live>();
   private readonly evictListeners = new Set<(conversationId: string) => void>();
+  private readonly quotaListeners = new Set<(conversationId: string, usedBytes: number) => void>();
+  private readonly diskQuota: DiskQuota | null;
   /** A holder started ahead for the next conversation (see takeHolder). */
   private spare: Holder | null = null;
   private spareSeq = 0;
@@ -253,8 +303,38 @@ export class Sandbox {
     private readonly systemArgs: string[],
     private readonly extraArgs: string[] = [],
     readonly warning?: string,
+    /** SANDBOX_NETWORK=egress in force: the tools network.ts found, and where the sandbox's resolv.conf is. */
+    private readonly egress: { tools: EgressTools; version: string; resolvConf: string } | null = null,
   ) {
     this.mode = bwrap ? 'bwrap' : 'none';
+    const diskBytes = (settings.diskMb ?? 0) * 1024 * 1024;
+    this.diskQuota =
+      bwrap && diskBytes > 0
+        ? new DiskQuota(diskBytes, [VISIBLE_WORKSPACE, '/tmp', VISIBLE_HOME], () => this.quotaTargets(), (id, used) => this.overQuota(id, used))
+        : null;
+    this.diskQuota?.start();
+  }
+
+  /** The live sandboxes the disk bound watches. */
+  private quotaTargets() {
+    const out: { id: string; channel: FileChannel; active: boolean }[] = [];
+    for (const [id, l] of this.live) {
+      const h = l.holder;
+      if (h && !h.dead && h.fds) out.push({ id, channel: h.files, active: l.busy || l.procs.size > 0 });
+    }
+    return out;
+  }
+
+  /** A conversation over SANDBOX_DISK_MB: its listeners are told why, then every process of it is stopped. */
+  private overQuota(conversationId: string, usedBytes: number): void {
+    for (const fn of this.quotaListeners) fn(conversationId, usedBytes);
+    void this.closeConversation(conversationId);
+  }
+
+  /** Called when a conversation goes over SANDBOX_DISK_MB, just before its processes are stopped. */
+  onDiskQuota(fn: (conversationId: string, usedBytes: number) => void): () => void {
+    this.quotaListeners.add(fn);
+    return () => this.quotaListeners.delete(fn);
   }
 
   /** Plain processes, no probe (unit tests, tools used outside the daemon). */
@@ -294,18 +374,42 @@ export class Sandbox {
           : 'bwrap was not found on PATH: install bubblewrap (apt-get install bubblewrap) or set BWRAP_PATH',
       );
     }
-    const tools = { nsenter: which('nsenter'), setsid: which('setsid'), setpriv: which('setpriv') };
+    const tools = { nsenter: which('nsenter'), setsid: which('setsid'), setpriv: which('setpriv'), unshare: which('unshare') };
     const missing = Object.entries(tools).filter(([, p]) => !p).map(([name]) => name);
+    const ip = findProgram('ip');
+    if (settings.runAs && settings.network !== 'host' && !ip) return fail("ip (iproute2) not found: a sandbox's own network is set up with it (apt-get install iproute2)");
     if (missing.length > 0) {
       return fail(`${missing.join(', ')} (util-linux) not found on PATH: processes join their conversation's sandbox with them (apt-get install util-linux)`);
     }
-    const limits = { memoryBytes: settings.memoryMb * 1024 * 1024, pids: settings.pids };
+    const limits = {
+      memoryBytes: settings.memoryMb * 1024 * 1024,
+      pids: settings.pids,
+      totalMemoryBytes: totalMemoryMb(settings) * 1024 * 1024,
+      cpus: settings.cpus ?? null,
+    };
     const cgroups = detectCgroups(limits);
     const hidden = [...(opts.hidden ?? []), opts.workspaceRoot, ...HIDDEN_PATHS];
     // a holder mounts what exists when it starts (the spare: at start-up), and a mapped directory
     // (the askpass helper's) may be written to only later
     for (const m of mapped) fs.mkdirSync(m.host, { recursive: true, mode: 0o700 });
-    const sb = new Sandbox(settings, opts.workspaceRoot, bwrap, tools as JoinTools, cgroups, mapped, systemArgs(), extraArgs(settings.roBinds, hidden));
+    // egress where it works; else no network (never the host's), with one warning
+    let egress: { tools: EgressTools; version: string; resolvConf: string } | null = null;
+    let netWarning: string | undefined;
+    if (settings.network === 'egress') {
+      const probe = await probeEgress({ runAs: settings.runAs ?? undefined });
+      if (probe.usable) {
+        const resolvConf = path.join(opts.workspaceRoot, '.sandbox', 'resolv.conf');
+        fs.mkdirSync(path.dirname(resolvConf), { recursive: true, mode: 0o700 });
+        fs.writeFileSync(resolvConf, EGRESS_RESOLV_CONF, { mode: 0o644 });
+        fs.chmodSync(resolvConf, 0o644);
+        egress = { tools: probe.tools, version: probe.version, resolvConf };
+      } else {
+        netWarning = `SANDBOX_NETWORK=egress: ${probe.reason}; sandboxes get no network (none)`;
+        opts.log?.warn({ sandbox: 'network-none' }, netWarning);
+        settings = { ...settings, network: 'none' };
+      }
+    }
+    const sb = new Sandbox(settings, opts.workspaceRoot, bwrap, { ...(tools as Omit<JoinTools, 'ip'>), ip }, cgroups, mapped, systemArgs(), extraArgs(settings.roBinds, hidden), netWarning, egress);
     removeStaleSpares(path.join(opts.workspaceRoot, '.sandbox'));
     const probeDir = fs.mkdtempSync(path.join(opts.workspaceRoot, '.probe-'));
     try {
@@ -369,13 +473,21 @@ export class Sandbox {
       mode: this.mode,
       requested: this.settings.mode,
       network: on ? this.settings.network : 'host',
+      ...(on && this.egress
+        ? { egress: { tool: 'slirp4netns', version: this.egress.version, allow: (this.settings.allowNets ?? []).map(formatAllowedNet), dns: EGRESS_NET.dns, ipv6: false as const } }
+        : {}),
       workspace: on ? VISIBLE_WORKSPACE : 'host path',
+      user: on ? (this.settings.runAs ?? { uid: process.getuid?.() ?? -1, gid: process.getgid?.() ?? -1 }) : null,
       limits: {
         enforced_by: by,
         memory_mb: by === 'none' ? null : this.settings.memoryMb,
+        total_memory_mb: this.cgroups ? totalMemoryMb(this.settings) : null,
         // RLIMIT_NPROC counts every process of the user, not of the conversation: not a pids limit
-        pids: by === 'cgroup-v1' || by === 'cgroup-v2' ? this.settings.pids : null,
+        pids: this.cgroups ? this.settings.pids : null,
+        cpus: this.cgroups?.cpu ? (this.settings.cpus ?? null) : null,
         file_size_mb: on ? this.settings.fileSizeMb : null,
+        disk_mb: on && this.settings.diskMb ? this.settings.diskMb : null,
+        max_live: this.maxLive,
       },
       ...(this.warning ? { warning: this.warning } : {}),
     };
@@ -485,19 +597,20 @@ export class Sandbox {
    * per-conversation directories its processes see: the terminal puts its FIFO directories under
    * `io` and its saved outputs under `outputs`. bwrap mode only.
    */
-  prepare(conversationId: string): { io: SandboxDir; outputs: SandboxDir } {
+  prepare(conversationId: string): ReturnType<Sandbox['dirs']> {
     if (!this.enabled) throw new Error('prepare: the sandbox is off');
     if (this.closed) throw new Error('the sandbox launcher is closed');
     this.holderFor(conversationId, this.enter(conversationId), this.hostWorkspace(conversationId));
     return this.dirs(conversationId);
   }
 
-  /** The directories `prepare` returns, without starting anything. */
-  dirs(conversationId: string): { io: SandboxDir; outputs: SandboxDir } {
+  /** The directories `prepare` returns, without starting anything; `owner`: the uid and gid files made there for the sandbox get. */
+  dirs(conversationId: string): { io: SandboxDir; outputs: SandboxDir; owner: SandboxSettings['runAs'] } {
     const state = this.stateDir(conversationId);
     return {
       io: { host: path.join(state, 'io'), inside: VISIBLE_IO },
       outputs: { host: path.join(state, 'outputs'), inside: VISIBLE_OUTPUTS },
+      owner: this.settings.runAs ?? null,
     };
   }
 
@@ -528,7 +641,7 @@ export class Sandbox {
       const cwd = opts.cwd ? view.toVisible(opts.cwd) : VISIBLE_WORKSPACE;
       // joiners start in /workspace (the holder's); elsewhere a `cd` resolved inside the sandbox
       const inner = cwd === VISIBLE_WORKSPACE ? argv : ['/bin/sh', '-c', 'cd -- "$0" || exit 125; exec "$@"', cwd, ...argv];
-      const full = this.wrap(live.cgroup, [...this.joinArgs(), ...inner], 'join');
+      const full = this.wrap(live.cgroup, [...this.joinArgs(), ...inner], opts.hostNetwork ? 'join-host-network' : 'join');
       child = spawnChild(full[0]!, full.slice(1), {
         env: this.translateEnv(opts.env),
         stdio: joinerStdio(opts.stdio),
@@ -607,15 +720,15 @@ export class Sandbox {
       timer.unref();
       return spare;
     }
-    fs.mkdirSync(workspace, { recursive: true, mode: 0o700 });
-    makeStateDirs(state);
+    ownWorkspace(workspace, this.settings.runAs);
+    makeStateDirs(state, this.settings.runAs);
     return this.startHolder(workspace, state);
   }
 
   private startSpare(): Holder {
     const dir = path.join(this.workspaceRoot, '.sandbox', `.spare-${process.pid}-${++this.spareSeq}`);
-    fs.mkdirSync(path.join(dir, 'workspace'), { recursive: true, mode: 0o700 });
-    makeStateDirs(path.join(dir, 'state'));
+    ownWorkspace(path.join(dir, 'workspace'), this.settings.runAs);
+    makeStateDirs(path.join(dir, 'state'), this.settings.runAs);
     const h = this.startHolder(path.join(dir, 'workspace'), path.join(dir, 'state'));
     // a spare that dies or is closed before a conversation adopted it leaves nothing behind
     h.proc.once('exit', () => {
@@ -633,19 +746,48 @@ export class Sandbox {
    * and the host paths of the conversation's directories are none of the agent's business.
    */
   private startHolder(workspace: string, state: string): Holder {
-    const argv = this.wrap(null, [this.bwrap!, '--args', '4', '--', '/bin/sh', '-c', 'echo; exec cat'], 'supervise');
+    const runAs = this.settings.runAs;
+    const j = this.join!;
+    // as root, bwrap sets the view up with the daemon's rights (every source path resolves), and its
+    // first process becomes the sandbox uid at once, then makes the conversation's user namespace
+    // (uid 0 inside = runAs outside) in which every process of the conversation lives
+    // the first process is the conversation's file service: its stdin is a pipe only the daemon
+    // writes, so it (and with it the sandbox) ends with the daemon
+    const service = [process.execPath, ...HELPER_NODE_FLAGS, FILE_HELPER_INSIDE, '--root', VISIBLE_WORKSPACE];
+    const command = runAs
+      ? [j.setpriv, `--reuid=${runAs.uid}`, `--regid=${runAs.gid}`, '--clear-groups', '--', j.unshare, '--user', '--map-root-user', ...(this.ownNetwork ? ['--net'] : []), '--', j.setpriv, ...DROP_ALL, ...service]
+      : service;
+    const argv = this.wrap(null, [this.bwrap!, '--args', '4', '--', ...command], 'supervise');
     const proc = spawnChild(argv[0]!, argv.slice(1), {
       env: { PATH: baseChildEnv().PATH! },
       stdio: ['pipe', 'pipe', 'pipe', 'pipe', 'pipe'],
       detached: true,
     });
-    const options = [...this.namespaceArgs(), '--info-fd', '3', ...this.viewArgs(workspace, state), '--chdir', VISIBLE_WORKSPACE];
+    // as root, bwrap enters the first process's directory with its capabilities dropped: the workspace is the sandbox uid's
+    const chdir = runAs ? '/' : VISIBLE_WORKSPACE;
+    const options = [...this.namespaceArgs(), '--info-fd', '3', ...this.viewArgs(workspace, state), '--chdir', chdir];
     const args = proc.stdio[4] as import('node:stream').Writable | null;
     args?.on('error', () => {
       /* bwrap is gone: its exit says why */
     });
     args?.end(options.map((o) => `${o}\0`).join(''));
-    const holder: Holder = { proc, init: null, fds: null, ready: Promise.resolve(), dead: false, users: new Set(), onDead: null, workspace, state };
+    const holder: Holder = {
+      proc,
+      egress: null,
+      // a service that hangs or lies ends its sandbox (the next use starts a new one)
+      files: new FileChannel(proc.stdin!, proc.stdout!, () => {
+        if (!holder.dead && holder.init) signalPid(holder.init);
+        killTree(proc);
+      }),
+      init: null,
+      fds: null,
+      ready: Promise.resolve(),
+      dead: false,
+      users: new Set(),
+      onDead: null,
+      workspace,
+      state,
+    };
     holder.ready = new Promise<void>((resolve, reject) => {
       let info = '';
       let stderr = '';
@@ -661,16 +803,54 @@ export class Sandbox {
         holder.dead = true;
         reject(new Error(why));
       };
+      let sealing = false;
       const check = () => {
-        if (holder.dead || !up || holder.init === null || holder.fds) return;
-        try {
-          holder.fds = this.openHolder(holder.init);
-          clearTimeout(timer);
-          resolve();
-        } catch (e) {
+        if (holder.dead || !up || holder.init === null || holder.fds || sealing) return;
+        sealing = true;
+        const init = holder.init;
+        // the process whose user namespace the conversation's processes join: bwrap's own (init) when
+        // unprivileged, the first process's (pid 2) when bwrap ran as root
+        const owner = this.settings.runAs ? firstChild(init) : init;
+        if (owner === null) {
           killTree(proc);
-          fail(`the conversation's sandbox could not be opened (${(e as Error).message})`);
+          return fail("the conversation's sandbox has no process");
         }
+        this.seal(init, owner).then(
+          () => {
+            if (holder.dead) return;
+            let fds: HolderFds;
+            try {
+              fds = this.openHolder(init, owner);
+            } catch (e) {
+              killTree(proc);
+              return fail(`the conversation's sandbox could not be opened (${(e as Error).message})`);
+            }
+            // egress (the filter in, the tool up) before any process of the conversation can run
+            const network = this.egress && fds.net !== null ? this.attachNetwork(fds) : Promise.resolve(null);
+            network.then(
+              (egress) => {
+                if (holder.dead) {
+                  void egress?.close();
+                  for (const fd of Object.values(fds)) if (fd !== null) closeFd(fd);
+                  return;
+                }
+                holder.egress = egress;
+                holder.fds = fds;
+                clearTimeout(timer);
+                resolve();
+              },
+              (e: Error) => {
+                for (const fd of Object.values(fds)) if (fd !== null) closeFd(fd);
+                killTree(proc);
+                fail(`the conversation's sandbox could not get its network (${e.message})`);
+              },
+            );
+          },
+          (e: Error) => {
+            killTree(proc);
+            fail(`the conversation's sandbox could not be sealed (${e.message})`);
+          },
+        );
       };
       (proc.stdio[3] as import('node:stream').Readable).on('data', (d: Buffer) => {
         info += d.toString('utf8');
@@ -680,10 +860,15 @@ export class Sandbox {
           check();
         }
       });
-      proc.stdout!.once('data', () => {
-        up = true;
-        check();
-      });
+      holder.files.ready.then(
+        () => {
+          up = true;
+          check();
+        },
+        () => {
+          /* the exit says why */
+        },
+      );
       proc.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString('utf8')).slice(-2000)));
       proc.stdin!.on('error', () => {
         /* gone */
@@ -691,7 +876,8 @@ export class Sandbox {
       proc.once('error', (e) => fail(`bwrap could not be started (${e.message})`));
 
       proc.once('exit', (code, signal) => {
-        fail(stderr.trim().split('\n').pop() || `the sandbox ended (${signal ?? `exit code ${code}`})`);
+        void holder.egress?.close();
+        fail(lastError(stderr) || `the sandbox ended (${signal ?? `exit code ${code}`})`);
         this.releaseHolderFds(holder);
         if (this.spare === holder) this.spare = null;
         holder.onDead?.();
@@ -701,13 +887,52 @@ export class Sandbox {
     return holder;
   }
 
+  /** Attaches the egress network to a sandbox's namespaces (the daemon's fds on them). */
+  private attachNetwork(fds: HolderFds): Promise<EgressHandle> {
+    return attachEgress({
+      userns: fds.user,
+      netns: fds.net!,
+      runAs: this.settings.runAs ?? undefined,
+      allow: this.settings.allowNets ?? [],
+      tools: this.egress!.tools,
+    });
+  }
+
+  /**
+   * Seals a new sandbox before anything of the conversation runs in it: no process in it may make
+   * a user namespace (user.max_user_namespaces=0 in the conversation's own, which only a process
+   * with CAP_SYS_RESOURCE there could raise again: none has one), and /proc/sys and
+   * /proc/sysrq-trigger are read-only mounts (a sysctl cannot be written, not even to its current
+   * value). Done from outside: as root, the limit through the host's /proc from inside the user
+   * namespace only and the mounts in the mount namespace with the host's rights (bwrap made it as
+   * root); otherwise both as the owner of the user namespace that owns the mount namespace.
+   */
+  private seal(init: number, owner: number): Promise<void> {
+    const j = this.join!;
+    const limit = 'echo 0 > /proc/sys/user/max_user_namespaces';
+    const mounts = 'for p in /proc/sys /proc/sysrq-trigger; do [ -e "$p" ] || continue; mount -n -c --bind "$p" "$p" && mount -n -c -o remount,bind,ro,nosuid,nodev,noexec "$p" || exit 1; done';
+    const q = (a: string[]) => a.map((x) => `'${x}'`).join(' ');
+    // as root the network namespace is the first process's, made by `unshare`: its loopback is down
+    const lo = this.ownNetwork ? ` && ${q([j.ip!, 'link', 'set', 'lo', 'up'])}` : '';
+    const script = this.settings.runAs
+      ? `${q([j.nsenter, `--user=/proc/${owner}/ns/user`, ...(this.ownNetwork ? [`--net=/proc/${owner}/ns/net`] : []), '--', '/bin/sh', '-c', limit + lo])} && ${q([j.nsenter, `--mount=/proc/${init}/ns/mnt`, '--', '/bin/sh', '-c', mounts])}`
+      : q([j.nsenter, `--user=/proc/${owner}/ns/user`, '--preserve-credentials', `--mount=/proc/${init}/ns/mnt`, '--', '/bin/sh', '-c', `${limit} && ${mounts}`]);
+    return new Promise<void>((resolve, reject) => {
+      const p = spawnChild('/bin/sh', ['-c', script], { env: { PATH: baseChildEnv().PATH! }, stdio: ['ignore', 'ignore', 'pipe'] });
+      let err = '';
+      p.stderr!.on('data', (d: Buffer) => (err = (err + d.toString('utf8')).slice(-1000)));
+      p.once('error', (e) => reject(e));
+      p.once('close', (code) => (code === 0 ? resolve() : reject(new Error(err.trim().split('\n').pop() || `exit code ${code}`))));
+    });
+  }
+
   /**
    * Opens what a joiner enters, from the holder's init before anything of the conversation ran in
    * it: its namespace files, its root and /workspace under that root (the joiner's working
    * directory). The cgroup namespace only when bwrap made one (--unshare-cgroup-try), the network
    * one only with SANDBOX_NETWORK=none: otherwise they are the daemon's.
    */
-  private openHolder(init: number): HolderFds {
+  private openHolder(init: number, owner: number): HolderFds {
     const opened: number[] = [];
     const open = (p: string) => {
       const fd = fs.openSync(p, 'r');
@@ -718,13 +943,13 @@ export class Sandbox {
       const ns = (kind: string) => open(`/proc/${init}/ns/${kind}`);
       const own = (kind: string) => fs.readlinkSync(`/proc/${init}/ns/${kind}`) !== fs.readlinkSync(`/proc/self/ns/${kind}`);
       return {
-        user: ns('user'),
+        user: open(`/proc/${owner}/ns/user`),
         pid: ns('pid'),
         mnt: ns('mnt'),
         ipc: ns('ipc'),
         uts: ns('uts'),
         cgroup: own('cgroup') ? ns('cgroup') : null,
-        net: this.settings.network === 'none' ? ns('net') : null,
+        net: this.ownNetwork ? open(`/proc/${owner}/ns/net`) : null,
         root: open(`/proc/${init}/root`),
         cwd: open(`/proc/${init}/root${VISIBLE_WORKSPACE}`),
       };
@@ -741,19 +966,92 @@ export class Sandbox {
     h.fds = null;
   }
 
+  /**
+   * The conversation's files, through its file service: in its sandbox (started, or taken from the
+   * spare, when it has none), or a plain process of the daemon's user without one. Paths as the
+   * conversation sees them (`visibleWorkspace`); a host path of the workspace is translated.
+   */
+  files(conversationId: string, workspaceDir = this.hostWorkspace(conversationId)): WorkspaceFiles {
+    const view = this.pathView(workspaceDir);
+    const inner = new ChannelFiles(view.visibleRoot, () => this.fileChannel(conversationId, workspaceDir));
+    return translatingFiles(inner, view);
+  }
+
+  private async fileChannel(conversationId: string, workspaceDir: string): Promise<FileChannel> {
+    if (this.closed) throw new FileOpError('UNAVAILABLE', 'the sandbox launcher is closed');
+    if (!this.enabled) return this.plainChannel(conversationId, workspaceDir);
+    const live = this.enter(conversationId);
+    const holder = this.holderFor(conversationId, live, workspaceDir);
+    try {
+      await holder.ready;
+    } catch {
+      // (what bwrap said may name host paths: it is the holder's to log, not the caller's to see)
+      throw new FileOpError('UNAVAILABLE', "the conversation's sandbox could not start");
+    }
+    live.lastUsed = Date.now();
+    this.scheduleIdle(conversationId, live);
+    return holder.files;
+  }
+
+  /** SANDBOX=none: a file service per conversation as a plain process, closed after a minute unused. */
+  private readonly plain = new Map<string, { proc: ChildProcess; channel: FileChannel; timer: NodeJS.Timeout | null }>();
+
+  private plainChannel(conversationId: string, workspaceDir: string): Promise<FileChannel> {
+    let p = this.plain.get(conversationId);
+    if (!p || !p.channel.usable) {
+      fs.mkdirSync(workspaceDir, { recursive: true, mode: 0o700 });
+      const proc = spawnChild(process.execPath, [...HELPER_NODE_FLAGS, FILE_HELPER, '--root', workspaceDir], {
+        cwd: workspaceDir,
+        env: { PATH: baseChildEnv().PATH! },
+        stdio: ['pipe', 'pipe', 'ignore'],
+        detached: true,
+      });
+      const entry: { proc: ChildProcess; channel: FileChannel; timer: NodeJS.Timeout | null } = {
+        proc,
+        channel: new FileChannel(proc.stdin!, proc.stdout!, () => killTree(proc)),
+        timer: null,
+      };
+      proc.once('error', () => entry.channel.break('the file service could not be started'));
+      proc.once('exit', () => {
+        entry.channel.break('the file service ended');
+        if (this.plain.get(conversationId) === entry) this.plain.delete(conversationId);
+      });
+      this.plain.set(conversationId, entry);
+      p = entry;
+    }
+    const entry = p;
+    if (entry.timer) clearTimeout(entry.timer);
+    entry.timer = setTimeout(() => killTree(entry.proc), PLAIN_FILES_IDLE_MS);
+    entry.timer.unref();
+    return entry.channel.ready.then(
+      () => entry.channel,
+      (e: Error) => {
+        throw new FileOpError('UNAVAILABLE', e.message);
+      },
+    );
+  }
+
   /** The launcher of one conversation, for code that only starts processes (setup.sh, git, MCP servers). */
   forConversation(conversationId: string): ProcessLauncher {
     return {
-      spawn: (argv, o) => this.spawn(conversationId, argv, { cwd: o.cwd, env: o.env, stdio: o.stdio }),
+      spawn: (argv, o) => this.spawn(conversationId, argv, { cwd: o.cwd, env: o.env, stdio: o.stdio, hostNetwork: o.hostNetwork }),
       env: (extra) => this.env(extra),
     };
   }
 
   /** Kills every process of the conversation (background ones included: the pid namespace ends) and frees its cgroup. */
   async closeConversation(conversationId: string): Promise<void> {
+    const plain = this.plain.get(conversationId);
+    if (plain) {
+      this.plain.delete(conversationId);
+      if (plain.timer) clearTimeout(plain.timer);
+      killTree(plain.proc);
+      await exited(plain.proc, 3000);
+    }
     const l = this.live.get(conversationId);
     if (!l) return;
     this.live.delete(conversationId);
+    this.diskQuota?.forget(conversationId);
     if (l.idleTimer) clearTimeout(l.idleTimer);
     const h = l.holder;
     // the init first: the kernel kills everything in its pid namespace
@@ -762,6 +1060,7 @@ export class Sandbox {
     for (const p of l.procs) killTree(p);
     l.cgroup?.killAll();
     await Promise.all([...l.procs, ...(h ? [h.proc] : [])].map((p) => exited(p, 3000)));
+    await h?.egress?.close();
     if (l.cgroup) await this.removeCgroup(conversationId, l.cgroup);
   }
 
@@ -773,14 +1072,18 @@ export class Sandbox {
 
   async close(): Promise<void> {
     this.closed = true;
+    this.diskQuota?.stop();
     const spare = this.spare;
     this.spare = null;
     if (spare) {
       if (!spare.dead && spare.init) signalPid(spare.init);
       killTree(spare.proc);
     }
-    await Promise.all([...this.live.keys()].map((id) => this.closeConversation(id)));
-    if (spare) await exited(spare.proc, 3000);
+    await Promise.all([...new Set([...this.live.keys(), ...this.plain.keys()])].map((id) => this.closeConversation(id)));
+    if (spare) {
+      await exited(spare.proc, 3000);
+      await spare.egress?.close();
+    }
     await Promise.all([...this.removing]);
     this.cgroups?.close();
   }
@@ -800,8 +1103,19 @@ export class Sandbox {
     return l;
   }
 
-  private evictIfNeeded(except: string): void {
+  /**
+   * SANDBOX_MAX_LIVE; with rlimits only (no cgroup to bound all sandboxes together), also no more
+   * live sandboxes than the total memory holds at SANDBOX_MEMORY_MB each.
+   */
+  get maxLive(): number {
     const max = this.settings.maxLive;
+    if (!this.enabled || this.cgroups) return max;
+    const fit = Math.max(1, Math.floor(totalMemoryMb(this.settings) / this.settings.memoryMb));
+    return max <= 0 ? fit : Math.min(max, fit);
+  }
+
+  private evictIfNeeded(except: string): void {
+    const max = this.maxLive;
     if (max <= 0) return;
     const withProcs = [...this.live.entries()].filter(([id, l]) => id !== except && (l.procs.size > 0 || (l.holder && !l.holder.dead)));
     let over = withProcs.length + 1 - max;
@@ -842,20 +1156,22 @@ export class Sandbox {
    * before that was set shows as a changed $PPID), and when bwrap exits for any reason it kills the
    * whole group, that child included (before its setsid it is in the group).
    */
-  private wrap(cgroup: ConversationCgroup | null, argv: string[], mode: 'join' | 'supervise'): string[] {
+  private wrap(cgroup: ConversationCgroup | null, argv: string[], mode: 'join' | 'join-host-network' | 'supervise'): string[] {
     let script = `ulimit -f ${this.settings.fileSizeMb * 2048} || exit 125; `;
     if (!this.cgroups) script += `ulimit -d ${this.settings.memoryMb * 1024} || exit 125; `;
     script += 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; ';
-    if (mode === 'join') {
+    if (mode !== 'supervise') {
       const d = `/proc/${process.pid}/fd`;
       script +=
         'read -r u p m i t r w c n <&3 || { echo "parley: the conversation\'s sandbox is not running" >&2; exit 125; }; exec 3<&-; ' +
         `o="--user=${d}/$u --pid=${d}/$p --mount=${d}/$m --ipc=${d}/$i --uts=${d}/$t --root=${d}/$r --wd=${d}/$w"; ` +
-        `[ "$c" = x ] || o="$o --cgroup=${d}/$c"; [ "$n" = x ] || o="$o --net=${d}/$n"; ` +
+        `[ "$c" = x ] || o="$o --cgroup=${d}/$c"; ${mode === 'join' ? `[ "$n" = x ] || o="$o --net=${d}/$n"; ` : ''}` +
         `exec ${this.join!.nsenter} $o "$@"`;
     } else {
       // (an asynchronous command's stdin is /dev/null before its redirections: pass the pipe on fd 9)
-      script += `[ "$PPID" = ${process.pid} ] || exit 125; trap 'kill -KILL 0' TERM; exec 9<&0; "$@" <&9 9<&- & exec 9<&-; wait $!; kill -KILL 0`;
+      // (umask 022 for bwrap: the directories it makes on the way to a mount point must be enterable
+      // by the sandbox's uid; the conversation's own processes keep the daemon's 077)
+      script += `[ "$PPID" = ${process.pid} ] || exit 125; trap 'kill -KILL 0' TERM; umask 022; exec 9<&0; "$@" <&9 9<&- & exec 9<&-; wait $!; kill -KILL 0`;
     }
     const files = cgroup?.procsFiles ?? [];
     const sh = ['/bin/sh', '-c', script, 'sh', String(files.length), ...files, ...argv];
@@ -871,7 +1187,9 @@ export class Sandbox {
    */
   private joinArgs(): string[] {
     const j = this.join!;
-    return ['--preserve-credentials', '--', j.setsid, j.setpriv, '--pdeathsig', 'KILL', '--no-new-privs', '--inh-caps=-all', '--ambient-caps=-all', '--bounding-set=-all', '--'];
+    // as root, nsenter clears the groups and becomes uid 0 of the user namespace: runAs on the host
+    const creds = this.settings.runAs ? [] : ['--preserve-credentials'];
+    return [...creds, '--', j.setsid, j.setpriv, '--pdeathsig', 'KILL', ...DROP_ALL];
   }
 
   /**
@@ -882,22 +1200,30 @@ export class Sandbox {
    * for mounting devpts) and leaves no process in the outer one, which owns the mount, ipc, uts and
    * pid namespaces — nothing could join those.
    */
+  /**
+   * Whether a sandbox has a network namespace of its own (egress, none). As root it is made with the
+   * conversation's user namespace (by the first process's `unshare`), so it is that namespace's: the
+   * egress tool and its filter, which run as the sandbox's uid, may configure it; otherwise bwrap
+   * makes it, in its own user namespace.
+   */
+  private get ownNetwork(): boolean {
+    return this.settings.network !== 'host';
+  }
+
   private namespaceArgs(): string[] {
+    // as root: no user namespace of bwrap's; its command keeps only what it needs to become runAs
+    const user = this.settings.runAs
+      ? ['--cap-drop', 'ALL', '--cap-add', 'CAP_SETUID', '--cap-add', 'CAP_SETGID']
+      : ['--unshare-user', '--uid', '0', '--gid', '0', '--cap-drop', 'ALL'];
     return [
-      '--unshare-user',
-      '--uid',
-      '0',
-      '--gid',
-      '0',
+      ...user,
       '--unshare-pid',
       '--unshare-ipc',
       '--unshare-uts',
       '--unshare-cgroup-try',
-      ...(this.settings.network === 'none' ? ['--unshare-net'] : []),
+      ...(this.ownNetwork && !this.settings.runAs ? ['--unshare-net'] : []),
       '--die-with-parent',
       '--new-session',
-      '--cap-drop',
-      'ALL',
       '--hostname',
       'sandbox',
     ];
@@ -933,8 +1259,41 @@ export class Sandbox {
       VISIBLE_WORKSPACE,
     ];
     for (const m of this.mapped) if (fs.existsSync(m.host)) a.push('--ro-bind', m.host, m.inside);
-    return a;
+    a.push('--ro-bind', FILE_HELPER, FILE_HELPER_INSIDE);
+    // egress: the tool's DNS forwarder (on the host's resolv.conf's target, when it is a link into /run)
+    const resolv = resolvConfTarget();
+    if (this.egress && resolv) a.push('--ro-bind', this.egress.resolvConf, resolv);
+    return withParentDirs(a);
   }
+}
+
+/** bwrap's mount operations and how many arguments each takes (the destination is the last). */
+const MOUNT_OPS: Record<string, number> = { '--ro-bind': 2, '--bind': 2, '--symlink': 2, '--tmpfs': 1, '--proc': 1, '--dev': 1 };
+
+/**
+ * The mount operations with the directories on the way to each destination made first, 0755:
+ * bwrap makes missing ones 0700 and the daemon's (root's) when it runs as root, which the
+ * sandbox's uid could not enter (/parley, /home, the parents of a SANDBOX_RO_BINDS directory).
+ */
+function withParentDirs(ops: string[]): string[] {
+  const made = new Set<string>(['/']);
+  const out: string[] = [];
+  for (let i = 0; i < ops.length; ) {
+    const op = ops[i]!;
+    const n = MOUNT_OPS[op];
+    if (n === undefined) throw new Error(`withParentDirs: unexpected bwrap option ${op}`);
+    const dest = ops[i + n]!;
+    const parents: string[] = [];
+    for (let p = path.posix.dirname(dest); !made.has(p); p = path.posix.dirname(p)) parents.unshift(p);
+    for (const p of parents) {
+      out.push('--perms', '0755', '--dir', p);
+      made.add(p);
+    }
+    out.push(...ops.slice(i, i + n + 1));
+    made.add(dest);
+    i += n + 1;
+  }
+  return out;
 }
 
 /** How a process joins its conversation's sandbox (util-linux). */
@@ -942,11 +1301,49 @@ interface JoinTools {
   nsenter: string;
   setsid: string;
   setpriv: string;
+  /** As root: the holder makes the conversation's user namespace with it. */
+  unshare: string;
+  /** As root with a network of the sandbox's own: its loopback is brought up with it (iproute2). */
+  ip: string | null;
 }
 
-/** A conversation's state directory: its /tmp, HOME, the terminal's FIFOs and saved outputs (0700 each). */
-function makeStateDirs(state: string): void {
+/** setpriv's options that leave a process no capability and no way to gain one. */
+const DROP_ALL = ['--no-new-privs', '--inh-caps=-all', '--ambient-caps=-all', '--bounding-set=-all', '--'];
+/** The holder's first process: a line once it runs (the view is mounted), then `cat` on a pipe only the daemon writes, so it ends with the daemon. */
+/** file-helper.mjs in the checkout, or next to the build (scripts/build.mjs copies it into dist/). */
+const FILE_HELPER = fileURLToPath(new URL('./file-helper.mjs', import.meta.url));
+/** Where a sandbox sees it. */
+const FILE_HELPER_INSIDE = '/parley/file-helper.mjs';
+
+/** The file service's node: small heaps (what it holds is one request's bytes, outside the heap). */
+const HELPER_NODE_FLAGS = ['--max-old-space-size=64', '--max-semi-space-size=1'];
+
+/** The only child of `pid` (host pid namespace), or null. */
+function firstChild(pid: number): number | null {
+  try {
+    const first = fs.readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/)[0];
+    return first ? Number(first) : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * A conversation's state directory: its /tmp, HOME, the terminal's FIFOs and saved outputs (0700
+ * each). With a sandbox uid (the daemon is root), /tmp and HOME are that uid's; the FIFO and output
+ * directories stay the daemon's, which the sandbox may only enter (it cannot put anything there).
+ */
+function makeStateDirs(state: string, runAs: SandboxSettings['runAs']): void {
   for (const d of ['', ...STATE_DIRS]) fs.mkdirSync(path.join(state, d), { recursive: true, mode: 0o700 });
+  if (!runAs) return;
+  for (const d of ['tmp', 'home']) fs.lchownSync(path.join(state, d), runAs.uid, runAs.gid);
+  for (const d of ['io', 'outputs']) fs.chmodSync(path.join(state, d), 0o711);
+}
+
+/** The workspace directory (not what is in it) belongs to the sandbox uid, so its processes can write there. */
+function ownWorkspace(dir: string, runAs: SandboxSettings['runAs']): void {
+  fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+  if (runAs) fs.lchownSync(dir, runAs.uid, runAs.gid);
 }
 
 /**
@@ -1010,13 +1407,26 @@ function programArgs(): string[] {
     if (st.isSymbolicLink()) a.push('--symlink', fs.readlinkSync(dir), dir);
     else if (st.isDirectory()) a.push('--ro-bind', dir, dir);
   }
+  // the file service runs on the daemon's node: shown where it is when no mount above shows it
+  const node = fs.realpathSync(process.execPath);
+  if (!['/usr/', '/bin/', '/sbin/', '/lib', '/opt/'].some((root) => node.startsWith(root))) a.push('--ro-bind', node, process.execPath);
   return a;
+}
+
+/** Where /etc/resolv.conf leads on the host (systemd-resolved's stub in /run, usually); null without one (nothing to cover). */
+function resolvConfTarget(): string | null {
+  try {
+    return fs.realpathSync('/etc/resolv.conf');
+  } catch {
+    return null;
+  }
 }
 
 /** Read-only system mounts: /usr, /etc, /opt and the /bin, /lib… entries as they are on the host. */
 function systemArgs(): string[] {
   const a = programArgs();
-  for (const dir of ['/etc', '/opt']) if (fs.existsSync(dir)) a.push('--ro-bind', dir, dir);
+  // /sys read-only (tools read the machine's shape there; nothing in it is written)
+  for (const dir of ['/etc', '/opt', '/sys']) if (fs.existsSync(dir)) a.push('--ro-bind', dir, dir);
   // /etc/resolv.conf is often a symlink into /run (systemd-resolved): mount its target
   try {
     const real = fs.realpathSync('/etc/resolv.conf');
@@ -1070,4 +1480,33 @@ function extraArgs(extra: string[], hidden: string[]): string[] {
     }
   }
   return a;
+}
+
+/**
+ * Accepts host paths of the workspace too (callers that name files by the workspace's host path,
+ * e.g. the side channels' clients) and translates them to what the conversation sees; answers
+ * carry the conversation's paths.
+ */
+function translatingFiles(inner: WorkspaceFiles, view: PathView): WorkspaceFiles {
+  const t = (p: string) => view.toVisible(p);
+  return {
+    root: inner.root,
+    visible: (p) => t(p),
+    stat: (p) => inner.stat(t(p)),
+    realpath: (p) => inner.realpath(t(p)),
+    read: (p, max) => inner.read(t(p), max),
+    head: (p, max) => inner.head(t(p), max),
+    write: (p, data, opts) => inner.write(t(p), data, opts),
+    remove: (p) => inner.remove(t(p)),
+    mkdirs: (p) => inner.mkdirs(t(p)),
+    list: (p, opts) => inner.list(t(p), opts),
+    usage: (paths) => inner.usage(paths.map(t)),
+    clear: (p) => inner.clear(t(p)),
+  };
+}
+
+/** The line of a failed process's stderr that says why: the last error line (node prints its version after the error), else the last line. */
+function lastError(stderr: string): string {
+  const lines = stderr.trim().split('\n').map((l) => l.trim()).filter(Boolean);
+  return [...lines].reverse().find((l) => /^(bwrap|Error|[A-Za-z]*Error):|rror:/.test(l)) ?? lines.at(-1) ?? '';
 }

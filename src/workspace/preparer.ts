@@ -84,6 +84,7 @@ export class WorkspacePreparer implements ConversationPreparer {
           helperDir: this.opts.helperDir,
           allowedHosts: this.opts.allowedHosts,
           sandbox: this.sandbox.forConversation(id),
+          files: this.sandbox.files(id, dir),
           redact,
           onPhase: (p, detail) => {
             phases = phases.then(() => phase(p === 'ready' ? 'cloned' : p, detail));
@@ -93,7 +94,7 @@ export class WorkspacePreparer implements ConversationPreparer {
         }).finally(() => phases);
         await conversations.updateData(id, { branch: res.branch });
         const secrets = await settings.secretValues();
-        const setup = await runSetupScript(dir, {
+        const setup = await runSetupScript(this.sandbox.files(id, dir), {
           env: { ...secrets, ...gitCredentialEnv(providers) },
           launch: this.sandbox.forConversation(id),
           redact,
