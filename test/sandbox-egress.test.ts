@@ -90,8 +90,8 @@ describe('sandbox: egress by default; no host privilege', { skip: !ROOT_RUN && '
     assert.equal(line('daemon'), 'REFUSED');
     assert.equal(line('daemon-gw'), 'REFUSED');
     assert.equal(line('pg'), 'REFUSED');
-    assert.equal(line('local'), 'REFUSED', 'the sandbox has its own loopback');
-    assert.match(line('local-gw'), /^OPEN host-loopback-service/, 'SANDBOX_ALLOW_NETS=127.0.0.1:PORT opens that one service at 10.0.2.2');
+    assert.match(line('local'), /^OPEN host-loopback-service/, 'SANDBOX_ALLOW_NETS=127.0.0.1:PORT: that one service, by the name the host gives it');
+    assert.match(line('local-gw'), /^OPEN host-loopback-service/, 'and at the gateway, 10.0.2.2');
     assert.equal(line('metadata'), 'REFUSED');
     assert.match(line('ten-allowed'), /^OPEN world /);
     assert.equal(line('ten-other-port'), 'REFUSED');

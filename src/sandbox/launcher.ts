@@ -40,7 +40,7 @@ import { fileURLToPath } from 'node:url';
 import { ChannelFiles, FileChannel, FileOpError, type WorkspaceFiles } from './files.js';
 import { findProgram } from './programs.js';
 import { DiskQuota } from './disk-quota.js';
-import { attachEgress, EGRESS_NET, EGRESS_RESOLV_CONF, formatAllowedNet, probeEgress, type AllowedNet, type EgressHandle, type EgressTools } from './network.js';
+import { attachEgress, EGRESS_NET, EGRESS_RESOLV_CONF, formatAllowedNet, needsRouteLocalnet, probeEgress, type AllowedNet, type EgressHandle, type EgressTools } from './network.js';
 import { PathView } from './path-view.js';
 import type { ProcessLauncher } from './types.js';
 import { isAlive, signalGroup } from '../process-group.js';
@@ -913,10 +913,13 @@ export class Sandbox {
     const mounts = 'for p in /proc/sys /proc/sysrq-trigger; do [ -e "$p" ] || continue; mount -n -c --bind "$p" "$p" && mount -n -c -o remount,bind,ro,nosuid,nodev,noexec "$p" || exit 1; done';
     const q = (a: string[]) => a.map((x) => `'${x}'`).join(' ');
     // as root the network namespace is the first process's, made by `unshare`: its loopback is down
-    const lo = this.ownNetwork ? ` && ${q([j.ip!, 'link', 'set', 'lo', 'up'])}` : '';
+    const lo = this.ownNetwork && this.settings.runAs ? ` && ${q([j.ip!, 'link', 'set', 'lo', 'up'])}` : '';
+    // egress with a 127.0.0.1:PORT entry: packets from the sandbox's loopback address may leave (network.ts)
+    const localnet = this.egress && needsRouteLocalnet(this.settings.allowNets ?? []) ? ' && echo 1 > /proc/sys/net/ipv4/conf/all/route_localnet' : '';
+    const net = this.ownNetwork ? [`--net=/proc/${owner}/ns/net`] : [];
     const script = this.settings.runAs
-      ? `${q([j.nsenter, `--user=/proc/${owner}/ns/user`, ...(this.ownNetwork ? [`--net=/proc/${owner}/ns/net`] : []), '--', '/bin/sh', '-c', limit + lo])} && ${q([j.nsenter, `--mount=/proc/${init}/ns/mnt`, '--', '/bin/sh', '-c', mounts])}`
-      : q([j.nsenter, `--user=/proc/${owner}/ns/user`, '--preserve-credentials', `--mount=/proc/${init}/ns/mnt`, '--', '/bin/sh', '-c', `${limit} && ${mounts}`]);
+      ? `${q([j.nsenter, `--user=/proc/${owner}/ns/user`, ...net, '--', '/bin/sh', '-c', limit + lo + localnet])} && ${q([j.nsenter, `--mount=/proc/${init}/ns/mnt`, '--', '/bin/sh', '-c', mounts])}`
+      : q([j.nsenter, `--user=/proc/${owner}/ns/user`, '--preserve-credentials', ...net, `--mount=/proc/${init}/ns/mnt`, '--', '/bin/sh', '-c', `${limit}${localnet} && ${mounts}`]);
     return new Promise<void>((resolve, reject) => {
       const p = spawnChild('/bin/sh', ['-c', script], { env: { PATH: baseChildEnv().PATH! }, stdio: ['ignore', 'ignore', 'pipe'] });
       let err = '';

@@ -212,6 +212,23 @@ export function egressRuleset(allow: readonly AllowedNet[], hostAddresses: reado
   ];
   const set = (name: string, type: string, elements: string[]) =>
     `  set ${name} {\n    type ${type}\n    flags interval\n    auto-merge\n    elements = { ${elements.join(', ')} }\n  }`;
+  // 127.0.0.1:PORT entries: the sandbox names them as the host does (a clone's origin, a mirror's
+  // URL), and they go to the gateway, which slirp4netns maps to the host's loopback (the sandbox's
+  // loopback address is kept as the source until it leaves: route_localnet, set by the launcher)
+  const loopbackPorts = allow.filter(isHostLoopback).map((a) => a.port);
+  const nat =
+    loopbackPorts.length === 0
+      ? []
+      : [
+          '  chain host_loopback {',
+          '    type nat hook output priority -100; policy accept;',
+          `    ip daddr 127.0.0.1 ${ports} { ${loopbackPorts.join(', ')} } dnat ip to ${EGRESS_NET.gateway}`,
+          '  }',
+          '  chain host_loopback_source {',
+          '    type nat hook postrouting priority 100; policy accept;',
+          `    oifname "${EGRESS_NET.iface}" ip saddr 127.0.0.0/8 snat ip to ${EGRESS_NET.address}`,
+          '  }',
+        ];
   return [
     // `create` fails when the namespace has one already: a second attach cannot replace the first's
     'create table inet parley_egress',
@@ -222,9 +239,15 @@ export function egressRuleset(allow: readonly AllowedNet[], hostAddresses: reado
     '    type filter hook output priority filter; policy accept;',
     ...rules.map((r) => `    ${r}`),
     '  }',
+    ...nat,
     '}',
     '',
   ].join('\n');
+}
+
+/** Whether an egress namespace needs net.ipv4.conf.all.route_localnet=1 (a 127.0.0.1:PORT entry: see egressRuleset). */
+export function needsRouteLocalnet(allow: readonly AllowedNet[]): boolean {
+  return allow.some(isHostLoopback);
 }
 
 /** Every address of the host's interfaces, as this process sees them now. */
