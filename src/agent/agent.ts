@@ -169,6 +169,8 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
       },
       async tools(id) {
         cancelIdleClose(id);
+        // (the start-up probe of the sandbox runs while the daemon already listens)
+        await sandbox.ready;
         return [...builtins, ...((await (await mcpFor(id)).tools()) as Tool[])];
       },
       workspaceDir: (id) => workspacePath(config.workspaceRoot, id),

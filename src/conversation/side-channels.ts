@@ -23,6 +23,8 @@ import { locateWorkspacePath } from './workspace-locator.js';
 
 /** How the side channels reach a conversation's workspace: its view, its files and its launcher. */
 interface WorkspaceAccess {
+  /** Resolves when processes can be started and files reached (the sandbox's start-up probe). */
+  ready(): Promise<void>;
   /** The workspace as the conversation's processes see it (paths are translated, nothing resolved on the host). */
   view(workspaceDir: string): PathView;
   /** The conversation's file service. */
@@ -99,6 +101,7 @@ export class SideChannels {
   }
 
   private async locate(conversationId: string | null | undefined, p: string | null | undefined) {
+    await this.access.ready();
     const at = await locateWorkspacePath(this.conversations, this.workspaceRoot, { conversationId, path: p });
     await createWorkspace(this.workspaceRoot, at.conversationId);
     const view = this.access.view(at.workspaceDir);
@@ -195,6 +198,7 @@ export class SideChannels {
 /** The side channels reach a workspace like the agent does: the sandbox's view, file service and launcher. */
 export function sandboxAccess(sandbox: Sandbox): WorkspaceAccess {
   return {
+    ready: () => sandbox.ready,
     view: (workspaceDir) => sandbox.pathView(workspaceDir),
     files: (id, workspaceDir) => sandbox.files(id, workspaceDir),
     launcher: (id) => sandbox.forConversation(id),

@@ -117,7 +117,8 @@ export interface SandboxDir {
 
 /** What /server_info reports. */
 export interface SandboxInfo {
-  mode: 'bwrap' | 'none';
+  /** probing: the start-up probe has not decided yet (requests that need a sandbox wait for it). */
+  mode: 'probing' | 'bwrap' | 'none';
   requested: SandboxModeSetting;
   /** The network in force (egress falls back to none, never to host). */
   network: SandboxNetwork;
@@ -142,6 +143,16 @@ export interface SandboxInfo {
   };
   /** Why auto fell back to plain processes. */
   warning?: string;
+}
+
+export interface SandboxOpenOptions {
+  workspaceRoot: string;
+  mapped?: MappedDir[];
+  /** Host paths never visible inside, even under a mounted system directory (DATA_DIR: e.g. /opt/parley/data would otherwise show through the /opt mount). */
+  hidden?: string[];
+  log?: Logger;
+  /** The daemon answers loopback requests without a key: with the host network a sandboxed agent can call it too (README, Trust model), which is logged once. */
+  apiOpenOnLoopback?: boolean;
 }
 
 export class SandboxUnavailableError extends Error {
@@ -282,37 +293,54 @@ function joinerStdio(stdio: StdioOptions | undefined): StdioOptions {
 }
 
 export class Sandbox {
-  readonly mode: 'bwrap' | 'none';
+  /** probing: the start-up probe runs (after the daemon listens); then what it decided. */
+  private state: 'probing' | 'bwrap' | 'none' = 'probing';
+  /**
+   * Resolves once the probe decided (bwrap, or plain processes under SANDBOX=auto); rejects with a
+   * SandboxUnavailableError when SANDBOX=bwrap cannot be honoured. Whatever starts a process or
+   * touches files waits for it.
+   */
+  readonly ready: Promise<void>;
   private readonly live = new Map<string, Live>();
   private readonly evictListeners = new Set<(conversationId: string) => void>();
   private readonly quotaListeners = new Set<(conversationId: string, usedBytes: number) => void>();
-  private readonly diskQuota: DiskQuota | null;
+  private diskQuota: DiskQuota | null = null;
   /** A holder started ahead for the next conversation (see takeHolder). */
   private spare: Holder | null = null;
   private spareSeq = 0;
   private closed = false;
+  /** What the probe found: bwrap, the util-linux joiners, the cgroups, the mounts, egress. */
+  private bwrap: string | null = null;
+  private join: JoinTools | null = null;
+  private cgroups: CgroupBackend | null = null;
+  private systemArgs: string[] = [];
+  private extraArgs: string[] = [];
+  /** Why auto fell back to plain processes, or egress to no network. */
+  warning?: string;
+  /** SANDBOX_NETWORK=egress in force: the tools network.ts found, and where the sandbox's resolv.conf is. */
+  private egress: { tools: EgressTools; version: string; resolvConf: string } | null = null;
+  /** The settings in force (egress may fall back to none). */
+  settings: SandboxSettings;
 
   private constructor(
-    readonly settings: SandboxSettings,
+    settings: SandboxSettings,
     readonly workspaceRoot: string,
-    private readonly bwrap: string | null,
-    /** nsenter, setsid and setpriv (util-linux): how a process joins the holder's namespaces. */
-    private readonly join: JoinTools | null,
-    private readonly cgroups: CgroupBackend | null,
     private readonly mapped: MappedDir[],
-    private readonly systemArgs: string[],
-    private readonly extraArgs: string[] = [],
-    readonly warning?: string,
-    /** SANDBOX_NETWORK=egress in force: the tools network.ts found, and where the sandbox's resolv.conf is. */
-    private readonly egress: { tools: EgressTools; version: string; resolvConf: string } | null = null,
+    opts: SandboxOpenOptions | null,
   ) {
-    this.mode = bwrap ? 'bwrap' : 'none';
-    const diskBytes = (settings.diskMb ?? 0) * 1024 * 1024;
-    this.diskQuota =
-      bwrap && diskBytes > 0
-        ? new DiskQuota(diskBytes, [VISIBLE_WORKSPACE, '/tmp', VISIBLE_HOME], () => this.quotaTargets(), (id, used) => this.overQuota(id, used))
-        : null;
-    this.diskQuota?.start();
+    this.settings = settings;
+    if (!opts || settings.mode === 'none') {
+      this.state = 'none';
+      this.ready = Promise.resolve();
+    } else {
+      this.ready = this.probeAll(opts);
+      this.ready.catch(() => {});
+    }
+  }
+
+  /** bwrap or none, once the probe decided; probing before. */
+  get mode(): 'probing' | 'bwrap' | 'none' {
+    return this.state;
   }
 
   /** The live sandboxes the disk bound watches. */
@@ -339,32 +367,34 @@ export class Sandbox {
 
   /** Plain processes, no probe (unit tests, tools used outside the daemon). */
   static none(workspaceRoot = '/'): Sandbox {
-    return new Sandbox({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'none' }, workspaceRoot, null, null, null, [], []);
+    return new Sandbox({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'none' }, workspaceRoot, [], null);
   }
 
   /**
-   * Probes bwrap once with the options it will use. `bwrap` mode: throws SandboxUnavailableError
-   * (one actionable line) when the probe fails. `auto`: falls back to plain processes with a warning.
+   * The sandbox, its probe started in the background (the daemon listens meanwhile: `ready`).
+   * `bwrap` mode: `ready` rejects with a SandboxUnavailableError (one actionable line) when the probe
+   * fails; `auto` falls back to plain processes with a warning; egress falls back to no network.
    */
-  /**
-   * @param opts.hidden host paths never visible inside, even under a mounted system directory
-   *   (DATA_DIR: e.g. /opt/parley/data would otherwise show through the /opt mount)
-   */
-  /**
-   * @param opts.apiOpenOnLoopback the daemon answers loopback requests without a key: with the
-   *   host network a sandboxed agent can call it too (README, Trust model), which is logged once
-   */
-  static async open(
-    settings: SandboxSettings,
-    opts: { workspaceRoot: string; mapped?: MappedDir[]; hidden?: string[]; log?: Logger; apiOpenOnLoopback?: boolean },
-  ): Promise<Sandbox> {
+  static start(settings: SandboxSettings, opts: SandboxOpenOptions): Sandbox {
     const mapped = (opts.mapped ?? []).map((m) => ({ host: path.resolve(m.host), inside: m.inside }));
-    if (settings.mode === 'none') return new Sandbox(settings, opts.workspaceRoot, null, null, null, mapped, []);
-    const fail = (why: string): Sandbox => {
+    return new Sandbox(settings, opts.workspaceRoot, mapped, opts);
+  }
+
+  /** `start`, then its probe: a sandbox ready to use (SandboxUnavailableError thrown). */
+  static async open(settings: SandboxSettings, opts: SandboxOpenOptions): Promise<Sandbox> {
+    const sb = Sandbox.start(settings, opts);
+    await sb.ready;
+    return sb;
+  }
+
+  /** The probe (see `start`): the checks, the tools, the cgroups, egress, then a real holder. */
+  private async probeAll(opts: SandboxOpenOptions): Promise<void> {
+    const settings = this.settings;
+    const fail = (why: string): void => {
       if (settings.mode === 'bwrap') throw new SandboxUnavailableError(`SANDBOX=bwrap but ${why}`);
-      const warning = `SANDBOX=auto: ${why}; agent processes run UNSANDBOXED as the daemon's user (set SANDBOX=none to silence this, or fix bwrap)`;
-      opts.log?.warn({ sandbox: 'none' }, warning);
-      return new Sandbox(settings, opts.workspaceRoot, null, null, null, mapped, [], [], warning);
+      this.warning = `SANDBOX=auto: ${why}; agent processes run UNSANDBOXED as the daemon's user (set SANDBOX=none to silence this, or fix bwrap)`;
+      opts.log?.warn({ sandbox: 'none' }, this.warning);
+      this.state = 'none';
     };
     const bwrap = which(settings.bwrapPath ?? 'bwrap');
     if (!bwrap) {
@@ -381,20 +411,17 @@ export class Sandbox {
     if (missing.length > 0) {
       return fail(`${missing.join(', ')} (util-linux) not found on PATH: processes join their conversation's sandbox with them (apt-get install util-linux)`);
     }
-    const limits = {
+    this.cgroups = detectCgroups({
       memoryBytes: settings.memoryMb * 1024 * 1024,
       pids: settings.pids,
       totalMemoryBytes: totalMemoryMb(settings) * 1024 * 1024,
       cpus: settings.cpus ?? null,
-    };
-    const cgroups = detectCgroups(limits);
+    });
     const hidden = [...(opts.hidden ?? []), opts.workspaceRoot, ...HIDDEN_PATHS];
     // a holder mounts what exists when it starts (the spare: at start-up), and a mapped directory
     // (the askpass helper's) may be written to only later
-    for (const m of mapped) fs.mkdirSync(m.host, { recursive: true, mode: 0o700 });
+    for (const m of this.mapped) fs.mkdirSync(m.host, { recursive: true, mode: 0o700 });
     // egress where it works; else no network (never the host's), with one warning
-    let egress: { tools: EgressTools; version: string; resolvConf: string } | null = null;
-    let netWarning: string | undefined;
     if (settings.network === 'egress') {
       const probe = await probeEgress({ runAs: settings.runAs ?? undefined });
       if (probe.usable) {
@@ -402,33 +429,47 @@ export class Sandbox {
         fs.mkdirSync(path.dirname(resolvConf), { recursive: true, mode: 0o700 });
         fs.writeFileSync(resolvConf, EGRESS_RESOLV_CONF, { mode: 0o644 });
         fs.chmodSync(resolvConf, 0o644);
-        egress = { tools: probe.tools, version: probe.version, resolvConf };
+        this.egress = { tools: probe.tools, version: probe.version, resolvConf };
       } else {
-        netWarning = `SANDBOX_NETWORK=egress: ${probe.reason}; sandboxes get no network (none)`;
-        opts.log?.warn({ sandbox: 'network-none' }, netWarning);
-        settings = { ...settings, network: 'none' };
+        this.warning = `SANDBOX_NETWORK=egress: ${probe.reason}; sandboxes get no network (none)`;
+        opts.log?.warn({ sandbox: 'network-none' }, this.warning);
+        this.settings = { ...settings, network: 'none' };
       }
     }
-    const sb = new Sandbox(settings, opts.workspaceRoot, bwrap, { ...(tools as Omit<JoinTools, 'ip'>), ip }, cgroups, mapped, systemArgs(), extraArgs(settings.roBinds, hidden), netWarning, egress);
+    this.bwrap = bwrap;
+    this.join = { ...(tools as Omit<JoinTools, 'ip'>), ip };
+    this.systemArgs = systemArgs();
+    this.extraArgs = extraArgs(settings.roBinds, hidden);
+    this.state = 'bwrap';
     removeStaleSpares(path.join(opts.workspaceRoot, '.sandbox'));
     const probeDir = fs.mkdtempSync(path.join(opts.workspaceRoot, '.probe-'));
     try {
-      const err = await sb.probe(probeDir);
-      if (err) return fail(err);
+      const err = await this.probe(probeDir);
+      if (err) {
+        this.state = 'probing';
+        this.bwrap = null;
+        this.cgroups?.close();
+        this.cgroups = null;
+        return fail(err);
+      }
     } finally {
       fs.rmSync(probeDir, { recursive: true, force: true });
     }
+    const diskBytes = (settings.diskMb ?? 0) * 1024 * 1024;
+    if (diskBytes > 0) {
+      this.diskQuota = new DiskQuota(diskBytes, [VISIBLE_WORKSPACE, '/tmp', VISIBLE_HOME], () => this.quotaTargets(), (id, used) => this.overQuota(id, used));
+      this.diskQuota.start();
+    }
     // the first conversation finds a holder ready too
-    void sb.warm();
-    const i = sb.info();
+    void this.warm();
+    const i = this.info();
     opts.log?.info({ sandbox: i }, `sandbox: bwrap (${bwrap}), network ${i.network}, limits by ${i.limits.enforced_by}`);
-    if (opts.apiOpenOnLoopback && settings.network === 'host') {
+    if (opts.apiOpenOnLoopback && this.settings.network === 'host') {
       opts.log?.warn(
         { sandbox: 'api-reachable' },
         "no SESSION_API_KEY and SANDBOX_NETWORK=host: agents' sandboxed processes can call this daemon's API on loopback (every conversation, every file); set SESSION_API_KEY or SANDBOX_NETWORK=none",
       );
     }
-    return sb;
   }
 
   /**
@@ -472,7 +513,7 @@ export class Sandbox {
     return {
       mode: this.mode,
       requested: this.settings.mode,
-      network: on ? this.settings.network : 'host',
+      network: on || this.mode === 'probing' ? this.settings.network : 'host',
       ...(on && this.egress
         ? { egress: { tool: 'slirp4netns', version: this.egress.version, allow: (this.settings.allowNets ?? []).map(formatAllowedNet), dns: EGRESS_NET.dns, ipv6: false as const } }
         : {}),
@@ -622,6 +663,7 @@ export class Sandbox {
    */
   spawn(conversationId: string, argv: string[], opts: SandboxSpawnOptions): ChildProcess {
     if (this.closed) throw new Error('the sandbox launcher is closed');
+    if (this.state === 'probing') throw new Error('the sandbox is still being set up (await sandbox.ready first)');
     if (argv.length === 0) throw new Error('empty command');
     const host = opts.workspaceDir ?? this.hostWorkspace(conversationId);
     const live = this.enter(conversationId);
@@ -982,6 +1024,9 @@ export class Sandbox {
 
   private async fileChannel(conversationId: string, workspaceDir: string): Promise<FileChannel> {
     if (this.closed) throw new FileOpError('UNAVAILABLE', 'the sandbox launcher is closed');
+    await this.ready.catch(() => {
+      throw new FileOpError('UNAVAILABLE', 'the sandbox could not be set up');
+    });
     if (!this.enabled) return this.plainChannel(conversationId, workspaceDir);
     const live = this.enter(conversationId);
     const holder = this.holderFor(conversationId, live, workspaceDir);

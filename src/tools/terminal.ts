@@ -213,6 +213,7 @@ class TerminalManager {
       );
     }
     const sandbox = this.sandbox;
+    await sandbox.ready;
     // workspaces are created on first use (with the sandbox on, by the sandbox: its spare's moved in)
     if (!sandbox.enabled) await fs.promises.mkdir(ctx.workspaceDir, { recursive: true, mode: 0o700 });
     const dirs = sandbox.enabled ? sandbox.prepare(ctx.conversationId) : null;

@@ -47,6 +47,7 @@ export class WorkspacePreparer implements ConversationPreparer {
   async prepare(id: string, opts?: PrepareOptions): Promise<void> {
     const { conversations, events, settings } = this;
     const redact = (t: string) => this.redactor.redact(t);
+    await this.sandbox.ready;
     const conv = await conversations.require(id);
     // conv.record.data is replaced by every update: read it fresh, never through a saved reference
     const d = conv.record.data;
