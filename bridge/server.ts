@@ -15,7 +15,7 @@ import { mountMetrics, RouteMetric, unmatchedMetric } from './metrics.js';
 import { mountDocs } from './docs.js';
 import { buildOpenApi } from './openapi.js';
 import { FileBytes } from '../src/conversation/side-channels.js';
-import { isMultipart, multipartFile, readBytes } from './multipart.js';
+import { isMultipart, multipartFile, multipartPartsError, readBytes } from './multipart.js';
 import { checkBrowserRequest, isJsonContentType, type GuardOptions } from './guard.js';
 import { compileRoutes, matchRoute, ROUTES, type CompiledRoute, type RouteRequest } from './routes.js';
 import { handleTrpc, trpcRefusal } from './trpc.js';
@@ -178,6 +178,8 @@ export function startServer(config: Config, core: Core, log: Logger): Promise<Da
     } catch {
       return sendJson(res, state, 413, tooLarge);
     }
+    const refused = multipartPartsError(bytes, contentType);
+    if (refused) return sendJson(res, state, 413, { detail: refused });
     const file = await multipartFile(bytes, contentType);
     if (!file) return sendJson(res, state, 422, { detail: [{ type: 'missing', loc: ['body', 'file'], msg: 'Field required', input: null }] });
     return dispatch(res, state, route, { ...r, body: file });

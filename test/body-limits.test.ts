@@ -2,7 +2,8 @@
  * Bytes in, bytes held (issue 20.6): no request can make the daemon hold more than a small multiple of
  * its body. Dense JSON (`[[],[],…]`, `[0,0,…]`, `{"a":0,"a":0,…}`, `[[[[…]]]]`) of MAX_BODY_BYTES is
  * refused before it is parsed, on every door (REST, /trpc, WebSocket text and msgpack frames,
- * `replay_json`), with the reason; the daemon's RSS is read from /proc/<pid>/status while it happens.
+ * `replay_json`; multipart uploads by their number of parts), with the reason; the daemon's RSS is read
+ * from /proc/<pid>/status while it happens.
  *
  * The bound is not a constant: it is what a legitimate body of the same size (a 9 MiB text message,
  * accepted and stored) costs the same daemon build on this machine, measured in this file, times two
@@ -158,7 +159,7 @@ test('{"a":0,"a":0,…}, [0,0,…] and [[[[…]]]] nesting of 10 MiB: 413 with t
   assert.deepEqual(r.json.detail[0].loc, ['body', 'content', 0]);
 });
 
-test('over /trpc, in a WebSocket text frame, in a msgpack frame and inside replay_json: refused with the reason, RSS bounded', async () => {
+test('over /trpc, in a WebSocket text frame, in a msgpack frame, inside replay_json and as multipart parts: refused with the reason, RSS bounded', async () => {
   const { d, id } = doors;
   const g = await growth(d, '[[],…] over /trpc', () => post(d, '/trpc/createConversation', dense('{"initial_user_msg":[', '[]', ']}')));
   assert.equal(g.result.status, 413, g.result.text.slice(0, 300));
@@ -206,6 +207,20 @@ test('over /trpc, in a WebSocket text frame, in a msgpack frame and inside repla
   assert.deepEqual(r.result.json.detail[0].loc, ['body', 'replay_json']);
   assert.match(r.result.json.detail[0].msg, new RegExp(`replay_json has more than ${REPLAY_JSON_LIMITS.values} JSON values`));
   within('replay_json', r.mib);
+
+  // the one body that is not JSON: a multipart upload cut into 200,000 empty parts
+  const upload = (body: string) =>
+    fetch(`${d.url}/api/file/upload?path=/workspace/up.txt&conversation_id=${id}`, { method: 'POST', headers: { 'content-type': 'multipart/form-data; boundary=xB' }, body });
+  const file = '--xB\r\nContent-Disposition: form-data; name="file"; filename="up.txt"\r\n\r\nuploaded\r\n--xB--\r\n';
+  const empty = '--xB\r\nContent-Disposition: form-data; name="a"\r\n\r\n\r\n';
+  const parts = await growth(d, '200,000 multipart parts', async () => {
+    const res = await upload(empty.repeat(Math.floor((10 * MiB - 200) / empty.length)) + file);
+    return { status: res.status, body: await res.json() };
+  });
+  assert.equal(parts.result.status, 413);
+  assert.match(parts.result.body.detail, /more than 64 parts/);
+  within('multipart parts', parts.mib);
+  assert.equal((await upload(file)).status, 200, 'a one-part upload is taken');
   await stillServes(d, id);
 });
 
