@@ -130,21 +130,7 @@ describe('file service (plain process)', () => {
 });
 
 describe('file channel: the daemon does not trust the service', () => {
-  function fake(): { channel: FileChannel; toDaemon: PassThrough; broken: string[] } {
-    const toService = new PassThrough();
-    const toDaemon = new PassThrough();
-    const broken: string[] = [];
-    const channel = new FileChannel(toService, toDaemon, (why) => broken.push(why), 300);
-    const frame = (h: object, data = Buffer.alloc(0)) => {
-      const head = Buffer.from(JSON.stringify(h));
-      const pre = Buffer.alloc(8);
-      pre.writeUInt32LE(head.length, 0);
-      pre.writeUInt32LE(data.length, 4);
-      return Buffer.concat([pre, head, data]);
-    };
-    toDaemon.write(frame({ id: 0, ok: true, ready: true }));
-    return { channel, toDaemon, broken };
-  }
+  /** A frame as the service writes it. */
   const frameOf = (h: object, data = Buffer.alloc(0)) => {
     const head = Buffer.from(JSON.stringify(h));
     const pre = Buffer.alloc(8);
@@ -152,6 +138,15 @@ describe('file channel: the daemon does not trust the service', () => {
     pre.writeUInt32LE(data.length, 4);
     return Buffer.concat([pre, head, data]);
   };
+  /** A channel to a service the test plays (it has said it is ready). */
+  function fake(): { channel: FileChannel; toDaemon: PassThrough; broken: string[] } {
+    const toService = new PassThrough();
+    const toDaemon = new PassThrough();
+    const broken: string[] = [];
+    const channel = new FileChannel(toService, toDaemon, (why) => broken.push(why), 300);
+    toDaemon.write(frameOf({ id: 0, ok: true, ready: true }));
+    return { channel, toDaemon, broken };
+  }
 
   test('an answer larger than its request allows ends the channel without buffering it', async () => {
     const { channel, toDaemon, broken } = fake();
