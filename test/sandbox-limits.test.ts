@@ -118,9 +118,11 @@ describe('sandbox limits over all conversations', { skip: !ROOT_RUN && 'needs ro
       // another conversation and the daemon go on
       const other = await turn(d, llm, b, 'echo other-fine');
       assert.match(other.content[0].text, /other-fine/);
-      // the stopped one can delete and go on
+      // the stopped one can delete and go on (its use went down), and goes on under the bound
       const again = await turn(d, llm, a, 'rm -f /workspace/fill-*; echo cleaned');
       assert.match(again.content[0].text, /cleaned/);
+      const later = await turn(d, llm, a, 'head -c 1048576 /dev/zero > /workspace/small; sleep 5; echo still-here');
+      assert.match(later.content[0].text, /still-here/);
     } finally {
       await d?.stop();
       execFileSync('umount', ['-l', mnt]);

@@ -5,8 +5,9 @@
  * need root and a file system that has them; neither is given): the conversation's own file
  * service (inside its sandbox, so a link can only lead to what it sees) walks those directories,
  * counting allocated blocks once per inode and staying on their file system. A conversation over
- * the bound has every process stopped (its sandbox is closed) and is told why; it may delete files
- * and go on, and is stopped again while it stays over.
+ * the bound has every process stopped (its sandbox is closed) and is told why. It may then delete
+ * files and go on: while it stays over the bound it is stopped again whenever its use has not gone
+ * down since it was last stopped (a `rm` that frees space is let through; more writing is not).
  *
  * How often: every POLL_MS while the sandbox has a process the daemon started (a command, setup,
  * an MCP server), every IDLE_POLL_MS otherwise (what background jobs write), and never more often
@@ -32,6 +33,8 @@ export interface QuotaTarget {
 export class DiskQuota {
   private timer: NodeJS.Timeout | null = null;
   private readonly next = new Map<string, number>();
+  /** What a conversation used when it was last stopped (kept across its sandbox's restarts). */
+  private readonly stoppedAt = new Map<string, number>();
   private stopped = false;
 
   constructor(
@@ -53,9 +56,15 @@ export class DiskQuota {
     this.timer = null;
   }
 
-  /** Forgets a conversation (its sandbox closed): its next sandbox is checked from the start. */
+  /** A conversation's sandbox closed: its next one is checked from the start. */
   forget(id: string): void {
     this.next.delete(id);
+  }
+
+  /** A conversation was deleted: nothing of it is kept. */
+  remove(id: string): void {
+    this.next.delete(id);
+    this.stoppedAt.delete(id);
   }
 
   private schedule(): void {
@@ -81,7 +90,10 @@ export class DiskQuota {
         }
         const took = Date.now() - started;
         this.next.set(t.id, Date.now() + Math.max(t.active ? POLL_MS : IDLE_POLL_MS, took * WALK_FACTOR));
-        if (used > this.limitBytes) {
+        const before = this.stoppedAt.get(t.id);
+        if (used <= this.limitBytes) this.stoppedAt.delete(t.id);
+        else if (before === undefined || used >= before) {
+          this.stoppedAt.set(t.id, used);
           this.next.delete(t.id);
           this.onOver(t.id, used);
         }

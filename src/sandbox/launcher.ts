@@ -643,6 +643,7 @@ export class Sandbox {
 
   /** DELETE: closes the sandbox and removes the conversation's /tmp and HOME from the host. */
   async removeConversation(conversationId: string): Promise<void> {
+    this.diskQuota?.remove(conversationId);
     await this.closeConversation(conversationId);
     await removeTree(this.stateDir(conversationId)).catch(() => {});
   }
