@@ -1,12 +1,13 @@
 /**
- * The sandbox attacked the way a prompt-injected agent would (issue 20.2, 20.3), judged from the
- * host. Inside its sandbox, the agent swaps a directory of its workspace with a symbolic link to a
- * host directory in a tight loop (renameat2 RENAME_EXCHANGE), while every file operation the daemon
- * does for the conversation — the file editor's view, create, str_replace, insert and undo_edit,
- * and the side channels' upload, download, git changes, git diff and bash cwd — is tried hundreds
- * of times through that directory. The host directory holds canaries (a 0600 file, a file the
- * sandbox's uid could read if it ever saw it): none may be read, listed, created or removed, and no
- * answer is a 5xx. Then FIFOs and endless files left behind an undo_edit: nothing stalls the daemon.
+ * file_editor: view (directory and file), create, str_replace, insert, undo_edit.
+ *
+ * The sandbox attacked the way a prompt-injected agent would (issue 20.2), judged from the host.
+ * Inside its sandbox the agent swaps a directory of its workspace with a symbolic link to a host
+ * directory in a tight loop (renameat2 RENAME_EXCHANGE, test/support/attack.ts) while the daemon
+ * works through that directory for the conversation. The host directory holds canaries (a 0600 file,
+ * files the sandbox's uid could read if it ever saw them): none may be read, listed, created or
+ * removed, no answer is a 5xx or names a host path, and the attack must meet both states (the
+ * directory and the link), so it can fail.
  */
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';

@@ -1,12 +1,7 @@
 /**
- * The sandbox attacked the way a prompt-injected agent would (issue 20.2, 20.3), judged from the
- * host. Inside its sandbox, the agent swaps a directory of its workspace with a symbolic link to a
- * host directory in a tight loop (renameat2 RENAME_EXCHANGE), while every file operation the daemon
- * does for the conversation — the file editor's view, create, str_replace, insert and undo_edit,
- * and the side channels' upload, download, git changes, git diff and bash cwd — is tried hundreds
- * of times through that directory. The host directory holds canaries (a 0600 file, a file the
- * sandbox's uid could read if it ever saw it): none may be read, listed, created or removed, and no
- * answer is a 5xx. Then FIFOs and endless files left behind an undo_edit: nothing stalls the daemon.
+ * Nothing stalls the daemon (issue 20.3): conversations that leave FIFOs, with and without a reader,
+ * and endless files behind the file editor's undo_edit and view get error observations at once, and a
+ * new conversation still runs and downloads still answer. Judged from the daemon's answers and the host.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';

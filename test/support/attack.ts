@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { tempDir } from './daemon.js';
+import { startDaemon, tempDir, waitFor, type DaemonHandle } from './daemon.js';
 
 /** How often each operation is tried against the swapping directory. */
 export const TRIES = 200;
@@ -55,3 +55,64 @@ export function canaryDir(prefix: string): { dir: string; unchanged(): void } {
   return { dir, unchanged: () => assert.deepEqual(snapshot(), before, 'the host directory is exactly as it was') };
 }
 
+
+/** A daemon whose one conversation (a git repository) runs the swapper against a canary directory. */
+export interface SwappingConversation {
+  d: DaemonHandle;
+  id: string;
+  ws: string;
+  H: Record<string, string>;
+  canary: ReturnType<typeof canaryDir>;
+  /** A 0600 file of the daemon's own in DATA_DIR (the report's `GET /api/git/diff` read one). */
+  dataCanary: string;
+  /** `conversation_id=…&path=…` for the side channels. */
+  q(p: string): string;
+  /** Asserts an answer is no 5xx, holds no canary and names no host path; counts its status. */
+  check(r: { status: number; text: string }, what: string): void;
+  statuses: Map<number, number>;
+  close(): Promise<void>;
+}
+
+export async function swappingConversation(): Promise<SwappingConversation> {
+  const key = 'attack-session-key-0042';
+  const H = { 'X-Session-API-Key': key };
+  const canary = canaryDir('parley-canary-sc-');
+  const d = await startDaemon({ SESSION_API_KEY: key, SANDBOX: 'bwrap', SANDBOX_NETWORK: 'none' });
+  const dataCanary = path.join(d.dataDir, 'canary-0600.txt');
+  fs.writeFileSync(dataCanary, `${CANARY} data dir\n`, { mode: 0o600 });
+  const id = (await d.req('POST', '/api/conversations', {}, H)).body.conversation_id as string;
+  const ws = path.join(d.dataDir, 'workspaces', id.replace(/-/g, ''));
+  // a repository, so git changes and diff have work to do
+  const started = await d.req(
+    'POST',
+    '/api/bash/execute_bash_command',
+    { command: 'git init -q . && git -c user.email=a@b -c user.name=a commit -q --allow-empty -m init && echo ok', conversation_id: id, timeout: 60 },
+    H,
+  );
+  assert.match(String(started.body.stdout), /ok/, JSON.stringify(started.body));
+  const script = Buffer.from(SWAPPER).toString('base64');
+  const swap = await d.req('POST', '/api/bash/start_bash_command', { command: `echo ${script} | base64 -d > /tmp/swap.py && python3 /tmp/swap.py /workspace ${canary.dir} > /dev/null 2>&1`, conversation_id: id, timeout: 3600 }, H);
+  assert.equal(swap.status, 200, swap.text);
+  await waitFor(() => fs.existsSync(path.join(ws, 'swapping')), 'the swapper runs', 60_000);
+  const statuses = new Map<number, number>();
+  return {
+    d,
+    id,
+    ws,
+    H,
+    canary,
+    dataCanary,
+    statuses,
+    q: (p) => `conversation_id=${id}&path=${encodeURIComponent(p)}`,
+    check(r, what) {
+      statuses.set(r.status, (statuses.get(r.status) ?? 0) + 1);
+      assert.ok(r.status < 500, `${what}: ${r.status} ${r.text.slice(0, 300)}`);
+      assert.ok(!r.text.includes(CANARY), `${what} answered a canary: ${r.text.slice(0, 300)}`);
+      assert.ok(!r.text.includes(canary.dir) && !r.text.includes(d.dataDir), `${what} named a host path: ${r.text.slice(0, 300)}`);
+    },
+    async close() {
+      fs.writeFileSync(path.join(ws, 'stop'), '');
+      await d.stop();
+    },
+  };
+}
