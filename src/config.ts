@@ -72,7 +72,7 @@ const EnvSchema = z.object({
     .refine((n) => n >= 0.01 && n <= 4096, 'SANDBOX_CPU must be between 0.01 and 4096')
     .optional(),
   SANDBOX_DISK_MB: intFrom('SANDBOX_DISK_MB', 0, 1024 * 1024 * 1024).default(10240),
-  SANDBOX_IDLE_CLOSE_MS: intFrom('SANDBOX_IDLE_CLOSE_MS', 0, 7 * 24 * 3600_000).optional(),
+  SANDBOX_IDLE_CLOSE_MS: intFrom('SANDBOX_IDLE_CLOSE_MS', 1000, 7 * 24 * 3600_000).default(300_000),
   SANDBOX_UID: intFrom('SANDBOX_UID', 1, 4_294_967_294).optional(),
   SANDBOX_GID: intFrom('SANDBOX_GID', 1, 4_294_967_294).optional(),
   BWRAP_PATH: z.string().min(1).optional(),

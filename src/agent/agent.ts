@@ -53,7 +53,7 @@ export interface Agent {
 
 export function createAgent({ sandbox, conversations, events, settings, redactor, config, log }: AgentParts): Agent {
   const outputDir = (id: string) => path.join(config.dataDir, 'outputs', id);
-  const terminal = createTerminalTool({ outputDir, noOutputTimeoutMs: config.terminalNoOutputTimeoutMs, sandbox });
+  const terminal = createTerminalTool({ outputDir, noOutputTimeoutMs: config.terminalNoOutputTimeoutMs, idleCloseMs: config.sandbox.idleCloseMs, sandbox });
   // file_editor works through the conversation's file service: inside its sandbox, the files the shell sees
   const fileEditor = createFileEditorTool({ files: (ctx) => sandbox.files(ctx.conversationId, ctx.workspaceDir) });
   const builtins: Tool[] = [terminal, fileEditor, createTaskTrackerTool(), createThinkTool(), createFinishTool()] as Tool[];
@@ -171,6 +171,8 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
         cancelIdleClose(id);
         // (the start-up probe of the sandbox runs while the daemon already listens)
         await sandbox.ready;
+        // a conversation whose sandbox was closed while idle gets it back while the LLM answers
+        sandbox.prewarm(id);
         return [...builtins, ...((await (await mcpFor(id)).tools()) as Tool[])];
       },
       workspaceDir: (id) => workspacePath(config.workspaceRoot, id),

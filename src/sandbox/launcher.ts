@@ -641,6 +641,29 @@ export class Sandbox {
     if (l.cgroup) await this.removeCgroup(conversationId, l.cgroup);
   }
 
+  /**
+   * Closes the conversation's sandbox now when no process started through the launcher runs in it
+   * (the terminal's shell was closed for being idle; an MCP server would keep it): an idle
+   * conversation then costs no process. Its background jobs go with it.
+   */
+  async closeIfIdle(conversationId: string): Promise<void> {
+    const l = this.live.get(conversationId);
+    if (!l || l.busy || l.procs.size > 0) return;
+    await this.closeConversation(conversationId);
+  }
+
+  /**
+   * Starts the conversation's sandbox in the background when it has none (a run begins: the holder
+   * comes up while the LLM answers, so the first command does not wait for it).
+   */
+  prewarm(conversationId: string): void {
+    // (a conversation that never ran anything has no workspace: its first command takes the spare)
+    if (!this.enabled || this.closed || this.live.get(conversationId)?.holder || !fs.existsSync(this.hostWorkspace(conversationId))) return;
+    const live = this.enter(conversationId);
+    this.holderFor(conversationId, live, this.hostWorkspace(conversationId));
+    this.scheduleIdle(conversationId, live);
+  }
+
   /** DELETE: closes the sandbox and removes the conversation's /tmp and HOME from the host. */
   async removeConversation(conversationId: string): Promise<void> {
     this.diskQuota?.remove(conversationId);
