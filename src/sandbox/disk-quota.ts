@@ -92,7 +92,7 @@ export class DiskQuota {
         this.next.set(t.id, Date.now() + Math.max(t.active ? POLL_MS : IDLE_POLL_MS, took * WALK_FACTOR));
         const before = this.stoppedAt.get(t.id);
         if (used <= this.limitBytes) this.stoppedAt.delete(t.id);
-        else if (before === undefined || used >= before) {
+        else if (before === undefined || used > before) {
           this.stoppedAt.set(t.id, used);
           this.next.delete(t.id);
           this.onOver(t.id, used);
