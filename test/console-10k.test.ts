@@ -114,7 +114,11 @@ describe('web console: 10,000 events', { timeout: 180_000 }, () => {
       // the floor, same run: the same wheel steps over a static page as tall (what this machine's load costs a frame anyway)
       const floor = document.createElement('div');
       floor.style.cssText = 'position:fixed;inset:0;overflow:auto;z-index:99;background:#fff';
-      floor.innerHTML = '<div style="height:' + box.scrollHeight + 'px;background:linear-gradient(#eee,#999)"></div>';
+      // through the CSSOM: the page's Content-Security-Policy refuses style attributes in markup
+      const tall = document.createElement('div');
+      tall.style.height = box.scrollHeight + 'px';
+      tall.style.background = 'linear-gradient(#eee, #999)';
+      floor.append(tall);
       document.body.append(floor);
       floor.scrollTop = floor.scrollHeight;
       await frame();

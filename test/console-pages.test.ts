@@ -127,10 +127,9 @@ describe('web console: the pages at work', { timeout: 180_000 }, () => {
     await statusShown(page, 'finished');
     const firstStep = llm.requests.find((r) => JSON.stringify(r.body.messages).includes('Describe what the app does'))!;
     assert.match(JSON.stringify(firstStep.body.messages[0]), /Keep the README short\./, 'the instructions reached the agent');
+    // the files the agent changed (the panel looks again after each tool call), the diff, the download
+    await page.locator('button.change', { hasText: 'README.md' }).locator('.c-UPDATED').waitFor();
     await screenshot(page, 'console-conversation');
-
-    // the files the agent changed, the diff, the download
-    await page.locator('.tabs button', { hasText: 'Changes' }).click();
     await page.locator('button.change', { hasText: 'README.md' }).click();
     const dialog = page.locator('[role="dialog"]');
     await dialog.locator('.diff tr.add', { hasText: 'Greets people politely.' }).waitFor();

@@ -39,11 +39,12 @@ export class ApiError extends Error {
   }
 }
 
-/** Called when the daemon answers 401: the app goes back to the sign-in page. */
+/** Called when the daemon refuses the key (401, or the socket closed with 4001): the app goes back to the sign-in page. */
 let onUnauthorized: () => void = () => {};
 export const whenUnauthorized = (fn: () => void) => {
   onUnauthorized = fn;
 };
+export const keyRefused = () => onUnauthorized();
 
 /** The human text of an error body: `{detail: "…"}`, or the 422 list (`loc: msg` per field). */
 function describe(status: number, body: unknown, text: string): string {

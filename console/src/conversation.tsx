@@ -5,7 +5,7 @@
  */
 import { Fragment, type ComponentChildren } from 'preact';
 import { useEffect, useReducer, useRef, useState } from 'preact/hooks';
-import { api, conversationPath, type ApiError, downloadFile, type ConversationInfo, type ExecutionStatus, type GitChange, type McpStatus } from './api.js';
+import { api, conversationPath, type ApiError, downloadFile, type ConversationInfo, type ExecutionStatus, type GitChange, type McpStatus, type ParleyEvent } from './api.js';
 import { Diff } from './diff.js';
 import { EventRow } from './events.js';
 import { titleOf } from './list.js';
@@ -16,17 +16,17 @@ import { useVirtualizer } from './virtual.js';
 
 /**
  * A row's height before it is measured: close guesses keep the scrollbar and jumps steady. Kept per
- * row: the virtualiser asks for every row's estimate each time a measurement changes.
+ * event: the virtualiser asks for every row's estimate each time a measurement changes, and rows are
+ * built again when older events are put in front.
  */
-const estimates = new WeakMap<Row, number>();
+const estimates = new WeakMap<ParleyEvent, number>();
 function estimate(row: Row | undefined): number {
   if (!row) return 40;
-  let h = estimates.get(row);
-  if (h === undefined) estimates.set(row, (h = guess(row)));
+  let h = estimates.get(row.event);
+  if (h === undefined) estimates.set(row.event, (h = guess(row.event)));
   return h;
 }
-function guess(row: Row): number {
-  const ev = row.event;
+function guess(ev: ParleyEvent): number {
   if (ev.kind === 'MessageEvent') {
     let lines = 1;
     for (const c of ev.llm_message.content) if (c.type === 'text') lines += Math.ceil(c.text.length / 110) + (c.text.match(/\n/g)?.length ?? 0);
@@ -36,7 +36,7 @@ function guess(row: Row): number {
   return 36;
 }
 
-function EventList({ rows, version, status, shown }: { rows: Rows; version: number; status: ExecutionStatus | null; shown: boolean }) {
+function EventList({ rows, status, shown }: { rows: Rows; status: ExecutionStatus | null; shown: boolean }) {
   const scroller = useRef<HTMLDivElement>(null);
   const list = rows.list;
   const v = useVirtualizer({
@@ -61,7 +61,7 @@ function EventList({ rows, version, status, shown }: { rows: Rows; version: numb
   const atEnd = v.getDistanceFromEnd() <= 48;
   return (
     <div class="events-wrap">
-      <div class="events" ref={scroller} data-version={version}>
+      <div class="events" ref={scroller}>
         <div class="events-inner" style={{ height: `${v.getTotalSize()}px` }}>
           <div class="events-window" style={{ transform: `translateY(${items[0]?.start ?? 0}px)` }}>
             {items.map((it) => {
@@ -203,7 +203,7 @@ function Changes({ id, workdir, tick }: { id: string; workdir: string; tick: num
           Refresh
         </button>
       </div>
-      {error && <div class="muted small">{/not a git repository/i.test(error) ? 'The workspace is not a git repository.' : error}</div>}
+      {error && <div class="muted small">{/not a git repository/i.test(error) ? 'The workspace is not a git repository.' : `The changes could not be listed: ${error.replace(/^path: (Value error, )?/, '')}`}</div>}
       {changes && changes.length === 0 && <div class="muted small">No changes.</div>}
       <ul class="changes">
         {changes?.map((c) => (
@@ -346,6 +346,16 @@ function Controls({ id, status, policy }: { id: string; status: ExecutionStatus 
   );
 }
 
+/** What the user asked first, as a title for a conversation without one. */
+function firstMessage(events: ParleyEvent[]): string | null {
+  for (const ev of events.slice(0, 20)) {
+    if (ev.kind !== 'MessageEvent' || ev.llm_message.role !== 'user') continue;
+    const text = ev.llm_message.content.map((c) => (c.type === 'text' ? c.text : '')).join(' ').trim();
+    if (text) return text.length > 90 ? `${text.slice(0, 87)}…` : text;
+  }
+  return null;
+}
+
 export function ConversationPage({ id }: { id: string }) {
   const [stream, setStream] = useState<ConversationStream | null>(null);
   const [loadError, setLoadError] = useState<string | null>(null);
@@ -353,7 +363,6 @@ export function ConversationPage({ id }: { id: string }) {
   const [tab, setTab] = useState<'changes' | 'mcp' | 'details'>('changes');
   const [title, setTitle] = useState<string | null>(null);
   const rows = useRef(new Rows());
-  const version = useRef(0);
 
   useEffect(() => {
     let s: ConversationStream | null = null;
@@ -368,7 +377,6 @@ export function ConversationPage({ id }: { id: string }) {
             rows.current = new Rows();
             rows.current.add(stream.events);
           } else rows.current.add(change.added);
-          version.current += 1;
           redraw(0);
         });
         s.start(info);
@@ -399,7 +407,7 @@ export function ConversationPage({ id }: { id: string }) {
           ←
         </Link>
         <div class="conv-title">
-          <h1>{title ?? titleOf(info)}</h1>
+          <h1>{title ?? (info.title || firstMessage(stream.events)) ?? titleOf(info)}</h1>
           <div class="muted small">
             {info.selected_repository && (
               <span class="repo">
@@ -432,7 +440,7 @@ export function ConversationPage({ id }: { id: string }) {
               <span class="spinner" /> Loading earlier events… {(stream.lastSeq - stream.base).toLocaleString()} of {stream.lastSeq.toLocaleString()}
             </div>
           )}
-          <EventList rows={rows.current} version={version.current} status={status} shown={stream.shown} />
+          <EventList rows={rows.current} status={status} shown={stream.shown} />
           {stream.setupOutput && <pre class="live-output">{stream.setupOutput.slice(-4000)}</pre>}
           {stream.streaming && (
             <div class="live-answer">

@@ -203,21 +203,20 @@ function actionTitle(ev: ActionEventT): { tag: string; title: ComponentChildren 
   if (!a) return { tag: ev.tool_name, title: <span class="muted">call that could not run</span> };
   switch (a.kind) {
     case 'TerminalAction':
-      return { tag: 'terminal', title: 'Ran a command' };
+      return { tag: 'terminal', title: 'Command' };
     case 'FileEditorAction': {
-      const verb = { view: 'Viewed', create: 'Created', str_replace: 'Edited', insert: 'Inserted into', undo_edit: 'Undid the last edit of' }[a.command] ?? a.command;
+      // one wording whether the call waits, runs or ran
+      const verb = { view: 'View', create: 'Create', str_replace: 'Edit', insert: 'Insert into', undo_edit: 'Undo the last edit of' }[a.command] ?? a.command;
       return { tag: 'file', title: <>{verb} <code>{a.path}</code></> };
     }
     case 'TaskTrackerAction':
-      return { tag: 'tasks', title: a.command === 'plan' ? 'Updated the plan' : 'Viewed the plan' };
+      return { tag: 'tasks', title: a.command === 'plan' ? 'Plan' : 'View the plan' };
     case 'ThinkAction':
       return { tag: 'think', title: 'Thought' };
     case 'FinishAction':
       return { tag: 'done', title: 'Final answer' };
-    case 'MCPToolAction': {
-      const obs = ev.tool_name;
-      return { tag: 'mcp', title: <>Called <code>{obs}</code></> };
-    }
+    case 'MCPToolAction':
+      return { tag: 'mcp', title: <>Call <code>{ev.tool_name}</code></> };
   }
 }
 

@@ -21,7 +21,7 @@
  *
  * The key goes in the socket's first frame (`{"type":"auth"}`), not in its URL.
  */
-import { api, conversationPath, sessionKey, type ConversationInfo, type ExecutionStatus, type ParleyEvent } from './api.js';
+import { api, conversationPath, keyRefused, sessionKey, type ConversationInfo, type ExecutionStatus, type ParleyEvent } from './api.js';
 
 const CACHE_PREFIX = 'parley.events.';
 /** Characters of events kept in sessionStorage (its quota is about 5 M characters an origin). */
@@ -185,7 +185,10 @@ export class ConversationStream {
       if (ws !== this.ws) return;
       this.ws = null;
       this.connected = false;
-      if (e.code === 4001) this.ended = 'unauthorized';
+      if (e.code === 4001) {
+        this.ended = 'unauthorized';
+        keyRefused();
+      }
       else if (e.code === 4004) this.ended = this.lastSeq > 0 ? 'deleted' : 'not-found';
       else if (!this.closed) this.reconnect();
       this.changed();

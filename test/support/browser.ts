@@ -24,6 +24,7 @@ export async function launchChromium(): Promise<Browser> {
 export interface Watched {
   /** Requests to anywhere but `origin` (data: and blob: URLs aside). */
   elsewhere: string[];
+  /** Uncaught errors and Content-Security-Policy violations. */
   errors: string[];
 }
 
@@ -34,6 +35,8 @@ export function watch(page: Page, origin: string): Watched {
     if (!u.startsWith(origin) && !u.startsWith('data:') && !u.startsWith('blob:')) w.elsewhere.push(u);
   });
   page.on('pageerror', (e) => w.errors.push(String(e)));
+  // what the page's Content-Security-Policy refused: a rule that breaks the page shows here
+  page.on('console', (m) => m.type() === 'error' && /Content.Security.Policy/i.test(m.text()) && w.errors.push(m.text()));
   return w;
 }
 
