@@ -8,7 +8,8 @@
  *   explicit uWS routes, so nothing under `/api`, `/sockets`, `/trpc`, `/docs`, `/openapi.json` or
  *   the health routes is shadowed, and every other path still gets the JSON 404.
  * - Assets have content-hashed names: cached for a year (`immutable`); the page is revalidated by
- *   its ETag on every load, so a rebuilt console is picked up at once.
+ *   its ETag on every load, so browsers pick up the console of a restarted daemon at once. A file
+ *   once read stays in memory (about 130 KB in all): the daemon serves the build it first read.
  * - The page needs no secret to be fetched (the key stays in the tab), so these routes are public;
  *   the Host check (DNS rebinding, bridge/guard.ts) still applies, and a Content-Security-Policy
  *   keeps the page to its own origin: scripts and styles from the daemon only, requests and
@@ -55,10 +56,11 @@ interface ConsoleFile {
 }
 
 export function mountConsole(app: TemplatedApp, guard: GuardOptions, dir = defaultDir()): void {
-  const files = new Map<string, ConsoleFile | null>();
+  const files = new Map<string, ConsoleFile>();
   /** `name` of the build directory, read once; null when it is not there (not built). */
   const load = (name: string): ConsoleFile | null => {
-    if (files.has(name)) return files.get(name)!;
+    const known = files.get(name);
+    if (known) return known;
     let file: ConsoleFile | null = null;
     const type = TYPES[path.extname(name)];
     // names come from the URL: one path segment of the build directory, nothing else
@@ -85,7 +87,7 @@ export function mountConsole(app: TemplatedApp, guard: GuardOptions, dir = defau
     if (req.getHeader('if-none-match') === file.etag) {
       if (state.aborted) return;
       res.cork(() => {
-        res.writeStatus('304 Not Modified').writeHeader('etag', file.etag);
+        res.writeStatus('304 Not Modified').writeHeader('etag', file.etag).writeHeader('vary', 'accept-encoding');
         for (const [k, v] of Object.entries(headers)) res.writeHeader(k, v);
         res.endWithoutBody();
       });
