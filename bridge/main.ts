@@ -27,10 +27,6 @@ async function main() {
   try {
     core = await createCore(config, log, redactor);
   } catch (err) {
-    if ((err as Error)?.name === 'SandboxUnavailableError') {
-      process.stderr.write(`parley: ${(err as Error).message}\n`);
-      process.exit(1);
-    }
     const what = config.cluster ? 'start the cluster node' : `open the data directory ${config.dataDir}`;
     process.stderr.write(`parley: cannot ${what}: ${redactor.redact((err as Error).message)}\n`);
     process.exit(1);
@@ -57,6 +53,15 @@ async function main() {
   const key = config.sessionApiKeys[0];
   log.info({ console: consoleAt }, key ? `web console: ${consoleAt} (sign in with the session key)` : `web console: ${consoleAt}`);
   if (key && process.stderr.isTTY) process.stderr.write(`\n  Open the web console (signed in): ${signInLink(consoleAt, key)}\n\n`);
+  // the sandbox's probe finishes after the port is open: SANDBOX=bwrap that cannot be honoured still
+  // stops the daemon with one line and exit code 1
+  core.sandbox.ready.catch(async (err: Error) => {
+    process.stderr.write(`parley: ${err.name === 'SandboxUnavailableError' ? err.message : `the sandbox could not be set up: ${err.message}`}\n`);
+    metricsServer?.stop();
+    await daemon.stop(1000).catch(() => {});
+    await core.close().catch(() => {});
+    process.exit(1);
+  });
 
   let stopping = false;
   const shutdown = async (signal: string) => {

@@ -44,6 +44,8 @@ export async function build() {
     logLevel: 'warning',
   });
   await buildConsole(path.join(tmp, 'console'));
+  // the sandbox's file service runs as it is (plain JavaScript) next to the code that starts it
+  fs.copyFileSync(path.join(ROOT, 'src/sandbox/file-helper.mjs'), path.join(tmp, 'file-helper.mjs'));
   fs.rmSync(DIST, { recursive: true, force: true });
   fs.renameSync(tmp, DIST);
 }

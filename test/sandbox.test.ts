@@ -171,7 +171,7 @@ describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
   let a: string;
   let b: string;
   before(async () => {
-    h = await harness({ SANDBOX_MEMORY_MB: '128', SANDBOX_PIDS: '64' });
+    h = await harness({ SANDBOX_MEMORY_MB: '128', SANDBOX_PIDS: '64', SANDBOX_NETWORK: 'host' });
     a = await h.create();
     b = await h.create();
     fs.writeFileSync(path.join(h.ws(b), 'secret.txt'), 'B-PRIVATE-CONTENT-1234\n');
@@ -188,18 +188,23 @@ describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
     assert.match(r.body.sandbox.limits.enforced_by, /^(cgroup-v1|cgroup-v2|rlimit)$/);
   });
 
-  test('the shell sees its workspace at /workspace; files keep the daemon user on the host; no capability, no_new_privs', async () => {
+  test("the shell sees its workspace at /workspace; files are the sandbox uid's on the host (the daemon's when it is not root); no capability, no_new_privs", async () => {
     const m = `6464${process.pid % 1000}`;
     const r = await h.sh(a, `pwd; echo hi > mine.txt; id -u; (sleep ${m} >/dev/null 2>&1 &)`);
     assert.match(r.text, /^\/workspace$/m);
     assert.match(r.text, /^0$/m, "uid 0 of the conversation's user namespace");
+    // as root the sandbox is SANDBOX_UID/SANDBOX_GID (default 65533), never root on the host
+    const uid = process.getuid!() === 0 ? 65533 : process.getuid!();
+    const gid = process.getuid!() === 0 ? 65533 : process.getgid!();
     const st = fs.statSync(path.join(h.ws(a), 'mine.txt'));
-    assert.equal(st.uid, process.getuid!());
-    assert.equal(st.gid, process.getgid!());
-    // judged from the host: the daemon's uid, every capability set empty, no_new_privs
+    assert.equal(st.uid, uid);
+    assert.equal(st.gid, gid);
+    // judged from the host: that uid, every capability set empty, no_new_privs
     const [job] = (await waitFor(() => (hostProcesses(`sleep ${m}`).length ? hostProcesses(`sleep ${m}`) : null), "the job runs", 10_000))!;
     const status = fs.readFileSync(`/proc/${job}/status`, 'utf8');
-    assert.match(status, new RegExp(`^Uid:\\s+${process.getuid!()}\\s`, 'm'));
+    assert.match(status, new RegExp(`^Uid:\\s+${uid}\\s+${uid}\\s+${uid}\\s+${uid}$`, 'm'));
+    assert.match(status, new RegExp(`^Gid:\\s+${gid}\\s+${gid}\\s+${gid}\\s+${gid}$`, 'm'));
+    assert.match(status, /^Groups:\s*$/m, 'no supplementary group (not root\'s)');
     for (const set of ['CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb']) assert.match(status, new RegExp(`^${set}:\\s+0+$`, 'm'), set);
     assert.match(status, /^NoNewPrivs:\s+1$/m);
     process.kill(job!, 'SIGKILL');
@@ -638,7 +643,7 @@ describe('sandbox: the daemon API from inside a sandbox without a session key', 
   });
 
   test('SANDBOX=auto, SANDBOX_NETWORK=host without a key: the daemon warns at start that agents reach its API (the documented gap; SANDBOX=bwrap refuses it, see "modes at start")', async () => {
-    const h = await harness({ SESSION_API_KEY: '', SANDBOX: 'auto' });
+    const h = await harness({ SESSION_API_KEY: '', SANDBOX: 'auto', SANDBOX_NETWORK: 'host' });
     try {
       const warnings = h.d.output.filter((l) => l.includes('"sandbox":"api-reachable"'));
       assert.equal(warnings.length, 1, h.d.output.join('\n'));
