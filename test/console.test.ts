@@ -23,6 +23,8 @@ import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
 const KEY = 'console-test-key-0123456789';
 
 let d: DaemonHandle;
+/** The same daemon without a session key. */
+let keyless: DaemonHandle;
 let llm: ScriptedLlm;
 let browser: ConsoleBrowser;
 
@@ -41,14 +43,43 @@ function rawGet(url: string, headers: Record<string, string> = {}): Promise<{ st
   });
 }
 
+/**
+ * A daemon with a session key whose output goes to a terminal, as `npm start` in a shell has it
+ * (`script` gives it a pty); what it writes is collected in `output`.
+ */
+function startOnTerminal(key: string, port: number) {
+  const env = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/tmp', PORT: String(port), DATA_DIR: tempDir(), SESSION_API_KEY: key, SANDBOX: 'none', LOG_LEVEL: 'info' };
+  const proc = spawn('script', ['-qfec', `${process.execPath} --import tsx bridge/main.ts`, '/dev/null'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  const t = {
+    port,
+    key,
+    output: '',
+    async stop() {
+      if (proc.exitCode !== null || proc.signalCode !== null) return;
+      const exited = new Promise((r) => proc.once('exit', r));
+      process.kill(-proc.pid!, 'SIGTERM'); // script and the daemon under it
+      await exited;
+    },
+  };
+  proc.stdout!.on('data', (c) => (t.output += c));
+  proc.stderr!.on('data', (c) => (t.output += c));
+  return t;
+}
+let onTerminal: ReturnType<typeof startOnTerminal>;
+
 before(async () => {
+  onTerminal = startOnTerminal('link-key-0123456789-abcdef', await freePort());
   llm = await startScriptedLlm();
-  d = await startDaemon({ SESSION_API_KEY: KEY });
-  browser = await ConsoleBrowser.launch();
+  // started side by side: a daemon takes seconds to start on a loaded machine
+  [d, keyless, browser] = await Promise.all([
+    startDaemon({ SESSION_API_KEY: KEY }),
+    startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'k' }),
+    ConsoleBrowser.launch(),
+  ]);
 });
 after(async () => {
   await browser?.close();
-  await d?.stop();
+  await Promise.all([d?.stop(), keyless?.stop(), onTerminal?.stop()]);
   await llm?.close();
 });
 
@@ -133,64 +164,47 @@ describe('web console', { timeout: 180_000 }, () => {
   });
 
   test('the start-up link (printed on a terminal only) signs in; the key leaves the address bar and the history at once; no log line carries it', async () => {
-    const port = await freePort();
-    const dataDir = tempDir();
-    const linkKey = 'link-key-0123456789-abcdef';
-    const env = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/tmp', PORT: String(port), DATA_DIR: dataDir, SESSION_API_KEY: linkKey, SANDBOX: 'none', LOG_LEVEL: 'info' };
-    // `script` gives the daemon a terminal, as `npm start` in a shell has
-    const proc = spawn('script', ['-qfec', `${process.execPath} --import tsx bridge/main.ts`, '/dev/null'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
-    let out = '';
-    proc.stdout!.on('data', (c) => (out += c));
-    proc.stderr!.on('data', (c) => (out += c));
-    try {
-      const link = await waitFor(() => /Open the web console \(signed in\): (\S+)/.exec(out)?.[1], 'the sign-in link', 60_000);
-      await waitFor(() => out.includes('"msg":"web console: '), 'the log line');
-      assert.equal(link, `http://127.0.0.1:${port}/#key=${linkKey}`);
-      for (const line of out.split(/\r?\n/).filter((l) => l.startsWith('{'))) assert.ok(!line.includes(linkKey), `a log line carries the key: ${line}`);
-      assert.match(out, /"msg":"web console: http:\/\/127\.0\.0\.1:\d+\/ \(sign in with the session key\)"/);
+    const { port, key: linkKey } = onTerminal;
+    const out = () => onTerminal.output;
+    const link = await waitFor(() => /Open the web console \(signed in\): (\S+)/.exec(out())?.[1], 'the sign-in link', 60_000);
+    await waitFor(() => out().includes('"msg":"web console: '), 'the log line');
+    assert.equal(link, `http://127.0.0.1:${port}/#key=${linkKey}`);
+    for (const line of out().split(/\r?\n/).filter((l) => l.startsWith('{'))) assert.ok(!line.includes(linkKey), `a log line carries the key: ${line}`);
+    assert.match(out(), /"msg":"web console: http:\/\/127\.0\.0\.1:\d+\/ \(sign in with the session key\)"/);
 
-      const { page, w } = await newPage(`http://127.0.0.1:${port}`);
-      await page.goto(link);
-      await page.locator('h1', { hasText: 'Conversations' }).waitFor();
-      assert.equal(page.url(), `http://127.0.0.1:${port}/`);
-      assert.deepEqual(await page.evaluate(() => [location.hash, sessionStorage.getItem('parley.session-key')]), ['', linkKey]);
-      // the history entry itself was rewritten: back to the blank page and forward again lands on the bare URL
-      const entries = await page.evaluate(() => history.length);
-      await page.goBack();
-      await page.goForward();
-      assert.equal(page.url(), `http://127.0.0.1:${port}/`);
-      assert.equal(await page.evaluate(() => history.length), entries, 'no entry was added');
-      await page.locator('h1', { hasText: 'Conversations' }).waitFor();
-      assert.ok(w.elsewhere.every((u) => !u.includes(linkKey)) && w.elsewhere.length === 0);
-    } finally {
-      process.kill(-proc.pid!, 'SIGTERM');
-      await new Promise((r) => proc.once('exit', r));
-    }
+    const { page, w } = await newPage(`http://127.0.0.1:${port}`);
+    await page.goto(link);
+    await page.locator('h1', { hasText: 'Conversations' }).waitFor();
+    assert.equal(page.url(), `http://127.0.0.1:${port}/`);
+    assert.deepEqual(await page.evaluate(() => [location.hash, sessionStorage.getItem('parley.session-key')]), ['', linkKey]);
+    // the history entry itself was rewritten: back to the blank page and forward again lands on the bare URL
+    const entries = await page.evaluate(() => history.length);
+    await page.goBack();
+    await page.goForward();
+    assert.equal(page.url(), `http://127.0.0.1:${port}/`);
+    assert.equal(await page.evaluate(() => history.length), entries, 'no entry was added');
+    await page.locator('h1', { hasText: 'Conversations' }).waitFor();
+    assert.ok(w.elsewhere.every((u) => !u.includes(linkKey)) && w.elsewhere.length === 0);
     // without a terminal (journald, a file) the link is not written at all
     assert.ok(d.output.some((l) => l.includes('web console: http://127.0.0.1:')));
     assert.ok(!d.output.some((l) => l.includes(KEY)), 'the daemon started without a terminal never printed its key');
   });
 
   test('keyless daemon: no sign-in; the page only answers a loopback Host', async () => {
-    const keyless = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'k' });
-    try {
-      llm.clear();
-      llm.push({ text: 'Hello from a keyless daemon.' });
-      const id = (await keyless.req('POST', '/api/conversations', { initial_user_msg: 'Say hello.' })).body.conversation_id;
-      const { page, w } = await newPage(keyless.url);
-      await page.goto(`${keyless.url}/`);
-      await page.locator('h1', { hasText: 'Conversations' }).waitFor();
-      await page.locator('.topbar', { hasText: 'no session key' }).waitFor();
-      assert.equal(await page.locator('input[name="key"]').count(), 0);
-      await page.locator('table.list a', { hasText: 'Say hello.' }).click();
-      await page.locator('.msg-assistant', { hasText: 'Hello from a keyless daemon.' }).waitFor();
-      assert.equal((await rawGet(`${keyless.url}/`, { host: `evil.example:${keyless.port}` })).status, 421, 'DNS rebinding: a foreign Host gets nothing');
-      assert.deepEqual(w.elsewhere, []);
-      assert.deepEqual(w.errors, []);
-      await assertEveryEventOnce(page, (await keyless.req('GET', `/api/conversations/${id}`)).body.last_seq);
-    } finally {
-      await keyless.stop();
-    }
+    llm.clear();
+    llm.push({ text: 'Hello from a keyless daemon.' });
+    const id = (await keyless.req('POST', '/api/conversations', { initial_user_msg: 'Say hello.' })).body.conversation_id;
+    const { page, w } = await newPage(keyless.url);
+    await page.goto(`${keyless.url}/`);
+    await page.locator('h1', { hasText: 'Conversations' }).waitFor();
+    await page.locator('.topbar', { hasText: 'no session key' }).waitFor();
+    assert.equal(await page.locator('input[name="key"]').count(), 0);
+    await page.locator('table.list a', { hasText: 'Say hello.' }).click();
+    await page.locator('.msg-assistant', { hasText: 'Hello from a keyless daemon.' }).waitFor();
+    assert.equal((await rawGet(`${keyless.url}/`, { host: `evil.example:${keyless.port}` })).status, 421, 'DNS rebinding: a foreign Host gets nothing');
+    assert.deepEqual(w.elsewhere, []);
+    assert.deepEqual(w.errors, []);
+    await assertEveryEventOnce(page, (await keyless.req('GET', `/api/conversations/${id}`)).body.last_seq);
   });
 
 });
