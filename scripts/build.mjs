@@ -1,7 +1,8 @@
 /**
  * Builds what `npm start` runs: dist/main.mjs (the daemon) and dist/writer.mjs (the store's index
- * writer thread), bundled by esbuild from the TypeScript sources. Run by `npm install` (`prepare`)
- * and, when a source file is newer than the build, by scripts/start.mjs. Tests and development run
+ * writer thread), bundled by esbuild from the TypeScript sources, and dist/console/ (the web console).
+ * Run by `npm install` (`prepare`) and, when a source file is newer than the build, by
+ * scripts/start.mjs. Tests and development run
  * the sources directly through tsx.
  *
  * The daemon starts faster and smaller built: no TypeScript transpilation at run time (tsx compiles
@@ -13,6 +14,7 @@ import * as esbuild from 'esbuild';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import zlib from 'node:zlib';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 export const DIST = path.join(ROOT, 'dist');
@@ -41,10 +43,45 @@ export async function build() {
     banner: { js: "import { createRequire as __parleyRequire } from 'node:module'; const require = __parleyRequire(import.meta.url);" },
     logLevel: 'warning',
   });
+  await buildConsole(path.join(tmp, 'console'));
   // the sandbox's file service runs as it is (plain JavaScript) next to the code that starts it
   fs.copyFileSync(path.join(ROOT, 'src/sandbox/file-helper.mjs'), path.join(tmp, 'file-helper.mjs'));
   fs.rmSync(DIST, { recursive: true, force: true });
   fs.renameSync(tmp, DIST);
+}
+
+/**
+ * The web console (console/, served by bridge/console.ts): one JS and one CSS file with content
+ * hashes in their names, the page that loads them, and a gzip copy of each made here so the daemon
+ * never compresses at run time.
+ */
+export async function buildConsole(outdir) {
+  const result = await esbuild.build({
+    absWorkingDir: ROOT,
+    entryPoints: { app: 'console/src/main.tsx' },
+    outdir,
+    entryNames: '[name]-[hash]',
+    bundle: true,
+    format: 'esm',
+    platform: 'browser',
+    target: ['chrome109', 'firefox115', 'safari16'],
+    jsx: 'automatic',
+    jsxImportSource: 'preact',
+    minify: true,
+    metafile: true,
+    legalComments: 'none',
+    logLevel: 'warning',
+  });
+  const outputs = Object.keys(result.metafile.outputs).map((f) => path.basename(f));
+  const js = outputs.find((f) => f.endsWith('.js'));
+  const css = outputs.find((f) => f.endsWith('.css'));
+  const page = fs.readFileSync(path.join(ROOT, 'console', 'index.html'), 'utf8').replace('{{js}}', js).replace('{{css}}', css);
+  fs.writeFileSync(path.join(outdir, 'index.html'), page);
+  fs.copyFileSync(path.join(ROOT, 'console', 'favicon.svg'), path.join(outdir, 'favicon.svg'));
+  for (const name of [js, css, 'index.html', 'favicon.svg']) {
+    const file = path.join(outdir, name);
+    fs.writeFileSync(`${file}.gz`, zlib.gzipSync(fs.readFileSync(file), { level: 9 }));
+  }
 }
 
 if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {

@@ -23,7 +23,7 @@ try {
 } catch {
   // not built yet
 }
-const sources = ['bridge', 'src', 'package.json', 'package-lock.json'].map((s) => path.join(root, s)).filter((s) => fs.existsSync(s));
+const sources = ['bridge', 'src', 'console', 'package.json', 'package-lock.json'].map((s) => path.join(root, s)).filter((s) => fs.existsSync(s));
 if (!built || sources.some((s) => newest(s) > built)) {
   const { build } = await import('./build.mjs');
   await build();
