@@ -34,8 +34,8 @@ import { executionStatusOf } from './types.js';
 const HEADER_BYTES = 8;
 const NO_FRAME = Buffer.alloc(HEADER_BYTES);
 const RESERVE = 'reserve';
-/** Written in pieces this large: a reserve of tens of MiB never holds a big buffer or the thread pool for long. */
-const ZEROS = Buffer.alloc(1024 * 1024);
+/** The reserve is written in pieces this large: it never holds a big buffer or a thread of the pool for long. */
+const RESERVE_PIECE = 1024 * 1024;
 
 export interface JournalPosition {
   gen: number;
@@ -246,12 +246,13 @@ export class Journal {
     const tmp = path.join(this.dir, `${RESERVE}.tmp`);
     const size = this.opts.reserveBytes ?? 0;
     let fh: fs.promises.FileHandle | null = null;
+    const zeros = Buffer.alloc(Math.min(RESERVE_PIECE, size));
     try {
       fh = await fs.promises.open(tmp, 'w');
-      for (let at = 0; at < size; at += ZEROS.length) {
-        const n = Math.min(ZEROS.length, size - at);
+      for (let at = 0; at < size; at += zeros.length) {
+        const n = Math.min(zeros.length, size - at);
         let done = 0;
-        while (done < n) done += (await fh.write(ZEROS, done, n - done, at + done)).bytesWritten;
+        while (done < n) done += (await fh.write(zeros, done, n - done, at + done)).bytesWritten;
       }
       // no fsync: the filesystem counts written blocks as taken at write(2) (delayed allocation reserves them)
       await fh.close();
