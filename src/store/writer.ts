@@ -53,6 +53,8 @@ const remove = db.prepare('DELETE FROM events WHERE conversation_id = ?');
 let gathered: Extract<WriterRequest, { type: 'index' }>[] = [];
 let timer: NodeJS.Timeout | null = null;
 let stalled = false;
+/** Set when the store closed while a run could not be indexed: no later frame is indexed, or the index would skip that run (it stays in the journal for the next start). */
+let abandoned: string | null = null;
 
 const notify = (n: WriterNotice) => parentPort!.postMessage(n);
 
@@ -86,7 +88,8 @@ function indexGathered(): void {
   const run = gathered;
   gathered = [];
   if (run.length === 0) return;
-  const error = persist(() => index(run));
+  const error = abandoned ?? persist(() => index(run));
+  abandoned = error;
   for (const r of run) parentPort!.postMessage({ n: r.n, ...(error ? { error } : {}) } satisfies WriterReply);
 }
 
