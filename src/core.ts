@@ -47,10 +47,11 @@ export interface Core {
 
 export async function createCore(config: Config, log: Logger, redactor: Redactor): Promise<Core> {
   const startedAt = Date.now();
+  // DATA_DIR's free space (first sampled once the directory exists below): the store reports full-disk writes to it; subscribers hear of disk pressure
+  const disk = new DiskWatch(config.dataDir, { log });
   fs.mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   fs.mkdirSync(config.workspaceRoot, { recursive: true, mode: 0o700 });
   restrictDataDir(config.dataDir, [config.workspaceRoot]);
-  const disk = new DiskWatch(config.dataDir, { log });
   // probes bwrap once; SANDBOX=bwrap without a working bwrap throws SandboxUnavailableError
   const sandbox = await Sandbox.open(config.sandbox, {
     workspaceRoot: config.workspaceRoot,
