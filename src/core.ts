@@ -121,6 +121,10 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     events.committed(id, evs);
     conversations.committed(id, evs);
   };
+  // a full disk: the agents' writes go first (the conversation using the most disk is stopped, once a second while it lasts)
+  disk.subscribe((p) => {
+    if (p.full) void sandbox.relieveDisk();
+  });
   const agent = createAgent({ sandbox, conversations, events, settings, redactor, config, log });
   runsHere.test = (id) => agent.runtime.isRunning(id);
   const preparer = new WorkspacePreparer(conversations, events, settings, agent.runtime, sandbox, redactor, {

@@ -63,12 +63,14 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
   sandbox.onEvict((id) => void mcp.get(id)?.close());
   // over SANDBOX_DISK_MB: the sandbox stops every process of the conversation; the agent and its
   // clients are told why (the running command's observation and an error event)
-  sandbox.onDiskQuota((id, used) => {
+  sandbox.onDiskQuota((id, used, why) => {
+    const mib = `${(used / 1024 / 1024).toFixed(1)} MiB of disk (workspace, /tmp and HOME)`;
     const detail =
-      `the conversation uses ${(used / 1024 / 1024).toFixed(1)} MiB of disk (workspace, /tmp and HOME), over its ${config.sandbox.diskMb} MiB (SANDBOX_DISK_MB): ` +
-      'its processes were stopped; delete files to go on';
+      why === 'quota'
+        ? `the conversation uses ${mib}, over its ${config.sandbox.diskMb} MiB (SANDBOX_DISK_MB): its processes were stopped; delete files to go on`
+        : `the disk is full and this conversation uses the most of it (${mib}): its processes were stopped; delete files to go on`;
     void terminal.closeConversation(id, detail);
-    void events.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: 'DiskQuotaExceeded', detail }).catch(() => {});
+    void events.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: why === 'quota' ? 'DiskQuotaExceeded' : 'DiskFull', detail }).catch(() => {});
   });
   const helperDir = helperDirOf(config.dataDir);
   const llmCache = new Map<string, LlmClient>();
