@@ -143,7 +143,9 @@ describe('sandbox: setup.sh and the system prompt', { timeout: 120_000 }, () => 
 describe('sandbox: DATA_DIR under a directory the sandbox shows', { timeout: 120_000 }, () => {
   test('DATA_DIR inside a SANDBOX_RO_BINDS directory stays invisible (masked), the rest of it is shown', async () => {
     const outer = tempDir('parley-sbx-outer-');
-    fs.writeFileSync(path.join(outer, 'visible.txt'), 'SHOWN');
+    // a directory shown to the sandboxes is readable by their uid (as a toolchain under /opt is)
+    fs.chmodSync(outer, 0o755);
+    fs.writeFileSync(path.join(outer, 'visible.txt'), 'SHOWN', { mode: 0o644 });
     const dataDir = path.join(outer, 'data');
     const llm = await startScriptedLlm();
     // (keyless: with SANDBOX=bwrap that needs SANDBOX_NETWORK=none; the network plays no part here)
