@@ -66,11 +66,13 @@ describe('an idle conversation costs no process; its shell comes back as it was'
     assert.match(first, /^set$/m);
     const daemon = d.proc.pid!;
     const job = await waitFor(() => descendants(daemon).find((p) => cmdline(p).includes(`sleep ${marker}`)), 'the background job runs', 20_000);
-    // idle: the shell, the job and the holder go (only the spare holder, which no conversation owns, stays)
+    // idle: the shell, the job and the conversation's holder go; the spare holder (no conversation's) stays
+    const holderProcesses = () => descendants(daemon).filter((p) => /^\/usr\/bin\/node .*file-helper\.mjs/.test(cmdline(p)));
     await waitFor(() => !fs.existsSync(`/proc/${job}`), 'the background job was stopped with the idle sandbox', 60_000);
     await waitFor(() => descendants(daemon).every((p) => !/bash --norc|nsenter/.test(cmdline(p))), 'no shell or joined process left', 60_000);
-    const holders = descendants(daemon).filter((p) => /file-helper\.mjs/.test(cmdline(p)));
-    assert.ok(holders.length <= 1, `only the spare holder's file service is left: ${holders.map(cmdline).join(' | ')}`);
+    await waitFor(() => holderProcesses().length <= 1, "the conversation's holder closed (only the spare's file service left)", 60_000);
+    const left = holderProcesses().map((p) => fs.readdirSync(`/proc/${p}/root/workspace`));
+    assert.deepEqual(left.flat(), [], "what is left is the spare's (an empty workspace), not the conversation's");
     // the next command: a new shell, where the old one was
     const next = await sh(id, 'pwd; echo "[$PARLEY_IDLE_VAR]"; echo "$PATH" | cut -d: -f1');
     assert.match(next, /^\/workspace\/sub\/dir$/m);
