@@ -91,6 +91,35 @@ describe('sandbox limits over all conversations', { skip: !ROOT_RUN && 'needs ro
     }
   });
 
+  test('SANDBOX_CPU: a conversation\'s processes are in a cgroup with that CPU quota (where the cpu controller is there)', async () => {
+    const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, SANDBOX: 'bwrap', SANDBOX_NETWORK: 'none', SANDBOX_CPU: '0.5' });
+    try {
+      const info = (await d.req('GET', '/server_info')).body.sandbox;
+      const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
+      const marker = `9393${process.pid % 1000}`;
+      await turn(d, llm, id, `(sleep ${marker} > /dev/null 2>&1 &); echo started`);
+      const [job] = await waitFor(() => (pidsOf(['sleep', marker]).length ? pidsOf(['sleep', marker]) : null), 'the job runs', 20_000);
+      const lines = fs.readFileSync(`/proc/${job}/cgroup`, 'utf8').split('\n');
+      const v1 = lines.find((l) => /^\d+:[^:]*\bcpu\b[^:]*:/.test(l));
+      const v2 = lines.find((l) => l.startsWith('0::'));
+      let quota: string | null = null;
+      if (v1 && fs.existsSync(path.join('/sys/fs/cgroup/cpu', v1.split(':')[2]!, 'cpu.cfs_quota_us'))) quota = fs.readFileSync(path.join('/sys/fs/cgroup/cpu', v1.split(':')[2]!, 'cpu.cfs_quota_us'), 'utf8').trim();
+      else if (v2) {
+        const f = path.join('/sys/fs/cgroup', v2.slice(3), 'cpu.max');
+        if (fs.existsSync(f)) quota = fs.readFileSync(f, 'utf8').trim().split(' ')[0]!;
+      }
+      if (info.limits.cpus === null) {
+        // no cpu controller to write: /server_info says so, and nothing claims a quota
+        assert.equal(quota === null || quota === 'max' || quota === '-1', true, `no quota claimed, none set: ${quota}`);
+      } else {
+        assert.equal(info.limits.cpus, 0.5);
+        assert.equal(quota, '50000', 'a CFS quota of half a CPU per 100 ms');
+      }
+    } finally {
+      await d.stop();
+    }
+  });
+
   test('SANDBOX_DISK_MB on a small tmpfs: a conversation that writes past it is stopped, the event and the observation say why, the daemon and another conversation go on', async () => {
     const mnt = tempDir('parley-disk-');
     execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=96m', 'tmpfs', mnt]);
