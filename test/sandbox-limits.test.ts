@@ -98,7 +98,7 @@ describe('sandbox limits over all conversations', { skip: !ROOT_RUN && 'needs ro
       const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
       const marker = `9393${process.pid % 1000}`;
       await turn(d, llm, id, `(sleep ${marker} > /dev/null 2>&1 &); echo started`);
-      const [job] = await waitFor(() => (pidsOf(['sleep', marker]).length ? pidsOf(['sleep', marker]) : null), 'the job runs', 20_000);
+      const job = (await waitFor(() => pidsOf(['sleep', marker])[0], 'the job runs', 20_000))!;
       const lines = fs.readFileSync(`/proc/${job}/cgroup`, 'utf8').split('\n');
       const v1 = lines.find((l) => /^\d+:[^:]*\bcpu\b[^:]*:/.test(l));
       const v2 = lines.find((l) => l.startsWith('0::'));
