@@ -17,8 +17,11 @@ import { closeFd, firstChild, killTree, lastError, signalPid, exited } from './p
 import { STATE_DIRS, VISIBLE_WORKSPACE, type MappedDir, type SandboxSettings } from './settings.js';
 import { FILE_HELPER_INSIDE, HELPER_NODE_FLAGS, viewArgs } from './view.js';
 
-/** A holder not ready by then is killed (its joiners get an error). */
-const HOLDER_START_MS = 10_000;
+/**
+ * A holder not ready by then is killed (its joiners get an error). Generous: on a machine at load
+ * 20, ten holders starting at once (node, slirp4netns and nft each) took several seconds apiece.
+ */
+const HOLDER_START_MS = 30_000;
 
 /** What the probe found, that every holder is built with. */
 export interface HolderSetup {

@@ -114,6 +114,8 @@ export class Sandbox {
   /** The settings in force (egress may fall back to none). */
   settings: SandboxSettings;
 
+  private readonly log: SandboxOpenOptions['log'];
+
   private constructor(
     settings: SandboxSettings,
     readonly workspaceRoot: string,
@@ -121,6 +123,7 @@ export class Sandbox {
     opts: SandboxOpenOptions | null,
   ) {
     this.settings = settings;
+    this.log = opts?.log;
     if (!opts || settings.mode === 'none') {
       this.state = 'none';
       this.ready = Promise.resolve();
@@ -585,17 +588,22 @@ export class Sandbox {
       throw new FileOpError('UNAVAILABLE', 'the sandbox could not be set up');
     });
     if (!this.enabled) return this.plainChannel(conversationId, workspaceDir);
-    const live = this.enter(conversationId);
-    const holder = this.holderFor(conversationId, live, workspaceDir);
-    try {
-      await holder.ready;
-    } catch {
-      // (what bwrap said may name host paths: it is the holder's to log, not the caller's to see)
-      throw new FileOpError('UNAVAILABLE', "the conversation's sandbox could not start");
+    // a holder that died starting (or was closed meanwhile) is replaced once
+    for (let attempt = 0; ; attempt++) {
+      const live = this.enter(conversationId);
+      const holder = this.holderFor(conversationId, live, workspaceDir);
+      try {
+        await holder.ready;
+      } catch (e) {
+        if (attempt === 0 && !this.closed) continue;
+        // (what bwrap said may name host paths: the log has it, not the caller)
+        this.log?.warn({ conversation_id: conversationId, err: (e as Error).message }, "a conversation's sandbox could not start");
+        throw new FileOpError('UNAVAILABLE', "the conversation's sandbox could not start");
+      }
+      live.lastUsed = Date.now();
+      this.scheduleIdle(conversationId, live);
+      return holder.files;
     }
-    live.lastUsed = Date.now();
-    this.scheduleIdle(conversationId, live);
-    return holder.files;
   }
 
   /** SANDBOX=none: a file service per conversation as a plain process, closed after a minute unused. */
