@@ -1,0 +1,109 @@
+/**
+ * What an idle conversation costs (issue 22.3), with the sandbox on (SANDBOX=bwrap, egress), and
+ * what its next turn pays to get its shell back.
+ *
+ *   npx tsx scripts/bench-idle.ts [--conversations 40] [--idle-ms 5000]
+ *
+ * 1. `--conversations` one-turn conversations (a terminal call `echo hi` in the conversation's
+ *    shell, then an answer; scripted instant LLM), one after the other.
+ * 2. Right after the last turn ended: the daemon's descendant processes and their summed PSS
+ *    (from /proc/<pid>/smaps_rollup), per conversation — the shell and the sandbox are still up.
+ * 3. After SANDBOX_IDLE_CLOSE_MS (`--idle-ms`, plus a margin): the same — the idle shells and their
+ *    sandboxes are closed (only the spare holder, no conversation's, is left).
+ * 4. The next turn: for 10 conversations, a turn whose shell was idle-closed (the sandbox starts
+ *    again, the shell takes up its state) against a turn whose shell is still up, alternating;
+ *    median of the time from the POST to the agent's answer, and what the restart adds.
+ * Figures move with the machine's load (printed).
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import { parseArgs } from 'node:util';
+import { allEvents } from '../test/support/conversation-api.js';
+import { startDaemon, waitFor, type DaemonHandle } from '../test/support/daemon.js';
+import { startScriptedLlm, type ScriptedLlm } from '../test/support/scripted-llm.js';
+
+const { values: args } = parseArgs({ options: { conversations: { type: 'string', default: '40' }, 'idle-ms': { type: 'string', default: '5000' } } });
+const N = Number(args.conversations);
+const IDLE_MS = Number(args['idle-ms']);
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+/** The daemon's living descendants and their PSS (kB). */
+function tree(root: number): { processes: number; pssKiB: number } {
+  const parent = new Map<number, number>();
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (f[0] !== 'Z') parent.set(Number(d), Number(f[1]));
+    } catch {
+      /* gone */
+    }
+  }
+  let processes = 0;
+  let pssKiB = 0;
+  for (const pid of parent.keys()) {
+    let under = false;
+    for (let p = parent.get(pid), hops = 0; p !== undefined && p > 1 && hops < 64; p = parent.get(p), hops++) {
+      if (p === root) {
+        under = true;
+        break;
+      }
+    }
+    if (!under) continue;
+    processes++;
+    try {
+      pssKiB += Number(/^Pss:\s+(\d+) kB/m.exec(fs.readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8'))?.[1] ?? 0);
+    } catch {
+      /* gone */
+    }
+  }
+  return { processes, pssKiB };
+}
+
+async function turn(d: DaemonHandle, llm: ScriptedLlm, id: string, command: string): Promise<number> {
+  const before = (await allEvents(d.req, id)).length;
+  llm.push({ toolCalls: [{ name: 'terminal', arguments: { command } }] }, { text: 'done' });
+  const t0 = performance.now();
+  const r = await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true });
+  if (r.status !== 200) throw new Error(r.text);
+  await waitFor(async () => (await allEvents(d.req, id)).slice(before).some((e) => e.kind === 'MessageEvent' && e.source === 'agent'), 'the answer', 120_000);
+  const took = performance.now() - t0;
+  await waitFor(async () => (await d.req('GET', `/api/conversations/${id}`)).body.execution_status !== 'running', 'the turn ended', 60_000);
+  return took;
+}
+
+const llm = await startScriptedLlm();
+const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, SANDBOX: 'bwrap', SANDBOX_IDLE_CLOSE_MS: String(IDLE_MS), SANDBOX_MAX_LIVE: String(Math.max(64, N + 16)) });
+try {
+  const daemon = d.proc.pid!;
+  const base = tree(daemon);
+  const ids: string[] = [];
+  for (let i = 0; i < N; i++) {
+    const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id as string;
+    ids.push(id);
+    await turn(d, llm, id, 'echo hi');
+  }
+  const busy = tree(daemon);
+  await new Promise((r) => setTimeout(r, IDLE_MS + 5000));
+  await waitFor(() => tree(daemon).processes <= base.processes + 2, 'the idle sandboxes closed', 120_000).catch(() => {});
+  const idle = tree(daemon);
+  const per = (t: { processes: number; pssKiB: number }) =>
+    `${((t.processes - base.processes) / N).toFixed(2)} processes, ${((t.pssKiB - base.pssKiB) / 1024 / N).toFixed(2)} MiB PSS per conversation (${t.processes} processes, ${(t.pssKiB / 1024).toFixed(0)} MiB in all)`;
+  // the next turn: shell idle-closed (the sandbox starts again) against a shell that is up
+  const restart: number[] = [];
+  const live: number[] = [];
+  for (const id of ids.slice(0, Math.min(10, N))) {
+    restart.push(await turn(d, llm, id, 'echo again')); // its sandbox was closed while idle
+    live.push(await turn(d, llm, id, 'echo again')); // its shell is up
+  }
+  console.log(`bench-idle: ${N} one-turn conversations, SANDBOX_IDLE_CLOSE_MS=${IDLE_MS}, load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+  console.log(`  daemon alone (spare holder, egress): ${base.processes} processes, ${(base.pssKiB / 1024).toFixed(0)} MiB PSS`);
+  console.log(`  right after the turns:   ${per(busy)}`);
+  console.log(`  after the idle close:    ${per(idle)}`);
+  console.log(`  next turn: shell restored ${median(restart).toFixed(1)} ms, shell up ${median(live).toFixed(1)} ms (median of ${restart.length}): +${(median(restart) - median(live)).toFixed(1)} ms`);
+} finally {
+  await d.stop();
+  await llm.close();
+}
