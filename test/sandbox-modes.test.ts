@@ -244,7 +244,23 @@ describe('sandbox: an unprivileged daemon (as under the systemd unit)', { timeou
       assert.equal(info.sandbox.limits.pids, null, 'no per-conversation process limit is claimed without a cgroup');
       const id = (await call('POST', '/api/conversations', {})).conversation_id;
       await waitFor(async () => (await call('GET', `/api/conversations/${id}`)).execution_status === 'idle', 'idle', 20_000);
-      llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'id -u; pwd; touch mine.txt; ulimit -f; ulimit -d' } }] }, { text: 'done' });
+      llm.push(
+        {
+          toolCalls: [
+            {
+              name: 'terminal',
+              arguments: {
+                command:
+                  'id -u; pwd; touch mine.txt; ulimit -f; ulimit -d; ' +
+                  // no host privilege from here either: sysctls read-only (even their current value), no user namespace
+                  'v=$(cat /proc/sys/vm/swappiness); echo "$v" > /proc/sys/vm/swappiness 2>/dev/null; echo "sysctl rc=$?"; ' +
+                  'unshare -U true 2>/dev/null; echo "unshare rc=$?"; grep -cE " /proc/sys ro," /proc/self/mountinfo',
+              },
+            },
+          ],
+        },
+        { text: 'done' },
+      );
       await call('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true });
       await waitFor(async () => (await call('GET', `/api/conversations/${id}`)).execution_status === 'finished', 'finished', 30_000);
       const evs = (await call('GET', `/api/conversations/${id}/events/search?limit=100`)).items;
@@ -253,6 +269,9 @@ describe('sandbox: an unprivileged daemon (as under the systemd unit)', { timeou
       assert.match(text, /^0\n\/workspace\n/, text);
       assert.match(text, new RegExp(`^${1024 * 1024}$`, 'm'), 'RLIMIT_FSIZE: 1 GiB (bash counts KiB)');
       assert.match(text, new RegExp(`^${256 * 1024}$`, 'm'), 'RLIMIT_DATA (KiB)');
+      assert.match(text, /^sysctl rc=[1-9]/m, text);
+      assert.match(text, /^unshare rc=[1-9]/m, text);
+      assert.match(text, /^1$/m, '/proc/sys is a read-only mount');
       const st = fs.statSync(path.join(data, 'workspaces', id.replace(/-/g, ''), 'mine.txt'));
       assert.equal(st.uid, 65534);
     } finally {
