@@ -160,8 +160,8 @@ const ops = {
 
   /**
    * A regular file's bytes, at most `max`: a larger file is TOO_LARGE, unless `head` (its first
-   * `max` bytes, and its size).
-   * @param {{path: string, max: number, head?: boolean}} h
+   * `max` bytes, and its size). With `list`, a directory is listed (as `list` does) instead.
+   * @param {{path: string, max: number, head?: boolean, list?: {depth?: number, max?: number, hidden?: boolean}}} h
    */
   read(h) {
     const real = resolve(h.path);
@@ -170,6 +170,11 @@ const ops = {
     try {
       checkOpened(fd, h.path);
       const st = fs.fstatSync(fd);
+      // one request for "show me this": a directory is listed instead (the file editor's view)
+      if (st.isDirectory() && h.list) {
+        fs.closeSync(fd);
+        return { listing: ops.list({ ...h.list, path: h.path }) };
+      }
       if (!st.isFile()) throw notRegular(h.path, typeOf(st));
       if (h.head) {
         const buf = Buffer.allocUnsafe(Math.min(max, st.size));

@@ -49,6 +49,8 @@ export interface WorkspaceFiles {
   read(p: string, maxBytes: number): Promise<Buffer>;
   /** A regular file's first `maxBytes` bytes and its whole size. */
   head(p: string, maxBytes: number): Promise<{ data: Buffer; size: number }>;
+  /** `read`, or, when the path is a directory, its listing (`list`'s): one request for a view. */
+  readOrList(p: string, maxBytes: number, list: { depth?: number; max?: number; hidden?: boolean }): Promise<{ data: Buffer } | { listing: Listing }>;
   /** `exclusive`: must not exist; `create`: made when missing; `existing`: must exist. Never truncates before the checks. */
   write(p: string, data: string | Uint8Array, opts: { mode: 'exclusive' | 'create' | 'existing'; mkdirs?: boolean }): Promise<void>;
   /** Removes a file or a link (a directory is refused); false when there was nothing. */
@@ -241,6 +243,13 @@ export class ChannelFiles implements WorkspaceFiles {
   async read(p: string, maxBytes: number): Promise<Buffer> {
     const r = await this.call({ op: 'read', path: p, max: maxBytes }, null, maxBytes);
     return r.data;
+  }
+
+  async readOrList(p: string, maxBytes: number, list: { depth?: number; max?: number; hidden?: boolean }): Promise<{ data: Buffer } | { listing: Listing }> {
+    const r = await this.call({ op: 'read', path: p, max: maxBytes, list: { depth: list.depth ?? 1, max: list.max ?? 1000, hidden: !!list.hidden } }, null, maxBytes);
+    const l = r.header.listing as Partial<Listing> | undefined;
+    if (!l) return { data: r.data };
+    return { listing: { entries: Array.isArray(l.entries) ? l.entries : [], hidden: Number(l.hidden) || 0, truncated: l.truncated === true } };
   }
 
   async head(p: string, maxBytes: number): Promise<{ data: Buffer; size: number }> {

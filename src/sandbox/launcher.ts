@@ -785,6 +785,7 @@ function translatingFiles(inner: WorkspaceFiles, view: PathView): WorkspaceFiles
     realpath: (p) => inner.realpath(t(p)),
     read: (p, max) => inner.read(t(p), max),
     head: (p, max) => inner.head(t(p), max),
+    readOrList: (p, max, list) => inner.readOrList(t(p), max, list),
     write: (p, data, opts) => inner.write(t(p), data, opts),
     remove: (p) => inner.remove(t(p)),
     mkdirs: (p) => inner.mkdirs(t(p)),

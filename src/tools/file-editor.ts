@@ -8,7 +8,7 @@
  * reads at most the limit).
  */
 import path from 'node:path';
-import { FileOpError, type WorkspaceFiles } from '../sandbox/files.js';
+import { FileOpError, type Listing, type WorkspaceFiles } from '../sandbox/files.js';
 import { z } from 'zod';
 import { actionSchema, observationSchema } from '../events/content.js';
 import type { ObservationContent, Tool, ToolContext } from './types.js';
@@ -238,9 +238,11 @@ class FileEditor {
    * A regular file's bytes, in one request (no stat first): what is there instead, or too much of
    * it, becomes the message the agent can act on.
    */
-  private async readFile(abs: string, command: string, files: WorkspaceFiles, max: number): Promise<Buffer> {
+  private async readFile(abs: string, command: string, files: WorkspaceFiles, max: number): Promise<Buffer>;
+  private async readFile(abs: string, command: string, files: WorkspaceFiles, max: number, list: { depth: number; max: number }): Promise<{ data: Buffer } | { listing: Listing }>;
+  private async readFile(abs: string, command: string, files: WorkspaceFiles, max: number, list?: { depth: number; max: number }): Promise<Buffer | { data: Buffer } | { listing: Listing }> {
     try {
-      return await files.read(abs, max);
+      return list ? await files.readOrList(abs, max, list) : await files.read(abs, max);
     } catch (err) {
       if (!(err instanceof FileOpError)) throw err;
       if (err.code === 'ENOENT' || err.code === 'ENOTDIR') throw new EditorError(`The path ${abs} does not exist. Please provide a valid path.`);
@@ -255,7 +257,10 @@ class FileEditor {
 
   /** Reads a text file; refuses binary and non-UTF-8 content. */
   private async readText(abs: string, command: string, files: WorkspaceFiles): Promise<TextFile> {
-    const buf = await this.readFile(abs, command, files, MAX_FILE_BYTES);
+    return this.decodeText(abs, await this.readFile(abs, command, files, MAX_FILE_BYTES));
+  }
+
+  private decodeText(abs: string, buf: Buffer): TextFile {
     if (buf.includes(0)) {
       throw new EditorError(`The file ${abs} appears to be binary (it contains NUL bytes); file_editor only handles text files.`);
     }
@@ -323,36 +328,33 @@ class FileEditor {
 
   private async view(abs: string, params: FileEditorParams, ctx: ToolContext, files: WorkspaceFiles): Promise<FileEditorObservation> {
     const mime = IMAGE_TYPES[path.extname(abs).toLowerCase()];
-    // one request for a file (the common case); a directory is listed after the read says so
-    let text: string;
-    try {
-      if (mime) {
-        const data = await files.read(abs, MAX_IMAGE_BYTES).catch((err: unknown) => {
-          if (err instanceof FileOpError && err.code === 'TOO_LARGE') {
-            throw new EditorError(`The image ${abs} is too large to view (${err.detail.size ?? 'over'} bytes; the limit is ${MAX_IMAGE_BYTES} bytes).`);
-          }
-          throw err;
-        });
-        return this.obs(
-          ctx,
-          'view',
-          abs,
-          [
-            { type: 'text', text: `Image file ${abs} (${data.length} bytes, ${mime}):` },
-            { type: 'image', image_urls: [`data:${mime};base64,${data.toString('base64')}`] },
-          ],
-          false,
-        );
-      }
-      ({ text } = await this.readText(abs, 'view', files));
-    } catch (err) {
-      const isDir = (err instanceof FileOpError && err.code === 'NOT_REGULAR' && err.detail.type === 'dir') || (err instanceof EditorError && /is a directory/.test(err.message));
-      if (!isDir) throw err;
+    if (mime) {
+      const data = await files.read(abs, MAX_IMAGE_BYTES).catch((err: unknown) => {
+        if (err instanceof FileOpError && err.code === 'TOO_LARGE') {
+          throw new EditorError(`The image ${abs} is too large to view (${err.detail.size ?? 'over'} bytes; the limit is ${MAX_IMAGE_BYTES} bytes).`);
+        }
+        throw err;
+      });
+      return this.obs(
+        ctx,
+        'view',
+        abs,
+        [
+          { type: 'text', text: `Image file ${abs} (${data.length} bytes, ${mime}):` },
+          { type: 'image', image_urls: [`data:${mime};base64,${data.toString('base64')}`] },
+        ],
+        false,
+      );
+    }
+    // one request, a file or a directory
+    const got = await this.readFile(abs, 'view', files, MAX_FILE_BYTES, { depth: 2, max: MAX_DIR_ENTRIES });
+    if ('listing' in got) {
       if (params.view_range !== undefined) {
         throw new EditorError('The `view_range` parameter is not allowed when `path` points to a directory.');
       }
-      return this.obs(ctx, 'view', abs, [{ type: 'text', text: await this.listDirectory(abs, files) }], false);
+      return this.obs(ctx, 'view', abs, [{ type: 'text', text: this.listingText(abs, got.listing) }], false);
     }
+    const { text } = this.decodeText(abs, got.data);
     const lines = splitLines(text);
     const n = lines.length;
     let start = 1;
@@ -413,8 +415,7 @@ class FileEditor {
     return this.obs(ctx, 'view', abs, [{ type: 'text', text: out }], false);
   }
 
-  private async listDirectory(abs: string, files: WorkspaceFiles): Promise<string> {
-    const listing = await files.list(abs, { depth: 2, max: MAX_DIR_ENTRIES });
+  private listingText(abs: string, listing: Listing): string {
     const out = listing.entries.map((e) => (e.dir ? `${e.path}/` : e.path));
     const hidden = listing.hidden;
     let text = `Here's the files and directories up to 2 levels deep in ${abs}, excluding hidden items:\n${abs}/\n`;
