@@ -37,7 +37,9 @@ describe('parley run', () => {
     const out = r.out();
     assert.match(out, /> task:finish/);
     assert.match(out, /\$ printf 'one\\ntwo\\n'\n {2}one\n {2}two/);
-    assert.match(out, /✎ create \/workspace\/hello\.py\n {2}\+ print\("hello"\)\n {2}\+ print\("again"\)/);
+    assert.match(out, /✎ create \S+\/hello\.py\n {2}\+ print\("hello"\)\n {2}\+ print\("again"\)\n[^ ]/);
+    // an edit shows only the lines it changes
+    assert.match(out, /✎ str_replace \S+\/hello\.py\n {2}- print\("again"\)\n {2}\+ print\("edited"\)\n[^ ]/);
     assert.match(out, /✓ Wrote hello\.py/);
     assert.match(out, /· finished/);
     assert.doesNotMatch(out, /\x1b/, 'no escape sequences (colour, spinner) in piped output');

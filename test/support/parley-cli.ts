@@ -15,7 +15,7 @@ export const H = { 'X-Session-API-Key': KEY };
 
 /**
  * The scripted agent's behaviour is chosen by the latest user message: `task:finish` runs a
- * command and creates a file, then finishes; `task:reply` answers in text; `task:error` gets a
+ * command and creates a file, edits it, then finishes; `task:reply` answers in text; `task:error` gets a
  * provider error; `task:stuck` repeats one command; `task:slow` waits two minutes for the LLM
  * (a run to detach from, interrupt or restart under).
  */
@@ -24,6 +24,8 @@ function reply(req: ScriptedRequest): ScriptedReplyValue {
   const lastUser = messages.map((m) => m.role).lastIndexOf('user');
   const task = /task:(\w+)/.exec(JSON.stringify(messages[lastUser]?.content))?.[1];
   const toolResults = messages.slice(lastUser).filter((m) => m.role === 'tool').length;
+  // the system prompt names the workspace (a host path: these daemons run with SANDBOX=none)
+  const workspace = /(\/[^\s"'`\\]*\/workspaces\/[0-9a-f]{32})/.exec(JSON.stringify(messages[0]))?.[1] ?? '/workspace';
   switch (task) {
     case 'finish':
       if (toolResults === 0) {
@@ -31,9 +33,12 @@ function reply(req: ScriptedRequest): ScriptedReplyValue {
           text: 'Let me write it.',
           toolCalls: [
             { name: 'terminal', arguments: { command: "printf 'one\\ntwo\\n'" } },
-            { name: 'file_editor', arguments: { command: 'create', path: '/workspace/hello.py', file_text: 'print("hello")\nprint("again")\n' } },
+            { name: 'file_editor', arguments: { command: 'create', path: `${workspace}/hello.py`, file_text: 'print("hello")\nprint("again")\n' } },
           ],
         };
+      }
+      if (toolResults === 2) {
+        return { toolCalls: [{ name: 'file_editor', arguments: { command: 'str_replace', path: `${workspace}/hello.py`, old_str: 'print("hello")\nprint("again")', new_str: 'print("hello")\nprint("edited")' } }] };
       }
       return { toolCalls: [{ name: 'finish', arguments: { message: 'Wrote hello.py' } }] };
     case 'reply':
