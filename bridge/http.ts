@@ -1,5 +1,6 @@
 /** Transport helpers: reading bodies with a limit, writing corked JSON responses. */
 import crypto from 'node:crypto';
+import { jsonShapeError } from '../src/body-shape.js';
 import type { HttpResponse } from './uws.js';
 
 export const STATUS_TEXT: Record<number, string> = {
@@ -9,6 +10,7 @@ export const STATUS_TEXT: Record<number, string> = {
   500: '500 Internal Server Error', 503: '503 Service Unavailable',
 };
 
+/** A body refused before it was parsed (413): over the byte limit, or JSON too dense to build (src/body-shape.ts). `message` says which. */
 export class BodyTooLarge extends Error {}
 
 /** A response whose client may go away: every write checks `aborted`. */
@@ -31,26 +33,43 @@ export function watchAbort(res: HttpResponse, metric: ResState['metric'] = null)
 }
 
 /**
- * Reads the whole body as UTF-8 text, refusing more than `limit` bytes. The usual single-chunk
- * body is decoded straight from uWS's buffer (no copy); uWS reuses that memory after the
- * callback, so chunks of a longer body are copied first.
+ * Reads a JSON body as UTF-8 text, refusing more than `limit` bytes and, before anything parses it,
+ * more structure than BODY_SHAPE_LIMITS (src/body-shape.ts): every REST and /trpc body passes here,
+ * so none can make the daemon build more than a small multiple of its bytes. The usual single-chunk
+ * body is decoded straight from uWS's buffer (no copy); uWS reuses that memory after the callback, so
+ * a longer body is copied, into one buffer of its declared length (`Content-Length`) when it has one.
  */
-export function readText(res: HttpResponse, limit: number): Promise<string> {
+export function readJsonBody(res: HttpResponse, limit: number, declared = 0): Promise<string> {
   return new Promise((resolve, reject) => {
+    let whole: Buffer | null = null;
     let chunks: Buffer[] | null = null;
     let size = 0;
     let failed = false;
+    const done = (text: string) => {
+      const refused = jsonShapeError(text);
+      if (refused) reject(new BodyTooLarge(refused.detail));
+      else resolve(text);
+    };
     res.onData((ab, isLast) => {
       if (failed) return;
-      size += ab.byteLength;
-      if (size > limit) {
+      const n = ab.byteLength;
+      if (size + n > limit) {
         failed = true;
-        reject(new BodyTooLarge());
+        reject(new BodyTooLarge(`Request body exceeds ${limit} bytes`));
         return;
       }
-      if (isLast && chunks === null) return resolve(Buffer.from(ab).toString('utf8'));
-      (chunks ??= []).push(Buffer.from(ab.slice(0)));
-      if (isLast) resolve(Buffer.concat(chunks, size).toString('utf8'));
+      if (isLast && size === 0) return done(Buffer.from(ab).toString('utf8'));
+      if (declared > 0 && declared <= limit && size + n <= declared) {
+        whole ??= Buffer.allocUnsafe(declared);
+        whole.set(new Uint8Array(ab), size);
+      } else {
+        // no length declared (chunked), or more than it said: keep the parts
+        if (whole) (chunks = [whole.subarray(0, size)]), (whole = null), (declared = 0);
+        (chunks ??= []).push(Buffer.from(ab.slice(0)));
+      }
+      size += n;
+      if (!isLast) return;
+      done(whole ? whole.toString('utf8', 0, size) : Buffer.concat(chunks!, size).toString('utf8'));
     });
   });
 }

@@ -26,10 +26,6 @@ async function main() {
   try {
     core = await createCore(config, log, redactor);
   } catch (err) {
-    if ((err as Error)?.name === 'SandboxUnavailableError') {
-      process.stderr.write(`parley: ${(err as Error).message}\n`);
-      process.exit(1);
-    }
     const what = config.cluster ? 'start the cluster node' : `open the data directory ${config.dataDir}`;
     process.stderr.write(`parley: cannot ${what}: ${redactor.redact((err as Error).message)}\n`);
     process.exit(1);
@@ -52,6 +48,15 @@ async function main() {
     process.exit(1);
   }
   log.info({ host: config.host, port: daemon.port, data_dir: config.dataDir }, `listening on http://${config.host}:${daemon.port}`);
+  // the sandbox's probe finishes after the port is open: SANDBOX=bwrap that cannot be honoured still
+  // stops the daemon with one line and exit code 1
+  core.sandbox.ready.catch(async (err: Error) => {
+    process.stderr.write(`parley: ${err.name === 'SandboxUnavailableError' ? err.message : `the sandbox could not be set up: ${err.message}`}\n`);
+    metricsServer?.stop();
+    await daemon.stop(1000).catch(() => {});
+    await core.close().catch(() => {});
+    process.exit(1);
+  });
 
   let stopping = false;
   const shutdown = async (signal: string) => {

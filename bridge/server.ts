@@ -8,17 +8,17 @@ import { runOperation, type OperationName } from '../src/api/router.js';
 import type { Config } from '../src/config.js';
 import type { Core } from '../src/core.js';
 import { toHttpError } from './errors.js';
-import { BodyTooLarge, jsonErrorPosition, keyMatches, parseQuery, readText, send, sendJson, streamPage, watchAbort, type ResState } from './http.js';
+import { BodyTooLarge, jsonErrorPosition, keyMatches, parseQuery, readJsonBody, send, sendJson, streamPage, watchAbort, type ResState } from './http.js';
 import { EventPage } from '../src/events/page.js';
 import { eventJson } from '../src/events/types.js';
 import { mountMetrics, RouteMetric, unmatchedMetric } from './metrics.js';
 import { mountDocs } from './docs.js';
 import { buildOpenApi } from './openapi.js';
 import { FileBytes } from '../src/conversation/side-channels.js';
-import { isMultipart, multipartFile, readBytes } from './multipart.js';
+import { isMultipart, multipartFile, multipartPartsError, readBytes } from './multipart.js';
 import { checkBrowserRequest, isJsonContentType, type GuardOptions } from './guard.js';
 import { compileRoutes, matchRoute, ROUTES, type CompiledRoute, type RouteRequest } from './routes.js';
-import { handleTrpc } from './trpc.js';
+import { handleTrpc, trpcRefusal } from './trpc.js';
 import { App, us_listen_socket_close, us_socket_local_port, type HttpResponse, type us_listen_socket } from './uws.js';
 import { mountEventSockets } from './ws.js';
 
@@ -91,21 +91,16 @@ export function startServer(config: Config, core: Core, log: Logger): Promise<Da
     }
     if (keys.length && !keyMatches(req.getHeader('x-session-api-key'), keys)) {
       res.onAborted(() => {});
-      // a tRPC-shaped error (one per batched call) so typed clients can read it
-      const error = { error: { message: 'Unauthorized', code: -32001, data: { code: 'UNAUTHORIZED', httpStatus: 401 } } };
-      const calls = req.getUrl().slice('/trpc/'.length).split(',').length;
-      const batch = /(^|&)batch=1/.test(req.getQuery() ?? '');
-      return sendJson(res, state, 401, batch ? Array.from({ length: calls }, () => error) : error);
+      return sendJson(res, state, 401, trpcRefusal(req.getUrl(), req.getQuery() ?? '', 401, 'Unauthorized'));
     }
     if (method === 'POST') {
       res.onAborted(() => {});
       if (!isJsonContentType(req.getHeader('content-type'))) return sendJson(res, state, 415, { detail: 'Content-Type must be application/json' });
-      if (Number(req.getHeader('content-length') || 0) > config.maxBodyBytes) return sendJson(res, state, 413, tooLarge);
+      if (Number(req.getHeader('content-length') || 0) > config.maxBodyBytes) return sendJson(res, state, 413, trpcRefusal(req.getUrl(), req.getQuery() ?? '', 413, tooLarge.detail));
     }
     inFlight += 1;
     handleTrpc(res, req, state, { core, maxQueuedBytes: config.wsMaxBufferedBytes }, config.maxBodyBytes, log)
       .catch((err) => {
-        if (err instanceof BodyTooLarge) return sendJson(res, state, 413, tooLarge);
         log.error({ err: core.redactor.redact(String(err)) }, 'trpc transport error');
         if (!state.aborted) {
           try {
@@ -152,7 +147,7 @@ export function startServer(config: Config, core: Core, log: Logger): Promise<Da
     const declared = Number(req.getHeader('content-length') || 0);
     if (declared > config.maxBodyBytes) return sendJson(res, state, 413, tooLarge);
     inFlight += 1;
-    readText(res, config.maxBodyBytes)
+    readJsonBody(res, config.maxBodyBytes, declared)
       .then((text) => {
         if (text.trim() === '') {
           return sendJson(res, state, 422, { detail: [{ type: 'missing', loc: ['body'], msg: 'Field required', input: null }] });
@@ -168,7 +163,7 @@ export function startServer(config: Config, core: Core, log: Logger): Promise<Da
         return dispatch(res, state, route, { params, query, rawQuery, body });
       })
       .catch((err) => {
-        if (err instanceof BodyTooLarge) sendJson(res, state, 413, tooLarge);
+        if (err instanceof BodyTooLarge) sendJson(res, state, 413, { detail: err.message });
         else sendJson(res, state, 500, toHttpError(err, undefined, route.loc, log, core.redactor).body);
       })
       .finally(done);
@@ -183,6 +178,8 @@ export function startServer(config: Config, core: Core, log: Logger): Promise<Da
     } catch {
       return sendJson(res, state, 413, tooLarge);
     }
+    const refused = multipartPartsError(bytes, contentType);
+    if (refused) return sendJson(res, state, 413, { detail: refused });
     const file = await multipartFile(bytes, contentType);
     if (!file) return sendJson(res, state, 422, { detail: [{ type: 'missing', loc: ['body', 'file'], msg: 'Field required', input: null }] });
     return dispatch(res, state, route, { ...r, body: file });

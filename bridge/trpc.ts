@@ -4,7 +4,18 @@ import type { Logger } from 'pino';
 import { appRouter } from '../src/api/router.js';
 import type { Context } from '../src/api/trpc.js';
 import type { HttpRequest, HttpResponse } from './uws.js';
-import { readText, STATUS_TEXT, write, type ResState } from './http.js';
+import { BodyTooLarge, readJsonBody, sendJson, STATUS_TEXT, write, type ResState } from './http.js';
+
+/**
+ * The answer to a call refused before the router ran (no key, a body over the limits), shaped as
+ * tRPC's own errors (one per call of a batch) so that typed clients read its message.
+ */
+export function trpcRefusal(path: string, query: string, httpStatus: 401 | 413, message: string): unknown {
+  const [code, name] = httpStatus === 401 ? [-32001, 'UNAUTHORIZED'] : [-32013, 'PAYLOAD_TOO_LARGE'];
+  const error = { error: { message, code, data: { code: name, httpStatus } } };
+  const calls = path.slice('/trpc/'.length).split(',').length;
+  return /(^|&)batch=1/.test(query) ? Array.from({ length: calls }, () => error) : error;
+}
 
 export async function handleTrpc(
   res: HttpResponse,
@@ -15,7 +26,10 @@ export async function handleTrpc(
   log: Logger,
 ): Promise<void> {
   const method = req.getMethod().toUpperCase();
-  const url = `http://localhost${req.getUrl()}${req.getQuery() ? `?${req.getQuery()}` : ''}`;
+  const path = req.getUrl();
+  const query = req.getQuery() ?? '';
+  const declared = Number(req.getHeader('content-length') || 0);
+  const url = `http://localhost${path}${query ? `?${query}` : ''}`;
   const headers = new Headers();
   req.forEach((k, v) => headers.append(k, v));
   const controller = new AbortController();
@@ -24,7 +38,13 @@ export async function handleTrpc(
     controller.abort();
     state.onAbort?.();
   });
-  const body = method === 'GET' || method === 'HEAD' ? undefined : await readText(res, maxBody);
+  let body: string | undefined;
+  try {
+    body = method === 'GET' || method === 'HEAD' ? undefined : await readJsonBody(res, maxBody, declared);
+  } catch (err) {
+    if (err instanceof BodyTooLarge) return sendJson(res, state, 413, trpcRefusal(path, query, 413, err.message));
+    throw err;
+  }
   const request = new Request(url, { method, headers, body, signal: controller.signal });
   const response = await fetchRequestHandler({
     endpoint: '/trpc',

@@ -7,6 +7,7 @@ import crypto from 'node:crypto';
 import { pack, unpack } from 'msgpackr';
 import type { Logger } from 'pino';
 import { ConversationId, SendMessageRequest } from '../src/api/schemas.js';
+import { BODY_SHAPE_LIMITS, jsonShapeError, msgpackShapeError } from '../src/body-shape.js';
 import type { Core } from '../src/core.js';
 import type { EventFeed } from '../src/events/feed.js';
 import { nowIso, type EncodedEvent } from '../src/events/types.js';
@@ -257,9 +258,18 @@ export function mountEventSockets(app: TemplatedApp, core: Core, log: Logger, op
     message: (ws, message, isBinary) => {
       const d = ws.getUserData();
       if (!d.authed && message.byteLength > PREAUTH_FRAME_BYTES) return end(ws, 4001, 'Authentication failed');
+      // counted before it is decoded, like every request body (src/body-shape.ts): a frame of MAX_BODY_BYTES
+      // of `[[],[],…]` would otherwise become millions of arrays, and zod an issue for each
+      const bytes = Buffer.from(message);
+      const text = isBinary ? '' : bytes.toString('utf8');
+      const refused = isBinary ? msgpackShapeError(bytes) : jsonShapeError(text, BODY_SHAPE_LIMITS, 'Frame');
+      if (refused) {
+        if (!d.authed) return end(ws, 4001, 'Authentication failed');
+        return invalidFrame(ws, refused.tooLarge ? 'PayloadTooLarge' : 'InvalidFrame', refused.detail);
+      }
       let parsed: unknown;
       try {
-        parsed = isBinary ? unpack(Buffer.from(message)) : JSON.parse(Buffer.from(message).toString('utf8'));
+        parsed = isBinary ? unpack(bytes) : JSON.parse(text);
       } catch {
         if (!d.authed) return end(ws, 4001, 'Authentication failed');
         return invalidFrame(ws, 'InvalidFrame', isBinary ? 'Frame is not valid msgpack' : 'Frame is not valid JSON');

@@ -2,6 +2,7 @@
  * The daemon's memory under the oversized-data attacks of issue 12.4, measured from the host.
  *
  *   npx tsx scripts/bench-memory-attacks.ts [--messages 20] [--message-mib 8] [--frames 300000]
+ *                                           [--only search,pages,frames,preauth,creates,shapes] [--case NAME]
  *
  * Each attack runs against a fresh daemon (its VmRSS read from /proc/<pid>/status) and prints the
  * RSS before, the peak seen while the attack ran (sampled every 20 ms) and after, in MiB:
@@ -16,7 +17,14 @@
  *   preauth: from 16 loopback addresses (127.0.0.2…), as many unauthenticated sockets as the daemon
  *            accepts (8 tries each), each sending all but the last byte of an "auth" frame just under
  *            MAX_BODY_BYTES (default 10 MiB), held until the auth timeout closes them (worst case);
- *   creates: `--creates` (8) conversations created with 8 MiB `conversation_instructions`.
+ *   creates: `--creates` (8) conversations created with 8 MiB `conversation_instructions`;
+ *   shapes:  bodies of MAX_BODY_BYTES (10 MiB) that are dense JSON (issue 20.6), each against a fresh
+ *            daemon: `[[],[],…]` as `initial_user_msg` and as a message's `content` (alone and four at
+ *            once), `[0,0,…]` as content, `{"a":0,"a":0,…}`, `[[[[…]]]]` nesting, the same array inside
+ *            `replay_json`, over /trpc, as a WebSocket text frame and as a msgpack frame; and a 9 MiB
+ *            text message (what a legitimate body of that size costs; MAX_EVENT_BYTES raised to 10 MiB). A case whose daemon passes
+ *            +2 GiB is stopped there (SIGKILL) and printed as such; the line ends with the statuses
+ *            and whether the daemon still answered.
  */
 import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
@@ -36,6 +44,8 @@ const { values: args } = parseArgs({
     frames: { type: 'string', default: '300000' },
     creates: { type: 'string', default: '8' },
     only: { type: 'string' },
+    /** with --only shapes: the cases whose name contains this */
+    case: { type: 'string' },
   },
 });
 const MiB = 1024 * 1024;
@@ -85,14 +95,30 @@ async function heapUsed(d: Daemon): Promise<number> {
 
 const rss = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) / 1024;
 
-/** Runs `attack` while sampling the daemon's RSS; prints before / peak / after. */
-async function measure(name: string, d: Daemon, attack: () => Promise<string | void>) {
+/**
+ * Runs `attack` while sampling the daemon's RSS; prints before / peak / after. With `capMiB`, a daemon
+ * that grows past it is killed (the attack then sees its connections fail) and the line says so.
+ */
+async function measure(name: string, d: Daemon, attack: () => Promise<string | void>, capMiB = Infinity) {
   await new Promise((r) => setTimeout(r, 1000));
   const before = rss(d.pid);
   const heapBefore = await heapUsed(d);
   let peak = before;
-  const timer = setInterval(() => (peak = Math.max(peak, rss(d.pid))), 20);
+  let killed = false;
+  const timer = setInterval(() => {
+    if (killed) return;
+    peak = Math.max(peak, rss(d.pid));
+    if (peak - before > capMiB) {
+      killed = true;
+      process.kill(d.pid, 'SIGKILL');
+    }
+  }, 20);
   const note = await attack();
+  if (killed) {
+    clearInterval(timer);
+    console.log(`${name.padEnd(11)} RSS before ${before.toFixed(0)} MiB, passed +${capMiB} MiB (${peak.toFixed(0)} MiB): daemon killed by the bench${note ? `; ${note}` : ''}`);
+    return;
+  }
   await new Promise((r) => setTimeout(r, 3000));
   clearInterval(timer);
   const after = rss(d.pid);
@@ -276,5 +302,93 @@ const attacks: Record<string, () => Promise<void>> = {
   },
 };
 
+/** MAX_BODY_BYTES bytes of `open` + `item` repeated (comma-separated) + `close`. */
+function dense(open: string, item: string, close: string, bytes = 10 * MiB): string {
+  const n = Math.floor((bytes - open.length - close.length) / (item.length + 1));
+  return `${open}${`${item},`.repeat(n - 1)}${item}${close}`;
+}
+const deep = (open: string, close: string, bytes = 10 * MiB) => {
+  const n = Math.floor((bytes - open.length - close.length) / 2);
+  return `${open}${'['.repeat(n)}${']'.repeat(n)}${close}`;
+};
+
+/** Posts raw text; the status and the first 160 characters of the answer (or why there was none). */
+async function postRaw(d: Daemon, p: string, text: string): Promise<string> {
+  try {
+    const r = await fetch(d.url + p, { method: 'POST', headers: { 'content-type': 'application/json' }, body: text });
+    return `${r.status} ${(await r.text()).slice(0, 160)}`;
+  } catch (err) {
+    return `no answer (${(err as Error).cause ?? err})`;
+  }
+}
+
+/** Sends one frame on an open socket; the first ServerErrorEvent's detail, or what happened instead. */
+async function sendFrame(d: Daemon, id: string, payload: string | Buffer): Promise<string> {
+  const ws = new WebSocket(`ws://127.0.0.1:${d.port}/sockets/events/${id}`);
+  try {
+    await new Promise((resolve, reject) => (ws.once('open', resolve), ws.once('error', reject)));
+    return await new Promise<string>((resolve) => {
+      ws.on('message', (m: Buffer, binary: boolean) => {
+        const s = binary ? '' : m.toString();
+        if (s.includes('ServerErrorEvent')) resolve(`ServerErrorEvent ${s.slice(0, 200)}`);
+      });
+      ws.once('close', (code) => resolve(`socket closed ${code}`));
+      ws.send(payload, { binary: typeof payload !== 'string' });
+    });
+  } catch (err) {
+    return `no answer (${err})`;
+  } finally {
+    ws.terminate();
+  }
+}
+
+async function alive(d: Daemon): Promise<string> {
+  try {
+    const r = await fetch(`${d.url}/alive`, { signal: AbortSignal.timeout(10_000) });
+    return r.status === 200 ? 'daemon up' : `daemon answers ${r.status}`;
+  } catch {
+    return 'daemon DOWN';
+  }
+}
+
+/** Each case: a fresh daemon with one conversation, the attack measured, then /alive asked. */
+const SHAPE_CASES: Record<string, (d: Daemon, id: string) => Promise<string>> = {
+  'text 9 MiB (legitimate)': (d, id) => postRaw(d, `/api/conversations/${id}/events`, JSON.stringify({ role: 'user', content: [{ type: 'text', text: 't'.repeat(9 * MiB) }], run: false })),
+  '[[],…] initial_user_msg': (d) => postRaw(d, '/api/conversations', dense('{"initial_user_msg":[', '[]', ']}')),
+  '[[],…] initial_user_msg ×4': async (d) => (await Promise.all(Array.from({ length: 4 }, () => postRaw(d, '/api/conversations', dense('{"initial_user_msg":[', '[]', ']}'))))).map((s) => s.slice(0, 3)).join(','),
+  '[[],…] content': (d, id) => postRaw(d, `/api/conversations/${id}/events`, dense('{"role":"user","content":[', '[]', ']}')),
+  '[[],…] content ×4': async (d, id) => (await Promise.all(Array.from({ length: 4 }, () => postRaw(d, `/api/conversations/${id}/events`, dense('{"role":"user","content":[', '[]', ']}'))))).map((s) => s.slice(0, 3)).join(','),
+  '[0,0,…] content': (d, id) => postRaw(d, `/api/conversations/${id}/events`, dense('{"role":"user","content":[', '0', ']}')),
+  '{"a":0,…} body': (d, id) => postRaw(d, `/api/conversations/${id}/events`, dense('{"role":"user",', '"a":0', '}')),
+  '[[[…]]] nesting': (d) => postRaw(d, '/api/conversations', deep('{"initial_user_msg":', '}')),
+  '[[],…] replay_json': (d) => postRaw(d, '/api/conversations', JSON.stringify({ replay_json: dense('[', '[]', ']', 10 * MiB - 64) })),
+  '[[],…] /trpc': (d) => postRaw(d, '/trpc/createConversation', dense('{"initial_user_msg":[', '[]', ']}')),
+  '[[],…] ws frame': (d, id) => sendFrame(d, id, dense('{"role":"user","content":[', '[]', ']}')),
+  '[[],…] msgpack frame': (d, id) => {
+    // {"role":"user","content": <array32 of n empty arrays>}
+    const n = 10 * MiB - 64;
+    const head = Buffer.from([0x82, 0xa4, ...Buffer.from('role'), 0xa4, ...Buffer.from('user'), 0xa7, ...Buffer.from('content'), 0xdd, n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255]);
+    return sendFrame(d, id, Buffer.concat([head, Buffer.alloc(n, 0x90)]));
+  },
+};
+
+const attacksWithShapes = {
+  ...attacks,
+  async shapes() {
+    for (const [name, run] of Object.entries(SHAPE_CASES)) {
+      if (args.case && !name.includes(args.case)) continue;
+      // MAX_EVENT_BYTES raised so that the 9 MiB message is accepted, as a client allowed such messages would send it
+      await withConversation({ MAX_EVENT_BYTES: String(10 * MiB) }, async (d, id) => {
+        let note = '';
+        await measure(name, d, async () => {
+          note = await run(d, id);
+          return note.length > 200 ? `${note.slice(0, 200)}…` : note;
+        }, 2048);
+        console.log(`${''.padEnd(11)} → ${await alive(d)}`);
+      }).catch((err) => console.log(`${name}: ${err}`));
+    }
+  },
+};
+
 console.log(`bench-memory-attacks (${os.cpus().length} cores, Node ${process.version}, ${new Date().toISOString().slice(0, 16)} UTC)`);
-for (const [name, run] of Object.entries(attacks)) if (!args.only || args.only.split(',').includes(name)) await run();
+for (const [name, run] of Object.entries(attacksWithShapes)) if (!args.only || args.only.split(',').includes(name)) await run();

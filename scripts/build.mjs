@@ -42,6 +42,8 @@ export async function build() {
     banner: { js: "import { createRequire as __parleyRequire } from 'node:module'; const require = __parleyRequire(import.meta.url);" },
     logLevel: 'warning',
   });
+  // the sandbox's file service runs as it is (plain JavaScript) next to the code that starts it
+  fs.copyFileSync(path.join(ROOT, 'src/sandbox/file-helper.mjs'), path.join(tmp, 'file-helper.mjs'));
   fs.rmSync(DIST, { recursive: true, force: true });
   fs.renameSync(tmp, DIST);
 }

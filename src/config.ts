@@ -3,6 +3,10 @@ import path from 'node:path';
 import { z } from 'zod';
 import { ConfigError } from './errors.js';
 import type { SandboxSettings } from './sandbox/launcher.js';
+import { parseAllowNets } from './sandbox/network.js';
+
+/** SANDBOX_UID/SANDBOX_GID when the daemon is root and they are not set. */
+const DEFAULT_SANDBOX_ID = 65533;
 
 const intFrom = (name: string, min: number, max: number) =>
   z
@@ -43,12 +47,34 @@ const EnvSchema = z.object({
   TERMINAL_NO_OUTPUT_TIMEOUT_MS: intFrom('TERMINAL_NO_OUTPUT_TIMEOUT_MS', 100, 3600 * 1000).default(30_000),
   // sandbox (src/sandbox/): one bubblewrap sandbox per conversation
   SANDBOX: z.enum(['auto', 'bwrap', 'none']).default('auto'),
-  SANDBOX_NETWORK: z.enum(['host', 'none']).default('host'),
+  SANDBOX_NETWORK: z.enum(['egress', 'host', 'none']).default('egress'),
+  SANDBOX_ALLOW_NETS: z
+    .string()
+    .transform((v, ctx) => {
+      try {
+        return parseAllowNets(v);
+      } catch (e) {
+        ctx.addIssue({ code: 'custom', message: (e as Error).message.replace(/^SANDBOX_ALLOW_NETS: /, '') });
+        return z.NEVER;
+      }
+    })
+    .optional(),
   SANDBOX_MEMORY_MB: intFrom('SANDBOX_MEMORY_MB', 16, 1024 * 1024).default(4096),
   SANDBOX_PIDS: intFrom('SANDBOX_PIDS', 8, 1_000_000).default(512),
   SANDBOX_FILE_SIZE_MB: intFrom('SANDBOX_FILE_SIZE_MB', 1, 1024 * 1024).default(1024),
   SANDBOX_MAX_LIVE: intFrom('SANDBOX_MAX_LIVE', 0, 1_000_000).default(64),
   SANDBOX_RO_BINDS: z.string().optional(),
+  SANDBOX_TOTAL_MEMORY_MB: intFrom('SANDBOX_TOTAL_MEMORY_MB', 16, 1024 * 1024 * 1024).optional(),
+  SANDBOX_CPU: z
+    .string()
+    .regex(/^\d+(\.\d+)?$/, 'SANDBOX_CPU must be a number of CPUs, e.g. 1 or 0.5')
+    .transform(Number)
+    .refine((n) => n >= 0.01 && n <= 4096, 'SANDBOX_CPU must be between 0.01 and 4096')
+    .optional(),
+  SANDBOX_DISK_MB: intFrom('SANDBOX_DISK_MB', 0, 1024 * 1024 * 1024).default(10240),
+  SANDBOX_IDLE_CLOSE_MS: intFrom('SANDBOX_IDLE_CLOSE_MS', 0, 7 * 24 * 3600_000).optional(),
+  SANDBOX_UID: intFrom('SANDBOX_UID', 1, 4_294_967_294).optional(),
+  SANDBOX_GID: intFrom('SANDBOX_GID', 1, 4_294_967_294).optional(),
   BWRAP_PATH: z.string().min(1).optional(),
   // ---- hardening (issue 12) ----
   /** Origins (besides same-origin) allowed to send state-changing requests and open WebSockets. */
@@ -131,6 +157,23 @@ interface ClusterConfig {
   leaseTtlMs: number;
 }
 
+/**
+ * The host ids sandboxes run as. A daemon running as root never lets a sandbox be root: its
+ * processes are SANDBOX_UID/SANDBOX_GID on the host (default 65533, a uid no Debian account uses).
+ * Any other daemon's sandboxes run as the daemon's own user (changing uid needs privilege), so
+ * SANDBOX_UID is refused there unless it names that user.
+ */
+function sandboxIds(uid: number | undefined, gid: number | undefined): { uid: number; gid: number } | null {
+  const self = process.getuid?.() ?? -1;
+  if (self !== 0) {
+    if (uid !== undefined && uid !== self) {
+      throw new ConfigError(`invalid configuration: SANDBOX_UID: sandboxes can run as another user only when the daemon runs as root (it runs as uid ${self}, and its sandboxes run as that uid)`);
+    }
+    return null;
+  }
+  return { uid: uid ?? DEFAULT_SANDBOX_ID, gid: gid ?? uid ?? DEFAULT_SANDBOX_ID };
+}
+
 /** Parse the environment once. Throws ConfigError with one clear line per bad value. */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const picked: Record<string, string> = {};
@@ -158,6 +201,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     );
   }
   const dataDir = path.resolve(e.DATA_DIR);
+  const runAs = sandboxIds(e.SANDBOX_UID, e.SANDBOX_GID);
   if (e.NATS_URL && !e.DATABASE_URL) throw new ConfigError('invalid configuration: NATS_URL: cluster mode needs DATABASE_URL too (the nodes share one PostgreSQL database)');
   if (e.DATABASE_URL && !e.SECRET_KEY) throw new ConfigError('invalid configuration: SECRET_KEY: required with DATABASE_URL (every node must seal and open secrets with the same key)');
   return {
@@ -182,12 +226,18 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     sandbox: {
       mode: e.SANDBOX,
       network: e.SANDBOX_NETWORK,
+      allowNets: e.SANDBOX_ALLOW_NETS ?? [],
       memoryMb: e.SANDBOX_MEMORY_MB,
+      totalMemoryMb: e.SANDBOX_TOTAL_MEMORY_MB,
+      cpus: e.SANDBOX_CPU ?? null,
+      diskMb: e.SANDBOX_DISK_MB,
+      idleCloseMs: e.SANDBOX_IDLE_CLOSE_MS,
       pids: e.SANDBOX_PIDS,
       fileSizeMb: e.SANDBOX_FILE_SIZE_MB,
       maxLive: e.SANDBOX_MAX_LIVE,
       bwrapPath: e.BWRAP_PATH,
       roBinds: (e.SANDBOX_RO_BINDS ?? '').split(':').filter(Boolean),
+      runAs,
     },
     allowedOrigins: parseOrigins(e.ALLOWED_ORIGINS),
     maxEventBytes: e.MAX_EVENT_BYTES,

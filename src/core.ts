@@ -46,9 +46,10 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   const startedAt = Date.now();
   fs.mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   fs.mkdirSync(config.workspaceRoot, { recursive: true, mode: 0o700 });
-  restrictDataDir(config.dataDir, [config.workspaceRoot]);
-  // probes bwrap once; SANDBOX=bwrap without a working bwrap throws SandboxUnavailableError
-  const sandbox = await Sandbox.open(config.sandbox, {
+  restrictDataDir(config.dataDir, [config.workspaceRoot, helperDirOf(config.dataDir)]);
+  // probes bwrap in the background (the daemon listens meanwhile; what needs a sandbox waits for
+  // sandbox.ready, which rejects with a SandboxUnavailableError when SANDBOX=bwrap cannot be honoured)
+  const sandbox = Sandbox.start(config.sandbox, {
     workspaceRoot: config.workspaceRoot,
     mapped: [{ host: helperDirOf(config.dataDir), inside: '/parley/helpers' }],
     hidden: [config.dataDir],

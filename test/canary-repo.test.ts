@@ -23,7 +23,8 @@ test('canary token in a cloned repository: shell has it masked, push works, it a
   const git = await startGitServer({ token: GH });
   await git.createRepo('acme/secret-app', { 'README.md': '# secret app\n', '.openhands/setup.sh': 'echo "setup sees ${#GITHUB_TOKEN} chars"; echo "$GITHUB_TOKEN"\n' }, { private: true });
   const llm = await startScriptedLlm();
-  const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'sk-canary-repo-llm', SESSION_API_KEY: SESSION });
+  // the agent pushes to the git server on the host's loopback: its sandbox may reach that one port
+  const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'sk-canary-repo-llm', SESSION_API_KEY: SESSION, SANDBOX_ALLOW_NETS: `127.0.0.1:${new URL(git.url).port}` });
   const H = { 'X-Session-API-Key': SESSION };
   const responses: string[] = [];
   const call = recordingReq(d, responses, H);

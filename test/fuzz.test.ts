@@ -11,6 +11,7 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import WebSocket from 'ws';
 import { cloneRepository, CloneError } from '../src/workspace/index.js';
+import { Sandbox } from '../src/sandbox/launcher.js';
 import { startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
 import { startGitServer } from './support/git-server.js';
 import { startScriptedLlm } from './support/scripted-llm.js';
@@ -308,11 +309,12 @@ test('attack 12.2: a git host that redirects the clone to another host does not 
   await new Promise<void>((r) => first.listen(0, '127.0.0.1', r));
   const firstUrl = `http://127.0.0.1:${(first.address() as { port: number }).port}`;
   const root = tempDir('parley-redirect-');
+  const plainFiles = Sandbox.none(root);
   try {
     const workspaceDir = path.join(root, 'ws');
     fs.mkdirSync(workspaceDir);
     await assert.rejects(
-      cloneRepository({ workspaceDir, repository: 'acme/app', provider: 'github', providers: [{ provider: 'github', token: TOKEN, host: firstUrl }], helperDir: path.join(root, 'helpers'), redact: (s) => s }),
+      cloneRepository({ workspaceDir, files: plainFiles.files('fuzz-ws', workspaceDir), repository: 'acme/app', provider: 'github', providers: [{ provider: 'github', token: TOKEN, host: firstUrl }], helperDir: path.join(root, 'helpers'), redact: (s) => s }),
       CloneError,
     );
     assert.ok(second.requests.length > 0, 'git followed the redirect (the attack reached the second host)');
@@ -321,20 +323,21 @@ test('attack 12.2: a git host that redirects the clone to another host does not 
     // the same token still works for the host it was stored for
     const direct = path.join(root, 'ws2');
     fs.mkdirSync(direct);
-    const ok = await cloneRepository({ workspaceDir: direct, repository: 'acme/app', provider: 'github', providers: [{ provider: 'github', token: TOKEN, host: second.url }], helperDir: path.join(root, 'helpers'), redact: (s) => s });
+    const ok = await cloneRepository({ workspaceDir: direct, files: plainFiles.files('fuzz-direct', direct), repository: 'acme/app', provider: 'github', providers: [{ provider: 'github', token: TOKEN, host: second.url }], helperDir: path.join(root, 'helpers'), redact: (s) => s });
     assert.equal(ok.provider, 'github');
     // GIT_ALLOWED_HOSTS: a host outside the list is not cloned from at all
     const before = second.requests.length;
     const third = path.join(root, 'ws3');
     fs.mkdirSync(third);
     await assert.rejects(
-      cloneRepository({ workspaceDir: third, repository: 'acme/app', provider: 'github', providers: [{ provider: 'github', token: TOKEN, host: second.url }], helperDir: path.join(root, 'helpers'), redact: (s) => s, allowedHosts: ['github.com'] }),
+      cloneRepository({ workspaceDir: third, files: plainFiles.files('fuzz-third', third), repository: 'acme/app', provider: 'github', providers: [{ provider: 'github', token: TOKEN, host: second.url }], helperDir: path.join(root, 'helpers'), redact: (s) => s, allowedHosts: ['github.com'] }),
       /not in GIT_ALLOWED_HOSTS/,
     );
     assert.equal(second.requests.length, before);
   } finally {
     first.close();
     await second.close();
+    await plainFiles.close();
     fs.rmSync(root, { recursive: true, force: true });
   }
 });

@@ -101,6 +101,7 @@ describe('systemd: scripts/parley.service under a real systemd (PID 1 of private
       }, 'the daemon to answer', 45_000),
     );
     assert.equal(info.sandbox.mode, 'bwrap', JSON.stringify(info));
+    assert.equal(info.sandbox.network, 'egress', `/dev/net/tun is there for slirp4netns: ${JSON.stringify(info.sandbox)}`);
     const mainPid = Number((await systemctl('show', '--value', '-p', 'MainPID', 'parley')).out);
     const pid = c.hostPidOf(mainPid);
     assert.ok(pid, `host pid of MainPID ${mainPid}`);

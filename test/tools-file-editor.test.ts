@@ -5,11 +5,13 @@ import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
 import { createFileEditorTool, type FileEditorTool } from '../src/tools/file-editor.js';
+import { Sandbox } from '../src/sandbox/launcher.js';
 import type { ToolContext } from '../src/tools/types.js';
 import type { FileEditorObservation as ToolObservation } from '../src/tools/file-editor.js';
 
 let root: string;
 let tool: FileEditorTool;
+let sandbox: Sandbox;
 let seq = 0;
 
 function makeCtx(conversationId = `fe-${++seq}`): ToolContext {
@@ -41,10 +43,12 @@ function write(file: string, content: string | Buffer): string {
 
 before(() => {
   root = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-fe-test-'));
-  tool = createFileEditorTool();
+  sandbox = Sandbox.none(root);
+  tool = createFileEditorTool({ files: (ctx) => sandbox.files(ctx.conversationId, ctx.workspaceDir) });
 });
 
-after(() => {
+after(async () => {
+  await sandbox.close();
   fs.rmSync(root, { recursive: true, force: true });
 });
 

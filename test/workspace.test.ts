@@ -29,6 +29,12 @@ import {
   type CloneOptions,
 } from '../src/workspace/index.js';
 import { waitFor } from './support/daemon.js';
+import { Sandbox } from '../src/sandbox/launcher.js';
+
+/** The file service of a directory (a plain process, as with SANDBOX=none): what instructions are read through. */
+const plainFiles = Sandbox.none(tmpdir());
+const filesOf = (dir: string) => plainFiles.files(`files:${dir}`, dir);
+after(() => plainFiles.close());
 
 const execFileAsync = promisify(execFile);
 const CANARY = `canary-${randomBytes(12).toString('hex')}`;
@@ -194,15 +200,18 @@ describe('cloneRepository against a real smart-HTTP git server', () => {
   const providersFor = (token: string | null = CANARY): ProviderCredential[] => [
     { provider: 'github', token, host: server.url },
   ];
-  const clone = async (over: Partial<CloneOptions> & { repository: string }) =>
-    cloneRepository({
-      workspaceDir: await createWorkspace(root, newId()),
+  const clone = async (over: Partial<CloneOptions> & { repository: string }) => {
+    const workspaceDir = over.workspaceDir ?? (await createWorkspace(root, newId()));
+    return cloneRepository({
       provider: 'github',
       providers: providersFor(),
       helperDir,
       redact: identity,
+      files: filesOf(workspaceDir),
       ...over,
+      workspaceDir,
     });
+  };
 
   before(async () => {
     server = await startGitServer({ token: CANARY });
@@ -228,6 +237,7 @@ describe('cloneRepository against a real smart-HTTP git server', () => {
     const ws = await createWorkspace(root, newId());
     const r = await cloneRepository({
       workspaceDir: ws,
+      files: filesOf(ws),
       repository: 'acme/public',
       provider: 'gitlab',
       providers: [{ provider: 'gitlab', token: null, host: server.url }],
@@ -270,6 +280,7 @@ describe('cloneRepository against a real smart-HTTP git server', () => {
     try {
       r = await cloneRepository({
         workspaceDir: ws,
+        files: filesOf(ws),
         repository: 'acme/private',
         provider: null,
         providers: providersFor(),
@@ -437,6 +448,7 @@ describe('cloneRepository against a real smart-HTTP git server', () => {
     const before = server.requests.length;
     const again = await cloneRepository({
       workspaceDir: first.dir,
+      files: filesOf(first.dir),
       repository: 'acme/public',
       provider: 'github',
       providers: providersFor(),
@@ -495,7 +507,7 @@ describe('repository instructions', () => {
   });
 
   test('loads AGENTS.md (any case), .cursorrules and microagents into always / triggered', async () => {
-    const r = await loadRepoInstructions(repo);
+    const r = await loadRepoInstructions(filesOf(repo));
     const always = Object.fromEntries(r.always.map((a) => [a.name, a]));
     assert.deepEqual(Object.keys(always).sort(), ['agents', 'big', 'cursorrules', 'plain', 'repo_rules']);
     assert.equal(always.agents!.source, 'agents.md');
@@ -515,7 +527,7 @@ describe('repository instructions', () => {
   });
 
   test('size limit with a note; symlinks out of the repository ignored with a warning', async () => {
-    const r = await loadRepoInstructions(repo);
+    const r = await loadRepoInstructions(filesOf(repo));
     const big = r.always.find((a) => a.name === 'big')!;
     assert.ok(big.content.length < 66 * 1024);
     assert.match(big.content, /only the first 65536 bytes were loaded/);
@@ -529,9 +541,9 @@ describe('repository instructions', () => {
     try {
       await writeFile(join(d, 'Agents.md'), 'mixed');
       await writeFile(join(d, 'AGENTS.md'), 'upper');
-      const r = await loadRepoInstructions(d);
+      const r = await loadRepoInstructions(filesOf(d));
       assert.deepEqual(r.always.map((a) => [a.source, a.content]), [['AGENTS.md', 'upper']]);
-      const none = await loadRepoInstructions(join(d, 'missing'));
+      const none = await loadRepoInstructions(filesOf(join(d, 'missing')));
       assert.deepEqual(none.always, []);
       assert.deepEqual(none.triggered, []);
     } finally {
@@ -540,7 +552,7 @@ describe('repository instructions', () => {
   });
 
   test('selectTriggered matches trigger words case-insensitively', async () => {
-    const { triggered } = await loadRepoInstructions(repo);
+    const { triggered } = await loadRepoInstructions(filesOf(repo));
     const names = (text: string) => selectTriggered(triggered, text).map((t) => t.name).sort();
     assert.deepEqual(names('Please fix the DOCKER build'), ['docker']);
     assert.deepEqual(names('update the Helm Chart and run KUBECTL apply'), ['kube']);
@@ -580,7 +592,7 @@ describe('setup script', () => {
   };
 
   test('absent: ran false', async () => {
-    const r = await runSetupScript(dir);
+    const r = await runSetupScript(filesOf(dir));
     assert.equal(r.ran, false);
   });
 
@@ -589,7 +601,7 @@ describe('setup script', () => {
     try {
       await writeScript('echo "cwd=$(pwd)"\necho "token=$MY_TOKEN"\necho "daemon=${PARLEY_DAEMON_ONLY_SECRET:-unset}"\necho err >&2\ntouch setup-ran\n');
       const chunks: string[] = [];
-      const r = await runSetupScript(dir, {
+      const r = await runSetupScript(filesOf(dir), {
         env: { MY_TOKEN: 'supersecret123' },
         redact: (s) => s.split('supersecret123').join('<secret_hidden>'),
         onOutput: (c) => chunks.push(c),
@@ -611,7 +623,7 @@ describe('setup script', () => {
 
   test('failure: exit code reported', async () => {
     await writeScript('echo failing\nexit 3\n');
-    const r = await runSetupScript(dir);
+    const r = await runSetupScript(filesOf(dir));
     assert.equal(r.ran, true);
     assert.equal(r.exitCode, 3);
     assert.equal(r.timedOut, false);
@@ -621,7 +633,7 @@ describe('setup script', () => {
   test('timeout: the whole process group is killed', async () => {
     await writeScript('sleep 30 &\necho $! > bg.pid\necho started\nsleep 30\n');
     const t0 = Date.now();
-    const r = await runSetupScript(dir, { timeoutMs: 500, killGraceMs: 300 });
+    const r = await runSetupScript(filesOf(dir), { timeoutMs: 500, killGraceMs: 300 });
     assert.ok(Date.now() - t0 < 5000, 'returned promptly');
     assert.equal(r.timedOut, true);
     assert.equal(r.exitCode, null);
@@ -635,7 +647,7 @@ describe('setup script', () => {
     await writeScript('echo go\nsleep 30\n');
     const ac = new AbortController();
     setTimeout(() => ac.abort(), 300);
-    const r = await runSetupScript(dir, { signal: ac.signal, killGraceMs: 200 });
+    const r = await runSetupScript(filesOf(dir), { signal: ac.signal, killGraceMs: 200 });
     assert.equal(r.aborted, true);
     assert.equal(r.exitCode, null);
   });

@@ -54,18 +54,22 @@ export interface Agent {
 export function createAgent({ sandbox, conversations, events, settings, redactor, config, log }: AgentParts): Agent {
   const outputDir = (id: string) => path.join(config.dataDir, 'outputs', id);
   const terminal = createTerminalTool({ outputDir, noOutputTimeoutMs: config.terminalNoOutputTimeoutMs, sandbox });
-  // file_editor sees exactly the workspace, at the path the shell sees it
-  const fileEditor = createFileEditorTool({
-    view: (ctx) => {
-      fs.mkdirSync(ctx.workspaceDir, { recursive: true, mode: 0o700 }); // created on first use
-      return sandbox.pathView(ctx.workspaceDir);
-    },
-  });
+  // file_editor works through the conversation's file service: inside its sandbox, the files the shell sees
+  const fileEditor = createFileEditorTool({ files: (ctx) => sandbox.files(ctx.conversationId, ctx.workspaceDir) });
   const builtins: Tool[] = [terminal, fileEditor, createTaskTrackerTool(), createThinkTool(), createFinishTool()] as Tool[];
   const reserved = builtins.map((t) => t.name);
   const mcp = new Map<string, McpManager>();
   // a sandbox closed to stay under SANDBOX_MAX_LIVE: its MCP servers stop quietly (no failure event) and start again on the next run
   sandbox.onEvict((id) => void mcp.get(id)?.close());
+  // over SANDBOX_DISK_MB: the sandbox stops every process of the conversation; the agent and its
+  // clients are told why (the running command's observation and an error event)
+  sandbox.onDiskQuota((id, used) => {
+    const detail =
+      `the conversation uses ${(used / 1024 / 1024).toFixed(1)} MiB of disk (workspace, /tmp and HOME), over its ${config.sandbox.diskMb} MiB (SANDBOX_DISK_MB): ` +
+      'its processes were stopped; delete files to go on';
+    void terminal.closeConversation(id, detail);
+    void events.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: 'DiskQuotaExceeded', detail }).catch(() => {});
+  });
   const helperDir = helperDirOf(config.dataDir);
   const llmCache = new Map<string, LlmClient>();
   // the AI SDK and the MCP SDK load on first use: a daemon starts (and idles) without them
@@ -165,6 +169,8 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
       },
       async tools(id) {
         cancelIdleClose(id);
+        // (the start-up probe of the sandbox runs while the daemon already listens)
+        await sandbox.ready;
         return [...builtins, ...((await (await mcpFor(id)).tools()) as Tool[])];
       },
       workspaceDir: (id) => workspacePath(config.workspaceRoot, id),
@@ -183,7 +189,8 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
         // the repository's files are read at a run's first step, not at every step
         let cached = repoInstructions.get(id);
         if (!cached || reload) {
-          const loaded = await loadRepoInstructions(workspacePath(config.workspaceRoot, id)).catch(() => null); // no workspace yet
+          // (no workspace yet: nothing to read, and no sandbox started for it)
+          const loaded = fs.existsSync(workspacePath(config.workspaceRoot, id)) ? await loadRepoInstructions(sandbox.files(id)).catch(() => null) : null;
           repoInstructions.set(id, (cached = { loaded, users: -1, texts: [] }));
         }
         if (!cached.loaded) return out;
@@ -228,7 +235,7 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
     mcpStatus: async (id) => (mcp.get(id) ?? (await mcpFor(id))).status(),
     async replay(id, workspaceDir, plan, signal) {
       const env = await shellEnv(id);
-      return executeReplay({ events, redact: (t) => redactor.redact(t), conversationId: id, workspaceDir, visibleDir: sandbox.visibleWorkspace(workspaceDir), plan, tools: builtins, env, signal });
+      return executeReplay({ events, redact: (t) => redactor.redact(t), conversationId: id, workspaceDir, visibleDir: sandbox.visibleWorkspace(workspaceDir), files: sandbox.files(id, workspaceDir), plan, tools: builtins, env, signal });
     },
   };
 }

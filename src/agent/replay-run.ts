@@ -7,12 +7,11 @@
  * effect here: `create` for a new file, `str_replace` of the current content otherwise.
  */
 import crypto from 'node:crypto';
-import fs from 'node:fs/promises';
 import type { z } from 'zod';
 import type { EventLog } from '../events/log.js';
 import { mapReplayCommand, mapReplayPath, type ReplayPlan, type ReplayStep } from '../conversation/replay.js';
 import { actionOf, type Tool, type ToolContext } from '../tools/types.js';
-import { ConfinedFiles, PathView } from '../sandbox/path-view.js';
+import type { WorkspaceFiles } from '../sandbox/files.js';
 
 interface ReplayRunOptions {
   events: EventLog;
@@ -21,6 +20,8 @@ interface ReplayRunOptions {
   workspaceDir: string;
   /** Where the conversation's processes see the workspace (/workspace when sandboxed); default workspaceDir. */
   visibleDir?: string;
+  /** The conversation's file service (what the file editor uses). */
+  files: WorkspaceFiles;
   plan: ReplayPlan;
   tools: Tool[];
   /** The agent shell's environment (provider tokens, custom secrets). */
@@ -35,13 +36,15 @@ interface ReplayRunResult {
   finished: boolean;
 }
 
+/** The most of a file a replayed write reads to turn itself into an edit (the file editor's own limit). */
+const MAX_CURRENT_BYTES = 10 * 1024 * 1024;
+
 /** The file_editor call that makes `path` hold the recorded content (or the recorded line range). */
-async function writeCall(step: Extract<ReplayStep, { type: 'write' }>, abs: string, view: PathView): Promise<Record<string, unknown>> {
+async function writeCall(step: Extract<ReplayStep, { type: 'write' }>, abs: string, files: WorkspaceFiles): Promise<Record<string, unknown>> {
   let current: string | null = null;
   try {
-    // read through the workspace view: a planted symlink never makes the daemon read outside
-    const host = view.resolve(abs).host;
-    if ((await fs.stat(host)).isFile()) current = (await new ConfinedFiles(view).readFile(host)).toString('utf8');
+    // read through the conversation's file service (inside its sandbox), like the file editor
+    current = (await files.read(abs, MAX_CURRENT_BYTES)).toString('utf8');
   } catch {
     current = null;
   }
@@ -59,8 +62,8 @@ async function writeCall(step: Extract<ReplayStep, { type: 'write' }>, abs: stri
   return { command: 'str_replace', path: abs, old_str: current, new_str: next };
 }
 
-async function resolveCall(step: Exclude<ReplayStep, { type: 'message' }>, plan: ReplayPlan, dir: string, view: PathView): Promise<{ name: string; args: Record<string, unknown> }> {
-  if (step.type === 'write') return { name: 'file_editor', args: await writeCall(step, mapReplayPath(step.path, plan.roots, dir), view) };
+async function resolveCall(step: Exclude<ReplayStep, { type: 'message' }>, plan: ReplayPlan, dir: string, files: WorkspaceFiles): Promise<{ name: string; args: Record<string, unknown> }> {
+  if (step.type === 'write') return { name: 'file_editor', args: await writeCall(step, mapReplayPath(step.path, plan.roots, dir), files) };
   const args = { ...step.args };
   if (step.tool === 'terminal' && typeof args.command === 'string' && !args.is_input) args.command = mapReplayCommand(args.command, plan.roots, dir);
   if (step.tool === 'file_editor' && typeof args.path === 'string') args.path = mapReplayPath(args.path, plan.roots, dir);
@@ -72,7 +75,6 @@ export async function executeReplay(o: ReplayRunOptions): Promise<ReplayRunResul
   const byName = new Map(o.tools.map((t) => [t.name, t]));
   const ctx: ToolContext = { conversationId: id, workspaceDir: o.workspaceDir, signal: o.signal, env: o.env, redact: o.redact };
   const result: ReplayRunResult = { actions: 0, finished: false };
-  const view = new PathView(o.workspaceDir, o.visibleDir ?? o.workspaceDir);
   for (const step of o.plan.steps) {
     if (o.signal.aborted) break;
     if (step.type === 'message') {
@@ -81,7 +83,7 @@ export async function executeReplay(o: ReplayRunOptions): Promise<ReplayRunResul
       if (source === 'user') result.finished = false;
       continue;
     }
-    const { name, args } = await resolveCall(step, o.plan, o.visibleDir ?? o.workspaceDir, view);
+    const { name, args } = await resolveCall(step, o.plan, o.visibleDir ?? o.workspaceDir, o.files);
     // ids unique in the conversation: later LLM calls (call_1, toolu_…) never collide with them
     const callId = `replay_${crypto.randomUUID().replace(/-/g, '')}`;
     const tool = byName.get(name);

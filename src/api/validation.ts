@@ -1,6 +1,7 @@
 /**
  * Turns zod issues into FastAPI/pydantic-compatible validation entries (CONTRACT §1):
- * pydantic `type` names, full `loc` paths, and an `input` that never echoes a secret.
+ * pydantic `type` names, full `loc` paths, and an `input` that never echoes a secret and, in all,
+ * at most ECHO_BUDGET bytes of the request.
  */
 import type { z } from 'zod';
 import type { ValidationIssue } from '../errors.js';
@@ -29,6 +30,41 @@ function valueAt(root: unknown, path: PropertyKey[]): { found: boolean; value: u
     cur = (cur as Record<string, unknown>)[String(p)];
   }
   return { found: true, value: cur };
+}
+
+/**
+ * What one 422 echoes of the request in all (its `input` values, about as many bytes of JSON): an
+ * entry whose input does not fit in what is left has none. pydantic echoes every input whole; here a
+ * body of MAX_BODY_BYTES with many issues (a 9 MiB string under an object missing three fields is
+ * echoed for each of them) would make a 422 several times its body.
+ */
+const ECHO_BUDGET = 1024 * 1024;
+
+/** About the JSON size of `v` as scrubSecrets copies it (20 levels), counted only up to `budget` (then more than it). */
+function echoSize(v: unknown, budget: number): number {
+  let size = 0;
+  const walk = (x: unknown, depth: number): void => {
+    if (size > budget) return;
+    if (typeof x === 'string') size += x.length + 2;
+    else if (x === null || typeof x !== 'object') size += 8;
+    else if (depth > 20) size += 4;
+    else if (Array.isArray(x)) {
+      size += 2;
+      for (const y of x) {
+        walk(y, depth + 1);
+        if (size > budget) return;
+      }
+    } else {
+      size += 2;
+      for (const k in x) {
+        size += k.length + 4;
+        walk((x as Record<string, unknown>)[k], depth + 1);
+        if (size > budget) return;
+      }
+    }
+  };
+  walk(v, 0);
+  return size;
 }
 
 const quote = (v: unknown) => (typeof v === 'string' ? `'${v}'` : String(v));
@@ -66,6 +102,13 @@ export function toValidationIssues(
   locOf: (path: PropertyKey[]) => Loc,
 ): ValidationIssue[] {
   const out: ValidationIssue[] = [];
+  let echoLeft = ECHO_BUDGET;
+  const echo = (entry: ValidationIssue, value: unknown) => {
+    const size = echoSize(value, echoLeft);
+    if (size > echoLeft) return;
+    echoLeft -= size;
+    entry.input = scrubSecrets(value);
+  };
   const visit = (issue: z.core.$ZodIssue, base: PropertyKey[]) => {
     const path = [...base, ...issue.path];
     const at = valueAt(input, path);
@@ -73,12 +116,7 @@ export function toValidationIssues(
       const v = valueAt(input, p);
       const entry: ValidationIssue = { type, loc: locOf(p), msg };
       const sensitive = p.some((k) => typeof k === 'string' && SECRET_KEYS.has(k));
-      if (type !== 'missing' || v.found) {
-        if (!sensitive) entry.input = scrubSecrets(v.value);
-      } else {
-        const parent = valueAt(input, p.slice(0, -1));
-        if (!sensitive) entry.input = scrubSecrets(parent.value);
-      }
+      if (!sensitive) echo(entry, type !== 'missing' || v.found ? v.value : valueAt(input, p.slice(0, -1)).value);
       if (ctx) entry.ctx = ctx;
       out.push(entry);
     };

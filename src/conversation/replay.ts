@@ -22,6 +22,7 @@
 import path from 'node:path';
 import type { z } from 'zod';
 import type { ValidationIssue } from '../errors.js';
+import { jsonShapeError, REPLAY_JSON_LIMITS } from '../body-shape.js';
 import { fileEditorParameters } from '../tools/file-editor.js';
 import { finishParameters } from '../tools/finish.js';
 import { taskTrackerParameters } from '../tools/task-tracker.js';
@@ -274,6 +275,9 @@ function openHandsAction(item: Record<string, unknown>, index: number): ReplaySt
 /** Parses and checks `replay_json`. Issues carry loc ["body","replay_json"] or ["body","replay_json", <index>]. */
 export function parseReplay(json: string): ReplayParseResult {
   const base = ['body', 'replay_json'];
+  // counted before it is parsed, like a request body: the string may be MAX_BODY_BYTES of `[[],…]`
+  const refused = jsonShapeError(json, REPLAY_JSON_LIMITS, 'replay_json');
+  if (refused) return { ok: false, issues: [{ type: 'value_error', loc: base, msg: `Value error, ${refused.detail}` }] };
   let data: unknown;
   try {
     data = JSON.parse(json);

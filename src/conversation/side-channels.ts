@@ -1,15 +1,16 @@
 /**
  * The workspace side channels of OpenHands' agent server (`/api/bash`, `/api/file`, `/api/git`,
  * `/api/tools`), confined to one conversation's workspace: the locator says which conversation and
- * which path (workspace-locator.ts), the workspace access confines the path (symlinks and `..`
- * included) and starts processes (the conversation's sandbox when it is on). A path outside is a
- * ForbiddenError (403) with the reason.
+ * which path (workspace-locator.ts); every file operation goes through the conversation's file
+ * service (inside its sandbox when the sandbox is on: sandbox/files.ts), and commands and git run
+ * through its launcher. A path outside is a ForbiddenError (403) with the reason in the
+ * conversation's terms; the daemon never opens or lists a workspace path on the host.
  */
-import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Sandbox } from '../sandbox/index.js';
-import { ConfinedFiles, PathOutsideError } from '../sandbox/path-view.js';
-import { ForbiddenError, NotFoundError, RequestValidationError } from '../errors.js';
+import { FileOpError, type WorkspaceFiles } from '../sandbox/files.js';
+import { PathOutsideError, type PathView } from '../sandbox/path-view.js';
+import { ForbiddenError, NotFoundError, PayloadTooLargeError, RequestValidationError, UnavailableError } from '../errors.js';
 import { BashCommands, type BashSearch, type CommandLauncher } from '../workspace/bash-commands.js';
 import { gitChanges, gitDiff } from '../workspace/git-changes.js';
 import type { GitRunOptions } from '../workspace/git-process.js';
@@ -20,27 +21,51 @@ import type { Settings } from '../secrets/settings.js';
 import type { Conversations } from './conversations.js';
 import { locateWorkspacePath } from './workspace-locator.js';
 
-/** How the side channels reach a conversation's workspace: path confinement and process start. */
+/** How the side channels reach a conversation's workspace: its view, its files and its launcher. */
 interface WorkspaceAccess {
-  /** `p` (absolute: a host path in the workspace, or one in the view its processes have) checked to stay inside; throws with the reason when it does not. */
-  resolve(workspaceDir: string, p: string): { host: string; visible: string };
-  /** Where the conversation's processes see the workspace. */
-  visibleWorkspace(workspaceDir: string): string;
+  /** Resolves when processes can be started and files reached (the sandbox's start-up probe). */
+  ready(): Promise<void>;
+  /** The workspace as the conversation's processes see it (paths are translated, nothing resolved on the host). */
+  view(workspaceDir: string): PathView;
+  /** The conversation's file service. */
+  files(conversationId: string, workspaceDir: string): WorkspaceFiles;
   launcher(conversationId: string): CommandLauncher & { env(extra?: Record<string, string | undefined>): Record<string, string> };
   /** runGit options that run git the way the conversation's other git runs. */
   gitOptions(conversationId: string): Omit<GitRunOptions, 'cwd'>;
-  /** Reads and writes on a resolved path that stay inside the workspace while the file is opened (no check-then-open window). */
-  files(workspaceDir: string): Pick<ConfinedFiles, 'readFile' | 'writeFile'>;
 }
 
-/** A path that led outside the workspace while it was opened is refused like one outside at the check. */
-async function confined<T>(io: Promise<T>): Promise<T> {
-  try {
-    return await io;
-  } catch (err) {
-    if (err instanceof PathOutsideError || (err as NodeJS.ErrnoException).code === 'ELOOP') throw new ForbiddenError(err instanceof PathOutsideError ? err.message : 'The path is a symbolic link; it was not read or written.');
-    throw err;
+/** The largest file /api/file/download answers (a larger one: use the terminal, or split it). */
+export const MAX_DOWNLOAD_BYTES = 64 * 1024 * 1024;
+
+/**
+ * A file operation's failure as the API answers it, never a 500 and never a host path: the file
+ * service's messages name paths only as the conversation sees them. A path outside the workspace
+ * (or a link out of it), a link, or a file the sandbox may not touch is 403; a service that could
+ * not answer (its sandbox did not start, an operation ran out of time, the disk is full) is 503.
+ */
+function refused(err: unknown): never {
+  if (err instanceof PathOutsideError) throw new ForbiddenError(err.message);
+  if (err instanceof FileOpError) {
+    switch (err.code) {
+      case 'OUTSIDE':
+        throw new ForbiddenError(err.message);
+      case 'ELOOP':
+        throw new ForbiddenError('The path is a symbolic link; it was not read or written.');
+      case 'EACCES':
+      case 'EPERM':
+      case 'EROFS':
+        throw new ForbiddenError('Permission denied: the conversation may not change or read that path.');
+      case 'ENOSPC':
+      case 'EDQUOT':
+        throw new UnavailableError('No space left on the disk of the workspace.');
+      case 'TIMEOUT':
+      case 'UNAVAILABLE':
+        throw new UnavailableError(`The conversation's files cannot be reached right now (${err.code === 'TIMEOUT' ? 'an operation ran out of time' : 'its sandbox is not running'}); try again.`);
+      default:
+        throw new RequestValidationError([{ type: 'value_error', loc: ['query', 'path'], msg: `Value error, ${err.message}`, input: null }]);
+    }
   }
+  throw err;
 }
 
 /** A file's bytes, answered raw (not as JSON) by the bridge. */
@@ -76,17 +101,20 @@ export class SideChannels {
   }
 
   private async locate(conversationId: string | null | undefined, p: string | null | undefined) {
+    await this.access.ready();
     const at = await locateWorkspacePath(this.conversations, this.workspaceRoot, { conversationId, path: p });
     await createWorkspace(this.workspaceRoot, at.conversationId);
-    let resolved: { host: string; visible: string } | null = null;
+    const view = this.access.view(at.workspaceDir);
+    // lexical only (`..` and foreign roots): links are the file service's to follow, inside the sandbox
+    let visible: string | null = null;
     if (at.target !== null) {
       try {
-        resolved = this.access.resolve(at.workspaceDir, at.target);
+        visible = view.lexical(at.target);
       } catch (err) {
-        throw new ForbiddenError((err as Error).message);
+        refused(err);
       }
     }
-    return { ...at, resolved };
+    return { ...at, visible, files: this.access.files(at.conversationId, at.workspaceDir) };
   }
 
   private async env(id: string): Promise<Record<string, string>> {
@@ -96,14 +124,14 @@ export class SideChannels {
 
   private async startCommand(req: BashRequest) {
     const at = await this.locate(req.conversation_id, req.cwd);
-    const hostCwd = at.resolved?.host ?? at.workspaceDir;
-    const stat = await fs.stat(hostCwd).catch(() => null);
-    if (!stat?.isDirectory()) throw new RequestValidationError([{ type: 'value_error', loc: ['body', 'cwd'], msg: `Value error, ${req.cwd} is not a directory of the workspace`, input: req.cwd }]);
+    const cwd = at.visible ?? at.files.root;
+    const stat = await at.files.stat(cwd).catch(refused);
+    if (stat?.type !== 'dir') throw new RequestValidationError([{ type: 'value_error', loc: ['body', 'cwd'], msg: `Value error, ${req.cwd} is not a directory of the workspace`, input: req.cwd }]);
     return this.bash.start(this.access.launcher(at.conversationId), {
       conversationId: at.conversationId,
       command: req.command,
-      hostCwd,
-      shownCwd: at.resolved?.visible ?? this.access.visibleWorkspace(at.workspaceDir),
+      hostCwd: this.access.view(at.workspaceDir).toHost(cwd),
+      shownCwd: cwd,
       timeoutS: req.timeout,
       env: await this.env(at.conversationId),
     });
@@ -129,43 +157,51 @@ export class SideChannels {
 
   async upload(q: { path: string; conversation_id?: string | null; content: Uint8Array }) {
     const at = await this.locate(q.conversation_id, q.path);
-    const target = at.resolved!.host;
-    if (target === path.resolve(at.workspaceDir)) throw new ForbiddenError('The path names the workspace itself; give a file path inside it');
-    await fs.mkdir(path.dirname(target), { recursive: true });
-    // the parent was created only now: confine again before writing (a symlink may sit on the way)
-    const checked = this.access.resolve(at.workspaceDir, at.target!);
-    await confined(this.access.files(at.workspaceDir).writeFile(checked.host, Buffer.from(q.content.buffer, q.content.byteOffset, q.content.byteLength), { create: true }));
-    return { success: true as const, path: checked.visible, file_size: q.content.byteLength };
+    const target = at.visible!;
+    if (target === at.files.root) throw new ForbiddenError('The path names the workspace itself; give a file path inside it');
+    await at.files.write(target, q.content, { mode: 'create', mkdirs: true }).catch((err: unknown) => {
+      if (err instanceof FileOpError && (err.code === 'EISDIR' || err.code === 'NOT_REGULAR' || err.code === 'ENOTDIR')) {
+        throw new RequestValidationError([{ type: 'value_error', loc: ['query', 'path'], msg: `Value error, ${err.message}`, input: q.path }]);
+      }
+      refused(err);
+    });
+    return { success: true as const, path: target, file_size: q.content.byteLength };
   }
 
   async download(q: { path: string; conversation_id?: string | null }) {
     const at = await this.locate(q.conversation_id, q.path);
-    const file = at.resolved!.host;
-    const stat = await fs.stat(file).catch(() => null);
-    if (!stat?.isFile()) throw new RequestValidationError([{ type: 'value_error', loc: ['query', 'path'], msg: `Value error, ${q.path} is not a file of the workspace`, input: q.path }]);
-    return new FileBytes(path.basename(file), await confined(this.access.files(at.workspaceDir).readFile(file)));
+    const file = at.visible!;
+    const notFile = () => new RequestValidationError([{ type: 'value_error', loc: ['query', 'path'], msg: `Value error, ${q.path} is not a file of the workspace`, input: q.path }]);
+    // one request: what is not a regular file is answered as such
+    const bytes = await at.files.read(file, MAX_DOWNLOAD_BYTES).catch((err: unknown) => {
+      if (err instanceof FileOpError && err.code === 'TOO_LARGE') throw new PayloadTooLargeError(`${q.path} is larger than ${MAX_DOWNLOAD_BYTES} bytes, the most a download answers; read it in parts with /api/bash`);
+      if (err instanceof FileOpError && (err.code === 'NOT_REGULAR' || err.code === 'ENOENT' || err.code === 'ENOTDIR')) throw notFile();
+      refused(err);
+    });
+    return new FileBytes(path.basename(file), bytes);
   }
 
   async gitChanges(q: { path: string; conversation_id?: string | null }) {
     const at = await this.locate(q.conversation_id, q.path);
-    const res = await gitChanges(at.resolved!.host, this.access.gitOptions(at.conversationId));
+    const res = await gitChanges(this.access.view(at.workspaceDir).toHost(at.visible!), this.access.gitOptions(at.conversationId));
     if ('error' in res) throw new RequestValidationError([{ type: 'value_error', loc: ['query', 'path'], msg: `Value error, ${this.redactor.redact(res.error)}`, input: q.path }]);
     return res;
   }
 
   async gitDiff(q: { path: string; conversation_id?: string | null; ref?: string | null }) {
     const at = await this.locate(q.conversation_id, q.path);
-    return gitDiff(at.resolved!.host, this.access.gitOptions(at.conversationId), q.ref ?? 'HEAD');
+    const host = this.access.view(at.workspaceDir).toHost(at.visible!);
+    return gitDiff(host, this.access.gitOptions(at.conversationId), q.ref ?? 'HEAD', (p, max) => at.files.read(p, max));
   }
 }
 
-/** The side channels reach a workspace like the agent does: the sandbox's path view and launcher. */
+/** The side channels reach a workspace like the agent does: the sandbox's view, file service and launcher. */
 export function sandboxAccess(sandbox: Sandbox): WorkspaceAccess {
   return {
-    resolve: (workspaceDir, p) => sandbox.pathView(workspaceDir).resolve(p),
-    visibleWorkspace: (workspaceDir) => sandbox.visibleWorkspace(workspaceDir),
+    ready: () => sandbox.ready,
+    view: (workspaceDir) => sandbox.pathView(workspaceDir),
+    files: (id, workspaceDir) => sandbox.files(id, workspaceDir),
     launcher: (id) => sandbox.forConversation(id),
     gitOptions: (id) => ({ env: sandbox.env({ LC_ALL: 'C', GIT_TERMINAL_PROMPT: '0' }), launch: sandbox.forConversation(id) }),
-    files: (workspaceDir) => new ConfinedFiles(sandbox.pathView(workspaceDir)),
   };
 }

@@ -1,12 +1,16 @@
 /**
- * Per-conversation cgroups for the sandbox limits (memory, number of processes).
+ * Per-conversation cgroups for the sandbox limits (memory, number of processes, CPU), under one
+ * parent whose memory limit bounds all sandboxes together (SANDBOX_TOTAL_MEMORY_MB).
  *
  * - cgroup v2 (what systemd gives a service with `Delegate=yes`): the daemon moves itself into a
  *   `daemon` leaf of its own cgroup (a v2 cgroup with children may hold no process), enables the
- *   memory and pids controllers for the children, and creates `sandbox-<conversation>` next to it
- *   with memory.max, memory.swap.max=0 and pids.max. Kill: cgroup.kill.
- * - cgroup v1 (a writable memory and pids hierarchy, e.g. as root): `parley/<conversation>` under the
- *   daemon's own cgroup in each of the two hierarchies, memory.limit_in_bytes (and memsw) and pids.max.
+ *   memory and pids (and cpu, when delegated) controllers for the children, and creates
+ *   `sandboxes/` next to it (memory.max = the total) with `sandbox-<conversation>` in it:
+ *   memory.max, memory.swap.max=0, pids.max, cpu.max. Kill: cgroup.kill.
+ * - cgroup v1 (a writable memory and pids hierarchy, e.g. as root): `parley/d<daemon pid>` under
+ *   the daemon's own cgroup in each hierarchy (its memory.limit_in_bytes = the total), with
+ *   `<conversation>` in it: memory.limit_in_bytes (and memsw), pids.max, and in the cpu hierarchy
+ *   (when writable) cpu.cfs_quota_us.
  * A process joins the cgroup before it execs bwrap (see launcher.ts), so everything it starts is
  * counted from the first fork. When neither is writable, detect() returns null (rlimits apply).
  */
@@ -14,10 +18,17 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { isAlive } from '../process-group.js';
 
-interface CgroupLimits {
+export interface CgroupLimits {
   memoryBytes: number;
   pids: number;
+  /** All sandboxes together. */
+  totalMemoryBytes: number;
+  /** CPUs one conversation may use (cpu quota), null: no quota (siblings share CPU equally under contention). */
+  cpus: number | null;
 }
+
+/** The quota period (µs) of a CPU limit. */
+const CPU_PERIOD_US = 100_000;
 
 export interface ConversationCgroup {
   /** `cgroup.procs` files a process writes its pid into to join (one per hierarchy). */
@@ -32,6 +43,8 @@ export interface ConversationCgroup {
 
 export interface CgroupBackend {
   kind: 'cgroup-v2' | 'cgroup-v1';
+  /** Whether a CPU quota is enforced (the cpu controller is there and writable). */
+  cpu: boolean;
   create(name: string): ConversationCgroup;
   /** Removes the daemon's own (empty) directories at shutdown. */
   close(): void;
@@ -97,6 +110,15 @@ function write(file: string, value: string): void {
   fs.writeFileSync(file, value);
 }
 
+function tryWrite(file: string, value: string): boolean {
+  try {
+    write(file, value);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 function rmdirQuiet(dir: string): boolean {
   try {
     fs.rmdirSync(dir);
@@ -138,33 +160,51 @@ function safeName(name: string): string {
   return name.replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 64);
 }
 
+/** memory.limit_in_bytes and (with swap accounting) memory.memsw.limit_in_bytes: no swap beyond the limit. */
+function limitMemoryV1(dir: string, bytes: number): void {
+  write(path.join(dir, 'memory.limit_in_bytes'), String(bytes));
+  try {
+    write(path.join(dir, 'memory.memsw.limit_in_bytes'), String(bytes));
+  } catch {
+    /* no swap accounting */
+  }
+}
+
 class V1Backend implements CgroupBackend {
   readonly kind = 'cgroup-v1';
+  readonly cpu: boolean;
   constructor(
     private readonly memoryBase: string,
     private readonly pidsBase: string,
+    private readonly cpuBase: string | null,
     private readonly limits: CgroupLimits,
-  ) {}
+  ) {
+    this.cpu = cpuBase !== null && limits.cpus !== null;
+    fs.mkdirSync(memoryBase, { recursive: true });
+    // every sandbox together (hierarchical accounting: the children are charged to it)
+    limitMemoryV1(memoryBase, limits.totalMemoryBytes);
+  }
 
   close(): void {
     rmdirQuiet(this.memoryBase);
     rmdirQuiet(this.pidsBase);
+    if (this.cpuBase) rmdirQuiet(this.cpuBase);
   }
 
   create(name: string): ConversationCgroup {
     const mem = path.join(this.memoryBase, safeName(name));
     const pids = path.join(this.pidsBase, safeName(name));
+    const cpu = this.cpu ? path.join(this.cpuBase!, safeName(name)) : null;
     fs.mkdirSync(mem, { recursive: true });
     fs.mkdirSync(pids, { recursive: true });
-    write(path.join(mem, 'memory.limit_in_bytes'), String(this.limits.memoryBytes));
-    // no swap beyond the limit (the file exists only with swap accounting)
-    try {
-      write(path.join(mem, 'memory.memsw.limit_in_bytes'), String(this.limits.memoryBytes));
-    } catch {
-      /* no swap accounting */
-    }
+    limitMemoryV1(mem, this.limits.memoryBytes);
     write(path.join(pids, 'pids.max'), String(this.limits.pids));
-    const files = [path.join(mem, 'cgroup.procs'), path.join(pids, 'cgroup.procs')];
+    if (cpu) {
+      fs.mkdirSync(cpu, { recursive: true });
+      write(path.join(cpu, 'cpu.cfs_period_us'), String(CPU_PERIOD_US));
+      write(path.join(cpu, 'cpu.cfs_quota_us'), String(Math.round(this.limits.cpus! * CPU_PERIOD_US)));
+    }
+    const files = [path.join(mem, 'cgroup.procs'), path.join(pids, 'cgroup.procs'), ...(cpu ? [path.join(cpu, 'cgroup.procs')] : [])];
     const list = () => [...new Set([...readPids(files[0]!), ...readPids(files[1]!)])];
     return {
       procsFiles: files,
@@ -180,7 +220,8 @@ class V1Backend implements CgroupBackend {
       remove() {
         const a = rmdirQuiet(mem);
         const b = rmdirQuiet(pids);
-        return a && b;
+        const c = cpu ? rmdirQuiet(cpu) : true;
+        return a && b && c;
       },
     };
   }
@@ -198,15 +239,25 @@ class V1Backend implements CgroupBackend {
     const mem = base('memory');
     const pids = base('pids');
     if (!mem || !pids) return null;
-    return new V1Backend(mem, pids, limits);
+    // the cpu controller is optional: without it, no quota (README: SANDBOX_CPU)
+    let cpu: string | null = null;
+    try {
+      cpu = base('cpu');
+      if (cpu) fs.mkdirSync(cpu, { recursive: true });
+    } catch {
+      cpu = null;
+    }
+    return new V1Backend(mem, pids, cpu, limits);
   }
 }
 
 class V2Backend implements CgroupBackend {
   readonly kind = 'cgroup-v2';
   constructor(
+    /** `sandboxes/` under the daemon's cgroup: the parent of every conversation's. */
     private readonly base: string,
     private readonly limits: CgroupLimits,
+    readonly cpu: boolean,
   ) {}
 
   close(): void {
@@ -223,6 +274,7 @@ class V2Backend implements CgroupBackend {
       /* no swap controller */
     }
     write(path.join(dir, 'pids.max'), String(this.limits.pids));
+    if (this.cpu) write(path.join(dir, 'cpu.max'), `${Math.round(this.limits.cpus! * CPU_PERIOD_US)} ${CPU_PERIOD_US}`);
     const procs = path.join(dir, 'cgroup.procs');
     return {
       procsFiles: [procs],
@@ -270,7 +322,18 @@ class V2Backend implements CgroupBackend {
       }
       write(path.join(mine, 'cgroup.subtree_control'), '+memory +pids');
     }
-    return new V2Backend(mine, limits);
+    const cpu = limits.cpus !== null && controllers.includes('cpu') && tryWrite(path.join(mine, 'cgroup.subtree_control'), '+cpu');
+    // one parent for every sandbox: its memory.max bounds them all
+    const parent = path.join(mine, 'sandboxes');
+    fs.mkdirSync(parent, { recursive: true });
+    write(path.join(parent, 'cgroup.subtree_control'), cpu ? '+memory +pids +cpu' : '+memory +pids');
+    write(path.join(parent, 'memory.max'), String(limits.totalMemoryBytes));
+    try {
+      write(path.join(parent, 'memory.swap.max'), '0');
+    } catch {
+      /* no swap controller */
+    }
+    return new V2Backend(parent, limits, cpu);
   }
 }
 

@@ -1,161 +1,65 @@
 /**
  * The per-conversation sandbox launcher: every process the agent causes (the terminal's shell,
- * setup.sh, git after the clone, stdio MCP servers) is started through `spawn()`.
+ * setup.sh, git, stdio MCP servers, /api/bash) is started through `spawn()`, and every file
+ * operation for a conversation goes through `files()` (its file service, inside its sandbox).
  *
- * bwrap mode: ONE sandbox per conversation. A long-lived "holder" bwrap owns all of the
- * conversation's namespaces: user, pid (its init is bwrap's reaper, pid 1; pid 2 is a `cat` reading a
- * pipe the daemon holds), mount, ipc, uts, cgroup and, with SANDBOX_NETWORK=none, net. The holder
- * builds the conversation's view once: the system read-only, its own /proc and /dev, the workspace
- * read-write at /workspace, /tmp, /var/tmp and HOME from per-conversation host directories
- * (`<WORKSPACE_ROOT>/.sandbox/<id>/{tmp,home}`, 0700, never shown to another conversation, removed
- * on DELETE), the terminal's FIFOs and saved outputs under /parley. Every process of the
- * conversation JOINS all of those namespaces (util-linux `nsenter` with the namespace files, root and
- * working directory the daemon keeps open, reached through /proc/<daemon>/fd) and then runs under
- * `setsid` (a new session, as bwrap's --new-session) and `setpriv` (no_new_privs, every capability
- * dropped, SIGKILL when its parent dies, as bwrap's --die-with-parent). So `ps` in the shell shows the
- * MCP servers and setup.sh's background jobs, a server one of them starts on the sandbox's loopback
- * is reached by the others, System V IPC and the hostname are shared, and killing the holder's init
- * ends the pid namespace with everything in it. The holder has --die-with-parent: after the daemon's
- * death (kill -9 included) its init gets SIGKILL, and the namespace ends.
- * All processes of one conversation share one cgroup (memory, pids), so the limits are per
- * conversation. The holder lives while the conversation uses it: it is closed by interrupt, DELETE,
- * shutdown, SANDBOX_MAX_LIVE (least recently used idle one) or after IDLE_CLOSE_MS with no process
- * started through the launcher; the next spawn starts a new one.
+ * bwrap mode: ONE sandbox per conversation, held by a long-lived holder (holders.ts) that owns all
+ * of the conversation's namespaces and mounts its view once (view.ts). Every process of the
+ * conversation joins all of them (join.ts: nsenter with the daemon's fds on the namespace files,
+ * setsid, setpriv with every capability dropped). As root the sandbox is SANDBOX_UID, never root.
+ * All processes of one conversation share one cgroup under one parent (cgroup.ts), so the limits
+ * are per conversation and in sum. The holder lives while the conversation uses it: it is closed by
+ * interrupt, DELETE, shutdown, SANDBOX_MAX_LIVE (the least recently used idle one), going over
+ * SANDBOX_DISK_MB (disk-quota.ts), or after SANDBOX_IDLE_CLOSE_MS with no process started through
+ * the launcher; the next use starts a new one.
+ *
+ * The probe (bwrap, the joiners, cgroups, egress, then a real holder) runs after the daemon listens:
+ * `ready` says when it decided.
  *
  * none mode: plain processes in their own process group, with the same built environment (never
- * the daemon's) and the same kill-all bookkeeping.
+ * the daemon's) and the same kill-all bookkeeping; the file service is a plain process too.
  *
- * Paths: callers pass host paths (cwd, environment values under a mapped directory); they are
- * translated to what the sandbox sees.
+ * Paths: callers pass host paths (cwd, environment values under a mapped directory) or the
+ * conversation's; they are translated to what the sandbox sees.
  */
 import { spawn as spawnChild, type ChildProcess, type StdioOptions } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import type { Logger } from 'pino';
 import { baseChildEnv } from '../workspace/child-env.js';
 import { conversationIdHex, removeTree, workspacePath } from '../workspace/workspace.js';
 import { detectCgroups, type CgroupBackend, type ConversationCgroup } from './cgroup.js';
+import { DiskQuota } from './disk-quota.js';
+import { ChannelFiles, FileChannel, FileOpError, type WorkspaceFiles } from './files.js';
+import { Holders, type Holder } from './holders.js';
+import { joinArgs, wrapCommand, type JoinTools } from './join.js';
+import { EGRESS_NET, EGRESS_RESOLV_CONF, formatAllowedNet, probeEgress } from './network.js';
 import { PathView } from './path-view.js';
+import { exited, killTree, signalPid, which } from './processes.js';
+import { findProgram } from './programs.js';
+import {
+  DEFAULT_SANDBOX_SETTINGS,
+  SandboxUnavailableError,
+  VISIBLE_HOME,
+  VISIBLE_IO,
+  VISIBLE_OUTPUTS,
+  VISIBLE_WORKSPACE,
+  totalMemoryMb,
+  type MappedDir,
+  type SandboxDir,
+  type SandboxInfo,
+  type SandboxOpenOptions,
+  type SandboxSettings,
+  type SandboxSpawnOptions,
+} from './settings.js';
 import type { ProcessLauncher } from './types.js';
-import { isAlive, signalGroup } from '../process-group.js';
+import { extraArgs, FILE_HELPER, HELPER_NODE_FLAGS, HIDDEN_PATHS, systemArgs } from './view.js';
 
-export type SandboxModeSetting = 'auto' | 'bwrap' | 'none';
+export * from './settings.js';
 
-export interface SandboxSettings {
-  mode: SandboxModeSetting;
-  network: 'host' | 'none';
-  memoryMb: number;
-  pids: number;
-  fileSizeMb: number;
-  /** Most conversations with a live sandbox; the least recently used idle one is closed. */
-  maxLive: number;
-  /** A sandbox with no process started through the launcher is closed after this long (default 10 min). */
-  idleCloseMs?: number;
-  /** Keep a holder started ahead for the next conversation (default true; false: benchmarks of the cold path). */
-  spareHolder?: boolean;
-  /** The bwrap binary (BWRAP_PATH), else `bwrap` from PATH. */
-  bwrapPath?: string;
-  /** Extra host directories mounted read-only at the same path (SANDBOX_RO_BINDS). */
-  roBinds: string[];
-}
-
-export const DEFAULT_SANDBOX_SETTINGS: SandboxSettings = {
-  mode: 'none',
-  network: 'host',
-  memoryMb: 4096,
-  pids: 512,
-  fileSizeMb: 1024,
-  maxLive: 64,
-  roBinds: [],
-};
-
-/** A host directory shown inside every sandbox (read-only) at `inside`. */
-export interface MappedDir {
-  host: string;
-  inside: string;
-}
-
-export interface SandboxSpawnOptions {
-  /** Working directory as a host path (inside the workspace) or a visible path. Default: the workspace. */
-  cwd?: string;
-  /** The complete environment (build it with `sandbox.env()`); host paths of mapped dirs are translated. */
-  env: Record<string, string>;
-  stdio?: StdioOptions;
-  /** The workspace on the host; default: the conversation's directory under WORKSPACE_ROOT. */
-  workspaceDir?: string;
-}
-
-/** A per-conversation host directory and where the conversation's processes see it. */
-export interface SandboxDir {
-  host: string;
-  inside: string;
-}
-
-/** What /server_info reports. */
-export interface SandboxInfo {
-  mode: 'bwrap' | 'none';
-  requested: SandboxModeSetting;
-  network: 'host' | 'none';
-  workspace: string;
-  limits: {
-    enforced_by: 'cgroup-v2' | 'cgroup-v1' | 'rlimit' | 'none';
-    memory_mb: number | null;
-    pids: number | null;
-    file_size_mb: number | null;
-  };
-  /** Why auto fell back to plain processes. */
-  warning?: string;
-}
-
-export class SandboxUnavailableError extends Error {
-  override name = 'SandboxUnavailableError';
-}
-
-export const VISIBLE_WORKSPACE = '/workspace';
-const VISIBLE_HOME = '/home/agent';
-/** The terminal's FIFO directories (read-write) and its saved full outputs (read-only). */
-const VISIBLE_IO = '/parley/io';
-export const VISIBLE_OUTPUTS = '/parley/outputs';
-/** Subdirectories of a conversation's state directory, each bound into its sandbox. */
-const STATE_DIRS = ['tmp', 'home', 'io', 'outputs'];
-
+/** SANDBOX=none: a conversation's file service process ends after this long unused. */
+const PLAIN_FILES_IDLE_MS = 60_000;
 /** How long a sandbox with no process started through the launcher stays up (its background jobs with it). */
 const IDLE_CLOSE_MS = 10 * 60_000; // SandboxSettings.idleCloseMs
-/** A holder not ready by then is killed (its joiners get an error). */
-const HOLDER_START_MS = 10_000;
-
-/** The long-lived bwrap whose namespaces every process of a conversation joins. */
-interface Holder {
-  proc: ChildProcess;
-  /** Host pid of the namespace's init (bwrap's pid 1), from --info-fd. */
-  init: number | null;
-  /** The daemon's fds on the namespace files, the root and /workspace (joiners open /proc/<daemon>/fd/<n>). */
-  fds: HolderFds | null;
-  /** Resolves when joiners may start; rejects with the reason when the holder failed. */
-  ready: Promise<void>;
-  dead: boolean;
-  /** Joiners started against this holder and not yet exited: the fds stay open while any is alive. */
-  users: Set<ChildProcess>;
-  /** Called once it has exited. */
-  onDead: (() => void) | null;
-  /** The host directories it binds: the workspace and the state directory (tmp, home, io, outputs). */
-  workspace: string;
-  state: string;
-}
-
-interface HolderFds {
-  user: number;
-  pid: number;
-  mnt: number;
-  ipc: number;
-  uts: number;
-  /** Only when the holder's differs from the daemon's (--unshare-cgroup-try) or the network is none. */
-  cgroup: number | null;
-  net: number | null;
-  root: number;
-  cwd: number;
-}
-
 interface Live {
   procs: Set<ChildProcess>;
   busy: boolean;
@@ -163,57 +67,6 @@ interface Live {
   cgroup: ConversationCgroup | null;
   holder: Holder | null;
   idleTimer: NodeJS.Timeout | null;
-}
-
-function which(name: string): string | null {
-  if (name.includes('/')) return fs.existsSync(name) ? path.resolve(name) : null;
-  for (const dir of (process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin').split(':')) {
-    if (!dir) continue;
-    const p = path.join(dir, name);
-    try {
-      fs.accessSync(p, fs.constants.X_OK);
-      return p;
-    } catch {
-      /* next */
-    }
-  }
-  return null;
-}
-
-function killTree(p: ChildProcess): void {
-  if (!p.pid || signalGroup(p.pid, 'SIGKILL')) return;
-  try {
-    process.kill(p.pid, 'SIGKILL');
-  } catch {
-    /* gone */
-  }
-}
-
-function signalPid(pid: number): void {
-  try {
-    process.kill(pid, 'SIGKILL');
-  } catch {
-    /* gone */
-  }
-}
-
-function exited(p: ChildProcess, ms: number): Promise<void> {
-  return new Promise<void>((resolve) => {
-    if (p.exitCode !== null || p.signalCode !== null) return resolve();
-    const t = setTimeout(resolve, ms);
-    p.once('exit', () => {
-      clearTimeout(t);
-      resolve();
-    });
-  });
-}
-
-function closeFd(fd: number): void {
-  try {
-    fs.closeSync(fd);
-  } catch {
-    /* closed */
-  }
 }
 
 /** A name for per-conversation directories: the id's 32 hex digits, or a safe form of other ids (probes, tests). */
@@ -234,57 +87,103 @@ function joinerStdio(stdio: StdioOptions | undefined): StdioOptions {
 }
 
 export class Sandbox {
-  readonly mode: 'bwrap' | 'none';
+  /** probing: the start-up probe runs (after the daemon listens); then what it decided. */
+  private state: 'probing' | 'bwrap' | 'none' = 'probing';
+  /**
+   * Resolves once the probe decided (bwrap, or plain processes under SANDBOX=auto); rejects with a
+   * SandboxUnavailableError when SANDBOX=bwrap cannot be honoured. Whatever starts a process or
+   * touches files waits for it.
+   */
+  readonly ready: Promise<void>;
   private readonly live = new Map<string, Live>();
   private readonly evictListeners = new Set<(conversationId: string) => void>();
-  /** A holder started ahead for the next conversation (see takeHolder). */
-  private spare: Holder | null = null;
-  private spareSeq = 0;
+  private readonly quotaListeners = new Set<(conversationId: string, usedBytes: number) => void>();
+  private diskQuota: DiskQuota | null = null;
   private closed = false;
+  /** What the probe found: the util-linux joiners, the cgroups, and the holders built with them (bwrap). */
+  private join: JoinTools | null = null;
+  private cgroups: CgroupBackend | null = null;
+  private holders: Holders | null = null;
+  /** SANDBOX_NETWORK=egress in force: slirp4netns's version (the rest is the holders'). */
+  private egressVersion: string | null = null;
+  /** Why auto fell back to plain processes, or egress to no network. */
+  warning?: string;
+  /** The settings in force (egress may fall back to none). */
+  settings: SandboxSettings;
 
   private constructor(
-    readonly settings: SandboxSettings,
+    settings: SandboxSettings,
     readonly workspaceRoot: string,
-    private readonly bwrap: string | null,
-    /** nsenter, setsid and setpriv (util-linux): how a process joins the holder's namespaces. */
-    private readonly join: JoinTools | null,
-    private readonly cgroups: CgroupBackend | null,
     private readonly mapped: MappedDir[],
-    private readonly systemArgs: string[],
-    private readonly extraArgs: string[] = [],
-    readonly warning?: string,
+    opts: SandboxOpenOptions | null,
   ) {
-    this.mode = bwrap ? 'bwrap' : 'none';
+    this.settings = settings;
+    if (!opts || settings.mode === 'none') {
+      this.state = 'none';
+      this.ready = Promise.resolve();
+    } else {
+      this.ready = this.probeAll(opts);
+      this.ready.catch(() => {});
+    }
+  }
+
+  /** bwrap or none, once the probe decided; probing before. */
+  get mode(): 'probing' | 'bwrap' | 'none' {
+    return this.state;
+  }
+
+  /** The live sandboxes the disk bound watches. */
+  private quotaTargets() {
+    const out: { id: string; channel: FileChannel; active: boolean }[] = [];
+    for (const [id, l] of this.live) {
+      const h = l.holder;
+      if (h && !h.dead && h.fds) out.push({ id, channel: h.files, active: l.busy || l.procs.size > 0 });
+    }
+    return out;
+  }
+
+  /** A conversation over SANDBOX_DISK_MB: its listeners are told why, then every process of it is stopped. */
+  private overQuota(conversationId: string, usedBytes: number): void {
+    for (const fn of this.quotaListeners) fn(conversationId, usedBytes);
+    void this.closeConversation(conversationId);
+  }
+
+  /** Called when a conversation goes over SANDBOX_DISK_MB, just before its processes are stopped. */
+  onDiskQuota(fn: (conversationId: string, usedBytes: number) => void): () => void {
+    this.quotaListeners.add(fn);
+    return () => this.quotaListeners.delete(fn);
   }
 
   /** Plain processes, no probe (unit tests, tools used outside the daemon). */
   static none(workspaceRoot = '/'): Sandbox {
-    return new Sandbox({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'none' }, workspaceRoot, null, null, null, [], []);
+    return new Sandbox({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'none' }, workspaceRoot, [], null);
   }
 
   /**
-   * Probes bwrap once with the options it will use. `bwrap` mode: throws SandboxUnavailableError
-   * (one actionable line) when the probe fails. `auto`: falls back to plain processes with a warning.
+   * The sandbox, its probe started in the background (the daemon listens meanwhile: `ready`).
+   * `bwrap` mode: `ready` rejects with a SandboxUnavailableError (one actionable line) when the probe
+   * fails; `auto` falls back to plain processes with a warning; egress falls back to no network.
    */
-  /**
-   * @param opts.hidden host paths never visible inside, even under a mounted system directory
-   *   (DATA_DIR: e.g. /opt/parley/data would otherwise show through the /opt mount)
-   */
-  /**
-   * @param opts.apiOpenOnLoopback the daemon answers loopback requests without a key: with the
-   *   host network a sandboxed agent can call it too (README, Trust model), which is logged once
-   */
-  static async open(
-    settings: SandboxSettings,
-    opts: { workspaceRoot: string; mapped?: MappedDir[]; hidden?: string[]; log?: Logger; apiOpenOnLoopback?: boolean },
-  ): Promise<Sandbox> {
+  static start(settings: SandboxSettings, opts: SandboxOpenOptions): Sandbox {
     const mapped = (opts.mapped ?? []).map((m) => ({ host: path.resolve(m.host), inside: m.inside }));
-    if (settings.mode === 'none') return new Sandbox(settings, opts.workspaceRoot, null, null, null, mapped, []);
-    const fail = (why: string): Sandbox => {
+    return new Sandbox(settings, opts.workspaceRoot, mapped, opts);
+  }
+
+  /** `start`, then its probe: a sandbox ready to use (SandboxUnavailableError thrown). */
+  static async open(settings: SandboxSettings, opts: SandboxOpenOptions): Promise<Sandbox> {
+    const sb = Sandbox.start(settings, opts);
+    await sb.ready;
+    return sb;
+  }
+
+  /** The probe (see `start`): the checks, the tools, the cgroups, egress, then a real holder. */
+  private async probeAll(opts: SandboxOpenOptions): Promise<void> {
+    const settings = this.settings;
+    const fail = (why: string): void => {
       if (settings.mode === 'bwrap') throw new SandboxUnavailableError(`SANDBOX=bwrap but ${why}`);
-      const warning = `SANDBOX=auto: ${why}; agent processes run UNSANDBOXED as the daemon's user (set SANDBOX=none to silence this, or fix bwrap)`;
-      opts.log?.warn({ sandbox: 'none' }, warning);
-      return new Sandbox(settings, opts.workspaceRoot, null, null, null, mapped, [], [], warning);
+      this.warning = `SANDBOX=auto: ${why}; agent processes run UNSANDBOXED as the daemon's user (set SANDBOX=none to silence this, or fix bwrap)`;
+      opts.log?.warn({ sandbox: 'none' }, this.warning);
+      this.state = 'none';
     };
     const bwrap = which(settings.bwrapPath ?? 'bwrap');
     if (!bwrap) {
@@ -294,37 +193,83 @@ export class Sandbox {
           : 'bwrap was not found on PATH: install bubblewrap (apt-get install bubblewrap) or set BWRAP_PATH',
       );
     }
-    const tools = { nsenter: which('nsenter'), setsid: which('setsid'), setpriv: which('setpriv') };
+    const tools = { nsenter: which('nsenter'), setsid: which('setsid'), setpriv: which('setpriv'), unshare: which('unshare') };
     const missing = Object.entries(tools).filter(([, p]) => !p).map(([name]) => name);
+    const ip = findProgram('ip');
+    if (settings.runAs && settings.network !== 'host' && !ip) return fail("ip (iproute2) not found: a sandbox's own network is set up with it (apt-get install iproute2)");
     if (missing.length > 0) {
       return fail(`${missing.join(', ')} (util-linux) not found on PATH: processes join their conversation's sandbox with them (apt-get install util-linux)`);
     }
-    const limits = { memoryBytes: settings.memoryMb * 1024 * 1024, pids: settings.pids };
-    const cgroups = detectCgroups(limits);
+    this.cgroups = detectCgroups({
+      memoryBytes: settings.memoryMb * 1024 * 1024,
+      pids: settings.pids,
+      totalMemoryBytes: totalMemoryMb(settings) * 1024 * 1024,
+      cpus: settings.cpus ?? null,
+    });
     const hidden = [...(opts.hidden ?? []), opts.workspaceRoot, ...HIDDEN_PATHS];
     // a holder mounts what exists when it starts (the spare: at start-up), and a mapped directory
     // (the askpass helper's) may be written to only later
-    for (const m of mapped) fs.mkdirSync(m.host, { recursive: true, mode: 0o700 });
-    const sb = new Sandbox(settings, opts.workspaceRoot, bwrap, tools as JoinTools, cgroups, mapped, systemArgs(), extraArgs(settings.roBinds, hidden));
-    removeStaleSpares(path.join(opts.workspaceRoot, '.sandbox'));
+    for (const m of this.mapped) fs.mkdirSync(m.host, { recursive: true, mode: 0o700 });
+    // egress where it works; else no network (never the host's), with one warning
+    let egress: { tools: import('./network.js').EgressTools; version: string; resolvConf: string } | null = null;
+    if (settings.network === 'egress') {
+      const probe = await probeEgress({ runAs: settings.runAs ?? undefined });
+      if (probe.usable) {
+        const resolvConf = path.join(opts.workspaceRoot, '.sandbox', 'resolv.conf');
+        fs.mkdirSync(path.dirname(resolvConf), { recursive: true, mode: 0o700 });
+        fs.writeFileSync(resolvConf, EGRESS_RESOLV_CONF, { mode: 0o644 });
+        fs.chmodSync(resolvConf, 0o644);
+        egress = { tools: probe.tools, version: probe.version, resolvConf };
+        this.egressVersion = probe.version;
+      } else {
+        this.warning = `SANDBOX_NETWORK=egress: ${probe.reason}; sandboxes get no network (none)`;
+        opts.log?.warn({ sandbox: 'network-none' }, this.warning);
+        this.settings = { ...settings, network: 'none' };
+      }
+    }
+    this.join = { ...(tools as Omit<JoinTools, 'ip'>), ip };
+    this.holders = new Holders({
+      settings: this.settings,
+      workspaceRoot: this.workspaceRoot,
+      bwrap,
+      join: this.join,
+      hasCgroups: this.cgroups !== null,
+      system: systemArgs(),
+      extra: extraArgs(settings.roBinds, hidden),
+      mapped: this.mapped,
+      egress,
+    });
+    this.state = 'bwrap';
     const probeDir = fs.mkdtempSync(path.join(opts.workspaceRoot, '.probe-'));
     try {
-      const err = await sb.probe(probeDir);
-      if (err) return fail(err);
+      const err = await this.probe(probeDir);
+      if (err) {
+        this.state = 'probing';
+        void this.holders.close();
+        this.holders = null;
+        this.egressVersion = null;
+        this.cgroups?.close();
+        this.cgroups = null;
+        return fail(err);
+      }
     } finally {
       fs.rmSync(probeDir, { recursive: true, force: true });
     }
+    const diskBytes = (settings.diskMb ?? 0) * 1024 * 1024;
+    if (diskBytes > 0) {
+      this.diskQuota = new DiskQuota(diskBytes, [VISIBLE_WORKSPACE, '/tmp', VISIBLE_HOME], () => this.quotaTargets(), (id, used) => this.overQuota(id, used));
+      this.diskQuota.start();
+    }
     // the first conversation finds a holder ready too
-    void sb.warm();
-    const i = sb.info();
+    void this.warm();
+    const i = this.info();
     opts.log?.info({ sandbox: i }, `sandbox: bwrap (${bwrap}), network ${i.network}, limits by ${i.limits.enforced_by}`);
-    if (opts.apiOpenOnLoopback && settings.network === 'host') {
+    if (opts.apiOpenOnLoopback && this.settings.network === 'host') {
       opts.log?.warn(
         { sandbox: 'api-reachable' },
         "no SESSION_API_KEY and SANDBOX_NETWORK=host: agents' sandboxed processes can call this daemon's API on loopback (every conversation, every file); set SESSION_API_KEY or SANDBOX_NETWORK=none",
       );
     }
-    return sb;
   }
 
   /**
@@ -368,14 +313,22 @@ export class Sandbox {
     return {
       mode: this.mode,
       requested: this.settings.mode,
-      network: on ? this.settings.network : 'host',
+      network: on || this.mode === 'probing' ? this.settings.network : 'host',
+      ...(on && this.egressVersion
+        ? { egress: { tool: 'slirp4netns', version: this.egressVersion, allow: (this.settings.allowNets ?? []).map(formatAllowedNet), dns: EGRESS_NET.dns, ipv6: false as const } }
+        : {}),
       workspace: on ? VISIBLE_WORKSPACE : 'host path',
+      user: on ? (this.settings.runAs ?? { uid: process.getuid?.() ?? -1, gid: process.getgid?.() ?? -1 }) : null,
       limits: {
         enforced_by: by,
         memory_mb: by === 'none' ? null : this.settings.memoryMb,
+        total_memory_mb: this.cgroups ? totalMemoryMb(this.settings) : null,
         // RLIMIT_NPROC counts every process of the user, not of the conversation: not a pids limit
-        pids: by === 'cgroup-v1' || by === 'cgroup-v2' ? this.settings.pids : null,
+        pids: this.cgroups ? this.settings.pids : null,
+        cpus: this.cgroups?.cpu ? (this.settings.cpus ?? null) : null,
         file_size_mb: on ? this.settings.fileSizeMb : null,
+        disk_mb: on && this.settings.diskMb ? this.settings.diskMb : null,
+        max_live: this.maxLive,
       },
       ...(this.warning ? { warning: this.warning } : {}),
     };
@@ -485,19 +438,20 @@ export class Sandbox {
    * per-conversation directories its processes see: the terminal puts its FIFO directories under
    * `io` and its saved outputs under `outputs`. bwrap mode only.
    */
-  prepare(conversationId: string): { io: SandboxDir; outputs: SandboxDir } {
+  prepare(conversationId: string): ReturnType<Sandbox['dirs']> {
     if (!this.enabled) throw new Error('prepare: the sandbox is off');
     if (this.closed) throw new Error('the sandbox launcher is closed');
     this.holderFor(conversationId, this.enter(conversationId), this.hostWorkspace(conversationId));
     return this.dirs(conversationId);
   }
 
-  /** The directories `prepare` returns, without starting anything. */
-  dirs(conversationId: string): { io: SandboxDir; outputs: SandboxDir } {
+  /** The directories `prepare` returns, without starting anything; `owner`: the uid and gid files made there for the sandbox get. */
+  dirs(conversationId: string): { io: SandboxDir; outputs: SandboxDir; owner: SandboxSettings['runAs'] } {
     const state = this.stateDir(conversationId);
     return {
       io: { host: path.join(state, 'io'), inside: VISIBLE_IO },
       outputs: { host: path.join(state, 'outputs'), inside: VISIBLE_OUTPUTS },
+      owner: this.settings.runAs ?? null,
     };
   }
 
@@ -509,6 +463,7 @@ export class Sandbox {
    */
   spawn(conversationId: string, argv: string[], opts: SandboxSpawnOptions): ChildProcess {
     if (this.closed) throw new Error('the sandbox launcher is closed');
+    if (this.state === 'probing') throw new Error('the sandbox is still being set up (await sandbox.ready first)');
     if (argv.length === 0) throw new Error('empty command');
     const host = opts.workspaceDir ?? this.hostWorkspace(conversationId);
     const live = this.enter(conversationId);
@@ -528,7 +483,7 @@ export class Sandbox {
       const cwd = opts.cwd ? view.toVisible(opts.cwd) : VISIBLE_WORKSPACE;
       // joiners start in /workspace (the holder's); elsewhere a `cd` resolved inside the sandbox
       const inner = cwd === VISIBLE_WORKSPACE ? argv : ['/bin/sh', '-c', 'cd -- "$0" || exit 125; exec "$@"', cwd, ...argv];
-      const full = this.wrap(live.cgroup, [...this.joinArgs(), ...inner], 'join');
+      const full = wrapCommand({ settings: this.settings, join: this.join!, hasCgroups: this.cgroups !== null }, live.cgroup, [...joinArgs(this.settings, this.join!), ...inner], opts.hostNetwork ? 'join-host-network' : 'join');
       child = spawnChild(full[0]!, full.slice(1), {
         env: this.translateEnv(opts.env),
         stdio: joinerStdio(opts.stdio),
@@ -549,7 +504,7 @@ export class Sandbox {
       );
       const release = () => {
         holder.users.delete(child);
-        this.releaseHolderFds(holder);
+        this.holders?.release(holder);
       };
       child.once('exit', release);
       child.once('error', release);
@@ -570,7 +525,7 @@ export class Sandbox {
   /** The live holder of the conversation, or a new one (its directories created or moved in place). */
   private holderFor(conversationId: string, live: Live, workspace: string): Holder {
     if (live.holder && !live.holder.dead) return live.holder;
-    const h = (live.holder = this.takeHolder(workspace, this.stateDir(conversationId)));
+    const h = (live.holder = this.holders!.take(workspace, this.stateDir(conversationId)));
     // everything that joined it dies with the namespace
     h.onDead = () => {
       if (this.live.get(conversationId) === live && live.holder === h) this.scheduleIdle(conversationId, live);
@@ -581,179 +536,99 @@ export class Sandbox {
 
   /** Starts the spare holder if there is none; resolves once it is ready (benchmarks wait for it). */
   async warm(): Promise<void> {
-    if (!this.enabled || this.closed || this.settings.spareHolder === false) return;
-    if (!this.spare || this.spare.dead) this.spare = this.startSpare();
-    await this.spare.ready.catch(() => {});
+    if (this.closed) return;
+    await this.holders?.warm();
   }
 
   /**
-   * A holder for a conversation. The spare one (started ahead, ready by now, so a new conversation's
-   * first process only waits for its own join) binds directories of its own under
-   * `.sandbox/.spare-<pid>-<n>/`: it is adopted by renaming them to the conversation's workspace and
-   * state directory — bind mounts follow the directory, not its name. That works while the workspace
-   * is missing or empty and the state directory is missing (a new conversation, or one whose
-   * workspace nothing has written to yet); otherwise (a cloned repository, a sandbox started again
-   * for a conversation with its /tmp and HOME) a new holder binds the conversation's directories and
-   * the spare waits for the next one. A spare is in no conversation's cgroup: only its init and
-   * `cat` are, which never fork; everything that joins it enters the conversation's cgroup first.
+   * The conversation's files, through its file service: in its sandbox (started, or taken from the
+   * spare, when it has none), or a plain process of the daemon's user without one. Paths as the
+   * conversation sees them (`visibleWorkspace`); a host path of the workspace is translated.
    */
-  private takeHolder(workspace: string, state: string): Holder {
-    const spare = this.spare && !this.spare.dead && this.spare.fds ? this.spare : null;
-    if (spare && adoptDirs(spare, workspace, state)) {
-      this.spare = null;
-      const timer = setTimeout(() => {
-        if (!this.closed && !this.spare && this.settings.spareHolder !== false) this.spare = this.startSpare();
-      }, 50);
-      timer.unref();
-      return spare;
-    }
-    fs.mkdirSync(workspace, { recursive: true, mode: 0o700 });
-    makeStateDirs(state);
-    return this.startHolder(workspace, state);
+  files(conversationId: string, workspaceDir = this.hostWorkspace(conversationId)): WorkspaceFiles {
+    const view = this.pathView(workspaceDir);
+    const inner = new ChannelFiles(view.visibleRoot, () => this.fileChannel(conversationId, workspaceDir));
+    return translatingFiles(inner, view);
   }
 
-  private startSpare(): Holder {
-    const dir = path.join(this.workspaceRoot, '.sandbox', `.spare-${process.pid}-${++this.spareSeq}`);
-    fs.mkdirSync(path.join(dir, 'workspace'), { recursive: true, mode: 0o700 });
-    makeStateDirs(path.join(dir, 'state'));
-    const h = this.startHolder(path.join(dir, 'workspace'), path.join(dir, 'state'));
-    // a spare that dies or is closed before a conversation adopted it leaves nothing behind
-    h.proc.once('exit', () => {
-      if (path.dirname(h.state) === dir) fs.rmSync(dir, { recursive: true, force: true });
+  private async fileChannel(conversationId: string, workspaceDir: string): Promise<FileChannel> {
+    if (this.closed) throw new FileOpError('UNAVAILABLE', 'the sandbox launcher is closed');
+    await this.ready.catch(() => {
+      throw new FileOpError('UNAVAILABLE', 'the sandbox could not be set up');
     });
-    return h;
-  }
-
-  /**
-   * Starts a holder: setpriv → `sh` (rlimits; stays as the group's supervisor, see wrap) → bwrap with
-   * new namespaces and the conversation's whole view,
-   * --info-fd 3 (the host pid of its init) → `sh -c 'echo; exec cat'` (the line says the sandbox is
-   * set up; `cat` reads a pipe only the daemon writes, so it ends with the daemon). bwrap reads its
-   * options from fd 4 (--args): as pid 1 of the sandbox its command line is what `ps` shows inside,
-   * and the host paths of the conversation's directories are none of the agent's business.
-   */
-  private startHolder(workspace: string, state: string): Holder {
-    const argv = this.wrap(null, [this.bwrap!, '--args', '4', '--', '/bin/sh', '-c', 'echo; exec cat'], 'supervise');
-    const proc = spawnChild(argv[0]!, argv.slice(1), {
-      env: { PATH: baseChildEnv().PATH! },
-      stdio: ['pipe', 'pipe', 'pipe', 'pipe', 'pipe'],
-      detached: true,
-    });
-    const options = [...this.namespaceArgs(), '--info-fd', '3', ...this.viewArgs(workspace, state), '--chdir', VISIBLE_WORKSPACE];
-    const args = proc.stdio[4] as import('node:stream').Writable | null;
-    args?.on('error', () => {
-      /* bwrap is gone: its exit says why */
-    });
-    args?.end(options.map((o) => `${o}\0`).join(''));
-    const holder: Holder = { proc, init: null, fds: null, ready: Promise.resolve(), dead: false, users: new Set(), onDead: null, workspace, state };
-    holder.ready = new Promise<void>((resolve, reject) => {
-      let info = '';
-      let stderr = '';
-      let up = false;
-      const timer = setTimeout(() => {
-        if (holder.fds || holder.dead) return;
-        killTree(proc);
-        fail(`the conversation's sandbox did not start within ${HOLDER_START_MS / 1000} s`);
-      }, HOLDER_START_MS);
-      timer.unref();
-      const fail = (why: string) => {
-        clearTimeout(timer);
-        holder.dead = true;
-        reject(new Error(why));
-      };
-      const check = () => {
-        if (holder.dead || !up || holder.init === null || holder.fds) return;
-        try {
-          holder.fds = this.openHolder(holder.init);
-          clearTimeout(timer);
-          resolve();
-        } catch (e) {
-          killTree(proc);
-          fail(`the conversation's sandbox could not be opened (${(e as Error).message})`);
-        }
-      };
-      (proc.stdio[3] as import('node:stream').Readable).on('data', (d: Buffer) => {
-        info += d.toString('utf8');
-        const m = /"child-pid":\s*(\d+)/.exec(info);
-        if (m && holder.init === null) {
-          holder.init = Number(m[1]);
-          check();
-        }
-      });
-      proc.stdout!.once('data', () => {
-        up = true;
-        check();
-      });
-      proc.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString('utf8')).slice(-2000)));
-      proc.stdin!.on('error', () => {
-        /* gone */
-      });
-      proc.once('error', (e) => fail(`bwrap could not be started (${e.message})`));
-
-      proc.once('exit', (code, signal) => {
-        fail(stderr.trim().split('\n').pop() || `the sandbox ended (${signal ?? `exit code ${code}`})`);
-        this.releaseHolderFds(holder);
-        if (this.spare === holder) this.spare = null;
-        holder.onDead?.();
-      });
-    });
-    holder.ready.catch(() => {});
-    return holder;
-  }
-
-  /**
-   * Opens what a joiner enters, from the holder's init before anything of the conversation ran in
-   * it: its namespace files, its root and /workspace under that root (the joiner's working
-   * directory). The cgroup namespace only when bwrap made one (--unshare-cgroup-try), the network
-   * one only with SANDBOX_NETWORK=none: otherwise they are the daemon's.
-   */
-  private openHolder(init: number): HolderFds {
-    const opened: number[] = [];
-    const open = (p: string) => {
-      const fd = fs.openSync(p, 'r');
-      opened.push(fd);
-      return fd;
-    };
+    if (!this.enabled) return this.plainChannel(conversationId, workspaceDir);
+    const live = this.enter(conversationId);
+    const holder = this.holderFor(conversationId, live, workspaceDir);
     try {
-      const ns = (kind: string) => open(`/proc/${init}/ns/${kind}`);
-      const own = (kind: string) => fs.readlinkSync(`/proc/${init}/ns/${kind}`) !== fs.readlinkSync(`/proc/self/ns/${kind}`);
-      return {
-        user: ns('user'),
-        pid: ns('pid'),
-        mnt: ns('mnt'),
-        ipc: ns('ipc'),
-        uts: ns('uts'),
-        cgroup: own('cgroup') ? ns('cgroup') : null,
-        net: this.settings.network === 'none' ? ns('net') : null,
-        root: open(`/proc/${init}/root`),
-        cwd: open(`/proc/${init}/root${VISIBLE_WORKSPACE}`),
-      };
-    } catch (e) {
-      for (const fd of opened) closeFd(fd);
-      throw e;
+      await holder.ready;
+    } catch {
+      // (what bwrap said may name host paths: it is the holder's to log, not the caller's to see)
+      throw new FileOpError('UNAVAILABLE', "the conversation's sandbox could not start");
     }
+    live.lastUsed = Date.now();
+    this.scheduleIdle(conversationId, live);
+    return holder.files;
   }
 
-  /** The holder's fds go once the holder is gone and no joiner started against it can still open them. */
-  private releaseHolderFds(h: Holder): void {
-    if (!h.dead || h.users.size > 0 || !h.fds) return;
-    for (const fd of Object.values(h.fds)) if (fd !== null) closeFd(fd);
-    h.fds = null;
+  /** SANDBOX=none: a file service per conversation as a plain process, closed after a minute unused. */
+  private readonly plain = new Map<string, { proc: ChildProcess; channel: FileChannel; timer: NodeJS.Timeout | null }>();
+
+  private plainChannel(conversationId: string, workspaceDir: string): Promise<FileChannel> {
+    let p = this.plain.get(conversationId);
+    if (!p || !p.channel.usable) {
+      fs.mkdirSync(workspaceDir, { recursive: true, mode: 0o700 });
+      const proc = spawnChild(process.execPath, [...HELPER_NODE_FLAGS, FILE_HELPER, '--root', workspaceDir], {
+        cwd: workspaceDir,
+        env: { PATH: baseChildEnv().PATH! },
+        stdio: ['pipe', 'pipe', 'ignore'],
+        detached: true,
+      });
+      const entry: { proc: ChildProcess; channel: FileChannel; timer: NodeJS.Timeout | null } = {
+        proc,
+        channel: new FileChannel(proc.stdin!, proc.stdout!, () => killTree(proc)),
+        timer: null,
+      };
+      proc.once('error', () => entry.channel.break('the file service could not be started'));
+      proc.once('exit', () => {
+        entry.channel.break('the file service ended');
+        if (this.plain.get(conversationId) === entry) this.plain.delete(conversationId);
+      });
+      this.plain.set(conversationId, entry);
+      p = entry;
+    }
+    const entry = p;
+    if (entry.timer) clearTimeout(entry.timer);
+    entry.timer = setTimeout(() => killTree(entry.proc), PLAIN_FILES_IDLE_MS);
+    entry.timer.unref();
+    return entry.channel.ready.then(
+      () => entry.channel,
+      (e: Error) => {
+        throw new FileOpError('UNAVAILABLE', e.message);
+      },
+    );
   }
 
   /** The launcher of one conversation, for code that only starts processes (setup.sh, git, MCP servers). */
   forConversation(conversationId: string): ProcessLauncher {
     return {
-      spawn: (argv, o) => this.spawn(conversationId, argv, { cwd: o.cwd, env: o.env, stdio: o.stdio }),
+      spawn: (argv, o) => this.spawn(conversationId, argv, { cwd: o.cwd, env: o.env, stdio: o.stdio, hostNetwork: o.hostNetwork }),
       env: (extra) => this.env(extra),
     };
   }
 
   /** Kills every process of the conversation (background ones included: the pid namespace ends) and frees its cgroup. */
   async closeConversation(conversationId: string): Promise<void> {
+    const plain = this.plain.get(conversationId);
+    if (plain) {
+      this.plain.delete(conversationId);
+      if (plain.timer) clearTimeout(plain.timer);
+      killTree(plain.proc);
+      await exited(plain.proc, 3000);
+    }
     const l = this.live.get(conversationId);
     if (!l) return;
     this.live.delete(conversationId);
+    this.diskQuota?.forget(conversationId);
     if (l.idleTimer) clearTimeout(l.idleTimer);
     const h = l.holder;
     // the init first: the kernel kills everything in its pid namespace
@@ -762,25 +637,23 @@ export class Sandbox {
     for (const p of l.procs) killTree(p);
     l.cgroup?.killAll();
     await Promise.all([...l.procs, ...(h ? [h.proc] : [])].map((p) => exited(p, 3000)));
+    await h?.egress?.close();
     if (l.cgroup) await this.removeCgroup(conversationId, l.cgroup);
   }
 
   /** DELETE: closes the sandbox and removes the conversation's /tmp and HOME from the host. */
   async removeConversation(conversationId: string): Promise<void> {
+    this.diskQuota?.remove(conversationId);
     await this.closeConversation(conversationId);
     await removeTree(this.stateDir(conversationId)).catch(() => {});
   }
 
   async close(): Promise<void> {
     this.closed = true;
-    const spare = this.spare;
-    this.spare = null;
-    if (spare) {
-      if (!spare.dead && spare.init) signalPid(spare.init);
-      killTree(spare.proc);
-    }
-    await Promise.all([...this.live.keys()].map((id) => this.closeConversation(id)));
-    if (spare) await exited(spare.proc, 3000);
+    this.diskQuota?.stop();
+    const spare = this.holders?.close();
+    await Promise.all([...new Set([...this.live.keys(), ...this.plain.keys()])].map((id) => this.closeConversation(id)));
+    await spare;
     await Promise.all([...this.removing]);
     this.cgroups?.close();
   }
@@ -800,8 +673,19 @@ export class Sandbox {
     return l;
   }
 
-  private evictIfNeeded(except: string): void {
+  /**
+   * SANDBOX_MAX_LIVE; with rlimits only (no cgroup to bound all sandboxes together), also no more
+   * live sandboxes than the total memory holds at SANDBOX_MEMORY_MB each.
+   */
+  get maxLive(): number {
     const max = this.settings.maxLive;
+    if (!this.enabled || this.cgroups) return max;
+    const fit = Math.max(1, Math.floor(totalMemoryMb(this.settings) / this.settings.memoryMb));
+    return max <= 0 ? fit : Math.min(max, fit);
+  }
+
+  private evictIfNeeded(except: string): void {
+    const max = this.maxLive;
     if (max <= 0) return;
     const withProcs = [...this.live.entries()].filter(([id, l]) => id !== except && (l.procs.size > 0 || (l.holder && !l.holder.dead)));
     let over = withProcs.length + 1 - max;
@@ -826,248 +710,27 @@ export class Sandbox {
     return out;
   }
 
-  /**
-   * One `sh` around a joiner or a holder: the file size limit (ulimit -f, 512-byte blocks in POSIX sh), the
-   * data limit when there is no cgroup (ulimit -d, KiB), and the cgroup join before exec, so every
-   * process of the sandbox is counted from its first fork. A joiner (`join`) then reads the numbers of
-   * the daemon's fds on the holder from fd 3 (written once the holder is ready; nothing when it
-   * failed) and execs `nsenter` with them (/proc/<daemon>/fd/<n>: the holder's pid is never looked up
-   * again, so a reused pid cannot put a process in another sandbox).
-   *
-   * A holder (`supervise`) is not exec'd but run under the `sh`, which stays as the supervisor of its
-   * process group: bwrap's first child waits on an eventfd until bwrap's parent has set it up, so a
-   * bwrap parent that dies early (SIGKILL by its --die-with-parent when the daemon dies, SIGPIPE
-   * writing --info-fd to a dead daemon) leaves that child blocked forever, with a pid namespace and
-   * no parent. The supervisor gets SIGTERM when the daemon dies (setpriv --pdeathsig; a daemon gone
-   * before that was set shows as a changed $PPID), and when bwrap exits for any reason it kills the
-   * whole group, that child included (before its setsid it is in the group).
-   */
-  private wrap(cgroup: ConversationCgroup | null, argv: string[], mode: 'join' | 'supervise'): string[] {
-    let script = `ulimit -f ${this.settings.fileSizeMb * 2048} || exit 125; `;
-    if (!this.cgroups) script += `ulimit -d ${this.settings.memoryMb * 1024} || exit 125; `;
-    script += 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; ';
-    if (mode === 'join') {
-      const d = `/proc/${process.pid}/fd`;
-      script +=
-        'read -r u p m i t r w c n <&3 || { echo "parley: the conversation\'s sandbox is not running" >&2; exit 125; }; exec 3<&-; ' +
-        `o="--user=${d}/$u --pid=${d}/$p --mount=${d}/$m --ipc=${d}/$i --uts=${d}/$t --root=${d}/$r --wd=${d}/$w"; ` +
-        `[ "$c" = x ] || o="$o --cgroup=${d}/$c"; [ "$n" = x ] || o="$o --net=${d}/$n"; ` +
-        `exec ${this.join!.nsenter} $o "$@"`;
-    } else {
-      // (an asynchronous command's stdin is /dev/null before its redirections: pass the pipe on fd 9)
-      script += `[ "$PPID" = ${process.pid} ] || exit 125; trap 'kill -KILL 0' TERM; exec 9<&0; "$@" <&9 9<&- & exec 9<&-; wait $!; kill -KILL 0`;
-    }
-    const files = cgroup?.procsFiles ?? [];
-    const sh = ['/bin/sh', '-c', script, 'sh', String(files.length), ...files, ...argv];
-    return mode === 'supervise' ? [this.join!.setpriv, '--pdeathsig', 'TERM', '--', ...sh] : sh;
-  }
-
-  /**
-   * nsenter's arguments after the namespaces, then the command: the daemon's uid, which is 0 inside
-   * (--preserve-credentials: nsenter would otherwise set it itself), `setsid` starts a new session
-   * (no terminal of the host's to inject into), `setpriv` sets no_new_privs, SIGKILL when nsenter
-   * dies, and drops every capability entering the user namespace gave (uid 0 would keep them
-   * across exec).
-   */
-  private joinArgs(): string[] {
-    const j = this.join!;
-    return ['--preserve-credentials', '--', j.setsid, j.setpriv, '--pdeathsig', 'KILL', '--no-new-privs', '--inh-caps=-all', '--ambient-caps=-all', '--bounding-set=-all', '--'];
-  }
-
-  /**
-   * The holder's namespaces: the conversation's, joined by every process of it. Inside, uid and gid
-   * 0 of the conversation's user namespace, mapped to the daemon's user (files on the host are the
-   * daemon's), without a capability (as root in a rootless container). Not the daemon's own uid:
-   * unprivileged bwrap then makes a second user namespace inside the first (uid 0 in the outer one
-   * for mounting devpts) and leaves no process in the outer one, which owns the mount, ipc, uts and
-   * pid namespaces — nothing could join those.
-   */
-  private namespaceArgs(): string[] {
-    return [
-      '--unshare-user',
-      '--uid',
-      '0',
-      '--gid',
-      '0',
-      '--unshare-pid',
-      '--unshare-ipc',
-      '--unshare-uts',
-      '--unshare-cgroup-try',
-      ...(this.settings.network === 'none' ? ['--unshare-net'] : []),
-      '--die-with-parent',
-      '--new-session',
-      '--cap-drop',
-      'ALL',
-      '--hostname',
-      'sandbox',
-    ];
-  }
-
-  /** The conversation's view, mounted once by its holder. */
-  private viewArgs(hostWorkspace: string, state: string): string[] {
-    const tmp = path.join(state, 'tmp');
-    const a = [
-      ...this.systemArgs,
-      '--proc',
-      '/proc',
-      '--dev',
-      '/dev',
-      '--bind',
-      tmp,
-      '/tmp',
-      '--bind',
-      tmp,
-      '/var/tmp',
-      ...this.extraArgs,
-      '--bind',
-      path.join(state, 'home'),
-      VISIBLE_HOME,
-      '--bind',
-      path.join(state, 'io'),
-      VISIBLE_IO,
-      '--ro-bind',
-      path.join(state, 'outputs'),
-      VISIBLE_OUTPUTS,
-      '--bind',
-      hostWorkspace,
-      VISIBLE_WORKSPACE,
-    ];
-    for (const m of this.mapped) if (fs.existsSync(m.host)) a.push('--ro-bind', m.host, m.inside);
-    return a;
-  }
-}
-
-/** How a process joins its conversation's sandbox (util-linux). */
-interface JoinTools {
-  nsenter: string;
-  setsid: string;
-  setpriv: string;
-}
-
-/** A conversation's state directory: its /tmp, HOME, the terminal's FIFOs and saved outputs (0700 each). */
-function makeStateDirs(state: string): void {
-  for (const d of ['', ...STATE_DIRS]) fs.mkdirSync(path.join(state, d), { recursive: true, mode: 0o700 });
 }
 
 /**
- * Gives a spare holder's directories to a conversation: its workspace renamed onto the
- * conversation's (missing, or an empty directory: rename replaces it), its state directory onto the
- * conversation's (missing). False, with everything as it was, when either is in use.
+ * Accepts host paths of the workspace too (callers that name files by the workspace's host path,
+ * e.g. the side channels' clients) and translates them to what the conversation sees; answers
+ * carry the conversation's paths.
  */
-function adoptDirs(spare: Holder, workspace: string, state: string): boolean {
-  const dir = path.dirname(spare.state);
-  try {
-    fs.mkdirSync(path.dirname(workspace), { recursive: true, mode: 0o700 });
-    fs.renameSync(spare.workspace, workspace);
-  } catch {
-    return false;
-  }
-  try {
-    if (fs.existsSync(state)) throw new Error('in use');
-    fs.renameSync(spare.state, state);
-  } catch {
-    try {
-      fs.renameSync(workspace, spare.workspace);
-      fs.mkdirSync(workspace, { mode: 0o700 });
-    } catch {
-      /* the spare's workspace stays the conversation's: the spare is not reused */
-    }
-    return false;
-  }
-  spare.workspace = workspace;
-  spare.state = state;
-  fs.rmSync(dir, { recursive: true, force: true });
-  return true;
-}
-
-/** Spare holders' directories of daemons that are gone (a crash leaves them). */
-function removeStaleSpares(dir: string): void {
-  let names: string[];
-  try {
-    names = fs.readdirSync(dir);
-  } catch {
-    return;
-  }
-  for (const name of names) {
-    const m = /^\.spare-(\d+)-\d+$/.exec(name);
-    if (!m) continue;
-    const pid = Number(m[1]);
-    if (pid !== process.pid && !isAlive(pid)) fs.rmSync(path.join(dir, name), { recursive: true, force: true });
-  }
-}
-
-/** /usr and the /bin, /lib… entries as they are on the host. */
-function programArgs(): string[] {
-  const a: string[] = [];
-  if (fs.existsSync('/usr')) a.push('--ro-bind', '/usr', '/usr');
-  for (const dir of ['/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32']) {
-    let st: fs.Stats;
-    try {
-      st = fs.lstatSync(dir);
-    } catch {
-      continue;
-    }
-    if (st.isSymbolicLink()) a.push('--symlink', fs.readlinkSync(dir), dir);
-    else if (st.isDirectory()) a.push('--ro-bind', dir, dir);
-  }
-  return a;
-}
-
-/** Read-only system mounts: /usr, /etc, /opt and the /bin, /lib… entries as they are on the host. */
-function systemArgs(): string[] {
-  const a = programArgs();
-  for (const dir of ['/etc', '/opt']) if (fs.existsSync(dir)) a.push('--ro-bind', dir, dir);
-  // /etc/resolv.conf is often a symlink into /run (systemd-resolved): mount its target
-  try {
-    const real = fs.realpathSync('/etc/resolv.conf');
-    if (!real.startsWith('/etc/') && !real.startsWith('/usr/')) a.push('--ro-bind', real, real);
-  } catch {
-    /* no resolver configuration */
-  }
-  // host keys and password hashes are readable by root: never show them
-  for (const f of ['/etc/shadow', '/etc/gshadow', '/etc/shadow-', '/etc/gshadow-']) {
-    if (fs.existsSync(f)) a.push('--ro-bind', '/dev/null', f);
-  }
-  try {
-    for (const f of fs.readdirSync('/etc/ssh')) if (/^ssh_host_.*_key$/.test(f)) a.push('--ro-bind', '/dev/null', `/etc/ssh/${f}`);
-  } catch {
-    /* no sshd */
-  }
-  return a;
-}
-
-/** Daemon secrets that live under a mounted system directory: /etc/parley/parley.env (the systemd unit's EnvironmentFile). */
-const HIDDEN_PATHS = ['/etc/parley'];
-
-/**
- * SANDBOX_RO_BINDS (after the private /tmp, so a directory under /tmp can be shown too), then the
- * hidden paths masked wherever a mount above would show them: an empty tmpfs over a directory,
- * /dev/null over a file. Masks follow every mount, so nothing mounted later re-exposes them.
- */
-function extraArgs(extra: string[], hidden: string[]): string[] {
-  const a: string[] = [];
-  const shown = ['/usr', '/etc', '/opt', '/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32'];
-  for (const dir of extra) {
-    if (!dir || !fs.existsSync(dir)) continue;
-    a.push('--ro-bind', path.resolve(dir), path.resolve(dir));
-    shown.push(path.resolve(dir));
-  }
-  const under = (p: string, root: string) => p === root || p.startsWith(root.endsWith('/') ? root : `${root}/`);
-  const masked: string[] = [];
-  for (const h of [...hidden].sort((x, y) => x.length - y.length)) {
-    let p: string;
-    try {
-      p = fs.realpathSync(h);
-    } catch {
-      continue;
-    }
-    if (!shown.some((root) => under(p, root) || under(path.resolve(h), root))) continue;
-    for (const name of new Set([p, path.resolve(h)])) {
-      if (!shown.some((root) => under(name, root)) || masked.some((m) => under(name, m))) continue;
-      masked.push(name);
-      if (fs.statSync(p).isDirectory()) a.push('--tmpfs', name);
-      else a.push('--ro-bind', '/dev/null', name);
-    }
-  }
-  return a;
+function translatingFiles(inner: WorkspaceFiles, view: PathView): WorkspaceFiles {
+  const t = (p: string) => view.toVisible(p);
+  return {
+    root: inner.root,
+    visible: (p) => t(p),
+    stat: (p) => inner.stat(t(p)),
+    realpath: (p) => inner.realpath(t(p)),
+    read: (p, max) => inner.read(t(p), max),
+    head: (p, max) => inner.head(t(p), max),
+    write: (p, data, opts) => inner.write(t(p), data, opts),
+    remove: (p) => inner.remove(t(p)),
+    mkdirs: (p) => inner.mkdirs(t(p)),
+    list: (p, opts) => inner.list(t(p), opts),
+    usage: (paths) => inner.usage(paths.map(t)),
+    clear: (p) => inner.clear(t(p)),
+  };
 }

@@ -1,10 +1,14 @@
 /**
  * `file_editor` tool: view files and directories, create files, replace a unique string, insert
  * lines, and undo edits. Mistakes the LLM can fix come back as observations with is_error=true.
+ *
+ * Every read and write goes through the conversation's file service (sandbox/files.ts), which runs
+ * inside its sandbox: the editor never touches a workspace path on the host, and a FIFO, a device
+ * or a file that never ends cannot stall it (the service refuses anything but regular files and
+ * reads at most the limit).
  */
-import fs from 'node:fs';
 import path from 'node:path';
-import { ConfinedFiles, PathOutsideError, PathView } from '../sandbox/path-view.js';
+import { FileOpError, type WorkspaceFiles } from '../sandbox/files.js';
 import { z } from 'zod';
 import { actionSchema, observationSchema } from '../events/content.js';
 import type { ObservationContent, Tool, ToolContext } from './types.js';
@@ -117,54 +121,45 @@ function isInt(n: unknown): n is number {
   return typeof n === 'number' && Number.isInteger(n);
 }
 
+function tooLarge(abs: string, size: number | null): EditorError {
+  const how = size === null ? 'over 10 MiB' : `${(size / 1024 / 1024).toFixed(1)} MiB; the limit is ${MAX_FILE_BYTES / 1024 / 1024} MiB`;
+  return new EditorError(`The file ${abs} is too large (${how}). Use the terminal to work with it (e.g. \`head\`, \`sed -n\`, \`grep -n\`).`);
+}
+
 function shorten(s: string, max = 200): string {
   return s.length <= max ? s : `${s.slice(0, max)}...`;
 }
 
 class FileEditor {
   private readonly history = new Map<string, HistoryEntry[]>();
-  /** Reads and writes of one call, confined to its workspace (see ConfinedFiles). */
-  private readonly files = new WeakMap<ToolContext, ConfinedFiles>();
-  private io(ctx: ToolContext): ConfinedFiles {
-    return this.files.get(ctx) ?? new ConfinedFiles(new PathView(ctx.workspaceDir, ctx.workspaceDir));
-  }
 
-  /** @param viewOf the conversation's file view (sandbox/path-view.ts); default: exactly the workspace, as on the host. */
-  constructor(private readonly viewOf: (ctx: ToolContext) => PathView = (ctx) => new PathView(ctx.workspaceDir, ctx.workspaceDir)) {}
+  /** @param filesOf the conversation's file service (sandbox/files.ts) */
+  constructor(private readonly filesOf: (ctx: ToolContext) => WorkspaceFiles) {}
 
   async execute(params: FileEditorParams, ctx: ToolContext): Promise<FileEditorObservation> {
     const command = params.command;
     const rawPath = params.path ?? '';
-    const view = this.viewOf(ctx);
-    // messages name files as the agent sees them (/workspace/… when sandboxed)
-    const shown = view.hostRoot === view.visibleRoot ? { ...ctx } : { ...ctx, redact: (t: string) => ctx.redact(t.split(view.hostRoot).join(view.visibleRoot)) };
-    // this call's own context object: its confined I/O is looked up by it
-    this.files.set(shown, new ConfinedFiles(view));
-    return this.run(params, shown, view, rawPath, command);
-  }
-
-  private async run(params: FileEditorParams, ctx: ToolContext, view: PathView, rawPath: string, command: FileEditorParams['command']): Promise<FileEditorObservation> {
+    const files = this.filesOf(ctx);
     try {
-      const abs = this.checkPath(rawPath, ctx, view);
+      const abs = this.checkPath(rawPath, files);
       switch (command) {
         case 'view':
-          return await this.view(abs, params, ctx);
+          return await this.view(abs, params, ctx, files);
         case 'create':
-          return await this.create(abs, params, ctx);
+          return await this.create(abs, params, ctx, files);
         case 'str_replace':
-          return await this.strReplace(abs, params, ctx);
+          return await this.strReplace(abs, params, ctx, files);
         case 'insert':
-          return await this.insert(abs, params, ctx);
+          return await this.insert(abs, params, ctx, files);
         case 'undo_edit':
-          return await this.undo(abs, ctx);
+          return await this.undo(abs, ctx, files);
         default:
           throw new EditorError(
             `Unknown command \`${String(command)}\`. Allowed commands: ${COMMANDS.map((c) => `\`${c}\``).join(', ')}.`,
           );
       }
     } catch (err) {
-      const message =
-        err instanceof EditorError || err instanceof PathOutsideError ? err.message : this.describeFsError(err as NodeJS.ErrnoException, rawPath);
+      const message = err instanceof EditorError ? err.message : this.describeError(err, rawPath);
       return this.obs(ctx, command, rawPath, [{ type: 'text', text: message }], true);
     }
   }
@@ -197,8 +192,10 @@ class FileEditor {
     };
   }
 
-  private describeFsError(err: NodeJS.ErrnoException, p: string): string {
-    switch (err?.code) {
+  /** What a failed file operation tells the agent (the service's message says it in the conversation's terms). */
+  private describeError(err: unknown, p: string): string {
+    if (!(err instanceof FileOpError)) return `Error while accessing ${p}: ${(err as Error)?.message ?? String(err)}`;
+    switch (err.code) {
       case 'EACCES':
       case 'EPERM':
         return `Permission denied for ${p}.`;
@@ -208,59 +205,57 @@ class FileEditor {
         return `A component of the path ${p} is not a directory.`;
       case 'EISDIR':
         return `The path ${p} is a directory.`;
+      case 'ELOOP':
+        return `The path ${p} is a symbolic link (or leads through too many); it was not opened.`;
+      case 'ENOSPC':
+      case 'EDQUOT':
+        return `No space left to write ${p}.`;
+      case 'EROFS':
+        return `The path ${p} is on a read-only file system.`;
+      case 'TIMEOUT':
+      case 'UNAVAILABLE':
+        return `The file operation on ${p} could not be done: ${err.message}.`;
       default:
-        return `Error while accessing ${p}: ${err?.message ?? String(err)}`;
+        return err.message;
     }
   }
 
-  /** The host path to open; refuses paths outside the workspace, `..` escapes and symlinks leading out. */
-  private checkPath(p: string, ctx: ToolContext, view: PathView): string {
+  /** The path as the conversation sees it; refuses relative paths (the rest — outside, links out — is the file service's). */
+  private checkPath(p: string, files: WorkspaceFiles): string {
     if (typeof p !== 'string' || p.trim() === '') {
       throw new EditorError('Parameter `path` is required: give the absolute path of a file or directory.');
     }
     if (!path.isAbsolute(p)) {
-      const suggestion = path.resolve(view.visibleRoot, p);
+      const suggestion = path.resolve(files.root, p);
       throw new EditorError(
         `Invalid \`path\` parameter: ${p}. The path should be an absolute path, starting with \`/\`. Maybe you meant ${suggestion}?`,
       );
     }
-    try {
-      return view.resolve(p).host;
-    } catch (err) {
-      if (err instanceof PathOutsideError) throw new EditorError(err.message);
-      throw err;
-    }
+    return files.visible(path.resolve(p));
   }
 
-  private async statOrNull(abs: string): Promise<fs.Stats | null> {
+  /**
+   * A regular file's bytes, in one request (no stat first): what is there instead, or too much of
+   * it, becomes the message the agent can act on.
+   */
+  private async readFile(abs: string, command: string, files: WorkspaceFiles, max: number): Promise<Buffer> {
     try {
-      return await fs.promises.stat(abs);
+      return await files.read(abs, max);
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ENOTDIR') return null;
+      if (!(err instanceof FileOpError)) throw err;
+      if (err.code === 'ENOENT' || err.code === 'ENOTDIR') throw new EditorError(`The path ${abs} does not exist. Please provide a valid path.`);
+      if (err.code === 'NOT_REGULAR' && err.detail.type === 'dir') {
+        throw new EditorError(`The path ${abs} is a directory and only the \`view\` command can be used on directories.`);
+      }
+      if (err.code === 'NOT_REGULAR') throw new EditorError(`The path ${abs} is not a regular file; \`${command}\` works on regular files only.`);
+      if (err.code === 'TOO_LARGE') throw tooLarge(abs, err.detail.size ?? null);
       throw err;
     }
-  }
-
-  private async requireFile(abs: string, command: string): Promise<fs.Stats> {
-    const st = await this.statOrNull(abs);
-    if (!st) throw new EditorError(`The path ${abs} does not exist. Please provide a valid path.`);
-    if (st.isDirectory()) {
-      throw new EditorError(`The path ${abs} is a directory and only the \`view\` command can be used on directories.`);
-    }
-    if (!st.isFile()) throw new EditorError(`The path ${abs} is not a regular file; \`${command}\` works on regular files only.`);
-    if (st.size > MAX_FILE_BYTES) {
-      throw new EditorError(
-        `The file ${abs} is too large (${(st.size / 1024 / 1024).toFixed(1)} MiB; the limit is ${MAX_FILE_BYTES / 1024 / 1024} MiB). ` +
-          'Use the terminal to work with it (e.g. `head`, `sed -n`, `grep -n`).',
-      );
-    }
-    return st;
   }
 
   /** Reads a text file; refuses binary and non-UTF-8 content. */
-  private async readText(abs: string, ctx: ToolContext): Promise<TextFile> {
-    const buf = await this.io(ctx).readFile(abs);
-    if (buf.length > MAX_FILE_BYTES) throw new EditorError(`The file ${abs} is too large (over 10 MiB).`);
+  private async readText(abs: string, command: string, files: WorkspaceFiles): Promise<TextFile> {
+    const buf = await this.readFile(abs, command, files, MAX_FILE_BYTES);
     if (buf.includes(0)) {
       throw new EditorError(`The file ${abs} appears to be binary (it contains NUL bytes); file_editor only handles text files.`);
     }
@@ -326,34 +321,38 @@ class FileEditor {
 
   // -------------------------------------------------------------------------- view
 
-  private async view(abs: string, params: FileEditorParams, ctx: ToolContext): Promise<FileEditorObservation> {
-    const st = await this.statOrNull(abs);
-    if (!st) throw new EditorError(`The path ${abs} does not exist. Please provide a valid path.`);
-    if (st.isDirectory()) {
+  private async view(abs: string, params: FileEditorParams, ctx: ToolContext, files: WorkspaceFiles): Promise<FileEditorObservation> {
+    const mime = IMAGE_TYPES[path.extname(abs).toLowerCase()];
+    // one request for a file (the common case); a directory is listed after the read says so
+    let text: string;
+    try {
+      if (mime) {
+        const data = await files.read(abs, MAX_IMAGE_BYTES).catch((err: unknown) => {
+          if (err instanceof FileOpError && err.code === 'TOO_LARGE') {
+            throw new EditorError(`The image ${abs} is too large to view (${err.detail.size ?? 'over'} bytes; the limit is ${MAX_IMAGE_BYTES} bytes).`);
+          }
+          throw err;
+        });
+        return this.obs(
+          ctx,
+          'view',
+          abs,
+          [
+            { type: 'text', text: `Image file ${abs} (${data.length} bytes, ${mime}):` },
+            { type: 'image', image_urls: [`data:${mime};base64,${data.toString('base64')}`] },
+          ],
+          false,
+        );
+      }
+      ({ text } = await this.readText(abs, 'view', files));
+    } catch (err) {
+      const isDir = (err instanceof FileOpError && err.code === 'NOT_REGULAR' && err.detail.type === 'dir') || (err instanceof EditorError && /is a directory/.test(err.message));
+      if (!isDir) throw err;
       if (params.view_range !== undefined) {
         throw new EditorError('The `view_range` parameter is not allowed when `path` points to a directory.');
       }
-      return this.obs(ctx, 'view', abs, [{ type: 'text', text: await this.listDirectory(abs) }], false);
+      return this.obs(ctx, 'view', abs, [{ type: 'text', text: await this.listDirectory(abs, files) }], false);
     }
-    const mime = IMAGE_TYPES[path.extname(abs).toLowerCase()];
-    if (mime && st.isFile()) {
-      if (st.size > MAX_IMAGE_BYTES) {
-        throw new EditorError(`The image ${abs} is too large to view (${st.size} bytes; the limit is ${MAX_IMAGE_BYTES} bytes).`);
-      }
-      const data = await this.io(ctx).readFile(abs);
-      return this.obs(
-        ctx,
-        'view',
-        abs,
-        [
-          { type: 'text', text: `Image file ${abs} (${data.length} bytes, ${mime}):` },
-          { type: 'image', image_urls: [`data:${mime};base64,${data.toString('base64')}`] },
-        ],
-        false,
-      );
-    }
-    await this.requireFile(abs, 'view');
-    const { text } = await this.readText(abs, ctx);
     const lines = splitLines(text);
     const n = lines.length;
     let start = 1;
@@ -414,38 +413,13 @@ class FileEditor {
     return this.obs(ctx, 'view', abs, [{ type: 'text', text: out }], false);
   }
 
-  private async listDirectory(abs: string): Promise<string> {
-    const out: string[] = [];
-    let hidden = 0;
-    let truncated = false;
-    const list = async (dir: string, depth: number): Promise<void> => {
-      let entries: fs.Dirent[];
-      try {
-        entries = await fs.promises.readdir(dir, { withFileTypes: true });
-      } catch {
-        return;
-      }
-      entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-      for (const e of entries) {
-        if (e.name.startsWith('.')) {
-          if (depth === 1) hidden++;
-          continue;
-        }
-        if (out.length >= MAX_DIR_ENTRIES) {
-          truncated = true;
-          return;
-        }
-        const full = path.join(dir, e.name);
-        let isDir = e.isDirectory();
-        if (e.isSymbolicLink()) isDir = (await this.statOrNull(full))?.isDirectory() ?? false;
-        out.push(isDir ? `${full}/` : full);
-        if (isDir && depth < 2 && !e.isSymbolicLink()) await list(full, depth + 1);
-      }
-    };
-    await list(abs, 1);
+  private async listDirectory(abs: string, files: WorkspaceFiles): Promise<string> {
+    const listing = await files.list(abs, { depth: 2, max: MAX_DIR_ENTRIES });
+    const out = listing.entries.map((e) => (e.dir ? `${e.path}/` : e.path));
+    const hidden = listing.hidden;
     let text = `Here's the files and directories up to 2 levels deep in ${abs}, excluding hidden items:\n${abs}/\n`;
     text += out.length ? `${out.join('\n')}\n` : '(empty directory)\n';
-    if (truncated) text += `[Listing stopped after ${MAX_DIR_ENTRIES} entries. View a subdirectory to see more.]\n`;
+    if (listing.truncated) text += `[Listing stopped after ${out.length} entries. View a subdirectory to see more.]\n`;
     if (hidden > 0) {
       text += `\n${hidden} hidden file${hidden === 1 ? '' : 's'}/director${hidden === 1 ? 'y' : 'ies'} in this directory ${hidden === 1 ? 'is' : 'are'} excluded. You can use 'ls -la ${abs}' to see them.\n`;
     }
@@ -454,23 +428,23 @@ class FileEditor {
 
   // -------------------------------------------------------------------------- create
 
-  private async create(abs: string, params: FileEditorParams, ctx: ToolContext): Promise<FileEditorObservation> {
+  private async create(abs: string, params: FileEditorParams, ctx: ToolContext, files: WorkspaceFiles): Promise<FileEditorObservation> {
     if (typeof params.file_text !== 'string') {
       throw new EditorError('Parameter `file_text` is required for command: create.');
     }
-    const st = await this.statOrNull(abs);
-    if (st?.isDirectory()) {
-      throw new EditorError(`The path ${abs} is a directory and only the \`view\` command can be used on directories.`);
-    }
-    if (st) {
+    // exclusive: never overwrites (one request; what is there is looked at only when something is)
+    try {
+      await files.write(abs, params.file_text, { mode: 'exclusive', mkdirs: true });
+    } catch (err) {
+      if (!(err instanceof FileOpError && (err.code === 'EEXIST' || err.code === 'EISDIR'))) throw err;
+      if ((await files.stat(abs).catch(() => null))?.type === 'dir') {
+        throw new EditorError(`The path ${abs} is a directory and only the \`view\` command can be used on directories.`);
+      }
       throw new EditorError(
         `File already exists at: ${abs}. Cannot overwrite files using command \`create\`. ` +
           'Use `str_replace` or `insert` to change it, or delete it first in the terminal.',
       );
     }
-    await fs.promises.mkdir(path.dirname(abs), { recursive: true });
-    // 'wx' refuses to clobber a file created in the meantime.
-    await this.io(ctx).writeFile(abs, params.file_text, { exclusive: true });
     this.pushHistory(ctx.conversationId, abs, null);
     const lines = splitLines(params.file_text).length;
     return this.obs(
@@ -485,7 +459,7 @@ class FileEditor {
 
   // -------------------------------------------------------------------------- str_replace
 
-  private async strReplace(abs: string, params: FileEditorParams, ctx: ToolContext): Promise<FileEditorObservation> {
+  private async strReplace(abs: string, params: FileEditorParams, ctx: ToolContext, files: WorkspaceFiles): Promise<FileEditorObservation> {
     if (typeof params.old_str !== 'string') {
       throw new EditorError('Parameter `old_str` is required for command: str_replace.');
     }
@@ -495,8 +469,7 @@ class FileEditor {
     let oldStr = params.old_str;
     let newStr = params.new_str ?? '';
     if (oldStr === newStr) throw new EditorError('`new_str` and `old_str` must be different.');
-    await this.requireFile(abs, 'str_replace');
-    const { text, eol, buf: original } = await this.readText(abs, ctx);
+    const { text, eol, buf: original } = await this.readText(abs, 'str_replace', files);
     // An LLM writes \n; a CRLF file keeps its line endings.
     if (eol === '\r\n' && !oldStr.includes('\r')) {
       oldStr = oldStr.replace(/\n/g, '\r\n');
@@ -517,7 +490,7 @@ class FileEditor {
     const at = positions[0]!;
     // Plain slicing: no `$&`-style replacement patterns are interpreted in new_str.
     const updated = text.slice(0, at) + newStr + text.slice(at + oldStr.length);
-    await this.io(ctx).writeFile(abs, updated);
+    await files.write(abs, updated, { mode: 'existing' });
     this.pushHistory(ctx.conversationId, abs, original);
     const fromLine = lineOfIndex(updated, at);
     const toLine = fromLine + countLines(newStr.replace(/\r\n/g, '\n')) - 1;
@@ -559,11 +532,10 @@ class FileEditor {
 
   // -------------------------------------------------------------------------- insert
 
-  private async insert(abs: string, params: FileEditorParams, ctx: ToolContext): Promise<FileEditorObservation> {
+  private async insert(abs: string, params: FileEditorParams, ctx: ToolContext, files: WorkspaceFiles): Promise<FileEditorObservation> {
     if (params.insert_line === undefined) throw new EditorError('Parameter `insert_line` is required for command: insert.');
     if (typeof params.new_str !== 'string') throw new EditorError('Parameter `new_str` is required for command: insert.');
-    await this.requireFile(abs, 'insert');
-    const { text, eol, buf: original } = await this.readText(abs, ctx);
+    const { text, eol, buf: original } = await this.readText(abs, 'insert', files);
     const bom = text.startsWith('\uFEFF') ? '\uFEFF' : '';
     const lines = splitLines(text);
     const n = lines.length;
@@ -598,7 +570,7 @@ class FileEditor {
       }
     }
     const updated = text.slice(0, offset) + insText + text.slice(offset);
-    await this.io(ctx).writeFile(abs, updated);
+    await files.write(abs, updated, { mode: 'existing' });
     this.pushHistory(ctx.conversationId, abs, original);
     return this.obs(
       ctx,
@@ -612,11 +584,12 @@ class FileEditor {
 
   // -------------------------------------------------------------------------- undo
 
-  private async undo(abs: string, ctx: ToolContext): Promise<FileEditorObservation> {
+  private async undo(abs: string, ctx: ToolContext, files: WorkspaceFiles): Promise<FileEditorObservation> {
     const entry = this.popHistory(ctx.conversationId, abs);
     if (!entry) throw new EditorError(`No edit history found for ${abs}.`);
     if (entry.content === null) {
-      await fs.promises.rm(abs, { force: true });
+      // the file (or whatever the agent put in its place: a link is removed, never its target)
+      await files.remove(abs);
       return this.obs(
         ctx,
         'undo_edit',
@@ -625,8 +598,7 @@ class FileEditor {
         false,
       );
     }
-    await fs.promises.mkdir(path.dirname(abs), { recursive: true });
-    await this.io(ctx).writeFile(abs, entry.content, { create: true });
+    await files.write(abs, entry.content, { mode: 'create', mkdirs: true });
     let text = `Last edit to ${abs} undone successfully.`;
     try {
       const restored = new TextDecoder('utf-8', { ignoreBOM: true }).decode(entry.content);
@@ -649,8 +621,8 @@ export type FileEditorTool = Tool<FileEditorParams, FileEditorObservation> & {
   closeAll(): void;
 };
 
-export function createFileEditorTool(opts: { view?: (ctx: ToolContext) => PathView } = {}): FileEditorTool {
-  const editor = new FileEditor(opts.view);
+export function createFileEditorTool(opts: { files: (ctx: ToolContext) => WorkspaceFiles }): FileEditorTool {
+  const editor = new FileEditor(opts.files);
   return {
     name: 'file_editor',
     kind: 'FileEditorTool',

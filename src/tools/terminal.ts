@@ -162,17 +162,18 @@ class TerminalManager {
     return next;
   }
 
-  async closeConversation(conversationId: string): Promise<void> {
+  /** Ends the conversation's shell; `reason` is what the running command's observation says. */
+  async closeConversation(conversationId: string, reason = 'closed'): Promise<void> {
     const entry = this.entries.get(conversationId);
     this.entries.delete(conversationId);
     const starting = this.starting.get(conversationId);
     if (entry) {
       if (entry.idleTimer) clearTimeout(entry.idleTimer);
-      await entry.session.terminate('closed');
+      await entry.session.terminate(reason);
     }
     if (starting) {
       const s = await starting.catch(() => null);
-      if (s) await s.terminate('closed');
+      if (s) await s.terminate(reason);
     }
   }
 
@@ -212,9 +213,11 @@ class TerminalManager {
       );
     }
     const sandbox = this.sandbox;
+    await sandbox.ready;
     // workspaces are created on first use (with the sandbox on, by the sandbox: its spare's moved in)
     if (!sandbox.enabled) await fs.promises.mkdir(ctx.workspaceDir, { recursive: true, mode: 0o700 });
-    const io = sandbox.enabled ? sandbox.prepare(ctx.conversationId).io : undefined;
+    const dirs = sandbox.enabled ? sandbox.prepare(ctx.conversationId) : null;
+    const io = dirs ? { ...dirs.io, owner: dirs.owner } : undefined;
     const startP = ShellSession.start({
       conversationId: ctx.conversationId,
       cwd: ctx.workspaceDir,
@@ -547,13 +550,22 @@ class TerminalManager {
   private saveFullOutput(conversationId: string, text: string): string | null {
     try {
       // sandboxed: the conversation's directory its shell sees (read-only) at /parley/outputs
-      const dir = this.sandbox.enabled ? this.sandbox.dirs(conversationId).outputs.host : this.outputDirFor(conversationId);
+      const dirs = this.sandbox.enabled ? this.sandbox.dirs(conversationId) : null;
+      const dir = dirs ? dirs.outputs.host : this.outputDirFor(conversationId);
       fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
       const file = path.resolve(
         dir,
         `terminal-${new Date().toISOString().replace(/[:.]/g, '-')}-${process.pid}-${++this.outputSeq}.txt`,
       );
-      fs.writeFileSync(file, text, { mode: 0o600 });
+      // the directory is read-only inside and the daemon's (the sandbox cannot put a link there);
+      // the file is readable by the sandbox's uid
+      const fd = fs.openSync(file, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600);
+      try {
+        if (dirs?.owner) fs.fchownSync(fd, dirs.owner.uid, dirs.owner.gid);
+        fs.writeFileSync(fd, text);
+      } finally {
+        fs.closeSync(fd);
+      }
       return file;
     } catch {
       return null;
@@ -619,7 +631,7 @@ class TerminalManager {
 
 export type TerminalTool = Tool<TerminalParams, TerminalObservation> & {
   readonly manager: TerminalManager;
-  closeConversation(conversationId: string): Promise<void>;
+  closeConversation(conversationId: string, reason?: string): Promise<void>;
   closeAll(): Promise<void>;
 };
 
@@ -633,7 +645,7 @@ export function createTerminalTool(opts: TerminalToolOptions = {}): TerminalTool
     parameters: terminalParameters,
     manager,
     execute: (params, ctx) => manager.execute(params, ctx),
-    closeConversation: (id) => manager.closeConversation(id),
+    closeConversation: (id: string, reason?: string) => manager.closeConversation(id, reason),
     closeAll: () => manager.closeAll(),
   };
 }

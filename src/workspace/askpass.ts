@@ -17,7 +17,7 @@
  *   redirect to another host or from https to http gets nothing) and the token
  *   is read from GITHUB_TOKEN / GITLAB_TOKEN / BITBUCKET_TOKEN / ENTERPRISE_SSO_TOKEN.
  *
- * The script must live outside the workspace (a daemon-owned `helperDir`), mode 0700.
+ * The script must live outside the workspace (a daemon-owned `helperDir`), mode 0755 (it holds no secret).
  */
 import { mkdir, readFile, rename, writeFile, chmod } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -81,7 +81,7 @@ export function askpassOrigin(baseUrl: string): string {
 const ensured = new Map<string, Promise<string>>();
 
 /**
- * Writes (atomically, mode 0700) the askpass script into `helperDir` once per process (the agent's
+ * Writes (atomically, mode 0755) the askpass script into `helperDir` once per process (the agent's
  * shell environment is built at every step; the daemon's data directory is nobody else's to change);
  * returns its path.
  */
@@ -96,16 +96,20 @@ export function ensureAskpassScript(helperDir: string): Promise<string> {
 }
 
 async function writeAskpassScript(helperDir: string): Promise<string> {
-  await mkdir(helperDir, { recursive: true, mode: 0o700 });
+  // readable and executable by the sandboxes' uid (it holds no secret: they come in the environment);
+  // DATA_DIR (0700) keeps everyone else out
+  await mkdir(helperDir, { recursive: true, mode: 0o755 });
+  await chmod(helperDir, 0o755);
   const path = join(helperDir, ASKPASS_SCRIPT_NAME);
   const content = askpassScript();
   const current = await readFile(path, 'utf8').catch(() => null);
   if (current === content) {
-    await chmod(path, 0o700);
+    await chmod(path, 0o755);
     return path;
   }
   const tmp = `${path}.${randomBytes(6).toString('hex')}.tmp`;
-  await writeFile(tmp, content, { mode: 0o700 });
+  await writeFile(tmp, content, { mode: 0o755 });
+  await chmod(tmp, 0o755); // (the daemon's umask is 077)
   await rename(tmp, path);
   return path;
 }

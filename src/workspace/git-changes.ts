@@ -3,7 +3,6 @@
  * (OpenHands' GitChange / GitDiff). git runs like every other git of the conversation (runGit: an
  * argument array, its own process group, bounded capture, a built environment).
  */
-import fs from 'node:fs/promises';
 import path from 'node:path';
 import { runGit, type GitRunOptions } from './git-process.js';
 
@@ -34,10 +33,24 @@ export async function gitChanges(dir: string, run: Omit<GitRunOptions, 'cwd'>): 
   return out;
 }
 
-/** A file's committed (HEAD) and current text; null for a side that does not exist. */
-export async function gitDiff(file: string, run: Omit<GitRunOptions, 'cwd'>, ref = 'HEAD'): Promise<{ original: string | null; modified: string | null }> {
+/** The most of a file's current side /api/git/diff reads (its committed side is bounded by runGit's capture). */
+const MAX_DIFF_BYTES = 1024 * 1024;
+
+/**
+ * A file's committed (HEAD) and current text; null for a side that does not exist. `read` reads the
+ * current side through the conversation's file service (never on the host); git runs in its sandbox.
+ */
+export async function gitDiff(
+  file: string,
+  run: Omit<GitRunOptions, 'cwd'>,
+  ref: string,
+  read: (p: string, maxBytes: number) => Promise<Buffer>,
+): Promise<{ original: string | null; modified: string | null }> {
   const res = await runGit(['show', `${ref}:./${path.basename(file)}`], { ...run, cwd: path.dirname(file), timeoutMs: TIMEOUT_MS });
   const original = res.code === 0 ? res.stdout : null;
-  const modified = await fs.readFile(file, 'utf8').catch(() => null);
+  const modified = await read(file, MAX_DIFF_BYTES).then(
+    (b) => b.toString('utf8'),
+    () => null,
+  );
   return { original, modified };
 }

@@ -23,6 +23,8 @@ export interface GitRunOptions {
   timeoutMs?: number;
   /** Runs git in the conversation's sandbox (src/sandbox/) instead of as a plain process. */
   launch?: ProcessLauncher;
+  /** With `launch`: git keeps the daemon's network (the clone; ProcessLauncher.spawn). */
+  hostNetwork?: boolean;
 }
 
 const MAX_CAPTURE = 1024 * 1024;
@@ -34,7 +36,7 @@ export function runGit(args: string[], opts: GitRunOptions): Promise<GitResult> 
       return;
     }
     const child = opts.launch
-      ? opts.launch.spawn(['git', ...args], { cwd: opts.cwd ?? '.', env: opts.env, stdio: ['ignore', 'pipe', 'pipe'] })
+      ? opts.launch.spawn(['git', ...args], { cwd: opts.cwd ?? '.', env: opts.env, stdio: ['ignore', 'pipe', 'pipe'], hostNetwork: opts.hostNetwork })
       : spawn('git', args, {
           cwd: opts.cwd,
           env: opts.env,

@@ -21,8 +21,8 @@
  * Every failure becomes a CloneError whose message names each source tried and why it failed,
  * with every token removed.
  */
-import { lstat, readdir, rm, stat } from 'node:fs/promises';
-import { join, relative, resolve, isAbsolute } from 'node:path';
+import { posix, relative, resolve, isAbsolute } from 'node:path';
+import type { WorkspaceFiles } from '../sandbox/files.js';
 import { randomBytes } from 'node:crypto';
 import { Redactor } from '../secrets/redact.js';
 import { askpassOrigin, ensureAskpassScript } from './askpass.js';
@@ -88,8 +88,14 @@ export interface CloneOptions {
   workBranch?: string;
   /** Daemon-owned directory OUTSIDE the workspace holding the askpass script. */
   helperDir: string;
-  /** The conversation's sandbox: git commands after the clone (config, checkout…) run in it. */
+  /**
+   * The conversation's sandbox: every git command runs in it, the clone too (as the sandbox's uid,
+   * with the daemon's network: the host was checked against GIT_ALLOWED_HOSTS). Without one (tests,
+   * SANDBOX=none's plain launcher) git runs as a plain process.
+   */
   sandbox?: ProcessLauncher;
+  /** The workspace's files (the conversation's file service: the workspace is looked at and emptied through it). */
+  files: WorkspaceFiles;
   signal?: AbortSignal;
   onPhase?: (phase: ClonePhase, detail?: string) => void;
   /** The daemon's redaction (applied to every error message). */
@@ -231,19 +237,6 @@ function isInside(parent: string, child: string): boolean {
   return rel === '' || (!rel.startsWith('..') && !isAbsolute(rel));
 }
 
-async function exists(path: string): Promise<boolean> {
-  try {
-    await lstat(path);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-async function emptyDirectory(dir: string): Promise<void> {
-  const entries = await readdir(dir).catch(() => [] as string[]);
-  await Promise.all(entries.map((e) => rm(join(dir, e), { recursive: true, force: true })));
-}
 
 function lastFatalLine(stderr: string): string {
   const lines = stderr
@@ -374,8 +367,9 @@ async function cloneInner(opts: CloneOptions, scrub: (s: string) => string): Pro
   if (isInside(dir, helperDir)) {
     throw new CloneError('helperDir must be outside the workspace', 'invalid_options');
   }
-  const st = await stat(dir).catch(() => null);
-  if (!st?.isDirectory()) throw new CloneError(`Workspace directory ${dir} does not exist`, 'invalid_options');
+  const files = opts.files;
+  const st = await files.stat(files.root).catch(() => null);
+  if (st?.type !== 'dir') throw new CloneError(`Workspace directory ${files.root} does not exist`, 'invalid_options');
 
   const sources = allowedSources(cloneSources(opts.provider, opts.providers), opts.allowedHosts);
   const askpass = await ensureAskpassScript(helperDir);
@@ -387,23 +381,22 @@ async function cloneInner(opts: CloneOptions, scrub: (s: string) => string): Pro
       GIT_ALLOW_PROTOCOL: 'http:https',
       ...extra,
     });
-  // after the clone, git runs in the conversation's sandbox when there is one
-  const env: GitEnv = opts.sandbox
-    ? { vars: opts.sandbox.env({ LC_ALL: 'C', GIT_TERMINAL_PROMPT: '0', GIT_ASKPASS: askpass, GIT_ALLOW_PROTOCOL: 'http:https' }), launch: opts.sandbox }
-    : { vars: gitEnv() };
+  const cloneVars = { LC_ALL: 'C', GIT_TERMINAL_PROMPT: '0', GIT_ASKPASS: askpass, GIT_ALLOW_PROTOCOL: 'http:https' };
+  // git runs in the conversation's sandbox when there is one
+  const env: GitEnv = opts.sandbox ? { vars: opts.sandbox.env(cloneVars), launch: opts.sandbox } : { vars: gitEnv() };
   const identity = { ...DEFAULT_GIT_IDENTITY, ...opts.gitIdentity };
 
   // Resume: an existing clone of one of the candidate remotes is reused as it is.
-  const entries = await readdir(dir);
+  const entries = (await files.list(files.root, { depth: 1, hidden: true, max: 10 })).entries;
   if (entries.length > 0) {
     let origin: string | null = null;
-    if (await exists(join(dir, '.git'))) {
+    if ((await files.stat(posix.join(files.root, '.git')).catch(() => null)) !== null) {
       const r = await runGit(['remote', 'get-url', 'origin'], { cwd: dir, env: env.vars, launch: env.launch });
       origin = r.code === 0 ? r.stdout.trim() : null;
     }
     const match = sources.find((s) => `${s.baseUrl}/${repo}.git` === origin);
     if (!match || !origin) {
-      throw new CloneError(`Workspace ${dir} is not empty and holds no clone of ${repo}`, 'workspace_not_empty');
+      throw new CloneError(`Workspace ${files.root} is not empty and holds no clone of ${repo}`, 'workspace_not_empty');
     }
     opts.onPhase?.('checking_out', branch ?? opts.workBranch ?? undefined);
     const checkedOut = await checkout(dir, repo, branch, workBranch, opts.workBranch !== undefined, env, scrub);
@@ -417,8 +410,13 @@ async function cloneInner(opts: CloneOptions, scrub: (s: string) => string): Pro
     const url = `${source.baseUrl}/${repo}.git`;
     opts.onPhase?.('cloning', `${repo} from ${source.baseUrl}${source.token ? ` with the ${source.provider} token` : ''}`);
     const creds = source.token && source.provider ? tokenCredentials(source.provider, source.token) : null;
-    const r = await runGit(['-c', 'credential.helper=', 'clone', '--no-progress', '--', url, dir], {
-      env: gitEnv(creds ? { PARLEY_ASKPASS_USERNAME: creds.username, PARLEY_ASKPASS_PASSWORD: creds.password, PARLEY_ASKPASS_ORIGIN: askpassOrigin(source.baseUrl) } : {}),
+    const credEnv: Record<string, string> = creds ? { PARLEY_ASKPASS_USERNAME: creds.username, PARLEY_ASKPASS_PASSWORD: creds.password, PARLEY_ASKPASS_ORIGIN: askpassOrigin(source.baseUrl) } : {};
+    // into the workspace itself (`.`): in a sandbox, as its uid, with the daemon's network
+    const r = await runGit(['-c', 'credential.helper=', 'clone', '--no-progress', '--', url, '.'], {
+      cwd: dir,
+      env: opts.sandbox ? opts.sandbox.env({ ...cloneVars, ...credEnv }) : gitEnv(credEnv),
+      launch: opts.sandbox,
+      hostNetwork: true,
       signal: opts.signal,
       timeoutMs: opts.timeoutMs ?? 15 * 60_000,
     });
@@ -426,7 +424,7 @@ async function cloneInner(opts: CloneOptions, scrub: (s: string) => string): Pro
       chosen = source;
       break;
     }
-    await emptyDirectory(dir);
+    await files.clear(files.root);
     const { code, reason } = classify(r, source, repo);
     attempts.push({ provider: source.provider, baseUrl: source.baseUrl, authenticated: !!source.token, code, reason });
     if (code === 'aborted' || code === 'timeout') break;
@@ -454,7 +452,7 @@ async function cloneInner(opts: CloneOptions, scrub: (s: string) => string): Pro
     return { dir, branch: checkedOut, provider: chosen.provider, remoteUrl, reused: false };
   } catch (err) {
     // Leave an empty workspace so a retry starts from scratch.
-    await emptyDirectory(dir);
+    await files.clear(files.root).catch(() => {});
     throw err;
   }
 }

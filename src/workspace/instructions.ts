@@ -9,13 +9,14 @@
  *   (`name`, `type: repo|knowledge|task`, `triggers`): `type: repo` or no triggers → always on;
  *   triggers → triggered (`type: task` also gets the trigger `/<name>`). No front matter → always.
  *
- * The repository is untrusted input: symlinks pointing outside it are ignored (a repository
- * must not be able to pull `~/.ssh/id_rsa` into the prompt), each file is cut at `maxBytes`
- * (64 KiB) with a note, binary files are skipped, and at most `maxFiles` microagent files are
- * read. Problems are reported in `warnings` instead of failing the load.
+ * The repository is untrusted input: every file is read through the conversation's file service,
+ * inside its sandbox (a link can only lead to what the sandbox sees, and one leading out of the
+ * workspace is ignored), each file is cut at `maxBytes` (64 KiB) with a note, binary files are
+ * skipped, and at most `maxFiles` microagent files are read. Problems are reported in `warnings`
+ * instead of failing the load.
  */
-import { open, readdir, realpath } from 'node:fs/promises';
-import { join, relative, isAbsolute, sep } from 'node:path';
+import { posix } from 'node:path';
+import { FileOpError, type WorkspaceFiles } from '../sandbox/files.js';
 import { parseFrontMatter, type FrontMatterValue } from './front-matter.js';
 
 export interface AlwaysInstruction {
@@ -47,11 +48,6 @@ export const DEFAULT_MAX_INSTRUCTION_BYTES = 64 * 1024;
 const DEFAULT_MAX_FILES = 200;
 const MAX_DEPTH = 8;
 
-function inside(root: string, path: string): boolean {
-  const rel = relative(root, path);
-  return rel !== '' && !rel.startsWith('..') && !isAbsolute(rel);
-}
-
 /** Cuts a buffer at `max` bytes without splitting a UTF-8 sequence. */
 function utf8Prefix(buf: Buffer, max: number): Buffer {
   if (buf.length <= max) return buf;
@@ -62,33 +58,24 @@ function utf8Prefix(buf: Buffer, max: number): Buffer {
 
 type ReadOutcome = { ok: true; text: string } | { ok: false; warning: string | null };
 
-async function readInside(root: string, path: string, source: string, maxBytes: number): Promise<ReadOutcome> {
-  let real: string;
+/** A file of the repository, through the file service (which refuses links out of the workspace). */
+async function readInside(files: WorkspaceFiles, path: string, source: string, maxBytes: number): Promise<ReadOutcome> {
+  let head: { data: Buffer; size: number };
   try {
-    real = await realpath(path);
-  } catch {
-    return { ok: false, warning: null };
+    head = await files.head(path, maxBytes + 4);
+  } catch (err) {
+    if (err instanceof FileOpError && err.code === 'OUTSIDE') return { ok: false, warning: `${source}: ignored (links outside the repository)` };
+    if (err instanceof FileOpError && (err.code === 'ENOENT' || err.code === 'NOT_REGULAR' || err.code === 'ENOTDIR')) return { ok: false, warning: null };
+    return { ok: false, warning: `${source}: could not be opened` };
   }
-  if (!inside(root, real)) return { ok: false, warning: `${source}: ignored (links outside the repository)` };
-  const fh = await open(real, 'r').catch(() => null);
-  if (!fh) return { ok: false, warning: `${source}: could not be opened` };
-  try {
-    const st = await fh.stat();
-    if (!st.isFile()) return { ok: false, warning: null };
-    const want = Math.min(st.size, maxBytes + 4);
-    const buf = Buffer.alloc(want);
-    const { bytesRead } = await fh.read(buf, 0, want, 0);
-    const data = buf.subarray(0, bytesRead);
-    if (data.includes(0)) return { ok: false, warning: `${source}: ignored (binary file)` };
-    const truncated = st.size > maxBytes;
-    let text = utf8Prefix(data, maxBytes).toString('utf8');
-    if (truncated) {
-      text += `\n\n[Note: ${source} is ${st.size} bytes; only the first ${maxBytes} bytes were loaded.]`;
-    }
-    return { ok: true, text };
-  } finally {
-    await fh.close();
+  const data = head.data;
+  if (data.includes(0)) return { ok: false, warning: `${source}: ignored (binary file)` };
+  const truncated = head.size > maxBytes;
+  let text = utf8Prefix(data, maxBytes).toString('utf8');
+  if (truncated) {
+    text += `\n\n[Note: ${source} is ${head.size} bytes; only the first ${maxBytes} bytes were loaded.]`;
   }
+  return { ok: true, text };
 }
 
 function asList(v: FrontMatterValue | undefined): string[] {
@@ -102,42 +89,15 @@ function asString(v: FrontMatterValue | undefined): string | null {
   return null;
 }
 
-async function walkMarkdown(
-  root: string,
-  dir: string,
-  depth: number,
-  out: string[],
-  limit: number,
-  warnings: string[],
-): Promise<void> {
-  if (depth > MAX_DEPTH || out.length >= limit) return;
-  const entries = await readdir(dir, { withFileTypes: true }).catch(() => []);
-  entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-  for (const e of entries) {
-    if (out.length >= limit) {
-      warnings.push(`.openhands/microagents: more than ${limit} files; the rest were ignored`);
-      return;
-    }
-    const full = join(dir, e.name);
-    if (e.isDirectory()) {
-      await walkMarkdown(root, full, depth + 1, out, limit, warnings);
-    } else if ((e.isFile() || e.isSymbolicLink()) && /\.md$/i.test(e.name) && e.name.toLowerCase() !== 'readme.md') {
-      out.push(full);
-    }
-  }
-}
-
-/** Loads the repository's instructions; see the file comment. Never throws for repository content. */
-export async function loadRepoInstructions(dir: string, opts: LoadInstructionsOptions = {}): Promise<RepoInstructions> {
+/**
+ * Loads the repository's instructions (the workspace of `files`, as the conversation sees it); see
+ * the file comment. Never throws for repository content.
+ */
+export async function loadRepoInstructions(files: WorkspaceFiles, opts: LoadInstructionsOptions = {}): Promise<RepoInstructions> {
   const maxBytes = opts.maxBytes ?? DEFAULT_MAX_INSTRUCTION_BYTES;
   const maxFiles = opts.maxFiles ?? DEFAULT_MAX_FILES;
   const result: RepoInstructions = { always: [], triggered: [], warnings: [] };
-  let root: string;
-  try {
-    root = await realpath(dir);
-  } catch {
-    return result;
-  }
+  const root = files.root;
   const byName = new Map<string, AlwaysInstruction | TriggeredInstruction>();
   const add = (item: AlwaysInstruction | TriggeredInstruction) => {
     if (byName.has(item.name)) {
@@ -148,7 +108,12 @@ export async function loadRepoInstructions(dir: string, opts: LoadInstructionsOp
   };
 
   // Root files.
-  const rootEntries = await readdir(root).catch(() => [] as string[]);
+  let rootEntries: string[];
+  try {
+    rootEntries = (await files.list(root, { depth: 1, hidden: true, max: 10_000 })).entries.map((e) => posix.basename(e.path));
+  } catch {
+    return result; // no workspace yet
+  }
   const agentFiles = rootEntries
     .filter((n) => /^agents?\.md$/i.test(n))
     .sort((a, b) => rank(a) - rank(b) || (a < b ? -1 : 1));
@@ -157,7 +122,7 @@ export async function loadRepoInstructions(dir: string, opts: LoadInstructionsOp
   if (rootEntries.includes('.cursorrules')) rootFiles.push(['cursorrules', '.cursorrules']);
   if (rootEntries.includes('.openhands_instructions')) rootFiles.push(['openhands_instructions', '.openhands_instructions']);
   for (const [name, file] of rootFiles) {
-    const r = await readInside(root, join(root, file), file, maxBytes);
+    const r = await readInside(files, posix.join(root, file), file, maxBytes);
     if (!r.ok) {
       if (r.warning) result.warnings.push(r.warning);
       continue;
@@ -167,40 +132,37 @@ export async function loadRepoInstructions(dir: string, opts: LoadInstructionsOp
     if (content) add({ name, source: file, content });
   }
 
-  // Microagents.
-  const microDir = join(root, '.openhands', 'microagents');
-  let microReal: string | null = null;
+  // Microagents: `.md` files under .openhands/microagents (links to directories are not followed).
+  const microDir = posix.join(root, '.openhands', 'microagents');
+  let micro: { path: string; dir: boolean }[] | null = null;
   try {
-    microReal = await realpath(microDir);
-  } catch {
-    microReal = null;
+    const st = await files.stat(microDir);
+    if (st?.type === 'dir') micro = (await files.list(microDir, { depth: MAX_DEPTH, hidden: true, max: maxFiles * 20 })).entries;
+  } catch (err) {
+    if (err instanceof FileOpError && err.code === 'OUTSIDE') result.warnings.push('.openhands/microagents: ignored (links outside the repository)');
   }
-  if (microReal && inside(root, microReal)) {
-    const files: string[] = [];
-    await walkMarkdown(root, microReal, 0, files, maxFiles, result.warnings);
-    for (const file of files) {
-      const source = relative(root, file).split(sep).join('/');
-      const r = await readInside(root, file, source, maxBytes);
-      if (!r.ok) {
-        if (r.warning) result.warnings.push(r.warning);
-        continue;
-      }
-      const fm = parseFrontMatter(r.text);
-      if (fm.error) result.warnings.push(`${source}: ${fm.error}; loaded as plain text`);
-      const data = fm.data ?? {};
-      const content = fm.body.trim();
-      if (!content) continue;
-      const defaultName = relative(microReal, file).split(sep).join('/').replace(/\.md$/i, '');
-      const name = asString(data.name) ?? defaultName;
-      const type = asString(data.type)?.toLowerCase() ?? null;
-      const triggers = asList(data.triggers);
-      const isTask = type === 'task' || (data.inputs != null && type !== 'repo' && type !== 'knowledge');
-      if (isTask) triggers.push(`/${name}`);
-      if (type === 'repo' || triggers.length === 0) add({ name, source, content });
-      else add({ name, source, triggers: [...new Set(triggers)], content });
+  const mdFiles = (micro ?? []).filter((e) => !e.dir && /\.md$/i.test(e.path) && posix.basename(e.path).toLowerCase() !== 'readme.md').map((e) => e.path);
+  if (mdFiles.length > maxFiles) result.warnings.push(`.openhands/microagents: more than ${maxFiles} files; the rest were ignored`);
+  for (const file of mdFiles.slice(0, maxFiles)) {
+    const source = posix.relative(root, file);
+    const r = await readInside(files, file, source, maxBytes);
+    if (!r.ok) {
+      if (r.warning) result.warnings.push(r.warning);
+      continue;
     }
-  } else if (microReal) {
-    result.warnings.push('.openhands/microagents: ignored (links outside the repository)');
+    const fm = parseFrontMatter(r.text);
+    if (fm.error) result.warnings.push(`${source}: ${fm.error}; loaded as plain text`);
+    const data = fm.data ?? {};
+    const content = fm.body.trim();
+    if (!content) continue;
+    const defaultName = posix.relative(microDir, file).replace(/\.md$/i, '');
+    const name = asString(data.name) ?? defaultName;
+    const type = asString(data.type)?.toLowerCase() ?? null;
+    const triggers = asList(data.triggers);
+    const isTask = type === 'task' || (data.inputs != null && type !== 'repo' && type !== 'knowledge');
+    if (isTask) triggers.push(`/${name}`);
+    if (type === 'repo' || triggers.length === 0) add({ name, source, content });
+    else add({ name, source, triggers: [...new Set(triggers)], content });
   }
 
   for (const item of byName.values()) {

@@ -47,6 +47,7 @@ export class WorkspacePreparer implements ConversationPreparer {
   async prepare(id: string, opts?: PrepareOptions): Promise<void> {
     const { conversations, events, settings } = this;
     const redact = (t: string) => this.redactor.redact(t);
+    await this.sandbox.ready;
     const conv = await conversations.require(id);
     // conv.record.data is replaced by every update: read it fresh, never through a saved reference
     const d = conv.record.data;
@@ -84,6 +85,7 @@ export class WorkspacePreparer implements ConversationPreparer {
           helperDir: this.opts.helperDir,
           allowedHosts: this.opts.allowedHosts,
           sandbox: this.sandbox.forConversation(id),
+          files: this.sandbox.files(id, dir),
           redact,
           onPhase: (p, detail) => {
             phases = phases.then(() => phase(p === 'ready' ? 'cloned' : p, detail));
@@ -93,7 +95,7 @@ export class WorkspacePreparer implements ConversationPreparer {
         }).finally(() => phases);
         await conversations.updateData(id, { branch: res.branch });
         const secrets = await settings.secretValues();
-        const setup = await runSetupScript(dir, {
+        const setup = await runSetupScript(this.sandbox.files(id, dir), {
           env: { ...secrets, ...gitCredentialEnv(providers) },
           launch: this.sandbox.forConversation(id),
           redact,

@@ -10,11 +10,11 @@
  *   nothing outlives the setup holding the output pipes.
  * - Output (stdout and stderr interleaved) is redacted line by line, so a secret is never split
  *   across two chunks, then passed to `onOutput` and collected (the last `maxOutputBytes` kept).
- * - A symlinked setup.sh pointing outside the repository is not run.
+ * - A symlinked setup.sh pointing outside the repository is not run (the file service says so).
  */
 import { spawn } from 'node:child_process';
-import { realpath, stat } from 'node:fs/promises';
-import { join, relative, isAbsolute } from 'node:path';
+import { posix } from 'node:path';
+import type { WorkspaceFiles } from '../sandbox/files.js';
 import { signalGroup } from '../process-group.js';
 import { baseChildEnv } from './child-env.js';
 import type { ProcessLauncher } from '../sandbox/types.js';
@@ -45,20 +45,15 @@ export interface SetupScriptResult {
 
 export const DEFAULT_SETUP_TIMEOUT_MS = 600_000;
 
-export async function runSetupScript(dir: string, opts: SetupScriptOptions = {}): Promise<SetupScriptResult> {
+/**
+ * Runs the workspace's setup script. `files`: the conversation's file service (the script is looked
+ * at through it, inside the sandbox: a link leading out of the workspace is not run).
+ */
+export async function runSetupScript(files: WorkspaceFiles, opts: SetupScriptOptions = {}): Promise<SetupScriptResult> {
   const notRun: SetupScriptResult = { ran: false, exitCode: null, signal: null, timedOut: false, aborted: false, output: '' };
-  const script = join(dir, SETUP_SCRIPT_PATH);
-  let root: string;
-  let real: string;
-  try {
-    root = await realpath(dir);
-    real = await realpath(script);
-    if (!(await stat(real)).isFile()) return notRun;
-  } catch {
-    return notRun;
-  }
-  const rel = relative(root, real);
-  if (rel.startsWith('..') || isAbsolute(rel)) return notRun;
+  const root = files.root;
+  const st = await files.stat(posix.join(root, SETUP_SCRIPT_PATH)).catch(() => null);
+  if (st?.type !== 'file') return notRun;
   if (opts.signal?.aborted) return { ...notRun, aborted: true };
 
   const redact = opts.redact ?? ((s: string) => s);
@@ -68,7 +63,7 @@ export async function runSetupScript(dir: string, opts: SetupScriptOptions = {})
 
   return new Promise((resolvePromise, reject) => {
     const child = opts.launch
-      ? opts.launch.spawn(['bash', SETUP_SCRIPT_PATH], { cwd: dir, env: opts.launch.env(opts.env ?? {}), stdio: ['ignore', 'pipe', 'pipe'] })
+      ? opts.launch.spawn(['bash', SETUP_SCRIPT_PATH], { cwd: root, env: opts.launch.env(opts.env ?? {}), stdio: ['ignore', 'pipe', 'pipe'] })
       : spawn('bash', [SETUP_SCRIPT_PATH], {
           cwd: root,
           env: baseChildEnv(opts.env ?? {}),

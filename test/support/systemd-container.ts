@@ -159,7 +159,9 @@ mount -t cgroup2 -o nosuid,nodev,noexec cgroup2 /sys/fs/cgroup
 mount -t tmpfs -o mode=0755,nosuid tmpfs /dev
 mknod -m 666 /dev/null c 1 3; mknod -m 666 /dev/zero c 1 5; mknod -m 666 /dev/full c 1 7
 mknod -m 666 /dev/random c 1 8; mknod -m 666 /dev/urandom c 1 9; mknod -m 666 /dev/tty c 5 0
-mkdir /dev/pts /dev/shm
+mkdir /dev/pts /dev/shm /dev/net
+# the tun device, as a machine with it has (the unit binds it for the sandboxes' egress network)
+mknod -m 666 /dev/net/tun c 10 200
 mount -t devpts -o newinstance,ptmxmode=0666,mode=0620,gid=5,nosuid,noexec devpts /dev/pts
 ln -s pts/ptmx /dev/ptmx
 mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm

@@ -172,10 +172,12 @@ interface ShellSessionOptions {
   /** How to start bash (default: a plain detached process). */
   launch?: ShellLauncher;
   /**
-   * Where the FIFO directory is made (`host`) and where the shell sees that parent (`inside`), e.g.
-   * a sandbox's /parley/io. Default: a directory under os.tmpdir(), seen at its host path.
+   * A directory of the conversation's own for the FIFOs (`host`) and where the shell sees it
+   * (`inside`), e.g. a sandbox's /parley/io; `owner`: the uid and gid the FIFOs are given (the
+   * sandbox's, when it is not the daemon's). Default: a new directory under os.tmpdir(), seen at its
+   * host path.
    */
-  io?: { host: string; inside: string };
+  io?: { host: string; inside: string; owner?: { uid: number; gid: number } | null };
 }
 
 export class ShellSession {
@@ -195,7 +197,14 @@ export class ShellSession {
   /** Values of ctx.env keys as last exported into the shell. */
   appliedEnv: Record<string, string> = {};
 
+  /** The FIFOs' directory on the host; `ownFifoDir`: made for this session (removed with it), else the conversation's io directory. */
   private readonly fifoDir: string;
+  private readonly ownFifoDir: boolean;
+  /** FIFOs are named `<fifoPrefix><n>` (unique per session in a shared io directory). */
+  private readonly fifoPrefix = `stdin-${randomBytes(6).toString('hex')}-`;
+  private readonly fifoOwner: { uid: number; gid: number } | null;
+  /** FIFOs made and not yet removed (their names: nothing else in the directory is ever removed). */
+  private readonly fifos = new Set<string>();
   private readonly decoder = new StringDecoder('utf8');
   private readonly bufferCap: number;
   private idleOutput = '';
@@ -216,7 +225,9 @@ export class ShellSession {
     this.conversationId = opts.conversationId;
     this.cwd = opts.cwd;
     this.fifoDir = fifoDir;
-    this.ioDir = opts.io ? path.join(opts.io.inside, path.basename(fifoDir)) : fifoDir;
+    this.ownFifoDir = !opts.io;
+    this.fifoOwner = opts.io?.owner ?? null;
+    this.ioDir = opts.io ? opts.io.inside : fifoDir;
     this.bufferCap = opts.bufferCap ?? 20_000_000;
     const env: Record<string, string> = {};
     for (const [k, v] of Object.entries(opts.env)) if (v !== undefined) env[k] = v;
@@ -264,12 +275,14 @@ export class ShellSession {
 
   /** Starts bash in `cwd` and waits until it has run the setup script. */
   static async start(opts: ShellSessionOptions, startTimeoutMs = 10_000): Promise<ShellSession> {
-    const fifoDir = await fs.promises.mkdtemp(path.join(opts.io?.host ?? os.tmpdir(), 'parley-sh-'));
+    // a sandbox's io directory is the conversation's own; its processes may add to it (as the
+    // daemon's user) but never see where it is on the host: no directory of ours is made in it
+    const fifoDir = opts.io ? opts.io.host : await fs.promises.mkdtemp(path.join(os.tmpdir(), 'parley-sh-'));
     let session: ShellSession;
     try {
       session = new ShellSession(opts, fifoDir);
     } catch (err) {
-      await fs.promises.rm(fifoDir, { recursive: true, force: true });
+      if (!opts.io) await fs.promises.rm(fifoDir, { recursive: true, force: true });
       throw err;
     }
     const ready = new Promise<void>((resolve) => {
@@ -469,23 +482,39 @@ export class ShellSession {
    * one `mkfifo` process for that many commands (spawning from the daemon costs milliseconds, most
    * of an `echo` step). Each is opened when made (O_RDWR: opening does not block, and the shell's
    * `<fifo` open finds a writer at once), so whatever a command does to the directory later (it is
-   * the shell's too) cannot change what we write to; O_NOFOLLOW and the type check refuse anything
-   * but the FIFO we made.
+   * the shell's too) cannot change what we write to. The directory is named by the daemon (no
+   * component the sandbox can replace); in it only the last component is the sandbox's to touch,
+   * and the kernel never follows a symlink there: mknod fails on anything that exists, the open has
+   * O_NOFOLLOW, and the type check refuses anything but a FIFO.
    */
   private async nextFifo(): Promise<{ path: string; fd: number }> {
     if (this.spareFifos.length === 0) {
-      const paths = Array.from({ length: FIFO_BATCH }, () => path.join(this.fifoDir, `stdin-${++this.seq}`));
+      const paths = Array.from({ length: FIFO_BATCH }, () => path.join(this.fifoDir, `${this.fifoPrefix}${++this.seq}`));
       await execFileAsync('mkfifo', ['-m', '600', ...paths]);
+      for (const p of paths) this.fifos.add(p);
       for (const p of paths) {
         const fd = fs.openSync(p, fs.constants.O_RDWR | fs.constants.O_NONBLOCK | fs.constants.O_NOFOLLOW);
         if (!fs.fstatSync(fd).isFIFO()) {
           fs.closeSync(fd);
           throw new Error(`${p} is not the FIFO made for a command's input`);
         }
+        // the shell reads it as the sandbox's uid
+        if (this.fifoOwner) fs.fchownSync(fd, this.fifoOwner.uid, this.fifoOwner.gid);
         this.spareFifos.push({ path: p, fd });
       }
     }
     return this.spareFifos.shift()!;
+  }
+
+  /** Removes what this session made: its own directory, or its FIFOs by name (unlink never follows the last component). */
+  private async removeFifos(): Promise<void> {
+    if (this.ownFifoDir) {
+      await fs.promises.rm(this.fifoDir, { recursive: true, force: true }).catch(() => {});
+      return;
+    }
+    const names = [...this.fifos];
+    this.fifos.clear();
+    await Promise.all(names.map((p) => fs.promises.unlink(p).catch(() => {})));
   }
 
   private closeSpareFifos(): void {
@@ -545,7 +574,10 @@ export class ShellSession {
       }
       rc.stdinFd = null;
     }
-    if (unlink) fs.promises.unlink(rc.fifoPath).catch(() => {});
+    if (unlink) {
+      this.fifos.delete(rc.fifoPath);
+      fs.promises.unlink(rc.fifoPath).catch(() => {});
+    }
   }
 
   // ---------------------------------------------------------------- signals
@@ -589,7 +621,7 @@ export class ShellSession {
       this.releaseStdin(rc);
     }
     this.closeSpareFifos();
-    fs.promises.rm(this.fifoDir, { recursive: true, force: true }).catch(() => {});
+    void this.removeFifos();
     this.notify();
   }
 
@@ -618,6 +650,6 @@ export class ShellSession {
     this.proc.stdout.destroy();
     this.proc.stderr.destroy();
     this.closeSpareFifos();
-    await fs.promises.rm(this.fifoDir, { recursive: true, force: true }).catch(() => {});
+    await this.removeFifos();
   }
 }

@@ -1,0 +1,79 @@
+/**
+ * How a process enters a conversation's sandbox, and how a holder is supervised: the `sh` that
+ * sets the rlimits and joins the conversation's cgroup before anything else runs, then (a joiner)
+ * util-linux `nsenter` into the holder's namespaces, `setsid`, and `setpriv` with every capability
+ * dropped — or (a holder) bwrap run under that `sh` as the supervisor of its process group.
+ */
+import type { ConversationCgroup } from './cgroup.js';
+import type { SandboxSettings } from './settings.js';
+
+/** How a process joins its conversation's sandbox (util-linux, iproute2). */
+export interface JoinTools {
+  nsenter: string;
+  setsid: string;
+  setpriv: string;
+  /** As root: the holder makes the conversation's user namespace with it. */
+  unshare: string;
+  /** As root with a network of the sandbox's own: its loopback is brought up with it (iproute2). */
+  ip: string | null;
+}
+
+/** setpriv's options that leave a process no capability and no way to gain one. */
+export const DROP_ALL = ['--no-new-privs', '--inh-caps=-all', '--ambient-caps=-all', '--bounding-set=-all', '--'];
+
+/**
+ * One `sh` around a joiner or a holder: the file size limit (ulimit -f, 512-byte blocks in POSIX sh), the
+ * data limit when there is no cgroup (ulimit -d, KiB), and the cgroup join before exec, so every
+ * process of the sandbox is counted from its first fork. A joiner (`join`) then reads the numbers of
+ * the daemon's fds on the holder from fd 3 (written once the holder is ready; nothing when it
+ * failed) and execs `nsenter` with them (/proc/<daemon>/fd/<n>: the holder's pid is never looked up
+ * again, so a reused pid cannot put a process in another sandbox); `join-host-network` leaves out the
+ * network namespace (the clone: the daemon's network, before any process of the conversation runs).
+ *
+ * A holder (`supervise`) is not exec'd but run under the `sh`, which stays as the supervisor of its
+ * process group: bwrap's first child waits on an eventfd until bwrap's parent has set it up, so a
+ * bwrap parent that dies early (SIGKILL by its --die-with-parent when the daemon dies, SIGPIPE
+ * writing --info-fd to a dead daemon) leaves that child blocked forever, with a pid namespace and
+ * no parent. The supervisor gets SIGTERM when the daemon dies (setpriv --pdeathsig; a daemon gone
+ * before that was set shows as a changed $PPID), and when bwrap exits for any reason it kills the
+ * whole group, that child included (before its setsid it is in the group).
+ */
+export function wrapCommand(
+  s: { settings: SandboxSettings; join: JoinTools; hasCgroups: boolean },
+  cgroup: ConversationCgroup | null,
+  argv: string[],
+  mode: 'join' | 'join-host-network' | 'supervise',
+): string[] {
+  let script = `ulimit -f ${s.settings.fileSizeMb * 2048} || exit 125; `;
+  if (!s.hasCgroups) script += `ulimit -d ${s.settings.memoryMb * 1024} || exit 125; `;
+  script += 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; ';
+  if (mode !== 'supervise') {
+    const d = `/proc/${process.pid}/fd`;
+    script +=
+      'read -r u p m i t r w c n <&3 || { echo "parley: the conversation\'s sandbox is not running" >&2; exit 125; }; exec 3<&-; ' +
+      `o="--user=${d}/$u --pid=${d}/$p --mount=${d}/$m --ipc=${d}/$i --uts=${d}/$t --root=${d}/$r --wd=${d}/$w"; ` +
+      `[ "$c" = x ] || o="$o --cgroup=${d}/$c"; ${mode === 'join' ? `[ "$n" = x ] || o="$o --net=${d}/$n"; ` : ''}` +
+      `exec ${s.join.nsenter} $o "$@"`;
+  } else {
+    // (an asynchronous command's stdin is /dev/null before its redirections: pass the pipe on fd 9)
+    // (umask 022 for bwrap: the directories it makes on the way to a mount point must be enterable
+    // by the sandbox's uid; the conversation's own processes keep the daemon's 077)
+    script += `[ "$PPID" = ${process.pid} ] || exit 125; trap 'kill -KILL 0' TERM; umask 022; exec 9<&0; "$@" <&9 9<&- & exec 9<&-; wait $!; kill -KILL 0`;
+  }
+  const files = cgroup?.procsFiles ?? [];
+  const sh = ['/bin/sh', '-c', script, 'sh', String(files.length), ...files, ...argv];
+  return mode === 'supervise' ? [s.join.setpriv, '--pdeathsig', 'TERM', '--', ...sh] : sh;
+}
+
+/**
+ * nsenter's arguments after the namespaces, then the command. As root nsenter clears the groups and
+ * becomes uid 0 of the user namespace (the sandbox uid on the host); otherwise the daemon's uid,
+ * which is 0 inside (--preserve-credentials: nsenter could not set groups in an unprivileged user
+ * namespace). `setsid` starts a new session (no terminal of the host's to inject into), `setpriv`
+ * sets no_new_privs, SIGKILL when nsenter dies, and drops every capability entering the user
+ * namespace gave (uid 0 would keep them across exec).
+ */
+export function joinArgs(settings: SandboxSettings, j: JoinTools): string[] {
+  const creds = settings.runAs ? [] : ['--preserve-credentials'];
+  return [...creds, '--', j.setsid, j.setpriv, '--pdeathsig', 'KILL', ...DROP_ALL];
+}

@@ -1,0 +1,136 @@
+/**
+ * What the sandbox is told (SandboxSettings, from the environment: src/config.ts) and what it
+ * reports (SandboxInfo, in /server_info), with the paths a conversation's processes see.
+ */
+import type { StdioOptions } from 'node:child_process';
+import os from 'node:os';
+import type { Logger } from 'pino';
+import type { AllowedNet } from './network.js';
+
+export type SandboxModeSetting = 'auto' | 'bwrap' | 'none';
+
+export type SandboxNetwork = 'egress' | 'host' | 'none';
+
+export interface SandboxSettings {
+  mode: SandboxModeSetting;
+  /** egress: its own namespace with user-mode networking to the outside only (network.ts); none: loopback only; host: the host's. */
+  network: SandboxNetwork;
+  /** SANDBOX_ALLOW_NETS: what egress may reach besides the internet. */
+  allowNets?: AllowedNet[];
+  memoryMb: number;
+  /** All sandboxes together (SANDBOX_TOTAL_MEMORY_MB); default half of the machine's memory. */
+  totalMemoryMb?: number;
+  /** CPUs one conversation may use (SANDBOX_CPU); absent: no quota. */
+  cpus?: number | null;
+  /** Disk one conversation may use, its workspace, /tmp and HOME together (SANDBOX_DISK_MB); absent or 0: no bound. */
+  diskMb?: number;
+  pids: number;
+  fileSizeMb: number;
+  /** Most conversations with a live sandbox; the least recently used idle one is closed. */
+  maxLive: number;
+  /** A sandbox with no process started through the launcher is closed after this long (default 10 min). */
+  idleCloseMs?: number;
+  /** Keep a holder started ahead for the next conversation (default true; false: benchmarks of the cold path). */
+  spareHolder?: boolean;
+  /** The bwrap binary (BWRAP_PATH), else `bwrap` from PATH. */
+  bwrapPath?: string;
+  /** Extra host directories mounted read-only at the same path (SANDBOX_RO_BINDS). */
+  roBinds: string[];
+  /**
+   * The host uid and gid sandboxes run as when the daemon is root (SANDBOX_UID/SANDBOX_GID); null
+   * or absent: the daemon's own (a daemon that is not root cannot change uid).
+   */
+  runAs?: { uid: number; gid: number } | null;
+}
+
+export const DEFAULT_SANDBOX_SETTINGS: SandboxSettings = {
+  mode: 'none',
+  network: 'none',
+  memoryMb: 4096,
+  pids: 512,
+  fileSizeMb: 1024,
+  maxLive: 64,
+  roBinds: [],
+};
+
+/** A host directory shown inside every sandbox (read-only) at `inside`. */
+export interface MappedDir {
+  host: string;
+  inside: string;
+}
+
+export interface SandboxSpawnOptions {
+  /** Working directory as a host path (inside the workspace) or a visible path. Default: the workspace. */
+  cwd?: string;
+  /** The complete environment (build it with `sandbox.env()`); host paths of mapped dirs are translated. */
+  env: Record<string, string>;
+  stdio?: StdioOptions;
+  /** The workspace on the host; default: the conversation's directory under WORKSPACE_ROOT. */
+  workspaceDir?: string;
+  /** Keep the daemon's network namespace (ProcessLauncher.spawn). */
+  hostNetwork?: boolean;
+}
+
+/** A per-conversation host directory and where the conversation's processes see it. */
+export interface SandboxDir {
+  host: string;
+  inside: string;
+}
+
+/** What /server_info reports. */
+export interface SandboxInfo {
+  /** probing: the start-up probe has not decided yet (requests that need a sandbox wait for it). */
+  mode: 'probing' | 'bwrap' | 'none';
+  requested: SandboxModeSetting;
+  /** The network in force (egress falls back to none, never to host). */
+  network: SandboxNetwork;
+  /** With egress: the tool, what it may reach besides the internet, the DNS forwarder. */
+  egress?: { tool: string; version: string; allow: string[]; dns: string; ipv6: false };
+  workspace: string;
+  /** The host uid and gid the sandboxes' processes have (never 0). */
+  user: { uid: number; gid: number } | null;
+  limits: {
+    enforced_by: 'cgroup-v2' | 'cgroup-v1' | 'rlimit' | 'none';
+    memory_mb: number | null;
+    /** All sandboxes together (a cgroup over all of them); null without one. */
+    total_memory_mb: number | null;
+    pids: number | null;
+    /** CPUs per conversation (a cgroup quota); null: none (equal shares under contention with a cgroup). */
+    cpus: number | null;
+    file_size_mb: number | null;
+    /** Disk per conversation (workspace, /tmp, HOME; measured, see README). */
+    disk_mb: number | null;
+    /** Conversations with a live sandbox at most (SANDBOX_MAX_LIVE; with rlimits only, also what keeps all of them within the total). */
+    max_live: number;
+  };
+  /** Why auto fell back to plain processes. */
+  warning?: string;
+}
+
+export interface SandboxOpenOptions {
+  workspaceRoot: string;
+  mapped?: MappedDir[];
+  /** Host paths never visible inside, even under a mounted system directory (DATA_DIR: e.g. /opt/parley/data would otherwise show through the /opt mount). */
+  hidden?: string[];
+  log?: Logger;
+  /** The daemon answers loopback requests without a key: with the host network a sandboxed agent can call it too (README, Trust model), which is logged once. */
+  apiOpenOnLoopback?: boolean;
+}
+
+export class SandboxUnavailableError extends Error {
+  override name = 'SandboxUnavailableError';
+}
+
+export const VISIBLE_WORKSPACE = '/workspace';
+export const VISIBLE_HOME = '/home/agent';
+/** The terminal's FIFO directories (read-write) and its saved full outputs (read-only). */
+export const VISIBLE_IO = '/parley/io';
+export const VISIBLE_OUTPUTS = '/parley/outputs';
+/** Subdirectories of a conversation's state directory, each bound into its sandbox. */
+export const STATE_DIRS = ['tmp', 'home', 'io', 'outputs'];
+
+/** SANDBOX_TOTAL_MEMORY_MB, default half of the machine's memory. */
+export function totalMemoryMb(settings: Pick<SandboxSettings, 'totalMemoryMb'>): number {
+  return settings.totalMemoryMb ?? Math.floor(os.totalmem() / 2 / 1024 / 1024);
+}
+

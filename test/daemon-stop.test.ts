@@ -1,0 +1,97 @@
+/**
+ * Stop (issue 22.2): SIGTERM (and SIGINT) ends the daemon with exit code 0 only once every process
+ * it started is gone — sandboxes (holders, their file services, slirp4netns), shells, background
+ * jobs — with 40 live sandboxes. Judged from the host: every descendant of the daemon is recorded
+ * before the signal, and none is alive when the daemon's exit
+ * is seen. How long the stop takes is printed (scripts/bench-startup.ts measures start; this is not
+ * a timed test).
+ */
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import { describe, test } from 'node:test';
+import { startDaemon, type DaemonHandle } from './support/daemon.js';
+
+/** Living (not zombie) host processes: pid → parent pid. */
+function processes(): Map<number, { ppid: number }> {
+  const out = new Map<number, { ppid: number }>();
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (f[0] === 'Z' || f[0] === 'X') continue;
+      out.set(Number(d), { ppid: Number(f[1]) });
+    } catch {
+      /* gone */
+    }
+  }
+  return out;
+}
+
+/**
+ * Every living descendant of `root`: its sandboxes (supervisor, bwrap, the sandbox's init and what
+ * runs in it, reparented there), joined processes (nsenter and its child), slirp4netns. (Not "every
+ * process of the sandbox uid": other test files' sandboxes run as that uid at the same time.)
+ */
+function started(root: number): number[] {
+  const all = processes();
+  const out = new Set<number>();
+  for (const [pid, p] of all) {
+    for (let q = p.ppid, hops = 0; q > 1 && hops < 64; q = all.get(q)?.ppid ?? 0, hops++) {
+      if (q === root) {
+        out.add(pid);
+        break;
+      }
+    }
+  }
+  return [...out];
+}
+
+const alive = (pids: number[]) => {
+  const now = processes();
+  return pids.filter((p) => now.has(p));
+};
+
+async function liveSandboxes(d: DaemonHandle, n: number): Promise<void> {
+  const one = async () => {
+    const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
+    // a command that leaves a background job: the sandbox and the job stay
+    const r = await d.req('POST', '/api/bash/execute_bash_command', { command: 'sleep 600 > /dev/null 2>&1 & echo started', conversation_id: id, timeout: 120 });
+    assert.equal(r.status, 200, r.text);
+    assert.match(String(r.body.stdout), /started/);
+  };
+  // ten at a time (each sandbox after the spare starts a holder of its own)
+  for (let i = 0; i < n; i += 10) await Promise.all(Array.from({ length: Math.min(10, n - i) }, one));
+}
+
+async function stop(d: DaemonHandle, signal: NodeJS.Signals, n: number): Promise<void> {
+  const pid = d.proc.pid!;
+  const before = started(pid);
+  // at least: per sandbox its holder (supervisor, bwrap, init, file service) and the job
+  assert.ok(before.length >= n * 4, `${before.length} processes for ${n} sandboxes`);
+  const t0 = Date.now();
+  const code = await d.stop(signal);
+  const took = Date.now() - t0;
+  const left = alive(before);
+  console.log(`${signal} with ${n} live sandboxes (${before.length} processes): exit ${code} after ${took} ms, ${left.length} left`);
+  assert.equal(code, 0);
+  assert.deepEqual(
+    left.map((p) => `${p} ${fs.existsSync(`/proc/${p}/cmdline`) ? fs.readFileSync(`/proc/${p}/cmdline`, 'utf8').replace(/\0/g, ' ') : ''}`),
+    [],
+    'no process the daemon started is alive once it exited',
+  );
+}
+
+describe('stop: nothing the daemon started outlives it', { timeout: 170_000 }, () => {
+  test('SIGTERM with 40 live sandboxes: exit 0, no process left', async () => {
+    const d = await startDaemon({ SANDBOX: 'bwrap', SANDBOX_MAX_LIVE: '64' });
+    await liveSandboxes(d, 40);
+    await stop(d, 'SIGTERM', 40);
+  });
+
+  test('SIGINT with 3 live sandboxes: exit 0, no process left', async () => {
+    const d = await startDaemon({ SANDBOX: 'bwrap' });
+    await liveSandboxes(d, 3);
+    await stop(d, 'SIGINT', 3);
+  });
+});

@@ -1,0 +1,181 @@
+/**
+ * The file service (src/sandbox/file-helper.mjs through src/sandbox/files.ts) as a plain process
+ * (SANDBOX=none): its rules and bounds. What it must never do with links it follows is what the
+ * sandbox enforces; test/sandbox-attacks.test.ts attacks that from inside a real sandbox.
+ */
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { PassThrough } from 'node:stream';
+import { after, before, describe, test } from 'node:test';
+import { FileChannel, FileOpError, type WorkspaceFiles } from '../src/sandbox/files.js';
+import { Sandbox } from '../src/sandbox/launcher.js';
+import { PathOutsideError, PathView } from '../src/sandbox/path-view.js';
+import { tempDir } from './support/daemon.js';
+
+let root: string;
+let ws: string;
+let outside: string;
+let sandbox: Sandbox;
+let files: WorkspaceFiles;
+
+before(() => {
+  root = tempDir('parley-files-');
+  ws = path.join(root, 'ws');
+  outside = path.join(root, 'outside');
+  fs.mkdirSync(ws);
+  fs.mkdirSync(outside);
+  fs.writeFileSync(path.join(outside, 'secret.txt'), 'OUTSIDE-SECRET');
+  sandbox = Sandbox.none(root);
+  files = sandbox.files('files-test', ws);
+});
+after(async () => {
+  await sandbox.close();
+  fs.rmSync(root, { recursive: true, force: true });
+});
+
+const code = (c: string) => (e: unknown) => e instanceof FileOpError && e.code === c;
+
+describe('PathView: lexical translation only', () => {
+  test('both names of a path map to the conversation view; .. and other roots are refused before anything is opened', () => {
+    const v = new PathView(ws, '/workspace');
+    assert.equal(v.lexical('/workspace/src/a.py'), '/workspace/src/a.py');
+    assert.equal(v.lexical(path.join(ws, 'src/a.py')), '/workspace/src/a.py');
+    assert.equal(v.lexical(ws), '/workspace');
+    assert.equal(v.toHost('/workspace/x'), path.join(ws, 'x'));
+    for (const p of ['/etc/passwd', '/workspace/../outside/secret.txt', path.join(ws, '../outside')]) {
+      assert.throws(() => v.lexical(p), (e: Error) => e instanceof PathOutsideError && /outside the workspace/.test(e.message) && !e.message.includes(root), p);
+    }
+  });
+});
+
+describe('file service (plain process)', () => {
+  test('reads and writes regular files; creates parents; exclusive, create and existing modes', async () => {
+    await files.write(path.join(ws, 'a/b/c.txt'), 'one', { mode: 'exclusive', mkdirs: true });
+    assert.equal(fs.readFileSync(path.join(ws, 'a/b/c.txt'), 'utf8'), 'one');
+    await assert.rejects(files.write(path.join(ws, 'a/b/c.txt'), 'two', { mode: 'exclusive' }), code('EEXIST'));
+    await files.write(path.join(ws, 'a/b/c.txt'), 'three', { mode: 'existing' });
+    await assert.rejects(files.write(path.join(ws, 'missing.txt'), 'x', { mode: 'existing' }), code('ENOENT'));
+    await files.write(path.join(ws, 'made.txt'), 'made', { mode: 'create' });
+    assert.equal((await files.read(path.join(ws, 'a/b/c.txt'), 100)).toString(), 'three');
+    assert.deepEqual((await files.stat(path.join(ws, 'a')))?.type, 'dir');
+    assert.equal(await files.stat(path.join(ws, 'nope')), null);
+    assert.equal(await files.remove(path.join(ws, 'made.txt')), true);
+    assert.equal(fs.existsSync(path.join(ws, 'made.txt')), false);
+    await assert.rejects(files.remove(path.join(ws, 'a')), code('EISDIR'));
+  });
+
+  test('links: followed inside the workspace, refused when they lead out (no byte of the target in the answer)', async () => {
+    fs.mkdirSync(path.join(ws, 'src'), { recursive: true });
+    fs.writeFileSync(path.join(ws, 'src/in.txt'), 'inside');
+    fs.symlinkSync('src', path.join(ws, 'inner'));
+    fs.symlinkSync(outside, path.join(ws, 'dirlink'));
+    fs.symlinkSync(path.join(outside, 'secret.txt'), path.join(ws, 'filelink'));
+    fs.symlinkSync('/nonexistent/target', path.join(ws, 'dangling'));
+    assert.equal((await files.read(path.join(ws, 'inner/in.txt'), 100)).toString(), 'inside');
+    for (const p of ['dirlink/secret.txt', 'filelink', 'dangling', 'dirlink']) {
+      for (const op of [() => files.read(path.join(ws, p), 100), () => files.write(path.join(ws, p), 'pwned', { mode: 'create' }), () => files.list(path.join(ws, p))]) {
+        await assert.rejects(op(), (e: unknown) => e instanceof FileOpError && e.code === 'OUTSIDE' && !e.message.includes('OUTSIDE-SECRET'), p);
+      }
+    }
+    assert.equal(fs.readFileSync(path.join(outside, 'secret.txt'), 'utf8'), 'OUTSIDE-SECRET');
+    assert.deepEqual(fs.readdirSync(outside), ['secret.txt']);
+    // removing a link removes the link, never its target
+    assert.equal(await files.remove(path.join(ws, 'filelink')), true);
+    assert.equal(fs.readFileSync(path.join(outside, 'secret.txt'), 'utf8'), 'OUTSIDE-SECRET');
+    await assert.rejects(files.read('/etc/passwd', 100), code('OUTSIDE'));
+  });
+
+  test('a FIFO, a device, a socket are refused at once; a file larger than asked is TOO_LARGE; head reads the start', async () => {
+    execFileSync('mkfifo', [path.join(ws, 'fifo')]);
+    fs.symlinkSync('/dev/zero', path.join(ws, 'zero'));
+    const t0 = Date.now();
+    await assert.rejects(files.read(path.join(ws, 'fifo'), 100), code('NOT_REGULAR'));
+    await assert.rejects(files.write(path.join(ws, 'fifo'), 'x', { mode: 'existing' }), (e: unknown) => e instanceof FileOpError);
+    await assert.rejects(files.read(path.join(ws, 'zero'), 100), (e: unknown) => e instanceof FileOpError && (e.code === 'OUTSIDE' || e.code === 'NOT_REGULAR'));
+    assert.ok(Date.now() - t0 < 20_000, 'nothing blocked');
+    fs.writeFileSync(path.join(ws, 'big.bin'), Buffer.alloc(4096, 1));
+    await assert.rejects(files.read(path.join(ws, 'big.bin'), 1000), code('TOO_LARGE'));
+    const head = await files.head(path.join(ws, 'big.bin'), 10);
+    assert.equal(head.data.length, 10);
+    assert.equal(head.size, 4096);
+  });
+
+  test('listings stop at their entry limit, hidden names counted; a huge directory answers', async () => {
+    const big = path.join(ws, 'huge');
+    fs.mkdirSync(big);
+    for (let i = 0; i < 3000; i++) fs.writeFileSync(path.join(big, `f${String(i).padStart(5, '0')}`), '');
+    fs.writeFileSync(path.join(big, '.hidden'), '');
+    const l = await files.list(big, { depth: 1, max: 100 });
+    assert.equal(l.entries.length, 100);
+    assert.equal(l.truncated, true);
+    assert.equal(l.entries[0]!.path, path.join(big, 'f00000'));
+    const all = await files.list(big, { depth: 1, max: 5000 });
+    assert.equal(all.entries.length, 3000);
+    assert.equal(all.hidden, 1);
+  });
+
+  test('usage counts allocated bytes; clear empties a directory and follows no link', async () => {
+    const d = path.join(ws, 'usage');
+    fs.mkdirSync(d);
+    fs.writeFileSync(path.join(d, 'x'), Buffer.alloc(64 * 1024, 7));
+    fs.symlinkSync(outside, path.join(d, 'out'));
+    const u = await files.usage([d]);
+    assert.ok(u.bytes >= 64 * 1024 && u.complete, JSON.stringify(u));
+    await files.clear(d);
+    assert.deepEqual(fs.readdirSync(d), []);
+    assert.deepEqual(fs.readdirSync(outside), ['secret.txt']);
+  });
+});
+
+describe('file channel: the daemon does not trust the service', () => {
+  /** A frame as the service writes it. */
+  const frameOf = (h: object, data = Buffer.alloc(0)) => {
+    const head = Buffer.from(JSON.stringify(h));
+    const pre = Buffer.alloc(8);
+    pre.writeUInt32LE(head.length, 0);
+    pre.writeUInt32LE(data.length, 4);
+    return Buffer.concat([pre, head, data]);
+  };
+  /** A channel to a service the test plays (it has said it is ready). */
+  function fake(): { channel: FileChannel; toDaemon: PassThrough; broken: string[] } {
+    const toService = new PassThrough();
+    const toDaemon = new PassThrough();
+    const broken: string[] = [];
+    const channel = new FileChannel(toService, toDaemon, (why) => broken.push(why), 300);
+    toDaemon.write(frameOf({ id: 0, ok: true, ready: true }));
+    return { channel, toDaemon, broken };
+  }
+
+  test('an answer larger than its request allows ends the channel without buffering it', async () => {
+    const { channel, toDaemon, broken } = fake();
+    await channel.ready;
+    const p = channel.request({ op: 'read', path: '/x', max: 10 }, null, 10);
+    const pre = Buffer.alloc(8);
+    pre.writeUInt32LE(2, 0);
+    pre.writeUInt32LE(1 << 30, 4); // claims a gigabyte
+    toDaemon.write(pre);
+    await assert.rejects(p, code('UNAVAILABLE'));
+    assert.equal(broken.length, 1);
+    await assert.rejects(channel.request({ op: 'stat', path: '/x' }, null), code('UNAVAILABLE'));
+  });
+
+  test('a request not answered in time ends the channel with TIMEOUT; answers out of order end it too', async () => {
+    // (the channel's deadline does not keep a daemon alive; here nothing else would)
+    const alive = setInterval(() => {}, 1000);
+    try {
+      const a = fake();
+      await a.channel.ready;
+      await assert.rejects(a.channel.request({ op: 'stat', path: '/x' }, null), code('TIMEOUT'));
+      const b = fake();
+      await b.channel.ready;
+      const p = b.channel.request({ op: 'stat', path: '/x' }, null);
+      b.toDaemon.write(frameOf({ id: 999, ok: true }));
+      await assert.rejects(p, code('UNAVAILABLE'));
+      assert.match(b.broken[0]!, /out of order/);
+    } finally {
+      clearInterval(alive);
+    }
+  });
+});

@@ -1,0 +1,163 @@
+/** What the sandbox test files share (test/sandbox*.test.ts): the harness, host-side process views, the canaries. */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { allEvents, waitStatus } from './conversation-api.js';
+import { ROOT, startDaemon, tempDir, waitFor, type DaemonHandle } from './daemon.js';
+import { startScriptedLlm, type ScriptedLlm } from './scripted-llm.js';
+import { startGitServer } from './git-server.js';
+import { hostPid } from './processes.js';
+import { Sandbox, DEFAULT_SANDBOX_SETTINGS } from '../../src/sandbox/launcher.js';
+import { fileURLToPath } from 'node:url';
+
+export const SESSION = 'sess-SANDBOXCANARY-4711';
+export const LLM_KEY = 'sk-SANDBOXCANARY-llm-0815';
+export const SECRET_KEY = 'secretkey-SANDBOXCANARY-0042';
+export const CANARIES = [SESSION, LLM_KEY, SECRET_KEY];
+export const H = { 'X-Session-API-Key': SESSION };
+export const rev = (s: string) => [...s].reverse().join('');
+
+/** Host processes whose command line contains `marker` (read from the host's /proc). */
+export function hostProcesses(marker: string): number[] {
+  const out: number[] = [];
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const cmd = fs.readFileSync(`/proc/${d}/cmdline`, 'utf8').replace(/\0/g, ' ');
+      const state = fs.readFileSync(`/proc/${d}/stat`, 'utf8').split(') ')[1]?.[0];
+      if (cmd.includes(marker) && state !== 'Z') out.push(Number(d));
+    } catch {
+      /* gone */
+    }
+  }
+  return out;
+}
+
+/**
+ * The one host process whose command line contains `marker`, once it is there: a job started with
+ * `(cmd &)` may not have exec'd yet when the command that started it returns.
+ */
+export async function hostProcess(marker: string): Promise<number> {
+  const found = await waitFor(() => (hostProcesses(marker).length === 1 ? hostProcesses(marker)[0] : undefined), `one process "${marker}"`, 10_000);
+  return found!;
+}
+
+/** The namespace a host process is in (`pid:[4026…]`), or null when it is gone. */
+export function nsOf(pid: number, kind = 'pid'): string | null {
+  try {
+    return fs.readlinkSync(`/proc/${pid}/ns/${kind}`);
+  } catch {
+    return null;
+  }
+}
+
+/** Host processes in the pid namespace `ns` (zombies have no namespace links). */
+export function pidsInNs(ns: string): number[] {
+  return fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d) && nsOf(Number(d)) === ns).map(Number);
+}
+
+/** Every living descendant of `root` on the host (through the parent links in /proc/<pid>/stat). */
+export function descendants(root: number): number[] {
+  const parent = new Map<number, number>();
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (f[0] !== 'Z') parent.set(Number(d), Number(f[1]));
+    } catch {
+      /* gone */
+    }
+  }
+  const out: number[] = [];
+  for (const pid of parent.keys()) {
+    for (let p = parent.get(pid); p !== undefined && p > 1; p = parent.get(p)) {
+      if (p === root) {
+        out.push(pid);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+export const alive = (pids: number[]) =>
+  pids.filter((p) => {
+    try {
+      return !/\) Z /.test(fs.readFileSync(`/proc/${p}/stat`, 'utf8'));
+    } catch {
+      return false;
+    }
+  });
+
+export const TSX_LOADER = import.meta.resolve('tsx');
+export const STDIO_SERVER = fileURLToPath(new URL('./mcp-servers/stdio-server.ts', import.meta.url));
+
+export interface Harness {
+  d: DaemonHandle;
+  llm: ScriptedLlm;
+  req: DaemonHandle['req'];
+  /** Creates a conversation (its workspace exists once this returns). */
+  create(): Promise<string>;
+  /** Runs tool calls (one LLM response each) then a final answer; returns the observations. */
+  run(id: string, calls: { name: string; arguments: object }[]): Promise<any[]>;
+  /** One terminal command; the observation's text. */
+  sh(id: string, command: string, timeout?: number): Promise<{ text: string; exit: number | null }>;
+  ws(id: string): string;
+  close(): Promise<void>;
+}
+
+export async function harness(env: Record<string, string> = {}): Promise<Harness> {
+  const llm = await startScriptedLlm();
+  const d = await startDaemon({
+    LLM_MODEL: 'openai/scripted',
+    LLM_BASE_URL: llm.url,
+    LLM_API_KEY: LLM_KEY,
+    SESSION_API_KEY: SESSION,
+    SECRET_KEY,
+    SANDBOX: 'bwrap',
+    ...env,
+  });
+  const req: DaemonHandle['req'] = (m, p, b, h) => d.req(m, p, b, { ...H, ...h });
+  const h: Harness = {
+    d,
+    llm,
+    req,
+    async create() {
+      const r = await req('POST', '/api/conversations', {});
+      assert.equal(r.status, 200, r.text);
+      const id = r.body.conversation_id as string;
+      await waitFor(async () => (await req('GET', `/api/conversations/${id}`)).body.execution_status === 'idle', 'conversation ready', 20_000);
+      // created on first use: nothing on disk until something runs
+      assert.ok(!fs.existsSync(h.ws(id)), 'no workspace before first use');
+      fs.mkdirSync(h.ws(id), { recursive: true });
+      return id;
+    },
+    async run(id, calls) {
+      const before = (await allEvents(req, id)).length;
+      llm.push(...calls.map((c) => ({ toolCalls: [c] })), { text: 'done' });
+      const r = await req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true });
+      assert.equal(r.status, 200, r.text);
+      await waitFor(async () => {
+        const evs = await allEvents(req, id);
+        return evs.slice(before).some((e) => e.kind === 'MessageEvent' && e.source === 'agent');
+      }, 'the run answered', 60_000);
+      await waitFor(async () => (await req('GET', `/api/conversations/${id}`)).body.execution_status !== 'running', 'run ended', 20_000);
+      return (await allEvents(req, id)).slice(before).filter((e) => e.kind === 'ObservationEvent').map((e) => e.observation);
+    },
+    async sh(id, command, timeout) {
+      const [o] = await h.run(id, [{ name: 'terminal', arguments: { command, ...(timeout ? { timeout } : {}) } }]);
+      return { text: o.content.map((c: any) => c.text ?? '').join('\n'), exit: o.exit_code };
+    },
+    ws: (id) => path.join(d.dataDir, 'workspaces', id.replace(/-/g, '')),
+    async close() {
+      await d.stop();
+      await llm.close();
+      fs.rmSync(d.dataDir, { recursive: true, force: true });
+    },
+  };
+  return h;
+}
