@@ -52,7 +52,8 @@ export const LIB = path.join(ROOT, 'lib');
 
 /**
  * Builds what the package exports and the `parley` command runs (lib/): `parley/client`
- * (lib/client.mjs), `parley/server` (lib/server.mjs, with the store's writer thread next to it)
+ * (lib/client.mjs), `parley/server` (lib/server.mjs, with the store's writer thread and the
+ * sandbox's file service next to it)
  * and the command (lib/cli.mjs), with their shared code in chunks; and, with `types`, the
  * declarations of both exports (lib/types/, from tsconfig.types.json), which is what lets a
  * TypeScript project that installs Parley type-check its calls without tsx. Packages stay
@@ -77,6 +78,8 @@ export async function buildPackage({ types = true } = {}) {
     sourcemap: 'linked',
     logLevel: 'warning',
   });
+  // the embedded core starts the sandbox's file service too: next to it, as in dist/
+  fs.copyFileSync(path.join(ROOT, 'src/sandbox/file-helper.mjs'), path.join(tmp, 'file-helper.mjs'));
   if (types) {
     const { execFileSync } = await import('node:child_process');
     let tsc;
