@@ -12,7 +12,7 @@
  * checkout's, so every package comes from npm's cache. Install scripts are skipped: the only one
  * that matters, better-sqlite3's native build, would compile SQLite for minutes; the addon this
  * checkout built (same version, same Node) is copied in its place. The whole file has the runner's
- * per-file limit (3 minutes; ~150 s at load average 16-26 on the 2-core machine): the dependencies
+ * per-file limit (3 minutes): the work happens on a tmpfs where there is one, the dependencies
  * are installed while the tarball is packed, one tsc run checks all three sources, and the daemon
  * runs from the installed build rather than through tsx.
  */
@@ -39,6 +39,19 @@ let llm: ScriptedLlm;
 let daemon: ChildProcess | undefined;
 /** How long the set-up took (reported by the first test: this file runs close to the per-file limit on a busy machine). */
 const timings: string[] = [];
+
+/**
+ * Where the copy, the tarball and the project go: a tmpfs when there is one that allows running
+ * programs (npm's 8,000 small files of the project install in ~60 % of the time there and are
+ * removed in 1 s instead of 14 s at load average 20), else the temporary directory.
+ */
+function scratchDir(): string {
+  const shm = fs.readFileSync('/proc/mounts', 'utf8').split('\n').find((l) => l.split(' ')[1] === '/dev/shm' && l.split(' ')[2] === 'tmpfs');
+  const base = shm && !/\bnoexec\b/.test(shm.split(' ')[3] ?? '') ? '/dev/shm' : os.tmpdir();
+  const dir = fs.mkdtempSync(path.join(base, 'parley-package-'));
+  process.once('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
 
 /** A copy of the working tree (tracked and new files, without tests), node_modules linked. */
 function copyCheckout(to: string): void {
@@ -103,7 +116,7 @@ before(
   async () => {
     const started = Date.now();
     const lap = (what: string) => timings.push(`${what}: ${((Date.now() - started) / 1000).toFixed(1)} s`);
-    work = tempDir('parley-package-');
+    work = scratchDir();
     const checkout = path.join(work, 'parley');
     copyCheckout(checkout);
     project = path.join(work, 'consumer');
