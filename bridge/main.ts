@@ -4,6 +4,7 @@ import { createCore } from '../src/core.js';
 import { createLogger } from '../src/logger.js';
 import { Redactor } from '../src/secrets/redact.js';
 import { DATA_DIR_UMASK } from '../src/store/permissions.js';
+import { consoleUrl, signInLink } from './console.js';
 import { startMetricsServer } from './metrics.js';
 import { startServer } from './server.js';
 
@@ -48,6 +49,10 @@ async function main() {
     process.exit(1);
   }
   log.info({ host: config.host, port: daemon.port, data_dir: config.dataDir }, `listening on http://${config.host}:${daemon.port}`);
+  const consoleAt = consoleUrl(config.host, daemon.port);
+  const key = config.sessionApiKeys[0];
+  log.info({ console: consoleAt }, key ? `web console: ${consoleAt} (sign in with the session key)` : `web console: ${consoleAt}`);
+  if (key && process.stderr.isTTY) process.stderr.write(`\n  Open the web console (signed in): ${signInLink(consoleAt, key)}\n\n`);
   // the sandbox's probe finishes after the port is open: SANDBOX=bwrap that cannot be honoured still
   // stops the daemon with one line and exit code 1
   core.sandbox.ready.catch(async (err: Error) => {

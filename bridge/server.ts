@@ -1,5 +1,6 @@
 /**
- * The uWS app: REST routes (one table), /sockets/events/*, /trpc/*, /openapi.json, /docs, health.
+ * The uWS app: REST routes (one table), /sockets/events/*, /trpc/*, /openapi.json, /docs, health,
+ * the web console's files (bridge/console.ts).
  * Transport concerns only: bodies, limits, auth, error mapping. REST runs the router's operation
  * table (`runOperation`), so REST and tRPC run the same validation and the same code.
  */
@@ -13,6 +14,7 @@ import { EventPage } from '../src/events/page.js';
 import { eventJson } from '../src/events/types.js';
 import { mountMetrics, RouteMetric, unmatchedMetric } from './metrics.js';
 import { mountDocs } from './docs.js';
+import { mountConsole } from './console.js';
 import { buildOpenApi } from './openapi.js';
 import { FileBytes } from '../src/conversation/side-channels.js';
 import { isMultipart, multipartFile, multipartPartsError, readBytes } from './multipart.js';
@@ -80,6 +82,7 @@ export function startServer(config: Config, core: Core, log: Logger): Promise<Da
   app.get('/openapi.json', (res) => send(res, watchAbort(res, openapiMetric), 200, (openapi ??= JSON.stringify(buildOpenApi(ROUTES, VERSION, keys.length > 0)))));
   mountMetrics(app, keys, log);
   mountDocs(app);
+  mountConsole(app, guard);
 
   app.any('/trpc/*', (res, req) => {
     const state = { aborted: false };

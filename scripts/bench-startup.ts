@@ -124,17 +124,19 @@ console.log(`start time: spawn → first 200 of GET /health, ${RUNS} runs each (
 const npmFloor = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-bench-npm-'));
 fs.writeFileSync(path.join(npmFloor, 'bare.cjs'), bare);
 fs.writeFileSync(path.join(npmFloor, 'package.json'), JSON.stringify({ name: 'floor', version: '1.0.0', private: true, scripts: { start: 'node bare.cjs' } }));
-const commands: [string, string[]][] = [
+const commands: [string, string[], Record<string, string>?][] = [
   ['bare node:http server (floor)', [process.execPath, '-e', bare]],
   ['npm start of that bare server (floor)', ['npm', 'start', '--prefix', npmFloor]],
   ['npm start', ['npm', 'start']],
   ['node dist/main.mjs', [process.execPath, 'dist/main.mjs']],
+  // the journal's reserve is written 1 s after start, in the background: the same start without it
+  ['node dist/main.mjs, DISK_RESERVE_MB=0', [process.execPath, 'dist/main.mjs'], { DISK_RESERVE_MB: '0' }],
   ['node --import tsx bridge/main.ts', [process.execPath, '--import', 'tsx', 'bridge/main.ts']],
 ];
 const times = commands.map((): number[] => []);
 for (let i = 0; i < RUNS; i++) {
-  for (const [k, [, cmd]] of commands.entries()) {
-    const s = await start(cmd);
+  for (const [k, [, cmd, env]] of commands.entries()) {
+    const s = await start(cmd, env);
     times[k]!.push(s.ms);
     await stop(s);
   }
@@ -146,6 +148,10 @@ for (const r of rows) console.log(`  ${r.label.padEnd(38)} ${r.median.toFixed(0)
 const llm = await startScriptedLlm();
 const s = await start(['npm', 'start'], { LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'sk-bench' });
 try {
+  const reserve = path.join(s.dataDir, 'journal', 'reserve');
+  const reserveSince = performance.now();
+  while (!fs.existsSync(reserve) && performance.now() - reserveSince < 30_000) await sleep(5);
+  console.log(`\njournal reserve (DISK_RESERVE_MB, 32 MiB) on disk ${(performance.now() - reserveSince).toFixed(0)} ms after the first 200 (written in the background, from 1 s after start)`);
   const pid = Number(fs.readFileSync(path.join(s.dataDir, 'parley.pid'), 'utf8'));
   await sleep(SETTLE);
   const idle = rssOf(pid);

@@ -1,7 +1,8 @@
 /**
  * Builds what `npm start` runs: dist/main.mjs (the daemon) and dist/writer.mjs (the store's index
- * writer thread), bundled by esbuild from the TypeScript sources. Run by `npm install` (`prepare`)
- * and, when a source file is newer than the build, by scripts/start.mjs. Tests and development run
+ * writer thread), bundled by esbuild from the TypeScript sources, and dist/console/ (the web console).
+ * Run by `npm install` (`prepare`) and, when a source file is newer than the build, by
+ * scripts/start.mjs. Tests and development run
  * the sources directly through tsx.
  *
  * The daemon starts faster and smaller built: no TypeScript transpilation at run time (tsx compiles
@@ -14,6 +15,7 @@ import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import zlib from 'node:zlib';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 export const DIST = path.join(ROOT, 'dist');
@@ -42,6 +44,7 @@ export async function build() {
     banner: { js: "import { createRequire as __parleyRequire } from 'node:module'; const require = __parleyRequire(import.meta.url);" },
     logLevel: 'warning',
   });
+  await buildConsole(path.join(tmp, 'console'));
   // the sandbox's file service runs as it is (plain JavaScript) next to the code that starts it
   fs.copyFileSync(path.join(ROOT, 'src/sandbox/file-helper.mjs'), path.join(tmp, 'file-helper.mjs'));
   fs.rmSync(DIST, { recursive: true, force: true });
@@ -53,8 +56,8 @@ export const LIB = path.join(ROOT, 'lib');
 /**
  * Builds what the package exports and the `parley` command runs (lib/): `parley/client`
  * (lib/client.mjs), `parley/server` (lib/server.mjs, with the store's writer thread and the
- * sandbox's file service next to it)
- * and the command (lib/cli.mjs), with their shared code in chunks; and, with `types`, the
+ * sandbox's file service next to it) and the command (lib/cli.mjs), with their shared code in
+ * chunks; and, with `types`, the
  * declarations of both exports (lib/types/, from tsconfig.types.json), which is what lets a
  * TypeScript project that installs Parley type-check its calls without tsx. Packages stay
  * external: an installing project resolves them from its node_modules, once, with their own
@@ -101,6 +104,40 @@ export async function buildPackage({ types = true } = {}) {
     // another build (a second `parley` started at the same moment) put its lib/ in place first
     fs.rmSync(tmp, { recursive: true, force: true });
     if (!fs.existsSync(LIB)) throw err;
+  }
+}
+
+/**
+ * The web console (console/, served by bridge/console.ts): one JS and one CSS file with content
+ * hashes in their names, the page that loads them, and a gzip copy of each made here so the daemon
+ * never compresses at run time.
+ */
+export async function buildConsole(outdir) {
+  const result = await esbuild.build({
+    absWorkingDir: ROOT,
+    entryPoints: { app: 'console/src/main.tsx' },
+    outdir,
+    entryNames: '[name]-[hash]',
+    bundle: true,
+    format: 'esm',
+    platform: 'browser',
+    target: ['chrome109', 'firefox115', 'safari16'],
+    jsx: 'automatic',
+    jsxImportSource: 'preact',
+    minify: true,
+    metafile: true,
+    legalComments: 'none',
+    logLevel: 'warning',
+  });
+  const outputs = Object.keys(result.metafile.outputs).map((f) => path.basename(f));
+  const js = outputs.find((f) => f.endsWith('.js'));
+  const css = outputs.find((f) => f.endsWith('.css'));
+  const page = fs.readFileSync(path.join(ROOT, 'console', 'index.html'), 'utf8').replace('{{js}}', js).replace('{{css}}', css);
+  fs.writeFileSync(path.join(outdir, 'index.html'), page);
+  fs.copyFileSync(path.join(ROOT, 'console', 'favicon.svg'), path.join(outdir, 'favicon.svg'));
+  for (const name of [js, css, 'index.html', 'favicon.svg']) {
+    const file = path.join(outdir, name);
+    fs.writeFileSync(`${file}.gz`, zlib.gzipSync(fs.readFileSync(file), { level: 9 }));
   }
 }
 

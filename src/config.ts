@@ -41,6 +41,8 @@ const EnvSchema = z.object({
   WS_MAX_BUFFERED_BYTES: intFrom('WS_MAX_BUFFERED_BYTES', 1024, 1024 * 1024 * 1024).default(8 * 1024 * 1024),
   WS_MAX_SUBSCRIBERS: intFrom('WS_MAX_SUBSCRIBERS', 1, 100000).default(100),
   SQLITE_SYNCHRONOUS: z.enum(['NORMAL', 'FULL']).default('NORMAL'),
+  /** Journal reserve for a full disk (src/store/journal.ts), in MiB (0: none). */
+  DISK_RESERVE_MB: intFrom('DISK_RESERVE_MB', 0, 65536).default(32),
   /** Stop a conversation's MCP servers after it has been idle this long (0: never). */
   MCP_IDLE_CLOSE_MS: intFrom('MCP_IDLE_CLOSE_MS', 0, 7 * 24 * 3600 * 1000).default(10 * 60 * 1000),
   /** The terminal tool returns (exit_code -1) after this long without new output. */
@@ -72,7 +74,7 @@ const EnvSchema = z.object({
     .refine((n) => n >= 0.01 && n <= 4096, 'SANDBOX_CPU must be between 0.01 and 4096')
     .optional(),
   SANDBOX_DISK_MB: intFrom('SANDBOX_DISK_MB', 0, 1024 * 1024 * 1024).default(10240),
-  SANDBOX_IDLE_CLOSE_MS: intFrom('SANDBOX_IDLE_CLOSE_MS', 0, 7 * 24 * 3600_000).optional(),
+  SANDBOX_IDLE_CLOSE_MS: intFrom('SANDBOX_IDLE_CLOSE_MS', 1000, 7 * 24 * 3600_000).default(300_000),
   SANDBOX_UID: intFrom('SANDBOX_UID', 1, 4_294_967_294).optional(),
   SANDBOX_GID: intFrom('SANDBOX_GID', 1, 4_294_967_294).optional(),
   BWRAP_PATH: z.string().min(1).optional(),
@@ -134,6 +136,7 @@ export interface Config {
   wsMaxBufferedBytes: number;
   wsMaxSubscribers: number;
   sqliteSynchronous: 'NORMAL' | 'FULL';
+  diskReserveMb: number;
   mcpIdleCloseMs: number;
   terminalNoOutputTimeoutMs: number;
   sandbox: SandboxSettings;
@@ -221,6 +224,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     wsMaxBufferedBytes: e.WS_MAX_BUFFERED_BYTES,
     wsMaxSubscribers: e.WS_MAX_SUBSCRIBERS,
     sqliteSynchronous: e.SQLITE_SYNCHRONOUS,
+    diskReserveMb: e.DISK_RESERVE_MB,
     mcpIdleCloseMs: e.MCP_IDLE_CLOSE_MS,
     terminalNoOutputTimeoutMs: e.TERMINAL_NO_OUTPUT_TIMEOUT_MS,
     sandbox: {

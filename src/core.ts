@@ -17,6 +17,7 @@ import { metrics } from './metrics.js';
 import { SecretBox } from './secrets/crypto.js';
 import type { Redactor } from './secrets/redact.js';
 import { Settings } from './secrets/settings.js';
+import { DiskWatch } from './store/disk-watch.js';
 import { restrictDataDir } from './store/permissions.js';
 import { SqliteStore } from './store/sqlite.js';
 import { PostgresStore } from './store/postgres.js';
@@ -38,12 +39,16 @@ export interface Core {
   sideChannels: SideChannels;
   sandbox: Sandbox;
   redactor: Redactor;
+  /** DATA_DIR's free space; `disk.subscribe` hears of disk pressure (src/store/disk-watch.ts). */
+  disk: DiskWatch;
   startedAt: number;
   close(): Promise<void>;
 }
 
 export async function createCore(config: Config, log: Logger, redactor: Redactor): Promise<Core> {
   const startedAt = Date.now();
+  // DATA_DIR's free space (first sampled once the directory exists below): the store reports full-disk writes to it; subscribers hear of disk pressure
+  const disk = new DiskWatch(config.dataDir, { log });
   fs.mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   fs.mkdirSync(config.workspaceRoot, { recursive: true, mode: 0o700 });
   restrictDataDir(config.dataDir, [config.workspaceRoot, helperDirOf(config.dataDir)]);
@@ -90,7 +95,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
       cluster = { bus: clusterBus, leases: new Leases(pgStore.pool, config.cluster.nodeId, config.cluster.leaseTtlMs), prefix: config.cluster.natsPrefix, store: pgStore };
     }
   } else {
-    const sqlite = new SqliteStore(config.dataDir, onCommit, { synchronous: config.sqliteSynchronous });
+    const sqlite = new SqliteStore(config.dataDir, onCommit, { synchronous: config.sqliteSynchronous, disk, reserveBytes: config.diskReserveMb * 1024 * 1024 });
     store = sqlite;
     unread = [
       metrics.conversations.read(() => sqlite.countByStatus().map(([s, n]) => [[s], n])),
@@ -116,6 +121,10 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     events.committed(id, evs);
     conversations.committed(id, evs);
   };
+  // a full disk: the agents' writes go first (the conversation using the most disk is stopped, once a second while it lasts)
+  disk.subscribe((p) => {
+    if (p.full) void sandbox.relieveDisk();
+  });
   const agent = createAgent({ sandbox, conversations, events, settings, redactor, config, log });
   runsHere.test = (id) => agent.runtime.isRunning(id);
   const preparer = new WorkspacePreparer(conversations, events, settings, agent.runtime, sandbox, redactor, {
@@ -156,6 +165,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     sideChannels,
     sandbox,
     redactor,
+    disk,
     startedAt,
     async close() {
       await agent.runtime.close();
@@ -164,6 +174,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
       await closeNode();
       await closeBus();
       await store.close();
+      disk.close();
     },
   };
 }

@@ -48,7 +48,8 @@ describe('durability', () => {
     const { gen } = db.prepare('SELECT gen FROM journal_state').get() as { gen: number };
     db.close();
     fs.symlinkSync('/dev/full', journalFile(path.join(dir, 'journal'), gen + 1));
-    const d2 = await startDaemon({}, dir);
+    // and no reserve to move to (test/disk-full.test.ts has the reserve)
+    const d2 = await startDaemon({ DISK_RESERVE_MB: '0' }, dir);
     const ws = connect(`ws://127.0.0.1:${d2.port}/sockets/events/${id}`);
     await ws.next((f) => f.key === 'full_state', 'the snapshot');
     const r = await d2.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'no room' }] });

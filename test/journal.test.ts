@@ -141,37 +141,62 @@ test('a journal write that fails (disk full) rejects the append with a clear err
   await reopened.close();
 });
 
-test('when indexing fails for good, committed events stay readable, new appends fail clearly, and the next start indexes them', async (t) => {
+test('when indexing fails, committed events stay readable, appends go on up to the bound then fail with the reason, and indexing resumes by itself once it can', async (t) => {
   // the store's writer thread does not keep a process alive (unref'd): this test's awaits on it must
   const keepAlive = setInterval(() => {}, 1000);
   t.after(() => clearInterval(keepAlive));
   const dir = tempDir();
-  const store = new SqliteStore(dir, () => {}, { indexDelayMs: 20, indexRetries: 1 });
+  const store = new SqliteStore(dir, () => {}, { indexDelayMs: 20, maxUnindexed: 5 });
   await store.append(C, msg('indexed'));
   await waitFor(() => store.unindexed === 0, 'the first event indexed');
   const admin = new Database(path.join(dir, 'parley.db'));
   admin.exec("CREATE TRIGGER refuse BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'the index refuses'); END");
   const committed = await store.appendMany(C, [msg('a'), msg('b')]);
   assert.deepEqual(committed.map((e) => e.seq), [2, 3]);
-  await waitFor(
-    () => store.append(C, msg('after')).then(() => false, (err: Error) => /event index unavailable: .*the index refuses/.test(err.message)),
-    'appends to fail once the index gave up',
+  // the journal takes appends until the tail's bound; then they answer with the index's reason instead of waiting
+  const refused = await waitFor(
+    () => store.append(C, msg('more')).then(() => null, (err: Error) => err),
+    'appends to fail once the tail is full and the index cannot write',
   );
+  assert.ok(refused instanceof UnavailableError && /event index cannot be written \(the index refuses\)/.test(refused.message), String(refused));
   // everything committed is still read, in order, from memory above what the index holds
   const seqs = (await store.query(C, { limit: 1000 })).map((e) => e.seq);
-  assert.deepEqual(seqs.slice(0, 3), [1, 2, 3]);
+  assert.deepEqual(seqs, Array.from({ length: seqs.length }, (_, i) => i + 1), 'gap-free: the refused appends took no seq');
+  assert.equal(store.unindexed, 5);
   assert.equal(await store.count(C, {}), seqs.length);
   assert.equal((await store.get(C, committed[1]!.id))?.seq, 3);
   await store.createConversation({ id: D, title: null, created_at: 'a', updated_at: 'a', execution_status: 'idle', data: {} });
   await assert.rejects(store.deleteConversation(D), UnavailableError);
   assert.ok(await store.getConversation(D), 'a delete that cannot remove the events keeps the conversation');
+  // the index can write again: the writer's next retry (backoff at most 1 s) indexes everything, appends go on
+  admin.exec('DROP TRIGGER refuse');
+  await waitFor(() => store.unindexed === 0, 'the index to catch up by itself', 20_000);
+  assert.equal((await store.append(C, msg('after'))).seq, seqs.length + 1);
+  assert.equal(await store.deleteConversation(D), true);
   await store.close();
+  admin.close();
+  const reopened = new SqliteStore(dir);
+  assert.deepEqual((await reopened.query(C, { limit: 1000 })).map((e) => e.seq), [...seqs, seqs.length + 1]);
+  await reopened.close();
+});
+
+test('a store closed while its index cannot write keeps the journal, and the next start indexes it', async (t) => {
+  const keepAlive = setInterval(() => {}, 1000);
+  t.after(() => clearInterval(keepAlive));
+  const dir = tempDir();
+  const store = new SqliteStore(dir, () => {}, { indexDelayMs: 20 });
+  await store.append(C, msg('indexed'));
+  await waitFor(() => store.unindexed === 0, 'the first event indexed');
+  const admin = new Database(path.join(dir, 'parley.db'));
+  admin.exec("CREATE TRIGGER refuse BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'the index refuses'); END");
+  await store.appendMany(C, [msg('a'), msg('b')]);
+  await store.close(); // does not wait for the index: its retries stop
   assert.ok(journalGenerations(path.join(dir, 'journal')).length >= 1, 'the journal is kept: the index does not hold it');
   admin.exec('DROP TRIGGER refuse');
   admin.close();
   const reopened = new SqliteStore(dir);
-  assert.deepEqual((await reopened.query(C, { limit: 1000 })).map((e) => e.seq), seqs, 're-indexed from the journal at start-up');
-  assert.equal((await reopened.append(C, msg('next'))).seq, seqs.length + 1);
+  assert.deepEqual((await reopened.query(C, { limit: 1000 })).map((e) => e.seq), [1, 2, 3], 're-indexed from the journal at start-up');
+  assert.equal((await reopened.append(C, msg('next'))).seq, 4);
   await reopened.close();
 });
 

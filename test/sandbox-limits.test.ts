@@ -128,4 +128,31 @@ describe('sandbox limits over all conversations', { skip: !ROOT_RUN && 'needs ro
       execFileSync('umount', ['-l', mnt]);
     }
   });
+
+  test("an agent that fills the disk the daemon shares (no disk bound) is stopped as the largest user; the daemon's appends go on, and after the space returns everything does", async () => {
+    const mnt = tempDir('parley-full-');
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=96m', 'tmpfs', mnt]);
+    let d: DaemonHandle | null = null;
+    try {
+      d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, SANDBOX: 'bwrap', SANDBOX_NETWORK: 'none', SANDBOX_DISK_MB: '0', DISK_RESERVE_MB: '4' }, path.join(mnt, 'data'));
+      const a = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
+      const b = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
+      // the agent writes until the disk is full, and keeps trying
+      const obs = await turn(d, llm, a, 'while :; do head -c 1048576 /dev/zero >> /workspace/fill 2>/dev/null || sleep 0.2; done', 120);
+      assert.match(obs.content[0].text, /the disk is full and this conversation uses the most of it/);
+      const evs = await allEvents(d.req, a);
+      assert.ok(evs.some((e) => e.kind === 'ConversationErrorEvent' && e.code === 'DiskFull'), JSON.stringify(evs.map((e) => e.kind)));
+      // the daemon's own writes: a message to the other conversation is appended (the journal's reserve)
+      const sent = await d.req('POST', `/api/conversations/${b}/events`, { content: [{ text: 'still here' }] });
+      assert.equal(sent.status, 200, sent.text);
+      // the space returns (the host removes what the agent wrote): everything works again, without a restart
+      fs.rmSync(path.join(mnt, 'data', 'workspaces', a.replace(/-/g, ''), 'fill'));
+      await waitFor(async () => (await d!.req('POST', `/api/conversations/${b}/events`, { content: [{ text: 'after' }] })).status === 200, 'appends work again', 30_000);
+      const again = await turn(d, llm, a, 'echo back');
+      assert.match(again.content[0].text, /back/);
+    } finally {
+      await d?.stop();
+      execFileSync('umount', ['-l', mnt]);
+    }
+  });
 });

@@ -76,8 +76,9 @@ describe('sandbox: the daemon API from inside a sandbox without a session key', 
 
 describe('sandbox: setup.sh and the system prompt', { timeout: 120_000 }, () => {
   test('a cloned repository\'s setup.sh runs in the sandbox; the prompt says "sandboxed"', async () => {
-    const h = await harness();
     const git = await startGitServer({ token: 'gh-SANDBOX-token-1234' });
+    // the agent's own git reaches the git server on the host's loopback: that one port is allowed
+    const h = await harness({ SANDBOX_ALLOW_NETS: `127.0.0.1:${new URL(git.url).port}` });
     const tag = `setup-escape-${process.pid}-${Date.now()}`;
     try {
       await git.createRepo('acme/sbx', {
@@ -106,8 +107,8 @@ describe('sandbox: setup.sh and the system prompt', { timeout: 120_000 }, () => 
       assert.ok(!fs.existsSync(`/tmp/${tag}`), 'setup.sh wrote to the host /tmp');
       const dumped = fs.readFileSync(path.join(h.ws(id), '.env-rev'), 'utf8');
       for (const c of CANARIES) assert.ok(!dumped.includes(rev(c)), `${c} reached setup.sh`);
-      // the cloned files belong to the daemon's user
-      assert.equal(fs.statSync(path.join(h.ws(id), 'README.md')).uid, process.getuid!());
+      // the cloned files belong to the sandbox's uid (SANDBOX_UID as root, else the daemon's user)
+      assert.equal(fs.statSync(path.join(h.ws(id), 'README.md')).uid, process.getuid!() === 0 ? 65533 : process.getuid!());
       const obs = await h.sh(id, 'cat README.md');
       assert.match(obs.text, /# sbx/);
       // the agent's git authenticates through the askpass helper shown read-only in the sandbox
@@ -142,7 +143,9 @@ describe('sandbox: setup.sh and the system prompt', { timeout: 120_000 }, () => 
 describe('sandbox: DATA_DIR under a directory the sandbox shows', { timeout: 120_000 }, () => {
   test('DATA_DIR inside a SANDBOX_RO_BINDS directory stays invisible (masked), the rest of it is shown', async () => {
     const outer = tempDir('parley-sbx-outer-');
-    fs.writeFileSync(path.join(outer, 'visible.txt'), 'SHOWN');
+    // a directory shown to the sandboxes is readable by their uid (as a toolchain under /opt is)
+    fs.chmodSync(outer, 0o755);
+    fs.writeFileSync(path.join(outer, 'visible.txt'), 'SHOWN', { mode: 0o644 });
     const dataDir = path.join(outer, 'data');
     const llm = await startScriptedLlm();
     // (keyless: with SANDBOX=bwrap that needs SANDBOX_NETWORK=none; the network plays no part here)

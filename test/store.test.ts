@@ -137,6 +137,24 @@ for (const backend of backends) {
     await store.close();
   });
 
+  contract('a conversation created with its first events commits both at once; a create that fails (the id is taken) stores, numbers and publishes none of its events', async (open) => {
+    const published: number[] = [];
+    const store = await open((_id, evs) => published.push(...evs.map((e) => e.event.seq!)));
+    const first = await store.createConversation(conv(C, 'a'), [msg('first'), msg('second')]);
+    assert.deepEqual(first.map((e) => e.seq), [1, 2]);
+    assert.deepEqual(published, [1, 2]);
+    assert.ok(await store.getConversation(C));
+    await assert.rejects(store.createConversation(conv(C, 'b'), [msg('not stored')]), 'the id is unique');
+    assert.equal(await store.lastSeq(C), 2, 'the failed create took no seq');
+    assert.deepEqual(published, [1, 2], 'and published nothing');
+    assert.equal((await store.append(C, msg('third'))).seq, 3);
+    await store.close();
+    const reopened = await open();
+    const texts = (await reopened.query(C, { limit: 10 })).map((e) => (e as { llm_message: { content: { text: string }[] } }).llm_message.content[0]!.text);
+    assert.deepEqual(texts, ['first', 'second', 'third']);
+    await reopened.close();
+  });
+
   contract('secrets: put, get, list by kind, delete, replace a kind at once', async (open) => {
     const store = await open();
     await store.putSecret({ kind: 'custom', name: 'B', sealed: 'v1:b', meta: { description: 'b' } });

@@ -53,7 +53,7 @@ export interface Agent {
 
 export function createAgent({ sandbox, conversations, events, settings, redactor, config, log }: AgentParts): Agent {
   const outputDir = (id: string) => path.join(config.dataDir, 'outputs', id);
-  const terminal = createTerminalTool({ outputDir, noOutputTimeoutMs: config.terminalNoOutputTimeoutMs, sandbox });
+  const terminal = createTerminalTool({ outputDir, noOutputTimeoutMs: config.terminalNoOutputTimeoutMs, idleCloseMs: config.sandbox.idleCloseMs, sandbox });
   // file_editor works through the conversation's file service: inside its sandbox, the files the shell sees
   const fileEditor = createFileEditorTool({ files: (ctx) => sandbox.files(ctx.conversationId, ctx.workspaceDir) });
   const builtins: Tool[] = [terminal, fileEditor, createTaskTrackerTool(), createThinkTool(), createFinishTool()] as Tool[];
@@ -63,12 +63,14 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
   sandbox.onEvict((id) => void mcp.get(id)?.close());
   // over SANDBOX_DISK_MB: the sandbox stops every process of the conversation; the agent and its
   // clients are told why (the running command's observation and an error event)
-  sandbox.onDiskQuota((id, used) => {
+  sandbox.onDiskQuota((id, used, why) => {
+    const mib = `${(used / 1024 / 1024).toFixed(1)} MiB of disk (workspace, /tmp and HOME)`;
     const detail =
-      `the conversation uses ${(used / 1024 / 1024).toFixed(1)} MiB of disk (workspace, /tmp and HOME), over its ${config.sandbox.diskMb} MiB (SANDBOX_DISK_MB): ` +
-      'its processes were stopped; delete files to go on';
+      why === 'quota'
+        ? `the conversation uses ${mib}, over its ${config.sandbox.diskMb} MiB (SANDBOX_DISK_MB): its processes were stopped; delete files to go on`
+        : `the disk is full and this conversation uses the most of it (${mib}): its processes were stopped; delete files to go on`;
     void terminal.closeConversation(id, detail);
-    void events.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: 'DiskQuotaExceeded', detail }).catch(() => {});
+    void events.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: why === 'quota' ? 'DiskQuotaExceeded' : 'DiskFull', detail }).catch(() => {});
   });
   const helperDir = helperDirOf(config.dataDir);
   const llmCache = new Map<string, LlmClient>();
@@ -171,6 +173,8 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
         cancelIdleClose(id);
         // (the start-up probe of the sandbox runs while the daemon already listens)
         await sandbox.ready;
+        // a conversation whose sandbox was closed while idle gets it back while the LLM answers
+        sandbox.prewarm(id);
         return [...builtins, ...((await (await mcpFor(id)).tools()) as Tool[])];
       },
       workspaceDir: (id) => workspacePath(config.workspaceRoot, id),

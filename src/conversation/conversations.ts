@@ -8,7 +8,7 @@ import type { Logger } from 'pino';
 import { z } from 'zod';
 import { NotFoundError, RequestValidationError } from '../errors.js';
 import type { EventLog } from '../events/log.js';
-import { nowIso, type EncodedEvent } from '../events/types.js';
+import { nowIso, type EncodedEvent, type EventDraft } from '../events/types.js';
 import type { Redactor } from '../secrets/redact.js';
 import type { Settings } from '../secrets/settings.js';
 import type { ConversationRecord, ConversationStore } from '../store/types.js';
@@ -118,13 +118,19 @@ export class Conversations {
     for (const rec of await this.store.conversationsWithStatus(['running'])) {
       if (!(await this.load(rec.id))) continue;
       log.info({ conversation_id: rec.id }, 'the daemon restarted while this conversation was running');
-      await this.events.append(rec.id, {
-        kind: 'ConversationErrorEvent',
-        source: 'environment',
-        code: 'DaemonRestarted',
-        detail: 'The daemon restarted while this conversation was running. Send a message or run it again to continue.',
-      });
-      await this.setStatus(rec.id, 'error');
+      try {
+        await this.setStatus(rec.id, 'error', [
+          {
+            kind: 'ConversationErrorEvent',
+            source: 'environment',
+            code: 'DaemonRestarted',
+            detail: 'The daemon restarted while this conversation was running. Send a message or run it again to continue.',
+          },
+        ]);
+      } catch (err) {
+        // e.g. a full disk: the daemon starts all the same; a message or a run continues the conversation
+        log.warn({ conversation_id: rec.id, err: (err as Error).message }, 'could not record the restart in the conversation');
+      }
     }
   }
 
@@ -195,9 +201,9 @@ export class Conversations {
     return this.store.listConversations(limit, cursor);
   }
 
-  /** Stores a new conversation; it is live (and idle) from now on. Throws when the id is taken. */
-  async create(record: ConversationRecord): Promise<LiveConversation> {
-    await this.store.createConversation(record);
+  /** Stores a new conversation with its first events, both in one commit; it is live (and idle) from now on. Throws when the id is taken. */
+  async create(record: ConversationRecord, first: EventDraft[] = []): Promise<LiveConversation> {
+    await this.store.createConversation(record, first.map((d) => this.events.toStore(d)));
     return this.admit({ record: { ...record, data: { ...record.data } }, status: 'idle' });
   }
 
@@ -206,14 +212,25 @@ export class Conversations {
     this.drop(id);
   }
 
-  async setStatus(id: string, status: ExecutionStatus): Promise<void> {
+  /** Sets the status; `along` are events committed with the status event (all or none). */
+  async setStatus(id: string, status: ExecutionStatus, along: EventDraft[] = []): Promise<void> {
     const conv = await this.require(id);
-    if (conv.status === status) return;
+    if (conv.status === status) {
+      if (along.length) await this.events.appendMany(id, along);
+      return;
+    }
+    const was = conv.status;
     conv.status = status;
     conv.record.execution_status = status;
     // the store sets the stored status in the same commit as the event (store/types.ts
     // executionStatusOf): the log and the status other nodes show never disagree
-    await this.events.append(id, { kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'execution_status', value: status });
+    try {
+      await this.events.appendMany(id, [...along, { kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'execution_status', value: status }]);
+    } catch (err) {
+      // not committed: the status the daemon acts on is the one the log holds
+      if (conv.status === status) (conv.status = was), (conv.record.execution_status = was);
+      throw err;
+    }
   }
 
   /** Merge-patch the conversation's stored data (repository, setup state, ...). */

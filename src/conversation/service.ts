@@ -106,23 +106,19 @@ export class ConversationService {
         run_requested: willRun,
       },
     };
+    // the first message is stored with the record, in one commit: a create that answers an error leaves nothing behind
+    const first: EventDraft[] = [];
+    if (req.initial_user_msg || req.image_urls?.length) first.push(userMessage(req.initial_user_msg ?? '', req.image_urls ?? []));
+    if (replay?.firstMessage) first.push({ kind: 'MessageEvent', source: 'user', llm_message: { role: 'user', content: replay.firstMessage } });
     try {
-      await this.conversations.create(record);
+      await this.conversations.create(record, first);
     } catch (err) {
       // a concurrent create with the same id won: this one joins it
       const existing = req.conversation_id ? await this.conversations.load(id) : null;
       if (existing) return this.join(existing, req);
       throw err;
     }
-    // reserved before the first await: a run requested meanwhile waits for this preparation
-    this.preparing.add(id);
     this.log.info({ conversation_id: id }, 'conversation created');
-    if (req.initial_user_msg || req.image_urls?.length) {
-      await this.events.append(id, userMessage(req.initial_user_msg ?? '', req.image_urls ?? []));
-    }
-    if (replay?.firstMessage) {
-      await this.events.append(id, { kind: 'MessageEvent', source: 'user', llm_message: { role: 'user', content: replay.firstMessage } });
-    }
     this.launchPreparer(id, replay ? { replay } : undefined);
     return { status: 'ok', conversation_id: id, id, message: null, conversation_status: willRun || replay ? 'RUNNING' : 'STARTING' };
   }
@@ -170,12 +166,10 @@ export class ConversationService {
     assertItemsFit(msg.content, this.maxEventBytes, 'content');
     const conv = await this.conversations.require(id);
     const source = msg.role === 'assistant' ? 'agent' : msg.role === 'tool' ? 'environment' : 'user';
-    await this.events.append(id, {
-      kind: 'MessageEvent',
-      source,
-      llm_message: { role: msg.role, content: msg.content },
-    });
-    if (conv.status === 'finished' || conv.status === 'stuck') await this.conversations.setStatus(id, 'idle');
+    const message: EventDraft = { kind: 'MessageEvent', source, llm_message: { role: msg.role, content: msg.content } };
+    // the message and the status it brings back commit together: an error answer means no event
+    if (conv.status === 'finished' || conv.status === 'stuck') await this.conversations.setStatus(id, 'idle', [message]);
+    else await this.events.append(id, message);
     if (this.runtime.isRunning(id)) this.runtime.notifyMessage(id);
     else if (msg.run) this.startRun(id);
     return { success: true };

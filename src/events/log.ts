@@ -64,12 +64,17 @@ export class EventLog {
   /** Redact, bound by MAX_EVENT_BYTES, store (resolves once committed), publish. */
   append(conversationId: string, draft: EventDraft): Promise<ParleyEvent> {
     this.lastActivity = Date.now();
-    return this.store.append(conversationId, capEvent(this.redactor.redactDeep(draft), this.maxEventBytes));
+    return this.store.append(conversationId, this.toStore(draft));
   }
 
   appendMany(conversationId: string, drafts: EventDraft[]): Promise<ParleyEvent[]> {
     this.lastActivity = Date.now();
-    return this.store.appendMany(conversationId, drafts.map((d) => capEvent(this.redactor.redactDeep(d), this.maxEventBytes)));
+    return this.store.appendMany(conversationId, drafts.map((d) => this.toStore(d)));
+  }
+
+  /** A draft as it is stored: redacted and bounded by MAX_EVENT_BYTES (also for events stored with a new conversation's record). */
+  toStore(draft: EventDraft): EventDraft {
+    return capEvent(this.redactor.redactDeep(draft), this.maxEventBytes);
   }
 
   /** A live-only event (no seq, not stored), e.g. StreamingDeltaEvent. */

@@ -6,8 +6,8 @@
  * service (inside its sandbox, so a link can only lead to what it sees) walks those directories,
  * counting allocated blocks once per inode and staying on their file system. A conversation over
  * the bound has every process stopped (its sandbox is closed) and is told why. It may then delete
- * files and go on: while it stays over the bound it is stopped again whenever its use has not gone
- * down since it was last stopped (a `rm` that frees space is let through; more writing is not).
+ * files and go on: while it stays over the bound it is stopped again whenever its use has grown
+ * since it was last stopped (a `rm` that frees space is let through; more writing is not).
  *
  * How often: every POLL_MS while the sandbox has a process the daemon started (a command, setup,
  * an MCP server), every IDLE_POLL_MS otherwise (what background jobs write), and never more often
@@ -92,7 +92,7 @@ export class DiskQuota {
         this.next.set(t.id, Date.now() + Math.max(t.active ? POLL_MS : IDLE_POLL_MS, took * WALK_FACTOR));
         const before = this.stoppedAt.get(t.id);
         if (used <= this.limitBytes) this.stoppedAt.delete(t.id);
-        else if (before === undefined || used >= before) {
+        else if (before === undefined || used > before) {
           this.stoppedAt.set(t.id, used);
           this.next.delete(t.id);
           this.onOver(t.id, used);

@@ -267,11 +267,20 @@ export class Holders {
       proc.once('error', (e) => fail(`bwrap could not be started (${e.message})`));
 
       proc.once('exit', (code, signal) => {
-        void holder.egress?.close();
-        fail(lastError(stderr) || `the sandbox ended (${signal ?? `exit code ${code}`})`);
-        this.release(holder);
-        if (this.spare === holder) this.spare = null;
-        holder.onDead?.();
+        let ended = false;
+        const end = () => {
+          if (ended) return;
+          ended = true;
+          void holder.egress?.close();
+          fail(lastError(stderr) || `the sandbox ended (${signal ?? `exit code ${code}`})`);
+          this.release(holder);
+          if (this.spare === holder) this.spare = null;
+          holder.onDead?.();
+        };
+        // once stderr is read to its end (at most a second): bwrap's own words say why it failed
+        if (proc.stderr!.readableEnded) return end();
+        proc.stderr!.once('end', end);
+        setTimeout(end, 1000).unref();
       });
     });
     holder.ready.catch(() => {});

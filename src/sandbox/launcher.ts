@@ -56,6 +56,9 @@ import { extraArgs, FILE_HELPER, HELPER_NODE_FLAGS, HIDDEN_PATHS, systemArgs } f
 
 export * from './settings.js';
 
+/** Why a conversation's processes were stopped for disk (onDiskQuota). */
+export type DiskStop = 'quota' | 'disk-full';
+
 /** SANDBOX=none: a conversation's file service process ends after this long unused. */
 const PLAIN_FILES_IDLE_MS = 60_000;
 /** How long a sandbox with no process started through the launcher stays up (its background jobs with it). */
@@ -97,7 +100,7 @@ export class Sandbox {
   readonly ready: Promise<void>;
   private readonly live = new Map<string, Live>();
   private readonly evictListeners = new Set<(conversationId: string) => void>();
-  private readonly quotaListeners = new Set<(conversationId: string, usedBytes: number) => void>();
+  private readonly quotaListeners = new Set<(conversationId: string, usedBytes: number, why: DiskStop) => void>();
   private diskQuota: DiskQuota | null = null;
   private closed = false;
   /** What the probe found: the util-linux joiners, the cgroups, and the holders built with them (bwrap). */
@@ -142,17 +145,42 @@ export class Sandbox {
     return out;
   }
 
-  /** A conversation over SANDBOX_DISK_MB: its listeners are told why, then every process of it is stopped. */
-  private overQuota(conversationId: string, usedBytes: number): void {
-    for (const fn of this.quotaListeners) fn(conversationId, usedBytes);
+  /** A conversation over SANDBOX_DISK_MB (or the largest on a full disk): its listeners are told why, then every process of it is stopped. */
+  private overQuota(conversationId: string, usedBytes: number, why: DiskStop = 'quota'): void {
+    for (const fn of this.quotaListeners) fn(conversationId, usedBytes, why);
     void this.closeConversation(conversationId);
   }
 
-  /** Called when a conversation goes over SANDBOX_DISK_MB, just before its processes are stopped. */
-  onDiskQuota(fn: (conversationId: string, usedBytes: number) => void): () => void {
+  /**
+   * Called when a conversation's processes are stopped for disk: over SANDBOX_DISK_MB (`quota`), or
+   * as the one using the most of a disk that is full (`disk-full`), just before they are stopped.
+   */
+  onDiskQuota(fn: (conversationId: string, usedBytes: number, why: DiskStop) => void): () => void {
     this.quotaListeners.add(fn);
     return () => this.quotaListeners.delete(fn);
   }
+
+  /**
+   * The disk the daemon shares with the sandboxes is full (the store's disk watch says so, once a
+   * second while it lasts): the live conversation using the most disk is stopped, so the agents'
+   * writes go before the daemon's own (its journal has a reserve for the meantime).
+   */
+  async relieveDisk(): Promise<void> {
+    if (this.relieving || !this.enabled) return;
+    this.relieving = true;
+    try {
+      let top: { id: string; bytes: number } | null = null;
+      for (const t of this.quotaTargets()) {
+        const r = await t.channel.request({ op: 'usage', paths: [VISIBLE_WORKSPACE, '/tmp', VISIBLE_HOME], ms: 5000 }, null).catch(() => null);
+        const bytes = Number(r?.header.bytes) || 0;
+        if (!top || bytes > top.bytes) top = { id: t.id, bytes };
+      }
+      if (top && top.bytes > 0) this.overQuota(top.id, top.bytes, 'disk-full');
+    } finally {
+      this.relieving = false;
+    }
+  }
+  private relieving = false;
 
   /** Plain processes, no probe (unit tests, tools used outside the daemon). */
   static none(workspaceRoot = '/'): Sandbox {
@@ -639,6 +667,29 @@ export class Sandbox {
     await Promise.all([...l.procs, ...(h ? [h.proc] : [])].map((p) => exited(p, 3000)));
     await h?.egress?.close();
     if (l.cgroup) await this.removeCgroup(conversationId, l.cgroup);
+  }
+
+  /**
+   * Closes the conversation's sandbox now when no process started through the launcher runs in it
+   * (the terminal's shell was closed for being idle; an MCP server would keep it): an idle
+   * conversation then costs no process. Its background jobs go with it.
+   */
+  async closeIfIdle(conversationId: string): Promise<void> {
+    const l = this.live.get(conversationId);
+    if (!l || l.busy || l.procs.size > 0) return;
+    await this.closeConversation(conversationId);
+  }
+
+  /**
+   * Starts the conversation's sandbox in the background when it has none (a run begins: the holder
+   * comes up while the LLM answers, so the first command does not wait for it).
+   */
+  prewarm(conversationId: string): void {
+    // (a conversation that never ran anything has no workspace: its first command takes the spare)
+    if (!this.enabled || this.closed || this.live.get(conversationId)?.holder || !fs.existsSync(this.hostWorkspace(conversationId))) return;
+    const live = this.enter(conversationId);
+    this.holderFor(conversationId, live, this.hostWorkspace(conversationId));
+    this.scheduleIdle(conversationId, live);
   }
 
   /** DELETE: closes the sandbox and removes the conversation's /tmp and HOME from the host. */

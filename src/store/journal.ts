@@ -9,6 +9,16 @@
  * Files are `journal/<generation>.log`; a new generation starts at every start-up and when a file
  * passes `rotateBytes`; a generation's file is removed once the index has everything in it.
  *
+ * The reserve (`journal/reserve`, issue 20.5): a file of zeros written ahead of need, whose blocks
+ * the filesystem has therefore allocated. When a frame's write meets a full disk (ENOSPC, EDQUOT),
+ * the reserve becomes the next generation and the frame is written into it again: overwriting
+ * allocated blocks needs no free space, so appends go on while whatever filled the disk is stopped,
+ * and no other writer can take that room first (a reserve that was deleted to free space could be
+ * taken by the agent that filled the disk). Its zeros read as "no frame here" (length 0), so
+ * recovery stops after its last frame. It holds on filesystems that overwrite in place (ext4, XFS,
+ * tmpfs); copy-on-write or compressing ones (btrfs, ZFS) need new blocks for every write, and
+ * there a full disk answers 503 at once. The store makes the reserve again once space returns.
+ *
  * A frame's payload is one line per event: a JSON array header `[conversation_id, seq, id, kind,
  * timestamp, source]`, a tab, and the event's JSON (the same text the WebSocket frames carry).
  * JSON never contains a raw tab or newline, so the separators cannot be forged by content.
@@ -18,9 +28,14 @@ import path from 'node:path';
 import zlib from 'node:zlib';
 import type Database from 'better-sqlite3';
 import type { ParleyEvent } from '../events/types.js';
+import { isDiskFull } from './disk-watch.js';
 import { executionStatusOf } from './types.js';
 
 const HEADER_BYTES = 8;
+const NO_FRAME = Buffer.alloc(HEADER_BYTES);
+const RESERVE = 'reserve';
+/** The reserve is written in pieces this large: it never holds a big buffer or a thread of the pool for long. */
+const RESERVE_PIECE = 1024 * 1024;
 
 export interface JournalPosition {
   gen: number;
@@ -32,6 +47,11 @@ export const journalLine = (conversationId: string, ev: ParleyEvent, json: strin
   `${JSON.stringify([conversationId, ev.seq, ev.id, ev.kind, ev.timestamp, ev.source])}\t${json}`;
 
 type IndexRow = [conversationId: string, seq: number, id: string, kind: string, timestamp: string, source: string, body: string];
+
+/** The events of a frame's payload, each with its conversation, in the frame's order. */
+export function journalEvents(payload: string): { conversationId: string; event: ParleyEvent; json: string }[] {
+  return parseLines(payload).map((r) => ({ conversationId: r[0], event: JSON.parse(r[6]) as ParleyEvent, json: r[6] }));
+}
 
 function parseLines(payload: string): IndexRow[] {
   const rows: IndexRow[] = [];
@@ -73,67 +93,178 @@ export function* readFrames(dir: string, gen: number, from: number): Generator<{
   }
 }
 
+interface JournalOptions {
+  fsync: boolean;
+  rotateBytes: number;
+  /** Size of the reserve to keep (default 0: none). */
+  reserveBytes?: number;
+  /** A frame went to the reserve because the disk was full (`err`: what the write met). */
+  onReserveUsed?: (err: unknown) => void;
+}
+
 export class Journal {
   private fd: number;
   private gen: number;
   private offset = 0;
+  /** Bytes the current generation takes without its file growing: the reserve's size when it was one, else unbounded. */
+  private capacity = Infinity;
   /** Generations on disk that the index may still need, oldest first. */
   private live: number[];
+  /** Size of the reserve on disk, ready to become a generation (0: none). */
+  private reserveSize = 0;
+  private making: Promise<boolean> | null = null;
 
   constructor(
     private readonly dir: string,
     gen: number,
-    private readonly opts: { fsync: boolean; rotateBytes: number },
+    private readonly opts: JournalOptions,
+    /** Older generations whose frames are not indexed yet (start-up on a full disk), oldest first. */
+    kept: number[] = [],
   ) {
     this.gen = gen;
     this.fd = this.create(gen);
-    this.live = [gen];
+    this.live = [...kept, gen];
+    try {
+      // the size asked for, and its blocks, not only its size: a power cut can leave holes (written data not yet allocated)
+      const st = fs.statSync(path.join(dir, RESERVE));
+      if (st.size > 0 && st.size === opts.reserveBytes && st.blocks * 512 >= st.size) this.reserveSize = st.size;
+      else fs.rmSync(path.join(dir, RESERVE), { force: true }); // none wanted (any more), or another size: its room goes back
+    } catch {
+      // none yet: the store makes it (makeReserve)
+    }
   }
 
   /** A new generation's file; with fsync its directory entry is made durable too (else a power cut could lose the file). */
   private create(gen: number): number {
     const fd = fs.openSync(journalFile(this.dir, gen), 'w');
-    if (this.opts.fsync) {
-      const dirFd = fs.openSync(this.dir, 'r');
-      try {
-        fs.fsyncSync(dirFd);
-      } finally {
-        fs.closeSync(dirFd);
-      }
-    }
+    if (this.opts.fsync) this.syncDir();
     return fd;
+  }
+
+  private syncDir(): void {
+    const dirFd = fs.openSync(this.dir, 'r');
+    try {
+      fs.fsyncSync(dirFd);
+    } finally {
+      fs.closeSync(dirFd);
+    }
+  }
+
+  /** Whether a reserve is ready to take frames when the disk is full. */
+  get reserved(): boolean {
+    return this.reserveSize > 0;
   }
 
   /** Writes one frame; when this returns the payload is committed. On failure nothing of it remains. */
   append(payload: string): JournalPosition {
-    if (this.offset >= this.opts.rotateBytes) this.rotate();
     const len = Buffer.byteLength(payload);
     const frame = Buffer.allocUnsafe(HEADER_BYTES + len);
     frame.write(payload, HEADER_BYTES, 'utf8');
     frame.writeUInt32LE(len, 0);
     frame.writeUInt32LE(zlib.crc32(frame.subarray(HEADER_BYTES)), 4);
     try {
+      if (this.offset > 0 && (this.offset >= this.opts.rotateBytes || this.offset + frame.length > this.capacity)) this.rotate(false);
+      this.write(frame);
+    } catch (err) {
+      if (!isDiskFull(err) || this.reserveSize === 0) throw err;
+      // the disk is full: the frame goes to the reserve, whose blocks are allocated already
+      this.rotate(true);
+      this.write(frame);
+      this.opts.onReserveUsed?.(err);
+    }
+    return { gen: this.gen, offset: this.offset };
+  }
+
+  private write(frame: Buffer): void {
+    try {
       let done = 0;
       while (done < frame.length) done += fs.writeSync(this.fd, frame, done, frame.length - done, this.offset + done);
       if (this.opts.fsync) fs.fdatasyncSync(this.fd);
     } catch (err) {
-      try {
-        fs.ftruncateSync(this.fd, this.offset);
-      } catch {
-        // the torn frame fails its length or CRC check at recovery and ends the replay there
-      }
+      this.cut(this.offset);
       throw err;
     }
     this.offset += frame.length;
-    return { gen: this.gen, offset: this.offset };
   }
 
-  private rotate(): void {
+  /** Whatever follows `at` is no frame: a file of its own is cut there; in a reserve's allocated blocks the header is zeroed instead (cutting would give them back). */
+  private cut(at: number): boolean {
+    try {
+      if (this.capacity === Infinity) fs.ftruncateSync(this.fd, at);
+      else fs.writeSync(this.fd, NO_FRAME, 0, HEADER_BYTES, at);
+      return true;
+    } catch {
+      // a torn frame fails its length or CRC check at recovery and ends the replay there
+      return false;
+    }
+  }
+
+  /**
+   * Takes back the frame that ends at `pos`, the last one written (its commit was refused by what
+   * it goes with: a conversation's record that could not be stored). Nothing has read it yet.
+   */
+  retract(pos: JournalPosition, frameBytes: number): void {
+    if (pos.gen !== this.gen || pos.offset !== this.offset) throw new Error('only the last frame written can be taken back');
+    if (!this.cut(this.offset - frameBytes)) throw new Error('the frame could not be taken back');
+    this.offset -= frameBytes;
+    if (this.opts.fsync) fs.fdatasyncSync(this.fd);
+  }
+
+  private rotate(fromReserve: boolean): void {
+    const gen = this.gen + 1;
+    let fd: number;
+    let capacity = Infinity;
+    if (fromReserve) {
+      fs.renameSync(path.join(this.dir, RESERVE), journalFile(this.dir, gen));
+      fd = fs.openSync(journalFile(this.dir, gen), 'r+');
+      if (this.opts.fsync) this.syncDir();
+      capacity = this.reserveSize;
+      this.reserveSize = 0;
+    } else {
+      fd = this.create(gen);
+    }
     fs.closeSync(this.fd);
-    this.gen += 1;
+    this.fd = fd;
+    this.gen = gen;
     this.offset = 0;
-    this.fd = this.create(this.gen);
-    this.live.push(this.gen);
+    this.capacity = capacity;
+    this.live.push(gen);
+  }
+
+  /**
+   * Writes the reserve (zeros, `reserveBytes`) in the background unless one is ready; resolves
+   * with whether one is. A write that meets a full disk removes what it wrote: the reserve is
+   * made only from room that is free.
+   */
+  makeReserve(): Promise<boolean> {
+    if (this.reserveSize > 0 || !this.opts.reserveBytes) return Promise.resolve(this.reserveSize > 0);
+    this.making ??= this.writeReserve().finally(() => (this.making = null));
+    return this.making;
+  }
+
+  private async writeReserve(): Promise<boolean> {
+    const tmp = path.join(this.dir, `${RESERVE}.tmp`);
+    const size = this.opts.reserveBytes ?? 0;
+    let fh: fs.promises.FileHandle | null = null;
+    const zeros = Buffer.alloc(Math.min(RESERVE_PIECE, size));
+    try {
+      fh = await fs.promises.open(tmp, 'w');
+      for (let at = 0; at < size; at += zeros.length) {
+        const n = Math.min(zeros.length, size - at);
+        let done = 0;
+        while (done < n) done += (await fh.write(zeros, done, n - done, at + done)).bytesWritten;
+      }
+      // no fsync: the filesystem counts written blocks as taken at write(2) (delayed allocation reserves them)
+      await fh.close();
+      fh = null;
+      await fs.promises.rename(tmp, path.join(this.dir, RESERVE));
+      this.reserveSize = size;
+      return true;
+    } catch {
+      await fh?.close().catch(() => {});
+      await fs.promises.rm(tmp, { force: true }).catch(() => {});
+      return false;
+    }
   }
 
   /** The index holds everything up to `pos`: files of older generations can go. */
@@ -144,7 +275,7 @@ export class Journal {
     }
   }
 
-  /** After a clean close (the index holds everything): no file is needed any more. */
+  /** After a clean close (the index holds everything): no file is needed any more. The reserve stays for the next start. */
   close(removeAll: boolean): void {
     fs.closeSync(this.fd);
     if (removeAll) for (const gen of this.live) fs.rmSync(journalFile(this.dir, gen), { force: true });

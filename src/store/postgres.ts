@@ -13,6 +13,13 @@
  * PostgreSQL unreachable: every call fails with UnavailableError (503) naming the reason; the
  * pool reconnects by itself on a later call. An append that failed was not acknowledged; one
  * whose connection broke during COMMIT may still have committed (it is then read, never lost).
+ *
+ * The database server's disk full (issue 20.5): a statement that needs room fails with SQLSTATE
+ * 53100 `disk_full` ("could not extend file …: No space left on device") and nothing of it is
+ * committed; a WAL write that fails makes the server restart (a PANIC: connections end with 57P01
+ * or 08006, then connects are refused until it is back). Class 53 and the connection classes are
+ * 503 with the reason; nothing is kept failed here, so the first statement after space returns
+ * succeeds. The text of 53100 names a file on the server: the 503 says "disk full" instead.
  */
 import pg from 'pg';
 import { ConflictError, UnavailableError } from '../errors.js';
@@ -150,11 +157,19 @@ function isConnectionError(err: unknown): boolean {
   return /timeout|terminat|Connection|connect|ended/i.test(e?.message ?? '');
 }
 
+/** Class 53 (insufficient resources), told without the server's file names. */
+const RESOURCE_ERRORS: Record<string, string> = {
+  '53100': 'the database server has no disk space left (SQLSTATE 53100 disk_full)',
+  '53200': 'the database server is out of memory (SQLSTATE 53200 out_of_memory)',
+  '53300': 'the database server has no connection free (SQLSTATE 53300 too_many_connections)',
+};
+
 function unavailable(err: unknown): Error {
   if (err instanceof UnavailableError) return err;
   if (!isConnectionError(err)) return err as Error;
   const e = err as { code?: string; message?: string };
-  return new UnavailableError(`PostgreSQL unavailable: ${e.message || e.code || String(err)}`);
+  const resource = e.code ? RESOURCE_ERRORS[e.code] : undefined;
+  return new UnavailableError(`PostgreSQL unavailable: ${resource ?? (e.message || e.code || String(err))}`);
 }
 
 /** JSONB comes back parsed. */
@@ -302,20 +317,25 @@ export class PostgresStore implements Store {
         }
       }
       appendLatency.observe((performance.now() - started) / 1000);
-      for (const { p, events } of done) {
-        try {
-          this.onCommit(p.conversationId, events.map((e) => new EncodedEvent(e)));
-        } catch {
-          // a listener's failure is its own; the events are committed
-        }
-        p.resolve(events);
-      }
+      this.published(done);
     }
     this.inFlight = null;
   }
 
-  /** One statement for the whole batch: the events with their seq, in the batch's order. */
-  private async commit(batch: Pending[]): Promise<{ p: Pending; events: ParleyEvent[] }[]> {
+  /** Publishes committed appends and resolves them, in commit order. */
+  private published(done: { p: Pending; events: ParleyEvent[] }[]): void {
+    for (const { p, events } of done) {
+      try {
+        this.onCommit(p.conversationId, events.map((e) => new EncodedEvent(e)));
+      } catch {
+        // a listener's failure is its own; the events are committed
+      }
+      p.resolve(events);
+    }
+  }
+
+  /** One statement for the whole batch (on `on`: the pool, or a transaction's connection): the events with their seq, in the batch's order. */
+  private async commit(batch: Pending[], on: pg.Pool | pg.PoolClient = this.pool): Promise<{ p: Pending; events: ParleyEvent[] }[]> {
     const cols: (string | null)[][] = [[], [], [], [], [], [], [], []];
     const out: { p: Pending; events: ParleyEvent[] }[] = [];
     const byId = new Map<string, ParleyEvent>();
@@ -340,7 +360,7 @@ export class PostgresStore implements Store {
       }
       out.push({ p, events });
     }
-    const res = await this.pool.query<{ id: string; seq: string }>(APPEND_SQL, cols);
+    const res = await on.query<{ id: string; seq: string }>(APPEND_SQL, cols);
     for (const r of res.rows) byId.get(r.id)!.seq = Number(r.seq);
     // a fenced append whose node lost the lease took no number: it fails alone
     const committed: typeof out = [];
@@ -408,11 +428,23 @@ export class PostgresStore implements Store {
 
   // ---- conversations ------------------------------------------------------------------------
 
-  async createConversation(rec: ConversationRecord): Promise<void> {
-    await this.q(
-      'INSERT INTO conversations (id, title, created_at, updated_at, execution_status, data) VALUES ($1, $2, $3, $4, $5, $6)',
-      [rec.id, rec.title, rec.created_at, rec.updated_at, rec.execution_status, JSON.stringify(rec.data)],
-    );
+  /** The record and its first events in one transaction. */
+  async createConversation(rec: ConversationRecord, first: EventDraft[] = []): Promise<ParleyEvent[]> {
+    const insert = 'INSERT INTO conversations (id, title, created_at, updated_at, execution_status, data) VALUES ($1, $2, $3, $4, $5, $6)';
+    const values = [rec.id, rec.title, rec.created_at, rec.updated_at, rec.execution_status, JSON.stringify(rec.data)];
+    if (first.length === 0) {
+      await this.q(insert, values);
+      return [];
+    }
+    if (this.closed) throw new UnavailableError('the store is closed');
+    let events: ParleyEvent[] = [];
+    const p: Pending = { conversationId: rec.id, drafts: first, fence: null, resolve: (evs) => (events = evs), reject: () => {} };
+    const done = await this.tx(async (c) => {
+      await c.query(insert, values);
+      return this.commit([p], c);
+    });
+    this.published(done);
+    return events;
   }
 
   async getConversation(id: string): Promise<ConversationRecord | null> {

@@ -8,6 +8,16 @@
  * (`tail`), and reads merge them: SQLite answers for seq below a conversation's first tail
  * event, the tail for the rest, so every committed event is visible exactly once. Reads run on
  * this thread's connection.
+ *
+ * A full disk (issue 20.5): a journal write that meets it moves to the journal's reserve (journal.ts)
+ * and goes through; when there is no reserve left it fails with 503 and the reason. The index
+ * (writer.ts) retries until it can write again, never giving up; while it cannot, appends go on
+ * into the journal and the tail up to the tail's bound, then answer 503 with the index's reason
+ * instead of waiting. A write of a record on this thread (a conversation, a secret) that finds no
+ * room answers 503. Every such failure is told to the DiskWatch (disk pressure, for the sandbox to
+ * act on); when the watch sees room again the writer is woken and the reserve made again, so the
+ * store recovers by itself. Start-up on a full disk does not index the journal on this thread: its
+ * unindexed frames go to the tail and the writer, like new ones.
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -19,10 +29,12 @@ import { uuidv7 } from '../events/ids.js';
 import { upgradeEvent } from '../events/legacy.js';
 import { EncodedEvent, eventJson, keepStoredJson, nowIso, type EventDraft, type ParleyEvent } from '../events/types.js';
 import { metrics } from '../metrics.js';
+import { DiskWatch, errorText, isDiskFull } from './disk-watch.js';
 import { lockDataDir } from './lock.js';
-import { Journal, journalFile, journalGenerations, journalIndexer, journalLine, readFrames, type JournalPosition } from './journal.js';
+import { Journal, journalEvents, journalFile, journalGenerations, journalIndexer, journalLine, readFrames, type JournalPosition } from './journal.js';
 import { conversationFromRow, executionStatusOf, type ConversationRecord, type EventQuery, type SealedValue, type Store } from './types.js';
-import type { WriterReply, WriterRequest } from './writer.js';
+import { CONTROL_SLOTS, STOP, WAKE } from './writer-control.js';
+import type { WriterNotice, WriterReply, WriterRequest } from './writer.js';
 
 interface StoreOptions {
   synchronous?: 'NORMAL' | 'FULL';
@@ -32,9 +44,19 @@ interface StoreOptions {
   indexDelayMs?: number;
   /** Committed events the index has not acknowledged yet, beyond which appends wait for it (default 50,000). */
   maxUnindexed?: number;
-  /** Retries (with backoff up to 2 s) before the writer gives up on a failing index transaction (default 20, ~30 s). */
-  indexRetries?: number;
+  /** The same bound in bytes of journal frames (default 256 MiB). */
+  maxUnindexedBytes?: number;
+  /** Size of the journal's reserve for a full disk (journal.ts; default 0: none, the daemon sets DISK_RESERVE_MB). */
+  reserveBytes?: number;
+  /** How long after start a missing reserve is written (default 1 s: not on the way to the first answer). */
+  reserveDelayMs?: number;
+  /** The watch of DATA_DIR's free space that writes meeting a full disk are reported to (default: one of the store's own). */
+  disk?: DiskWatch;
 }
+
+/** SQLite result codes that mean "cannot write now" (disk, I/O, a lock), as opposed to a statement that is wrong. */
+const UNAVAILABLE = /^SQLITE_(FULL|IOERR|BUSY|LOCKED|CANTOPEN|READONLY)/;
+const cannotWrite = (err: unknown) => UNAVAILABLE.test(String((err as { code?: unknown })?.code ?? ''));
 
 /** A stored body: the event's JSON text (msgpack in stores written before the journal), in today's event shape. */
 const decodeBody = (b: string | Buffer): ParleyEvent => upgradeEvent((typeof b === 'string' ? JSON.parse(b) : unpack(b)) as ParleyEvent);
@@ -66,6 +88,15 @@ interface Pending {
   reject: (err: unknown) => void;
 }
 
+/** A batch of appends encoded as one journal frame, seq assigned (and given back if the frame is not committed). */
+interface Frame {
+  batch: Pending[];
+  results: EncodedEvent[][];
+  payload: string;
+  /** Each conversation's last seq before the frame. */
+  seqBefore: Map<string, number>;
+}
+
 type WithoutN<T> = T extends unknown ? Omit<T, 'n'> : never;
 
 const appendLatency = metrics.storeAppend.child();
@@ -84,6 +115,18 @@ export class SqliteStore implements Store {
   private closed = false;
   /** Set when the writer thread died: every later write fails at once instead of waiting. */
   private writerError: Error | null = null;
+  /** Why the index cannot write now (null: it can); the writer retries meanwhile. */
+  private indexStall: string | null = null;
+  /** Shared with the writer (writer-control.ts). */
+  private readonly control = new Int32Array(new SharedArrayBuffer(CONTROL_SLOTS * 4));
+  /** DATA_DIR's free space: writes that meet a full disk are reported to it, and it says when there is room again. */
+  readonly disk: DiskWatch;
+  private readonly ownsDisk: boolean;
+  private readonly unwatch: () => void;
+  private readonly reserveBytes: number;
+  private reserveTimer: NodeJS.Timeout | null = null;
+  private tailBytes = 0;
+  private readonly maxUnindexedBytes: number;
   private journal: Journal;
   /** Per conversation, the committed events not yet indexed, in seq order. */
   private tail = new Map<string, ParleyEvent[]>();
@@ -94,8 +137,8 @@ export class SqliteStore implements Store {
   private readonly unlock: () => void;
   /** When the oldest append waiting for the next frame was queued (performance.now()). */
   private pendingSince = 0;
-  /** Commit times of the frames the index has not acknowledged yet, oldest first. */
-  private unindexedFrames: number[] = [];
+  /** Commit time and size of each frame the index has not acknowledged yet, oldest first. */
+  private unindexedFrames: { at: number; bytes: number }[] = [];
 
   constructor(
     dataDir: string,
@@ -164,14 +207,28 @@ export class SqliteStore implements Store {
       deleteSecretsOfKind: this.db.prepare('DELETE FROM secrets WHERE kind = ?'),
     };
     this.maxUnindexed = opts.maxUnindexed ?? 50_000;
-    this.journal = this.recover(path.join(dataDir, 'journal'), { fsync: opts.synchronous === 'FULL', rotateBytes: opts.rotateBytes ?? 64 * 1024 * 1024 });
-    const workerData = { file: path.join(dataDir, 'parley.db'), synchronous: opts.synchronous ?? 'NORMAL', indexDelayMs: opts.indexDelayMs ?? 250, indexRetries: opts.indexRetries ?? 20 };
+    this.maxUnindexedBytes = opts.maxUnindexedBytes ?? 256 * 1024 * 1024;
+    this.ownsDisk = !opts.disk;
+    this.disk = opts.disk ?? new DiskWatch(dataDir);
+    this.reserveBytes = opts.reserveBytes ?? 0;
+    const { journal, unindexed } = this.recover(path.join(dataDir, 'journal'), {
+      fsync: opts.synchronous === 'FULL',
+      rotateBytes: opts.rotateBytes ?? 64 * 1024 * 1024,
+      reserveBytes: this.reserveBytes,
+      onReserveUsed: (err) => {
+        this.disk.report('event log (writing into its reserve now)', err);
+        this.keepReserve(0);
+      },
+    });
+    this.journal = journal;
+    const workerData = { file: path.join(dataDir, 'parley.db'), synchronous: opts.synchronous ?? 'NORMAL', indexDelayMs: opts.indexDelayMs ?? 250, control: this.control.buffer };
     // Built (`npm start` runs dist/, see scripts/build.mjs): the writer is plain JavaScript next to this
     // bundle. From source (tsx: tests, development): a boot file registers tsx in the worker first.
     this.writer = import.meta.url.endsWith('.ts')
       ? new Worker(new URL('./worker-boot.mjs', import.meta.url), { workerData: { ...workerData, entry: new URL('./writer.ts', import.meta.url).href } })
       : new Worker(new URL('./writer.mjs', import.meta.url), { workerData });
-    this.writer.on('message', (r: WriterReply) => {
+    this.writer.on('message', (r: WriterReply | WriterNotice) => {
+      if ('notice' in r) return this.indexHealth(r);
       const w = this.waiting.get(r.n);
       if (!w) return;
       this.waiting.delete(r.n);
@@ -189,26 +246,91 @@ export class SqliteStore implements Store {
       if (!this.closed) fail(new UnavailableError(`event log writer stopped (exit ${code})`));
     });
     this.writer.unref();
+    for (const f of unindexed) this.readmit(f.payload, f.pos);
+    this.applyStatuses();
+    this.unwatch = this.disk.subscribe((p) => {
+      if (p.full) return;
+      // room again: the writer's backoff ends now, and the reserve is made again
+      Atomics.add(this.control, WAKE, 1);
+      Atomics.notify(this.control, WAKE);
+      this.keepReserve(0);
+    });
+    this.keepReserve(opts.reserveDelayMs ?? 1000);
   }
 
   /**
    * Indexes every journal frame the index has not seen (a kill -9 left them), then starts a new
-   * generation and removes the old files. Runs before the writer thread exists.
+   * generation and removes the old files. Runs before the writer thread exists. When the database
+   * cannot be written (a full disk), the frames are returned instead and their generations kept:
+   * the store serves them from the tail and the writer indexes them once it can.
    */
-  private recover(dir: string, journalOpts: { fsync: boolean; rotateBytes: number }): Journal {
+  private recover(dir: string, journalOpts: ConstructorParameters<typeof Journal>[2]): { journal: Journal; unindexed: { payload: string; pos: JournalPosition }[] } {
     fs.mkdirSync(dir, { recursive: true });
     const state = (this.db.prepare('SELECT gen, offset FROM journal_state WHERE k = 0').get() as JournalPosition | undefined) ?? { gen: 0, offset: 0 };
     const gens = journalGenerations(dir);
-    const index = journalIndexer(this.db, { statuses: true });
+    const frames: { payload: string; pos: JournalPosition }[] = [];
     for (const gen of gens) {
       if (gen < state.gen) continue;
-      const frames = [...readFrames(dir, gen, gen === state.gen ? state.offset : 0)].map((f) => ({ payload: f.payload, pos: { gen, offset: f.end } }));
-      if (frames.length) index(frames);
+      for (const f of readFrames(dir, gen, gen === state.gen ? state.offset : 0)) frames.push({ payload: f.payload, pos: { gen, offset: f.end } });
     }
     const next = Math.max(state.gen, ...gens) + 1;
-    this.db.prepare('INSERT INTO journal_state (k, gen, offset) VALUES (0, ?, 0) ON CONFLICT (k) DO UPDATE SET gen = excluded.gen, offset = 0').run(next);
+    try {
+      if (frames.length) journalIndexer(this.db, { statuses: true })(frames);
+      this.db.prepare('INSERT INTO journal_state (k, gen, offset) VALUES (0, ?, 0) ON CONFLICT (k) DO UPDATE SET gen = excluded.gen, offset = 0').run(next);
+    } catch (err) {
+      if (!cannotWrite(err)) throw err;
+      if (isDiskFull(err)) this.disk.report('event index (start-up)', err);
+      for (const gen of gens) if (gen < state.gen) fs.rmSync(journalFile(dir, gen), { force: true });
+      return { journal: new Journal(dir, next, journalOpts, gens.filter((g) => g >= state.gen)), unindexed: frames };
+    }
     for (const gen of gens) fs.rmSync(journalFile(dir, gen), { force: true });
-    return new Journal(dir, next, journalOpts);
+    return { journal: new Journal(dir, next, journalOpts), unindexed: [] };
+  }
+
+  /** A frame committed before this start that the index has not seen: its events join the tail and it goes to the writer, as if just committed (not published again). */
+  private readmit(payload: string, pos: JournalPosition): void {
+    const newest = new Map<string, number>();
+    for (const { conversationId, event } of journalEvents(payload)) {
+      let t = this.tail.get(conversationId);
+      if (!t) this.tail.set(conversationId, (t = []));
+      t.push(event);
+      this.tailSize += 1;
+      newest.set(conversationId, event.seq!);
+      this.lastSeqCache.set(conversationId, event.seq!);
+      const status = executionStatusOf(event);
+      if (status) this.statusBehind.set(conversationId, [status, event.timestamp]);
+    }
+    this.toIndex(payload, pos, newest);
+  }
+
+  /** The writer tells how the index is doing. */
+  private indexHealth(n: WriterNotice): void {
+    if (n.notice === 'resumed') {
+      this.indexStall = null;
+      this.applyStatuses();
+      return;
+    }
+    this.indexStall = n.reason;
+    if (isDiskFull({ code: n.code })) this.disk.report('event index', { code: n.code, message: n.reason });
+    // appends held back for the index would wait as long as the disk stays full: they answer now
+    if (this.pending.length && !this.flushScheduled) this.flush();
+  }
+
+  /** Makes the journal's reserve after `delayMs` unless it is there; while the disk lacks room for it and as much again, tries again every 5 s. */
+  private keepReserve(delayMs: number): void {
+    if (this.closed || this.reserveTimer || this.reserveBytes === 0 || this.journal.reserved) return;
+    this.reserveTimer = setTimeout(async () => {
+      let again = true;
+      try {
+        const free = await this.disk.sample();
+        if (!this.closed && free >= 2 * this.reserveBytes) again = !(await this.journal.makeReserve());
+      } catch {
+        // DATA_DIR unreadable for a moment: tried again
+      }
+      this.reserveTimer = null;
+      if (again) this.keepReserve(5000);
+    }, delayMs);
+    this.reserveTimer.unref();
   }
 
   /** Sends a request to the writer; resolves when its transaction has committed. */
@@ -250,6 +372,19 @@ export class SqliteStore implements Store {
     return s;
   }
 
+  /** Appends cannot be taken now: the writer is gone, or the index cannot write and the tail is at its bound. */
+  private refusal(): Error | null {
+    if (this.writerError) return this.writerError;
+    if (this.indexStall && this.tailFull) {
+      return new UnavailableError(`event index cannot be written (${this.indexStall}) and ${this.tailSize} committed events already wait for it`);
+    }
+    return null;
+  }
+
+  private get tailFull(): boolean {
+    return this.tailSize >= this.maxUnindexed || this.tailBytes >= this.maxUnindexedBytes;
+  }
+
   /**
    * Commits every pending append as one journal frame, then (in seq order) publishes and
    * resolves; the frame goes on to the writer thread to be indexed.
@@ -257,15 +392,30 @@ export class SqliteStore implements Store {
   private flush(force = false): void {
     this.flushScheduled = false;
     if (this.pending.length === 0) return;
-    if (this.writerError) {
+    const refused = force ? this.writerError : this.refusal();
+    if (refused) {
       const failed = this.pending;
       this.pending = [];
-      for (const p of failed) p.reject(this.writerError);
+      for (const p of failed) p.reject(refused);
       return;
     }
-    if (this.tailSize >= this.maxUnindexed && !force) return; // resumed when the index acknowledges a frame
-    const batch = this.pending;
+    if (this.tailFull && !force) return; // resumed when the index acknowledges a frame
+    const frame = this.encode(this.pending);
     this.pending = [];
+    let pos: JournalPosition;
+    try {
+      pos = this.commitFrame(frame);
+    } catch (err) {
+      const e = new UnavailableError(`event log write failed: ${errorText(err)}`);
+      for (const p of frame.batch) p.reject(e);
+      return;
+    }
+    appendLatency.observe((performance.now() - this.pendingSince) / 1000);
+    this.committed(frame, pos);
+  }
+
+  /** Assigns seq and encodes the batch's events as one frame's payload. */
+  private encode(batch: Pending[]): Frame {
     const results: EncodedEvent[][] = [];
     const lines: string[] = [];
     const seqBefore = new Map<string, number>();
@@ -288,17 +438,42 @@ export class SqliteStore implements Store {
       this.lastSeqCache.set(p.conversationId, seq);
       results.push(out);
     }
-    const payload = lines.join('\n');
-    let pos: JournalPosition;
+    return { batch, results, payload: lines.join('\n'), seqBefore };
+  }
+
+  /**
+   * Writes the frame to the journal: the commit. `alongside`, when given, runs right after the
+   * write and may refuse the commit by throwing: the frame is then taken back. On failure nothing
+   * of the frame is committed, its seqs are free again, and this throws.
+   */
+  private commitFrame(frame: Frame, alongside?: () => void): JournalPosition {
     try {
-      pos = this.journal.append(payload);
+      const pos = this.journal.append(frame.payload);
+      if (alongside) {
+        try {
+          alongside();
+        } catch (err) {
+          try {
+            this.journal.retract(pos, 8 + Buffer.byteLength(frame.payload));
+          } catch {
+            // the frame stays in the journal: its seqs stay taken, so that no later frame reuses them
+            frame.seqBefore.clear();
+          }
+          throw err;
+        }
+      }
+      return pos;
     } catch (err) {
       // nothing of this batch was committed: the counters go back to what was committed
-      for (const [id, seq] of seqBefore) this.lastSeqCache.set(id, seq);
-      const e = new UnavailableError(`event log write failed: ${(err as Error)?.message ?? err}`);
-      for (const p of batch) p.reject(e);
-      return;
+      for (const [id, seq] of frame.seqBefore) this.lastSeqCache.set(id, seq);
+      if (isDiskFull(err)) this.disk.report('event log', err);
+      throw err;
     }
+  }
+
+  /** After the commit: statuses, tail, index, publish and resolve, in seq order. */
+  private committed(frame: Frame, pos: JournalPosition): void {
+    const { batch, results } = frame;
     // a status event sets the stored status in the same commit: the frame is the commit, and a
     // crash before this update is made up for by recovery (journalIndexer `statuses`)
     batch.forEach((p, i) => {
@@ -308,9 +483,6 @@ export class SqliteStore implements Store {
       }
     });
     this.applyStatuses();
-    const committedAt = performance.now();
-    appendLatency.observe((committedAt - this.pendingSince) / 1000);
-    this.unindexedFrames.push(committedAt);
     const newest = new Map<string, number>();
     batch.forEach((p, i) => {
       let t = this.tail.get(p.conversationId);
@@ -319,19 +491,26 @@ export class SqliteStore implements Store {
       this.tailSize += results[i]!.length;
       newest.set(p.conversationId, this.lastSeqCache.get(p.conversationId)!);
     });
-    this.ask({ type: 'index', payload, pos }).then(
-      () => this.indexed(pos, newest),
-      (err: Error) => {
-        // The index cannot take this frame (the writer gave up, or is gone). Its events stay in the
-        // tail, readable; later frames fail too (the writer indexes in order), so the index never
-        // skips past them, and the journal is re-indexed at the next start. New appends fail now.
-        this.writerError ??= new UnavailableError(`event index unavailable: ${err.message}`);
-      },
-    );
+    this.toIndex(frame.payload, pos, newest);
     batch.forEach((p, i) => {
       this.onCommit(p.conversationId, results[i]!);
       p.resolve(results[i]!.map((e) => e.event));
     });
+  }
+
+  /** Hands a committed frame to the writer; once it is indexed its events leave the tail. */
+  private toIndex(payload: string, pos: JournalPosition, newest: Map<string, number>): void {
+    this.unindexedFrames.push({ at: performance.now(), bytes: payload.length });
+    this.tailBytes += payload.length;
+    this.ask({ type: 'index', payload, pos }).then(
+      () => this.indexed(pos, newest),
+      (err: Error) => {
+        // The index cannot take this frame (the store is closing, or the writer is gone). Its events
+        // stay in the tail, readable; later frames fail too (the writer indexes in order), so the
+        // index never skips past them, and the journal is re-indexed at the next start.
+        this.writerError ??= new UnavailableError(`event index unavailable: ${err.message}`);
+      },
+    );
   }
 
   /** Stores the statuses of committed status events (one that failed, e.g. a busy database, goes again at the next commit). */
@@ -358,8 +537,8 @@ export class SqliteStore implements Store {
       else t.splice(0, k);
     }
     this.journal.indexed(pos);
-    this.unindexedFrames.shift();
-    if (this.pending.length && !this.flushScheduled && this.tailSize < this.maxUnindexed) {
+    this.tailBytes -= this.unindexedFrames.shift()?.bytes ?? 0;
+    if (this.pending.length && !this.flushScheduled && !this.tailFull) {
       this.flushScheduled = true;
       setImmediate(() => this.flush());
     }
@@ -368,7 +547,7 @@ export class SqliteStore implements Store {
   /** Seconds since the oldest frame the index has not acknowledged was committed (0: none waiting). */
   get indexLagSeconds(): number {
     const oldest = this.unindexedFrames[0];
-    return oldest === undefined ? 0 : (performance.now() - oldest) / 1000;
+    return oldest === undefined ? 0 : (performance.now() - oldest.at) / 1000;
   }
 
   /** Conversations per execution status. */
@@ -466,8 +645,56 @@ export class SqliteStore implements Store {
     return conversationFromRow(r, JSON.parse(r.data as string));
   }
 
-  async createConversation(rec: ConversationRecord): Promise<void> {
-    this.stmts.insertConv.run({ ...rec, data: JSON.stringify(rec.data) });
+  /** A write on this thread's connection: one that finds no room (or no lock, or an I/O error) answers 503 with the reason. */
+  private writeRow<T>(what: string, run: () => T): T {
+    try {
+      return run();
+    } catch (err) {
+      throw this.writeError(what, err);
+    }
+  }
+
+  private writeError(what: string, err: unknown): Error {
+    if (!cannotWrite(err)) return err as Error;
+    if (isDiskFull(err)) this.disk.report(what, err);
+    return new UnavailableError(`${what} failed: ${errorText(err)}`);
+  }
+
+  /**
+   * The record and its first events commit together or not at all: the record's transaction stays
+   * open across the journal write and commits right after it; if that commit fails (no room in the
+   * database) the frame is taken back before anything has read it. A crash between the two
+   * (synchronous code, microseconds) leaves events in the journal without their conversation, which
+   * no read reaches (every read needs the record).
+   */
+  async createConversation(rec: ConversationRecord, first: EventDraft[] = []): Promise<ParleyEvent[]> {
+    const row = { ...rec, data: JSON.stringify(rec.data) };
+    if (first.length === 0) {
+      this.writeRow('storing the conversation', () => this.stmts.insertConv.run(row));
+      return [];
+    }
+    if (this.closed) throw new UnavailableError('the store is closed');
+    const refused = this.refusal();
+    if (refused) throw refused;
+    let events: ParleyEvent[] = [];
+    const frame = this.encode([{ conversationId: rec.id, drafts: first, resolve: (evs) => (events = evs), reject: () => {} }]);
+    let pos: JournalPosition;
+    try {
+      this.db.exec('BEGIN IMMEDIATE');
+      try {
+        this.stmts.insertConv.run(row);
+        pos = this.commitFrame(frame, () => this.db.exec('COMMIT'));
+      } finally {
+        if (this.db.inTransaction) this.db.exec('ROLLBACK');
+      }
+    } catch (err) {
+      for (const [id, seq] of frame.seqBefore) this.lastSeqCache.set(id, seq);
+      if (cannotWrite(err)) throw this.writeError('storing the conversation', err);
+      if (typeof (err as { syscall?: unknown })?.syscall === 'string') throw new UnavailableError(`event log write failed: ${errorText(err)}`);
+      throw err; // e.g. the id is taken
+    }
+    this.committed(frame, pos);
+    return events;
   }
 
   async getConversation(id: string): Promise<ConversationRecord | null> {
@@ -495,12 +722,14 @@ export class SqliteStore implements Store {
       args.push(k === 'data' ? JSON.stringify(v) : v);
     }
     if (!('updated_at' in patch)) (sets.push('updated_at = ?'), args.push(nowIso()));
-    this.db.prepare(`UPDATE conversations SET ${sets.join(', ')} WHERE id = ?`).run(...args, id);
+    this.writeRow('storing the conversation', () => this.db.prepare(`UPDATE conversations SET ${sets.join(', ')} WHERE id = ?`).run(...args, id));
   }
 
   async deleteConversation(id: string): Promise<boolean> {
     if (this.writerError) throw this.writerError; // its events could not be removed: keep the conversation too
-    const changed = this.stmts.deleteConv.run(id).changes;
+    // the index would remove its events only once it can write again: answer now, keep the conversation
+    if (this.indexStall) throw new UnavailableError(`deleting the conversation failed: the event index cannot be written (${this.indexStall})`);
+    const changed = this.writeRow('deleting the conversation', () => this.stmts.deleteConv.run(id).changes);
     // ordered after every append made so far, including those still waiting for their flush
     if (this.pending.length) this.flush(true);
     await this.ask({ type: 'delete', conversationId: id });
@@ -535,7 +764,7 @@ export class SqliteStore implements Store {
   }
 
   async putSecret(v: SealedValue): Promise<void> {
-    this.stmts.putSecret.run(v.kind, v.name, v.sealed, JSON.stringify(v.meta));
+    this.writeRow('storing a secret', () => this.stmts.putSecret.run(v.kind, v.name, v.sealed, JSON.stringify(v.meta)));
   }
   async getSecret(kind: string, name: string): Promise<SealedValue | null> {
     const r = this.stmts.getSecret.get(kind, name) as Record<string, unknown> | undefined;
@@ -545,23 +774,33 @@ export class SqliteStore implements Store {
     return (this.stmts.listSecrets.all(kind) as Record<string, unknown>[]).map(SqliteStore.rowToSecret);
   }
   async deleteSecret(kind: string, name: string): Promise<boolean> {
-    return this.stmts.deleteSecret.run(kind, name).changes > 0;
+    return this.writeRow('deleting a secret', () => this.stmts.deleteSecret.run(kind, name).changes > 0);
   }
   async replaceSecrets(kind: string, values: SealedValue[]): Promise<void> {
-    this.db.transaction(() => {
-      this.stmts.deleteSecretsOfKind.run(kind);
-      for (const v of values) this.stmts.putSecret.run(kind, v.name, v.sealed, JSON.stringify(v.meta));
-    })();
+    this.writeRow('storing secrets', () =>
+      this.db.transaction(() => {
+        this.stmts.deleteSecretsOfKind.run(kind);
+        for (const v of values) this.stmts.putSecret.run(kind, v.name, v.sealed, JSON.stringify(v.meta));
+      })(),
+    );
   }
 
   /**
    * Commits pending appends, lets the writer index, move and checkpoint everything, then closes
-   * both connections; the journal files go too when the index holds all of them.
+   * both connections; the journal files go too when the index holds all of them. A writer that
+   * cannot write (a full disk) stops retrying: what it had not indexed stays in the journal for
+   * the next start.
    */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.unwatch();
+    if (this.reserveTimer) clearTimeout(this.reserveTimer);
+    if (this.ownsDisk) this.disk.close();
     if (this.pending.length) this.flush(true);
+    Atomics.store(this.control, STOP, 1);
+    Atomics.add(this.control, WAKE, 1);
+    Atomics.notify(this.control, WAKE);
     let indexedAll = true;
     await this.ask({ type: 'close' }).catch(() => (indexedAll = false));
     await this.writer.terminate();

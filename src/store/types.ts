@@ -50,7 +50,12 @@ export interface EventStore {
 }
 
 export interface ConversationStore {
-  createConversation(rec: ConversationRecord): Promise<void>;
+  /**
+   * Stores a new conversation; with `first`, its first events in the same commit (both or neither:
+   * a create that fails leaves nothing behind). Resolves with those events once committed. Throws
+   * when the id is taken.
+   */
+  createConversation(rec: ConversationRecord, first?: EventDraft[]): Promise<ParleyEvent[]>;
   getConversation(id: string): Promise<ConversationRecord | null>;
   /** Newest first; with `cursor` (created_at, id), from that record on (it included). */
   listConversations(limit: number, cursor?: { created_at: string; id: string } | null): Promise<ConversationRecord[]>;

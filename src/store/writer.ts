@@ -4,20 +4,32 @@
  * conversation and seq, and indexed by id). Frames are gathered for up to `indexDelayMs` and
  * indexed in one transaction, so each page a conversation's newest events sit on is written once
  * per transaction rather than once per frame; each frame is acknowledged once indexed, in order.
+ *
+ * A write that fails (a full disk, a busy or failing database) is retried with backoff up to
+ * `RETRY_MAX_MS`, never given up: the frames are committed already (the journal), and giving up
+ * would leave the daemon unable to index until restarted. The thread tells the store when it
+ * starts failing (`stalled`, with the reason) and when it succeeds again (`resumed`); the store can
+ * wake it from a backoff at once (space returned) and stops the retries when it closes.
  */
 import fs from 'node:fs';
 import os from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 import { journalIndexer, type JournalPosition } from './journal.js';
+import { STOP, WAKE } from './writer-control.js';
 
 export type WriterRequest =
   | { type: 'index'; n: number; payload: string; pos: JournalPosition }
   | { type: 'delete'; n: number; conversationId: string }
   | { type: 'close'; n: number };
 export type WriterReply = { n: number; error?: string };
+/** The index's health: it cannot write (`reason`, and the error's code), or it writes again. */
+export type WriterNotice = { notice: 'stalled'; reason: string; code: string | null } | { notice: 'resumed' };
 
-const { file, synchronous, indexDelayMs, indexRetries } = workerData as { file: string; synchronous: string; indexDelayMs: number; indexRetries: number; entry: string };
+const RETRY_MAX_MS = 1000;
+
+const { file, synchronous, indexDelayMs, control } = workerData as { file: string; synchronous: string; indexDelayMs: number; control: SharedArrayBuffer; entry: string };
+const ctl = new Int32Array(control);
 
 // Indexing is background work: the events are committed (journal) and readable (the store's tail)
 // before it runs, so it yields the CPU to the event loop. Linux applies setpriority to one thread
@@ -39,28 +51,46 @@ const index = journalIndexer(db);
 const remove = db.prepare('DELETE FROM events WHERE conversation_id = ?');
 
 let gathered: Extract<WriterRequest, { type: 'index' }>[] = [];
-/** Set once indexing failed for good: no later frame is indexed, or the index would skip the failed one. */
-let broken: string | null = null;
 let timer: NodeJS.Timeout | null = null;
-const pause = new Int32Array(new SharedArrayBuffer(4));
+let stalled = false;
+/** Set when the store closed while a run could not be indexed: no later frame is indexed, or the index would skip that run (it stays in the journal for the next start). */
+let abandoned: string | null = null;
 
-/** Indexes everything gathered, then acknowledges each frame. A failure (a busy or full disk) is retried with backoff: the frames are already committed. */
+const notify = (n: WriterNotice) => parentPort!.postMessage(n);
+
+/**
+ * Runs `write` until it succeeds, waiting between attempts (25 ms doubling, at most RETRY_MAX_MS,
+ * cut short by a wake). Returns null once done, or the last error's text when the store closes
+ * meanwhile (the frames are then left to the journal: the next start indexes them).
+ */
+function persist(write: () => void): string | null {
+  for (let attempt = 0; ; attempt++) {
+    const woken = Atomics.load(ctl, WAKE);
+    try {
+      write();
+      if (stalled) notify({ notice: 'resumed' });
+      stalled = false;
+      return null;
+    } catch (err) {
+      const reason = (err as Error)?.message ?? String(err);
+      if (!stalled) notify({ notice: 'stalled', reason, code: typeof (err as { code?: unknown })?.code === 'string' ? (err as { code: string }).code : null });
+      stalled = true;
+      if (Atomics.load(ctl, STOP)) return reason;
+      Atomics.wait(ctl, WAKE, woken, Math.min(RETRY_MAX_MS, 25 * 2 ** Math.min(attempt, 10)));
+    }
+  }
+}
+
+/** Indexes everything gathered, then acknowledges each frame. */
 function indexGathered(): void {
   if (timer) clearTimeout(timer);
   timer = null;
   const run = gathered;
   gathered = [];
   if (run.length === 0) return;
-  for (let attempt = 0; !broken; attempt++) {
-    try {
-      index(run);
-      break;
-    } catch (err) {
-      if (attempt >= indexRetries) broken = (err as Error)?.message ?? String(err);
-      else Atomics.wait(pause, 0, 0, Math.min(2000, 25 * 2 ** attempt));
-    }
-  }
-  for (const r of run) parentPort!.postMessage({ n: r.n, ...(broken ? { error: broken } : {}) } satisfies WriterReply);
+  const error = abandoned ?? persist(() => index(run));
+  abandoned = error;
+  for (const r of run) parentPort!.postMessage({ n: r.n, ...(error ? { error } : {}) } satisfies WriterReply);
 }
 
 parentPort!.on('message', (m: WriterRequest) => {
@@ -71,14 +101,16 @@ parentPort!.on('message', (m: WriterRequest) => {
   }
   indexGathered(); // a delete or close is ordered after every frame sent before it
   const reply: WriterReply = { n: m.n };
-  try {
-    if (m.type === 'delete') remove.run(m.conversationId);
-    else {
+  if (m.type === 'delete') {
+    const error = persist(() => remove.run(m.conversationId));
+    if (error) reply.error = error;
+  } else {
+    try {
       db.pragma('wal_checkpoint(TRUNCATE)');
-      db.close();
+    } catch (err) {
+      reply.error = (err as Error)?.message ?? String(err);
     }
-  } catch (err) {
-    reply.error = (err as Error)?.message ?? String(err);
+    db.close();
   }
   parentPort!.postMessage(reply);
 });

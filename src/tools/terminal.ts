@@ -10,7 +10,7 @@ import { z } from 'zod';
 import { actionSchema, observationSchema } from '../events/content.js';
 import type { Tool, ToolContext } from './types.js';
 import { cleanTerminalOutput, truncateMiddle } from './terminal/output.js';
-import { RunningCommand, ShellSession, shellQuote } from './terminal/session.js';
+import { RunningCommand, ShellSession, shellQuote, type ShellState } from './terminal/session.js';
 import { Sandbox, VISIBLE_OUTPUTS } from '../sandbox/launcher.js';
 
 
@@ -119,6 +119,12 @@ interface SessionEntry {
   idleTimer: NodeJS.Timeout | null;
 }
 
+/** A shell closed after SANDBOX_IDLE_CLOSE_MS: what the next one takes up, and when it was closed. */
+interface IdleClosed {
+  state: ShellState;
+  at: number;
+}
+
 class TerminalManager {
   readonly noOutputTimeoutMs: number;
   readonly maxOutputChars: number;
@@ -129,6 +135,8 @@ class TerminalManager {
   private readonly entries = new Map<string, SessionEntry>();
   private readonly starting = new Map<string, Promise<ShellSession>>();
   private readonly locks = new Map<string, Promise<unknown>>();
+  /** Conversations whose shell was closed for being idle: the next shell takes its state up. */
+  private readonly idleClosed = new Map<string, IdleClosed>();
   private outputSeq = 0;
   readonly sandbox: Sandbox;
 
@@ -164,6 +172,7 @@ class TerminalManager {
 
   /** Ends the conversation's shell; `reason` is what the running command's observation says. */
   async closeConversation(conversationId: string, reason = 'closed'): Promise<void> {
+    this.idleClosed.delete(conversationId);
     const entry = this.entries.get(conversationId);
     this.entries.delete(conversationId);
     const starting = this.starting.get(conversationId);
@@ -190,13 +199,23 @@ class TerminalManager {
     if (entry.idleTimer) clearTimeout(entry.idleTimer);
     entry.idleTimer = null;
     if (active) return;
-    entry.idleTimer = setTimeout(() => {
-      if (this.entries.get(conversationId) === entry) {
-        this.entries.delete(conversationId);
-        void entry.session.terminate('idle');
-      }
-    }, this.idleCloseMs);
+    entry.idleTimer = setTimeout(() => void this.closeIdle(conversationId, entry), this.idleCloseMs);
     entry.idleTimer.unref();
+  }
+
+  /**
+   * SANDBOX_IDLE_CLOSE_MS without a command: the shell's exported variables and directory are kept
+   * (in memory) for the next shell, the shell is closed, and so is the conversation's sandbox when
+   * nothing else of it runs: an idle conversation costs no process.
+   */
+  private async closeIdle(conversationId: string, entry: SessionEntry): Promise<void> {
+    if (this.entries.get(conversationId) !== entry) return;
+    const state = await entry.session.snapshot().catch(() => null);
+    if (this.entries.get(conversationId) !== entry) return;
+    this.entries.delete(conversationId);
+    if (state) this.idleClosed.set(conversationId, { state, at: Date.now() });
+    await entry.session.terminate('idle');
+    await this.sandbox.closeIfIdle(conversationId);
   }
 
   private async getOrStart(ctx: ToolContext): Promise<{ session: ShellSession; notes: string[] }> {
@@ -218,9 +237,18 @@ class TerminalManager {
     if (!sandbox.enabled) await fs.promises.mkdir(ctx.workspaceDir, { recursive: true, mode: 0o700 });
     const dirs = sandbox.enabled ? sandbox.prepare(ctx.conversationId) : null;
     const io = dirs ? { ...dirs.io, owner: dirs.owner } : undefined;
+    const idle = this.idleClosed.get(ctx.conversationId);
+    this.idleClosed.delete(ctx.conversationId);
+    if (idle) {
+      notes.push(
+        `The shell had been idle for ${secondsText(Date.now() - idle.at + this.idleCloseMs)} and was stopped with everything it ran in the background; ` +
+          'a new shell started in the same working directory with the same exported variables.',
+      );
+    }
     const startP = ShellSession.start({
       conversationId: ctx.conversationId,
       cwd: ctx.workspaceDir,
+      restore: idle?.state,
       // built from scratch, never the daemon's environment (its keys stay out of the shell)
       env: sandbox.env({ TERM: 'dumb', PAGER: 'cat', GIT_PAGER: 'cat', PYTHONUNBUFFERED: '1', ...ctx.env }),
       launch: (argv, o) =>

@@ -178,6 +178,34 @@ interface ShellSessionOptions {
    * host path.
    */
   io?: { host: string; inside: string; owner?: { uid: number; gid: number } | null };
+  /** A previous shell's state to take up (ShellSession.snapshot): its exported variables and directory. */
+  restore?: ShellState;
+}
+
+/** What a shell keeps between commands that a new shell can take up (after an idle close). */
+export interface ShellState {
+  cwd: string;
+  /** `declare -x NAME="value"` lines as `export -p` prints them (bash quotes the values). */
+  exports: string[];
+}
+
+/** Exported names a restored shell does not take from the old one (the shell's own, or set anew at start). */
+const NOT_RESTORED = new Set(['PWD', 'OLDPWD', 'SHLVL', '_', 'PS0', 'PS1', 'PS2', 'PS4', 'PROMPT_COMMAND', 'BASH_ENV', 'ENV', 'HISTFILE', 'TERM']);
+
+/**
+ * The lines of `state` a new shell runs to take it up: every export but those above and those the
+ * new shell's environment sets itself (the conversation's secrets are set anew, never an old value),
+ * then the directory (the workspace when it is gone).
+ */
+function restoreScript(state: ShellState, env: Record<string, string>): string {
+  const lines: string[] = [];
+  for (const line of state.exports) {
+    const m = /^declare -x ([A-Za-z_][A-Za-z0-9_]*)(=|$)/.exec(line);
+    if (!m || NOT_RESTORED.has(m[1]!) || (m[1]! in env && m[1] !== 'PATH')) continue;
+    lines.push(line);
+  }
+  lines.push(`builtin cd -- ${shellQuote(state.cwd)} 2>/dev/null || true`);
+  return lines.join('\n');
 }
 
 export class ShellSession {
@@ -220,6 +248,8 @@ export class ShellSession {
   private exitPromise: Promise<void>;
 
   private readonly ioDir: string;
+  /** The environment the shell started with. */
+  private readonly startEnv: Record<string, string>;
 
   private constructor(opts: ShellSessionOptions, fifoDir: string) {
     this.conversationId = opts.conversationId;
@@ -231,6 +261,7 @@ export class ShellSession {
     this.bufferCap = opts.bufferCap ?? 20_000_000;
     const env: Record<string, string> = {};
     for (const [k, v] of Object.entries(opts.env)) if (v !== undefined) env[k] = v;
+    this.startEnv = env;
     for (const k of ['PROMPT_COMMAND', 'PS0', 'PS1', 'PS2', 'BASH_ENV', 'ENV', 'HISTFILE']) delete env[k];
     const argv = ['bash', '--norc', '--noprofile', '-i'];
     this.proc = (
@@ -288,7 +319,8 @@ export class ShellSession {
     const ready = new Promise<void>((resolve) => {
       session.readyResolve = resolve;
     });
-    session.proc.stdin.write(`${INIT_SCRIPT}\n__parley_n=${session.readyNonce}\n`);
+    const restore = opts.restore ? `${restoreScript(opts.restore, session.startEnv)}\n` : '';
+    session.proc.stdin.write(`${INIT_SCRIPT}\n${restore}__parley_n=${session.readyNonce}\n`);
     let timer: NodeJS.Timeout | undefined;
     const outcome = await Promise.race([
       ready.then(() => 'ready' as const),
@@ -413,6 +445,19 @@ export class ShellSession {
     if (bash === undefined) return; // bash itself (no sandbox): it has no child yet
     this.groupPid = bash;
     this.shellPid = bash;
+  }
+
+  /**
+   * The shell's state for a later shell (`restore`): its exported variables and directory, asked
+   * with a command of our own while none of the agent's runs (null when one runs or it fails).
+   */
+  async snapshot(timeoutMs = 5000): Promise<ShellState | null> {
+    if (!this.alive || (this.running && !this.running.done)) return null;
+    const rc = await this.run('builtin export -p');
+    if (!(await this.waitDone(rc, timeoutMs))) return null;
+    const out = this.takeOutput(rc);
+    this.clearFinished();
+    return { cwd: rc.done!.cwd, exports: out.split('\n').filter((l) => l.startsWith('declare -x ')) };
   }
 
   /** Output printed (by background processes) while no command was running; cleared by the call. */

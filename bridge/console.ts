@@ -1,0 +1,151 @@
+/**
+ * The web console's files: `console/` bundled by scripts/build.mjs into `dist/console/` (an
+ * `index.html`, hashed `app-<hash>.js` / `app-<hash>.css`, each with a `.gz` made at build time).
+ *
+ * - Read from disk on the first request of each file, not at start: a daemon nobody browses never
+ *   reads them, and the start does not wait for them.
+ * - The page is served for the console's own routes only (`/`, `/conversations/:id`, `/settings`):
+ *   explicit uWS routes, so nothing under `/api`, `/sockets`, `/trpc`, `/docs`, `/openapi.json` or
+ *   the health routes is shadowed, and every other path still gets the JSON 404.
+ * - Assets have content-hashed names: cached for a year (`immutable`); the page is revalidated by
+ *   its ETag on every load, so browsers pick up the console of a restarted daemon at once. A file
+ *   once read stays in memory (about 130 KB in all): the daemon serves the build it first read.
+ * - The page needs no secret to be fetched (the key stays in the tab), so these routes are public;
+ *   the Host check (DNS rebinding, bridge/guard.ts) still applies, and a Content-Security-Policy
+ *   keeps the page to its own origin: scripts and styles from the daemon only, requests and
+ *   sockets to the daemon only, no framing.
+ */
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { checkBrowserRequest, type GuardOptions } from './guard.js';
+import { send, sendJson, watchAbort, type ResState } from './http.js';
+import { RouteMetric } from './metrics.js';
+import type { HttpRequest, HttpResponse, TemplatedApp } from './uws.js';
+
+/** Where the build puts the console: next to the bundled daemon, or `dist/console` when run from source. */
+function defaultDir(): string {
+  const here = import.meta.url;
+  return fileURLToPath(here.endsWith('.ts') ? new URL('../dist/console/', here) : new URL('./console/', here));
+}
+
+const TYPES: Record<string, string> = {
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+  '.svg': 'image/svg+xml',
+  '.png': 'image/png',
+};
+
+const PAGE_HEADERS = {
+  'content-security-policy':
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+  'x-content-type-options': 'nosniff',
+  'x-frame-options': 'DENY',
+  'referrer-policy': 'no-referrer',
+  'cache-control': 'no-cache',
+};
+const ASSET_HEADERS = { 'x-content-type-options': 'nosniff', 'cache-control': 'public, max-age=31536000, immutable' };
+
+interface ConsoleFile {
+  type: string;
+  body: Buffer;
+  gzip: Buffer | null;
+  etag: string;
+}
+
+export function mountConsole(app: TemplatedApp, guard: GuardOptions, dir = defaultDir()): void {
+  const files = new Map<string, ConsoleFile>();
+  /** `name` of the build directory, read once; null when it is not there (not built). */
+  const load = (name: string): ConsoleFile | null => {
+    const known = files.get(name);
+    if (known) return known;
+    let file: ConsoleFile | null = null;
+    const type = TYPES[path.extname(name)];
+    // names come from the URL: one path segment of the build directory, nothing else
+    if (type && /^[A-Za-z0-9_.-]+$/.test(name) && !name.startsWith('.')) {
+      try {
+        const body = fs.readFileSync(path.join(dir, name));
+        let gzip: Buffer | null = null;
+        try {
+          gzip = fs.readFileSync(path.join(dir, `${name}.gz`));
+        } catch {
+          /* served uncompressed */
+        }
+        file = { type, body, gzip, etag: `"${crypto.createHash('sha256').update(body).digest('base64url').slice(0, 22)}"` };
+      } catch {
+        file = null;
+      }
+    }
+    // unknown names are not remembered: a probe of many names must not grow the map
+    if (file) files.set(name, file);
+    return file;
+  };
+
+  const serve = (res: HttpResponse, req: HttpRequest, state: ResState, file: ConsoleFile, headers: Record<string, string>) => {
+    if (req.getHeader('if-none-match') === file.etag) {
+      if (state.aborted) return;
+      res.cork(() => {
+        res.writeStatus('304 Not Modified').writeHeader('etag', file.etag).writeHeader('vary', 'accept-encoding');
+        for (const [k, v] of Object.entries(headers)) res.writeHeader(k, v);
+        res.endWithoutBody();
+      });
+      state.aborted = true;
+      state.metric?.end(304, state.t0!);
+      return;
+    }
+    const gzip = file.gzip && /\bgzip\b/.test(req.getHeader('accept-encoding')) ? file.gzip : null;
+    send(res, state, 200, gzip ?? file.body, file.type, {
+      ...headers,
+      etag: file.etag,
+      vary: 'accept-encoding',
+      ...(gzip ? { 'content-encoding': 'gzip' } : {}),
+    });
+  };
+
+  /** The Host check every route of the daemon makes (a GET changes nothing, so Origin is not checked). */
+  const refused = (res: HttpResponse, req: HttpRequest, state: ResState) => {
+    const verdict = checkBrowserRequest(guard, req.getHeader('host'), req.getHeader('origin'), false);
+    if (verdict) sendJson(res, state, verdict.status, { detail: verdict.detail });
+    return !!verdict;
+  };
+
+  const pageMetric = new RouteMetric('GET', '/');
+  const page = (res: HttpResponse, req: HttpRequest) => {
+    const state = watchAbort(res, pageMetric);
+    if (refused(res, req, state)) return;
+    const index = load('index.html');
+    if (!index) return sendJson(res, state, 503, { detail: 'The console is not built: run `npm run build`' });
+    serve(res, req, state, index, PAGE_HEADERS);
+  };
+  app.get('/', page);
+  app.get('/settings', page);
+  app.get('/conversations/:id', page);
+
+  const assetMetric = new RouteMetric('GET', '/console/{asset}');
+  app.get('/console/*', (res, req) => {
+    const state = watchAbort(res, assetMetric);
+    if (refused(res, req, state)) return;
+    const name = req.getUrl().slice('/console/'.length);
+    const file = name === 'index.html' ? null : load(name);
+    if (!file) return sendJson(res, state, 404, { detail: 'Not Found' });
+    serve(res, req, state, file, ASSET_HEADERS);
+  });
+}
+
+/** The console's address for the start-up log: a wildcard listen address is reached on loopback. */
+export function consoleUrl(host: string, port: number): string {
+  const h = host === '0.0.0.0' || host === '' ? '127.0.0.1' : host === '::' ? '[::1]' : host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
+  return `http://${h}:${port}/`;
+}
+
+/**
+ * The link that signs a browser in, like Jupyter's token link: the key in the fragment, which the
+ * browser never sends (no access log, no Referer sees it) and the page removes from the address
+ * bar and the history entry at once. Written only to a terminal: the logs (journald, files) get no
+ * secret, and the pino logger would redact it anyway.
+ */
+export function signInLink(url: string, key: string): string {
+  return `${url}#key=${encodeURIComponent(key)}`;
+}

@@ -1,0 +1,81 @@
+/**
+ * Idle cost (issue 22.3): a conversation whose shell has had no command for SANDBOX_IDLE_CLOSE_MS
+ * costs no process — its shell, its sandbox and their background jobs are gone, judged from the
+ * host — and its next shell takes up where the old one was: the working directory and the exported
+ * variables come back, and the observation says the shell was restarted.
+ */
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import { after, before, describe, test } from 'node:test';
+import { allEvents } from './support/conversation-api.js';
+import { startDaemon, waitFor, type DaemonHandle } from './support/daemon.js';
+import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
+
+/** Living host processes that descend from `root`. */
+function descendants(root: number): number[] {
+  const parent = new Map<number, number>();
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (f[0] !== 'Z') parent.set(Number(d), Number(f[1]));
+    } catch {
+      /* gone */
+    }
+  }
+  return [...parent.keys()].filter((pid) => {
+    for (let p = parent.get(pid), hops = 0; p !== undefined && p > 1 && hops < 64; p = parent.get(p), hops++) if (p === root) return true;
+    return false;
+  });
+}
+
+const cmdline = (pid: number) => {
+  try {
+    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ');
+  } catch {
+    return '';
+  }
+};
+
+describe('an idle conversation costs no process; its shell comes back as it was', { timeout: 170_000 }, () => {
+  let d: DaemonHandle;
+  let llm: ScriptedLlm;
+  before(async () => {
+    llm = await startScriptedLlm();
+    d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, SANDBOX: 'bwrap', SANDBOX_NETWORK: 'none', SANDBOX_IDLE_CLOSE_MS: '3000' });
+  });
+  after(async () => {
+    await d?.stop();
+    await llm?.close();
+  });
+
+  async function sh(id: string, command: string): Promise<string> {
+    const before = (await allEvents(d.req, id)).length;
+    llm.push({ toolCalls: [{ name: 'terminal', arguments: { command } }] }, { text: 'done' });
+    assert.equal((await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true })).status, 200);
+    const obs = await waitFor(async () => (await allEvents(d.req, id)).slice(before).find((e) => e.kind === 'ObservationEvent'), 'the command answered', 120_000);
+    await waitFor(async () => (await d.req('GET', `/api/conversations/${id}`)).body.execution_status !== 'running', 'the turn ended', 60_000);
+    return obs.observation.content.map((c: { text?: string }) => c.text ?? '').join('');
+  }
+
+  test('after SANDBOX_IDLE_CLOSE_MS without a command nothing of the conversation runs; the next command finds its directory and exports', async () => {
+    const marker = `8181${process.pid % 1000}`;
+    const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
+    const first = await sh(id, `mkdir -p sub/dir && cd sub/dir && export PARLEY_IDLE_VAR='a b "c"' && export PATH="/workspace/bin:$PATH" && (sleep ${marker} > /dev/null 2>&1 &) && echo set`);
+    assert.match(first, /^set$/m);
+    const daemon = d.proc.pid!;
+    const job = await waitFor(() => descendants(daemon).find((p) => cmdline(p).includes(`sleep ${marker}`)), 'the background job runs', 20_000);
+    // idle: the shell, the job and the holder go (only the spare holder, which no conversation owns, stays)
+    await waitFor(() => !fs.existsSync(`/proc/${job}`), 'the background job was stopped with the idle sandbox', 60_000);
+    await waitFor(() => descendants(daemon).every((p) => !/bash --norc|nsenter/.test(cmdline(p))), 'no shell or joined process left', 60_000);
+    const holders = descendants(daemon).filter((p) => /file-helper\.mjs/.test(cmdline(p)));
+    assert.ok(holders.length <= 1, `only the spare holder's file service is left: ${holders.map(cmdline).join(' | ')}`);
+    // the next command: a new shell, where the old one was
+    const next = await sh(id, 'pwd; echo "[$PARLEY_IDLE_VAR]"; echo "$PATH" | cut -d: -f1');
+    assert.match(next, /^\/workspace\/sub\/dir$/m);
+    assert.match(next, /^\[a b "c"\]$/m);
+    assert.match(next, /^\/workspace\/bin$/m);
+    assert.match(next, /had been idle .* and was stopped with everything it ran in the background/);
+  });
+});
