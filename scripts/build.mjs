@@ -12,6 +12,7 @@
  */
 import * as esbuild from 'esbuild';
 import fs from 'node:fs';
+import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import zlib from 'node:zlib';
@@ -50,6 +51,62 @@ export async function build() {
   fs.renameSync(tmp, DIST);
 }
 
+export const LIB = path.join(ROOT, 'lib');
+
+/**
+ * Builds what the package exports and the `parley` command runs (lib/): `parley/client`
+ * (lib/client.mjs), `parley/server` (lib/server.mjs, with the store's writer thread and the
+ * sandbox's file service next to it) and the command (lib/cli.mjs), with their shared code in
+ * chunks; and, with `types`, the
+ * declarations of both exports (lib/types/, from tsconfig.types.json), which is what lets a
+ * TypeScript project that installs Parley type-check its calls without tsx. Packages stay
+ * external: an installing project resolves them from its node_modules, once, with their own
+ * types. Run by `npm install` / `npm pack` (`prepare`) and by bin/parley.mjs when a source is
+ * newer (JavaScript only: the declarations of the last full build are kept).
+ */
+export async function buildPackage({ types = true } = {}) {
+  const tmp = `${LIB}.${process.pid}.tmp`;
+  fs.rmSync(tmp, { recursive: true, force: true });
+  await esbuild.build({
+    absWorkingDir: ROOT,
+    entryPoints: { client: 'src/client.ts', server: 'src/server.ts', writer: 'src/store/writer.ts', cli: 'cli/main.ts' },
+    outdir: tmp,
+    outExtension: { '.js': '.mjs' },
+    bundle: true,
+    splitting: true,
+    packages: 'external',
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    sourcemap: 'linked',
+    logLevel: 'warning',
+  });
+  // the embedded core starts the sandbox's file service too: next to it, as in dist/
+  fs.copyFileSync(path.join(ROOT, 'src/sandbox/file-helper.mjs'), path.join(tmp, 'file-helper.mjs'));
+  if (types) {
+    const { execFileSync } = await import('node:child_process');
+    let tsc;
+    try {
+      tsc = path.join(path.dirname(createRequire(import.meta.url).resolve('typescript/package.json')), 'bin', 'tsc');
+    } catch {
+      // an install without devDependencies: the daemon and the command need no declarations
+      process.stderr.write('build: typescript is not installed; lib/types/ (the declarations of parley/client and parley/server) not built\n');
+    }
+    // --noCheck: declarations only (`npm run typecheck` checks the code); a third of tsc's time
+    if (tsc) execFileSync(process.execPath, [tsc, '-p', 'tsconfig.types.json', '--noCheck', '--outDir', path.join(tmp, 'types')], { cwd: ROOT, stdio: 'inherit' });
+  } else if (fs.existsSync(path.join(LIB, 'types'))) {
+    fs.cpSync(path.join(LIB, 'types'), path.join(tmp, 'types'), { recursive: true });
+  }
+  fs.rmSync(LIB, { recursive: true, force: true });
+  try {
+    fs.renameSync(tmp, LIB);
+  } catch (err) {
+    // another build (a second `parley` started at the same moment) put its lib/ in place first
+    fs.rmSync(tmp, { recursive: true, force: true });
+    if (!fs.existsSync(LIB)) throw err;
+  }
+}
+
 /**
  * The web console (console/, served by bridge/console.ts): one JS and one CSS file with content
  * hashes in their names, the page that loads them, and a gzip copy of each made here so the daemon
@@ -86,4 +143,5 @@ export async function buildConsole(outdir) {
 
 if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
   await build();
+  await buildPackage();
 }

@@ -45,7 +45,7 @@ export interface IncomingMessage {
   run: boolean;
 }
 
-interface CreateResult {
+export interface CreateResult {
   status: 'ok';
   conversation_id: string;
   /** = conversation_id (the agent-server shape's name for it). */
