@@ -33,7 +33,8 @@ const events = async (id: string) => (await call('GET', `/api/conversations/${id
 const info = async (id: string) => (await call('GET', `/api/conversations/${id}`)).body;
 const waitStatus = (id: string, want: string, ms = 90_000) => waitFor(async () => (await info(id)).execution_status === want, `status ${want}`, ms);
 const workspace = (id: string) => path.join(d.dataDir, 'workspaces', id.replace(/-/g, ''));
-const gitOut = (dir: string, args: string[]) => execFileSync('git', args, { cwd: dir, encoding: 'utf8' }).trim();
+// the workspace belongs to the sandbox's uid: the host's git (run as the test's user) must be told it may read it
+const gitOut = (dir: string, args: string[]) => execFileSync('git', ['-c', 'safe.directory=*', ...args], { cwd: dir, encoding: 'utf8' }).trim();
 const systemOf = (req: any) => String(req.body.messages.find((m: any) => m.role === 'system')?.content ?? '');
 const textOf = (ev: any) => ev.llm_message.content.filter((c: any) => c.type === 'text').map((c: any) => c.text).join('\n');
 

@@ -477,7 +477,7 @@ describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
   });
 });
 
-describe('sandbox: modes at start', { timeout: 60_000 }, () => {
+describe('sandbox: modes at start', { timeout: 170_000 }, () => {
   const run = (env: Record<string, string>) =>
     new Promise<{ code: number | null; stderr: string; stdout: string }>((resolve) => {
       const dir = tempDir();
@@ -515,7 +515,7 @@ describe('sandbox: modes at start', { timeout: 60_000 }, () => {
   });
 
   test('SANDBOX=bwrap with the host network and no session key exits 1 with one line (agents would reach the keyless API); with SANDBOX_NETWORK=none it starts', async () => {
-    const r = await run({ SANDBOX: 'bwrap', SESSION_API_KEY: '' });
+    const r = await run({ SANDBOX: 'bwrap', SESSION_API_KEY: '', SANDBOX_NETWORK: 'host' });
     assert.equal(r.code, 1);
     assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
     assert.match(r.stderr, /^parley: invalid configuration: SESSION_API_KEY: required with SANDBOX=bwrap and SANDBOX_NETWORK=host .*set a key or SANDBOX_NETWORK=none/);
@@ -530,7 +530,7 @@ describe('sandbox: modes at start', { timeout: 60_000 }, () => {
       const r = await run({ SANDBOX: 'bwrap', PATH: dir });
       assert.equal(r.code, 1);
       assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
-      assert.match(r.stderr, /^parley: SANDBOX=bwrap but nsenter, setsid, setpriv \(util-linux\) not found on PATH/);
+      assert.match(r.stderr, /^parley: SANDBOX=bwrap but nsenter, setsid, setpriv, unshare \(util-linux\) not found on PATH/);
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }

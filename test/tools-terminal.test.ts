@@ -181,24 +181,35 @@ describe('terminal tool', () => {
 
   it('drives a python3 REPL with is_input, C-c and C-d', async (t) => {
     const ctx = makeCtx();
-    // the REPL answers once it is quiet: a no-output wait a loaded machine's python3 start fits in
+    // python3 here is a pyenv shim (~0.6 s to start when idle, seconds on a busy machine): each step
+    // reads on with "" until what it waits for has arrived, instead of trusting one quiet period
     const repl = createTerminalTool({ noOutputTimeoutMs: 3000, inputWaitMs: 1000, maxOutputChars: 2000, outputDir: (id) => path.join(root, 'outputs', id) });
     t.after(() => repl.closeAll());
     const run = (c: ToolContext, call: Call) => runWith(c, call, repl);
-    const start = await run(ctx, { command: 'python3' });
-    assert.equal(start.exit_code, -1);
-    assert.match(textOf(start), />>> /);
-    const r1 = await run(ctx, { command: 'x = 6 * 7', is_input: true });
-    assert.equal(r1.exit_code, -1);
-    const r2 = await run(ctx, { command: 'print(x)', is_input: true });
-    assert.match(textOf(r2), /^42\n>>> /);
-    await run(ctx, { command: 'import time; time.sleep(30)', is_input: true });
-    const intr = await run(ctx, { command: 'C-c', is_input: true });
-    assert.match(textOf(intr), /KeyboardInterrupt/);
-    assert.equal(intr.exit_code, -1, 'the REPL survives C-c');
-    const still = await run(ctx, { command: 'print("alive")', is_input: true });
-    assert.match(textOf(still), /alive/);
-    const end = await run(ctx, { command: 'C-d', is_input: true });
+    const until = async (first: ToolObservation, re: RegExp): Promise<{ text: string; last: ToolObservation }> => {
+      let last = first;
+      let text = textOf(first);
+      const deadline = Date.now() + 60_000;
+      while (!re.test(text) && last.exit_code === -1 && Date.now() < deadline) {
+        last = await run(ctx, { command: '', is_input: true });
+        text += textOf(last);
+      }
+      assert.match(text, re);
+      return { text, last };
+    };
+    const start = await until(await run(ctx, { command: 'python3 -q' }), />>> /);
+    assert.equal(start.last.exit_code, -1);
+    await until(await run(ctx, { command: 'x = 6 * 7', is_input: true }), />>> /);
+    const r2 = await until(await run(ctx, { command: 'print(x)', is_input: true }), /42\n>>> /);
+    assert.equal(r2.last.exit_code, -1);
+    await run(ctx, { command: 'import time; print("sleeping", flush=True); time.sleep(30)', is_input: true });
+    const intr = await until(await run(ctx, { command: 'C-c', is_input: true }), /KeyboardInterrupt[\s\S]*>>> /);
+    assert.equal(intr.last.exit_code, -1, 'the REPL survives C-c');
+    await until(await run(ctx, { command: 'print("al" + "ive")', is_input: true }), /alive/);
+    let end = await run(ctx, { command: 'C-d', is_input: true });
+    for (const deadline = Date.now() + 60_000; end.exit_code === -1 && Date.now() < deadline; ) {
+      end = await run(ctx, { command: '', is_input: true });
+    }
     assert.notEqual(end.exit_code, -1, 'C-d ends the REPL');
     const after2 = await run(ctx, { command: 'echo shell-ok' });
     assert.match(textOf(after2), /^shell-ok/);
