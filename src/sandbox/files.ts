@@ -8,6 +8,7 @@
  * one too, and a request that does not finish within its deadline ends it (the helper is killed;
  * the next request starts the conversation's sandbox again).
  */
+import type { PathView } from './path-view.js';
 import type { Readable, Writable } from 'node:stream';
 
 /** What the service reports of a path (symlinks followed). */
@@ -285,4 +286,28 @@ export class ChannelFiles implements WorkspaceFiles {
   async clear(p: string): Promise<void> {
     await this.call({ op: 'clear', path: p });
   }
+}
+
+/**
+ * Accepts host paths of the workspace too (callers that name files by the workspace's host path,
+ * e.g. the side channels' clients) and translates them to what the conversation sees; answers
+ * carry the conversation's paths.
+ */
+export function translatingFiles(inner: WorkspaceFiles, view: PathView): WorkspaceFiles {
+  const t = (p: string) => view.toVisible(p);
+  return {
+    root: inner.root,
+    visible: (p) => t(p),
+    stat: (p) => inner.stat(t(p)),
+    realpath: (p) => inner.realpath(t(p)),
+    read: (p, max) => inner.read(t(p), max),
+    head: (p, max) => inner.head(t(p), max),
+    readOrList: (p, max, list) => inner.readOrList(t(p), max, list),
+    write: (p, data, opts) => inner.write(t(p), data, opts),
+    remove: (p) => inner.remove(t(p)),
+    mkdirs: (p) => inner.mkdirs(t(p)),
+    list: (p, opts) => inner.list(t(p), opts),
+    usage: (paths) => inner.usage(paths.map(t)),
+    clear: (p) => inner.clear(t(p)),
+  };
 }

@@ -27,15 +27,16 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { baseChildEnv } from '../workspace/child-env.js';
 import { conversationIdHex, removeTree, workspacePath } from '../workspace/workspace.js';
-import { detectCgroups, type CgroupBackend, type ConversationCgroup } from './cgroup.js';
+import type { CgroupBackend, ConversationCgroup } from './cgroup.js';
 import { DiskQuota } from './disk-quota.js';
-import { ChannelFiles, FileChannel, FileOpError, type WorkspaceFiles } from './files.js';
-import { Holders, type Holder } from './holders.js';
+import { ChannelFiles, FileOpError, translatingFiles, type FileChannel, type WorkspaceFiles } from './files.js';
+import type { Holder, Holders } from './holders.js';
 import { joinArgs, wrapCommand, type JoinTools } from './join.js';
-import { EGRESS_NET, EGRESS_RESOLV_CONF, formatAllowedNet, probeEgress } from './network.js';
+import { EGRESS_NET, formatAllowedNet } from './network.js';
 import { PathView } from './path-view.js';
-import { exited, killTree, signalPid, which } from './processes.js';
-import { findProgram } from './programs.js';
+import { exited, killTree, signalPid } from './processes.js';
+import { PlainFileServices } from './plain-files.js';
+import { probeTools } from './probe.js';
 import {
   DEFAULT_SANDBOX_SETTINGS,
   SandboxUnavailableError,
@@ -52,15 +53,12 @@ import {
   type SandboxSpawnOptions,
 } from './settings.js';
 import type { ProcessLauncher } from './types.js';
-import { extraArgs, FILE_HELPER, HELPER_NODE_FLAGS, HIDDEN_PATHS, systemArgs } from './view.js';
 
 export * from './settings.js';
 
 /** Why a conversation's processes were stopped for disk (onDiskQuota). */
 export type DiskStop = 'quota' | 'disk-full';
 
-/** SANDBOX=none: a conversation's file service process ends after this long unused. */
-const PLAIN_FILES_IDLE_MS = 60_000;
 /** How long a sandbox with no process started through the launcher stays up (its background jobs with it). */
 const IDLE_CLOSE_MS = 10 * 60_000; // SandboxSettings.idleCloseMs
 interface Live {
@@ -207,7 +205,7 @@ export class Sandbox {
     return sb;
   }
 
-  /** The probe (see `start`): the checks, the tools, the cgroups, egress, then a real holder. */
+  /** The probe (see `start`): the checks, the tools, the cgroups, egress (probe.ts), then a real holder. */
   private async probeAll(opts: SandboxOpenOptions): Promise<void> {
     const settings = this.settings;
     const fail = (why: string): void => {
@@ -216,67 +214,22 @@ export class Sandbox {
       opts.log?.warn({ sandbox: 'none' }, this.warning);
       this.state = 'none';
     };
-    const bwrap = which(settings.bwrapPath ?? 'bwrap');
-    if (!bwrap) {
-      return fail(
-        settings.bwrapPath
-          ? `BWRAP_PATH=${settings.bwrapPath} does not exist: install bubblewrap (apt-get install bubblewrap) or fix BWRAP_PATH`
-          : 'bwrap was not found on PATH: install bubblewrap (apt-get install bubblewrap) or set BWRAP_PATH',
-      );
-    }
-    const tools = { nsenter: which('nsenter'), setsid: which('setsid'), setpriv: which('setpriv'), unshare: which('unshare') };
-    const missing = Object.entries(tools).filter(([, p]) => !p).map(([name]) => name);
-    const ip = findProgram('ip');
-    if (settings.runAs && settings.network !== 'host' && !ip) return fail("ip (iproute2) not found: a sandbox's own network is set up with it (apt-get install iproute2)");
-    if (missing.length > 0) {
-      return fail(`${missing.join(', ')} (util-linux) not found on PATH: processes join their conversation's sandbox with them (apt-get install util-linux)`);
-    }
-    this.cgroups = detectCgroups({
-      memoryBytes: settings.memoryMb * 1024 * 1024,
-      pids: settings.pids,
-      totalMemoryBytes: totalMemoryMb(settings) * 1024 * 1024,
-      cpus: settings.cpus ?? null,
-    });
-    const hidden = [...(opts.hidden ?? []), opts.workspaceRoot, ...HIDDEN_PATHS];
-    // a holder mounts what exists when it starts (the spare: at start-up), and a mapped directory
-    // (the askpass helper's) may be written to only later
-    for (const m of this.mapped) fs.mkdirSync(m.host, { recursive: true, mode: 0o700 });
-    // egress where it works; else no network (never the host's), with one warning
-    let egress: { tools: import('./network.js').EgressTools; version: string; resolvConf: string } | null = null;
-    if (settings.network === 'egress') {
-      const probe = await probeEgress({ runAs: settings.runAs ?? undefined });
-      if (probe.usable) {
-        const resolvConf = path.join(opts.workspaceRoot, '.sandbox', 'resolv.conf');
-        fs.mkdirSync(path.dirname(resolvConf), { recursive: true, mode: 0o700 });
-        fs.writeFileSync(resolvConf, EGRESS_RESOLV_CONF, { mode: 0o644 });
-        fs.chmodSync(resolvConf, 0o644);
-        egress = { tools: probe.tools, version: probe.version, resolvConf };
-        this.egressVersion = probe.version;
-      } else {
-        this.warning = `SANDBOX_NETWORK=egress: ${probe.reason}; sandboxes get no network (none)`;
-        opts.log?.warn({ sandbox: 'network-none' }, this.warning);
-        this.settings = { ...settings, network: 'none' };
-      }
-    }
-    this.join = { ...(tools as Omit<JoinTools, 'ip'>), ip };
-    this.holders = new Holders({
-      settings: this.settings,
-      workspaceRoot: this.workspaceRoot,
-      bwrap,
-      join: this.join,
-      hasCgroups: this.cgroups !== null,
-      system: systemArgs(),
-      extra: extraArgs(settings.roBinds, hidden),
-      mapped: this.mapped,
-      egress,
-    });
+    const found = await probeTools(settings, opts, this.mapped);
+    if ('fail' in found) return fail(found.fail);
+    const { bwrap } = found;
+    this.cgroups = found.cgroups;
+    this.join = found.join;
+    this.holders = found.holders;
+    this.egressVersion = found.egressVersion;
+    this.settings = found.settings;
+    if (found.warning) this.warning = found.warning;
     this.state = 'bwrap';
     const probeDir = fs.mkdtempSync(path.join(opts.workspaceRoot, '.probe-'));
     try {
       const err = await this.probe(probeDir);
       if (err) {
         this.state = 'probing';
-        void this.holders.close();
+        void found.holders.close();
         this.holders = null;
         this.egressVersion = null;
         this.cgroups?.close();
@@ -587,7 +540,7 @@ export class Sandbox {
     await this.ready.catch(() => {
       throw new FileOpError('UNAVAILABLE', 'the sandbox could not be set up');
     });
-    if (!this.enabled) return this.plainChannel(conversationId, workspaceDir);
+    if (!this.enabled) return this.plain.channel(conversationId, workspaceDir);
     // a holder that died starting (or was closed meanwhile) is replaced once
     for (let attempt = 0; ; attempt++) {
       const live = this.enter(conversationId);
@@ -606,43 +559,8 @@ export class Sandbox {
     }
   }
 
-  /** SANDBOX=none: a file service per conversation as a plain process, closed after a minute unused. */
-  private readonly plain = new Map<string, { proc: ChildProcess; channel: FileChannel; timer: NodeJS.Timeout | null }>();
-
-  private plainChannel(conversationId: string, workspaceDir: string): Promise<FileChannel> {
-    let p = this.plain.get(conversationId);
-    if (!p || !p.channel.usable) {
-      fs.mkdirSync(workspaceDir, { recursive: true, mode: 0o700 });
-      const proc = spawnChild(process.execPath, [...HELPER_NODE_FLAGS, FILE_HELPER, '--root', workspaceDir], {
-        cwd: workspaceDir,
-        env: { PATH: baseChildEnv().PATH! },
-        stdio: ['pipe', 'pipe', 'ignore'],
-        detached: true,
-      });
-      const entry: { proc: ChildProcess; channel: FileChannel; timer: NodeJS.Timeout | null } = {
-        proc,
-        channel: new FileChannel(proc.stdin!, proc.stdout!, () => killTree(proc)),
-        timer: null,
-      };
-      proc.once('error', () => entry.channel.break('the file service could not be started'));
-      proc.once('exit', () => {
-        entry.channel.break('the file service ended');
-        if (this.plain.get(conversationId) === entry) this.plain.delete(conversationId);
-      });
-      this.plain.set(conversationId, entry);
-      p = entry;
-    }
-    const entry = p;
-    if (entry.timer) clearTimeout(entry.timer);
-    entry.timer = setTimeout(() => killTree(entry.proc), PLAIN_FILES_IDLE_MS);
-    entry.timer.unref();
-    return entry.channel.ready.then(
-      () => entry.channel,
-      (e: Error) => {
-        throw new FileOpError('UNAVAILABLE', e.message);
-      },
-    );
-  }
+  /** SANDBOX=none: a file service per conversation as a plain process. */
+  private readonly plain = new PlainFileServices();
 
   /** The launcher of one conversation, for code that only starts processes (setup.sh, git, MCP servers). */
   forConversation(conversationId: string): ProcessLauncher {
@@ -654,13 +572,7 @@ export class Sandbox {
 
   /** Kills every process of the conversation (background ones included: the pid namespace ends) and frees its cgroup. */
   async closeConversation(conversationId: string): Promise<void> {
-    const plain = this.plain.get(conversationId);
-    if (plain) {
-      this.plain.delete(conversationId);
-      if (plain.timer) clearTimeout(plain.timer);
-      killTree(plain.proc);
-      await exited(plain.proc, 3000);
-    }
+    await this.plain.close(conversationId);
     const l = this.live.get(conversationId);
     if (!l) return;
     this.live.delete(conversationId);
@@ -711,7 +623,7 @@ export class Sandbox {
     this.closed = true;
     this.diskQuota?.stop();
     const spare = this.holders?.close();
-    await Promise.all([...new Set([...this.live.keys(), ...this.plain.keys()])].map((id) => this.closeConversation(id)));
+    await Promise.all([...new Set([...this.live.keys(), ...this.plain.ids()])].map((id) => this.closeConversation(id)));
     await spare;
     await Promise.all([...this.removing]);
     this.cgroups?.close();
@@ -769,28 +681,4 @@ export class Sandbox {
     return out;
   }
 
-}
-
-/**
- * Accepts host paths of the workspace too (callers that name files by the workspace's host path,
- * e.g. the side channels' clients) and translates them to what the conversation sees; answers
- * carry the conversation's paths.
- */
-function translatingFiles(inner: WorkspaceFiles, view: PathView): WorkspaceFiles {
-  const t = (p: string) => view.toVisible(p);
-  return {
-    root: inner.root,
-    visible: (p) => t(p),
-    stat: (p) => inner.stat(t(p)),
-    realpath: (p) => inner.realpath(t(p)),
-    read: (p, max) => inner.read(t(p), max),
-    head: (p, max) => inner.head(t(p), max),
-    readOrList: (p, max, list) => inner.readOrList(t(p), max, list),
-    write: (p, data, opts) => inner.write(t(p), data, opts),
-    remove: (p) => inner.remove(t(p)),
-    mkdirs: (p) => inner.mkdirs(t(p)),
-    list: (p, opts) => inner.list(t(p), opts),
-    usage: (paths) => inner.usage(paths.map(t)),
-    clear: (p) => inner.clear(t(p)),
-  };
 }
