@@ -21,6 +21,10 @@
  *
  * Paths: callers pass host paths (cwd, environment values under a mapped directory) or the
  * conversation's; they are translated to what the sandbox sees.
+ *
+ * Why one file of this size: it holds the per-conversation state (live processes, holder, cgroup, idle
+ * timer) and the transitions between them; the probe (probe.ts), holders (holders.ts), eviction rule
+ * (eviction.ts), joiner arguments (join.ts), file services (files.ts, plain-files.ts) are their own modules.
  */
 import { spawn as spawnChild, type ChildProcess, type StdioOptions } from 'node:child_process';
 import fs from 'node:fs';
@@ -29,6 +33,7 @@ import { baseChildEnv } from '../workspace/child-env.js';
 import { conversationIdHex, removeTree, workspacePath } from '../workspace/workspace.js';
 import type { CgroupBackend, ConversationCgroup } from './cgroup.js';
 import { DiskQuota } from './disk-quota.js';
+import { evictionVictims, liveCap, type EvictionCandidate } from './eviction.js';
 import { ChannelFiles, FileOpError, translatingFiles, type FileChannel, type WorkspaceFiles } from './files.js';
 import type { Holder, Holders } from './holders.js';
 import { joinArgs, wrapCommand, type JoinTools } from './join.js';
@@ -644,26 +649,17 @@ export class Sandbox {
     return l;
   }
 
-  /**
-   * SANDBOX_MAX_LIVE; with rlimits only (no cgroup to bound all sandboxes together), also no more
-   * live sandboxes than the total memory holds at SANDBOX_MEMORY_MB each.
-   */
+  /** SANDBOX_MAX_LIVE, bounded by what the memory holds when no cgroup bounds the sandboxes together. */
   get maxLive(): number {
-    const max = this.settings.maxLive;
-    if (!this.enabled || this.cgroups) return max;
-    const fit = Math.max(1, Math.floor(totalMemoryMb(this.settings) / this.settings.memoryMb));
-    return max <= 0 ? fit : Math.min(max, fit);
+    if (!this.enabled) return this.settings.maxLive;
+    return liveCap(this.settings.maxLive, this.cgroups !== null, totalMemoryMb(this.settings), this.settings.memoryMb);
   }
 
   private evictIfNeeded(except: string): void {
-    const max = this.maxLive;
-    if (max <= 0) return;
-    const withProcs = [...this.live.entries()].filter(([id, l]) => id !== except && (l.procs.size > 0 || (l.holder && !l.holder.dead)));
-    let over = withProcs.length + 1 - max;
-    if (over <= 0) return;
-    const idle = withProcs.filter(([, l]) => !l.busy).sort((a, b) => a[1].lastUsed - b[1].lastUsed);
-    for (const [id] of idle) {
-      if (over-- <= 0) break;
+    const candidates = [...this.live.entries()].map(
+      ([id, l]) => [id, { busy: l.busy, lastUsed: l.lastUsed, active: l.procs.size > 0 || (l.holder !== null && !l.holder.dead) }] as [string, EvictionCandidate],
+    );
+    for (const id of evictionVictims(candidates, except, this.maxLive)) {
       // listeners first (e.g. MCP managers detach quietly), then the processes are killed
       for (const fn of this.evictListeners) fn(id);
       void this.closeConversation(id);
