@@ -58,6 +58,9 @@
  * outside network; a memory-safety bug in libslirp that the agent can trigger gives the attacker
  * slirp4netns's own position: the sandbox's uid on the host's network, its loopback included, under
  * slirp4netns's seccomp filter, without capability, seeing only /etc and /run.
+ *
+ * Why one file of this size: the egress tool's arguments, the nft filter and the parsing of
+ * SANDBOX_ALLOW_NETS describe one boundary; most of the length is this comment and the rule set.
  */
 import { spawn, execFile, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';

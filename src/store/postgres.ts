@@ -20,6 +20,10 @@
  * or 08006, then connects are refused until it is back). Class 53 and the connection classes are
  * 503 with the reason; nothing is kept failed here, so the first statement after space returns
  * succeeds. The text of 53100 names a file on the server: the 503 says "disk full" instead.
+ *
+ * Why one file of this size: it is the one module that speaks SQL to the cluster store; its statements,
+ * the group commit that batches them and the error classes that turn into 503 share the pool and must
+ * change together.
  */
 import pg from 'pg';
 import { ConflictError, UnavailableError } from '../errors.js';

@@ -18,6 +18,9 @@
  * act on); when the watch sees room again the writer is woken and the reserve made again, so the
  * store recovers by itself. Start-up on a full disk does not index the journal on this thread: its
  * unindexed frames go to the tail and the writer, like new ones.
+ *
+ * Why one file of this size: it is the only module that touches the database; the tail merge, the
+ * journal hand-off and the disk-full paths share the same in-memory state.
  */
 import fs from 'node:fs';
 import path from 'node:path';

@@ -6,6 +6,9 @@
  * inside its sandbox: the editor never touches a workspace path on the host, and a FIFO, a device
  * or a file that never ends cannot stall it (the service refuses anything but regular files and
  * reads at most the limit).
+ *
+ * Why one file of this size: each command's validation, its result text and its undo record belong to the
+ * tool's contract with the LLM; the file access itself is in sandbox/files.ts.
  */
 import path from 'node:path';
 import { FileOpError, type Listing, type WorkspaceFiles } from '../sandbox/files.js';

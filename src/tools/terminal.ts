@@ -2,6 +2,9 @@
  * `terminal` tool: a persistent bash per conversation, driven through pipes.
  * See src/tools/terminal/session.ts for how the shell is run; this file holds the tool semantics
  * (timeouts, input keys, refusing a second command, truncation, redaction).
+ *
+ * Why one file of this size: the tool's rules for one call (soft and hard timeouts, input keys, a second
+ * command refused, truncation to a file, redaction) act on one call's state together.
  */
 import fs from 'node:fs';
 import os from 'node:os';

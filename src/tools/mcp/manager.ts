@@ -16,6 +16,9 @@
  *
  * Every text leaving the manager (observations, events, status) goes through `redact` and through
  * a built-in redaction of the config's own api_key/env values.
+ *
+ * Why one file of this size: a conversation's servers share one lifecycle (connect in parallel, report,
+ * restart on the next call, close); splitting it by transport would split that state machine.
  */
 import type { ChildProcess } from 'node:child_process';
 import { stat } from 'node:fs/promises';

@@ -23,6 +23,9 @@
  *   so `read` is wrapped to print the prompt when reading from the command's FIFO; `python`/`python3`
  *   started without a script get `-i -u` when reading from the FIFO, so the REPL prompts and runs
  *   each line as it arrives (plain `python3` would wait for end-of-file). PYTHONUNBUFFERED is set.
+ *
+ * Why one file of this size: the shell protocol (command line, nonce, FIFOs, prompt detection, signals)
+ * is one state machine over one process; most of the length is this comment.
  */
 import { spawn, execFile, type ChildProcess, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
