@@ -5,6 +5,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
+import { Sandbox } from '../src/sandbox/launcher.js';
 import { createTerminalTool, type TerminalTool } from '../src/tools/terminal.js';
 import type { ToolContext } from '../src/tools/types.js';
 import type { TerminalObservation as ToolObservation } from '../src/tools/terminal.js';
@@ -84,6 +85,7 @@ function pidFrom(text: string): number {
 before(() => {
   root = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-term-test-'));
   tool = createTerminalTool({
+    sandbox: Sandbox.none(),
     noOutputTimeoutMs: 800,
     inputWaitMs: 400,
     maxOutputChars: 2000,
@@ -183,7 +185,7 @@ describe('terminal tool', () => {
     const ctx = makeCtx();
     // python3 here is a pyenv shim (~0.6 s to start when idle, seconds on a busy machine): each step
     // reads on with "" until what it waits for has arrived, instead of trusting one quiet period
-    const repl = createTerminalTool({ noOutputTimeoutMs: 3000, inputWaitMs: 1000, maxOutputChars: 2000, outputDir: (id) => path.join(root, 'outputs', id) });
+    const repl = createTerminalTool({ sandbox: Sandbox.none(), noOutputTimeoutMs: 3000, inputWaitMs: 1000, maxOutputChars: 2000, outputDir: (id) => path.join(root, 'outputs', id) });
     t.after(() => repl.closeAll());
     const run = (c: ToolContext, call: Call) => runWith(c, call, repl);
     const until = async (first: ToolObservation, re: RegExp): Promise<{ text: string; last: ToolObservation }> => {
@@ -266,6 +268,7 @@ describe('terminal tool', () => {
 
   it('does not let a command that keeps printing block the call forever', async () => {
     const t = createTerminalTool({
+    sandbox: Sandbox.none(),
       noOutputTimeoutMs: 500,
       maxCallMs: 1000,
       maxOutputChars: 1000,
@@ -409,7 +412,7 @@ describe('terminal tool', () => {
   });
 
   it('by default keeps full outputs under os.tmpdir()/parley-output/<conversation>', async () => {
-    const t = createTerminalTool({ maxOutputChars: 300 });
+    const t = createTerminalTool({ sandbox: Sandbox.none(), maxOutputChars: 300 });
     const ctx = makeCtx();
     const dir = path.join(os.tmpdir(), 'parley-output', ctx.conversationId);
     try {
@@ -426,7 +429,7 @@ describe('terminal tool', () => {
 
   it('uses the configured outputDir and redacts the saved full output', async () => {
     const outRoot = fs.mkdtempSync(path.join(root, 'out-'));
-    const t = createTerminalTool({ maxOutputChars: 500, outputDir: (id) => path.join(outRoot, id) });
+    const t = createTerminalTool({ sandbox: Sandbox.none(), maxOutputChars: 500, outputDir: (id) => path.join(outRoot, id) });
     try {
       const ctx = makeCtx({ env: { TOKEN: SECRET } });
       const obs = await run(ctx, { command: 'for i in $(seq 1 200); do echo "$i $TOKEN"; done' }, t);
@@ -504,7 +507,7 @@ describe('terminal tool', () => {
   });
 
   it('closes an idle shell automatically', async () => {
-    const t = createTerminalTool({ idleCloseMs: 300 });
+    const t = createTerminalTool({ sandbox: Sandbox.none(), idleCloseMs: 300 });
     const ctx = makeCtx();
     await run(ctx, { command: 'sleep 43.16 &' }, t);
     const pid = t.manager.getSession(ctx.conversationId)!.pid;
@@ -518,7 +521,7 @@ describe('terminal tool', () => {
   });
 
   it('closeConversation / closeAll leave no bash or child process behind', async () => {
-    const t = createTerminalTool({ noOutputTimeoutMs: 500 });
+    const t = createTerminalTool({ sandbox: Sandbox.none(), noOutputTimeoutMs: 500 });
     const ctxs = [makeCtx(), makeCtx(), makeCtx()];
     const pids: number[] = [];
     for (const ctx of ctxs) {

@@ -57,7 +57,7 @@ import {
   type SandboxSettings,
   type SandboxSpawnOptions,
 } from './settings.js';
-import type { ProcessLauncher } from './types.js';
+import type { ProcessLauncher, ShellDirs, ShellSandbox } from './types.js';
 
 export * from './settings.js';
 
@@ -92,7 +92,7 @@ function joinerStdio(stdio: StdioOptions | undefined): StdioOptions {
   return [...base, 'pipe'] as StdioOptions;
 }
 
-export class Sandbox {
+export class Sandbox implements ShellSandbox {
   /** probing: the start-up probe runs (after the daemon listens); then what it decided. */
   private state: 'probing' | 'bwrap' | 'none' = 'probing';
   /**
@@ -427,7 +427,7 @@ export class Sandbox {
    * per-conversation directories its processes see: the terminal puts its FIFO directories under
    * `io` and its saved outputs under `outputs`. bwrap mode only.
    */
-  prepare(conversationId: string): ReturnType<Sandbox['dirs']> {
+  prepare(conversationId: string): ShellDirs {
     if (!this.enabled) throw new Error('prepare: the sandbox is off');
     if (this.closed) throw new Error('the sandbox launcher is closed');
     this.holderFor(conversationId, this.enter(conversationId), this.hostWorkspace(conversationId));
@@ -435,7 +435,7 @@ export class Sandbox {
   }
 
   /** The directories `prepare` returns, without starting anything; `owner`: the uid and gid files made there for the sandbox get. */
-  dirs(conversationId: string): { io: SandboxDir; outputs: SandboxDir; owner: SandboxSettings['runAs'] } {
+  dirs(conversationId: string): ShellDirs {
     const state = this.stateDir(conversationId);
     return {
       io: { host: path.join(state, 'io'), inside: VISIBLE_IO },

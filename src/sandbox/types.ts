@@ -1,4 +1,5 @@
 import type { ChildProcess, StdioOptions } from 'node:child_process';
+import type { SandboxDir, SandboxSpawnOptions } from './settings.js';
 
 /**
  * Starts processes for one conversation (its sandbox, or plain processes): what setup.sh, git and
@@ -13,4 +14,35 @@ export interface ProcessLauncher {
   spawn(argv: string[], opts: { cwd: string; env: Record<string, string>; stdio?: StdioOptions; hostNetwork?: boolean }): ChildProcess;
   /** A built environment (never the daemon's) plus `extra`. */
   env(extra?: Record<string, string | undefined>): Record<string, string>;
+}
+
+/** A conversation's per-conversation directories for the terminal, and the uid files made there get. */
+export interface ShellDirs {
+  /** Where the terminal makes its commands' FIFOs. */
+  io: SandboxDir;
+  /** Where saved outputs go (read-only for the shell). */
+  outputs: SandboxDir;
+  /** The host uid and gid of the sandbox when the daemon is root; null when it runs as the daemon. */
+  owner: { uid: number; gid: number } | null;
+}
+
+/**
+ * What the terminal needs of a sandbox: wait for the start-up probe, start the conversation's sandbox,
+ * run the shell in it, and say when it is busy or may be closed. Implemented by sandbox/launcher's
+ * `Sandbox`; the terminal knows nothing else of it.
+ */
+export interface ShellSandbox {
+  readonly ready: Promise<void>;
+  /** bwrap in force (false: plain processes). */
+  readonly enabled: boolean;
+  /** Starts the conversation's sandbox if it has none; its directories (bwrap only). */
+  prepare(conversationId: string): ShellDirs;
+  /** The directories `prepare` returns, without starting anything. */
+  dirs(conversationId: string): ShellDirs;
+  /** A built environment (never the daemon's) plus `extra`. */
+  env(extra?: Record<string, string | undefined>): Record<string, string>;
+  spawn(conversationId: string, argv: string[], opts: SandboxSpawnOptions): ChildProcess;
+  setBusy(conversationId: string, busy: boolean): void;
+  /** Closes the conversation's sandbox if nothing of it runs. */
+  closeIfIdle(conversationId: string): Promise<void>;
 }

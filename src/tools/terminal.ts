@@ -14,7 +14,8 @@ import { actionSchema, observationSchema } from '../events/content.js';
 import type { Tool, ToolContext } from './types.js';
 import { cleanTerminalOutput, truncateMiddle } from './terminal/output.js';
 import { RunningCommand, ShellSession, shellQuote, type ShellState } from './terminal/session.js';
-import { Sandbox, VISIBLE_OUTPUTS } from '../sandbox/launcher.js';
+import { VISIBLE_OUTPUTS } from '../sandbox/settings.js';
+import type { ShellSandbox } from '../sandbox/types.js';
 
 
 interface TerminalToolOptions {
@@ -37,8 +38,8 @@ interface TerminalToolOptions {
    * chatty command cannot block the agent forever. Default 4 x noOutputTimeoutMs.
    */
   maxCallMs?: number;
-  /** Where shells run (src/sandbox/); default: plain processes with a built environment. */
-  sandbox?: Sandbox;
+  /** Where shells run: the conversation's sandbox, or plain processes (`Sandbox.none()`). */
+  sandbox: ShellSandbox;
 }
 
 export const terminalParameters = z.object({
@@ -141,10 +142,10 @@ class TerminalManager {
   /** Conversations whose shell was closed for being idle: the next shell takes its state up. */
   private readonly idleClosed = new Map<string, IdleClosed>();
   private outputSeq = 0;
-  readonly sandbox: Sandbox;
+  readonly sandbox: ShellSandbox;
 
-  constructor(opts: TerminalToolOptions = {}) {
-    this.sandbox = opts.sandbox ?? Sandbox.none();
+  constructor(opts: TerminalToolOptions) {
+    this.sandbox = opts.sandbox;
     this.noOutputTimeoutMs = opts.noOutputTimeoutMs ?? 30_000;
     this.maxOutputChars = opts.maxOutputChars ?? 30_000;
     this.idleCloseMs = opts.idleCloseMs ?? 10 * 60_000;
@@ -666,7 +667,7 @@ export type TerminalTool = Tool<TerminalParams, TerminalObservation> & {
   closeAll(): Promise<void>;
 };
 
-export function createTerminalTool(opts: TerminalToolOptions = {}): TerminalTool {
+export function createTerminalTool(opts: TerminalToolOptions): TerminalTool {
   const manager = new TerminalManager(opts);
   return {
     name: 'terminal',
