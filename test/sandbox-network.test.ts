@@ -8,7 +8,7 @@
  * through would be seen.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import dgram from 'node:dgram';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -135,11 +135,20 @@ describe('SANDBOX_NETWORK=egress, attacked from inside the sandbox', { skip: not
     }
   }
 
-  /** Host addresses to try from the sandbox, link-local ones with the sandbox's interface as their scope. */
-  const hostTargets = () =>
-    Object.entries(os.networkInterfaces()).flatMap(([, list]) =>
-      (list ?? []).map((i) => ({ address: i.address, inSandbox: i.scopeid ? `${i.address}%${EGRESS_NET.iface}` : i.address, onHost: i.scopeid ? `${i.address}%${ifaceOf(i.address)}` : i.address })),
-    );
+  /**
+   * Host addresses to try from the sandbox, link-local ones with the sandbox's interface as their scope.
+   * Left out: IPv6 addresses still in duplicate address detection (a veth another test file just made:
+   * nothing answers on them yet, from the host or anywhere).
+   */
+  const hostTargets = () => {
+    const tentative = execFileSync('ip', ['-o', '-6', 'addr', 'show', 'tentative'], { encoding: 'utf8' });
+    return Object.entries(os.networkInterfaces())
+      .flatMap(([, list]) => list ?? [])
+      .filter((i) => !tentative.includes(` ${i.address}/`))
+      .map((i) => ({ address: i.address, inSandbox: i.scopeid ? `${i.address}%${EGRESS_NET.iface}` : i.address, onHost: i.scopeid ? `${i.address}%${ifaceOf(i.address)}` : i.address }));
+  };
+  /** The address is still the host's (another test file's veth may have gone meanwhile). */
+  const stillHost = (address: string) => Object.values(os.networkInterfaces()).some((list) => (list ?? []).some((i) => i.address === address));
 
   before(async () => {
     world = await createTestNet(uid);
@@ -164,14 +173,18 @@ describe('SANDBOX_NETWORK=egress, attacked from inside the sandbox', { skip: not
       }
     }
     attempts.push({ id: 'loopback', kind: 'tcp', host: '127.0.0.1', port: hostSrv.loopbackPort });
-    for (const t of hostTargets()) attempts.push({ id: `host ${t.address}`, kind: 'tcp', host: t.onHost, port: hostSrv.anyPort });
+    const targets = hostTargets();
+    for (const t of targets) attempts.push({ id: `host ${t.address}`, kind: 'tcp', host: t.onHost, port: hostSrv.anyPort });
     if (world.resolvers.length > 0) attempts.push({ id: 'dns', kind: 'dns', name: 'egress-test.invalid' });
     const r = await probeFromHost(uid, attempts);
     for (const a of attempts.filter((x) => x.id.startsWith('tcp ') || x.id.startsWith('udp '))) {
       assert.equal(r[a.id]!.banner, `world ${hostPort(a.host!, a.port!)}`, `${a.id}: ${JSON.stringify(r[a.id])}`);
     }
     assert.equal(r.loopback!.banner, 'host loopback');
-    for (const t of hostTargets()) assert.equal(r[`host ${t.address}`]!.banner, 'host any', `host address ${t.address}: ${JSON.stringify(r[`host ${t.address}`])}`);
+    for (const t of targets) {
+      if (r[`host ${t.address}`]!.banner !== 'host any' && !stillHost(t.address)) continue;
+      assert.equal(r[`host ${t.address}`]!.banner, 'host any', `host address ${t.address}: ${JSON.stringify(r[`host ${t.address}`])}`);
+    }
     if (world.resolvers.length > 0) assert.equal(r.dns!.banner, world.dnsAnswer, 'the host resolver is answered by the world for this uid');
     // the world saw the host's side of the veth, as it will for the sandbox's connections
     assert.ok(world.seen.some((s) => s.proto === 'tcp' && s.remote === world.hostSide));
