@@ -8,6 +8,7 @@ import type { Logger } from 'pino';
 import { z } from 'zod';
 import { NotFoundError, RequestValidationError } from '../errors.js';
 import type { EventLog } from '../events/log.js';
+import type { EventOf } from '../events/schema.js';
 import { nowIso, type EncodedEvent, type EventDraft } from '../events/types.js';
 import type { Redactor } from '../secrets/redact.js';
 import type { Settings } from '../secrets/settings.js';
@@ -120,6 +121,13 @@ export class Conversations {
       log.info({ conversation_id: rec.id }, 'the daemon restarted while this conversation was running');
       try {
         await this.setStatus(rec.id, 'error', [
+          ...(await this.unansweredActions(rec.id)).map((a) => ({
+            kind: 'AgentErrorEvent' as const,
+            source: 'environment' as const,
+            tool_name: a.tool_name,
+            tool_call_id: a.tool_call_id,
+            error: 'The daemon restarted while this tool call ran: its result is unknown (it may have run in part).',
+          })),
           {
             kind: 'ConversationErrorEvent',
             source: 'environment',
@@ -132,6 +140,24 @@ export class Conversations {
         log.warn({ conversation_id: rec.id, err: (err as Error).message }, 'could not record the restart in the conversation');
       }
     }
+  }
+
+  /**
+   * The tool calls of the last steps that have no result in the log (what ran when the daemon died):
+   * a client watching the stream must never see an action without its answer.
+   */
+  private async unansweredActions(id: string): Promise<{ tool_name: string; tool_call_id: string }[]> {
+    const actions = await this.events.query(id, { kind: 'ActionEvent', desc: true, limit: 64 });
+    if (actions.length === 0) return [];
+    const from = Math.min(...actions.map((a) => a.seq ?? 0)) - 1;
+    const answered = new Set<string>();
+    for (const e of await this.events.after(id, from)) {
+      if ((e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent' || e.kind === 'UserRejectObservation') && e.tool_call_id) answered.add(e.tool_call_id);
+    }
+    return actions
+      .filter((a): a is EventOf<'ActionEvent'> => a.kind === 'ActionEvent' && !answered.has(a.tool_call_id))
+      .sort((a, b) => (a.seq ?? 0) - (b.seq ?? 0))
+      .map((a) => ({ tool_name: a.tool_name, tool_call_id: a.tool_call_id }));
   }
 
   /** The conversation's live state, loaded on first use. Null when it does not exist. */
