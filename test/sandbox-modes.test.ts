@@ -478,7 +478,12 @@ describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
 });
 
 describe('sandbox: modes at start', { timeout: 170_000 }, () => {
-  const run = (env: Record<string, string>) =>
+  /**
+   * Starts the daemon; once it listens it is stopped (SIGTERM), unless `failing`: the probe that
+   * decides SANDBOX=bwrap cannot be honoured runs after the port is open, so such a daemon is left
+   * to exit by itself (killed after 60 s if it does not).
+   */
+  const run = (env: Record<string, string>, failing = false) =>
     new Promise<{ code: number | null; stderr: string; stdout: string }>((resolve) => {
       const dir = tempDir();
       const p = spawn(process.execPath, ['--import', 'tsx', 'bridge/main.ts'], {
@@ -491,16 +496,18 @@ describe('sandbox: modes at start', { timeout: 170_000 }, () => {
       p.stderr.on('data', (c: Buffer) => (stderr += c.toString('utf8')));
       p.stdout.on('data', (c: Buffer) => {
         stdout += c.toString('utf8');
-        if (/"port":\d+.*listening on/.test(stdout)) p.kill('SIGTERM');
+        if (!failing && /"port":\d+.*listening on/.test(stdout)) p.kill('SIGTERM');
       });
+      const stuck = failing ? setTimeout(() => p.kill('SIGKILL'), 60_000) : null;
       p.on('exit', (code) => {
+        if (stuck) clearTimeout(stuck);
         fs.rmSync(dir, { recursive: true, force: true });
         resolve({ code, stderr, stdout });
       });
     });
 
   test('SANDBOX=bwrap with BWRAP_PATH pointing nowhere exits 1 with one line', async () => {
-    const r = await run({ SANDBOX: 'bwrap', BWRAP_PATH: '/nonexistent/bwrap' });
+    const r = await run({ SANDBOX: 'bwrap', BWRAP_PATH: '/nonexistent/bwrap' }, true);
     assert.equal(r.code, 1);
     const lines = r.stderr.trim().split('\n');
     assert.equal(lines.length, 1, r.stderr);
@@ -508,14 +515,14 @@ describe('sandbox: modes at start', { timeout: 170_000 }, () => {
   });
 
   test('SANDBOX=bwrap with no bwrap on PATH exits 1 with one line', async () => {
-    const r = await run({ SANDBOX: 'bwrap', PATH: '/nonexistent' });
+    const r = await run({ SANDBOX: 'bwrap', PATH: '/nonexistent' }, true);
     assert.equal(r.code, 1);
     assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
     assert.match(r.stderr, /bwrap was not found on PATH/);
   });
 
   test('SANDBOX=bwrap with the host network and no session key exits 1 with one line (agents would reach the keyless API); with SANDBOX_NETWORK=none it starts', async () => {
-    const r = await run({ SANDBOX: 'bwrap', SESSION_API_KEY: '', SANDBOX_NETWORK: 'host' });
+    const r = await run({ SANDBOX: 'bwrap', SESSION_API_KEY: '', SANDBOX_NETWORK: 'host' }, true);
     assert.equal(r.code, 1);
     assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
     assert.match(r.stderr, /^parley: invalid configuration: SESSION_API_KEY: required with SANDBOX=bwrap and SANDBOX_NETWORK=host .*set a key or SANDBOX_NETWORK=none/);
@@ -527,7 +534,7 @@ describe('sandbox: modes at start', { timeout: 170_000 }, () => {
     const dir = tempDir();
     try {
       fs.symlinkSync('/usr/bin/bwrap', path.join(dir, 'bwrap'));
-      const r = await run({ SANDBOX: 'bwrap', PATH: dir });
+      const r = await run({ SANDBOX: 'bwrap', PATH: dir }, true);
       assert.equal(r.code, 1);
       assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
       assert.match(r.stderr, /^parley: SANDBOX=bwrap but nsenter, setsid, setpriv, unshare \(util-linux\) not found on PATH/);
