@@ -85,5 +85,7 @@ describe('over the wire', () => {
     form.append('file', new Blob([bytes.subarray(0, 100)]), 'x');
     assert.equal((await fetch(`${d.url}/api/file/upload?conversation_id=${id}&path=bin/part.dat`, { method: 'POST', body: form })).status, 200);
     assert.deepEqual(Buffer.from((await client.downloadFile.query({ conversation_id: id, path: 'bin/part.dat' })).content_base64, 'base64'), bytes.subarray(0, 100));
+    // not base64: a 422 like any input that fails its schema
+    await assert.rejects(client.uploadFile.mutate({ conversation_id: id, path: 'x', content_base64: '%%%' }), (e: any) => e.data?.httpStatus === 422);
   });
 });
