@@ -3,20 +3,16 @@
  * the same table form as `routes.ts`. The conversation-level ones are listed before
  * `/api/conversations/:conversation_id` so that `search` and `count` are never read as an id.
  */
-import type { Route, RouteRequest } from './routes.js';
+import { asLoc, bodyLoc, idOnly, queryLoc, type Loc, type Route, type RouteRequest } from './route.js';
 
-type Loc = (string | number)[];
-const asLoc = (p: PropertyKey[]): Loc => p.map((x) => (typeof x === 'number' ? x : String(x)));
-const queryLoc = (p: PropertyKey[]): Loc => ['query', ...asLoc(p)];
 const idOrBody = (p: PropertyKey[]): Loc => (p[0] === 'conversation_id' ? ['path', 'conversation_id'] : ['body', ...asLoc(p)]);
 const idOrQuery = (p: PropertyKey[]): Loc => (p[0] === 'conversation_id' ? ['path', 'conversation_id'] : ['query', ...asLoc(p)]);
 const objectBody = (r: RouteRequest) => (r.body && typeof r.body === 'object' && !Array.isArray(r.body) ? r.body : {});
 const withId = (r: RouteRequest) => ({ ...objectBody(r), conversation_id: r.params.conversation_id });
-const idOnly = (r: RouteRequest) => ({ conversation_id: r.params.conversation_id });
 
 /** `GET /api/conversations?ids=a,b` (or `ids=a&ids=b`) is the client's get-many; without `ids` the listing. */
-export const GET_MANY: Pick<Route, 'procedureFor' | 'input'> = {
-  procedureFor: (r) => ('ids' in r.query ? 'getConversations' : 'listConversations'),
+export const GET_MANY: Pick<Route, 'alternative' | 'input'> = {
+  alternative: { procedure: 'getConversations', when: (r) => 'ids' in r.query },
   input: (r) => ('ids' in r.query ? idsInput(r) : r.query),
 };
 /** The input of a get-many: every `ids` value, comma lists split. */
@@ -63,8 +59,6 @@ export const AGENT_SERVER_ROUTES: Route[] = [
     input: withId, loc: idOrBody, summary: 'Ask Agent', tag: 'Conversations',
   },
 ];
-
-const bodyLoc = (p: PropertyKey[]): Loc => ['body', ...asLoc(p)];
 
 /** Workspace side channels: no conversation in the path (the core's locator finds it from the path or cwd). */
 export const SIDE_CHANNEL_ROUTES: Route[] = [

@@ -1,10 +1,13 @@
-/** Core errors → HTTP status and body, in one place. */
+/**
+ * Core errors → HTTP status and body. The status of each kind is the core's table (ERROR_KINDS in
+ * src/errors.ts, which tRPC reads too); what this file adds is the body CONTRACT §1 gives it.
+ */
 import crypto from 'node:crypto';
 import type { Logger } from 'pino';
-import { z } from 'zod';
 import { toValidationIssues } from '../src/api/validation.js';
-import { ConflictError, ForbiddenError, NotFoundError, PayloadTooLargeError, RequestValidationError, UnavailableError } from '../src/errors.js';
+import { ERROR_KINDS, errorKind, type RequestValidationError } from '../src/errors.js';
 import type { Redactor } from '../src/secrets/redact.js';
+import type { z } from 'zod';
 
 interface HttpError {
   status: number;
@@ -19,22 +22,32 @@ export function toHttpError(
   redactor: Redactor,
 ): HttpError {
   // REST runs the operation table directly (runOperation): what arrives here is the core's own error
-  const cause = err;
-  if (cause instanceof z.ZodError) {
-    const issues = cause.issues as unknown as Parameters<typeof toValidationIssues>[0];
-    return { status: 422, body: { detail: redactor.redactDeep(toValidationIssues(issues, input, locOf)) } };
+  const kind = errorKind(err);
+  if (kind === undefined) return internalError(err, log, redactor);
+  const status = ERROR_KINDS[kind].status;
+  switch (kind) {
+    case 'invalidInput': {
+      const issues = (err as z.ZodError).issues as unknown as Parameters<typeof toValidationIssues>[0];
+      return { status, body: { detail: redactor.redactDeep(toValidationIssues(issues, input, locOf)) } };
+    }
+    case 'validation':
+      return { status, body: { detail: redactor.redactDeep((err as RequestValidationError).issues) } };
+    case 'notFound':
+    case 'conflict':
+    case 'payloadTooLarge':
+      return { status, body: { detail: (err as Error).message } };
+    case 'forbidden':
+      return { status, body: { detail: redactor.redact((err as Error).message) } };
+    case 'unavailable':
+      log.error({ err: redactor.redact((err as Error).message) }, 'service unavailable');
+      return { status, body: { detail: redactor.redact((err as Error).message) } };
   }
-  if (cause instanceof RequestValidationError) return { status: 422, body: { detail: redactor.redactDeep(cause.issues) } };
-  if (cause instanceof NotFoundError) return { status: 404, body: { detail: cause.message } };
-  if (cause instanceof ConflictError) return { status: 409, body: { detail: cause.message } };
-  if (cause instanceof PayloadTooLargeError) return { status: 413, body: { detail: cause.message } };
-  if (cause instanceof ForbiddenError) return { status: 403, body: { detail: redactor.redact(cause.message) } };
-  if (cause instanceof UnavailableError) {
-    log.error({ err: redactor.redact(cause.message) }, 'service unavailable');
-    return { status: 503, body: { detail: redactor.redact(cause.message) } };
-  }
+}
+
+/** A 500: the body names an id that the log line carries, never the error itself. */
+function internalError(err: unknown, log: Logger, redactor: Redactor): HttpError {
   const errorId = crypto.randomUUID().replace(/-/g, '');
-  const c = cause as Error;
+  const c = err as Error;
   log.error({ error_id: errorId, err: { name: c?.name, message: redactor.redact(String(c?.message ?? c)), stack: redactor.redact(String(c?.stack ?? '')) } }, 'unhandled error');
   return { status: 500, body: { detail: 'Internal Server Error', error_id: errorId } };
 }

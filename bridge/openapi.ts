@@ -2,7 +2,7 @@
 import { z } from 'zod';
 import * as AS from '../src/api/agent-server-schemas.js';
 import * as S from '../src/api/schemas.js';
-import type { Route } from './routes.js';
+import type { Route } from './route.js';
 
 type Json = Record<string, unknown>;
 const ref = (id: string) => ({ $ref: `#/components/schemas/${id}` });
@@ -15,7 +15,7 @@ const SHAPES: Record<string, { body?: string; query?: z.ZodObject; response: str
   listConversations: { query: S.ListConversationsInput, response: 'ConversationPage' },
   getConversation: { response: 'ConversationInfo' },
   deleteConversation: { response: 'Success' },
-  streamEvents: { query: S.SearchEventsQuery, response: 'EventPage' },
+  searchEvents: { query: S.SearchEventsQuery, response: 'EventPage' },
   countEvents: { query: S.CountEventsQuery, response: { type: 'integer' } },
   getEvent: { response: 'Event' },
   run: { response: 'Success' },

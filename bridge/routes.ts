@@ -2,51 +2,18 @@
  * Every REST route is one line: method, path, how the procedure's input is built from the
  * request, and where each input field came from (for the `loc` of a 422).
  */
-import type { OperationName } from '../src/api/router.js';
 import { isAgentServerCreate } from '../src/api/agent-server-schemas.js';
 import { AGENT_SERVER_CONVERSATION_ROUTES, AGENT_SERVER_ROUTES, GET_MANY, SIDE_CHANNEL_ROUTES } from './agent-server-routes.js';
+import { asLoc, bodyLoc, idOnly, type Route } from './route.js';
 
-type Loc = (string | number)[];
-type ProcedureName = OperationName;
-
-export interface RouteRequest {
-  params: Record<string, string>;
-  query: Record<string, string>;
-  body: unknown;
-  /** The whole query string (for a parameter given more than once, e.g. `ids=a&ids=b`). */
-  rawQuery?: string;
-}
-
-export interface Route {
-  method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
-  path: string;
-  procedure: ProcedureName;
-  /** When one path serves two procedures, which one this request calls (default: `procedure`). */
-  procedureFor?: (r: RouteRequest) => ProcedureName;
-  /** Does the route read a JSON body (required)? `multipart`: a multipart/form-data body whose `file` part is the input's body. */
-  body?: boolean | 'multipart';
-  input: (r: RouteRequest) => unknown;
-  /** Wire location of an input path. */
-  loc: (path: PropertyKey[]) => Loc;
-  status?: number;
-  /** OpenAPI text. */
-  summary: string;
-  tag: string;
-  operationId?: string;
-}
-
-const asLoc = (p: PropertyKey[]) => p.map((x) => (typeof x === 'number' ? x : String(x)));
-/** Body fields sit at the input's top level. */
-const bodyLoc = (p: PropertyKey[]) => ['body', ...asLoc(p)];
 /** `conversation_id` (and `event_id`) come from the path, the rest from the query string. */
 const pathOrQuery = (p: PropertyKey[]) =>
   p[0] === 'conversation_id' || p[0] === 'event_id' ? ['path', ...asLoc(p)] : ['query', ...asLoc(p)];
-const idOnly = (r: RouteRequest) => ({ conversation_id: r.params.conversation_id });
 
 export const ROUTES: Route[] = [
   {
     method: 'POST', path: '/api/conversations', procedure: 'createConversation', body: true,
-    procedureFor: (r) => (isAgentServerCreate(r.body) ? 'startConversation' : 'createConversation'),
+    alternative: { procedure: 'startConversation', when: (r) => isAgentServerCreate(r.body) },
     input: (r) => r.body, loc: bodyLoc, summary: 'New Conversation', tag: 'Conversations',
     operationId: 'new_conversation_api_conversations_post',
   },
@@ -73,7 +40,7 @@ export const ROUTES: Route[] = [
     summary: 'Send Message', tag: 'Events', operationId: 'send_message_api_conversations__conversation_id__events_post',
   },
   {
-    method: 'GET', path: '/api/conversations/:conversation_id/events/search', procedure: 'streamEvents',
+    method: 'GET', path: '/api/conversations/:conversation_id/events/search', procedure: 'searchEvents',
     input: (r) => ({ ...r.query, conversation_id: r.params.conversation_id }), loc: pathOrQuery,
     summary: 'Search Events', tag: 'Events',
   },

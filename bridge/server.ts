@@ -5,7 +5,7 @@
  * table (`runOperation`), so REST and tRPC run the same validation and the same code.
  */
 import type { Logger } from 'pino';
-import { runOperation, type OperationName } from '../src/api/router.js';
+import { runOperation, type OperationName } from '../src/api/operations.js';
 import type { Config } from '../src/config.js';
 import type { Core } from '../src/core.js';
 import { toHttpError } from './errors.js';
@@ -19,7 +19,8 @@ import { buildOpenApi } from './openapi.js';
 import { FileBytes } from '../src/conversation/side-channels.js';
 import { isMultipart, multipartFile, multipartPartsError, readBytes } from './multipart.js';
 import { checkBrowserRequest, isJsonContentType, type GuardOptions } from './guard.js';
-import { compileRoutes, matchRoute, ROUTES, type CompiledRoute, type RouteRequest } from './routes.js';
+import type { RouteRequest } from './route.js';
+import { compileRoutes, matchRoute, ROUTES, type CompiledRoute } from './routes.js';
 import { handleTrpc, trpcRefusal } from './trpc.js';
 import { App, us_listen_socket_close, us_socket_local_port, type HttpResponse, type us_listen_socket } from './uws.js';
 import { mountEventSockets } from './ws.js';
@@ -192,7 +193,7 @@ export function startServer(config: Config, core: Core, log: Logger): Promise<Da
     let input: unknown;
     try {
       input = route.input(r);
-      const out = await call(route.procedureFor?.(r) ?? route.procedure, input);
+      const out = await call(route.alternative?.when(r) ? route.alternative.procedure : route.procedure, input);
       // events/search: written as it is read
       if (out instanceof EventPage) return await streamPage(res, state, out, eventJson);
       // a file's bytes go out as they are

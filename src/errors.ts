@@ -1,4 +1,6 @@
-/** Typed core errors; the bridge maps each to one HTTP status in one place. */
+/** Typed core errors, and the one table (ERROR_KINDS, below) of what each door answers for each. */
+import { z } from 'zod';
+
 export class NotFoundError extends Error {
   override name = 'NotFoundError';
 }
@@ -33,4 +35,52 @@ export class PayloadTooLargeError extends Error {
 }
 export class ConfigError extends Error {
   override name = 'ConfigError';
+}
+
+/**
+ * The one table of domain error kinds: the class the core throws for each, and the status every
+ * door answers with — REST's HTTP status, and the tRPC code whose `data.httpStatus` is that same
+ * number. Data only (the core speaks no HTTP): the REST bridge (bridge/errors.ts) writes the body,
+ * the tRPC router (src/api/trpc.ts) throws the code, and the cluster (src/cluster/node.ts) carries
+ * the kind from a conversation's owner back to the node that was asked. Nothing else lists kinds.
+ * An error's kind is the first entry whose class it is an instance of (a store's `LeaseLostError`
+ * is a ConflictError); an error of no kind is a 500 with an `error_id`.
+ */
+export const ERROR_KINDS = {
+  /** The input does not match its schema (zod): 422 with pydantic-style issues. */
+  invalidInput: { type: z.ZodError, status: 422, trpcCode: 'UNPROCESSABLE_CONTENT', rebuild: (_m: string, issues?: unknown) => new z.ZodError((issues ?? []) as z.core.$ZodIssue[]) },
+  /** Well-formed but refused by the core (e.g. replay_json with initial_user_msg): 422 with its issues. */
+  validation: { type: RequestValidationError, status: 422, trpcCode: 'UNPROCESSABLE_CONTENT', rebuild: (_m: string, issues?: unknown) => new RequestValidationError((issues ?? []) as ValidationIssue[]) },
+  notFound: { type: NotFoundError, status: 404, trpcCode: 'NOT_FOUND', rebuild: (m: string) => new NotFoundError(m) },
+  forbidden: { type: ForbiddenError, status: 403, trpcCode: 'FORBIDDEN', rebuild: (m: string) => new ForbiddenError(m) },
+  conflict: { type: ConflictError, status: 409, trpcCode: 'CONFLICT', rebuild: (m: string) => new ConflictError(m) },
+  payloadTooLarge: { type: PayloadTooLargeError, status: 413, trpcCode: 'PAYLOAD_TOO_LARGE', rebuild: (m: string) => new PayloadTooLargeError(m) },
+  unavailable: { type: UnavailableError, status: 503, trpcCode: 'SERVICE_UNAVAILABLE', rebuild: (m: string) => new UnavailableError(m) },
+} as const;
+export type ErrorKind = keyof typeof ERROR_KINDS;
+const KINDS = Object.keys(ERROR_KINDS) as ErrorKind[];
+
+/** The kind of `err` (undefined: none, an internal error). */
+export function errorKind(err: unknown): ErrorKind | undefined {
+  for (const k of KINDS) if (err instanceof ERROR_KINDS[k].type) return k;
+  return undefined;
+}
+
+/** An error as it travels between nodes (JSON): its kind, message and issues. */
+export interface WireError {
+  kind?: ErrorKind;
+  name: string;
+  message: string;
+  issues?: unknown;
+}
+
+export function errorToWire(err: unknown): WireError {
+  const e = err as Error & { issues?: unknown };
+  return { kind: errorKind(err), name: e?.name ?? 'Error', message: String(e?.message ?? e), issues: e?.issues };
+}
+
+/** The error a node sent, as the same kind here; one of no kind stays an internal error. */
+export function errorFromWire(w: WireError): Error {
+  const entry = w.kind !== undefined ? ERROR_KINDS[w.kind] : undefined;
+  return entry ? entry.rebuild(w.message, w.issues) : new Error(w.message);
 }

@@ -132,3 +132,10 @@ export const WorkspaceUploadInput = z.object({
   /** The `file` part of the multipart body. */
   content: z.instanceof(Uint8Array),
 });
+/** The same upload over tRPC (JSON): the file's bytes as base64 (the body limit bounds them, as it bounds a multipart body). */
+export const WorkspaceUploadJsonInput = z
+  .object({ path: WorkspaceUploadInput.shape.path, conversation_id: WorkspaceUploadInput.shape.conversation_id, content_base64: z.base64() })
+  .transform(({ content_base64, ...rest }) => {
+    const bytes = Buffer.from(content_base64, 'base64');
+    return { ...rest, content: new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength) };
+  });

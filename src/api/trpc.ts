@@ -1,6 +1,8 @@
 import { initTRPC, TRPCError } from '@trpc/server';
-import { ConflictError, NotFoundError, PayloadTooLargeError, RequestValidationError } from '../errors.js';
+import type { z } from 'zod';
+import { ERROR_KINDS, errorKind, type ValidationIssue } from '../errors.js';
 import type { Core } from '../core.js';
+import { toValidationIssues } from './validation.js';
 
 export interface Context {
   core: Core;
@@ -8,23 +10,35 @@ export interface Context {
   maxQueuedBytes?: number;
 }
 
+const asLoc = (p: PropertyKey[]) => p.map((x) => (typeof x === 'number' ? x : String(x)));
+
 const t = initTRPC.context<Context>().create({
-  errorFormatter({ shape, error }) {
+  /** A 422 carries its issues in `data.issues`, as REST's 422 body does (`loc` relative to the input), redacted as there. */
+  errorFormatter({ shape, error, input, ctx }) {
     const cause = error.cause;
-    const issues = cause instanceof RequestValidationError ? cause.issues : undefined;
+    const kind = errorKind(cause);
+    let issues: ValidationIssue[] | undefined;
+    if (kind === 'validation') issues = (cause as unknown as { issues: ValidationIssue[] }).issues;
+    else if (kind === 'invalidInput') issues = toValidationIssues((cause as unknown as z.ZodError).issues, input, asLoc);
+    if (issues && ctx) issues = ctx.core.redactor.redactDeep(issues);
     return { ...shape, data: { ...shape.data, stack: undefined, issues } };
   },
 });
 
-/** Core errors become tRPC codes here (the REST bridge maps the same causes to HTTP statuses). */
-const mapErrors = t.middleware(async ({ next }) => {
+/**
+ * Core errors become tRPC codes here, from the core's table (ERROR_KINDS), so each kind has the
+ * HTTP status (`data.httpStatus`) it has over REST. An input that fails its schema reaches this
+ * as tRPC's BAD_REQUEST with the zod error as its cause: it is a 422 like over REST.
+ */
+const mapErrors = t.middleware(async ({ ctx, next }) => {
   const res = await next();
   if (!res.ok) {
     const cause = res.error.cause;
-    if (cause instanceof NotFoundError) throw new TRPCError({ code: 'NOT_FOUND', message: cause.message, cause });
-    if (cause instanceof ConflictError) throw new TRPCError({ code: 'CONFLICT', message: cause.message, cause });
-    if (cause instanceof RequestValidationError) throw new TRPCError({ code: 'UNPROCESSABLE_CONTENT', message: cause.message, cause });
-    if (cause instanceof PayloadTooLargeError) throw new TRPCError({ code: 'PAYLOAD_TOO_LARGE', message: cause.message, cause });
+    const kind = errorKind(cause);
+    if (kind !== undefined) {
+      const message = kind === 'forbidden' || kind === 'unavailable' ? ctx.core.redactor.redact(cause!.message) : res.error.message;
+      throw new TRPCError({ code: ERROR_KINDS[kind].trpcCode, message, cause });
+    }
   }
   return res;
 });

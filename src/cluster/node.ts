@@ -16,7 +16,7 @@
  */
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { Logger } from 'pino';
-import { ConflictError, NotFoundError, RequestValidationError, UnavailableError, type ValidationIssue } from '../errors.js';
+import { errorFromWire, errorToWire, UnavailableError, type WireError } from '../errors.js';
 import type { Leases } from './leases.js';
 
 /** A message sent to a conversation, as the service takes it. */
@@ -62,7 +62,8 @@ const RUNTIME_OPS = new Set<string>(['confirm', 'condense', 'ask']);
 
 interface Reply {
   ok?: unknown;
-  error?: { name: string; message: string; issues?: ValidationIssue[] };
+  /** The owner's error by its kind (ERROR_KINDS): rebuilt here as the same kind, so every door answers its status. */
+  error?: WireError;
 }
 
 const encoder = new TextEncoder();
@@ -106,8 +107,7 @@ export class ClusterNode<N extends { conversation_id?: string | null }, M extend
         const { op, args } = JSON.parse(decoder.decode(msg.data)) as { op: RoutedOp; args: unknown[] };
         this.serve(op, args).then(
           (ok) => msg.respond(encoder.encode(JSON.stringify({ ok: ok ?? null } satisfies Reply))),
-          (e: Error) =>
-            msg.respond(encoder.encode(JSON.stringify({ error: { name: e?.name ?? 'Error', message: String(e?.message ?? e), issues: (e as RequestValidationError).issues } } satisfies Reply))),
+          (e: unknown) => msg.respond(encoder.encode(JSON.stringify({ error: errorToWire(e) } satisfies Reply))),
         );
       },
     });
@@ -228,7 +228,7 @@ export class ClusterNode<N extends { conversation_id?: string | null }, M extend
     } catch {
       return undefined;
     }
-    if (reply.error) throw rebuild(reply.error);
+    if (reply.error) throw errorFromWire(reply.error);
     return reply.ok;
   }
 
@@ -314,22 +314,5 @@ export class ClusterNode<N extends { conversation_id?: string | null }, M extend
     this.closed = true;
     for (const t of this.timers) clearInterval(t);
     await this.d.leases.releaseAll().catch(() => {});
-  }
-}
-
-/** The error the owner threw, as the same class here (the bridge maps each to its HTTP status). */
-function rebuild(e: NonNullable<Reply['error']>): Error {
-  switch (e.name) {
-    case 'NotFoundError':
-      return new NotFoundError(e.message);
-    case 'ConflictError':
-    case 'LeaseLostError':
-      return new ConflictError(e.message);
-    case 'UnavailableError':
-      return new UnavailableError(e.message);
-    case 'RequestValidationError':
-      return new RequestValidationError(e.issues ?? []);
-    default:
-      return new Error(e.message);
   }
 }
