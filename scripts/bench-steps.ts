@@ -166,6 +166,13 @@ async function helloBench(turns: number): Promise<number> {
   const rows: { reqAt: number[]; ansAt: number[]; posted: number; seen: Seen[] }[] = [];
   /** each measured turn, from the POST of its message to its end reaching the subscriber (µs, CLOCK_MONOTONIC) */
   const windows: [number, number][] = [];
+  /** the daemon's CPU time (all its threads, /proc/<pid>/stat utime+stime, 10 ms ticks) over the same turns */
+  let cpuTicks = 0;
+  const ticks = () => {
+    const st = fs.readFileSync(`/proc/${d.proc.pid}/stat`, 'utf8');
+    const fl = st.slice(st.lastIndexOf(')') + 2).split(' ');
+    return Number(fl[11]) + Number(fl[12]);
+  };
   try {
     for (let turn = 0; turn < warm + turns; turn++) {
       const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id as string;
@@ -202,6 +209,7 @@ async function helloBench(turns: number): Promise<number> {
       await ready;
       const base = llm.requests.length;
       const postedUs = monoUs();
+      const ticks0 = ticks();
       const posted = wallNow();
       const r = await d.req('POST', `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'text', text: 'say hello, then write it to hello.txt' }], run: true });
       if (r.status !== 200) throw new Error(`POST events: ${r.status} ${r.text}`);
@@ -212,7 +220,10 @@ async function helloBench(turns: number): Promise<number> {
         if (seen.some((e) => e.kind === 'ConversationStateUpdateEvent' && e.key === 'execution_status' && (e.value === 'error' || e.value === 'stuck'))) throw new Error(`turn ${turn} ended in error`);
         await new Promise((res) => setTimeout(res, 5));
       }
-      if (turn >= warm) windows.push([postedUs, monoUs()]);
+      if (turn >= warm) {
+        windows.push([postedUs, monoUs()]);
+        cpuTicks += ticks() - ticks0;
+      }
       sock.close();
       const reqs = llm.requests.slice(base);
       if (reqs.length !== 4) throw new Error(`turn ${turn}: ${reqs.length} LLM requests, expected 4`);
@@ -283,10 +294,13 @@ async function helloBench(turns: number): Promise<number> {
   const files = fs.readdirSync(profDir).filter((x) => x.endsWith('.cpuprofile'));
   const splits = files.map((x) => profileSplit(path.join(profDir, x), windows)).sort((a, b) => b.totalMs - a.totalMs);
   const main = splits[0];
+  const cpuMs = cpuTicks * 10;
+  const stepsRun = turns * 4;
+  console.log('');
+  console.log(`daemon CPU time (/proc, all threads) over the measured turns: ${f(cpuMs / turns)} ms per turn, ${f(cpuMs / stepsRun)} ms per step`);
   if (main && main.totalMs > 0) {
-    const stepsRun = turns * 4;
-    console.log('');
-    console.log(`daemon CPU (main thread, --cpu-prof at 100 µs) over the ${turns} measured turns (from the POST of the message to the end of the turn; conversation creation and workspace preparation excluded): ${f(main.totalMs / turns)} ms per turn, ${f(main.totalMs / stepsRun)} ms per step; by the nearest src/ frame on the stack:`);
+    // the profiler's sample intervals are wall time: on a busy machine they include time the thread waited for a core
+    console.log(`daemon profile (main thread, --cpu-prof at 100 µs; sample intervals are wall time while not idle, so a busy machine inflates them) over the ${turns} measured turns (from the POST of the message to the end of the turn; conversation creation and workspace preparation excluded): ${f(main.totalMs / turns)} ms per turn, ${f(main.totalMs / stepsRun)} ms per step; by the nearest src/ frame on the stack:`);
     console.log('| part | ms per step | share |');
     console.log('|---|---:|---:|');
     const byPart = [...main.ms.entries()].sort((a, b) => b[1] - a[1]);
