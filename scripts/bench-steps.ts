@@ -16,7 +16,7 @@
  * LLM's request arrival and answer times, a WebSocket subscriber's event arrival times, the events' own
  * timestamps) and with the daemon under `--cpu-prof` for the split of its CPU time per step.
  *
- *   npx tsx scripts/bench-steps.ts --hello [--turns 30]
+ *   npx tsx scripts/bench-steps.ts --hello [--turns 30] [--no-profile]   (--no-profile: the times without the profiler)
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -27,10 +27,10 @@ import { startScriptedLlm } from '../test/support/scripted-llm.js';
 import WebSocket from 'ws';
 
 const { values } = parseArgs({
-  options: { steps: { type: 'string', default: '1000' }, window: { type: 'string', default: '10' }, 'cpu-prof': { type: 'string' }, hello: { type: 'boolean' }, turns: { type: 'string', default: '30' } },
+  options: { steps: { type: 'string', default: '1000' }, window: { type: 'string', default: '10' }, 'cpu-prof': { type: 'string' }, hello: { type: 'boolean' }, turns: { type: 'string', default: '30' }, 'no-profile': { type: 'boolean' } },
 });
 if (values.hello) {
-  process.exitCode = await helloBench(Number(values.turns));
+  process.exitCode = await helloBench(Number(values.turns), !values['no-profile']);
   process.exit();
 }
 const steps = Number(values.steps);
@@ -109,8 +109,15 @@ function monoUs(): number {
   return Number(process.hrtime.bigint() / 1000n);
 }
 
-/** Self CPU time of the daemon's profile within the windows (µs, CLOCK_MONOTONIC), attributed to the nearest src/ frame on the stack. */
-function profileSplit(file: string, windows: [number, number][]): { ms: Map<string, number>; fns: Map<string, Map<string, number>>; totalMs: number } {
+/**
+ * Busy time of the daemon's profile within the windows (µs, CLOCK_MONOTONIC), attributed to the nearest src/
+ * frame on the stack; and the same per tagged interval (a part of a step).
+ */
+function profileSplit(
+  file: string,
+  windows: [number, number][],
+  intervals: { from: number; to: number; tag: string }[],
+): { ms: Map<string, number>; fns: Map<string, Map<string, number>>; byTag: Map<string, Map<string, number>>; totalMs: number } {
   const prof = JSON.parse(fs.readFileSync(file, 'utf8')) as { nodes: { id: number; callFrame: { functionName: string; url: string }; children?: number[] }[]; startTime: number; samples: number[]; timeDeltas: number[] };
   const byId = new Map(prof.nodes.map((n) => [n.id, n]));
   const parent = new Map<number, number>();
@@ -127,8 +134,15 @@ function profileSplit(file: string, windows: [number, number][]): { ms: Map<stri
     if (dir === 'api') return 'REST API';
     return `src/${dir}`;
   };
+  const libraryCategory = (url: string): string | null => {
+    if (/\/node_modules\/(@ai-sdk|zod|eventsource-parser)\/|node:internal\/(webstreams|deps\/undici)/.test(url)) return 'LLM client (request build, HTTP, stream parse)';
+    if (/node:internal\/worker|\/node_modules\/better-sqlite3\//.test(url)) return 'event append (store)';
+    if (/\/bridge\/ws\.ts|\/node_modules\/(ws|uWebSockets\.js)\//.test(url)) return 'events and WebSocket publish';
+    return null;
+  };
   const ms = new Map<string, number>();
   const fns = new Map<string, Map<string, number>>();
+  const byTag = new Map<string, Map<string, number>>();
   let t = prof.startTime;
   let totalMs = 0;
   for (let i = 0; i < prof.samples.length; i++) {
@@ -144,6 +158,8 @@ function profileSplit(file: string, windows: [number, number][]): { ms: Map<stri
       cat = category(cf.url);
       if (cat && cur !== leaf.id) at = ` ← ${cf.functionName || '(anonymous)'} ${cf.url.replace(/^.*\/src\//, 'src/')}`;
     }
+    // a stack with no src/ frame (a stream or I/O callback): the nearest frame of a library whose job is known
+    for (let cur: number | undefined = leaf.id; cur !== undefined && !cat; cur = parent.get(cur)) cat = libraryCategory(byId.get(cur)!.callFrame.url);
     const name = cat ?? (leaf.callFrame.functionName === '(garbage collector)' ? 'garbage collector' : 'no src/ frame (Node internals, I/O callbacks)');
     ms.set(name, (ms.get(name) ?? 0) + dt / 1000);
     const fn = `${leaf.callFrame.functionName || '(anonymous)'} ${leaf.callFrame.url.replace(/^.*\/node_modules\//, '').replace(/^.*\/src\//, 'src/')}`.trim() + at;
@@ -151,16 +167,27 @@ function profileSplit(file: string, windows: [number, number][]): { ms: Map<stri
     m.set(fn, (m.get(fn) ?? 0) + dt / 1000);
     fns.set(name, m);
     totalMs += dt / 1000;
+    for (const iv of intervals) {
+      if (t < iv.from || t > iv.to) continue;
+      const tm = byTag.get(iv.tag) ?? new Map<string, number>();
+      tm.set(name, (tm.get(name) ?? 0) + dt / 1000);
+      byTag.set(iv.tag, tm);
+      // and by function, per part over all steps (the tag's part after '|')
+      const part = `part|${iv.tag.split('|')[1]}`;
+      const fm = byTag.get(part) ?? new Map<string, number>();
+      fm.set(fn, (fm.get(fn) ?? 0) + dt / 1000);
+      byTag.set(part, fm);
+    }
   }
-  return { ms, fns, totalMs };
+  return { ms, fns, byTag, totalMs };
 }
 
-async function helloBench(turns: number): Promise<number> {
+async function helloBench(turns: number, profile: boolean): Promise<number> {
   const warm = 3;
   const profDir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-hello-prof-'));
   const llm = await startScriptedLlm();
   const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'k', LOG_LEVEL: 'info' }, undefined, {
-    nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${profDir}`, '--cpu-prof-interval=100'],
+    nodeArgs: profile ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`, '--cpu-prof-interval=1000'] : [],
   });
   const load0 = os.loadavg();
   const rows: { reqAt: number[]; ansAt: number[]; posted: number; seen: Seen[] }[] = [];
@@ -250,6 +277,11 @@ async function helloBench(turns: number): Promise<number> {
   const names = ['shell', 'create', 'edit', 'finish'];
   type Col = { build: number; llm: number; toAction: number; actionPublish: number; tool: number; obsPublish: number; own: number };
   const cols: Col[][] = names.map(() => []);
+  // the parts of each step on the daemon's clock, for the profile: wall ms here → CLOCK_MONOTONIC µs
+  const monoOffset = monoUs() - wallNow() * 1000;
+  const mono = (wallMs: number) => wallMs * 1000 + monoOffset;
+  const PARTS = ['LLM request → answer sent (the LLM)', 'answer sent → action at the subscriber', 'action → observation at the subscriber (the tool)', 'observation → next LLM request (or the end)'];
+  const intervals: { from: number; to: number; tag: string }[] = [];
   const first: number[] = [];
   for (const r of rows) {
     const actions = r.seen.filter((e) => e.kind === 'ActionEvent');
@@ -264,6 +296,10 @@ async function helloBench(turns: number): Promise<number> {
       const end = k < 3 ? r.reqAt[k + 1]! : done.arrived;
       const prev = k === 0 ? (userMsg?.arrived ?? r.posted) : (obs[k - 1]?.arrived ?? NaN);
       const tool = a && o ? o.created - a.created : 0;
+      if (a && o) {
+        const marks = [r.reqAt[k]!, r.ansAt[k]!, a.arrived, o.arrived, end];
+        for (let j = 0; j < 4; j++) intervals.push({ from: mono(marks[j]!), to: mono(marks[j + 1]!), tag: `${names[k]}|${j}` });
+      }
       cols[k]!.push({
         build: r.reqAt[k]! - prev,
         llm: r.ansAt[k]! - r.reqAt[k]!,
@@ -277,7 +313,7 @@ async function helloBench(turns: number): Promise<number> {
   }
   const f = (x: number) => (Number.isFinite(x) ? x.toFixed(2) : '—');
   const load1 = os.loadavg();
-  console.log(`hello turn × ${turns} (after ${warm} warm-up turns), load average ${load0.map((l) => l.toFixed(2)).join(' ')} at the start, ${load1.map((l) => l.toFixed(2)).join(' ')} at the end (command: npx tsx scripts/bench-steps.ts --hello --turns ${turns})`);
+  console.log(`hello turn × ${turns} (after ${warm} warm-up turns), load average ${load0.map((l) => l.toFixed(2)).join(' ')} at the start, ${load1.map((l) => l.toFixed(2)).join(' ')} at the end (command: npx tsx scripts/bench-steps.ts --hello --turns ${turns}${profile ? '' : ' --no-profile'})`);
   console.log(`POST of the user message (run:true) → first LLM request: median ${f(median(first))} ms`);
   console.log('');
   console.log('medians in ms; "created" is the event\'s own timestamp (1 ms resolution: its columns are means)');
@@ -292,7 +328,7 @@ async function helloBench(turns: number): Promise<number> {
 
   // ---- in the daemon: CPU by part over the measured turns ----
   const files = fs.readdirSync(profDir).filter((x) => x.endsWith('.cpuprofile'));
-  const splits = files.map((x) => profileSplit(path.join(profDir, x), windows)).sort((a, b) => b.totalMs - a.totalMs);
+  const splits = files.map((x) => profileSplit(path.join(profDir, x), windows, intervals)).sort((a, b) => b.totalMs - a.totalMs);
   const main = splits[0];
   const cpuMs = cpuTicks * 10;
   const stepsRun = turns * 4;
@@ -300,18 +336,36 @@ async function helloBench(turns: number): Promise<number> {
   console.log(`daemon CPU time (/proc, all threads) over the measured turns: ${f(cpuMs / turns)} ms per turn, ${f(cpuMs / stepsRun)} ms per step`);
   if (main && main.totalMs > 0) {
     // the profiler's sample intervals are wall time: on a busy machine they include time the thread waited for a core
-    console.log(`daemon profile (main thread, --cpu-prof at 100 µs; sample intervals are wall time while not idle, so a busy machine inflates them) over the ${turns} measured turns (from the POST of the message to the end of the turn; conversation creation and workspace preparation excluded): ${f(main.totalMs / turns)} ms per turn, ${f(main.totalMs / stepsRun)} ms per step; by the nearest src/ frame on the stack:`);
+    console.log(`daemon profile (main thread, --cpu-prof at 1 ms; sample intervals are wall time while not idle, so a busy machine inflates them) over the ${turns} measured turns (from the POST of the message to the end of the turn; conversation creation and workspace preparation excluded): ${f(main.totalMs / turns)} ms per turn, ${f(main.totalMs / stepsRun)} ms per step; by the nearest src/ frame on the stack (else the nearest frame of the AI SDK, zod, web streams or undici: LLM client; of the worker channel or better-sqlite3: store; of the WebSocket server: publish):`);
     console.log('| part | ms per step | share |');
     console.log('|---|---:|---:|');
     const byPart = [...main.ms.entries()].sort((a, b) => b[1] - a[1]);
     for (const [name, v] of byPart) console.log(`| ${name} | ${f(v / stepsRun)} | ${((100 * v) / main.totalMs).toFixed(1)} % |`);
+    console.log('');
+    console.log('the daemon\'s main thread busy (profile, ms per step, mean) in each part of a step, and the largest parts of it:');
+    console.log(`| step | ${PARTS.join(' | ')} |`);
+    console.log(`|---|${PARTS.map(() => '---:').join('|')}|`);
+    for (const nm of names) {
+      const cells = PARTS.map((_p, j) => {
+        const tm = main.byTag.get(`${nm}|${j}`);
+        if (!tm) return '—';
+        const all = [...tm.values()].reduce((x, y) => x + y, 0) / turns;
+        const top = [...tm.entries()].sort((x, y) => y[1] - x[1]).slice(0, 2).map(([c, v]) => `${c.replace(/ \(.*\)$/, '')} ${f(v / turns)}`);
+        return `${f(all)} (${top.join(', ')})`;
+      });
+      console.log(`| ${nm} | ${cells.join(' | ')} |`);
+    }
+    for (const j of [1, 3]) {
+      const top = [...(main.byTag.get(`part|${j}`) ?? new Map<string, number>()).entries()].sort((x, y) => y[1] - x[1]).slice(0, 8);
+      console.log(`  ${PARTS[j]}, largest functions (ms per step): ${top.map(([fn, v]) => `${fn} ${f(v / stepsRun)}`).join('; ')}`);
+    }
     console.log('');
     console.log('where (self time of the leaf function ← the nearest src/ frame, ms per step):');
     for (const [name] of byPart.slice(0, 4)) {
       const top = [...main.fns.get(name)!.entries()].sort((a, b) => b[1] - a[1]).slice(0, 4);
       console.log(`  ${name}: ${top.map(([fn, v]) => `${fn} ${f(v / stepsRun)}`).join('; ')}`);
     }
-  } else console.log('\nno daemon CPU profile was written');
+  } else if (profile) console.log('\nno daemon CPU profile was written');
   fs.rmSync(profDir, { recursive: true, force: true });
   return 0;
 }
