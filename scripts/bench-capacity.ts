@@ -22,7 +22,8 @@
  *  2. check, 1 node: the node on core 0, PostgreSQL backends, nats-server, generator and subscribers on
  *     core 1; subscribers on the node;
  *  3. check, 2 nodes: node 1 on core 0, node 2 on core 1, the rest unpinned; each conversation written
- *     through one node and subscribed on the other.
+ *     through one node and subscribed on the other;
+ *  4. check, 2 nodes on core 0, the rest on core 1: the same, with no PostgreSQL on the nodes' core.
  * Then the model: per append, node CPU = W(e) + D, PostgreSQL CPU = P(e), NATS CPU = Q, where e is the
  * events per append statement (group commit: e = the ratio e/connections measured in calibration ×
  * --clients-per-node). On separate machines (a node's event loop is one core: --node-cores; PostgreSQL
@@ -148,6 +149,8 @@ interface Window {
   label: string;
   concurrency: number;
   nodes: number;
+  /** every node on core 0 and the rest on core 1 */
+  nodesOnCore0: boolean;
   stats: RunStats;
   secs: number;
   /** Successful appends per second in the window. */
@@ -289,6 +292,7 @@ async function runPhase(spec: PhaseSpec, nats: { url: string; pid: number }, tmp
         label: `${spec.name}, ${load.label}`,
         concurrency: load.concurrency,
         nodes: spec.nodes,
+        nodesOnCore0: spec.nodeCores.every((c) => c === '0') && spec.restCores === '1',
         stats,
         secs,
         rate,
@@ -391,6 +395,13 @@ async function main(): Promise<number> {
       tmpDir,
       admin,
     );
+    // the nodes together on core 0, the rest on core 1: a node's cost without PostgreSQL on its core
+    const check3 = await runPhase(
+      { name: 'check, 2 nodes on core 0', nodes: 2, nodeCores: ['0', '0'], restCores: '1', writerOf: (i) => i % 2, readerOf: (i) => (i + 1) % 2, loads: [{ label: `${opts.concurrency} connections`, concurrency: opts.concurrency }] },
+      nats,
+      tmpDir,
+      admin,
+    );
     const load1 = loadavg();
 
     // ---- per-part costs ----
@@ -420,7 +431,7 @@ async function main(): Promise<number> {
     p();
     p('| window | appends/s | events per statement | statements/s | transactions/s | node CPU | PostgreSQL CPU | NATS CPU | generator + subscribers | other |');
     p('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
-    for (const w of [...calib, ...check1, ...check2]) p(windowLine(w));
+    for (const w of [...calib, ...check1, ...check2, ...check3]) p(windowLine(w));
     p();
     p(`With no load (${opts.conversations} conversations subscribed, ${IDLE_MS / 1000} s): nodes ${f2(fixed.node)} cores together, PostgreSQL backends ${f2(fixed.pg)}, NATS ${f2(fixed.nats)}; subtracted below.`);
     p();
@@ -463,7 +474,7 @@ async function main(): Promise<number> {
     p();
     p('| window | predicted appends/s | measured | error | limit | from the CPU the parts got: predicted | error | node µs/append predicted / measured | PostgreSQL µs predicted / measured |');
     p('|---|---:|---:|---:|---|---:|---:|---:|---:|');
-    for (const w of [...check1, ...check2]) {
+    for (const w of [...check1, ...check2, ...check3]) {
       const ew = Math.max(1, batchPerClient * (w.concurrency / w.nodes));
       const cw = cost(ew);
       const free = 1 - w.cores.other / 2;
@@ -471,12 +482,12 @@ async function main(): Promise<number> {
       const restFixed = fixed.pg + fixed.nats;
       let x: number;
       let limit: string;
-      if (w.nodes === 1) {
-        // node alone on core 0; PostgreSQL, NATS and the clients on core 1
+      if (w.nodesOnCore0) {
+        // the node(s) on core 0; PostgreSQL, NATS and the clients on core 1
         const xNode = ((free - fixed.node) * 1e6) / cw.node;
         const xRest = ((free - restFixed) * 1e6) / rest;
         x = Math.min(xNode, xRest);
-        limit = xNode < xRest ? 'core 0 (the node)' : 'core 1 (PostgreSQL + NATS + clients)';
+        limit = xNode < xRest ? 'core 0 (the nodes)' : 'core 1 (PostgreSQL + NATS + clients)';
       } else {
         const xAll = ((2 * free - fixed.node - restFixed) * 1e6) / (cw.node + rest);
         const xNode = ((w.nodes * free - fixed.node) * 1e6) / cw.node;
