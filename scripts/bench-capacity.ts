@@ -3,7 +3,7 @@
  *
  *   npx tsx scripts/bench-capacity.ts [--conversations 40] [--concurrency 32] [--low-concurrency 4]
  *        [--duration 8] [--warmup 2] [--clients-per-node 32] [--pg-cores 2] [--nats-cores 2]
- *        [--node-cores 1] [--pg-url postgres://postgres@127.0.0.1:5432/postgres]
+ *        [--node-cores 1] [--pg-url postgres://postgres@127.0.0.1:5432/postgres] [--profile-dir DIR]
  *
  * It starts a nats-server of its own (test/support/cluster.ts) and, per phase, a database of its own on
  * --pg-url (dropped after) and daemons in cluster mode (scripts/loadtest/runner.ts), pins them with
@@ -31,6 +31,9 @@
  * lowest bound saturates first. The check predicts each check phase's throughput from the calibration
  * costs and this machine's two cores (less what other work used during that phase) and prints the error.
  *
+ * `--profile-dir DIR` runs the nodes under --cpu-prof (profiles kept in DIR) and prints where each node's
+ * CPU time went in each phase's first window (the profiler's cost is in the figures then).
+ *
  * Bounded: every phase has deadlines; children are killed on exit and on SIGINT/SIGTERM.
  * Exit codes: 0 ok, 2 setup or run failure, 130 interrupted.
  */
@@ -44,6 +47,7 @@ import pg from 'pg';
 import { startNats } from '../test/support/cluster.js';
 import { now, sleep } from './loadtest/common.js';
 import type { GenTarget } from './loadtest/generator.js';
+import { summariseProfile } from './loadtest/report.js';
 import {
   CLK_TCK,
   closeSubscriber,
@@ -76,6 +80,7 @@ const { values } = parseArgs({
     'nats-cores': { type: 'string', default: '2' },
     'node-cores': { type: 'string', default: '1' },
     'pg-url': { type: 'string', default: 'postgres://postgres@127.0.0.1:5432/postgres' },
+    'profile-dir': { type: 'string' },
   },
 });
 const num = (k: keyof typeof values) => {
@@ -94,6 +99,8 @@ const opts = {
   natsCores: num('nats-cores'),
   nodeCores: num('node-cores'),
   pgUrl: values['pg-url']!,
+  /** run the nodes under --cpu-prof, profiles kept here, and print where each node's time went in each phase's first window */
+  profileDir: values['profile-dir'] ? path.resolve(values['profile-dir']) : null,
 };
 const COMMAND = `npx tsx scripts/bench-capacity.ts ${process.argv.slice(2).join(' ')}`.trim();
 
@@ -194,6 +201,7 @@ async function runPhase(spec: PhaseSpec, nats: { url: string; pid: number }, tmp
   const dbName = new URL(db.url).pathname.slice(1);
   const nodes: Server[] = [];
   const headers: Record<string, string> = {};
+  let profiledWindow: [number, number] | null = null;
   try {
     pin(process.pid, spec.restCores); // the generator processes spawned from here inherit it
     pin(nats.pid, spec.restCores);
@@ -205,11 +213,13 @@ async function runPhase(spec: PhaseSpec, nats: { url: string; pid: number }, tmp
       NATS_PREFIX: `parley_capacity_${crypto.randomBytes(4).toString('hex')}`,
     };
     for (let i = 0; i < spec.nodes; i++) {
-      const n = await startDaemon(`node ${i + 1}`, 'bridge/main.ts', path.join(tmpDir, `${spec.name}-data-${i + 1}`), null, null, { ...shared, NODE_ID: `node-${i + 1}` });
+      const profDir = opts.profileDir ? path.join(opts.profileDir, `${spec.name.replace(/[^a-z0-9]+/gi, '-')}-node-${i + 1}`) : null;
+      const n = await startDaemon(`node ${i + 1}`, 'bridge/main.ts', path.join(tmpDir, `${spec.name}-data-${i + 1}`), null, profDir, { ...shared, NODE_ID: `node-${i + 1}` });
       pin(n.child.proc.pid!, spec.nodeCores[i]!);
       nodes.push(n);
     }
     process.stdout.write(`${spec.name}: ${nodes.map((n, i) => `node ${i + 1} pid ${n.child.proc.pid} on core ${spec.nodeCores[i]}`).join(', ')}; the rest on ${spec.restCores}\n`);
+    const logged0 = nodes.reduce((a, n) => a + n.child.warnLines + n.child.errorLines, 0);
     const ids = await createConversations(opts.conversations, (i) => nodes[spec.writerOf(i)]!.port, headers);
     const subs = ids.map((id, i) => subscribe(nodes[spec.readerOf(i)]!.port, headers, id));
     await withDeadline(Promise.all(subs.map((s) => s.ready)), 15_000, 'subscribers did not receive their full_state snapshot');
@@ -262,6 +272,7 @@ async function runPhase(spec: PhaseSpec, nats: { url: string; pid: number }, tmp
         end: () => (got.s1 = sample()),
       });
       for (const n of nodes) if (n.child.proc.exitCode !== null || n.child.proc.signalCode !== null) throw new Error(`${n.child.name} died during the load`);
+      profiledWindow ??= stats.windowUs;
       const a = await got.s0!;
       const b = await withDeadline(
         (async () => {
@@ -311,10 +322,20 @@ async function runPhase(spec: PhaseSpec, nats: { url: string; pid: number }, tmp
     const delivered = subs.reduce((a, s) => a + s.messages, 0);
     const disorder = subs.reduce((a, s) => a + s.orderViolations, 0);
     process.stdout.write(`  delivered ${delivered} of ${expected} appends to the subscribers${disorder ? `, ${disorder} out of order` : ''}\n`);
+    const warned = nodes.reduce((a, n) => a + n.child.warnLines + n.child.errorLines, 0) - logged0;
+    if (warned) process.stdout.write(`  the nodes logged ${warned} warning/error lines after their start; the last: ${nodes.map((n) => n.child.tail.at(-1) ?? '').join(' | ').slice(0, 400)}\n`);
     subs.forEach(closeSubscriber);
     return windows;
   } finally {
     await Promise.all(nodes.map((n) => stopChild(n.child, 12_000)));
+    if (opts.profileDir && profiledWindow) {
+      for (let i = 0; i < nodes.length; i++) {
+        const dir = path.join(opts.profileDir, `${spec.name.replace(/[^a-z0-9]+/gi, '-')}-node-${i + 1}`);
+        const files = fs.existsSync(dir) ? fs.readdirSync(dir).filter((f) => f.endsWith('.cpuprofile')) : [];
+        const sums = files.map((f) => summariseProfile(path.join(dir, f), profiledWindow!)).sort((a, b) => b.active - a.active);
+        if (sums[0]) process.stdout.write(`\n${spec.name}, node ${i + 1}, first window:\n${sums[0].text}\n`);
+      }
+    }
     await db.drop().catch((err) => process.stderr.write(`bench-capacity: could not drop the phase's database: ${(err as Error).message}\n`));
   }
 }
