@@ -41,7 +41,6 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import pg from 'pg';
 import { now, sleep } from './loadtest/common.js';
 import type { GenTarget } from './loadtest/generator.js';
 import { report, summariseProfile, verified, type SetupResult } from './loadtest/report.js';
@@ -49,11 +48,13 @@ import {
   api,
   closeSubscriber,
   countAll,
+  createConversations,
+  createDatabase,
   installCleanup,
   interrupted,
   killAllNow,
-  mapLimited,
   runLoad,
+  storeCommits,
   startBare,
   startDaemon,
   stopChild,
@@ -200,39 +201,6 @@ function parseOptions(argv: string[]): Options {
 // One setup: start its nodes, load them, verify
 // ================================================================================================
 
-/** A database of the setup's own on the --pg-url server; `drop` removes it. */
-async function createDatabase(adminUrl: string): Promise<{ url: string; drop(): Promise<void> }> {
-  const name = `parley_loadtest_${crypto.randomBytes(6).toString('hex')}`;
-  const admin = async (sql: string) => {
-    const c = new pg.Client({ connectionString: adminUrl, connectionTimeoutMillis: 5000 });
-    try {
-      await c.connect();
-    } catch (err) {
-      throw new Error(`PostgreSQL is unreachable at ${adminUrl.replace(/\/\/[^@]*@/, '//')}: ${(err as Error).message} (--pg-url)`);
-    }
-    try {
-      await c.query(sql);
-    } finally {
-      await c.end().catch(() => {});
-    }
-  };
-  await admin(`CREATE DATABASE ${name}`);
-  const url = new URL(adminUrl);
-  url.pathname = `/${name}`;
-  return { url: url.toString(), drop: () => admin(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`) };
-}
-
-/** Committed events and store commits so far, summed over the nodes (from GET /metrics). */
-async function storeCommits(nodes: Server[], headers: Record<string, string>): Promise<number> {
-  let commits = 0;
-  for (const n of nodes) {
-    const r = await fetch(`http://127.0.0.1:${n.port}/metrics`, { headers, signal: AbortSignal.timeout(10_000) });
-    const m = /^parley_store_append_duration_seconds_count(?:\{[^}]*\})? (\d+)/m.exec(await r.text());
-    commits += m ? Number(m[1]) : NaN;
-  }
-  return commits;
-}
-
 async function measureSetup(setup: Setup, opts: Options, tmpDir: string, apiKey: string | null, profileDir: string | null): Promise<{ result: SetupResult; ids: string[] }> {
   const headers: Record<string, string> = apiKey ? { 'x-session-api-key': apiKey } : {};
   const db = setup.postgres ? await createDatabase(opts.pgUrl) : null;
@@ -249,24 +217,7 @@ async function measureSetup(setup: Setup, opts: Options, tmpDir: string, apiKey:
     const writer = (i: number) => nodes[i % nodes.length]!;
     const reader = (i: number) => nodes[(i + 1) % nodes.length]!;
 
-    const ids = await mapLimited(Array.from({ length: opts.conversations }), 8, async (_x, i) => {
-      const r = (await api(writer(i).port, headers, 'POST', '/api/conversations', {})) as { conversation_id?: string };
-      if (!r.conversation_id) throw new Error(`POST /api/conversations: no conversation_id in ${JSON.stringify(r)}`);
-      return r.conversation_id;
-    });
-    // let workspace preparation (background, per conversation) finish before measuring anything
-    const until = now() + 15_000;
-    const unsettled = await mapLimited(ids, 8, async (id, i) => {
-      for (;;) {
-        const c = (await api(writer(i).port, headers, 'GET', `/api/conversations/${id}`)) as { setup?: { phase?: string } | null };
-        const phase = c.setup?.phase;
-        if (phase !== 'pending' && phase !== 'preparing') return null;
-        if (now() > until) return `${id}: ${phase}`;
-        await sleep(100);
-      }
-    });
-    const stuck = unsettled.filter(Boolean);
-    if (stuck.length) process.stdout.write(`warning: ${stuck.length} conversation(s) still preparing after 15 s, measuring anyway (${stuck[0]})\n`);
+    const ids = await createConversations(opts.conversations, (i) => writer(i).port, headers);
     const countOnReaders = () => Promise.all(ids.map((id, i) => countAll(reader(i).port, headers, [id]).then((c) => c[0]!)));
     const baseline = await countOnReaders();
 

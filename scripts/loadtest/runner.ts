@@ -4,10 +4,12 @@
  * prints while running is progress; the report is scripts/loadtest/report.ts.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import pg from 'pg';
 import WebSocket from 'ws';
 import { HOST, ROOT, now, sleep } from './common.js';
 import type { GenConfig, GenGo, GenResult, GenTarget } from './generator.js';
@@ -306,6 +308,65 @@ export function subscribe(port: number, headers: Record<string, string>, id: str
 
 export const closeSubscriber = (s: Subscriber) => (s as Subscriber & { shut: () => void }).shut();
 
+/** A database of the setup's own on the --pg-url server; `drop` removes it. */
+export async function createDatabase(adminUrl: string): Promise<{ url: string; drop(): Promise<void> }> {
+  const name = `parley_loadtest_${crypto.randomBytes(6).toString('hex')}`;
+  const admin = async (sql: string) => {
+    const c = new pg.Client({ connectionString: adminUrl, connectionTimeoutMillis: 5000 });
+    try {
+      await c.connect();
+    } catch (err) {
+      throw new Error(`PostgreSQL is unreachable at ${adminUrl.replace(/\/\/[^@]*@/, '//')}: ${(err as Error).message} (--pg-url)`);
+    }
+    try {
+      await c.query(sql);
+    } finally {
+      await c.end().catch(() => {});
+    }
+  };
+  await admin(`CREATE DATABASE ${name}`);
+  const url = new URL(adminUrl);
+  url.pathname = `/${name}`;
+  return { url: url.toString(), drop: () => admin(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`) };
+}
+
+/** Committed events and store commits so far, summed over the nodes (from GET /metrics). */
+export async function storeCommits(nodes: Server[], headers: Record<string, string>): Promise<number> {
+  let commits = 0;
+  for (const n of nodes) {
+    const r = await fetch(`http://127.0.0.1:${n.port}/metrics`, { headers, signal: AbortSignal.timeout(10_000) });
+    const m = /^parley_store_append_duration_seconds_count(?:\{[^}]*\})? (\d+)/m.exec(await r.text());
+    commits += m ? Number(m[1]) : NaN;
+  }
+  return commits;
+}
+
+/**
+ * Creates `n` conversations, conversation i through the node on `writerPort(i)`, and waits (up to 15 s)
+ * for their workspace preparation (background, per conversation) to finish.
+ */
+export async function createConversations(n: number, writerPort: (i: number) => number, headers: Record<string, string>): Promise<string[]> {
+  const ids = await mapLimited(Array.from({ length: n }), 8, async (_x, i) => {
+    const r = (await api(writerPort(i), headers, 'POST', '/api/conversations', {})) as { conversation_id?: string };
+    if (!r.conversation_id) throw new Error(`POST /api/conversations: no conversation_id in ${JSON.stringify(r)}`);
+    return r.conversation_id;
+  });
+  // let workspace preparation (background, per conversation) finish before measuring anything
+  const until = now() + 15_000;
+  const unsettled = await mapLimited(ids, 8, async (id, i) => {
+    for (;;) {
+      const c = (await api(writerPort(i), headers, 'GET', `/api/conversations/${id}`)) as { setup?: { phase?: string } | null };
+      const phase = c.setup?.phase;
+      if (phase !== 'pending' && phase !== 'preparing') return null;
+      if (now() > until) return `${id}: ${phase}`;
+      await sleep(100);
+    }
+  });
+  const stuck = unsettled.filter(Boolean);
+  if (stuck.length) process.stdout.write(`warning: ${stuck.length} conversation(s) still preparing after 15 s, measuring anyway (${stuck[0]})\n`);
+  return ids;
+}
+
 // ---- one load run ----
 
 interface CpuSample {
@@ -316,9 +377,9 @@ interface CpuSample {
   self: NodeJS.CpuUsage;
 }
 
-const CLK_TCK = 100; // Linux USER_HZ
+export const CLK_TCK = 100; // Linux USER_HZ
 
-function readProcTicks(pid: number): number {
+export function readProcTicks(pid: number): number {
   try {
     const s = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
     const f = s.slice(s.lastIndexOf(')') + 2).split(' ');
@@ -370,11 +431,17 @@ export interface RunStats {
   windowUs: [number, number];
 }
 
+/** Called when the measured window starts and ends (right after the runner's own CPU samples). */
+export interface LoadWindowHooks {
+  start?: () => void;
+  end?: () => void;
+}
+
 /**
  * Drives the load for warmup + duration over `targets` (one per node) from `opts.genProcs`
  * generator processes; `servers` are the processes whose CPU is measured.
  */
-export async function runLoad(label: string, servers: Server[], targets: GenTarget[], opts: LoadOptions, headers: Record<string, string>): Promise<RunStats> {
+export async function runLoad(label: string, servers: Server[], targets: GenTarget[], opts: LoadOptions, headers: Record<string, string>, window: LoadWindowHooks = {}): Promise<RunStats> {
   const conversations = targets.reduce((n, t) => n + t.paths.length, 0);
   const gens: Child[] = [];
   const results: Promise<GenResult>[] = [];
@@ -413,8 +480,14 @@ export async function runLoad(label: string, servers: Server[], targets: GenTarg
   const pids = servers.map((s) => s.child.proc.pid!);
   let s0: CpuSample | null = null;
   let s1: CpuSample | null = null;
-  setTimeout(() => (s0 = sampleCpu(pids)), Math.max(0, warmupEnd - now()));
-  setTimeout(() => (s1 = sampleCpu(pids)), Math.max(0, endAt - now()));
+  setTimeout(() => {
+    s0 = sampleCpu(pids);
+    window.start?.();
+  }, Math.max(0, warmupEnd - now()));
+  setTimeout(() => {
+    s1 = sampleCpu(pids);
+    window.end?.();
+  }, Math.max(0, endAt - now()));
   process.stdout.write(`  ${label}: ${connected}/${opts.concurrency} connections, ${opts.warmup} s warmup + ${opts.duration} s measured ...`);
   const all = await withDeadline(Promise.all(results), endAt - now() + opts.timeoutMs + 20_000, 'generators did not report');
   await Promise.all(gens.map((g) => withDeadline(g.exited, 5000, 'generator did not exit').catch(() => g.proc.kill('SIGKILL'))));
