@@ -25,7 +25,7 @@ async function main() {
   }
   let core;
   try {
-    core = await createCore(config, log, redactor);
+    core = await createCore(config, log, redactor, { deferSandboxProbe: true });
   } catch (err) {
     const what = config.cluster ? 'start the cluster node' : `open the data directory ${config.dataDir}`;
     process.stderr.write(`parley: cannot ${what}: ${redactor.redact((err as Error).message)}\n`);
@@ -53,8 +53,9 @@ async function main() {
   const key = config.sessionApiKeys[0];
   log.info({ console: consoleAt }, key ? `web console: ${consoleAt} (sign in with the session key)` : `web console: ${consoleAt}`);
   if (key && process.stderr.isTTY) process.stderr.write(`\n  Open the web console (signed in): ${signInLink(consoleAt, key)}\n\n`);
-  // the sandbox's probe finishes after the port is open: SANDBOX=bwrap that cannot be honoured still
+  // the sandbox's probe starts once the port is open: SANDBOX=bwrap that cannot be honoured still
   // stops the daemon with one line and exit code 1
+  core.sandbox.startProbe();
   core.sandbox.ready.catch(async (err: Error) => {
     process.stderr.write(`parley: ${err.name === 'SandboxUnavailableError' ? err.message : `the sandbox could not be set up: ${err.message}`}\n`);
     metricsServer?.stop();

@@ -45,7 +45,11 @@ export interface Core {
   close(): Promise<void>;
 }
 
-export async function createCore(config: Config, log: Logger, redactor: Redactor): Promise<Core> {
+/**
+ * `deferSandboxProbe`: the sandbox's start-up probe waits for `core.sandbox.startProbe()`, which the
+ * daemon calls once it listens (its process starts would otherwise delay the first request).
+ */
+export async function createCore(config: Config, log: Logger, redactor: Redactor, opts: { deferSandboxProbe?: boolean } = {}): Promise<Core> {
   const startedAt = Date.now();
   // DATA_DIR's free space (first sampled once the directory exists below): the store reports full-disk writes to it; subscribers hear of disk pressure
   const disk = new DiskWatch(config.dataDir, { log });
@@ -60,6 +64,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     hidden: [config.dataDir],
     log,
     apiOpenOnLoopback: config.sessionApiKeys.length === 0,
+    deferProbe: opts.deferSandboxProbe,
   });
   const box = SecretBox.open(config.dataDir, config.secretKey);
   for (const k of config.sessionApiKeys) redactor.add(k);

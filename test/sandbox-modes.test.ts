@@ -61,6 +61,8 @@ describe('sandbox: the daemon API from inside a sandbox without a session key', 
   test('SANDBOX=auto, SANDBOX_NETWORK=host without a key: the daemon warns at start that agents reach its API (the documented gap; SANDBOX=bwrap refuses it, see "modes at start")', async () => {
     const h = await harness({ SESSION_API_KEY: '', SANDBOX: 'auto', SANDBOX_NETWORK: 'host' });
     try {
+      // logged when the probe decides (after the port opened), once
+      await waitFor(() => h.d.output.some((l) => l.includes('"sandbox":"api-reachable"')), 'the warning', 30_000);
       const warnings = h.d.output.filter((l) => l.includes('"sandbox":"api-reachable"'));
       assert.equal(warnings.length, 1, h.d.output.join('\n'));
       assert.match(warnings[0]!, /set SESSION_API_KEY or SANDBOX_NETWORK=none/);
@@ -238,7 +240,11 @@ describe('sandbox: an unprivileged daemon (as under the systemd unit)', { timeou
         const r = await fetch(`http://127.0.0.1:${port}${u}`, { method: m, headers: { ...H, ...(b ? { 'content-type': 'application/json' } : {}) }, body: b ? JSON.stringify(b) : undefined });
         return r.json() as Promise<any>;
       };
-      const info = await call('GET', '/server_info');
+      // the probe runs once the port is open: /server_info says probing until it decided
+      const info = await waitFor(async () => {
+        const i = await call('GET', '/server_info');
+        return i.sandbox.mode === 'probing' ? null : i;
+      }, 'the sandbox probe', 60_000);
       assert.equal(info.sandbox.mode, 'bwrap');
       assert.equal(info.sandbox.limits.enforced_by, 'rlimit');
       assert.equal(info.sandbox.limits.pids, null, 'no per-conversation process limit is claimed without a cgroup');
@@ -440,7 +446,10 @@ describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
         const r = await fetch(`http://127.0.0.1:${port}${url}`, { method: m, headers: { ...H, ...(b ? { 'content-type': 'application/json' } : {}) }, body: b ? JSON.stringify(b) : undefined });
         return r.json() as Promise<any>;
       };
-      const info = await call('GET', '/server_info');
+      const info = await waitFor(async () => {
+        const i = await call('GET', '/server_info');
+        return i.sandbox.mode === 'probing' ? null : i;
+      }, 'the sandbox probe', 60_000);
       assert.equal(info.sandbox.mode, 'bwrap', u.output());
       const id = (await call('POST', '/api/conversations', {})).conversation_id;
       await waitFor(async () => (await call('GET', `/api/conversations/${id}`)).execution_status === 'idle', 'idle', 20_000);
@@ -479,11 +488,11 @@ describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
 
 describe('sandbox: modes at start', { timeout: 170_000 }, () => {
   /**
-   * Starts the daemon; once it listens it is stopped (SIGTERM), unless `failing`: the probe that
+   * Starts the daemon; once it listens (or prints `stopAt`) it is stopped (SIGTERM), unless `failing`: the probe that
    * decides SANDBOX=bwrap cannot be honoured runs after the port is open, so such a daemon is left
    * to exit by itself (killed after 60 s if it does not).
    */
-  const run = (env: Record<string, string>, failing = false) =>
+  const run = (env: Record<string, string>, failing = false, stopAt = /"port":\d+.*listening on/) =>
     new Promise<{ code: number | null; stderr: string; stdout: string }>((resolve) => {
       const dir = tempDir();
       const p = spawn(process.execPath, ['--import', 'tsx', 'bridge/main.ts'], {
@@ -496,7 +505,7 @@ describe('sandbox: modes at start', { timeout: 170_000 }, () => {
       p.stderr.on('data', (c: Buffer) => (stderr += c.toString('utf8')));
       p.stdout.on('data', (c: Buffer) => {
         stdout += c.toString('utf8');
-        if (!failing && /"port":\d+.*listening on/.test(stdout)) p.kill('SIGTERM');
+        if (!failing && stopAt.test(stdout)) p.kill('SIGTERM');
       });
       const stuck = failing ? setTimeout(() => p.kill('SIGKILL'), 60_000) : null;
       p.on('exit', (code) => {
@@ -544,7 +553,8 @@ describe('sandbox: modes at start', { timeout: 170_000 }, () => {
   });
 
   test('SANDBOX=auto without bwrap warns once and starts with plain processes', async () => {
-    const r = await run({ SANDBOX: 'auto', BWRAP_PATH: '/nonexistent/bwrap' });
+    // the probe decides after the port opens: stopped once it warned
+    const r = await run({ SANDBOX: 'auto', BWRAP_PATH: '/nonexistent/bwrap' }, false, /UNSANDBOXED/);
     assert.match(r.stdout, /"port":\d+.*listening on/, r.stderr);
     const warnings = r.stdout.split('\n').filter((l) => /UNSANDBOXED/.test(l));
     assert.equal(warnings.length, 1, r.stdout);

@@ -97,8 +97,8 @@ describe('systemd: scripts/parley.service under a real systemd (PID 1 of private
     const info = await withJournal(
       waitFor(async () => {
         const r = await call('GET', '/server_info').catch(() => null);
-        return r?.status === 200 ? r.body : null;
-      }, 'the daemon to answer', 45_000),
+        return r?.status === 200 && r.body.sandbox.mode !== 'probing' ? r.body : null;
+      }, 'the daemon to answer and its sandbox probe to decide', 45_000),
     );
     assert.equal(info.sandbox.mode, 'bwrap', JSON.stringify(info));
     assert.equal(info.sandbox.network, 'egress', `/dev/net/tun is there for slirp4netns: ${JSON.stringify(info.sandbox)}`);

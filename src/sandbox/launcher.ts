@@ -118,6 +118,10 @@ export class Sandbox implements ShellSandbox {
   settings: SandboxSettings;
 
   private readonly log: SandboxOpenOptions['log'];
+  /** The probe has decided (ready settled): until then /server_info says probing, also while a holder is tried. */
+  private decided = false;
+  /** Opens the gate of a deferred probe. */
+  private releaseProbe: (() => void) | null = null;
 
   private constructor(
     settings: SandboxSettings,
@@ -129,11 +133,19 @@ export class Sandbox implements ShellSandbox {
     this.log = opts?.log;
     if (!opts || settings.mode === 'none') {
       this.state = 'none';
+      this.decided = true;
       this.ready = Promise.resolve();
     } else {
-      this.ready = this.probeAll(opts);
+      const gate = opts.deferProbe ? new Promise<void>((resolve) => (this.releaseProbe = resolve)) : Promise.resolve();
+      this.ready = gate.then(() => this.probeAll(opts)).finally(() => (this.decided = true));
       this.ready.catch(() => {});
     }
+  }
+
+  /** Starts a deferred probe (`deferProbe`); nothing when it started already. */
+  startProbe(): void {
+    this.releaseProbe?.();
+    this.releaseProbe = null;
   }
 
   /** bwrap or none, once the probe decided; probing before. */
@@ -216,9 +228,14 @@ export class Sandbox implements ShellSandbox {
     const fail = (why: string): void => {
       if (settings.mode === 'bwrap') throw new SandboxUnavailableError(`SANDBOX=bwrap but ${why}`);
       this.warning = `SANDBOX=auto: ${why}; agent processes run UNSANDBOXED as the daemon's user (set SANDBOX=none to silence this, or fix bwrap)`;
-      opts.log?.warn({ sandbox: 'none' }, this.warning);
+      // a daemon stopped while it probed: the probe failed because of the stop, nothing to tell
+      if (!this.closed) opts.log?.warn({ sandbox: 'none' }, this.warning);
       this.state = 'none';
     };
+    if (this.closed) {
+      this.state = 'none';
+      return;
+    }
     const found = await probeTools(settings, opts, this.mapped);
     if ('fail' in found) return fail(found.fail);
     const { bwrap } = found;
@@ -251,6 +268,7 @@ export class Sandbox implements ShellSandbox {
     }
     // the first conversation finds a holder ready too
     void this.warm();
+    this.decided = true;
     const i = this.info();
     opts.log?.info({ sandbox: i }, `sandbox: bwrap (${bwrap}), network ${i.network}, limits by ${i.limits.enforced_by}`);
     if (opts.apiOpenOnLoopback && this.settings.network === 'host') {
@@ -300,7 +318,7 @@ export class Sandbox implements ShellSandbox {
     const on = this.enabled;
     const by = !on ? 'none' : this.cgroups ? this.cgroups.kind : 'rlimit';
     return {
-      mode: this.mode,
+      mode: this.decided ? this.mode : 'probing',
       requested: this.settings.mode,
       network: on || this.mode === 'probing' ? this.settings.network : 'host',
       ...(on && this.egressVersion
@@ -626,6 +644,7 @@ export class Sandbox implements ShellSandbox {
 
   async close(): Promise<void> {
     this.closed = true;
+    this.startProbe(); // a deferred probe that never started ends at once (ready resolves: nothing to run)
     this.diskQuota?.stop();
     const spare = this.holders?.close();
     await Promise.all([...new Set([...this.live.keys(), ...this.plain.ids()])].map((id) => this.closeConversation(id)));

@@ -122,6 +122,8 @@ export async function harness(env: Record<string, string> = {}): Promise<Harness
     ...env,
   });
   const req: DaemonHandle['req'] = (m, p, b, h) => d.req(m, p, b, { ...H, ...h });
+  // the sandbox probe runs once the port is open (its warnings are logged when it decides)
+  await waitFor(async () => (await req('GET', '/server_info')).body.sandbox.mode !== 'probing', 'the sandbox probe', 60_000);
   const h: Harness = {
     d,
     llm,
