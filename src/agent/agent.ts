@@ -12,6 +12,7 @@ import { conversationLimits, conversationLlm, conversationSecretValues, recordUs
 import type { Conversations } from '../conversation/conversations.js';
 import type { ReplayPlan } from '../conversation/replay.js';
 import type { EventLog } from '../events/log.js';
+import { BUILTIN_TOOLS, type BuiltinToolName } from '../events/tool-catalog.js';
 import type { LlmClient } from '../llm/types.js';
 import { metrics } from '../metrics.js';
 import type { Redactor } from '../secrets/redact.js';
@@ -56,7 +57,9 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
   const terminal = createTerminalTool({ outputDir, noOutputTimeoutMs: config.terminalNoOutputTimeoutMs, idleCloseMs: config.sandbox.idleCloseMs, sandbox });
   // file_editor works through the conversation's file service: inside its sandbox, the files the shell sees
   const fileEditor = createFileEditorTool({ files: (ctx) => sandbox.files(ctx.conversationId, ctx.workspaceDir) });
-  const builtins: Tool[] = [terminal, fileEditor, createTaskTrackerTool(), createThinkTool(), createFinishTool()] as Tool[];
+  // one executor for each tool of the catalog, offered in the catalog's order (the compiler checks none is missing)
+  const executors = { terminal, file_editor: fileEditor, task_tracker: createTaskTrackerTool(), think: createThinkTool(), finish: createFinishTool() } satisfies Record<BuiltinToolName, unknown>;
+  const builtins = BUILTIN_TOOLS.map((t) => executors[t.name]) as Tool[];
   const reserved = builtins.map((t) => t.name);
   const mcp = new Map<string, McpManager>();
   // a sandbox closed to stay under SANDBOX_MAX_LIVE: its MCP servers stop quietly (no failure event) and start again on the next run

@@ -14,6 +14,7 @@ import { z } from 'zod';
 import { ConflictError, RequestValidationError } from '../errors.js';
 import type { ContentItem } from '../events/content.js';
 import type { MessageRole } from '../events/schema.js';
+import { BUILTIN_TOOLS } from '../events/tool-catalog.js';
 import type { ParleyEvent } from '../events/types.js';
 import type { ConversationRecord } from '../store/types.js';
 import { workspacePath } from '../workspace/workspace.js';
@@ -151,7 +152,7 @@ export function agentServerInfo(record: ConversationRecord, ctx: AgentServerCont
     agent: {
       kind: 'Agent',
       llm: { model, base_url: own?.base_url ?? server.base_url ?? ctx?.llm.baseUrl ?? null, api_key: keySet ? MASKED : null, usage_id: 'agent' },
-      tools: [{ name: 'terminal' }, { name: 'file_editor' }, { name: 'task_tracker' }],
+      tools: BUILTIN_TOOLS.filter((t) => t.inAgentSpec).map((t) => ({ name: t.name })),
     },
     workspace: { kind: 'LocalWorkspace', working_dir: ctx ? workspacePath(ctx.workspaceRoot, record.id) : null },
     confirmation_policy: (d.confirmation_policy as ConfirmationPolicy | undefined) ?? { kind: 'NeverConfirm' },

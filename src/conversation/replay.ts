@@ -23,11 +23,7 @@ import path from 'node:path';
 import type { z } from 'zod';
 import type { ValidationIssue } from '../errors.js';
 import { jsonShapeError, REPLAY_JSON_LIMITS } from '../body-shape.js';
-import { fileEditorParameters } from '../tools/file-editor.js';
-import { finishParameters } from '../tools/finish.js';
-import { taskTrackerParameters } from '../tools/task-tracker.js';
-import { terminalParameters } from '../tools/terminal.js';
-import { thinkParameters } from '../tools/think.js';
+import { BUILTIN_TOOLS, type BuiltinToolName } from '../events/tool-catalog.js';
 import { imageUrlProblem } from '../llm/image-url-rule.js';
 
 type ReplayContent = (
@@ -35,7 +31,7 @@ type ReplayContent = (
   | { type: 'image'; image_urls: string[]; cache_prompt: boolean }
 )[];
 
-type ReplayToolName = 'terminal' | 'file_editor' | 'think' | 'task_tracker' | 'finish';
+type ReplayToolName = BuiltinToolName;
 
 export type ReplayStep =
   | { type: 'message'; index: number; role: 'user' | 'assistant'; content: ReplayContent }
@@ -54,13 +50,7 @@ export interface ReplayPlan {
 
 type ReplayParseResult = { ok: true; plan: ReplayPlan } | { ok: false; issues: ValidationIssue[] };
 
-const TOOL_SCHEMAS: Record<ReplayToolName, z.ZodType> = {
-  terminal: terminalParameters,
-  file_editor: fileEditorParameters,
-  think: thinkParameters,
-  task_tracker: taskTrackerParameters,
-  finish: finishParameters,
-};
+const TOOL_SCHEMAS: Record<string, z.ZodType> = Object.fromEntries(BUILTIN_TOOLS.map((t) => [t.name, t.parameters]));
 
 /** OpenHands actions that record bookkeeping, not work: skipped. */
 const OH_IGNORED = new Set([
