@@ -26,7 +26,7 @@ import { pgStoreMetrics } from './cluster/metrics.js';
 import type { ClusterBus } from './cluster/bus.js';
 import type { Leases } from './cluster/leases.js';
 import { Sandbox } from './sandbox/launcher.js';
-import { WorkspacePreparer } from './workspace/preparer.js';
+import { WorkspacePreparer } from './conversation/preparer.js';
 import { helperDirOf } from './workspace/workspace.js';
 
 export interface Core {

@@ -8,9 +8,8 @@ import { rm } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import type { Config } from '../config.js';
-import { conversationLimits, conversationLlm, conversationSecretValues, recordUsage } from '../conversation/agent-server.js';
-import type { Conversations } from '../conversation/conversations.js';
-import type { ReplayPlan } from '../conversation/replay.js';
+import { conversationLimits, conversationLlm, conversationSecretValues, recordUsage, type AgentConversations } from './conversation-data.js';
+import type { ReplayPlan } from './replay-plan.js';
 import type { EventLog } from '../events/log.js';
 import { BUILTIN_TOOLS, type BuiltinToolName } from '../events/tool-catalog.js';
 import type { LlmClient } from '../llm/types.js';
@@ -36,7 +35,7 @@ import { AgentRuntimeImpl } from './runtime.js';
 interface AgentParts {
   /** The per-conversation process launcher (src/sandbox/). */
   sandbox: Sandbox;
-  conversations: Conversations;
+  conversations: AgentConversations;
   events: EventLog;
   settings: Settings;
   redactor: Redactor;

@@ -16,7 +16,7 @@ import { BashCommands, type BashSearch, type CommandLauncher } from '../workspac
 import { gitChanges, gitDiff } from '../workspace/git-changes.js';
 import type { GitRunOptions } from '../workspace/git-process.js';
 import { createWorkspace } from '../workspace/workspace.js';
-import { conversationSecretValues } from './agent-server.js';
+import { conversationSecretValues } from '../agent/conversation-data.js';
 import type { Redactor } from '../secrets/redact.js';
 import type { Settings } from '../secrets/settings.js';
 import type { Conversations } from './conversations.js';

@@ -15,6 +15,10 @@ const EVENT_SOURCES = ['user', 'agent', 'environment'] as const;
 export const EventSource = z.enum(EVENT_SOURCES);
 export type EventSource = z.output<typeof EventSource>;
 
+/** The statuses a conversation's run moves through (`ConversationStateUpdateEvent` with key `execution_status`). */
+export const EXECUTION_STATUSES = ['idle', 'running', 'paused', 'waiting_for_confirmation', 'finished', 'error', 'stuck'] as const;
+export type ExecutionStatus = (typeof EXECUTION_STATUSES)[number];
+
 export const MESSAGE_ROLES = ['user', 'system', 'assistant', 'tool'] as const;
 export type MessageRole = (typeof MESSAGE_ROLES)[number];
 
