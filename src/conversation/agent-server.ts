@@ -1,17 +1,16 @@
 /**
  * OpenHands' agent-server shape on top of the conversation service: the create request that
- * `@openhands/typescript-client` sends, the conversation info fields it reads (agent, workspace,
- * confirmation policy, stats…), conversation search, title/tags, conversation secrets, the final
- * response. Knows no HTTP; the router calls these with the core's parts, the agent the ones it uses.
+ * `@openhands/typescript-client` sends, conversation search, title/tags, conversation secrets, the
+ * final response (the info fields it reads are projected in agent-server-info.ts; the settings the
+ * agent reads, in agent/conversation-data.ts). Knows no HTTP; the router calls these with the parts
+ * they declare (AgentServerParts).
  *
  * What the client says about the host is never trusted: `workspace.working_dir` is recorded as
  * the name the client gave the workspace, and the conversation gets its own directory like every
  * other (its path is what `workspace.working_dir` shows).
  */
 import crypto from 'node:crypto';
-import path from 'node:path';
-import { z } from 'zod';
-import { ConfirmationPolicy, conversationSecretValues, type StoredLlm } from '../agent/conversation-data.js';
+import { ConfirmationPolicy, type StoredLlm } from '../agent/conversation-data.js';
 import { ConflictError, RequestValidationError } from '../errors.js';
 import type { ContentItem } from '../events/content.js';
 import type { MessageRole } from '../events/schema.js';

@@ -19,7 +19,6 @@
  * OpenHands) are mapped to the new workspace, in file paths and in terminal commands; relative
  * paths are taken relative to the workspace.
  */
-import path from 'node:path';
 import type { z } from 'zod';
 import type { ValidationIssue } from '../errors.js';
 import { jsonShapeError, REPLAY_JSON_LIMITS } from '../body-shape.js';

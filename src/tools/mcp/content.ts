@@ -2,7 +2,6 @@
  * Conversion of an MCP `tools/call` result into observation content, and of a tool's input
  * schema into the JSON Schema offered to the LLM.
  */
-import { z } from 'zod';
 import type { MCPObservation } from '../../events/tool-catalog.js';
 import type { ObservationContent } from '../types.js';
 
