@@ -19,7 +19,7 @@ import type { Sandbox } from '../sandbox/index.js';
 import type { Settings } from '../secrets/settings.js';
 import { createFileEditorTool } from '../tools/file-editor.js';
 import { createFinishTool } from '../tools/finish.js';
-import { mcpSecretValues, mergeMcpConfig } from '../tools/mcp/config.js';
+import { mcpSecretValues, mergeMcpConfig } from '../secrets/mcp-config.js';
 import type { McpManager, McpServerStatus } from '../tools/mcp/manager.js';
 import { createTaskTrackerTool } from '../tools/task-tracker.js';
 import { createTerminalTool } from '../tools/terminal.js';

@@ -9,7 +9,7 @@ import type { ExecutionStatus } from '../events/schema.js';
 import type { EventDraft } from '../events/types.js';
 import type { Settings } from '../secrets/settings.js';
 import type { ConversationRecord } from '../store/types.js';
-import type { FullMcpConfig } from '../tools/mcp/config.js';
+import type { FullMcpConfig } from '../secrets/mcp-config.js';
 
 /** A conversation as it is loaded: its stored record. */
 export interface LoadedConversation {

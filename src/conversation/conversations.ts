@@ -12,7 +12,7 @@ import { nowIso, type EncodedEvent, type EventDraft } from '../events/types.js';
 import type { Redactor } from '../secrets/redact.js';
 import type { Settings } from '../secrets/settings.js';
 import type { ConversationRecord, ConversationStore } from '../store/types.js';
-import { redactMcpConfig, fullMcpConfig, type FullMcpConfig } from '../tools/mcp/config.js';
+import { redactMcpConfig, fullMcpConfig, type FullMcpConfig } from '../secrets/mcp-config.js';
 import { agentServerInfo, type AgentServerContext } from './agent-server-info.js';
 import { EXECUTION_STATUSES, type ExecutionStatus } from '../events/schema.js';
 
