@@ -27,7 +27,7 @@ import type { ClusterBus } from './cluster/bus.js';
 import type { Leases } from './cluster/leases.js';
 import { Sandbox } from './sandbox/launcher.js';
 import { WorkspacePreparer } from './conversation/preparer.js';
-import { helperDirOf } from './workspace/workspace.js';
+import { helperDirOf } from './sandbox/workspace-dir.js';
 
 export interface Core {
   service: ConversationService;

@@ -27,7 +27,7 @@ import { createThinkTool } from '../tools/think.js';
 import type { Tool } from '../tools/types.js';
 import { askpassEnv, gitCredentialEnv } from '../workspace/askpass.js';
 import { loadRepoInstructions, selectTriggered, type RepoInstructions } from '../workspace/instructions.js';
-import { helperDirOf, workspacePath } from '../workspace/workspace.js';
+import { helperDirOf, workspacePath } from '../sandbox/workspace-dir.js';
 import { instrumentLlm } from './instrument.js';
 import { executeReplay } from './replay-run.js';
 import { AgentRuntimeImpl } from './runtime.js';

@@ -6,7 +6,7 @@ import path from 'node:path';
 import type { ConfirmationPolicy, StoredLlm, Usage } from '../agent/conversation-data.js';
 import { BUILTIN_TOOLS } from '../events/tool-catalog.js';
 import type { ConversationRecord } from '../store/types.js';
-import { workspacePath } from '../workspace/workspace.js';
+import { workspacePath } from '../sandbox/workspace-dir.js';
 
 /** Where the service's conversations live and what the server's LLM is (for the info's `agent`). */
 export interface AgentServerContext {

@@ -16,7 +16,7 @@ import { gitCredentialEnv } from '../workspace/askpass.js';
 import { cloneRepository } from '../workspace/git.js';
 import { runSetupScript } from '../workspace/setup-script.js';
 import { createMicroagentMessage, suggestedTaskMessage, type SuggestedTask } from '../workspace/tasks.js';
-import { createWorkspace, removeWorkspace, workspacePath } from '../workspace/workspace.js';
+import { createWorkspace, removeWorkspace, workspacePath } from '../sandbox/workspace-dir.js';
 
 interface PreparerOptions {
   workspaceRoot: string;

@@ -15,7 +15,7 @@ import { ForbiddenError, NotFoundError, PayloadTooLargeError, RequestValidationE
 import { BashCommands, type BashSearch, type CommandLauncher } from '../workspace/bash-commands.js';
 import { gitChanges, gitDiff } from '../workspace/git-changes.js';
 import type { GitRunOptions } from '../workspace/git-process.js';
-import { createWorkspace } from '../workspace/workspace.js';
+import { createWorkspace } from '../sandbox/workspace-dir.js';
 import { conversationSecretValues } from '../agent/conversation-data.js';
 import type { Redactor } from '../secrets/redact.js';
 import type { Settings } from '../secrets/settings.js';
