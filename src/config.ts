@@ -2,8 +2,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
 import { ConfigError } from './errors.js';
-import type { SandboxSettings } from './sandbox/launcher.js';
-import { parseAllowNets } from './sandbox/network.js';
+import { parseAllowNets, type SandboxSettings } from './sandbox-settings.js';
 
 /** SANDBOX_UID/SANDBOX_GID when the daemon is root and they are not set. */
 const DEFAULT_SANDBOX_ID = 65533;

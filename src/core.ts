@@ -26,8 +26,8 @@ import { pgStoreMetrics } from './cluster/metrics.js';
 import type { ClusterBus } from './cluster/bus.js';
 import type { Leases } from './cluster/leases.js';
 import { Sandbox } from './sandbox/launcher.js';
-import { WorkspacePreparer } from './workspace/preparer.js';
-import { helperDirOf } from './workspace/workspace.js';
+import { WorkspacePreparer } from './conversation/preparer.js';
+import { helperDirOf } from './sandbox/workspace-dir.js';
 
 export interface Core {
   service: ConversationService;

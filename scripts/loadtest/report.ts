@@ -6,11 +6,9 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { ROOT } from './common.js';
+import { fmtInt, fmtMs, ROOT } from './common.js';
 import type { RunStats } from './runner.js';
 
-export const fmtInt = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString('en-US') : 'n/a');
-export const fmtMs = (n: number) => (Number.isFinite(n) ? n.toFixed(2) : 'n/a');
 export const fmtCores = (n: number) => (Number.isFinite(n) ? `${(n * 100).toFixed(0)} %` : 'n/a');
 
 /** What one Parley setup measured and verified. */

@@ -11,9 +11,8 @@ import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import WebSocket from 'ws';
-import { HOST, ROOT, now, sleep } from './common.js';
+import { fmtInt, fmtMs, HOST, ROOT, now, sleep } from './common.js';
 import type { GenConfig, GenGo, GenResult, GenTarget } from './generator.js';
-import { fmtInt, fmtMs } from './report.js';
 
 const GENERATOR = path.join(ROOT, 'scripts/loadtest/generator.ts');
 const BODY_TEXT = 'Load test message: please summarise the repository layout and list the entry points.';

@@ -8,10 +8,10 @@ import { rm } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import type { Config } from '../config.js';
-import { conversationLimits, conversationLlm, conversationSecretValues, recordUsage } from '../conversation/agent-server.js';
-import type { Conversations } from '../conversation/conversations.js';
-import type { ReplayPlan } from '../conversation/replay.js';
+import { conversationLimits, conversationLlm, conversationSecretValues, recordUsage, type AgentConversations } from './conversation-data.js';
+import type { ReplayPlan } from './replay-plan.js';
 import type { EventLog } from '../events/log.js';
+import { BUILTIN_TOOLS, type BuiltinToolName } from '../events/tool-catalog.js';
 import type { LlmClient } from '../llm/types.js';
 import { metrics } from '../metrics.js';
 import type { Redactor } from '../secrets/redact.js';
@@ -19,7 +19,7 @@ import type { Sandbox } from '../sandbox/index.js';
 import type { Settings } from '../secrets/settings.js';
 import { createFileEditorTool } from '../tools/file-editor.js';
 import { createFinishTool } from '../tools/finish.js';
-import { mcpSecretValues, mergeMcpConfig } from '../tools/mcp/config.js';
+import { mcpSecretValues, mergeMcpConfig } from '../secrets/mcp-config.js';
 import type { McpManager, McpServerStatus } from '../tools/mcp/manager.js';
 import { createTaskTrackerTool } from '../tools/task-tracker.js';
 import { createTerminalTool } from '../tools/terminal.js';
@@ -27,7 +27,7 @@ import { createThinkTool } from '../tools/think.js';
 import type { Tool } from '../tools/types.js';
 import { askpassEnv, gitCredentialEnv } from '../workspace/askpass.js';
 import { loadRepoInstructions, selectTriggered, type RepoInstructions } from '../workspace/instructions.js';
-import { helperDirOf, workspacePath } from '../workspace/workspace.js';
+import { helperDirOf, workspacePath } from '../sandbox/workspace-dir.js';
 import { instrumentLlm } from './instrument.js';
 import { executeReplay } from './replay-run.js';
 import { AgentRuntimeImpl } from './runtime.js';
@@ -35,7 +35,7 @@ import { AgentRuntimeImpl } from './runtime.js';
 interface AgentParts {
   /** The per-conversation process launcher (src/sandbox/). */
   sandbox: Sandbox;
-  conversations: Conversations;
+  conversations: AgentConversations;
   events: EventLog;
   settings: Settings;
   redactor: Redactor;
@@ -56,7 +56,9 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
   const terminal = createTerminalTool({ outputDir, noOutputTimeoutMs: config.terminalNoOutputTimeoutMs, idleCloseMs: config.sandbox.idleCloseMs, sandbox });
   // file_editor works through the conversation's file service: inside its sandbox, the files the shell sees
   const fileEditor = createFileEditorTool({ files: (ctx) => sandbox.files(ctx.conversationId, ctx.workspaceDir) });
-  const builtins: Tool[] = [terminal, fileEditor, createTaskTrackerTool(), createThinkTool(), createFinishTool()] as Tool[];
+  // one executor for each tool of the catalog, offered in the catalog's order (the compiler checks none is missing)
+  const executors = { terminal, file_editor: fileEditor, task_tracker: createTaskTrackerTool(), think: createThinkTool(), finish: createFinishTool() } satisfies Record<BuiltinToolName, unknown>;
+  const builtins = BUILTIN_TOOLS.map((t) => executors[t.name]) as Tool[];
   const reserved = builtins.map((t) => t.name);
   const mcp = new Map<string, McpManager>();
   // a sandbox closed to stay under SANDBOX_MAX_LIVE: its MCP servers stop quietly (no failure event) and start again on the next run

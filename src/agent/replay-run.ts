@@ -9,7 +9,7 @@
 import crypto from 'node:crypto';
 import type { z } from 'zod';
 import type { EventLog } from '../events/log.js';
-import { mapReplayCommand, mapReplayPath, type ReplayPlan, type ReplayStep } from '../conversation/replay.js';
+import { mapReplayCommand, mapReplayPath, type ReplayPlan, type ReplayStep } from './replay-plan.js';
 import { actionOf, type Tool, type ToolContext } from '../tools/types.js';
 import type { WorkspaceFiles } from '../sandbox/files.js';
 

@@ -6,8 +6,7 @@
 import crypto from 'node:crypto';
 import type { Logger } from 'pino';
 import { z } from 'zod';
-import type { Conversations } from '../conversation/conversations.js';
-import type { AgentRuntime } from '../conversation/runtime.js';
+import type { AgentConversations } from './conversation-data.js';
 import type { EventLog } from '../events/log.js';
 import type { EventOf, ParleyEvent } from '../events/schema.js';
 import { ConflictError } from '../errors.js';
@@ -63,6 +62,28 @@ interface Run {
 
 class Interrupted extends Error {}
 
+/** The plug between the conversation service and whatever runs the agent. */
+export interface AgentRuntime {
+  /** Starts a run loop unless one is active; false when one is already running. */
+  start(conversationId: string): boolean;
+  isRunning(conversationId: string): boolean;
+  /** A message arrived: a running loop takes it at its next step. */
+  notifyMessage(conversationId: string): void;
+  /** Stop between steps. */
+  pause(conversationId: string): Promise<void>;
+  /** Cancel the in-flight LLM call or tool now. */
+  interrupt(conversationId: string): Promise<void>;
+  /** The conversation is being deleted: stop everything it owns. */
+  dispose(conversationId: string): Promise<void>;
+  close(): Promise<void>;
+  /** Condense the conversation's history now; false when there is nothing to condense. */
+  condense?(conversationId: string): Promise<boolean>;
+  /** A side question to the LLM with the conversation's context; nothing is added to the conversation. */
+  ask?(conversationId: string, question: string): Promise<string>;
+  /** The conversation waits for confirmation: run its pending actions (accept) or reject them. */
+  confirm?(conversationId: string, accept: boolean, reason: string | null): Promise<void>;
+}
+
 /** What a conversation's steps read, kept up to date with the log instead of reread at every step. */
 interface History {
   view: MessageView;
@@ -85,7 +106,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
   private confirmed = new Set<string>();
 
   constructor(
-    private readonly conversations: Conversations,
+    private readonly conversations: AgentConversations,
     private readonly events: EventLog,
     private readonly redactor: Redactor,
     private readonly deps: AgentDeps,

@@ -1,52 +1,32 @@
 /**
  * OpenHands' agent-server shape on top of the conversation service: the create request that
- * `@openhands/typescript-client` sends, the conversation info fields it reads (agent, workspace,
- * confirmation policy, stats…), conversation search, title/tags, conversation secrets, the final
- * response. Knows no HTTP; the router calls these with the core's parts, the agent the ones it uses.
+ * `@openhands/typescript-client` sends, conversation search, title/tags, conversation secrets, the
+ * final response (the info fields it reads are projected in agent-server-info.ts; the settings the
+ * agent reads, in agent/conversation-data.ts). Knows no HTTP; the router calls these with the parts
+ * they declare (AgentServerParts).
  *
  * What the client says about the host is never trusted: `workspace.working_dir` is recorded as
  * the name the client gave the workspace, and the conversation gets its own directory like every
  * other (its path is what `workspace.working_dir` shows).
  */
 import crypto from 'node:crypto';
-import path from 'node:path';
-import { z } from 'zod';
+import { ConfirmationPolicy, type StoredLlm } from '../agent/conversation-data.js';
 import { ConflictError, RequestValidationError } from '../errors.js';
 import type { ContentItem } from '../events/content.js';
 import type { MessageRole } from '../events/schema.js';
 import type { ParleyEvent } from '../events/types.js';
 import type { ConversationRecord } from '../store/types.js';
-import { workspacePath } from '../workspace/workspace.js';
-import type { Core } from '../core.js';
+import type { EventLog } from '../events/log.js';
+import type { Redactor } from '../secrets/redact.js';
 import type { Settings } from '../secrets/settings.js';
 import type { Conversations } from './conversations.js';
 import type { AgentRuntime } from './runtime.js';
-import { deriveTitle } from './service.js';
+import { deriveTitle, type ConversationService } from './service.js';
 
-/** Where the service's conversations live and what the server's LLM is (for the info's `agent`). */
-export interface AgentServerContext {
-  workspaceRoot: string;
-  dataDir: string;
-  llm: { model?: string | null; baseUrl?: string | null; apiKeySet?: boolean };
-}
+/** The policy's schema, for the API's request schemas. */
+export { ConfirmationPolicy };
 
-const POLICY_KINDS = { never: 'NeverConfirm', always: 'AlwaysConfirm', risk_based: 'ConfirmRisky' } as const;
 
-/** `{kind:"NeverConfirm"|"AlwaysConfirm"|"ConfirmRisky"}` or the client's class form `{type:"never"|"always"|"risk_based"}`. */
-export const ConfirmationPolicy = z
-  .looseObject({
-    kind: z.enum(['NeverConfirm', 'AlwaysConfirm', 'ConfirmRisky']).optional(),
-    type: z.enum(['never', 'always', 'risk_based']).optional(),
-    confirm_unknown: z.boolean().optional(),
-    threshold: z.string().optional(),
-  })
-  .refine((p) => p.kind !== undefined || p.type !== undefined, { error: 'policy needs kind (NeverConfirm, AlwaysConfirm or ConfirmRisky)' })
-  .transform((p) => {
-    const kind = p.kind ?? POLICY_KINDS[p.type!];
-    return kind === 'ConfirmRisky' ? { kind, confirm_unknown: p.confirm_unknown ?? true, threshold: p.threshold ?? 'HIGH' } : { kind };
-  })
-  .meta({ id: 'ConfirmationPolicy' });
-export type ConfirmationPolicy = z.output<typeof ConfirmationPolicy>;
 
 
 type SecretInput = string | { value: string; description?: string | null };
@@ -71,21 +51,8 @@ interface StartConversation {
   tags?: Record<string, string> | null;
 }
 
-const MASKED = '**********';
 type Data = Record<string, unknown>;
 
-interface StoredLlm {
-  model: string | null;
-  base_url: string | null;
-  api_key_sealed: string | null;
-}
-
-export interface Usage {
-  prompt_tokens: number;
-  completion_tokens: number;
-  cache_read_tokens: number;
-  cache_write_tokens: number;
-}
 
 /**
  * A model as the OpenHands client names it (LiteLLM style) → Parley's `provider/model`: known
@@ -107,8 +74,18 @@ function parleyModel(model: string, baseUrl: string | null | undefined): string 
 
 // ---- create ---------------------------------------------------------------------------------
 
+/** The parts the operations below use, each the narrowest it can be (the composition root's Core has them all). */
+export interface AgentServerParts {
+  conversations: Conversations;
+  service: Pick<ConversationService, 'createConversation' | 'sendMessage'>;
+  settings: Pick<Settings, 'seal'>;
+  redactor: Pick<Redactor, 'redact'>;
+  events: Pick<EventLog, 'query'>;
+  agent: { runtime: Pick<AgentRuntime, 'confirm'> };
+}
+
 /** `POST /api/conversations` with the agent-server body: create (or return, for a known `conversation_id`) and answer with the info. */
-export async function startConversation(c: Core, req: StartConversation) {
+export async function startConversation(c: AgentServerParts, req: StartConversation) {
   if (req.conversation_id && (await c.conversations.load(req.conversation_id))) return c.conversations.get(req.conversation_id);
   const llm = req.agent?.llm ?? req.agent_settings?.llm;
   const data: Data = {};
@@ -138,81 +115,12 @@ export async function startConversation(c: Core, req: StartConversation) {
   return c.conversations.get(id);
 }
 
-// ---- the info's agent-server fields ---------------------------------------------------------------
 
-/** Fields the client's ConversationInfo reads, from what the conversation keeps (additive to the interface's info). */
-export function agentServerInfo(record: ConversationRecord, ctx: AgentServerContext | undefined, server: { model: string | null; base_url: string | null; key_set: boolean }) {
-  const d = record.data;
-  const own = (d.llm as StoredLlm | undefined) ?? null;
-  const keySet = own?.api_key_sealed ? true : server.key_set || !!ctx?.llm.apiKeySet;
-  const usage = (d.usage as Usage | undefined) ?? { prompt_tokens: 0, completion_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0 };
-  const model = own?.model ?? server.model ?? ctx?.llm.model ?? null;
-  return {
-    agent: {
-      kind: 'Agent',
-      llm: { model, base_url: own?.base_url ?? server.base_url ?? ctx?.llm.baseUrl ?? null, api_key: keySet ? MASKED : null, usage_id: 'agent' },
-      tools: [{ name: 'terminal' }, { name: 'file_editor' }, { name: 'task_tracker' }],
-    },
-    workspace: { kind: 'LocalWorkspace', working_dir: ctx ? workspacePath(ctx.workspaceRoot, record.id) : null },
-    confirmation_policy: (d.confirmation_policy as ConfirmationPolicy | undefined) ?? { kind: 'NeverConfirm' },
-    persistence_dir: ctx ? path.resolve(ctx.dataDir) : null,
-    max_iterations: (d.max_iterations as number | undefined) ?? null,
-    stuck_detection: (d.stuck_detection as boolean | undefined) ?? true,
-    stats: {
-      usage_to_metrics: {
-        agent: {
-          model_name: model ?? 'default',
-          accumulated_cost: 0,
-          accumulated_token_usage: { model: model ?? 'default', ...usage, reasoning_tokens: 0, context_window: 0, per_turn_token: 0, response_id: '' },
-        },
-      },
-    },
-    tags: (d.tags as Record<string, string> | undefined) ?? {},
-    activated_knowledge_skills: [],
-    secret_names: Object.keys((d.secrets_sealed as Record<string, string> | undefined) ?? {}),
-  };
-}
-
-// ---- per-conversation settings used by the agent --------------------------------------------------
-
-/** The conversation's own LLM (from `agent.llm`), key decrypted; null fields fall back to the server's. */
-export async function conversationLlm(conversations: Conversations, settings: Settings, id: string): Promise<{ model: string | null; baseUrl: string | null; apiKey: string | null } | null> {
-  const own = (await conversations.require(id)).record.data.llm as StoredLlm | undefined;
-  if (!own) return null;
-  const apiKey = settings.unseal(own.api_key_sealed);
-  return { model: own.model, baseUrl: own.base_url, apiKey };
-}
-
-export async function conversationLimits(conversations: Conversations, id: string): Promise<{ maxIterations: number | null; stuckDetection: boolean; confirm: boolean }> {
-  const d = (await conversations.require(id)).record.data;
-  const policy = d.confirmation_policy as ConfirmationPolicy | undefined;
-  return {
-    maxIterations: (d.max_iterations as number | undefined) ?? null,
-    stuckDetection: d.stuck_detection !== false,
-    // Parley has no risk analyser: every action's risk is unknown, so ConfirmRisky asks when it confirms unknown risks
-    confirm: policy?.kind === 'AlwaysConfirm' || (policy?.kind === 'ConfirmRisky' && policy.confirm_unknown !== false),
-  };
-}
-
-/** Adds an LLM call's token counts to the conversation's usage (shown as `stats`). */
-export async function recordUsage(conversations: Conversations, id: string, u: { inputTokens?: number; outputTokens?: number; cacheReadTokens?: number; cacheWriteTokens?: number }): Promise<void> {
-  const conv = await conversations.load(id);
-  if (!conv) return;
-  const cur = (conv.record.data.usage as Usage | undefined) ?? { prompt_tokens: 0, completion_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0 };
-  await conversations.updateData(id, {
-    usage: {
-      prompt_tokens: cur.prompt_tokens + (u.inputTokens ?? 0),
-      completion_tokens: cur.completion_tokens + (u.outputTokens ?? 0),
-      cache_read_tokens: cur.cache_read_tokens + (u.cacheReadTokens ?? 0),
-      cache_write_tokens: cur.cache_write_tokens + (u.cacheWriteTokens ?? 0),
-    } satisfies Usage,
-  });
-}
 
 // ---- secrets ------------------------------------------------------------------------------------
 
 /** Merges secrets into the conversation's (encrypted at rest, masked everywhere, exported to its shell). */
-export async function setConversationSecrets(c: Pick<Core, 'conversations' | 'settings'>, id: string, secrets: Record<string, SecretInput>) {
+export async function setConversationSecrets(c: Pick<AgentServerParts, 'conversations' | 'settings'>, id: string, secrets: Record<string, SecretInput>) {
   const conv = await c.conversations.require(id);
   const sealed = { ...((conv.record.data.secrets_sealed as Record<string, string> | undefined) ?? {}) };
   for (const [name, s] of Object.entries(secrets)) {
@@ -223,15 +131,6 @@ export async function setConversationSecrets(c: Pick<Core, 'conversations' | 'se
   return { success: true as const };
 }
 
-export async function conversationSecretValues(conversations: Conversations, settings: Settings, id: string): Promise<Record<string, string>> {
-  const sealed = ((await conversations.require(id)).record.data.secrets_sealed as Record<string, string> | undefined) ?? {};
-  const out: Record<string, string> = {};
-  for (const [name, s] of Object.entries(sealed)) {
-    const value = settings.unseal(s);
-    if (value !== null) out[name] = value;
-  }
-  return out;
-}
 
 // ---- conversation-level operations ---------------------------------------------------------------
 
@@ -297,7 +196,7 @@ export async function getConversations(conversations: Conversations, ids: string
 }
 
 /** `PATCH /api/conversations/{id}`: title and/or tags. */
-export async function updateConversation(c: Pick<Core, 'conversations' | 'redactor'>, id: string, patch: { title?: string | null; tags?: Record<string, string> | null }) {
+export async function updateConversation(c: Pick<AgentServerParts, 'conversations' | 'redactor'>, id: string, patch: { title?: string | null; tags?: Record<string, string> | null }) {
   await c.conversations.require(id);
   if (patch.title !== undefined && patch.title !== null) await c.conversations.setTitle(id, c.redactor.redact(patch.title));
   if (patch.tags !== undefined) await c.conversations.updateData(id, { tags: patch.tags ?? {} });
@@ -311,7 +210,7 @@ export async function setConfirmationPolicy(conversations: Conversations, id: st
 }
 
 /** The text of the agent's last answer: its finish message, else its last message. */
-export async function agentFinalResponse(c: Pick<Core, 'conversations' | 'events'>, id: string): Promise<{ response: string }> {
+export async function agentFinalResponse(c: Pick<AgentServerParts, 'conversations' | 'events'>, id: string): Promise<{ response: string }> {
   await c.conversations.require(id);
   let before: number | null = null;
   for (;;) {
@@ -331,10 +230,10 @@ export async function agentFinalResponse(c: Pick<Core, 'conversations' | 'events
  * `POST …/events/respond_to_confirmation`: the actions waiting for confirmation run (accept) or are
  * answered with a UserRejectObservation each (reject). Only while the conversation waits for one.
  */
-export async function respondToConfirmation(c: Pick<Core, 'conversations' | 'agent'>, id: string, accept: boolean, reason: string | null) {
+export async function respondToConfirmation(c: Pick<AgentServerParts, 'conversations' | 'agent'>, id: string, accept: boolean, reason: string | null) {
   await c.conversations.require(id);
   if (c.conversations.status(id) !== 'waiting_for_confirmation') throw new ConflictError('No action is waiting for confirmation');
-  const runtime: AgentRuntime = c.agent.runtime;
+  const runtime = c.agent.runtime;
   if (!runtime.confirm) throw new ConflictError('This agent runtime does not run actions that wait for confirmation');
   await runtime.confirm(id, accept, reason);
   return { success: true as const };

@@ -13,11 +13,11 @@ import { nowIso, type EncodedEvent, type EventDraft } from '../events/types.js';
 import type { Redactor } from '../secrets/redact.js';
 import type { Settings } from '../secrets/settings.js';
 import type { ConversationRecord, ConversationStore } from '../store/types.js';
-import { redactMcpConfig, fullMcpConfig, type FullMcpConfig } from '../tools/mcp/config.js';
-import { agentServerInfo, type AgentServerContext } from './agent-server.js';
+import { redactMcpConfig, fullMcpConfig, type FullMcpConfig } from '../secrets/mcp-config.js';
+import { agentServerInfo, type AgentServerContext } from './agent-server-info.js';
+import { EXECUTION_STATUSES, type ExecutionStatus } from '../events/schema.js';
 
-export const EXECUTION_STATUSES = ['idle', 'running', 'paused', 'waiting_for_confirmation', 'finished', 'error', 'stuck'] as const;
-type ExecutionStatus = (typeof EXECUTION_STATUSES)[number];
+export { EXECUTION_STATUSES };
 
 /** What every read of a conversation returns (REST, tRPC, the socket's first frame). */
 export const ConversationInfo = z

@@ -19,48 +19,20 @@
  * OpenHands) are mapped to the new workspace, in file paths and in terminal commands; relative
  * paths are taken relative to the workspace.
  */
-import path from 'node:path';
 import type { z } from 'zod';
 import type { ValidationIssue } from '../errors.js';
 import { jsonShapeError, REPLAY_JSON_LIMITS } from '../body-shape.js';
-import { fileEditorParameters } from '../tools/file-editor.js';
-import { finishParameters } from '../tools/finish.js';
-import { taskTrackerParameters } from '../tools/task-tracker.js';
-import { terminalParameters } from '../tools/terminal.js';
-import { thinkParameters } from '../tools/think.js';
+import { BUILTIN_TOOLS } from '../events/tool-catalog.js';
+import type { ReplayContent, ReplayPlan, ReplayStep, ReplayToolName } from '../agent/replay-plan.js';
 import { imageUrlProblem } from '../llm/image-url-rule.js';
 
-type ReplayContent = (
-  | { type: 'text'; text: string; cache_prompt: boolean }
-  | { type: 'image'; image_urls: string[]; cache_prompt: boolean }
-)[];
+export type { ReplayPlan, ReplayStep } from '../agent/replay-plan.js';
+export { mapReplayCommand, mapReplayPath } from '../agent/replay-plan.js';
 
-type ReplayToolName = 'terminal' | 'file_editor' | 'think' | 'task_tracker' | 'finish';
-
-export type ReplayStep =
-  | { type: 'message'; index: number; role: 'user' | 'assistant'; content: ReplayContent }
-  | { type: 'tool'; index: number; tool: ReplayToolName; args: Record<string, unknown>; thought: string | null }
-  /** Whole-file content (range null) or lines start..end (1-based, end -1 = last line) replaced. */
-  | { type: 'write'; index: number; path: string; content: string; range: { start: number; end: number } | null; thought: string | null };
-
-export interface ReplayPlan {
-  /** The trajectory's first user message: it becomes the conversation's first message. */
-  firstMessage: ReplayContent | null;
-  /** Everything after it, in order. */
-  steps: ReplayStep[];
-  /** Directories the recording worked in, longest first (mapped to the new workspace). */
-  roots: string[];
-}
 
 type ReplayParseResult = { ok: true; plan: ReplayPlan } | { ok: false; issues: ValidationIssue[] };
 
-const TOOL_SCHEMAS: Record<ReplayToolName, z.ZodType> = {
-  terminal: terminalParameters,
-  file_editor: fileEditorParameters,
-  think: thinkParameters,
-  task_tracker: taskTrackerParameters,
-  finish: finishParameters,
-};
+const TOOL_SCHEMAS: Record<string, z.ZodType> = Object.fromEntries(BUILTIN_TOOLS.map((t) => [t.name, t.parameters]));
 
 /** OpenHands actions that record bookkeeping, not work: skipped. */
 const OH_IGNORED = new Set([
@@ -316,23 +288,6 @@ export function parseReplay(json: string): ReplayParseResult {
   return { ok: true, plan: { firstMessage, steps, roots: [...roots].sort((a, b) => b.length - a.length) } };
 }
 
-/** A recorded path in the new workspace (see the file comment). */
-export function mapReplayPath(p: string, roots: string[], workspaceDir: string): string {
-  if (!path.isAbsolute(p)) return path.resolve(workspaceDir, p);
-  for (const r of roots) if (p === r || p.startsWith(`${r}/`)) return workspaceDir + p.slice(r.length);
-  return p;
-}
-
-const escapeRe = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-
-/** A recorded command with the recording's directories replaced by the new workspace. */
-export function mapReplayCommand(command: string, roots: string[], workspaceDir: string): string {
-  let out = command;
-  for (const r of roots) {
-    out = out.replace(new RegExp(`(^|[\\s'"=(:])${escapeRe(r)}(?=$|[\\s/'";&|)<>])`, 'g'), (_m, pre: string) => pre + workspaceDir);
-  }
-  return out;
-}
 
 /** The text of a first message (for the conversation title). */
 export function replayText(c: ReplayContent | null): string | null {

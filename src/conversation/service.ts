@@ -14,7 +14,7 @@ import type { MessageRole } from '../events/schema.js';
 import type { Redactor } from '../secrets/redact.js';
 import type { Settings } from '../secrets/settings.js';
 import type { ConversationRecord } from '../store/types.js';
-import { mergeMcpConfig, fullMcpConfig, type McpConfig } from '../tools/mcp/config.js';
+import { mergeMcpConfig, fullMcpConfig, type McpConfig } from '../secrets/mcp-config.js';
 import { normalizeRepository } from '../workspace/git.js';
 import type { GitProvider } from '../workspace/providers.js';
 import { suggestedTaskProblem, type SuggestedTask } from '../workspace/tasks.js';

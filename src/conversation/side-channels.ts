@@ -10,12 +10,13 @@ import path from 'node:path';
 import type { Sandbox } from '../sandbox/index.js';
 import { FileOpError, type WorkspaceFiles } from '../sandbox/files.js';
 import { PathOutsideError, type PathView } from '../sandbox/path-view.js';
+import { BUILTIN_TOOL_NAMES } from '../events/tool-catalog.js';
 import { ForbiddenError, NotFoundError, PayloadTooLargeError, RequestValidationError, UnavailableError } from '../errors.js';
 import { BashCommands, type BashSearch, type CommandLauncher } from '../workspace/bash-commands.js';
 import { gitChanges, gitDiff } from '../workspace/git-changes.js';
 import type { GitRunOptions } from '../workspace/git-process.js';
-import { createWorkspace } from '../workspace/workspace.js';
-import { conversationSecretValues } from './agent-server.js';
+import { createWorkspace } from '../sandbox/workspace-dir.js';
+import { conversationSecretValues } from '../agent/conversation-data.js';
 import type { Redactor } from '../secrets/redact.js';
 import type { Settings } from '../secrets/settings.js';
 import type { Conversations } from './conversations.js';
@@ -85,7 +86,8 @@ interface BashRequest {
   conversation_id?: string | null;
 }
 
-export const TOOL_NAMES = ['terminal', 'file_editor', 'task_tracker', 'think', 'finish'];
+/** The built-in tools' names (the API's listTools), from the tool catalog. */
+export const TOOL_NAMES = BUILTIN_TOOL_NAMES;
 
 export class SideChannels {
   readonly bash: BashCommands;

@@ -18,7 +18,7 @@ import path from 'node:path';
 import { NotFoundError } from '../errors.js';
 import type { ConversationRecord } from '../store/types.js';
 import { allRecords } from './agent-server.js';
-import { conversationIdHex, workspacePath } from '../workspace/workspace.js';
+import { conversationIdHex, workspacePath } from '../sandbox/workspace-dir.js';
 import type { Conversations } from './conversations.js';
 
 interface LocatedPath {

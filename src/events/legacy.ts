@@ -5,22 +5,11 @@
  * Anything already in today's shape passes through untouched (one property check per event).
  */
 import { Action, type ParleyEvent } from './schema.js';
+import { BUILTIN_TOOLS } from './tool-catalog.js';
 
 /** The action kind of each built-in tool of 0.1.0; any other name was an MCP tool. */
-const ACTION_KINDS: Record<string, string> = {
-  terminal: 'TerminalAction',
-  file_editor: 'FileEditorAction',
-  task_tracker: 'TaskTrackerAction',
-  think: 'ThinkAction',
-  finish: 'FinishAction',
-};
-const TOOL_KINDS: Record<string, string> = {
-  terminal: 'TerminalTool',
-  file_editor: 'FileEditorTool',
-  task_tracker: 'TaskTrackerTool',
-  think: 'ThinkTool',
-  finish: 'FinishTool',
-};
+const ACTION_KINDS: Record<string, string> = Object.fromEntries(BUILTIN_TOOLS.map((t) => [t.name, t.actionKind]));
+const TOOL_KINDS: Record<string, string> = Object.fromEntries(BUILTIN_TOOLS.map((t) => [t.name, t.kind]));
 
 type Loose = Record<string, unknown>;
 

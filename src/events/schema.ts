@@ -8,34 +8,26 @@
  * Events written by 0.1.0 are brought to this shape as they are read (`upgradeEvent`).
  */
 import { z } from 'zod';
-import { FileEditorAction, FileEditorObservation } from '../tools/file-editor.js';
-import { FinishAction, FinishObservation } from '../tools/finish.js';
-import { MCPObservation, MCPToolAction } from '../tools/mcp/content.js';
-import { TaskTrackerAction, TaskTrackerObservation } from '../tools/task-tracker.js';
-import { TerminalAction, TerminalObservation } from '../tools/terminal.js';
-import { ThinkAction, ThinkObservation } from '../tools/think.js';
+import { ACTION_SCHEMAS, OBSERVATION_SCHEMAS } from './tool-catalog.js';
 import { ContentItem, TextContentItem } from './content.js';
 
 const EVENT_SOURCES = ['user', 'agent', 'environment'] as const;
 export const EventSource = z.enum(EVENT_SOURCES);
 export type EventSource = z.output<typeof EventSource>;
 
+/** The statuses a conversation's run moves through (`ConversationStateUpdateEvent` with key `execution_status`). */
+export const EXECUTION_STATUSES = ['idle', 'running', 'paused', 'waiting_for_confirmation', 'finished', 'error', 'stuck'] as const;
+export type ExecutionStatus = (typeof EXECUTION_STATUSES)[number];
+
 export const MESSAGE_ROLES = ['user', 'system', 'assistant', 'tool'] as const;
 export type MessageRole = (typeof MESSAGE_ROLES)[number];
 
-/** What a call of each built-in tool records as `ActionEvent.action` (declared in the tool's file). */
-export const Action = z.discriminatedUnion('kind', [TerminalAction, FileEditorAction, TaskTrackerAction, ThinkAction, FinishAction, MCPToolAction]);
+/** What a call of each tool records as `ActionEvent.action` (the tool catalog's actions). */
+export const Action = z.discriminatedUnion('kind', ACTION_SCHEMAS);
 export type Action = z.output<typeof Action>;
 
-/** What each tool returns, recorded as `ObservationEvent.observation` (declared in the tool's file). */
-export const Observation = z.discriminatedUnion('kind', [
-  TerminalObservation,
-  FileEditorObservation,
-  TaskTrackerObservation,
-  ThinkObservation,
-  FinishObservation,
-  MCPObservation,
-]);
+/** What each tool returns, recorded as `ObservationEvent.observation` (the tool catalog's observations). */
+export const Observation = z.discriminatedUnion('kind', OBSERVATION_SCHEMAS);
 export type Observation = z.output<typeof Observation>;
 
 /** The tool call as the LLM sent it (OpenHands' MessageToolCall). */

@@ -9,7 +9,7 @@ import { spawn as spawnChild, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { isAlive } from '../process-group.js';
-import { baseChildEnv } from '../workspace/child-env.js';
+import { baseChildEnv } from './child-env.js';
 import { FileChannel } from './files.js';
 import { DROP_ALL, wrapCommand, type JoinTools } from './join.js';
 import { attachEgress, needsRouteLocalnet, type EgressHandle, type EgressTools } from './network.js';

@@ -29,8 +29,8 @@
 import { spawn as spawnChild, type ChildProcess, type StdioOptions } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { baseChildEnv } from '../workspace/child-env.js';
-import { conversationIdHex, removeTree, workspacePath } from '../workspace/workspace.js';
+import { baseChildEnv } from './child-env.js';
+import { conversationIdHex, removeTree, workspacePath } from './workspace-dir.js';
 import type { CgroupBackend, ConversationCgroup } from './cgroup.js';
 import { DiskQuota } from './disk-quota.js';
 import { evictionVictims, liveCap, type EvictionCandidate } from './eviction.js';

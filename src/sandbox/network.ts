@@ -69,6 +69,7 @@ import os from 'node:os';
 import type { Readable, Writable } from 'node:stream';
 import { signalGroup, trackGroup, untrackGroup } from '../process-group.js';
 import { findProgram } from './programs.js';
+import type { AllowedNet } from '../sandbox-settings.js';
 
 /** The network slirp4netns gives the namespace (its defaults, pinned on its command line). */
 export const EGRESS_NET = {
@@ -102,87 +103,8 @@ const ATTACH_TIMEOUT_MS = 10_000;
 
 // ------------------------------------------------------------------ SANDBOX_ALLOW_NETS
 
-/** One SANDBOX_ALLOW_NETS entry: a network, and the one TCP/UDP port allowed on it (null: all). */
-export interface AllowedNet {
-  family: 4 | 6;
-  /** The network's address (its host bits are zero). */
-  address: string;
-  prefix: number;
-  port: number | null;
-}
-
-/**
- * SANDBOX_ALLOW_NETS: comma-separated networks the sandbox may reach although they are private or
- * the host's, each an address or CIDR, optionally with a port: `10.1.2.0/24`, `10.1.2.3:3128`,
- * `[fd00::/8]:443`, `192.168.1.5` (a bare address is /32 or /128). The host's loopback only as
- * `127.0.0.1:PORT` (one service; the sandbox reaches it at 10.0.2.2:PORT). Throws an Error whose
- * message is one line naming the entry.
- */
-export function parseAllowNets(value: string): AllowedNet[] {
-  return value
-    .split(',')
-    .map((e) => e.trim())
-    .filter((e) => e !== '')
-    .map(parseAllowEntry);
-}
-
-function parseAllowEntry(entry: string): AllowedNet {
-  const bad = (why: string) => new Error(`SANDBOX_ALLOW_NETS: "${entry}" ${why}`);
-  const usage = 'is not an address or CIDR with an optional port (10.1.2.0/24, 10.1.2.3:3128, [fd00::/8]:443)';
-  let cidr = entry;
-  let port: string | undefined;
-  const bracketed = /^\[([^\]]*)\](?::(.*))?$/.exec(entry);
-  if (bracketed) {
-    cidr = bracketed[1]!;
-    port = bracketed[2];
-  } else if (entry.split(':').length === 2) {
-    [cidr, port] = entry.split(':') as [string, string];
-  }
-  const [address = '', prefixText, ...rest] = cidr.split('/');
-  const family = isIPv4(address) ? 4 : isIPv6(address) && !address.includes('%') ? 6 : null;
-  if (family === 6 && !bracketed && prefixText?.includes(':')) throw bad('has a port after an IPv6 address: write it in brackets, [fd00::/8]:443');
-  if (!family || rest.length > 0) throw bad(usage);
-  if (bracketed && family === 4) throw bad('puts an IPv4 address in brackets (brackets are for IPv6: [fd00::/8]:443)');
-  const bits = family === 4 ? 32 : 128;
-  let prefix = bits;
-  if (prefixText !== undefined) {
-    if (!/^\d{1,3}$/.test(prefixText) || Number(prefixText) > bits) throw bad(`has a prefix length that is not 0 to ${bits}`);
-    prefix = Number(prefixText);
-  }
-  let portNumber: number | null = null;
-  if (port !== undefined) {
-    if (!/^\d{1,5}$/.test(port) || Number(port) < 1 || Number(port) > 65535) throw bad('has a port that is not 1 to 65535');
-    portNumber = Number(port);
-  }
-  const bytes = addressBytes(address, family);
-  for (let bit = prefix; bit < bits; bit++) {
-    if (bytes[bit >> 3]! & (0x80 >> (bit & 7))) throw bad(`has address bits set after /${prefix} (write its network address)`);
-  }
-  if (family === 4 && bytes[0] === 127 && (prefix !== 32 || bytes[3] !== 1 || bytes[1] !== 0 || bytes[2] !== 0 || portNumber === null)) {
-    throw bad("opens the host's loopback: only one service can be allowed there, as 127.0.0.1:PORT");
-  }
-  if (family === 6 && prefix === 128 && bytes.every((b, i) => b === (i === 15 ? 1 : 0))) {
-    throw bad("is the host's IPv6 loopback: allow 127.0.0.1:PORT instead");
-  }
-  return { family, address, prefix, port: portNumber };
-}
-
-/** An entry as SANDBOX_ALLOW_NETS writes it (for /server_info and logs): `10.1.2.0/24:3128`, `[fd00::/8]:443`. */
-export function formatAllowedNet(a: AllowedNet): string {
-  const net = a.prefix === (a.family === 4 ? 32 : 128) ? a.address : `${a.address}/${a.prefix}`;
-  if (a.port === null) return net;
-  return a.family === 6 ? `[${net}]:${a.port}` : `${net}:${a.port}`;
-}
-
-/** The 4 or 16 bytes of a valid address (IPv6 canonicalised by the URL parser, embedded IPv4 included). */
-function addressBytes(address: string, family: 4 | 6): number[] {
-  if (family === 4) return address.split('.').map(Number);
-  const canonical = new URL(`http://[${address}]/`).hostname.slice(1, -1);
-  const [head = '', tail] = canonical.split('::');
-  const groups = (s: string) => (s === '' ? [] : s.split(':'));
-  const words = tail === undefined ? groups(head) : [...groups(head), ...Array<string>(8 - groups(head).length - groups(tail).length).fill('0'), ...groups(tail)];
-  return words.flatMap((w) => [parseInt(w, 16) >> 8, parseInt(w, 16) & 0xff]);
-}
+// AllowedNet and its parser and printer live in the base layer (src/sandbox-settings.ts): config.ts parses the variable.
+export { formatAllowedNet, parseAllowNets, type AllowedNet } from '../sandbox-settings.js';
 
 /** An entry for the host's loopback (127.0.0.1:PORT): the tool's gateway maps to it for that port only. */
 function isHostLoopback(a: AllowedNet): boolean {

@@ -4,7 +4,7 @@
  */
 import { spawn as spawnChild, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
-import { baseChildEnv } from '../workspace/child-env.js';
+import { baseChildEnv } from './child-env.js';
 import { FileChannel, FileOpError } from './files.js';
 import { exited, killTree } from './processes.js';
 import { FILE_HELPER, HELPER_NODE_FLAGS } from './view.js';

@@ -5,43 +5,10 @@
 import type { StdioOptions } from 'node:child_process';
 import os from 'node:os';
 import type { Logger } from 'pino';
-import type { AllowedNet } from './network.js';
 
-export type SandboxModeSetting = 'auto' | 'bwrap' | 'none';
-
-export type SandboxNetwork = 'egress' | 'host' | 'none';
-
-export interface SandboxSettings {
-  mode: SandboxModeSetting;
-  /** egress: its own namespace with user-mode networking to the outside only (network.ts); none: loopback only; host: the host's. */
-  network: SandboxNetwork;
-  /** SANDBOX_ALLOW_NETS: what egress may reach besides the internet. */
-  allowNets?: AllowedNet[];
-  memoryMb: number;
-  /** All sandboxes together (SANDBOX_TOTAL_MEMORY_MB); default half of the machine's memory. */
-  totalMemoryMb?: number;
-  /** CPUs one conversation may use (SANDBOX_CPU); absent: no quota. */
-  cpus?: number | null;
-  /** Disk one conversation may use, its workspace, /tmp and HOME together (SANDBOX_DISK_MB); absent or 0: no bound. */
-  diskMb?: number;
-  pids: number;
-  fileSizeMb: number;
-  /** Most conversations with a live sandbox; the least recently used idle one is closed. */
-  maxLive: number;
-  /** A sandbox with no process started through the launcher is closed after this long (default 10 min). */
-  idleCloseMs?: number;
-  /** Keep a holder started ahead for the next conversation (default true; false: benchmarks of the cold path). */
-  spareHolder?: boolean;
-  /** The bwrap binary (BWRAP_PATH), else `bwrap` from PATH. */
-  bwrapPath?: string;
-  /** Extra host directories mounted read-only at the same path (SANDBOX_RO_BINDS). */
-  roBinds: string[];
-  /**
-   * The host uid and gid sandboxes run as when the daemon is root (SANDBOX_UID/SANDBOX_GID); null
-   * or absent: the daemon's own (a daemon that is not root cannot change uid).
-   */
-  runAs?: { uid: number; gid: number } | null;
-}
+// SandboxSettings is declared in the base layer (src/sandbox-settings.ts), where config.ts builds it from the environment.
+import type { SandboxModeSetting, SandboxNetwork, SandboxSettings } from '../sandbox-settings.js';
+export type { SandboxModeSetting, SandboxNetwork, SandboxSettings };
 
 export const DEFAULT_SANDBOX_SETTINGS: SandboxSettings = {
   mode: 'none',

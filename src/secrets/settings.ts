@@ -6,7 +6,7 @@
 import type { Logger } from 'pino';
 import { ConflictError, NotFoundError } from '../errors.js';
 import type { SecretStore } from '../store/types.js';
-import { fullMcpConfig, mcpSecretValues, type FullMcpConfig, type McpConfig } from '../tools/mcp/config.js';
+import { fullMcpConfig, mcpSecretValues, type FullMcpConfig, type McpConfig } from './mcp-config.js';
 import { GIT_PROVIDERS, type GitProvider } from '../workspace/providers.js';
 import type { SecretBox } from './crypto.js';
 import type { Redactor } from './redact.js';

@@ -13,7 +13,7 @@
 import path from 'node:path';
 import { FileOpError, type Listing, type WorkspaceFiles } from '../sandbox/files.js';
 import { z } from 'zod';
-import { actionSchema, observationSchema } from '../events/content.js';
+import { FILE_EDITOR, FILE_EDITOR_COMMANDS as COMMANDS, fileEditorParameters, type FileEditorObservation } from '../events/tool-catalog.js';
 import type { ObservationContent, Tool, ToolContext } from './types.js';
 
 const MAX_FILE_BYTES = 10 * 1024 * 1024;
@@ -33,49 +33,8 @@ const IMAGE_TYPES: Record<string, string> = {
   '.bmp': 'image/bmp',
 };
 
-const COMMANDS = ['view', 'create', 'str_replace', 'insert', 'undo_edit'] as const;
-
-/**
- * A flat object with a `command` enum rather than a discriminated union: it converts to a single
- * plain JSON object schema, which every LLM provider accepts for tool parameters (a top-level
- * `oneOf` is rejected by some). The per-command requirements are checked in `execute` and
- * reported as correctable errors.
- */
-export const fileEditorParameters = z.object({
-  command: z
-    .enum(COMMANDS)
-    .describe('The operation: `view`, `create`, `str_replace`, `insert` or `undo_edit`.'),
-  path: z.string().describe('Absolute path to the file or directory, e.g. `/workspace/src/app.py`.'),
-  file_text: z.string().optional().describe('Required for `create`: the content of the new file.'),
-  old_str: z
-    .string()
-    .optional()
-    .describe('Required for `str_replace`: the exact text to replace. It must occur exactly once in the file, whitespace included.'),
-  new_str: z
-    .string()
-    .optional()
-    .describe('For `str_replace`: the replacement text (omit to delete `old_str`). Required for `insert`: the text to insert.'),
-  insert_line: z
-    .number()
-    .optional()
-    .describe('Required for `insert`: `new_str` is inserted AFTER this line number (0 inserts at the top of the file).'),
-  view_range: z
-    .array(z.number())
-    .optional()
-    .describe(
-      'Optional for `view` on a file: [start_line, end_line], 1-based and inclusive; end_line -1 means the end of the file.',
-    ),
-});
-
 type FileEditorParams = z.output<typeof fileEditorParameters>;
-export const FileEditorAction = actionSchema('FileEditorAction', fileEditorParameters);
-export const FileEditorObservation = observationSchema('FileEditorObservation', {
-  command: z.string(),
-  path: z.string(),
-  /** Whether the file existed before a create or an edit. */
-  prev_exist: z.boolean().optional(),
-});
-export type FileEditorObservation = z.output<typeof FileEditorObservation>;
+export type { FileEditorObservation };
 
 const DESCRIPTION = `View, create and edit files.
 * \`view\`: a file is shown with line numbers like \`cat -n\` (use \`view_range\` for part of a long file); a directory lists its files and directories up to 2 levels deep (hidden ones left out). Images are returned as images.
@@ -628,9 +587,9 @@ export type FileEditorTool = Tool<FileEditorParams, FileEditorObservation> & {
 export function createFileEditorTool(opts: { files: (ctx: ToolContext) => WorkspaceFiles }): FileEditorTool {
   const editor = new FileEditor(opts.files);
   return {
-    name: 'file_editor',
-    kind: 'FileEditorTool',
-    actionKind: 'FileEditorAction',
+    name: FILE_EDITOR.name,
+    kind: FILE_EDITOR.kind,
+    actionKind: FILE_EDITOR.actionKind,
     description: DESCRIPTION,
     parameters: fileEditorParameters,
     editor,

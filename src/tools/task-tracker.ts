@@ -4,11 +4,8 @@
  * conversation's event log holds it; after a restart the loader calls restoreTaskList().
  */
 import { z } from 'zod';
-import { actionSchema, observationSchema } from '../events/content.js';
+import { TASK_TRACKER, taskSchema, taskTrackerParameters, type TaskStatus, type TaskTrackerObservation } from '../events/tool-catalog.js';
 import type { Tool, ToolContext } from './types.js';
-
-const TASK_STATUSES = ['todo', 'in_progress', 'done'] as const;
-type TaskStatus = (typeof TASK_STATUSES)[number];
 
 export interface TaskItem {
   id: string;
@@ -17,32 +14,8 @@ export interface TaskItem {
   notes?: string;
 }
 
-const taskSchema = z.object({
-  id: z
-    .union([z.string(), z.number()])
-    .describe('A short unique id for the task, e.g. "1" or "tests". Keep ids stable between updates.'),
-  title: z.string().describe('What the task is, in a few words.'),
-  status: z.enum(TASK_STATUSES).describe('`todo`, `in_progress` (at most one at a time) or `done`.'),
-  notes: z.string().optional().describe('Optional details, findings or blockers.'),
-});
-
-export const taskTrackerParameters = z.object({
-  command: z
-    .enum(['view', 'plan'])
-    .describe('`view` shows the current task list; `plan` replaces it with `task_list`.'),
-  task_list: z
-    .array(taskSchema)
-    .optional()
-    .describe('Required for `plan`: the COMPLETE new task list (it replaces the old one), in order.'),
-});
-
 type TaskTrackerParams = z.output<typeof taskTrackerParameters>;
-export const TaskTrackerAction = actionSchema('TaskTrackerAction', taskTrackerParameters);
-export const TaskTrackerObservation = observationSchema('TaskTrackerObservation', {
-  command: z.string(),
-  task_list: z.array(z.object({ id: z.string(), title: z.string(), status: z.enum(TASK_STATUSES), notes: z.string().optional() })),
-});
-export type TaskTrackerObservation = z.output<typeof TaskTrackerObservation>;
+export type { TaskTrackerObservation };
 
 const DESCRIPTION = `Keep a task list for multi-step work.
 * \`plan\` replaces the whole list with \`task_list\` (each task: id, title, status todo|in_progress|done, optional notes). Send the complete list every time, with updated statuses.
@@ -109,9 +82,9 @@ export function createTaskTrackerTool(): Tool<TaskTrackerParams, TaskTrackerObse
     task_list: getTaskList(ctx.conversationId),
   });
   return {
-    name: 'task_tracker',
-    kind: 'TaskTrackerTool',
-    actionKind: 'TaskTrackerAction',
+    name: TASK_TRACKER.name,
+    kind: TASK_TRACKER.kind,
+    actionKind: TASK_TRACKER.actionKind,
     description: DESCRIPTION,
     parameters: taskTrackerParameters,
     async execute(params, ctx) {

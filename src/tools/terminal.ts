@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
-import { actionSchema, observationSchema } from '../events/content.js';
+import { TERMINAL, terminalParameters, type TerminalObservation } from '../events/tool-catalog.js';
 import type { Tool, ToolContext } from './types.js';
 import { cleanTerminalOutput, truncateMiddle } from './terminal/output.js';
 import { RunningCommand, ShellSession, shellQuote, type ShellState } from './terminal/session.js';
@@ -42,45 +42,8 @@ interface TerminalToolOptions {
   sandbox: ShellSandbox;
 }
 
-export const terminalParameters = z.object({
-  command: z
-    .string()
-    .describe(
-      'The bash command to run. Can be several lines; chain with && or ;. Send "" (empty) to wait for more output ' +
-        'of the command that is still running. With is_input=true: text to type into the running program ' +
-        '(a newline is added), or one special key: C-c (interrupt), C-d (end of input), C-z, ENTER, TAB, ESC, BS, ' +
-        'UP, DOWN, LEFT, RIGHT, HOME, END, PGUP, PGDN, or C-<letter>.',
-    ),
-  is_input: z
-    .boolean()
-    .default(false)
-    .describe('If true, `command` is sent as input to the command that is still running instead of being run.'),
-  timeout: z
-    .number()
-    .min(0)
-    .nullable()
-    .optional()
-    .describe(
-      'Hard time limit in seconds: when it is reached the command is killed. Without it (or with 0), the call ' +
-        'returns after a while without new output and the command keeps running.',
-    ),
-  reset: z
-    .boolean()
-    .default(false)
-    .describe('If true, kill the shell (and everything it runs) and start a fresh one in the workspace before running `command`.'),
-});
-
 type TerminalParams = z.output<typeof terminalParameters>;
-export const TerminalAction = actionSchema('TerminalAction', terminalParameters);
-export const TerminalObservation = observationSchema('TerminalObservation', {
-  command: z.string(),
-  /** -1 while the command is still running (it went quiet and keeps running); null when it never ran. */
-  exit_code: z.number().int().nullable(),
-  working_dir: z.string(),
-  timeout: z.boolean(),
-  full_output_path: z.string().optional(),
-});
-export type TerminalObservation = z.output<typeof TerminalObservation>;
+export type { TerminalObservation };
 
 function describe(noOutputMs: number, maxChars: number): string {
   return `Run a bash command in a persistent shell (one per conversation, started in the workspace).
@@ -670,9 +633,9 @@ export type TerminalTool = Tool<TerminalParams, TerminalObservation> & {
 export function createTerminalTool(opts: TerminalToolOptions): TerminalTool {
   const manager = new TerminalManager(opts);
   return {
-    name: 'terminal',
-    kind: 'TerminalTool',
-    actionKind: 'TerminalAction',
+    name: TERMINAL.name,
+    kind: TERMINAL.kind,
+    actionKind: TERMINAL.actionKind,
     description: describe(manager.noOutputTimeoutMs, manager.maxOutputChars),
     parameters: terminalParameters,
     manager,

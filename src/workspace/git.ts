@@ -26,7 +26,7 @@ import type { WorkspaceFiles } from '../sandbox/files.js';
 import { randomBytes } from 'node:crypto';
 import { Redactor } from '../secrets/redact.js';
 import { askpassOrigin, ensureAskpassScript } from './askpass.js';
-import { baseChildEnv } from './child-env.js';
+import { baseChildEnv } from '../sandbox/child-env.js';
 import type { ProcessLauncher } from '../sandbox/types.js';
 import { runGit, type GitResult } from './git-process.js';
 import {

@@ -1,4 +1,4 @@
-export { createWorkspace, removeWorkspace, workspacePath, conversationIdHex, InvalidConversationIdError } from './workspace.js';
+export { createWorkspace, removeWorkspace, workspacePath, conversationIdHex, InvalidConversationIdError } from '../sandbox/workspace-dir.js';
 export {
   cloneRepository,
   CloneError,

@@ -16,7 +16,7 @@ import { spawn } from 'node:child_process';
 import { posix } from 'node:path';
 import type { WorkspaceFiles } from '../sandbox/files.js';
 import { signalGroup } from '../process-group.js';
-import { baseChildEnv } from './child-env.js';
+import { baseChildEnv } from '../sandbox/child-env.js';
 import type { ProcessLauncher } from '../sandbox/types.js';
 
 export const SETUP_SCRIPT_PATH = '.openhands/setup.sh';

@@ -2,22 +2,10 @@
  * Conversion of an MCP `tools/call` result into observation content, and of a tool's input
  * schema into the JSON Schema offered to the LLM.
  */
-import { z } from 'zod';
-import { observationSchema } from '../../events/content.js';
+import type { MCPObservation } from '../../events/tool-catalog.js';
 import type { ObservationContent } from '../types.js';
 
-/** A call of an MCP tool as `ActionEvent.action`: the arguments under `data` (OpenHands' MCPToolAction). */
-export const MCPToolAction = z
-  .object({ kind: z.literal('MCPToolAction'), data: z.record(z.string(), z.unknown()) })
-  .meta({ id: 'MCPToolAction' });
-/** The result of an MCP tool call. */
-export const MCPObservation = observationSchema('MCPObservation', {
-  /** The server's name (as in the MCP status). */
-  server: z.string(),
-  /** The tool's name on its server. */
-  tool: z.string(),
-});
-export type MCPObservation = z.output<typeof MCPObservation>;
+export type { MCPObservation };
 
 type Obj = Record<string, unknown>;
 

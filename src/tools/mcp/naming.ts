@@ -19,11 +19,12 @@
  *  - Tools are named in server order (as above), each server's tools in the order it lists them.
  */
 import { createHash } from 'node:crypto';
+import { BUILTIN_TOOL_NAMES } from '../../events/tool-catalog.js';
 
 const MAX_TOOL_NAME_LENGTH = 64;
 
 /** Built-in tool names an MCP tool must never shadow. */
-export const DEFAULT_RESERVED_TOOL_NAMES: readonly string[] = ['terminal', 'file_editor', 'task_tracker', 'think', 'finish'];
+export const DEFAULT_RESERVED_TOOL_NAMES: readonly string[] = BUILTIN_TOOL_NAMES;
 
 function sanitizeName(s: string): string {
   const out = s.replace(/[^A-Za-z0-9_-]/g, '_');

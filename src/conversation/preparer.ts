@@ -5,18 +5,18 @@
  * is recorded in the conversation's data (and as an event when there is real work).
  */
 import type { Config } from '../config.js';
-import type { Conversations } from '../conversation/conversations.js';
-import type { ReplayPlan } from '../conversation/replay.js';
-import type { AgentRuntime, ConversationPreparer, PrepareOptions } from '../conversation/runtime.js';
+import type { Conversations } from './conversations.js';
+import type { ReplayPlan } from './replay.js';
+import type { AgentRuntime, ConversationPreparer, PrepareOptions } from './runtime.js';
 import type { EventLog } from '../events/log.js';
 import type { Sandbox } from '../sandbox/index.js';
 import type { Redactor } from '../secrets/redact.js';
 import type { Settings } from '../secrets/settings.js';
-import { gitCredentialEnv } from './askpass.js';
-import { cloneRepository } from './git.js';
-import { runSetupScript } from './setup-script.js';
-import { createMicroagentMessage, suggestedTaskMessage, type SuggestedTask } from './tasks.js';
-import { createWorkspace, removeWorkspace, workspacePath } from './workspace.js';
+import { gitCredentialEnv } from '../workspace/askpass.js';
+import { cloneRepository } from '../workspace/git.js';
+import { runSetupScript } from '../workspace/setup-script.js';
+import { createMicroagentMessage, suggestedTaskMessage, type SuggestedTask } from '../workspace/tasks.js';
+import { createWorkspace, removeWorkspace, workspacePath } from '../sandbox/workspace-dir.js';
 
 interface PreparerOptions {
   workspaceRoot: string;

@@ -1,5 +1,5 @@
 /**
- * The environment handed to child processes started by the workspace module (git, setup.sh).
+ * The environment handed to child processes: the sandbox's processes and the workspace module's (git, setup.sh).
  *
  * The daemon's own environment holds secrets (SECRET_KEY, LLM_API_KEY, SESSION_API_KEY…), so a
  * child never inherits it wholesale: only the variables a shell or git needs to work (PATH, HOME,

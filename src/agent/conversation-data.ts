@@ -1,0 +1,113 @@
+/**
+ * What the agent reads and writes of a conversation, declared here (the agent sits below the
+ * conversation layer) and implemented by src/conversation/conversations.ts, which the composition
+ * root hands in: the status the run loop moves, the records, and the per-conversation settings kept
+ * in the record's `data` (its own LLM, limits, confirmation policy, secrets, token usage).
+ */
+import { z } from 'zod';
+import type { ExecutionStatus } from '../events/schema.js';
+import type { EventDraft } from '../events/types.js';
+import type { Settings } from '../secrets/settings.js';
+import type { ConversationRecord } from '../store/types.js';
+import type { FullMcpConfig } from '../secrets/mcp-config.js';
+
+/** A conversation as it is loaded: its stored record. */
+export interface LoadedConversation {
+  record: ConversationRecord;
+}
+
+/** Reading and updating a conversation's record. */
+export interface ConversationData {
+  load(id: string): Promise<LoadedConversation | null>;
+  require(id: string): Promise<LoadedConversation>;
+  updateData(id: string, patch: Record<string, unknown>): Promise<void>;
+}
+
+/** Everything the agent uses of the conversations. */
+export interface AgentConversations extends ConversationData {
+  /** The status of a loaded conversation (undefined when it is not loaded). */
+  status(id: string): ExecutionStatus | undefined;
+  /** Moves the status, recording `along` in the same commit. */
+  setStatus(id: string, status: ExecutionStatus, along?: EventDraft[]): Promise<void>;
+  /** The conversation's MCP configuration, secrets opened. */
+  mcpConfig(id: string): Promise<FullMcpConfig>;
+  /** A field of the conversation's data that may be sealed, opened. */
+  field(conv: LoadedConversation, key: string): Promise<unknown>;
+}
+
+const POLICY_KINDS = { never: 'NeverConfirm', always: 'AlwaysConfirm', risk_based: 'ConfirmRisky' } as const;
+
+/** `{kind:"NeverConfirm"|"AlwaysConfirm"|"ConfirmRisky"}` or the client's class form `{type:"never"|"always"|"risk_based"}`. */
+export const ConfirmationPolicy = z
+  .looseObject({
+    kind: z.enum(['NeverConfirm', 'AlwaysConfirm', 'ConfirmRisky']).optional(),
+    type: z.enum(['never', 'always', 'risk_based']).optional(),
+    confirm_unknown: z.boolean().optional(),
+    threshold: z.string().optional(),
+  })
+  .refine((p) => p.kind !== undefined || p.type !== undefined, { error: 'policy needs kind (NeverConfirm, AlwaysConfirm or ConfirmRisky)' })
+  .transform((p) => {
+    const kind = p.kind ?? POLICY_KINDS[p.type!];
+    return kind === 'ConfirmRisky' ? { kind, confirm_unknown: p.confirm_unknown ?? true, threshold: p.threshold ?? 'HIGH' } : { kind };
+  })
+  .meta({ id: 'ConfirmationPolicy' });
+export type ConfirmationPolicy = z.output<typeof ConfirmationPolicy>;
+
+/** The conversation's own LLM (`data.llm`), its key sealed. */
+export interface StoredLlm {
+  model: string | null;
+  base_url: string | null;
+  api_key_sealed: string | null;
+}
+
+/** The conversation's token counts (`data.usage`). */
+export interface Usage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  cache_read_tokens: number;
+  cache_write_tokens: number;
+}
+
+/** The conversation's own LLM (from `agent.llm`), key decrypted; null fields fall back to the server's. */
+export async function conversationLlm(conversations: ConversationData, settings: Pick<Settings, 'unseal'>, id: string): Promise<{ model: string | null; baseUrl: string | null; apiKey: string | null } | null> {
+  const own = (await conversations.require(id)).record.data.llm as StoredLlm | undefined;
+  if (!own) return null;
+  const apiKey = settings.unseal(own.api_key_sealed);
+  return { model: own.model, baseUrl: own.base_url, apiKey };
+}
+
+export async function conversationLimits(conversations: ConversationData, id: string): Promise<{ maxIterations: number | null; stuckDetection: boolean; confirm: boolean }> {
+  const d = (await conversations.require(id)).record.data;
+  const policy = d.confirmation_policy as ConfirmationPolicy | undefined;
+  return {
+    maxIterations: (d.max_iterations as number | undefined) ?? null,
+    stuckDetection: d.stuck_detection !== false,
+    // Parley has no risk analyser: every action's risk is unknown, so ConfirmRisky asks when it confirms unknown risks
+    confirm: policy?.kind === 'AlwaysConfirm' || (policy?.kind === 'ConfirmRisky' && policy.confirm_unknown !== false),
+  };
+}
+
+/** Adds an LLM call's token counts to the conversation's usage (shown as `stats`). */
+export async function recordUsage(conversations: ConversationData, id: string, u: { inputTokens?: number; outputTokens?: number; cacheReadTokens?: number; cacheWriteTokens?: number }): Promise<void> {
+  const conv = await conversations.load(id);
+  if (!conv) return;
+  const cur = (conv.record.data.usage as Usage | undefined) ?? { prompt_tokens: 0, completion_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0 };
+  await conversations.updateData(id, {
+    usage: {
+      prompt_tokens: cur.prompt_tokens + (u.inputTokens ?? 0),
+      completion_tokens: cur.completion_tokens + (u.outputTokens ?? 0),
+      cache_read_tokens: cur.cache_read_tokens + (u.cacheReadTokens ?? 0),
+      cache_write_tokens: cur.cache_write_tokens + (u.cacheWriteTokens ?? 0),
+    } satisfies Usage,
+  });
+}
+
+export async function conversationSecretValues(conversations: ConversationData, settings: Pick<Settings, 'unseal'>, id: string): Promise<Record<string, string>> {
+  const sealed = ((await conversations.require(id)).record.data.secrets_sealed as Record<string, string> | undefined) ?? {};
+  const out: Record<string, string> = {};
+  for (const [name, s] of Object.entries(sealed)) {
+    const value = settings.unseal(s);
+    if (value !== null) out[name] = value;
+  }
+  return out;
+}

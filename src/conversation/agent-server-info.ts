@@ -1,0 +1,51 @@
+/**
+ * The agent-server fields of a conversation's info (OpenHands' ConversationInfo: agent, workspace,
+ * confirmation policy, stats…), projected from what the conversation keeps.
+ */
+import path from 'node:path';
+import type { ConfirmationPolicy, StoredLlm, Usage } from '../agent/conversation-data.js';
+import { BUILTIN_TOOLS } from '../events/tool-catalog.js';
+import type { ConversationRecord } from '../store/types.js';
+import { workspacePath } from '../sandbox/workspace-dir.js';
+
+/** Where the service's conversations live and what the server's LLM is (for the info's `agent`). */
+export interface AgentServerContext {
+  workspaceRoot: string;
+  dataDir: string;
+  llm: { model?: string | null; baseUrl?: string | null; apiKeySet?: boolean };
+}
+
+const MASKED = '**********';
+
+/** Fields the client's ConversationInfo reads, from what the conversation keeps (additive to the interface's info). */
+export function agentServerInfo(record: ConversationRecord, ctx: AgentServerContext | undefined, server: { model: string | null; base_url: string | null; key_set: boolean }) {
+  const d = record.data;
+  const own = (d.llm as StoredLlm | undefined) ?? null;
+  const keySet = own?.api_key_sealed ? true : server.key_set || !!ctx?.llm.apiKeySet;
+  const usage = (d.usage as Usage | undefined) ?? { prompt_tokens: 0, completion_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0 };
+  const model = own?.model ?? server.model ?? ctx?.llm.model ?? null;
+  return {
+    agent: {
+      kind: 'Agent',
+      llm: { model, base_url: own?.base_url ?? server.base_url ?? ctx?.llm.baseUrl ?? null, api_key: keySet ? MASKED : null, usage_id: 'agent' },
+      tools: BUILTIN_TOOLS.filter((t) => t.inAgentSpec).map((t) => ({ name: t.name })),
+    },
+    workspace: { kind: 'LocalWorkspace', working_dir: ctx ? workspacePath(ctx.workspaceRoot, record.id) : null },
+    confirmation_policy: (d.confirmation_policy as ConfirmationPolicy | undefined) ?? { kind: 'NeverConfirm' },
+    persistence_dir: ctx ? path.resolve(ctx.dataDir) : null,
+    max_iterations: (d.max_iterations as number | undefined) ?? null,
+    stuck_detection: (d.stuck_detection as boolean | undefined) ?? true,
+    stats: {
+      usage_to_metrics: {
+        agent: {
+          model_name: model ?? 'default',
+          accumulated_cost: 0,
+          accumulated_token_usage: { model: model ?? 'default', ...usage, reasoning_tokens: 0, context_window: 0, per_turn_token: 0, response_id: '' },
+        },
+      },
+    },
+    tags: (d.tags as Record<string, string> | undefined) ?? {},
+    activated_knowledge_skills: [],
+    secret_names: Object.keys((d.secrets_sealed as Record<string, string> | undefined) ?? {}),
+  };
+}
