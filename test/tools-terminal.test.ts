@@ -6,9 +6,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
 import { Sandbox } from '../src/sandbox/launcher.js';
-import { createTerminalTool, type TerminalTool } from '../src/tools/terminal.js';
+import { createTerminalTool, type TerminalTool } from '../src/tools/terminal/tool.js';
 import type { ToolContext } from '../src/tools/types.js';
-import type { TerminalObservation as ToolObservation } from '../src/tools/terminal.js';
+import type { TerminalObservation as ToolObservation } from '../src/tools/terminal/tool.js';
 import { waitFor } from './support/daemon.js';
 
 const SECRET = 'sk-test-5ecr3t-value';

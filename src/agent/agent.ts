@@ -22,7 +22,7 @@ import { createFinishTool } from '../tools/finish.js';
 import { mcpSecretValues, mergeMcpConfig } from '../secrets/mcp-config.js';
 import type { McpManager, McpServerStatus } from '../tools/mcp/manager.js';
 import { createTaskTrackerTool } from '../tools/task-tracker.js';
-import { createTerminalTool } from '../tools/terminal.js';
+import { createTerminalTool } from '../tools/terminal/tool.js';
 import { createThinkTool } from '../tools/think.js';
 import type { Tool } from '../tools/types.js';
 import { askpassEnv, gitCredentialEnv } from '../workspace/askpass.js';

@@ -1,6 +1,6 @@
 /**
  * `terminal` tool: a persistent bash per conversation, driven through pipes.
- * See src/tools/terminal/session.ts for how the shell is run; this file holds the tool semantics
+ * See session.ts (beside it) for how the shell is run; this file holds the tool semantics
  * (timeouts, input keys, refusing a second command, truncation, redaction).
  *
  * Why one file of this size: the tool's rules for one call (soft and hard timeouts, input keys, a second
@@ -10,12 +10,12 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
-import { TERMINAL, terminalParameters, type TerminalObservation } from '../events/tool-catalog.js';
-import type { Tool, ToolContext } from './types.js';
-import { cleanTerminalOutput, truncateMiddle } from './terminal/output.js';
-import { RunningCommand, ShellSession, shellQuote, type ShellState } from './terminal/session.js';
-import { VISIBLE_OUTPUTS } from '../sandbox/settings.js';
-import type { ShellSandbox } from '../sandbox/types.js';
+import { TERMINAL, terminalParameters, type TerminalObservation } from '../../events/tool-catalog.js';
+import type { Tool, ToolContext } from '../types.js';
+import { cleanTerminalOutput, truncateMiddle } from './output.js';
+import { RunningCommand, ShellSession, shellQuote, type ShellState } from './session.js';
+import { VISIBLE_OUTPUTS } from '../../sandbox/settings.js';
+import type { ShellSandbox } from '../../sandbox/types.js';
 
 
 interface TerminalToolOptions {
