@@ -86,7 +86,7 @@ export async function startDaemon(env: Record<string, string> = {}, dataDir = te
     }, limit).unref();
   });
   const url = `http://127.0.0.1:${port}`;
-  return {
+  const handle: DaemonHandle = {
     url,
     port,
     dataDir,
@@ -115,6 +115,23 @@ export async function startDaemon(env: Record<string, string> = {}, dataDir = te
       return { status: res.status, body: parsed, text, headers: res.headers };
     },
   };
+  // the sandbox's probe decides after the port opens: tests start once it has (what /server_info
+  // reports, the paths agents see and the probe's warnings are settled then)
+  const key = fullEnv.SESSION_API_KEY || (fullEnv.SESSION_API_KEYS ?? '').split(',')[0]?.trim();
+  try {
+    await waitFor(
+      async () => {
+        const r = await handle.req('GET', '/server_info', undefined, key ? { 'X-Session-API-Key': key } : {}).catch(() => null);
+        return !r || r.status !== 200 || (r.body as { sandbox?: { mode?: string } }).sandbox?.mode !== 'probing';
+      },
+      'the sandbox probe',
+      opts.startTimeoutMs ?? 60_000,
+    );
+  } catch (err) {
+    proc.kill('SIGKILL'); // never left running behind a failed start
+    throw err;
+  }
+  return handle;
 }
 
 /**
