@@ -8,7 +8,7 @@ import type { Logger } from 'pino';
 import { createAgent, type Agent } from './agent/agent.js';
 import type { Config } from './config.js';
 import { Conversations, type SharedStore } from './conversation/conversations.js';
-import { ConversationService } from './conversation/service.js';
+import { ConversationService, type ConversationOps } from './conversation/service.js';
 import { sandboxAccess, SideChannels } from './conversation/side-channels.js';
 import { EventBus } from './events/bus.js';
 import { EventLog } from './events/log.js';
@@ -30,7 +30,7 @@ import { WorkspacePreparer } from './conversation/preparer.js';
 import { helperDirOf } from './sandbox/workspace-dir.js';
 
 export interface Core {
-  service: ConversationService;
+  service: ConversationOps;
   conversations: Conversations;
   events: EventLog;
   settings: Settings;
@@ -147,14 +147,12 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     metrics.conversationsLoaded.read(() => [[[], conversations.resident.count]]),
     metrics.conversationsLoadedBytes.read(() => [[[], conversations.resident.bytes]]),
   );
-  let exposed = service;
-  let exposedAgent = agent;
+  let exposed: ConversationOps = service;
   let closeNode = async () => {};
   if (cluster) {
     const { startClusterNode } = await import('./cluster/index.js');
     const node = await startClusterNode({ service, conversations, events, runtime: agent.runtime, leases: cluster.leases, bus: cluster.bus, store: cluster.store, prefix: cluster.prefix, log });
     exposed = node.service;
-    exposedAgent = { ...agent, runtime: node.runtime };
     closeNode = node.close;
   }
   await settings.loadIntoRedactor();
@@ -166,7 +164,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     conversations,
     events,
     settings,
-    agent: exposedAgent,
+    agent,
     sideChannels,
     sandbox,
     redactor,

@@ -103,14 +103,8 @@ export const operations = {
   agentFinalResponse: query(ConversationIdInput, (c, i) => agentServer.agentFinalResponse(c, i.conversation_id)),
   setConfirmationPolicy: mutation(AS.SetConfirmationPolicyInput, (c, i) => agentServer.setConfirmationPolicy(c.conversations, i.conversation_id, i.policy)),
   updateConversationSecrets: mutation(AS.UpdateSecretsInput, (c, i) => agentServer.setConversationSecrets(c, i.conversation_id, i.secrets)),
-  condense: mutation(ConversationIdInput, async (c, i) => {
-    await c.conversations.require(i.conversation_id);
-    return { success: await c.agent.runtime.condense(i.conversation_id) };
-  }),
-  askAgent: mutation(AS.AskAgentInput, async (c, i) => {
-    await c.conversations.require(i.conversation_id);
-    return { response: await c.agent.runtime.ask(i.conversation_id, i.question) };
-  }),
+  condense: mutation(ConversationIdInput, async (c, i) => ({ success: await c.service.condense(i.conversation_id) })),
+  askAgent: mutation(AS.AskAgentInput, async (c, i) => ({ response: await c.service.ask(i.conversation_id, i.question) })),
   // workspace side channels (no conversation in the path: the locator finds it)
   executeBash: mutation(AS.ExecuteBashRequest, (c, i) => c.sideChannels.executeBash(i)),
   startBash: mutation(AS.ExecuteBashRequest, (c, i) => c.sideChannels.startBash(i)),

@@ -1,20 +1,18 @@
 /**
  * Cluster mode in the composition root: the node (leases, routing, takeover) in front of this
- * process's conversation service. The router and the bridge keep calling the service they are
- * given; in cluster mode that is a view of the service whose lifecycle operations (create, send,
- * run, pause, interrupt, delete, resuming preparations) go through the node first.
+ * process's conversation service. The API calls the operations of `ConversationOps`; in cluster mode
+ * they are this typed wrapper, whose every operation (create, send, run, pause, interrupt, delete,
+ * resuming preparations, confirm, condense, ask) goes through the node first.
  */
 import type { Logger } from 'pino';
 import type { Conversations } from '../conversation/conversations.js';
 import type { AgentRuntimeImpl } from '../agent/runtime.js';
-import type { ConversationService } from '../conversation/service.js';
+import type { ConversationOps, ConversationService } from '../conversation/service.js';
 import type { EventLog } from '../events/log.js';
 import type { PostgresStore } from '../store/postgres.js';
 import type { ClusterBus } from './bus.js';
 import type { Leases } from './leases.js';
 import { ClusterNode } from './node.js';
-
-const ROUTED = new Set(['createConversation', 'sendMessage', 'run', 'pause', 'interrupt', 'deleteConversation', 'resumePreparations']);
 
 interface ClusterNodeParts {
   service: ConversationService;
@@ -30,7 +28,7 @@ interface ClusterNodeParts {
 
 const isUserMessage = (d: { kind: string; source: string }) => d.kind === 'MessageEvent' && d.source === 'user';
 
-export async function startClusterNode(p: ClusterNodeParts): Promise<{ service: ConversationService; runtime: AgentRuntimeImpl; close(): Promise<void> }> {
+export async function startClusterNode(p: ClusterNodeParts): Promise<{ service: ConversationOps; close(): Promise<void> }> {
   const { service, conversations, events, runtime } = p;
   const node = new ClusterNode({
     nc: p.bus.nc,
@@ -49,7 +47,13 @@ export async function startClusterNode(p: ClusterNodeParts): Promise<{ service: 
       },
       setupPhase: async (id) => ((await conversations.load(id))?.record.data.setup as { phase?: string } | undefined)?.phase,
       resumePreparations: (take) => service.resumePreparations(take),
-      runtimeOp: (op, args) => (runtime[op] as (...a: unknown[]) => Promise<unknown>).apply(runtime, args),
+      // an operation another node routed here, as the local service runs it
+      runtimeOp: (op, args) => {
+        const [id, a, b] = args as [string, unknown, unknown];
+        if (op === 'confirm') return service.confirm(id, a as boolean, (b ?? null) as string | null);
+        if (op === 'condense') return service.condense(id);
+        return service.ask(id, a as string);
+      },
       recover: async (id) => {
         await events.append(id, {
           kind: 'ConversationErrorEvent',
@@ -69,23 +73,19 @@ export async function startClusterNode(p: ClusterNodeParts): Promise<{ service: 
     (err) => node.leaseLost(err.conversationId),
   );
   await node.start();
-  const routed = new Proxy(service, {
-    get(target, prop) {
-      if (typeof prop === 'string' && ROUTED.has(prop)) {
-        const op = (node as unknown as Record<string, (...a: unknown[]) => unknown>)[prop]!;
-        return op.bind(node);
-      }
-      const v = Reflect.get(target, prop, target) as unknown;
-      return typeof v === 'function' ? v.bind(target) : v;
-    },
-  });
-  // the API calls these of the runtime directly (confirmation, condense, ask): they go to the holder too
-  const routedRuntime = new Proxy(runtime, {
-    get(target, prop) {
-      if (prop === 'confirm' || prop === 'condense' || prop === 'ask') return (...args: unknown[]) => node.runtime(prop, args);
-      const v = Reflect.get(target, prop, target) as unknown;
-      return typeof v === 'function' ? v.bind(target) : v;
-    },
-  });
-  return { service: routed, runtime: routedRuntime, close: () => node.close() };
+  // the service's operations through the node: at the conversation's lease holder, or here
+  const routed: ConversationOps = {
+    createConversation: (req) => node.createConversation(req),
+    resumePreparations: () => node.resumePreparations(),
+    sendMessage: (id, msg) => node.sendMessage(id, msg),
+    run: (id) => node.run(id),
+    pause: (id) => node.pause(id),
+    interrupt: (id) => node.interrupt(id),
+    deleteConversation: (id) => node.deleteConversation(id),
+    // accepting runs the waiting actions: it takes the lease like run
+    confirm: async (id, accept, reason) => void (await node.runtime('confirm', [id, accept, reason])),
+    condense: async (id) => (await node.runtime('condense', [id])) as boolean,
+    ask: async (id, question) => (await node.runtime('ask', [id, question])) as string,
+  };
+  return { service: routed, close: () => node.close() };
 }

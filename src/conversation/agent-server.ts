@@ -20,8 +20,7 @@ import type { EventLog } from '../events/log.js';
 import type { Redactor } from '../secrets/redact.js';
 import type { Settings } from '../secrets/settings.js';
 import type { Conversations } from './conversations.js';
-import type { AgentRuntime } from './runtime.js';
-import { deriveTitle, type ConversationService } from './service.js';
+import { deriveTitle, type ConversationOps } from './service.js';
 
 /** The policy's schema, for the API's request schemas. */
 export { ConfirmationPolicy };
@@ -77,11 +76,10 @@ function parleyModel(model: string, baseUrl: string | null | undefined): string 
 /** The parts the operations below use, each the narrowest it can be (the composition root's Core has them all). */
 export interface AgentServerParts {
   conversations: Conversations;
-  service: Pick<ConversationService, 'createConversation' | 'sendMessage'>;
+  service: Pick<ConversationOps, 'createConversation' | 'sendMessage' | 'confirm'>;
   settings: Pick<Settings, 'seal'>;
   redactor: Pick<Redactor, 'redact'>;
   events: Pick<EventLog, 'query'>;
-  agent: { runtime: Pick<AgentRuntime, 'confirm'> };
 }
 
 /** `POST /api/conversations` with the agent-server body: create (or return, for a known `conversation_id`) and answer with the info. */
@@ -230,11 +228,9 @@ export async function agentFinalResponse(c: Pick<AgentServerParts, 'conversation
  * `POST …/events/respond_to_confirmation`: the actions waiting for confirmation run (accept) or are
  * answered with a UserRejectObservation each (reject). Only while the conversation waits for one.
  */
-export async function respondToConfirmation(c: Pick<AgentServerParts, 'conversations' | 'agent'>, id: string, accept: boolean, reason: string | null) {
+export async function respondToConfirmation(c: Pick<AgentServerParts, 'conversations' | 'service'>, id: string, accept: boolean, reason: string | null) {
   await c.conversations.require(id);
   if (c.conversations.status(id) !== 'waiting_for_confirmation') throw new ConflictError('No action is waiting for confirmation');
-  const runtime = c.agent.runtime;
-  if (!runtime.confirm) throw new ConflictError('This agent runtime does not run actions that wait for confirmation');
-  await runtime.confirm(id, accept, reason);
+  await c.service.confirm(id, accept, reason);
   return { success: true as const };
 }

@@ -224,7 +224,36 @@ export class ConversationService {
     this.log.info({ conversation_id: id }, 'conversation deleted');
     return { success: true };
   }
+
+  /** The actions waiting for confirmation run (accept) or are answered with a rejection each. */
+  async confirm(id: string, accept: boolean, reason: string | null): Promise<void> {
+    if (!this.runtime.confirm) throw new ConflictError('This agent runtime does not run actions that wait for confirmation');
+    await this.runtime.confirm(id, accept, reason);
+  }
+
+  /** Condense the conversation's history now; false when there is nothing to condense. */
+  async condense(id: string): Promise<boolean> {
+    await this.conversations.require(id);
+    if (!this.runtime.condense) throw new ConflictError('This agent runtime does not condense');
+    return this.runtime.condense(id);
+  }
+
+  /** A question to the agent outside the conversation's history. */
+  async ask(id: string, question: string): Promise<string> {
+    await this.conversations.require(id);
+    if (!this.runtime.ask) throw new ConflictError('This agent runtime does not answer questions');
+    return this.runtime.ask(id, question);
+  }
 }
+
+/**
+ * Every operation on a conversation's lifecycle, as the API calls it: the service itself on one node,
+ * the cluster's routing wrapper (src/cluster/index.ts) in front of it with several.
+ */
+export type ConversationOps = Pick<
+  ConversationService,
+  'createConversation' | 'resumePreparations' | 'sendMessage' | 'run' | 'pause' | 'interrupt' | 'deleteConversation' | 'confirm' | 'condense' | 'ask'
+>;
 
 function contentOf(text: string, imageUrls: string[]): ContentItem[] {
   const content: ContentItem[] = [];
