@@ -13,6 +13,7 @@ import type { PostgresStore } from '../store/postgres.js';
 import type { ClusterBus } from './bus.js';
 import type { Leases } from './leases.js';
 import { ClusterNode } from './node.js';
+import { setupPhaseOf } from '../conversation/setup-phase.js';
 
 interface ClusterNodeParts {
   service: ConversationService;
@@ -45,7 +46,10 @@ export async function startClusterNode(p: ClusterNodeParts): Promise<{ service: 
         const conv = await conversations.refresh(id);
         return conv ? { status: conv.status } : null;
       },
-      setupPhase: async (id) => ((await conversations.load(id))?.record.data.setup as { phase?: string } | undefined)?.phase,
+      setupPhase: async (id) => {
+        const conv = await conversations.load(id);
+        return conv ? setupPhaseOf(conv.record.data) : undefined;
+      },
       resumePreparations: (take) => service.resumePreparations(take),
       // an operation another node routed here, as the local service runs it
       runtimeOp: (op, args) => {

@@ -14,6 +14,7 @@ import type { Redactor } from '../secrets/redact.js';
 import type { Settings } from '../secrets/settings.js';
 import type { ConversationRecord, ConversationStore } from '../store/types.js';
 import { redactMcpConfig, fullMcpConfig, type FullMcpConfig } from '../secrets/mcp-config.js';
+import { stillPreparing } from './setup-phase.js';
 import { agentServerInfo, type AgentServerContext } from './agent-server-info.js';
 import { EXECUTION_STATUSES, type ExecutionStatus } from '../events/schema.js';
 
@@ -425,6 +426,5 @@ function fieldBytes(v: unknown): number {
  */
 function evictable(conv: LiveConversation): boolean {
   if (conv.status === 'running' || conv.record.data.run_requested) return false;
-  const phase = (conv.record.data.setup as { phase?: string } | undefined)?.phase;
-  return phase === undefined || phase === 'ready' || phase === 'error';
+  return !stillPreparing(conv.record.data);
 }

@@ -17,6 +17,7 @@ import { cloneRepository } from '../workspace/git.js';
 import { runSetupScript } from '../workspace/setup-script.js';
 import { createMicroagentMessage, suggestedTaskMessage, type SuggestedTask } from '../workspace/tasks.js';
 import { createWorkspace, removeWorkspace, workspacePath } from '../sandbox/workspace-dir.js';
+import type { SetupPhase } from './setup-phase.js';
 
 interface PreparerOptions {
   workspaceRoot: string;
@@ -54,7 +55,7 @@ export class WorkspacePreparer implements ConversationPreparer {
     // phases are reported as events when there is real work (a clone, a setup script, a replay);
     // a conversation without a repository only gets its directory
     const visible = !!d.selected_repository || !!opts?.replay;
-    const phase = async (p: string, detail?: string) => {
+    const phase = async (p: SetupPhase, detail?: string) => {
       await conversations.updateData(id, { setup: { phase: p, ...(detail ? { detail } : {}) } });
       if (visible || p === 'error') {
         await events.append(id, { kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'setup', value: { phase: p, ...(detail ? { detail } : {}) } });

@@ -22,6 +22,7 @@ import type { Conversations, LiveConversation } from './conversations.js';
 import { parseReplay, replayText, type ReplayPlan } from './replay.js';
 import type { AgentRuntime, ConversationPreparer, PrepareOptions } from './runtime.js';
 import { assertFitsEvent, assertItemsFit } from './message-limits.js';
+import { stillPreparing } from './setup-phase.js';
 
 /** What a new conversation may ask for (the API validates the request against its own schema). */
 interface NewConversation {
@@ -179,9 +180,8 @@ export class ConversationService {
   private startRun(id: string): boolean {
     const conv = this.conversations.loaded(id);
     if (!conv) return false;
-    const phase = (conv.record.data.setup as { phase?: string } | undefined)?.phase;
     // every phase before 'ready' (pending, preparing, cloning, checking_out, cloned, replaying) waits
-    if (phase !== undefined && phase !== 'ready' && phase !== 'error') {
+    if (stillPreparing(conv.record.data)) {
       conv.record.data.run_requested = true;
       // a preparation the daemon's restart cut short is started again; it runs the loop when done
       if (!this.preparing.has(id)) this.launchPreparer(id);
