@@ -9,7 +9,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, test } from 'node:test';
-import { ROOT, startDaemon, tempDir } from './support/daemon.js';
+import { ROOT, startDaemon, tempDir, waitFor } from './support/daemon.js';
 import { isAlive } from './support/processes.js';
 
 interface Started {
@@ -58,17 +58,32 @@ describe('DATA_DIR lock', { timeout: 120_000 }, () => {
     assert.ok(daemonPid > 0 && daemonPid !== first.proc.pid, 'parley.pid names the daemon, a child of npm');
     killGroup(first.proc, 'SIGKILL'); // no reaping of the daemon, no wait: start again at once
     let second: Started | undefined;
+    let newPid = 0;
     try {
       second = await npmStart(dir);
       const got = await fetch(`${second.url}/api/conversations/${id}`);
       assert.equal(got.status, 200, 'the restarted daemon serves the conversation made before the kill');
-      const newPid = Number(fs.readFileSync(path.join(dir, 'parley.pid'), 'utf8'));
+      newPid = Number(fs.readFileSync(path.join(dir, 'parley.pid'), 'utf8'));
       assert.ok(newPid !== daemonPid && isAlive(newPid), 'parley.pid names the new, live daemon');
     } finally {
       if (second) killGroup(second.proc, 'SIGTERM');
     }
     await new Promise<void>((r) => (second!.proc.exitCode !== null ? r() : second!.proc.on('exit', () => r())));
-    fs.rmSync(dir, { recursive: true, force: true, maxRetries: 10 }); // a stopping daemon may still be closing files in it
+    // npm may exit before its daemon; and what the killed daemon had started (its sandbox probe runs
+    // after the port opens) ends by itself: the directory is removed once nothing writes in it
+    await waitFor(() => !newPid || !isAlive(newPid), 'the second daemon to exit', 30_000);
+    await waitFor(
+      () => {
+        try {
+          fs.rmSync(dir, { recursive: true, force: true });
+          return true;
+        } catch {
+          return false;
+        }
+      },
+      'the data directory to be removable',
+      30_000,
+    );
   });
 
   test('a stale parley.pid naming a live unrelated process does not block a start', async () => {
