@@ -20,6 +20,7 @@ import os from 'node:os';
 import { parseArgs } from 'node:util';
 import { allEvents } from '../test/support/conversation-api.js';
 import { startDaemon, waitFor, type DaemonHandle } from '../test/support/daemon.js';
+import { descendants } from '../test/support/processes.js';
 import { startScriptedLlm, type ScriptedLlm } from '../test/support/scripted-llm.js';
 
 const { values: args } = parseArgs({ options: { conversations: { type: 'string', default: '40' }, 'idle-ms': { type: 'string', default: '5000' } } });
@@ -30,28 +31,9 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 
 /** The daemon's living descendants and their PSS (kB). */
 function tree(root: number): { processes: number; pssKiB: number } {
-  const parent = new Map<number, number>();
-  for (const d of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      if (f[0] !== 'Z') parent.set(Number(d), Number(f[1]));
-    } catch {
-      /* gone */
-    }
-  }
   let processes = 0;
   let pssKiB = 0;
-  for (const pid of parent.keys()) {
-    let under = false;
-    for (let p = parent.get(pid), hops = 0; p !== undefined && p > 1 && hops < 64; p = parent.get(p), hops++) {
-      if (p === root) {
-        under = true;
-        break;
-      }
-    }
-    if (!under) continue;
+  for (const pid of descendants(root)) {
     processes++;
     try {
       pssKiB += Number(/^Pss:\s+(\d+) kB/m.exec(fs.readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8'))?.[1] ?? 0);

@@ -10,45 +10,17 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { describe, test } from 'node:test';
 import { startDaemon, type DaemonHandle } from './support/daemon.js';
-
-/** Living (not zombie) host processes: pid → parent pid. */
-function processes(): Map<number, { ppid: number }> {
-  const out = new Map<number, { ppid: number }>();
-  for (const d of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      if (f[0] === 'Z' || f[0] === 'X') continue;
-      out.set(Number(d), { ppid: Number(f[1]) });
-    } catch {
-      /* gone */
-    }
-  }
-  return out;
-}
+import { descendants, livingProcesses } from './support/processes.js';
 
 /**
- * Every living descendant of `root`: its sandboxes (supervisor, bwrap, the sandbox's init and what
+ * Every living descendant of the daemon: its sandboxes (supervisor, bwrap, the sandbox's init and what
  * runs in it, reparented there), joined processes (nsenter and its child), slirp4netns. (Not "every
  * process of the sandbox uid": other test files' sandboxes run as that uid at the same time.)
  */
-function started(root: number): number[] {
-  const all = processes();
-  const out = new Set<number>();
-  for (const [pid, p] of all) {
-    for (let q = p.ppid, hops = 0; q > 1 && hops < 64; q = all.get(q)?.ppid ?? 0, hops++) {
-      if (q === root) {
-        out.add(pid);
-        break;
-      }
-    }
-  }
-  return [...out];
-}
+const started = descendants;
 
 const alive = (pids: number[]) => {
-  const now = processes();
+  const now = livingProcesses();
   return pids.filter((p) => now.has(p));
 };
 

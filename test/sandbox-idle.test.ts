@@ -9,26 +9,9 @@ import fs from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { allEvents } from './support/conversation-api.js';
 import { startDaemon, waitFor, type DaemonHandle } from './support/daemon.js';
+import { descendants } from './support/processes.js';
 import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
 
-/** Living host processes that descend from `root`. */
-function descendants(root: number): number[] {
-  const parent = new Map<number, number>();
-  for (const d of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      if (f[0] !== 'Z') parent.set(Number(d), Number(f[1]));
-    } catch {
-      /* gone */
-    }
-  }
-  return [...parent.keys()].filter((pid) => {
-    for (let p = parent.get(pid), hops = 0; p !== undefined && p > 1 && hops < 64; p = parent.get(p), hops++) if (p === root) return true;
-    return false;
-  });
-}
 
 const cmdline = (pid: number) => {
   try {

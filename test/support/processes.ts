@@ -32,3 +32,28 @@ export function hostPid(reported: string): number {
   }
   return 0;
 }
+
+/** Living (not zombie) host processes: pid → parent pid, read from /proc/<pid>/stat. */
+export function livingProcesses(): Map<number, number> {
+  const parent = new Map<number, number>();
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (f[0] !== 'Z' && f[0] !== 'X') parent.set(Number(d), Number(f[1]));
+    } catch {
+      /* gone */
+    }
+  }
+  return parent;
+}
+
+/** Every living descendant of `root` on the host (through the parent links in /proc/<pid>/stat). */
+export function descendants(root: number): number[] {
+  const parent = livingProcesses();
+  return [...parent.keys()].filter((pid) => {
+    for (let p = parent.get(pid), hops = 0; p !== undefined && p > 1 && hops < 64; p = parent.get(p), hops++) if (p === root) return true;
+    return false;
+  });
+}

@@ -7,6 +7,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { allEvents, waitStatus } from './conversation-api.js';
 import { ROOT, startDaemon, tempDir, waitFor, type DaemonHandle } from './daemon.js';
+export { descendants } from './processes.js';
 import { startScriptedLlm, type ScriptedLlm } from './scripted-llm.js';
 import { startGitServer } from './git-server.js';
 import { hostPid } from './processes.js';
@@ -59,30 +60,6 @@ export function pidsInNs(ns: string): number[] {
   return fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d) && nsOf(Number(d)) === ns).map(Number);
 }
 
-/** Every living descendant of `root` on the host (through the parent links in /proc/<pid>/stat). */
-export function descendants(root: number): number[] {
-  const parent = new Map<number, number>();
-  for (const d of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      if (f[0] !== 'Z') parent.set(Number(d), Number(f[1]));
-    } catch {
-      /* gone */
-    }
-  }
-  const out: number[] = [];
-  for (const pid of parent.keys()) {
-    for (let p = parent.get(pid); p !== undefined && p > 1; p = parent.get(p)) {
-      if (p === root) {
-        out.push(pid);
-        break;
-      }
-    }
-  }
-  return out;
-}
 
 export const alive = (pids: number[]) =>
   pids.filter((p) => {
