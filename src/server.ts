@@ -81,7 +81,9 @@ function trackedAsTyped(raw: ParleyCaller): ParleyCaller {
     for await (const item of items) yield isTrackedEnvelope(item) ? { id: item[0], data: item[1] } : item;
   }
   const events = async (...args: Parameters<ParleyCaller['events']>) => unwrap(await raw.events(...args));
-  return new Proxy(raw, { get: (target, prop, receiver) => (prop === 'events' ? events : Reflect.get(target, prop, receiver)) });
+  // an object of its own with `events`; every other procedure is looked up on the caller behind it
+  const caller: ParleyCaller = Object.create(raw);
+  return Object.assign(caller, { events });
 }
 
 export type { AppRouter, Config };
