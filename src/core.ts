@@ -12,7 +12,6 @@ import { ConversationService, type ConversationOps } from './conversation/servic
 import { sandboxAccess, SideChannels } from './conversation/side-channels.js';
 import { EventBus } from './events/bus.js';
 import { EventLog } from './events/log.js';
-import type { EncodedEvent } from './events/types.js';
 import { metrics } from './metrics.js';
 import { SecretBox } from './secrets/crypto.js';
 import type { Redactor } from './secrets/redact.js';
@@ -70,20 +69,14 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   for (const k of config.sessionApiKeys) redactor.add(k);
   redactor.add(config.secretKey, config.llm.apiKey);
   let bus = new EventBus();
-  // The store reports every commit to the event log (which publishes it) and to the conversations
-  // (which follow its status); both read the store, so they exist only once it is open.
-  const committed = { to: (_id: string, _evs: EncodedEvent[]): void => {} };
-  const onCommit = (id: string, evs: EncodedEvent[]) => committed.to(id, evs);
   let store: Store;
   let unread: (() => void)[];
   let closeBus = async () => {};
-  // another node deleted a conversation: its state here goes (bound once the conversations exist)
-  const remoteDelete = { to: (_id: string): void => {} };
   // several nodes (NATS): leases and routing to the lease holder (src/cluster/)
   let cluster: { bus: ClusterBus; leases: Leases; prefix: string; store: PostgresStore } | null = null;
   const runsHere = { test: (_id: string): boolean => false };
   if (config.cluster) {
-    const pgStore = await PostgresStore.open(config.cluster.databaseUrl, onCommit);
+    const pgStore = await PostgresStore.open(config.cluster.databaseUrl);
     redactor.add(new URL(config.cluster.databaseUrl).password || null);
     store = pgStore;
     unread = pgStoreMetrics(pgStore);
@@ -93,14 +86,13 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
         await pgStore.close();
         throw new Error(`cannot reach NATS at ${config.cluster!.natsUrl}: ${(err as Error).message}`);
       });
-      clusterBus.onRemoteDelete((id) => remoteDelete.to(id));
       closeBus = () => clusterBus.close();
       bus = clusterBus;
       const { Leases } = await import('./cluster/leases.js');
       cluster = { bus: clusterBus, leases: new Leases(pgStore.pool, config.cluster.nodeId, config.cluster.leaseTtlMs), prefix: config.cluster.natsPrefix, store: pgStore };
     }
   } else {
-    const sqlite = new SqliteStore(config.dataDir, onCommit, { synchronous: config.sqliteSynchronous, disk, reserveBytes: config.diskReserveMb * 1024 * 1024 });
+    const sqlite = new SqliteStore(config.dataDir, { synchronous: config.sqliteSynchronous, disk, reserveBytes: config.diskReserveMb * 1024 * 1024 });
     store = sqlite;
     unread = [
       metrics.conversations.read(() => sqlite.countByStatus().map(([s, n]) => [[s], n])),
@@ -121,11 +113,11 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     shared,
     { count: config.maxLoadedConversations },
   );
-  remoteDelete.to = (id) => conversations.forget(id);
-  committed.to = (id, evs) => {
-    events.committed(id, evs);
-    conversations.committed(id, evs);
-  };
+  // every commit is published (the event log), then followed by the conversation's shown status
+  store.onCommit((id, evs) => events.committed(id, evs));
+  store.onCommit((id, evs) => conversations.committed(id, evs));
+  // another node deleted a conversation: its state here goes
+  cluster?.bus.onRemoteDelete((id) => conversations.forget(id));
   // a full disk: the agents' writes go first (the conversation using the most disk is stopped, once a second while it lasts)
   disk.subscribe((p) => {
     if (p.full) void sandbox.relieveDisk();

@@ -12,7 +12,6 @@ import pino from 'pino';
 import { Conversations } from '../src/conversation/conversations.js';
 import { EventBus } from '../src/events/bus.js';
 import { EventLog } from '../src/events/log.js';
-import type { EncodedEvent } from '../src/events/types.js';
 import { SecretBox } from '../src/secrets/crypto.js';
 import { Redactor } from '../src/secrets/redact.js';
 import { Settings } from '../src/secrets/settings.js';
@@ -29,15 +28,12 @@ after(() => {
 function open(dir: string) {
   const redactor = new Redactor();
   const bus = new EventBus();
-  const hook = { to: (_id: string, _evs: EncodedEvent[]): void => {} };
-  const store = new SqliteStore(dir, (id, evs) => hook.to(id, evs));
+  const store = new SqliteStore(dir);
   const events = new EventLog(store, bus, redactor, 256 * 1024);
   const settings = new Settings(store, SecretBox.open(dir, 'k'.repeat(32)), redactor, log);
   const conversations = new Conversations(store, events, settings, redactor);
-  hook.to = (id, evs) => {
-    events.committed(id, evs);
-    conversations.committed(id, evs);
-  };
+  store.onCommit((id, evs) => events.committed(id, evs));
+  store.onCommit((id, evs) => conversations.committed(id, evs));
   return { store, events, conversations };
 }
 

@@ -126,7 +126,7 @@ describe('the event model', () => {
   test('a log written in 0.1.0 shape reads in today\'s shape and the conversation continues from it', async () => {
     const dir = tempDir();
     const id = '0190f1e2-0000-7000-8000-000000000001';
-    const store = new SqliteStore(dir, () => {});
+    const store = new SqliteStore(dir);
     const now = new Date().toISOString();
     await store.createConversation({ id, title: 'old', created_at: now, updated_at: now, execution_status: 'finished', data: { setup: { phase: 'ready' } } });
     // exactly the shapes 0.1.0 wrote: bare arguments as `action`, `tool_call.input`, tool names in the system prompt

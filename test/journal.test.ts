@@ -35,7 +35,7 @@ test('events committed to the journal but never indexed survive a SIGKILL: same 
   raw.close();
   assert.ok(journalGenerations(path.join(dir, 'journal')).length >= 1);
 
-  const store = new SqliteStore(dir, () => {}, { indexDelayMs: 10 });
+  const store = new SqliteStore(dir, { indexDelayMs: 10 });
   for (const conv of [C, D]) {
     const mine = committed.events.filter((e) => e.conversation === conv);
     const page = await store.query(conv, { limit: 1000 });
@@ -87,7 +87,7 @@ test('a torn or corrupt frame at the end of the journal is ignored; every whole 
 test('journal files rotate, and a generation is removed once the index holds it', async () => {
   const dir = tempDir();
   const jdir = path.join(dir, 'journal');
-  const store = new SqliteStore(dir, () => {}, { rotateBytes: 4096, indexDelayMs: 5 });
+  const store = new SqliteStore(dir, { rotateBytes: 4096, indexDelayMs: 5 });
   let maxFiles = 0;
   for (let i = 0; i < 200; i++) {
     await store.append(i % 2 ? C : D, msg(`rotating ${i} ${'x'.repeat(200)}`));
@@ -102,7 +102,7 @@ test('journal files rotate, and a generation is removed once the index holds it'
 
 test('when the index falls behind, appends wait for it instead of holding unbounded memory', async () => {
   const dir = tempDir();
-  const store = new SqliteStore(dir, () => {}, { maxUnindexed: 50, indexDelayMs: 100 });
+  const store = new SqliteStore(dir, { maxUnindexed: 50, indexDelayMs: 100 });
   const first = await Promise.all(Array.from({ length: 50 }, (_, i) => store.append(C, msg(`a${i}`))));
   assert.equal(store.unindexed, 50);
   let seenWhenResolved = -1;
@@ -122,7 +122,8 @@ test('when the index falls behind, appends wait for it instead of holding unboun
 test('a journal write that fails (disk full) rejects the append with a clear error, takes no seq, and keeps what was committed', async () => {
   const dir = tempDir();
   const published: number[] = [];
-  const store = new SqliteStore(dir, (_id, evs) => published.push(...evs.map((e) => e.event.seq!)));
+  const store = new SqliteStore(dir);
+  store.onCommit((_id, evs) => published.push(...evs.map((e) => e.event.seq!)));
   await store.appendMany(C, [msg('one'), msg('two')]);
   // from here on the journal writes to /dev/full: every write(2) fails with ENOSPC
   const jdir = path.join(dir, 'journal');
@@ -146,7 +147,7 @@ test('when indexing fails, committed events stay readable, appends go on up to t
   const keepAlive = setInterval(() => {}, 1000);
   t.after(() => clearInterval(keepAlive));
   const dir = tempDir();
-  const store = new SqliteStore(dir, () => {}, { indexDelayMs: 20, maxUnindexed: 5 });
+  const store = new SqliteStore(dir, { indexDelayMs: 20, maxUnindexed: 5 });
   await store.append(C, msg('indexed'));
   await waitFor(() => store.unindexed === 0, 'the first event indexed');
   const admin = new Database(path.join(dir, 'parley.db'));
@@ -184,7 +185,7 @@ test('a store closed while its index cannot write keeps the journal, and the nex
   const keepAlive = setInterval(() => {}, 1000);
   t.after(() => clearInterval(keepAlive));
   const dir = tempDir();
-  const store = new SqliteStore(dir, () => {}, { indexDelayMs: 20 });
+  const store = new SqliteStore(dir, { indexDelayMs: 20 });
   await store.append(C, msg('indexed'));
   await waitFor(() => store.unindexed === 0, 'the first event indexed');
   const admin = new Database(path.join(dir, 'parley.db'));
@@ -203,7 +204,7 @@ test('a store closed while its index cannot write keeps the journal, and the nex
 test('SQLITE_SYNCHRONOUS=FULL: appends, rotation and reopen work with every frame synced', async () => {
   const dir = tempDir();
   const jdir = path.join(dir, 'journal');
-  const store = new SqliteStore(dir, () => {}, { synchronous: 'FULL', rotateBytes: 2048, indexDelayMs: 5 });
+  const store = new SqliteStore(dir, { synchronous: 'FULL', rotateBytes: 2048, indexDelayMs: 5 });
   let rotated = false;
   for (let i = 0; i < 40; i++) {
     await store.append(C, msg(`durable ${i} ${'y'.repeat(100)}`));
@@ -212,7 +213,7 @@ test('SQLITE_SYNCHRONOUS=FULL: appends, rotation and reopen work with every fram
   assert.ok(rotated, 'new generations were created');
   assert.equal(await store.count(C, {}), 40);
   await store.close();
-  const reopened = new SqliteStore(dir, () => {}, { synchronous: 'FULL' });
+  const reopened = new SqliteStore(dir, { synchronous: 'FULL' });
   assert.deepEqual((await reopened.query(C, { limit: 100 })).map((e) => e.seq), Array.from({ length: 40 }, (_, i) => i + 1));
   await reopened.close();
 });

@@ -11,8 +11,8 @@ import { test, type TestContext } from 'node:test';
 import pg from 'pg';
 import { UnavailableError } from '../src/errors.js';
 import { LeaseLostError, PostgresStore } from '../src/store/postgres.js';
-import { SqliteStore, type CommitListener } from '../src/store/sqlite.js';
-import type { Store } from '../src/store/types.js';
+import { SqliteStore } from '../src/store/sqlite.js';
+import type { CommitListener, Store } from '../src/store/types.js';
 import type { ParleyEvent } from '../src/events/types.js';
 import { freePort, ROOT, tempDir, waitFor } from './support/daemon.js';
 import { createTestDatabase } from './support/postgres.js';
@@ -33,7 +33,11 @@ const backends: { name: string; setup(t: TestContext): Promise<Open> }[] = [
     async setup(t) {
       const dir = tempDir();
       t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
-      return async (onCommit) => new SqliteStore(dir, onCommit);
+      return async (onCommit) => {
+        const s = new SqliteStore(dir);
+        if (onCommit) s.onCommit(onCommit);
+        return s;
+      };
     },
   },
   {
@@ -46,7 +50,8 @@ const backends: { name: string; setup(t: TestContext): Promise<Open> }[] = [
         await db.drop();
       });
       return async (onCommit) => {
-        const s = await PostgresStore.open(db.url, onCommit);
+        const s = await PostgresStore.open(db.url);
+        if (onCommit) s.onCommit(onCommit);
         opened.push(s);
         return s;
       };
@@ -193,7 +198,7 @@ for (const backend of backends) {
 test('SQLite: reads see events before and after the writer thread indexes them', { timeout: 60_000 }, async (t) => {
   const dir = tempDir();
   t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
-  const store = new SqliteStore(dir, () => {}, { indexDelayMs: 200 });
+  const store = new SqliteStore(dir, { indexDelayMs: 200 });
   const all = await Promise.all(Array.from({ length: 200 }, (_, i) => store.append(C, msg(`m${i}`))));
   const check = async () => {
     assert.deepEqual((await store.query(C, { limit: 1000 })).map((e) => e.seq), Array.from({ length: 200 }, (_, i) => i + 1));
@@ -213,7 +218,7 @@ test('SQLite: a crash between the journal write of a status event and the status
   t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
   const r = spawnSync(process.execPath, ['--import', 'tsx', path.join(ROOT, 'test/support/status-crash.ts'), dir, C], { cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
   assert.equal(r.signal, 'SIGKILL', `the child died by SIGKILL (stderr: ${r.stderr})`);
-  const store = new SqliteStore(dir, () => {});
+  const store = new SqliteStore(dir);
   assert.equal((await store.getConversation(C))?.execution_status, 'running', 'the status follows the log');
   await store.close();
 });
@@ -243,7 +248,7 @@ test('PostgreSQL: two nodes appending to one conversation get one gap-free seq; 
 
 test('PostgreSQL: unreachable at start or mid-run answers UnavailableError with the reason; a bad append fails alone', { timeout: 60_000 }, async (t) => {
   const port = await freePort();
-  await assert.rejects(PostgresStore.open(`postgres://postgres@127.0.0.1:${port}/x`, () => {}, { connectTimeoutMs: 2000 }), (err: Error) => err instanceof UnavailableError && /PostgreSQL unavailable: .*ECONNREFUSED/.test(err.message));
+  await assert.rejects(PostgresStore.open(`postgres://postgres@127.0.0.1:${port}/x`, { connectTimeoutMs: 2000 }), (err: Error) => err instanceof UnavailableError && /PostgreSQL unavailable: .*ECONNREFUSED/.test(err.message));
 
   const db = await createTestDatabase();
   t.after(() => db.drop());
@@ -270,7 +275,7 @@ test('PostgreSQL: a node whose connection to the server is cut answers 503 with 
   t.after(() => proxy.close());
   const url = new URL(db.url);
   url.port = String(proxy.port);
-  const store = await PostgresStore.open(url.toString(), () => {}, { connectTimeoutMs: 1000 });
+  const store = await PostgresStore.open(url.toString(), { connectTimeoutMs: 1000 });
   await store.append(C, msg('before'));
   proxy.cut();
   const err = await store.append(C, msg('during')).then(() => null, (e: Error) => e);

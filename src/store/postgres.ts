@@ -30,8 +30,7 @@ import { ConflictError, UnavailableError } from '../errors.js';
 import { uuidv7 } from '../events/ids.js';
 import { EncodedEvent, nowIso, type EventDraft, type ParleyEvent } from '../events/types.js';
 import { metrics } from '../metrics.js';
-import type { CommitListener } from './sqlite.js';
-import { conversationFromRow, executionStatusOf, type ConversationRecord, type EventQuery, type SealedValue, type Store } from './types.js';
+import { conversationFromRow, executionStatusOf, type ConversationRecord, type EventQuery, type SealedValue, type Store, CommitListeners, type CommitListener } from './types.js';
 
 interface PostgresStoreOptions {
   /** Connections in the pool (default 10). */
@@ -210,13 +209,16 @@ export class PostgresStore implements Store {
   private fence: (conversationId: string, drafts: EventDraft[]) => string | null = () => null;
   private onLeaseLost: (err: LeaseLostError) => void = () => {};
 
-  private constructor(
-    readonly pool: pg.Pool,
-    private readonly onCommit: CommitListener,
-  ) {}
+  private readonly commits = new CommitListeners();
+
+  private constructor(readonly pool: pg.Pool) {}
+
+  onCommit(listener: CommitListener): void {
+    this.commits.add(listener);
+  }
 
   /** Connects, runs the migrations this database lacks, and returns the store. Fails (UnavailableError) when PostgreSQL cannot be reached. */
-  static async open(url: string, onCommit: CommitListener = () => {}, opts: PostgresStoreOptions = {}): Promise<PostgresStore> {
+  static async open(url: string, opts: PostgresStoreOptions = {}): Promise<PostgresStore> {
     const pool = new pg.Pool({
       connectionString: url,
       max: opts.poolSize ?? 10,
@@ -233,7 +235,7 @@ export class PostgresStore implements Store {
       await pool.end().catch(() => {});
       throw unavailable(err);
     }
-    return new PostgresStore(pool, onCommit);
+    return new PostgresStore(pool);
   }
 
   /**
@@ -329,11 +331,7 @@ export class PostgresStore implements Store {
   /** Publishes committed appends and resolves them, in commit order. */
   private published(done: { p: Pending; events: ParleyEvent[] }[]): void {
     for (const { p, events } of done) {
-      try {
-        this.onCommit(p.conversationId, events.map((e) => new EncodedEvent(e)));
-      } catch {
-        // a listener's failure is its own; the events are committed
-      }
+      this.commits.emit(p.conversationId, events.map((e) => new EncodedEvent(e)));
       p.resolve(events);
     }
   }

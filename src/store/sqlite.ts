@@ -35,7 +35,7 @@ import { metrics } from '../metrics.js';
 import { DiskWatch, errorText, isDiskFull } from './disk-watch.js';
 import { lockDataDir } from './lock.js';
 import { Journal, journalEvents, journalFile, journalGenerations, journalIndexer, journalLine, readFrames, type JournalPosition } from './journal.js';
-import { conversationFromRow, executionStatusOf, type ConversationRecord, type EventQuery, type SealedValue, type Store } from './types.js';
+import { conversationFromRow, executionStatusOf, type ConversationRecord, type EventQuery, type SealedValue, type Store, CommitListeners, type CommitListener } from './types.js';
 import { CONTROL_SLOTS, STOP, WAKE } from './writer-control.js';
 import type { WriterNotice, WriterReply, WriterRequest } from './writer.js';
 
@@ -104,8 +104,6 @@ type WithoutN<T> = T extends unknown ? Omit<T, 'n'> : never;
 
 const appendLatency = metrics.storeAppend.child();
 
-export type CommitListener = (conversationId: string, events: EncodedEvent[]) => void;
-
 export class SqliteStore implements Store {
   private db: Database.Database;
   private lastSeqCache = new Map<string, number>();
@@ -143,11 +141,13 @@ export class SqliteStore implements Store {
   /** Commit time and size of each frame the index has not acknowledged yet, oldest first. */
   private unindexedFrames: { at: number; bytes: number }[] = [];
 
-  constructor(
-    dataDir: string,
-    private readonly onCommit: CommitListener = () => {},
-    opts: StoreOptions = {},
-  ) {
+  private readonly commits = new CommitListeners();
+
+  onCommit(listener: CommitListener): void {
+    this.commits.add(listener);
+  }
+
+  constructor(dataDir: string, opts: StoreOptions = {}) {
     // a failure below leaves the lock to this process; it exits, and the next start takes it over
     this.unlock = lockDataDir(dataDir);
     this.db = new Database(path.join(dataDir, 'parley.db'));
@@ -496,7 +496,7 @@ export class SqliteStore implements Store {
     });
     this.toIndex(frame.payload, pos, newest);
     batch.forEach((p, i) => {
-      this.onCommit(p.conversationId, results[i]!);
+      this.commits.emit(p.conversationId, results[i]!);
       p.resolve(results[i]!.map((e) => e.event));
     });
   }

@@ -1,4 +1,4 @@
-import type { EventDraft, ParleyEvent } from '../events/types.js';
+import type { EncodedEvent, EventDraft, ParleyEvent } from '../events/types.js';
 
 export interface ConversationRecord {
   id: string;
@@ -86,7 +86,29 @@ export interface SecretStore {
 }
 
 export interface Store extends EventStore, ConversationStore, SecretStore {
+  /** `listener` hears of every commit, in commit order, after the ones added before it. */
+  onCommit(listener: CommitListener): void;
   close(): Promise<void>;
+}
+
+/** Told of each committed append: the conversation and its events, seq assigned. */
+export type CommitListener = (conversationId: string, events: EncodedEvent[]) => void;
+
+/** A store's commit listeners: each is told in the order it was added; one that throws does not keep the others from hearing. */
+export class CommitListeners {
+  private list: CommitListener[] = [];
+  add(listener: CommitListener): void {
+    this.list.push(listener);
+  }
+  emit(conversationId: string, events: EncodedEvent[]): void {
+    for (const l of this.list) {
+      try {
+        l(conversationId, events);
+      } catch {
+        // a listener's failure is its own; the events are committed
+      }
+    }
+  }
 }
 
 /**

@@ -7,7 +7,7 @@
 import { SqliteStore } from '../../src/store/sqlite.js';
 
 const [dir, count] = [process.argv[2]!, Number(process.argv[3] ?? 100)];
-const store = new SqliteStore(dir, () => {}, { indexDelayMs: 60_000 });
+const store = new SqliteStore(dir, { indexDelayMs: 60_000 });
 const convs = ['11111111-1111-4111-8111-111111111111', '22222222-2222-4222-8222-222222222222'];
 const events = await Promise.all(
   Array.from({ length: count }, (_, i) =>

@@ -9,7 +9,7 @@ import Database from 'better-sqlite3';
 import { SqliteStore } from '../../src/store/sqlite.js';
 
 const [dir, id] = [process.argv[2]!, process.argv[3]!];
-const store = new SqliteStore(dir, () => {}, { indexDelayMs: 60_000 });
+const store = new SqliteStore(dir, { indexDelayMs: 60_000 });
 await store.createConversation({ id, title: null, created_at: 'a', updated_at: 'a', execution_status: 'idle', data: {} });
 await store.append(id, { kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'execution_status', value: 'running' });
 const raw = new Database(path.join(dir, 'parley.db'));
