@@ -76,9 +76,11 @@ describe('snapshot, replay and live', () => {
     const s = connect(wsUrl(id, 'after_seq=100'), { headers: H });
     await writer;
     await waitFor(() => s.frames.some((f) => f.seq === 900), 'seq 900', 20_000);
-    await sleep(100);
+    // a marker sent after: once it arrived, every frame before it has (one socket, in order)
+    await send(id, 'marker');
+    await waitFor(() => s.frames.some((f) => f.seq === 901), 'the marker', 20_000);
     const seqs = s.frames.slice(1).map((f) => f.seq);
-    assert.deepEqual(seqs, Array.from({ length: 800 }, (_, i) => i + 101));
+    assert.deepEqual(seqs, Array.from({ length: 801 }, (_, i) => i + 101));
     s.close();
   });
   test('resend_mode=all and resend_mode=since', async () => {
@@ -93,8 +95,9 @@ describe('snapshot, replay and live', () => {
     assert.deepEqual(all.frames.slice(1).map((f) => f.seq), [1, 2]);
     const since = connect(wsUrl(id, `resend_mode=since&after_timestamp=${encodeURIComponent(mid)}`), { headers: H });
     await waitFor(() => since.frames.length >= 2, 'since replay');
-    await sleep(100);
-    assert.deepEqual(since.frames.slice(1).map((f) => f.seq), [2]);
+    await send(id, 'three');
+    await waitFor(() => since.frames.some((f) => f.seq === 3), 'the live event after the replay');
+    assert.deepEqual(since.frames.slice(1).map((f) => f.seq), [2, 3]);
     all.close();
     since.close();
   });
@@ -144,9 +147,18 @@ describe('client frames', () => {
   });
 });
 
+/** `parley_ws_dropped_subscribers_total` as /metrics shows it. */
+async function droppedCount(): Promise<number> {
+  const r = await fetch(`${d.url}/metrics`, { headers: H });
+  const m = /^parley_ws_dropped_subscribers_total (\S+)$/m.exec(await r.text());
+  assert.ok(m, 'the counter is exposed');
+  return Number(m[1]);
+}
+
 describe('slow subscribers', () => {
   test('a stalled client is closed with 1013 alone; others keep receiving; it can resume with after_seq', async () => {
     const id = await newConversation();
+    const droppedBefore = await droppedCount();
     // a raw client that completes the handshake and then never reads
     const stalled = net.connect(d.port, '127.0.0.1');
     stalled.write(
@@ -171,6 +183,7 @@ describe('slow subscribers', () => {
     assert.ok(raw.includes(Buffer.from([0x88])), 'a close frame was sent');
     const idx = raw.lastIndexOf(Buffer.from([0x88]));
     assert.equal(raw.readUInt16BE(idx + 2), 1013);
+    assert.equal((await droppedCount()) - droppedBefore, 1, 'parley_ws_dropped_subscribers_total counts it, and only it');
     // resume from where it could have stopped
     const resumed = connect(wsUrl(id, 'after_seq=140'), { headers: H });
     await waitFor(() => resumed.frames.length >= 11, 'resumed replay');

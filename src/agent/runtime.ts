@@ -318,6 +318,8 @@ export class AgentRuntimeImpl implements AgentRuntime {
       let waiting = false;
       const ctxBase = { conversationId: id, workspaceDir, signal: run.controller.signal, env: await this.deps.env(id), redact: (t: string) => this.redactor.redact(t) } satisfies ToolContext;
       for (const [i, call] of response.toolCalls.entries()) {
+        // interrupted: the calls after the one that was cut short are not recorded (nothing ran them)
+        if (run.controller.signal.aborted) break;
         const tool = call.error ? undefined : byName.get(call.name);
         const parsed = tool ? (tool.parameters as z.ZodType).safeParse(call.input) : undefined;
         const action = await eventLog.append(id, {
