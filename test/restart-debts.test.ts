@@ -62,4 +62,32 @@ describe('restart debts', { timeout: 170_000 }, () => {
     const sent = JSON.stringify(llm.requests[llm.requests.length - 1]!.body.messages);
     assert.match(sent, /daemon restarted while this tool call ran/, 'the LLM sees the same answer the log has');
   });
+
+  test('an agent\'s task list survives a restart: the next run\'s view shows the list planned before it', async (t) => {
+    const llm = await startScriptedLlm([]);
+    t.after(() => llm.close());
+    const dir = tempDir();
+    const env = { LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'k' };
+    const list = [
+      { id: '1', title: 'Reproduce the bug', status: 'done' },
+      { id: '2', title: 'Fix it', status: 'in_progress' },
+    ];
+    const d1 = await startDaemon(env, dir);
+    t.after(() => d1.stop());
+    llm.push({ toolCalls: [{ name: 'task_tracker', arguments: { command: 'plan', task_list: list } }] }, { text: 'planned' });
+    const id = (await d1.req('POST', '/api/conversations', { initial_user_msg: 'plan the work' })).body.conversation_id as string;
+    await waitStatus(d1.req, id, 'finished');
+    await d1.stop();
+
+    const d2 = await startDaemon(env, dir);
+    t.after(() => d2.stop());
+    llm.push({ toolCalls: [{ name: 'task_tracker', arguments: { command: 'view' } }] }, { text: 'viewed' });
+    assert.equal((await d2.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'where were we?' }], run: true })).status, 200);
+    await waitStatus(d2.req, id, 'finished');
+    const views = (await allEvents(d2.req, id)).filter((e) => e.kind === 'ObservationEvent' && e.tool_name === 'task_tracker');
+    assert.equal(views.length, 2);
+    assert.equal(views[1].observation.command, 'view');
+    assert.deepEqual(views[1].observation.task_list, list);
+    assert.match(views[1].observation.content[0].text, /\[x\] Reproduce the bug[\s\S]*\[~\] Fix it/);
+  });
 });

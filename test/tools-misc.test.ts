@@ -1,14 +1,14 @@
-import { describe, it } from 'node:test';
+import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import { z } from 'zod';
+import { EventBus } from '../src/events/bus.js';
+import { EventLog } from '../src/events/log.js';
+import { Redactor } from '../src/secrets/redact.js';
+import { SqliteStore } from '../src/store/sqlite.js';
 import { createFinishTool } from '../src/tools/finish.js';
-import {
-  clearTaskList,
-  createTaskTrackerTool,
-  getTaskList,
-  restoreTaskList,
-  type TaskItem,
-} from '../src/tools/task-tracker.js';
+import { createTaskTrackerTool, lastTaskList, type TaskItem } from '../src/tools/task-tracker.js';
+import { tempDir } from './support/daemon.js';
 import { createThinkTool } from '../src/tools/think.js';
 import type { ToolContext } from '../src/tools/types.js';
 import type { Observation as ToolObservation } from '../src/events/schema.js';
@@ -30,8 +30,31 @@ function textOf(obs: ToolObservation): string {
 }
 
 describe('task_tracker tool', () => {
-  const tool = createTaskTrackerTool();
-  const run = (ctx: ToolContext, p: unknown) => tool.execute(tool.parameters.parse(p), ctx);
+  // a real event log: the tool reads the current list from it, and each call's observation is
+  // appended to it as the agent's runtime does
+  const dir = tempDir();
+  const store = new SqliteStore(dir);
+  const log = new EventLog(store, new EventBus(), new Redactor());
+  store.onCommit((id, evs) => log.committed(id, evs));
+  after(async () => {
+    await store.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+  const created = new Set<string>();
+  const tool = createTaskTrackerTool((id) => lastTaskList(log, id));
+  let calls = 0;
+  const record = async (conversationId: string, observation: ToolObservation, toolName = 'task_tracker') => {
+    if (!created.has(conversationId)) {
+      created.add(conversationId);
+      await store.createConversation({ id: conversationId, title: null, created_at: new Date().toISOString(), updated_at: new Date().toISOString(), execution_status: 'idle', data: {} }, []);
+    }
+    await log.append(conversationId, { kind: 'ObservationEvent', source: 'environment', tool_name: toolName, tool_call_id: `call-${++calls}`, action_id: `a-${calls}`, observation });
+  };
+  const run = async (ctx: ToolContext, p: unknown) => {
+    const obs = await tool.execute(tool.parameters.parse(p), ctx);
+    await record(ctx.conversationId, obs);
+    return obs;
+  };
 
   it('has a JSON Schema', () => {
     const schema = z.toJSONSchema(tool.parameters) as { properties: Record<string, unknown> };
@@ -76,17 +99,16 @@ describe('task_tracker tool', () => {
     assert.deepEqual(other.task_list, []);
   });
 
-  it('restoreTaskList brings a list back (e.g. after a restart), for any tool instance', async () => {
-    const list: TaskItem[] = [{ id: 'a', title: 'Restored task', status: 'in_progress' }];
-    restoreTaskList('tt-restore', list);
-    const fresh = createTaskTrackerTool();
-    const obs = await fresh.execute(fresh.parameters.parse({ command: 'view' }), makeCtx('tt-restore'));
+  it('the list is the log\'s: a new tool instance (a restart) sees it, past pages of other observations', async () => {
+    const list: TaskItem[] = [{ id: 'a', title: 'Kept task', status: 'in_progress' }];
+    await run(makeCtx('tt-log'), { command: 'plan', task_list: list });
+    // 450 other tools' observations after it: the list is found on an older page
+    for (let i = 0; i < 450; i++) await record('tt-log', { kind: 'ThinkObservation', content: [{ type: 'text', text: 'Your thought has been logged.' }], is_error: false }, 'think');
+    const fresh = createTaskTrackerTool((id) => lastTaskList(log, id));
+    const obs = await fresh.execute(fresh.parameters.parse({ command: 'view' }), makeCtx('tt-log'));
     assert.deepEqual(obs.task_list, list);
-    assert.match(textOf(obs), /Restored task/);
-    assert.deepEqual(getTaskList('tt-restore'), list);
-    clearTaskList('tt-restore');
-    assert.deepEqual(getTaskList('tt-restore'), []);
-    assert.throws(() => restoreTaskList('x', [{ id: '1', title: 't', status: 'bogus' as never }]));
+    assert.match(textOf(obs), /Kept task/);
+    assert.deepEqual(await lastTaskList(log, 'tt-none'), []);
   });
 
   it('reports plan without task_list and duplicate ids as errors, keeping the old list', async () => {
@@ -108,7 +130,7 @@ describe('task_tracker tool', () => {
     const cleared = await run(ctx, { command: 'plan', task_list: [] });
     assert.equal(cleared.is_error, false);
     assert.deepEqual(cleared.task_list, []);
-    tool.closeConversation('tt-3');
+    assert.deepEqual((await run(ctx, { command: 'view' })).task_list, []);
   });
 
   it('redacts the text it returns', async () => {

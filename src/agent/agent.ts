@@ -21,7 +21,7 @@ import { createFileEditorTool } from '../tools/file-editor.js';
 import { createFinishTool } from '../tools/finish.js';
 import { mcpSecretValues, mergeMcpConfig } from '../secrets/mcp-config.js';
 import type { McpManager, McpServerStatus } from '../tools/mcp/manager.js';
-import { createTaskTrackerTool } from '../tools/task-tracker.js';
+import { createTaskTrackerTool, lastTaskList } from '../tools/task-tracker.js';
 import { createTerminalTool } from '../tools/terminal/tool.js';
 import { createThinkTool } from '../tools/think.js';
 import type { Tool } from '../tools/types.js';
@@ -57,7 +57,7 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
   // file_editor works through the conversation's file service: inside its sandbox, the files the shell sees
   const fileEditor = createFileEditorTool({ files: (ctx) => sandbox.files(ctx.conversationId, ctx.workspaceDir) });
   // one executor for each tool of the catalog, offered in the catalog's order (the compiler checks none is missing)
-  const executors = { terminal, file_editor: fileEditor, task_tracker: createTaskTrackerTool(), think: createThinkTool(), finish: createFinishTool() } satisfies Record<BuiltinToolName, unknown>;
+  const executors = { terminal, file_editor: fileEditor, task_tracker: createTaskTrackerTool((id) => lastTaskList(events, id)), think: createThinkTool(), finish: createFinishTool() } satisfies Record<BuiltinToolName, unknown>;
   const builtins = BUILTIN_TOOLS.map((t) => executors[t.name]) as Tool[];
   const reserved = builtins.map((t) => t.name);
   const mcp = new Map<string, McpManager>();

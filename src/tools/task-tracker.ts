@@ -1,10 +1,14 @@
 /**
  * `task_tracker` tool: the agent's plan as a task list, per conversation.
- * The list lives in memory and is ALSO returned in every observation (`task_list`), so the
- * conversation's event log holds it; after a restart the loader calls restoreTaskList().
+ * Every observation carries the list as it stands after the call (`task_list`), so the
+ * conversation's event log holds it: the current list is the one of the conversation's last
+ * task_tracker observation, read from the log (`lastTaskList`) whenever the tool needs it. Nothing
+ * is kept in memory: the list survives a restart, an eviction and a move to another node.
  */
-import { z } from 'zod';
-import { TASK_TRACKER, taskSchema, taskTrackerParameters, type TaskStatus, type TaskTrackerObservation } from '../events/tool-catalog.js';
+import type { z } from 'zod';
+import type { ParleyEvent } from '../events/schema.js';
+import { TASK_TRACKER, taskTrackerParameters, type TaskStatus, type TaskTrackerObservation } from '../events/tool-catalog.js';
+import type { EventQuery } from '../store/types.js';
 import type { Tool, ToolContext } from './types.js';
 
 export interface TaskItem {
@@ -24,30 +28,28 @@ Use it for work with several steps: plan first, mark one task in_progress while 
 
 const EMPTY_TEXT = 'No task list found. Use the "plan" command to create one.';
 
-/** Module-level store so that restoreTaskList() reaches every task_tracker tool instance. */
-const lists = new Map<string, TaskItem[]>();
-
-function copyList(list: readonly TaskItem[]): TaskItem[] {
-  return list.map((t) => ({ id: t.id, title: t.title, status: t.status, ...(t.notes ? { notes: t.notes } : {}) }));
+/** What the tool reads of a conversation's event log. */
+export interface TaskListLog {
+  query(conversationId: string, q: EventQuery): Promise<ParleyEvent[]>;
 }
 
-/** Restores a conversation's task list (e.g. from the last TaskTrackerObservation in the event log). */
-export function restoreTaskList(conversationId: string, list: readonly TaskItem[]): void {
-  const parsed = z.array(taskSchema).parse(list);
-  lists.set(conversationId, normalize(parsed));
+const PAGE = 200;
+
+/** The conversation's current task list: the one its newest task_tracker observation holds (empty when there is none). */
+export async function lastTaskList(log: TaskListLog, conversationId: string): Promise<TaskItem[]> {
+  let beforeSeq: number | null = null;
+  for (;;) {
+    const page = await log.query(conversationId, { kind: 'ObservationEvent', desc: true, limit: PAGE, beforeSeq });
+    for (const e of page) {
+      if (e.kind === 'ObservationEvent' && e.observation.kind === 'TaskTrackerObservation') return e.observation.task_list.map((t) => ({ ...t }));
+    }
+    const oldest = page[page.length - 1]?.seq;
+    if (page.length < PAGE || oldest === undefined) return [];
+    beforeSeq = oldest;
+  }
 }
 
-/** The current task list of a conversation (a copy), empty when none. */
-export function getTaskList(conversationId: string): TaskItem[] {
-  return copyList(lists.get(conversationId) ?? []);
-}
-
-/** Forgets a conversation's task list. */
-export function clearTaskList(conversationId: string): void {
-  lists.delete(conversationId);
-}
-
-function normalize(list: z.output<typeof taskSchema>[]): TaskItem[] {
+function normalize(list: NonNullable<TaskTrackerParams['task_list']>): TaskItem[] {
   return list.map((t) => {
     const item: TaskItem = { id: String(t.id).trim(), title: t.title.trim(), status: t.status };
     if (t.notes && t.notes.trim()) item.notes = t.notes.trim();
@@ -71,16 +73,17 @@ function renderTaskList(list: readonly TaskItem[]): string {
   return lines.join('\n');
 }
 
-export function createTaskTrackerTool(): Tool<TaskTrackerParams, TaskTrackerObservation> & {
-  closeConversation(conversationId: string): void;
-} {
-  const obs = (ctx: ToolContext, command: string, text: string, isError: boolean): TaskTrackerObservation => ({
+/** `current`: the conversation's task list as its log holds it (the daemon passes `lastTaskList` over its event log). */
+export function createTaskTrackerTool(current: (conversationId: string) => Promise<TaskItem[]>): Tool<TaskTrackerParams, TaskTrackerObservation> {
+  const obs = (ctx: ToolContext, command: string, text: string, isError: boolean, list: TaskItem[]): TaskTrackerObservation => ({
     kind: 'TaskTrackerObservation',
     content: [{ type: 'text', text: ctx.redact(text) }],
     is_error: isError,
     command,
-    task_list: getTaskList(ctx.conversationId),
+    task_list: list,
   });
+  // a failed call leaves the list as it stands
+  const failed = async (ctx: ToolContext, command: string, text: string) => obs(ctx, command, text, true, await current(ctx.conversationId));
   return {
     name: TASK_TRACKER.name,
     kind: TASK_TRACKER.kind,
@@ -89,13 +92,14 @@ export function createTaskTrackerTool(): Tool<TaskTrackerParams, TaskTrackerObse
     parameters: taskTrackerParameters,
     async execute(params, ctx) {
       if (params.command === 'view') {
-        return obs(ctx, 'view', renderTaskList(lists.get(ctx.conversationId) ?? []), false);
+        const list = await current(ctx.conversationId);
+        return obs(ctx, 'view', renderTaskList(list), false, list);
       }
       if (params.command !== 'plan') {
-        return obs(ctx, String(params.command), 'Unknown command: use "view" or "plan".', true);
+        return failed(ctx, String(params.command), 'Unknown command: use "view" or "plan".');
       }
       if (!params.task_list) {
-        return obs(ctx, 'plan', 'Parameter `task_list` is required for command: plan (the complete list; [] clears it).', true);
+        return failed(ctx, 'plan', 'Parameter `task_list` is required for command: plan (the complete list; [] clears it).');
       }
       const list = normalize(params.task_list);
       const problems: string[] = [];
@@ -107,15 +111,11 @@ export function createTaskTrackerTool(): Tool<TaskTrackerParams, TaskTrackerObse
         if (!t.title) problems.push(`task ${i + 1} has an empty title`);
       });
       if (problems.length) {
-        return obs(ctx, 'plan', `The task list was NOT updated: ${problems.join('; ')}.`, true);
+        return failed(ctx, 'plan', `The task list was NOT updated: ${problems.join('; ')}.`);
       }
-      lists.set(ctx.conversationId, list);
       const text =
         list.length === 0 ? 'The task list was cleared.' : `Task list updated.\n\n${renderTaskList(list)}`;
-      return obs(ctx, 'plan', text, false);
-    },
-    closeConversation(conversationId) {
-      lists.delete(conversationId);
+      return obs(ctx, 'plan', text, false, list);
     },
   };
 }
