@@ -38,7 +38,7 @@ function open(dir: string) {
 }
 
 const now = () => new Date().toISOString();
-const record = (id: string) => ({ id, title: null, created_at: now(), updated_at: now(), execution_status: 'idle', data: { repository: 'acme/app' } });
+const record = (id: string) => ({ id, title: null, created_at: now(), updated_at: now(), execution_status: 'idle', data: { selected_repository: 'acme/app' } });
 const action = (callId: string) => ({
   kind: 'ActionEvent' as const,
   source: 'agent' as const,
@@ -82,7 +82,7 @@ describe('Conversations (no daemon)', { timeout: 60_000 }, () => {
     await parts.conversations.updateData(id, { branch: 'main', setup: { phase: 'ready' } });
     await parts.store.close();
     parts = open(dir);
-    assert.deepEqual((await parts.store.getConversation(id))?.data, { repository: 'acme/app', branch: 'main', setup: { phase: 'ready' } });
+    assert.deepEqual((await parts.store.getConversation(id))?.data, { selected_repository: 'acme/app', branch: 'main', setup: { phase: 'ready' } });
     await parts.store.close();
   });
 

@@ -11,6 +11,7 @@ import type { Config } from '../config.js';
 import { conversationLimits, conversationLlm, conversationSecretValues, recordUsage, type AgentConversations } from './conversation-data.js';
 import type { ReplayPlan } from './replay-plan.js';
 import type { EventLog } from '../events/log.js';
+import { stateUpdate } from '../events/schema.js';
 import { BUILTIN_TOOLS, type BuiltinToolName } from '../events/tool-catalog.js';
 import type { LlmClient } from '../llm/types.js';
 import { metrics } from '../metrics.js';
@@ -105,7 +106,7 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
             if (ev.type === 'server_failed') {
               void events.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: 'MCPServerFailed', detail: `MCP server ${ev.server} is unavailable: ${ev.error}`, server: ev.server });
             } else {
-              void events.append(id, { kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'mcp', value: ev });
+              void events.append(id, stateUpdate('mcp', ev));
             }
           },
         });
@@ -188,10 +189,10 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
         const conv = await conversations.require(id);
         const out: string[] = [];
         // large instructions are not kept in memory (Conversations.field reads them from the store)
-        const ci = (await conversations.field(conv, 'conversation_instructions')) as string | null;
+        const ci = await conversations.field(conv, 'conversation_instructions');
         if (ci) out.push(`Instructions for this conversation:\n${ci}`);
-        const repo = conv.record.data.selected_repository as string | null;
-        if (repo) out.push(`The repository ${repo} is checked out in the working directory (branch ${String(conv.record.data.branch ?? conv.record.data.selected_branch ?? 'default')}).`);
+        const { selected_repository: repo, branch, selected_branch } = conv.record.data;
+        if (repo) out.push(`The repository ${repo} is checked out in the working directory (branch ${branch ?? selected_branch ?? 'default'}).`);
         // the repository's files are read at a run's first step, not at every step
         let cached = repoInstructions.get(id);
         if (!cached || reload) {

@@ -3,6 +3,10 @@
  * conversation layer) and implemented by src/conversation/conversations.ts, which the composition
  * root hands in: the status the run loop moves, the records, and the per-conversation settings kept
  * in the record's `data` (its own LLM, limits, confirmation policy, secrets, token usage).
+ *
+ * The keys the agent reads and writes are its part of the record's schema (`AgentRecordData`,
+ * declared here because the agent sits below the conversation layer); src/conversation/record-data.ts
+ * extends it into the one schema of everything a record holds, and parses each record it loads.
  */
 import { z } from 'zod';
 import type { ExecutionStatus } from '../events/schema.js';
@@ -11,16 +15,17 @@ import type { Settings } from '../secrets/settings.js';
 import type { ConversationRecord } from '../store/types.js';
 import type { FullMcpConfig } from '../secrets/mcp-config.js';
 
-/** A conversation as it is loaded: its stored record. */
+/** A conversation as it is loaded: its stored record, the data parsed. */
 export interface LoadedConversation {
-  record: ConversationRecord;
+  record: ConversationRecord<AgentRecordData>;
 }
 
 /** Reading and updating a conversation's record. */
 export interface ConversationData {
   load(id: string): Promise<LoadedConversation | null>;
   require(id: string): Promise<LoadedConversation>;
-  updateData(id: string, patch: Record<string, unknown>): Promise<void>;
+  /** Merge-patch the record's data. */
+  updateData(id: string, patch: Partial<AgentRecordData>): Promise<void>;
 }
 
 /** Everything the agent uses of the conversations. */
@@ -31,8 +36,8 @@ export interface AgentConversations extends ConversationData {
   setStatus(id: string, status: ExecutionStatus, along?: EventDraft[]): Promise<void>;
   /** The conversation's MCP configuration, secrets opened. */
   mcpConfig(id: string): Promise<FullMcpConfig>;
-  /** A field of the conversation's data that may be sealed, opened. */
-  field(conv: LoadedConversation, key: string): Promise<unknown>;
+  /** A field of the conversation's data, read from the store when it is too large to be kept in memory. */
+  field<K extends keyof AgentRecordData>(conv: LoadedConversation, key: K): Promise<AgentRecordData[K]>;
 }
 
 const POLICY_KINDS = { never: 'NeverConfirm', always: 'AlwaysConfirm', risk_based: 'ConfirmRisky' } as const;
@@ -53,24 +58,46 @@ export const ConfirmationPolicy = z
   .meta({ id: 'ConfirmationPolicy' });
 export type ConfirmationPolicy = z.output<typeof ConfirmationPolicy>;
 
-/** The conversation's own LLM (`data.llm`), its key sealed. */
-export interface StoredLlm {
-  model: string | null;
-  base_url: string | null;
-  api_key_sealed: string | null;
-}
+/** The conversation's own LLM (`data.llm`), its key sealed (loose: what another version adds is kept). */
+export const StoredLlm = z.looseObject({ model: z.string().nullable(), base_url: z.string().nullable(), api_key_sealed: z.string().nullable() });
+export type StoredLlm = z.output<typeof StoredLlm>;
 
 /** The conversation's token counts (`data.usage`). */
-export interface Usage {
-  prompt_tokens: number;
-  completion_tokens: number;
-  cache_read_tokens: number;
-  cache_write_tokens: number;
+export const Usage = z.object({ prompt_tokens: z.number(), completion_tokens: z.number(), cache_read_tokens: z.number(), cache_write_tokens: z.number() });
+export type Usage = z.output<typeof Usage>;
+
+/** The keys of a conversation's data the agent reads and writes (all optional: a record of an older version may lack any). */
+export const AgentRecordData = z.object({
+  /** Set by an agent-server create that names its own model, key or server. */
+  llm: StoredLlm.optional(),
+  max_iterations: z.number().int().optional(),
+  /** Absent: on. */
+  stuck_detection: z.boolean().optional(),
+  /** Stored as the policy's output form (kind); absent: NeverConfirm. */
+  confirmation_policy: ConfirmationPolicy.optional(),
+  /** The conversation's own secrets (name → sealed value), exported to its shell. */
+  secrets_sealed: z.record(z.string(), z.string()).optional(),
+  usage: Usage.optional(),
+  /** `owner/repo`, as asked at create. */
+  selected_repository: z.string().nullable().optional(),
+  selected_branch: z.string().nullable().optional(),
+  /** The branch the clone checked out. */
+  branch: z.string().nullable().optional(),
+  /** Large ones stay in the store: read them with `field`. */
+  conversation_instructions: z.string().nullable().optional(),
+});
+export type AgentRecordData = z.output<typeof AgentRecordData>;
+
+const NO_USAGE: Usage = { prompt_tokens: 0, completion_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0 };
+
+/** The conversation's token counts so far. */
+export function usageOf(data: AgentRecordData): Usage {
+  return data.usage ?? NO_USAGE;
 }
 
 /** The conversation's own LLM (from `agent.llm`), key decrypted; null fields fall back to the server's. */
 export async function conversationLlm(conversations: ConversationData, settings: Pick<Settings, 'unseal'>, id: string): Promise<{ model: string | null; baseUrl: string | null; apiKey: string | null } | null> {
-  const own = (await conversations.require(id)).record.data.llm as StoredLlm | undefined;
+  const own = (await conversations.require(id)).record.data.llm;
   if (!own) return null;
   const apiKey = settings.unseal(own.api_key_sealed);
   return { model: own.model, baseUrl: own.base_url, apiKey };
@@ -78,9 +105,9 @@ export async function conversationLlm(conversations: ConversationData, settings:
 
 export async function conversationLimits(conversations: ConversationData, id: string): Promise<{ maxIterations: number | null; stuckDetection: boolean; confirm: boolean }> {
   const d = (await conversations.require(id)).record.data;
-  const policy = d.confirmation_policy as ConfirmationPolicy | undefined;
+  const policy = d.confirmation_policy;
   return {
-    maxIterations: (d.max_iterations as number | undefined) ?? null,
+    maxIterations: d.max_iterations ?? null,
     stuckDetection: d.stuck_detection !== false,
     // Parley has no risk analyser: every action's risk is unknown, so ConfirmRisky asks when it confirms unknown risks
     confirm: policy?.kind === 'AlwaysConfirm' || (policy?.kind === 'ConfirmRisky' && policy.confirm_unknown !== false),
@@ -91,19 +118,19 @@ export async function conversationLimits(conversations: ConversationData, id: st
 export async function recordUsage(conversations: ConversationData, id: string, u: { inputTokens?: number; outputTokens?: number; cacheReadTokens?: number; cacheWriteTokens?: number }): Promise<void> {
   const conv = await conversations.load(id);
   if (!conv) return;
-  const cur = (conv.record.data.usage as Usage | undefined) ?? { prompt_tokens: 0, completion_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0 };
+  const cur = usageOf(conv.record.data);
   await conversations.updateData(id, {
     usage: {
       prompt_tokens: cur.prompt_tokens + (u.inputTokens ?? 0),
       completion_tokens: cur.completion_tokens + (u.outputTokens ?? 0),
       cache_read_tokens: cur.cache_read_tokens + (u.cacheReadTokens ?? 0),
       cache_write_tokens: cur.cache_write_tokens + (u.cacheWriteTokens ?? 0),
-    } satisfies Usage,
+    },
   });
 }
 
 export async function conversationSecretValues(conversations: ConversationData, settings: Pick<Settings, 'unseal'>, id: string): Promise<Record<string, string>> {
-  const sealed = ((await conversations.require(id)).record.data.secrets_sealed as Record<string, string> | undefined) ?? {};
+  const sealed = (await conversations.require(id)).record.data.secrets_sealed ?? {};
   const out: Record<string, string> = {};
   for (const [name, s] of Object.entries(sealed)) {
     const value = settings.unseal(s);

@@ -7,12 +7,12 @@ import { ConversationInfo } from '../conversation/conversations.js';
 import { Event, EventSource, MESSAGE_ROLES } from '../events/schema.js';
 import { McpConfig } from '../tools/mcp/config.js';
 import { GIT_PROVIDERS } from '../workspace/providers.js';
-import { TASK_TYPES } from '../workspace/tasks.js';
+import { CreateMicroagent, SuggestedTask } from '../workspace/tasks.js';
 import { imageUrlProblem } from '../llm/image-url-rule.js';
 import { EventFilterExtras } from './event-filters.js';
 
 // shapes the core defines (the API validates with them or documents them)
-export { ConversationInfo, McpConfig };
+export { ConversationInfo, McpConfig, SuggestedTask };
 
 const UUID_RE = /^(?:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|[0-9a-fA-F]{32})$/;
 
@@ -75,18 +75,6 @@ export const HTTPValidationError = z
 
 export const ErrorDetail = z.object({ detail: z.string() }).meta({ id: 'ErrorDetail', title: 'ErrorDetail' });
 
-export const SuggestedTask = z.strictObject({
-  git_provider: z.enum(GIT_PROVIDERS).nullish(),
-  task_type: z.enum(TASK_TYPES).nullish(),
-  repo: z.string().min(1),
-  issue_number: z.number().int(),
-  title: z.string(),
-});
-const CreateMicroagent = z.strictObject({
-  repo: z.string().min(1),
-  git_provider: z.enum(GIT_PROVIDERS).nullish(),
-  title: z.string().nullish(),
-});
 
 export const NewConversationRequest = z
   .strictObject({

@@ -3,9 +3,9 @@
  * confirmation policy, stats…), projected from what the conversation keeps.
  */
 import path from 'node:path';
-import type { ConfirmationPolicy, StoredLlm, Usage } from '../agent/conversation-data.js';
+import { usageOf } from '../agent/conversation-data.js';
 import { BUILTIN_TOOLS } from '../events/tool-catalog.js';
-import type { ConversationRecord } from '../store/types.js';
+import type { ParsedRecord } from './record-data.js';
 import { workspacePath } from '../sandbox/workspace-dir.js';
 
 /** Where the service's conversations live and what the server's LLM is (for the info's `agent`). */
@@ -18,11 +18,11 @@ export interface AgentServerContext {
 const MASKED = '**********';
 
 /** Fields the client's ConversationInfo reads, from what the conversation keeps (additive to the interface's info). */
-export function agentServerInfo(record: ConversationRecord, ctx: AgentServerContext | undefined, server: { model: string | null; base_url: string | null; key_set: boolean }) {
+export function agentServerInfo(record: ParsedRecord, ctx: AgentServerContext | undefined, server: { model: string | null; base_url: string | null; key_set: boolean }) {
   const d = record.data;
-  const own = (d.llm as StoredLlm | undefined) ?? null;
+  const own = d.llm ?? null;
   const keySet = own?.api_key_sealed ? true : server.key_set || !!ctx?.llm.apiKeySet;
-  const usage = (d.usage as Usage | undefined) ?? { prompt_tokens: 0, completion_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0 };
+  const usage = usageOf(d);
   const model = own?.model ?? server.model ?? ctx?.llm.model ?? null;
   return {
     agent: {
@@ -31,10 +31,10 @@ export function agentServerInfo(record: ConversationRecord, ctx: AgentServerCont
       tools: BUILTIN_TOOLS.filter((t) => t.inAgentSpec).map((t) => ({ name: t.name })),
     },
     workspace: { kind: 'LocalWorkspace', working_dir: ctx ? workspacePath(ctx.workspaceRoot, record.id) : null },
-    confirmation_policy: (d.confirmation_policy as ConfirmationPolicy | undefined) ?? { kind: 'NeverConfirm' },
+    confirmation_policy: d.confirmation_policy ?? { kind: 'NeverConfirm' },
     persistence_dir: ctx ? path.resolve(ctx.dataDir) : null,
-    max_iterations: (d.max_iterations as number | undefined) ?? null,
-    stuck_detection: (d.stuck_detection as boolean | undefined) ?? true,
+    max_iterations: d.max_iterations ?? null,
+    stuck_detection: d.stuck_detection ?? true,
     stats: {
       usage_to_metrics: {
         agent: {
@@ -44,8 +44,8 @@ export function agentServerInfo(record: ConversationRecord, ctx: AgentServerCont
         },
       },
     },
-    tags: (d.tags as Record<string, string> | undefined) ?? {},
+    tags: d.tags ?? {},
     activated_knowledge_skills: [],
-    secret_names: Object.keys((d.secrets_sealed as Record<string, string> | undefined) ?? {}),
+    secret_names: Object.keys(d.secrets_sealed ?? {}),
   };
 }

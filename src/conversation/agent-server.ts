@@ -15,11 +15,11 @@ import { ConflictError, RequestValidationError } from '../errors.js';
 import type { ContentItem } from '../events/content.js';
 import type { MessageRole } from '../events/schema.js';
 import type { ParleyEvent } from '../events/types.js';
-import type { ConversationRecord } from '../store/types.js';
 import type { EventLog } from '../events/log.js';
 import type { Redactor } from '../secrets/redact.js';
 import type { Settings } from '../secrets/settings.js';
 import type { Conversations } from './conversations.js';
+import type { ParsedRecord, RecordData } from './record-data.js';
 import { deriveTitle, type ConversationOps } from './service.js';
 
 /** The policy's schema, for the API's request schemas. */
@@ -50,7 +50,6 @@ interface StartConversation {
   tags?: Record<string, string> | null;
 }
 
-type Data = Record<string, unknown>;
 
 
 /**
@@ -86,7 +85,7 @@ export interface AgentServerParts {
 export async function startConversation(c: AgentServerParts, req: StartConversation) {
   if (req.conversation_id && (await c.conversations.load(req.conversation_id))) return c.conversations.get(req.conversation_id);
   const llm = req.agent?.llm ?? req.agent_settings?.llm;
-  const data: Data = {};
+  const data: Partial<RecordData> = {};
   if (llm && (llm.model || llm.api_key || llm.base_url)) {
     data.llm = {
       model: llm.model ? parleyModel(llm.model, llm.base_url) : null,
@@ -120,7 +119,7 @@ export async function startConversation(c: AgentServerParts, req: StartConversat
 /** Merges secrets into the conversation's (encrypted at rest, masked everywhere, exported to its shell). */
 export async function setConversationSecrets(c: Pick<AgentServerParts, 'conversations' | 'settings'>, id: string, secrets: Record<string, SecretInput>) {
   const conv = await c.conversations.require(id);
-  const sealed = { ...((conv.record.data.secrets_sealed as Record<string, string> | undefined) ?? {}) };
+  const sealed = { ...conv.record.data.secrets_sealed };
   for (const [name, s] of Object.entries(secrets)) {
     const value = typeof s === 'string' ? s : s.value;
     sealed[name] = c.settings.seal(value);
@@ -137,8 +136,8 @@ type ConversationInfo = Awaited<ReturnType<Conversations['get']>>;
 type SortOrder = 'CREATED_AT' | 'UPDATED_AT' | 'CREATED_AT_DESC' | 'UPDATED_AT_DESC';
 
 /** Every conversation's record (newest first), read page by page from the store. */
-export async function allRecords(conversations: Conversations): Promise<ConversationRecord[]> {
-  const out: ConversationRecord[] = [];
+export async function allRecords(conversations: Conversations): Promise<ParsedRecord[]> {
+  const out: ParsedRecord[] = [];
   let cursor: { created_at: string; id: string } | null = null;
   for (;;) {
     const rows = await conversations.records(500, cursor);
@@ -149,12 +148,12 @@ export async function allRecords(conversations: Conversations): Promise<Conversa
   }
 }
 
-function matches(r: ConversationRecord, status: string | null | undefined, tag: string | null | undefined, conversations: Conversations): boolean {
+function matches(r: ParsedRecord, status: string | null | undefined, tag: string | null | undefined, conversations: Conversations): boolean {
   if (status && (conversations.status(r.id) ?? r.execution_status) !== status) return false;
   if (tag) {
     // `key=value` or `key`
     const [k, v] = tag.split('=', 2) as [string, string | undefined];
-    const tags = (r.data.tags as Record<string, string> | undefined) ?? {};
+    const tags = r.data.tags ?? {};
     if (!(k in tags) || (v !== undefined && tags[k] !== v)) return false;
   }
   return true;

@@ -8,13 +8,14 @@ import type { Logger } from 'pino';
 import { z } from 'zod';
 import { NotFoundError, RequestValidationError } from '../errors.js';
 import type { EventLog } from '../events/log.js';
-import type { EventOf } from '../events/schema.js';
+import { stateUpdate, stateUpdateValue, type EventOf } from '../events/schema.js';
 import { nowIso, type EncodedEvent, type EventDraft } from '../events/types.js';
 import type { Redactor } from '../secrets/redact.js';
 import type { Settings } from '../secrets/settings.js';
 import type { ConversationRecord, ConversationStore } from '../store/types.js';
 import { redactMcpConfig, fullMcpConfig, type FullMcpConfig } from '../secrets/mcp-config.js';
 import { stillPreparing } from './setup-phase.js';
+import { parseRecord, parseStoredKey, storedObject, type ParsedRecord, type RecordData, type RecordKey } from './record-data.js';
 import { agentServerInfo, type AgentServerContext } from './agent-server-info.js';
 import { EXECUTION_STATUSES, type ExecutionStatus } from '../events/schema.js';
 
@@ -54,7 +55,8 @@ export type ConversationInfo = z.output<typeof ConversationInfo>;
 
 /** In-memory state of a conversation that has been touched since start (lazy). */
 export interface LiveConversation {
-  record: ConversationRecord;
+  /** Its data parsed (record-data.ts); keys left in the store are not in it (Conversations.field reads them). */
+  record: ParsedRecord;
   /** The status the daemon acts on (changes at once). */
   status: ExecutionStatus;
   /** The status clients are shown: it follows committed execution_status events, so a client never sees a status its event log does not hold yet. */
@@ -76,7 +78,9 @@ interface ResidentLimits {
   bytes?: number;
 }
 const LARGE_FIELD_BYTES = 16 * 1024;
-const LARGE_FIELDS = new Set(['conversation_instructions', 'mcp_config_sealed', 'image_urls']);
+const LARGE_FIELDS = new Set<RecordKey>(['conversation_instructions', 'mcp_config_sealed', 'image_urls']);
+/** Records with a malformed key are reported once per key while this many reports are remembered. */
+const MALFORMED_REPORTS = 10_000;
 
 /** Cluster mode (src/cluster/): other nodes share the store; one of them may run a conversation's loop. */
 export interface SharedStore {
@@ -92,7 +96,9 @@ export class Conversations {
   /** Estimated bytes of each loaded record, and the data fields left in the store. */
   private sizes = new Map<string, number>();
   private residentBytes = 0;
+  /** Per loaded record, the keys of its data left in the store: large ones, and malformed ones (kept for the version that wrote them). */
   private stored = new Map<string, Set<string>>();
+  private malformedReported = new Set<string>();
 
   constructor(
     private readonly store: ConversationStore,
@@ -104,6 +110,8 @@ export class Conversations {
     /** Set in cluster mode: a read re-reads the conversation unless its loop runs here. */
     private readonly shared?: SharedStore,
     private readonly limits: ResidentLimits = {},
+    /** Where a record's malformed keys are reported (record-data.ts). */
+    private readonly log?: Pick<Logger, 'warn'>,
   ) {}
 
   /** The store reports each commit here: the record's updated_at and the shown status follow it. */
@@ -112,7 +120,7 @@ export class Conversations {
     const last = events[events.length - 1];
     if (!live || !last) return;
     live.record.updated_at = last.event.timestamp;
-    for (const { event: ev } of events) if (ev.kind === 'ConversationStateUpdateEvent' && ev.key === 'execution_status') live.shown = ev.value as ExecutionStatus;
+    for (const { event: ev } of events) live.shown = stateUpdateValue(ev, 'execution_status') ?? live.shown;
   }
 
   /** Conversations a crash or a stop left running get a ConversationErrorEvent and the status error. */
@@ -173,7 +181,7 @@ export class Conversations {
         if (!record) return null;
         const existing = this.live.get(id);
         if (existing) return existing;
-        return this.admit({ record, status: record.execution_status as ExecutionStatus });
+        return this.admit(record);
       });
       this.loading.set(id, p);
     }
@@ -209,9 +217,9 @@ export class Conversations {
       this.drop(id);
       return null;
     }
-    if (!conv) return this.admit({ record, status: record.execution_status as ExecutionStatus });
+    if (!conv) return this.admit(record);
     if (!this.shared?.runsHere(id)) {
-      conv.record = this.withoutLargeFields(record);
+      conv.record = this.residentRecord(record);
       conv.status = record.execution_status as ExecutionStatus;
       conv.shown = undefined;
     }
@@ -224,14 +232,14 @@ export class Conversations {
   }
 
   /** Stored records, newest first, from a (created_at, id) cursor. */
-  records(limit: number, cursor?: { created_at: string; id: string } | null): Promise<ConversationRecord[]> {
-    return this.store.listConversations(limit, cursor);
+  async records(limit: number, cursor?: { created_at: string; id: string } | null): Promise<ParsedRecord[]> {
+    return (await this.store.listConversations(limit, cursor)).map((r) => this.parsed(r));
   }
 
   /** Stores a new conversation with its first events, both in one commit; it is live (and idle) from now on. Throws when the id is taken. */
-  async create(record: ConversationRecord, first: EventDraft[] = []): Promise<LiveConversation> {
+  async create(record: ParsedRecord, first: EventDraft[] = []): Promise<LiveConversation> {
     await this.store.createConversation(record, first.map((d) => this.events.toStore(d)));
-    return this.admit({ record: { ...record, data: { ...record.data } }, status: 'idle' });
+    return this.admit(record);
   }
 
   async remove(id: string): Promise<void> {
@@ -252,7 +260,7 @@ export class Conversations {
     // the store sets the stored status in the same commit as the event (store/types.ts
     // executionStatusOf): the log and the status other nodes show never disagree
     try {
-      await this.events.appendMany(id, [...along, { kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'execution_status', value: status }]);
+      await this.events.appendMany(id, [...along, stateUpdate('execution_status', status)]);
     } catch (err) {
       // not committed: the status the daemon acts on is the one the log holds
       if (conv.status === status) (conv.status = was), (conv.record.execution_status = was);
@@ -261,7 +269,7 @@ export class Conversations {
   }
 
   /** Merge-patch the conversation's stored data (repository, setup state, ...). */
-  async updateData(id: string, patch: Record<string, unknown>): Promise<void> {
+  async updateData(id: string, patch: Partial<RecordData>): Promise<void> {
     const conv = await this.require(id);
     conv.record.data = { ...conv.record.data, ...patch };
     const kept = this.stored.get(id);
@@ -269,9 +277,24 @@ export class Conversations {
     this.evictIdle(); // a preparation that ended may make room
     if (!kept) return this.store.updateConversation(id, { data: conv.record.data });
     // fields left in the store are written back with the patch, unless it replaces them
-    const full = { ...(await this.store.getConversation(id))?.data, ...conv.record.data };
+    const full = { ...storedObject((await this.store.getConversation(id))?.data), ...conv.record.data };
     for (const k of Object.keys(patch)) kept.delete(k);
     await this.store.updateConversation(id, { data: full });
+  }
+
+  /**
+   * A run was asked for while the preparation is under way: the preparation starts it when it ends
+   * (takeRunRequest). Kept on the loaded record (written to the store with its next update).
+   */
+  requestRun(conv: LiveConversation): void {
+    conv.record.data.run_requested = true;
+  }
+
+  /** Whether a run waits for the preparation (asked for at create or meanwhile); the request is taken (cleared). */
+  takeRunRequest(conv: LiveConversation): boolean {
+    const requested = conv.record.data.run_requested === true;
+    delete conv.record.data.run_requested;
+    return requested;
   }
 
   async setTitle(id: string, title: string): Promise<void> {
@@ -283,33 +306,35 @@ export class Conversations {
   /** The conversation's own MCP config (the default merged with the one it was created with). */
   async mcpConfig(id: string): Promise<FullMcpConfig> {
     const conv = await this.require(id);
-    return this.settings.openMcp((await this.field(conv, 'mcp_config_sealed')) as string | undefined);
+    return this.settings.openMcp(await this.field(conv, 'mcp_config_sealed'));
   }
 
   /** A field of the conversation's stored data, read from the store when it is not kept in memory. */
-  async field(conv: LiveConversation, key: string): Promise<unknown> {
+  async field<K extends RecordKey>(conv: LiveConversation, key: K): Promise<RecordData[K]> {
     if (!this.stored.get(conv.record.id)?.has(key)) return conv.record.data[key];
-    return (await this.store.getConversation(conv.record.id))?.data[key];
+    return parseStoredKey((await this.store.getConversation(conv.record.id))?.data, key);
   }
 
   // ---- memory bound (issue 12.4) -------------------------------------------------------------
 
   /** Keeps a conversation loaded, its large fields left in the store; evicts idle ones beyond the bounds. */
-  private admit(conv: LiveConversation): LiveConversation {
-    const id = conv.record.id;
-    conv.record = this.withoutLargeFields(conv.record);
-    this.live.set(id, conv);
+  private admit(record: ConversationRecord): LiveConversation {
+    const conv: LiveConversation = { record: this.residentRecord(record), status: record.execution_status as ExecutionStatus };
+    this.live.set(record.id, conv);
     this.evictIdle();
     return conv;
   }
 
-  /** The record as it stays in memory: large fields left in the store (noted in `stored`), its size counted. */
-  private withoutLargeFields(record: ConversationRecord): ConversationRecord {
+  /**
+   * The record as it stays in memory, its data parsed: large fields and malformed ones left in the
+   * store (noted in `stored`: an update writes them back), its size counted.
+   */
+  private residentRecord(record: ConversationRecord): ParsedRecord {
     const id = record.id;
-    const data = { ...record.data };
     const kept = new Set<string>();
-    for (const [k, v] of Object.entries(data)) {
-      if (LARGE_FIELDS.has(k) && fieldBytes(v) > LARGE_FIELD_BYTES) {
+    const { data } = this.parsed(record, (k) => kept.add(k));
+    for (const k of LARGE_FIELDS) {
+      if (data[k] !== undefined && fieldBytes(data[k]) > LARGE_FIELD_BYTES) {
         kept.add(k);
         delete data[k];
       }
@@ -320,8 +345,22 @@ export class Conversations {
     return { ...record, data };
   }
 
+  /** A record from the store, its data parsed; each malformed key is reported once (and handed to `malformed`). */
+  private parsed(raw: ConversationRecord, malformed?: (key: RecordKey) => void): ParsedRecord {
+    const { record, malformed: keys } = parseRecord(raw);
+    for (const key of keys) {
+      malformed?.(key);
+      const report = `${raw.id} ${key}`;
+      if (this.malformedReported.has(report)) continue;
+      if (this.malformedReported.size >= MALFORMED_REPORTS) this.malformedReported.clear();
+      this.malformedReported.add(report);
+      this.log?.warn({ conversation_id: raw.id, key }, 'a key of the conversation record is not of the shape this version reads: it is ignored here (and kept in the store)');
+    }
+    return record;
+  }
+
   /** Counts the record's resident size again (its data changed). */
-  private resize(id: string, data: Record<string, unknown>): void {
+  private resize(id: string, data: object): void {
     let bytes = 512;
     for (const v of Object.values(data)) bytes += fieldBytes(v);
     this.residentBytes += bytes - (this.sizes.get(id) ?? 0);
@@ -373,13 +412,13 @@ export class Conversations {
       execution_status: status,
       conversation_status: shown,
       status: shown,
-      selected_repository: (d.selected_repository as string | null) ?? null,
-      selected_branch: (d.selected_branch as string | null) ?? null,
-      git_provider: (d.git_provider as string | null) ?? null,
+      selected_repository: d.selected_repository ?? null,
+      selected_branch: d.selected_branch ?? null,
+      git_provider: d.git_provider ?? null,
       last_seq: lastSeq,
       ...(this.shared ? { node_id: await this.shared.ownerOf(conv.record.id) } : {}),
       setup: d.setup ?? null,
-      mcp_config: fullMcpConfig(redactMcpConfig(this.settings.openMcp((await this.field(conv, 'mcp_config_sealed')) as string | undefined))),
+      mcp_config: fullMcpConfig(redactMcpConfig(this.settings.openMcp(await this.field(conv, 'mcp_config_sealed')))),
       ...agentServerInfo(conv.record, this.agentServer, await this.settings.llmView()),
     };
   }
@@ -402,7 +441,7 @@ export class Conversations {
     const page = rows.slice(0, limit);
     const next = rows[limit];
     const items = [];
-    for (const r of page) items.push(await this.info(this.live.get(r.id) ?? { record: r, status: r.execution_status as ExecutionStatus }));
+    for (const r of page) items.push(await this.info(this.live.get(r.id) ?? { record: this.parsed(r), status: r.execution_status as ExecutionStatus }));
     return {
       items,
       next_page_id: next ? Buffer.from(JSON.stringify([next.created_at, next.id])).toString('base64url') : null,

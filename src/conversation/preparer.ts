@@ -15,9 +15,10 @@ import type { Settings } from '../secrets/settings.js';
 import { gitCredentialEnv } from '../workspace/askpass.js';
 import { cloneRepository } from '../workspace/git.js';
 import { runSetupScript } from '../workspace/setup-script.js';
-import { createMicroagentMessage, suggestedTaskMessage, type SuggestedTask } from '../workspace/tasks.js';
+import { createMicroagentMessage, suggestedTaskMessage } from '../workspace/tasks.js';
 import { createWorkspace, removeWorkspace, workspacePath } from '../sandbox/workspace-dir.js';
-import type { SetupPhase } from './setup-phase.js';
+import { stateUpdate } from '../events/schema.js';
+import type { SetupPhase, SetupState } from './setup-phase.js';
 
 interface PreparerOptions {
   workspaceRoot: string;
@@ -56,10 +57,9 @@ export class WorkspacePreparer implements ConversationPreparer {
     // a conversation without a repository only gets its directory
     const visible = !!d.selected_repository || !!opts?.replay;
     const phase = async (p: SetupPhase, detail?: string) => {
-      await conversations.updateData(id, { setup: { phase: p, ...(detail ? { detail } : {}) } });
-      if (visible || p === 'error') {
-        await events.append(id, { kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'setup', value: { phase: p, ...(detail ? { detail } : {}) } });
-      }
+      const setup: SetupState = { phase: p, ...(detail ? { detail } : {}) };
+      await conversations.updateData(id, { setup });
+      if (visible || p === 'error') await events.append(id, stateUpdate('setup', setup));
     };
     const fail = async (err: unknown, fallbackCode: string) => {
       const detail = redact((err as Error)?.message ?? String(err));
@@ -72,7 +72,7 @@ export class WorkspacePreparer implements ConversationPreparer {
     const dir = visible ? await createWorkspace(this.opts.workspaceRoot, id) : workspacePath(this.opts.workspaceRoot, id);
     let first: string | null = null;
     try {
-      const repo = d.selected_repository as string | null;
+      const repo = d.selected_repository;
       if (repo) {
         const providers = await settings.getProviders();
         // clone phases are recorded in the order they happen
@@ -80,9 +80,9 @@ export class WorkspacePreparer implements ConversationPreparer {
         const res = await cloneRepository({
           workspaceDir: dir,
           repository: repo,
-          provider: (d.git_provider as never) ?? null,
+          provider: d.git_provider ?? null,
           providers,
-          branch: (d.selected_branch as string | null) ?? null,
+          branch: d.selected_branch ?? null,
           helperDir: this.opts.helperDir,
           allowedHosts: this.opts.allowedHosts,
           sandbox: this.sandbox.forConversation(id),
@@ -103,13 +103,13 @@ export class WorkspacePreparer implements ConversationPreparer {
           onOutput: (chunk) => events.publishTransient(id, { kind: 'SetupOutputEvent', source: 'environment', output: chunk }),
         });
         if (setup.ran) {
-          await events.append(id, { kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'setup_script', value: { exit_code: setup.exitCode, timed_out: setup.timedOut, output: setup.output.slice(-20000) } });
+          await events.append(id, stateUpdate('setup_script', { exit_code: setup.exitCode, timed_out: setup.timedOut, output: setup.output.slice(-20000) }));
         }
       }
       // the first message from a template, when the request asked for one (checked at creation)
-      const task = d.suggested_task as SuggestedTask | null;
-      const micro = d.create_microagent as { repo: string; title?: string | null } | null;
-      if (task) first = suggestedTaskMessage({ ...task, git_provider: task.git_provider ?? (d.git_provider as never) ?? undefined });
+      const task = d.suggested_task;
+      const micro = d.create_microagent;
+      if (task) first = suggestedTaskMessage({ ...task, git_provider: task.git_provider ?? d.git_provider ?? undefined });
       else if (micro) first = createMicroagentMessage(micro);
     } catch (err) {
       await fail(err, 'WorkspaceSetupFailed');
@@ -135,8 +135,7 @@ export class WorkspacePreparer implements ConversationPreparer {
     if (first) await events.append(id, { kind: 'MessageEvent', source: 'user', llm_message: { role: 'user', content: [{ type: 'text', text: first, cache_prompt: false }] } });
     await phase('ready');
     // requested at creation, or by a message sent while preparing (startRun sets it)
-    const wantsRun = !!(conv.record.data.run_requested || first);
-    delete conv.record.data.run_requested;
+    const wantsRun = conversations.takeRunRequest(conv) || !!first;
     if (wantsRun) {
       if (conversations.status(id) === 'finished') await conversations.setStatus(id, 'idle');
       this.runtime.start(id);

@@ -13,12 +13,12 @@ import { nowIso, type EventDraft, } from '../events/types.js';
 import type { MessageRole } from '../events/schema.js';
 import type { Redactor } from '../secrets/redact.js';
 import type { Settings } from '../secrets/settings.js';
-import type { ConversationRecord } from '../store/types.js';
 import { mergeMcpConfig, fullMcpConfig, type McpConfig } from '../secrets/mcp-config.js';
 import { normalizeRepository } from '../workspace/git.js';
 import type { GitProvider } from '../workspace/providers.js';
 import { suggestedTaskProblem, type SuggestedTask } from '../workspace/tasks.js';
 import type { Conversations, LiveConversation } from './conversations.js';
+import type { ParsedRecord } from './record-data.js';
 import { parseReplay, replayText, type ReplayPlan } from './replay.js';
 import type { AgentRuntime, ConversationPreparer, PrepareOptions } from './runtime.js';
 import { assertFitsEvent, assertItemsFit } from './message-limits.js';
@@ -86,7 +86,7 @@ export class ConversationService {
     const mcp = fullMcpConfig(mergeMcpConfig(await this.settings.defaultMcpConfig(), req.mcp_config));
     const mcpSealed = this.settings.sealMcp(mcp); // its secrets are redacted from here on (the title too)
     const title = deriveTitle({ ...req, initial_user_msg: req.initial_user_msg ?? replayText(replay?.firstMessage ?? null) });
-    const record: ConversationRecord = {
+    const record: ParsedRecord = {
       id,
       title: title === null ? null : this.redactor.redact(title),
       created_at: now,
@@ -182,7 +182,7 @@ export class ConversationService {
     if (!conv) return false;
     // every phase before 'ready' (pending, preparing, cloning, checking_out, cloned, replaying) waits
     if (stillPreparing(conv.record.data)) {
-      conv.record.data.run_requested = true;
+      this.conversations.requestRun(conv);
       // a preparation the daemon's restart cut short is started again; it runs the loop when done
       if (!this.preparing.has(id)) this.launchPreparer(id);
       return true;

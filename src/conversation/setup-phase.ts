@@ -2,14 +2,10 @@
  * A conversation's workspace preparation as its record keeps it (`data.setup`): the phase enum and
  * the one rule of when it is still under way (every phase before `ready`, except `error`).
  */
-import { z } from 'zod';
+import { SETUP_PHASES, SetupState, type SetupPhase } from '../events/schema.js';
 
-/** In the order they happen: `pending` at create, the clone's own phases, `replaying`, then an end. */
-export const SETUP_PHASES = ['pending', 'preparing', 'cloning', 'checking_out', 'cloned', 'replaying', 'ready', 'error'] as const;
-export type SetupPhase = (typeof SETUP_PHASES)[number];
-
-export const SetupState = z.object({ phase: z.enum(SETUP_PHASES), detail: z.string().optional() });
-export type SetupState = z.infer<typeof SetupState>;
+// defined with the event model (the `setup` state update carries them), used from here by the conversation layer
+export { SETUP_PHASES, SetupState, type SetupPhase };
 
 /** The phase a record's data holds; undefined when it has none (no preparation) or one this version does not know. */
 export function setupPhaseOf(data: Record<string, unknown>): SetupPhase | undefined {

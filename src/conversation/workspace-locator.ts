@@ -16,7 +16,7 @@
  */
 import path from 'node:path';
 import { NotFoundError } from '../errors.js';
-import type { ConversationRecord } from '../store/types.js';
+import type { ParsedRecord } from './record-data.js';
 import { allRecords } from './agent-server.js';
 import { conversationIdHex, workspacePath } from '../sandbox/workspace-dir.js';
 import type { Conversations } from './conversations.js';
@@ -61,10 +61,10 @@ export async function locateWorkspacePath(
       const conv = all.find((r) => conversationIdHex(r.id) === hex);
       if (conv) return at(conv.id, abs);
     }
-    let best: { rec: ConversationRecord; rel: string; len: number } | null = null;
+    let best: { rec: ParsedRecord; rel: string; len: number } | null = null;
     for (const rec of all) {
       const declared = rec.data.declared_working_dir;
-      if (typeof declared !== 'string' || !path.isAbsolute(declared)) continue;
+      if (declared === undefined || !path.isAbsolute(declared)) continue;
       const d = path.resolve(declared);
       const r = inside(d, abs);
       if (r !== null && (!best || d.length > best.len)) best = { rec, rel: r, len: d.length };

@@ -19,6 +19,16 @@ export type EventSource = z.output<typeof EventSource>;
 export const EXECUTION_STATUSES = ['idle', 'running', 'paused', 'waiting_for_confirmation', 'finished', 'error', 'stuck'] as const;
 export type ExecutionStatus = (typeof EXECUTION_STATUSES)[number];
 
+/**
+ * A conversation's workspace preparation (`setup` in its record's data and in the state update of
+ * that key), in the order the phases happen: `pending` at create, the clone's own phases,
+ * `replaying`, then an end. The rule of when it is still under way is src/conversation/setup-phase.ts.
+ */
+export const SETUP_PHASES = ['pending', 'preparing', 'cloning', 'checking_out', 'cloned', 'replaying', 'ready', 'error'] as const;
+export type SetupPhase = (typeof SETUP_PHASES)[number];
+export const SetupState = z.object({ phase: z.enum(SETUP_PHASES), detail: z.string().optional() });
+export type SetupState = z.output<typeof SetupState>;
+
 export const MESSAGE_ROLES = ['user', 'system', 'assistant', 'tool'] as const;
 export type MessageRole = (typeof MESSAGE_ROLES)[number];
 
@@ -119,6 +129,29 @@ export const ConversationStateUpdateEvent = event(
   { key: z.string(), value: z.unknown() },
   '`key:"execution_status"` when the status changes; also `setup`, `setup_script`, `mcp`, `llm_retry`, and the socket-only `full_state`.',
 );
+/**
+ * What each key of a `ConversationStateUpdateEvent` carries. The event's schema keeps `key: string`
+ * and `value: unknown` (the wire shape, and events of other versions); code writes through
+ * `stateUpdate` and reads through `stateUpdateValue`, both typed by this table.
+ */
+const STATE_UPDATE_SCHEMAS = {
+  execution_status: z.enum(EXECUTION_STATUSES),
+  setup: SetupState,
+  /** The repository's `.openhands/setup.sh` ran (its output's tail). */
+  setup_script: z.object({ exit_code: z.number().nullable(), timed_out: z.boolean(), output: z.string() }),
+  /** The LLM call failed and is tried again after `delay_ms`. */
+  llm_retry: z.object({ attempt: z.number(), delay_ms: z.number(), code: z.string(), detail: z.string() }),
+  /** An MCP server of the conversation started, or its tools changed (a failure is a ConversationErrorEvent). */
+  mcp: z.object({ type: z.enum(['server_ready', 'tools_changed']), server: z.string(), tools: z.array(z.string()) }),
+  /** Socket only, first frame: the conversation's info (src/conversation/conversations.ts ConversationInfo). */
+  full_state: z.record(z.string(), z.unknown()),
+};
+type StateUpdateValues = { [K in keyof typeof STATE_UPDATE_SCHEMAS]: z.output<(typeof STATE_UPDATE_SCHEMAS)[K]> };
+export type StateUpdateKey = keyof StateUpdateValues;
+export type StateUpdateValue<K extends StateUpdateKey> = StateUpdateValues[K];
+// (as a mapped type, a schema looked up by a generic key is known to parse into that key's value)
+export const STATE_UPDATE_VALUES: { [K in StateUpdateKey]: z.ZodType<StateUpdateValues[K]> } = STATE_UPDATE_SCHEMAS;
+
 export const UserRejectObservation = event(
   'UserRejectObservation',
   {
@@ -175,4 +208,19 @@ export type EventDraft = ParleyEvent extends infer E
 /** Fails to compile when a switch over kinds misses one. */
 export function unreachable(x: never): never {
   throw new Error(`unexpected event kind ${JSON.stringify((x as { kind?: unknown })?.kind ?? x)}`);
+}
+
+/** A state update of `key` as a producer hands it to the log. */
+export function stateUpdate<K extends StateUpdateKey>(key: K, value: StateUpdateValue<K>): EventDraft {
+  return { kind: 'ConversationStateUpdateEvent', source: 'environment', key, value };
+}
+
+/**
+ * The value of a state update of `key`, typed; undefined when the event is not one, or its value is
+ * not of the key's shape (an event another version wrote).
+ */
+export function stateUpdateValue<K extends StateUpdateKey>(ev: ParleyEvent, key: K): StateUpdateValue<K> | undefined {
+  if (ev.kind !== 'ConversationStateUpdateEvent' || ev.key !== key) return undefined;
+  const parsed = STATE_UPDATE_VALUES[key].safeParse(ev.value);
+  return parsed.success ? parsed.data : undefined;
 }

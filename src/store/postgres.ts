@@ -176,7 +176,7 @@ function unavailable(err: unknown): Error {
 }
 
 /** JSONB comes back parsed. */
-const rowToConv = (r: Record<string, unknown>) => conversationFromRow(r, r.data as Record<string, unknown>);
+const rowToConv = (r: Record<string, unknown>) => conversationFromRow(r, r.data);
 
 /** The WHERE clause and its parameters ($1...) of an event query. */
 function eventFilter(conversationId: string, q: Omit<EventQuery, 'limit' | 'desc'>): { where: string[]; args: unknown[] } {

@@ -645,7 +645,7 @@ export class SqliteStore implements Store {
   // ---- conversations ------------------------------------------------------------------------
 
   private static rowToConv(r: Record<string, unknown>): ConversationRecord {
-    return conversationFromRow(r, JSON.parse(r.data as string));
+    return conversationFromRow(r, JSON.parse(String(r.data)));
   }
 
   /** A write on this thread's connection: one that finds no room (or no lock, or an I/O error) answers 503 with the reason. */

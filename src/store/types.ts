@@ -1,17 +1,28 @@
 import type { EncodedEvent, EventDraft, ParleyEvent } from '../events/types.js';
 
-export interface ConversationRecord {
+/**
+ * A record's `data` as the store keeps it: JSON the store does not interpret (`unknown`, so the
+ * compiler refuses it wherever parsed data is expected).
+ */
+export type StoredData = unknown;
+
+/**
+ * A conversation's row. The store reads and writes `data` as JSON it does not interpret; the
+ * conversation layer parses it into its schema (src/conversation/record-data.ts, `RecordData`) as
+ * it loads a record, and its code sees `ConversationRecord<RecordData>` from then on.
+ */
+export interface ConversationRecord<Data = StoredData> {
   id: string;
   title: string | null;
   created_at: string;
   updated_at: string;
   execution_status: string;
   /** Everything else the conversation keeps (repository, branch, provider, instructions, setup, mcp config...). */
-  data: Record<string, unknown>;
+  data: Data;
 }
 
 /** A conversations row of either store, its `data` column already decoded. */
-export function conversationFromRow(r: Record<string, unknown>, data: Record<string, unknown>): ConversationRecord {
+export function conversationFromRow(r: Record<string, unknown>, data: StoredData): ConversationRecord {
   return {
     id: r.id as string,
     title: (r.title as string | null) ?? null,

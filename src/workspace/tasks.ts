@@ -13,18 +13,29 @@
  *   API and are refused by validateSuggestedTask; OPEN_ISSUE is allowed and written so that it
  *   works from the title alone (no API calls, the agent pushes a branch).
  */
-import { isGitProvider, TOKEN_ENV_VARS, type GitProvider } from './providers.js';
+import { z } from 'zod';
+import { GIT_PROVIDERS, isGitProvider, TOKEN_ENV_VARS, type GitProvider } from './providers.js';
 
 export const TASK_TYPES = ['MERGE_CONFLICTS', 'FAILING_CHECKS', 'UNRESOLVED_COMMENTS', 'OPEN_ISSUE'] as const;
 export type TaskType = (typeof TASK_TYPES)[number];
 
-export interface SuggestedTask {
-  git_provider?: GitProvider | null;
-  task_type?: TaskType | null;
-  repo: string;
-  issue_number: number;
-  title: string;
-}
+/** A suggested task as a create asks for it (the API's request schema) and the conversation's record keeps it. */
+export const SuggestedTask = z.strictObject({
+  git_provider: z.enum(GIT_PROVIDERS).nullish(),
+  task_type: z.enum(TASK_TYPES).nullish(),
+  repo: z.string().min(1),
+  issue_number: z.number().int(),
+  title: z.string(),
+});
+export type SuggestedTask = z.output<typeof SuggestedTask>;
+
+/** A microagent to create, as a create asks for it and the conversation's record keeps it. */
+export const CreateMicroagent = z.strictObject({
+  repo: z.string().min(1),
+  git_provider: z.enum(GIT_PROVIDERS).nullish(),
+  title: z.string().nullish(),
+});
+export type CreateMicroagent = z.output<typeof CreateMicroagent>;
 
 interface ProviderTerms {
   name: string;
