@@ -1,6 +1,7 @@
 /**
- * A conversation's workspace preparation as its record keeps it (`data.setup`): the phase enum and
- * the one rule of when it is still under way (every phase before `ready`, except `error`).
+ * A conversation's workspace preparation as its record keeps it (`data.setup`): the one rule of when
+ * it is still under way (every phase before `ready`, except `error`). The phase enum is defined with
+ * the event model (src/events/schema.ts), since the `setup` state update carries it too.
  */
 import { SETUP_PHASES, SetupState, type SetupPhase } from '../events/schema.js';
 
