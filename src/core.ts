@@ -74,7 +74,6 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   let closeBus = async () => {};
   // several nodes (NATS): leases and routing to the lease holder (src/cluster/)
   let cluster: { bus: ClusterBus; leases: Leases; prefix: string; store: PostgresStore } | null = null;
-  const runsHere = { test: (_id: string): boolean => false };
   if (config.cluster) {
     const pgStore = await PostgresStore.open(config.cluster.databaseUrl);
     redactor.add(new URL(config.cluster.databaseUrl).password || null);
@@ -103,7 +102,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   const events = new EventLog(store, bus, redactor, config.maxEventBytes);
   const settings = new Settings(store, box, redactor, log);
   const leases = cluster?.leases;
-  const shared: SharedStore | undefined = leases && { ownerOf: (id) => leases.owner(id), runsHere: (id) => runsHere.test(id) };
+  const shared: SharedStore | undefined = leases && { ownerOf: (id) => leases.owner(id) };
   const conversations = new Conversations(
     store,
     events,
@@ -112,6 +111,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     { workspaceRoot: config.workspaceRoot, dataDir: config.dataDir, llm: { model: config.llm.model, baseUrl: config.llm.baseUrl, apiKeySet: !!config.llm.apiKey } },
     shared,
     { count: config.maxLoadedConversations },
+    log,
   );
   // every commit is published (the event log), then followed by the conversation's shown status
   store.onCommit((id, evs) => events.committed(id, evs));
@@ -123,7 +123,6 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     if (p.full) void sandbox.relieveDisk();
   });
   const agent = createAgent({ sandbox, conversations, events, settings, redactor, config, log });
-  runsHere.test = (id) => agent.runtime.isRunning(id);
   const preparer = new WorkspacePreparer(conversations, events, settings, agent.runtime, sandbox, redactor, {
     workspaceRoot: config.workspaceRoot,
     allowedHosts: config.gitAllowedHosts,

@@ -32,6 +32,8 @@ export interface ConversationData {
 export interface AgentConversations extends ConversationData {
   /** The status of a loaded conversation (undefined when it is not loaded). */
   status(id: string): ExecutionStatus | undefined;
+  /** The conversation's agent loop starts (true) or has stopped (false) in this process: its state here is then the truth. */
+  loopHere(id: string, running: boolean): void;
   /** Moves the status, recording `along` in the same commit. */
   setStatus(id: string, status: ExecutionStatus, along?: EventDraft[]): Promise<void>;
   /** The conversation's MCP configuration, secrets opened. */

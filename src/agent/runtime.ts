@@ -8,7 +8,7 @@ import type { Logger } from 'pino';
 import { z } from 'zod';
 import type { AgentConversations } from './conversation-data.js';
 import type { EventLog } from '../events/log.js';
-import type { EventOf, ParleyEvent } from '../events/schema.js';
+import { stateUpdate, type EventOf, type ParleyEvent } from '../events/schema.js';
 import { ConflictError } from '../errors.js';
 import { ProviderError } from '../llm/provider-error.js';
 import type { LlmClient, LlmResponse, LlmToolSpec } from '../llm/types.js';
@@ -123,6 +123,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
     if (this.runs.has(id)) return false;
     const run: Run = { controller: new AbortController(), pauseRequested: false, newInput: false, done: Promise.resolve(), nudged: false, seenSeq: 0 };
     this.runs.set(id, run);
+    this.conversations.loopHere(id, true);
     runsStarted.inc();
     run.done = this.loop(id, run)
       .catch((err) => this.log.error({ conversation_id: id, err: this.redactor.redact(String(err?.stack ?? err)) }, 'run loop failed'))
@@ -137,6 +138,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
    */
   private async afterRun(id: string, run: Run): Promise<void> {
     this.runs.delete(id);
+    this.conversations.loopHere(id, false);
     metrics.agentRunsEnded.inc(this.conversations.status(id) ?? 'deleted');
     try {
       const pending = this.rerun.delete(id) || run.newInput;
@@ -287,7 +289,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
           signal: run.controller.signal,
           onTextDelta: (delta) => eventLog.publishTransient(id, { kind: 'StreamingDeltaEvent', source: 'agent', content: delta }),
           onRetry: ({ attempt, delayMs, error }) =>
-            void eventLog.append(id, { kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'llm_retry', value: { attempt, delay_ms: delayMs, code: error.code, detail: error.detail } }),
+            void eventLog.append(id, stateUpdate('llm_retry', { attempt, delay_ms: delayMs, code: error.code, detail: error.detail })),
         });
       } catch (err) {
         if (run.controller.signal.aborted) return this.afterInterrupt(id);

@@ -86,12 +86,12 @@ const MALFORMED_REPORTS = 10_000;
 export interface SharedStore {
   /** The node holding the conversation's lease, shown as `node_id`. */
   ownerOf(id: string): Promise<string | null>;
-  /** Whether this node runs the conversation's loop (its state here is then the truth). */
-  runsHere(id: string): boolean;
 }
 
 export class Conversations {
   private live = new Map<string, LiveConversation>();
+  /** Conversations whose agent loop runs in this process (the runtime says so: `loopHere`). */
+  private loops = new Set<string>();
   private loading = new Map<string, Promise<LiveConversation | null>>();
   /** Estimated bytes of each loaded record, and the data fields left in the store. */
   private sizes = new Map<string, number>();
@@ -113,6 +113,12 @@ export class Conversations {
     /** Where a record's malformed keys are reported (record-data.ts). */
     private readonly log?: Pick<Logger, 'warn'>,
   ) {}
+
+  /** The agent runtime says when a conversation's loop runs in this process (the cluster reads the others' conversations from the store). */
+  loopHere(id: string, running: boolean): void {
+    if (running) this.loops.add(id);
+    else this.loops.delete(id);
+  }
 
   /** The store reports each commit here: the record's updated_at and the shown status follow it. */
   committed(conversationId: string, events: EncodedEvent[]): void {
@@ -172,7 +178,7 @@ export class Conversations {
   /** The conversation's live state, loaded on first use. Null when it does not exist. */
   async load(id: string): Promise<LiveConversation | null> {
     const hit = this.live.get(id);
-    if (hit && this.shared && !this.shared.runsHere(id)) return this.refresh(id);
+    if (hit && this.shared && !this.loops.has(id)) return this.refresh(id);
     if (hit) return this.touch(id, hit);
     let p = this.loading.get(id);
     if (!p) {
@@ -218,7 +224,7 @@ export class Conversations {
       return null;
     }
     if (!conv) return this.admit(record);
-    if (!this.shared?.runsHere(id)) {
+    if (!this.shared || !this.loops.has(id)) {
       conv.record = this.residentRecord(record);
       conv.status = record.execution_status as ExecutionStatus;
       conv.shown = undefined;
