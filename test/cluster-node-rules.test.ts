@@ -1,8 +1,7 @@
 /**
  * The cluster's lease rules (src/cluster/leases.ts) and the node in front of the service
  * (src/cluster/node.ts, wired by src/cluster/index.ts) without a daemon: two nodes built in this
- * process on a PostgreSQL database of their own (dropped after) and the NATS server of the machine
- * (subjects under a prefix of their own). Acquire, renew, expiry handing the lease over, another
+ * process on a PostgreSQL database of their own (dropped after) and a nats-server of their own. Acquire, renew, expiry handing the lease over, another
  * node's lease refusing; a run routed to the holder, taken here when nobody holds it, refused when
  * the holder does not answer; a dead node's conversation taken over; a lost lease stopping the loop.
  */
@@ -13,14 +12,15 @@ import { Leases } from '../src/cluster/leases.js';
 import { ConflictError, UnavailableError } from '../src/errors.js';
 import { nowIso } from '../src/events/types.js';
 import { PostgresStore } from '../src/store/postgres.js';
+import { startNats, type NatsServer } from './support/cluster.js';
 import { coreParts, gate, statusTrail, type CoreParts } from './support/core-parts.js';
 import { waitFor } from './support/daemon.js';
 import { createTestDatabase, type TestDatabase } from './support/postgres.js';
 import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
 
-const NATS_URL = process.env.PARLEY_TEST_NATS_URL ?? 'nats://127.0.0.1:4222';
-
 let db: TestDatabase;
+let nats: NatsServer;
+const ends: (() => unknown)[] = [];
 /** The schema (migrated on open) and a pool to look at the leases directly. */
 let store: PostgresStore;
 let llm: ScriptedLlm;
@@ -29,11 +29,13 @@ before(async () => {
   db = await createTestDatabase();
   store = await PostgresStore.open(db.url);
   llm = await startScriptedLlm();
+  nats = await startNats((fn) => ends.push(fn));
 });
 after(async () => {
   await store?.close();
   await db?.drop();
   await llm?.close();
+  for (const fn of ends) await fn();
 });
 
 const record = (status: string) => ({ id: crypto.randomUUID() as string, title: null, created_at: nowIso(), updated_at: nowIso(), execution_status: status, data: {} });
@@ -107,7 +109,7 @@ describe('ClusterNode (two nodes in this process)', { timeout: 60_000 }, () => {
   before(async () => {
     await new Leases(store.pool, 'node-a', 60_000).acquire(leftOver);
     const prefix = `parley_test_${crypto.randomBytes(4).toString('hex')}`;
-    const node = (nodeId: string) => coreParts({ llmUrl: llm.url, cluster: { databaseUrl: db.url, natsUrl: NATS_URL, prefix, nodeId, ttlMs: TTL } });
+    const node = (nodeId: string) => coreParts({ llmUrl: llm.url, cluster: { databaseUrl: db.url, natsUrl: nats.url, prefix, nodeId, ttlMs: TTL } });
     a = await node('node-a');
     b = await node('node-b');
   });
