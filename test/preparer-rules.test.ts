@@ -10,6 +10,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test, type TestContext } from 'node:test';
+import { parseReplay } from '../src/conversation/replay.js';
 import { nowIso } from '../src/events/types.js';
 import { workspacePath } from '../src/sandbox/workspace-dir.js';
 import { coreParts, statusTrail, type CoreParts } from './support/core-parts.js';
@@ -150,5 +151,24 @@ describe('WorkspacePreparer (no daemon)', { timeout: 60_000 }, () => {
     assert.equal(llm.requests.length - before, 1);
     assert.match(JSON.stringify(llm.requests[before]!.body.messages), /deploy-notes\.md/);
     assert.deepEqual(await statusTrail(p.events, id), ['running', 'finished']);
+  });
+
+  test('a replay: replaying after the workspace is made, its actions run with the real tools (no LLM), then finished and ready', async (t) => {
+    const p = await parts(t);
+    const parsed = parseReplay(JSON.stringify([
+      { action: 'message', source: 'user', args: { content: 'replay this' } },
+      { action: 'run', source: 'agent', args: { command: 'echo replayed > replayed.txt' } },
+    ]));
+    assert.ok(parsed.ok);
+    const id = await conversation(p, { replay_json: true });
+    const before = llm.requests.length;
+    await p.preparer.prepare(id, { replay: parsed.plan });
+    assert.deepEqual(await phaseEvents(p, id), ['preparing', 'replaying', 'ready']);
+    assert.deepEqual(await statusTrail(p.events, id), ['running', 'finished']);
+    assert.equal(fs.readFileSync(path.join(workspacePath(p.config.workspaceRoot, id), 'replayed.txt'), 'utf8'), 'replayed\n');
+    const observed = (await p.events.after(id, 0)).filter((e) => e.kind === 'ObservationEvent').map((e) => (e as any).tool_name);
+    assert.deepEqual(observed, ['terminal']);
+    assert.equal(llm.requests.length, before, 'a replay does not call the LLM');
+    assert.equal(p.runtime.isRunning(id), false);
   });
 });
