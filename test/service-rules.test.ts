@@ -11,6 +11,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test, type TestContext } from 'node:test';
 import { ConflictError, NotFoundError, PayloadTooLargeError, RequestValidationError } from '../src/errors.js';
+import { nowIso } from '../src/events/types.js';
 import { coreParts, gate, statusTrail, type CoreParts, type PartsOptions } from './support/core-parts.js';
 import { tempDir, waitFor } from './support/daemon.js';
 import { startGitServer, type GitHttpServer } from './support/git-server.js';
@@ -168,6 +169,35 @@ describe('ConversationService (no daemon)', { timeout: 60_000 }, () => {
     const runningAt = evs.findIndex((e) => (e as any).key === 'execution_status' && (e as any).value === 'running');
     assert.ok(readyAt >= 0 && readyAt < runningAt, `ready (${readyAt}) before running (${runningAt})`);
     assert.deepEqual(await statusTrail(p.events, id), ['running', 'finished']);
+  });
+
+  test('a preparation a restart cut short is started again: by resumePreparations (its requested run follows), or by a run asked for meanwhile', async (t) => {
+    const p = await parts(t);
+    const stored = async (data: Record<string, unknown>, message: string) => {
+      const id = crypto.randomUUID();
+      await p.store.createConversation({ id, title: null, created_at: nowIso(), updated_at: nowIso(), execution_status: 'idle', data }, [
+        p.events.toStore({ kind: 'MessageEvent', source: 'user', llm_message: { role: 'user', content: text(message) } }),
+      ]);
+      return id;
+    };
+    const resumed = await stored({ setup: { phase: 'cloning' }, run_requested: true }, 'resume me');
+    const asked = await stored({ setup: { phase: 'preparing' } }, 'run me');
+    llm.push({ text: 'resumed' });
+    await p.service.resumePreparations();
+    await statusIs(p, resumed, 'finished');
+    assert.equal(phaseOf(p, resumed), 'ready');
+    assert.equal(calls(), 1);
+    assert.match(requestText(0), /resume me/);
+    assert.equal(p.conversations.status(asked), 'idle', 'resumed, but no run was requested');
+    await waitFor(() => phaseOf(p, asked) === 'ready', 'the second preparation to end');
+    assert.equal(calls(), 1);
+
+    const again = await stored({ setup: { phase: 'checking_out' } }, 'run me now');
+    llm.push({ text: 'ran after the preparation' });
+    await p.service.run(again);
+    await statusIs(p, again, 'finished');
+    assert.equal(phaseOf(p, again), 'ready');
+    assert.match(requestText(1), /run me now/);
   });
 
   test('pause: an idle conversation is paused at once; a running one stops after its current step', async (t) => {
