@@ -17,7 +17,6 @@ import { WorkspacePreparer } from '../../src/conversation/preparer.js';
 import { ConversationService, type ConversationOps } from '../../src/conversation/service.js';
 import { EventBus } from '../../src/events/bus.js';
 import { EventLog } from '../../src/events/log.js';
-import type { EncodedEvent } from '../../src/events/types.js';
 import { Sandbox } from '../../src/sandbox/launcher.js';
 import { helperDirOf } from '../../src/sandbox/workspace-dir.js';
 import { SecretBox } from '../../src/secrets/crypto.js';
@@ -69,14 +68,12 @@ export async function coreParts(opts: PartsOptions = {}): Promise<CoreParts & { 
   });
   fs.mkdirSync(config.workspaceRoot, { recursive: true });
   const redactor = new Redactor();
-  const hook = { to: (_id: string, _evs: EncodedEvent[]): void => {} };
-  const onCommit = (id: string, evs: EncodedEvent[]) => hook.to(id, evs);
   let store: Store;
   let bus: EventBus = new EventBus();
   let cluster: { leases: Leases; bus: ClusterBus; pg: PostgresStore } | undefined;
   if (opts.cluster) {
     const c = opts.cluster;
-    const pgStore = await PostgresStore.open(c.databaseUrl, onCommit);
+    const pgStore = await PostgresStore.open(c.databaseUrl);
     const { ClusterBus } = await import('../../src/cluster/bus.js');
     const { Leases } = await import('../../src/cluster/leases.js');
     const clusterBus = await ClusterBus.connect(pgStore, { url: c.natsUrl, prefix: c.prefix, nodeId: c.nodeId, log: quietLog });
@@ -84,7 +81,7 @@ export async function coreParts(opts: PartsOptions = {}): Promise<CoreParts & { 
     store = pgStore;
     bus = clusterBus;
   } else {
-    store = new SqliteStore(dataDir, onCommit);
+    store = new SqliteStore(dataDir);
   }
   const events = new EventLog(store, bus, redactor, config.maxEventBytes);
   const settings = new Settings(store, SecretBox.open(dataDir, config.secretKey), redactor, quietLog);
@@ -93,10 +90,9 @@ export async function coreParts(opts: PartsOptions = {}): Promise<CoreParts & { 
   const shared: SharedStore | undefined = leases && { ownerOf: (id) => leases.owner(id), runsHere: (id) => runsHere.test(id) };
   const agentServer = { workspaceRoot: config.workspaceRoot, dataDir, llm: { model: config.llm.model, baseUrl: config.llm.baseUrl, apiKeySet: !!config.llm.apiKey } };
   const conversations = new Conversations(store, events, settings, redactor, agentServer, shared);
-  hook.to = (id, evs) => {
-    events.committed(id, evs);
-    conversations.committed(id, evs);
-  };
+  store.onCommit((id, evs) => events.committed(id, evs));
+  store.onCommit((id, evs) => conversations.committed(id, evs));
+  cluster?.bus.onRemoteDelete((id) => conversations.forget(id));
   const sandbox = Sandbox.start(config.sandbox, { workspaceRoot: config.workspaceRoot, hidden: [dataDir], log: quietLog });
   const agent = createAgent({ sandbox, conversations, events, settings, redactor, config, log: quietLog });
   runsHere.test = (id) => agent.runtime.isRunning(id);
