@@ -85,17 +85,15 @@ export async function coreParts(opts: PartsOptions = {}): Promise<CoreParts & { 
   }
   const events = new EventLog(store, bus, redactor, config.maxEventBytes);
   const settings = new Settings(store, SecretBox.open(dataDir, config.secretKey), redactor, quietLog);
-  const runsHere = { test: (_id: string): boolean => false };
   const leases = cluster?.leases;
-  const shared: SharedStore | undefined = leases && { ownerOf: (id) => leases.owner(id), runsHere: (id) => runsHere.test(id) };
+  const shared: SharedStore | undefined = leases && { ownerOf: (id) => leases.owner(id) };
   const agentServer = { workspaceRoot: config.workspaceRoot, dataDir, llm: { model: config.llm.model, baseUrl: config.llm.baseUrl, apiKeySet: !!config.llm.apiKey } };
-  const conversations = new Conversations(store, events, settings, redactor, agentServer, shared);
+  const conversations = new Conversations(store, events, settings, redactor, agentServer, shared, {}, quietLog);
   store.onCommit((id, evs) => events.committed(id, evs));
   store.onCommit((id, evs) => conversations.committed(id, evs));
   cluster?.bus.onRemoteDelete((id) => conversations.forget(id));
   const sandbox = Sandbox.start(config.sandbox, { workspaceRoot: config.workspaceRoot, hidden: [dataDir], log: quietLog });
   const agent = createAgent({ sandbox, conversations, events, settings, redactor, config, log: quietLog });
-  runsHere.test = (id) => agent.runtime.isRunning(id);
   const preparer = new WorkspacePreparer(conversations, events, settings, agent.runtime, sandbox, redactor, {
     workspaceRoot: config.workspaceRoot,
     allowedHosts: config.gitAllowedHosts,
