@@ -25,13 +25,13 @@ after(() => {
 });
 
 /** The parts as the composition root wires them, on `dir`. */
-function open(dir: string) {
+function open(dir: string, limits: { count?: number } = {}) {
   const redactor = new Redactor();
   const bus = new EventBus();
   const store = new SqliteStore(dir);
   const events = new EventLog(store, bus, redactor, 256 * 1024);
   const settings = new Settings(store, SecretBox.open(dir, 'k'.repeat(32)), redactor, log);
-  const conversations = new Conversations(store, events, settings, redactor);
+  const conversations = new Conversations(store, events, settings, redactor, undefined, undefined, limits);
   store.onCommit((id, evs) => events.committed(id, evs));
   store.onCommit((id, evs) => conversations.committed(id, evs));
   return { store, events, conversations };
@@ -69,6 +69,25 @@ describe('Conversations (no daemon)', { timeout: 60_000 }, () => {
     await parts.store.close();
     parts = open(dir);
     assert.equal((await parts.store.getConversation(id))?.execution_status, 'finished');
+    await parts.store.close();
+  });
+
+  test('over the resident limit, a conversation still being prepared stays loaded; one whose preparation ended goes, a run request left in the store or not', async () => {
+    const dir = tempDir();
+    dirs.push(dir);
+    const parts = open(dir, { count: 1 });
+    const make = async (data: Record<string, unknown>) => {
+      const id = crypto.randomUUID();
+      await parts.conversations.create({ ...record(id), data: { ...record(id).data, ...data } });
+      return id;
+    };
+    const preparing = await make({ setup: { phase: 'cloning' }, run_requested: true });
+    const ended = await make({ setup: { phase: 'ready' }, run_requested: true });
+    const failed = await make({ setup: { phase: 'error', detail: 'not found' }, run_requested: true });
+    await make({});
+    assert.ok(parts.conversations.loaded(preparing), 'a preparation under way keeps its record');
+    assert.equal(parts.conversations.loaded(ended), undefined, 'a stale run request after ready holds nothing');
+    assert.equal(parts.conversations.loaded(failed), undefined, 'nor after a failed preparation');
     await parts.store.close();
   });
 

@@ -122,6 +122,7 @@ describe('WorkspacePreparer (no daemon)', { timeout: 60_000 }, () => {
     assert.equal(p.conversations.status(id), 'error');
     assert.deepEqual(await statusTrail(p.events, id), ['error']);
     assert.equal(p.runtime.isRunning(id), false);
+    assert.equal(p.conversations.loaded(id)?.record.data.run_requested, undefined, 'the request is dropped: no run follows');
     assert.equal(llm.requests.length, before, 'no LLM call');
   });
 

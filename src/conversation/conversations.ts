@@ -467,9 +467,9 @@ function fieldBytes(v: unknown): number {
 
 /**
  * Only a conversation nothing holds may go: not running, not being prepared (the preparation and
- * a message sent meanwhile share its in-memory record), no run waiting for the preparation.
+ * a message sent meanwhile share its in-memory record, run request included). A run request left
+ * in the store by a preparation that ended (ready or failed) waits for nothing and holds nothing.
  */
 function evictable(conv: LiveConversation): boolean {
-  if (conv.status === 'running' || conv.record.data.run_requested) return false;
-  return !stillPreparing(conv.record.data);
+  return conv.status !== 'running' && !stillPreparing(conv.record.data);
 }

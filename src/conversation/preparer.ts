@@ -62,6 +62,7 @@ export class WorkspacePreparer implements ConversationPreparer {
       if (visible || p === 'error') await events.append(id, stateUpdate('setup', setup));
     };
     const fail = async (err: unknown, fallbackCode: string) => {
+      conversations.takeRunRequest(conv); // no run follows a failed preparation
       const detail = redact((err as Error)?.message ?? String(err));
       await phase('error', detail);
       await events.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: (err as { code?: string }).code ?? fallbackCode, detail });
