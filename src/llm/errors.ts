@@ -1,6 +1,7 @@
 /**
- * Provider error classification: turns whatever the AI SDK / fetch / the stream throws into a
- * `ProviderErrorInfo` (code, retryable, status, detail) with a clear detail that never holds the API key.
+ * Provider error classification: turns whatever the AI SDK / fetch / the stream (or the Chat Completions
+ * client, chat-completions.ts) throws into a `ProviderErrorInfo` (code, retryable, status, detail) with a
+ * clear detail that never holds the API key.
  */
 import { APICallError, LoadAPIKeyError, RetryError } from 'ai';
 import type { ProviderErrorCode, ProviderErrorInfo } from './types.js';
@@ -171,14 +172,27 @@ function classifyStatus(status: number, message: string, body: string, headers: 
   return make('ProviderError', false, message, ctx, status);
 }
 
-/** Message for an APICallError: the provider's message, plus the raw body when that says more. */
-function apiCallMessage(e: APICallError): string {
-  const message = e.message ?? '';
-  const body = typeof e.responseBody === 'string' ? e.responseBody.trim() : '';
+/** Message for an HTTP error: the provider's message, plus the raw body when that says more. */
+function apiCallMessage(providerMessage: string | undefined, responseBody: unknown): string {
+  const message = providerMessage ?? '';
+  const body = typeof responseBody === 'string' ? responseBody.trim() : '';
   if (body && !body.includes(message) && !message.includes(body.slice(0, 80))) {
     return `${message} — ${truncate(body, 300)}`;
   }
   return message;
+}
+
+/**
+ * An HTTP error answer (status ≥ 400) of the Chat Completions client (chat-completions.ts), classified as the
+ * AI SDK's APICallError for the same answer: `message` is the body's `error.message`, else the status text.
+ */
+export function classifyHttpError(status: number, message: string, body: string, headers: Record<string, string>, ctx: ClassifyContext): ClassifiedError {
+  return classifyStatus(status, apiCallMessage(message, body), body, headers, ctx);
+}
+
+/** A response stream that broke its contract after a 200 (malformed chunk, no finish reason): retryable. */
+export function interruptedStream(message: string, ctx: ClassifyContext): ClassifiedError {
+  return make('StreamInterrupted', true, message, ctx);
 }
 
 /**
@@ -215,7 +229,7 @@ export function classifyError(error: unknown, ctx: ClassifyContext): ClassifiedE
       return make('StreamInterrupted', true, causes ? `${error.message} (${causes})` : error.message, ctx);
     }
     if (error.statusCode !== undefined) {
-      return classifyStatus(error.statusCode, apiCallMessage(error), textOf(error.responseBody), error.responseHeaders, ctx);
+      return classifyStatus(error.statusCode, apiCallMessage(error.message, error.responseBody), textOf(error.responseBody), error.responseHeaders, ctx);
     }
     // No status: connection-level failure ("Cannot connect to API: …").
     if (error.isRetryable || isStreamBreak(error)) {

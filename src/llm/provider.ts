@@ -5,6 +5,8 @@
  * - The provider's LanguageModelV3 `doStream` is called directly, with a prompt converted once per
  *   message (src/llm/prompt.ts): a step costs what is new, not the whole history (`streamText`
  *   re-validated the whole prompt at every call). Tools are only described; the agent loop runs them.
+ * - OpenAI-compatible Chat Completions servers (`openai/…` with a base URL) are streamed by this project's
+ *   own client (src/llm/chat-completions.ts, whose header says why) instead of the SDK provider's `doStream`.
  * - Unusable tool calls (arguments that are not JSON, unknown tool names) come back as ordinary tool calls
  *   with `error` set (and `input` = the raw string when it did not parse); nothing is thrown.
  * - `complete()` retries rate limits, 5xx, timeouts, network errors and dropped streams with jittered
@@ -17,6 +19,7 @@ import { ImageResolver } from './image-urls.js';
 import { PROVIDERS, defaultContextWindow, defaultSupportsImages, parseModelString, type ProviderName, type SdkLanguageModel } from './models.js';
 import { DEFAULT_BACKOFF, retryDelayMs, sleep, type BackoffSettings } from './retry.js';
 import { PromptConverter, safeToolInput, type SdkPrompt, type SdkTools } from './prompt.js';
+import { createChatCompletions, type StepPart } from './chat-completions.js';
 import type { LlmClient, LlmRequest, LlmResponse, LlmToolCall } from './types.js';
 
 export { parseModelString } from './models.js';
@@ -53,6 +56,11 @@ export interface LlmSettings {
   headers?: Record<string, string>;
   /** Anthropic: mark the system prompt (and so the tool list before it) as a prompt-cache breakpoint. Default true. */
   cacheSystemPrompt?: boolean;
+  /**
+   * Who streams OpenAI-compatible Chat Completions (`openai/…` with baseUrl): this project's client (default)
+   * or the AI SDK provider's, kept to compare the two (tests check they send and return the same).
+   */
+  chatCompletionsClient?: 'own' | 'ai-sdk';
 }
 
 const DEFAULT_MAX_ATTEMPTS = 5;
@@ -103,6 +111,34 @@ function toolCall(id: string, name: string, rawInput: string, offered: string[])
   return call;
 }
 
+type SdkStream = Awaited<ReturnType<SdkLanguageModel['doStream']>>['stream'];
+
+/** The parts of the SDK's stream that a step uses, as the own client yields them (an in-stream error is thrown). */
+async function* sdkParts(stream: SdkStream): AsyncGenerator<StepPart> {
+  for await (const part of stream) {
+    if (part.type === 'text-delta') yield { type: 'text', delta: part.delta };
+    else if (part.type === 'tool-call') {
+      if (!part.providerExecuted) yield { type: 'tool-call', id: part.toolCallId, name: part.toolName, input: part.input };
+    } else if (part.type === 'response-metadata') {
+      if (part.id) yield { type: 'response-id', id: part.id };
+    } else if (part.type === 'finish') {
+      const u = part.usage;
+      yield {
+        type: 'finish',
+        finishReason: part.finishReason.unified,
+        usage: {
+          ...(u.inputTokens.total !== undefined ? { inputTokens: u.inputTokens.total } : {}),
+          ...(u.outputTokens.total !== undefined ? { outputTokens: u.outputTokens.total } : {}),
+          ...(u.inputTokens.cacheRead !== undefined ? { cacheReadTokens: u.inputTokens.cacheRead } : {}),
+          ...(u.inputTokens.cacheWrite !== undefined ? { cacheWriteTokens: u.inputTokens.cacheWrite } : {}),
+        },
+      };
+    } else if (part.type === 'error') {
+      throw part.error;
+    }
+  }
+}
+
 /** Carries an exception thrown by a caller's callback (onTextDelta) through the retry machinery untouched. */
 class CallbackFailure {
   constructor(readonly error: unknown) {}
@@ -135,6 +171,10 @@ export function createLlmClient(settings: LlmSettings): LlmClient & LlmClientExt
   const images = new ImageResolver(() => sdkModel.supportedUrls);
   const converter = new PromptConverter({ supportsImages, textOnlyToolResults, images, supportedUrls: () => sdkModel.supportedUrls });
   const systemOptions = cacheSystem ? cacheControlProviderOptions() : undefined;
+  const chat =
+    provider === 'openai' && settings.baseUrl && settings.chatCompletionsClient !== 'ai-sdk'
+      ? createChatCompletions({ baseUrl: settings.baseUrl, modelId, apiKey, headers: settings.headers, maxOutputTokens: settings.maxOutputTokens })
+      : undefined;
 
   async function attempt(req: LlmRequest, prompt: SdkPrompt, tools: SdkTools | undefined): Promise<LlmResponse> {
     const controller = new AbortController();
@@ -182,9 +222,11 @@ export function createLlmClient(settings: LlmSettings): LlmClient & LlmClientExt
       if (!controller.signal.aborted) controller.abort(new Error('done'));
     }
 
-    // One step straight through the provider's LanguageModelV3 `doStream`: no SDK retries, no SDK tool
-    // execution, no re-validation of the prompt (it was converted message by message, see PromptConverter).
-    async function consume(): Promise<LlmResponse> {
+    // One step through the own Chat Completions client, or straight through the provider's LanguageModelV3
+    // `doStream`: no SDK retries, no SDK tool execution, no re-validation of the prompt (it was converted
+    // message by message, see PromptConverter).
+    async function open(): Promise<AsyncIterable<StepPart>> {
+      if (chat) return chat.open({ prompt, ...(tools ? { tools } : {}), signal: controller.signal, alive: touch });
       const { stream } = await sdkModel.doStream({
         prompt,
         ...(tools ? { tools, toolChoice: { type: 'auto' as const } } : {}),
@@ -192,6 +234,11 @@ export function createLlmClient(settings: LlmSettings): LlmClient & LlmClientExt
         ...(settings.maxOutputTokens !== undefined ? { maxOutputTokens: settings.maxOutputTokens } : {}),
         ...(settings.headers ? { headers: settings.headers } : {}),
       });
+      return sdkParts(stream);
+    }
+
+    async function consume(): Promise<LlmResponse> {
+      const parts = await open();
       streamStarted = true;
       touch();
 
@@ -202,40 +249,25 @@ export function createLlmClient(settings: LlmSettings): LlmClient & LlmClientExt
       let responseId: string | undefined;
       const offered = tools ? tools.map((t) => t.name) : [];
 
-      const reader = stream.getReader();
-      try {
-        for (;;) {
-          const { done, value: part } = await reader.read();
-          if (done) break;
-          touch();
-          if (part.type === 'text-delta') {
-            text += part.delta;
-            if (req.onTextDelta) {
-              try {
-                req.onTextDelta(part.delta);
-              } catch (e) {
-                throw new CallbackFailure(e);
-              }
+      for await (const part of parts) {
+        touch();
+        if (part.type === 'text') {
+          text += part.delta;
+          if (req.onTextDelta) {
+            try {
+              req.onTextDelta(part.delta);
+            } catch (e) {
+              throw new CallbackFailure(e);
             }
-          } else if (part.type === 'tool-call') {
-            if (!part.providerExecuted) toolCalls.push(toolCall(part.toolCallId, part.toolName, part.input, offered));
-          } else if (part.type === 'response-metadata') {
-            responseId = part.id || responseId;
-          } else if (part.type === 'finish') {
-            finishReason = part.finishReason.unified;
-            const u = part.usage;
-            usage = {
-              ...(u.inputTokens.total !== undefined ? { inputTokens: u.inputTokens.total } : {}),
-              ...(u.outputTokens.total !== undefined ? { outputTokens: u.outputTokens.total } : {}),
-              ...(u.inputTokens.cacheRead !== undefined ? { cacheReadTokens: u.inputTokens.cacheRead } : {}),
-              ...(u.inputTokens.cacheWrite !== undefined ? { cacheWriteTokens: u.inputTokens.cacheWrite } : {}),
-            };
-          } else if (part.type === 'error') {
-            throw part.error;
           }
+        } else if (part.type === 'tool-call') {
+          toolCalls.push(toolCall(part.id, part.name, part.input, offered));
+        } else if (part.type === 'response-id') {
+          responseId = part.id;
+        } else {
+          finishReason = part.finishReason;
+          usage = part.usage;
         }
-      } finally {
-        reader.cancel().catch(() => {});
       }
       if (finishReason === undefined) {
         throw new ProviderError({
