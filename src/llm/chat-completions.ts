@@ -228,6 +228,8 @@ function isCompleteJson(text: string): boolean {
  * call when it carries another id or the call there is already complete JSON (servers that number every call
  * 0); without an index (Gemini) by id, else a named delta starts a call and an unnamed one continues the last.
  * Ids that are missing or repeated are made up. The calls come out in index order (else arrival order).
+ * One difference from the AI SDK, on purpose: a call opened with a new id on an index already taken, with
+ * empty arguments, is a new call here; the SDK appended its arguments to the call before it.
  */
 class ToolCallAssembler {
   private readonly calls: AssembledCall[] = [];
@@ -449,18 +451,31 @@ async function* readStream(res: http.IncomingMessage, ctx: ClientContext, alive:
   };
 
   let bom = true;
-  for await (const piece of res as AsyncIterable<Buffer>) {
-    alive();
-    buf += decoder.write(piece);
-    if (bom && buf.length > 0) {
-      bom = false;
-      if (buf.charCodeAt(0) === 0xfeff) buf = buf.slice(1);
+  const body = (res as AsyncIterable<Buffer>)[Symbol.asyncIterator]();
+  try {
+    for (;;) {
+      let next: IteratorResult<Buffer>;
+      try {
+        next = await body.next();
+      } catch (err) {
+        throw new Error(`the response stream broke off: ${(err as Error).message}`, { cause: err });
+      }
+      if (next.done) break;
+      alive();
+      buf += decoder.write(next.value);
+      if (bom && buf.length > 0) {
+        bom = false;
+        if (buf.charCodeAt(0) === 0xfeff) buf = buf.slice(1);
+      }
+      onText(false);
+      if (out.length > 0) {
+        yield* out;
+        out.length = 0;
+      }
     }
-    onText(false);
-    if (out.length > 0) {
-      yield* out;
-      out.length = 0;
-    }
+  } finally {
+    // left early (a callback threw, the step was abandoned): close the response (no-op once it ended)
+    await body.return?.();
   }
   buf += decoder.end();
   onText(true); // an event not closed by an empty line is dropped, as SSE readers do
