@@ -135,7 +135,8 @@ function profileSplit(
     return `src/${dir}`;
   };
   const libraryCategory = (url: string): string | null => {
-    if (/\/node_modules\/(@ai-sdk|zod|eventsource-parser)\/|node:internal\/(webstreams|deps\/undici)/.test(url)) return 'LLM client (request build, HTTP, stream parse)';
+    // node:http's client: the daemon's only outgoing HTTP during a turn is the LLM request (src/llm/chat-completions.ts)
+    if (/\/node_modules\/(@ai-sdk|zod|eventsource-parser)\/|node:internal\/(webstreams|deps\/undici)|node:_http_(client|common|outgoing|incoming)/.test(url)) return 'LLM client (request build, HTTP, stream parse)';
     if (/node:internal\/worker|\/node_modules\/better-sqlite3\//.test(url)) return 'event append (store)';
     if (/\/bridge\/ws\.ts|\/node_modules\/(ws|uWebSockets\.js)\//.test(url)) return 'events and WebSocket publish';
     return null;
@@ -336,7 +337,7 @@ async function helloBench(turns: number, profile: boolean): Promise<number> {
   console.log(`daemon CPU time (/proc, all threads) over the measured turns: ${f(cpuMs / turns)} ms per turn, ${f(cpuMs / stepsRun)} ms per step`);
   if (main && main.totalMs > 0) {
     // the profiler's sample intervals are wall time: on a busy machine they include time the thread waited for a core
-    console.log(`daemon profile (main thread, --cpu-prof at 1 ms; sample intervals are wall time while not idle, so a busy machine inflates them) over the ${turns} measured turns (from the POST of the message to the end of the turn; conversation creation and workspace preparation excluded): ${f(main.totalMs / turns)} ms per turn, ${f(main.totalMs / stepsRun)} ms per step; by the nearest src/ frame on the stack (else the nearest frame of the AI SDK, zod, web streams or undici: LLM client; of the worker channel or better-sqlite3: store; of the WebSocket server: publish):`);
+    console.log(`daemon profile (main thread, --cpu-prof at 1 ms; sample intervals are wall time while not idle, so a busy machine inflates them) over the ${turns} measured turns (from the POST of the message to the end of the turn; conversation creation and workspace preparation excluded): ${f(main.totalMs / turns)} ms per turn, ${f(main.totalMs / stepsRun)} ms per step; by the nearest src/ frame on the stack (else the nearest frame of the AI SDK, zod, web streams, undici or node:http's client: LLM client; of the worker channel or better-sqlite3: store; of the WebSocket server: publish):`);
     console.log('| part | ms per step | share |');
     console.log('|---|---:|---:|');
     const byPart = [...main.ms.entries()].sort((a, b) => b[1] - a[1]);

@@ -57,6 +57,8 @@ type UserPart = Extract<SdkMessage, { role: 'user' }>['content'][number];
 type FilePart = Extract<UserPart, { type: 'file' }>;
 
 const USER_AGENT = `parley (node.js/${process.version})`;
+/** How long a TCP connection may take to open (undici's fetch, which the AI SDK used, waits as long). */
+const CONNECT_TIMEOUT_MS = 10_000;
 /** Of an error response's body, at most this much is read (and so quoted in the error). */
 const MAX_ERROR_BODY = 256 * 1024;
 
@@ -529,10 +531,25 @@ async function httpError(res: http.IncomingMessage, ctx: ClientContext): Promise
   return new ProviderError(classifyHttpError(status, message, body, headerRecord(res), { apiKey: ctx.apiKey, streamStarted: false }));
 }
 
-function post(url: URL, headers: Record<string, string>, body: string, signal: AbortSignal): Promise<http.IncomingMessage> {
+interface Target {
+  https: boolean;
+  hostname: string;
+  port: string;
+  path: string;
+}
+
+function post(to: Target, headers: Record<string, string>, body: string, signal: AbortSignal): Promise<http.IncomingMessage> {
   return new Promise((resolve, reject) => {
-    const send = url.protocol === 'https:' ? https.request : http.request;
-    const req = send(url, { method: 'POST', headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) }, signal }, resolve);
+    const send = to.https ? https.request : http.request;
+    const options = { method: 'POST', hostname: to.hostname, port: to.port, path: to.path, headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) }, signal };
+    const req = send(options, resolve);
+    // a host that never answers the connection: fail (retryably) as fetch did after 10 s, not at the idle timeout
+    req.on('socket', (socket) => {
+      if (!socket.connecting) return;
+      const timer = setTimeout(() => req.destroy(Object.assign(new Error(`connect ETIMEDOUT ${to.hostname}:${to.port} (no answer in ${CONNECT_TIMEOUT_MS} ms)`), { code: 'ETIMEDOUT' })), CONNECT_TIMEOUT_MS);
+      socket.once('connect', () => clearTimeout(timer));
+      socket.once('close', () => clearTimeout(timer));
+    });
     req.on('error', (err) => reject(signal.aborted ? err : new Error(`Cannot connect to API: ${err.message}`, { cause: err })));
     req.end(body);
   });
@@ -541,6 +558,8 @@ function post(url: URL, headers: Record<string, string>, body: string, signal: A
 /** A Chat Completions client for one model; `open` posts one step and returns its parts as they stream. */
 export function createChatCompletions(o: ChatCompletionsOptions): { open(step: ChatStepRequest): Promise<AsyncIterable<StepPart>> } {
   const url = new URL(`${o.baseUrl.replace(/\/$/, '')}/chat/completions`);
+  // taken apart once (http.request would take a URL apart at every step)
+  const target: Target = { https: url.protocol === 'https:', hostname: url.hostname.replace(/^\[(.*)\]$/, '$1'), port: url.port, path: url.pathname + url.search };
   const bodies = new RequestBodies(o.modelId, o.maxOutputTokens);
   const headers: Record<string, string> = {};
   const set = (name: string, value: string) => {
@@ -555,7 +574,7 @@ export function createChatCompletions(o: ChatCompletionsOptions): { open(step: C
 
   return {
     async open(step: ChatStepRequest): Promise<AsyncIterable<StepPart>> {
-      const res = await post(url, headers, bodies.body(step.prompt, step.tools), step.signal);
+      const res = await post(target, headers, bodies.body(step.prompt, step.tools), step.signal);
       step.alive();
       const status = res.statusCode ?? 0;
       if (status < 200 || status > 299) throw await httpError(res, ctx);

@@ -182,12 +182,15 @@ export function createLlmClient(settings: LlmSettings): LlmClient & LlmClientExt
     let settled = false;
     let timer: ReturnType<typeof setTimeout> | undefined;
     const touch = () => {
-      clearTimeout(timer);
       if (settled) return; // the background stream may still deliver parts after we gave up on it
-      timer = setTimeout(() => {
-        timedOut = true;
-        controller.abort(new Error('idle timeout'));
-      }, timeoutMs);
+      // one timer per attempt, restarted by every sign of life (a new timer per stream chunk cost more)
+      if (timer) timer.refresh();
+      else {
+        timer = setTimeout(() => {
+          timedOut = true;
+          controller.abort(new Error('idle timeout'));
+        }, timeoutMs);
+      }
     };
     const onUserAbort = () => controller.abort(req.signal?.reason);
     req.signal?.addEventListener('abort', onUserAbort, { once: true });
