@@ -17,18 +17,42 @@
  * timestamps) and with the daemon under `--cpu-prof` for the split of its CPU time per step.
  *
  *   npx tsx scripts/bench-steps.ts --hello [--turns 30] [--no-profile]   (--no-profile: the times without the profiler)
+ *
+ * `--llm-client` measures the LLM client alone, in this process, in the same run: the four answers of a
+ * `hello` turn (and a history growing by them) through the own Chat Completions client and through the AI
+ * SDK provider's (`chatCompletionsClient: 'ai-sdk'`), in alternating rounds; per step the time from the
+ * scripted LLM's answer sent to `complete()` resolved, and this process's CPU time (the scripted LLM's
+ * included, the same for both), with the ratio own / AI SDK.
+ *
+ *   npx tsx scripts/bench-steps.ts --llm-client [--rounds 6] [--turns 30]
  */
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { startDaemon } from '../test/support/daemon.js';
-import { startScriptedLlm } from '../test/support/scripted-llm.js';
+import { startScriptedLlm, type ScriptedReply } from '../test/support/scripted-llm.js';
+import { createLlmClient, toAssistantMessage } from '../src/llm/provider.js';
+import type { LlmToolSpec } from '../src/llm/types.js';
+import type { ModelMessage } from 'ai';
 import WebSocket from 'ws';
 
 const { values } = parseArgs({
-  options: { steps: { type: 'string', default: '1000' }, window: { type: 'string', default: '10' }, 'cpu-prof': { type: 'string' }, hello: { type: 'boolean' }, turns: { type: 'string', default: '30' }, 'no-profile': { type: 'boolean' } },
+  options: {
+    steps: { type: 'string', default: '1000' },
+    window: { type: 'string', default: '10' },
+    'cpu-prof': { type: 'string' },
+    hello: { type: 'boolean' },
+    turns: { type: 'string', default: '30' },
+    'no-profile': { type: 'boolean' },
+    'llm-client': { type: 'boolean' },
+    rounds: { type: 'string', default: '6' },
+  },
 });
+if (values['llm-client']) {
+  process.exitCode = await llmClientBench(Number(values.rounds), Number(values.turns));
+  process.exit();
+}
 if (values.hello) {
   process.exitCode = await helloBench(Number(values.turns), !values['no-profile']);
   process.exit();
@@ -368,5 +392,67 @@ async function helloBench(turns: number, profile: boolean): Promise<number> {
     }
   } else if (profile) console.log('\nno daemon CPU profile was written');
   fs.rmSync(profDir, { recursive: true, force: true });
+  return 0;
+}
+
+// ================================================================================================
+// --llm-client: the LLM client alone, own vs the AI SDK's, alternating in one run
+// ================================================================================================
+
+async function llmClientBench(rounds: number, turns: number): Promise<number> {
+  const llm = await startScriptedLlm();
+  const tools: LlmToolSpec[] = ['terminal', 'file_editor', 'finish'].map((name) => ({
+    name,
+    description: `the ${name} tool`,
+    inputSchema: { type: 'object', properties: { command: { type: 'string' }, path: { type: 'string' }, file_text: { type: 'string' }, message: { type: 'string' } } },
+  }));
+  const answers: ScriptedReply[] = [
+    { toolCalls: [{ name: 'terminal', arguments: { command: 'echo hello' } }] },
+    { toolCalls: [{ name: 'file_editor', arguments: { command: 'create', path: '/workspace/hello.txt', file_text: 'hello\n' } }] },
+    { toolCalls: [{ name: 'file_editor', arguments: { command: 'str_replace', path: '/workspace/hello.txt', old_str: 'hello', new_str: 'hello, world' } }] },
+    { toolCalls: [{ name: 'finish', arguments: { message: 'said hello' } }] },
+  ];
+  const clients = ['own', 'ai-sdk'] as const;
+  const after: Record<(typeof clients)[number], number[]> = { own: [], 'ai-sdk': [] };
+  const cpu: Record<(typeof clients)[number], number[]> = { own: [], 'ai-sdk': [] };
+  const load0 = os.loadavg();
+  /** `turns` hello turns in one conversation (its history grows by them); per step: answer sent → resolved, CPU */
+  const run = async (client: (typeof clients)[number], record: boolean) => {
+    const c = createLlmClient({ model: 'openai/scripted', baseUrl: llm.url, apiKey: 'k', chatCompletionsClient: client });
+    const messages: ModelMessage[] = [];
+    for (let t = 0; t < turns; t++) {
+      messages.push({ role: 'user', content: 'say hello, then write it to hello.txt' });
+      for (const answer of answers) {
+        llm.push(answer);
+        const cpu0 = process.cpuUsage();
+        const res = await c.complete({ system: 'You are a test agent.', messages: messages.slice(), tools });
+        const done = performance.now();
+        const used = process.cpuUsage(cpu0);
+        const q = llm.requests[llm.requests.length - 1]!;
+        q.body = undefined;
+        if (record) {
+          after[client].push(done - q.answeredAt!);
+          cpu[client].push((used.user + used.system) / 1000);
+        }
+        messages.push(toAssistantMessage(res), {
+          role: 'tool',
+          content: res.toolCalls.map((call) => ({ type: 'tool-result' as const, toolCallId: call.id, toolName: call.name, output: { type: 'text' as const, value: 'ok' } })),
+        });
+      }
+    }
+  };
+  try {
+    for (const client of clients) await run(client, false); // warm-up
+    for (let r = 0; r < rounds; r++) for (const client of r % 2 === 0 ? clients : [...clients].reverse()) await run(client, true);
+  } finally {
+    await llm.close();
+  }
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+  const load1 = os.loadavg();
+  console.log(`LLM client alone: ${rounds} rounds × ${turns} hello turns (4 steps each, history growing) per client, alternating; load average ${load0.map((l) => l.toFixed(2)).join(' ')} at the start, ${load1.map((l) => l.toFixed(2)).join(' ')} at the end (command: npx tsx scripts/bench-steps.ts --llm-client --rounds ${rounds} --turns ${turns})`);
+  console.log('| client | answer sent → complete() resolved, median ms | CPU per step (this process, scripted LLM included), median ms |');
+  console.log('|---|---:|---:|');
+  for (const client of clients) console.log(`| ${client} | ${median(after[client]).toFixed(3)} | ${median(cpu[client]).toFixed(3)} |`);
+  console.log(`ratio own / AI SDK: ${(median(after.own) / median(after['ai-sdk'])).toFixed(2)} (after the answer), ${(median(cpu.own) / median(cpu['ai-sdk'])).toFixed(2)} (CPU per step)`);
   return 0;
 }
