@@ -32,7 +32,6 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { startDaemon } from '../test/support/daemon.js';
 import { startScriptedLlm, type ScriptedReply } from '../test/support/scripted-llm.js';
-import { createLlmClient, toAssistantMessage } from '../src/llm/provider.js';
 import type { LlmToolSpec } from '../src/llm/types.js';
 import type { ModelMessage } from 'ai';
 import WebSocket from 'ws';
@@ -400,6 +399,8 @@ async function helloBench(turns: number, profile: boolean): Promise<number> {
 // ================================================================================================
 
 async function llmClientBench(rounds: number, turns: number): Promise<number> {
+  // loaded here: the other modes measure a daemon from outside and keep this process light
+  const { createLlmClient, toAssistantMessage } = await import('../src/llm/provider.js');
   const llm = await startScriptedLlm();
   const tools: LlmToolSpec[] = ['terminal', 'file_editor', 'finish'].map((name) => ({
     name,
