@@ -272,6 +272,21 @@ describe('own Chat Completions client, against the AI SDK provider on the same b
     }
   });
 
+  it('follows a 307/308 redirect with the same body, as fetch did', async () => {
+    for (const client of ['own', 'ai-sdk'] as const) {
+      srv.push(
+        { status: 307, headers: { location: '/moved/v1/chat/completions' }, pieces: [] },
+        { status: 308, headers: { location: `${srv.url}/chat/completions?again=1` }, pieces: [] },
+        { pieces: sse(chunk({ content: `moved ${client}` }), chunk({}, 'stop'), '[DONE]') },
+      );
+      const n = srv.bodies.length;
+      const res = await createLlmClient(settings(client)).complete(request());
+      assert.equal(res.text, `moved ${client}`);
+      assert.equal(srv.bodies.length - n, 3);
+      assert.equal(new Set(srv.bodies.slice(n)).size, 1, 'the body was sent again unchanged');
+    }
+  });
+
   it('ends at a malformed chunk with a clear, retryable error', async () => {
     for (const [bad, why] of [
       ['{"id":"x","choices":[{"delta":{"content":"a"}', /not JSON/],

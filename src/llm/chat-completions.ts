@@ -57,6 +57,8 @@ type UserPart = Extract<SdkMessage, { role: 'user' }>['content'][number];
 type FilePart = Extract<UserPart, { type: 'file' }>;
 
 const USER_AGENT = `parley (node.js/${process.version})`;
+/** Redirects (307/308) followed for one request, as fetch allowed. */
+const MAX_REDIRECTS = 20;
 /** How long a TCP connection may take to open (undici's fetch, which the AI SDK used, waits as long). */
 const CONNECT_TIMEOUT_MS = 10_000;
 /** Of an error response's body, at most this much is read (and so quoted in the error). */
@@ -538,6 +540,21 @@ interface Target {
   path: string;
 }
 
+function targetOf(url: URL): Target {
+  return { https: url.protocol === 'https:', hostname: url.hostname.replace(/^\[(.*)\]$/, '$1'), port: url.port, path: url.pathname + url.search };
+}
+
+/** Where a redirect points, when it is an http(s) URL. */
+function redirectTarget(location: string | undefined, from: URL): URL | undefined {
+  if (!location) return undefined;
+  try {
+    const next = new URL(location, from);
+    return next.protocol === 'http:' || next.protocol === 'https:' ? next : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 function post(to: Target, headers: Record<string, string>, body: string, signal: AbortSignal): Promise<http.IncomingMessage> {
   return new Promise((resolve, reject) => {
     const send = to.https ? https.request : http.request;
@@ -559,7 +576,7 @@ function post(to: Target, headers: Record<string, string>, body: string, signal:
 export function createChatCompletions(o: ChatCompletionsOptions): { open(step: ChatStepRequest): Promise<AsyncIterable<StepPart>> } {
   const url = new URL(`${o.baseUrl.replace(/\/$/, '')}/chat/completions`);
   // taken apart once (http.request would take a URL apart at every step)
-  const target: Target = { https: url.protocol === 'https:', hostname: url.hostname.replace(/^\[(.*)\]$/, '$1'), port: url.port, path: url.pathname + url.search };
+  const target = targetOf(url);
   const bodies = new RequestBodies(o.modelId, o.maxOutputTokens);
   const headers: Record<string, string> = {};
   const set = (name: string, value: string) => {
@@ -574,11 +591,27 @@ export function createChatCompletions(o: ChatCompletionsOptions): { open(step: C
 
   return {
     async open(step: ChatStepRequest): Promise<AsyncIterable<StepPart>> {
-      const res = await post(target, headers, bodies.body(step.prompt, step.tools), step.signal);
-      step.alive();
-      const status = res.statusCode ?? 0;
-      if (status < 200 || status > 299) throw await httpError(res, ctx);
-      return readStream(res, ctx, step.alive);
+      const body = bodies.body(step.prompt, step.tools);
+      let at = url;
+      let to = target;
+      let sent = headers;
+      for (let redirects = 0; ; redirects++) {
+        const res = await post(to, sent, body, step.signal);
+        step.alive();
+        const status = res.statusCode ?? 0;
+        // fetch followed redirects; a POST is sent again only on 307 and 308 (others would turn it into a GET)
+        const next = (status === 307 || status === 308) && redirects < MAX_REDIRECTS ? redirectTarget(res.headers.location, at) : undefined;
+        if (next) {
+          res.resume();
+          // as fetch does, the credentials do not follow to another origin
+          if (next.origin !== at.origin) sent = Object.fromEntries(Object.entries(sent).filter(([k]) => k !== 'authorization'));
+          at = next;
+          to = targetOf(next);
+          continue;
+        }
+        if (status < 200 || status > 299) throw await httpError(res, ctx);
+        return readStream(res, ctx, step.alive);
+      }
     },
   };
 }
