@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { after, before, describe, it } from 'node:test';
+import { after, before, beforeEach, describe, it } from 'node:test';
 import type { ModelMessage } from 'ai';
 import { createLlmClient, toAssistantMessage, type LlmSettings } from '../src/llm/provider.js';
 import { ProviderError } from '../src/llm/errors.js';
@@ -37,6 +37,8 @@ interface RawServer {
   /** Closed client connections seen (a hang reply's request ends when its client closes). */
   closed: number;
   push(...replies: RawReply[]): void;
+  /** Drop the queued replies (a failed test must not hand its leftovers to the next). */
+  clear(): void;
   close(): Promise<void>;
 }
 
@@ -47,6 +49,7 @@ async function startRawServer(): Promise<RawServer> {
     bodies: [],
     closed: 0,
     push: (...r) => void queue.push(...r),
+    clear: () => void queue.splice(0),
     close: () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());
@@ -126,6 +129,7 @@ describe('own Chat Completions client, against the AI SDK provider on the same b
   after(async () => {
     await srv.close();
   });
+  beforeEach(() => srv.clear());
 
   it('sends the same request body as the AI SDK, byte for byte, step after step', async () => {
     const png = Buffer.from('89504e470d0a1a0a0000000d49484452', 'hex');
