@@ -7,7 +7,9 @@
  * time after the last byte of the answer (a zod parse of every SSE chunk, six chained web streams, a
  * character-by-character scan of every tool-call argument, undici's fetch), plus converting and
  * re-serialising the whole history into the request body at every step (zod-parsed provider options,
- * `JSON.stringify` of every message again). Here:
+ * `JSON.stringify` of every message again). Both clients in one run (`bench-steps.ts --llm-client`, load
+ * average 18): answer's last byte → result 1.19 ms with the SDK, 0.28 ms here; CPU per step 2.66 → 0.89 ms
+ * (the scripted server's included). Here:
  * - the request body is assembled from each prompt message's JSON, made once per message (the prompt
  *   converter hands in the same message objects step after step), so a step serialises only what is new;
  * - the answer is read from node:http's socket stream with a small SSE line parser, and only the fields
