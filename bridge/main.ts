@@ -56,6 +56,8 @@ async function main() {
   // the sandbox's probe starts once the port is open: SANDBOX=bwrap that cannot be honoured still
   // stops the daemon with one line and exit code 1
   core.sandbox.startProbe();
+  // the build's entry (scripts/daemon-entry.mjs) saves its code cache once the start is over
+  (process.emit as (event: string) => boolean)('parley:listening');
   core.sandbox.ready.catch(async (err: Error) => {
     process.stderr.write(`parley: ${err.name === 'SandboxUnavailableError' ? err.message : `the sandbox could not be set up: ${err.message}`}\n`);
     metricsServer?.stop();

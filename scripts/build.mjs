@@ -1,6 +1,7 @@
 /**
- * Builds what `npm start` runs: dist/main.mjs (the daemon) and dist/writer.mjs (the store's index
- * writer thread), bundled by esbuild from the TypeScript sources, and dist/console/ (the web console).
+ * Builds what `npm start` runs: dist/main.mjs (the daemon's entry, which runs dist/daemon.cjs through
+ * a V8 code cache: scripts/daemon-entry.mjs) and dist/writer.mjs (the store's index writer thread),
+ * bundled by esbuild from the TypeScript sources, and dist/console/ (the web console).
  * Run by `npm install` (`prepare`) and, when a source file is newer than the build, by
  * scripts/start.mjs. Tests and development run
  * the sources directly through tsx.
@@ -8,7 +9,7 @@
  * The daemon starts faster and smaller built: no TypeScript transpilation at run time (tsx compiles
  * every module on load, in a loader thread with its own V8 isolate), one file instead of hundreds to
  * resolve, and the writer thread without tsx. Code that is only needed later (the AI SDK, the MCP
- * SDK, prom-client) is split into chunks loaded on first use.
+ * SDK, prom-client) is evaluated on first use.
  */
 import * as esbuild from 'esbuild';
 import fs from 'node:fs';
@@ -20,19 +21,16 @@ import zlib from 'node:zlib';
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 export const DIST = path.join(ROOT, 'dist');
 
-export async function build() {
+/** `dist`: where the build goes (test/daemon-code-cache.test.ts builds one of its own). */
+export async function build(dist = DIST) {
   // built aside and moved in place, so a daemon starting meanwhile never loads half a build
-  const tmp = `${DIST}.${process.pid}.tmp`;
+  const tmp = `${dist}.${process.pid}.tmp`;
   fs.rmSync(tmp, { recursive: true, force: true });
-  await esbuild.build({
+  const common = {
     absWorkingDir: ROOT,
-    entryPoints: { main: 'bridge/main.ts', writer: 'src/store/writer.ts' },
     outdir: tmp,
-    outExtension: { '.js': '.mjs' },
     bundle: true,
-    splitting: true,
     platform: 'node',
-    format: 'esm',
     target: 'node20',
     sourcemap: 'linked',
     // less to parse at start; identifiers are kept, so stack traces stay readable
@@ -40,15 +38,37 @@ export async function build() {
     minifySyntax: true,
     // native addons and packages that load files of their own at run time stay in node_modules
     external: ['better-sqlite3', 'uWebSockets.js', 'msgpackr-extract', 'bufferutil', 'utf-8-validate', 'swagger-ui-dist', 'prom-client'],
+    logLevel: 'warning',
+  };
+  // The daemon: one CommonJS body that dist/main.mjs (scripts/daemon-entry.mjs) compiles with V8's
+  // code cache, which Node 20 offers for scripts only. Code loaded on first use (the AI SDK, the MCP
+  // SDK, NATS) is in it too, behind esbuild's lazy module wrappers: compiled when first called,
+  // never evaluated before. `import()` becomes `require()` (a script has no module loader of its
+  // own) and `import.meta.url` the entry's URL, which the script is handed as `__parleyMetaUrl`.
+  await esbuild.build({
+    ...common,
+    entryPoints: { daemon: 'bridge/main.ts' },
+    outExtension: { '.js': '.cjs' },
+    format: 'cjs',
+    supported: { 'dynamic-import': false },
+    define: { 'import.meta.url': '__parleyMetaUrl' },
+  });
+  fs.copyFileSync(path.join(ROOT, 'scripts/daemon-entry.mjs'), path.join(tmp, 'main.mjs'));
+  // the store's index writer thread: an ES module of its own
+  await esbuild.build({
+    ...common,
+    entryPoints: { writer: 'src/store/writer.ts' },
+    outExtension: { '.js': '.mjs' },
+    splitting: true,
+    format: 'esm',
     // bundled CommonJS packages call require(); give the ES module output one
     banner: { js: "import { createRequire as __parleyRequire } from 'node:module'; const require = __parleyRequire(import.meta.url);" },
-    logLevel: 'warning',
   });
   await buildConsole(path.join(tmp, 'console'));
   // the sandbox's file service runs as it is (plain JavaScript) next to the code that starts it
   fs.copyFileSync(path.join(ROOT, 'src/sandbox/file-helper.mjs'), path.join(tmp, 'file-helper.mjs'));
-  fs.rmSync(DIST, { recursive: true, force: true });
-  fs.renameSync(tmp, DIST);
+  fs.rmSync(dist, { recursive: true, force: true });
+  fs.renameSync(tmp, dist);
 }
 
 export const LIB = path.join(ROOT, 'lib');

@@ -1,0 +1,96 @@
+/**
+ * The built daemon's V8 code cache (dist/daemon.cjs.cache, scripts/daemon-entry.mjs): a build of
+ * this checkout made in a temporary directory (the checkout's dist/ is left alone), started as
+ * `node dist/main.mjs` is. The first start writes the cache, the next uses it as it is; a cache of
+ * garbage, a truncated one, and one made for a bundle edited without changing its length (which V8,
+ * checking the length only, would take) are not used: the daemon starts, runs the bundle on disk
+ * and writes a cache of its own.
+ */
+import assert from 'node:assert/strict';
+import { execFile as execFileCb, spawn } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { promisify } from 'node:util';
+import { freePort, ROOT, tempDir, waitFor } from './support/daemon.js';
+
+const execFile = promisify(execFileCb);
+
+let dist: string;
+let bundle: string;
+let cacheFile: string;
+const sha256 = (b: Buffer) => crypto.createHash('sha256').update(b).digest();
+
+/** Starts the build, waits for the first 200 of /health, stops it (SIGTERM); its output lines. */
+async function startAndStop(): Promise<string> {
+  const port = await freePort();
+  const dataDir = tempDir();
+  const proc = spawn(process.execPath, [path.join(dist, 'main.mjs')], {
+    env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: dataDir, PORT: String(port), DATA_DIR: dataDir, LOG_LEVEL: 'info', SANDBOX: 'none' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  proc.stdout.on('data', (c) => (output += c));
+  proc.stderr.on('data', (c) => (output += c));
+  const exited = new Promise<number | null>((resolve) => proc.on('exit', (code) => resolve(code)));
+  try {
+    await waitFor(async () => {
+      if (proc.exitCode !== null) throw new Error(`the daemon exited with ${proc.exitCode}: ${output}`);
+      return (await fetch(`http://127.0.0.1:${port}/health`).catch(() => null))?.status === 200;
+    }, 'the first 200 of /health', 60_000);
+  } finally {
+    proc.kill('SIGTERM');
+  }
+  assert.equal(await exited, 0, output);
+  return output;
+}
+
+describe('the built daemon’s code cache', () => {
+  before(async () => {
+    const dir = tempDir('parley-code-cache-');
+    // the bundle resolves its native addons from node_modules next to its directory, as in a checkout
+    fs.symlinkSync(path.join(ROOT, 'node_modules'), path.join(dir, 'node_modules'));
+    dist = path.join(dir, 'dist');
+    await execFile(process.execPath, ['-e', 'import("./scripts/build.mjs").then((m) => m.build(process.argv[1]))', dist], { cwd: ROOT });
+    bundle = path.join(dist, 'daemon.cjs');
+    cacheFile = `${bundle}.cache`;
+  });
+  after(() => fs.rmSync(path.dirname(dist), { recursive: true, force: true }));
+
+  test('the first start writes it, keyed by the bundle; the next uses it and leaves it as it is', async () => {
+    assert.ok(!fs.existsSync(cacheFile));
+    await startAndStop();
+    const written = fs.readFileSync(cacheFile);
+    assert.deepEqual(written.subarray(0, 32), sha256(fs.readFileSync(bundle)));
+    assert.ok(written.length > 100_000, `${written.length} bytes of cache`);
+    await startAndStop();
+    assert.deepEqual(fs.readFileSync(cacheFile), written, 'an accepted cache is not rewritten');
+  });
+
+  test('garbage after the right key, or a truncated file: not used; the daemon starts and writes a good one', async () => {
+    const key = sha256(fs.readFileSync(bundle));
+    for (const bad of [Buffer.concat([key, crypto.randomBytes(64 * 1024)]), key.subarray(0, 10)]) {
+      fs.writeFileSync(cacheFile, bad);
+      await startAndStop();
+      const now = fs.readFileSync(cacheFile);
+      assert.deepEqual(now.subarray(0, 32), key);
+      assert.notDeepEqual(now, bad);
+      // the new one is accepted by the next start
+      await startAndStop();
+      assert.deepEqual(fs.readFileSync(cacheFile), now);
+    }
+  });
+
+  test('a bundle edited to the same length: the cache of the old one is not used, the new code runs', async () => {
+    assert.ok(fs.readFileSync(cacheFile).length > 32, 'a cache of the bundle as built');
+    const source = fs.readFileSync(bundle, 'utf8');
+    assert.ok(source.includes('listening on http://'));
+    // V8 would take the old cache for this source (it checks lengths) and log "listening on"
+    fs.writeFileSync(bundle, source.replace('listening on http://', 'listening at http://'));
+    const output = await startAndStop();
+    assert.match(output, /listening at http:\/\//);
+    assert.doesNotMatch(output, /listening on http:\/\//);
+    assert.deepEqual(fs.readFileSync(cacheFile).subarray(0, 32), sha256(fs.readFileSync(bundle)));
+  });
+});
