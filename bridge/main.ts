@@ -7,6 +7,7 @@ import { DATA_DIR_UMASK } from '../src/store/permissions.js';
 import { consoleUrl, signInLink } from './console.js';
 import { startMetricsServer } from './metrics.js';
 import { startServer } from './server.js';
+import { loadTrpc } from './trpc.js';
 
 async function main() {
   // every file the daemon creates (database, WAL, journal, key file, outputs) is 0600, directories 0700
@@ -31,10 +32,10 @@ async function main() {
     process.stderr.write(`parley: cannot ${what}: ${redactor.redact((err as Error).message)}\n`);
     process.exit(1);
   }
-  // The build (npm start) loads the AI SDK and the MCP SDK on first use. Run from source (tsx: tests,
-  // `npm run dev`) they are loaded now, before listening: tsx compiles on first use, which under load
-  // can take seconds that a first LLM call would otherwise wait for.
-  if (import.meta.url.endsWith('.ts')) await Promise.all([import('../src/llm/provider.js'), import('../src/tools/mcp/manager.js')]);
+  // The build (npm start) loads the AI SDK, the MCP SDK and the tRPC router on first use. Run from
+  // source (tsx: tests, `npm run dev`) they are loaded now, before listening: tsx compiles on first
+  // use, which under load can take seconds that a first call would otherwise wait for.
+  if (import.meta.url.endsWith('.ts')) await Promise.all([import('../src/llm/provider.js'), import('../src/tools/mcp/manager.js'), loadTrpc()]);
   let daemon;
   let metricsServer: { port: number; stop(): void } | undefined;
   try {

@@ -1,7 +1,9 @@
-/** /trpc/*: the core router served to in-house callers through tRPC's fetch adapter over uWS. */
-import { fetchRequestHandler } from '@trpc/server/adapters/fetch';
+/**
+ * /trpc/*: the core router served to in-house callers through tRPC's fetch adapter over uWS.
+ * The router and the adapter are loaded with the first call: building the router's procedures is
+ * not on the way to the daemon's first answer.
+ */
 import type { Logger } from 'pino';
-import { appRouter } from '../src/api/router.js';
 import type { Context } from '../src/api/trpc.js';
 import type { HttpRequest, HttpResponse } from './uws.js';
 import { BodyTooLarge, readJsonBody, sendJson, STATUS_TEXT, write, type ResState } from './http.js';
@@ -16,6 +18,10 @@ export function trpcRefusal(path: string, query: string, httpStatus: 401 | 413, 
   const calls = path.slice('/trpc/'.length).split(',').length;
   return /(^|&)batch=1/.test(query) ? Array.from({ length: calls }, () => error) : error;
 }
+
+let loaded: Promise<[typeof import('@trpc/server/adapters/fetch'), typeof import('../src/api/router.js')]> | undefined;
+/** The router and tRPC's fetch adapter (bridge/main.ts loads them before listening when run from source). */
+export const loadTrpc = () => (loaded ??= Promise.all([import('@trpc/server/adapters/fetch'), import('../src/api/router.js')]));
 
 export async function handleTrpc(
   res: HttpResponse,
@@ -46,6 +52,7 @@ export async function handleTrpc(
     throw err;
   }
   const request = new Request(url, { method, headers, body, signal: controller.signal });
+  const [{ fetchRequestHandler }, { appRouter }] = await loadTrpc();
   const response = await fetchRequestHandler({
     endpoint: '/trpc',
     req: request,
