@@ -1,6 +1,6 @@
 /**
  * dist/main.mjs (copied there by scripts/build.mjs): what `node dist/main.mjs` and `npm start` run.
- * It runs the bundled daemon, dist/daemon.cjs, through a V8 code cache, dist/daemon.cjs.cache.
+ * It runs the bundled daemon, dist/daemon.cjs, through a V8 code cache, dist/daemon.cjs.<key>.cache.
  *
  * Why: compiling the bundle was the largest single cost before the first request (parsing 1.4 MB of
  * ES modules, then compiling every function the start calls). Node 20 caches no compiled ES module
@@ -25,7 +25,10 @@ import { fileURLToPath } from 'node:url';
 import vm from 'node:vm';
 
 const bundle = fileURLToPath(new URL('./daemon.cjs', import.meta.url));
-const cacheFile = `${bundle}.cache`;
+// one cache per Node version and command-line flags: V8 rejects data made under other flags, and
+// `npm start` (--max-semi-space-size) and `node dist/main.mjs` would otherwise replace each other's
+const flavour = crypto.createHash('sha256').update(JSON.stringify([process.version, process.execArgv])).digest('hex').slice(0, 12);
+const cacheFile = `${bundle}.${flavour}.cache`;
 const DIGEST_BYTES = 32;
 
 const bytes = fs.readFileSync(bundle);

@@ -1,10 +1,10 @@
 /**
- * The built daemon's V8 code cache (dist/daemon.cjs.cache, scripts/daemon-entry.mjs): a build of
+ * The built daemon's V8 code cache (dist/daemon.cjs.<key>.cache, scripts/daemon-entry.mjs): a build of
  * this checkout made in a temporary directory (the checkout's dist/ is left alone), started as
  * `node dist/main.mjs` is. The first start writes the cache, the next uses it as it is; a cache of
  * garbage, a truncated one, and one made for a bundle edited without changing its length (which V8,
  * checking the length only, would take) are not used: the daemon starts, runs the bundle on disk
- * and writes a cache of its own.
+ * and writes a cache of its own. Starts with other Node flags keep a cache of their own.
  */
 import assert from 'node:assert/strict';
 import { execFile as execFileCb, spawn } from 'node:child_process';
@@ -19,14 +19,16 @@ const execFile = promisify(execFileCb);
 
 let dist: string;
 let bundle: string;
+/** The one cache the starts without flags use. */
 let cacheFile: string;
+const caches = () => fs.readdirSync(dist).filter((f) => /^daemon\.cjs\.[0-9a-f]+\.cache$/.test(f));
 const sha256 = (b: Buffer) => crypto.createHash('sha256').update(b).digest();
 
 /** Starts the build, waits for the first 200 of /health, stops it (SIGTERM); its output lines. */
-async function startAndStop(): Promise<string> {
+async function startAndStop(nodeArgs: string[] = []): Promise<string> {
   const port = await freePort();
   const dataDir = tempDir();
-  const proc = spawn(process.execPath, [path.join(dist, 'main.mjs')], {
+  const proc = spawn(process.execPath, [...nodeArgs, path.join(dist, 'main.mjs')], {
     env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: dataDir, PORT: String(port), DATA_DIR: dataDir, LOG_LEVEL: 'info', SANDBOX: 'none' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -54,18 +56,24 @@ describe('the built daemon’s code cache', () => {
     dist = path.join(dir, 'dist');
     await execFile(process.execPath, ['-e', 'import("./scripts/build.mjs").then((m) => m.build(process.argv[1]))', dist], { cwd: ROOT });
     bundle = path.join(dist, 'daemon.cjs');
-    cacheFile = `${bundle}.cache`;
   });
   after(() => fs.rmSync(path.dirname(dist), { recursive: true, force: true }));
 
   test('the first start writes it, keyed by the bundle; the next uses it and leaves it as it is', async () => {
-    assert.ok(!fs.existsSync(cacheFile));
+    assert.deepEqual(caches(), []);
     await startAndStop();
+    assert.equal(caches().length, 1);
+    cacheFile = path.join(dist, caches()[0]!);
     const written = fs.readFileSync(cacheFile);
     assert.deepEqual(written.subarray(0, 32), sha256(fs.readFileSync(bundle)));
     assert.ok(written.length > 100_000, `${written.length} bytes of cache`);
     await startAndStop();
     assert.deepEqual(fs.readFileSync(cacheFile), written, 'an accepted cache is not rewritten');
+    // `npm start`'s flag: a cache of its own, neither replacing this one nor replaced by it
+    await startAndStop(['--max-semi-space-size=4']);
+    assert.equal(caches().length, 2);
+    await startAndStop();
+    assert.deepEqual(fs.readFileSync(cacheFile), written);
   });
 
   test('garbage after the right key, or a truncated file: not used; the daemon starts and writes a good one', async () => {
