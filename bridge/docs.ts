@@ -37,9 +37,10 @@ const ASSETS: Record<string, string> = {
 };
 
 export function mountDocs(app: TemplatedApp): void {
-  const dir = path.dirname(createRequire(import.meta.url).resolve('swagger-ui-dist/package.json'));
-  // read on first use: the bundle is 1.5 MB that a daemon nobody browses never needs in memory
+  // found and read on first use: no node_modules lookup at start, and the bundle is 1.5 MB that a
+  // daemon nobody browses never needs in memory
   const cache = new Map<string, Buffer>();
+  let dir: string | undefined;
   const metric = new RouteMetric('GET', '/docs');
   const assetMetric = new RouteMetric('GET', '/docs/{asset}');
   const page = (res: Parameters<Parameters<TemplatedApp['get']>[1]>[0]) => send(res, watchAbort(res, metric), 200, PAGE, 'text/html; charset=utf-8');
@@ -52,7 +53,10 @@ export function mountDocs(app: TemplatedApp): void {
     const type = ASSETS[name];
     if (!type) return sendJson(res, state, 404, { detail: 'Not Found' });
     let body = cache.get(name);
-    if (!body) cache.set(name, (body = fs.readFileSync(path.join(dir, name))));
+    if (!body) {
+      dir ??= path.dirname(createRequire(import.meta.url).resolve('swagger-ui-dist/package.json'));
+      cache.set(name, (body = fs.readFileSync(path.join(dir, name))));
+    }
     send(res, state, 200, body, type, { 'cache-control': 'public, max-age=86400' });
   });
 }
