@@ -54,6 +54,13 @@ export async function build(dist = DIST) {
     define: { 'import.meta.url': '__parleyMetaUrl' },
   });
   fs.copyFileSync(path.join(ROOT, 'scripts/daemon-entry.mjs'), path.join(tmp, 'main.mjs'));
+  fs.copyFileSync(path.join(ROOT, 'scripts/code-cache.mjs'), path.join(tmp, 'code-cache.mjs'));
+  // the first start's cache: the bundle compiled here, under this process's Node and flags (a
+  // rebuild by `npm start` makes the one its own start uses); that start replaces it with its own
+  const { cacheFileOf, compile, digestOf, MADE_BY_BUILD, writeCache } = await import('./code-cache.mjs');
+  const bundle = path.join(tmp, 'daemon.cjs');
+  const bytes = fs.readFileSync(bundle);
+  writeCache(cacheFileOf(bundle), digestOf(bytes), MADE_BY_BUILD, compile(bundle, bytes).createCachedData());
   // the store's index writer thread: an ES module of its own
   await esbuild.build({
     ...common,

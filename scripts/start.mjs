@@ -9,7 +9,7 @@ import { isStale } from './stale.mjs';
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const entry = path.join(root, 'dist', 'main.mjs');
 
-if (isStale(entry, ['bridge', 'src', 'console', 'scripts/build.mjs', 'scripts/daemon-entry.mjs', 'package.json', 'package-lock.json'].map((s) => path.join(root, s)))) {
+if (isStale(entry, ['bridge', 'src', 'console', 'scripts/build.mjs', 'scripts/daemon-entry.mjs', 'scripts/code-cache.mjs', 'package.json', 'package-lock.json'].map((s) => path.join(root, s)))) {
   const { build } = await import('./build.mjs');
   await build();
 }

@@ -1,10 +1,11 @@
 /**
  * The built daemon's V8 code cache (dist/daemon.cjs.<key>.cache, scripts/daemon-entry.mjs): a build of
  * this checkout made in a temporary directory (the checkout's dist/ is left alone), started as
- * `node dist/main.mjs` is. The first start writes the cache, the next uses it as it is; a cache of
- * garbage, a truncated one, and one made for a bundle edited without changing its length (which V8,
- * checking the length only, would take) are not used: the daemon starts, runs the bundle on disk
- * and writes a cache of its own. Starts with other Node flags keep a cache of their own.
+ * `node dist/main.mjs` is. The build leaves a cache of the compiled bundle, the first start replaces
+ * it with its own, the next uses that as it is; a cache of garbage, a truncated one, and one made
+ * for a bundle edited without changing its length (which V8, checking the length only, would take)
+ * are not used: the daemon starts, runs the bundle on disk and writes a cache of its own. Starts
+ * with other Node flags keep a cache of their own.
  */
 import assert from 'node:assert/strict';
 import { execFile as execFileCb, spawn } from 'node:child_process';
@@ -59,13 +60,18 @@ describe('the built daemon’s code cache', () => {
   });
   after(() => fs.rmSync(path.dirname(dist), { recursive: true, force: true }));
 
-  test('the first start writes it, keyed by the bundle; the next uses it and leaves it as it is', async () => {
-    assert.deepEqual(caches(), []);
-    await startAndStop();
-    assert.equal(caches().length, 1);
+  test('the build leaves one, the first start replaces it, keyed by the bundle; the next uses it and leaves it as it is', async () => {
+    assert.equal(caches().length, 1, 'the build’s');
     cacheFile = path.join(dist, caches()[0]!);
+    const built = fs.readFileSync(cacheFile);
+    assert.deepEqual(built.subarray(0, 32), sha256(fs.readFileSync(bundle)));
+    assert.equal(built[32], 0, 'made by the build');
+    await startAndStop();
+    assert.deepEqual(caches(), [path.basename(cacheFile)]);
     const written = fs.readFileSync(cacheFile);
     assert.deepEqual(written.subarray(0, 32), sha256(fs.readFileSync(bundle)));
+    assert.equal(written[32], 1, 'made by a start');
+    assert.ok(written.length > built.length, 'with the functions the start compiled');
     assert.ok(written.length > 100_000, `${written.length} bytes of cache`);
     await startAndStop();
     assert.deepEqual(fs.readFileSync(cacheFile), written, 'an accepted cache is not rewritten');
@@ -78,11 +84,12 @@ describe('the built daemon’s code cache', () => {
 
   test('garbage after the right key, or a truncated file: not used; the daemon starts and writes a good one', async () => {
     const key = sha256(fs.readFileSync(bundle));
-    for (const bad of [Buffer.concat([key, crypto.randomBytes(64 * 1024)]), key.subarray(0, 10)]) {
+    for (const bad of [Buffer.concat([key, Buffer.of(1), crypto.randomBytes(64 * 1024)]), key.subarray(0, 10)]) {
       fs.writeFileSync(cacheFile, bad);
       await startAndStop();
       const now = fs.readFileSync(cacheFile);
       assert.deepEqual(now.subarray(0, 32), key);
+      assert.equal(now[32], 1);
       assert.notDeepEqual(now, bad);
       // the new one is accepted by the next start
       await startAndStop();

@@ -1,0 +1,63 @@
+/**
+ * The built daemon's V8 code cache (copied to dist/code-cache.mjs): one definition of how the
+ * bundle is wrapped, where its cache is kept and what a cache file holds, for the entry that uses
+ * and writes it (scripts/daemon-entry.mjs) and for the build that writes the first one
+ * (scripts/build.mjs). Why and when the cache is used: daemon-entry.mjs.
+ *
+ * A cache file: the SHA-256 of the bundle it was made from (32 bytes), what made it (1 byte: the
+ * build, which only compiled the bundle, or a start, which also compiled every function it
+ * called), then V8's data.
+ */
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import vm from 'node:vm';
+
+export const MADE_BY_BUILD = 0;
+export const MADE_BY_START = 1;
+const HEADER = 33;
+
+/**
+ * Compiles the bundle (a CommonJS module body made of ES modules: strict, as they were) as a
+ * function of the CommonJS arguments and `__parleyMetaUrl`, which stands for `import.meta.url`.
+ */
+export function compile(bundle, bytes, cachedData) {
+  return new vm.Script(`(function (exports, require, module, __filename, __dirname, __parleyMetaUrl) {'use strict';${bytes.toString('utf8')}\n})`, {
+    filename: bundle,
+    cachedData,
+  });
+}
+
+export const digestOf = (bytes) => crypto.createHash('sha256').update(bytes).digest();
+
+/**
+ * One cache per Node version and command-line flags: V8 rejects data made under other flags, and
+ * `npm start` (--max-semi-space-size) and `node dist/main.mjs` would otherwise replace each other's.
+ * Code given with -e/-p (a build run that way) is no flag.
+ */
+export function cacheFileOf(bundle, execArgv = process.execArgv) {
+  const flags = execArgv.filter((a, i) => !/^(-e|-p|--eval|--print)(=|$)/.test(a) && !/^(-e|-p|--eval|--print)$/.test(execArgv[i - 1] ?? ''));
+  return `${bundle}.${crypto.createHash('sha256').update(JSON.stringify([process.version, flags])).digest('hex').slice(0, 12)}.cache`;
+}
+
+/** The cache made from the bundle whose digest is `digest`, or undefined (missing, unreadable, of another bundle). */
+export function readCache(file, digest) {
+  try {
+    const bytes = fs.readFileSync(file);
+    if (bytes.length > HEADER && digest.equals(bytes.subarray(0, 32))) return { madeBy: bytes[32], data: bytes.subarray(HEADER) };
+  } catch {
+    // none yet
+  }
+  return undefined;
+}
+
+/** Written aside and moved in place: a start reading it meanwhile sees the old file or the new one. */
+export function writeCache(file, digest, madeBy, data) {
+  const tmp = `${file}.${process.pid}.tmp`;
+  try {
+    fs.writeFileSync(tmp, Buffer.concat([digest, Buffer.of(madeBy), data]));
+    fs.renameSync(tmp, file);
+  } catch {
+    // a read-only dist/: the daemon runs without a cache
+    fs.rmSync(tmp, { force: true });
+  }
+}
