@@ -1,12 +1,16 @@
 /**
  * Start time and memory of the daemon, started the README's way.
  *
- *   npx tsx scripts/bench-startup.ts [--runs 5] [--conversations 1000] [--turns 40] [--settle-ms 3000]
+ *   npx tsx scripts/bench-startup.ts [--runs 5] [--compare DIR]... [--start-only] [--conversations 1000] [--turns 40] [--settle-ms 3000]
  *
  * Start time: from spawn to the first 200 of GET /health (polled every 5 ms), median and min of
- * `--runs` starts on fresh DATA_DIRs, for
- *   - `npm start` (the target: ≤ 0.5 s),
- *   - `node dist/main.mjs` (the build npm start runs, without npm's own start-up),
+ * `--runs` starts on fresh DATA_DIRs, run alternately after one untimed start of each (which
+ * writes the build's code caches, scripts/daemon-entry.mjs), for
+ *   - `npm start` (the targets: ≤ 0.5 s, and ≤ 1.6× npm's floor below),
+ *   - `node dist/main.mjs` (the build npm start runs, without npm's own start-up; the target: ≤ 2×
+ *     the bare server below), and the same without its code cache (the first start after a build),
+ *   - `node DIR/dist/main.mjs` for each `--compare DIR`: another checkout's build (e.g. main's), for
+ *     a before/after in the same run,
  *   - `node --import tsx bridge/main.ts` (the sources through tsx, as tests and development run it),
  *   - a bare Node HTTP server answering 200, and the same through `npm start` (the floors on this
  *     machine, measured in the same run: what Node and npm themselves take).
@@ -22,11 +26,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { freePort, ROOT, sleep } from '../test/support/daemon.js';
+import { descendants } from '../test/support/processes.js';
 import { startScriptedLlm } from '../test/support/scripted-llm.js';
 
 const { values: args } = parseArgs({
   options: {
     runs: { type: 'string', default: '5' },
+    compare: { type: 'string', multiple: true, default: [] },
+    'start-only': { type: 'boolean', default: false },
     conversations: { type: 'string', default: '1000' },
     turns: { type: 'string', default: '40' },
     'settle-ms': { type: 'string', default: '3000' },
@@ -64,15 +71,28 @@ interface Started {
   port: number;
   dataDir: string;
   ms: number;
+  /** CPU time of the started process and its descendants (all threads, and children they reaped) by the first 200. */
+  cpuMs: number;
+}
+
+/** utime + stime + cutime + cstime of `pid` in ms (clock ticks of 10 ms); 0 once it is gone. */
+function cpuOf(pid: number): number {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return [11, 12, 13, 14].reduce((sum, i) => sum + Number(f[i]), 0) * 10;
+  } catch {
+    return 0;
+  }
 }
 
 /** Spawns `cmd` in its own process group and waits for the first 200 of /health. */
-async function start(cmd: string[], env: Record<string, string> = {}): Promise<Started> {
+async function start(cmd: string[], env: Record<string, string> = {}, cwd = ROOT): Promise<Started> {
   const port = await freePort();
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-bench-start-'));
   const t0 = performance.now();
   const proc = spawn(cmd[0]!, cmd.slice(1), {
-    cwd: ROOT,
+    cwd,
     detached: true,
     stdio: ['ignore', 'ignore', 'pipe'],
     env: { PATH: process.env.PATH!, HOME: process.env.HOME ?? os.tmpdir(), PORT: String(port), DATA_DIR: dataDir, LOG_LEVEL: 'warn', ...env },
@@ -85,7 +105,9 @@ async function start(cmd: string[], env: Record<string, string> = {}): Promise<S
     if (performance.now() - t0 > 60_000) throw new Error(`${cmd.join(' ')}: no 200 from /health in 60 s`);
     await sleep(5);
   }
-  return { proc, port, dataDir, ms: performance.now() - t0 };
+  const ms = performance.now() - t0;
+  const cpuMs = [proc.pid!, ...descendants(proc.pid!)].reduce((sum, pid) => sum + cpuOf(pid), 0);
+  return { proc, port, dataDir, ms, cpuMs };
 }
 
 async function stop(s: Started): Promise<void> {
@@ -119,31 +141,74 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 const bare = `require('node:http').createServer((q, s) => s.end('ok')).listen(Number(process.env.PORT), '127.0.0.1')`;
 if (!fs.existsSync(path.join(ROOT, 'dist', 'main.mjs'))) throw new Error('dist/ is not built: run `npm run build` (npm install does it)');
 
-console.log(`start time: spawn → first 200 of GET /health, ${RUNS} runs each (median, min), run alternately`);
+const load = () => os.loadavg().map((l) => l.toFixed(1)).join(' ');
+console.log(`start time: spawn → first 200 of GET /health, ${RUNS} runs each (median, min), run alternately; load average ${load()}`);
 // npm's own share: `npm start` of a project whose start script is the bare server
 const npmFloor = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-bench-npm-'));
 fs.writeFileSync(path.join(npmFloor, 'bare.cjs'), bare);
 fs.writeFileSync(path.join(npmFloor, 'package.json'), JSON.stringify({ name: 'floor', version: '1.0.0', private: true, scripts: { start: 'node bare.cjs' } }));
-const commands: [string, string[], Record<string, string>?][] = [
-  ['bare node:http server (floor)', [process.execPath, '-e', bare]],
-  ['npm start of that bare server (floor)', ['npm', 'start', '--prefix', npmFloor]],
-  ['npm start', ['npm', 'start']],
-  ['node dist/main.mjs', [process.execPath, 'dist/main.mjs']],
+/** A start of the build without its code caches: they are moved aside for it and put back after (it writes one of its own). */
+const DIST = path.join(ROOT, 'dist');
+const isCache = (f: string) => /^daemon\.cjs\..*\.cache$/.test(f);
+async function withoutCodeCache<T>(run: () => Promise<T>): Promise<T> {
+  const aside = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-bench-cache-'));
+  const moved = fs.readdirSync(DIST).filter(isCache);
+  for (const f of moved) fs.renameSync(path.join(DIST, f), path.join(aside, f));
+  try {
+    return await run();
+  } finally {
+    for (const f of fs.readdirSync(DIST).filter(isCache)) fs.rmSync(path.join(DIST, f));
+    for (const f of moved) fs.renameSync(path.join(aside, f), path.join(DIST, f));
+    fs.rmSync(aside, { recursive: true, force: true });
+  }
+}
+interface Row {
+  label: string;
+  cmd: string[];
+  env?: Record<string, string>;
+  cwd?: string;
+  cold?: boolean;
+}
+const node = process.execPath;
+const rows: Row[] = [
+  { label: 'bare node:http server (floor)', cmd: [node, '-e', bare] },
+  { label: 'npm start of that bare server (floor)', cmd: ['npm', 'start', '--prefix', npmFloor] },
+  { label: 'npm start', cmd: ['npm', 'start'] },
+  { label: 'node dist/main.mjs', cmd: [node, 'dist/main.mjs'] },
+  { label: 'node dist/main.mjs, no code cache', cmd: [node, 'dist/main.mjs'], cold: true },
   // the journal's reserve is written 1 s after start, in the background: the same start without it
-  ['node dist/main.mjs, DISK_RESERVE_MB=0', [process.execPath, 'dist/main.mjs'], { DISK_RESERVE_MB: '0' }],
-  ['node --import tsx bridge/main.ts', [process.execPath, '--import', 'tsx', 'bridge/main.ts']],
+  { label: 'node dist/main.mjs, DISK_RESERVE_MB=0', cmd: [node, 'dist/main.mjs'], env: { DISK_RESERVE_MB: '0' } },
+  ...args.compare.map((dir) => ({ label: `node ${dir}/dist/main.mjs`, cmd: [node, 'dist/main.mjs'], cwd: path.resolve(dir) })),
+  { label: 'node --import tsx bridge/main.ts', cmd: [node, '--import', 'tsx', 'bridge/main.ts'] },
 ];
-const times = commands.map((): number[] => []);
+const startOf = (r: Row) => (r.cold ? withoutCodeCache(() => start(r.cmd, r.env, r.cwd)) : start(r.cmd, r.env, r.cwd));
+// untimed: the first start after a build writes the code caches the others use
+for (const r of rows) await stop(await startOf(r));
+const times = rows.map((): number[] => []);
+const cpu = rows.map((): number[] => []);
 for (let i = 0; i < RUNS; i++) {
-  for (const [k, [, cmd, env]] of commands.entries()) {
-    const s = await start(cmd, env);
+  for (const [k, r] of rows.entries()) {
+    const s = await startOf(r);
     times[k]!.push(s.ms);
+    cpu[k]!.push(s.cpuMs);
     await stop(s);
   }
 }
-const rows = commands.map(([label], k) => ({ label, median: median(times[k]!), min: Math.min(...times[k]!) }));
+const result = new Map(rows.map((r, k) => [r.label, { median: median(times[k]!), min: Math.min(...times[k]!), cpu: median(cpu[k]!) }]));
 fs.rmSync(npmFloor, { recursive: true, force: true });
-for (const r of rows) console.log(`  ${r.label.padEnd(38)} ${r.median.toFixed(0).padStart(6)} ms  (min ${r.min.toFixed(0)} ms)`);
+const ratio = (label: string, floor: string) => `${(result.get(label)!.median / result.get(floor)!.median).toFixed(1)}×`;
+const cpuRatio = (label: string, floor: string) => `${(result.get(label)!.cpu / result.get(floor)!.cpu).toFixed(1)}×`;
+const against: Record<string, string> = { 'npm start': 'npm start of that bare server (floor)' };
+// CPU time (the process tree's, by the first 200; median) is what a loaded machine changes least
+console.log(`  ${''.padEnd(44)} ${'wall'.padStart(9)}  ${''.padEnd(13)}  ${'ratio'.padEnd(24)}  CPU (ratio)`);
+for (const r of rows) {
+  const { median: m, min, cpu: c } = result.get(r.label)!;
+  const base = against[r.label] ?? (r.cmd[0] === node && r.label !== 'bare node:http server (floor)' ? 'bare node:http server (floor)' : undefined);
+  const vs = base ? `${ratio(r.label, base)} ${base === against['npm start'] ? "npm's floor" : 'the bare server'}` : '';
+  console.log(`  ${r.label.padEnd(44)} ${m.toFixed(0).padStart(6)} ms  (min ${min.toFixed(0).padStart(5)} ms)  ${vs.padEnd(24)}  ${c.toFixed(0).padStart(5)} ms${base ? ` (${cpuRatio(r.label, base)})` : ''}`);
+}
+console.log(`load average after: ${load()}`);
+if (args['start-only']) process.exit(0);
 
 const llm = await startScriptedLlm();
 const s = await start(['npm', 'start'], { LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'sk-bench' });
