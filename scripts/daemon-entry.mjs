@@ -41,9 +41,15 @@ const save = () => {
   writeCache(cacheFile, digest, MADE_BY_START, script.createCachedData());
 };
 // made once the start has compiled what it needs (bridge/main.ts emits `parley:listening`), or at
-// exit for a daemon stopped sooner; serializing takes a few ms, so never before the port is open
-process.once('parley:listening', () => setTimeout(save, 200).unref());
-process.once('exit', save);
+// exit for a daemon stopped sooner; serializing takes a few ms, so never before the port is open.
+// A start that ends before listening (a bad configuration, a busy port) compiled too little: it
+// leaves the cache as it was.
+let listening = false;
+process.once('parley:listening', () => {
+  listening = true;
+  setTimeout(save, 200).unref();
+});
+process.once('exit', () => listening && save());
 
 const module = { exports: {} };
 script.runInThisContext()(module.exports, createRequire(bundle), module, bundle, path.dirname(bundle), import.meta.url);

@@ -4,11 +4,11 @@
  * `node dist/main.mjs` is. The build leaves a cache of the compiled bundle, the first start replaces
  * it with its own, the next uses that as it is; a cache of garbage, a truncated one, and one made
  * for a bundle edited without changing its length (which V8, checking the length only, would take)
- * are not used: the daemon starts, runs the bundle on disk and writes a cache of its own. Starts
- * with other Node flags keep a cache of their own.
+ * are not used: the daemon starts, runs the bundle on disk and writes a cache of its own. A start
+ * that ends before listening keeps none; starts with other Node flags keep a cache of their own.
  */
 import assert from 'node:assert/strict';
-import { execFile as execFileCb, spawn } from 'node:child_process';
+import { execFile as execFileCb, spawn, spawnSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -66,6 +66,10 @@ describe('the built daemon’s code cache', () => {
     const built = fs.readFileSync(cacheFile);
     assert.deepEqual(built.subarray(0, 32), sha256(fs.readFileSync(bundle)));
     assert.equal(built[32], 0, 'made by the build');
+    // a start that ends before listening (here: a bad configuration) compiled too little to keep
+    const refused = spawnSync(process.execPath, [path.join(dist, 'main.mjs')], { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', DATA_DIR: tempDir(), PORT: 'not-a-port' }, encoding: 'utf8', timeout: 60_000 });
+    assert.equal(refused.status, 1, refused.stderr);
+    assert.deepEqual(fs.readFileSync(cacheFile), built);
     await startAndStop();
     assert.deepEqual(caches(), [path.basename(cacheFile)]);
     const written = fs.readFileSync(cacheFile);
