@@ -8,7 +8,8 @@
  * writes the build's code caches, scripts/daemon-entry.mjs), for
  *   - `npm start` (the targets: ≤ 0.5 s, and ≤ 1.6× npm's floor below),
  *   - `node dist/main.mjs` (the build npm start runs, without npm's own start-up; the target: ≤ 2×
- *     the bare server below), and the same without its code cache (the first start after a build),
+ *     the bare server below), the same with only the code cache the build leaves (the first start
+ *     after a build), and with no code cache at all,
  *   - `node DIR/dist/main.mjs` for each `--compare DIR`: another checkout's build (e.g. main's), for
  *     a before/after in the same run,
  *   - `node --import tsx bridge/main.ts` (the sources through tsx, as tests and development run it),
@@ -27,6 +28,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { freePort, ROOT, sleep } from '../test/support/daemon.js';
 import { descendants } from '../test/support/processes.js';
+import { cacheFileOf, compile, digestOf, MADE_BY_BUILD, writeCache } from './code-cache.mjs';
 import { startScriptedLlm } from '../test/support/scripted-llm.js';
 
 const { values: args } = parseArgs({
@@ -147,14 +149,23 @@ console.log(`start time: spawn → first 200 of GET /health, ${RUNS} runs each (
 const npmFloor = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-bench-npm-'));
 fs.writeFileSync(path.join(npmFloor, 'bare.cjs'), bare);
 fs.writeFileSync(path.join(npmFloor, 'package.json'), JSON.stringify({ name: 'floor', version: '1.0.0', private: true, scripts: { start: 'node bare.cjs' } }));
-/** A start of the build without its code caches: they are moved aside for it and put back after (it writes one of its own). */
+/**
+ * A start of the build without the code caches its earlier starts wrote: they are moved aside for
+ * it and put back after (it writes one of its own). With `buildCache`, the one the build leaves
+ * (the bundle compiled, scripts/code-cache.mjs) is made again first: the first start after a build.
+ */
 const DIST = path.join(ROOT, 'dist');
 const isCache = (f: string) => /^daemon\.cjs\..*\.cache$/.test(f);
-async function withoutCodeCache<T>(run: () => Promise<T>): Promise<T> {
+async function withoutCodeCache<T>(run: () => Promise<T>, buildCache: boolean): Promise<T> {
   const aside = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-bench-cache-'));
   const moved = fs.readdirSync(DIST).filter(isCache);
   for (const f of moved) fs.renameSync(path.join(DIST, f), path.join(aside, f));
   try {
+    if (buildCache) {
+      const bundle = path.join(DIST, 'daemon.cjs');
+      const bytes = fs.readFileSync(bundle);
+      writeCache(cacheFileOf(bundle, []), digestOf(bytes), MADE_BY_BUILD, compile(bundle, bytes).createCachedData());
+    }
     return await run();
   } finally {
     for (const f of fs.readdirSync(DIST).filter(isCache)) fs.rmSync(path.join(DIST, f));
@@ -167,7 +178,8 @@ interface Row {
   cmd: string[];
   env?: Record<string, string>;
   cwd?: string;
-  cold?: boolean;
+  /** Without the caches of earlier starts: with the build's only, or with none. */
+  cold?: 'build' | 'none';
 }
 const node = process.execPath;
 const rows: Row[] = [
@@ -175,13 +187,14 @@ const rows: Row[] = [
   { label: 'npm start of that bare server (floor)', cmd: ['npm', 'start', '--prefix', npmFloor] },
   { label: 'npm start', cmd: ['npm', 'start'] },
   { label: 'node dist/main.mjs', cmd: [node, 'dist/main.mjs'] },
-  { label: 'node dist/main.mjs, no code cache', cmd: [node, 'dist/main.mjs'], cold: true },
+  { label: "node dist/main.mjs, the build's code cache", cmd: [node, 'dist/main.mjs'], cold: 'build' },
+  { label: 'node dist/main.mjs, no code cache', cmd: [node, 'dist/main.mjs'], cold: 'none' },
   // the journal's reserve is written 1 s after start, in the background: the same start without it
   { label: 'node dist/main.mjs, DISK_RESERVE_MB=0', cmd: [node, 'dist/main.mjs'], env: { DISK_RESERVE_MB: '0' } },
   ...args.compare.map((dir) => ({ label: `node ${dir}/dist/main.mjs`, cmd: [node, 'dist/main.mjs'], cwd: path.resolve(dir) })),
   { label: 'node --import tsx bridge/main.ts', cmd: [node, '--import', 'tsx', 'bridge/main.ts'] },
 ];
-const startOf = (r: Row) => (r.cold ? withoutCodeCache(() => start(r.cmd, r.env, r.cwd)) : start(r.cmd, r.env, r.cwd));
+const startOf = (r: Row) => (r.cold ? withoutCodeCache(() => start(r.cmd, r.env, r.cwd), r.cold === 'build') : start(r.cmd, r.env, r.cwd));
 // untimed: the first start after a build writes the code caches the others use
 for (const r of rows) await stop(await startOf(r));
 const times = rows.map((): number[] => []);
