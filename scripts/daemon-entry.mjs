@@ -27,14 +27,16 @@ import { cacheFileOf, compile, digestOf, MADE_BY_BUILD, MADE_BY_START, readCache
 
 const bundle = fileURLToPath(new URL('./daemon.cjs', import.meta.url));
 const cacheFile = cacheFileOf(bundle);
-const bytes = fs.readFileSync(bundle);
-const digest = digestOf(bytes);
-const cached = readCache(cacheFile, digest);
-// `import.meta.url` in the bundle is this file's URL, so paths next to it (the writer thread, the
-// console, the sandbox's file service) resolve as they did when the daemon was this module
-const script = compile(bundle, bytes, cached?.data);
-// the build's cache (the bundle compiled, no function it calls) is replaced by a start's
-let saved = !!cached && !script.cachedDataRejected && cached.madeBy !== MADE_BY_BUILD;
+// in a function: the file's bytes and the cache's (4 MB) are garbage once compiled, the script keeps the source
+const { digest, script, saved: upToDate } = (() => {
+  const bytes = fs.readFileSync(bundle);
+  const digest = digestOf(bytes);
+  const cached = readCache(cacheFile, digest);
+  const script = compile(bundle, bytes, cached?.data);
+  // the build's cache (the bundle compiled, no function it calls) is replaced by a start's
+  return { digest, script, saved: !!cached && !script.cachedDataRejected && cached.madeBy !== MADE_BY_BUILD };
+})();
+let saved = upToDate;
 const save = () => {
   if (saved) return;
   saved = true;
@@ -51,5 +53,7 @@ process.once('parley:listening', () => {
 });
 process.once('exit', () => listening && save());
 
+// `import.meta.url` in the bundle is this file's URL, so paths next to it (the writer thread, the
+// console, the sandbox's file service) resolve as they did when the daemon was this module
 const module = { exports: {} };
 script.runInThisContext()(module.exports, createRequire(bundle), module, bundle, path.dirname(bundle), import.meta.url);
