@@ -8,6 +8,7 @@
  */
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { allEvents } from './support/conversation-api.js';
 import { startDaemon, waitFor, type DaemonHandle } from './support/daemon.js';
@@ -94,5 +95,32 @@ describe('an idle conversation costs no process; its shell comes back as it was'
     assert.notEqual(refill, spare);
     const holders = fileServices();
     assert.equal(holders.length, 2, "the conversation's holder (the old spare) and the new spare");
+  });
+
+  test('a workspace with more top-level entries than are moved at once gets a holder of its own; the spare keeps nothing of it', async () => {
+    const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
+    // 2,001 top-level entries: more than MOVE_MAX_ENTRIES (holders.ts), so the conversation's holder binds its own directories
+    assert.match(await sh(id, 'touch $(seq -f n%g 2001) && echo t > /tmp/keep && ls | wc -l'), /^2001$/m);
+    await waitFor(() => fileServices().every((p) => workspaceOf(p)?.length === 0), "the conversation's holder closed", 60_000);
+    const spare = (await waitFor(readySpare, 'a spare holder ready', 60_000))!;
+    const next = await sh(id, 'pwd; ls /workspace | wc -l; cat /tmp/keep');
+    assert.match(next, /^\/workspace$/m);
+    assert.match(next, /^2001\nt$/m, 'its files and /tmp came back');
+    assert.deepEqual(workspaceOf(spare), [], 'the spare was not taken, and nothing was left in it');
+    assert.ok(fileServices().some((p) => p !== spare && workspaceOf(p)?.length === 2001), 'a holder of its own has the workspace');
+  });
+
+  test('a move refused halfway is undone: the workspace is whole in a holder of its own, the spare keeps nothing of it', async () => {
+    const id: string = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
+    assert.match(await sh(id, 'mkdir -p a/b && echo 1 > a/b/c && echo 2 > d && echo made'), /^made$/m);
+    await waitFor(() => fileServices().every((p) => workspaceOf(p)?.length === 0), "the conversation's holder closed", 60_000);
+    // something in its state directory that is none of the four (holders.ts): refused after the workspace's entries were moved
+    const state = path.join(d.dataDir, 'workspaces', '.sandbox', id.replace(/-/g, ''));
+    fs.writeFileSync(path.join(state, 'stray'), 'x');
+    const spare = (await waitFor(readySpare, 'a spare holder ready', 60_000))!;
+    const next = await sh(id, 'ls /workspace; cat /workspace/a/b/c');
+    assert.match(next, /^a\nd\n1$/m, 'the workspace came back whole');
+    assert.deepEqual(workspaceOf(spare), [], 'the spare was not taken, and nothing was left in it');
+    assert.equal(fs.readFileSync(path.join(state, 'stray'), 'utf8'), 'x');
   });
 });
