@@ -4,15 +4,19 @@
  *
  *   npx tsx scripts/bench-idle.ts [--conversations 40] [--idle-ms 5000]
  *
- * 1. `--conversations` one-turn conversations (a terminal call `echo hi` in the conversation's
- *    shell, then an answer; scripted instant LLM), one after the other.
+ * 1. `--conversations` one-turn conversations (a terminal call `echo hi | tee hello.txt` in the
+ *    conversation's shell, then an answer; scripted instant LLM), one after the other.
  * 2. Right after the last turn ended: the daemon's descendant processes and their summed PSS
  *    (from /proc/<pid>/smaps_rollup), per conversation — the shell and the sandbox are still up.
  * 3. After SANDBOX_IDLE_CLOSE_MS (`--idle-ms`, plus a margin): the same — the idle shells and their
  *    sandboxes are closed (only the spare holder, no conversation's, is left).
- * 4. The next turn: for 10 conversations, a turn whose shell was idle-closed (the sandbox starts
- *    again, the shell takes up its state) against a turn whose shell is still up, alternating;
- *    median of the time from the POST to the agent's answer, and what the restart adds.
+ * 4. The next turn: for 10 conversations, a turn whose shell was idle-closed (its sandbox comes back
+ *    — the spare holder with the conversation's files moved in — and a new shell takes up its
+ *    state) against a turn whose shell is still up, alternating; median of the time from the POST
+ *    to the agent's answer, and what the restart adds. Each restart turn starts once the spare
+ *    holder that replaced the one the previous took is ready (seen from /proc: an empty workspace,
+ *    its view sealed, its egress tool up), as for conversations that come back further apart than a holder takes to
+ *    start; conversations coming back faster than that find it starting and start their own.
  * Figures move with the machine's load (printed).
  */
 import fs from 'node:fs';
@@ -20,6 +24,7 @@ import os from 'node:os';
 import { parseArgs } from 'node:util';
 import { allEvents } from '../test/support/conversation-api.js';
 import { startDaemon, waitFor, type DaemonHandle } from '../test/support/daemon.js';
+import { readySpare } from '../test/support/holders.js';
 import { descendants } from '../test/support/processes.js';
 import { startScriptedLlm, type ScriptedLlm } from '../test/support/scripted-llm.js';
 
@@ -65,7 +70,7 @@ try {
   for (let i = 0; i < N; i++) {
     const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id as string;
     ids.push(id);
-    await turn(d, llm, id, 'echo hi');
+    await turn(d, llm, id, 'echo hi | tee hello.txt');
   }
   const busy = tree(daemon);
   await new Promise((r) => setTimeout(r, IDLE_MS + 5000));
@@ -77,6 +82,7 @@ try {
   const restart: number[] = [];
   const live: number[] = [];
   for (const id of ids.slice(0, Math.min(10, N))) {
+    await waitFor(() => readySpare(daemon, true), 'the spare holder is ready', 60_000);
     restart.push(await turn(d, llm, id, 'echo again')); // its sandbox was closed while idle
     live.push(await turn(d, llm, id, 'echo again')); // its shell is up
   }

@@ -2,16 +2,19 @@
  * Idle cost (issue 22.3): a conversation whose shell has had no command for SANDBOX_IDLE_CLOSE_MS
  * costs no process — its shell, its sandbox and their background jobs are gone, judged from the
  * host — and its next shell takes up where the old one was: the working directory and the exported
- * variables come back, and the observation says the shell was restarted.
+ * variables come back, and the observation says the shell was restarted. Its sandbox comes back as
+ * the spare holder with the conversation's files moved in (holders.ts, adoptWithContents): the
+ * workspace, /tmp and HOME as they were, a symlink as the link.
  */
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { allEvents } from './support/conversation-api.js';
 import { startDaemon, waitFor, type DaemonHandle } from './support/daemon.js';
+import { fileServices as fileServicesOf, readySpare as readySpareOf, workspaceOf } from './support/holders.js';
 import { descendants } from './support/processes.js';
 import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
-
 
 const cmdline = (pid: number) => {
   try {
@@ -33,6 +36,9 @@ describe('an idle conversation costs no process; its shell comes back as it was'
     await llm?.close();
   });
 
+  const fileServices = () => fileServicesOf(d.proc.pid!);
+  const readySpare = () => readySpareOf(d.proc.pid!);
+
   async function sh(id: string, command: string): Promise<string> {
     const before = (await allEvents(d.req, id)).length;
     llm.push({ toolCalls: [{ name: 'terminal', arguments: { command } }] }, { text: 'done' });
@@ -50,11 +56,10 @@ describe('an idle conversation costs no process; its shell comes back as it was'
     const daemon = d.proc.pid!;
     const job = await waitFor(() => descendants(daemon).find((p) => cmdline(p).includes(`sleep ${marker}`)), 'the background job runs', 20_000);
     // idle: the shell, the job and the conversation's holder go; the spare holder (no conversation's) stays
-    const holderProcesses = () => descendants(daemon).filter((p) => /^\/usr\/bin\/node .*file-helper\.mjs/.test(cmdline(p)));
     await waitFor(() => !fs.existsSync(`/proc/${job}`), 'the background job was stopped with the idle sandbox', 60_000);
     await waitFor(() => descendants(daemon).every((p) => !/bash --norc|nsenter/.test(cmdline(p))), 'no shell or joined process left', 60_000);
-    await waitFor(() => holderProcesses().length <= 1, "the conversation's holder closed (only the spare's file service left)", 60_000);
-    const left = holderProcesses().map((p) => fs.readdirSync(`/proc/${p}/root/workspace`));
+    await waitFor(() => fileServices().length <= 1, "the conversation's holder closed (only the spare's file service left)", 60_000);
+    const left = fileServices().map(workspaceOf);
     assert.deepEqual(left.flat(), [], "what is left is the spare's (an empty workspace), not the conversation's");
     // the next command: a new shell, where the old one was
     const next = await sh(id, 'pwd; echo "[$PARLEY_IDLE_VAR]"; echo "$PATH" | cut -d: -f1');
@@ -62,5 +67,60 @@ describe('an idle conversation costs no process; its shell comes back as it was'
     assert.match(next, /^\[a b "c"\]$/m);
     assert.match(next, /^\/workspace\/bin$/m);
     assert.match(next, /had been idle .* and was stopped with everything it ran in the background/);
+  });
+
+  test('a returning conversation takes the spare holder with its files moved in: workspace, /tmp, HOME and shell state come back, links as links', async () => {
+    const daemon = d.proc.pid!;
+    await waitFor(readySpare, 'a spare holder', 60_000);
+    const base = descendants(daemon).length;
+    const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
+    const first = await sh(id, `mkdir -p d/e && echo inner > d/e/f && echo top > top.txt && ln -s /etc link && printf raw > "$(printf 'n\\377')" && echo t > /tmp/keep && echo h > ~/keep && chmod 751 /workspace && cd d/e && export RETURN_VAR=back && echo set`);
+    assert.match(first, /^set$/m);
+    // idle: the conversation costs no process (the daemon's tree is what it was before it, a spare holder)
+    await waitFor(() => descendants(daemon).every((p) => !/bash --norc/.test(cmdline(p))), 'the shell closed', 60_000);
+    await waitFor(() => fileServices().every((p) => workspaceOf(p)?.length === 0), "the conversation's holder closed", 60_000);
+    await waitFor(() => descendants(daemon).length <= base, `no process of the idle conversation (${base} before it)`, 60_000);
+    const spare = (await waitFor(readySpare, 'a spare holder ready', 60_000))!;
+    // it comes back in the spare holder: the same process now has the conversation's workspace
+    const next = await sh(id, `pwd; echo "[$RETURN_VAR]"; cat /workspace/d/e/f /workspace/top.txt /tmp/keep ~/keep "/workspace/$(printf 'n\\377')"; echo; readlink /workspace/link; stat -c %a /workspace`);
+    assert.match(next, /^\/workspace\/d\/e$/m);
+    assert.match(next, /^\[back\]$/m);
+    assert.match(next, /^inner\ntop\nt\nh\nraw$/m, 'the files came back (one whose name is not UTF-8 too)');
+    assert.match(next, /^\/etc$/m, 'the link moved as a link');
+    assert.match(next, /^751$/m, "the workspace directory's mode came with it");
+    assert.deepEqual(workspaceOf(spare), ['d', 'link', 'n\ufffd', 'top.txt'], 'the spare holder was taken, with the files moved in');
+    assert.ok(fs.existsSync('/etc/passwd') && fs.lstatSync('/etc').isDirectory(), 'nothing the link names was moved');
+    // another spare is started for the next conversation; the returning one costs its holder and shell
+    const refill = await waitFor(readySpare, 'a new spare holder', 60_000);
+    assert.notEqual(refill, spare);
+    const holders = fileServices();
+    assert.equal(holders.length, 2, "the conversation's holder (the old spare) and the new spare");
+  });
+
+  test('a workspace with more top-level entries than are moved at once gets a holder of its own; the spare keeps nothing of it', async () => {
+    const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
+    // 2,001 top-level entries: more than MOVE_MAX_ENTRIES (holders.ts), so the conversation's holder binds its own directories
+    assert.match(await sh(id, 'touch $(seq -f n%g 2001) && echo t > /tmp/keep && ls | wc -l'), /^2001$/m);
+    await waitFor(() => fileServices().every((p) => workspaceOf(p)?.length === 0), "the conversation's holder closed", 60_000);
+    const spare = (await waitFor(readySpare, 'a spare holder ready', 60_000))!;
+    const next = await sh(id, 'pwd; ls /workspace | wc -l; cat /tmp/keep');
+    assert.match(next, /^\/workspace$/m);
+    assert.match(next, /^2001\nt$/m, 'its files and /tmp came back');
+    assert.deepEqual(workspaceOf(spare), [], 'the spare was not taken, and nothing was left in it');
+    assert.ok(fileServices().some((p) => p !== spare && workspaceOf(p)?.length === 2001), 'a holder of its own has the workspace');
+  });
+
+  test('a move refused halfway is undone: the workspace is whole in a holder of its own, the spare keeps nothing of it', async () => {
+    const id: string = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
+    assert.match(await sh(id, 'mkdir -p a/b && echo 1 > a/b/c && echo 2 > d && echo made'), /^made$/m);
+    await waitFor(() => fileServices().every((p) => workspaceOf(p)?.length === 0), "the conversation's holder closed", 60_000);
+    // something in its state directory that is none of the four (holders.ts): refused after the workspace's entries were moved
+    const state = path.join(d.dataDir, 'workspaces', '.sandbox', id.replace(/-/g, ''));
+    fs.writeFileSync(path.join(state, 'stray'), 'x');
+    const spare = (await waitFor(readySpare, 'a spare holder ready', 60_000))!;
+    const next = await sh(id, 'ls /workspace; cat /workspace/a/b/c');
+    assert.match(next, /^a\nd\n1$/m, 'the workspace came back whole');
+    assert.deepEqual(workspaceOf(spare), [], 'the spare was not taken, and nothing was left in it');
+    assert.equal(fs.readFileSync(path.join(state, 'stray'), 'utf8'), 'x');
   });
 });

@@ -97,26 +97,79 @@ export class Holders {
    * A holder for a conversation. The spare one (started ahead, ready by now, so a new conversation's
    * first process only waits for its own join) binds directories of its own under
    * `.sandbox/.spare-<pid>-<n>/`: it is adopted by renaming them to the conversation's workspace and
-   * state directory — bind mounts follow the directory, not its name. That works while the workspace
-   * is missing or empty and the state directory is missing (a new conversation, or one whose
-   * workspace nothing has written to yet); otherwise (a cloned repository, a sandbox started again
-   * for a conversation with its /tmp and HOME) a new holder binds the conversation's directories and
-   * the spare waits for the next one. A spare is in no conversation's cgroup: only its init and
-   * `cat` are, which never fork; everything that joins it enters the conversation's cgroup first.
+   * state directory — bind mounts follow the directory, not its name (adoptDirs: the workspace is
+   * missing or empty and the state directory is missing, a new conversation). A conversation whose
+   * directories exist with content (its sandbox was closed while idle, evicted, or the daemon
+   * restarted) takes it too: their top-level entries are moved into the spare's directories
+   * (adoptWithContents). Only when that cannot be done (a workspace elsewhere, too many entries, a
+   * rename refused) does a new holder bind the conversation's directories, and the spare waits for
+   * the next one. A spare is in no conversation's cgroup: only its init and `cat` are, which never
+   * fork; everything that joins it enters the conversation's cgroup first, and its egress network
+   * (made with it) and the disk bound (per live conversation) need nothing at adoption.
    */
   take(workspace: string, state: string): Holder {
     const spare = this.spare && !this.spare.dead && this.spare.fds ? this.spare : null;
-    if (spare && adoptDirs(spare, workspace, state)) {
+    if (spare && (adoptDirs(spare, workspace, state) || (this.mayMoveInto(workspace) && this.adoptWithContents(spare, workspace, state)))) {
       this.spare = null;
-      const timer = setTimeout(() => {
-        if (!this.closed && !this.spare && this.s.settings.spareHolder !== false) this.spare = this.startSpare();
-      }, 50);
-      timer.unref();
-      return spare;
+      this.refill();
+      return this.track(workspace, spare);
     }
     ownWorkspace(workspace, this.s.settings.runAs);
     makeStateDirs(state, this.s.settings.runAs);
-    return this.start(workspace, state);
+    return this.track(workspace, this.start(workspace, state));
+  }
+
+  /** The next spare, 50 ms after one was taken (the taker's first process goes first). */
+  private refill(): void {
+    const timer = setTimeout(() => {
+      if (!this.closed && !this.spare && this.s.settings.spareHolder !== false) this.spare = this.startSpare();
+    }, 50);
+    timer.unref();
+  }
+
+  /**
+   * adoptWithContents, and a spare that could not be given its directories back whole (a rename
+   * undone failed) is retired: killed, never handed to another conversation, its directory kept
+   * under a name no clean-up removes (`.kept.spare-…`).
+   */
+  private adoptWithContents(spare: Holder, workspace: string, state: string): boolean {
+    const r = adoptWithContents(spare, workspace, state);
+    if (r !== 'stuck') return r === 'adopted';
+    const dir = path.dirname(spare.state);
+    this.spare = null;
+    spare.state = '';
+    try {
+      fs.renameSync(dir, path.join(path.dirname(dir), `.kept${path.basename(dir)}`));
+    } catch {
+      /* stays as it is */
+    }
+    if (spare.init) signalPid(spare.init);
+    killTree(spare.proc);
+    this.refill();
+    return false;
+  }
+
+  /** The conversations' holders that have not exited yet, by workspace (see mayMoveInto). */
+  private readonly running = new Map<string, Holder>();
+
+  private track(workspace: string, h: Holder): Holder {
+    this.running.set(workspace, h);
+    h.proc.once('exit', () => {
+      if (this.running.get(workspace) === h) this.running.delete(workspace);
+    });
+    return h;
+  }
+
+  /**
+   * Whether a workspace's contents may be moved into the spare's: it is a conversation's own
+   * (`WORKSPACE_ROOT/<id hex>`, never a directory the daemon was given), and no earlier holder of it
+   * is still ending — its processes die with its pid namespace, and until its bwrap has exited one
+   * of them could still write there.
+   */
+  private mayMoveInto(workspace: string): boolean {
+    if (path.dirname(workspace) !== path.resolve(this.s.workspaceRoot)) return false;
+    const prev = this.running.get(workspace);
+    return !prev || prev.proc.exitCode !== null || prev.proc.signalCode !== null;
   }
 
   private startSpare(): Holder {
@@ -447,6 +500,7 @@ function ownWorkspace(dir: string, runAs: SandboxSettings['runAs']): void {
  */
 function adoptDirs(spare: Holder, workspace: string, state: string): boolean {
   const dir = path.dirname(spare.state);
+  if (fs.existsSync(state)) return false;
   try {
     fs.mkdirSync(path.dirname(workspace), { recursive: true, mode: 0o700 });
     fs.renameSync(spare.workspace, workspace);
@@ -454,7 +508,6 @@ function adoptDirs(spare: Holder, workspace: string, state: string): boolean {
     return false;
   }
   try {
-    if (fs.existsSync(state)) throw new Error('in use');
     fs.renameSync(spare.state, state);
   } catch {
     try {
@@ -467,8 +520,98 @@ function adoptDirs(spare: Holder, workspace: string, state: string): boolean {
   }
   spare.workspace = workspace;
   spare.state = state;
-  fs.rmSync(dir, { recursive: true, force: true });
+  removeLater(dir);
   return true;
+}
+
+/**
+ * More top-level entries than this (in the workspace, or one state directory) and a returning
+ * conversation starts a holder of its own: the moves are synchronous, and 2,000 renames took 40 ms
+ * on the 2-core machine (load 4), a fair part of what a holder's start costs it.
+ */
+const MOVE_MAX_ENTRIES = 2000;
+
+/**
+ * Gives a spare holder's directories to a conversation whose workspace and state directory exist
+ * with content (its sandbox was closed while idle, evicted, or the daemon restarted): their
+ * top-level entries are renamed into the spare's directories (the very inodes its holder has
+ * mounted), the directories' modes copied, then the spare's directories are put at the
+ * conversation's paths in place of the emptied ones. Same filesystem, one rename per top-level
+ * entry, nothing copied.
+ *
+ * The workspace's contents are the agent's: rename(2) does not follow the last component of either
+ * path (a symlink moves as the link), and every other component is the daemon's (the workspace root,
+ * the conversation's directory, `.sandbox/`, the state directories — mount sources, which nothing
+ * inside a sandbox can rename or replace; and no sandbox of the conversation runs: mayMoveInto).
+ * The emptied workspace is replaced by a rename, which fails unless it is still empty: nothing
+ * written meanwhile can be lost. 'refused', with everything moved back, when any step fails;
+ * 'stuck' when moving back failed too (the spare then holds some of the conversation's files).
+ */
+function adoptWithContents(spare: Holder, workspace: string, state: string): 'adopted' | 'refused' | 'stuck' {
+  const dir = path.dirname(spare.state);
+  const undo: (() => void)[] = [];
+  // modes are copied last: a directory that is moved needs write permission on itself
+  const modes: [string, number][] = [];
+  /** The entries of `from` renamed into `to` (empty); `from`'s mode is `to`'s once it is at `from`'s path. */
+  const moveInto = (from: string, to: string) => {
+    const a = fs.lstatSync(from);
+    const b = fs.lstatSync(to);
+    if (!a.isDirectory() || a.dev !== b.dev) throw new Error('not a directory on the same filesystem');
+    // names as bytes: an agent's name need not be UTF-8
+    const names = fs.readdirSync(from, { encoding: 'buffer' });
+    if (names.length > MOVE_MAX_ENTRIES || fs.readdirSync(to).length > 0) throw new Error('too many entries');
+    const at = (dir: string, name: Buffer) => Buffer.concat([Buffer.from(`${dir}/`), name]);
+    for (const name of names) {
+      fs.renameSync(at(from, name), at(to, name));
+      undo.push(() => fs.renameSync(at(to, name), at(from, name)));
+    }
+    if ((a.mode & 0o7777) !== (b.mode & 0o7777)) modes.push([from, a.mode & 0o7777]);
+  };
+  try {
+    moveInto(workspace, spare.workspace);
+    const stateThere = fs.existsSync(state);
+    // (nothing but the state directories is ever made there: anything else stays where it is)
+    if (stateThere && fs.readdirSync(state).some((n) => !STATE_DIRS.includes(n))) throw new Error('unknown entries');
+    if (stateThere) for (const d of STATE_DIRS) if (fs.existsSync(path.join(state, d))) moveInto(path.join(state, d), path.join(spare.state, d));
+    fs.renameSync(spare.workspace, workspace);
+    undo.push(() => {
+      fs.renameSync(workspace, spare.workspace);
+      fs.mkdirSync(workspace, { mode: 0o700 });
+    });
+    // the emptied state directory goes with the spare's (removed below)
+    if (stateThere) {
+      fs.renameSync(state, path.join(dir, 'emptied-state'));
+      undo.push(() => fs.renameSync(path.join(dir, 'emptied-state'), state));
+    }
+    fs.renameSync(spare.state, state);
+  } catch {
+    for (const step of undo.reverse()) {
+      try {
+        step();
+      } catch {
+        return 'stuck';
+      }
+    }
+    return 'refused';
+  }
+  spare.workspace = workspace;
+  spare.state = state;
+  for (const [d, mode] of modes) {
+    try {
+      fs.chmodSync(d, mode);
+    } catch {
+      /* the mode the spare's directory had (0700, or 0711) */
+    }
+  }
+  removeLater(dir);
+  return 'adopted';
+}
+
+/** The adopted spare's emptied directory goes off the conversation's path (a removal takes ms under load). */
+function removeLater(dir: string): void {
+  fs.promises.rm(dir, { recursive: true, force: true }).catch(() => {
+    /* removeStaleSpares, at the next start */
+  });
 }
 
 /** Spare holders' directories of daemons that are gone (a crash leaves them). */

@@ -1,0 +1,54 @@
+/**
+ * The daemon's sandbox holders as seen from the host's /proc (tests and bench-idle): their file
+ * services, what each has at /workspace, and whether a spare one is ready to be taken.
+ */
+import fs from 'node:fs';
+import { descendants } from './processes.js';
+
+const argv = (pid: number): string[] => {
+  try {
+    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+  } catch {
+    return [];
+  }
+};
+
+/** The file services of the daemon's holders (bwrap's and its supervisor's command lines name it too: the node process is it). */
+export function fileServices(daemon: number): number[] {
+  return descendants(daemon).filter((p) => {
+    const a = argv(p);
+    return /\/node$/.test(a[0] ?? '') && a.some((x) => x.endsWith('/file-helper.mjs'));
+  });
+}
+
+/** The names in a holder's /workspace (sorted; not UTF-8 bytes as U+FFFD), null when it is gone. */
+export function workspaceOf(pid: number): string[] | null {
+  try {
+    return fs.readdirSync(`/proc/${pid}/root/workspace`).sort();
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The file service of a spare holder ready to be taken: its workspace empty, its view sealed
+ * (/proc/sys read-only, the holders' last step before the daemon opens them) and, with egress,
+ * every holder's slirp4netns running.
+ */
+export function readySpare(daemon: number, egress = false): number | undefined {
+  if (egress) {
+    const tools = descendants(daemon).filter((p) => /\/slirp4netns$/.test(argv(p)[0] ?? '')).length;
+    if (tools < fileServices(daemon).length) return undefined;
+  }
+  return fileServices(daemon).find((p) => {
+    if (workspaceOf(p)?.length !== 0) return false;
+    try {
+      return fs
+        .readFileSync(`/proc/${p}/mountinfo`, 'utf8')
+        .split('\n')
+        .some((l) => l.split(' ')[4] === '/proc/sys' && /(^|,)ro(,|$)/.test(l.split(' ')[5] ?? ''));
+    } catch {
+      return false;
+    }
+  });
+}
