@@ -19,7 +19,7 @@ import { Settings } from './secrets/settings.js';
 import { DiskWatch } from './store/disk-watch.js';
 import { restrictDataDir } from './store/permissions.js';
 import { SqliteStore } from './store/sqlite.js';
-import { PostgresStore } from './store/postgres.js';
+import type { PostgresStore } from './store/postgres.js';
 import type { Store } from './store/types.js';
 import { pgStoreMetrics } from './cluster/metrics.js';
 import type { ClusterBus } from './cluster/bus.js';
@@ -75,6 +75,8 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   // several nodes (NATS): leases and routing to the lease holder (src/cluster/)
   let cluster: { bus: ClusterBus; leases: Leases; prefix: string; store: PostgresStore } | null = null;
   if (config.cluster) {
+    // loaded only in cluster mode: evaluating pg costs a single node's start ~25 ms (it loads Node's fetch)
+    const { PostgresStore } = await import('./store/postgres.js');
     const pgStore = await PostgresStore.open(config.cluster.databaseUrl);
     redactor.add(new URL(config.cluster.databaseUrl).password || null);
     store = pgStore;
