@@ -10,7 +10,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { allEvents, waitStatus } from './support/conversation-api.js';
-import { ROOT, startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
+import { daemonArgs, ROOT, startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
 import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
 import { startGitServer } from './support/git-server.js';
 import { hostPid } from './support/processes.js';
@@ -225,7 +225,7 @@ describe('sandbox: an unprivileged daemon (as under the systemd unit)', { timeou
     fs.chownSync(data, 65534, 65534);
     // what User=… CapabilityBoundingSet= NoNewPrivileges=yes give the daemon
     const app = appDir();
-    const p = spawn('unshare', ['--mount', '--propagation', 'private', 'sh', '-c', AS_APP, 'sh', ROOT, app, 'setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', '--bounding-set=-all', '--inh-caps=-all', '--no-new-privs', process.execPath, '--import', 'tsx', 'bridge/main.ts'], {
+    const p = spawn('unshare', ['--mount', '--propagation', 'private', 'sh', '-c', AS_APP, 'sh', ROOT, app, 'setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', '--bounding-set=-all', '--inh-caps=-all', '--no-new-privs', process.execPath, ...(await daemonArgs())], {
       cwd: ROOT,
       env: { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: dir, PORT: '0', DATA_DIR: data, SANDBOX: 'bwrap', SESSION_API_KEY: SESSION, LOG_LEVEL: 'info', LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: LLM_KEY, SANDBOX_MEMORY_MB: '256' },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -492,10 +492,11 @@ describe('sandbox: modes at start', { timeout: 170_000 }, () => {
    * decides SANDBOX=bwrap cannot be honoured runs after the port is open, so such a daemon is left
    * to exit by itself (killed after 60 s if it does not).
    */
-  const run = (env: Record<string, string>, failing = false, stopAt = /"port":\d+.*listening on/) =>
-    new Promise<{ code: number | null; stderr: string; stdout: string }>((resolve) => {
+  const run = async (env: Record<string, string>, failing = false, stopAt = /"port":\d+.*listening on/) => {
+    const daemon = await daemonArgs();
+    return new Promise<{ code: number | null; stderr: string; stdout: string }>((resolve) => {
       const dir = tempDir();
-      const p = spawn(process.execPath, ['--import', 'tsx', 'bridge/main.ts'], {
+      const p = spawn(process.execPath, daemon, {
         cwd: ROOT,
         env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: dir, PORT: '0', DATA_DIR: dir, SESSION_API_KEY: SESSION, ...env },
         stdio: ['ignore', 'pipe', 'pipe'],
@@ -514,6 +515,7 @@ describe('sandbox: modes at start', { timeout: 170_000 }, () => {
         resolve({ code, stderr, stdout });
       });
     });
+  };
 
   test('SANDBOX=bwrap with BWRAP_PATH pointing nowhere exits 1 with one line', async () => {
     const r = await run({ SANDBOX: 'bwrap', BWRAP_PATH: '/nonexistent/bwrap' }, true);
