@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { describe, test } from 'node:test';
 import { startCluster } from './support/cluster.js';
-import { freePort, ROOT, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
+import { daemonArgs, freePort, ROOT, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
 import { createTestDatabase } from './support/postgres.js';
 import { send, subscribe, create, stored, texts, assertGapFree } from './support/cluster-api.js';
 
@@ -16,9 +16,10 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     const db = await createTestDatabase();
     t.after(() => db.drop());
     const [pgPort, natsPort] = [await freePort(), await freePort()];
+    const daemon = await daemonArgs();
     const start = (env: Record<string, string>) =>
       new Promise<{ status: number | null; stderr: string }>((resolve) => {
-        const p = spawn(process.execPath, ['--import', 'tsx', 'bridge/main.ts'], { cwd: ROOT, env: { PATH: process.env.PATH!, DATA_DIR: tempDir(), PORT: '0', ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
+        const p = spawn(process.execPath, daemon, { cwd: ROOT, env: { PATH: process.env.PATH!, DATA_DIR: tempDir(), PORT: '0', ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
         let stderr = '';
         p.stderr!.on('data', (b: Buffer) => (stderr += b.toString()));
         p.on('exit', (status) => resolve({ status, stderr }));

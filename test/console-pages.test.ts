@@ -49,8 +49,12 @@ after(async () => {
 describe('web console: the pages at work', { timeout: 180_000 }, () => {
   test('settings: LLM model, base URL and key (never shown back), git-provider tokens, default MCP servers, secrets', async () => {
     const { page, w } = await signedInPage();
+    const read = page.waitForResponse((r) => r.request().method() === 'GET' && new URL(r.url()).pathname === '/api/settings');
     await page.locator('nav a', { hasText: 'Settings' }).click();
     const llmForm = page.locator('form', { has: page.locator('h2', { hasText: 'Language model' }) });
+    // the form shows the stored settings once read (Save is disabled meanwhile): typed before, the model was overwritten (seen at load 14)
+    await (await read).finished();
+    await llmForm.locator('button[type="submit"]:enabled').waitFor();
     await llmForm.locator('input[name="llm_model"]').fill('openai/scripted');
     await llmForm.locator('input[name="llm_base_url"]').fill(llm.url);
     await llmForm.locator('input[name="llm_api_key"]').fill(LLM_KEY);

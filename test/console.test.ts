@@ -17,7 +17,7 @@ import zlib from 'node:zlib';
 import { after, before, describe, test } from 'node:test';
 import { screenshot } from './support/browser.js';
 import { assertEveryEventOnce, CONSOLE_DIR, ConsoleBrowser } from './support/console-page.js';
-import { freePort, ROOT, startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
+import { daemonArgs, freePort, ROOT, startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
 import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
 
 const KEY = 'console-test-key-0123456789';
@@ -47,9 +47,9 @@ function rawGet(url: string, headers: Record<string, string> = {}): Promise<{ st
  * A daemon with a session key whose output goes to a terminal, as `npm start` in a shell has it
  * (`script` gives it a pty); what it writes is collected in `output`.
  */
-function startOnTerminal(key: string, port: number) {
+function startOnTerminal(key: string, port: number, daemon: string[]) {
   const env = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/tmp', PORT: String(port), DATA_DIR: tempDir(), SESSION_API_KEY: key, SANDBOX: 'none', LOG_LEVEL: 'info' };
-  const proc = spawn('script', ['-qfec', `${process.execPath} --import tsx bridge/main.ts`, '/dev/null'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  const proc = spawn('script', ['-qfec', [process.execPath, ...daemon].join(' '), '/dev/null'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   const t = {
     port,
     key,
@@ -68,7 +68,7 @@ function startOnTerminal(key: string, port: number) {
 let onTerminal: ReturnType<typeof startOnTerminal>;
 
 before(async () => {
-  onTerminal = startOnTerminal('link-key-0123456789-abcdef', await freePort());
+  onTerminal = startOnTerminal('link-key-0123456789-abcdef', await freePort(), await daemonArgs());
   llm = await startScriptedLlm();
   // started side by side: a daemon takes seconds to start on a loaded machine
   [d, keyless, browser] = await Promise.all([

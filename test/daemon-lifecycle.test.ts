@@ -7,7 +7,7 @@ import { describe, test } from 'node:test';
 import Database from 'better-sqlite3';
 import { createParleyClient } from '../src/client.js';
 import { journalFile } from '../src/store/journal.js';
-import { ROOT, startDaemon, tempDir, waitFor } from './support/daemon.js';
+import { daemonArgs, ROOT, startDaemon, tempDir, waitFor } from './support/daemon.js';
 import { connect } from './support/ws-client.js';
 
 describe('durability', () => {
@@ -97,8 +97,9 @@ describe('process lifecycle', () => {
     await d2.stop();
   });
   test('bad configuration and a busy port: one clear line, exit 1', async () => {
+    const daemon = await daemonArgs();
     const run = (env: Record<string, string>) =>
-      spawnSync(process.execPath, ['--import', 'tsx', 'bridge/main.ts'], { cwd: ROOT, env: { PATH: process.env.PATH!, DATA_DIR: tempDir(), ...env }, encoding: 'utf8', timeout: 20_000 });
+      spawnSync(process.execPath, daemon, { cwd: ROOT, env: { PATH: process.env.PATH!, DATA_DIR: tempDir(), ...env }, encoding: 'utf8', timeout: 20_000 });
     const bad = run({ PORT: 'eighty' });
     assert.equal(bad.status, 1);
     assert.match(bad.stderr, /PORT/);
@@ -116,7 +117,7 @@ describe('process lifecycle', () => {
     const dir = tempDir();
     const d = await startDaemon({}, dir);
     const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
-    const second = spawnSync(process.execPath, ['--import', 'tsx', 'bridge/main.ts'], {
+    const second = spawnSync(process.execPath, await daemonArgs(), {
       cwd: ROOT, env: { PATH: process.env.PATH!, DATA_DIR: dir, PORT: '0' }, encoding: 'utf8', timeout: 20_000,
     });
     assert.equal(second.status, 1);

@@ -9,7 +9,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, test } from 'node:test';
-import { ROOT, startDaemon, tempDir, waitFor } from './support/daemon.js';
+import { ensureBuilt, ROOT, startDaemon, tempDir, waitFor } from './support/daemon.js';
 import { isAlive } from './support/processes.js';
 
 interface Started {
@@ -19,7 +19,8 @@ interface Started {
 }
 
 /** `npm start` in its own process group; resolves once the daemon logs its port. */
-function npmStart(dataDir: string): Promise<Started> {
+async function npmStart(dataDir: string): Promise<Started> {
+  await ensureBuilt(); // else npm start would build dist/ itself, under daemons other test files start from it
   const proc = spawn('npm', ['start'], {
     cwd: ROOT,
     detached: true,

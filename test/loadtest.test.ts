@@ -6,10 +6,14 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { test } from 'node:test';
-import { ROOT } from './support/daemon.js';
+import { daemonArgs, ROOT } from './support/daemon.js';
+
+/** The daemon the load test starts unless a test names another entry: the one the other test files run (see daemonArgs). */
+const DAEMON_ENTRY = (await daemonArgs()).at(-1)!;
 
 function loadtest(...args: string[]) {
-  return spawnSync(process.execPath, ['--import', 'tsx', 'scripts/loadtest.ts', '--duration', '1', '--warmup', '0', '--conversations', '3', '--concurrency', '4', ...args], {
+  const entry = args.includes('--daemon-entry') ? [] : ['--daemon-entry', DAEMON_ENTRY];
+  return spawnSync(process.execPath, ['--import', 'tsx', 'scripts/loadtest.ts', '--duration', '1', '--warmup', '0', '--conversations', '3', '--concurrency', '4', ...entry, ...args], {
     cwd: ROOT,
     encoding: 'utf8',
     timeout: 120_000,

@@ -1,16 +1,15 @@
 /**
- * The sandbox's modes and what runs it: keyless daemons, setup.sh and the prompt, DATA_DIR under a shown
- * directory, SANDBOX_MAX_LIVE, an unprivileged daemon, the systemd unit's restrictions, the modes at start.
+ * The sandbox's modes: keyless daemons, setup.sh and the prompt, DATA_DIR under a shown directory,
+ * SANDBOX_MAX_LIVE, the modes at start (an unprivileged daemon and the systemd unit: sandbox-unit.test.ts).
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { allEvents, waitStatus } from './support/conversation-api.js';
-import { ROOT, startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
+import { daemonArgs, ROOT, startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
 import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
 import { startGitServer } from './support/git-server.js';
 import { hostPid } from './support/processes.js';
@@ -22,7 +21,6 @@ import {
   LLM_KEY,
   SECRET_KEY,
   CANARIES,
-  H,
   rev,
   hostProcesses,
   hostProcess,
@@ -199,303 +197,17 @@ describe('sandbox: SANDBOX_MAX_LIVE', { timeout: 120_000 }, () => {
   });
 });
 
-/**
- * Where an unprivileged daemon finds the code: the checkout bind-mounted (in the daemon's private
- * mount namespace only) on an empty directory under /var/lib, as the unit's WorkingDirectory would
- * be. The checkout itself may sit where nobody cannot go (a 0700 temporary directory, /root) or
- * where the unit's PrivateTmp/ProtectHome would hide it (/tmp, /home).
- */
-function appDir(): string {
-  const app = fs.mkdtempSync('/var/lib/parley-unit-app-');
-  fs.chmodSync(app, 0o755);
-  return app;
-}
-
-/** sh -c AS_APP sh <checkout> <app dir> cmd…: runs cmd in <app dir> with the checkout mounted there. */
-const AS_APP = 'mount --bind "$1" "$2" && cd "$2" && shift 2 && exec "$@"';
-
-describe('sandbox: an unprivileged daemon (as under the systemd unit)', { timeout: 120_000, skip: process.getuid?.() !== 0 && 'needs root to switch to nobody' }, () => {
-  test('as nobody, with no capabilities and no_new_privs: bwrap works, limits fall back to rlimits, files stay the user\'s', async () => {
-    const llm = await startScriptedLlm();
-    const dir = tempDir();
-    fs.chmodSync(dir, 0o755);
-    fs.chownSync(dir, 65534, 65534);
-    const data = path.join(dir, 'data');
-    fs.mkdirSync(data);
-    fs.chownSync(data, 65534, 65534);
-    // what User=… CapabilityBoundingSet= NoNewPrivileges=yes give the daemon
-    const app = appDir();
-    const p = spawn('unshare', ['--mount', '--propagation', 'private', 'sh', '-c', AS_APP, 'sh', ROOT, app, 'setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', '--bounding-set=-all', '--inh-caps=-all', '--no-new-privs', process.execPath, '--import', 'tsx', 'bridge/main.ts'], {
-      cwd: ROOT,
-      env: { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: dir, PORT: '0', DATA_DIR: data, SANDBOX: 'bwrap', SESSION_API_KEY: SESSION, LOG_LEVEL: 'info', LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: LLM_KEY, SANDBOX_MEMORY_MB: '256' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    p.stdout.on('data', (c: Buffer) => (out += c.toString('utf8')));
-    p.stderr.on('data', (c: Buffer) => (out += c.toString('utf8')));
-    const exited = new Promise((r) => p.on('exit', r));
-    try {
-      const port = Number((await waitFor(() => /"port":(\d+).*listening on/.exec(out), 'listening', 30_000))![1]);
-      const call = async (m: string, u: string, b?: unknown) => {
-        const r = await fetch(`http://127.0.0.1:${port}${u}`, { method: m, headers: { ...H, ...(b ? { 'content-type': 'application/json' } : {}) }, body: b ? JSON.stringify(b) : undefined });
-        return r.json() as Promise<any>;
-      };
-      // the probe runs once the port is open: /server_info says probing until it decided
-      const info = await waitFor(async () => {
-        const i = await call('GET', '/server_info');
-        return i.sandbox.mode === 'probing' ? null : i;
-      }, 'the sandbox probe', 60_000);
-      assert.equal(info.sandbox.mode, 'bwrap');
-      assert.equal(info.sandbox.limits.enforced_by, 'rlimit');
-      assert.equal(info.sandbox.limits.pids, null, 'no per-conversation process limit is claimed without a cgroup');
-      const id = (await call('POST', '/api/conversations', {})).conversation_id;
-      await waitFor(async () => (await call('GET', `/api/conversations/${id}`)).execution_status === 'idle', 'idle', 20_000);
-      llm.push(
-        {
-          toolCalls: [
-            {
-              name: 'terminal',
-              arguments: {
-                command:
-                  'id -u; pwd; touch mine.txt; ulimit -f; ulimit -d; ' +
-                  // no host privilege from here either: sysctls read-only (even their current value), no user namespace
-                  'v=$(cat /proc/sys/vm/swappiness); echo "$v" > /proc/sys/vm/swappiness 2>/dev/null; echo "sysctl rc=$?"; ' +
-                  'unshare -U true 2>/dev/null; echo "unshare rc=$?"; grep -cE " /proc/sys ro," /proc/self/mountinfo',
-              },
-            },
-          ],
-        },
-        { text: 'done' },
-      );
-      await call('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true });
-      await waitFor(async () => (await call('GET', `/api/conversations/${id}`)).execution_status === 'finished', 'finished', 30_000);
-      const evs = (await call('GET', `/api/conversations/${id}/events/search?limit=100`)).items;
-      const text = evs.find((e: any) => e.kind === 'ObservationEvent').observation.content[0].text;
-      // uid 0 of the conversation's user namespace (no capability), the daemon's user on the host
-      assert.match(text, /^0\n\/workspace\n/, text);
-      assert.match(text, new RegExp(`^${1024 * 1024}$`, 'm'), 'RLIMIT_FSIZE: 1 GiB (bash counts KiB)');
-      assert.match(text, new RegExp(`^${256 * 1024}$`, 'm'), 'RLIMIT_DATA (KiB)');
-      assert.match(text, /^sysctl rc=[1-9]/m, text);
-      assert.match(text, /^unshare rc=[1-9]/m, text);
-      assert.match(text, /^1$/m, '/proc/sys is a read-only mount');
-      const st = fs.statSync(path.join(data, 'workspaces', id.replace(/-/g, ''), 'mine.txt'));
-      assert.equal(st.uid, 65534);
-    } finally {
-      p.kill('SIGTERM');
-      await exited;
-      await llm.close();
-      fs.rmSync(dir, { recursive: true, force: true });
-      fs.rmdirSync(app);
-    }
-  });
-});
-
-/**
- * What the unit's restrictions do to the daemon, emulated where that is possible without systemd
- * (as root: a private mount namespace, then setpriv to nobody). Emulated: User= (nobody),
- * CapabilityBoundingSet= / AmbientCapabilities= (empty), NoNewPrivileges=yes, UMask=0077,
- * LimitNOFILE (up to the hard limit here), the unit's Environment= lines (env -i), ProtectSystem=strict
- * with ReadWritePaths/StateDirectory (every mount read-only but the state directory),
- * PrivateTmp=yes, ProtectHome=yes, ProtectProc=invisible (a proc mounted with hidepid=invisible),
- * and the relaxation ProtectKernelTunables=no (the second test shows bwrap failing without it).
- * Not emulated (need systemd or a seccomp loader): RestrictNamespaces, SystemCallFilter,
- * RestrictAddressFamilies, LockPersonality, RestrictRealtime, ProtectClock, ProtectKernelModules,
- * ProtectHostname, PrivateDevices, Delegate=yes (cgroup v2; this machine has v1 only), KillMode.
- */
-const UNIT_EMULATION = String.raw`set -e
-STATE=$1; TUNABLES=$2; CHECKOUT=$3; APP=$4; shift 4
-mount --bind "$CHECKOUT" "$APP"
-cd "$APP"
-mount --bind "$STATE" "$STATE"
-mount -t tmpfs -o mode=1777 tmpfs /tmp
-mount -t tmpfs -o mode=1777 tmpfs /var/tmp
-for d in /home /root /run/user; do if [ -d "$d" ]; then mount -t tmpfs -o ro,mode=0755 tmpfs "$d"; fi; done
-findmnt -rn -o TARGET | sort -r | while read -r m; do
-  case "$m" in /proc|/proc/*|/sys|/sys/*|/dev|/dev/*|"$STATE"|/tmp|/var/tmp|/home|/root|/run/user) continue;; esac
-  mount -o remount,bind,ro "$m" 2>/dev/null || echo "could not make $m read-only" >&2
-done
-mount -t proc -o hidepid=invisible,nosuid,nodev,noexec proc /proc
-if [ "$TUNABLES" = yes ]; then mount --bind /proc/sys /proc/sys; mount -o remount,bind,ro /proc/sys; fi
-umask 077
-ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-exec setpriv --reuid=65534 --regid=65534 --clear-groups --bounding-set=-all --inh-caps=-all --no-new-privs "$@"`;
-
-describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
-  const unitFile = path.join(ROOT, 'scripts/parley.service');
-  const unit = fs.readFileSync(unitFile, 'utf8');
-  const run = (cmd: string, args: string[]) =>
-    new Promise<{ code: number | null; out: string }>((resolve) => {
-      const p = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-      let out = '';
-      p.stdout.on('data', (c: Buffer) => (out += c.toString('utf8')));
-      p.stderr.on('data', (c: Buffer) => (out += c.toString('utf8')));
-      p.on('error', (e) => resolve({ code: -1, out: String(e) }));
-      p.on('exit', (code) => resolve({ code, out }));
-    });
-  const hasAnalyze = fs.existsSync('/usr/bin/systemd-analyze') || fs.existsSync('/bin/systemd-analyze');
-
-  test('systemd-analyze verify accepts the unit (and does flag a broken copy); the offline security check passes the sandbox settings', { skip: !hasAnalyze && 'no systemd-analyze' }, async () => {
-    const ok = await run('systemd-analyze', ['verify', unitFile]);
-    assert.equal(ok.code, 0, ok.out);
-    assert.equal(ok.out.trim(), '', `verify complained:\n${ok.out}`);
-    // control: verify prints what it cannot parse (its exit code stays 0 for that)
-    const dir = tempDir();
-    try {
-      const bad = path.join(dir, 'parley.service');
-      fs.writeFileSync(bad, unit.replace(/^RestrictNamespaces=.*$/m, 'RestrictNamespaces=user mnt nonsense'));
-      assert.match((await run('systemd-analyze', ['verify', bad])).out, /Failed to parse namespace type/);
-    } finally {
-      fs.rmSync(dir, { recursive: true, force: true });
-    }
-    const sec = await run('systemd-analyze', ['security', '--offline=true', '--no-pager', unitFile]);
-    assert.equal(sec.code, 0, sec.out);
-    assert.match(sec.out, /✓ NoNewPrivileges=/);
-    assert.match(sec.out, /✓ PrivateTmp=/);
-    assert.match(sec.out, /✓ ProtectHome=/);
-    // the relaxation bwrap needs: user namespaces allowed
-    assert.match(sec.out, /✗ RestrictNamespaces=~user/);
-    const level = Number(/Overall exposure level for parley\.service: ([\d.]+)/.exec(sec.out)?.[1]);
-    assert.ok(level > 0 && level < 5, `exposure ${level}`);
-  });
-
-  test('every namespace, socket family and system call the sandboxes used (strace) is allowed by the unit', { skip: (!hasAnalyze || !fs.existsSync('/usr/bin/strace')) && 'needs strace and systemd-analyze' }, async () => {
-    const dir = tempDir();
-    const traces = path.join(dir, 'traces');
-    fs.mkdirSync(traces);
-    // the holders (bwrap) and the processes joining them (nsenter, found first on PATH), traced with their children
-    const wrapper = path.join(dir, 'bwrap');
-    fs.writeFileSync(wrapper, `#!/bin/sh\nexec /usr/bin/strace -ff -qq -o ${traces}/t /usr/bin/bwrap "$@"\n`, { mode: 0o755 });
-    const bin = path.join(dir, 'bin');
-    fs.mkdirSync(bin);
-    fs.writeFileSync(path.join(bin, 'nsenter'), `#!/bin/sh\nexec /usr/bin/strace -ff -qq -o ${traces}/n /usr/bin/nsenter "$@"\n`, { mode: 0o755 });
-    const h = await harness({ BWRAP_PATH: wrapper, PATH: `${bin}:${process.env.PATH ?? '/usr/bin:/bin'}` });
-    try {
-      const id = await h.create();
-      const r = await h.sh(id, 'echo hi > /tmp/x && cat /tmp/x && ps -e >/dev/null && git --version >/dev/null && echo TRACED');
-      assert.match(r.text, /TRACED/);
-    } finally {
-      await h.close();
-    }
-    try {
-      const text = fs.readdirSync(traces).map((f) => fs.readFileSync(path.join(traces, f), 'utf8')).join('\n');
-      const calls = new Set([...text.matchAll(/^(?:<\.\.\. )?([a-z_][a-z0-9_]*)(?:\(| resumed>)/gm)].map((m) => m[1]!));
-      assert.ok(calls.has('pivot_root') && calls.has('setns') && calls.has('chroot') && calls.has('execve'), [...calls].join(' '));
-      assert.ok(fs.readdirSync(traces).some((f) => f.startsWith('n.')), 'the joining processes were traced');
-      // SystemCallFilter=~…: none of the denied groups' calls was made
-      const groups = /^SystemCallFilter=~(.*)$/m.exec(unit)![1]!.trim().split(/\s+/);
-      const listed = (await run('systemd-analyze', ['syscall-filter', '--no-pager', ...groups])).out;
-      const denied = new Set(listed.split('\n').map((l) => l.trim()).filter((l) => /^[a-z_][a-z0-9_]*$/.test(l)));
-      assert.ok(denied.has('ptrace') && denied.has('reboot'), 'the groups were listed');
-      assert.deepEqual([...calls].filter((c) => denied.has(c)), [], 'calls the unit would refuse');
-      // RestrictNamespaces=: the namespaces created or joined
-      const allowed = /^RestrictNamespaces=(.*)$/m.exec(unit)![1]!.trim().split(/\s+/);
-      const names: Record<string, string> = { NS: 'mnt', USER: 'user', PID: 'pid', IPC: 'ipc', UTS: 'uts', NET: 'net', CGROUP: 'cgroup', TIME: 'time' };
-      const used = new Set([...text.matchAll(/CLONE_NEW([A-Z]+)/g)].map((m) => names[m[1]!] ?? m[1]!));
-      assert.ok(used.has('user') && used.has('pid') && used.has('mnt'), [...used].join(' '));
-      assert.deepEqual([...used].filter((n) => !allowed.includes(n)), [], 'namespaces the unit would refuse');
-      // RestrictAddressFamilies=
-      const families = /^RestrictAddressFamilies=(.*)$/m.exec(unit)![1]!.trim().split(/\s+/);
-      const opened = new Set([...text.matchAll(/^socket\((AF_[A-Z0-9]+)/gm)].map((m) => m[1]!));
-      assert.deepEqual([...opened].filter((f) => !families.includes(f)), [], 'socket families the unit would refuse');
-    } finally {
-      fs.rmSync(dir, { recursive: true, force: true });
-    }
-  });
-
-  const emulated = async (tunables: 'yes' | 'no') => {
-    const state = fs.mkdtempSync('/var/lib/parley-unit-test-');
-    fs.chmodSync(state, 0o750);
-    fs.chownSync(state, 65534, 65534);
-    // the unit's Environment= lines, its DATA_DIR/HOME (/var/lib/parley) moved to this test's state directory
-    const env = [...unit.matchAll(/^Environment=(.*)$/gm)].map((m) => m[1]!.replaceAll('/var/lib/parley', state));
-    assert.ok(env.includes('SANDBOX=bwrap') && env.includes(`DATA_DIR=${state}`), env.join(' '));
-    const exec = /^ExecStart=(.*)$/m.exec(unit)![1]!.split(/\s+/);
-    const llm = await startScriptedLlm();
-    const app = appDir();
-    const p = spawn(
-      'unshare',
-      ['--mount', '--propagation', 'private', 'sh', '-c', UNIT_EMULATION, 'sh', state, tunables, ROOT, app, 'env', '-i', 'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', ...env, 'PORT=0', `SESSION_API_KEY=${SESSION}`, 'LOG_LEVEL=info', 'LLM_MODEL=openai/scripted', `LLM_BASE_URL=${llm.url}`, `LLM_API_KEY=${LLM_KEY}`, ...exec],
-      { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
-    );
-    let out = '';
-    p.stdout.on('data', (c: Buffer) => (out += c.toString('utf8')));
-    p.stderr.on('data', (c: Buffer) => (out += c.toString('utf8')));
-    const exited = new Promise<number | null>((r) => p.on('exit', r));
-    return {
-      state,
-      llm,
-      exited,
-      output: () => out,
-      async close() {
-        p.kill('SIGTERM');
-        await exited;
-        await llm.close();
-        fs.rmSync(state, { recursive: true, force: true });
-        fs.rmdirSync(app);
-      },
-    };
-  };
-
-  test('under the unit\'s emulated restrictions (nobody, no capabilities, no_new_privs, UMask, read-only system, private /tmp, ProtectHome, ProtectProc=invisible) the sandbox works', { skip: process.getuid?.() !== 0 && 'needs root to emulate the unit' }, async () => {
-    const u = await emulated('no');
-    try {
-      const port = Number((await waitFor(() => /"port":(\d+).*listening on/.exec(u.output()), 'listening', 60_000).catch(() => {
-        throw new Error(u.output());
-      }))![1]);
-      const call = async (m: string, url: string, b?: unknown) => {
-        const r = await fetch(`http://127.0.0.1:${port}${url}`, { method: m, headers: { ...H, ...(b ? { 'content-type': 'application/json' } : {}) }, body: b ? JSON.stringify(b) : undefined });
-        return r.json() as Promise<any>;
-      };
-      const info = await waitFor(async () => {
-        const i = await call('GET', '/server_info');
-        return i.sandbox.mode === 'probing' ? null : i;
-      }, 'the sandbox probe', 60_000);
-      assert.equal(info.sandbox.mode, 'bwrap', u.output());
-      const id = (await call('POST', '/api/conversations', {})).conversation_id;
-      await waitFor(async () => (await call('GET', `/api/conversations/${id}`)).execution_status === 'idle', 'idle', 20_000);
-      // (the locked directories: what a non-root daemon must still be able to remove on DELETE)
-      u.llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'id -u; pwd; echo shared > /tmp/t; touch mine.txt; mkdir -p /tmp/locked/in locked/in; touch /tmp/locked/in/f locked/in/f; chmod 0 /tmp/locked/in /tmp/locked locked/in locked' } }] }, { text: 'done' });
-      await call('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true });
-      await waitFor(async () => (await call('GET', `/api/conversations/${id}`)).execution_status === 'finished', 'finished', 30_000);
-      const evs = (await call('GET', `/api/conversations/${id}/events/search?limit=100`)).items;
-      const text = evs.find((e: any) => e.kind === 'ObservationEvent').observation.content[0].text;
-      assert.match(text, /^0\n\/workspace\n/, text);
-      const hex = id.replace(/-/g, '');
-      const mine = fs.statSync(path.join(u.state, 'workspaces', hex, 'mine.txt'));
-      assert.equal(mine.uid, 65534);
-      assert.equal(mine.mode & 0o777, 0o600, 'UMask=0077 reaches the agent');
-      assert.equal(fs.readFileSync(path.join(u.state, 'workspaces', '.sandbox', hex, 'tmp', 't'), 'utf8'), 'shared\n');
-      assert.equal(fs.statSync(path.join(u.state, 'secret.key')).mode & 0o077, 0, 'the key file is private');
-      assert.equal(fs.statSync(path.join(u.state, 'workspaces', '.sandbox', hex, 'tmp', 'locked')).mode & 0o777, 0);
-      assert.equal((await fetch(`http://127.0.0.1:${port}/api/conversations/${id}`, { method: 'DELETE', headers: H })).status, 200);
-      assert.ok(!fs.existsSync(path.join(u.state, 'workspaces', '.sandbox', hex)), "the sandbox's /tmp and HOME are removed, locked directories included");
-      assert.ok(!fs.existsSync(path.join(u.state, 'workspaces', hex)), 'the workspace is removed, locked directories included');
-    } finally {
-      await u.close();
-    }
-  });
-
-  test('why ProtectKernelTunables=no: with /proc/sys read-only bwrap cannot mount /proc and SANDBOX=bwrap exits 1 with one line', { skip: process.getuid?.() !== 0 && 'needs root to emulate the unit' }, async () => {
-    const u = await emulated('yes');
-    try {
-      assert.equal(await u.exited, 1, u.output());
-      assert.match(u.output(), /^parley: SANDBOX=bwrap but the bwrap probe failed: .*Can't mount proc/m);
-    } finally {
-      await u.close();
-    }
-  });
-});
-
 describe('sandbox: modes at start', { timeout: 170_000 }, () => {
   /**
    * Starts the daemon; once it listens (or prints `stopAt`) it is stopped (SIGTERM), unless `failing`: the probe that
    * decides SANDBOX=bwrap cannot be honoured runs after the port is open, so such a daemon is left
    * to exit by itself (killed after 60 s if it does not).
    */
-  const run = (env: Record<string, string>, failing = false, stopAt = /"port":\d+.*listening on/) =>
-    new Promise<{ code: number | null; stderr: string; stdout: string }>((resolve) => {
+  const run = async (env: Record<string, string>, failing = false, stopAt = /"port":\d+.*listening on/) => {
+    const daemon = await daemonArgs();
+    return new Promise<{ code: number | null; stderr: string; stdout: string }>((resolve) => {
       const dir = tempDir();
-      const p = spawn(process.execPath, ['--import', 'tsx', 'bridge/main.ts'], {
+      const p = spawn(process.execPath, daemon, {
         cwd: ROOT,
         env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: dir, PORT: '0', DATA_DIR: dir, SESSION_API_KEY: SESSION, ...env },
         stdio: ['ignore', 'pipe', 'pipe'],
@@ -514,6 +226,7 @@ describe('sandbox: modes at start', { timeout: 170_000 }, () => {
         resolve({ code, stderr, stdout });
       });
     });
+  };
 
   test('SANDBOX=bwrap with BWRAP_PATH pointing nowhere exits 1 with one line', async () => {
     const r = await run({ SANDBOX: 'bwrap', BWRAP_PATH: '/nonexistent/bwrap' }, true);

@@ -4,25 +4,12 @@
  * renders (read by scrolling it from top to bottom).
  */
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
 import type { Browser, Page } from 'playwright-core';
 import { launchChromium, watch, type Watched } from './browser.js';
-import { ROOT } from './daemon.js';
+import { ensureBuilt, ROOT } from './daemon.js';
 
 export const CONSOLE_DIR = path.join(ROOT, 'dist', 'console');
-
-/** Builds dist/ when a console source is newer than the built page (what `npm start` does for the daemon's sources). */
-export async function ensureConsoleBuilt(): Promise<void> {
-  const newest = (p: string): number => {
-    const st = fs.statSync(p);
-    return st.isDirectory() ? Math.max(st.mtimeMs, ...fs.readdirSync(p).map((n) => newest(path.join(p, n)))) : st.mtimeMs;
-  };
-  const page = path.join(CONSOLE_DIR, 'index.html');
-  const built = fs.existsSync(page) ? fs.statSync(page).mtimeMs : 0;
-  if (built < newest(path.join(ROOT, 'console'))) await (await import(pathToFileURL(path.join(ROOT, 'scripts', 'build.mjs')).href)).build();
-}
 
 /** A browser and the tabs a test file opened, all closed by `close()`. */
 export class ConsoleBrowser {
@@ -30,7 +17,7 @@ export class ConsoleBrowser {
   private constructor(readonly browser: Browser) {}
 
   static async launch(): Promise<ConsoleBrowser> {
-    await ensureConsoleBuilt();
+    await ensureBuilt(); // the console's sources are among the build's
     return new ConsoleBrowser(await launchChromium());
   }
 
