@@ -251,7 +251,8 @@ describe('terminal tool', () => {
     const t0 = Date.now();
     const obs = await run(ctx, { command: 'echo started; sleep 30.11; echo never' });
     const took = Date.now() - t0;
-    assert.ok(took >= 700 && took < 5000, `took ${took} ms`);
+    // after the no-output timeout, long before the 30 s sleep would end (a busy machine may be slow)
+    assert.ok(took >= 700 && took < 25_000, `took ${took} ms`);
     assert.equal(obs.exit_code, -1);
     assert.equal(obs.is_error, false);
     assert.match(textOf(obs), /started/);

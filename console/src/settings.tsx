@@ -46,11 +46,11 @@ function LlmSection() {
       <div class="row2">
         <label>
           <span>Model</span>
-          <input name="llm_model" placeholder="provider/model, e.g. openai/gpt-5" value={model} onInput={(e) => setModel(e.currentTarget.value)} />
+          <input name="llm_model" placeholder="provider/model, e.g. openai/gpt-5" disabled={!current} value={model} onInput={(e) => setModel(e.currentTarget.value)} />
         </label>
         <label>
           <span>Base URL <span class="muted">(OpenAI-compatible servers)</span></span>
-          <input name="llm_base_url" placeholder="https://…/v1" value={baseUrl} onInput={(e) => setBaseUrl(e.currentTarget.value)} />
+          <input name="llm_base_url" placeholder="https://…/v1" disabled={!current} value={baseUrl} onInput={(e) => setBaseUrl(e.currentTarget.value)} />
         </label>
       </div>
       <label>
