@@ -521,6 +521,31 @@ describe('terminal tool', () => {
     await t.closeAll();
   });
 
+  it('prewarm: a shell closed for being idle starts again before any command, with its directory and variables; the idle note goes with the first command', async () => {
+    // (long enough that the shell started ahead is still up when the command comes on a busy machine)
+    const t = createTerminalTool({ sandbox: Sandbox.none(), idleCloseMs: 2000 });
+    const ctx = makeCtx();
+    const sub = path.join(ctx.workspaceDir, 'sub');
+    fs.mkdirSync(sub, { recursive: true });
+    t.prewarm(ctx); // nothing was closed for being idle: nothing to start
+    assert.equal(t.manager.getSession(ctx.conversationId), undefined);
+    await run(ctx, { command: 'cd sub && export KEPT=yes' }, t);
+    const first = t.manager.getSession(ctx.conversationId)!.pid;
+    assert.ok(await waitUntil(() => !alive(first), 15_000), 'idle shell was closed');
+    assert.ok(await waitUntil(() => t.manager.getSession(ctx.conversationId) === undefined));
+    t.prewarm(ctx);
+    assert.ok(await waitUntil(() => t.manager.getSession(ctx.conversationId) !== undefined, 15_000), 'the shell is up before a command asks for it');
+    const warmed = t.manager.getSession(ctx.conversationId)!.pid;
+    assert.notEqual(warmed, first);
+    const obs = await run(ctx, { command: 'echo "$KEPT"; pwd' }, t);
+    assert.equal(t.manager.getSession(ctx.conversationId)!.pid, warmed, 'the command ran in the shell started ahead');
+    assert.match(textOf(obs), new RegExp(`^yes\n${sub}`));
+    assert.match(textOf(obs), /The shell had been idle/);
+    const next = await run(ctx, { command: 'echo again' }, t);
+    assert.doesNotMatch(textOf(next), /had been idle/, 'the note is told once');
+    await t.closeAll();
+  });
+
   it('closeConversation / closeAll leave no bash or child process behind', async () => {
     const t = createTerminalTool({ sandbox: Sandbox.none(), noOutputTimeoutMs: 500 });
     const ctxs = [makeCtx(), makeCtx(), makeCtx()];

@@ -176,8 +176,9 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
         cancelIdleClose(id);
         // (the start-up probe of the sandbox runs while the daemon already listens)
         await sandbox.ready;
-        // a conversation whose sandbox was closed while idle gets it back while the LLM answers
+        // a conversation whose sandbox was closed while idle gets it back, and its shell, while the LLM answers
         sandbox.prewarm(id);
+        void shellEnv(id).then((env) => terminal.prewarm({ conversationId: id, workspaceDir: workspacePath(config.workspaceRoot, id), env }), () => {});
         return [...builtins, ...((await (await mcpFor(id)).tools()) as Tool[])];
       },
       workspaceDir: (id) => workspacePath(config.workspaceRoot, id),

@@ -17,6 +17,8 @@ import { RunningCommand, ShellSession, shellQuote, type ShellState } from './ses
 import { VISIBLE_OUTPUTS } from '../../sandbox/settings.js';
 import type { ShellSandbox } from '../../sandbox/types.js';
 
+/** What starting a conversation's shell needs of a tool call's context. */
+export type ShellContext = Pick<ToolContext, 'conversationId' | 'workspaceDir' | 'env'>;
 
 interface TerminalToolOptions {
   /** Return (exit_code -1) when a command prints nothing new for this long. Default 30 s. */
@@ -104,6 +106,8 @@ class TerminalManager {
   private readonly locks = new Map<string, Promise<unknown>>();
   /** Conversations whose shell was closed for being idle: the next shell takes its state up. */
   private readonly idleClosed = new Map<string, IdleClosed>();
+  /** What a shell started ahead (`prewarm`) has to tell the command that first uses it. */
+  private readonly prewarmNotes = new Map<string, string[]>();
   private outputSeq = 0;
   readonly sandbox: ShellSandbox;
 
@@ -137,9 +141,40 @@ class TerminalManager {
     return next;
   }
 
+  /**
+   * A run begins for a conversation whose shell was closed for being idle: the next shell (its
+   * directory and exported variables taken up) starts now, while the LLM answers, so the command
+   * that uses it does not wait for it; the note that the shell had been idle goes with that
+   * command's observation. Queued like a command of the conversation; a shell that cannot start is
+   * left to that command, which starts it and says why it could not.
+   */
+  prewarm(ctx: ShellContext): void {
+    const id = ctx.conversationId;
+    const idle = this.idleClosed.get(id);
+    if (!idle || this.entries.has(id) || this.starting.has(id)) return;
+    const prev = this.locks.get(id) ?? Promise.resolve();
+    const next = prev
+      .catch(() => {})
+      .then(async () => {
+        if (this.entries.has(id) || this.idleClosed.get(id) !== idle) return; // a command got there first
+        try {
+          const got = await this.getOrStart(ctx);
+          if (got.notes.length) this.prewarmNotes.set(id, got.notes);
+          this.touch(id, false);
+        } catch {
+          if (!this.entries.has(id) && !this.idleClosed.has(id)) this.idleClosed.set(id, idle);
+        }
+      });
+    this.locks.set(id, next);
+    void next.then(() => {
+      if (this.locks.get(id) === next) this.locks.delete(id);
+    });
+  }
+
   /** Ends the conversation's shell; `reason` is what the running command's observation says. */
   async closeConversation(conversationId: string, reason = 'closed'): Promise<void> {
     this.idleClosed.delete(conversationId);
+    this.prewarmNotes.delete(conversationId);
     const entry = this.entries.get(conversationId);
     this.entries.delete(conversationId);
     const starting = this.starting.get(conversationId);
@@ -185,8 +220,9 @@ class TerminalManager {
     await this.sandbox.closeIfIdle(conversationId);
   }
 
-  private async getOrStart(ctx: ToolContext): Promise<{ session: ShellSession; notes: string[] }> {
-    const notes: string[] = [];
+  private async getOrStart(ctx: ShellContext): Promise<{ session: ShellSession; notes: string[] }> {
+    const notes: string[] = this.prewarmNotes.get(ctx.conversationId) ?? [];
+    this.prewarmNotes.delete(ctx.conversationId);
     const entry = this.entries.get(ctx.conversationId);
     if (entry) {
       if (entry.session.alive) return { session: entry.session, notes };
@@ -626,6 +662,8 @@ class TerminalManager {
 
 export type TerminalTool = Tool<TerminalParams, TerminalObservation> & {
   readonly manager: TerminalManager;
+  /** A run begins: a shell closed for being idle starts again now (TerminalManager.prewarm). */
+  prewarm(ctx: ShellContext): void;
   closeConversation(conversationId: string, reason?: string): Promise<void>;
   closeAll(): Promise<void>;
 };
@@ -640,6 +678,7 @@ export function createTerminalTool(opts: TerminalToolOptions): TerminalTool {
     parameters: terminalParameters,
     manager,
     execute: (params, ctx) => manager.execute(params, ctx),
+    prewarm: (ctx) => manager.prewarm(ctx),
     closeConversation: (id: string, reason?: string) => manager.closeConversation(id, reason),
     closeAll: () => manager.closeAll(),
   };
