@@ -2,7 +2,7 @@
  * What an idle conversation costs (issue 22.3), with the sandbox on (SANDBOX=bwrap, egress), and
  * what its next turn pays to get its shell back.
  *
- *   npx tsx scripts/bench-idle.ts [--conversations 40] [--idle-ms 5000]
+ *   npx tsx scripts/bench-idle.ts [--conversations 40] [--idle-ms 5000] [--llm-ms 0]
  *
  * 1. `--conversations` one-turn conversations (a terminal call `echo hi | tee hello.txt` in the
  *    conversation's shell, then an answer; scripted instant LLM), one after the other.
@@ -17,6 +17,9 @@
  *    holder that replaced the one the previous took is ready (seen from /proc: an empty workspace,
  *    its view sealed, its egress tool up), as for conversations that come back further apart than a holder takes to
  *    start; conversations coming back faster than that find it starting and start their own.
+ * `--llm-ms`: the scripted LLM takes that long to answer the step that asks for the command (a
+ * real LLM's time to its first tool call; default 0, an instant one). A returning conversation's
+ * shell starts while the LLM answers (the terminal's prewarm), so this is what that hides.
  * Figures move with the machine's load (printed).
  */
 import fs from 'node:fs';
@@ -28,9 +31,10 @@ import { readySpare } from '../test/support/holders.js';
 import { descendants } from '../test/support/processes.js';
 import { startScriptedLlm, type ScriptedLlm } from '../test/support/scripted-llm.js';
 
-const { values: args } = parseArgs({ options: { conversations: { type: 'string', default: '40' }, 'idle-ms': { type: 'string', default: '5000' } } });
+const { values: args } = parseArgs({ options: { conversations: { type: 'string', default: '40' }, 'idle-ms': { type: 'string', default: '5000' }, 'llm-ms': { type: 'string', default: '0' } } });
 const N = Number(args.conversations);
 const IDLE_MS = Number(args['idle-ms']);
+const LLM_MS = Number(args['llm-ms']);
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
@@ -51,7 +55,7 @@ function tree(root: number): { processes: number; pssKiB: number } {
 
 async function turn(d: DaemonHandle, llm: ScriptedLlm, id: string, command: string): Promise<number> {
   const before = (await allEvents(d.req, id)).length;
-  llm.push({ toolCalls: [{ name: 'terminal', arguments: { command } }] }, { text: 'done' });
+  llm.push({ toolCalls: [{ name: 'terminal', arguments: { command } }], ...(LLM_MS > 0 ? { delayMs: LLM_MS } : {}) }, { text: 'done' });
   const t0 = performance.now();
   const r = await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true });
   if (r.status !== 200) throw new Error(r.text);
@@ -86,7 +90,7 @@ try {
     restart.push(await turn(d, llm, id, 'echo again')); // its sandbox was closed while idle
     live.push(await turn(d, llm, id, 'echo again')); // its shell is up
   }
-  console.log(`bench-idle: ${N} one-turn conversations, SANDBOX_IDLE_CLOSE_MS=${IDLE_MS}, load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+  console.log(`bench-idle: ${N} one-turn conversations, SANDBOX_IDLE_CLOSE_MS=${IDLE_MS}, LLM ${LLM_MS} ms to the command, load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`);
   console.log(`  daemon alone (spare holder, egress): ${base.processes} processes, ${(base.pssKiB / 1024).toFixed(0)} MiB PSS`);
   console.log(`  right after the turns:   ${per(busy)}`);
   console.log(`  after the idle close:    ${per(idle)}`);
