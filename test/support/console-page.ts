@@ -23,7 +23,8 @@ export class ConsoleBrowser {
 
   async newPage(origin: string): Promise<{ page: Page; w: Watched }> {
     const page = await this.browser.newPage({ viewport: { width: 1360, height: 900 }, acceptDownloads: true });
-    page.setDefaultTimeout(30_000);
+    // every wait of a page scales with a busy machine (five test files, Chromium among them, at load 10+); the tests' own timeouts bound them
+    page.setDefaultTimeout(90_000);
     this.pages.push(page);
     return { page, w: watch(page, origin) };
   }
