@@ -12,8 +12,8 @@
  *    sandboxes are closed (only the spare holder, no conversation's, is left).
  * 4. The next turn: for 10 conversations, a turn whose shell was idle-closed (its sandbox comes back
  *    — the spare holder with the conversation's files moved in — and a new shell takes up its
- *    state) against a turn whose shell is still up, alternating; median of the time from the POST
- *    to the agent's answer, and what the restart adds. Each restart turn starts once the spare
+ *    state) against a turn whose shell is still up, alternating; median of the time from the user's
+ *    message to the agent's answer (the timestamps the daemon gives them), and what the restart adds. Each restart turn starts once the spare
  *    holder that replaced the one the previous took is ready (seen from /proc: an empty workspace,
  *    its view sealed, its egress tool up), as for conversations that come back further apart than a holder takes to
  *    start; conversations coming back faster than that find it starting and start their own.
@@ -56,11 +56,17 @@ function tree(root: number): { processes: number; pssKiB: number } {
 async function turn(d: DaemonHandle, llm: ScriptedLlm, id: string, command: string): Promise<number> {
   const before = (await allEvents(d.req, id)).length;
   llm.push({ toolCalls: [{ name: 'terminal', arguments: { command } }], ...(LLM_MS > 0 ? { delayMs: LLM_MS } : {}) }, { text: 'done' });
-  const t0 = performance.now();
   const r = await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true });
   if (r.status !== 200) throw new Error(r.text);
-  await waitFor(async () => (await allEvents(d.req, id)).slice(before).some((e) => e.kind === 'MessageEvent' && e.source === 'agent'), 'the answer', 120_000);
-  const took = performance.now() - t0;
+  const isAnswer = (e: { kind: string; source: string }) => e.kind === 'MessageEvent' && e.source === 'agent';
+  const turnEvents = (await waitFor(async () => {
+    const evs = (await allEvents(d.req, id)).slice(before);
+    return evs.some(isAnswer) ? evs : null;
+  }, 'the answer', 120_000))!;
+  // the daemon's own clock: from the user's message to the agent's answer, as the log stamps them
+  // (a poll of the log would add up to its interval)
+  const stamp = (e: { timestamp: string } | undefined) => Date.parse(e!.timestamp);
+  const took = stamp(turnEvents.find(isAnswer)) - stamp(turnEvents.find((e) => e.kind === 'MessageEvent' && e.source === 'user'));
   await waitFor(async () => (await d.req('GET', `/api/conversations/${id}`)).body.execution_status !== 'running', 'the turn ended', 60_000);
   return took;
 }
