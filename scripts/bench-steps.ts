@@ -18,6 +18,9 @@
  *
  *   npx tsx scripts/bench-steps.ts --hello [--turns 30] [--no-profile]   (--no-profile: the times without the profiler)
  *
+ * The daemon is the one the tests start (test/support/daemon.ts): the build, `dist/main.mjs`; with
+ * PARLEY_TEST_FROM_SOURCE=1 the sources through tsx, whose profile frames name src/ modules (the split by part).
+ *
  * `--llm-client` measures the LLM client alone, in this process, in the same run: the four answers of a
  * `hello` turn (and a history growing by them) through the own Chat Completions client and through the AI
  * SDK provider's (`chatCompletionsClient: 'ai-sdk'`), in alternating rounds; per step the time from the
