@@ -29,6 +29,23 @@ function appDir(): string {
 /** sh -c AS_APP sh <checkout> <app dir> cmd…: runs cmd in <app dir> with the checkout mounted there. */
 const AS_APP = 'mount --bind "$1" "$2" && cd "$2" && shift 2 && exec "$@"';
 
+
+/** JSON calls to a daemon on `port` with the session key. */
+function caller(port: number) {
+  return async (m: string, url: string, b?: unknown) => {
+    const r = await fetch(`http://127.0.0.1:${port}${url}`, { method: m, headers: { ...H, ...(b ? { 'content-type': 'application/json' } : {}) }, body: b ? JSON.stringify(b) : undefined });
+    return r.json() as Promise<any>;
+  };
+}
+
+/** /server_info once the sandbox probe decided (it runs once the port is open: "probing" until then). */
+function probed(call: ReturnType<typeof caller>) {
+  return waitFor(async () => {
+    const i = await call('GET', '/server_info');
+    return i.sandbox.mode === 'probing' ? null : i;
+  }, 'the sandbox probe', 60_000);
+}
+
 describe('sandbox: an unprivileged daemon (as under the systemd unit)', { timeout: 120_000, skip: process.getuid?.() !== 0 && 'needs root to switch to nobody' }, () => {
   test('as nobody, with no capabilities and no_new_privs: bwrap works, limits fall back to rlimits, files stay the user\'s', async () => {
     const llm = await startScriptedLlm();
@@ -51,15 +68,9 @@ describe('sandbox: an unprivileged daemon (as under the systemd unit)', { timeou
     const exited = new Promise((r) => p.on('exit', r));
     try {
       const port = Number((await waitFor(() => /"port":(\d+).*listening on/.exec(out), 'listening', 30_000))![1]);
-      const call = async (m: string, u: string, b?: unknown) => {
-        const r = await fetch(`http://127.0.0.1:${port}${u}`, { method: m, headers: { ...H, ...(b ? { 'content-type': 'application/json' } : {}) }, body: b ? JSON.stringify(b) : undefined });
-        return r.json() as Promise<any>;
-      };
+      const call = caller(port);
       // the probe runs once the port is open: /server_info says probing until it decided
-      const info = await waitFor(async () => {
-        const i = await call('GET', '/server_info');
-        return i.sandbox.mode === 'probing' ? null : i;
-      }, 'the sandbox probe', 60_000);
+      const info = await probed(call);
       assert.equal(info.sandbox.mode, 'bwrap');
       assert.equal(info.sandbox.limits.enforced_by, 'rlimit');
       assert.equal(info.sandbox.limits.pids, null, 'no per-conversation process limit is claimed without a cgroup');
@@ -257,14 +268,8 @@ describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
       const port = Number((await waitFor(() => /"port":(\d+).*listening on/.exec(u.output()), 'listening', 60_000).catch(() => {
         throw new Error(u.output());
       }))![1]);
-      const call = async (m: string, url: string, b?: unknown) => {
-        const r = await fetch(`http://127.0.0.1:${port}${url}`, { method: m, headers: { ...H, ...(b ? { 'content-type': 'application/json' } : {}) }, body: b ? JSON.stringify(b) : undefined });
-        return r.json() as Promise<any>;
-      };
-      const info = await waitFor(async () => {
-        const i = await call('GET', '/server_info');
-        return i.sandbox.mode === 'probing' ? null : i;
-      }, 'the sandbox probe', 60_000);
+      const call = caller(port);
+      const info = await probed(call);
       assert.equal(info.sandbox.mode, 'bwrap', u.output());
       const id = (await call('POST', '/api/conversations', {})).conversation_id;
       await waitFor(async () => (await call('GET', `/api/conversations/${id}`)).execution_status === 'idle', 'idle', 20_000);
