@@ -24,6 +24,13 @@ after(() => {
   for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
 });
 
+/** A data directory of its own, removed after the file's tests. */
+function newDir(): string {
+  const dir = tempDir();
+  dirs.push(dir);
+  return dir;
+}
+
 /** The parts as the composition root wires them, on `dir`. */
 function open(dir: string, limits: { count?: number } = {}) {
   const redactor = new Redactor();
@@ -52,8 +59,7 @@ const action = (callId: string) => ({
 
 describe('Conversations (no daemon)', { timeout: 60_000 }, () => {
   test('a status change is committed with its event; the stored status and a reopened store agree', async () => {
-    const dir = tempDir();
-    dirs.push(dir);
+    const dir = newDir();
     let parts = open(dir);
     const id = crypto.randomUUID();
     await parts.conversations.create(record(id));
@@ -73,9 +79,7 @@ describe('Conversations (no daemon)', { timeout: 60_000 }, () => {
   });
 
   test('over the resident limit, a conversation still being prepared stays loaded; one whose preparation ended goes, a run request left in the store or not', async () => {
-    const dir = tempDir();
-    dirs.push(dir);
-    const parts = open(dir, { count: 1 });
+    const parts = open(newDir(), { count: 1 });
     const make = async (data: Record<string, unknown>) => {
       const id = crypto.randomUUID();
       await parts.conversations.create({ ...record(id), data: { ...record(id).data, ...data } });
@@ -92,8 +96,7 @@ describe('Conversations (no daemon)', { timeout: 60_000 }, () => {
   });
 
   test('data is merge-patched and kept across a reopen', async () => {
-    const dir = tempDir();
-    dirs.push(dir);
+    const dir = newDir();
     let parts = open(dir);
     const id = crypto.randomUUID();
     await parts.conversations.create(record(id));
@@ -106,8 +109,7 @@ describe('Conversations (no daemon)', { timeout: 60_000 }, () => {
   });
 
   test('a restart pays its debts: unanswered tool calls get an error answer in call order, before DaemonRestarted; answered ones and other conversations are left alone', async () => {
-    const dir = tempDir();
-    dirs.push(dir);
+    const dir = newDir();
     let parts = open(dir);
     const running = crypto.randomUUID();
     const idle = crypto.randomUUID();
