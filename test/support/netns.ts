@@ -383,9 +383,25 @@ export async function startSandbox(uid: number, opts: { resolvConf?: string } = 
   };
 }
 
+let probeCopy: string | null = null;
+/**
+ * The probe script where any uid can read it: the checkout may sit in a directory only its owner
+ * can enter (a `mktemp -d`). One copy per test process, removed at exit.
+ */
+function readableProbe(): string {
+  if (probeCopy) return probeCopy;
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-net-probe-'));
+  fs.chmodSync(dir, 0o755);
+  const file = path.join(dir, 'net-probe.mjs');
+  fs.copyFileSync(NET_PROBE, file);
+  fs.chmodSync(file, 0o644);
+  process.once('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
+  return (probeCopy = file);
+}
+
 /** Runs the probes on the host (no namespace) as `uid`: the path slirp4netns's sockets take. */
 export async function probeFromHost(uid: number, attempts: ProbeAttempt[]): Promise<Record<string, ProbeResult>> {
-  const argv = [...asUid(uid), process.execPath, NET_PROBE, 'probe', JSON.stringify(attempts)];
+  const argv = [...asUid(uid), process.execPath, readableProbe(), 'probe', JSON.stringify(attempts)];
   const c = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'], cwd: '/', env: { PATH: '/usr/bin:/bin' }, detached: true });
   const r = await collect(c);
   if (r.code !== 0) throw new Error(`the probe failed on the host (${r.code}): ${r.stderr.trim()}`);
