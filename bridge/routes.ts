@@ -127,24 +127,23 @@ export function compileRoutes(routes: Route[]): CompiledRoute[] {
 
 /** Finds the route for a path; `methods` lists what the path allows (for 405). */
 export function matchRoute(routes: CompiledRoute[], method: string, url: string) {
-  let methods: string[] = [];
+  // the routes of this method first (the first one that matches wins); the others only for a 405's list
   for (const r of routes) {
+    if (r.method !== method) continue;
     const m = r.regex.exec(url);
     if (!m) continue;
-    if (r.method !== method) {
-      methods.push(r.method);
-      continue;
-    }
     const params: Record<string, string> = {};
     r.names.forEach((n, i) => (params[n] = safeDecode(m[i + 1]!)));
-    return { route: r, params, methods };
+    return { route: r, params, methods: [] as string[] };
   }
-  methods = [...new Set(methods)];
-  return { route: null, params: {}, methods };
+  const methods = new Set<string>();
+  for (const r of routes) if (r.regex.test(url)) methods.add(r.method);
+  return { route: null, params: {}, methods: [...methods] };
 }
 
 /** decodeURIComponent that leaves a malformed escape (`%zz`) as it is instead of throwing. */
 export function safeDecode(s: string): string {
+  if (!s.includes('%')) return s;
   try {
     return decodeURIComponent(s);
   } catch {
