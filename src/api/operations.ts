@@ -31,6 +31,7 @@ import * as AS from './agent-server-schemas.js';
 import * as agentServer from '../conversation/agent-server.js';
 import { countEventsFiltered, eventPredicate, hasExtraFilters } from '../conversation/event-search.js';
 import { TOOL_NAMES } from '../conversation/side-channels.js';
+import { quickSendMessageInput } from './quick-input.js';
 import type { EventPage } from '../events/page.js';
 
 export type OperationType = 'query' | 'mutation';
@@ -42,6 +43,8 @@ export interface Operation<T extends OperationType, I extends z.ZodType, O, JI e
   handler: Handler<I, O>;
   /** The operation as a JSON door (tRPC) serves it. */
   json: { input: JI; handler: Handler<JI, JO> };
+  /** A check of the usual input without the schema (the hot path): its output, or undefined to let the schema decide. */
+  quick?: (raw: unknown) => z.output<I> | undefined;
 }
 
 const operation =
@@ -64,7 +67,7 @@ const NoInput = z.void();
 
 export const operations = {
   createConversation: mutation(NewConversationRequest, (c, i) => c.service.createConversation(i)),
-  sendMessage: mutation(SendMessageInput, (c, i) => c.service.sendMessage(i.conversation_id, i.message)),
+  sendMessage: { ...mutation(SendMessageInput, (c, i) => c.service.sendMessage(i.conversation_id, i.message)), quick: quickSendMessageInput },
   addGitProviders: mutation(AddGitProvidersRequest, (c, i) => c.settings.addGitProviders(i)),
   getConversation: query(ConversationIdInput, (c, i) => c.conversations.get(i.conversation_id)),
   listConversations: query(ListConversationsInput, (c, i) => c.conversations.list(i.page_id, i.limit)),
@@ -131,7 +134,9 @@ async function eventPage(c: Core, i: z.output<typeof SearchEventsInput>): Promis
 
 /** Validate with the operation's schema (throws the ZodError) and run its handler: REST's call. */
 export function runOperation(core: Core, name: OperationName, raw: unknown): Promise<unknown> {
-  const o = operations[name] as unknown as { input: z.ZodType; handler: (c: Core, i: unknown) => Promise<unknown> };
+  const o = operations[name] as unknown as { input: z.ZodType; handler: (c: Core, i: unknown) => Promise<unknown>; quick?: (raw: unknown) => unknown };
+  const quick = o.quick?.(raw);
+  if (quick !== undefined) return o.handler(core, quick);
   const parsed = o.input.safeParse(raw);
   if (!parsed.success) return Promise.reject(parsed.error);
   return o.handler(core, parsed.data);
