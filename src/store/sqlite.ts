@@ -34,6 +34,7 @@ import { EncodedEvent, eventJson, keepStoredJson, nowIso, type EventDraft, type 
 import { metrics } from '../metrics.js';
 import { DiskWatch, errorText, isDiskFull } from './disk-watch.js';
 import { lockDataDir } from './lock.js';
+import { TailQueue } from './tail.js';
 import { Journal, journalEvents, journalFile, journalGenerations, journalIndexer, journalLine, readFrames, type JournalPosition } from './journal.js';
 import { conversationFromRow, executionStatusOf, type ConversationRecord, type EventQuery, type SealedValue, type Store, CommitListeners, type CommitListener } from './types.js';
 import { CONTROL_SLOTS, STOP, WAKE } from './writer-control.js';
@@ -130,7 +131,7 @@ export class SqliteStore implements Store {
   private readonly maxUnindexedBytes: number;
   private journal: Journal;
   /** Per conversation, the committed events not yet indexed, in seq order. */
-  private tail = new Map<string, ParleyEvent[]>();
+  private tail = new Map<string, TailQueue>();
   /** Per conversation, the status (and its time) its last committed status event set, until stored. */
   private statusBehind = new Map<string, [string, string]>();
   private tailSize = 0;
@@ -295,7 +296,7 @@ export class SqliteStore implements Store {
     const newest = new Map<string, number>();
     for (const { conversationId, event } of journalEvents(payload)) {
       let t = this.tail.get(conversationId);
-      if (!t) this.tail.set(conversationId, (t = []));
+      if (!t) this.tail.set(conversationId, (t = new TailQueue()));
       t.push(event);
       this.tailSize += 1;
       newest.set(conversationId, event.seq!);
@@ -489,7 +490,7 @@ export class SqliteStore implements Store {
     const newest = new Map<string, number>();
     batch.forEach((p, i) => {
       let t = this.tail.get(p.conversationId);
-      if (!t) this.tail.set(p.conversationId, (t = []));
+      if (!t) this.tail.set(p.conversationId, (t = new TailQueue()));
       for (const e of results[i]!) t.push(e.event);
       this.tailSize += results[i]!.length;
       newest.set(p.conversationId, this.lastSeqCache.get(p.conversationId)!);
@@ -533,11 +534,8 @@ export class SqliteStore implements Store {
     for (const [id, upto] of newest) {
       const t = this.tail.get(id);
       if (!t) continue;
-      let k = 0;
-      while (k < t.length && t[k]!.seq! <= upto) k++;
-      this.tailSize -= k;
-      if (k === t.length) this.tail.delete(id);
-      else t.splice(0, k);
+      this.tailSize -= t.dropThrough(upto);
+      if (t.size === 0) this.tail.delete(id);
     }
     this.journal.indexed(pos);
     this.tailBytes -= this.unindexedFrames.shift()?.bytes ?? 0;
@@ -565,8 +563,8 @@ export class SqliteStore implements Store {
 
   /** The conversation's unindexed events, and the seq below which SQLite answers. */
   private tailOf(conversationId: string): { events: ParleyEvent[]; below: number | null } {
-    const events = this.tail.get(conversationId) ?? [];
-    return { events, below: events.length ? events[0]!.seq! : null };
+    const t = this.tail.get(conversationId);
+    return t ? { events: t.events(), below: t.first!.seq! } : { events: [], below: null };
   }
 
   async query(conversationId: string, q: EventQuery): Promise<ParleyEvent[]> {
@@ -737,7 +735,7 @@ export class SqliteStore implements Store {
     if (this.pending.length) this.flush(true);
     await this.ask({ type: 'delete', conversationId: id });
     // every earlier frame is indexed (and now deleted): whatever is left is not to be seen
-    this.tailSize -= this.tail.get(id)?.length ?? 0;
+    this.tailSize -= this.tail.get(id)?.size ?? 0;
     this.tail.delete(id);
     this.lastSeqCache.delete(id);
     return changed > 0;
