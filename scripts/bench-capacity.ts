@@ -214,7 +214,7 @@ async function runPhase(spec: PhaseSpec, nats: { url: string; pid: number }, tmp
     };
     for (let i = 0; i < spec.nodes; i++) {
       const profDir = opts.profileDir ? path.join(opts.profileDir, `${spec.name.replace(/[^a-z0-9]+/gi, '-')}-node-${i + 1}`) : null;
-      const n = await startDaemon(`node ${i + 1}`, 'bridge/main.ts', path.join(tmpDir, `${spec.name}-data-${i + 1}`), null, profDir, { ...shared, NODE_ID: `node-${i + 1}` });
+      const n = await startDaemon(`node ${i + 1}`, ['bridge/main.ts'], path.join(tmpDir, `${spec.name}-data-${i + 1}`), null, profDir, { ...shared, NODE_ID: `node-${i + 1}` });
       pin(n.child.proc.pid!, spec.nodeCores[i]!);
       nodes.push(n);
     }

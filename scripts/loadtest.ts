@@ -12,7 +12,7 @@
  * LOADTEST_SETUPS, LOADTEST_PG_URL, LOADTEST_NATS_URL (flags win).
  *
  * What it does, all on 127.0.0.1, for each setup in turn (default: one node on SQLite):
- *  1. starts the setup's daemons (`node --import tsx bridge/main.ts`, temp DATA_DIR, LOG_LEVEL=warn;
+ *  1. starts the setup's daemons (as `npm start` runs them: `node <start's flags> scripts/start.mjs`, the build, temp DATA_DIR, LOG_LEVEL=warn;
  *     PostgreSQL setups get a database of their own on --pg-url, dropped after; NATS setups share
  *     --nats-url with subjects of their own) and creates N conversations, conversation i through
  *     node i mod nodes (its writer);
@@ -56,6 +56,7 @@ import {
   runLoad,
   storeCommits,
   startBare,
+  NPM_START,
   startDaemon,
   stopChild,
   subscribe,
@@ -96,8 +97,8 @@ interface Options {
   auth: boolean;
   profile: boolean;
   keepData: boolean;
-  /** The daemon's entry file (default bridge/main.ts): lets an experiment run a patched entry. */
-  daemonEntry: string;
+  /** An entry file to run instead of the daemon as `npm start` runs it (null). */
+  daemonEntry: string | null;
   setups: Setup[];
   pgUrl: string;
   natsUrl: string;
@@ -114,7 +115,7 @@ const USAGE = `usage: npm run loadtest -- [options]
       --auth              configure SESSION_API_KEY on the daemon and send it (auth on the hot path)
       --profile           run the daemon under --cpu-prof and print where its time went (one node)
       --keep-data         keep the temp DATA_DIR (and the profile)
-      --daemon-entry F    the daemon's entry file (default bridge/main.ts), for experiments
+      --daemon-entry F    run this entry file (through tsx when .ts) instead of the daemon as \`npm start\` runs it, for experiments
       --setups LIST       comma-separated, measured in turn in one run (default sqlite):
                           ${Object.values(SETUPS).map((s) => `${s.name} (${s.label})`).join(', ')}
       --pg-url URL        PostgreSQL server for the pg setups (a database is created and dropped;
@@ -190,7 +191,7 @@ function parseOptions(argv: string[]): Options {
     auth: bool('auth'),
     profile,
     keepData: bool('keep-data'),
-    daemonEntry: raw('daemon-entry') ?? 'bridge/main.ts',
+    daemonEntry: raw('daemon-entry') ?? null,
     setups,
     pgUrl: raw('pg-url') ?? 'postgres://postgres@127.0.0.1:5432/postgres',
     natsUrl: raw('nats-url') ?? 'nats://127.0.0.1:4222',
@@ -211,7 +212,7 @@ async function measureSetup(setup: Setup, opts: Options, tmpDir: string, apiKey:
     if (setup.nats) Object.assign(shared, { NATS_URL: opts.natsUrl, NATS_PREFIX: `parley_loadtest_${crypto.randomBytes(4).toString('hex')}` });
     for (let i = 0; i < setup.nodes; i++) {
       const env = { ...shared, ...(setup.nodes > 1 ? { NODE_ID: `node-${i + 1}` } : {}) };
-      nodes.push(await startDaemon(setup.nodes > 1 ? `daemon ${i + 1}` : 'daemon', opts.daemonEntry, path.join(tmpDir, `${setup.name}-data-${i + 1}`), apiKey, profileDir, env));
+      nodes.push(await startDaemon(setup.nodes > 1 ? `daemon ${i + 1}` : 'daemon', opts.daemonEntry ? [opts.daemonEntry] : NPM_START, path.join(tmpDir, `${setup.name}-data-${i + 1}`), apiKey, profileDir, env));
     }
     process.stdout.write(`${setup.label}: daemon pid ${nodes.map((n) => `${n.child.proc.pid} on :${n.port}`).join(', ')}\n`);
     const writer = (i: number) => nodes[i % nodes.length]!;
@@ -303,7 +304,7 @@ async function main(): Promise<number> {
     `parley load test: ${opts.conversations} conversations, ${opts.concurrency} connections, ${opts.warmup} s warmup + ${opts.duration} s, ` +
       `${subsText} subscribers, ${opts.genProcs} generator process(es), auth ${opts.auth ? 'on' : 'off'}${opts.profile ? ', daemon profiled' : ''}` +
       `${opts.setups.length > 1 || opts.setups[0]!.name !== 'sqlite' ? `; setups: ${opts.setups.map((s) => s.label).join(' | ')}` : ''}\n` +
-      (opts.daemonEntry !== 'bridge/main.ts' ? `daemon entry: ${opts.daemonEntry}\n` : '') +
+      `daemon: ${opts.daemonEntry ? `entry ${opts.daemonEntry}` : `node ${NPM_START.join(' ')} (as \`npm start\` runs it, without npm)`}\n` +
       `machine: ${cpus.length} × ${cpus[0]?.model.trim() ?? '?'}, Node ${process.version}, load average ${os.loadavg()[0]!.toFixed(2)}, temp dir ${tmpDir}\n`,
   );
 

@@ -158,9 +158,20 @@ export function childFailure(child: Child, what: string): Error {
   return new Error(`${child.name} ${what}\n--- last output of ${child.name} ---\n${child.tail.join('\n')}`);
 }
 
+/**
+ * The daemon as `npm start` runs it: the node arguments of package.json's start script (its flags and
+ * scripts/start.mjs, which runs the build, rebuilding it first when a source is newer).
+ */
+export const NPM_START: string[] = (() => {
+  const start = (JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start.split(/\s+/);
+  if (start[0] !== 'node') throw new Error(`package.json's start script does not run node: ${start.join(' ')}`);
+  return start.slice(1);
+})();
+
+/** Starts a daemon: `args` are node's (flags, then the entry file; a .ts entry runs through tsx). */
 export async function startDaemon(
   name: string,
-  entry: string,
+  args: string[],
   dataDir: string,
   apiKey: string | null,
   profileDir: string | null,
@@ -172,7 +183,8 @@ export async function startDaemon(
   Object.assign(env, extraEnv);
   if (apiKey) env.SESSION_API_KEY = apiKey;
   const prof = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
-  const child = startChild(name, [...prof, '--import', 'tsx', entry], env);
+  const entry = args.at(-1)!;
+  const child = startChild(name, [...args.slice(0, -1), ...prof, ...(entry.endsWith('.ts') ? ['--import', 'tsx'] : []), entry], env);
   const deadline = now() + 30_000;
   for (;;) {
     if (child.proc.exitCode !== null || child.proc.signalCode !== null) throw childFailure(child, `exited during start (code ${child.proc.exitCode})`);
