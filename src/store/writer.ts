@@ -1,9 +1,9 @@
 /**
  * The index writer thread. It owns the write connection for events: journal frames (already
  * committed by the event loop, see journal.ts) are indexed into `events` (clustered by
- * conversation and seq, and indexed by id). Frames are gathered for up to `indexDelayMs` and
- * indexed in one transaction, so each page a conversation's newest events sit on is written once
- * per transaction rather than once per frame; each frame is acknowledged once indexed, in order.
+ * conversation and seq, and indexed by id). The store sends the frames of up to `indexDelayMs` in
+ * one message, indexed in one transaction, so each page a conversation's newest events sit on is
+ * written once per transaction rather than once per frame; the message is acknowledged once indexed.
  *
  * A write that fails (a full disk, a busy or failing database) is retried with backoff up to
  * `RETRY_MAX_MS`, never given up: the frames are committed already (the journal), and giving up
@@ -19,7 +19,7 @@ import { journalIndexer, type JournalPosition } from './journal.js';
 import { STOP, WAKE } from './writer-control.js';
 
 export type WriterRequest =
-  | { type: 'index'; n: number; payload: string; pos: JournalPosition }
+  | { type: 'index'; n: number; frames: { payload: string; pos: JournalPosition }[] }
   | { type: 'delete'; n: number; conversationId: string }
   | { type: 'close'; n: number };
 export type WriterReply = { n: number; error?: string };
@@ -28,7 +28,7 @@ export type WriterNotice = { notice: 'stalled'; reason: string; code: string | n
 
 const RETRY_MAX_MS = 1000;
 
-const { file, synchronous, indexDelayMs, control } = workerData as { file: string; synchronous: string; indexDelayMs: number; control: SharedArrayBuffer; entry: string };
+const { file, synchronous, control } = workerData as { file: string; synchronous: string; control: SharedArrayBuffer; entry: string };
 const ctl = new Int32Array(control);
 
 // Indexing is background work: the events are committed (journal) and readable (the store's tail)
@@ -50,8 +50,6 @@ db.pragma('wal_autocheckpoint = 10000');
 const index = journalIndexer(db);
 const remove = db.prepare('DELETE FROM events WHERE conversation_id = ?');
 
-let gathered: Extract<WriterRequest, { type: 'index' }>[] = [];
-let timer: NodeJS.Timeout | null = null;
 let stalled = false;
 /** Set when the store closed while a run could not be indexed: no later frame is indexed, or the index would skip that run (it stays in the journal for the next start). */
 let abandoned: string | null = null;
@@ -81,27 +79,13 @@ function persist(write: () => void): string | null {
   }
 }
 
-/** Indexes everything gathered, then acknowledges each frame. */
-function indexGathered(): void {
-  if (timer) clearTimeout(timer);
-  timer = null;
-  const run = gathered;
-  gathered = [];
-  if (run.length === 0) return;
-  const error = abandoned ?? persist(() => index(run));
-  abandoned = error;
-  for (const r of run) parentPort!.postMessage({ n: r.n, ...(error ? { error } : {}) } satisfies WriterReply);
-}
-
 parentPort!.on('message', (m: WriterRequest) => {
-  if (m.type === 'index') {
-    gathered.push(m);
-    timer ??= setTimeout(indexGathered, indexDelayMs);
-    return;
-  }
-  indexGathered(); // a delete or close is ordered after every frame sent before it
   const reply: WriterReply = { n: m.n };
-  if (m.type === 'delete') {
+  if (m.type === 'index') {
+    const error = abandoned ?? persist(() => index(m.frames));
+    abandoned = error;
+    if (error) reply.error = error;
+  } else if (m.type === 'delete') {
     const error = persist(() => remove.run(m.conversationId));
     if (error) reply.error = error;
   } else {
