@@ -36,8 +36,11 @@ export async function build(dist = DIST) {
     // less to parse at start; identifiers are kept, so stack traces stay readable
     minifyWhitespace: true,
     minifySyntax: true,
-    // native addons and packages that load files of their own at run time stay in node_modules
-    external: ['better-sqlite3', 'uWebSockets.js', 'msgpackr-extract', 'bufferutil', 'utf-8-validate', 'swagger-ui-dist', 'prom-client'],
+    // native addons and packages that load files of their own at run time stay in node_modules;
+    // better-sqlite3's JavaScript is bundled (Node 20 compiles a package's files at every start, the
+    // bundle's come from its code cache) and only its addon is loaded from the package (betterSqliteAddon)
+    external: ['*.node', 'uWebSockets.js', 'msgpackr-extract', 'bufferutil', 'utf-8-validate', 'swagger-ui-dist', 'prom-client'],
+    plugins: [betterSqliteAddon],
     logLevel: 'warning',
   };
   // The daemon: one CommonJS body that dist/main.mjs (scripts/daemon-entry.mjs) compiles with V8's
@@ -77,6 +80,23 @@ export async function build(dist = DIST) {
   fs.rmSync(dist, { recursive: true, force: true });
   fs.renameSync(tmp, dist);
 }
+
+/**
+ * better-sqlite3 finds its addon with the `bindings` package, which searches from the path of the
+ * calling file (in a bundle, the bundle's): the bundled copy requires it from the package instead,
+ * resolved at run time next to the build as the package itself would be.
+ */
+const betterSqliteAddon = {
+  name: 'better-sqlite3-addon',
+  setup(b) {
+    b.onLoad({ filter: /[\\/]better-sqlite3[\\/]lib[\\/]database\.js$/ }, (args) => {
+      const src = fs.readFileSync(args.path, 'utf8');
+      const find = "require('bindings')('better_sqlite3.node')";
+      if (!src.includes(find)) throw new Error(`build: ${args.path} no longer loads its addon with ${find}`);
+      return { contents: src.replace(find, "require('better-sqlite3/build/Release/better_sqlite3.node')"), loader: 'js' };
+    });
+  },
+};
 
 export const LIB = path.join(ROOT, 'lib');
 
