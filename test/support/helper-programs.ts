@@ -6,9 +6,9 @@
  *
  * Built once per checkout into .tmp/test-helpers/ (inside the checkout: a sandboxed stdio server
  * sees the checkout and its node_modules read-only, not the host's /tmp), again when a source is
- * newer, by esbuild from the same sources; packages stay external (resolved from the checkout's
- * node_modules). The store's writer thread is built next to them as writer.mjs, where the bundled
- * store (no longer a .ts module) starts it, as in dist/.
+ * newer, by esbuild from the same sources and packages (native addons stay in node_modules). The
+ * store's writer thread is built next to them as writer.mjs, where the bundled store (no longer a
+ * .ts module) starts it, as in dist/.
  * PARLEY_TEST_FROM_SOURCE=1 runs them through tsx instead.
  */
 import path from 'node:path';
@@ -37,9 +37,24 @@ function ensureHelpersBuilt(): Promise<void> {
     const [esbuild, fs] = await Promise.all([import('esbuild'), import('node:fs')]);
     const tmp = `${OUT}.${process.pid}.tmp`;
     fs.rmSync(tmp, { recursive: true, force: true });
-    // ES modules with shared chunks (the store is in three of them), packages left to node_modules
+    // ES modules with shared chunks (the store is in three of them), the packages bundled too (one
+    // file loads in half the time of the MCP SDK's and zod's many), native addons and packages that
+    // load files of their own at run time aside (as in scripts/build.mjs); bundled
+    // CommonJS packages call require(): each module gets one
     const esm = { format: 'esm', splitting: true, outExtension: { '.js': '.mjs' } } as const;
-    await esbuild.build({ ...esm, absWorkingDir: ROOT, entryPoints: ENTRIES, outdir: tmp, bundle: true, packages: 'external', platform: 'node', target: 'node20', logLevel: 'warning' });
+    const require = "import { createRequire as __testRequire } from 'node:module'; const require = __testRequire(import.meta.url);";
+    await esbuild.build({
+      ...esm,
+      absWorkingDir: ROOT,
+      entryPoints: ENTRIES,
+      outdir: tmp,
+      bundle: true,
+      external: ['better-sqlite3', 'uWebSockets.js', 'msgpackr-extract', 'bufferutil', 'utf-8-validate', 'swagger-ui-dist', 'prom-client'],
+      banner: { js: require },
+      platform: 'node',
+      target: 'node20',
+      logLevel: 'warning',
+    });
     fs.writeFileSync(path.join(tmp, 'built'), '');
     fs.rmSync(OUT, { recursive: true, force: true });
     fs.renameSync(tmp, OUT);
