@@ -13,15 +13,20 @@ import { UnavailableError } from '../src/errors.js';
 import { Journal, journalFile, journalGenerations } from '../src/store/journal.js';
 import { SqliteStore } from '../src/store/sqlite.js';
 import { ROOT, tempDir, waitFor } from './support/daemon.js';
+import { helperArgs } from './support/helper-programs.js';
 
 const C = '11111111-1111-4111-8111-111111111111';
 const D = '22222222-2222-4222-8222-222222222222';
 const msg = (text: string) => ({ kind: 'MessageEvent' as const, source: 'user' as const, llm_message: { role: 'user' as const, content: [{ type: 'text' as const, text }] } });
 
+/** The children below run built (test/support/helper-programs.ts): plain node, no tsx to load. */
+const CRASH = await helperArgs('journal-crash');
+const SYNC = await helperArgs('journal-sync');
+
 type Committed = { unindexed: number; events: { conversation: string; seq: number; id: string }[] };
 
 function crashAfterCommitting(dir: string, count: number): Committed {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', path.join(ROOT, 'test/support/journal-crash.ts'), dir, String(count)], { cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
+  const r = spawnSync(process.execPath, [...CRASH, dir, String(count)], { cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
   assert.equal(r.signal, 'SIGKILL', `the child died by SIGKILL (stderr: ${r.stderr})`);
   return JSON.parse(r.stdout.trim()) as Committed;
 }
@@ -222,7 +227,7 @@ const strace = spawnSync('strace', ['-V'], { encoding: 'utf8' }).status === 0;
 test('the syncs reach the kernel: FULL fdatasyncs every journal frame and fsyncs the journal directory; NORMAL syncs no frame', { skip: strace ? false : 'strace is not installed' }, () => {
   const syncs = (mode: string) => {
     const dir = tempDir();
-    const r = spawnSync('strace', ['-f', '-y', '-e', 'trace=fsync,fdatasync', '-o', path.join(dir, 'strace.txt'), process.execPath, '--import', 'tsx', 'test/support/journal-sync.ts', dir, mode], { cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
+    const r = spawnSync('strace', ['-f', '-y', '-e', 'trace=fsync,fdatasync', '-o', path.join(dir, 'strace.txt'), process.execPath, ...SYNC, dir, mode], { cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
     assert.equal(r.status, 0, r.stderr);
     const lines = fs.readFileSync(path.join(dir, 'strace.txt'), 'utf8').split('\n');
     return {

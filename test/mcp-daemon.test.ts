@@ -5,16 +5,16 @@
  */
 import assert from 'node:assert/strict';
 import { createServer, type Server, type Socket } from 'node:net';
-import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import { freePort, recordingReq, startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
 import { startSseServer, startShttpServer, type RunningHttpServer } from './support/mcp-servers/http-servers.js';
 import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
 import { hostPid, isAlive } from './support/processes.js';
+import { helperArgs } from './support/helper-programs.js';
 import { allEvents, waitStatus, type Req } from './support/conversation-api.js';
 
-const TSX_LOADER = import.meta.resolve('tsx');
-const STDIO_SERVER = fileURLToPath(new URL('./support/mcp-servers/stdio-server.ts', import.meta.url));
+/** The stdio MCP test server (test/support/mcp-servers/stdio-server.ts), run built: plain node, no tsx to load at each start. */
+const STDIO_SERVER = await helperArgs('stdio-server');
 
 // canaries: none of these may appear in a response, an event, a log line or an LLM request
 const SHTTP_KEY = 'shttp-CANARY-key-4242aa';
@@ -27,7 +27,7 @@ const CONV_ONLY_KEY = 'convonly-CANARY-key-1010gg';
 const CANARIES = [SHTTP_KEY, SSE_KEY, ENV_SECRET, DEFAULT_KEY, BAD_ENV, DEAD_KEY, CONV_ONLY_KEY];
 
 function stdio(name: string, env?: Record<string, string>) {
-  return { name, command: process.execPath, args: ['--import', TSX_LOADER, STDIO_SERVER, name], ...(env ? { env } : {}) };
+  return { name, command: process.execPath, args: [...STDIO_SERVER, name], ...(env ? { env } : {}) };
 }
 
 

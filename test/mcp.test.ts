@@ -2,7 +2,6 @@ import assert from 'node:assert/strict';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import { mcpSecretValues, mergeMcpConfig, redactMcpConfig, type McpConfig, type McpStdioServerConfig } from '../src/tools/mcp/config.js';
 import { McpManager, type McpEvent, type McpTool } from '../src/tools/mcp/manager.js';
@@ -12,14 +11,15 @@ import type { Observation as ToolObservation } from '../src/events/schema.js';
 import { startSseServer, startShttpServer, type RunningHttpServer } from './support/mcp-servers/http-servers.js';
 import { PNG_1X1 } from './support/mcp-servers/tools.js';
 import { isAlive } from './support/processes.js';
+import { helperArgs } from './support/helper-programs.js';
 import { freePort, waitFor } from './support/daemon.js';
 
-const TSX_LOADER = import.meta.resolve('tsx');
-const STDIO_SERVER = fileURLToPath(new URL('./support/mcp-servers/stdio-server.ts', import.meta.url));
+/** The stdio MCP test server (test/support/mcp-servers/stdio-server.ts), run built: plain node, no tsx to load at each start. */
+const STDIO_SERVER = await helperArgs('stdio-server');
 const BUILTINS = ['terminal', 'file_editor', 'task_tracker', 'think', 'finish'];
 
 function stdioServer(name: string, env?: Record<string, string>): McpStdioServerConfig {
-  return { name, command: process.execPath, args: ['--import', TSX_LOADER, STDIO_SERVER, name], ...(env ? { env } : {}) };
+  return { name, command: process.execPath, args: [...STDIO_SERVER, name], ...(env ? { env } : {}) };
 }
 
 function nodeScript(name: string, script: string, env?: Record<string, string>): McpStdioServerConfig {

@@ -14,6 +14,7 @@ import { ROOT, startDaemon, tempDir, waitFor, type DaemonHandle } from './suppor
 import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
 import { startGitServer } from './support/git-server.js';
 import { hostPid } from './support/processes.js';
+import { helperArgs } from './support/helper-programs.js';
 import { Sandbox, DEFAULT_SANDBOX_SETTINGS } from '../src/sandbox/launcher.js';
 import { fileURLToPath } from 'node:url';
 
@@ -30,8 +31,6 @@ import {
   pidsInNs,
   descendants,
   alive,
-  TSX_LOADER,
-  STDIO_SERVER,
   Harness,
   harness,
 } from './support/sandbox-harness.js';
@@ -239,7 +238,7 @@ describe('sandbox: one sandbox per conversation', { timeout: 180_000 }, () => {
       const r = await h.req('POST', '/api/conversations', {
         repository: 'acme/one',
         git_provider: 'github',
-        mcp_config: { stdio_servers: [{ name: 'local', command: process.execPath, args: ['--import', TSX_LOADER, STDIO_SERVER, 'local'] }] },
+        mcp_config: { stdio_servers: [{ name: 'local', command: process.execPath, args: [...(await helperArgs('stdio-server')), 'local'] }] },
       });
       const a = r.body.conversation_id as string;
       await waitFor(async () => ['ready', 'error'].includes((await h.req('GET', `/api/conversations/${a}`)).body.setup?.phase), 'prepared', 60_000);

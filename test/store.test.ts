@@ -15,6 +15,7 @@ import { SqliteStore } from '../src/store/sqlite.js';
 import type { CommitListener, Store } from '../src/store/types.js';
 import type { ParleyEvent } from '../src/events/types.js';
 import { freePort, ROOT, tempDir, waitFor } from './support/daemon.js';
+import { helperArgs } from './support/helper-programs.js';
 import { createTestDatabase } from './support/postgres.js';
 import { tcpProxy } from './support/tcp-proxy.js';
 
@@ -216,7 +217,7 @@ test('SQLite: reads see events before and after the writer thread indexes them',
 test('SQLite: a crash between the journal write of a status event and the status update is made up for at the next start', { timeout: 60_000 }, async (t) => {
   const dir = tempDir();
   t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
-  const r = spawnSync(process.execPath, ['--import', 'tsx', path.join(ROOT, 'test/support/status-crash.ts'), dir, C], { cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
+  const r = spawnSync(process.execPath, [...(await helperArgs('status-crash')), dir, C], { cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
   assert.equal(r.signal, 'SIGKILL', `the child died by SIGKILL (stderr: ${r.stderr})`);
   const store = new SqliteStore(dir);
   assert.equal((await store.getConversation(C))?.execution_status, 'running', 'the status follows the log');

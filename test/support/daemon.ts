@@ -23,34 +23,42 @@ const BUILD_SOURCES = ['bridge', 'src', 'console', 'package.json', 'package-lock
 let built: Promise<void> | undefined;
 
 /**
- * Rebuilds dist/ when a source is newer than it, once per test process. Test files run in
- * parallel: one builds under a lock (a directory in the temp dir, one per checkout), the others
- * wait for it and find the build current.
+ * Rebuilds dist/ when a source is newer than it, once per test process (see buildWhenStale).
  */
 export function ensureBuilt(): Promise<void> {
-  built ??= (async () => {
-    const { isStale } = (await import(pathToFileURL(path.join(ROOT, 'scripts', 'stale.mjs')).href)) as { isStale(built: string, sources: string[]): boolean };
-    const stale = () => isStale(path.join(ROOT, 'dist', 'main.mjs'), BUILD_SOURCES);
-    if (!stale()) return;
-    const lock = path.join(os.tmpdir(), `parley-build-${crypto.createHash('sha256').update(ROOT).digest('hex').slice(0, 12)}.lock`);
-    for (;;) {
-      try {
-        fs.mkdirSync(lock);
-        break;
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-        // a build takes seconds; a lock minutes old was left by a process killed while building
-        if (Date.now() - (fs.statSync(lock, { throwIfNoEntry: false })?.mtimeMs ?? Date.now()) > 300_000) fs.rmSync(lock, { recursive: true, force: true });
-        await sleep(100);
-      }
-    }
-    try {
-      if (stale()) await ((await import(pathToFileURL(path.join(ROOT, 'scripts', 'build.mjs')).href)) as { build(): Promise<void> }).build();
-    } finally {
-      fs.rmSync(lock, { recursive: true, force: true });
-    }
-  })();
+  built ??= buildWhenStale(path.join(ROOT, 'dist', 'main.mjs'), BUILD_SOURCES, 'build', async () => {
+    await ((await import(pathToFileURL(path.join(ROOT, 'scripts', 'build.mjs')).href)) as { build(): Promise<void> }).build();
+  });
   return built;
+}
+
+/**
+ * Runs `build` when `output` is missing or older than one of `sources` (files or directories, by
+ * modification time, as scripts/start.mjs decides). Test files run in parallel: one builds under a
+ * lock (a directory in the temp dir, one per checkout and `name`), the others wait for it and find
+ * the build current.
+ */
+export async function buildWhenStale(output: string, sources: string[], name: string, build: () => Promise<void>): Promise<void> {
+  const { isStale } = (await import(pathToFileURL(path.join(ROOT, 'scripts', 'stale.mjs')).href)) as { isStale(built: string, sources: string[]): boolean };
+  const stale = () => isStale(output, sources);
+  if (!stale()) return;
+  const lock = path.join(os.tmpdir(), `parley-${name}-${crypto.createHash('sha256').update(ROOT).digest('hex').slice(0, 12)}.lock`);
+  for (;;) {
+    try {
+      fs.mkdirSync(lock);
+      break;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      // a build takes seconds; a lock minutes old was left by a process killed while building
+      if (Date.now() - (fs.statSync(lock, { throwIfNoEntry: false })?.mtimeMs ?? Date.now()) > 300_000) fs.rmSync(lock, { recursive: true, force: true });
+      await sleep(100);
+    }
+  }
+  try {
+    if (stale()) await build();
+  } finally {
+    fs.rmSync(lock, { recursive: true, force: true });
+  }
 }
 
 /** The node arguments that run the daemon from the cwd ROOT (after node's own flags), the build brought up to date first. */

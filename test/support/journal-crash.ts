@@ -1,7 +1,7 @@
 /**
  * A process that commits events through the store and then dies by SIGKILL before the writer
  * thread indexes them (the index waits a minute): what is left is the journal alone.
- *   tsx test/support/journal-crash.ts DATA_DIR COUNT
+ *   node --import tsx test/support/journal-crash.ts DATA_DIR COUNT (the tests run it built: helper-programs.ts)
  * Prints one JSON line with the committed events ({conversation, seq, id}) before it dies.
  */
 import { SqliteStore } from '../../src/store/sqlite.js';

@@ -1,7 +1,7 @@
 /**
  * Appends 10 events one by one to a store in DATA_DIR with the given SQLITE_SYNCHRONOUS mode,
  * then closes it; `test/journal.test.ts` runs this under strace to see which syncs reach the disk.
- *   tsx test/support/journal-sync.ts DATA_DIR NORMAL|FULL
+ *   node --import tsx test/support/journal-sync.ts DATA_DIR NORMAL|FULL (the tests run it built: helper-programs.ts)
  */
 import { SqliteStore } from '../../src/store/sqlite.js';
 

@@ -2,7 +2,7 @@
  * A process that commits a status event and dies by SIGKILL as if it had crashed between the
  * journal write and the status update: the stored status is put back to what it was before it
  * dies (the index waits a minute, so the journal alone has the event).
- *   tsx test/support/status-crash.ts DATA_DIR CONVERSATION_ID
+ *   node --import tsx test/support/status-crash.ts DATA_DIR CONVERSATION_ID (the tests run it built: helper-programs.ts)
  */
 import path from 'node:path';
 import Database from 'better-sqlite3';

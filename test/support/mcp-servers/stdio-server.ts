@@ -1,5 +1,6 @@
 /**
- * A stdio MCP server for the tests: `node --import tsx test/support/mcp-servers/stdio-server.ts [name]`.
+ * A stdio MCP server for the tests: `node --import tsx test/support/mcp-servers/stdio-server.ts [name]`
+ * (the tests run it built: test/support/helper-programs.ts).
  * Offers the tools of ./tools.ts, including `crash`.
  */
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
