@@ -25,12 +25,12 @@ const HOLDER_START_MS = 30_000;
 
 /**
  * How long after a spare was taken the next one starts. A holder's start is a node (the file
- * service), bwrap, slirp4netns and nft — about 100 ms of CPU, and three process starts on the
- * daemon's main thread: begun at once it competes, on a small machine, with what the conversation
- * that took the spare does next (its shell's start, its first command, the LLM's answer taken up),
- * which together take well under this. A conversation that comes back (or begins) within this
- * plus a holder's start of another starts a holder of its own, as it would find the spare still
- * starting anyway.
+ * service), bwrap, slirp4netns and nft, started from the daemon's main thread (a spawn blocks it
+ * until the child has exec'd): begun 50 ms after the take, as it was, it competed on a 2-core
+ * machine with what the conversation that took the spare does next — its shell's start, its first
+ * command, the LLM's answer taken up, some 20–60 ms. A conversation that comes back (or begins)
+ * within this plus a holder's start of another starts a holder of its own, as it would find the
+ * spare still starting anyway.
  */
 const REFILL_MS = 1000;
 
@@ -493,8 +493,8 @@ export class Holders {
 /**
  * A ready spare's file service answers the kinds of request a conversation's run begins with (its
  * repository instructions: a listing of /workspace, a stat, a read), so their code is compiled
- * before it is taken: a new node's first answers took 4–9 ms each, later ones under 1 ms. Nothing
- * is written; what it answers is not used.
+ * before it is taken: a new service's first listing took 4–10 ms at load 7–20, about 1 ms once
+ * warm. Nothing is written; what it answers is not used.
  */
 function warmService(h: Holder): void {
   const ignore = () => {};
