@@ -53,9 +53,23 @@ function tree(root: number): { processes: number; pssKiB: number } {
   return { processes, pssKiB };
 }
 
-async function turn(d: DaemonHandle, llm: ScriptedLlm, id: string, command: string): Promise<number> {
+/** A turn's parts (ms): message → the LLM asked, the command's step (action → observation), observation → answer. */
+interface Parts {
+  toLlm: number;
+  step: number;
+  toAnswer: number;
+}
+
+async function turn(d: DaemonHandle, llm: ScriptedLlm, id: string, command: string, parts?: Parts[]): Promise<number> {
   const before = (await allEvents(d.req, id)).length;
-  llm.push({ toolCalls: [{ name: 'terminal', arguments: { command } }], ...(LLM_MS > 0 ? { delayMs: LLM_MS } : {}) }, { text: 'done' });
+  let asked = 0;
+  llm.push(
+    () => {
+      asked = Date.now();
+      return { toolCalls: [{ name: 'terminal', arguments: { command } }], ...(LLM_MS > 0 ? { delayMs: LLM_MS } : {}) };
+    },
+    { text: 'done' },
+  );
   const r = await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true });
   if (r.status !== 200) throw new Error(r.text);
   const isAnswer = (e: { kind: string; source: string }) => e.kind === 'MessageEvent' && e.source === 'agent';
@@ -67,6 +81,12 @@ async function turn(d: DaemonHandle, llm: ScriptedLlm, id: string, command: stri
   // (a poll of the log would add up to its interval)
   const stamp = (e: { timestamp: string } | undefined) => Date.parse(e!.timestamp);
   const took = stamp(turnEvents.find(isAnswer)) - stamp(turnEvents.find((e) => e.kind === 'MessageEvent' && e.source === 'user'));
+  const action = turnEvents.find((e) => e.kind === 'ActionEvent');
+  const observation = turnEvents.find((e) => e.kind === 'ObservationEvent');
+  if (parts && action && observation) {
+    const user = stamp(turnEvents.find((e) => e.kind === 'MessageEvent' && e.source === 'user'));
+    parts.push({ toLlm: asked - user, step: stamp(observation) - stamp(action), toAnswer: stamp(turnEvents.find(isAnswer)) - stamp(observation) });
+  }
   await waitFor(async () => (await d.req('GET', `/api/conversations/${id}`)).body.execution_status !== 'running', 'the turn ended', 60_000);
   return took;
 }
@@ -91,16 +111,20 @@ try {
   // the next turn: shell idle-closed (the sandbox starts again) against a shell that is up
   const restart: number[] = [];
   const live: number[] = [];
+  const restartParts: Parts[] = [];
+  const liveParts: Parts[] = [];
   for (const id of ids.slice(0, Math.min(10, N))) {
     await waitFor(() => readySpare(daemon, true), 'the spare holder is ready', 60_000);
-    restart.push(await turn(d, llm, id, 'echo again')); // its sandbox was closed while idle
-    live.push(await turn(d, llm, id, 'echo again')); // its shell is up
+    restart.push(await turn(d, llm, id, 'echo again', restartParts)); // its sandbox was closed while idle
+    live.push(await turn(d, llm, id, 'echo again', liveParts)); // its shell is up
   }
   console.log(`bench-idle: ${N} one-turn conversations, SANDBOX_IDLE_CLOSE_MS=${IDLE_MS}, LLM ${LLM_MS} ms to the command, load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`);
   console.log(`  daemon alone (spare holder, egress): ${base.processes} processes, ${(base.pssKiB / 1024).toFixed(0)} MiB PSS`);
   console.log(`  right after the turns:   ${per(busy)}`);
   console.log(`  after the idle close:    ${per(idle)}`);
   console.log(`  next turn: shell restored ${median(restart).toFixed(1)} ms, shell up ${median(live).toFixed(1)} ms (median of ${restart.length}): +${(median(restart) - median(live)).toFixed(1)} ms`);
+  const partsOf = (ps: Parts[]) => (['toLlm', 'step', 'toAnswer'] as const).map((k) => `${k} ${median(ps.map((p) => p[k])).toFixed(0)}`).join(', ');
+  console.log(`  medians (ms), restored: ${partsOf(restartParts)}; up: ${partsOf(liveParts)}`);
 } finally {
   await d.stop();
   await llm.close();

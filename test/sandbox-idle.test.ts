@@ -80,9 +80,16 @@ describe('an idle conversation costs no process; its shell comes back as it was'
     await waitFor(() => descendants(daemon).every((p) => !/bash --norc/.test(cmdline(p))), 'the shell closed', 60_000);
     await waitFor(() => fileServices().every((p) => workspaceOf(p)?.length === 0), "the conversation's holder closed", 60_000);
     await waitFor(() => descendants(daemon).length <= base, `no process of the idle conversation (${base} before it)`, 60_000);
+    // the FIFOs the old shell made for later commands stay for the next one (no mkfifo when it starts)
+    const io = path.join(d.dataDir, 'workspaces', '.sandbox', id.replace(/-/g, ''), 'io');
+    const fifos = () => fs.readdirSync(io).filter((n) => n.startsWith('stdin-')).sort((a, b) => Number(a.split('-').pop()) - Number(b.split('-').pop()));
+    const kept = fifos();
+    assert.ok(kept.length > 0 && kept.every((n) => fs.lstatSync(path.join(io, n)).isFIFO()), `the old shell's unused FIFOs are kept (${kept.join(' ')})`);
     const spare = (await waitFor(readySpare, 'a spare holder ready', 60_000))!;
     // it comes back in the spare holder: the same process now has the conversation's workspace
     const next = await sh(id, `pwd; echo "[$RETURN_VAR]"; cat /workspace/d/e/f /workspace/top.txt /tmp/keep ~/keep "/workspace/$(printf 'n\\377')"; echo; readlink /workspace/link; stat -c %a /workspace`);
+    const after = fifos();
+    assert.ok(!after.includes(kept[0]!) && after.every((n) => kept.includes(n)), `the new shell's command read from the first kept FIFO, and no FIFO was made (kept ${kept.join(' ')}, now ${after.join(' ')})`);
     assert.match(next, /^\/workspace\/d\/e$/m);
     assert.match(next, /^\[back\]$/m);
     assert.match(next, /^inner\ntop\nt\nh\nraw$/m, 'the files came back (one whose name is not UTF-8 too)');

@@ -23,6 +23,17 @@ import { FILE_HELPER_INSIDE, HELPER_NODE_FLAGS, viewArgs } from './view.js';
  */
 const HOLDER_START_MS = 30_000;
 
+/**
+ * How long after a spare was taken the next one starts. A holder's start is a node (the file
+ * service), bwrap, slirp4netns and nft, started from the daemon's main thread (a spawn blocks it
+ * until the child has exec'd): begun 50 ms after the take, as it was, it competed on a 2-core
+ * machine with what the conversation that took the spare does next — its shell's start, its first
+ * command, the LLM's answer taken up, some 20–60 ms. A conversation that comes back (or begins)
+ * within this plus a holder's start of another starts a holder of its own, as it would find the
+ * spare still starting anyway.
+ */
+const REFILL_MS = 1000;
+
 /** What the probe found, that every holder is built with. */
 export interface HolderSetup {
   /** The settings in force (egress may have fallen back to none). */
@@ -119,11 +130,14 @@ export class Holders {
     return this.track(workspace, this.start(workspace, state));
   }
 
-  /** The next spare, 50 ms after one was taken (the taker's first process goes first). */
+  /**
+   * The next spare, REFILL_MS after one was taken: the conversation that took it goes first (see
+   * REFILL_MS).
+   */
   private refill(): void {
     const timer = setTimeout(() => {
       if (!this.closed && !this.spare && this.s.settings.spareHolder !== false) this.spare = this.startSpare();
-    }, 50);
+    }, REFILL_MS);
     timer.unref();
   }
 
@@ -177,6 +191,7 @@ export class Holders {
     ownWorkspace(path.join(dir, 'workspace'), this.s.settings.runAs);
     makeStateDirs(path.join(dir, 'state'), this.s.settings.runAs);
     const h = this.start(path.join(dir, 'workspace'), path.join(dir, 'state'));
+    h.ready.then(() => warmService(h), () => {});
     // a spare that dies or is closed before a conversation adopted it leaves nothing behind
     h.proc.once('exit', () => {
       if (path.dirname(h.state) === dir) fs.rmSync(dir, { recursive: true, force: true });
@@ -472,6 +487,24 @@ export class Holders {
     killTree(spare.proc);
     await exited(spare.proc, 3000);
     await spare.egress?.close();
+  }
+}
+
+/**
+ * A ready spare's file service answers the kinds of request a conversation's run begins with (its
+ * repository instructions: a listing of /workspace, a stat, a read), so their code is compiled
+ * before it is taken: a new service's first listing took 4–10 ms at load 7–20, about 1 ms once
+ * warm. Nothing is written; what it answers is not used.
+ */
+function warmService(h: Holder): void {
+  const ignore = () => {};
+  const missing = `${VISIBLE_WORKSPACE}/.openhands/microagents`;
+  for (const header of [
+    { op: 'list', path: VISIBLE_WORKSPACE, depth: 1, max: 1000, hidden: false },
+    { op: 'stat', path: missing },
+    { op: 'read', path: `${missing}/repo.md`, max: 1 },
+  ]) {
+    h.files.request(header, null, 1).then(ignore, ignore);
   }
 }
 

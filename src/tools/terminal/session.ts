@@ -2,7 +2,7 @@
  * One persistent bash process for one conversation, driven through pipes (no pty).
  *
  * How it works
- * - bash runs as an *interactive* shell (`bash --norc --noprofile -i`) whose stdin is a pipe that
+ * - bash runs as an *interactive* shell (`bash --norc --noprofile --noediting -i`) whose stdin is a pipe that
  *   only carries our command lines. Interactive mode matters for Ctrl-C: on SIGINT an interactive
  *   bash aborts the whole running command line (loops included) and keeps its state, where a
  *   non-interactive bash either exits or carries on with the loop. Without a terminal bash disables
@@ -44,6 +44,14 @@ const OUT_FD = 63;
 const FIFO_BATCH = 16;
 const MARK = '\x1ePARLEY:';
 const END = '\x1f';
+
+function closeQuietly(fd: number): void {
+  try {
+    fs.closeSync(fd);
+  } catch {
+    /* closed */
+  }
+}
 
 export function shellQuote(s: string): string {
   return `'${s.replace(/'/g, `'\\''`)}'`;
@@ -190,6 +198,15 @@ export interface ShellState {
   cwd: string;
   /** `declare -x NAME="value"` lines as `export -p` prints them (bash quotes the values). */
   exports: string[];
+  /** FIFOs the old shell made and never used, left in the conversation's io directory (keepFifos). */
+  fifos?: KeptFifo[];
+}
+
+/** A FIFO made for a command's input, by its host path and the inode it was made as. */
+export interface KeptFifo {
+  path: string;
+  dev: number;
+  ino: number;
 }
 
 /** Exported names a restored shell does not take from the old one (the shell's own, or set anew at start). */
@@ -266,7 +283,9 @@ export class ShellSession {
     for (const [k, v] of Object.entries(opts.env)) if (v !== undefined) env[k] = v;
     this.startEnv = env;
     for (const k of ['PROMPT_COMMAND', 'PS0', 'PS1', 'PS2', 'BASH_ENV', 'ENV', 'HISTFILE']) delete env[k];
-    const argv = ['bash', '--norc', '--noprofile', '-i'];
+    // --noediting: no readline, which reads our lines a byte at a time and echoes each to stderr
+    // (7–18 ms of a new shell's start, its init script being 1.6 KB; no terminal to edit on anyway)
+    const argv = ['bash', '--norc', '--noprofile', '--noediting', '-i'];
     this.proc = (
       opts.launch
         ? opts.launch(argv, { cwd: opts.cwd, env })
@@ -324,6 +343,10 @@ export class ShellSession {
     });
     const restore = opts.restore ? `${restoreScript(opts.restore, session.startEnv)}\n` : '';
     session.proc.stdin.write(`${INIT_SCRIPT}\n${restore}__parley_n=${session.readyNonce}\n`);
+    // the first commands' FIFOs: those the old shell left (opened again, no process), or a batch
+    // made while bash starts (the first command waits for it; one that failed is made again then)
+    if (opts.io) session.takeKeptFifos(opts.restore?.fifos ?? []);
+    if (session.spareFifos.length === 0) session.makeFifos().catch(() => {});
     let timer: NodeJS.Timeout | undefined;
     const outcome = await Promise.race([
       ready.then(() => 'ready' as const),
@@ -536,22 +559,89 @@ export class ShellSession {
    * O_NOFOLLOW, and the type check refuses anything but a FIFO.
    */
   private async nextFifo(): Promise<{ path: string; fd: number }> {
-    if (this.spareFifos.length === 0) {
-      const paths = Array.from({ length: FIFO_BATCH }, () => path.join(this.fifoDir, `${this.fifoPrefix}${++this.seq}`));
-      await execFileAsync('mkfifo', ['-m', '600', ...paths]);
-      for (const p of paths) this.fifos.add(p);
-      for (const p of paths) {
-        const fd = fs.openSync(p, fs.constants.O_RDWR | fs.constants.O_NONBLOCK | fs.constants.O_NOFOLLOW);
-        if (!fs.fstatSync(fd).isFIFO()) {
-          fs.closeSync(fd);
-          throw new Error(`${p} is not the FIFO made for a command's input`);
-        }
-        // the shell reads it as the sandbox's uid
-        if (this.fifoOwner) fs.fchownSync(fd, this.fifoOwner.uid, this.fifoOwner.gid);
-        this.spareFifos.push({ path: p, fd });
-      }
+    while (this.spareFifos.length === 0) {
+      if (!this.alive) throw new Error('shell is not running');
+      await this.makeFifos();
     }
     return this.spareFifos.shift()!;
+  }
+
+  /** The batch of FIFOs being made (one at a time: a command waits for the batch the start began). */
+  private fifoBatch: Promise<void> | null = null;
+
+  /**
+   * Makes the next FIFO_BATCH FIFOs (see nextFifo). The first batch is begun with the shell's start
+   * (start), so a new shell's first command does not wait for a `mkfifo` process. A batch finished
+   * after the session ended is closed and removed at once.
+   */
+  private makeFifos(): Promise<void> {
+    this.fifoBatch ??= (async () => {
+      const paths = Array.from({ length: FIFO_BATCH }, () => path.join(this.fifoDir, `${this.fifoPrefix}${++this.seq}`));
+      for (const p of paths) this.fifos.add(p);
+      try {
+        await execFileAsync('mkfifo', ['-m', '600', ...paths]);
+        for (const p of paths) {
+          const fd = fs.openSync(p, fs.constants.O_RDWR | fs.constants.O_NONBLOCK | fs.constants.O_NOFOLLOW);
+          if (!fs.fstatSync(fd).isFIFO()) {
+            fs.closeSync(fd);
+            throw new Error(`${p} is not the FIFO made for a command's input`);
+          }
+          // the shell reads it as the sandbox's uid
+          if (this.fifoOwner) fs.fchownSync(fd, this.fifoOwner.uid, this.fifoOwner.gid);
+          this.spareFifos.push({ path: p, fd });
+        }
+      } finally {
+        if (this.exited !== null || this.killReason !== null) {
+          this.closeSpareFifos();
+          await this.removeFifos();
+        }
+      }
+    })().finally(() => (this.fifoBatch = null));
+    return this.fifoBatch;
+  }
+
+  /**
+   * The FIFOs made and never used, for the conversation's next shell (an idle close): closed here,
+   * left in the conversation's io directory, no longer removed with this session. None when the
+   * FIFOs are in a directory of the session's own (removed with it).
+   */
+  keepFifos(): KeptFifo[] {
+    if (this.ownFifoDir) return [];
+    const kept: KeptFifo[] = [];
+    for (const f of this.spareFifos) {
+      try {
+        const st = fs.fstatSync(f.fd);
+        kept.push({ path: f.path, dev: st.dev, ino: st.ino });
+        this.fifos.delete(f.path);
+      } catch {
+        /* removed with the session */
+      }
+    }
+    this.closeSpareFifos();
+    return kept;
+  }
+
+  /**
+   * Takes up the FIFOs an earlier shell of the conversation left (keepFifos), each opened as a new
+   * one is (nextFifo: O_NOFOLLOW, not blocking, a FIFO) and only when it is still the very inode
+   * that was made; anything else at its name is removed (unlink does not follow it) and not used.
+   */
+  private takeKeptFifos(kept: KeptFifo[]): void {
+    for (const k of kept) {
+      if (path.dirname(k.path) !== this.fifoDir) continue;
+      let fd: number | null = null;
+      try {
+        fd = fs.openSync(k.path, fs.constants.O_RDWR | fs.constants.O_NONBLOCK | fs.constants.O_NOFOLLOW);
+        const st = fs.fstatSync(fd);
+        if (!st.isFIFO() || st.dev !== k.dev || st.ino !== k.ino) throw new Error('not the FIFO that was made');
+        if (this.fifoOwner) fs.fchownSync(fd, this.fifoOwner.uid, this.fifoOwner.gid);
+        this.fifos.add(k.path);
+        this.spareFifos.push({ path: k.path, fd });
+      } catch {
+        if (fd !== null) closeQuietly(fd);
+        fs.promises.unlink(k.path).catch(() => {});
+      }
+    }
   }
 
   /** Removes what this session made: its own directory, or its FIFOs by name (unlink never follows the last component). */

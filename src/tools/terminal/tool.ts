@@ -173,6 +173,7 @@ class TerminalManager {
 
   /** Ends the conversation's shell; `reason` is what the running command's observation says. */
   async closeConversation(conversationId: string, reason = 'closed'): Promise<void> {
+    for (const f of this.idleClosed.get(conversationId)?.state.fifos ?? []) await fs.promises.unlink(f.path).catch(() => {});
     this.idleClosed.delete(conversationId);
     this.prewarmNotes.delete(conversationId);
     const entry = this.entries.get(conversationId);
@@ -215,7 +216,8 @@ class TerminalManager {
     const state = await entry.session.snapshot().catch(() => null);
     if (this.entries.get(conversationId) !== entry) return;
     this.entries.delete(conversationId);
-    if (state) this.idleClosed.set(conversationId, { state, at: Date.now() });
+    // the FIFOs it made for later commands stay for the next shell (no process to make them then)
+    if (state) this.idleClosed.set(conversationId, { state: { ...state, fifos: entry.session.keepFifos() }, at: Date.now() });
     await entry.session.terminate('idle');
     await this.sandbox.closeIfIdle(conversationId);
   }
