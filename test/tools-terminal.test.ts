@@ -295,8 +295,11 @@ describe('terminal tool', () => {
     const done = (name: string) => path.join(ctx.workspaceDir, name);
     const first = await run(ctx, { command: `echo early; sleep 1.2; echo late; touch ${done('late.done')}` });
     assert.equal(first.exit_code, -1);
-    await waitFor(() => fs.existsSync(done('late.done')), 'the first command ended');
-    const next = await run(ctx, { command: 'echo new' });
+    await waitFor(() => fs.existsSync(done('late.done')), 'the first command printed its last line');
+    // the file is made just before bash reports the command's end: until the terminal has seen that
+    // end, a new command is refused (NOT executed, nothing of the output taken) and is sent again
+    let next!: Awaited<ReturnType<typeof run>>;
+    await waitFor(async () => !/NOT executed/.test(textOf((next = await run(ctx, { command: 'echo new' })))), 'the terminal to see the first command end');
     assert.match(textOf(next), /finished with exit code 0/);
     assert.match(textOf(next), /late\n/);
     assert.match(textOf(next), /\nnew\n/);
