@@ -31,6 +31,8 @@ test('the load test measures both targets, prints the ratio, and verifies every 
     assert.equal(cells[6], '0', `${target}: no errors`);
   }
   assert.match(r.stdout, /real\/bare: \d+\.\d\d \(floor >= 0\.28: (held|BELOW)\)/);
+  const cpu = /daemon CPU per request: (\d+\.\d) µs \(all its threads, from \/proc\)/.exec(r.stdout);
+  assert.ok(cpu && Number(cpu[1]) > 0, r.stdout);
   const m = /committed: (\d+)\/(\d+), published: (\d+)\/(\d+) \(3 of 3 conversations subscribed; seq order gap-free\)/.exec(r.stdout);
   assert.ok(m, r.stdout);
   assert.equal(m![1], m![2]);

@@ -74,6 +74,8 @@ export function report(h: ReportHeader, bare: RunStats, setups: SetupResult[]): 
     // the 0.50 target was withdrawn on 2-core machines (the design's measured ceiling there is ~0.6);
     // the hot path must not regress below 0.28 with subscribers
     lines.push(`real/bare${of}: ${ratio.toFixed(2)} (floor >= ${RATIO_FLOOR.toFixed(2)}: ${ratio >= RATIO_FLOOR ? 'held' : 'BELOW'})`);
+    // steadier than the ratio on a shared machine, where the bare route's own rate swings between runs
+    if (r.stats.rps > 0) lines.push(`  daemon CPU per request${of}: ${((r.stats.serverCores * 1e6) / r.stats.rps).toFixed(1)} µs (all its threads, from /proc)`);
     lines.push(
       `committed: ${r.committed}/${r.stats.totalOk}, published: ${r.published}/${r.publishedExpected} ` +
         `(${r.subscribers} of ${r.conversations} conversations subscribed${r.nodes > 1 ? ', each on another node than its writer' : ''}; seq order ${r.orderViolations === 0 ? 'gap-free' : `VIOLATED ${r.orderViolations}×`})`,
