@@ -134,7 +134,7 @@ async function eventPage(c: Core, i: z.output<typeof SearchEventsInput>): Promis
 
 /** Validate with the operation's schema (throws the ZodError) and run its handler: REST's call. */
 export function runOperation(core: Core, name: OperationName, raw: unknown): Promise<unknown> {
-  const o = operations[name] as unknown as { input: z.ZodType; handler: (c: Core, i: unknown) => Promise<unknown>; quick?: (raw: unknown) => unknown };
+  const o = operations[name] as unknown as Operation<OperationType, z.ZodType<unknown>, unknown>;
   const quick = o.quick?.(raw);
   if (quick !== undefined) return o.handler(core, quick);
   const parsed = o.input.safeParse(raw);
