@@ -3,11 +3,11 @@
  * path"), against its physical limit, on one node or several.
  *
  *   npm run loadtest -- [--conversations 50] [--concurrency 64] [--duration 10] [--warmup 2]
- *                       [--subscribers N|all] [--gen-procs 1] [--auth] [--profile] [--keep-data]
+ *                       [--rounds 3] [--subscribers N|all] [--gen-procs 1] [--auth] [--profile] [--keep-data]
  *                       [--setups sqlite,pg,pg-nats-2,pg-nats-3] [--pg-url URL] [--nats-url URL]
  *
  * Every option can also come from the environment: LOADTEST_CONVERSATIONS, LOADTEST_CONCURRENCY,
- * LOADTEST_DURATION, LOADTEST_WARMUP, LOADTEST_SUBSCRIBERS, LOADTEST_GEN_PROCS, LOADTEST_AUTH=1,
+ * LOADTEST_DURATION, LOADTEST_WARMUP, LOADTEST_ROUNDS, LOADTEST_SUBSCRIBERS, LOADTEST_GEN_PROCS, LOADTEST_AUTH=1,
  * LOADTEST_PROFILE=1, LOADTEST_KEEP_DATA=1, LOADTEST_TIMEOUT_MS, LOADTEST_DAEMON_ENTRY,
  * LOADTEST_SETUPS, LOADTEST_PG_URL, LOADTEST_NATS_URL (flags win).
  *
@@ -20,15 +20,18 @@
  *     several nodes, every event a subscriber receives crossed nodes);
  *  3. drives the hot path from separate load-generator processes (scripts/loadtest/generator.ts:
  *     C keep-alive connections spread over the nodes, each writing the conversations of its node)
- *     for warmup + T seconds;
- *  4. verifies every 200 was committed (`GET .../events/count?kind=MessageEvent&source=user`, read
- *     on the subscriber's node) and published (MessageEvents received by the subscribers, seq in
+ *     for warmup + T seconds, then the identical load against `scripts/bare-server.ts` (one bare uWS
+ *     route that reads the body, parses the JSON and answers {"success":true}: the physical limit),
+ *     and repeats the pair R times (rounds): the bare route's own rate drifts by a third within minutes
+ *     on a shared machine, so each round's ratio compares two runs seconds apart, and the report gives
+ *     every round and their median;
+ *  4. verifies every 200 of every round was committed (`GET .../events/count?kind=MessageEvent&source=user`,
+ *     read on the subscriber's node) and published (MessageEvents received by the subscribers, seq in
  *     order and gap-free), and reads from the daemons' metrics how many events each store commit
  *     carried;
- * then drives the identical load against `scripts/bare-server.ts` (one bare uWS route that reads the
- * body, parses the JSON and answers {"success":true}: the physical limit) and prints the report
- * (scripts/loadtest/report.ts): req/s, p50/p95/p99 latency, errors, CPU of each process during the
- * measured window, and each setup's ratio to the bare route. Exits 1 when a verification failed.
+ * then prints the report (scripts/loadtest/report.ts): req/s, p50/p95/p99 latency, errors, CPU of each
+ * process during the measured window (of the median round), and each setup's ratio to the bare route
+ * per round and their median. Exits 1 when a verification failed.
  *
  * `--profile` runs the daemon under `--cpu-prof` and prints where its CPU time went during the
  * measured window (self and inclusive time by function, self time by module).
@@ -43,7 +46,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { now, sleep } from './loadtest/common.js';
 import type { GenTarget } from './loadtest/generator.js';
-import { report, summariseProfile, verified, type SetupResult } from './loadtest/report.js';
+import { BARE_LABEL, medianRound, report, summariseProfile, verified, type Round, type SetupResult } from './loadtest/report.js';
 import {
   api,
   closeSubscriber,
@@ -91,6 +94,7 @@ interface Options {
   concurrency: number;
   duration: number;
   warmup: number;
+  rounds: number;
   subscribers: number | 'all';
   genProcs: number;
   timeoutMs: number;
@@ -109,6 +113,7 @@ const USAGE = `usage: npm run loadtest -- [options]
   -c, --concurrency C     concurrent keep-alive connections (default 64)
   -d, --duration T        measured seconds (default 10)
   -w, --warmup S          warmup seconds before measuring (default 2)
+  -r, --rounds R          Parley-then-bare pairs per setup; the ratio reported is their median (default 3)
       --subscribers S     WebSocket subscribers, one per conversation: a number or "all" (default all)
       --gen-procs K       load-generator processes sharing the C connections (default 1)
       --timeout MS        per-request timeout (default 10000)
@@ -129,6 +134,7 @@ const OPTION_SPEC = {
   concurrency: { type: 'string', short: 'c' },
   duration: { type: 'string', short: 'd' },
   warmup: { type: 'string', short: 'w' },
+  rounds: { type: 'string', short: 'r' },
   subscribers: { type: 'string' },
   'gen-procs': { type: 'string' },
   timeout: { type: 'string' },
@@ -185,6 +191,7 @@ function parseOptions(argv: string[]): Options {
     concurrency,
     duration: int('duration', 10, 1, 600),
     warmup: int('warmup', 2, 0, 120),
+    rounds: int('rounds', 3, 1, 50),
     subscribers: subsRaw === 'all' ? 'all' : Math.min(Number(subsRaw), conversations),
     genProcs,
     timeoutMs: int('timeout', 10_000, 100, 120_000),
@@ -202,7 +209,10 @@ function parseOptions(argv: string[]): Options {
 // One setup: start its nodes, load them, verify
 // ================================================================================================
 
-async function measureSetup(setup: Setup, opts: Options, tmpDir: string, apiKey: string | null, profileDir: string | null): Promise<{ result: SetupResult; ids: string[] }> {
+/** One run of the identical load against the bare route, on the given conversation ids' paths. */
+type BareRun = (ids: string[]) => Promise<RunStats>;
+
+async function measureSetup(setup: Setup, opts: Options, tmpDir: string, apiKey: string | null, profileDir: string | null, bareRun: BareRun): Promise<SetupResult> {
   const headers: Record<string, string> = apiKey ? { 'x-session-api-key': apiKey } : {};
   const db = setup.postgres ? await createDatabase(opts.pgUrl) : null;
   const nodes: Server[] = [];
@@ -235,13 +245,20 @@ async function measureSetup(setup: Setup, opts: Options, tmpDir: string, apiKey:
     const logs0 = nodes.map((n) => ({ warn: n.child.warnLines, error: n.child.errorLines }));
     const commits0 = await storeCommits(nodes, headers);
     const label = opts.setups.length === 1 ? 'Parley POST /api/conversations/{id}/events' : `Parley, ${setup.label}`;
-    const stats = await runLoad(label, nodes, targets, opts, headers);
-    for (const n of nodes) {
-      if (n.child.proc.exitCode !== null || n.child.proc.signalCode !== null) throw new Error(`${n.child.name} died during the load (${n.child.proc.signalCode ?? `exit code ${n.child.proc.exitCode}`}); ${stats.errors} errors: ${stats.errorDetail}`);
+    const rounds: Round[] = [];
+    const expected = ids.map(() => 0);
+    for (let r = 1; r <= opts.rounds; r++) {
+      if (opts.rounds > 1) process.stdout.write(`round ${r} of ${opts.rounds}\n`);
+      const stats = await runLoad(label, nodes, targets, opts, headers);
+      for (const n of nodes) {
+        if (n.child.proc.exitCode !== null || n.child.proc.signalCode !== null) throw new Error(`${n.child.name} died during the load (${n.child.proc.signalCode ?? `exit code ${n.child.proc.exitCode}`}); ${stats.errors} errors: ${stats.errorDetail}`);
+      }
+      stats.okPerConv.forEach((n, i) => (expected[i]! += n));
+      rounds.push({ parley: stats, bare: await bareRun(ids) });
     }
+    const totalOk = expected.reduce((a, b) => a + b, 0);
 
-    // verification: committed (as another node sees it) and published (across nodes)
-    const expected = stats.okPerConv;
+    // verification over every round: committed (as another node sees it) and published (across nodes)
     const waitUntil = now() + 30_000;
     let lastProgress = now();
     let lastSum = -1;
@@ -260,10 +277,14 @@ async function measureSetup(setup: Setup, opts: Options, tmpDir: string, apiKey:
     const committedPerConv = counts.map((c, i) => c - baseline[i]!);
     const committed = committedPerConv.reduce((a, b) => a + b, 0);
     subs.forEach(closeSubscriber);
-    const result: SetupResult = {
+    const median = medianRound(rounds);
+    return {
       label: setup.label,
       nodes: nodes.length,
-      stats,
+      stats: median.parley,
+      bare: median.bare,
+      rounds,
+      totalOk,
       conversations: ids.length,
       subscribers: subs.length,
       committed,
@@ -277,7 +298,6 @@ async function measureSetup(setup: Setup, opts: Options, tmpDir: string, apiKey:
       errorLines: nodes.reduce((n, d, k) => n + d.child.errorLines - logs0[k]!.error, 0),
       eventsPerCommit: committed / commits,
     };
-    return { result, ids };
   } finally {
     // the daemon writes its profile on a clean exit
     await Promise.all(nodes.map((n) => stopChild(n.child, 12_000)));
@@ -308,25 +328,19 @@ async function main(): Promise<number> {
       `machine: ${cpus.length} × ${cpus[0]?.model.trim() ?? '?'}, Node ${process.version}, load average ${os.loadavg()[0]!.toFixed(2)}, temp dir ${tmpDir}\n`,
   );
 
-  const results: SetupResult[] = [];
-  let ids: string[] = [];
-  for (const setup of opts.setups) {
-    const m = await measureSetup(setup, opts, tmpDir, apiKey, profileDir);
-    results.push(m.result);
-    ids = m.ids;
-  }
-
-  // the physical limit: the identical load on one bare route
+  // the physical limit: the identical load on one bare route, after each round of each setup
   const bare = await startBare();
   process.stdout.write(`bare server pid ${bare.child.proc.pid} on :${bare.port}\n`);
-  let limit: RunStats;
+  const bareRun: BareRun = (ids) =>
+    runLoad(BARE_LABEL, [bare], [{ port: bare.port, paths: ids.map((id) => `/api/conversations/${id}/events`), convs: ids.map((_id, i) => i) }], opts, headers);
+  const results: SetupResult[] = [];
   try {
-    limit = await runLoad('bare uWS route (read body, JSON.parse, 200)', [bare], [{ port: bare.port, paths: ids.map((id) => `/api/conversations/${id}/events`), convs: ids.map((_id, i) => i) }], opts, headers);
+    for (const setup of opts.setups) results.push(await measureSetup(setup, opts, tmpDir, apiKey, profileDir, bareRun));
   } finally {
     await stopChild(bare.child, 3000);
   }
 
-  process.stdout.write(`${report({ started, ...opts, conversations: opts.conversations }, limit, results)}\n`);
+  process.stdout.write(`${report({ started, ...opts, conversations: opts.conversations }, results)}\n`);
 
   if (profileDir) {
     const files = fs.existsSync(profileDir) ? fs.readdirSync(profileDir).filter((f) => f.endsWith('.cpuprofile')) : [];
