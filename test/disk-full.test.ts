@@ -253,7 +253,10 @@ describe('a full disk under DATA_DIR (tmpfs)', { skip: noRoot, timeout: 240_000 
     // the restart on the still full disk: the index cannot be written, the journal is served from memory
     d = await start();
     await assertLog(d, id, acknowledged, 'restarted on the full disk');
-    assert.ok((await unindexed(d)) >= 6, 'the journal was not indexed at start-up (no room): its events are served from memory');
+    // Usually the index finds no room and the journal's events are served from memory (all of them: the
+    // log above); SQLite may still have room in its WAL file's allocated blocks (seen once in a busy full
+    // run) and index some or all of them. Either way every acknowledged event is served, in order.
+    t.diagnostic(`restarted on the full disk: ${await unindexed(d)} events not indexed, served from memory`);
     const r = await send(d, id, 'refused after the restart');
     if (r.status === 200) acknowledged.push('refused after the restart');
     else {
