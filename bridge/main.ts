@@ -9,6 +9,9 @@ import { startMetricsServer } from './metrics.js';
 import { startServer } from './server.js';
 import { loadTrpc } from './trpc.js';
 
+/** How long after the port opens the sandbox's start-up probe waits unless something needs the sandbox first. */
+const PROBE_AFTER_LISTEN_MS = 250;
+
 async function main() {
   // every file the daemon creates (database, WAL, journal, key file, outputs) is 0600, directories 0700
   process.umask(DATA_DIR_UMASK);
@@ -54,12 +57,14 @@ async function main() {
   const key = config.sessionApiKeys[0];
   log.info({ console: consoleAt }, key ? `web console: ${consoleAt} (sign in with the session key)` : `web console: ${consoleAt}`);
   if (key && process.stderr.isTTY) process.stderr.write(`\n  Open the web console (signed in): ${signInLink(consoleAt, key)}\n\n`);
-  // the sandbox's probe starts once the port is open: SANDBOX=bwrap that cannot be honoured still
-  // stops the daemon with one line and exit code 1
-  core.sandbox.startProbe();
+  // The sandbox's probe starts PROBE_AFTER_LISTEN_MS after the port opened, or as soon as something
+  // needs the sandbox (sandbox.ready): its process starts block the event loop ~10 ms each while they
+  // fork, and the first requests (a supervisor's health check, a client's first call) are answered
+  // first. SANDBOX=bwrap that cannot be honoured still stops the daemon with one line and exit code 1.
+  setTimeout(() => core.sandbox.startProbe(), PROBE_AFTER_LISTEN_MS);
   // the build's entry (scripts/daemon-entry.mjs) saves its code cache once the start is over
   (process.emit as (event: string) => boolean)('parley:listening');
-  core.sandbox.ready.catch(async (err: Error) => {
+  core.sandbox.outcome.catch(async (err: Error) => {
     process.stderr.write(`parley: ${err.name === 'SandboxUnavailableError' ? err.message : `the sandbox could not be set up: ${err.message}`}\n`);
     metricsServer?.stop();
     await daemon.stop(1000).catch(() => {});

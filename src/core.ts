@@ -46,7 +46,8 @@ export interface Core {
 
 /**
  * `deferSandboxProbe`: the sandbox's start-up probe waits for `core.sandbox.startProbe()`, which the
- * daemon calls once it listens (its process starts would otherwise delay the first request).
+ * daemon calls shortly after it listens (its process starts would otherwise delay the first requests),
+ * or for the first use of `core.sandbox.ready`.
  */
 export async function createCore(config: Config, log: Logger, redactor: Redactor, opts: { deferSandboxProbe?: boolean } = {}): Promise<Core> {
   const startedAt = Date.now();

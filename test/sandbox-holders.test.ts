@@ -10,7 +10,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { allEvents, waitStatus } from './support/conversation-api.js';
-import { ROOT, startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
+import { ROOT, sleep, startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
 import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
 import { startGitServer } from './support/git-server.js';
 import { hostPid } from './support/processes.js';
@@ -75,6 +75,28 @@ describe('sandbox: the launcher (in-process, real bwrap)', { timeout: 60_000 }, 
 });
 
 describe('sandbox: a holder whose bwrap dies early', { timeout: 60_000 }, () => {
+  test('a deferred probe starts nothing until startProbe() or a use of `ready`; waiting on `outcome` does not start it', async () => {
+    // the daemon defers its probe until shortly after it listens (its forks would delay the first
+    // requests), unless something needs the sandbox first: `ready` is what every user awaits
+    const dir = tempDir();
+    const fake = path.join(dir, 'bwrap');
+    fs.writeFileSync(fake, `#!/bin/sh\necho started >> ${dir}/started\nexec /usr/bin/bwrap "$@"\n`, { mode: 0o755 });
+    const sb = Sandbox.start({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', bwrapPath: fake, spareHolder: false }, { workspaceRoot: dir, deferProbe: true });
+    try {
+      const outcome = sb.outcome.then(() => 'decided', () => 'decided');
+      assert.equal(await Promise.race([outcome, sleep(500).then(() => 'waiting')]), 'waiting', 'the probe decided without being started');
+      assert.equal(sb.mode, 'probing');
+      assert.equal(fs.existsSync(path.join(dir, 'started')), false, 'bwrap ran before the probe was started');
+      await sb.ready; // a user of the sandbox: the probe starts now
+      assert.equal(await outcome, 'decided');
+      assert.equal(sb.mode, 'bwrap');
+      assert.ok(fs.existsSync(path.join(dir, 'started')), 'the probe ran bwrap');
+    } finally {
+      await sb.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   test('what bwrap leaves in its process group when it exits (its first child, blocked until bwrap lets it go on) is killed with it', async () => {
     // a bwrap that, from its second start on (the first is the probe's), leaves a child behind and
     // exits, as a real one killed between its clone and its go-ahead (by --die-with-parent when the

@@ -95,12 +95,8 @@ function joinerStdio(stdio: StdioOptions | undefined): StdioOptions {
 export class Sandbox implements ShellSandbox {
   /** probing: the start-up probe runs (after the daemon listens); then what it decided. */
   private state: 'probing' | 'bwrap' | 'none' = 'probing';
-  /**
-   * Resolves once the probe decided (bwrap, or plain processes under SANDBOX=auto); rejects with a
-   * SandboxUnavailableError when SANDBOX=bwrap cannot be honoured. Whatever starts a process or
-   * touches files waits for it.
-   */
-  readonly ready: Promise<void>;
+  /** The probe's outcome: see `ready`. */
+  private readonly probed: Promise<void>;
   private readonly live = new Map<string, Live>();
   private readonly evictListeners = new Set<(conversationId: string) => void>();
   private readonly quotaListeners = new Set<(conversationId: string, usedBytes: number, why: DiskStop) => void>();
@@ -134,12 +130,28 @@ export class Sandbox implements ShellSandbox {
     if (!opts || settings.mode === 'none') {
       this.state = 'none';
       this.decided = true;
-      this.ready = Promise.resolve();
+      this.probed = Promise.resolve();
     } else {
       const gate = opts.deferProbe ? new Promise<void>((resolve) => (this.releaseProbe = resolve)) : Promise.resolve();
-      this.ready = gate.then(() => this.probeAll(opts)).finally(() => (this.decided = true));
-      this.ready.catch(() => {});
+      this.probed = gate.then(() => this.probeAll(opts)).finally(() => (this.decided = true));
+      this.probed.catch(() => {});
     }
+  }
+
+  /**
+   * Resolves once the probe decided (bwrap, or plain processes under SANDBOX=auto); rejects with a
+   * SandboxUnavailableError when SANDBOX=bwrap cannot be honoured. Whatever starts a process or
+   * touches files waits for it; asking for it starts a deferred probe at once (something needs the
+   * sandbox now).
+   */
+  get ready(): Promise<void> {
+    this.startProbe();
+    return this.probed;
+  }
+
+  /** The probe's outcome without starting a deferred probe (the daemon exits when it fails). */
+  get outcome(): Promise<void> {
+    return this.probed;
   }
 
   /** Starts a deferred probe (`deferProbe`); nothing when it started already. */
