@@ -4,7 +4,7 @@
  * a message, and a side panel with the files the agent changed, the MCP servers and the details.
  */
 import { Fragment, type ComponentChildren } from 'preact';
-import { useEffect, useReducer, useRef, useState } from 'preact/hooks';
+import { useEffect, useLayoutEffect, useReducer, useRef, useState } from 'preact/hooks';
 import { api, conversationPath, type ApiError, downloadFile, type ConversationInfo, type ExecutionStatus, type GitChange, type McpStatus, type ParleyEvent } from './api.js';
 import { Diff } from './diff.js';
 import { EventRow } from './events.js';
@@ -49,16 +49,22 @@ function EventList({ rows, status, shown }: { rows: Rows; status: ExecutionStatu
     followOnAppend: true,
     scrollEndThreshold: 48,
   });
-  // once the newest events are in: start at the end (older ones are put in front without moving the view)
-  const [placed, setPlaced] = useState(false);
-  useEffect(() => {
-    if (shown && !placed && list.length) {
-      v.scrollToIndex(list.length - 1, { align: 'end' });
-      setPlaced(true);
+  // Once the newest events are in: start at the end, before the first paint (older ones are then put
+  // in front without moving the view). An end command, not scrollToIndex(last): the virtualiser keeps
+  // a command on its target for the frames it takes to settle (each page put in front restarts them),
+  // and an index there is the last row only until the next page comes: it then names a row hundreds
+  // of events up, where the view was taken and kept.
+  const placed = useRef(false);
+  useLayoutEffect(() => {
+    if (shown && !placed.current && list.length) {
+      placed.current = true;
+      v.scrollToEnd();
     }
   }, [shown, list.length]);
   const items = v.getVirtualItems();
-  const atEnd = v.getDistanceFromEnd() <= 48;
+  // from the layout, not the element: while older events are put in front the position has moved by
+  // their height and the element's size has not yet (getDistanceFromEnd read 0, hiding the button)
+  const atEnd = v.getTotalSize() - (v.scrollRect?.height ?? 0) - (v.scrollOffset ?? 0) <= 48;
   return (
     <div class="events-wrap">
       <div class="events" ref={scroller}>
@@ -76,7 +82,7 @@ function EventList({ rows, status, shown }: { rows: Rows; status: ExecutionStatu
         </div>
       </div>
       {!atEnd && list.length > 0 && (
-        <button class="to-end" onClick={() => v.scrollToIndex(list.length - 1, { align: 'end' })}>
+        <button class="to-end" onClick={() => v.scrollToEnd()}>
           ↓ Latest
         </button>
       )}
