@@ -27,7 +27,8 @@ test('the load test measures both targets in rounds, prints the ratio of each ro
   // three Parley runs, each followed by a bare one
   assert.equal(r.stdout.match(/^ {2}Parley POST .* req\/s/gm)?.length, 3, r.stdout);
   assert.equal(r.stdout.match(/^ {2}bare uWS route .* req\/s/gm)?.length, 3, r.stdout);
-  const rounds = /rounds \(Parley \/ bare req\/s = ratio\): 1: [\d,]+ \/ [\d,]+ = (\d\.\d{3}); 2: [\d,]+ \/ [\d,]+ = (\d\.\d{3}); 3: [\d,]+ \/ [\d,]+ = (\d\.\d{3}); (\d) of 3 at or above the floor/.exec(r.stdout);
+  const round = String.raw`[\d,]+ \/ [\d,]+ = (\d\.\d{3}) \(\d+\.\d µs\)`;
+  const rounds = new RegExp(String.raw`rounds \(Parley \/ bare req\/s = ratio, daemon CPU per request\): 1: ${round}; 2: ${round}; 3: ${round}; (\d) of 3 at or above the floor`).exec(r.stdout);
   assert.ok(rounds, r.stdout);
   const ratios = rounds!.slice(1, 4).map(Number);
   const median = [...ratios].sort((a, b) => a - b)[1]!;

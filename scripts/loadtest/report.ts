@@ -20,6 +20,7 @@ export interface Round {
 }
 
 const ratioOf = (r: Round) => r.parley.rps / r.bare.rps;
+const cpuPerRequest = (s: RunStats) => ((s.serverCores * 1e6) / s.rps).toFixed(1);
 
 /** The round whose ratio is the median (of an even count, the lower of the middle two). */
 export function medianRound(rounds: Round[]): Round {
@@ -99,12 +100,12 @@ export function report(h: ReportHeader, setups: SetupResult[]): string {
     lines.push(`real/bare${of}: ${ratio.toFixed(2)} (${each}floor >= ${RATIO_FLOOR.toFixed(2)}: ${ratio >= RATIO_FLOOR ? 'held' : 'BELOW'})`);
     if (r.rounds.length > 1) {
       lines.push(
-        `  rounds (Parley / bare req/s = ratio): ${r.rounds.map((x, i) => `${i + 1}: ${fmtInt(x.parley.rps)} / ${fmtInt(x.bare.rps)} = ${ratioOf(x).toFixed(3)}`).join('; ')}; ` +
+        `  rounds (Parley / bare req/s = ratio, daemon CPU per request): ${r.rounds.map((x, i) => `${i + 1}: ${fmtInt(x.parley.rps)} / ${fmtInt(x.bare.rps)} = ${ratioOf(x).toFixed(3)} (${cpuPerRequest(x.parley)} µs)`).join('; ')}; ` +
           `${r.rounds.filter((x) => ratioOf(x) >= RATIO_FLOOR).length} of ${r.rounds.length} at or above the floor`,
       );
     }
     // steadier than the ratio on a shared machine, where the bare route's own rate swings between runs
-    if (r.stats.rps > 0) lines.push(`  daemon CPU per request${of}: ${((r.stats.serverCores * 1e6) / r.stats.rps).toFixed(1)} µs (all its threads, from /proc)`);
+    if (r.stats.rps > 0) lines.push(`  daemon CPU per request${of}: ${cpuPerRequest(r.stats)} µs (all its threads, from /proc)`);
     lines.push(
       `committed: ${r.committed}/${r.totalOk}, published: ${r.published}/${r.publishedExpected} ` +
         `(${r.subscribers} of ${r.conversations} conversations subscribed${r.nodes > 1 ? ', each on another node than its writer' : ''}; seq order ${r.orderViolations === 0 ? 'gap-free' : `VIOLATED ${r.orderViolations}×`})`,
