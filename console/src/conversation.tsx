@@ -194,10 +194,16 @@ function Changes({ id, workdir, tick }: { id: string; workdir: string; tick: num
   const [changes, setChanges] = useState<GitChange[] | null>(null);
   const [open, setOpen] = useState<GitChange | null>(null);
   const [busy, error, run] = useAction();
-  const load = () => void run(async () => setChanges(await api<GitChange[]>('GET', `/api/git/changes?${new URLSearchParams({ path: workdir, conversation_id: id })}`)));
+  // asked once: later looks wait 700 ms whatever the answer was (a workspace that is no git repository
+  // answers 422, and must not be asked again at once on every tool call)
+  const asked = useRef(false);
+  const load = () => {
+    asked.current = true;
+    void run(async () => setChanges(await api<GitChange[]>('GET', `/api/git/changes?${new URLSearchParams({ path: workdir, conversation_id: id })}`)));
+  };
   // the agent changes files as it works: look again after its tool calls (at most every 700 ms)
   useEffect(() => {
-    const t = setTimeout(load, changes ? 700 : 0);
+    const t = setTimeout(load, asked.current ? 700 : 0);
     return () => clearTimeout(t);
   }, [tick, workdir]);
   return (
@@ -369,6 +375,9 @@ export function ConversationPage({ id }: { id: string }) {
   const [tab, setTab] = useState<'changes' | 'mcp' | 'details'>('changes');
   const [title, setTitle] = useState<string | null>(null);
   const rows = useRef(new Rows());
+  // answers to tool calls that came while the page was open (not those of older pages put in front):
+  // a file may have changed with each, so the Changes panel looks again
+  const answered = useRef(0);
 
   useEffect(() => {
     let s: ConversationStream | null = null;
@@ -382,7 +391,11 @@ export function ConversationPage({ id }: { id: string }) {
             // older events were put in front: the rows are built again (an action and its answer may now both be in)
             rows.current = new Rows();
             rows.current.add(stream.events);
-          } else rows.current.add(change.added);
+          } else {
+            const before = rows.current.results;
+            rows.current.add(change.added);
+            answered.current += rows.current.results - before;
+          }
           redraw(0);
         });
         s.start(info);
@@ -468,7 +481,7 @@ export function ConversationPage({ id }: { id: string }) {
               </button>
             ))}
           </div>
-          {tab === 'changes' && <Changes id={id} workdir={info.workspace?.working_dir ?? '/workspace'} tick={rows.current.results} />}
+          {tab === 'changes' && <Changes id={id} workdir={info.workspace?.working_dir ?? '/workspace'} tick={answered.current} />}
           {tab === 'mcp' && <Mcp id={id} />}
           {tab === 'details' && <Details info={info} onRenamed={setTitle} />}
         </aside>
