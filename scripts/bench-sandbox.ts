@@ -13,7 +13,9 @@
  * 2. Agent turns: a real daemon (SANDBOX=bwrap, then SANDBOX=none) and the scripted LLM; each turn
  *    is a user message → a terminal tool call (`echo`) → an answer, timed from the POST until the
  *    agent's MessageEvent. The first turn of a conversation starts its shell; the others reuse it.
- *    A first conversation warms the daemon up and is not counted; then 6 conversations.
+ *    A first conversation warms the daemon up and is not counted; then 6 conversations begun back to
+ *    back, then 6 begun 1.5 s apart (one turn each: with the spare holder ready, as conversations
+ *    begun seconds apart find it).
  * The machine's load average is printed: absolute figures move with it, the ratios less.
  */
 import crypto from 'node:crypto';
@@ -80,21 +82,32 @@ async function shellCreation(): Promise<void> {
   console.log(`  cold (no spare holder: the conversation's holder starts first) median ${ms(c)} ms, added ${ms(c - n)} ms`);
 }
 
-async function turns(mode: 'bwrap' | 'none'): Promise<{ first: number[]; later: number[] }> {
+/**
+ * Between conversations begun "apart": a spare holder is started 1 s after one was taken (REFILL_MS in
+ * src/sandbox/holders.ts) and takes ~0.2 s to be ready; conversations begun closer than that start a
+ * holder of their own (the "back to back" figure).
+ */
+const APART_MS = 1500;
+
+async function turns(mode: 'bwrap' | 'none'): Promise<{ first: number[]; firstApart: number[]; later: number[] }> {
   const llm = await startScriptedLlm();
   const key = 'bench-sandbox-session-key';
   // SANDBOX=bwrap with the host network requires a key (agents would reach a keyless API)
   const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'bench', SANDBOX: mode, LOG_LEVEL: 'info', SESSION_API_KEY: key });
   const req = (m: string, p: string, b?: unknown) => d.req(m, p, b, { 'X-Session-API-Key': key });
   const first: number[] = [];
+  const firstApart: number[] = [];
   const later: number[] = [];
   try {
-    // conversation 0 warms the daemon up (first LLM client, first tool call) and is not counted
+    // conversation 0 warms the daemon up (first LLM client, first tool call) and is not counted;
+    // conversations 1–6 begin back to back, 7–12 each APART_MS after the one before ended
     const convs = 6;
-    for (let c = 0; c <= convs; c++) {
+    for (let c = 0; c <= 2 * convs; c++) {
+      const apart = c > convs;
+      if (apart) await new Promise((r) => setTimeout(r, APART_MS));
       const id = (await req('POST', '/api/conversations', {})).body.conversation_id as string;
       await waitFor(async () => (await req('GET', `/api/conversations/${id}`)).body.execution_status === 'idle', 'idle', 20_000);
-      for (let t = 0; t < Math.ceil(TURNS / convs); t++) {
+      for (let t = 0; t < (apart ? 1 : Math.ceil(TURNS / convs)); t++) {
         llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: `echo turn-${t}` } }] }, { text: `done ${t}` });
         const t0 = performance.now();
         await req('POST', `/api/conversations/${id}/events`, { content: [{ text: `turn ${t}` }], run: true });
@@ -102,7 +115,7 @@ async function turns(mode: 'bwrap' | 'none'): Promise<{ first: number[]; later: 
           const evs = (await req('GET', `/api/conversations/${id}/events/search?limit=100&sort_order=TIMESTAMP_DESC`)).body.items as any[];
           return evs.some((e) => e.kind === 'MessageEvent' && e.source === 'agent' && e.llm_message.content[0]?.text === `done ${t}`);
         }, 'answer', 30_000);
-        if (c > 0) (t === 0 ? first : later).push(performance.now() - t0);
+        if (c > 0) (t > 0 ? later : apart ? firstApart : first).push(performance.now() - t0);
         await waitFor(async () => (await req('GET', `/api/conversations/${id}`)).body.execution_status !== 'running', 'run ended', 20_000);
       }
     }
@@ -111,7 +124,7 @@ async function turns(mode: 'bwrap' | 'none'): Promise<{ first: number[]; later: 
     await llm.close();
     fs.rmSync(d.dataDir, { recursive: true, force: true });
   }
-  return { first, later };
+  return { first, firstApart, later };
 }
 
 console.log(`machine: ${os.cpus().length} CPUs, load average ${os.loadavg().map((x) => x.toFixed(1)).join(' ')}`);
@@ -120,6 +133,12 @@ const tb = await turns('bwrap');
 const tn = await turns('none');
 console.log(`agent turns (terminal call + answer, scripted LLM, polled every 25 ms):`);
 for (const [name, r] of [['bwrap', tb], ['none', tn]] as const) {
-  console.log(`  ${name.padEnd(5)}  first turn (starts the shell) median ${ms(median(r.first))} ms;  later turns median ${ms(median(r.later))} ms (${r.later.length})`);
+  console.log(
+    `  ${name.padEnd(5)}  first turn (starts the shell) median ${ms(median(r.firstApart))} ms for conversations begun ${APART_MS / 1000} s apart, ` +
+      `${ms(median(r.first))} ms back to back;  later turns median ${ms(median(r.later))} ms (${r.later.length})`,
+  );
 }
-console.log(`  ratio bwrap/none: first ${(median(tb.first) / median(tn.first)).toFixed(2)}, later ${(median(tb.later) / median(tn.later)).toFixed(2)}`);
+console.log(
+  `  added by the sandbox: first turn +${ms(median(tb.firstApart) - median(tn.firstApart))} ms apart, +${ms(median(tb.first) - median(tn.first))} ms back to back; ` +
+    `later turns ${ms(median(tb.later) - median(tn.later))} ms (ratio bwrap/none: first ${(median(tb.firstApart) / median(tn.firstApart)).toFixed(2)} / ${(median(tb.first) / median(tn.first)).toFixed(2)}, later ${(median(tb.later) / median(tn.later)).toFixed(2)})`,
+);
