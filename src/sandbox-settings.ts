@@ -30,6 +30,8 @@ export interface SandboxSettings {
   idleCloseMs?: number;
   /** Keep a holder started ahead for the next conversation (default true; false: benchmarks of the cold path). */
   spareHolder?: boolean;
+  /** How long after a spare was taken the next one starts, outside a burst (default 1 s: src/sandbox/holders.ts REFILL_MS). */
+  spareRefillMs?: number;
   /** The bwrap binary (BWRAP_PATH), else `bwrap` from PATH. */
   bwrapPath?: string;
   /** Extra host directories mounted read-only at the same path (SANDBOX_RO_BINDS). */

@@ -97,6 +97,44 @@ describe('sandbox: a holder whose bwrap dies early', { timeout: 60_000 }, () => 
     }
   });
 
+  test('conversations begun faster than spares come: once one had to start a holder of its own, the next spare starts as soon as that one is ready, and the next conversation takes it', async () => {
+    const dir = tempDir();
+    const fake = path.join(dir, 'bwrap');
+    // counts bwrap's starts; the refill delay outside a burst is ten minutes, so only the burst rule can start a spare here
+    fs.writeFileSync(fake, `#!/bin/sh\necho started >> ${dir}/starts\nexec /usr/bin/bwrap "$@"\n`, { mode: 0o755 });
+    const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', bwrapPath: fake, spareRefillMs: 600_000 }, { workspaceRoot: dir });
+    const starts = () => (fs.existsSync(path.join(dir, 'starts')) ? fs.readFileSync(path.join(dir, 'starts'), 'utf8').trim().split('\n').length : 0);
+    const run = (id: string) =>
+      new Promise<number | null>((resolve) => {
+        const c = sb.spawn(id, ['true'], { workspaceDir: path.join(dir, id.replace(/-/g, '')), env: sb.env(), stdio: 'ignore' });
+        c.on('close', resolve);
+      });
+    const spareWorkspace = () => {
+      const spares = fs.readdirSync(path.join(dir, '.sandbox')).filter((n) => n.startsWith('.spare-'));
+      assert.equal(spares.length, 1, `one spare: ${spares.join(', ')}`);
+      return fs.statSync(path.join(dir, '.sandbox', spares[0]!, 'workspace')).ino;
+    };
+    try {
+      await sb.warm();
+      const s0 = starts();
+      assert.equal(await run(crypto.randomUUID()), 0, 'the first conversation runs in the spare');
+      assert.equal(starts(), s0, 'it took the spare: no bwrap started for it');
+      assert.equal(await run(crypto.randomUUID()), 0, 'the second, with no spare, runs in a holder of its own');
+      await waitFor(() => starts() === s0 + 2, 'the next spare to start without waiting the refill delay (a burst)', 30_000);
+      await sb.warm(); // it is there: warm only waits for it
+      assert.equal(starts(), s0 + 2);
+      const spare = spareWorkspace();
+      const third = crypto.randomUUID();
+      assert.equal(await run(third), 0);
+      assert.equal(fs.statSync(path.join(dir, third.replace(/-/g, ''))).ino, spare, 'the third conversation took the spare (its workspace is the spare\'s directory)');
+      // still a burst: the next spare starts right after that take
+      await waitFor(() => starts() === s0 + 3, 'the spare after it', 30_000);
+    } finally {
+      await sb.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   test('what bwrap leaves in its process group when it exits (its first child, blocked until bwrap lets it go on) is killed with it', async () => {
     // a bwrap that, from its second start on (the first is the probe's), leaves a child behind and
     // exits, as a real one killed between its clone and its go-ahead (by --die-with-parent when the
