@@ -97,7 +97,7 @@ export function report(h: ReportHeader, setups: SetupResult[]): string {
     // the 0.50 target was withdrawn on 2-core machines (the design's measured ceiling there is ~0.6);
     // the hot path must not regress below 0.28 with subscribers
     const each = r.rounds.length > 1 ? `median of ${r.rounds.length} rounds, ` : '';
-    lines.push(`real/bare${of}: ${ratio.toFixed(2)} (${each}floor >= ${RATIO_FLOOR.toFixed(2)}: ${ratio >= RATIO_FLOOR ? 'held' : 'BELOW'})`);
+    lines.push(`real/bare${of}: ${ratio.toFixed(3)} (${each}floor >= ${RATIO_FLOOR.toFixed(2)}: ${ratio >= RATIO_FLOOR ? 'held' : 'BELOW'})`);
     if (r.rounds.length > 1) {
       lines.push(
         `  rounds (Parley / bare req/s = ratio, daemon CPU per request): ${r.rounds.map((x, i) => `${i + 1}: ${fmtInt(x.parley.rps)} / ${fmtInt(x.bare.rps)} = ${ratioOf(x).toFixed(3)} (${cpuPerRequest(x.parley)} µs)`).join('; ')}; ` +
