@@ -112,8 +112,8 @@ export class Holders {
   /** Starts the spare holder if there is none; resolves once it is ready (benchmarks wait for it). */
   async warm(): Promise<void> {
     if (this.closed || this.s.settings.spareHolder === false) return;
-    if (!this.spare || this.spare.dead) this.spare = this.startSpare();
-    await this.spare.ready.catch(() => {});
+    if (this.needsSpare()) this.spare = this.startSpare();
+    await this.spare!.ready.catch(() => {});
   }
 
   /**
@@ -140,14 +140,11 @@ export class Holders {
     ownWorkspace(workspace, this.s.settings.runAs);
     makeStateDirs(state, this.s.settings.runAs);
     const own = this.start(workspace, state);
-    if (this.spareSeq > 0 && (!this.spare || this.spare.dead) && this.s.settings.spareHolder !== false) {
+    if (this.spareSeq > 0 && this.needsSpare()) {
       // the spare was taken and the next is not started yet: a burst (BURST_MS); the next spare starts
       // once this holder is ready, not beside its start (the probe's holder, before any spare, is none)
       this.lastCold = performance.now();
-      own.ready.then(
-        () => this.refill(0),
-        () => this.refill(0),
-      );
+      void own.ready.catch(() => {}).then(() => this.refill(0));
     }
     return this.track(workspace, own);
   }
@@ -160,9 +157,14 @@ export class Holders {
     if (this.refillTimer) clearTimeout(this.refillTimer);
     this.refillTimer = setTimeout(() => {
       this.refillTimer = null;
-      if (!this.closed && (!this.spare || this.spare.dead) && this.s.settings.spareHolder !== false) this.spare = this.startSpare();
+      if (this.needsSpare()) this.spare = this.startSpare();
     }, delayMs);
     this.refillTimer.unref();
+  }
+
+  /** Spares are on and there is none alive (taken, never made, or dead). */
+  private needsSpare(): boolean {
+    return !this.closed && this.s.settings.spareHolder !== false && (!this.spare || this.spare.dead);
   }
 
   /**
