@@ -58,6 +58,23 @@ const action = (callId: string) => ({
 });
 
 describe('Conversations (no daemon)', { timeout: 60_000 }, () => {
+  test('current() answers without a store read only what is loaded here, the same object require() gives', async () => {
+    const dir = newDir();
+    let parts = open(dir);
+    const id = crypto.randomUUID();
+    await parts.conversations.create(record(id));
+    assert.ok(parts.conversations.current(id), 'a created conversation is loaded');
+    await parts.store.close();
+    parts = open(dir);
+    assert.equal(parts.conversations.current(id), undefined, 'after a reopen it is not loaded yet');
+    assert.equal(parts.conversations.current(crypto.randomUUID()), undefined, 'an unknown id');
+    const loaded = await parts.conversations.require(id);
+    assert.equal(parts.conversations.current(id), loaded);
+    await parts.conversations.remove(id);
+    assert.equal(parts.conversations.current(id), undefined, 'a removed conversation');
+    await parts.store.close();
+  });
+
   test('a status change is committed with its event; the stored status and a reopened store agree', async () => {
     const dir = newDir();
     let parts = open(dir);

@@ -240,3 +240,21 @@ test('the syncs reach the kernel: FULL fdatasyncs every journal frame and fsyncs
   assert.ok(full.directory >= 1, 'the new journal file is made durable in its directory');
   assert.deepEqual(syncs('NORMAL'), { frames: 0, directory: 0 });
 });
+
+test('a journal line’s header is the JSON of its six values, also for values that need escaping', async () => {
+  const { journalEvents, journalLine } = await import('../src/store/journal.js');
+  const cases = [
+    { seq: 5, id: '0193a000-0000-7000-8000-000000000001', kind: 'MessageEvent', timestamp: '2026-11-26T10:00:00.000Z', source: 'user' },
+    { seq: 0, id: 'we"ird\n\t', kind: 'X', timestamp: 't', source: undefined },
+    { seq: 1.5, id: 'ü\u2028', kind: '', timestamp: '2026-11-26T10:00:00+01:00', source: null },
+    { seq: undefined, id: 'a\\b', kind: 'a/b', timestamp: '<x>', source: 'agent' },
+  ];
+  for (const c of cases) {
+    for (const conversation of [C, 'a"b']) {
+      const ev = c as never;
+      const line = journalLine(conversation, ev, '{"k":1}');
+      assert.equal(line, `${JSON.stringify([conversation, c.seq, c.id, c.kind, c.timestamp, c.source])}\t{"k":1}`);
+      assert.equal(journalEvents(line)[0]!.conversationId, conversation);
+    }
+  }
+});

@@ -194,6 +194,17 @@ export class Conversations {
     return p;
   }
 
+  /**
+   * The conversation as `load` would give it when that needs no store read (loaded here, and not a
+   * shared store's record whose loop runs elsewhere); undefined otherwise, and then `require` reads
+   * it. The hot path asks this first: an async lookup costs it two promises and two turns.
+   */
+  current(id: string): LiveConversation | undefined {
+    const hit = this.live.get(id);
+    if (!hit || (this.shared && !this.loops.has(id))) return undefined;
+    return this.touch(id, hit);
+  }
+
   async require(id: string): Promise<LiveConversation> {
     const conv = await this.load(id);
     if (!conv) throw new NotFoundError('Conversation not found');

@@ -165,7 +165,7 @@ export class ConversationService {
 
   async sendMessage(id: string, msg: IncomingMessage): Promise<{ success: true }> {
     assertItemsFit(msg.content, this.maxEventBytes, 'content');
-    const conv = await this.conversations.require(id);
+    const conv = this.conversations.current(id) ?? (await this.conversations.require(id));
     const source = msg.role === 'assistant' ? 'agent' : msg.role === 'tool' ? 'environment' : 'user';
     const message: EventDraft = { kind: 'MessageEvent', source, llm_message: { role: msg.role, content: msg.content } };
     // the message and the status it brings back commit together: an error answer means no event

@@ -43,8 +43,13 @@ export interface JournalPosition {
   offset: number;
 }
 
+/** Characters a JSON string holds as they are: ids, kinds, sources and timestamps are made of them. */
+const PLAIN = /^[\w.:+-]*$/;
+/** `JSON.stringify(v)` for the header's values, without its cost when a string needs no escaping (a third of it, per event). */
+const headerValue = (v: unknown): string => (typeof v === 'string' && PLAIN.test(v) ? `"${v}"` : typeof v === 'number' ? String(v) : JSON.stringify(v ?? null));
+
 export const journalLine = (conversationId: string, ev: ParleyEvent, json: string): string =>
-  `${JSON.stringify([conversationId, ev.seq, ev.id, ev.kind, ev.timestamp, ev.source])}\t${json}`;
+  `[${headerValue(conversationId)},${headerValue(ev.seq)},${headerValue(ev.id)},${headerValue(ev.kind)},${headerValue(ev.timestamp)},${headerValue(ev.source)}]\t${json}`;
 
 type IndexRow = [conversationId: string, seq: number, id: string, kind: string, timestamp: string, source: string, body: string];
 

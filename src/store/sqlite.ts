@@ -359,18 +359,22 @@ export class SqliteStore implements Store {
   // ---- events -------------------------------------------------------------------------------
 
   append(conversationId: string, draft: EventDraft): Promise<ParleyEvent> {
-    return this.appendMany(conversationId, [draft]).then((evs) => evs[0]!);
+    // one promise, not appendMany's and a second one to pick its only event: this is the hot path
+    return new Promise((resolve, reject) => this.enqueue({ conversationId, drafts: [draft], resolve: (evs) => resolve(evs[0]!), reject }));
   }
 
   appendMany(conversationId: string, drafts: EventDraft[]): Promise<ParleyEvent[]> {
-    return new Promise((resolve, reject) => {
-      if (this.pending.length === 0) this.pendingSince = performance.now();
-      this.pending.push({ conversationId, drafts, resolve, reject });
-      if (!this.flushScheduled) {
-        this.flushScheduled = true;
-        setImmediate(() => this.flush());
-      }
-    });
+    return new Promise((resolve, reject) => this.enqueue({ conversationId, drafts, resolve, reject }));
+  }
+
+  /** Queues an append for the next flush (one per event-loop turn: every append of the turn in one frame). */
+  private enqueue(p: Pending): void {
+    if (this.pending.length === 0) this.pendingSince = performance.now();
+    this.pending.push(p);
+    if (!this.flushScheduled) {
+      this.flushScheduled = true;
+      setImmediate(() => this.flush());
+    }
   }
 
   private seqOf(conversationId: string): number {
