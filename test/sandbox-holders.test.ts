@@ -27,6 +27,7 @@ import {
   hostProcesses,
   hostProcess,
   nsOf,
+  holdNs,
   pidsInNs,
   descendants,
   alive,
@@ -242,11 +243,16 @@ describe('sandbox: SANDBOX_NETWORK=none and kill -9 of the daemon', { timeout: 1
       await waitFor(() => hostProcesses(`sleep ${marker}`).length === 2, 'sleeps running', 10_000);
       // everything the daemon started: shells, the conversation's holder (its init and pid 2), the spare holder
       const started = descendants(h.d.proc.pid!);
-      const ns = nsOf(hostProcesses(`sleep ${marker}`)[0]!)!;
-      assert.ok(pidsInNs(ns).length >= 4, 'init, pid 2, bash, the sleeps');
-      assert.equal(await h.d.stop('SIGTERM'), 0);
-      const ws = path.join(h.d.dataDir, 'workspaces');
-      await waitFor(() => hostProcesses(`sleep ${marker}`).length === 0 && hostProcesses(ws).length === 0 && pidsInNs(ns).length === 0 && alive(started).length === 0, 'nothing left after shutdown', 10_000);
+      const held = holdNs(hostProcesses(`sleep ${marker}`)[0]!);
+      try {
+        const { ns } = held;
+        assert.ok(pidsInNs(ns).length >= 4, 'init, pid 2, bash, the sleeps');
+        assert.equal(await h.d.stop('SIGTERM'), 0);
+        const ws = path.join(h.d.dataDir, 'workspaces');
+        await waitFor(() => hostProcesses(`sleep ${marker}`).length === 0 && hostProcesses(ws).length === 0 && pidsInNs(ns).length === 0 && alive(started).length === 0, 'nothing left after shutdown', 10_000);
+      } finally {
+        held.release();
+      }
     } finally {
       await h.close();
     }
@@ -260,16 +266,20 @@ describe('sandbox: SANDBOX_NETWORK=none and kill -9 of the daemon', { timeout: 1
       await h.sh(id, `(sleep ${marker} &); nohup sleep ${marker}1 >/dev/null 2>&1 & setsid sleep ${marker}2 & echo started`);
       await waitFor(() => hostProcesses(`sleep ${marker}`).length === 3, 'sleeps running', 10_000);
       const started = descendants(h.d.proc.pid!);
-      const ns = nsOf(hostProcesses(`sleep ${marker}`)[0]!)!;
-      h.d.proc.kill('SIGKILL');
-      await h.d.exited;
-      // nothing in the sandbox (sleeps, shells, its init), no bwrap of this daemon (its argv names the
-      // workspace), nothing the daemon had started (the spare holder included)
-      const ws = path.join(h.d.dataDir, 'workspaces');
-      const left = () => [...hostProcesses(`sleep ${marker}`), ...hostProcesses(ws), ...pidsInNs(ns), ...alive(started)];
-      await waitFor(() => left().length === 0, 'no sandboxed process left', 10_000).catch(() => {
-        throw new Error(`left over: ${left().join(',')}`);
-      });
+      const held = holdNs(hostProcesses(`sleep ${marker}`)[0]!);
+      try {
+        h.d.proc.kill('SIGKILL');
+        await h.d.exited;
+        // nothing in the sandbox (sleeps, shells, its init), no bwrap of this daemon (its argv names the
+        // workspace), nothing the daemon had started (the spare holder included)
+        const ws = path.join(h.d.dataDir, 'workspaces');
+        const left = () => [...hostProcesses(`sleep ${marker}`), ...hostProcesses(ws), ...pidsInNs(held.ns), ...alive(started)];
+        await waitFor(() => left().length === 0, 'no sandboxed process left', 10_000).catch(() => {
+          throw new Error(`left over: ${left().join(',')}`);
+        });
+      } finally {
+        held.release();
+      }
     } finally {
       await h.close();
     }

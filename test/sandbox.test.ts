@@ -28,6 +28,7 @@ import {
   hostProcesses,
   hostProcess,
   nsOf,
+  holdNs,
   pidsInNs,
   descendants,
   alive,
@@ -229,6 +230,7 @@ describe('sandbox: one sandbox per conversation', { timeout: 180_000 }, () => {
     const h = await harness();
     const git = await startGitServer({ token: 'gh-SANDBOX-token-5678' });
     const m = `9191${process.pid % 1000}`;
+    const held: { release(): void }[] = [];
     try {
       await git.createRepo('acme/one', {
         'README.md': '# one\n',
@@ -255,7 +257,9 @@ describe('sandbox: one sandbox per conversation', { timeout: 180_000 }, () => {
       // judged from the host: one pid (and user) namespace for all of them, not the host's
       const setupJob = await hostProcess(`sleep ${m}1`);
       const shellJob = await hostProcess(`sleep ${m}2`);
-      const nsA = nsOf(shellJob)!;
+      const heldA = holdNs(shellJob);
+      held.push(heldA);
+      const nsA = heldA.ns;
       assert.notEqual(nsA, nsOf(process.pid));
       assert.equal(nsOf(setupJob), nsA);
       assert.equal(nsOf(mcpPid), nsA);
@@ -278,7 +282,9 @@ describe('sandbox: one sandbox per conversation', { timeout: 180_000 }, () => {
       assert.doesNotMatch(other.text, new RegExp(`setup-${m}|cache-${m}`));
       assert.match(other.text, /^0$/m, "another conversation's processes are not visible");
       const bJob = await hostProcess(`sleep ${m}3`);
-      const nsB = nsOf(bJob!)!;
+      const heldB = holdNs(bJob!);
+      held.push(heldB);
+      const nsB = heldB.ns;
       assert.notEqual(nsB, nsA);
       for (const kind of ['user', 'mnt', 'ipc', 'uts']) assert.notEqual(nsOf(bJob!, kind), nsOf(shellJob, kind), `${kind}: per conversation`);
 
@@ -299,10 +305,12 @@ describe('sandbox: one sandbox per conversation', { timeout: 180_000 }, () => {
       assert.match(again.text, /back/);
       assert.match(again.text, /new shell was started/);
       const bJob2 = await hostProcess(`sleep ${m}4`);
-      // a new sandbox: a namespace's inode number is reused once it is freed, its init's host pid is not (yet)
+      // a new sandbox: the killed one's namespace is held (its number not reused), and its init's host pid is not reused (yet)
+      assert.notEqual(nsOf(bJob2), nsB, 'a new pid namespace');
       const init2 = pidsInNs(nsOf(bJob2)!).find((p) => /^NSpid:\s+\d+\s+1$/m.test(fs.readFileSync(`/proc/${p}/status`, 'utf8')));
       assert.ok(init2 && init2 !== init, `a new sandbox (init ${init2}, the killed one ${init})`);
     } finally {
+      for (const n of held) n.release();
       await git.close();
       await h.close();
     }

@@ -55,6 +55,18 @@ export function nsOf(pid: number, kind = 'pid'): string | null {
   }
 }
 
+/**
+ * A namespace of `pid`, held open until `release()`: the kernel numbers namespaces from the lowest
+ * free number, so once the last process of a namespace is gone a sandbox another test starts meanwhile
+ * may get the same `pid:[N]`, and "no process left in it" would count that sandbox's. An open
+ * descriptor keeps the namespace (not its processes), and with it its number.
+ */
+export function holdNs(pid: number, kind = 'pid'): { ns: string; release(): void } {
+  const fd = fs.openSync(`/proc/${pid}/ns/${kind}`, 'r');
+  const ns = fs.readlinkSync(`/proc/self/fd/${fd}`);
+  return { ns, release: () => fs.closeSync(fd) };
+}
+
 /** Host processes in the pid namespace `ns` (zombies have no namespace links). */
 export function pidsInNs(ns: string): number[] {
   return fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d) && nsOf(Number(d)) === ns).map(Number);
