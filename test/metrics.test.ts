@@ -106,7 +106,8 @@ describe('GET /metrics', { timeout: 90_000 }, () => {
     assert.ok(sum(end, 'parley_llm_tokens_total', { provider: 'openai', model: 'scripted', direction: 'output' }) >= 7);
     assert.ok(sum(end, 'parley_llm_tokens_total', { direction: 'input' }) >= 100);
     assert.equal(sum(end, 'parley_tool_call_duration_seconds_count', { tool: 'terminal', outcome: 'ok' }), 1);
-    assert.ok(sum(end, 'parley_child_processes', { command: 'sleep' }) >= 1, 'the shell\'s background sleep is counted');
+    // awaited: the shell forks the background job and answers at once; on a busy machine the child may not have exec'd `sleep` yet
+    await waitFor(async () => sum(await scrape(), 'parley_child_processes', { command: 'sleep' }) >= 1, "the shell's background sleep is counted", 10_000);
     assert.ok(sum(end, 'parley_conversations', { execution_status: 'finished' }) >= 1);
     assert.equal(sum(end, 'parley_ws_dropped_subscribers_total'), 0, 'the live subscriber kept up');
     ws.close();
