@@ -248,6 +248,7 @@ test('a journal line’s header is the JSON of its six values, also for values t
     { seq: 0, id: 'we"ird\n\t', kind: 'X', timestamp: 't', source: undefined },
     { seq: 1.5, id: 'ü\u2028', kind: '', timestamp: '2026-11-26T10:00:00+01:00', source: null },
     { seq: undefined, id: 'a\\b', kind: 'a/b', timestamp: '<x>', source: 'agent' },
+    { seq: NaN, id: '😀\ud800', kind: '\u0000\u001f', timestamp: '', source: 'x y' },
   ];
   for (const c of cases) {
     for (const conversation of [C, 'a"b']) {

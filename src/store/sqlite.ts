@@ -31,6 +31,7 @@ import { UnavailableError } from '../errors.js';
 import { uuidv7 } from '../events/ids.js';
 import { upgradeEvent } from '../events/legacy.js';
 import { EncodedEvent, eventJson, keepStoredJson, nowIso, type EventDraft, type ParleyEvent } from '../events/types.js';
+import { serializeEvent } from '../events/event-json.js';
 import { metrics } from '../metrics.js';
 import { DiskWatch, errorText, isDiskFull } from './disk-watch.js';
 import { lockDataDir } from './lock.js';
@@ -445,7 +446,7 @@ export class SqliteStore implements Store {
         ev.id = d.id ?? uuidv7();
         ev.seq = seq;
         ev.timestamp = d.timestamp ?? now;
-        const json = JSON.stringify(ev);
+        const json = serializeEvent(ev);
         lines.push(journalLine(p.conversationId, ev, json));
         out.push(new EncodedEvent(ev, json));
       }
