@@ -112,6 +112,7 @@ function child(root: string): Result {
 }
 
 const roots = [HERE, ...(args.compare ? [path.resolve(args.compare)] : [])];
+if (roots[1] === HERE) throw new Error('--compare names this checkout: give another one');
 const results = new Map<string, Result[]>(roots.map((r) => [r, []]));
 for (let run = 0; run < RUNS; run++) for (const r of roots) results.get(r)!.push(child(r));
 const best = (rs: Result[], k: keyof Result) => (k === 'perSecond' ? Math.max(...rs.map((r) => r[k])) : Math.min(...rs.map((r) => r[k])));
