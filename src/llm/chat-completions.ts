@@ -21,6 +21,9 @@
  * prompt tokens included), finish reason and response id; HTTP errors, in-stream errors, dropped streams
  * and network failures end up in the same `ProviderError` codes through src/llm/errors.ts. The retry loop,
  * idle timeout and abort stay in provider.ts. Anthropic and OpenAI's Responses API still go through the SDK.
+ *
+ * Why one file of this size (~620 lines): it is one protocol's client, the request it writes and the stream
+ * it reads, held byte for byte to the SDK's by one test file; the halves change together.
  */
 import http from 'node:http';
 import https from 'node:https';
