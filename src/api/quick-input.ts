@@ -8,6 +8,7 @@
  *
  * Why by hand: zod took ~1 µs of the ~40 µs a message costs the daemon on the hot path, this ~0.1.
  */
+import { isPlain } from '../events/event-json.js';
 import { MESSAGE_ROLES } from '../events/schema.js';
 import type { SendMessageInput } from './schemas.js';
 
@@ -15,9 +16,6 @@ type Input = import('zod').output<typeof SendMessageInput>;
 
 const CANONICAL_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const ROLES: ReadonlySet<unknown> = new Set(MESSAGE_ROLES);
-
-const isPlain = (v: unknown): v is Record<string, unknown> =>
-  typeof v === 'object' && v !== null && !Array.isArray(v) && Object.getPrototypeOf(v) === Object.prototype;
 
 /** Own keys only among `allowed` (JSON.parse never makes inherited or symbol keys). */
 function onlyKeys(o: Record<string, unknown>, allowed: readonly string[]): boolean {

@@ -21,7 +21,8 @@ export const jsonString = (s: string): string => (VERBATIM.test(s) ? `"${s}"` : 
 /** `JSON.stringify(n)` for a number. */
 export const jsonNumber = (n: number): string => (Number.isFinite(n) ? String(n) : 'null');
 
-const isPlain = (v: unknown): v is Record<string, unknown> =>
+/** A plain object, as JSON.parse and object literals make them (no array, no class instance, no null prototype). */
+export const isPlain = (v: unknown): v is Record<string, unknown> =>
   typeof v === 'object' && v !== null && !Array.isArray(v) && Object.getPrototypeOf(v) === Object.prototype;
 
 /** Whether the object's enumerable keys are exactly `keys`, in that order (JSON.stringify's order). */
