@@ -1,7 +1,7 @@
 /**
  * GET /sockets/events/{conversation_id} (CONTRACT §4): auth three ways, the full_state snapshot
- * first, exact resume, msgpack or JSON frames, client frames handled as sends, and a bounded
- * buffer per subscriber (close 1013 when it falls behind).
+ * first, exact resume, msgpack or JSON frames, client frames handled as sends, a bounded buffer
+ * per subscriber (close 1013 when it falls behind), and live events written once per turn.
  */
 import crypto from 'node:crypto';
 import { pack, unpack } from 'msgpackr';
@@ -31,6 +31,9 @@ interface SocketData {
   pending: boolean;
   /** Invalid frames since the last valid one. */
   invalid: number;
+  /** Live events waiting for the end of this turn (`flushOutbox`), and their bytes. */
+  out: (string | Buffer)[];
+  outBytes: number;
 }
 
 /** Until authenticated a socket may only send an auth frame: a few KiB (issue 12.4). */
@@ -97,8 +100,56 @@ export function mountEventSockets(app: TemplatedApp, core: Core, log: Logger, op
     return [[[], n]];
   });
 
+  /**
+   * Live events are not written one send() each: they wait in the socket's outbox until the end of
+   * the turn that delivered them (a microtask), then go out corked, one write per socket. A turn
+   * commits the events of many requests at once (~34 under the load test), and one conversation's
+   * subscriber often gets several of them: the subscribers' frames were ~20 % of the event loop
+   * there, one syscall each, and an agent's step (its action, observation and state) is one write.
+   */
+  const outbox = new Map<WebSocket<SocketData>, SocketData>();
+  const queueLive = (ws: WebSocket<SocketData>, d: SocketData, data: string | Buffer) => {
+    if (outbox.size === 0) queueMicrotask(flushOutbox);
+    outbox.set(ws, d);
+    d.out.push(data);
+    d.outBytes += data.length; // a JSON string's length: its bytes for ASCII, near enough for pacing
+  };
+  const flushOutbox = () => {
+    for (const [ws, d] of outbox) {
+      outbox.delete(ws);
+      writeOut(ws, d);
+    }
+  };
+  /** Writes the socket's waiting events, in order, before anything else is sent on it. */
+  const writeOut = (ws: WebSocket<SocketData>, d: SocketData) => {
+    if (d.out.length === 0) return;
+    const frames = d.out;
+    d.out = [];
+    d.outBytes = 0;
+    if (d.closed) return; // the socket may be gone: nothing of it is touched
+    let refused = false;
+    ws.cork(() => {
+      for (const f of frames) if (ws.send(f, d.binary) === DROPPED) return void (refused = true);
+    });
+    // as each live send did: a frame uWS refused, or more buffered than a subscriber may have, closes it
+    if (refused || ws.getBufferedAmount() > opts.maxBufferedBytes) return tooSlow(ws);
+    // the feed stopped on its outbox (below lowWater in uWS, so uWS will not call drain): resume it
+    if (d.drainWaiters.length && ws.getBufferedAmount() < lowWater) resume(d);
+  };
+  const resume = (d: SocketData) => {
+    const waiters = d.drainWaiters;
+    d.drainWaiters = [];
+    // not from inside uWS's writable callback: a frame sent there (the replay's next event, in a
+    // microtask) can stay in uWS's buffer with nothing polling to write it, and the replay stalls
+    setImmediate(() => {
+      for (const w of waiters) w();
+    });
+  };
+
   const frame = (ws: WebSocket<SocketData>, obj: unknown) => {
     const d = ws.getUserData();
+    if (d.closed) return;
+    writeOut(ws, d);
     if (d.closed) return;
     ws.send(d.binary ? pack(obj) : JSON.stringify(obj), d.binary);
   };
@@ -113,6 +164,8 @@ export function mountEventSockets(app: TemplatedApp, core: Core, log: Logger, op
   };
   const end = (ws: WebSocket<SocketData>, code: number, reason: string) => {
     const d = ws.getUserData();
+    if (d.closed) return;
+    writeOut(ws, d); // what was delivered before the close goes first (a deleted conversation's last events)
     if (d.closed) return;
     d.closed = true;
     ws.end(code, reason);
@@ -143,17 +196,19 @@ export function mountEventSockets(app: TemplatedApp, core: Core, log: Logger, op
     frame(ws, snapshot);
     const sinkSend = (ev: EncodedEvent) => {
       if (d.closed) return false;
-      // uWS drops a frame that would take its buffer past maxBackpressure: the client must resume (after_seq), not miss it
-      if (ws.send(d.binary ? ev.msgpack : ev.json, d.binary) === DROPPED) {
+      const data = d.binary ? ev.msgpack : ev.json;
+      // live (and a replay of a gap while live): through the outbox, closed there when too far behind
+      if (!feedReplaying) {
+        queueLive(ws, d, data);
+        return ws.getBufferedAmount() + d.outBytes < lowWater;
+      }
+      // the first replay, paced by the return value: uWS drops a frame that would take its buffer past
+      // maxBackpressure, and the client must resume (after_seq), not miss it
+      if (ws.send(data, d.binary) === DROPPED) {
         tooSlow(ws);
         return false;
       }
-      const buffered = ws.getBufferedAmount();
-      if (buffered > opts.maxBufferedBytes && !feedReplaying) {
-        tooSlow(ws);
-        return false;
-      }
-      return buffered < lowWater;
+      return ws.getBufferedAmount() < lowWater;
     };
     let feedReplaying = true;
     d.feed = core.events.follow(id, {
@@ -237,6 +292,8 @@ export function mountEventSockets(app: TemplatedApp, core: Core, log: Logger, op
         ip,
         pending: false,
         invalid: 0,
+        out: [],
+        outBytes: 0,
       };
       res.upgrade(data, secKey, secProtocol, secExt, context);
     },
@@ -291,19 +348,15 @@ export function mountEventSockets(app: TemplatedApp, core: Core, log: Logger, op
       // uWS calls this each time some of its buffer went out: a replay waits until it is below the low-water mark,
       // so what is buffered for one socket stays under lowWater + one event
       if (!d.drainWaiters.length || ws.getBufferedAmount() >= lowWater) return;
-      const waiters = d.drainWaiters;
-      d.drainWaiters = [];
-      // not from inside uWS's writable callback: a frame sent there (the replay's next event, in a
-      // microtask) can stay in uWS's buffer with nothing polling to write it, and the replay stalls
-      setImmediate(() => {
-        for (const w of waiters) w();
-      });
+      resume(d);
     },
     close: (ws) => {
       open.delete(ws);
       const d = ws.getUserData();
       const wasCounted = !!d.feed;
       d.closed = true;
+      d.out = [];
+      d.outBytes = 0;
       clearTimeout(d.authTimer);
       unpend(d);
       d.feed?.close();
