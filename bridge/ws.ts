@@ -117,7 +117,19 @@ export function mountEventSockets(app: TemplatedApp, core: Core, log: Logger, op
   const flushOutbox = () => {
     for (const [ws, d] of outbox) {
       outbox.delete(ws);
-      writeOut(ws, d);
+      try {
+        writeOut(ws, d);
+      } catch (err) {
+        // one socket's failure neither stops the others' frames nor escapes this microtask (it would end the
+        // daemon); the client, closed 1011, resumes with after_seq
+        log.error({ conversation_id: d.conversationId, err: String(err) }, 'writing to a subscriber failed; closing it');
+        d.out = [];
+        try {
+          end(ws, 1011, 'Internal error');
+        } catch {
+          d.closed = true; // already gone
+        }
+      }
     }
   };
   /** Writes the socket's waiting events, in order, before anything else is sent on it. */
