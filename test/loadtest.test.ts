@@ -11,10 +11,13 @@ import { daemonArgs, ROOT } from './support/daemon.js';
 /** The daemon the load test starts unless a test names another entry: the one the other test files run (see daemonArgs). */
 const DAEMON_ENTRY = (await daemonArgs()).at(-1)!;
 
+/** Measured seconds per run: enough for thousands of requests, so the checks below see real traffic; the suite's CPU is what it costs (12 runs here). */
+const DURATION = '0.3';
+
 function loadtest(...args: string[]) {
   const entry = args.includes('--daemon-entry') ? [] : ['--daemon-entry', DAEMON_ENTRY];
   const rounds = args.includes('--rounds') ? [] : ['--rounds', '1'];
-  return spawnSync(process.execPath, ['--import', 'tsx', 'scripts/loadtest.ts', '--duration', '1', '--warmup', '0', '--conversations', '3', '--concurrency', '4', ...entry, ...rounds, ...args], {
+  return spawnSync(process.execPath, ['--import', 'tsx', 'scripts/loadtest.ts', '--duration', DURATION, '--warmup', '0', '--conversations', '3', '--concurrency', '4', ...entry, ...rounds, ...args], {
     cwd: ROOT,
     encoding: 'utf8',
     timeout: 120_000,
@@ -78,4 +81,13 @@ test('across nodes: two nodes on PostgreSQL + NATS, subscribers on the other nod
   assert.equal(m![1], m![2]);
   assert.equal(m![3], m![4]);
   assert.equal(m![1], m![3]);
+});
+
+test('a duration that is not a number of seconds from 0.1 up is refused with one line and exit 2, before any daemon starts', () => {
+  for (const bad of ['0.05', '1e3', '601']) {
+    const r = loadtest('--duration', bad);
+    assert.equal(r.status, 2, `${bad}: ${r.stdout}${r.stderr}`);
+    assert.match(r.stderr, new RegExp(String.raw`^loadtest: --duration must be a number of seconds between 0\.1 and 600 \(got "${bad.replace('.', '\\.')}"\)$`, 'm'));
+    assert.doesNotMatch(r.stdout, /Parley POST/);
+  }
 });
