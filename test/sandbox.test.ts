@@ -108,13 +108,25 @@ describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
 
   test('kill -9 of the daemon from inside fails and the daemon lives', async () => {
     const pid = h.d.proc.pid!;
+    // the sandbox's pid namespace, read on the host from a process running in it
+    const marker = `6161${process.pid % 1000}`;
+    await h.sh(a, `(sleep ${marker} &); echo started`);
+    await waitFor(() => hostProcesses(`sleep ${marker}`).length === 1, 'the marker sleep running', 30_000);
+    const ns = nsOf(hostProcesses(`sleep ${marker}`)[0]!);
+    assert.ok(ns, 'the sandbox has a pid namespace of its own');
     const r = await h.sh(a, `kill -9 ${pid}; echo rc=$?; kill -9 -1; echo after`);
     assert.match(r.text, /rc=1/);
     assert.equal(h.d.proc.exitCode, null);
     assert.equal((await h.req('GET', '/alive')).status, 200);
-    // kill -1 inside only reached the sandbox's own processes: the next command gets a fresh shell
+    // kill -1 inside reached only the sandbox's own processes, its file service among them, so the
+    // sandbox ends: bwrap's init exits and the kernel kills the rest, the shell too. That lands a
+    // moment after the command's answer; a command sent before it is cut short and says so
+    // ("The shell exited (SIGKILL)"). Once the old sandbox is gone, the next command gets a fresh
+    // shell in a new one.
+    await waitFor(() => pidsInNs(ns!).length === 0, 'no process left in the old sandbox', 30_000);
     const again = await h.sh(a, 'echo still-here');
     assert.match(again.text, /still-here/);
+    assert.equal(h.d.proc.exitCode, null);
   });
 
   test('writes outside the workspace (/tmp, /, /usr, DATA_DIR) leave nothing on the host', async () => {
