@@ -113,7 +113,7 @@ describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
     await h.sh(a, `(sleep ${marker} &); echo started`);
     await waitFor(() => hostProcesses(`sleep ${marker}`).length === 1, 'the marker sleep running', 30_000);
     const ns = nsOf(hostProcesses(`sleep ${marker}`)[0]!);
-    assert.ok(ns, 'the sandbox has a pid namespace of its own');
+    assert.ok(ns && ns !== nsOf(process.pid), 'the sandbox has a pid namespace of its own');
     const r = await h.sh(a, `kill -9 ${pid}; echo rc=$?; kill -9 -1; echo after`);
     assert.match(r.text, /rc=1/);
     assert.equal(h.d.proc.exitCode, null);
