@@ -166,19 +166,16 @@ function parseOptions(argv: string[]): Options {
     const e = process.env[envName];
     return e === undefined || e === '' ? undefined : e;
   };
-  const int = (flag: keyof typeof OPTION_SPEC, def: number, min: number, max: number): number => {
+  /** A number option within [min, max]: whole, or with decimals where `decimals` (the suite measures 0.3 s rounds). */
+  const bounded = (decimals: boolean) => (flag: keyof typeof OPTION_SPEC, def: number, min: number, max: number): number => {
     const v = raw(flag);
     if (v === undefined) return def;
-    if (!/^\d+$/.test(v) || Number(v) < min || Number(v) > max) throw new Error(`--${flag} must be a whole number between ${min} and ${max} (got "${v}")`);
+    const form = decimals ? /^\d+(\.\d+)?$/ : /^\d+$/;
+    if (!form.test(v) || Number(v) < min || Number(v) > max) throw new Error(`--${flag} must be ${decimals ? 'a number of seconds' : 'a whole number'} between ${min} and ${max} (got "${v}")`);
     return Number(v);
   };
-  /** Seconds, with decimals (the suite measures 0.3 s rounds: it checks the script, not the speed). */
-  const seconds = (flag: keyof typeof OPTION_SPEC, def: number, min: number, max: number): number => {
-    const v = raw(flag);
-    if (v === undefined) return def;
-    if (!/^\d+(\.\d+)?$/.test(v) || Number(v) < min || Number(v) > max) throw new Error(`--${flag} must be a number of seconds between ${min} and ${max} (got "${v}")`);
-    return Number(v);
-  };
+  const int = bounded(false);
+  const seconds = bounded(true);
   const bool = (flag: keyof typeof OPTION_SPEC) => ['true', '1'].includes(raw(flag) ?? '');
   const conversations = int('conversations', 50, 1, 10_000);
   const subsRaw = raw('subscribers') ?? 'all';
