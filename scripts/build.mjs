@@ -1,6 +1,7 @@
 /**
  * Builds what `npm start` runs: dist/main.mjs (the daemon's entry, which runs dist/daemon.cjs through
- * a V8 code cache: scripts/daemon-entry.mjs) and dist/writer.mjs (the store's index writer thread),
+ * a V8 code cache: scripts/daemon-entry.mjs, with scripts/code-cache.mjs bundled in) and
+ * dist/writer.mjs (the store's index writer thread),
  * bundled by esbuild from the TypeScript sources, and dist/console/ (the web console).
  * Run by `npm install` (`prepare`) and, when a source file is newer than the build, by
  * scripts/start.mjs. Tests and development run
@@ -56,8 +57,22 @@ export async function build(dist = DIST) {
     supported: { 'dynamic-import': false },
     define: { 'import.meta.url': '__parleyMetaUrl' },
   });
-  fs.copyFileSync(path.join(ROOT, 'scripts/daemon-entry.mjs'), path.join(tmp, 'main.mjs'));
-  fs.copyFileSync(path.join(ROOT, 'scripts/code-cache.mjs'), path.join(tmp, 'code-cache.mjs'));
+  // its entry, with the code cache's helpers in it: one module with no import statement (why:
+  // scripts/daemon-entry.mjs); left unminified, it is small
+  const entry = await esbuild.build({
+    absWorkingDir: ROOT,
+    entryPoints: { main: 'scripts/daemon-entry.mjs' },
+    outdir: tmp,
+    outExtension: { '.js': '.mjs' },
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    metafile: true,
+    logLevel: 'warning',
+  });
+  const imported = Object.values(entry.metafile.outputs).flatMap((o) => o.imports.filter((i) => i.kind !== 'dynamic-import').map((i) => i.path));
+  if (imported.length) throw new Error(`build: dist/main.mjs must import nothing, it imports ${imported.join(', ')}`);
   // the first start's cache: the bundle compiled here, under this process's Node and flags (a
   // rebuild by `npm start` makes the one its own start uses); that start replaces it with its own
   const { cacheFileOf, compile, digestOf, MADE_BY_BUILD, writeCache } = await import('./code-cache.mjs');

@@ -1,16 +1,26 @@
 /**
- * The built daemon's V8 code cache (copied to dist/code-cache.mjs): one definition of how the
- * bundle is wrapped, where its cache is kept and what a cache file holds, for the entry that uses
- * and writes it (scripts/daemon-entry.mjs) and for the build that writes the first one
- * (scripts/build.mjs). Why and when the cache is used: daemon-entry.mjs.
+ * The built daemon's V8 code cache (bundled into dist/main.mjs by scripts/build.mjs): one definition
+ * of how the bundle is wrapped, where its cache is kept and what a cache file holds, for the entry
+ * that uses and writes it (scripts/daemon-entry.mjs), for the build that writes the first one
+ * (scripts/build.mjs) and for scripts/bench-startup.ts. Why and when the cache is used:
+ * daemon-entry.mjs.
  *
  * A cache file: the SHA-256 of the bundle it was made from (32 bytes), what made it (1 byte: the
  * build, which only compiled the bundle, or a start, which also compiled every function it
  * called), then V8's data.
+ *
+ * No import statements, as in the entry this becomes part of (why: daemon-entry.mjs): Node's
+ * built-ins come from `builtin`.
  */
-import crypto from 'node:crypto';
-import fs from 'node:fs';
-import vm from 'node:vm';
+
+/**
+ * A Node built-in by name ('node:fs'), without an import: `process.getBuiltinModule` (Node 20.16
+ * and later), else (Node 20.15, which package.json still allows) a `require`.
+ */
+export const builtin = process.getBuiltinModule ?? (await import('node:module')).createRequire(import.meta.url);
+const crypto = builtin('node:crypto');
+const fs = builtin('node:fs');
+const vm = builtin('node:vm');
 
 export const MADE_BY_BUILD = 0;
 export const MADE_BY_START = 1;

@@ -1,7 +1,7 @@
 /**
- * dist/main.mjs (copied there by scripts/build.mjs): what `node dist/main.mjs` and `npm start` run.
- * It runs the bundled daemon, dist/daemon.cjs, through a V8 code cache, dist/daemon.cjs.<key>.cache
- * (its format and key: scripts/code-cache.mjs).
+ * dist/main.mjs (bundled there with scripts/code-cache.mjs by scripts/build.mjs): what
+ * `node dist/main.mjs` and `npm start` run. It runs the bundled daemon, dist/daemon.cjs, through a
+ * V8 code cache, dist/daemon.cjs.<key>.cache (its format and key: scripts/code-cache.mjs).
  *
  * Why: compiling the bundle was the largest single cost before the first request (parsing 1.4 MB of
  * ES modules, then compiling every function the start calls). Node 20 caches no compiled ES module
@@ -18,14 +18,19 @@
  * alone (the first start parses no 2.7 MB), which the first start replaces with its own; a
  * directory the daemon cannot write (a read-only install) keeps the build's. The cache is kept next
  * to the bundle on purpose: whoever can write it can already change the bundle itself.
+ *
+ * Why dist/main.mjs imports nothing: an ES module reaches its first statement only once every module
+ * it imports is resolved, read, parsed and linked, and each Node built-in it imports gets an ES
+ * module facade made for it; with code-cache.mjs and six built-ins imported, that was ~5 ms of the
+ * start. So the build bundles code-cache.mjs into this file (the one import below, which leaves no
+ * import statement in dist/main.mjs), and the built-ins come from `builtin` (code-cache.mjs),
+ * which reads Node's own modules without an import.
  */
-import fs from 'node:fs';
-import { createRequire } from 'node:module';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { cacheFileOf, compile, digestOf, MADE_BY_BUILD, MADE_BY_START, readCache, writeCache } from './code-cache.mjs';
+import { builtin, cacheFileOf, compile, digestOf, MADE_BY_BUILD, MADE_BY_START, readCache, writeCache } from './code-cache.mjs';
 
-const bundle = fileURLToPath(new URL('./daemon.cjs', import.meta.url));
+const fs = builtin('node:fs');
+const { createRequire } = builtin('node:module');
+const bundle = builtin('node:path').join(import.meta.dirname, 'daemon.cjs');
 const cacheFile = cacheFileOf(bundle);
 // in a function: the file's bytes and the cache's (4 MB) are garbage once compiled, the script keeps the source
 const { digest, script, saved: upToDate } = (() => {
@@ -56,4 +61,4 @@ process.once('exit', () => listening && save());
 // `import.meta.url` in the bundle is this file's URL, so paths next to it (the writer thread, the
 // console, the sandbox's file service) resolve as they did when the daemon was this module
 const module = { exports: {} };
-script.runInThisContext()(module.exports, createRequire(bundle), module, bundle, path.dirname(bundle), import.meta.url);
+script.runInThisContext()(module.exports, createRequire(bundle), module, bundle, import.meta.dirname, import.meta.url);

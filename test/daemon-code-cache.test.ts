@@ -6,6 +6,8 @@
  * for a bundle edited without changing its length (which V8, checking the length only, would take)
  * are not used: the daemon starts, runs the bundle on disk and writes a cache of its own. A start
  * that ends before listening keeps none; starts with other Node flags keep a cache of their own.
+ * The entry is one module with no import statement, and starts on a Node without
+ * process.getBuiltinModule (before 20.16) as well.
  */
 import assert from 'node:assert/strict';
 import { execFile as execFileCb, spawn, spawnSync } from 'node:child_process';
@@ -111,5 +113,20 @@ describe('the built daemon’s code cache', () => {
     assert.match(output, /listening at http:\/\//);
     assert.doesNotMatch(output, /listening on http:\/\//);
     assert.deepEqual(fs.readFileSync(cacheFile).subarray(0, 32), sha256(fs.readFileSync(bundle)));
+  });
+
+  test('the entry imports nothing; without process.getBuiltinModule (Node 20.15) it starts and keeps its cache as well', async () => {
+    assert.doesNotMatch(fs.readFileSync(path.join(dist, 'main.mjs'), 'utf8'), /^\s*import\s*[\w{*'"]/m, 'no import statement');
+    const had = caches();
+    // before the entry runs, the method is gone as on Node 20.15 (a flag: a cache of its own)
+    const older = ['--import', 'data:text/javascript,delete process.getBuiltinModule'];
+    await startAndStop(older);
+    const added = caches().filter((f) => !had.includes(f));
+    assert.equal(added.length, 1);
+    const written = fs.readFileSync(path.join(dist, added[0]!));
+    assert.deepEqual(written.subarray(0, 32), sha256(fs.readFileSync(bundle)));
+    assert.equal(written[32], 1, 'made by a start');
+    await startAndStop(older);
+    assert.deepEqual(fs.readFileSync(path.join(dist, added[0]!)), written, 'and used by the next');
   });
 });
