@@ -1,12 +1,12 @@
 /**
  * `npm start`: runs the built daemon (dist/, see build.mjs), rebuilding it first when it is missing
  * or older than a source file, so `npm start` always runs the current code.
+ * Built-ins come from stale.mjs's `builtin`, not from imports (why: stale.mjs).
  */
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { isStale } from './stale.mjs';
+import { builtin, isStale } from './stale.mjs';
 
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const path = builtin('node:path');
+const root = path.dirname(import.meta.dirname);
 const entry = path.join(root, 'dist', 'main.mjs');
 
 if (isStale(entry, ['bridge', 'src', 'console', 'scripts/build.mjs', 'scripts/daemon-entry.mjs', 'scripts/code-cache.mjs', 'package.json', 'package-lock.json'].map((s) => path.join(root, s)))) {
