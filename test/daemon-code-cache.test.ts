@@ -7,7 +7,8 @@
  * are not used: the daemon starts, runs the bundle on disk and writes a cache of its own. A start
  * that ends before listening keeps none; starts with other Node flags keep a cache of their own.
  * The entry is one module with no import statement, and starts on a Node without
- * process.getBuiltinModule (before 20.16) as well.
+ * process.getBuiltinModule (before 20.16) as well. The built-ins the daemon loads on first use
+ * (src/builtins.ts) are not loaded when it listens.
  */
 import assert from 'node:assert/strict';
 import { execFile as execFileCb, spawn, spawnSync } from 'node:child_process';
@@ -16,6 +17,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { promisify } from 'node:util';
+import { LOADED_ON_FIRST_USE } from '../src/builtins.js';
 import { freePort, ROOT, tempDir, waitFor } from './support/daemon.js';
 
 const execFile = promisify(execFileCb);
@@ -128,5 +130,17 @@ describe('the built daemon’s code cache', () => {
     assert.equal(written[32], 1, 'made by a start');
     await startAndStop(older);
     assert.deepEqual(fs.readFileSync(path.join(dist, added[0]!)), written, 'and used by the next');
+  });
+
+  test('when it listens, the start has loaded none of the built-ins it loads on first use (src/builtins.ts)', async () => {
+    // Node's own list of the built-ins loaded so far, as the daemon says it listens
+    const seen = path.join(path.dirname(dist), 'builtins-at-listen.json');
+    const preload = path.join(path.dirname(dist), 'record-builtins.cjs');
+    fs.writeFileSync(preload, `process.once('parley:listening', () => require('node:fs').writeFileSync(${JSON.stringify(seen)}, JSON.stringify(process.moduleLoadList.filter((m) => m.startsWith('NativeModule ')).map((m) => m.slice(13)))));`);
+    await startAndStop(['--require', preload]);
+    const loaded: string[] = JSON.parse(fs.readFileSync(seen, 'utf8'));
+    // the list is the right one: what the start needs is in it
+    for (const needed of ['worker_threads', 'crypto', 'vm']) assert.ok(loaded.includes(needed), `${needed} in ${loaded.join(' ')}`);
+    for (const deferred of LOADED_ON_FIRST_USE) assert.ok(!loaded.includes(deferred), `${deferred} loaded before the listen`);
   });
 });

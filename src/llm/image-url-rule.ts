@@ -8,27 +8,33 @@ import { BlockList, isIP } from 'node:net';
 const IMAGE_URL_RULE =
   'image URLs must be https://, http:// or data:image/…;base64 URLs of a public host (not localhost, *.local, *.internal, a loopback, private or link-local address)';
 
-const blocked = new BlockList();
-for (const [net, prefix] of [
-  ['0.0.0.0', 8], ['10.0.0.0', 8], ['100.64.0.0', 10], ['127.0.0.0', 8], ['169.254.0.0', 16], ['172.16.0.0', 12],
-  ['192.0.0.0', 24], ['192.168.0.0', 16], ['198.18.0.0', 15], ['224.0.0.0', 3],
-] as const) blocked.addSubnet(net, prefix, 'ipv4');
-for (const [net, prefix] of [['::', 127], ['fc00::', 7], ['fe80::', 10], ['ff00::', 8]] as const) blocked.addSubnet(net, prefix, 'ipv6');
+// built on the first check, not while the daemon starts
+let blockList: BlockList | undefined;
+function blocked(): BlockList {
+  if (blockList) return blockList;
+  const list = new BlockList();
+  for (const [subnet, prefix] of [
+    ['0.0.0.0', 8], ['10.0.0.0', 8], ['100.64.0.0', 10], ['127.0.0.0', 8], ['169.254.0.0', 16], ['172.16.0.0', 12],
+    ['192.0.0.0', 24], ['192.168.0.0', 16], ['198.18.0.0', 15], ['224.0.0.0', 3],
+  ] as const) list.addSubnet(subnet, prefix, 'ipv4');
+  for (const [subnet, prefix] of [['::', 127], ['fc00::', 7], ['fe80::', 10], ['ff00::', 8]] as const) list.addSubnet(subnet, prefix, 'ipv6');
+  return (blockList = list);
+}
 
 function privateAddress(host: string): boolean {
   const bare = host.startsWith('[') ? host.slice(1, -1) : host;
   const v = isIP(bare);
-  if (v === 4) return blocked.check(bare, 'ipv4');
+  if (v === 4) return blocked().check(bare, 'ipv4');
   if (v === 6) {
     const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(bare);
-    if (mapped) return blocked.check(mapped[1]!, 'ipv4');
+    if (mapped) return blocked().check(mapped[1]!, 'ipv4');
     // ::ffff:7f00:1 (the URL parser's form of ::ffff:127.0.0.1)
     const hex = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/i.exec(bare);
     if (hex) {
       const n = (parseInt(hex[1]!, 16) << 16) | parseInt(hex[2]!, 16);
-      return blocked.check([n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255].join('.'), 'ipv4');
+      return blocked().check([n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255].join('.'), 'ipv4');
     }
-    return blocked.check(bare, 'ipv6');
+    return blocked().check(bare, 'ipv6');
   }
   return false;
 }

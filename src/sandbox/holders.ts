@@ -9,7 +9,8 @@
  * take, refill, the burst rule, eviction's release, close), and its parts read and change the same
  * fields; split, each part would need the others' state passed in.
  */
-import { spawn as spawnChild, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import { childProcess } from '../builtins.js';
 import fs from 'node:fs';
 import path from 'node:path';
 import { baseChildEnv } from './child-env.js';
@@ -250,7 +251,7 @@ export class Holders {
       ? [j.setpriv, `--reuid=${runAs.uid}`, `--regid=${runAs.gid}`, '--clear-groups', '--', j.unshare, '--user', '--map-root-user', ...(this.ownNetwork ? ['--net'] : []), '--', j.setpriv, ...DROP_ALL, ...service]
       : service;
     const argv = wrapCommand(this.s, null, [this.s.bwrap, '--args', '4', '--', ...command], 'supervise');
-    const proc = spawnChild(argv[0]!, argv.slice(1), {
+    const proc = childProcess().spawn(argv[0]!, argv.slice(1), {
       env: { PATH: baseChildEnv().PATH! },
       stdio: ['pipe', 'pipe', 'pipe', 'pipe', 'pipe'],
       detached: true,
@@ -422,7 +423,7 @@ export class Holders {
       ? `${q([j.nsenter, `--user=/proc/${owner}/ns/user`, ...net, '--', '/bin/sh', '-c', limit + lo + localnet])} && ${q([j.nsenter, `--mount=/proc/${init}/ns/mnt`, '--', '/bin/sh', '-c', mounts])}`
       : q([j.nsenter, `--user=/proc/${owner}/ns/user`, '--preserve-credentials', ...net, `--mount=/proc/${init}/ns/mnt`, '--', '/bin/sh', '-c', `${limit}${localnet} && ${mounts}`]);
     return new Promise<void>((resolve, reject) => {
-      const p = spawnChild('/bin/sh', ['-c', script], { env: { PATH: baseChildEnv().PATH! }, stdio: ['ignore', 'ignore', 'pipe'] });
+      const p = childProcess().spawn('/bin/sh', ['-c', script], { env: { PATH: baseChildEnv().PATH! }, stdio: ['ignore', 'ignore', 'pipe'] });
       let err = '';
       p.stderr!.on('data', (d: Buffer) => (err = (err + d.toString('utf8')).slice(-1000)));
       p.once('error', (e) => reject(e));

@@ -26,7 +26,8 @@
  * timer) and the transitions between them; the probe (probe.ts), holders (holders.ts), eviction rule
  * (eviction.ts), joiner arguments (join.ts), file services (files.ts, plain-files.ts) are their own modules.
  */
-import { spawn as spawnChild, type ChildProcess, type StdioOptions } from 'node:child_process';
+import type { ChildProcess, StdioOptions } from 'node:child_process';
+import { childProcess } from '../builtins.js';
 import fs from 'node:fs';
 import path from 'node:path';
 import { baseChildEnv } from './child-env.js';
@@ -490,7 +491,7 @@ export class Sandbox implements ShellSandbox {
     if (!this.enabled) {
       // workspaces are created on first use (a conversation that never runs anything has none)
       fs.mkdirSync(host, { recursive: true, mode: 0o700 });
-      child = spawnChild(argv[0]!, argv.slice(1), {
+      child = childProcess().spawn(argv[0]!, argv.slice(1), {
         cwd: opts.cwd ?? host,
         env: opts.env,
         stdio: opts.stdio ?? 'pipe',
@@ -503,7 +504,7 @@ export class Sandbox implements ShellSandbox {
       // joiners start in /workspace (the holder's); elsewhere a `cd` resolved inside the sandbox
       const inner = cwd === VISIBLE_WORKSPACE ? argv : ['/bin/sh', '-c', 'cd -- "$0" || exit 125; exec "$@"', cwd, ...argv];
       const full = wrapCommand({ settings: this.settings, join: this.join!, hasCgroups: this.cgroups !== null }, live.cgroup, [...joinArgs(this.settings, this.join!), ...inner], opts.hostNetwork ? 'join-host-network' : 'join');
-      child = spawnChild(full[0]!, full.slice(1), {
+      child = childProcess().spawn(full[0]!, full.slice(1), {
         env: this.translateEnv(opts.env),
         stdio: joinerStdio(opts.stdio),
         detached: true,

@@ -62,11 +62,12 @@
  * Why one file of this size: the egress tool's arguments, the nft filter and the parsing of
  * SANDBOX_ALLOW_NETS describe one boundary; most of the length is this comment and the rule set.
  */
-import { spawn, execFile, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import { isIPv4, isIPv6 } from 'node:net';
 import os from 'node:os';
 import type { Readable, Writable } from 'node:stream';
+import { childProcess } from '../builtins.js';
 import { signalGroup, trackGroup, untrackGroup } from '../process-group.js';
 import { findProgram } from './programs.js';
 import type { AllowedNet } from '../sandbox-settings.js';
@@ -222,7 +223,7 @@ export async function probeEgress(opts: { runAs?: RunAs; timeoutMs?: number } = 
   } catch {
     warning = 'there is no /etc/resolv.conf: the DNS forwarder has no resolver to forward to';
   }
-  const holder = spawn(tools.unshare, ['--user', '--map-root-user', '--net', '--', '/bin/sh', '-c', 'echo; exec cat'], {
+  const holder = childProcess().spawn(tools.unshare, ['--user', '--map-root-user', '--net', '--', '/bin/sh', '-c', 'echo; exec cat'], {
     stdio: ['pipe', 'pipe', 'pipe'],
     env: {},
     detached: true,
@@ -260,7 +261,7 @@ export async function findEgressTools(): Promise<EgressTools | string> {
   const tools = locateEgressTools();
   if (typeof tools === 'string') return tools;
   const out = await new Promise<string>((resolve) => {
-    execFile(tools.slirp4netns, ['--version'], { env: {}, timeout: 5000 }, (_err, stdout) => resolve(String(stdout)));
+    childProcess().execFile(tools.slirp4netns, ['--version'], { env: {}, timeout: 5000 }, (_err, stdout) => resolve(String(stdout)));
   });
   const m = /slirp4netns version (\d+)\.(\d+)\.(\d+)/.exec(out);
   if (!m) return `${tools.slirp4netns} --version did not say its version`;
@@ -380,7 +381,7 @@ export async function attachEgress(opts: AttachEgressOptions): Promise<EgressHan
     // the filter goes in while the tool starts (it names no interface but lo): no agent process
     // runs before both are done, and the two process starts, the bulk of the cost, overlap
     const filter = installFilter(tools, as, userFd, netFd, egressRuleset(opts.allow, hostAddresses()), deadline);
-    const tool = new Tool(spawn(tools.nsenter, argv, { stdio: ['ignore', 'ignore', 'pipe', userFd, netFd, 'pipe', 'pipe'], env: {}, detached: true, ...as }));
+    const tool = new Tool(childProcess().spawn(tools.nsenter, argv, { stdio: ['ignore', 'ignore', 'pipe', userFd, netFd, 'pipe', 'pipe'], env: {}, detached: true, ...as }));
     const [up, filtered] = await Promise.allSettled([tool.ready(deadline), filter]);
     if (up.status === 'rejected' || filtered.status === 'rejected') {
       await tool.close();
@@ -485,7 +486,7 @@ class Tool {
  */
 function installFilter(tools: EgressTools, as: { uid?: number; gid?: number }, userFd: number, netFd: number, ruleset: string, deadline: number): Promise<void> {
   const argv = ['--preserve-credentials', '--user=/proc/self/fd/3', '--net=/proc/self/fd/4', '--', tools.nft, '-f', '-'];
-  const proc = spawn(tools.nsenter, argv, { stdio: ['pipe', 'ignore', 'pipe', userFd, netFd], env: {}, detached: true, ...as });
+  const proc = childProcess().spawn(tools.nsenter, argv, { stdio: ['pipe', 'ignore', 'pipe', userFd, netFd], env: {}, detached: true, ...as });
   return new Promise<void>((resolve, reject) => {
     let stderr = '';
     let late = false;

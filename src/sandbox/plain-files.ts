@@ -2,7 +2,8 @@
  * SANDBOX=none: each conversation's file service is a plain process of the daemon's user (the same
  * file-helper.mjs a holder runs as its pid 2), kept while used and ended after a minute unused.
  */
-import { spawn as spawnChild, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import { childProcess } from '../builtins.js';
 import fs from 'node:fs';
 import { baseChildEnv } from './child-env.js';
 import { FileChannel, FileOpError } from './files.js';
@@ -26,7 +27,7 @@ export class PlainFileServices {
     let p = this.entries.get(conversationId);
     if (!p || !p.channel.usable) {
       fs.mkdirSync(workspaceDir, { recursive: true, mode: 0o700 });
-      const proc = spawnChild(process.execPath, [...HELPER_NODE_FLAGS, FILE_HELPER, '--root', workspaceDir], {
+      const proc = childProcess().spawn(process.execPath, [...HELPER_NODE_FLAGS, FILE_HELPER, '--root', workspaceDir], {
         cwd: workspaceDir,
         env: { PATH: baseChildEnv().PATH! },
         stdio: ['pipe', 'pipe', 'ignore'],

@@ -3,7 +3,7 @@
  * group (so an abort or timeout kills git and its helpers such as git-remote-http), a bounded
  * capture of stdout/stderr, and an environment built from scratch (see child-env.ts).
  */
-import { spawn } from 'node:child_process';
+import { childProcess } from '../builtins.js';
 import { signalGroup } from '../process-group.js';
 import type { ProcessLauncher } from '../sandbox/types.js';
 
@@ -37,7 +37,7 @@ export function runGit(args: string[], opts: GitRunOptions): Promise<GitResult> 
     }
     const child = opts.launch
       ? opts.launch.spawn(['git', ...args], { cwd: opts.cwd ?? '.', env: opts.env, stdio: ['ignore', 'pipe', 'pipe'], hostNetwork: opts.hostNetwork })
-      : spawn('git', args, {
+      : childProcess().spawn('git', args, {
           cwd: opts.cwd,
           env: opts.env,
           detached: true,

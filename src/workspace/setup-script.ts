@@ -12,7 +12,7 @@
  *   across two chunks, then passed to `onOutput` and collected (the last `maxOutputBytes` kept).
  * - A symlinked setup.sh pointing outside the repository is not run (the file service says so).
  */
-import { spawn } from 'node:child_process';
+import { childProcess } from '../builtins.js';
 import { posix } from 'node:path';
 import type { WorkspaceFiles } from '../sandbox/files.js';
 import { signalGroup } from '../process-group.js';
@@ -64,7 +64,7 @@ export async function runSetupScript(files: WorkspaceFiles, opts: SetupScriptOpt
   return new Promise((resolvePromise, reject) => {
     const child = opts.launch
       ? opts.launch.spawn(['bash', SETUP_SCRIPT_PATH], { cwd: root, env: opts.launch.env(opts.env ?? {}), stdio: ['ignore', 'pipe', 'pipe'] })
-      : spawn('bash', [SETUP_SCRIPT_PATH], {
+      : childProcess().spawn('bash', [SETUP_SCRIPT_PATH], {
           cwd: root,
           env: baseChildEnv(opts.env ?? {}),
           detached: true,

@@ -7,7 +7,8 @@
  * setsid) and stops it by signalling the whole group: stdin EOF, then SIGTERM, then SIGKILL.
  * Process groups still alive when the daemon exits are SIGKILLed from a `process.on('exit')` hook.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import { childProcess } from '../../builtins.js';
 import { ReadBuffer, serializeMessage } from '@modelcontextprotocol/sdk/shared/stdio.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
@@ -72,7 +73,7 @@ export class StdioProcessTransport implements Transport {
       try {
         child = this.opts.launch
           ? this.opts.launch([this.opts.command, ...this.opts.args], { cwd: this.opts.cwd, env: this.opts.env })
-          : spawn(this.opts.command, this.opts.args, {
+          : childProcess().spawn(this.opts.command, this.opts.args, {
               cwd: this.opts.cwd,
               env: this.opts.env,
               stdio: ['pipe', 'pipe', 'pipe'],

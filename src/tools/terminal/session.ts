@@ -27,7 +27,7 @@
  * Why one file of this size: the shell protocol (command line, nonce, FIFOs, prompt detection, signals)
  * is one state machine over one process; most of the length is this comment.
  */
-import { spawn, execFile, type ChildProcess, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import type { ChildProcess, ChildProcessWithoutNullStreams } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -36,8 +36,10 @@ import { StringDecoder } from 'node:string_decoder';
 import { promisify } from 'node:util';
 import { isAlive, signalGroup, trackGroup, untrackGroup } from '../../process-group.js';
 import { childrenOf, foregroundProcesses, shellProcesses, signalPid } from './procs.js';
+import { childProcess } from '../../builtins.js';
 
-const execFileAsync = promisify(execFile);
+let execFileP: ((file: string, args: string[]) => Promise<{ stdout: string; stderr: string }>) | undefined;
+const execFileAsync = (file: string, args: string[]) => (execFileP ??= promisify(childProcess().execFile))(file, args);
 
 const OUT_FD = 63;
 /** FIFOs made at once for the stdin of the next commands (see nextFifo). */
@@ -289,7 +291,7 @@ export class ShellSession {
     this.proc = (
       opts.launch
         ? opts.launch(argv, { cwd: opts.cwd, env })
-        : spawn(argv[0]!, argv.slice(1), { cwd: opts.cwd, env, stdio: ['pipe', 'pipe', 'pipe'], detached: true })
+        : childProcess().spawn(argv[0]!, argv.slice(1), { cwd: opts.cwd, env, stdio: ['pipe', 'pipe', 'pipe'], detached: true })
     ) as ChildProcessWithoutNullStreams;
     if (this.proc.pid === undefined) throw new Error('failed to start bash');
     this.pid = this.proc.pid;
