@@ -1,6 +1,8 @@
-/** Types of scripts/code-cache.mjs (plain JavaScript: it is copied into dist/ as it is) for the TypeScript that uses it. */
+/** Types of scripts/code-cache.mjs (plain JavaScript: the build bundles it into dist/main.mjs as it is) for the TypeScript that uses it. */
 import type vm from 'node:vm';
 
+/** A Node built-in by name, without an import statement. */
+export declare const builtin: (id: string) => any;
 export declare const MADE_BY_BUILD: 0;
 export declare const MADE_BY_START: 1;
 export declare function compile(bundle: string, bytes: Buffer, cachedData?: Buffer): vm.Script;

@@ -3,13 +3,13 @@
  * or older than a source file, so `npm start` always runs the current code.
  * Built-ins come from stale.mjs's `builtin`, not from imports (why: stale.mjs).
  */
-import { builtin, isStale } from './stale.mjs';
+import { builtin, DAEMON_SOURCES, isStale } from './stale.mjs';
 
 const path = builtin('node:path');
 const root = path.dirname(import.meta.dirname);
 const entry = path.join(root, 'dist', 'main.mjs');
 
-if (isStale(entry, ['bridge', 'src', 'console', 'scripts/build.mjs', 'scripts/daemon-entry.mjs', 'scripts/code-cache.mjs', 'package.json', 'package-lock.json'].map((s) => path.join(root, s)))) {
+if (isStale(entry, DAEMON_SOURCES.map((s) => path.join(root, s)))) {
   const { build } = await import('./build.mjs');
   await build();
 }

@@ -17,18 +17,21 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
-/** What dist/ is built from (as scripts/start.mjs decides whether to rebuild). */
-const BUILD_SOURCES = ['bridge', 'src', 'console', 'package.json', 'package-lock.json'].map((s) => path.join(ROOT, s));
-
 let built: Promise<void> | undefined;
+
+/** scripts/stale.mjs: when a build is stale, and what the daemon's build is made from (the same list as `npm start`'s). */
+const staleMjs = async () =>
+  (await import(pathToFileURL(path.join(ROOT, 'scripts', 'stale.mjs')).href)) as { isStale(built: string, sources: string[]): boolean; DAEMON_SOURCES: string[] };
 
 /**
  * Rebuilds dist/ when a source is newer than it, once per test process (see buildWhenStale).
  */
 export function ensureBuilt(): Promise<void> {
-  built ??= buildWhenStale(path.join(ROOT, 'dist', 'main.mjs'), BUILD_SOURCES, 'build', async () => {
-    await ((await import(pathToFileURL(path.join(ROOT, 'scripts', 'build.mjs')).href)) as { build(): Promise<void> }).build();
-  });
+  built ??= staleMjs().then(({ DAEMON_SOURCES }) =>
+    buildWhenStale(path.join(ROOT, 'dist', 'main.mjs'), DAEMON_SOURCES.map((s) => path.join(ROOT, s)), 'build', async () => {
+      await ((await import(pathToFileURL(path.join(ROOT, 'scripts', 'build.mjs')).href)) as { build(): Promise<void> }).build();
+    }),
+  );
   return built;
 }
 
@@ -39,7 +42,7 @@ export function ensureBuilt(): Promise<void> {
  * the build current.
  */
 export async function buildWhenStale(output: string, sources: string[], name: string, build: () => Promise<void>): Promise<void> {
-  const { isStale } = (await import(pathToFileURL(path.join(ROOT, 'scripts', 'stale.mjs')).href)) as { isStale(built: string, sources: string[]): boolean };
+  const { isStale } = await staleMjs();
   const stale = () => isStale(output, sources);
   if (!stale()) return;
   const lock = path.join(os.tmpdir(), `parley-${name}-${crypto.createHash('sha256').update(ROOT).digest('hex').slice(0, 12)}.lock`);
