@@ -1,7 +1,7 @@
 /**
  * Start time and memory of the daemon, started the README's way.
  *
- *   npx tsx scripts/bench-startup.ts [--runs 5] [--compare DIR]... [--start-only] [--conversations 1000] [--turns 40] [--settle-ms 3000]
+ *   npx tsx scripts/bench-startup.ts [--runs 5] [--compare DIR]... [--floors] [--start-only] [--conversations 1000] [--turns 40] [--settle-ms 3000]
  *
  * Start time: from spawn to the first 200 of GET /health (polled every 5 ms), median and min of
  * `--runs` starts on fresh DATA_DIRs, run alternately after one untimed start of each (which
@@ -13,6 +13,9 @@
  *   - `node DIR/dist/main.mjs` for each `--compare DIR`: another checkout's build (e.g. main's), for
  *     a before/after in the same run,
  *   - `node --import tsx bridge/main.ts` (the sources through tsx, as tests and development run it),
+ *   - with `--floors`, scripts/start-floor.ts built and started as the daemon is (`node dist/main.mjs`):
+ *     the least a start must do before `/health` may say 200 (configuration, logger, data directory,
+ *     port), and the same without the data directory,
  *   - a bare Node HTTP server answering 200, and the same through `npm start` (the floors on this
  *     machine, measured in the same run: what Node and npm themselves take).
  * Memory (VmRSS of the daemon process, named by DATA_DIR/parley.pid; `npm start`'s own npm process
@@ -25,6 +28,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { freePort, ROOT, sleep } from '../test/support/daemon.js';
 import { descendants } from '../test/support/processes.js';
@@ -36,6 +40,7 @@ const { values: args } = parseArgs({
     runs: { type: 'string', default: '5' },
     compare: { type: 'string', multiple: true, default: [] },
     'start-only': { type: 'boolean', default: false },
+    floors: { type: 'boolean', default: false },
     conversations: { type: 'string', default: '1000' },
     turns: { type: 'string', default: '40' },
     'settle-ms': { type: 'string', default: '3000' },
@@ -196,6 +201,16 @@ interface Row {
   /** Without the caches of earlier starts: with the build's only, or with none. */
   cold?: 'build' | 'none';
 }
+/** scripts/start-floor.ts, built as the daemon is (scripts/build.mjs) into a directory of its own. */
+async function buildFloor(): Promise<string> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-bench-floor-'));
+  // the bundle resolves its native addons from node_modules next to its directory, as in a checkout
+  fs.symlinkSync(path.join(ROOT, 'node_modules'), path.join(dir, 'node_modules'));
+  const { build } = (await import(pathToFileURL(path.join(ROOT, 'scripts', 'build.mjs')).href)) as { build(dist: string, opts: { entry: string; withConsole: boolean }): Promise<void> };
+  await build(path.join(dir, 'dist'), { entry: 'scripts/start-floor.ts', withConsole: false });
+  return dir;
+}
+const floorDir = args.floors ? await buildFloor() : undefined;
 const node = process.execPath;
 const rows: Row[] = [
   { label: 'bare node:http server (floor)', cmd: [node, '-e', bare] },
@@ -207,6 +222,12 @@ const rows: Row[] = [
   // the journal's reserve is written 1 s after start, in the background: the same start without it
   { label: 'node dist/main.mjs, DISK_RESERVE_MB=0', cmd: [node, 'dist/main.mjs'], env: { DISK_RESERVE_MB: '0' } },
   ...args.compare.map((dir) => ({ label: `node ${dir}/dist/main.mjs`, cmd: [node, 'dist/main.mjs'], cwd: path.resolve(dir) })),
+  ...(floorDir
+    ? [
+        { label: 'floor: config, log, data dir, port', cmd: [node, 'dist/main.mjs'], cwd: floorDir },
+        { label: 'floor: config, log, port', cmd: [node, 'dist/main.mjs'], cwd: floorDir, env: { FLOOR: 'port' } },
+      ]
+    : []),
   { label: 'node --import tsx bridge/main.ts', cmd: [node, '--import', 'tsx', 'bridge/main.ts'] },
 ];
 const startOf = (r: Row) => (r.cold ? withoutCodeCache(() => start(r.cmd, r.env, r.cwd), r.cold === 'build') : start(r.cmd, r.env, r.cwd));
@@ -224,6 +245,7 @@ for (let i = 0; i < RUNS; i++) {
 }
 const result = new Map(rows.map((r, k) => [r.label, { median: median(times[k]!), min: Math.min(...times[k]!), cpu: median(cpu[k]!) }]));
 fs.rmSync(npmFloor, { recursive: true, force: true });
+if (floorDir) fs.rmSync(floorDir, { recursive: true, force: true });
 // two decimals: the targets are 2× and 1.6×, and one decimal showed 1.647 as "1.6×"
 const ratio = (label: string, floor: string) => `${(result.get(label)!.median / result.get(floor)!.median).toFixed(2)}×`;
 const cpuRatio = (label: string, floor: string) => `${(result.get(label)!.cpu / result.get(floor)!.cpu).toFixed(2)}×`;

@@ -22,8 +22,12 @@ import zlib from 'node:zlib';
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 export const DIST = path.join(ROOT, 'dist');
 
-/** `dist`: where the build goes (test/daemon-code-cache.test.ts builds one of its own). */
-export async function build(dist = DIST) {
+/**
+ * `dist`: where the build goes (test/daemon-code-cache.test.ts builds one of its own). `entry`: the
+ * daemon's source entry; scripts/bench-startup.ts builds scripts/start-floor.ts the same way, without
+ * the console (`withConsole: false`), to measure what a start costs at the least.
+ */
+export async function build(dist = DIST, { entry = 'bridge/main.ts', withConsole = true } = {}) {
   // built aside and moved in place, so a daemon starting meanwhile never loads half a build
   const tmp = `${dist}.${process.pid}.tmp`;
   fs.rmSync(tmp, { recursive: true, force: true });
@@ -51,7 +55,7 @@ export async function build(dist = DIST) {
   // own) and `import.meta.url` the entry's URL, which the script is handed as `__parleyMetaUrl`.
   await esbuild.build({
     ...common,
-    entryPoints: { daemon: 'bridge/main.ts' },
+    entryPoints: { daemon: entry },
     outExtension: { '.js': '.cjs' },
     format: 'cjs',
     supported: { 'dynamic-import': false },
@@ -59,7 +63,7 @@ export async function build(dist = DIST) {
   });
   // its entry, with the code cache's helpers in it: one module with no import statement (why:
   // scripts/daemon-entry.mjs); left unminified, it is small
-  const entry = await esbuild.build({
+  const mainEntry = await esbuild.build({
     absWorkingDir: ROOT,
     entryPoints: { main: 'scripts/daemon-entry.mjs' },
     outdir: tmp,
@@ -71,7 +75,7 @@ export async function build(dist = DIST) {
     metafile: true,
     logLevel: 'warning',
   });
-  const imported = Object.values(entry.metafile.outputs).flatMap((o) => o.imports.filter((i) => i.kind !== 'dynamic-import').map((i) => i.path));
+  const imported = Object.values(mainEntry.metafile.outputs).flatMap((o) => o.imports.filter((i) => i.kind !== 'dynamic-import').map((i) => i.path));
   if (imported.length) throw new Error(`build: dist/main.mjs must import nothing, it imports ${imported.join(', ')}`);
   // the first start's cache: the bundle compiled here, under this process's Node and flags (a
   // rebuild by `npm start` makes the one its own start uses); that start replaces it with its own
@@ -89,7 +93,7 @@ export async function build(dist = DIST) {
     // bundled CommonJS packages call require(); give the ES module output one
     banner: { js: "import { createRequire as __parleyRequire } from 'node:module'; const require = __parleyRequire(import.meta.url);" },
   });
-  await buildConsole(path.join(tmp, 'console'));
+  if (withConsole) await buildConsole(path.join(tmp, 'console'));
   // the sandbox's file service runs as it is (plain JavaScript) next to the code that starts it
   fs.copyFileSync(path.join(ROOT, 'src/sandbox/file-helper.mjs'), path.join(tmp, 'file-helper.mjs'));
   fs.rmSync(dist, { recursive: true, force: true });
