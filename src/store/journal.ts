@@ -25,7 +25,7 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { zlib } from '../builtins.js';
+import zlib from 'node:zlib';
 import type Database from 'better-sqlite3';
 import { jsonNumber, jsonString } from '../events/event-json.js';
 import type { ParleyEvent } from '../events/types.js';
@@ -91,7 +91,7 @@ export function* readFrames(dir: string, gen: number, from: number): Generator<{
     const start = at + HEADER_BYTES;
     if (len === 0 || start + len > buf.length) return;
     const payload = buf.subarray(start, start + len);
-    if (zlib().crc32(payload) !== crc) return;
+    if (zlib.crc32(payload) !== crc) return;
     at = start + len;
     yield { payload: payload.toString('utf8'), end: at };
   }
@@ -165,7 +165,7 @@ export class Journal {
     const frame = Buffer.allocUnsafe(HEADER_BYTES + len);
     frame.write(payload, HEADER_BYTES, 'utf8');
     frame.writeUInt32LE(len, 0);
-    frame.writeUInt32LE(zlib().crc32(frame.subarray(HEADER_BYTES)), 4);
+    frame.writeUInt32LE(zlib.crc32(frame.subarray(HEADER_BYTES)), 4);
     try {
       if (this.offset > 0 && (this.offset >= this.opts.rotateBytes || this.offset + frame.length > this.capacity)) this.rotate(false);
       this.write(frame);
