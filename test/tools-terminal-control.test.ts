@@ -240,6 +240,37 @@ describe('terminal tool: timeouts, interrupts, outputs, shells', () => {
     assert.equal(next.exit_code, 0);
   });
 
+  it('a command sent as its shell is killed, before the shell began it, runs in a new shell, once', async () => {
+    const ctx = makeCtx();
+    const first = await run(ctx, { command: 'export KEPT=1; echo "shell=$$"' });
+    const pid = Number(/shell=(\d+)/.exec(textOf(first))![1]);
+    // the shell is stopped from here, the command goes into its stdin, then the shell is killed: it
+    // never read the command (as when an agent's `kill -9 -1` takes its sandbox down under the next one)
+    process.kill(pid, 'SIGSTOP');
+    const command = 'echo "ran in $$ kept=$KEPT" >> ran.txt; cat ran.txt';
+    const p = run(ctx, { command });
+    assert.ok(await waitUntil(() => tool.manager.getSession(ctx.conversationId)?.running?.command === command, 5000), 'the command was handed to the stopped shell');
+    process.kill(pid, 'SIGKILL');
+    const obs = await p;
+    assert.equal(obs.exit_code, 0, textOf(obs));
+    const ran = fs.readFileSync(path.join(ctx.workspaceDir, 'ran.txt'), 'utf8').split('\n').filter(Boolean);
+    assert.equal(ran.length, 1, `run once: ${ran.join(' | ')}`);
+    assert.doesNotMatch(ran[0]!, new RegExp(`ran in ${pid} `), 'not in the killed shell');
+    assert.match(ran[0]!, /kept=$/, 'a new shell: the old one\'s variables are gone');
+    assert.match(textOf(obs), /The shell exited \(SIGKILL\) before it began the command, so the command was run in a new shell/);
+    assert.match(textOf(obs), /working directory and environment variables from before are gone/);
+  });
+
+  it('a command that began and then killed its shell is not run again', async () => {
+    const ctx = makeCtx();
+    const obs = await run(ctx, { command: 'echo began >> count.txt; kill -9 $$' });
+    assert.match(textOf(obs), /shell exited \(SIGKILL\)/);
+    assert.doesNotMatch(textOf(obs), /before it began/);
+    assert.equal(fs.readFileSync(path.join(ctx.workspaceDir, 'count.txt'), 'utf8'), 'began\n');
+    const next = await run(ctx, { command: 'cat count.txt' });
+    assert.equal(textOf(next).split('\n')[0], 'began');
+  });
+
   it('abort (interrupt) kills the running command promptly', async () => {
     const ac = new AbortController();
     const ctx = makeCtx({ signal: ac.signal });

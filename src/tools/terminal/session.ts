@@ -46,6 +46,8 @@ const OUT_FD = 63;
 const FIFO_BATCH = 16;
 const MARK = '\x1ePARLEY:';
 const END = '\x1f';
+/** A command's begin mark, on bash's own stderr: BEGIN, the command's nonce, a newline (run). */
+const BEGIN = '\x1eB';
 
 function closeQuietly(fd: number): void {
   try {
@@ -155,6 +157,8 @@ export class RunningCommand {
   timeoutSeconds: number | null = null;
   stdinFd: number | null;
   done: CommandResult | null = null;
+  /** The shell began it: its begin mark came (run). */
+  began = false;
   readonly output: OutputBuffer;
 
   constructor(
@@ -265,6 +269,10 @@ export class ShellSession {
   private readyResolve: (() => void) | null = null;
   private readonly listeners = new Set<() => void>();
   private stderrTail = '';
+  /** bash's stderr after its last complete line (begin marks are whole lines). */
+  private stderrLine = '';
+  /** bash's stderr has ended: every writer is gone and all it wrote has been read. */
+  private stderrEnded = false;
   private seq = 0;
   private readonly spareFifos: { path: string; fd: number }[] = [];
   private exitPromise: Promise<void>;
@@ -302,9 +310,12 @@ export class ShellSession {
     this.expectedNonce = this.readyNonce;
 
     this.proc.stdout.on('data', (chunk: Buffer) => this.onStdout(chunk));
-    // bash's own stderr carries its prompts and echoes our command lines: keep only a tail for diagnostics.
-    this.proc.stderr.on('data', (chunk: Buffer) => {
-      this.stderrTail = (this.stderrTail + chunk.toString('utf8')).slice(-4000);
+    // bash's own stderr carries its prompts, echoes of our command lines and the commands' begin
+    // marks (run): a tail is kept for diagnostics
+    this.proc.stderr.on('data', (chunk: Buffer) => this.onStderr(chunk.toString('utf8')));
+    this.proc.stderr.once('end', () => {
+      this.stderrEnded = true;
+      this.notify();
     });
     this.proc.stdin.on('error', () => {
       /* EPIPE when the shell died: reported through the exit event. */
@@ -375,6 +386,17 @@ export class ShellSession {
   private onStdout(chunk: Buffer): void {
     const text = this.decoder.write(chunk);
     if (text) this.feed(text);
+  }
+
+  private onStderr(text: string): void {
+    this.stderrTail = (this.stderrTail + text).slice(-4000);
+    const lines = (this.stderrLine + text).split('\n');
+    this.stderrLine = lines.pop()!.slice(-1000);
+    const rc = this.running;
+    if (rc && !rc.began && lines.some((l) => l.endsWith(`${BEGIN}${rc.nonce}`))) {
+      rc.began = true;
+      this.notify();
+    }
   }
 
   private feed(text: string): void {
@@ -543,11 +565,28 @@ export class ShellSession {
     this.running = rc;
     this.scanTail = '';
     this.expectedNonce = nonce;
+    // the begin mark goes to bash's own stderr, which no command writes to: a shell that ends without
+    // having printed it never began the command (neverBegan)
     const line =
       `${envPrefix}__parley_fifo=${shellQuote(path.join(this.ioDir, path.basename(fifoPath)))}; __parley_n=${nonce}; ` +
+      `printf '\\036B%s\\n' "$__parley_n" >&2; ` +
       `{ eval ${shellQuote(command.replace(/\0/g, ''))}; } <"$__parley_fifo" >&${OUT_FD} 2>&${OUT_FD}\n`;
     this.proc.stdin.write(line);
     return rc;
+  }
+
+  /**
+   * Whether the shell ended before it began `rc` (it exited or was killed under it: its sandbox
+   * killed, say, while the command was on its way), so the command never ran and may run in another
+   * shell. True only once bash's stderr has ended without `rc`'s begin mark: everything bash wrote
+   * there has been read by then. A shell this side stopped (reset, a timeout, an idle close) does not
+   * count, nor does one whose stderr is still open 2 s after its end (held by a process it left).
+   */
+  async neverBegan(rc: RunningCommand): Promise<boolean> {
+    if (rc.done?.shellExited?.reason !== 'exited') return false;
+    const until = Date.now() + 2000;
+    while (!this.stderrEnded && !rc.began && Date.now() < until) await this.waitForChange(until - Date.now());
+    return this.stderrEnded && !rc.began;
   }
 
   /**

@@ -73,6 +73,16 @@ const KEY_BYTES: Record<string, string> = {
 
 type WaitReason = 'done' | 'soft_timeout' | 'input_wait' | 'max_wait' | 'hard_timeout' | 'aborted';
 
+/** A command its shell never began (ShellSession.neverBegan): what the try took, for the next one. */
+class NotBegun {
+  constructor(
+    /** Output the try took from the old shell (a previous command's rest, background output). */
+    readonly prefix: string,
+    /** How the shell ended, for the note: " (SIGKILL)", " with code 1". */
+    readonly how: string,
+  ) {}
+}
+
 function sanitizeId(id: string): string {
   const s = id.replace(/[^A-Za-z0-9._-]/g, '_').replace(/^\.+/, '_');
   return s.length > 0 ? s.slice(0, 200) : '_';
@@ -323,22 +333,29 @@ class TerminalManager {
       notes.push('The terminal was reset: the old shell and all its processes were killed and a new shell was started.');
     }
 
-    let session: ShellSession;
-    try {
-      const got = await this.getOrStart(ctx);
-      session = got.session;
-      if (!params.reset) notes.push(...got.notes);
-    } catch (err) {
-      return this.errorObs(base, `Could not start the shell: ${(err as Error).message}`);
-    }
-    this.touch(ctx.conversationId, true);
-    this.sandbox.setBusy(ctx.conversationId, true);
-    try {
-      return await this.handle(session, params, ctx, command, isInput, timeoutSec, notes);
-    } finally {
-      // a command still running keeps the sandbox from being closed as idle (SANDBOX_MAX_LIVE)
-      this.sandbox.setBusy(ctx.conversationId, !!session.running && !session.running.done);
-      if (this.entries.get(ctx.conversationId)?.session === session) this.touch(ctx.conversationId, false);
+    // a second try only for a command its shell never began (handle): once, in a new shell
+    let retried: NotBegun | null = null;
+    for (;;) {
+      let session: ShellSession;
+      try {
+        const got = await this.getOrStart(ctx);
+        session = got.session;
+        if (!params.reset || retried) notes.push(...got.notes);
+      } catch (err) {
+        return this.errorObs(base, `Could not start the shell: ${(err as Error).message}`);
+      }
+      this.touch(ctx.conversationId, true);
+      this.sandbox.setBusy(ctx.conversationId, true);
+      try {
+        const out = await this.handle(session, params, ctx, command, isInput, timeoutSec, notes, retried);
+        if (!(out instanceof NotBegun)) return out;
+        retried = out;
+        notes.push(`The shell exited${out.how} before it began the command, so the command was run in a new shell.`);
+      } finally {
+        // a command still running keeps the sandbox from being closed as idle (SANDBOX_MAX_LIVE)
+        this.sandbox.setBusy(ctx.conversationId, !!session.running && !session.running.done);
+        if (this.entries.get(ctx.conversationId)?.session === session) this.touch(ctx.conversationId, false);
+      }
     }
   }
 
@@ -350,7 +367,8 @@ class TerminalManager {
     isInput: boolean,
     timeoutSec: number | null,
     notes: string[],
-  ): Promise<TerminalObservation> {
+    retried: NotBegun | null,
+  ): Promise<TerminalObservation | NotBegun> {
     const base = { command, ctx };
     const rc = session.running;
     const busy = rc !== null && rc.done === null;
@@ -390,6 +408,8 @@ class TerminalManager {
       if (idle) {
         prefix += `[Output printed by background processes since the last command:]\n${idle}${idle.endsWith('\n') ? '' : '\n'}[End of background output]\n`;
       }
+      // what the first try took from the shell that never began the command
+      if (retried) prefix = retried.prefix + prefix;
       if (isEmpty) {
         if (prefix) return this.resultObs(base, { output: prefix, notes, exitCode: null, cwd: session.cwd });
         return this.errorObs(base, 'No command is running, so there is no output to wait for.', session.cwd);
@@ -404,7 +424,15 @@ class TerminalManager {
         started.timeoutSeconds = timeoutSec;
         started.deadline = started.startedAt + timeoutSec * 1000;
       }
-      return this.waitAndReport(session, started, ctx, base, notes, prefix);
+      const reason = await this.waitFor(session, started, ctx.signal);
+      // The shell ended before it began the command (killed under it with its sandbox, say, as the
+      // command was on its way): nothing of it ran, so it is run in a new shell, once
+      // (the next getOrStart finds this shell gone and starts one, with its note)
+      if (reason === 'done' && !retried && (await session.neverBegan(started))) {
+        const ex = started.done?.shellExited;
+        return new NotBegun(prefix, ex?.code != null ? ` with code ${ex.code}` : ex?.signal ? ` (${ex.signal})` : '');
+      }
+      return this.report(session, started, ctx, base, notes, prefix, reason);
     }
 
     // A command is running.
@@ -428,7 +456,7 @@ class TerminalManager {
       const err = this.sendInput(session, running, command, notes);
       if (err) return this.errorObs(base, err, session.cwd);
     }
-    return this.waitAndReport(session, running, ctx, base, notes, '');
+    return this.report(session, running, ctx, base, notes, '', await this.waitFor(session, running, ctx.signal));
   }
 
   /** Delivers `is_input` text or a special key. Returns an error message, or null. */
@@ -461,15 +489,16 @@ class TerminalManager {
     return session.writeInput(rc, bytes);
   }
 
-  private async waitAndReport(
+  /** The observation of `rc` once waitFor returned `reason`. */
+  private async report(
     session: ShellSession,
     rc: RunningCommand,
     ctx: ToolContext,
     base: { command: string; ctx: ToolContext },
     notes: string[],
     prefix: string,
+    reason: WaitReason,
   ): Promise<TerminalObservation> {
-    const reason = await this.waitFor(session, rc, ctx.signal);
     let isError = false;
     let timedOut = false;
     if (reason === 'hard_timeout' || reason === 'aborted') {
