@@ -261,14 +261,18 @@ describe('terminal tool: timeouts, interrupts, outputs, shells', () => {
     assert.match(textOf(obs), /working directory and environment variables from before are gone/);
   });
 
-  it('a command that began and then killed its shell is not run again', async () => {
+  it('a command that began and then ended its shell is not run again, even after one that moved the shell\'s stderr', async () => {
     const ctx = makeCtx();
     const obs = await run(ctx, { command: 'echo began >> count.txt; kill -9 $$' });
     assert.match(textOf(obs), /shell exited \(SIGKILL\)/);
     assert.doesNotMatch(textOf(obs), /before it began/);
     assert.equal(fs.readFileSync(path.join(ctx.workspaceDir, 'count.txt'), 'utf8'), 'began\n');
-    const next = await run(ctx, { command: 'cat count.txt' });
-    assert.equal(textOf(next).split('\n')[0], 'began');
+    // a command that moves the shell's stderr (where the begin marks go) moves it for its own run only
+    await run(ctx, { command: 'exec 2>/dev/null' });
+    const exited = await run(ctx, { command: 'echo again >> count.txt; exit 3' });
+    assert.equal(exited.exit_code, 3);
+    assert.doesNotMatch(textOf(exited), /before it began/);
+    assert.equal(fs.readFileSync(path.join(ctx.workspaceDir, 'count.txt'), 'utf8'), 'began\nagain\n');
   });
 
   it('abort (interrupt) kills the running command promptly', async () => {
