@@ -38,8 +38,7 @@ import { isAlive, signalGroup, trackGroup, untrackGroup } from '../../process-gr
 import { childrenOf, foregroundProcesses, shellProcesses, signalPid } from './procs.js';
 import { childProcess } from '../../builtins.js';
 
-let execFileP: ((file: string, args: string[]) => Promise<{ stdout: string; stderr: string }>) | undefined;
-const execFileAsync = (file: string, args: string[]) => (execFileP ??= promisify(childProcess().execFile))(file, args);
+const execFileAsync = (file: string, args: string[]) => promisify(childProcess().execFile)(file, args);
 
 const OUT_FD = 63;
 /** FIFOs made at once for the stdin of the next commands (see nextFifo). */
