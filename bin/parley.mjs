@@ -14,7 +14,13 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const entry = path.join(root, 'lib', 'cli.mjs');
 const checkout = fs.existsSync(path.join(root, 'cli'));
 
-if (checkout && isStale(entry, ['cli', 'src', 'package.json'].map((s) => path.join(root, s)))) {
+if (
+  checkout &&
+  isStale(
+    entry,
+    ['cli', 'src', 'package.json'].map((s) => path.join(root, s)),
+  )
+) {
   const { buildPackage } = await import('../scripts/build.mjs');
   await buildPackage({ types: false });
 }

@@ -14,13 +14,7 @@ interface HttpError {
   body: unknown;
 }
 
-export function toHttpError(
-  err: unknown,
-  input: unknown,
-  locOf: (p: PropertyKey[]) => (string | number)[],
-  log: Logger,
-  redactor: Redactor,
-): HttpError {
+export function toHttpError(err: unknown, input: unknown, locOf: (p: PropertyKey[]) => (string | number)[], log: Logger, redactor: Redactor): HttpError {
   // REST runs the operation table directly (runOperation): what arrives here is the core's own error
   const kind = errorKind(err);
   if (kind === undefined) return internalError(err, log, redactor);
@@ -48,6 +42,9 @@ export function toHttpError(
 function internalError(err: unknown, log: Logger, redactor: Redactor): HttpError {
   const errorId = crypto.randomUUID().replace(/-/g, '');
   const c = err as Error;
-  log.error({ error_id: errorId, err: { name: c?.name, message: redactor.redact(String(c?.message ?? c)), stack: redactor.redact(String(c?.stack ?? '')) } }, 'unhandled error');
+  log.error(
+    { error_id: errorId, err: { name: c?.name, message: redactor.redact(String(c?.message ?? c)), stack: redactor.redact(String(c?.stack ?? '')) } },
+    'unhandled error',
+  );
   return { status: 500, body: { detail: 'Internal Server Error', error_id: errorId } };
 }

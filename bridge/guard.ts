@@ -47,7 +47,10 @@ type GuardVerdict = { status: 403 | 421; detail: string } | null;
 /** Host (DNS rebinding) and Origin (cross-site) checks; `stateChanging` for everything but GET/HEAD/OPTIONS. */
 export function checkBrowserRequest(opts: GuardOptions, host: string, origin: string, stateChanging: boolean): GuardVerdict {
   if (opts.loopbackOnly && !isLoopbackHost(host)) {
-    return { status: 421, detail: 'Without a session key only a loopback Host (localhost, 127.0.0.1, [::1]) is answered; set SESSION_API_KEY to serve other names' };
+    return {
+      status: 421,
+      detail: 'Without a session key only a loopback Host (localhost, 127.0.0.1, [::1]) is answered; set SESSION_API_KEY to serve other names',
+    };
   }
   if (stateChanging && origin && !originAllowed(opts, host, origin)) {
     return { status: 403, detail: `Origin ${origin.slice(0, 200)} is not allowed; add it to ALLOWED_ORIGINS` };

@@ -4,10 +4,22 @@ import { jsonShapeError } from '../src/body-shape.js';
 import type { HttpResponse } from './uws.js';
 
 export const STATUS_TEXT: Record<number, string> = {
-  200: '200 OK', 201: '201 Created', 204: '204 No Content', 400: '400 Bad Request', 401: '401 Unauthorized', 403: '403 Forbidden',
-  404: '404 Not Found', 405: '405 Method Not Allowed', 409: '409 Conflict', 413: '413 Payload Too Large', 421: '421 Misdirected Request',
-  415: '415 Unsupported Media Type', 422: '422 Unprocessable Entity', 429: '429 Too Many Requests',
-  500: '500 Internal Server Error', 503: '503 Service Unavailable',
+  200: '200 OK',
+  201: '201 Created',
+  204: '204 No Content',
+  400: '400 Bad Request',
+  401: '401 Unauthorized',
+  403: '403 Forbidden',
+  404: '404 Not Found',
+  405: '405 Method Not Allowed',
+  409: '409 Conflict',
+  413: '413 Payload Too Large',
+  421: '421 Misdirected Request',
+  415: '415 Unsupported Media Type',
+  422: '422 Unprocessable Entity',
+  429: '429 Too Many Requests',
+  500: '500 Internal Server Error',
+  503: '503 Service Unavailable',
 };
 
 /** A body refused before it was parsed (413): over the byte limit, or JSON too dense to build (src/body-shape.ts). `message` says which. */
@@ -92,8 +104,7 @@ export function send(
   state.metric?.end(status, state.t0!);
 }
 
-export const sendJson = (res: HttpResponse, state: ResState, status: number, value: unknown) =>
-  send(res, state, status, JSON.stringify(value));
+export const sendJson = (res: HttpResponse, state: ResState, status: number, value: unknown) => send(res, state, status, JSON.stringify(value));
 
 /** Constant-time membership test for session keys. */
 export function keyMatches(given: string | undefined | null, keys: string[]): boolean {

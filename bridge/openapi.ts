@@ -40,8 +40,17 @@ const SHAPES: Record<string, { body?: string; query?: z.ZodObject; response: str
   startBash: { body: 'ExecuteBashRequest', response: { type: 'object', description: 'BashCommand' } },
   searchBashEvents: { query: AS.BashEventSearchQuery, response: { type: 'object', description: '{items, next_page_id}' } },
   downloadFile: { query: AS.WorkspacePathQuery.omit({ ref: true }), response: { type: 'string', format: 'binary' } },
-  gitChanges: { query: AS.WorkspacePathQuery.omit({ ref: true }), response: { type: 'array', items: { type: 'object', properties: { path: { type: 'string' }, status: { enum: ['ADDED', 'UPDATED', 'DELETED', 'MOVED'] } } } } },
-  gitDiff: { query: AS.WorkspacePathQuery, response: { type: 'object', properties: { original: { type: ['string', 'null'] }, modified: { type: ['string', 'null'] } } } },
+  gitChanges: {
+    query: AS.WorkspacePathQuery.omit({ ref: true }),
+    response: {
+      type: 'array',
+      items: { type: 'object', properties: { path: { type: 'string' }, status: { enum: ['ADDED', 'UPDATED', 'DELETED', 'MOVED'] } } },
+    },
+  },
+  gitDiff: {
+    query: AS.WorkspacePathQuery,
+    response: { type: 'object', properties: { original: { type: ['string', 'null'] }, modified: { type: ['string', 'null'] } } },
+  },
   listTools: { response: { type: 'array', items: { type: 'string' } } },
   uploadFile: { query: AS.WorkspacePathQuery.omit({ ref: true }), response: 'Success' },
 };
@@ -99,7 +108,10 @@ export function buildOpenApi(routes: Route[], version: string, authEnabled: bool
     if (parameters.length) op.parameters = parameters;
     if (shape.body) op.requestBody = { required: true, content: { 'application/json': { schema: ref(shape.body) } } };
     if (r.body === 'multipart') {
-      op.requestBody = { required: true, content: { 'multipart/form-data': { schema: { type: 'object', properties: { file: { type: 'string', format: 'binary' } }, required: ['file'] } } } };
+      op.requestBody = {
+        required: true,
+        content: { 'multipart/form-data': { schema: { type: 'object', properties: { file: { type: 'string', format: 'binary' } }, required: ['file'] } } },
+      };
     }
     if (r.path.includes(':conversation_id') && r.procedure !== 'sendMessage') {
       (op.responses as Json)['404'] = { description: 'Not Found', content: { 'application/json': { schema: ref('ErrorDetail') } } };
@@ -108,7 +120,13 @@ export function buildOpenApi(routes: Route[], version: string, authEnabled: bool
     paths[oaPath] = { ...(paths[oaPath] as Json | undefined), [r.method.toLowerCase()]: op };
   }
   const health = (summary: string, schema: Json) => ({
-    get: { tags: ['Server Details'], summary, operationId: `${summary.toLowerCase().replace(/\s+/g, '_')}_get`, security: [], responses: { '200': { description: 'Successful Response', content: { 'application/json': { schema } } } } },
+    get: {
+      tags: ['Server Details'],
+      summary,
+      operationId: `${summary.toLowerCase().replace(/\s+/g, '_')}_get`,
+      security: [],
+      responses: { '200': { description: 'Successful Response', content: { 'application/json': { schema } } } },
+    },
   });
   const statusObj = { type: 'object', properties: { status: { type: 'string' } } };
   paths['/alive'] = health('Alive', statusObj);

@@ -80,7 +80,9 @@ export function startServer(config: Config, core: Core, log: Logger): Promise<Da
     }),
   );
   const openapiMetric = fixed('/openapi.json');
-  app.get('/openapi.json', (res) => send(res, watchAbort(res, openapiMetric), 200, (openapi ??= JSON.stringify(buildOpenApi(ROUTES, VERSION, keys.length > 0)))));
+  app.get('/openapi.json', (res) =>
+    send(res, watchAbort(res, openapiMetric), 200, (openapi ??= JSON.stringify(buildOpenApi(ROUTES, VERSION, keys.length > 0)))),
+  );
   mountMetrics(app, keys, log);
   mountDocs(app);
   mountConsole(app, guard);
@@ -100,7 +102,8 @@ export function startServer(config: Config, core: Core, log: Logger): Promise<Da
     if (method === 'POST') {
       res.onAborted(() => {});
       if (!isJsonContentType(req.getHeader('content-type'))) return sendJson(res, state, 415, { detail: 'Content-Type must be application/json' });
-      if (Number(req.getHeader('content-length') || 0) > config.maxBodyBytes) return sendJson(res, state, 413, trpcRefusal(req.getUrl(), req.getQuery() ?? '', 413, tooLarge.detail));
+      if (Number(req.getHeader('content-length') || 0) > config.maxBodyBytes)
+        return sendJson(res, state, 413, trpcRefusal(req.getUrl(), req.getQuery() ?? '', 413, tooLarge.detail));
     }
     inFlight += 1;
     handleTrpc(res, req, state, { core, maxQueuedBytes: config.wsMaxBufferedBytes }, config.maxBodyBytes, log)
@@ -161,7 +164,9 @@ export function startServer(config: Config, core: Core, log: Logger): Promise<Da
           body = JSON.parse(text);
         } catch (err) {
           return sendJson(res, state, 422, {
-            detail: [{ type: 'json_invalid', loc: ['body', jsonErrorPosition(err, text)], msg: 'JSON decode error', input: {}, ctx: { error: 'Invalid JSON' } }],
+            detail: [
+              { type: 'json_invalid', loc: ['body', jsonErrorPosition(err, text)], msg: 'JSON decode error', input: {}, ctx: { error: 'Invalid JSON' } },
+            ],
           });
         }
         return dispatch(res, state, route, { params, query, rawQuery, body });
@@ -197,7 +202,10 @@ export function startServer(config: Config, core: Core, log: Logger): Promise<Da
       // events/search: written as it is read
       if (out instanceof EventPage) return await streamPage(res, state, out, eventJson);
       // a file's bytes go out as they are
-      if (out instanceof FileBytes) return send(res, state, 200, Buffer.from(out.bytes), 'application/octet-stream', { 'content-disposition': `attachment; filename="${out.name.replace(/[^\w.-]/g, '_')}"` });
+      if (out instanceof FileBytes)
+        return send(res, state, 200, Buffer.from(out.bytes), 'application/octet-stream', {
+          'content-disposition': `attachment; filename="${out.name.replace(/[^\w.-]/g, '_')}"`,
+        });
       sendJson(res, state, route.status ?? 200, out);
     } catch (err) {
       const e = toHttpError(err, input, route.loc, log, core.redactor);

@@ -23,14 +23,7 @@ let loaded: Promise<[typeof import('@trpc/server/adapters/fetch'), typeof import
 /** The router and tRPC's fetch adapter (bridge/main.ts loads them before listening when run from source). */
 export const loadTrpc = () => (loaded ??= Promise.all([import('@trpc/server/adapters/fetch'), import('../src/api/router.js')]));
 
-export async function handleTrpc(
-  res: HttpResponse,
-  req: HttpRequest,
-  state: ResState,
-  ctx: Context,
-  maxBody: number,
-  log: Logger,
-): Promise<void> {
+export async function handleTrpc(res: HttpResponse, req: HttpRequest, state: ResState, ctx: Context, maxBody: number, log: Logger): Promise<void> {
   const method = req.getMethod().toUpperCase();
   const path = req.getUrl();
   const query = req.getQuery() ?? '';

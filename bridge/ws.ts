@@ -223,12 +223,16 @@ export function mountEventSockets(app: TemplatedApp, core: Core, log: Logger, op
       return ws.getBufferedAmount() < lowWater;
     };
     let feedReplaying = true;
-    d.feed = core.events.follow(id, {
-      send: sinkSend,
-      drained: () => new Promise<void>((r) => d.drainWaiters.push(r)),
-      overflow: () => tooSlow(ws),
-      ended: () => end(ws, 4004, 'Conversation deleted'),
-    }, { afterSeq, sinceTimestamp: since });
+    d.feed = core.events.follow(
+      id,
+      {
+        send: sinkSend,
+        drained: () => new Promise<void>((r) => d.drainWaiters.push(r)),
+        overflow: () => tooSlow(ws),
+        ended: () => end(ws, 4004, 'Conversation deleted'),
+      },
+      { afterSeq, sinceTimestamp: since },
+    );
     d.feed.done.then(() => (feedReplaying = false));
   }
 
@@ -240,11 +244,13 @@ export function mountEventSockets(app: TemplatedApp, core: Core, log: Logger, op
 
   async function onClientFrame(ws: WebSocket<SocketData>, raw: unknown) {
     const d = ws.getUserData();
-    if (!raw || typeof raw !== 'object' || Array.isArray(raw)) return invalidFrame(ws, 'ValidationError', 'A frame must be a JSON object: a SendMessageRequest or {"role","content"}');
+    if (!raw || typeof raw !== 'object' || Array.isArray(raw))
+      return invalidFrame(ws, 'ValidationError', 'A frame must be a JSON object: a SendMessageRequest or {"role","content"}');
     const obj = raw as Record<string, unknown>;
     if (obj.type === 'auth') return;
     // a message has content or a role; anything else (e.g. {"nonsense":true}) is not one, and must not append an empty message or start a run
-    if (!('content' in obj) && !('role' in obj)) return invalidFrame(ws, 'ValidationError', 'A frame must carry "content" or "role": a SendMessageRequest or {"role","content"}');
+    if (!('content' in obj) && !('role' in obj))
+      return invalidFrame(ws, 'ValidationError', 'A frame must carry "content" or "role": a SendMessageRequest or {"role","content"}');
     const body: Record<string, unknown> = { ...obj };
     if (typeof body.content === 'string') body.content = [{ type: 'text', text: body.content }];
     body.run = true;
@@ -279,7 +285,12 @@ export function mountEventSockets(app: TemplatedApp, core: Core, log: Logger, op
       const secExt = req.getHeader('sec-websocket-extensions');
       const verdict = checkBrowserRequest(opts.guard, req.getHeader('host'), req.getHeader('origin'), true);
       if (verdict) {
-        res.cork(() => res.writeStatus(verdict.status === 403 ? '403 Forbidden' : '421 Misdirected Request').writeHeader('content-type', 'application/json').end(JSON.stringify({ detail: verdict.detail })));
+        res.cork(() =>
+          res
+            .writeStatus(verdict.status === 403 ? '403 Forbidden' : '421 Misdirected Request')
+            .writeHeader('content-type', 'application/json')
+            .end(JSON.stringify({ detail: verdict.detail })),
+        );
         return;
       }
       if (opts.keys.length && key && !keyMatches(key, opts.keys)) {
@@ -291,7 +302,12 @@ export function mountEventSockets(app: TemplatedApp, core: Core, log: Logger, op
       const authed = opts.keys.length === 0 || !!key;
       const ip = authed ? '' : Buffer.from(res.getRemoteAddressAsText()).toString();
       if (!authed && (pendingTotal >= preauth.total || (pendingByIp.get(ip) ?? 0) >= preauth.perIp)) {
-        res.cork(() => res.writeStatus('429 Too Many Requests').writeHeader('content-type', 'application/json').end('{"detail":"Too many sockets waiting for authentication"}'));
+        res.cork(() =>
+          res
+            .writeStatus('429 Too Many Requests')
+            .writeHeader('content-type', 'application/json')
+            .end('{"detail":"Too many sockets waiting for authentication"}'),
+        );
         return;
       }
       const data: SocketData = {

@@ -82,14 +82,19 @@ export function describeFailure(err: unknown, ctx: FailureContext): CliFailure {
     if (code === 'NOT_FOUND') return new CliFailure(ctx.conversationId ? `no conversation ${ctx.conversationId} on ${ctx.url}` : err.message, EXIT.notFound);
     if (code === 'UNPROCESSABLE_CONTENT' || code === 'BAD_REQUEST') {
       const issues = issuesOf(err);
-      if (ctx.conversationId && issues.some((i) => i.path[0] === 'conversation_id')) return new CliFailure(`${ctx.conversationId} is not a conversation id`, EXIT.notFound);
+      if (ctx.conversationId && issues.some((i) => i.path[0] === 'conversation_id'))
+        return new CliFailure(`${ctx.conversationId} is not a conversation id`, EXIT.notFound);
       const detail = issues.length ? issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ') : err.message;
       return new CliFailure(`the daemon refused the request: ${oneLine(detail)}`, EXIT.refused);
     }
     if (code) return new CliFailure(`the daemon refused the request (${code}): ${oneLine(err.message)}`, EXIT.refused);
   }
   const reason = networkReason(err);
-  if (reason !== null) return new CliFailure(`cannot reach the daemon at ${ctx.url} (${reason}); start it with \`parley serve\` or point --url / PARLEY_URL at it`, EXIT.unreachable);
+  if (reason !== null)
+    return new CliFailure(
+      `cannot reach the daemon at ${ctx.url} (${reason}); start it with \`parley serve\` or point --url / PARLEY_URL at it`,
+      EXIT.unreachable,
+    );
   if (status !== null) return new CliFailure(`the daemon at ${ctx.url} answered ${status}`, EXIT.refused);
   return new CliFailure(`unexpected failure: ${oneLine((err as Error)?.message ?? String(err))}`, EXIT.refused);
 }
@@ -126,7 +131,11 @@ function httpStatusOf(err: unknown): number | null {
 function networkReason(err: unknown): string | null {
   let fetchFailed = false;
   let innermost = '';
-  for (let e = err as { cause?: unknown; code?: unknown; message?: unknown } | undefined, depth = 0; e && typeof e === 'object' && depth < 6; e = e.cause as typeof e, depth++) {
+  for (
+    let e = err as { cause?: unknown; code?: unknown; message?: unknown } | undefined, depth = 0;
+    e && typeof e === 'object' && depth < 6;
+    e = e.cause as typeof e, depth++
+  ) {
     if (typeof e.code === 'string' && /^(ECONNREFUSED|ECONNRESET|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH|ETIMEDOUT)$/.test(e.code)) {
       return e.code === 'ECONNREFUSED' ? 'connection refused' : e.code;
     }

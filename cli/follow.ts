@@ -127,7 +127,13 @@ export function follow(o: FollowOptions): Promise<ExitCode> {
               lost = true;
               o.note(`lost the connection to ${o.failure.url}; reconnecting…`);
               lostTimer = setTimeout(
-                () => finish(new CliFailure(`lost the daemon at ${o.failure.url} for ${RECONNECT_LIMIT_MS / 1000} s while following ${o.id} (last seq ${lastSeq})`, EXIT.unreachable)),
+                () =>
+                  finish(
+                    new CliFailure(
+                      `lost the daemon at ${o.failure.url} for ${RECONNECT_LIMIT_MS / 1000} s while following ${o.id} (last seq ${lastSeq})`,
+                      EXIT.unreachable,
+                    ),
+                  ),
                 RECONNECT_LIMIT_MS,
               );
             } else if (s.state === 'pending' && lost) {

@@ -201,7 +201,11 @@ async function attach(client: ParleyClient, args: string[], flags: Flags, failur
     id: info.conversation_id,
     afterSeq: after,
     // a workspace still being prepared runs its first message when ready
-    from: { status: info.execution_status, lastSeq: info.last_seq, pending: info.execution_status === 'idle' && phase !== undefined && phase !== 'ready' && phase !== 'error' },
+    from: {
+      status: info.execution_status,
+      lastSeq: info.last_seq,
+      pending: info.execution_status === 'idle' && phase !== undefined && phase !== 'ready' && phase !== 'error',
+    },
     sink: sinkFor(flags, io),
     interruptOnCtrlC: flags.interrupt === true,
     failure,
@@ -227,7 +231,9 @@ async function list(client: ParleyClient, args: string[], flags: Flags, io: Io, 
         header = false;
       }
       const updated = c.updated_at.replace('T', ' ').slice(0, 16);
-      io.stdout.write(`${c.conversation_id}  ${c.execution_status.padEnd(24)}  ${updated.padEnd(16)}  ${(c.selected_repository ?? '-').padEnd(24)}  ${(c.title ?? '').replace(/\s+/g, ' ')}\n`);
+      io.stdout.write(
+        `${c.conversation_id}  ${c.execution_status.padEnd(24)}  ${updated.padEnd(16)}  ${(c.selected_repository ?? '-').padEnd(24)}  ${(c.title ?? '').replace(/\s+/g, ' ')}\n`,
+      );
     }
     page = flags.all ? res.next_page_id : null;
   } while (page);

@@ -107,7 +107,9 @@ export function textSink(out: Output): EventSink {
       case 'FileEditorAction':
         return line(fileEdit(a));
       case 'TaskTrackerAction':
-        return line(`${paint('magenta', '☰')} tasks ${a.command}${a.task_list ? `\n${indent(a.task_list.map((t) => `${t.status === 'done' ? '[x]' : t.status === 'in_progress' ? '[~]' : '[ ]'} ${t.title}`).join('\n'))}` : ''}`);
+        return line(
+          `${paint('magenta', '☰')} tasks ${a.command}${a.task_list ? `\n${indent(a.task_list.map((t) => `${t.status === 'done' ? '[x]' : t.status === 'in_progress' ? '[~]' : '[ ]'} ${t.title}`).join('\n'))}` : ''}`,
+        );
       case 'ThinkAction':
         return line(paint('dim', `… ${a.thought}`));
       case 'FinishAction':
@@ -141,13 +143,30 @@ export function textSink(out: Output): EventSink {
     switch (o.kind) {
       case 'TerminalObservation': {
         const body = text.replace(/\n+$/, '');
-        if (body) line(cap(lines(body).map((l) => `  ${l}`), MAX_OUTPUT_LINES, paint).join('\n'));
-        if (o.exit_code !== 0 && o.exit_code !== null) line(paint(o.exit_code === -1 ? 'dim' : 'red', `  [${o.exit_code === -1 ? 'still running' : `exit ${o.exit_code}`}${o.timeout ? ', timed out' : ''}]`));
+        if (body)
+          line(
+            cap(
+              lines(body).map((l) => `  ${l}`),
+              MAX_OUTPUT_LINES,
+              paint,
+            ).join('\n'),
+          );
+        if (o.exit_code !== 0 && o.exit_code !== null)
+          line(
+            paint(o.exit_code === -1 ? 'dim' : 'red', `  [${o.exit_code === -1 ? 'still running' : `exit ${o.exit_code}`}${o.timeout ? ', timed out' : ''}]`),
+          );
         return;
       }
       case 'FileEditorObservation':
         // the action showed the change; a view shows its text, a failed edit its reason
-        if (o.is_error || o.command === 'view') line(cap(lines(text).map((l) => `  ${o.is_error ? paint('red', l) : paint('dim', l)}`), MAX_OUTPUT_LINES, paint).join('\n'));
+        if (o.is_error || o.command === 'view')
+          line(
+            cap(
+              lines(text).map((l) => `  ${o.is_error ? paint('red', l) : paint('dim', l)}`),
+              MAX_OUTPUT_LINES,
+              paint,
+            ).join('\n'),
+          );
         return;
       case 'FinishObservation':
       case 'ThinkObservation':
@@ -155,7 +174,13 @@ export function textSink(out: Output): EventSink {
         if (o.is_error) line(indent(text, 'red'));
         return;
       case 'MCPObservation':
-        line(cap(lines(text).map((l) => `  ${o.is_error ? paint('red', l) : l}`), MAX_OUTPUT_LINES, paint).join('\n'));
+        line(
+          cap(
+            lines(text).map((l) => `  ${o.is_error ? paint('red', l) : l}`),
+            MAX_OUTPUT_LINES,
+            paint,
+          ).join('\n'),
+        );
         return;
     }
   };
@@ -168,8 +193,10 @@ export function textSink(out: Output): EventSink {
       return;
     }
     if (e.key === 'setup' && v && typeof v === 'object') return line(paint('dim', `· setup: ${v.phase}${v.detail ? ` ${v.detail}` : ''}`));
-    if (e.key === 'llm_retry' && v && typeof v === 'object') return line(paint('yellow', `· LLM retry ${v.attempt} in ${Math.round(Number(v.delay_ms) / 1000)} s (${v.code})`));
-    if (e.key === 'setup_script' && v && typeof v === 'object') return line(paint(v.exit_code === 0 ? 'dim' : 'yellow', `· setup.sh exited ${v.exit_code}${v.timed_out ? ' (timed out)' : ''}`));
+    if (e.key === 'llm_retry' && v && typeof v === 'object')
+      return line(paint('yellow', `· LLM retry ${v.attempt} in ${Math.round(Number(v.delay_ms) / 1000)} s (${v.code})`));
+    if (e.key === 'setup_script' && v && typeof v === 'object')
+      return line(paint(v.exit_code === 0 ? 'dim' : 'yellow', `· setup.sh exited ${v.exit_code}${v.timed_out ? ' (timed out)' : ''}`));
     line(paint('dim', `· ${e.key}: ${clip(JSON.stringify(v), 160)}`));
   };
 

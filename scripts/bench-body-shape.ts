@@ -125,7 +125,12 @@ function time(fn: (t: string) => unknown, text: string, minMs = 1000): number {
 
 const fmt = (ms: number) => (ms < 0.001 ? `${(ms * 1e6).toFixed(0)} ns` : ms < 1 ? `${(ms * 1000).toFixed(1)} µs` : `${ms.toFixed(1)} ms`);
 const libs = await libraries();
-console.log(`bench-body-shape (${os.cpus().length} cores, Node ${process.version}, load average ${os.loadavg().map((x) => x.toFixed(1)).join(' ')})`);
+console.log(
+  `bench-body-shape (${os.cpus().length} cores, Node ${process.version}, load average ${os
+    .loadavg()
+    .map((x) => x.toFixed(1))
+    .join(' ')})`,
+);
 if (!Object.keys(libs).length) console.log('(jsonc-parser and @streamparser/json not installed: only the counter and JSON.parse)');
 for (const [name, text] of Object.entries(bodies)) {
   const refused = jsonShapeError(text) !== null;

@@ -138,7 +138,11 @@ function machineBusy(): { total: number; idle: number } {
   return { total: v.reduce((a, b) => a + b, 0), idle: v[3]! + v[4]! };
 }
 
-const loadavg = () => os.loadavg().map((l) => l.toFixed(2)).join(' ');
+const loadavg = () =>
+  os
+    .loadavg()
+    .map((l) => l.toFixed(2))
+    .join(' ');
 
 /** What one measured window saw. */
 interface Sample {
@@ -214,18 +218,26 @@ async function runPhase(spec: PhaseSpec, nats: { url: string; pid: number }, tmp
     };
     for (let i = 0; i < spec.nodes; i++) {
       const profDir = opts.profileDir ? path.join(opts.profileDir, `${spec.name.replace(/[^a-z0-9]+/gi, '-')}-node-${i + 1}`) : null;
-      const n = await startDaemon(`node ${i + 1}`, ['bridge/main.ts'], path.join(tmpDir, `${spec.name}-data-${i + 1}`), null, profDir, { ...shared, NODE_ID: `node-${i + 1}` });
+      const n = await startDaemon(`node ${i + 1}`, ['bridge/main.ts'], path.join(tmpDir, `${spec.name}-data-${i + 1}`), null, profDir, {
+        ...shared,
+        NODE_ID: `node-${i + 1}`,
+      });
       pin(n.child.proc.pid!, spec.nodeCores[i]!);
       nodes.push(n);
     }
-    process.stdout.write(`${spec.name}: ${nodes.map((n, i) => `node ${i + 1} pid ${n.child.proc.pid} on core ${spec.nodeCores[i]}`).join(', ')}; the rest on ${spec.restCores}\n`);
+    process.stdout.write(
+      `${spec.name}: ${nodes.map((n, i) => `node ${i + 1} pid ${n.child.proc.pid} on core ${spec.nodeCores[i]}`).join(', ')}; the rest on ${spec.restCores}\n`,
+    );
     const logged0 = nodes.reduce((a, n) => a + n.child.warnLines + n.child.errorLines, 0);
     const ids = await createConversations(opts.conversations, (i) => nodes[spec.writerOf(i)]!.port, headers);
     const subs = ids.map((id, i) => subscribe(nodes[spec.readerOf(i)]!.port, headers, id));
     await withDeadline(Promise.all(subs.map((s) => s.ready)), 15_000, 'subscribers did not receive their full_state snapshot');
 
     const pgPids = async () => {
-      const r = await admin.query<{ pid: number; datname: string | null; backend_type: string }>(`SELECT pid, datname, backend_type FROM pg_stat_activity WHERE datname = $1 OR backend_type IN ('walwriter', 'checkpointer', 'background writer')`, [dbName]);
+      const r = await admin.query<{ pid: number; datname: string | null; backend_type: string }>(
+        `SELECT pid, datname, backend_type FROM pg_stat_activity WHERE datname = $1 OR backend_type IN ('walwriter', 'checkpointer', 'background writer')`,
+        [dbName],
+      );
       return { ours: r.rows.filter((x) => x.datname === dbName).map((x) => x.pid), bg: r.rows.filter((x) => x.datname !== dbName).map((x) => x.pid) };
     };
     const sample = async (): Promise<Sample> => {
@@ -256,7 +268,11 @@ async function runPhase(spec: PhaseSpec, nats: { url: string; pid: number }, tmp
     await sleep(IDLE_MS);
     const i1 = await sample();
     const idleSecs = (i1.t - i0.t) / 1000;
-    const idle = { nodes: i1.nodes.map((t, k) => (t - i0.nodes[k]!) / CLK_TCK / idleSecs), pg: pgCores(i0, i1, idleSecs), nats: (i1.nats - i0.nats) / CLK_TCK / idleSecs };
+    const idle = {
+      nodes: i1.nodes.map((t, k) => (t - i0.nodes[k]!) / CLK_TCK / idleSecs),
+      pg: pgCores(i0, i1, idleSecs),
+      nats: (i1.nats - i0.nats) / CLK_TCK / idleSecs,
+    };
 
     const windows: Window[] = [];
     for (const load of spec.loads) {
@@ -267,10 +283,17 @@ async function runPhase(spec: PhaseSpec, nats: { url: string; pid: number }, tmp
         })
         .filter((t) => t.convs.length > 0);
       const got: { s0?: Promise<Sample>; s1?: Promise<Sample> } = {};
-      const stats = await runLoad(`${spec.name}, ${load.label}`, nodes, targets, { concurrency: load.concurrency, duration: opts.duration, warmup: opts.warmup, genProcs: 1, timeoutMs: 10_000 }, headers, {
-        start: () => (got.s0 = sample()),
-        end: () => (got.s1 = sample()),
-      });
+      const stats = await runLoad(
+        `${spec.name}, ${load.label}`,
+        nodes,
+        targets,
+        { concurrency: load.concurrency, duration: opts.duration, warmup: opts.warmup, genProcs: 1, timeoutMs: 10_000 },
+        headers,
+        {
+          start: () => (got.s0 = sample()),
+          end: () => (got.s1 = sample()),
+        },
+      );
       for (const n of nodes) if (n.child.proc.exitCode !== null || n.child.proc.signalCode !== null) throw new Error(`${n.child.name} died during the load`);
       profiledWindow ??= stats.windowUs;
       const a = await got.s0!;
@@ -323,7 +346,13 @@ async function runPhase(spec: PhaseSpec, nats: { url: string; pid: number }, tmp
     const disorder = subs.reduce((a, s) => a + s.orderViolations, 0);
     process.stdout.write(`  delivered ${delivered} of ${expected} appends to the subscribers${disorder ? `, ${disorder} out of order` : ''}\n`);
     const warned = nodes.reduce((a, n) => a + n.child.warnLines + n.child.errorLines, 0) - logged0;
-    if (warned) process.stdout.write(`  the nodes logged ${warned} warning/error lines after their start; the last: ${nodes.map((n) => n.child.tail.at(-1) ?? '').join(' | ').slice(0, 400)}\n`);
+    if (warned)
+      process.stdout.write(
+        `  the nodes logged ${warned} warning/error lines after their start; the last: ${nodes
+          .map((n) => n.child.tail.at(-1) ?? '')
+          .join(' | ')
+          .slice(0, 400)}\n`,
+      );
     subs.forEach(closeSubscriber);
     return windows;
   } finally {
@@ -374,7 +403,9 @@ async function main(): Promise<number> {
   const started = new Date();
   const load0 = loadavg();
   const cpus = os.cpus();
-  process.stdout.write(`parley capacity model: ${opts.conversations} conversations, ${opts.warmup} s warmup + ${opts.duration} s per window; ${cpus.length} × ${cpus[0]?.model.trim()}, Node ${process.version}; load average ${load0}\n`);
+  process.stdout.write(
+    `parley capacity model: ${opts.conversations} conversations, ${opts.warmup} s warmup + ${opts.duration} s per window; ${cpus.length} × ${cpus[0]?.model.trim()}, Node ${process.version}; load average ${load0}\n`,
+  );
   try {
     const natsServer = await startNats((fn) => ends.push(fn));
     const nats = { url: natsServer.url, pid: natsPid(natsServer.port) };
@@ -405,20 +436,44 @@ async function main(): Promise<number> {
       admin,
     );
     const check1 = await runPhase(
-      { name: 'check, 1 node', nodes: 1, nodeCores: ['0'], restCores: '1', writerOf: () => 0, readerOf: () => 0, loads: [{ label: `${opts.concurrency} connections`, concurrency: opts.concurrency }] },
+      {
+        name: 'check, 1 node',
+        nodes: 1,
+        nodeCores: ['0'],
+        restCores: '1',
+        writerOf: () => 0,
+        readerOf: () => 0,
+        loads: [{ label: `${opts.concurrency} connections`, concurrency: opts.concurrency }],
+      },
       nats,
       tmpDir,
       admin,
     );
     const check2 = await runPhase(
-      { name: 'check, 2 nodes', nodes: 2, nodeCores: ['0', '1'], restCores: '0,1', writerOf: (i) => i % 2, readerOf: (i) => (i + 1) % 2, loads: [{ label: `${opts.concurrency} connections`, concurrency: opts.concurrency }] },
+      {
+        name: 'check, 2 nodes',
+        nodes: 2,
+        nodeCores: ['0', '1'],
+        restCores: '0,1',
+        writerOf: (i) => i % 2,
+        readerOf: (i) => (i + 1) % 2,
+        loads: [{ label: `${opts.concurrency} connections`, concurrency: opts.concurrency }],
+      },
       nats,
       tmpDir,
       admin,
     );
     // the nodes together on core 0, the rest on core 1: a node's cost without PostgreSQL on its core
     const check3 = await runPhase(
-      { name: 'check, 2 nodes on core 0', nodes: 2, nodeCores: ['0', '0'], restCores: '1', writerOf: (i) => i % 2, readerOf: (i) => (i + 1) % 2, loads: [{ label: `${opts.concurrency} connections`, concurrency: opts.concurrency }] },
+      {
+        name: 'check, 2 nodes on core 0',
+        nodes: 2,
+        nodeCores: ['0', '0'],
+        restCores: '1',
+        writerOf: (i) => i % 2,
+        readerOf: (i) => (i + 1) % 2,
+        loads: [{ label: `${opts.concurrency} connections`, concurrency: opts.concurrency }],
+      },
       nats,
       tmpDir,
       admin,
@@ -428,7 +483,8 @@ async function main(): Promise<number> {
     // ---- per-part costs ----
     const [hi, lo] = calib as [Window, Window];
     const loadUs = (w: Window, part: 'A' | 'B' | 'pg' | 'nats') => {
-      const [used, idle] = part === 'A' ? [w.cores.nodes[0]!, w.idle.nodes[0]!] : part === 'B' ? [w.cores.nodes[1]!, w.idle.nodes[1]!] : [w.cores[part], w.idle[part]];
+      const [used, idle] =
+        part === 'A' ? [w.cores.nodes[0]!, w.idle.nodes[0]!] : part === 'B' ? [w.cores.nodes[1]!, w.idle.nodes[1]!] : [w.cores[part], w.idle[part]];
       return us(used - idle, w);
     };
     const W = fit({ e: hi.eventsPerStatement, c: loadUs(hi, 'A') }, { e: lo.eventsPerStatement, c: loadUs(lo, 'A') });
@@ -454,7 +510,9 @@ async function main(): Promise<number> {
     p('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
     for (const w of [...calib, ...check1, ...check2, ...check3]) p(windowLine(w));
     p();
-    p(`With no load (${opts.conversations} conversations subscribed, ${IDLE_MS / 1000} s): nodes ${f2(fixed.node)} cores together, PostgreSQL backends ${f2(fixed.pg)}, NATS ${f2(fixed.nats)}; subtracted below.`);
+    p(
+      `With no load (${opts.conversations} conversations subscribed, ${IDLE_MS / 1000} s): nodes ${f2(fixed.node)} cores together, PostgreSQL backends ${f2(fixed.pg)}, NATS ${f2(fixed.nats)}; subtracted below.`,
+    );
     p();
     p('Per-part costs, CPU per append (calibration: A takes the writes, B delivers them; a statement is one append transaction):');
     p();
@@ -464,17 +522,23 @@ async function main(): Promise<number> {
     p(`| node, write (REST, validation, PostgreSQL client, NATS publish) | ${f1(loadUs(hi, 'A'))} µs | ${f1(loadUs(lo, 'A'))} µs | ${split(W)} |`);
     p(`| node, delivery (NATS receive, WebSocket send) | ${f1(D)} µs | ${f1(loadUs(lo, 'B'))} µs | | |`);
     p(`| PostgreSQL backends | ${f1(loadUs(hi, 'pg'))} µs | ${f1(loadUs(lo, 'pg'))} µs | ${split(P)} |`);
-    p(`| PostgreSQL background (walwriter, checkpointer, bgwriter; shared with other databases) | ${f1(us(hi.cores.pgBg, hi))} µs | ${f1(us(lo.cores.pgBg, lo))} µs | | |`);
+    p(
+      `| PostgreSQL background (walwriter, checkpointer, bgwriter; shared with other databases) | ${f1(us(hi.cores.pgBg, hi))} µs | ${f1(us(lo.cores.pgBg, lo))} µs | | |`,
+    );
     p(`| nats-server, per delivery to one other node | ${f1(Q)} µs | ${f1(loadUs(lo, 'nats'))} µs | | |`);
     p(`| generator + subscribers (the clients) | ${f1(G)} µs | ${f1(us(lo.cores.gen + lo.cores.subs, lo))} µs | | |`);
     p();
-    p(`PostgreSQL transactions per append: ${f2(hi.xactPerSec / hi.rate)} at ${hi.concurrency} connections, ${f2(lo.xactPerSec / lo.rate)} at ${lo.concurrency} (append statements plus reads); the node's one append statement in flight takes ${f2(stmtUs / 1000)} ms at ${hi.concurrency} connections; events per statement per connection ${f2(batchPerClient)}.`);
+    p(
+      `PostgreSQL transactions per append: ${f2(hi.xactPerSec / hi.rate)} at ${hi.concurrency} connections, ${f2(lo.xactPerSec / lo.rate)} at ${lo.concurrency} (append statements plus reads); the node's one append statement in flight takes ${f2(stmtUs / 1000)} ms at ${hi.concurrency} connections; events per statement per connection ${f2(batchPerClient)}.`,
+    );
 
     // ---- prediction, separate machines ----
     const e = Math.max(1, batchPerClient * opts.clientsPerNode);
     const c = cost(e);
     p();
-    p(`Predicted on separate machines (each node ${opts.nodeCores} core for its event loop, PostgreSQL ${opts.pgCores} cores, NATS ${opts.natsCores} cores, the clients elsewhere; ${opts.clientsPerNode} client connections per node, so ${f1(e)} events per statement; per append: node ${f1(c.node)} µs, PostgreSQL ${f1(c.pg)} µs, NATS ${f1(c.nats)} µs; plus the fixed cost above):`);
+    p(
+      `Predicted on separate machines (each node ${opts.nodeCores} core for its event loop, PostgreSQL ${opts.pgCores} cores, NATS ${opts.natsCores} cores, the clients elsewhere; ${opts.clientsPerNode} client connections per node, so ${f1(e)} events per statement; per append: node ${f1(c.node)} µs, PostgreSQL ${f1(c.pg)} µs, NATS ${f1(c.nats)} µs; plus the fixed cost above):`,
+    );
     p();
     p('| nodes | appends/s | node CPU (each) | PostgreSQL CPU | NATS CPU | statements/s | saturates first |');
     p('|---:|---:|---:|---:|---:|---:|---|');
@@ -486,14 +550,18 @@ async function main(): Promise<number> {
       };
       const [first, x] = Object.entries(bounds).sort((a, b) => a[1] - b[1])[0]!;
       const util = (fx: number, per: number, cores: number) => pct((fx + (x * per) / 1e6) / cores);
-      p(`| ${n} | ${f0(x)} | ${util(fixed.node / n, c.node / n, opts.nodeCores)} | ${util(fixed.pg, c.pg, opts.pgCores)} | ${util(fixed.nats, c.nats, opts.natsCores)} | ${f0(x / e)} | ${first} |`);
+      p(
+        `| ${n} | ${f0(x)} | ${util(fixed.node / n, c.node / n, opts.nodeCores)} | ${util(fixed.pg, c.pg, opts.pgCores)} | ${util(fixed.nats, c.nats, opts.natsCores)} | ${f0(x / e)} | ${first} |`,
+      );
     }
 
     // ---- the check: this machine, two cores, less what other work took ----
     p();
     p('Check on this machine (2 cores; what a part can have = its core(s) less what other work used during the window, split evenly over the two cores):');
     p();
-    p('| window | predicted appends/s | measured | error | limit | from the CPU the parts got: predicted | error | node µs/append predicted / measured | PostgreSQL µs predicted / measured |');
+    p(
+      '| window | predicted appends/s | measured | error | limit | from the CPU the parts got: predicted | error | node µs/append predicted / measured | PostgreSQL µs predicted / measured |',
+    );
     p('|---|---:|---:|---:|---|---:|---:|---:|---:|');
     for (const w of [...check1, ...check2, ...check3]) {
       const ew = Math.max(1, batchPerClient * (w.concurrency / w.nodes));
@@ -521,7 +589,9 @@ async function main(): Promise<number> {
       const got = w.cores.nodes.reduce((a, b) => a + b, 0) + w.cores.pg + w.cores.nats + w.cores.gen + w.cores.subs - fixed.node - restFixed;
       const xGot = (got * 1e6) / (cw.node + rest);
       const err = (pred: number) => `${w.rate >= pred ? '+' : ''}${((w.rate / pred - 1) * 100).toFixed(0)} %`;
-      p(`| ${w.label} | ${f0(x)} | ${f0(w.rate)} | ${err(x)} | ${limit} | ${f0(xGot)} | ${err(xGot)} | ${f1(cw.node)} / ${f1(nodeUs)} | ${f1(cw.pg)} / ${f1(us(w.cores.pg - w.idle.pg, w))} |`);
+      p(
+        `| ${w.label} | ${f0(x)} | ${f0(w.rate)} | ${err(x)} | ${limit} | ${f0(xGot)} | ${err(xGot)} | ${f1(cw.node)} / ${f1(nodeUs)} | ${f1(cw.pg)} / ${f1(us(w.cores.pg - w.idle.pg, w))} |`,
+      );
     }
     process.stdout.write(`${out.join('\n')}\n`);
     return 0;

@@ -34,7 +34,11 @@ const median = (xs: number[]) => {
   return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 };
 const times = { holder: [] as number[], attach: [] as number[], close: [] as number[] };
-const load = () => os.loadavg().map((l) => l.toFixed(2)).join(' ');
+const load = () =>
+  os
+    .loadavg()
+    .map((l) => l.toFixed(2))
+    .join(' ');
 const loadBefore = load();
 for (let i = 0; i < ROUNDS + 1; i++) {
   const t0 = performance.now();
@@ -51,8 +55,13 @@ for (let i = 0; i < ROUNDS + 1; i++) {
   times.attach.push(t2 - t1);
   times.close.push(t3 - t2);
 }
-const line = (name: string, xs: number[]) => `${name.padEnd(8)} median ${median(xs).toFixed(1).padStart(7)} ms   min ${Math.min(...xs).toFixed(1).padStart(7)} ms`;
-console.log(`npx tsx scripts/bench-egress.ts --rounds ${ROUNDS}   (${root ? `root, sandboxes as uid ${uid}` : `uid ${uid}`}; load average before ${loadBefore}, after ${load()}; ${os.cpus().length} cpus)`);
+const line = (name: string, xs: number[]) =>
+  `${name.padEnd(8)} median ${median(xs).toFixed(1).padStart(7)} ms   min ${Math.min(...xs)
+    .toFixed(1)
+    .padStart(7)} ms`;
+console.log(
+  `npx tsx scripts/bench-egress.ts --rounds ${ROUNDS}   (${root ? `root, sandboxes as uid ${uid}` : `uid ${uid}`}; load average before ${loadBefore}, after ${load()}; ${os.cpus().length} cpus)`,
+);
 console.log(line('holder', times.holder));
 console.log(line('attach', times.attach));
 console.log(line('close', times.close));

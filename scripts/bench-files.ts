@@ -70,12 +70,13 @@ async function main(): Promise<void> {
   await new Promise((r) => sh.on('close', r));
   fill(ws);
   if (runAs) execFileSync('chown', ['-R', `${runAs.uid}:${runAs.gid}`, ws]);
-  const ops = (i: number, tag: string) => [
-    ['view file', { command: 'view', path: '/workspace/big.py' }],
-    ['view dir', { command: 'view', path: '/workspace' }],
-    ['create', { command: 'create', path: `/workspace/new-${tag}-${i}.txt`, file_text: 'one\ntwo\n' }],
-    ['str_replace', { command: 'str_replace', path: `/workspace/new-${tag}-${i}.txt`, old_str: 'two', new_str: 'three' }],
-  ] as const;
+  const ops = (i: number, tag: string) =>
+    [
+      ['view file', { command: 'view', path: '/workspace/big.py' }],
+      ['view dir', { command: 'view', path: '/workspace' }],
+      ['create', { command: 'create', path: `/workspace/new-${tag}-${i}.txt`, file_text: 'one\ntwo\n' }],
+      ['str_replace', { command: 'str_replace', path: `/workspace/new-${tag}-${i}.txt`, old_str: 'two', new_str: 'three' }],
+    ] as const;
   const times: Record<string, Record<string, number[]>> = { before: {}, sandbox: {} };
   const run = async (name: 'before' | 'sandbox', tool: Tool, i: number) => {
     for (const [op, params] of ops(i, name)) {
@@ -107,7 +108,12 @@ async function main(): Promise<void> {
     fs.rmSync(before.dir, { recursive: true, force: true });
     fs.rmSync(root, { recursive: true, force: true });
   }
-  console.log(`bench-files: ${ROUNDS} rounds, load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}, ${runAs ? 'as root (sandbox uid 65533)' : 'unprivileged'}`);
+  console.log(
+    `bench-files: ${ROUNDS} rounds, load average ${os
+      .loadavg()
+      .map((l) => l.toFixed(2))
+      .join(' ')}, ${runAs ? 'as root (sandbox uid 65533)' : 'unprivileged'}`,
+  );
   console.log('operation      before (in the daemon)   sandbox (file service)   added (median)');
   for (const op of Object.keys(times.before!)) {
     const b = times.before![op]!;

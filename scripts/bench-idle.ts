@@ -31,7 +31,9 @@ import { readySpare } from '../test/support/holders.js';
 import { descendants } from '../test/support/processes.js';
 import { startScriptedLlm, type ScriptedLlm } from '../test/support/scripted-llm.js';
 
-const { values: args } = parseArgs({ options: { conversations: { type: 'string', default: '40' }, 'idle-ms': { type: 'string', default: '5000' }, 'llm-ms': { type: 'string', default: '0' } } });
+const { values: args } = parseArgs({
+  options: { conversations: { type: 'string', default: '40' }, 'idle-ms': { type: 'string', default: '5000' }, 'llm-ms': { type: 'string', default: '0' } },
+});
 const N = Number(args.conversations);
 const IDLE_MS = Number(args['idle-ms']);
 const LLM_MS = Number(args['llm-ms']);
@@ -73,10 +75,14 @@ async function turn(d: DaemonHandle, llm: ScriptedLlm, id: string, command: stri
   const r = await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true });
   if (r.status !== 200) throw new Error(r.text);
   const isAnswer = (e: { kind: string; source: string }) => e.kind === 'MessageEvent' && e.source === 'agent';
-  const turnEvents = (await waitFor(async () => {
-    const evs = (await allEvents(d.req, id)).slice(before);
-    return evs.some(isAnswer) ? evs : null;
-  }, 'the answer', 120_000))!;
+  const turnEvents = (await waitFor(
+    async () => {
+      const evs = (await allEvents(d.req, id)).slice(before);
+      return evs.some(isAnswer) ? evs : null;
+    },
+    'the answer',
+    120_000,
+  ))!;
   // the daemon's own clock: from the user's message to the agent's answer, as the log stamps them
   // (a poll of the log would add up to its interval)
   const stamp = (e: { timestamp: string } | undefined) => Date.parse(e!.timestamp);
@@ -92,7 +98,13 @@ async function turn(d: DaemonHandle, llm: ScriptedLlm, id: string, command: stri
 }
 
 const llm = await startScriptedLlm();
-const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, SANDBOX: 'bwrap', SANDBOX_IDLE_CLOSE_MS: String(IDLE_MS), SANDBOX_MAX_LIVE: String(Math.max(64, N + 16)) });
+const d = await startDaemon({
+  LLM_MODEL: 'openai/scripted',
+  LLM_BASE_URL: llm.url,
+  SANDBOX: 'bwrap',
+  SANDBOX_IDLE_CLOSE_MS: String(IDLE_MS),
+  SANDBOX_MAX_LIVE: String(Math.max(64, N + 16)),
+});
 try {
   const daemon = d.proc.pid!;
   const base = tree(daemon);
@@ -118,11 +130,18 @@ try {
     restart.push(await turn(d, llm, id, 'echo again', restartParts)); // its sandbox was closed while idle
     live.push(await turn(d, llm, id, 'echo again', liveParts)); // its shell is up
   }
-  console.log(`bench-idle: ${N} one-turn conversations, SANDBOX_IDLE_CLOSE_MS=${IDLE_MS}, LLM ${LLM_MS} ms to the command, load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+  console.log(
+    `bench-idle: ${N} one-turn conversations, SANDBOX_IDLE_CLOSE_MS=${IDLE_MS}, LLM ${LLM_MS} ms to the command, load average ${os
+      .loadavg()
+      .map((l) => l.toFixed(2))
+      .join(' ')}`,
+  );
   console.log(`  daemon alone (spare holder, egress): ${base.processes} processes, ${(base.pssKiB / 1024).toFixed(0)} MiB PSS`);
   console.log(`  right after the turns:   ${per(busy)}`);
   console.log(`  after the idle close:    ${per(idle)}`);
-  console.log(`  next turn: shell restored ${median(restart).toFixed(1)} ms, shell up ${median(live).toFixed(1)} ms (median of ${restart.length}): +${(median(restart) - median(live)).toFixed(1)} ms`);
+  console.log(
+    `  next turn: shell restored ${median(restart).toFixed(1)} ms, shell up ${median(live).toFixed(1)} ms (median of ${restart.length}): +${(median(restart) - median(live)).toFixed(1)} ms`,
+  );
   const partsOf = (ps: Parts[]) => (['toLlm', 'step', 'toAnswer'] as const).map((k) => `${k} ${median(ps.map((p) => p[k])).toFixed(0)}`).join(', ');
   console.log(`  medians (ms), restored: ${partsOf(restartParts)}; up: ${partsOf(liveParts)}`);
 } finally {

@@ -116,7 +116,9 @@ async function measure(name: string, d: Daemon, attack: () => Promise<string | v
   const note = await attack();
   if (killed) {
     clearInterval(timer);
-    console.log(`${name.padEnd(11)} RSS before ${before.toFixed(0)} MiB, passed +${capMiB} MiB (${peak.toFixed(0)} MiB): daemon killed by the bench${note ? `; ${note}` : ''}`);
+    console.log(
+      `${name.padEnd(11)} RSS before ${before.toFixed(0)} MiB, passed +${capMiB} MiB (${peak.toFixed(0)} MiB): daemon killed by the bench${note ? `; ${note}` : ''}`,
+    );
     return;
   }
   await new Promise((r) => setTimeout(r, 3000));
@@ -136,7 +138,12 @@ const post = (d: Daemon, p: string, body: unknown, headers: Record<string, strin
 function frame(payload: Buffer): Buffer {
   const mask = crypto.randomBytes(4);
   const len = payload.length;
-  const head = len < 126 ? Buffer.from([0x81, 0x80 | len]) : len < 65536 ? Buffer.from([0x81, 0xfe, len >> 8, len & 255]) : Buffer.from([0x81, 0xff, 0, 0, 0, 0, len >>> 24, (len >>> 16) & 255, (len >>> 8) & 255, len & 255]);
+  const head =
+    len < 126
+      ? Buffer.from([0x81, 0x80 | len])
+      : len < 65536
+        ? Buffer.from([0x81, 0xfe, len >> 8, len & 255])
+        : Buffer.from([0x81, 0xff, 0, 0, 0, 0, len >>> 24, (len >>> 16) & 255, (len >>> 8) & 255, len & 255]);
   const body = Buffer.from(payload);
   for (let i = 0; i < body.length; i++) body[i]! ^= mask[i & 3]!;
   return Buffer.concat([head, mask, body]);
@@ -146,7 +153,9 @@ function rawSocket(d: Daemon, p: string, headers = '', localAddress?: string): P
   return new Promise((resolve, reject) => {
     const s = net.connect({ port: d.port, host: '127.0.0.1', localAddress });
     s.on('error', () => {});
-    s.write(`GET ${p} HTTP/1.1\r\nHost: 127.0.0.1:${d.port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n${headers}\r\n`);
+    s.write(
+      `GET ${p} HTTP/1.1\r\nHost: 127.0.0.1:${d.port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n${headers}\r\n`,
+    );
     s.once('data', (c: Buffer) => (c.toString('latin1').startsWith('HTTP/1.1 101') ? resolve(s) : reject(new Error(c.toString('latin1').split('\r\n')[0]))));
   });
 }
@@ -159,7 +168,9 @@ async function slowReplay(d: Daemon, id: string, messages: number): Promise<numb
   const s = net.connect(d.port, '127.0.0.1');
   s.on('error', () => {});
   s.pause();
-  s.write(`GET /sockets/events/${id}?resend_mode=all HTTP/1.1\r\nHost: 127.0.0.1:${d.port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`);
+  s.write(
+    `GET /sockets/events/${id}?resend_mode=all HTTP/1.1\r\nHost: 127.0.0.1:${d.port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`,
+  );
   await new Promise((r) => setTimeout(r, 3000));
   const reader = new FrameReader();
   const got = () => reader.frames.flatMap((f) => (/"text":"(\d+):/.exec(f) ? [Number(/"text":"(\d+):/.exec(f)![1])] : []));
@@ -193,107 +204,127 @@ const attacks: Record<string, () => Promise<void>> = {
   async search() {
     const size = Number(args['message-mib']) * MiB;
     await withConversation({ MAX_BODY_BYTES: String(size + MiB), MAX_EVENT_BYTES: String(size + 64 * 1024) }, async (d, id) => {
-    for (let i = 0; i < Number(args.messages); i++) {
-      const r = await post(d, `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'text', text: `${i}:${'m'.repeat(size - 16)}` }], run: false });
-      if (r.status !== 200) throw new Error(`message ${i}: ${r.status} ${await r.text()}`);
-    }
-    await measure('search', d, async () => {
-      const res = await fetch(`${d.url}/api/conversations/${id}/events/search?limit=100`);
-      const body = await res.arrayBuffer();
-      const items = (JSON.parse(Buffer.from(body).toString()) as { items: unknown[] }).items.length;
-      return `one page: ${(body.byteLength / MiB).toFixed(1)} MiB, ${items} items`;
-    });
-    await measure('replay', d, async () => {
-      const ws = new WebSocket(`ws://127.0.0.1:${d.port}/sockets/events/${id}?resend_mode=all`);
-      let n = 0;
-      await new Promise<void>((resolve, reject) => {
-        ws.on('message', (m: Buffer) => {
-          if (m.includes('"MessageEvent"') && ++n === Number(args.messages)) resolve();
+      for (let i = 0; i < Number(args.messages); i++) {
+        const r = await post(d, `/api/conversations/${id}/events`, {
+          role: 'user',
+          content: [{ type: 'text', text: `${i}:${'m'.repeat(size - 16)}` }],
+          run: false,
         });
-        ws.on('close', (code) => reject(new Error(`closed ${code} after ${n}`)));
+        if (r.status !== 200) throw new Error(`message ${i}: ${r.status} ${await r.text()}`);
+      }
+      await measure('search', d, async () => {
+        const res = await fetch(`${d.url}/api/conversations/${id}/events/search?limit=100`);
+        const body = await res.arrayBuffer();
+        const items = (JSON.parse(Buffer.from(body).toString()) as { items: unknown[] }).items.length;
+        return `one page: ${(body.byteLength / MiB).toFixed(1)} MiB, ${items} items`;
       });
-      ws.removeAllListeners('close');
-      ws.close();
-      return `all ${n} messages replayed`;
-    });
-    await measure('slow replay', d, async () => {
-      const got = await slowReplay(d, id, Number(args.messages));
-      const inOrder = got.every((x, i) => x === i);
-      return `${got.length}/${args.messages} messages replayed${inOrder ? ', in order' : `: ${got.join(',')}`}`;
-    });
+      await measure('replay', d, async () => {
+        const ws = new WebSocket(`ws://127.0.0.1:${d.port}/sockets/events/${id}?resend_mode=all`);
+        let n = 0;
+        await new Promise<void>((resolve, reject) => {
+          ws.on('message', (m: Buffer) => {
+            if (m.includes('"MessageEvent"') && ++n === Number(args.messages)) resolve();
+          });
+          ws.on('close', (code) => reject(new Error(`closed ${code} after ${n}`)));
+        });
+        ws.removeAllListeners('close');
+        ws.close();
+        return `all ${n} messages replayed`;
+      });
+      await measure('slow replay', d, async () => {
+        const got = await slowReplay(d, id, Number(args.messages));
+        const inOrder = got.every((x, i) => x === i);
+        return `${got.length}/${args.messages} messages replayed${inOrder ? ', in order' : `: ${got.join(',')}`}`;
+      });
     });
   },
   async pages() {
     await withConversation({}, async (d, id) => {
-    for (let i = 0; i < 80; i++) await post(d, `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'text', text: `${i}:${'p'.repeat(64 * 1024)}` }], run: false });
-    await measure('pages', d, async () => {
-      const clients = await Promise.all(Array.from({ length: 30 }, () => new Promise<{ sock: net.Socket; bytes: () => number; ended: Promise<void> }>((resolve) => {
-        let n = 0;
-        const sock = net.connect(d.port, '127.0.0.1', () => resolve({ sock, bytes: () => n, ended }));
-        const ended = new Promise<void>((r) => sock.once('close', () => r()));
-        sock.on('error', () => {});
-        sock.pause();
-        sock.on('data', (c: Buffer) => (n += c.length));
-        sock.write(`GET /api/conversations/${id}/events/search?limit=100 HTTP/1.1\r\nHost: 127.0.0.1:${d.port}\r\nConnection: close\r\n\r\n`);
-      })));
-      let last = rss(d.pid);
-      let since = Date.now();
-      while (Date.now() - since < 1500) {
-        await new Promise((r) => setTimeout(r, 50));
-        const now = rss(d.pid);
-        if (now > last + 1) (last = now), (since = Date.now());
-      }
-      for (const c of clients) c.sock.resume();
-      await Promise.all(clients.map((c) => c.ended));
-      return `30 clients, ${(clients.reduce((a, c) => a + c.bytes(), 0) / 30 / MiB).toFixed(1)} MiB each once read`;
-    });
+      for (let i = 0; i < 80; i++)
+        await post(d, `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'text', text: `${i}:${'p'.repeat(64 * 1024)}` }], run: false });
+      await measure('pages', d, async () => {
+        const clients = await Promise.all(
+          Array.from(
+            { length: 30 },
+            () =>
+              new Promise<{ sock: net.Socket; bytes: () => number; ended: Promise<void> }>((resolve) => {
+                let n = 0;
+                const sock = net.connect(d.port, '127.0.0.1', () => resolve({ sock, bytes: () => n, ended }));
+                const ended = new Promise<void>((r) => sock.once('close', () => r()));
+                sock.on('error', () => {});
+                sock.pause();
+                sock.on('data', (c: Buffer) => (n += c.length));
+                sock.write(`GET /api/conversations/${id}/events/search?limit=100 HTTP/1.1\r\nHost: 127.0.0.1:${d.port}\r\nConnection: close\r\n\r\n`);
+              }),
+          ),
+        );
+        let last = rss(d.pid);
+        let since = Date.now();
+        while (Date.now() - since < 1500) {
+          await new Promise((r) => setTimeout(r, 50));
+          const now = rss(d.pid);
+          if (now > last + 1) (last = now), (since = Date.now());
+        }
+        for (const c of clients) c.sock.resume();
+        await Promise.all(clients.map((c) => c.ended));
+        return `30 clients, ${(clients.reduce((a, c) => a + c.bytes(), 0) / 30 / MiB).toFixed(1)} MiB each once read`;
+      });
     });
   },
   async frames() {
     await withConversation({}, async (d, id) => {
-    await measure('frames', d, async () => {
-      const s = await rawSocket(d, `/sockets/events/${id}`);
-      s.pause();
-      const one = frame(Buffer.from('{"nonsense":true}'));
-      const batch = Buffer.concat(Array.from({ length: 1000 }, () => one));
-      let sent = 0;
-      let closed = false;
-      s.once('close', () => (closed = true));
-      for (; sent < Number(args.frames) && !closed; sent += 1000) {
-        if (!s.write(batch)) await new Promise((r) => { s.once('drain', r); s.once('close', r); });
-      }
-      s.destroy();
-      return `${sent} frames written${closed ? ' before the daemon closed the socket' : ''}`;
-    });
+      await measure('frames', d, async () => {
+        const s = await rawSocket(d, `/sockets/events/${id}`);
+        s.pause();
+        const one = frame(Buffer.from('{"nonsense":true}'));
+        const batch = Buffer.concat(Array.from({ length: 1000 }, () => one));
+        let sent = 0;
+        let closed = false;
+        s.once('close', () => (closed = true));
+        for (; sent < Number(args.frames) && !closed; sent += 1000) {
+          if (!s.write(batch))
+            await new Promise((r) => {
+              s.once('drain', r);
+              s.once('close', r);
+            });
+        }
+        s.destroy();
+        return `${sent} frames written${closed ? ' before the daemon closed the socket' : ''}`;
+      });
     });
   },
   async preauth() {
-    await withConversation({ SESSION_API_KEY: KEY }, async (d, id) => {
-    await measure('preauth', d, async () => {
-      const body = 10 * MiB - 64;
-      const auth = frame(Buffer.alloc(body, 0x20));
-      const held: net.Socket[] = [];
-      let refused = 0;
-      for (let a = 2; a < 18; a++) {
-        for (let k = 0; k < 8; k++) {
-          const s = await rawSocket(d, `/sockets/events/${id}`, '', `127.0.0.${a}`).catch(() => null);
-          if (s) held.push(s);
-          else refused++;
-        }
-      }
-      const closed = Promise.all(held.map((s) => new Promise<void>((r) => s.once('close', () => r()))));
-      await Promise.all(held.map((s) => new Promise<void>((r) => s.write(auth.subarray(0, auth.length - 1), () => r()))));
-      await closed;
-      return `${held.length} sockets held (${refused} refused at the upgrade), each sent ${(body / MiB).toFixed(1)} MiB of an auth frame but its last byte; all closed by the auth timeout`;
-    });
-    }, { 'x-session-api-key': KEY });
+    await withConversation(
+      { SESSION_API_KEY: KEY },
+      async (d, id) => {
+        await measure('preauth', d, async () => {
+          const body = 10 * MiB - 64;
+          const auth = frame(Buffer.alloc(body, 0x20));
+          const held: net.Socket[] = [];
+          let refused = 0;
+          for (let a = 2; a < 18; a++) {
+            for (let k = 0; k < 8; k++) {
+              const s = await rawSocket(d, `/sockets/events/${id}`, '', `127.0.0.${a}`).catch(() => null);
+              if (s) held.push(s);
+              else refused++;
+            }
+          }
+          const closed = Promise.all(held.map((s) => new Promise<void>((r) => s.once('close', () => r()))));
+          await Promise.all(held.map((s) => new Promise<void>((r) => s.write(auth.subarray(0, auth.length - 1), () => r()))));
+          await closed;
+          return `${held.length} sockets held (${refused} refused at the upgrade), each sent ${(body / MiB).toFixed(1)} MiB of an auth frame but its last byte; all closed by the auth timeout`;
+        });
+      },
+      { 'x-session-api-key': KEY },
+    );
   },
   async creates() {
     const d = await start({ MAX_BODY_BYTES: String(9 * MiB) });
     try {
       await measure('creates', d, async () => {
         const codes: number[] = [];
-        for (let i = 0; i < Number(args.creates); i++) codes.push((await post(d, '/api/conversations', { conversation_instructions: `${i}${'i'.repeat(8 * MiB - 8)}` })).status);
+        for (let i = 0; i < Number(args.creates); i++)
+          codes.push((await post(d, '/api/conversations', { conversation_instructions: `${i}${'i'.repeat(8 * MiB - 8)}` })).status);
         return `${args.creates} creates with 8 MiB instructions: ${[...new Set(codes)].join(',')}`;
       });
     } finally {
@@ -353,11 +384,18 @@ async function alive(d: Daemon): Promise<string> {
 
 /** Each case: a fresh daemon with one conversation, the attack measured, then /alive asked. */
 const SHAPE_CASES: Record<string, (d: Daemon, id: string) => Promise<string>> = {
-  'text 9 MiB (legitimate)': (d, id) => postRaw(d, `/api/conversations/${id}/events`, JSON.stringify({ role: 'user', content: [{ type: 'text', text: 't'.repeat(9 * MiB) }], run: false })),
+  'text 9 MiB (legitimate)': (d, id) =>
+    postRaw(d, `/api/conversations/${id}/events`, JSON.stringify({ role: 'user', content: [{ type: 'text', text: 't'.repeat(9 * MiB) }], run: false })),
   '[[],…] initial_user_msg': (d) => postRaw(d, '/api/conversations', dense('{"initial_user_msg":[', '[]', ']}')),
-  '[[],…] initial_user_msg ×4': async (d) => (await Promise.all(Array.from({ length: 4 }, () => postRaw(d, '/api/conversations', dense('{"initial_user_msg":[', '[]', ']}'))))).map((s) => s.slice(0, 3)).join(','),
+  '[[],…] initial_user_msg ×4': async (d) =>
+    (await Promise.all(Array.from({ length: 4 }, () => postRaw(d, '/api/conversations', dense('{"initial_user_msg":[', '[]', ']}')))))
+      .map((s) => s.slice(0, 3))
+      .join(','),
   '[[],…] content': (d, id) => postRaw(d, `/api/conversations/${id}/events`, dense('{"role":"user","content":[', '[]', ']}')),
-  '[[],…] content ×4': async (d, id) => (await Promise.all(Array.from({ length: 4 }, () => postRaw(d, `/api/conversations/${id}/events`, dense('{"role":"user","content":[', '[]', ']}'))))).map((s) => s.slice(0, 3)).join(','),
+  '[[],…] content ×4': async (d, id) =>
+    (await Promise.all(Array.from({ length: 4 }, () => postRaw(d, `/api/conversations/${id}/events`, dense('{"role":"user","content":[', '[]', ']}')))))
+      .map((s) => s.slice(0, 3))
+      .join(','),
   '[0,0,…] content': (d, id) => postRaw(d, `/api/conversations/${id}/events`, dense('{"role":"user","content":[', '0', ']}')),
   '{"a":0,…} body': (d, id) => postRaw(d, `/api/conversations/${id}/events`, dense('{"role":"user",', '"a":0', '}')),
   '[[[…]]] nesting': (d) => postRaw(d, '/api/conversations', deep('{"initial_user_msg":', '}')),
@@ -367,7 +405,20 @@ const SHAPE_CASES: Record<string, (d: Daemon, id: string) => Promise<string>> = 
   '[[],…] msgpack frame': (d, id) => {
     // {"role":"user","content": <array32 of n empty arrays>}
     const n = 10 * MiB - 64;
-    const head = Buffer.from([0x82, 0xa4, ...Buffer.from('role'), 0xa4, ...Buffer.from('user'), 0xa7, ...Buffer.from('content'), 0xdd, n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255]);
+    const head = Buffer.from([
+      0x82,
+      0xa4,
+      ...Buffer.from('role'),
+      0xa4,
+      ...Buffer.from('user'),
+      0xa7,
+      ...Buffer.from('content'),
+      0xdd,
+      n >>> 24,
+      (n >>> 16) & 255,
+      (n >>> 8) & 255,
+      n & 255,
+    ]);
     return sendFrame(d, id, Buffer.concat([head, Buffer.alloc(n, 0x90)]));
   },
 };
@@ -380,10 +431,15 @@ const attacksWithShapes = {
       // MAX_EVENT_BYTES raised so that the 9 MiB message is accepted, as a client allowed such messages would send it
       await withConversation({ MAX_EVENT_BYTES: String(10 * MiB) }, async (d, id) => {
         let note = '';
-        await measure(name, d, async () => {
-          note = await run(d, id);
-          return note.length > 200 ? `${note.slice(0, 200)}…` : note;
-        }, 2048);
+        await measure(
+          name,
+          d,
+          async () => {
+            note = await run(d, id);
+            return note.length > 200 ? `${note.slice(0, 200)}…` : note;
+          },
+          2048,
+        );
         console.log(`${''.padEnd(11)} → ${await alive(d)}`);
       }).catch((err) => console.log(`${name}: ${err}`));
     }

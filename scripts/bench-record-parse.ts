@@ -46,12 +46,16 @@ function measure(name: string, data: unknown): void {
   const decode: number[] = [];
   const parse: number[] = [];
   for (let r = 0; r < rounds; r++) {
-    decode.push(timed(() => {
-      for (let i = 0; i < records; i++) JSON.parse(text);
-    }));
-    parse.push(timed(() => {
-      for (let i = 0; i < records; i++) parseRecordData(JSON.parse(text));
-    }));
+    decode.push(
+      timed(() => {
+        for (let i = 0; i < records; i++) JSON.parse(text);
+      }),
+    );
+    parse.push(
+      timed(() => {
+        for (let i = 0; i < records; i++) parseRecordData(JSON.parse(text));
+      }),
+    );
   }
   const d = median(decode);
   const p = median(parse);

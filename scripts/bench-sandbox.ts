@@ -47,7 +47,11 @@ async function shellCreation(): Promise<void> {
   const times: Record<string, number[]> = { bwrap: [], cold: [], none: [] };
   try {
     for (let i = 0; i < SHELLS; i++) {
-      for (const [name, sb] of [['bwrap', bwrap], ['cold', cold], ['none', none]] as const) {
+      for (const [name, sb] of [
+        ['bwrap', bwrap],
+        ['cold', cold],
+        ['none', none],
+      ] as const) {
         const id = crypto.randomUUID();
         const ws = path.join(root, id.replace(/-/g, ''));
         fs.mkdirSync(ws);
@@ -93,7 +97,14 @@ async function turns(mode: 'bwrap' | 'none'): Promise<{ first: number[]; firstAp
   const llm = await startScriptedLlm();
   const key = 'bench-sandbox-session-key';
   // SANDBOX=bwrap with the host network requires a key (agents would reach a keyless API)
-  const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'bench', SANDBOX: mode, LOG_LEVEL: 'info', SESSION_API_KEY: key });
+  const d = await startDaemon({
+    LLM_MODEL: 'openai/scripted',
+    LLM_BASE_URL: llm.url,
+    LLM_API_KEY: 'bench',
+    SANDBOX: mode,
+    LOG_LEVEL: 'info',
+    SESSION_API_KEY: key,
+  });
   const req = (m: string, p: string, b?: unknown) => d.req(m, p, b, { 'X-Session-API-Key': key });
   const first: number[] = [];
   const firstApart: number[] = [];
@@ -111,10 +122,14 @@ async function turns(mode: 'bwrap' | 'none'): Promise<{ first: number[]; firstAp
         llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: `echo turn-${t}` } }] }, { text: `done ${t}` });
         const t0 = performance.now();
         await req('POST', `/api/conversations/${id}/events`, { content: [{ text: `turn ${t}` }], run: true });
-        await waitFor(async () => {
-          const evs = (await req('GET', `/api/conversations/${id}/events/search?limit=100&sort_order=TIMESTAMP_DESC`)).body.items as any[];
-          return evs.some((e) => e.kind === 'MessageEvent' && e.source === 'agent' && e.llm_message.content[0]?.text === `done ${t}`);
-        }, 'answer', 30_000);
+        await waitFor(
+          async () => {
+            const evs = (await req('GET', `/api/conversations/${id}/events/search?limit=100&sort_order=TIMESTAMP_DESC`)).body.items as any[];
+            return evs.some((e) => e.kind === 'MessageEvent' && e.source === 'agent' && e.llm_message.content[0]?.text === `done ${t}`);
+          },
+          'answer',
+          30_000,
+        );
         if (c > 0) (t > 0 ? later : apart ? firstApart : first).push(performance.now() - t0);
         await waitFor(async () => (await req('GET', `/api/conversations/${id}`)).body.execution_status !== 'running', 'run ended', 20_000);
       }
@@ -127,12 +142,20 @@ async function turns(mode: 'bwrap' | 'none'): Promise<{ first: number[]; firstAp
   return { first, firstApart, later };
 }
 
-console.log(`machine: ${os.cpus().length} CPUs, load average ${os.loadavg().map((x) => x.toFixed(1)).join(' ')}`);
+console.log(
+  `machine: ${os.cpus().length} CPUs, load average ${os
+    .loadavg()
+    .map((x) => x.toFixed(1))
+    .join(' ')}`,
+);
 await shellCreation();
 const tb = await turns('bwrap');
 const tn = await turns('none');
 console.log(`agent turns (terminal call + answer, scripted LLM, polled every 25 ms):`);
-for (const [name, r] of [['bwrap', tb], ['none', tn]] as const) {
+for (const [name, r] of [
+  ['bwrap', tb],
+  ['none', tn],
+] as const) {
   console.log(
     `  ${name.padEnd(5)}  first turn (starts the shell) median ${ms(median(r.firstApart))} ms for conversations begun ${APART_MS / 1000} s apart, ` +
       `${ms(median(r.first))} ms back to back;  later turns median ${ms(median(r.later))} ms (${r.later.length})`,

@@ -70,7 +70,10 @@ async function once(root: string): Promise<Result> {
       });
     }
     // the body as the bridge hands it over: parsed JSON of the usual shape
-    const body = (id: string, n: number) => ({ conversation_id: id, message: { role: 'user', content: [{ type: 'text', text: `message ${n}: hello, an ordinary line of text` }] } });
+    const body = (id: string, n: number) => ({
+      conversation_id: id,
+      message: { role: 'user', content: [{ type: 'text', text: `message ${n}: hello, an ordinary line of text` }] },
+    });
     const send = async (from: number, count: number) => {
       for (let i = from; i < from + count; i += BATCH) {
         const turn: Promise<unknown>[] = [];
@@ -103,11 +106,28 @@ if (args.once) {
 
 /** Each run in a process of its own: a warm JIT or heap from the previous run would favour the later one. */
 function child(root: string): Result {
-  const out = execFileSync(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--once', '--root', root, '--messages', String(MESSAGES), '--conversations', String(CONVERSATIONS), '--batch', String(BATCH)], {
-    cwd: HERE,
-    encoding: 'utf8',
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
+  const out = execFileSync(
+    process.execPath,
+    [
+      '--import',
+      'tsx',
+      fileURLToPath(import.meta.url),
+      '--once',
+      '--root',
+      root,
+      '--messages',
+      String(MESSAGES),
+      '--conversations',
+      String(CONVERSATIONS),
+      '--batch',
+      String(BATCH),
+    ],
+    {
+      cwd: HERE,
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  );
   return JSON.parse(out.trim().split('\n').pop()!) as Result;
 }
 
@@ -116,8 +136,15 @@ if (roots[1] === HERE) throw new Error('--compare names this checkout: give anot
 const results = new Map<string, Result[]>(roots.map((r) => [r, []]));
 for (let run = 0; run < RUNS; run++) for (const r of roots) results.get(r)!.push(child(r));
 const best = (rs: Result[], k: keyof Result) => (k === 'perSecond' ? Math.max(...rs.map((r) => r[k])) : Math.min(...rs.map((r) => r[k])));
-console.log(`sendMessage in process (no HTTP): ${MESSAGES} messages over ${CONVERSATIONS} conversations, ${BATCH} per event-loop turn, one subscriber each; best of ${RUNS} runs${roots.length > 1 ? ', alternating' : ''}; load average ${os.loadavg().map((l) => l.toFixed(1)).join(' ')}`);
+console.log(
+  `sendMessage in process (no HTTP): ${MESSAGES} messages over ${CONVERSATIONS} conversations, ${BATCH} per event-loop turn, one subscriber each; best of ${RUNS} runs${roots.length > 1 ? ', alternating' : ''}; load average ${os
+    .loadavg()
+    .map((l) => l.toFixed(1))
+    .join(' ')}`,
+);
 for (const r of roots) {
   const rs = results.get(r)!;
-  console.log(`  ${r === HERE ? 'this checkout' : r}: event loop ${best(rs, 'busyUs').toFixed(2)} µs/message busy, all threads ${best(rs, 'cpuUs').toFixed(2)} µs/message (until indexed), ${Math.round(best(rs, 'perSecond')).toLocaleString('en-US')} messages/s`);
+  console.log(
+    `  ${r === HERE ? 'this checkout' : r}: event loop ${best(rs, 'busyUs').toFixed(2)} µs/message busy, all threads ${best(rs, 'cpuUs').toFixed(2)} µs/message (until indexed), ${Math.round(best(rs, 'perSecond')).toLocaleString('en-US')} messages/s`,
+  );
 }

@@ -68,7 +68,11 @@ function get(port: number, p: string): Promise<number> {
 }
 
 async function json(port: number, method: string, p: string, body?: unknown): Promise<any> {
-  const res = await fetch(`http://127.0.0.1:${port}${p}`, { method, headers: body ? { 'content-type': 'application/json' } : {}, body: body ? JSON.stringify(body) : undefined });
+  const res = await fetch(`http://127.0.0.1:${port}${p}`, {
+    method,
+    headers: body ? { 'content-type': 'application/json' } : {},
+    body: body ? JSON.stringify(body) : undefined,
+  });
   if (!res.ok) throw new Error(`${method} ${p}: ${res.status} ${await res.text()}`);
   return res.json();
 }
@@ -163,7 +167,11 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 const bare = `require('node:http').createServer((q, s) => s.end('ok')).listen(Number(process.env.PORT), '127.0.0.1')`;
 if (!fs.existsSync(path.join(ROOT, 'dist', 'main.mjs'))) throw new Error('dist/ is not built: run `npm run build` (npm install does it)');
 
-const load = () => os.loadavg().map((l) => l.toFixed(1)).join(' ');
+const load = () =>
+  os
+    .loadavg()
+    .map((l) => l.toFixed(1))
+    .join(' ');
 console.log(`start time: spawn → first 200 of GET /health, ${RUNS} runs each (median, min), run alternately; load average ${load()}`);
 // npm's own share: `npm start` of a project whose start script is the bare server
 const npmFloor = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-bench-npm-'));
@@ -206,7 +214,9 @@ async function buildFloor(): Promise<string> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-bench-floor-'));
   // the bundle resolves its native addons from node_modules next to its directory, as in a checkout
   fs.symlinkSync(path.join(ROOT, 'node_modules'), path.join(dir, 'node_modules'));
-  const { build } = (await import(pathToFileURL(path.join(ROOT, 'scripts', 'build.mjs')).href)) as { build(dist: string, opts: { entry: string; withConsole: boolean }): Promise<void> };
+  const { build } = (await import(pathToFileURL(path.join(ROOT, 'scripts', 'build.mjs')).href)) as {
+    build(dist: string, opts: { entry: string; withConsole: boolean }): Promise<void>;
+  };
   await build(path.join(dir, 'dist'), { entry: 'scripts/start-floor.ts', withConsole: false });
   return dir;
 }
@@ -256,7 +266,9 @@ for (const r of rows) {
   const { median: m, min, cpu: c } = result.get(r.label)!;
   const base = against[r.label] ?? (r.cmd[0] === node && r.label !== 'bare node:http server (floor)' ? 'bare node:http server (floor)' : undefined);
   const vs = base ? `${ratio(r.label, base)} ${base === against['npm start'] ? "npm's floor" : 'the bare server'}` : '';
-  console.log(`  ${r.label.padEnd(44)} ${m.toFixed(0).padStart(6)} ms  (min ${min.toFixed(0).padStart(5)} ms)  ${vs.padEnd(24)}  ${c.toFixed(0).padStart(5)} ms${base ? ` (${cpuRatio(r.label, base)})` : ''}`);
+  console.log(
+    `  ${r.label.padEnd(44)} ${m.toFixed(0).padStart(6)} ms  (min ${min.toFixed(0).padStart(5)} ms)  ${vs.padEnd(24)}  ${c.toFixed(0).padStart(5)} ms${base ? ` (${cpuRatio(r.label, base)})` : ''}`,
+  );
 }
 console.log(`load average after: ${load()}`);
 if (args['start-only']) process.exit(0);
@@ -267,7 +279,9 @@ try {
   const reserve = path.join(s.dataDir, 'journal', 'reserve');
   const reserveSince = performance.now();
   while (!fs.existsSync(reserve) && performance.now() - reserveSince < 30_000) await sleep(5);
-  console.log(`\njournal reserve (DISK_RESERVE_MB, 32 MiB) on disk ${(performance.now() - reserveSince).toFixed(0)} ms after the first 200 (written in the background, from 1 s after start)`);
+  console.log(
+    `\njournal reserve (DISK_RESERVE_MB, 32 MiB) on disk ${(performance.now() - reserveSince).toFixed(0)} ms after the first 200 (written in the background, from 1 s after start)`,
+  );
   const pid = Number(fs.readFileSync(path.join(s.dataDir, 'parley.pid'), 'utf8'));
   await sleep(SETTLE);
   const idle = rssOf(pid);
@@ -303,8 +317,12 @@ try {
 
   console.log(`\nmemory (VmRSS of the daemon started by npm start; read ${SETTLE} ms after each step):`);
   console.log(`  idle                                   ${(idle / MiB).toFixed(1).padStart(7)} MiB`);
-  console.log(`  + ${CONVERSATIONS} idle conversations              ${(withConversations / MiB).toFixed(1).padStart(7)} MiB  (+${((withConversations - idle) / MiB).toFixed(1)} MiB)`);
-  console.log(`  + ${TURNS} scripted agent turns             ${(afterTurns / MiB).toFixed(1).padStart(7)} MiB  (+${((afterTurns - withConversations) / MiB).toFixed(1)} MiB; AI SDK loaded, ${Math.ceil(TURNS / 4)} shells)`);
+  console.log(
+    `  + ${CONVERSATIONS} idle conversations              ${(withConversations / MiB).toFixed(1).padStart(7)} MiB  (+${((withConversations - idle) / MiB).toFixed(1)} MiB)`,
+  );
+  console.log(
+    `  + ${TURNS} scripted agent turns             ${(afterTurns / MiB).toFixed(1).padStart(7)} MiB  (+${((afterTurns - withConversations) / MiB).toFixed(1)} MiB; AI SDK loaded, ${Math.ceil(TURNS / 4)} shells)`,
+  );
   console.log(`  (npm's own process, the daemon's parent under npm start: ${(npmRss / MiB).toFixed(1)} MiB)`);
 } finally {
   await stop(s);

@@ -65,9 +65,20 @@ const window = Number(values.window);
 const llm = await startScriptedLlm();
 for (let i = 1; i <= steps; i++) llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: `echo step ${i}` } }] });
 llm.push({ toolCalls: [{ name: 'finish', arguments: { message: 'done' } }] });
-const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'k', MAX_ITERATIONS: String(steps + 10), LLM_CONTEXT_WINDOW: '10000000', LOG_LEVEL: 'info' }, undefined, {
-  nodeArgs: values['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${values['cpu-prof']}`] : [],
-});
+const d = await startDaemon(
+  {
+    LLM_MODEL: 'openai/scripted',
+    LLM_BASE_URL: llm.url,
+    LLM_API_KEY: 'k',
+    MAX_ITERATIONS: String(steps + 10),
+    LLM_CONTEXT_WINDOW: '10000000',
+    LOG_LEVEL: 'info',
+  },
+  undefined,
+  {
+    nodeArgs: values['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${values['cpu-prof']}`] : [],
+  },
+);
 try {
   const started = performance.now();
   let shown = started;
@@ -100,11 +111,18 @@ try {
   const at = (step: number) => median(gaps.slice(Math.max(0, step - 1 - window), Math.min(gaps.length, step - 1 + window)));
   const points = [...new Set([10, 100, 1000, steps])].filter((p) => p <= steps);
   const base = at(points[0]!);
-  console.log(`steps=${steps} total=${total.toFixed(1)} s load=${os.loadavg().map((l) => l.toFixed(2)).join(' ')} (command: npx tsx scripts/bench-steps.ts --steps ${steps} --window ${window})`);
+  console.log(
+    `steps=${steps} total=${total.toFixed(1)} s load=${os
+      .loadavg()
+      .map((l) => l.toFixed(2))
+      .join(' ')} (command: npx tsx scripts/bench-steps.ts --steps ${steps} --window ${window})`,
+  );
   console.log('step | median gap ms | ratio to step 10');
   for (const p of points) console.log(`${String(p).padStart(4)} | ${at(p).toFixed(2).padStart(13)} | ${(at(p) / base).toFixed(2)}`);
 } catch (err) {
-  console.error(`the benchmark failed: ${(err as Error).message} (${String((err as Error).cause)}; daemon exit ${d.proc.exitCode} ${d.proc.signalCode})\nlast daemon lines:\n${d.output.slice(-20).join('\n')}`);
+  console.error(
+    `the benchmark failed: ${(err as Error).message} (${String((err as Error).cause)}; daemon exit ${d.proc.exitCode} ${d.proc.signalCode})\nlast daemon lines:\n${d.output.slice(-20).join('\n')}`,
+  );
   process.exitCode = 1;
 } finally {
   await d.stop();
@@ -144,7 +162,12 @@ function profileSplit(
   windows: [number, number][],
   intervals: { from: number; to: number; tag: string }[],
 ): { ms: Map<string, number>; fns: Map<string, Map<string, number>>; byTag: Map<string, Map<string, number>>; totalMs: number } {
-  const prof = JSON.parse(fs.readFileSync(file, 'utf8')) as { nodes: { id: number; callFrame: { functionName: string; url: string }; children?: number[] }[]; startTime: number; samples: number[]; timeDeltas: number[] };
+  const prof = JSON.parse(fs.readFileSync(file, 'utf8')) as {
+    nodes: { id: number; callFrame: { functionName: string; url: string }; children?: number[] }[];
+    startTime: number;
+    samples: number[];
+    timeDeltas: number[];
+  };
   const byId = new Map(prof.nodes.map((n) => [n.id, n]));
   const parent = new Map<number, number>();
   for (const n of prof.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
@@ -162,7 +185,8 @@ function profileSplit(
   };
   const libraryCategory = (url: string): string | null => {
     // node:http's client: the daemon's only outgoing HTTP during a turn is the LLM request (src/llm/chat-completions.ts)
-    if (/\/node_modules\/(@ai-sdk|zod|eventsource-parser)\/|node:internal\/(webstreams|deps\/undici)|node:_http_(client|common|outgoing|incoming)/.test(url)) return 'LLM client (request build, HTTP, stream parse)';
+    if (/\/node_modules\/(@ai-sdk|zod|eventsource-parser)\/|node:internal\/(webstreams|deps\/undici)|node:_http_(client|common|outgoing|incoming)/.test(url))
+      return 'LLM client (request build, HTTP, stream parse)';
     if (/node:internal\/worker|\/node_modules\/better-sqlite3\//.test(url)) return 'event append (store)';
     if (/\/bridge\/ws\.ts|\/node_modules\/(ws|uWebSockets\.js)\//.test(url)) return 'events and WebSocket publish';
     return null;
@@ -189,7 +213,8 @@ function profileSplit(
     for (let cur: number | undefined = leaf.id; cur !== undefined && !cat; cur = parent.get(cur)) cat = libraryCategory(byId.get(cur)!.callFrame.url);
     const name = cat ?? (leaf.callFrame.functionName === '(garbage collector)' ? 'garbage collector' : 'no src/ frame (Node internals, I/O callbacks)');
     ms.set(name, (ms.get(name) ?? 0) + dt / 1000);
-    const fn = `${leaf.callFrame.functionName || '(anonymous)'} ${leaf.callFrame.url.replace(/^.*\/node_modules\//, '').replace(/^.*\/src\//, 'src/')}`.trim() + at;
+    const fn =
+      `${leaf.callFrame.functionName || '(anonymous)'} ${leaf.callFrame.url.replace(/^.*\/node_modules\//, '').replace(/^.*\/src\//, 'src/')}`.trim() + at;
     const m = fns.get(name) ?? new Map<string, number>();
     m.set(fn, (m.get(fn) ?? 0) + dt / 1000);
     fns.set(name, m);
@@ -256,7 +281,15 @@ async function helloBench(turns: number, profile: boolean): Promise<number> {
             return;
           }
           const ev = JSON.parse(data.toString('utf8'));
-          seen.push({ kind: ev.kind, source: ev.source, tool: ev.tool_name ?? ev.action?.kind, key: ev.key, value: ev.value, created: Date.parse(ev.timestamp), arrived });
+          seen.push({
+            kind: ev.kind,
+            source: ev.source,
+            tool: ev.tool_name ?? ev.action?.kind,
+            key: ev.key,
+            value: ev.value,
+            created: Date.parse(ev.timestamp),
+            arrived,
+          });
         });
         sock.once('error', reject);
       });
@@ -265,13 +298,18 @@ async function helloBench(turns: number, profile: boolean): Promise<number> {
       const postedUs = monoUs();
       const ticks0 = ticks();
       const posted = wallNow();
-      const r = await d.req('POST', `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'text', text: 'say hello, then write it to hello.txt' }], run: true });
+      const r = await d.req('POST', `/api/conversations/${id}/events`, {
+        role: 'user',
+        content: [{ type: 'text', text: 'say hello, then write it to hello.txt' }],
+        run: true,
+      });
       if (r.status !== 200) throw new Error(`POST events: ${r.status} ${r.text}`);
       const finished = () => seen.some((e) => e.kind === 'ConversationStateUpdateEvent' && e.key === 'execution_status' && e.value === 'finished');
       const until = Date.now() + 60_000;
       while (!finished()) {
         if (Date.now() > until) throw new Error(`turn ${turn} did not finish; events: ${seen.map((e) => `${e.kind}/${e.tool ?? e.key ?? ''}`).join(', ')}`);
-        if (seen.some((e) => e.kind === 'ConversationStateUpdateEvent' && e.key === 'execution_status' && (e.value === 'error' || e.value === 'stuck'))) throw new Error(`turn ${turn} ended in error`);
+        if (seen.some((e) => e.kind === 'ConversationStateUpdateEvent' && e.key === 'execution_status' && (e.value === 'error' || e.value === 'stuck')))
+          throw new Error(`turn ${turn} ended in error`);
         await new Promise((res) => setTimeout(res, 5));
       }
       if (turn >= warm) {
@@ -282,7 +320,13 @@ async function helloBench(turns: number, profile: boolean): Promise<number> {
       const reqs = llm.requests.slice(base);
       if (reqs.length !== 4) throw new Error(`turn ${turn}: ${reqs.length} LLM requests, expected 4`);
       // the scripted LLM's times are performance.now() of this process: on the wall clock
-      if (turn >= warm) rows.push({ reqAt: reqs.map((q) => performance.timeOrigin + q.receivedAt), ansAt: reqs.map((q) => performance.timeOrigin + q.answeredAt!), posted, seen });
+      if (turn >= warm)
+        rows.push({
+          reqAt: reqs.map((q) => performance.timeOrigin + q.receivedAt),
+          ansAt: reqs.map((q) => performance.timeOrigin + q.answeredAt!),
+          posted,
+          seen,
+        });
       for (const q of llm.requests) q.body = undefined;
     }
   } catch (err) {
@@ -307,7 +351,12 @@ async function helloBench(turns: number, profile: boolean): Promise<number> {
   // the parts of each step on the daemon's clock, for the profile: wall ms here → CLOCK_MONOTONIC µs
   const monoOffset = monoUs() - wallNow() * 1000;
   const mono = (wallMs: number) => wallMs * 1000 + monoOffset;
-  const PARTS = ['LLM request → answer sent (the LLM)', 'answer sent → action at the subscriber', 'action → observation at the subscriber (the tool)', 'observation → next LLM request (or the end)'];
+  const PARTS = [
+    'LLM request → answer sent (the LLM)',
+    'answer sent → action at the subscriber',
+    'action → observation at the subscriber (the tool)',
+    'observation → next LLM request (or the end)',
+  ];
   const intervals: { from: number; to: number; tag: string }[] = [];
   const first: number[] = [];
   for (const r of rows) {
@@ -340,17 +389,23 @@ async function helloBench(turns: number, profile: boolean): Promise<number> {
   }
   const f = (x: number) => (Number.isFinite(x) ? x.toFixed(2) : '—');
   const load1 = os.loadavg();
-  console.log(`hello turn × ${turns} (after ${warm} warm-up turns), load average ${load0.map((l) => l.toFixed(2)).join(' ')} at the start, ${load1.map((l) => l.toFixed(2)).join(' ')} at the end (command: npx tsx scripts/bench-steps.ts --hello --turns ${turns}${profile ? '' : ' --no-profile'})`);
+  console.log(
+    `hello turn × ${turns} (after ${warm} warm-up turns), load average ${load0.map((l) => l.toFixed(2)).join(' ')} at the start, ${load1.map((l) => l.toFixed(2)).join(' ')} at the end (command: npx tsx scripts/bench-steps.ts --hello --turns ${turns}${profile ? '' : ' --no-profile'})`,
+  );
   console.log(`POST of the user message (run:true) → first LLM request: median ${f(median(first))} ms`);
   console.log('');
   console.log('medians in ms; "created" is the event\'s own timestamp (1 ms resolution: its columns are means)');
-  console.log('| step | last observation at the subscriber → LLM request | LLM (scripted) request → answer sent | answer sent → action at the subscriber | action created → at the subscriber (mean) | tool: action created → observation created (mean) | observation created → at the subscriber (mean) | daemon\'s own time (step less LLM less tool) |');
+  console.log(
+    "| step | last observation at the subscriber → LLM request | LLM (scripted) request → answer sent | answer sent → action at the subscriber | action created → at the subscriber (mean) | tool: action created → observation created (mean) | observation created → at the subscriber (mean) | daemon's own time (step less LLM less tool) |",
+  );
   console.log('|---|---:|---:|---:|---:|---:|---:|---:|');
   for (let k = 0; k < 4; k++) {
     const c = cols[k]!;
     const med = (key: keyof Col) => median(c.map((x) => x[key]));
     const avg = (key: keyof Col) => mean(c.map((x) => x[key]).filter(Number.isFinite));
-    console.log(`| ${names[k]} | ${f(med('build'))} | ${f(med('llm'))} | ${f(med('toAction'))} | ${f(avg('actionPublish'))} | ${f(avg('tool'))} | ${f(avg('obsPublish'))} | ${f(med('own'))} |`);
+    console.log(
+      `| ${names[k]} | ${f(med('build'))} | ${f(med('llm'))} | ${f(med('toAction'))} | ${f(avg('actionPublish'))} | ${f(avg('tool'))} | ${f(avg('obsPublish'))} | ${f(med('own'))} |`,
+    );
   }
 
   // ---- in the daemon: CPU by part over the measured turns ----
@@ -363,13 +418,15 @@ async function helloBench(turns: number, profile: boolean): Promise<number> {
   console.log(`daemon CPU time (/proc, all threads) over the measured turns: ${f(cpuMs / turns)} ms per turn, ${f(cpuMs / stepsRun)} ms per step`);
   if (main && main.totalMs > 0) {
     // the profiler's sample intervals are wall time: on a busy machine they include time the thread waited for a core
-    console.log(`daemon profile (main thread, --cpu-prof at 1 ms; sample intervals are wall time while not idle, so a busy machine inflates them) over the ${turns} measured turns (from the POST of the message to the end of the turn; conversation creation and workspace preparation excluded): ${f(main.totalMs / turns)} ms per turn, ${f(main.totalMs / stepsRun)} ms per step; by the nearest src/ frame on the stack (else the nearest frame of the AI SDK, zod, web streams, undici or node:http's client: LLM client; of the worker channel or better-sqlite3: store; of the WebSocket server: publish):`);
+    console.log(
+      `daemon profile (main thread, --cpu-prof at 1 ms; sample intervals are wall time while not idle, so a busy machine inflates them) over the ${turns} measured turns (from the POST of the message to the end of the turn; conversation creation and workspace preparation excluded): ${f(main.totalMs / turns)} ms per turn, ${f(main.totalMs / stepsRun)} ms per step; by the nearest src/ frame on the stack (else the nearest frame of the AI SDK, zod, web streams, undici or node:http's client: LLM client; of the worker channel or better-sqlite3: store; of the WebSocket server: publish):`,
+    );
     console.log('| part | ms per step | share |');
     console.log('|---|---:|---:|');
     const byPart = [...main.ms.entries()].sort((a, b) => b[1] - a[1]);
     for (const [name, v] of byPart) console.log(`| ${name} | ${f(v / stepsRun)} | ${((100 * v) / main.totalMs).toFixed(1)} % |`);
     console.log('');
-    console.log('the daemon\'s main thread busy (profile, ms per step, mean) in each part of a step, and the largest parts of it:');
+    console.log("the daemon's main thread busy (profile, ms per step, mean) in each part of a step, and the largest parts of it:");
     console.log(`| step | ${PARTS.join(' | ')} |`);
     console.log(`|---|${PARTS.map(() => '---:').join('|')}|`);
     for (const nm of names) {
@@ -377,7 +434,10 @@ async function helloBench(turns: number, profile: boolean): Promise<number> {
         const tm = main.byTag.get(`${nm}|${j}`);
         if (!tm) return '—';
         const all = [...tm.values()].reduce((x, y) => x + y, 0) / turns;
-        const top = [...tm.entries()].sort((x, y) => y[1] - x[1]).slice(0, 2).map(([c, v]) => `${c.replace(/ \(.*\)$/, '')} ${f(v / turns)}`);
+        const top = [...tm.entries()]
+          .sort((x, y) => y[1] - x[1])
+          .slice(0, 2)
+          .map(([c, v]) => `${c.replace(/ \(.*\)$/, '')} ${f(v / turns)}`);
         return `${f(all)} (${top.join(', ')})`;
       });
       console.log(`| ${nm} | ${cells.join(' | ')} |`);
@@ -408,7 +468,10 @@ async function llmClientBench(rounds: number, turns: number): Promise<number> {
   const tools: LlmToolSpec[] = ['terminal', 'file_editor', 'finish'].map((name) => ({
     name,
     description: `the ${name} tool`,
-    inputSchema: { type: 'object', properties: { command: { type: 'string' }, path: { type: 'string' }, file_text: { type: 'string' }, message: { type: 'string' } } },
+    inputSchema: {
+      type: 'object',
+      properties: { command: { type: 'string' }, path: { type: 'string' }, file_text: { type: 'string' }, message: { type: 'string' } },
+    },
   }));
   const answers: ScriptedReply[] = [
     { toolCalls: [{ name: 'terminal', arguments: { command: 'echo hello' } }] },
@@ -440,7 +503,12 @@ async function llmClientBench(rounds: number, turns: number): Promise<number> {
         }
         messages.push(toAssistantMessage(res), {
           role: 'tool',
-          content: res.toolCalls.map((call) => ({ type: 'tool-result' as const, toolCallId: call.id, toolName: call.name, output: { type: 'text' as const, value: 'ok' } })),
+          content: res.toolCalls.map((call) => ({
+            type: 'tool-result' as const,
+            toolCallId: call.id,
+            toolName: call.name,
+            output: { type: 'text' as const, value: 'ok' },
+          })),
         });
       }
     }
@@ -453,10 +521,14 @@ async function llmClientBench(rounds: number, turns: number): Promise<number> {
   }
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
   const load1 = os.loadavg();
-  console.log(`LLM client alone: ${rounds} rounds × ${turns} hello turns (4 steps each, history growing) per client, alternating; load average ${load0.map((l) => l.toFixed(2)).join(' ')} at the start, ${load1.map((l) => l.toFixed(2)).join(' ')} at the end (command: npx tsx scripts/bench-steps.ts --llm-client --rounds ${rounds} --turns ${turns})`);
+  console.log(
+    `LLM client alone: ${rounds} rounds × ${turns} hello turns (4 steps each, history growing) per client, alternating; load average ${load0.map((l) => l.toFixed(2)).join(' ')} at the start, ${load1.map((l) => l.toFixed(2)).join(' ')} at the end (command: npx tsx scripts/bench-steps.ts --llm-client --rounds ${rounds} --turns ${turns})`,
+  );
   console.log('| client | answer sent → complete() resolved, median ms | CPU per step (this process, scripted LLM included), median ms |');
   console.log('|---|---:|---:|');
   for (const client of clients) console.log(`| ${client} | ${median(after[client]).toFixed(3)} | ${median(cpu[client]).toFixed(3)} |`);
-  console.log(`ratio own / AI SDK: ${(median(after.own) / median(after['ai-sdk'])).toFixed(2)} (after the answer), ${(median(cpu.own) / median(cpu['ai-sdk'])).toFixed(2)} (CPU per step)`);
+  console.log(
+    `ratio own / AI SDK: ${(median(after.own) / median(after['ai-sdk'])).toFixed(2)} (after the answer), ${(median(cpu.own) / median(cpu['ai-sdk'])).toFixed(2)} (CPU per step)`,
+  );
   return 0;
 }

@@ -13,7 +13,11 @@ const [convs = 50, total = 100_000, batch = 40] = process.argv.slice(2).map(Numb
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-bench-store-'));
 let store = new SqliteStore(dir);
 const ids = Array.from({ length: convs }, (_, i) => `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`);
-const draft = (i: number) => ({ kind: 'MessageEvent' as const, source: 'user' as const, llm_message: { role: 'user' as const, content: [{ type: 'text' as const, text: `message number ${i} with some ordinary text in it`, cache_prompt: false }] } });
+const draft = (i: number) => ({
+  kind: 'MessageEvent' as const,
+  source: 'user' as const,
+  llm_message: { role: 'user' as const, content: [{ type: 'text' as const, text: `message number ${i} with some ordinary text in it`, cache_prompt: false }] },
+});
 
 async function run(n: number) {
   for (let i = 0; i < n; i += batch) {

@@ -182,7 +182,8 @@ export async function buildPackage({ types = true } = {}) {
       process.stderr.write('build: typescript is not installed; lib/types/ (the declarations of parley/client and parley/server) not built\n');
     }
     // --noCheck: declarations only (`npm run typecheck` checks the code); a third of tsc's time
-    if (tsc) execFileSync(process.execPath, [tsc, '-p', 'tsconfig.types.json', '--noCheck', '--outDir', path.join(tmp, 'types')], { cwd: ROOT, stdio: 'inherit' });
+    if (tsc)
+      execFileSync(process.execPath, [tsc, '-p', 'tsconfig.types.json', '--noCheck', '--outDir', path.join(tmp, 'types')], { cwd: ROOT, stdio: 'inherit' });
   } else if (fs.existsSync(path.join(LIB, 'types'))) {
     fs.cpSync(path.join(LIB, 'types'), path.join(tmp, 'types'), { recursive: true });
   }
@@ -221,7 +222,10 @@ export async function buildConsole(outdir) {
   const outputs = Object.keys(result.metafile.outputs).map((f) => path.basename(f));
   const js = outputs.find((f) => f.endsWith('.js'));
   const css = outputs.find((f) => f.endsWith('.css'));
-  const page = fs.readFileSync(path.join(ROOT, 'console', 'index.html'), 'utf8').replace('{{js}}', js).replace('{{css}}', css);
+  const page = fs
+    .readFileSync(path.join(ROOT, 'console', 'index.html'), 'utf8')
+    .replace('{{js}}', js)
+    .replace('{{css}}', css);
   fs.writeFileSync(path.join(outdir, 'index.html'), page);
   fs.copyFileSync(path.join(ROOT, 'console', 'favicon.svg'), path.join(outdir, 'favicon.svg'));
   for (const name of [js, css, 'index.html', 'favicon.svg']) {

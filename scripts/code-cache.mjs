@@ -46,7 +46,11 @@ export const digestOf = (bytes) => crypto.createHash('sha256').update(bytes).dig
  */
 export function cacheFileOf(bundle, execArgv = process.execArgv) {
   const flags = execArgv.filter((a, i) => !/^(-e|-p|--eval|--print)(=|$)/.test(a) && !/^(-e|-p|--eval|--print)$/.test(execArgv[i - 1] ?? ''));
-  return `${bundle}.${crypto.createHash('sha256').update(JSON.stringify([process.version, flags])).digest('hex').slice(0, 12)}.cache`;
+  return `${bundle}.${crypto
+    .createHash('sha256')
+    .update(JSON.stringify([process.version, flags]))
+    .digest('hex')
+    .slice(0, 12)}.cache`;
 }
 
 /** The cache made from the bundle whose digest is `digest`, or undefined (missing, unreadable, of another bundle). */

@@ -33,7 +33,11 @@ const { createRequire } = builtin('node:module');
 const bundle = builtin('node:path').join(import.meta.dirname, 'daemon.cjs');
 const cacheFile = cacheFileOf(bundle);
 // in a function: the file's bytes and the cache's (4 MB) are garbage once compiled, the script keeps the source
-const { digest, script, saved: upToDate } = (() => {
+const {
+  digest,
+  script,
+  saved: upToDate,
+} = (() => {
   const bytes = fs.readFileSync(bundle);
   const digest = digestOf(bytes);
   const cached = readCache(cacheFile, digest);

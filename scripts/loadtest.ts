@@ -122,7 +122,9 @@ const USAGE = `usage: npm run loadtest -- [options]
       --keep-data         keep the temp DATA_DIR (and the profile)
       --daemon-entry F    run this entry file (through tsx when .ts) instead of the daemon as \`npm start\` runs it, for experiments
       --setups LIST       comma-separated, measured in turn in one run (default sqlite):
-                          ${Object.values(SETUPS).map((s) => `${s.name} (${s.label})`).join(', ')}
+                          ${Object.values(SETUPS)
+                            .map((s) => `${s.name} (${s.label})`)
+                            .join(', ')}
       --pg-url URL        PostgreSQL server for the pg setups (a database is created and dropped;
                           default postgres://postgres@127.0.0.1:5432/postgres)
       --nats-url URL      NATS server for the nats setups (default nats://127.0.0.1:4222)
@@ -167,13 +169,16 @@ function parseOptions(argv: string[]): Options {
     return e === undefined || e === '' ? undefined : e;
   };
   /** A number option within [min, max]: whole, or with decimals where `decimals` (the suite measures 0.3 s rounds). */
-  const bounded = (decimals: boolean) => (flag: keyof typeof OPTION_SPEC, def: number, min: number, max: number): number => {
-    const v = raw(flag);
-    if (v === undefined) return def;
-    const form = decimals ? /^\d+(\.\d+)?$/ : /^\d+$/;
-    if (!form.test(v) || Number(v) < min || Number(v) > max) throw new Error(`--${flag} must be ${decimals ? 'a number of seconds' : 'a whole number'} between ${min} and ${max} (got "${v}")`);
-    return Number(v);
-  };
+  const bounded =
+    (decimals: boolean) =>
+    (flag: keyof typeof OPTION_SPEC, def: number, min: number, max: number): number => {
+      const v = raw(flag);
+      if (v === undefined) return def;
+      const form = decimals ? /^\d+(\.\d+)?$/ : /^\d+$/;
+      if (!form.test(v) || Number(v) < min || Number(v) > max)
+        throw new Error(`--${flag} must be ${decimals ? 'a number of seconds' : 'a whole number'} between ${min} and ${max} (got "${v}")`);
+      return Number(v);
+    };
   const int = bounded(false);
   const seconds = bounded(true);
   const bool = (flag: keyof typeof OPTION_SPEC) => ['true', '1'].includes(raw(flag) ?? '');
@@ -216,17 +221,38 @@ function parseOptions(argv: string[]): Options {
 /** One run of the identical load against the bare route, on the given conversation ids' paths. */
 type BareRun = (ids: string[]) => Promise<RunStats>;
 
-async function measureSetup(setup: Setup, opts: Options, tmpDir: string, apiKey: string | null, profileDir: string | null, bareRun: BareRun): Promise<SetupResult> {
+async function measureSetup(
+  setup: Setup,
+  opts: Options,
+  tmpDir: string,
+  apiKey: string | null,
+  profileDir: string | null,
+  bareRun: BareRun,
+): Promise<SetupResult> {
   const headers: Record<string, string> = apiKey ? { 'x-session-api-key': apiKey } : {};
   const db = setup.postgres ? await createDatabase(opts.pgUrl) : null;
   const nodes: Server[] = [];
   try {
     const shared: Record<string, string> = {};
-    if (db) Object.assign(shared, { DATABASE_URL: db.url, SECRET_KEY: crypto.randomBytes(24).toString('hex'), WORKSPACE_ROOT: path.join(tmpDir, `${setup.name}-workspaces`) });
+    if (db)
+      Object.assign(shared, {
+        DATABASE_URL: db.url,
+        SECRET_KEY: crypto.randomBytes(24).toString('hex'),
+        WORKSPACE_ROOT: path.join(tmpDir, `${setup.name}-workspaces`),
+      });
     if (setup.nats) Object.assign(shared, { NATS_URL: opts.natsUrl, NATS_PREFIX: `parley_loadtest_${crypto.randomBytes(4).toString('hex')}` });
     for (let i = 0; i < setup.nodes; i++) {
       const env = { ...shared, ...(setup.nodes > 1 ? { NODE_ID: `node-${i + 1}` } : {}) };
-      nodes.push(await startDaemon(setup.nodes > 1 ? `daemon ${i + 1}` : 'daemon', opts.daemonEntry ? [opts.daemonEntry] : NPM_START, path.join(tmpDir, `${setup.name}-data-${i + 1}`), apiKey, profileDir, env));
+      nodes.push(
+        await startDaemon(
+          setup.nodes > 1 ? `daemon ${i + 1}` : 'daemon',
+          opts.daemonEntry ? [opts.daemonEntry] : NPM_START,
+          path.join(tmpDir, `${setup.name}-data-${i + 1}`),
+          apiKey,
+          profileDir,
+          env,
+        ),
+      );
     }
     process.stdout.write(`${setup.label}: daemon pid ${nodes.map((n) => `${n.child.proc.pid} on :${n.port}`).join(', ')}\n`);
     const writer = (i: number) => nodes[i % nodes.length]!;
@@ -255,7 +281,10 @@ async function measureSetup(setup: Setup, opts: Options, tmpDir: string, apiKey:
       if (opts.rounds > 1) process.stdout.write(`round ${r} of ${opts.rounds}\n`);
       const stats = await runLoad(label, nodes, targets, opts, headers);
       for (const n of nodes) {
-        if (n.child.proc.exitCode !== null || n.child.proc.signalCode !== null) throw new Error(`${n.child.name} died during the load (${n.child.proc.signalCode ?? `exit code ${n.child.proc.exitCode}`}); ${stats.errors} errors: ${stats.errorDetail}`);
+        if (n.child.proc.exitCode !== null || n.child.proc.signalCode !== null)
+          throw new Error(
+            `${n.child.name} died during the load (${n.child.proc.signalCode ?? `exit code ${n.child.proc.exitCode}`}); ${stats.errors} errors: ${stats.errorDetail}`,
+          );
       }
       stats.okPerConv.forEach((n, i) => (expected[i]! += n));
       rounds.push({ parley: stats, bare: await bareRun(ids) });

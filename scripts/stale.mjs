@@ -28,7 +28,16 @@ function newest(p) {
  * What dist/ (the daemon's build) is made from, relative to the checkout: scripts/start.mjs
  * rebuilds it when one is newer, and so do the tests (test/support/daemon.ts).
  */
-export const DAEMON_SOURCES = ['bridge', 'src', 'console', 'scripts/build.mjs', 'scripts/daemon-entry.mjs', 'scripts/code-cache.mjs', 'package.json', 'package-lock.json'];
+export const DAEMON_SOURCES = [
+  'bridge',
+  'src',
+  'console',
+  'scripts/build.mjs',
+  'scripts/daemon-entry.mjs',
+  'scripts/code-cache.mjs',
+  'package.json',
+  'package-lock.json',
+];
 
 /** True when `built` does not exist or a source that exists is newer. */
 export function isStale(built, sources) {

@@ -9,7 +9,12 @@ const path = builtin('node:path');
 const root = path.dirname(import.meta.dirname);
 const entry = path.join(root, 'dist', 'main.mjs');
 
-if (isStale(entry, DAEMON_SOURCES.map((s) => path.join(root, s)))) {
+if (
+  isStale(
+    entry,
+    DAEMON_SOURCES.map((s) => path.join(root, s)),
+  )
+) {
   const { build } = await import('./build.mjs');
   await build();
 }

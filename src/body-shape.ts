@@ -47,9 +47,16 @@ export interface ShapeRefusal {
   detail: string;
 }
 
-const rule = (l: ShapeLimits) => `the limit is ${l.values} values (objects, arrays, strings, numbers, literals; keys not counted) nested at most ${l.depth} deep`;
-const tooMany = (what: string, l: ShapeLimits, unit = 'JSON values'): ShapeRefusal => ({ tooLarge: true, detail: `${what} has more than ${l.values} ${unit}: ${rule(l)}` });
-const tooDeep = (what: string, l: ShapeLimits): ShapeRefusal => ({ tooLarge: true, detail: `${what} nests arrays and objects more than ${l.depth} deep: ${rule(l)}` });
+const rule = (l: ShapeLimits) =>
+  `the limit is ${l.values} values (objects, arrays, strings, numbers, literals; keys not counted) nested at most ${l.depth} deep`;
+const tooMany = (what: string, l: ShapeLimits, unit = 'JSON values'): ShapeRefusal => ({
+  tooLarge: true,
+  detail: `${what} has more than ${l.values} ${unit}: ${rule(l)}`,
+});
+const tooDeep = (what: string, l: ShapeLimits): ShapeRefusal => ({
+  tooLarge: true,
+  detail: `${what} nests arrays and objects more than ${l.depth} deep: ${rule(l)}`,
+});
 const malformed = (detail: string): ShapeRefusal => ({ tooLarge: false, detail });
 
 // per nesting level: 1 for an object (its next string may be a key), 0 for an array; reused
@@ -74,18 +81,24 @@ export function jsonShapeError(text: string, limits: ShapeLimits = BODY_SHAPE_LI
   for (let i = 0; i < n; i++) {
     const c = text.charCodeAt(i);
     switch (c) {
-      case 0x20: case 0x0a: case 0x0d: case 0x09: case 0x3a: // whitespace, ':'
+      case 0x20:
+      case 0x0a:
+      case 0x0d:
+      case 0x09:
+      case 0x3a: // whitespace, ':'
         continue;
       case 0x2c: // ','
         keyNext = kinds[depth] === 1;
         continue;
-      case 0x7b: case 0x5b: // '{', '['
+      case 0x7b:
+      case 0x5b: // '{', '['
         if (++values > limits.values) return tooMany(what, limits);
         if (++depth > limits.depth) return tooDeep(what, limits);
         kinds[depth] = c === 0x7b ? 1 : 0;
         keyNext = c === 0x7b;
         continue;
-      case 0x7d: case 0x5d: // '}', ']'
+      case 0x7d:
+      case 0x5d: // '}', ']'
         if (depth > 0) depth--;
         keyNext = false;
         continue;
@@ -150,20 +163,63 @@ export function msgpackShapeError(bytes: Uint8Array, limits: ShapeLimits = BODY_
     else if (b <= 0xbf) size = b & 0x1f;
     else {
       switch (b) {
-        case 0xc4: case 0xd9: size = bytes[p] ?? 0; p += 1; break; // bin8, str8
-        case 0xc5: case 0xda: size = uint(bytes, p, 2); p += 2; break; // bin16, str16
-        case 0xc6: case 0xdb: size = uint(bytes, p, 4); p += 4; break; // bin32, str32
-        case 0xca: size = 4; break;
-        case 0xcb: size = 8; break;
-        case 0xcc: case 0xd0: size = 1; break;
-        case 0xcd: case 0xd1: size = 2; break;
-        case 0xce: case 0xd2: size = 4; break;
-        case 0xcf: case 0xd3: size = 8; break;
-        case 0xdc: items = uint(bytes, p, 2); p += 2; break;
-        case 0xdd: items = uint(bytes, p, 4); p += 4; break;
-        case 0xde: items = uint(bytes, p, 2); p += 2; map = true; break;
-        case 0xdf: items = uint(bytes, p, 4); p += 4; map = true; break;
-        default: return malformed(`${what} is not plain msgpack (byte 0x${b.toString(16)} at ${p - 1}: extension types are not accepted)`);
+        case 0xc4:
+        case 0xd9:
+          size = bytes[p] ?? 0;
+          p += 1;
+          break; // bin8, str8
+        case 0xc5:
+        case 0xda:
+          size = uint(bytes, p, 2);
+          p += 2;
+          break; // bin16, str16
+        case 0xc6:
+        case 0xdb:
+          size = uint(bytes, p, 4);
+          p += 4;
+          break; // bin32, str32
+        case 0xca:
+          size = 4;
+          break;
+        case 0xcb:
+          size = 8;
+          break;
+        case 0xcc:
+        case 0xd0:
+          size = 1;
+          break;
+        case 0xcd:
+        case 0xd1:
+          size = 2;
+          break;
+        case 0xce:
+        case 0xd2:
+          size = 4;
+          break;
+        case 0xcf:
+        case 0xd3:
+          size = 8;
+          break;
+        case 0xdc:
+          items = uint(bytes, p, 2);
+          p += 2;
+          break;
+        case 0xdd:
+          items = uint(bytes, p, 4);
+          p += 4;
+          break;
+        case 0xde:
+          items = uint(bytes, p, 2);
+          p += 2;
+          map = true;
+          break;
+        case 0xdf:
+          items = uint(bytes, p, 4);
+          p += 4;
+          map = true;
+          break;
+        default:
+          return malformed(`${what} is not plain msgpack (byte 0x${b.toString(16)} at ${p - 1}: extension types are not accepted)`);
       }
     }
     p += size;

@@ -88,10 +88,22 @@ const EnvSchema = z.object({
   /** Conversations kept loaded in memory; idle ones beyond it are evicted, least recently used first. */
   MAX_LOADED_CONVERSATIONS: intFrom('MAX_LOADED_CONVERSATIONS', 1, 10_000_000).default(2000),
   // cluster mode (src/cluster/): PostgreSQL is the store, NATS carries live events between nodes
-  DATABASE_URL: z.string().regex(/^postgres(ql)?:\/\/.+/, 'DATABASE_URL must look like postgres://user@host:5432/db').optional(),
-  NATS_URL: z.string().regex(/^(nats|tls):\/\/.+/, 'NATS_URL must look like nats://host:4222 (several: comma-separated)').optional(),
-  NATS_PREFIX: z.string().regex(/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/, 'NATS_PREFIX must be subject tokens (letters, digits, - and _) separated by dots').default('parley'),
-  NODE_ID: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/, 'NODE_ID must be 1-64 letters, digits, dot, dash or underscore').optional(),
+  DATABASE_URL: z
+    .string()
+    .regex(/^postgres(ql)?:\/\/.+/, 'DATABASE_URL must look like postgres://user@host:5432/db')
+    .optional(),
+  NATS_URL: z
+    .string()
+    .regex(/^(nats|tls):\/\/.+/, 'NATS_URL must look like nats://host:4222 (several: comma-separated)')
+    .optional(),
+  NATS_PREFIX: z
+    .string()
+    .regex(/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/, 'NATS_PREFIX must be subject tokens (letters, digits, - and _) separated by dots')
+    .default('parley'),
+  NODE_ID: z
+    .string()
+    .regex(/^[A-Za-z0-9._-]{1,64}$/, 'NODE_ID must be 1-64 letters, digits, dot, dash or underscore')
+    .optional(),
   LEASE_TTL_MS: intFrom('LEASE_TTL_MS', 1000, 3600 * 1000).default(10_000),
 });
 
@@ -100,7 +112,10 @@ const MIN_SECRET_LENGTH = 8;
 
 function parseOrigins(raw: string | undefined): string[] {
   const out: string[] = [];
-  for (const entry of (raw ?? '').split(',').map((s) => s.trim()).filter(Boolean)) {
+  for (const entry of (raw ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)) {
     let u: URL | null = null;
     try {
       u = new URL(entry);
@@ -116,7 +131,12 @@ function parseOrigins(raw: string | undefined): string[] {
 }
 
 const hostList = (raw: string | undefined): string[] | null =>
-  raw === undefined ? null : raw.split(',').map((s) => s.trim().toLowerCase()).filter(Boolean);
+  raw === undefined
+    ? null
+    : raw
+        .split(',')
+        .map((s) => s.trim().toLowerCase())
+        .filter(Boolean);
 
 export interface Config {
   port: number;
@@ -169,7 +189,9 @@ function sandboxIds(uid: number | undefined, gid: number | undefined): { uid: nu
   const self = process.getuid?.() ?? -1;
   if (self !== 0) {
     if (uid !== undefined && uid !== self) {
-      throw new ConfigError(`invalid configuration: SANDBOX_UID: sandboxes can run as another user only when the daemon runs as root (it runs as uid ${self}, and its sandboxes run as that uid)`);
+      throw new ConfigError(
+        `invalid configuration: SANDBOX_UID: sandboxes can run as another user only when the daemon runs as root (it runs as uid ${self}, and its sandboxes run as that uid)`,
+      );
     }
     return null;
   }
@@ -190,9 +212,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     throw new ConfigError(`invalid configuration: ${lines.join('; ')}`);
   }
   const e = parsed.data;
-  const keys = [e.SESSION_API_KEY, ...(e.SESSION_API_KEYS ?? '').split(',')]
-    .map((k) => k?.trim())
-    .filter((k): k is string => !!k);
+  const keys = [e.SESSION_API_KEY, ...(e.SESSION_API_KEYS ?? '').split(',')].map((k) => k?.trim()).filter((k): k is string => !!k);
   const short = keys.find((k) => k.length < MIN_SECRET_LENGTH);
   if (short !== undefined) {
     throw new ConfigError(`invalid configuration: SESSION_API_KEY: a session key must be at least ${MIN_SECRET_LENGTH} characters (one has ${short.length})`);
@@ -205,8 +225,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   }
   const dataDir = path.resolve(e.DATA_DIR);
   const runAs = sandboxIds(e.SANDBOX_UID, e.SANDBOX_GID);
-  if (e.NATS_URL && !e.DATABASE_URL) throw new ConfigError('invalid configuration: NATS_URL: cluster mode needs DATABASE_URL too (the nodes share one PostgreSQL database)');
-  if (e.DATABASE_URL && !e.SECRET_KEY) throw new ConfigError('invalid configuration: SECRET_KEY: required with DATABASE_URL (every node must seal and open secrets with the same key)');
+  if (e.NATS_URL && !e.DATABASE_URL)
+    throw new ConfigError('invalid configuration: NATS_URL: cluster mode needs DATABASE_URL too (the nodes share one PostgreSQL database)');
+  if (e.DATABASE_URL && !e.SECRET_KEY)
+    throw new ConfigError('invalid configuration: SECRET_KEY: required with DATABASE_URL (every node must seal and open secrets with the same key)');
   return {
     port: e.PORT,
     metricsPort: e.METRICS_PORT,
@@ -249,7 +271,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     gitAllowedHosts: hostList(e.GIT_ALLOWED_HOSTS),
     maxLoadedConversations: e.MAX_LOADED_CONVERSATIONS,
     cluster: e.DATABASE_URL
-      ? { databaseUrl: e.DATABASE_URL, natsUrl: e.NATS_URL, natsPrefix: e.NATS_PREFIX, nodeId: e.NODE_ID ?? `${os.hostname()}-${process.pid}`, leaseTtlMs: e.LEASE_TTL_MS }
+      ? {
+          databaseUrl: e.DATABASE_URL,
+          natsUrl: e.NATS_URL,
+          natsPrefix: e.NATS_PREFIX,
+          nodeId: e.NODE_ID ?? `${os.hostname()}-${process.pid}`,
+          leaseTtlMs: e.LEASE_TTL_MS,
+        }
       : undefined,
   };
 }

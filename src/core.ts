@@ -84,14 +84,24 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     unread = pgStoreMetrics(pgStore);
     if (config.cluster.natsUrl) {
       const { ClusterBus } = await import('./cluster/bus.js');
-      const clusterBus = await ClusterBus.connect(pgStore, { url: config.cluster.natsUrl, prefix: config.cluster.natsPrefix, nodeId: config.cluster.nodeId, log }).catch(async (err) => {
+      const clusterBus = await ClusterBus.connect(pgStore, {
+        url: config.cluster.natsUrl,
+        prefix: config.cluster.natsPrefix,
+        nodeId: config.cluster.nodeId,
+        log,
+      }).catch(async (err) => {
         await pgStore.close();
         throw new Error(`cannot reach NATS at ${config.cluster!.natsUrl}: ${(err as Error).message}`);
       });
       closeBus = () => clusterBus.close();
       bus = clusterBus;
       const { Leases } = await import('./cluster/leases.js');
-      cluster = { bus: clusterBus, leases: new Leases(pgStore.pool, config.cluster.nodeId, config.cluster.leaseTtlMs), prefix: config.cluster.natsPrefix, store: pgStore };
+      cluster = {
+        bus: clusterBus,
+        leases: new Leases(pgStore.pool, config.cluster.nodeId, config.cluster.leaseTtlMs),
+        prefix: config.cluster.natsPrefix,
+        store: pgStore,
+      };
     }
   } else {
     const sqlite = new SqliteStore(config.dataDir, { synchronous: config.sqliteSynchronous, disk, reserveBytes: config.diskReserveMb * 1024 * 1024 });
@@ -111,7 +121,11 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     events,
     settings,
     redactor,
-    { workspaceRoot: config.workspaceRoot, dataDir: config.dataDir, llm: { model: config.llm.model, baseUrl: config.llm.baseUrl, apiKeySet: !!config.llm.apiKey } },
+    {
+      workspaceRoot: config.workspaceRoot,
+      dataDir: config.dataDir,
+      llm: { model: config.llm.model, baseUrl: config.llm.baseUrl, apiKeySet: !!config.llm.apiKey },
+    },
     shared,
     { count: config.maxLoadedConversations },
     log,
@@ -145,7 +159,17 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   let closeNode = async () => {};
   if (cluster) {
     const { startClusterNode } = await import('./cluster/index.js');
-    const node = await startClusterNode({ service, conversations, events, runtime: agent.runtime, leases: cluster.leases, bus: cluster.bus, store: cluster.store, prefix: cluster.prefix, log });
+    const node = await startClusterNode({
+      service,
+      conversations,
+      events,
+      runtime: agent.runtime,
+      leases: cluster.leases,
+      bus: cluster.bus,
+      store: cluster.store,
+      prefix: cluster.prefix,
+      log,
+    });
     exposed = node.service;
     closeNode = node.close;
   }

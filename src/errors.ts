@@ -48,9 +48,19 @@ export class ConfigError extends Error {
  */
 export const ERROR_KINDS = {
   /** The input does not match its schema (zod): 422 with pydantic-style issues. */
-  invalidInput: { type: z.ZodError, status: 422, trpcCode: 'UNPROCESSABLE_CONTENT', rebuild: (_m: string, issues?: unknown) => new z.ZodError((issues ?? []) as z.core.$ZodIssue[]) },
+  invalidInput: {
+    type: z.ZodError,
+    status: 422,
+    trpcCode: 'UNPROCESSABLE_CONTENT',
+    rebuild: (_m: string, issues?: unknown) => new z.ZodError((issues ?? []) as z.core.$ZodIssue[]),
+  },
   /** Well-formed but refused by the core (e.g. replay_json with initial_user_msg): 422 with its issues. */
-  validation: { type: RequestValidationError, status: 422, trpcCode: 'UNPROCESSABLE_CONTENT', rebuild: (_m: string, issues?: unknown) => new RequestValidationError((issues ?? []) as ValidationIssue[]) },
+  validation: {
+    type: RequestValidationError,
+    status: 422,
+    trpcCode: 'UNPROCESSABLE_CONTENT',
+    rebuild: (_m: string, issues?: unknown) => new RequestValidationError((issues ?? []) as ValidationIssue[]),
+  },
   notFound: { type: NotFoundError, status: 404, trpcCode: 'NOT_FOUND', rebuild: (m: string) => new NotFoundError(m) },
   forbidden: { type: ForbiddenError, status: 403, trpcCode: 'FORBIDDEN', rebuild: (m: string) => new ForbiddenError(m) },
   conflict: { type: ConflictError, status: 409, trpcCode: 'CONFLICT', rebuild: (m: string) => new ConflictError(m) },

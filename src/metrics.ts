@@ -176,7 +176,11 @@ export function providerAndModel(model: string): [string, string] {
 }
 
 export const metrics = {
-  httpRequests: new Histogram('parley_http_request_duration_seconds', 'HTTP requests by method, route template and status: latency until the response was written', ['method', 'route', 'status']),
+  httpRequests: new Histogram(
+    'parley_http_request_duration_seconds',
+    'HTTP requests by method, route template and status: latency until the response was written',
+    ['method', 'route', 'status'],
+  ),
   eventsAppended: new Counter('parley_events_appended_total', 'Events committed to the event log'),
   eventsPublished: new Counter('parley_events_published_total', 'Events published to conversation topics (committed and transient)'),
   wsSubscribers: new Gauge('parley_ws_subscribers', 'Open WebSocket event subscribers'),
@@ -186,17 +190,35 @@ export const metrics = {
   agentRunsEnded: new Counter('parley_agent_runs_ended_total', 'Agent runs ended, by the execution status they left', ['execution_status']),
   agentRunning: new Gauge('parley_agent_runs_active', 'Agent runs in progress'),
   agentSteps: new Counter('parley_agent_steps_total', 'Agent loop steps (one LLM call each)'),
-  llmCalls: new Histogram('parley_llm_request_duration_seconds', 'LLM calls (with their retries) by provider, model and outcome: latency', ['provider', 'model', 'outcome']),
+  llmCalls: new Histogram('parley_llm_request_duration_seconds', 'LLM calls (with their retries) by provider, model and outcome: latency', [
+    'provider',
+    'model',
+    'outcome',
+  ]),
   llmTokens: new Counter('parley_llm_tokens_total', 'LLM tokens by provider, model and direction', ['provider', 'model', 'direction']),
   toolCalls: new Histogram('parley_tool_call_duration_seconds', 'Tool calls by tool and outcome: latency', ['tool', 'outcome']),
   mcpServers: new Gauge('parley_mcp_servers', 'MCP servers by state', ['state']),
-  processes: new Gauge('parley_child_processes', 'Processes the daemon started (shells, sandboxes, MCP servers, git...), alive now, by command name', ['command']),
+  processes: new Gauge('parley_child_processes', 'Processes the daemon started (shells, sandboxes, MCP servers, git...), alive now, by command name', [
+    'command',
+  ]),
   sandboxes: new Gauge('parley_sandboxes', 'Conversations with live sandboxed processes, by sandbox mode (bwrap or none)', ['mode']),
-  sandboxProcesses: new Gauge('parley_sandbox_processes', 'Processes started through the sandbox launcher (shells, setup.sh, git, MCP servers) alive now; their own children not counted', ['mode']),
-  storeAppend: new Histogram('parley_store_append_duration_seconds', 'Event log frames: from the first append queued for the frame until the frame was committed', [], [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1]),
+  sandboxProcesses: new Gauge(
+    'parley_sandbox_processes',
+    'Processes started through the sandbox launcher (shells, setup.sh, git, MCP servers) alive now; their own children not counted',
+    ['mode'],
+  ),
+  storeAppend: new Histogram(
+    'parley_store_append_duration_seconds',
+    'Event log frames: from the first append queued for the frame until the frame was committed',
+    [],
+    [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
+  ),
   storeUnindexed: new Gauge('parley_store_unindexed_events', 'Committed events the index has not taken yet (readable from memory)'),
   conversationsLoaded: new Gauge('parley_conversations_loaded', 'Conversations loaded in memory (idle ones beyond MAX_LOADED_CONVERSATIONS are evicted)'),
-  conversationsLoadedBytes: new Gauge('parley_conversations_loaded_bytes', 'Estimated bytes of the loaded conversation records (large instructions and MCP configs stay in the store)'),
+  conversationsLoadedBytes: new Gauge(
+    'parley_conversations_loaded_bytes',
+    'Estimated bytes of the loaded conversation records (large instructions and MCP configs stay in the store)',
+  ),
   storeIndexLag: new Gauge('parley_store_index_lag_seconds', 'Age of the oldest committed frame the index has not taken yet'),
 };
 

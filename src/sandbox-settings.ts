@@ -121,7 +121,7 @@ function addressBytes(address: string, family: 4 | 6): number[] {
   const canonical = new URL(`http://[${address}]/`).hostname.slice(1, -1);
   const [head = '', tail] = canonical.split('::');
   const groups = (s: string) => (s === '' ? [] : s.split(':'));
-  const words = tail === undefined ? groups(head) : [...groups(head), ...Array<string>(8 - groups(head).length - groups(tail).length).fill('0'), ...groups(tail)];
+  const words =
+    tail === undefined ? groups(head) : [...groups(head), ...Array<string>(8 - groups(head).length - groups(tail).length).fill('0'), ...groups(tail)];
   return words.flatMap((w) => [parseInt(w, 16) >> 8, parseInt(w, 16) & 0xff]);
 }
-

@@ -9,7 +9,6 @@ import { startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daem
 import { startScriptedAnthropic, startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
 import { allEvents, statusOf, waitStatus, type Req } from './support/conversation-api.js';
 
-
 const statuses = (evs: any[]) => evs.filter((e) => e.key === 'execution_status').map((e) => e.value);
 
 const daemons: DaemonHandle[] = [];
@@ -126,7 +125,10 @@ describe('Anthropic provider', () => {
     const plain = blocks.find((b) => b.text === 'plain context message');
     assert.deepEqual(cached?.cache_control, { type: 'ephemeral' }, JSON.stringify(body.messages));
     assert.equal(plain?.cache_control, undefined, 'only the marked message is a breakpoint');
-    assert.ok(body.tools.some((t: any) => t.name === 'terminal' && t.input_schema), 'tools in the Anthropic shape');
+    assert.ok(
+      body.tools.some((t: any) => t.name === 'terminal' && t.input_schema),
+      'tools in the Anthropic shape',
+    );
     // the tool result went back as a tool_result block
     const second = JSON.stringify(anth.requests[1]!.body.messages);
     assert.match(second, /"tool_result"/);
@@ -172,7 +174,8 @@ describe('stuck detection and run control', () => {
   });
 
   test('A/B alternation six steps long is stuck', async () => {
-    for (let i = 0; i < 3; i++) llm.push({ toolCalls: [{ name: 'think', arguments: { thought: 'option A' } }] }, { toolCalls: [{ name: 'think', arguments: { thought: 'option B' } }] });
+    for (let i = 0; i < 3; i++)
+      llm.push({ toolCalls: [{ name: 'think', arguments: { thought: 'option A' } }] }, { toolCalls: [{ name: 'think', arguments: { thought: 'option B' } }] });
     const id = await start('dither');
     await waitStatus(d.req, id, 'stuck');
     const evs = await allEvents(d.req, id);
@@ -202,8 +205,14 @@ describe('stuck detection and run control', () => {
     const polls = evs.filter((e) => e.kind === 'ActionEvent' && e.action?.command === '').map((a) => obs.find((o) => o.tool_call_id === a.tool_call_id));
     const waiting = polls.filter((o) => o.observation.exit_code === -1);
     assert.ok(waiting.length >= 4, `at least 4 identical polls (${waiting.length})`);
-    assert.ok(waiting.every((o) => o.observation.content[0].text === waiting[0].observation.content[0].text), 'identical results');
-    assert.ok(obs.some((o) => o.observation.exit_code === 0), 'the command finished');
+    assert.ok(
+      waiting.every((o) => o.observation.content[0].text === waiting[0].observation.content[0].text),
+      'identical results',
+    );
+    assert.ok(
+      obs.some((o) => o.observation.exit_code === 0),
+      'the command finished',
+    );
   });
 
   test('a message sent during the final LLM call is answered by the same run', async () => {
@@ -239,7 +248,10 @@ describe('stuck detection and run control', () => {
       await waitFor(
         async () => {
           const evs = await allEvents(d.req, id);
-          return evs.some((e) => e.kind === 'MessageEvent' && e.source === 'agent' && e.llm_message.content[0].text === `answer to ${tag}`) && (await statusOf(d.req, id)) === 'finished';
+          return (
+            evs.some((e) => e.kind === 'MessageEvent' && e.source === 'agent' && e.llm_message.content[0].text === `answer to ${tag}`) &&
+            (await statusOf(d.req, id)) === 'finished'
+          );
         },
         `the message sent ${delay} ms after the final answer was answered`,
         15_000,

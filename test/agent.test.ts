@@ -45,7 +45,10 @@ describe('the loop', () => {
     assert.deepEqual(statuses, ['running', 'finished']);
     await ws.next((f) => f.kind === 'StreamingDeltaEvent');
     assert.ok(ws.frames.filter((f) => f.kind === 'StreamingDeltaEvent').every((f) => f.seq === undefined));
-    assert.ok(evs.every((e) => e.kind !== 'StreamingDeltaEvent'), 'deltas are live-only');
+    assert.ok(
+      evs.every((e) => e.kind !== 'StreamingDeltaEvent'),
+      'deltas are live-only',
+    );
     const sys = evs.find((e) => e.kind === 'SystemPromptEvent');
     assert.match(sys.system_prompt.text, /working directory/);
     ws.close();
@@ -55,10 +58,13 @@ describe('the loop', () => {
     const id = await start('make a file');
     const ws = path.join(d.dataDir, 'workspaces', id.replace(/-/g, ''));
     llm.push(
-      { text: 'Working.', toolCalls: [
-        { name: 'terminal', arguments: { command: 'export GREETING=hey && echo $GREETING > a.txt && pwd' } },
-        { name: 'file_editor', arguments: { command: 'create', path: `${ws}/b.txt`, file_text: 'bee\n' } },
-      ] },
+      {
+        text: 'Working.',
+        toolCalls: [
+          { name: 'terminal', arguments: { command: 'export GREETING=hey && echo $GREETING > a.txt && pwd' } },
+          { name: 'file_editor', arguments: { command: 'create', path: `${ws}/b.txt`, file_text: 'bee\n' } },
+        ],
+      },
       { toolCalls: [{ name: 'terminal', arguments: { command: 'echo $GREETING; cat b.txt' } }] },
       { toolCalls: [{ name: 'finish', arguments: { message: 'all done' } }] },
     );
@@ -66,7 +72,10 @@ describe('the loop', () => {
     const evs = await events(id);
     const actions = evs.filter((e) => e.kind === 'ActionEvent');
     const obs = evs.filter((e) => e.kind === 'ObservationEvent');
-    assert.deepEqual(actions.map((a) => a.tool_name), ['terminal', 'file_editor', 'terminal', 'finish']);
+    assert.deepEqual(
+      actions.map((a) => a.tool_name),
+      ['terminal', 'file_editor', 'terminal', 'finish'],
+    );
     assert.equal(actions[0].thought[0].text, 'Working.');
     for (const a of actions) {
       const o = obs.find((x) => x.tool_call_id === a.tool_call_id);
@@ -145,7 +154,12 @@ describe('provider failures', () => {
 describe('status and control', () => {
   test('interrupt cancels the running tool, fills its result and pauses; /run is 409 while running', async () => {
     const id = await start('sleepy');
-    llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'sleep 60' } }, { name: 'think', arguments: { thought: 'never runs' } }] });
+    llm.push({
+      toolCalls: [
+        { name: 'terminal', arguments: { command: 'sleep 60' } },
+        { name: 'think', arguments: { thought: 'never runs' } },
+      ],
+    });
     await waitFor(async () => (await events(id)).some((e) => e.kind === 'ActionEvent'), 'action');
     assert.equal((await d.req('POST', `/api/conversations/${id}/run`)).status, 409);
     const t0 = Date.now();
@@ -203,7 +217,10 @@ describe('status and control', () => {
     await waitStatus(id, 'paused');
     const evs = await events(id);
     assert.ok(evs.some((e) => e.kind === 'PauseEvent'));
-    assert.ok(evs.some((e) => e.kind === 'ObservationEvent'), 'the running step completed');
+    assert.ok(
+      evs.some((e) => e.kind === 'ObservationEvent'),
+      'the running step completed',
+    );
   });
 });
 
@@ -226,7 +243,10 @@ describe('condensation', () => {
     assert.ok(cond, 'a Condensation event');
     assert.equal(cond.summary, 'SUMMARY OF EARLIER WORK');
     assert.ok(cond.forgotten_event_ids.length > 0);
-    assert.ok(evs.some((e) => e.kind === 'ActionEvent' && e.tool_name === 'think'), 'nothing deleted');
+    assert.ok(
+      evs.some((e) => e.kind === 'ActionEvent' && e.tool_name === 'think'),
+      'nothing deleted',
+    );
     const last = JSON.stringify(llm.requests[llm.requests.length - 1]!.body.messages);
     assert.ok(last.includes('SUMMARY OF EARLIER WORK'));
     assert.ok(!last.includes(`0${big}`), 'the oldest step was condensed away');

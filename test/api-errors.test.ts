@@ -30,12 +30,20 @@ const CASES: Record<Exclude<ErrorKind, 'unavailable'>, Case> = {
   invalidInput: {
     rest: (d, id) => d.req('POST', `/api/conversations/${id}/events`, { content: 5 }),
     trpc: (c, id) => c.sendMessage.mutate({ conversation_id: id, message: { content: 5 } } as never),
-    body: (b) => assert.deepEqual(b.detail.map((i: any) => [i.type, i.loc]), [['list_type', ['body', 'content']]]),
+    body: (b) =>
+      assert.deepEqual(
+        b.detail.map((i: any) => [i.type, i.loc]),
+        [['list_type', ['body', 'content']]],
+      ),
   },
   validation: {
     rest: (d) => d.req('POST', '/api/conversations', { replay_json: '[]', initial_user_msg: 'hello' }),
     trpc: (c) => c.createConversation.mutate({ replay_json: '[]', initial_user_msg: 'hello' }),
-    body: (b) => assert.deepEqual(b.detail.map((i: any) => i.loc[0]), ['body']),
+    body: (b) =>
+      assert.deepEqual(
+        b.detail.map((i: any) => i.loc[0]),
+        ['body'],
+      ),
   },
   notFound: {
     rest: (d) => d.req('GET', `/api/conversations/${MISSING}`),
@@ -111,7 +119,9 @@ describe('one error table, the same status over REST and tRPC', () => {
 });
 
 describe('unavailable (503) at both doors', () => {
-  test('a journal that cannot be written: 503 with the reason over REST and over tRPC', { skip: process.env.PARLEY_TEST_STORE === 'postgres' ? 'the journal is the SQLite store\'s' : false }, async () => {
+  test('a journal that cannot be written: 503 with the reason over REST and over tRPC', {
+    skip: process.env.PARLEY_TEST_STORE === 'postgres' ? "the journal is the SQLite store's" : false,
+  }, async () => {
     const dir = tempDir();
     const d1 = await startDaemon({ SANDBOX: 'none' }, dir);
     const id = (await d1.req('POST', '/api/conversations', {})).body.conversation_id as string;
@@ -124,7 +134,9 @@ describe('unavailable (503) at both doors', () => {
     const d2 = await startDaemon({ SANDBOX: 'none', DISK_RESERVE_MB: '0' }, dir);
     try {
       const rest = await d2.req('POST', `/api/conversations/${id}/events`, { content: [{ type: 'text', text: 'no room' }] });
-      const trpc = await trpcFailure(createParleyClient({ url: d2.url }).sendMessage.mutate({ conversation_id: id, message: { content: [{ type: 'text', text: 'no room' }] } }));
+      const trpc = await trpcFailure(
+        createParleyClient({ url: d2.url }).sendMessage.mutate({ conversation_id: id, message: { content: [{ type: 'text', text: 'no room' }] } }),
+      );
       assertSameAnswer('unavailable', rest, trpc);
       assert.match(rest.body.detail, /event log write failed: ENOSPC/);
       assert.deepEqual(Object.keys(rest.body), ['detail']);

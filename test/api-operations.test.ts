@@ -25,7 +25,7 @@ describe('every REST operation is a tRPC procedure', () => {
     for (const name of restOperations) assert.equal(procedures[name]!._def.type, operations[name].type, name);
   });
 
-  test('the router serves exactly the table\'s operations (and the events subscription)', () => {
+  test("the router serves exactly the table's operations (and the events subscription)", () => {
     const routerNames = Object.keys(procedures).filter((n) => n !== 'events');
     assert.deepEqual(routerNames.sort(), Object.keys(operations).sort());
   });
@@ -84,7 +84,10 @@ describe('over the wire', () => {
     const form = new FormData();
     form.append('file', new Blob([bytes.subarray(0, 100)]), 'x');
     assert.equal((await fetch(`${d.url}/api/file/upload?conversation_id=${id}&path=bin/part.dat`, { method: 'POST', body: form })).status, 200);
-    assert.deepEqual(Buffer.from((await client.downloadFile.query({ conversation_id: id, path: 'bin/part.dat' })).content_base64, 'base64'), bytes.subarray(0, 100));
+    assert.deepEqual(
+      Buffer.from((await client.downloadFile.query({ conversation_id: id, path: 'bin/part.dat' })).content_base64, 'base64'),
+      bytes.subarray(0, 100),
+    );
     // not base64: a 422 like any input that fails its schema
     await assert.rejects(client.uploadFile.mutate({ conversation_id: id, path: 'x', content_base64: '%%%' }), (e: any) => e.data?.httpStatus === 422);
   });

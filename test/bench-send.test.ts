@@ -9,10 +9,14 @@ import { promisify } from 'node:util';
 import { ROOT } from './support/daemon.js';
 
 test('bench-send prints the event loop and all-thread cost per message, with every message published', { timeout: 120_000 }, async () => {
-  const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', 'scripts/bench-send.ts', '--runs', '1', '--messages', '2000', '--conversations', '5'], {
-    cwd: ROOT,
-    timeout: 110_000,
-  });
+  const { stdout } = await promisify(execFile)(
+    process.execPath,
+    ['--import', 'tsx', 'scripts/bench-send.ts', '--runs', '1', '--messages', '2000', '--conversations', '5'],
+    {
+      cwd: ROOT,
+      timeout: 110_000,
+    },
+  );
   assert.match(stdout, /^sendMessage in process \(no HTTP\): 2000 messages over 5 conversations, 40 per event-loop turn/m);
   const lines = [...stdout.matchAll(/event loop ([\d.]+) µs\/message busy, all threads ([\d.]+) µs\/message \(until indexed\), ([\d,]+) messages\/s/g)];
   assert.equal(lines.length, 1, stdout);

@@ -65,7 +65,17 @@ const nested = (open: string, close: string, bytes = 10 * MiB - 64) => {
 async function post(d: DaemonHandle, path: string, text: string) {
   const r = await fetch(d.url + path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: text });
   const body = await r.text();
-  return { status: r.status, text: body, json: (() => { try { return JSON.parse(body); } catch { return undefined; } })() };
+  return {
+    status: r.status,
+    text: body,
+    json: (() => {
+      try {
+        return JSON.parse(body);
+      } catch {
+        return undefined;
+      }
+    })(),
+  };
 }
 
 const newConversation = async (d: DaemonHandle) => (await d.req('POST', '/api/conversations', {})).body.conversation_id as string;
@@ -78,7 +88,8 @@ async function stillServes(d: DaemonHandle, id: string) {
   assert.equal(r.status, 200, r.text);
 }
 
-const REASON = /more than 10000 JSON values: the limit is 10000 values \(objects, arrays, strings, numbers, literals; keys not counted\) nested at most 64 deep/;
+const REASON =
+  /more than 10000 JSON values: the limit is 10000 values \(objects, arrays, strings, numbers, literals; keys not counted\) nested at most 64 deep/;
 
 interface Target {
   d: DaemonHandle;
@@ -109,9 +120,12 @@ after(() => Promise.all([plain, rest, doors].map((t) => t?.d.stop())));
 /** The bound for `n` refused bodies at once, with a clear margin over what one legitimate body costs. */
 const bound = (n: number) => 2 * Math.max(legit, 32) + (n - 1) * 24;
 const within = (what: string, mib: number, n = 1) =>
-  assert.ok(mib < bound(n), `${what}: +${mib.toFixed(0)} MiB RSS; a legitimate 9 MiB message costs +${legit.toFixed(0)} MiB, the bound is ${bound(n).toFixed(0)}`);
+  assert.ok(
+    mib < bound(n),
+    `${what}: +${mib.toFixed(0)} MiB RSS; a legitimate 9 MiB message costs +${legit.toFixed(0)} MiB, the bound is ${bound(n).toFixed(0)}`,
+  );
 
-test('a 10 MiB [[],[],…] as initial_user_msg and as a message\'s content: 413 with the reason, alone and four at once; RSS growth bounded; the daemon serves the next request', async () => {
+test("a 10 MiB [[],[],…] as initial_user_msg and as a message's content: 413 with the reason, alone and four at once; RSS growth bounded; the daemon serves the next request", async () => {
   const cases: [string, Target, (id: string) => string, string][] = [
     ['initial_user_msg', rest, () => '/api/conversations', dense('{"initial_user_msg":[', '[]', ']}')],
     ['content', rest, (id) => `/api/conversations/${id}/events`, dense('{"role":"user","content":[', '[]', ']}')],
@@ -178,7 +192,20 @@ test('over /trpc, in a WebSocket text frame, in a msgpack frame, inside replay_j
   await new Promise((resolve, reject) => (ws.once('open', resolve), ws.once('error', reject)));
   // {"role":"user","content": <array32 of 10 MiB empty arrays>}
   const n = 10 * MiB - 64;
-  const head = Buffer.from([0x82, 0xa4, ...Buffer.from('role'), 0xa4, ...Buffer.from('user'), 0xa7, ...Buffer.from('content'), 0xdd, n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255]);
+  const head = Buffer.from([
+    0x82,
+    0xa4,
+    ...Buffer.from('role'),
+    0xa4,
+    ...Buffer.from('user'),
+    0xa7,
+    ...Buffer.from('content'),
+    0xdd,
+    n >>> 24,
+    (n >>> 16) & 255,
+    (n >>> 8) & 255,
+    n & 255,
+  ]);
   const cases: [string, string | Buffer, RegExp][] = [
     ['[[],…] in a WebSocket text frame', dense('{"role":"user","content":[', '[]', ']}'), /^Frame has more than 10000 JSON values: the limit is 10000 values/],
     ['[[],…] in a msgpack frame', Buffer.concat([head, Buffer.alloc(n, 0x90)]), /^Frame has more than 10000 msgpack values: the limit is 10000 values/],
@@ -196,7 +223,11 @@ test('over /trpc, in a WebSocket text frame, in a msgpack frame, inside replay_j
   // the socket stays open and a message sent on it is appended, in either encoding
   ws.send(JSON.stringify({ role: 'user', content: 'after the refusals' }));
   ws.send(pack({ role: 'user', content: 'msgpack after the refusals' }), { binary: true });
-  await waitFor(async () => (await d.req('GET', `/api/conversations/${id}/events/search?kind=MessageEvent`)).body.items.length === 2, 'both messages appended', 30_000);
+  await waitFor(
+    async () => (await d.req('GET', `/api/conversations/${id}/events/search?kind=MessageEvent`)).body.items.length === 2,
+    'both messages appended',
+    30_000,
+  );
   ws.close();
 
   // replay_json is one string in its body; the trajectory in it has its own budget
@@ -209,7 +240,11 @@ test('over /trpc, in a WebSocket text frame, in a msgpack frame, inside replay_j
 
   // the one body that is not JSON: a multipart upload cut into 200,000 empty parts
   const upload = (body: string) =>
-    fetch(`${d.url}/api/file/upload?path=up.txt&conversation_id=${id}`, { method: 'POST', headers: { 'content-type': 'multipart/form-data; boundary=xB' }, body });
+    fetch(`${d.url}/api/file/upload?path=up.txt&conversation_id=${id}`, {
+      method: 'POST',
+      headers: { 'content-type': 'multipart/form-data; boundary=xB' },
+      body,
+    });
   const file = '--xB\r\nContent-Disposition: form-data; name="file"; filename="up.txt"\r\n\r\nuploaded\r\n--xB--\r\n';
   const empty = '--xB\r\nContent-Disposition: form-data; name="a"\r\n\r\n\r\n';
   const parts = await growth(d, '200,000 multipart parts', async () => {
@@ -226,7 +261,9 @@ test('over /trpc, in a WebSocket text frame, in a msgpack frame, inside replay_j
 test('a body within the limits but invalid everywhere: the 422 stays bounded (each echoed input at most once, their total capped)', async () => {
   const { d, id } = plain;
   // 9,997 content items of the wrong type (with the object, "user" and the array: 10,000 values): one issue each
-  const items = await growth(d, '9,997 invalid content items', () => post(d, `/api/conversations/${id}/events`, `{"role":"user","content":[${'{},'.repeat(9_996)}{}]}`));
+  const items = await growth(d, '9,997 invalid content items', () =>
+    post(d, `/api/conversations/${id}/events`, `{"role":"user","content":[${'{},'.repeat(9_996)}{}]}`),
+  );
   assert.equal(items.result.status, 422, items.result.text.slice(0, 300));
   assert.equal(items.result.json.detail.length, 9_997);
   assert.ok(items.result.text.length < 4 * MiB, `422 of ${items.result.text.length} bytes`);
@@ -234,7 +271,9 @@ test('a body within the limits but invalid everywhere: the 422 stays bounded (ea
   // a 9 MiB string under an object with two missing fields, a wrong type and an unknown key: pydantic
   // would echo it three times; here the 422 holds at most ECHO_BUDGET (1 MiB) of input
   const big = 's'.repeat(9 * MiB);
-  const r = await growth(d, 'a 9 MiB string under an invalid suggested_task', () => post(d, '/api/conversations', JSON.stringify({ suggested_task: { title: 5, extra: big } })));
+  const r = await growth(d, 'a 9 MiB string under an invalid suggested_task', () =>
+    post(d, '/api/conversations', JSON.stringify({ suggested_task: { title: 5, extra: big } })),
+  );
   assert.equal(r.result.status, 422, r.result.text.slice(0, 300));
   assert.deepEqual(r.result.json.detail.map((e: any) => e.type).sort(), ['extra_forbidden', 'missing', 'missing', 'string_type']);
   assert.ok(r.result.text.length < 2 * MiB, `422 of ${r.result.text.length} bytes: the 9 MiB input is not echoed whole`);
@@ -245,7 +284,7 @@ test('a body within the limits but invalid everywhere: the 422 stays bounded (ea
 test('the counters agree with what JSON.parse and msgpackr build, and refuse exactly past the limits', () => {
   // a deterministic generator of JSON values with strings that hold quotes, backslashes and brackets
   let seed = 7;
-  const rand = (n: number) => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) % n);
+  const rand = (n: number) => (seed = (seed * 1103515245 + 12345) & 0x7fffffff) % n;
   const strings = ['', 'a', '"', '\\', '\\"', '[{', 'x\\\\"y', '\u00e9\u4e00', ':', ','];
   const gen = (depth: number): unknown => {
     const k = rand(depth > 6 ? 4 : 7);

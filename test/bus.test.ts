@@ -42,9 +42,20 @@ test('a feed that receives a later seq first reads the gap from the store: each 
   const bus = new EventBus();
   const got: number[] = [];
   let ended = false;
-  const feed = new EventFeed(bus, store, 'c', { send: (ev) => (got.push(ev.seq!), true), drained: async () => {}, overflow: () => assert.fail('no overflow'), ended: () => (ended = true) }, { afterSeq: 0 });
+  const feed = new EventFeed(
+    bus,
+    store,
+    'c',
+    { send: (ev) => (got.push(ev.seq!), true), drained: async () => {}, overflow: () => assert.fail('no overflow'), ended: () => (ended = true) },
+    { afterSeq: 0 },
+  );
   await feed.done;
-  const evs = (await store.appendMany('c', Array.from({ length: 5 }, () => ({ kind: 'PauseEvent' as const, source: 'user' as const })))).map((e) => new EncodedEvent(e));
+  const evs = (
+    await store.appendMany(
+      'c',
+      Array.from({ length: 5 }, () => ({ kind: 'PauseEvent' as const, source: 'user' as const })),
+    )
+  ).map((e) => new EncodedEvent(e));
   for (const i of [2, 0, 1, 4, 3]) bus.publish('c', evs[i]!);
   await waitFor(() => got.length === 5, 'the feed to read the gap');
   assert.deepEqual(got, [1, 2, 3, 4, 5]);

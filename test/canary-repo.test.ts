@@ -18,38 +18,60 @@ import { walkFiles } from './support/files.js';
 const GH = 'ghp_CANARYclone0123456789abcdefXYZ';
 const SESSION = 'k-canary-repo-session';
 
-
 test('canary token in a cloned repository: shell has it masked, push works, it appears nowhere', async () => {
   const git = await startGitServer({ token: GH });
-  await git.createRepo('acme/secret-app', { 'README.md': '# secret app\n', '.openhands/setup.sh': 'echo "setup sees ${#GITHUB_TOKEN} chars"; echo "$GITHUB_TOKEN"\n' }, { private: true });
+  await git.createRepo(
+    'acme/secret-app',
+    { 'README.md': '# secret app\n', '.openhands/setup.sh': 'echo "setup sees ${#GITHUB_TOKEN} chars"; echo "$GITHUB_TOKEN"\n' },
+    { private: true },
+  );
   const llm = await startScriptedLlm();
   // the agent pushes to the git server on the host's loopback: its sandbox may reach that one port
-  const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'sk-canary-repo-llm', SESSION_API_KEY: SESSION, SANDBOX_ALLOW_NETS: `127.0.0.1:${new URL(git.url).port}` });
+  const d = await startDaemon({
+    LLM_MODEL: 'openai/scripted',
+    LLM_BASE_URL: llm.url,
+    LLM_API_KEY: 'sk-canary-repo-llm',
+    SESSION_API_KEY: SESSION,
+    SANDBOX_ALLOW_NETS: `127.0.0.1:${new URL(git.url).port}`,
+  });
   const H = { 'X-Session-API-Key': SESSION };
   const responses: string[] = [];
   const call = recordingReq(d, responses, H);
   try {
     assert.equal((await call('POST', '/api/add-git-providers', { provider_tokens: { github: { token: GH, host: git.url } } })).status, 200);
     llm.push(
-      { toolCalls: [{ name: 'terminal', arguments: { command: 'env; git remote -v; cat .git/config; echo "TOKEN=$GITHUB_TOKEN"; echo "LEN=${#GITHUB_TOKEN}"' } }] },
+      {
+        toolCalls: [
+          { name: 'terminal', arguments: { command: 'env; git remote -v; cat .git/config; echo "TOKEN=$GITHUB_TOKEN"; echo "LEN=${#GITHUB_TOKEN}"' } },
+        ],
+      },
       {
         toolCalls: [
           {
             name: 'terminal',
-            arguments: { command: 'git checkout -q -b agent-push && echo pushed > pushed.txt && git add pushed.txt && git commit -qm "agent push" && git push -q origin agent-push 2>&1; echo "PUSH_EXIT=$?"' },
+            arguments: {
+              command:
+                'git checkout -q -b agent-push && echo pushed > pushed.txt && git add pushed.txt && git commit -qm "agent push" && git push -q origin agent-push 2>&1; echo "PUSH_EXIT=$?"',
+            },
           },
         ],
       },
       { toolCalls: [{ name: 'finish', arguments: { message: 'printed and pushed' } }] },
     );
-    const created = await call('POST', '/api/conversations', { repository: 'acme/secret-app', git_provider: 'github', initial_user_msg: 'print everything, then push' });
+    const created = await call('POST', '/api/conversations', {
+      repository: 'acme/secret-app',
+      git_provider: 'github',
+      initial_user_msg: 'print everything, then push',
+    });
     assert.equal(created.status, 200);
     const id = created.body.conversation_id;
     const ws = connect(`ws://127.0.0.1:${d.port}/sockets/events/${id}?resend_mode=all`, { headers: H });
     await waitFor(async () => ['finished', 'error'].includes((await call('GET', `/api/conversations/${id}`)).body.execution_status), 'run ended', 60_000);
     const evs = (await call('GET', `/api/conversations/${id}/events/search?limit=100`)).body.items as any[];
     assert.equal(evs.at(-1).value, 'finished', JSON.stringify(evs.filter((e) => e.kind.includes('Error'))));
-    const [printed, pushed] = evs.filter((e) => e.kind === 'ObservationEvent' && e.tool_name === 'terminal').map((e) => e.observation.content[0].text as string);
+    const [printed, pushed] = evs
+      .filter((e) => e.kind === 'ObservationEvent' && e.tool_name === 'terminal')
+      .map((e) => e.observation.content[0].text as string);
     // the shell has the token (its length shows through), masked wherever it is printed
     assert.match(printed!, /TOKEN=<secret_hidden>/);
     assert.match(printed!, new RegExp(`LEN=${GH.length}\\b`));
@@ -76,7 +98,10 @@ test('canary token in a cloned repository: shell has it masked, push works, it a
     ];
     const files = walkFiles(d.dataDir);
     const workspaceFiles = files.filter((f) => f.includes(`${path.sep}workspaces${path.sep}`));
-    assert.ok(workspaceFiles.some((f) => f.endsWith(`${path.sep}.git${path.sep}config`)), 'the walk covers .git');
+    assert.ok(
+      workspaceFiles.some((f) => f.endsWith(`${path.sep}.git${path.sep}config`)),
+      'the walk covers .git',
+    );
     assert.ok(workspaceFiles.some((f) => f.endsWith('pushed.txt')));
     for (const f of files) places.push([`file ${path.relative(d.dataDir, f)}`, fs.readFileSync(f).toString('latin1')]);
     for (const [where, text] of places) {

@@ -18,7 +18,6 @@ const MCPKEY = 'mcp-CANARY-api-key-77';
 const LLMKEY = 'sk-CANARY-llm-key-0099';
 const CANARIES = [GH, SECRET, MCPKEY, LLMKEY];
 
-
 test('canary tokens appear nowhere', async () => {
   const llm = await startScriptedLlm();
   const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: LLMKEY, SESSION_API_KEY: 'k-canary-session' });
@@ -26,14 +25,25 @@ test('canary tokens appear nowhere', async () => {
   const responses: string[] = [];
   const call = recordingReq(d, responses, H);
   try {
-    await call('POST', '/api/add-git-providers', { provider_tokens: { github: { token: GH } }, mcp_config: { shttp_servers: [{ url: 'http://127.0.0.1:9/mcp', api_key: MCPKEY }] } });
+    await call('POST', '/api/add-git-providers', {
+      provider_tokens: { github: { token: GH } },
+      mcp_config: { shttp_servers: [{ url: 'http://127.0.0.1:9/mcp', api_key: MCPKEY }] },
+    });
     assert.equal((await call('POST', '/api/secrets', { name: 'MY_SECRET', value: SECRET, description: 'test' })).status, 201);
     assert.equal((await call('POST', '/api/secrets', { name: 'MY_SECRET', value: 'xxxxxxxx' })).status, 409);
     // bad requests that carry the canaries are rejected without echoing them
     await call('POST', '/api/add-git-providers', { provider_tokens: { github: { token: GH, bogus: GH } } });
     await call('POST', '/api/conversations', { mcp_config: { shttp_servers: [{ url: 'nope', api_key: MCPKEY }] } });
     llm.push(
-      { text: `I will print ${GH}`, toolCalls: [{ name: 'terminal', arguments: { command: `env; echo "$GITHUB_TOKEN $MY_SECRET"; echo ${GH}; printf '%s' "$GITHUB_TOKEN" | wc -c > leak.txt; cat leak.txt` } }] },
+      {
+        text: `I will print ${GH}`,
+        toolCalls: [
+          {
+            name: 'terminal',
+            arguments: { command: `env; echo "$GITHUB_TOKEN $MY_SECRET"; echo ${GH}; printf '%s' "$GITHUB_TOKEN" | wc -c > leak.txt; cat leak.txt` },
+          },
+        ],
+      },
       { toolCalls: [{ name: 'file_editor', arguments: { command: 'view', path: '/proc/self/environ' } }] },
       { text: `done ${SECRET}` },
     );
@@ -63,11 +73,18 @@ test('canary tokens appear nowhere', async () => {
     for (const f of walkFiles(d.dataDir)) places.push([`file ${path.relative(d.dataDir, f)}`, fs.readFileSync(f).toString('latin1')]);
     // the shell holds the real values (it needs them for provider APIs); the daemon itself writes
     // no token into the workspace, the store, the logs or any output
-    assert.ok(places.some(([n]) => n.includes('leak.txt')), 'the workspace file exists');
+    assert.ok(
+      places.some(([n]) => n.includes('leak.txt')),
+      'the workspace file exists',
+    );
     for (const [where, text] of places) {
-      for (const c of CANARIES) assert.ok(!text.includes(c), `${c} found in ${where}: ${text.slice(Math.max(0, text.indexOf(c) - 300), text.indexOf(c) + 100)}`);
+      for (const c of CANARIES)
+        assert.ok(!text.includes(c), `${c} found in ${where}: ${text.slice(Math.max(0, text.indexOf(c) - 300), text.indexOf(c) + 100)}`);
     }
-    assert.ok(d.output.some((l) => l.includes(id)), 'logs were produced for this conversation');
+    assert.ok(
+      d.output.some((l) => l.includes(id)),
+      'logs were produced for this conversation',
+    );
   } finally {
     await d.stop();
     await llm.close();

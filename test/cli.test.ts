@@ -115,7 +115,12 @@ describe('errors: one line each, distinct exit codes', () => {
 
   test('unknown conversation: 8 for attach, send and rm; a malformed id too', T, async () => {
     const unknown = '0c2a4c9e-6f0b-4e8e-9d55-0a0a0a0a0a0a';
-    for (const args of [['attach', unknown], ['send', unknown, 'hello'], ['rm', unknown], ['attach', 'not-an-id']]) {
+    for (const args of [
+      ['attach', unknown],
+      ['send', unknown, 'hello'],
+      ['rm', unknown],
+      ['attach', 'not-an-id'],
+    ]) {
       const r = parley(args);
       assert.equal(await r.code, 8, `${args.join(' ')}: ${r.err()}`);
       assert.match(r.err(), args[1] === 'not-an-id' ? /not-an-id is not a conversation id/ : new RegExp(`no conversation ${unknown}`));
@@ -187,7 +192,10 @@ describe('Ctrl-C', () => {
     r.proc.kill('SIGINT');
     assert.equal(await r.code, 4, r.err());
     const events = ndjson(r.out());
-    assert.ok(events.some((e) => e.kind === 'InterruptEvent'), 'the interruption is shown');
+    assert.ok(
+      events.some((e) => e.kind === 'InterruptEvent'),
+      'the interruption is shown',
+    );
     assert.equal(events.at(-1)?.value, 'paused');
     assert.deepEqual(seqsOf(events), oneToN((await info(id)).last_seq));
     assert.equal((await info(id)).execution_status, 'paused');

@@ -46,7 +46,10 @@ const timings: string[] = [];
  * removed in 1 s instead of 14 s at load average 20), else the temporary directory.
  */
 function scratchDir(): string {
-  const shm = fs.readFileSync('/proc/mounts', 'utf8').split('\n').find((l) => l.split(' ')[1] === '/dev/shm' && l.split(' ')[2] === 'tmpfs');
+  const shm = fs
+    .readFileSync('/proc/mounts', 'utf8')
+    .split('\n')
+    .find((l) => l.split(' ')[1] === '/dev/shm' && l.split(' ')[2] === 'tmpfs');
   const base = shm && !/\bnoexec\b/.test(shm.split(' ')[3] ?? '') ? '/dev/shm' : os.tmpdir();
   const dir = fs.mkdtempSync(path.join(base, 'parley-package-'));
   process.once('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
@@ -72,7 +75,8 @@ function copyCheckout(to: string): void {
  * into one that depends on the tarball alone, and npm adds the package to the tree it finds.
  */
 const lock = () => JSON.parse(fs.readFileSync(path.join(ROOT, 'package-lock.json'), 'utf8')) as { packages: Record<string, Record<string, unknown>> };
-const npmInstall = (dir: string, command: 'ci' | 'install') => execFile('npm', [command, '--offline', '--ignore-scripts', '--no-audit', '--no-fund'], { cwd: dir, timeout: 170_000 });
+const npmInstall = (dir: string, command: 'ci' | 'install') =>
+  execFile('npm', [command, '--offline', '--ignore-scripts', '--no-audit', '--no-fund'], { cwd: dir, timeout: 170_000 });
 
 function writeProject(dir: string, dependencies: Record<string, string>, extra: Record<string, unknown>): void {
   const checkoutLock = lock();
@@ -96,16 +100,20 @@ async function seedDependencies(dir: string): Promise<void> {
 
 async function installTarball(dir: string, tgz: string): Promise<void> {
   const manifest = JSON.parse(execFileSync('tar', ['xzf', tgz, '-O', 'package/package.json'], { encoding: 'utf8' }));
-  writeProject(dir, { parley: `file:${tgz}` }, {
-    'node_modules/parley': {
-      version: manifest.version,
-      resolved: `file:${tgz}`,
-      integrity: `sha512-${crypto.createHash('sha512').update(fs.readFileSync(tgz)).digest('base64')}`,
-      dependencies: manifest.dependencies,
-      bin: manifest.bin,
-      engines: manifest.engines,
+  writeProject(
+    dir,
+    { parley: `file:${tgz}` },
+    {
+      'node_modules/parley': {
+        version: manifest.version,
+        resolved: `file:${tgz}`,
+        integrity: `sha512-${crypto.createHash('sha512').update(fs.readFileSync(tgz)).digest('base64')}`,
+        dependencies: manifest.dependencies,
+        bin: manifest.bin,
+        engines: manifest.engines,
+      },
     },
-  });
+  );
   await npmInstall(dir, 'install');
   const addon = path.join('node_modules', 'better-sqlite3', 'build', 'Release', 'better_sqlite3.node');
   fs.mkdirSync(path.dirname(path.join(dir, addon)), { recursive: true });
@@ -211,7 +219,18 @@ describe('the packed package', () => {
   test('holds the built exports, their declarations, the command and the daemon; no sources', (t) => {
     t.diagnostic(`set-up: ${timings.join(', ')}; load average ${os.loadavg()[0]!.toFixed(1)}`);
     const listed = execFileSync('tar', ['tzf', tarball], { encoding: 'utf8' }).split('\n');
-    for (const f of ['lib/client.mjs', 'lib/types/client.d.ts', 'lib/server.mjs', 'lib/types/server.d.ts', 'lib/writer.mjs', 'lib/cli.mjs', 'bin/parley.mjs', 'dist/main.mjs', 'scripts/start.mjs', 'scripts/stale.mjs']) {
+    for (const f of [
+      'lib/client.mjs',
+      'lib/types/client.d.ts',
+      'lib/server.mjs',
+      'lib/types/server.d.ts',
+      'lib/writer.mjs',
+      'lib/cli.mjs',
+      'bin/parley.mjs',
+      'dist/main.mjs',
+      'scripts/start.mjs',
+      'scripts/stale.mjs',
+    ]) {
       assert.ok(listed.includes(`package/${f}`), `${f} is in the tarball`);
     }
     assert.ok(!listed.some((f) => /^package\/(src|bridge|cli|test)\//.test(f)), 'no sources');
@@ -226,7 +245,10 @@ describe('the packed package', () => {
     // one program (one tsc run): the only error is bad.ts's; good.ts and embedded.ts are emitted to out/
     const errors = await typecheck(['good.ts', 'bad.ts', 'embedded.ts']);
     assert.equal(errors.length, 1, errors.join('\n'));
-    assert.match(errors[0]!, /^bad\.ts\(\d+,\d+\): error TS(2353|2561): Object literal may only specify known properties, (and|but) 'repositroy' does not exist in type '\{ repository\?: string/);
+    assert.match(
+      errors[0]!,
+      /^bad\.ts\(\d+,\d+\): error TS(2353|2561): Object literal may only specify known properties, (and|but) 'repositroy' does not exist in type '\{ repository\?: string/,
+    );
     assert.ok(fs.existsSync(path.join(project, 'out', 'good.js')) && fs.existsSync(path.join(project, 'out', 'embedded.js')));
   });
 
@@ -235,7 +257,15 @@ describe('the packed package', () => {
     const dataDir = tempDir();
     const proc = spawn(bin, ['serve'], {
       cwd: project,
-      env: env({ PORT: '0', DATA_DIR: dataDir, SESSION_API_KEY: KEY, SANDBOX: 'none', LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'llm-key' }),
+      env: env({
+        PORT: '0',
+        DATA_DIR: dataDir,
+        SESSION_API_KEY: KEY,
+        SANDBOX: 'none',
+        LLM_MODEL: 'openai/scripted',
+        LLM_BASE_URL: llm.url,
+        LLM_API_KEY: 'llm-key',
+      }),
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     daemon = proc;
@@ -249,7 +279,10 @@ describe('the packed package', () => {
     const good = await execFile(process.execPath, ['out/good.js'], { cwd: project, timeout: 60_000, env: env({ PARLEY_URL: url, PARLEY_API_KEY: KEY }) });
     const got = JSON.parse(good.stdout);
     assert.equal(got.status, 'finished');
-    assert.deepEqual(got.seqs, Array.from({ length: got.seqs.length }, (_, i) => i + 1));
+    assert.deepEqual(
+      got.seqs,
+      Array.from({ length: got.seqs.length }, (_, i) => i + 1),
+    );
     assert.deepEqual(got.answer, [{ type: 'text', text: 'hello from the scripted LLM' }]);
 
     const ls = await execFile(bin, ['ls', '--json'], { cwd: project, timeout: 60_000, env: env({ PARLEY_URL: url, PARLEY_API_KEY: KEY }) });
@@ -271,7 +304,10 @@ describe('the packed package', () => {
       const r = await execFile(process.execPath, ['out/embedded.js', dataDir, local.url], { cwd: project, timeout: 60_000, env: env() });
       const got = JSON.parse(r.stdout.trim().split('\n').at(-1)!);
       assert.equal(got.status, 'finished');
-      assert.deepEqual(got.seqs, Array.from({ length: got.last_seq }, (_, i) => i + 1));
+      assert.deepEqual(
+        got.seqs,
+        Array.from({ length: got.last_seq }, (_, i) => i + 1),
+      );
       assert.ok(got.kinds.includes('ObservationEvent') && got.kinds.includes('ActionEvent'));
       assert.equal(got.file, 'hi');
       assert.equal(local.requests.length, 2);

@@ -10,7 +10,9 @@ import { allEvents, statusOf } from './support/conversation-api.js';
 import { send, create, stored, texts, agentCluster, readyConversation } from './support/cluster-api.js';
 
 describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
-  test('SIGKILL of the owner mid-run with writes in flight: its lease expires, another node takes over (error, NodeLost), every acknowledged message is kept, the agent runs again elsewhere; the killed node rejoins without duplicating anything', { timeout: 180_000 }, async (t) => {
+  test('SIGKILL of the owner mid-run with writes in flight: its lease expires, another node takes over (error, NodeLost), every acknowledged message is kept, the agent runs again elsewhere; the killed node rejoins without duplicating anything', {
+    timeout: 180_000,
+  }, async (t) => {
     const { llm, c } = await agentCluster((f) => t.after(f), 2000);
     const id = await readyConversation(c);
     const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
@@ -46,10 +48,16 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     const before = (await allEvents(n1.req, id)).length;
     const back = await c.startNode(1);
     assert.equal(await statusOf(back.req, id), 'finished');
-    const extra = (await allEvents(back.req, id)).slice(before).map((e) => `${e.seq} ${e.kind}/${e.source}${e.key ? ` ${e.key}=${e.value}` : ''}${e.code ? ` ${e.code}` : ''}`);
+    const extra = (await allEvents(back.req, id))
+      .slice(before)
+      .map((e) => `${e.seq} ${e.kind}/${e.source}${e.key ? ` ${e.key}=${e.value}` : ''}${e.code ? ` ${e.code}` : ''}`);
     assert.deepEqual(extra, [], 'nothing added by the restart');
     evs = await allEvents(back.req, id);
-    assert.deepEqual(evs.map((e) => e.seq), Array.from({ length: evs.length }, (_, i) => i + 1), 'seq gap-free');
+    assert.deepEqual(
+      evs.map((e) => e.seq),
+      Array.from({ length: evs.length }, (_, i) => i + 1),
+      'seq gap-free',
+    );
     assert.equal(new Set(evs.map((e) => e.id)).size, evs.length, 'no event twice');
     assert.ok(!evs.some((e) => e.code === 'DaemonRestarted'));
     assert.equal((await send(back, id, 'hello from the restarted node')).status, 200);
@@ -62,7 +70,15 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     const GH = 'ghp_clusterCanary0123456789abcdefABCDEF';
     const SECRET = 'cluster-secret-canary-4242';
     const MCPKEY = 'mcp-cluster-canary-key-77';
-    assert.equal((await n1.req('POST', '/api/add-git-providers', { provider_tokens: { github: { token: GH } }, mcp_config: { shttp_servers: [{ url: 'http://127.0.0.1:9/mcp', api_key: MCPKEY }] } })).status, 200);
+    assert.equal(
+      (
+        await n1.req('POST', '/api/add-git-providers', {
+          provider_tokens: { github: { token: GH } },
+          mcp_config: { shttp_servers: [{ url: 'http://127.0.0.1:9/mcp', api_key: MCPKEY }] },
+        })
+      ).status,
+      200,
+    );
     assert.equal((await n1.req('POST', '/api/secrets', { name: 'MY_SECRET', value: SECRET, description: 'from node 1' })).status, 201);
     assert.equal((await n1.req('POST', '/api/settings', { llm_model: 'openai/scripted' })).status, 200);
     assert.deepEqual((await n2.req('GET', '/api/secrets')).body.secrets, [{ name: 'MY_SECRET', description: 'from node 1' }]);

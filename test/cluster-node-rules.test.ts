@@ -38,7 +38,14 @@ after(async () => {
   for (const fn of ends) await fn();
 });
 
-const record = (status: string) => ({ id: crypto.randomUUID() as string, title: null, created_at: nowIso(), updated_at: nowIso(), execution_status: status, data: {} });
+const record = (status: string) => ({
+  id: crypto.randomUUID() as string,
+  title: null,
+  created_at: nowIso(),
+  updated_at: nowIso(),
+  execution_status: status,
+  data: {},
+});
 /** Waits until the lease on `id` has no live holder (expired or released). */
 const noHolder = (leases: Leases, id: string) => waitFor(async () => (await leases.owner(id)) === null, 'the lease to go', 20_000);
 
@@ -60,7 +67,7 @@ describe('Leases', { timeout: 30_000 }, () => {
     await b.release(id);
   });
 
-  test('expiry hands the lease over: after the TTL another node takes it, and the old holder\'s renewal reports it lost', async () => {
+  test("expiry hands the lease over: after the TTL another node takes it, and the old holder's renewal reports it lost", async () => {
     const a = new Leases(store.pool, 'lease-a', 300);
     const b = new Leases(store.pool, 'lease-b', 60_000);
     const [id, kept] = [crypto.randomUUID(), crypto.randomUUID()];
@@ -76,7 +83,7 @@ describe('Leases', { timeout: 30_000 }, () => {
     await a.release(kept);
   });
 
-  test('releaseAll voids this node\'s leases only; orphans are conversations shown running without a live lease', async () => {
+  test("releaseAll voids this node's leases only; orphans are conversations shown running without a live lease", async () => {
     const a = new Leases(store.pool, 'lease-a', 60_000);
     const b = new Leases(store.pool, 'lease-b', 60_000);
     const running = record('running');
@@ -137,7 +144,7 @@ describe('ClusterNode (two nodes in this process)', { timeout: 180_000 }, () => 
     assert.equal(await held(b).owner(leftOver), null);
     const { id } = await a.ops.createConversation({});
     assert.equal(await held(b).owner(id), 'node-a');
-    assert.equal(await held(b).acquire(id), false, 'another node\'s live lease refuses');
+    assert.equal(await held(b).acquire(id), false, "another node's live lease refuses");
     assert.equal((await b.conversations.get(id)).node_id, 'node-a');
     // released one renewal after the preparation ended (no run was asked for)
     await noHolder(held(a), id);
@@ -158,7 +165,7 @@ describe('ClusterNode (two nodes in this process)', { timeout: 180_000 }, () => 
     await b.ops.sendMessage(id, { role: 'user', content: [{ type: 'text', text: 'sent to node-b' }], run: true });
     first.open();
     await llm.waitForRequests(before + 2, 20_000);
-    assert.match(JSON.stringify(llm.requests[before + 1]!.body.messages), /sent to node-b/, 'node-a\'s loop took the message at its next step');
+    assert.match(JSON.stringify(llm.requests[before + 1]!.body.messages), /sent to node-b/, "node-a's loop took the message at its next step");
     assert.equal(a.runtime.isRunning(id), true);
     assert.equal(b.runtime.isRunning(id), false, 'node-b never ran it');
     await b.ops.interrupt(id);
@@ -221,8 +228,15 @@ describe('ClusterNode (two nodes in this process)', { timeout: 180_000 }, () => 
     await store.pool.query(`UPDATE leases SET node_id = 'node-thief', expires_at = now() + interval '1 hour' WHERE conversation_id = $1`, [id]);
     await waitFor(() => !a.runtime.isRunning(id), 'the loop on node-a to stop', 20_000);
     const evs = await b.events.after(id, 0);
-    assert.equal(evs.length, count, `nothing more written: ${evs.slice(count).map((e) => e.kind).join(', ')}`);
-    assert.equal((await store.getConversation(id))?.execution_status, 'running', 'the status is the new holder\'s to change');
+    assert.equal(
+      evs.length,
+      count,
+      `nothing more written: ${evs
+        .slice(count)
+        .map((e) => e.kind)
+        .join(', ')}`,
+    );
+    assert.equal((await store.getConversation(id))?.execution_status, 'running', "the status is the new holder's to change");
     assert.equal(await held(a).owner(id), 'node-thief');
   });
 });

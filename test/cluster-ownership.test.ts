@@ -10,7 +10,9 @@ import { allEvents, statusOf } from './support/conversation-api.js';
 import { send, agentCluster, readyConversation } from './support/cluster-api.js';
 
 describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
-  test('an owner stalled (SIGSTOP) past its lease: a command that must reach it answers 503 with the reason; another node takes over; resumed (SIGCONT), it stops its loop and writes nothing as the owner', { timeout: 180_000 }, async (t) => {
+  test('an owner stalled (SIGSTOP) past its lease: a command that must reach it answers 503 with the reason; another node takes over; resumed (SIGCONT), it stops its loop and writes nothing as the owner', {
+    timeout: 180_000,
+  }, async (t) => {
     const { llm, c } = await agentCluster((f) => t.after(f), 4000, 2);
     const id = await readyConversation(c);
     const [n1, n2] = c.nodes as [DaemonHandle, DaemonHandle];
@@ -50,10 +52,16 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     await waitFor(async () => (await statusOf(n1.req, id)) === 'finished', 'finished', 30_000);
     const after = await allEvents(n1.req, id);
     assert.equal(after.filter((e) => e.kind === 'MessageEvent' && e.source === 'agent').pop().llm_message.content[0].text, 'done after the stall');
-    assert.deepEqual(after.map((e) => e.seq), Array.from({ length: after.length }, (_, i) => i + 1), 'seq gap-free');
+    assert.deepEqual(
+      after.map((e) => e.seq),
+      Array.from({ length: after.length }, (_, i) => i + 1),
+      'seq gap-free',
+    );
   });
 
-  test('ownership: the node that runs the loop is shown everywhere; run, interrupt and messages through other nodes reach it; the lease goes when the loop stops', { timeout: 180_000 }, async (t) => {
+  test('ownership: the node that runs the loop is shown everywhere; run, interrupt and messages through other nodes reach it; the lease goes when the loop stops', {
+    timeout: 180_000,
+  }, async (t) => {
     const { llm, c } = await agentCluster((f) => t.after(f), 3000);
     const id = await readyConversation(c);
     const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
@@ -96,5 +104,4 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     assert.equal(llm.requests.length, asked + 1, 'no step after the pause');
     assert.ok((await allEvents(n2.req, id)).some((e) => e.kind === 'PauseEvent'));
   });
-
 });

@@ -12,14 +12,20 @@ import { createTestDatabase } from './support/postgres.js';
 import { send, subscribe, create, stored, texts, assertGapFree } from './support/cluster-api.js';
 
 describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
-  test('cluster configuration: without SECRET_KEY, or with PostgreSQL or NATS unreachable, start fails with one clear line', { timeout: 120_000 }, async (t) => {
+  test('cluster configuration: without SECRET_KEY, or with PostgreSQL or NATS unreachable, start fails with one clear line', {
+    timeout: 120_000,
+  }, async (t) => {
     const db = await createTestDatabase();
     t.after(() => db.drop());
     const [pgPort, natsPort] = [await freePort(), await freePort()];
     const daemon = await daemonArgs();
     const start = (env: Record<string, string>) =>
       new Promise<{ status: number | null; stderr: string }>((resolve) => {
-        const p = spawn(process.execPath, daemon, { cwd: ROOT, env: { PATH: process.env.PATH!, DATA_DIR: tempDir(), PORT: '0', ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
+        const p = spawn(process.execPath, daemon, {
+          cwd: ROOT,
+          env: { PATH: process.env.PATH!, DATA_DIR: tempDir(), PORT: '0', ...env },
+          stdio: ['ignore', 'ignore', 'pipe'],
+        });
         let stderr = '';
         p.stderr!.on('data', (b: Buffer) => (stderr += b.toString()));
         p.on('exit', (status) => resolve({ status, stderr }));
@@ -29,7 +35,11 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
       start({ DATABASE_URL: `postgres://postgres@127.0.0.1:${pgPort}/x`, SECRET_KEY: 'k' }),
       start({ DATABASE_URL: db.url, NATS_URL: `nats://127.0.0.1:${natsPort}`, SECRET_KEY: 'k' }),
     ]);
-    const want = [/SECRET_KEY: required with DATABASE_URL/, /PostgreSQL unavailable: .*ECONNREFUSED/, new RegExp(`cannot reach NATS at nats://127.0.0.1:${natsPort}`)];
+    const want = [
+      /SECRET_KEY: required with DATABASE_URL/,
+      /PostgreSQL unavailable: .*ECONNREFUSED/,
+      new RegExp(`cannot reach NATS at nats://127.0.0.1:${natsPort}`),
+    ];
     for (const [i, r] of runs.entries()) {
       assert.equal(r.status, 1, r.stderr);
       assert.match(r.stderr, want[i]!);
@@ -37,7 +47,9 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     }
   });
 
-  test('three nodes: writes through two nodes at once reach subscribers on the others once each, in seq order, gap-free; resume on a third node', { timeout: 180_000 }, async (t) => {
+  test('three nodes: writes through two nodes at once reach subscribers on the others once each, in seq order, gap-free; resume on a third node', {
+    timeout: 180_000,
+  }, async (t) => {
     const c = await startCluster((f) => t.after(f), 3);
     const [n1, n2, n3] = c.nodes as [DaemonHandle, DaemonHandle, DaemonHandle];
     const id = await create(n1);
@@ -48,7 +60,10 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
       ...Array.from({ length: 100 }, (_, i) => send(n2, id, `two ${i}`)),
       ...Array.from({ length: 100 }, (_, i) => send(n3, id, `three ${i}`)),
     ]);
-    assert.ok(results.every((r) => r.status === 200), 'every send answered 200');
+    assert.ok(
+      results.every((r) => r.status === 200),
+      'every send answered 200',
+    );
     // a 200 from any node means committed: every node counts all of them at once
     for (const n of c.nodes) assert.equal((await n.req('GET', `/api/conversations/${id}/events/count?kind=MessageEvent`)).body, 200);
     for (const s of [s2, s3]) {
@@ -75,7 +90,6 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     all.close();
   });
 
-
   test('NATS stopped mid-run: events still reach subscribers on other nodes (from PostgreSQL); NATS back, live again', { timeout: 180_000 }, async (t) => {
     const c = await startCluster((f) => t.after(f), 2);
     const [n1, n2] = c.nodes as [DaemonHandle, DaemonHandle];
@@ -93,5 +107,4 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     assertGapFree(s2);
     s2.close();
   });
-
 });

@@ -37,14 +37,23 @@ after(async () => {
  */
 function trajectory(): unknown[] {
   const items: unknown[] = [];
-  const text = (i: number) => Array.from({ length: 1 + (i % 12) }, (_, l) => `message ${i + 1}, line ${l + 1}: ${'lorem ipsum '.repeat(1 + ((i * 7 + l) % 9))}`).join('\n');
+  const text = (i: number) =>
+    Array.from({ length: 1 + (i % 12) }, (_, l) => `message ${i + 1}, line ${l + 1}: ${'lorem ipsum '.repeat(1 + ((i * 7 + l) % 9))}`).join('\n');
   for (let i = 0, events = 0; events < EVENTS; i++) {
     if (i % 5 === 4) {
-      items.push({ kind: 'ActionEvent', tool_name: 'think', action: { kind: 'ThinkAction', thought: `thought ${i}: ${'weighing the options '.repeat(1 + (i % 6))}` } });
+      items.push({
+        kind: 'ActionEvent',
+        tool_name: 'think',
+        action: { kind: 'ThinkAction', thought: `thought ${i}: ${'weighing the options '.repeat(1 + (i % 6))}` },
+      });
       events += 2;
     } else {
       const agent = i % 5 !== 0;
-      items.push({ kind: 'MessageEvent', source: agent ? 'agent' : 'user', llm_message: { role: agent ? 'assistant' : 'user', content: [{ type: 'text', text: text(i) }] } });
+      items.push({
+        kind: 'MessageEvent',
+        source: agent ? 'agent' : 'user',
+        llm_message: { role: agent ? 'assistant' : 'user', content: [{ type: 'text', text: text(i) }] },
+      });
       events += 1;
     }
   }
@@ -59,10 +68,14 @@ const conversation = () =>
     assert.equal(created.status, 200, created.text);
     const id = created.body.conversation_id as string;
     const info = async () => (await api('GET', `/api/conversations/${id}`)).body;
-    await waitFor(async () => {
-      const c = await info();
-      return c.last_seq >= EVENTS && !['running', 'starting'].includes(c.execution_status);
-    }, 'the replay', 120_000);
+    await waitFor(
+      async () => {
+        const c = await info();
+        return c.last_seq >= EVENTS && !['running', 'starting'].includes(c.execution_status);
+      },
+      'the replay',
+      120_000,
+    );
     return { id, last: (await info()).last_seq as number };
   })());
 

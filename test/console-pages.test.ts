@@ -101,7 +101,17 @@ describe('web console: the pages at work', { timeout: 180_000 }, () => {
     // each step waits until the page has shown the one before it: what the page shows came live
     llm.push(
       { text: 'Reading the README first.', ...terminal('cat README.md') },
-      async () => (await shell, { toolCalls: [{ name: 'file_editor', arguments: { command: 'str_replace', path: '/workspace/README.md', old_str: '# app\n', new_str: '# app\n\nGreets people politely.\n' } }] }),
+      async () => (
+        await shell,
+        {
+          toolCalls: [
+            {
+              name: 'file_editor',
+              arguments: { command: 'str_replace', path: '/workspace/README.md', old_str: '# app\n', new_str: '# app\n\nGreets people politely.\n' },
+            },
+          ],
+        }
+      ),
       async () => (await edit, terminal('git status --short')),
       finish('Updated the README: it now says the app **greets people politely**.'),
     );
@@ -199,5 +209,4 @@ describe('web console: the pages at work', { timeout: 180_000 }, () => {
     await waitFor(async () => (await api('GET', `/api/conversations/${ids.at(-1)}`)).status === 404, 'deleted');
     await page.locator('text=The newest one').waitFor({ state: 'detached' });
   });
-
 });

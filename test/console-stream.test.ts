@@ -143,5 +143,4 @@ describe('web console: a conversation live', { timeout: 180_000 }, () => {
     assert.equal(events[0].rejection_reason, 'Not this one.');
     await everyEventOnce(page, id);
   });
-
 });

@@ -48,8 +48,21 @@ function rawGet(url: string, headers: Record<string, string> = {}): Promise<{ st
  * (`script` gives it a pty); what it writes is collected in `output`.
  */
 function startOnTerminal(key: string, port: number, daemon: string[]) {
-  const env = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/tmp', PORT: String(port), DATA_DIR: tempDir(), SESSION_API_KEY: key, SANDBOX: 'none', LOG_LEVEL: 'info' };
-  const proc = spawn('script', ['-qfec', [process.execPath, ...daemon].join(' '), '/dev/null'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  const env = {
+    PATH: process.env.PATH ?? '/usr/bin:/bin',
+    HOME: process.env.HOME ?? '/tmp',
+    PORT: String(port),
+    DATA_DIR: tempDir(),
+    SESSION_API_KEY: key,
+    SANDBOX: 'none',
+    LOG_LEVEL: 'info',
+  };
+  const proc = spawn('script', ['-qfec', [process.execPath, ...daemon].join(' '), '/dev/null'], {
+    cwd: ROOT,
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
   const t = {
     port,
     key,
@@ -97,7 +110,8 @@ describe('web console', { timeout: 180_000 }, () => {
     const css = /href="\/console\/(app-[A-Z0-9]+\.css)"/.exec(html)?.[1];
     assert.ok(js && css, html);
     assert.equal((await rawGet(`${d.url}/`, { 'if-none-match': String(page.headers.etag) })).status, 304);
-    for (const spa of ['/settings', '/conversations/0b8f3c1e-6d55-4ac4-9b35-21e1b0a5d6f1']) assert.equal((await rawGet(`${d.url}${spa}`)).headers['content-type'], 'text/html; charset=utf-8');
+    for (const spa of ['/settings', '/conversations/0b8f3c1e-6d55-4ac4-9b35-21e1b0a5d6f1'])
+      assert.equal((await rawGet(`${d.url}${spa}`)).headers['content-type'], 'text/html; charset=utf-8');
 
     const plain = await rawGet(`${d.url}/console/${js}`);
     assert.equal(plain.status, 200);
@@ -126,7 +140,10 @@ describe('web console', { timeout: 180_000 }, () => {
     assert.deepEqual((await d.req('GET', '/conversations')).body, { detail: 'Not Found' }, 'only the console routes serve the page');
     assert.equal((await d.req('POST', '/', {}, { origin: 'https://evil.example' })).status, 403, 'the Origin rule still holds for /');
 
-    const sizes = fs.readdirSync(CONSOLE_DIR).filter((f) => /\.(js|css)\.gz$/.test(f)).map((f) => [f, fs.statSync(path.join(CONSOLE_DIR, f)).size] as const);
+    const sizes = fs
+      .readdirSync(CONSOLE_DIR)
+      .filter((f) => /\.(js|css)\.gz$/.test(f))
+      .map((f) => [f, fs.statSync(path.join(CONSOLE_DIR, f)).size] as const);
     const total = sizes.reduce((n, [, s]) => n + s, 0);
     console.log(`console bundle, gzipped: ${sizes.map(([f, s]) => `${f} ${(s / 1024).toFixed(1)} KB`).join(', ')}; total ${(total / 1024).toFixed(1)} KB`);
     assert.ok(total <= 150 * 1024, `JS + CSS gzipped ${total} bytes > 150 KB`);
@@ -169,7 +186,10 @@ describe('web console', { timeout: 180_000 }, () => {
     const link = await waitFor(() => /Open the web console \(signed in\): (\S+)/.exec(out())?.[1], 'the sign-in link', 60_000);
     await waitFor(() => out().includes('"msg":"web console: '), 'the log line');
     assert.equal(link, `http://127.0.0.1:${port}/#key=${linkKey}`);
-    for (const line of out().split(/\r?\n/).filter((l) => l.startsWith('{'))) assert.ok(!line.includes(linkKey), `a log line carries the key: ${line}`);
+    for (const line of out()
+      .split(/\r?\n/)
+      .filter((l) => l.startsWith('{')))
+      assert.ok(!line.includes(linkKey), `a log line carries the key: ${line}`);
     assert.match(out(), /"msg":"web console: http:\/\/127\.0\.0\.1:\d+\/ \(sign in with the session key\)"/);
 
     const { page, w } = await newPage(`http://127.0.0.1:${port}`);
@@ -206,5 +226,4 @@ describe('web console', { timeout: 180_000 }, () => {
     assert.deepEqual(w.errors, []);
     await assertEveryEventOnce(page, (await keyless.req('GET', `/api/conversations/${id}`)).body.last_seq);
   });
-
 });

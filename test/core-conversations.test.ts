@@ -140,8 +140,15 @@ describe('Conversations (no daemon)', { timeout: 60_000 }, () => {
     parts = open(dir);
     await parts.conversations.recoverInterrupted(log);
     const evs = await parts.events.after(running, 0);
-    const tail = evs.slice(-4).map((e) => `${e.kind} ${(e as { tool_call_id?: string }).tool_call_id ?? (e as { code?: string }).code ?? (e as { value?: string }).value}`);
-    assert.deepEqual(tail, ['AgentErrorEvent call-b', 'AgentErrorEvent call-c', 'ConversationErrorEvent DaemonRestarted', 'ConversationStateUpdateEvent error']);
+    const tail = evs
+      .slice(-4)
+      .map((e) => `${e.kind} ${(e as { tool_call_id?: string }).tool_call_id ?? (e as { code?: string }).code ?? (e as { value?: string }).value}`);
+    assert.deepEqual(tail, [
+      'AgentErrorEvent call-b',
+      'AgentErrorEvent call-c',
+      'ConversationErrorEvent DaemonRestarted',
+      'ConversationStateUpdateEvent error',
+    ]);
     assert.equal(evs.filter((e) => (e as { tool_call_id?: string }).tool_call_id === 'call-a').length, 2, 'call-a: its action and its one answer');
     assert.equal((await parts.events.after(idle, 0)).length, 0);
     // paid once: the conversation is in error now, a second start adds nothing

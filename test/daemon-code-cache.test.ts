@@ -42,10 +42,14 @@ async function startAndStop(nodeArgs: string[] = []): Promise<string> {
   proc.stderr.on('data', (c) => (output += c));
   const exited = new Promise<number | null>((resolve) => proc.on('exit', (code) => resolve(code)));
   try {
-    await waitFor(async () => {
-      if (proc.exitCode !== null) throw new Error(`the daemon exited with ${proc.exitCode}: ${output}`);
-      return (await fetch(`http://127.0.0.1:${port}/health`).catch(() => null))?.status === 200;
-    }, 'the first 200 of /health', 60_000);
+    await waitFor(
+      async () => {
+        if (proc.exitCode !== null) throw new Error(`the daemon exited with ${proc.exitCode}: ${output}`);
+        return (await fetch(`http://127.0.0.1:${port}/health`).catch(() => null))?.status === 200;
+      },
+      'the first 200 of /health',
+      60_000,
+    );
   } finally {
     proc.kill('SIGTERM');
   }
@@ -71,7 +75,11 @@ describe('the built daemon’s code cache', () => {
     assert.deepEqual(built.subarray(0, 32), sha256(fs.readFileSync(bundle)));
     assert.equal(built[32], 0, 'made by the build');
     // a start that ends before listening (here: a bad configuration) compiled too little to keep
-    const refused = spawnSync(process.execPath, [path.join(dist, 'main.mjs')], { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', DATA_DIR: tempDir(), PORT: 'not-a-port' }, encoding: 'utf8', timeout: 60_000 });
+    const refused = spawnSync(process.execPath, [path.join(dist, 'main.mjs')], {
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin', DATA_DIR: tempDir(), PORT: 'not-a-port' },
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
     assert.equal(refused.status, 1, refused.stderr);
     assert.deepEqual(fs.readFileSync(cacheFile), built);
     await startAndStop();
@@ -136,7 +144,10 @@ describe('the built daemon’s code cache', () => {
     // Node's own list of the built-ins loaded so far, as the daemon says it listens
     const seen = path.join(path.dirname(dist), 'builtins-at-listen.json');
     const preload = path.join(path.dirname(dist), 'record-builtins.cjs');
-    fs.writeFileSync(preload, `process.once('parley:listening', () => require('node:fs').writeFileSync(${JSON.stringify(seen)}, JSON.stringify(process.moduleLoadList.filter((m) => m.startsWith('NativeModule ')).map((m) => m.slice(13)))));`);
+    fs.writeFileSync(
+      preload,
+      `process.once('parley:listening', () => require('node:fs').writeFileSync(${JSON.stringify(seen)}, JSON.stringify(process.moduleLoadList.filter((m) => m.startsWith('NativeModule ')).map((m) => m.slice(13)))));`,
+    );
     await startAndStop(['--require', preload]);
     const loaded: string[] = JSON.parse(fs.readFileSync(seen, 'utf8'));
     // the list is the right one: what the start needs is in it

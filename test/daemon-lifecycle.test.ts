@@ -16,7 +16,9 @@ describe('durability', () => {
     const d1 = await startDaemon({}, dir);
     const id = (await d1.req('POST', '/api/conversations', {})).body.conversation_id;
     await d1.req('POST', '/api/add-git-providers', { provider_tokens: { github: { token: 'ghp_SURVIVES_RESTART', host: 'git.example.com' } } });
-    const results = await Promise.all(Array.from({ length: 50 }, (_, i) => d1.req('POST', `/api/conversations/${id}/events`, { content: [{ text: `m${i}` }] })));
+    const results = await Promise.all(
+      Array.from({ length: 50 }, (_, i) => d1.req('POST', `/api/conversations/${id}/events`, { content: [{ text: `m${i}` }] })),
+    );
     assert.ok(results.every((r) => r.status === 200));
     d1.proc.kill('SIGKILL');
     await d1.exited;
@@ -26,9 +28,16 @@ describe('durability', () => {
     const texts = s.body.items.map((e: any) => e.llm_message.content[0].text).sort();
     assert.deepEqual(texts, Array.from({ length: 50 }, (_, i) => `m${i}`).sort());
     const seqs = s.body.items.map((e: any) => e.seq);
-    assert.deepEqual(seqs, [...seqs].sort((a: number, b: number) => a - b));
+    assert.deepEqual(
+      seqs,
+      [...seqs].sort((a: number, b: number) => a - b),
+    );
     const allSeqs = (await d2.req('GET', `/api/conversations/${id}/events/search?limit=100`)).body.items.map((e: any) => e.seq);
-    assert.deepEqual(allSeqs, Array.from({ length: allSeqs.length }, (_, i) => i + 1), 'gap-free from 1');
+    assert.deepEqual(
+      allSeqs,
+      Array.from({ length: allSeqs.length }, (_, i) => i + 1),
+      'gap-free from 1',
+    );
     // the next append continues the sequence
     await d2.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'after' }] });
     assert.equal((await d2.req('GET', `/api/conversations/${id}/events/count?kind=MessageEvent`)).body, 51);
@@ -118,7 +127,10 @@ describe('process lifecycle', () => {
     const d = await startDaemon({}, dir);
     const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
     const second = spawnSync(process.execPath, await daemonArgs(), {
-      cwd: ROOT, env: { PATH: process.env.PATH!, DATA_DIR: dir, PORT: '0' }, encoding: 'utf8', timeout: 20_000,
+      cwd: ROOT,
+      env: { PATH: process.env.PATH!, DATA_DIR: dir, PORT: '0' },
+      encoding: 'utf8',
+      timeout: 20_000,
     });
     assert.equal(second.status, 1);
     assert.match(second.stderr, new RegExp(`in use by another Parley process \\(pid ${d.proc.pid}\\)`));
@@ -133,22 +145,22 @@ describe('in-house callers (tRPC)', () => {
   test('the typed client creates, sends and receives the event through the subscription; same keys', async () => {
     const d = await startDaemon({ SESSION_API_KEY: 'trpc-key' });
     try {
-    const denied = createParleyClient({ url: d.url, apiKey: 'wrong' });
-    await assert.rejects(denied.listConversations.query({}), /Unauthorized/);
-    const client = createParleyClient({ url: d.url, apiKey: 'trpc-key' });
-    const { conversation_id } = await client.createConversation.mutate({});
-    const received: any[] = [];
-    const sub = client.events.subscribe({ conversation_id, after_seq: 0 }, { onData: (e: any) => received.push(e.data ?? e) });
-    await client.sendMessage.mutate({ conversation_id, message: { content: [{ type: 'text', text: 'over trpc' }] } as never });
-    await waitFor(() => received.find((e) => e.kind === 'MessageEvent'), 'event via subscription');
-    assert.equal(received.find((e) => e.kind === 'MessageEvent').llm_message.content[0].text, 'over trpc');
-    // REST sees the same event: one core, two doors
-    const rest = await d.req('GET', `/api/conversations/${conversation_id}/events/search?kind=MessageEvent`, undefined, { 'X-Session-API-Key': 'trpc-key' });
-    assert.equal(rest.body.items[0].id, received.find((e) => e.kind === 'MessageEvent').id);
-    const info = await client.getConversation.query({ conversation_id });
-    assert.equal(info.id, conversation_id);
-    await assert.rejects(client.getConversation.query({ conversation_id: '00000000-0000-0000-0000-000000000009' }), /not found/i);
-    sub.unsubscribe();
+      const denied = createParleyClient({ url: d.url, apiKey: 'wrong' });
+      await assert.rejects(denied.listConversations.query({}), /Unauthorized/);
+      const client = createParleyClient({ url: d.url, apiKey: 'trpc-key' });
+      const { conversation_id } = await client.createConversation.mutate({});
+      const received: any[] = [];
+      const sub = client.events.subscribe({ conversation_id, after_seq: 0 }, { onData: (e: any) => received.push(e.data ?? e) });
+      await client.sendMessage.mutate({ conversation_id, message: { content: [{ type: 'text', text: 'over trpc' }] } as never });
+      await waitFor(() => received.find((e) => e.kind === 'MessageEvent'), 'event via subscription');
+      assert.equal(received.find((e) => e.kind === 'MessageEvent').llm_message.content[0].text, 'over trpc');
+      // REST sees the same event: one core, two doors
+      const rest = await d.req('GET', `/api/conversations/${conversation_id}/events/search?kind=MessageEvent`, undefined, { 'X-Session-API-Key': 'trpc-key' });
+      assert.equal(rest.body.items[0].id, received.find((e) => e.kind === 'MessageEvent').id);
+      const info = await client.getConversation.query({ conversation_id });
+      assert.equal(info.id, conversation_id);
+      await assert.rejects(client.getConversation.query({ conversation_id: '00000000-0000-0000-0000-000000000009' }), /not found/i);
+      sub.unsubscribe();
     } finally {
       await d.stop();
     }

@@ -28,7 +28,11 @@ async function liveSandboxes(d: DaemonHandle, n: number): Promise<void> {
   const one = async () => {
     const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
     // a command that leaves a background job: the sandbox and the job stay
-    const r = await d.req('POST', '/api/bash/execute_bash_command', { command: 'sleep 600 > /dev/null 2>&1 & echo started', conversation_id: id, timeout: 120 });
+    const r = await d.req('POST', '/api/bash/execute_bash_command', {
+      command: 'sleep 600 > /dev/null 2>&1 & echo started',
+      conversation_id: id,
+      timeout: 120,
+    });
     assert.equal(r.status, 200, r.text);
     assert.match(String(r.body.stdout), /started/);
   };

@@ -99,7 +99,7 @@ describe('DATA_DIR lock', { timeout: 120_000 }, () => {
     fs.rmSync(dir, { recursive: true, force: true, maxRetries: 10 }); // a stopping daemon may still be closing files in it
   });
 
-  test('a parley.lock that is not the lock\'s format (another tool, an older version) is replaced; the lock still excludes a second daemon', async () => {
+  test("a parley.lock that is not the lock's format (another tool, an older version) is replaced; the lock still excludes a second daemon", async () => {
     for (const foreign of [Buffer.from('pid 4242 holds this\n'), Buffer.alloc(8192, 0xa5)]) {
       const dir = tempDir();
       fs.writeFileSync(path.join(dir, 'parley.lock'), foreign);
@@ -117,10 +117,10 @@ describe('DATA_DIR lock', { timeout: 120_000 }, () => {
   test('a parley.lock that is a symlink is not followed: the start fails with the reason and the target is untouched', async () => {
     const dir = tempDir();
     const target = path.join(dir, 'elsewhere.txt');
-    fs.writeFileSync(target, 'not a database, and not Parley\'s to empty');
+    fs.writeFileSync(target, "not a database, and not Parley's to empty");
     fs.symlinkSync(target, path.join(dir, 'parley.lock'));
     await assert.rejects(startDaemon({}, dir, { startTimeoutMs: 60_000 }), /ELOOP|symbolic link|not a database/);
-    assert.equal(fs.readFileSync(target, 'utf8'), 'not a database, and not Parley\'s to empty');
+    assert.equal(fs.readFileSync(target, 'utf8'), "not a database, and not Parley's to empty");
     fs.rmSync(dir, { recursive: true, force: true, maxRetries: 10 });
   });
 });

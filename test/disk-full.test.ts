@@ -167,7 +167,9 @@ async function daemonOnTmpfs(t: TestContext) {
 }
 
 describe('a full disk under DATA_DIR (tmpfs)', { skip: noRoot, timeout: 240_000 }, () => {
-  test('appends go on into the reserve, then answer 503 with the reason; refused creates leave nothing; once space is freed the daemon recovers by itself', { timeout: 180_000 }, async (t) => {
+  test('appends go on into the reserve, then answer 503 with the reason; refused creates leave nothing; once space is freed the daemon recovers by itself', {
+    timeout: 180_000,
+  }, async (t) => {
     const { mnt, dataDir, workspaces, start, id, acknowledged, ...setUp } = await daemonOnTmpfs(t);
     let d = setUp.d;
 
@@ -182,7 +184,7 @@ describe('a full disk under DATA_DIR (tmpfs)', { skip: noRoot, timeout: 240_000 
     for (let i = 0; i < 60 && !firstRefusal; i++) {
       const text = `while full ${i} ${PAD}`;
       const r = await send(d, id, text);
-      if (r.status === 200) (acknowledged.push(text), whileFull++);
+      if (r.status === 200) acknowledged.push(text), whileFull++;
       else firstRefusal = r;
     }
     assert.ok(whileFull >= 5, `appends were acknowledged on the full disk, from the reserve (${whileFull})`);
@@ -237,7 +239,9 @@ describe('a full disk under DATA_DIR (tmpfs)', { skip: noRoot, timeout: 240_000 
     );
   });
 
-  test('SIGKILL on the full disk: the restart serves every acknowledged event, answers 503 while full, recovers by itself once freed, and re-indexes everything', { timeout: 180_000 }, async (t) => {
+  test('SIGKILL on the full disk: the restart serves every acknowledged event, answers 503 while full, recovers by itself once freed, and re-indexes everything', {
+    timeout: 180_000,
+  }, async (t) => {
     const { dataDir, workspaces, start, id, acknowledged, ...setUp } = await daemonOnTmpfs(t);
     let d = setUp.d;
 
@@ -282,7 +286,9 @@ describe('a full disk under DATA_DIR (tmpfs)', { skip: noRoot, timeout: 240_000 
 });
 
 describe('PostgreSQL reports its disk full (SQLSTATE 53100)', { timeout: 120_000 }, () => {
-  test('appends and creates answer 503 saying so (no server path), nothing is committed, and the daemon recovers by itself once the server has room', { timeout: 120_000 }, async (t) => {
+  test('appends and creates answer 503 saying so (no server path), nothing is committed, and the daemon recovers by itself once the server has room', {
+    timeout: 120_000,
+  }, async (t) => {
     const db = await createTestDatabase();
     const admin = new pg.Client({ connectionString: db.url });
     let d: DaemonHandle | null = null;
@@ -300,7 +306,8 @@ describe('PostgreSQL reports its disk full (SQLSTATE 53100)', { timeout: 120_000
     await admin.query(`CREATE FUNCTION disk_full() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
       RAISE EXCEPTION 'could not extend file "base/16384/16385": No space left on device' USING ERRCODE = '53100', HINT = 'Check free disk space.';
     END $$`);
-    for (const table of ['events', 'conversations']) await admin.query(`CREATE TRIGGER disk_full BEFORE INSERT ON ${table} FOR EACH STATEMENT EXECUTE FUNCTION disk_full()`);
+    for (const table of ['events', 'conversations'])
+      await admin.query(`CREATE TRIGGER disk_full BEFORE INSERT ON ${table} FOR EACH STATEMENT EXECUTE FUNCTION disk_full()`);
     for (let i = 0; i < 3; i++) {
       const r = await send(d, id, `refused ${i}`);
       assert.equal(r.status, 503, r.text);

@@ -53,7 +53,10 @@ describe('/docs in headless Chromium', { timeout: 120_000 }, () => {
       await status.waitFor();
       const text = (await status.innerText()).trim();
       const body = await op.locator('.live-responses-table .response-col_description pre').first().innerText();
-      await op.locator('button.btn-clear').click().catch(() => {});
+      await op
+        .locator('button.btn-clear')
+        .click()
+        .catch(() => {});
       return { text, body };
     };
     const without = await execute();

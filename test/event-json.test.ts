@@ -20,7 +20,16 @@ const text = (t: string, cache = false) => ({ text: t, type: 'text', cache_promp
 const same = (value: object, why: string) => assert.equal(serializeEvent(value), JSON.stringify(value), why);
 
 test('the hot path’s message, with texts that need escaping, is exactly JSON.stringify', () => {
-  for (const t of ['hello', '', 'quote " backslash \\ slash /', 'tab\tnewline\n\r\u0000\u001f', 'ü € 😀', 'lone \ud800 surrogate \udfff', '\u2028\u2029', '<script>']) {
+  for (const t of [
+    'hello',
+    '',
+    'quote " backslash \\ slash /',
+    'tab\tnewline\n\r\u0000\u001f',
+    'ü € 😀',
+    'lone \ud800 surrogate \udfff',
+    '\u2028\u2029',
+    '<script>',
+  ]) {
     same(message([text(t)]), JSON.stringify(t));
     same(message([text(t, true), text(t)]), `two items: ${JSON.stringify(t)}`);
   }
@@ -51,7 +60,16 @@ test('every shape near it falls back to JSON.stringify and gives the same text',
     [message([{ text: 'x', type: 'text' }]), 'an item without cache_prompt'],
     [message([{ ...text('x'), toJSON: () => 'replaced' }]), 'an item with toJSON'],
     [message([Object.assign(Object.create(null), text('x'))]), 'a null-prototype item'],
-    [message([new (class T { text = 'x'; type = 'text'; cache_prompt = false })()]), 'a class instance'],
+    [
+      message([
+        new (class T {
+          text = 'x';
+          type = 'text';
+          cache_prompt = false;
+        })(),
+      ]),
+      'a class instance',
+    ],
     [message([text('x'), null]), 'a null item'],
     // eslint-disable-next-line no-sparse-arrays
     [message([, text('x')] as unknown[]), 'a hole'],
@@ -64,7 +82,7 @@ test('every shape near it falls back to JSON.stringify and gives the same text',
 
 test('random events made from the message’s parts: always the same text as JSON.stringify', () => {
   let s = 42;
-  const rnd = (n: number) => ((s = (s * 1103515245 + 12345) & 0x7fffffff) % n);
+  const rnd = (n: number) => (s = (s * 1103515245 + 12345) & 0x7fffffff) % n;
   const values = [undefined, null, 0, 1.25, -0, 'x', 'e"\\\n', true, false, [], {}, [text('a')], text('b')];
   const keys = ['kind', 'source', 'llm_message', 'id', 'seq', 'timestamp', 'role', 'content', 'text', 'type', 'cache_prompt', 'other'];
   for (let i = 0; i < 3000; i++) {

@@ -15,7 +15,9 @@ import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
 
 // compile-time: our events are what @openhands/typescript-client's types expect
 const _action = (e: EventOf<'ActionEvent'>): Pick<OpenHandsActionEvent, 'kind' | 'tool_call' | 'tool_name' | 'tool_call_id' | 'llm_response_id'> => e;
-const _prompt = (e: EventOf<'SystemPromptEvent'>): Pick<OpenHandsSystemPromptEvent, 'kind'> & { tools: { kind: string; name: string; description: string; parameters: Record<string, unknown> }[] } => e;
+const _prompt = (
+  e: EventOf<'SystemPromptEvent'>,
+): Pick<OpenHandsSystemPromptEvent, 'kind'> & { tools: { kind: string; name: string; description: string; parameters: Record<string, unknown> }[] } => e;
 void _action;
 void _prompt;
 
@@ -68,7 +70,13 @@ describe('the event model', () => {
       },
       { toolCalls: [{ name: 'file_editor', arguments: { command: 'create', path: `${ws}/a.txt`, file_text: 'hello\n' } }] },
       { toolCalls: [{ name: 'terminal', arguments: { command: 'cat a.txt' } }] },
-      { toolCalls: [{ name: 'no_such_tool', arguments: { x: 1 } }, { name: 'terminal', arguments: '{"command": ' }, { name: 'file_editor', arguments: { command: 'fly' } }] },
+      {
+        toolCalls: [
+          { name: 'no_such_tool', arguments: { x: 1 } },
+          { name: 'terminal', arguments: '{"command": ' },
+          { name: 'file_editor', arguments: { command: 'fly' } },
+        ],
+      },
       { toolCalls: [{ name: 'finish', arguments: { message: 'done' } }] },
     );
     await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true });
@@ -102,7 +110,11 @@ describe('the event model', () => {
     }
     assert.equal(actions[5].tool_call.arguments, '{"command": ', 'arguments are kept as the model sent them');
     const errors = evs.filter((e) => e.kind === 'AgentErrorEvent').map((e) => e.tool_call_id);
-    assert.deepEqual(errors, actions.slice(4, 7).map((a) => a.tool_call_id), 'each unusable call is answered by an error');
+    assert.deepEqual(
+      errors,
+      actions.slice(4, 7).map((a) => a.tool_call_id),
+      'each unusable call is answered by an error',
+    );
 
     const observations = evs.filter((e) => e.kind === 'ObservationEvent').map((e) => e.observation.kind);
     assert.deepEqual(observations, ['TaskTrackerObservation', 'ThinkObservation', 'FileEditorObservation', 'TerminalObservation', 'FinishObservation']);
@@ -123,7 +135,7 @@ describe('the event model', () => {
     assert.deepEqual(JSON.parse(cat.function.arguments), { command: 'cat a.txt' });
   });
 
-  test('a log written in 0.1.0 shape reads in today\'s shape and the conversation continues from it', async () => {
+  test("a log written in 0.1.0 shape reads in today's shape and the conversation continues from it", async () => {
     const dir = tempDir();
     const id = '0190f1e2-0000-7000-8000-000000000001';
     const store = new SqliteStore(dir);
@@ -132,12 +144,59 @@ describe('the event model', () => {
     // exactly the shapes 0.1.0 wrote: bare arguments as `action`, `tool_call.input`, tool names in the system prompt
     const old = [
       { kind: 'MessageEvent', source: 'user', llm_message: { role: 'user', content: [{ type: 'text', text: 'count files', cache_prompt: false }] } },
-      { kind: 'SystemPromptEvent', source: 'agent', system_prompt: { type: 'text', text: 'old prompt' }, tools: ['terminal', 'file_editor', 'finish', 'lookup_fetch'] },
-      { kind: 'ActionEvent', source: 'agent', tool_name: 'terminal', tool_call_id: 'call_1', llm_response_id: 'r1', thought: [], action: { command: 'ls | wc -l', is_input: false, reset: false }, tool_call: { id: 'call_1', name: 'terminal', arguments: '{"command":"ls | wc -l"}', input: { command: 'ls | wc -l' } } },
-      { kind: 'ObservationEvent', source: 'environment', tool_name: 'terminal', tool_call_id: 'call_1', action_id: 'x', observation: { kind: 'TerminalObservation', content: [{ type: 'text', text: 'OLD-RESULT 7' }], is_error: false, command: 'ls | wc -l', exit_code: 0, working_dir: '/w', timeout: false } },
-      { kind: 'ActionEvent', source: 'agent', tool_name: 'lookup_fetch', tool_call_id: 'call_2', llm_response_id: 'r2', thought: [], action: { url: 'http://x' }, tool_call: { id: 'call_2', name: 'lookup_fetch', arguments: '{"url":"http://x"}', input: { url: 'http://x' } } },
+      {
+        kind: 'SystemPromptEvent',
+        source: 'agent',
+        system_prompt: { type: 'text', text: 'old prompt' },
+        tools: ['terminal', 'file_editor', 'finish', 'lookup_fetch'],
+      },
+      {
+        kind: 'ActionEvent',
+        source: 'agent',
+        tool_name: 'terminal',
+        tool_call_id: 'call_1',
+        llm_response_id: 'r1',
+        thought: [],
+        action: { command: 'ls | wc -l', is_input: false, reset: false },
+        tool_call: { id: 'call_1', name: 'terminal', arguments: '{"command":"ls | wc -l"}', input: { command: 'ls | wc -l' } },
+      },
+      {
+        kind: 'ObservationEvent',
+        source: 'environment',
+        tool_name: 'terminal',
+        tool_call_id: 'call_1',
+        action_id: 'x',
+        observation: {
+          kind: 'TerminalObservation',
+          content: [{ type: 'text', text: 'OLD-RESULT 7' }],
+          is_error: false,
+          command: 'ls | wc -l',
+          exit_code: 0,
+          working_dir: '/w',
+          timeout: false,
+        },
+      },
+      {
+        kind: 'ActionEvent',
+        source: 'agent',
+        tool_name: 'lookup_fetch',
+        tool_call_id: 'call_2',
+        llm_response_id: 'r2',
+        thought: [],
+        action: { url: 'http://x' },
+        tool_call: { id: 'call_2', name: 'lookup_fetch', arguments: '{"url":"http://x"}', input: { url: 'http://x' } },
+      },
       { kind: 'AgentErrorEvent', source: 'agent', tool_name: 'lookup_fetch', tool_call_id: 'call_2', error: 'server gone' },
-      { kind: 'ActionEvent', source: 'agent', tool_name: 'terminal', tool_call_id: 'call_3', llm_response_id: 'r3', thought: [], action: null, tool_call: { id: 'call_3', name: 'terminal', arguments: '{bad', input: { invalid_arguments: '{bad' } } },
+      {
+        kind: 'ActionEvent',
+        source: 'agent',
+        tool_name: 'terminal',
+        tool_call_id: 'call_3',
+        llm_response_id: 'r3',
+        thought: [],
+        action: null,
+        tool_call: { id: 'call_3', name: 'terminal', arguments: '{bad', input: { invalid_arguments: '{bad' } },
+      },
       { kind: 'AgentErrorEvent', source: 'agent', tool_name: 'terminal', tool_call_id: 'call_3', error: 'not JSON' },
     ] as unknown as Parameters<SqliteStore['appendMany']>[1];
     await store.appendMany(id, old);
@@ -152,7 +211,15 @@ describe('the event model', () => {
     assert.deepEqual(actions[1].action, { kind: 'MCPToolAction', data: { url: 'http://x' } });
     assert.equal(actions[2].action, null);
     const prompt = evs.find((e) => e.kind === 'SystemPromptEvent');
-    assert.deepEqual(prompt.tools.map((t: any) => [t.name, t.kind]), [['terminal', 'TerminalTool'], ['file_editor', 'FileEditorTool'], ['finish', 'FinishTool'], ['lookup_fetch', 'MCPToolDefinition']]);
+    assert.deepEqual(
+      prompt.tools.map((t: any) => [t.name, t.kind]),
+      [
+        ['terminal', 'TerminalTool'],
+        ['file_editor', 'FileEditorTool'],
+        ['finish', 'FinishTool'],
+        ['lookup_fetch', 'MCPToolDefinition'],
+      ],
+    );
     const one = await d.req('GET', `/api/conversations/${id}/events/${actions[0].id}`);
     assert.equal(one.body.action.kind, 'TerminalAction', 'a single event reads upgraded too');
 
@@ -163,11 +230,14 @@ describe('the event model', () => {
     await waitFor(async () => (await status(d, id)) === 'finished', 'finished', 20_000);
     const messages = llm.requests[before]!.body.messages as any[];
     const calls = messages.flatMap((m) => m.tool_calls ?? []);
-    assert.deepEqual(calls.map((c: any) => [c.id, c.function.name, c.function.arguments]), [
-      ['call_1', 'terminal', '{"command":"ls | wc -l"}'],
-      ['call_2', 'lookup_fetch', '{"url":"http://x"}'],
-      ['call_3', 'terminal', '{"invalid_arguments":"{bad"}'],
-    ]);
+    assert.deepEqual(
+      calls.map((c: any) => [c.id, c.function.name, c.function.arguments]),
+      [
+        ['call_1', 'terminal', '{"command":"ls | wc -l"}'],
+        ['call_2', 'lookup_fetch', '{"url":"http://x"}'],
+        ['call_3', 'terminal', '{"invalid_arguments":"{bad"}'],
+      ],
+    );
     const results = messages.filter((m) => m.role === 'tool').map((m) => String(m.content));
     assert.match(results[0]!, /OLD-RESULT 7/);
     assert.match(results[1]!, /server gone/);

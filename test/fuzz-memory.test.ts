@@ -30,10 +30,16 @@ test('attack 12.4: loaded conversations are bounded (idle ones evicted, least re
     }
     // (a conversation being prepared stays loaded; each is ready a moment after its creation)
     await waitFor(async () => (await gauge('parley_conversations_loaded')) <= 3, 'at most MAX_LOADED_CONVERSATIONS loaded');
-    assert.ok((await gauge('parley_conversations_loaded_bytes')) < 64 * 1024, `the 1 MiB instructions are not resident: ${await gauge('parley_conversations_loaded_bytes')} bytes`);
+    assert.ok(
+      (await gauge('parley_conversations_loaded_bytes')) < 64 * 1024,
+      `the 1 MiB instructions are not resident: ${await gauge('parley_conversations_loaded_bytes')} bytes`,
+    );
     // an evicted conversation is loaded again on use, with everything it was created with
     for (const id of ids) assert.equal((await m.req('GET', `/api/conversations/${id}`)).status, 200);
-    assert.equal((await m.req('POST', `/api/conversations/${ids[0]}/events`, { role: 'user', content: [{ type: 'text', text: 'go' }], run: true })).status, 200);
+    assert.equal(
+      (await m.req('POST', `/api/conversations/${ids[0]}/events`, { role: 'user', content: [{ type: 'text', text: 'go' }], run: true })).status,
+      200,
+    );
     await waitStatus(m.req, ids[0]!, 'finished', 30_000);
     const system = JSON.stringify(llm.requests[0]!.body.messages[0]);
     assert.match(system, /INSTRUCTIONS-0 iii/, 'the instructions reached the LLM from the store');
@@ -45,7 +51,7 @@ test('attack 12.4: loaded conversations are bounded (idle ones evicted, least re
   }
 });
 
-test('attack 12.4: every appended event fits MAX_EVENT_BYTES: the agent\'s huge tool arguments and text are cut with a marker; client data beyond it is 413, replay_json images follow the image rule', async () => {
+test("attack 12.4: every appended event fits MAX_EVENT_BYTES: the agent's huge tool arguments and text are cut with a marker; client data beyond it is 413, replay_json images follow the image rule", async () => {
   const MAX = 65_536;
   const llm = await startScriptedLlm([]);
   const m = await startDaemon({ MAX_EVENT_BYTES: String(MAX), LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'sk-scripted-key' });
@@ -53,15 +59,26 @@ test('attack 12.4: every appended event fits MAX_EVENT_BYTES: the agent\'s huge 
     // client data: two items each under the bound but together over it, and a replay_json item over it
     const id0 = (await m.req('POST', '/api/conversations', {})).body.conversation_id as string;
     const half = 'h'.repeat(40_000);
-    const two = await m.req('POST', `/api/conversations/${id0}/events`, { role: 'user', content: [{ type: 'text', text: half }, { type: 'text', text: half }], run: false });
+    const two = await m.req('POST', `/api/conversations/${id0}/events`, {
+      role: 'user',
+      content: [
+        { type: 'text', text: half },
+        { type: 'text', text: half },
+      ],
+      run: false,
+    });
     assert.equal(two.status, 413, two.text);
     assert.match(two.text, /MAX_EVENT_BYTES/);
-    const bigReplay = JSON.stringify([{ kind: 'MessageEvent', source: 'user', llm_message: { role: 'user', content: [{ type: 'text', text: 'r'.repeat(80_000) }] } }]);
+    const bigReplay = JSON.stringify([
+      { kind: 'MessageEvent', source: 'user', llm_message: { role: 'user', content: [{ type: 'text', text: 'r'.repeat(80_000) }] } },
+    ]);
     const rr = await m.req('POST', '/api/conversations', { replay_json: bigReplay });
     assert.equal(rr.status, 413, rr.text);
     assert.match(rr.text, /replay_json.*MAX_EVENT_BYTES/);
     for (const url of ['http://127.0.0.1/x.png', 'file:///etc/passwd']) {
-      const ownFormat = JSON.stringify([{ kind: 'MessageEvent', source: 'user', llm_message: { role: 'user', content: [{ type: 'image', image_urls: [url] }] } }]);
+      const ownFormat = JSON.stringify([
+        { kind: 'MessageEvent', source: 'user', llm_message: { role: 'user', content: [{ type: 'image', image_urls: [url] }] } },
+      ]);
       const openHands = JSON.stringify([{ action: 'message', source: 'user', args: { content: 'look', image_urls: [url] } }]);
       for (const replay_json of [ownFormat, openHands]) {
         const r = await m.req('POST', '/api/conversations', { replay_json });
@@ -79,7 +96,10 @@ test('attack 12.4: every appended event fits MAX_EVENT_BYTES: the agent\'s huge 
       { toolCalls: [{ name: 'file_editor', arguments: { command: 'create', path: `${ws}/big.txt`, file_text: fileText } }] },
       { text: `BEGIN ${'answer '.repeat(30_000)} END` },
     );
-    assert.equal((await m.req('POST', `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'text', text: 'write it' }], run: true })).status, 200);
+    assert.equal(
+      (await m.req('POST', `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'text', text: 'write it' }], run: true })).status,
+      200,
+    );
     await waitStatus(m.req, id, 'finished', 40_000);
     const res = await fetch(`${m.url}/api/conversations/${id}/events/search?limit=100`);
     const items = (JSON.parse(await res.text()) as { items: any[] }).items;
@@ -107,11 +127,15 @@ const rssMiB = (pid: number) => {
 async function settledRss(pid: number): Promise<number> {
   let last = rssMiB(pid);
   let since = Date.now();
-  await waitFor(() => {
-    const now = rssMiB(pid);
-    if (now > last + 1) (last = now), (since = Date.now());
-    return Date.now() - since > 1500;
-  }, 'the daemon settling', 30_000);
+  await waitFor(
+    () => {
+      const now = rssMiB(pid);
+      if (now > last + 1) (last = now), (since = Date.now());
+      return Date.now() - since > 1500;
+    },
+    'the daemon settling',
+    30_000,
+  );
   return rssMiB(pid);
 }
 
@@ -162,7 +186,9 @@ function slowReader(port: number, p: string) {
   const sock = net.connect(port, '127.0.0.1');
   sock.on('error', () => {});
   sock.pause();
-  sock.write(`GET ${p} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`);
+  sock.write(
+    `GET ${p} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`,
+  );
   const reader = new FrameReader();
   return {
     frames: reader.frames,
@@ -187,7 +213,11 @@ test('attack 12.4: a WebSocket replay of large events to a client that reads slo
   try {
     const id = (await w.req('POST', '/api/conversations', {})).body.conversation_id as string;
     for (let i = 0; i < N; i++) {
-      const r = await w.req('POST', `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'text', text: `${i}:${'m'.repeat(2 * MiB)}` }], run: false });
+      const r = await w.req('POST', `/api/conversations/${id}/events`, {
+        role: 'user',
+        content: [{ type: 'text', text: `${i}:${'m'.repeat(2 * MiB)}` }],
+        run: false,
+      });
       assert.equal(r.status, 200, r.text);
     }
     const before = rssMiB(w.proc.pid!);
@@ -210,10 +240,16 @@ test('attack 12.4: a WebSocket replay of large events to a client that reads slo
       rss.stop();
     }
     const got = messages().map((f) => Number(/"text":"(\d+):/.exec(f)?.[1]));
-    assert.deepEqual(got, Array.from({ length: N }, (_, i) => i), 'every event once, in order, none dropped');
+    assert.deepEqual(
+      got,
+      Array.from({ length: N }, (_, i) => i),
+      'every event once, in order, none dropped',
+    );
     assert.ok(whilePaused < 64, `the daemon grew ${whilePaused.toFixed(0)} MiB while the client did not read (the replay is ${2 * N} MiB)`);
     assert.ok(rss.peak() - before < 160, `peak +${(rss.peak() - before).toFixed(0)} MiB`);
-    console.log(`replay of ${N} × 2 MiB to a slow reader: RSS +${whilePaused.toFixed(0)} MiB while it did not read, peak +${(rss.peak() - before).toFixed(0)} MiB`);
+    console.log(
+      `replay of ${N} × 2 MiB to a slow reader: RSS +${whilePaused.toFixed(0)} MiB while it did not read, peak +${(rss.peak() - before).toFixed(0)} MiB`,
+    );
     c.sock.destroy();
   } finally {
     await w.stop();
@@ -233,11 +269,13 @@ test('attack 12.4: sockets waiting for their auth frame are capped by a byte bud
         const sock = net.connect({ port: w.port, host: '127.0.0.1', localAddress });
         sock.on('error', () => resolve(0));
         const closed = new Promise<void>((r) => sock.once('close', () => r()));
-        sock.write(`GET ${p} HTTP/1.1\r\nHost: 127.0.0.1:${w.port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`);
+        sock.write(
+          `GET ${p} HTTP/1.1\r\nHost: 127.0.0.1:${w.port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`,
+        );
         sock.once('data', (c: Buffer) => {
           const status = Number(c.toString('latin1').split(' ')[1]);
           if (status === 101) resolve({ sock, closed });
-          else (sock.destroy(), resolve(status));
+          else sock.destroy(), resolve(status);
         });
       });
     const before = rssMiB(w.proc.pid!);
@@ -289,7 +327,7 @@ function dechunk(b: Buffer): Buffer {
   }
 }
 
-test('attack 12.4: an events/search page is streamed as it is read: clients that do not read hold little of the daemon\'s memory, and each still gets the whole page', async () => {
+test("attack 12.4: an events/search page is streamed as it is read: clients that do not read hold little of the daemon's memory, and each still gets the whole page", async () => {
   const KiB = 1024;
   const N = 80;
   const CLIENTS = 30;
@@ -297,7 +335,11 @@ test('attack 12.4: an events/search page is streamed as it is read: clients that
   try {
     const id = (await s.req('POST', '/api/conversations', {})).body.conversation_id as string;
     for (let i = 0; i < N; i++) {
-      const r = await s.req('POST', `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'text', text: `${i}:${'p'.repeat(64 * KiB)}` }], run: false });
+      const r = await s.req('POST', `/api/conversations/${id}/events`, {
+        role: 'user',
+        content: [{ type: 'text', text: `${i}:${'p'.repeat(64 * KiB)}` }],
+        run: false,
+      });
       assert.equal(r.status, 200, r.text);
     }
     // a filtered search (a filter the store does not index) is bounded by bytes as well
@@ -309,15 +351,19 @@ test('attack 12.4: an events/search page is streamed as it is read: clients that
     const rss = rssSampler(s.proc.pid!);
     // CLIENTS sockets ask for a 4 MiB page and read nothing
     const clients = await Promise.all(
-      Array.from({ length: CLIENTS }, () => new Promise<{ sock: net.Socket; chunks: Buffer[]; ended: Promise<void> }>((resolve) => {
-        const sock = net.connect(s.port, '127.0.0.1', () => resolve({ sock, chunks, ended }));
-        const chunks: Buffer[] = [];
-        const ended = new Promise<void>((r) => sock.once('end', () => r()));
-        sock.on('error', () => {});
-        sock.pause();
-        sock.on('data', (c: Buffer) => chunks.push(c));
-        sock.write(`GET /api/conversations/${id}/events/search?limit=100 HTTP/1.1\r\nHost: 127.0.0.1:${s.port}\r\nConnection: close\r\n\r\n`);
-      })),
+      Array.from(
+        { length: CLIENTS },
+        () =>
+          new Promise<{ sock: net.Socket; chunks: Buffer[]; ended: Promise<void> }>((resolve) => {
+            const sock = net.connect(s.port, '127.0.0.1', () => resolve({ sock, chunks, ended }));
+            const chunks: Buffer[] = [];
+            const ended = new Promise<void>((r) => sock.once('end', () => r()));
+            sock.on('error', () => {});
+            sock.pause();
+            sock.on('data', (c: Buffer) => chunks.push(c));
+            sock.write(`GET /api/conversations/${id}/events/search?limit=100 HTTP/1.1\r\nHost: 127.0.0.1:${s.port}\r\nConnection: close\r\n\r\n`);
+          }),
+      ),
     );
     // until the daemon's memory stops growing (what it does for them is done)
     await settledRss(s.proc.pid!);
@@ -335,10 +381,15 @@ test('attack 12.4: an events/search page is streamed as it is read: clients that
       body = dechunk(body);
       const page = JSON.parse(body.toString()) as { items: any[]; next_page_id: string | null };
       assert.ok(page.items.length >= 60 && page.items.length < N, `${page.items.length} items`);
-      assert.deepEqual(page.items.map((e) => Number(e.llm_message.content[0].text.split(':')[0])), page.items.map((_, i) => i));
+      assert.deepEqual(
+        page.items.map((e) => Number(e.llm_message.content[0].text.split(':')[0])),
+        page.items.map((_, i) => i),
+      );
       assert.equal(page.next_page_id, String(page.items.at(-1).seq + 1));
     }
-    console.log(`${CLIENTS} clients not reading a 4 MiB events/search page: RSS +${held.toFixed(0)} MiB while they did not read, peak +${(rss.peak() - before).toFixed(0)} MiB`);
+    console.log(
+      `${CLIENTS} clients not reading a 4 MiB events/search page: RSS +${held.toFixed(0)} MiB while they did not read, peak +${(rss.peak() - before).toFixed(0)} MiB`,
+    );
     assert.ok(held < 96, `the daemon held +${held.toFixed(0)} MiB for ${CLIENTS} clients that did not read`);
   } finally {
     await s.stop();
@@ -348,7 +399,9 @@ test('attack 12.4: an events/search page is streamed as it is read: clients that
 
 test('attack 12.4: loaded conversations: the least recently used idle one is evicted first (seen from the store), large fields are not resident, and nothing of creates with 8 MiB instructions stays reachable (after a full collection)', async () => {
   const MiB = 1024 * 1024;
-  const m = await startDaemon({ MAX_LOADED_CONVERSATIONS: '3', MAX_BODY_BYTES: String(10 * MiB), SANDBOX: 'none' }, undefined, { nodeArgs: ['--inspect=127.0.0.1:0'] });
+  const m = await startDaemon({ MAX_LOADED_CONVERSATIONS: '3', MAX_BODY_BYTES: String(10 * MiB), SANDBOX: 'none' }, undefined, {
+    nodeArgs: ['--inspect=127.0.0.1:0'],
+  });
   const gauge = async (name: string) => Number(new RegExp(`^${name} (\\d+)`, 'm').exec((await m.req('GET', '/metrics')).text)?.[1]);
   const title = async (id: string) => (await m.req('GET', `/api/conversations/${id}`)).body.title as string | null;
   try {
@@ -386,7 +439,9 @@ test('attack 12.4: loaded conversations: the least recently used idle one is evi
     // outside it, after a full collection); how much of the freed memory goes back to the system, and when,
     // is V8's and malloc's choice: the RSS is printed, not bounded
     const after = await liveMiB(m);
-    console.log(`16 creates with 8 MiB instructions and 1 MiB image URLs: ${loadedBytes} bytes of records resident; live heap and buffers ${before.live.toFixed(1)} → ${after.live.toFixed(1)} MiB, RSS ${before.rss.toFixed(0)} → ${after.rss.toFixed(0)} MiB`);
+    console.log(
+      `16 creates with 8 MiB instructions and 1 MiB image URLs: ${loadedBytes} bytes of records resident; live heap and buffers ${before.live.toFixed(1)} → ${after.live.toFixed(1)} MiB, RSS ${before.rss.toFixed(0)} → ${after.rss.toFixed(0)} MiB`,
+    );
     assert.ok(after.live - before.live < 16, `live heap and buffers ${before.live.toFixed(1)} → ${after.live.toFixed(1)} MiB after 16 creates of 9 MiB`);
     // and each is still whole when read from the store
     assert.equal((await m.req('GET', `/api/conversations/${big[0]}`)).status, 200);

@@ -50,8 +50,64 @@ const enc = (s: string) => {
 
 function generator(r: () => number) {
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(r() * xs.length)]!;
-  const strings = ['', 'x', 'user', 'text', 'image', 'github', 'http://127.0.0.1:1', '00000000-0000-0000-0000-000000000000', '\u0000', '\ud800', '💥', 'a'.repeat(5000), '__proto__', 'constructor', '../../etc/passwd', '%ZZ', 'null'];
-  const keys = ['role', 'content', 'run', 'text', 'type', 'image_urls', 'cache_prompt', 'initial_user_msg', 'repository', 'git_provider', 'selected_branch', 'mcp_config', 'stdio_servers', 'sse_servers', 'shttp_servers', 'url', 'api_key', 'name', 'command', 'args', 'env', 'timeout', 'provider_tokens', 'token', 'host', 'suggested_task', 'create_microagent', 'replay_json', 'conversation_id', 'image_urls', 'llm_model', 'llm_api_key', 'value', 'description', '__proto__', 'constructor', 'x'];
+  const strings = [
+    '',
+    'x',
+    'user',
+    'text',
+    'image',
+    'github',
+    'http://127.0.0.1:1',
+    '00000000-0000-0000-0000-000000000000',
+    '\u0000',
+    '\ud800',
+    '💥',
+    'a'.repeat(5000),
+    '__proto__',
+    'constructor',
+    '../../etc/passwd',
+    '%ZZ',
+    'null',
+  ];
+  const keys = [
+    'role',
+    'content',
+    'run',
+    'text',
+    'type',
+    'image_urls',
+    'cache_prompt',
+    'initial_user_msg',
+    'repository',
+    'git_provider',
+    'selected_branch',
+    'mcp_config',
+    'stdio_servers',
+    'sse_servers',
+    'shttp_servers',
+    'url',
+    'api_key',
+    'name',
+    'command',
+    'args',
+    'env',
+    'timeout',
+    'provider_tokens',
+    'token',
+    'host',
+    'suggested_task',
+    'create_microagent',
+    'replay_json',
+    'conversation_id',
+    'image_urls',
+    'llm_model',
+    'llm_api_key',
+    'value',
+    'description',
+    '__proto__',
+    'constructor',
+    'x',
+  ];
   const value = (depth: number): unknown => {
     const k = r();
     if (depth > 4 || k < 0.3) return pick([null, true, false, 0, -1, 1.5, 1e308, -0, 2 ** 53 + 1, ...strings]);
@@ -87,13 +143,21 @@ test('random bodies, paths and queries never produce a 5xx; the daemon stays up'
     const [m, p] = g.pick(bodyRoutes);
     // keep the fuzz from starting agents: run flags are forced off where they exist
     const v = g.value(0);
-    if (v && typeof v === 'object' && !Array.isArray(v)) for (const k of ['run', 'initial_user_msg', 'suggested_task', 'create_microagent', 'replay_json']) delete (v as Record<string, unknown>)[k];
+    if (v && typeof v === 'object' && !Array.isArray(v))
+      for (const k of ['run', 'initial_user_msg', 'suggested_task', 'create_microagent', 'replay_json']) delete (v as Record<string, unknown>)[k];
     const body = g.text(v);
     const res = await d.req(m, p, body);
     seen.set(res.status, (seen.get(res.status) ?? 0) + 1);
     assert.ok(res.status < 500, `seed ${SEED} #${i}: ${m} ${p} ${body.slice(0, 200)} → ${res.status} ${res.text.slice(0, 200)}`);
   }
-  const paths = ['/api/conversations/', `/api/conversations/${id}/events/search`, `/api/conversations/${id}/events/count`, `/api/conversations/${id}/events/`, '/api/conversations', `/api/conversations/${id}/mcp`];
+  const paths = [
+    '/api/conversations/',
+    `/api/conversations/${id}/events/search`,
+    `/api/conversations/${id}/events/count`,
+    `/api/conversations/${id}/events/`,
+    '/api/conversations',
+    `/api/conversations/${id}/mcp`,
+  ];
   const qkeys = ['limit', 'page_id', 'kind', 'source', 'sort_order', 'after_seq'];
   for (let i = 0; i < 300; i++) {
     const q = Array.from({ length: Math.floor(r() * 4) }, () => `${g.pick(qkeys)}=${enc(String(g.value(5)))}`).join('&');
@@ -130,7 +194,13 @@ test('random WebSocket frames get ServerErrorEvents or are sends; the socket and
 // ---- attacks through the public API (issue 12): each one stays fixed ----------------------------
 
 /** A request with exactly these headers (fetch would add or refuse some, e.g. Host). */
-function raw(port: number, method: string, p: string, headers: Record<string, string | number>, body?: string | Buffer): Promise<{ status: number; text: string }> {
+function raw(
+  port: number,
+  method: string,
+  p: string,
+  headers: Record<string, string | number>,
+  body?: string | Buffer,
+): Promise<{ status: number; text: string }> {
   return new Promise((resolve, reject) => {
     const req = http.request({ host: '127.0.0.1', port, method, path: p, headers, agent: false, setHost: !('Host' in headers) }, (res) => {
       const chunks: Buffer[] = [];
@@ -157,7 +227,12 @@ const conversationCount = async () => (await d.req('GET', '/api/conversations?li
 test('attack 12.1: a cross-site "simple" POST (no Content-Type, text/plain, form) is refused with 415 and creates nothing', async () => {
   const before = await conversationCount();
   const body = JSON.stringify({ replay_json: JSON.stringify([{ kind: 'ActionEvent', action: { kind: 'ExecuteBashAction', command: 'touch /tmp/pwned' } }]) });
-  for (const headers of [{} as Record<string, string>, { 'content-type': 'text/plain;charset=UTF-8' }, { 'content-type': 'application/x-www-form-urlencoded' }, { 'content-type': 'multipart/form-data; boundary=x' }]) {
+  for (const headers of [
+    {} as Record<string, string>,
+    { 'content-type': 'text/plain;charset=UTF-8' },
+    { 'content-type': 'application/x-www-form-urlencoded' },
+    { 'content-type': 'multipart/form-data; boundary=x' },
+  ]) {
     const r = await raw(d.port, 'POST', '/api/conversations', { ...headers, 'content-length': Buffer.byteLength(body) }, body);
     assert.equal(r.status, 415, `${JSON.stringify(headers)} → ${r.status} ${r.text}`);
   }
@@ -178,7 +253,11 @@ test('attack 12.1: a foreign Origin cannot change state or open a WebSocket; sam
   assert.equal((await raw(d.port, 'DELETE', '/api/secrets/SOME_NAME', { origin: 'https://evil.example' })).status, 403);
   assert.equal((await raw(d.port, 'POST', '/api/conversations', { ...json, origin: `http://127.0.0.1:${d.port}` }, '{}')).status, 200, 'same origin');
   assert.equal((await raw(d.port, 'POST', '/api/conversations', json, '{}')).status, 200, 'no Origin (curl, SDKs)');
-  assert.equal((await raw(d.port, 'GET', '/api/conversations', { origin: 'http://evil.example' })).status, 200, 'reads are not state changes (and CORS keeps them unreadable)');
+  assert.equal(
+    (await raw(d.port, 'GET', '/api/conversations', { origin: 'http://evil.example' })).status,
+    200,
+    'reads are not state changes (and CORS keeps them unreadable)',
+  );
   const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id as string;
   const ws = `ws://127.0.0.1:${d.port}/sockets/events/${id}`;
   assert.equal(await handshake(ws, { origin: 'http://evil.example' }), 403);
@@ -275,7 +354,8 @@ test('attack 12.5: every file under DATA_DIR is 0600 and every directory 0700, w
     const bad: string[] = [];
     const walk = (p: string) => {
       const st = fs.lstatSync(p);
-      if (st.isDirectory() ? (st.mode & 0o777) !== 0o700 : (st.mode & 0o077) !== 0) bad.push(`${path.relative(dir, p) || '.'} ${(st.mode & 0o777).toString(8)}`);
+      if (st.isDirectory() ? (st.mode & 0o777) !== 0o700 : (st.mode & 0o077) !== 0)
+        bad.push(`${path.relative(dir, p) || '.'} ${(st.mode & 0o777).toString(8)}`);
       if (st.isDirectory() && p !== path.join(dir, 'workspaces')) for (const n of fs.readdirSync(p)) walk(path.join(p, n));
     };
     walk(dir);
@@ -314,7 +394,15 @@ test('attack 12.2: a git host that redirects the clone to another host does not 
     const workspaceDir = path.join(root, 'ws');
     fs.mkdirSync(workspaceDir);
     await assert.rejects(
-      cloneRepository({ workspaceDir, files: plainFiles.files('fuzz-ws', workspaceDir), repository: 'acme/app', provider: 'github', providers: [{ provider: 'github', token: TOKEN, host: firstUrl }], helperDir: path.join(root, 'helpers'), redact: (s) => s }),
+      cloneRepository({
+        workspaceDir,
+        files: plainFiles.files('fuzz-ws', workspaceDir),
+        repository: 'acme/app',
+        provider: 'github',
+        providers: [{ provider: 'github', token: TOKEN, host: firstUrl }],
+        helperDir: path.join(root, 'helpers'),
+        redact: (s) => s,
+      }),
       CloneError,
     );
     assert.ok(second.requests.length > 0, 'git followed the redirect (the attack reached the second host)');
@@ -323,14 +411,31 @@ test('attack 12.2: a git host that redirects the clone to another host does not 
     // the same token still works for the host it was stored for
     const direct = path.join(root, 'ws2');
     fs.mkdirSync(direct);
-    const ok = await cloneRepository({ workspaceDir: direct, files: plainFiles.files('fuzz-direct', direct), repository: 'acme/app', provider: 'github', providers: [{ provider: 'github', token: TOKEN, host: second.url }], helperDir: path.join(root, 'helpers'), redact: (s) => s });
+    const ok = await cloneRepository({
+      workspaceDir: direct,
+      files: plainFiles.files('fuzz-direct', direct),
+      repository: 'acme/app',
+      provider: 'github',
+      providers: [{ provider: 'github', token: TOKEN, host: second.url }],
+      helperDir: path.join(root, 'helpers'),
+      redact: (s) => s,
+    });
     assert.equal(ok.provider, 'github');
     // GIT_ALLOWED_HOSTS: a host outside the list is not cloned from at all
     const before = second.requests.length;
     const third = path.join(root, 'ws3');
     fs.mkdirSync(third);
     await assert.rejects(
-      cloneRepository({ workspaceDir: third, files: plainFiles.files('fuzz-third', third), repository: 'acme/app', provider: 'github', providers: [{ provider: 'github', token: TOKEN, host: second.url }], helperDir: path.join(root, 'helpers'), redact: (s) => s, allowedHosts: ['github.com'] }),
+      cloneRepository({
+        workspaceDir: third,
+        files: plainFiles.files('fuzz-third', third),
+        repository: 'acme/app',
+        provider: 'github',
+        providers: [{ provider: 'github', token: TOKEN, host: second.url }],
+        helperDir: path.join(root, 'helpers'),
+        redact: (s) => s,
+        allowedHosts: ['github.com'],
+      }),
       /not in GIT_ALLOWED_HOSTS/,
     );
     assert.equal(second.requests.length, before);
@@ -344,7 +449,20 @@ test('attack 12.2: a git host that redirects the clone to another host does not 
 
 test('attack 12.3: image URLs that will never be fetched are refused on arrival (422 with the rule)', async () => {
   const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id as string;
-  const never = ['http://127.0.0.1:1/x.png', 'http://169.254.169.254/latest/meta-data', 'http://[::1]/a.png', 'http://[::ffff:10.0.0.1]/a.png', 'http://10.1.2.3/a.png', 'https://printer.local/a.png', 'http://metadata.google.internal/x', 'file:///etc/passwd', 'ftp://example.com/a.png', 'data:text/html;base64,PGgxPg==', 'not a url', 'http://0.0.0.0/'];
+  const never = [
+    'http://127.0.0.1:1/x.png',
+    'http://169.254.169.254/latest/meta-data',
+    'http://[::1]/a.png',
+    'http://[::ffff:10.0.0.1]/a.png',
+    'http://10.1.2.3/a.png',
+    'https://printer.local/a.png',
+    'http://metadata.google.internal/x',
+    'file:///etc/passwd',
+    'ftp://example.com/a.png',
+    'data:text/html;base64,PGgxPg==',
+    'not a url',
+    'http://0.0.0.0/',
+  ];
   for (const url of never) {
     const r = await d.req('POST', `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'image', image_urls: [url] }], run: false });
     assert.equal(r.status, 422, `${url} → ${r.status}`);
@@ -352,7 +470,11 @@ test('attack 12.3: image URLs that will never be fetched are refused on arrival 
     assert.equal((await d.req('POST', '/api/conversations', { initial_user_msg: 'x', image_urls: [url] })).status, 422, url);
   }
   for (const url of ['https://example.com/cat.png', 'http://93.184.216.34/a.png', 'data:image/png;base64,iVBORw0KGgo=']) {
-    assert.equal((await d.req('POST', `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'image', image_urls: [url] }], run: false })).status, 200, url);
+    assert.equal(
+      (await d.req('POST', `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'image', image_urls: [url] }], run: false })).status,
+      200,
+      url,
+    );
   }
   const s = connect(`ws://127.0.0.1:${d.port}/sockets/events/${id}`);
   await s.next((f) => f.key === 'full_state');
@@ -372,15 +494,25 @@ test('attack 12.3: an image whose download fails at step time becomes a note; th
     assert.equal(created.status, 200, created.text);
     const id = created.body.conversation_id as string;
     const finished = async (n: number) =>
-      waitFor(async () => {
-        const evs = (await withLlm.req('GET', `/api/conversations/${id}/events/search?limit=100`)).body.items as any[];
-        return evs.filter((e) => e.kind === 'MessageEvent' && e.source === 'agent').length >= n && (await withLlm.req('GET', `/api/conversations/${id}`)).body.execution_status !== 'running';
-      }, `agent answer ${n}`, 30_000);
+      waitFor(
+        async () => {
+          const evs = (await withLlm.req('GET', `/api/conversations/${id}/events/search?limit=100`)).body.items as any[];
+          return (
+            evs.filter((e) => e.kind === 'MessageEvent' && e.source === 'agent').length >= n &&
+            (await withLlm.req('GET', `/api/conversations/${id}`)).body.execution_status !== 'running'
+          );
+        },
+        `agent answer ${n}`,
+        30_000,
+      );
     await finished(1);
     const first = JSON.stringify(llm.requests[0]!.body.messages);
     assert.match(first, /image omitted: https:\/\/img\.nonexistent\.invalid\/cat\.png could not be downloaded/);
     assert.match(first, /what is this\?/);
-    assert.equal((await withLlm.req('POST', `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'text', text: 'and now?' }], run: true })).status, 200);
+    assert.equal(
+      (await withLlm.req('POST', `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'text', text: 'and now?' }], run: true })).status,
+      200,
+    );
     await finished(2);
     assert.equal(llm.requests.length, 2);
     assert.match(JSON.stringify(llm.requests[1]!.body.messages), /and now\?/);
@@ -410,7 +542,9 @@ function rawSocket(port: number, p: string, headers = ''): Promise<{ sock: net.S
     const chunks: Buffer[] = [];
     const closed = new Promise<void>((r) => sock.once('close', () => r()));
     sock.on('error', () => {});
-    sock.write(`GET ${p} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n${headers}\r\n`);
+    sock.write(
+      `GET ${p} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n${headers}\r\n`,
+    );
     sock.once('data', (c: Buffer) => {
       if (!c.toString('latin1').startsWith('HTTP/1.1 101')) return reject(new Error(`handshake: ${c.toString('latin1').split('\r\n')[0]}`));
       chunks.push(c.subarray(c.indexOf('\r\n\r\n') + 4));
@@ -429,7 +563,13 @@ test('attack 12.4: search pages are bounded by bytes (fewer items and a next_pag
     assert.equal(r.status, 413, r.text);
     assert.match(r.text, /MAX_EVENT_BYTES/);
     assert.equal((await big.req('POST', '/api/conversations', { initial_user_msg: tooBig })).status, 413);
-    const t = await raw(big.port, 'POST', '/trpc/sendMessage', { 'content-type': 'application/json' }, JSON.stringify({ conversation_id: id, message: { role: 'user', content: [{ type: 'text', text: tooBig }], run: false } }));
+    const t = await raw(
+      big.port,
+      'POST',
+      '/trpc/sendMessage',
+      { 'content-type': 'application/json' },
+      JSON.stringify({ conversation_id: id, message: { role: 'user', content: [{ type: 'text', text: tooBig }], run: false } }),
+    );
     assert.equal(t.status, 413, t.text.slice(0, 300));
     const s = connect(`ws://127.0.0.1:${big.port}/sockets/events/${id}`);
     await s.next((f) => f.key === 'full_state');
@@ -438,7 +578,11 @@ test('attack 12.4: search pages are bounded by bytes (fewer items and a next_pag
     s.close();
     // six messages of ~900 KB: a page stops once it reaches 4 MiB
     const text = (i: number) => `${i}:${'z'.repeat(900_000)}`;
-    for (let i = 0; i < 6; i++) assert.equal((await big.req('POST', `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'text', text: text(i) }], run: false })).status, 200);
+    for (let i = 0; i < 6; i++)
+      assert.equal(
+        (await big.req('POST', `/api/conversations/${id}/events`, { role: 'user', content: [{ type: 'text', text: text(i) }], run: false })).status,
+        200,
+      );
     const seen: number[] = [];
     let page: string | null = null;
     let pages = 0;
@@ -456,7 +600,10 @@ test('attack 12.4: search pages are bounded by bytes (fewer items and a next_pag
     // a replay over the WebSocket delivers them all, in order
     const all = connect(`ws://127.0.0.1:${big.port}/sockets/events/${id}?resend_mode=all`);
     await waitFor(() => all.frames.filter((f) => f.kind === 'MessageEvent').length === 6, 'the replay', 30_000);
-    assert.deepEqual(all.frames.filter((f) => f.kind === 'MessageEvent').map((f) => Number(f.llm_message.content[0].text.split(':')[0])), [0, 1, 2, 3, 4, 5]);
+    assert.deepEqual(
+      all.frames.filter((f) => f.kind === 'MessageEvent').map((f) => Number(f.llm_message.content[0].text.split(':')[0])),
+      [0, 1, 2, 3, 4, 5],
+    );
     all.close();
   } finally {
     await big.stop();
@@ -521,9 +668,22 @@ test('12.6: MCP_ALLOWED_HOSTS: an sse/shttp MCP server on another host is not co
   const allowed = await startShttpServer({ name: 'allowed' });
   const other = await startShttpServer({ name: 'other' });
   const llm = await startScriptedLlm([{ text: 'done' }]);
-  const m = await startDaemon({ MCP_ALLOWED_HOSTS: `mcp.example.com, 127.0.0.1:${allowed.port}`, LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'sk-scripted-key' });
+  const m = await startDaemon({
+    MCP_ALLOWED_HOSTS: `mcp.example.com, 127.0.0.1:${allowed.port}`,
+    LLM_MODEL: 'openai/scripted',
+    LLM_BASE_URL: llm.url,
+    LLM_API_KEY: 'sk-scripted-key',
+  });
   try {
-    const r = await m.req('POST', '/api/conversations', { initial_user_msg: 'hi', mcp_config: { shttp_servers: [{ url: allowed.url, api_key: 'allowed-key-1' }, { url: other.url, api_key: 'other-key-12' }] } });
+    const r = await m.req('POST', '/api/conversations', {
+      initial_user_msg: 'hi',
+      mcp_config: {
+        shttp_servers: [
+          { url: allowed.url, api_key: 'allowed-key-1' },
+          { url: other.url, api_key: 'other-key-12' },
+        ],
+      },
+    });
     assert.equal(r.status, 200, r.text);
     const id = r.body.conversation_id as string;
     await waitStatus(m.req, id, 'finished', 40_000);

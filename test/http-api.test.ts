@@ -24,7 +24,11 @@ async function newConversation(body: unknown = {}): Promise<string> {
 
 describe('authentication', () => {
   test('every /api route needs a key; 401 comes before validation', async () => {
-    for (const [m, p] of [['POST', '/api/conversations'], ['GET', '/api/conversations'], ['POST', '/api/add-git-providers']] as const) {
+    for (const [m, p] of [
+      ['POST', '/api/conversations'],
+      ['GET', '/api/conversations'],
+      ['POST', '/api/add-git-providers'],
+    ] as const) {
       const r = await d.req(m, p, m === 'POST' ? { bogus: 1 } : undefined);
       assert.equal(r.status, 401);
       assert.deepEqual(r.body, { detail: 'Unauthorized' });
@@ -125,18 +129,23 @@ describe('POST /api/conversations/{id}/events', () => {
     assert.equal(bad.body.detail[0].type, 'uuid_parsing');
     const id = await newConversation();
     const r = await post(`/api/conversations/${id}/events`, {
-      role: 'boss', run: 'maybe', content: [{ text: 1 }, { type: 'image' }, { type: 'text', text: 'a', foo: 1 }, { type: 'video', text: 'x' }],
+      role: 'boss',
+      run: 'maybe',
+      content: [{ text: 1 }, { type: 'image' }, { type: 'text', text: 'a', foo: 1 }, { type: 'video', text: 'x' }],
     });
     assert.equal(r.status, 422);
     const got = r.body.detail.map((e: any) => [e.type, e.loc.join('.')]);
-    assert.deepEqual(got, [
-      ['enum', 'body.role'],
-      ['string_type', 'body.content.0.text'],
-      ['missing', 'body.content.1.image_urls'],
-      ['extra_forbidden', 'body.content.2.foo'],
-      ['literal_error', 'body.content.3.type'],
-      ['bool_type', 'body.run'],
-    ].sort((a, b) => 0 * a.length * b.length) as any);
+    assert.deepEqual(
+      got,
+      [
+        ['enum', 'body.role'],
+        ['string_type', 'body.content.0.text'],
+        ['missing', 'body.content.1.image_urls'],
+        ['extra_forbidden', 'body.content.2.foo'],
+        ['literal_error', 'body.content.3.type'],
+        ['bool_type', 'body.run'],
+      ].sort((a, b) => 0 * a.length * b.length) as any,
+    );
   });
   test('malformed JSON, non-object, empty body, wrong content type, oversize', async () => {
     const id = await newConversation();
@@ -163,15 +172,29 @@ describe('POST /api/conversations/{id}/events', () => {
   test('hostile input never produces a 5xx', async () => {
     const id = await newConversation();
     const bodies: unknown[] = [
-      { content: 'string' }, { content: [null] }, { content: [[]] }, { content: [{ type: 'image', image_urls: [1] }] },
-      { role: null }, { __proto__: { x: 1 } }, { constructor: { prototype: {} } }, { content: [{ text: '\u0000\ud800' }] },
-      '{"a":' + '['.repeat(5000) + ']'.repeat(5000) + '}', '\u00ff\u00fe', '{"content":[{"text":"a","text":"b"}]}',
+      { content: 'string' },
+      { content: [null] },
+      { content: [[]] },
+      { content: [{ type: 'image', image_urls: [1] }] },
+      { role: null },
+      { __proto__: { x: 1 } },
+      { constructor: { prototype: {} } },
+      { content: [{ text: '\u0000\ud800' }] },
+      '{"a":' + '['.repeat(5000) + ']'.repeat(5000) + '}',
+      '\u00ff\u00fe',
+      '{"content":[{"text":"a","text":"b"}]}',
     ];
     for (const b of bodies) {
       const r = await d.req('POST', `/api/conversations/${id}/events`, typeof b === 'string' ? b : JSON.stringify(b), H);
       assert.ok(r.status < 500, `${r.status} for ${String(b).slice(0, 40)}: ${r.text}`);
     }
-    for (const p of ['/api/conversations/%ZZ/events', '/api/conversations/../../etc/passwd', `/api/conversations/${id}/events/search?limit=-1&sort_order=X`, `/api/conversations/${id}/events/search?page_id=abc`, '/api/conversations?page_id=@@@']) {
+    for (const p of [
+      '/api/conversations/%ZZ/events',
+      '/api/conversations/../../etc/passwd',
+      `/api/conversations/${id}/events/search?limit=-1&sort_order=X`,
+      `/api/conversations/${id}/events/search?page_id=abc`,
+      '/api/conversations?page_id=@@@',
+    ]) {
       const r = await d.req('GET', p, undefined, H);
       assert.ok(r.status < 500, `${r.status} for ${p}`);
     }
@@ -184,7 +207,17 @@ describe('conversation surface', () => {
     const id = await newConversation({ repository: 'octo/repo', selected_branch: 'dev', git_provider: 'github' });
     const g = await get(`/api/conversations/${id}`);
     assert.equal(g.status, 200);
-    for (const k of ['id', 'title', 'created_at', 'updated_at', 'execution_status', 'selected_repository', 'selected_branch', 'git_provider', 'conversation_status']) {
+    for (const k of [
+      'id',
+      'title',
+      'created_at',
+      'updated_at',
+      'execution_status',
+      'selected_repository',
+      'selected_branch',
+      'git_provider',
+      'conversation_status',
+    ]) {
       assert.ok(k in g.body, k);
     }
     assert.equal(g.body.selected_repository, 'octo/repo');
@@ -222,16 +255,31 @@ describe('conversation surface', () => {
       all.push(...r.body.items);
       page = r.body.next_page_id;
     } while (page);
-    assert.deepEqual(all.map((e) => e.seq), [1, 2, 3, 4, 5, 6, 7]);
+    assert.deepEqual(
+      all.map((e) => e.seq),
+      [1, 2, 3, 4, 5, 6, 7],
+    );
     const desc = await get(`/api/conversations/${id}/events/search?sort_order=TIMESTAMP_DESC&limit=3`);
-    assert.deepEqual(desc.body.items.map((e: any) => e.seq), [7, 6, 5]);
+    assert.deepEqual(
+      desc.body.items.map((e: any) => e.seq),
+      [7, 6, 5],
+    );
     const desc2 = await get(`/api/conversations/${id}/events/search?sort_order=TIMESTAMP_DESC&limit=3&page_id=${desc.body.next_page_id}`);
-    assert.deepEqual(desc2.body.items.map((e: any) => e.seq), [4, 3, 2]);
+    assert.deepEqual(
+      desc2.body.items.map((e: any) => e.seq),
+      [4, 3, 2],
+    );
     const agent = await get(`/api/conversations/${id}/events/search?source=agent`);
-    assert.deepEqual(agent.body.items.map((e: any) => e.seq), [2, 4, 6]);
+    assert.deepEqual(
+      agent.body.items.map((e: any) => e.seq),
+      [2, 4, 6],
+    );
     assert.equal((await get(`/api/conversations/${id}/events/search?kind=MessageEvent`)).body.items.length, 7);
     assert.equal((await get(`/api/conversations/${id}/events/search?kind=ActionEvent`)).body.items.length, 0);
-    assert.deepEqual((await get(`/api/conversations/${id}/events/search?after_seq=5`)).body.items.map((e: any) => e.seq), [6, 7]);
+    assert.deepEqual(
+      (await get(`/api/conversations/${id}/events/search?after_seq=5`)).body.items.map((e: any) => e.seq),
+      [6, 7],
+    );
     assert.equal((await get(`/api/conversations/${id}/events/count`)).body, 7);
     assert.equal((await get(`/api/conversations/${id}/events/count?source=user`)).body, 4);
     const one = await get(`/api/conversations/${id}/events/${all[2].id}`);
@@ -252,12 +300,17 @@ describe('conversation surface', () => {
 
 describe('POST /api/add-git-providers', () => {
   test('stores, replaces the full set, keeps a token on host-only update, never returns it', async () => {
-    const r = await post('/api/add-git-providers', { provider_tokens: { github: { token: 'ghp_FIRSTCANARY', host: null }, gitlab: { token: 'glpat-SECONDCANARY' } } });
+    const r = await post('/api/add-git-providers', {
+      provider_tokens: { github: { token: 'ghp_FIRSTCANARY', host: null }, gitlab: { token: 'glpat-SECONDCANARY' } },
+    });
     assert.equal(r.status, 200);
     assert.deepEqual(r.body, { message: 'Git providers stored' });
     const r2 = await post('/api/add-git-providers', { provider_tokens: { github: { token: '', host: 'http://127.0.0.1:9' } } });
     assert.equal(r2.status, 200);
-    const bad = await post('/api/add-git-providers', { provider_tokens: { svn: { token: 'x' } }, mcp_config: { stdio_servers: [{ name: 'a', command: 'b', env: { K: 'MCPCANARY' } }], x: 1 } });
+    const bad = await post('/api/add-git-providers', {
+      provider_tokens: { svn: { token: 'x' } },
+      mcp_config: { stdio_servers: [{ name: 'a', command: 'b', env: { K: 'MCPCANARY' } }], x: 1 },
+    });
     assert.equal(bad.status, 422);
     assert.doesNotMatch(bad.text, /MCPCANARY/);
     assert.ok(bad.body.detail.some((e: any) => e.loc.join('.') === 'body.mcp_config.x'));
@@ -294,7 +347,14 @@ describe('OpenAPI', () => {
     assert.deepEqual(c.SendMessageRequest.properties.role.enum, ['user', 'system', 'assistant', 'tool']);
     assert.equal(c.SendMessageRequest.properties.run.default, false);
     assert.deepEqual(c.ValidationError.required.sort(), ['loc', 'msg', 'type']);
-    for (const path of ['/api/conversations', '/api/add-git-providers', '/api/conversations/{conversation_id}', '/api/conversations/{conversation_id}/events/search', '/alive', '/server_info']) {
+    for (const path of [
+      '/api/conversations',
+      '/api/add-git-providers',
+      '/api/conversations/{conversation_id}',
+      '/api/conversations/{conversation_id}/events/search',
+      '/alive',
+      '/server_info',
+    ]) {
       assert.ok(doc.paths[path], path);
     }
     // every operation documents its success response, and every $ref resolves to a component

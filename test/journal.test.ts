@@ -17,7 +17,11 @@ import { helperArgs } from './support/helper-programs.js';
 
 const C = '11111111-1111-4111-8111-111111111111';
 const D = '22222222-2222-4222-8222-222222222222';
-const msg = (text: string) => ({ kind: 'MessageEvent' as const, source: 'user' as const, llm_message: { role: 'user' as const, content: [{ type: 'text' as const, text }] } });
+const msg = (text: string) => ({
+  kind: 'MessageEvent' as const,
+  source: 'user' as const,
+  llm_message: { role: 'user' as const, content: [{ type: 'text' as const, text }] },
+});
 
 /** The children below run built (test/support/helper-programs.ts): plain node, no tsx to load. */
 const CRASH = await helperArgs('journal-crash');
@@ -44,11 +48,22 @@ test('events committed to the journal but never indexed survive a SIGKILL: same 
   for (const conv of [C, D]) {
     const mine = committed.events.filter((e) => e.conversation === conv);
     const page = await store.query(conv, { limit: 1000 });
-    assert.deepEqual(page.map((e) => [e.seq, e.id]), mine.map((e) => [e.seq, e.id]));
-    assert.deepEqual(page.map((e) => e.seq), Array.from({ length: 150 }, (_, i) => i + 1), 'gap-free from 1');
+    assert.deepEqual(
+      page.map((e) => [e.seq, e.id]),
+      mine.map((e) => [e.seq, e.id]),
+    );
+    assert.deepEqual(
+      page.map((e) => e.seq),
+      Array.from({ length: 150 }, (_, i) => i + 1),
+      'gap-free from 1',
+    );
   }
   const first = await store.get(C, committed.events[0]!.id);
-  assert.deepEqual(first?.kind === 'MessageEvent' && first.llm_message.content[0], { type: 'text', text: 'm0\ttab\nnewline' }, 'tabs and newlines in content survive the line format');
+  assert.deepEqual(
+    first?.kind === 'MessageEvent' && first.llm_message.content[0],
+    { type: 'text', text: 'm0\ttab\nnewline' },
+    'tabs and newlines in content survive the line format',
+  );
   // recovery indexed the old generations and removed their files; the next append continues the sequence
   assert.deepEqual(journalGenerations(path.join(dir, 'journal')).length, 1);
   assert.equal((await store.append(C, msg('after'))).seq, 151);
@@ -70,7 +85,7 @@ test('a torn or corrupt frame at the end of the journal is ignored; every whole 
   torn.writeUInt32LE(5000, 0);
   fs.appendFileSync(file, torn);
   const store = new SqliteStore(dir);
-  assert.equal(await store.count(C, {}) + (await store.count(D, {})), committed.events.length);
+  assert.equal((await store.count(C, {})) + (await store.count(D, {})), committed.events.length);
   await store.close();
 
   // ...and a whole frame whose checksum does not match its payload
@@ -120,7 +135,10 @@ test('when the index falls behind, appends wait for it instead of holding unboun
   // had it not waited, 51 events would have been unindexed when it resolved
   assert.ok(seenWhenResolved <= 1, `committed only after the index caught up (unindexed then: ${seenWhenResolved})`);
   // reads never missed anything meanwhile
-  assert.deepEqual((await store.query(C, { limit: 100 })).map((e) => e.seq), [...first.map((e) => e.seq), 51]);
+  assert.deepEqual(
+    (await store.query(C, { limit: 100 })).map((e) => e.seq),
+    [...first.map((e) => e.seq), 51],
+  );
   await store.close();
 });
 
@@ -139,10 +157,16 @@ test('a journal write that fails (disk full) rejects the append with a clear err
   assert.deepEqual(published, [1, 2], 'nothing of the failed appends was published');
   assert.equal(await store.lastSeq(C), 2, 'the failed append took no seq');
   assert.equal(await store.lastSeq(D), 0);
-  assert.deepEqual((await store.query(C, { limit: 10 })).map((e) => e.seq), [1, 2]);
+  assert.deepEqual(
+    (await store.query(C, { limit: 10 })).map((e) => e.seq),
+    [1, 2],
+  );
   await store.close();
   const reopened = new SqliteStore(dir);
-  assert.deepEqual((await reopened.query(C, { limit: 10 })).map((e) => e.seq), [1, 2]);
+  assert.deepEqual(
+    (await reopened.query(C, { limit: 10 })).map((e) => e.seq),
+    [1, 2],
+  );
   assert.equal((await reopened.append(C, msg('three'))).seq, 3);
   await reopened.close();
 });
@@ -158,16 +182,27 @@ test('when indexing fails, committed events stay readable, appends go on up to t
   const admin = new Database(path.join(dir, 'parley.db'));
   admin.exec("CREATE TRIGGER refuse BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'the index refuses'); END");
   const committed = await store.appendMany(C, [msg('a'), msg('b')]);
-  assert.deepEqual(committed.map((e) => e.seq), [2, 3]);
+  assert.deepEqual(
+    committed.map((e) => e.seq),
+    [2, 3],
+  );
   // the journal takes appends until the tail's bound; then they answer with the index's reason instead of waiting
   const refused = await waitFor(
-    () => store.append(C, msg('more')).then(() => null, (err: Error) => err),
+    () =>
+      store.append(C, msg('more')).then(
+        () => null,
+        (err: Error) => err,
+      ),
     'appends to fail once the tail is full and the index cannot write',
   );
   assert.ok(refused instanceof UnavailableError && /event index cannot be written \(the index refuses\)/.test(refused.message), String(refused));
   // everything committed is still read, in order, from memory above what the index holds
   const seqs = (await store.query(C, { limit: 1000 })).map((e) => e.seq);
-  assert.deepEqual(seqs, Array.from({ length: seqs.length }, (_, i) => i + 1), 'gap-free: the refused appends took no seq');
+  assert.deepEqual(
+    seqs,
+    Array.from({ length: seqs.length }, (_, i) => i + 1),
+    'gap-free: the refused appends took no seq',
+  );
   assert.equal(store.unindexed, 5);
   assert.equal(await store.count(C, {}), seqs.length);
   assert.equal((await store.get(C, committed[1]!.id))?.seq, 3);
@@ -182,7 +217,10 @@ test('when indexing fails, committed events stay readable, appends go on up to t
   await store.close();
   admin.close();
   const reopened = new SqliteStore(dir);
-  assert.deepEqual((await reopened.query(C, { limit: 1000 })).map((e) => e.seq), [...seqs, seqs.length + 1]);
+  assert.deepEqual(
+    (await reopened.query(C, { limit: 1000 })).map((e) => e.seq),
+    [...seqs, seqs.length + 1],
+  );
   await reopened.close();
 });
 
@@ -201,7 +239,11 @@ test('a store closed while its index cannot write keeps the journal, and the nex
   admin.exec('DROP TRIGGER refuse');
   admin.close();
   const reopened = new SqliteStore(dir);
-  assert.deepEqual((await reopened.query(C, { limit: 1000 })).map((e) => e.seq), [1, 2, 3], 're-indexed from the journal at start-up');
+  assert.deepEqual(
+    (await reopened.query(C, { limit: 1000 })).map((e) => e.seq),
+    [1, 2, 3],
+    're-indexed from the journal at start-up',
+  );
   assert.equal((await reopened.append(C, msg('next'))).seq, 4);
   await reopened.close();
 });
@@ -219,15 +261,24 @@ test('SQLITE_SYNCHRONOUS=FULL: appends, rotation and reopen work with every fram
   assert.equal(await store.count(C, {}), 40);
   await store.close();
   const reopened = new SqliteStore(dir, { synchronous: 'FULL' });
-  assert.deepEqual((await reopened.query(C, { limit: 100 })).map((e) => e.seq), Array.from({ length: 40 }, (_, i) => i + 1));
+  assert.deepEqual(
+    (await reopened.query(C, { limit: 100 })).map((e) => e.seq),
+    Array.from({ length: 40 }, (_, i) => i + 1),
+  );
   await reopened.close();
 });
 
 const strace = spawnSync('strace', ['-V'], { encoding: 'utf8' }).status === 0;
-test('the syncs reach the kernel: FULL fdatasyncs every journal frame and fsyncs the journal directory; NORMAL syncs no frame', { skip: strace ? false : 'strace is not installed' }, () => {
+test('the syncs reach the kernel: FULL fdatasyncs every journal frame and fsyncs the journal directory; NORMAL syncs no frame', {
+  skip: strace ? false : 'strace is not installed',
+}, () => {
   const syncs = (mode: string) => {
     const dir = tempDir();
-    const r = spawnSync('strace', ['-f', '-y', '-e', 'trace=fsync,fdatasync', '-o', path.join(dir, 'strace.txt'), process.execPath, ...SYNC, dir, mode], { cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
+    const r = spawnSync('strace', ['-f', '-y', '-e', 'trace=fsync,fdatasync', '-o', path.join(dir, 'strace.txt'), process.execPath, ...SYNC, dir, mode], {
+      cwd: ROOT,
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
     assert.equal(r.status, 0, r.stderr);
     const lines = fs.readFileSync(path.join(dir, 'strace.txt'), 'utf8').split('\n');
     return {

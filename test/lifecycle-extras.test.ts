@@ -24,7 +24,8 @@ async function daemon(env: Record<string, string> = {}) {
   daemons.push(d);
   return d;
 }
-const preparationDone = (d: DaemonHandle, id: string) => waitFor(async () => (await d.req('GET', `/api/conversations/${id}`)).body.setup?.phase === 'ready', 'the preparation done');
+const preparationDone = (d: DaemonHandle, id: string) =>
+  waitFor(async () => (await d.req('GET', `/api/conversations/${id}`)).body.setup?.phase === 'ready', 'the preparation done');
 const wsDir = (d: DaemonHandle, id: string) => path.join(d.dataDir, 'workspaces', id.replace(/-/g, ''));
 
 describe('workspaces', () => {
@@ -53,7 +54,18 @@ describe('workspaces', () => {
 });
 
 describe('context window', () => {
-  const contextError = { error: { status: 400, body: { error: { message: "This model's maximum context length is 4096 tokens. However, your messages resulted in 9000 tokens.", type: 'invalid_request_error', code: 'context_length_exceeded' } } } };
+  const contextError = {
+    error: {
+      status: 400,
+      body: {
+        error: {
+          message: "This model's maximum context length is 4096 tokens. However, your messages resulted in 9000 tokens.",
+          type: 'invalid_request_error',
+          code: 'context_length_exceeded',
+        },
+      },
+    },
+  };
   test('a context-window error condenses the history and retries once', async () => {
     const d = await daemon();
     const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
@@ -94,7 +106,12 @@ describe('custom secrets', () => {
     const V2 = 'second-SECRET-value-456';
     assert.equal((await d.req('POST', '/api/secrets', { name: 'API_TOKEN', value: V1, description: 'for the API' })).status, 201);
     assert.equal((await d.req('POST', '/api/secrets', { name: 'API_TOKEN', value: 'x1234567' })).status, 409);
-    for (const bad of [{ name: '1BAD', value: 'v' }, { name: 'has space', value: 'v' }, { name: 'OK_NAME', value: '' }, { name: 'OK', value: 'v', extra: 1 }]) {
+    for (const bad of [
+      { name: '1BAD', value: 'v' },
+      { name: 'has space', value: 'v' },
+      { name: 'OK_NAME', value: '' },
+      { name: 'OK', value: 'v', extra: 1 },
+    ]) {
       const r = await d.req('POST', '/api/secrets', bad);
       assert.equal(r.status, 422, JSON.stringify(bad));
     }

@@ -134,8 +134,23 @@ describe('own Chat Completions client, against the AI SDK provider on the same b
   it('sends the same request body as the AI SDK, byte for byte, step after step', async () => {
     const png = Buffer.from('89504e470d0a1a0a0000000d49484452', 'hex');
     const history: ModelMessage[] = [
-      { role: 'user', content: [{ type: 'text', text: 'Look at this' }, { type: 'image', image: png, mediaType: 'image/png' }, { type: 'image', image: 'data:image/jpeg;base64,/9j/4AAQ' }] },
-      { role: 'assistant', content: [{ type: 'reasoning', text: 'thinking' }, { type: 'text', text: 'I will run it. ' }, { type: 'tool-call', toolCallId: 'c1', toolName: 'terminal', input: { command: 'ls "a b"\n' } }, { type: 'tool-call', toolCallId: 'c2', toolName: 'terminal', input: 'not an object' }] },
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'Look at this' },
+          { type: 'image', image: png, mediaType: 'image/png' },
+          { type: 'image', image: 'data:image/jpeg;base64,/9j/4AAQ' },
+        ],
+      },
+      {
+        role: 'assistant',
+        content: [
+          { type: 'reasoning', text: 'thinking' },
+          { type: 'text', text: 'I will run it. ' },
+          { type: 'tool-call', toolCallId: 'c1', toolName: 'terminal', input: { command: 'ls "a b"\n' } },
+          { type: 'tool-call', toolCallId: 'c2', toolName: 'terminal', input: 'not an object' },
+        ],
+      },
       {
         role: 'tool',
         content: [
@@ -171,7 +186,18 @@ describe('own Chat Completions client, against the AI SDK provider on the same b
 
   it('streams text split anywhere (CRLF, comments, UTF-8 characters cut in two) as the AI SDK does', async () => {
     const text = 'Grüße, 世界 🙂 — done.';
-    const bytes = Buffer.from(sse(chunk({ role: 'assistant', content: '' }), chunk({ content: text.slice(0, 9) }), chunk({ content: text.slice(9) }), chunk({}, 'stop'), chunk(null, null, { usage: { prompt_tokens: 12, completion_tokens: 5 } }), '[DONE]').join('').replace(/\n/g, '\r\n'));
+    const bytes = Buffer.from(
+      sse(
+        chunk({ role: 'assistant', content: '' }),
+        chunk({ content: text.slice(0, 9) }),
+        chunk({ content: text.slice(9) }),
+        chunk({}, 'stop'),
+        chunk(null, null, { usage: { prompt_tokens: 12, completion_tokens: 5 } }),
+        '[DONE]',
+      )
+        .join('')
+        .replace(/\n/g, '\r\n'),
+    );
     // cut every few bytes: inside lines, inside "\r\n", inside multi-byte characters
     const pieces: Buffer[] = [Buffer.from(': keep-alive comment\r\n\r\n')];
     for (let i = 0; i < bytes.length; i += 7) pieces.push(bytes.subarray(i, i + 7));
@@ -192,7 +218,9 @@ describe('own Chat Completions client, against the AI SDK provider on the same b
       chunk({ tool_calls: [{ index: 0, id: 'call_a', type: 'function', function: { name: 'terminal', arguments: '' } }] }),
       chunk({ tool_calls: [{ index: 1, id: 'call_b', type: 'function', function: { name: 'file_editor', arguments: args2.slice(0, 10) } }] }),
       ...[0, 5, 12].map((at, i, all) => chunk({ tool_calls: [{ index: 0, function: { arguments: args1.slice(at, all[i + 1]) } }] })),
-      ...Array.from({ length: Math.ceil((args2.length - 10) / 33) }, (_, i) => chunk({ tool_calls: [{ index: 1, function: { arguments: args2.slice(10 + i * 33, 10 + (i + 1) * 33) } }] })),
+      ...Array.from({ length: Math.ceil((args2.length - 10) / 33) }, (_, i) =>
+        chunk({ tool_calls: [{ index: 1, function: { arguments: args2.slice(10 + i * 33, 10 + (i + 1) * 33) } }] }),
+      ),
       chunk({}, 'tool_calls'),
       chunk(null, null, { usage: { prompt_tokens: 900, completion_tokens: 80, total_tokens: 980, prompt_tokens_details: { cached_tokens: 768 } } }),
       '[DONE]',
@@ -216,11 +244,33 @@ describe('own Chat Completions client, against the AI SDK provider on the same b
   it('handles the tool-call variants of other servers as the AI SDK does', async () => {
     const variants: [string, unknown[]][] = [
       // arguments before the name, on the same index
-      ['arguments first', [chunk({ tool_calls: [{ index: 0, id: 'c1', function: { arguments: '{"command":' } }] }), chunk({ tool_calls: [{ index: 0, function: { name: 'terminal', arguments: '"ls"}' } }] }), chunk({}, 'tool_calls')]],
+      [
+        'arguments first',
+        [
+          chunk({ tool_calls: [{ index: 0, id: 'c1', function: { arguments: '{"command":' } }] }),
+          chunk({ tool_calls: [{ index: 0, function: { name: 'terminal', arguments: '"ls"}' } }] }),
+          chunk({}, 'tool_calls'),
+        ],
+      ],
       // every call whole in one chunk, all numbered 0, each with its own id (Ollama-like)
-      ['index reused', [chunk({ tool_calls: [{ index: 0, id: 'c1', function: { name: 'terminal', arguments: '{"command":"a"}' } }] }), chunk({ tool_calls: [{ index: 0, id: 'c2', function: { name: 'terminal', arguments: '{"command":"b"}' } }] }), chunk({}, 'tool_calls')]],
+      [
+        'index reused',
+        [
+          chunk({ tool_calls: [{ index: 0, id: 'c1', function: { name: 'terminal', arguments: '{"command":"a"}' } }] }),
+          chunk({ tool_calls: [{ index: 0, id: 'c2', function: { name: 'terminal', arguments: '{"command":"b"}' } }] }),
+          chunk({}, 'tool_calls'),
+        ],
+      ],
       // no index at all (Gemini-like), continued by id
-      ['no index', [chunk({ tool_calls: [{ id: 'g1', function: { name: 'terminal', arguments: '{"command"' } }] }), chunk({ tool_calls: [{ id: 'g1', function: { arguments: ':"x"}' } }] }), chunk({ tool_calls: [{ id: 'g2', function: { name: 'file_editor', arguments: '{}' } }] }), chunk({}, 'stop')]],
+      [
+        'no index',
+        [
+          chunk({ tool_calls: [{ id: 'g1', function: { name: 'terminal', arguments: '{"command"' } }] }),
+          chunk({ tool_calls: [{ id: 'g1', function: { arguments: ':"x"}' } }] }),
+          chunk({ tool_calls: [{ id: 'g2', function: { name: 'file_editor', arguments: '{}' } }] }),
+          chunk({}, 'stop'),
+        ],
+      ],
       // content as an array of parts, an odd finish reason, no usage
       ['content parts', [chunk({ content: [{ type: 'text', text: 'par' }, { type: 'image_url' }, { type: 'text', text: 'ts' }] }), chunk({}, 'length')]],
       ['other reason', [chunk({ content: 'x' }), chunk({}, 'eos_token')]],
@@ -254,7 +304,10 @@ describe('own Chat Completions client, against the AI SDK provider on the same b
 
   it('classifies HTTP errors, in-stream errors and broken streams as the AI SDK does', async () => {
     const replies: [string, RawReply][] = [
-      ['429', { status: 429, headers: { 'retry-after': '0' }, pieces: ['{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}'] }],
+      [
+        '429',
+        { status: 429, headers: { 'retry-after': '0' }, pieces: ['{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}'] },
+      ],
       ['quota', { status: 429, pieces: ['{"error":{"message":"You exceeded your current quota","type":"insufficient_quota"}}'] }],
       ['500', { status: 500, pieces: ['{"error":{"message":"Internal error"}}'] }],
       ['503 text', { status: 503, headers: { 'content-type': 'text/plain' }, pieces: ['upstream connect error'] }],
@@ -299,10 +352,12 @@ describe('own Chat Completions client, against the AI SDK provider on the same b
       ['{"id":"x"}', /no choices array/],
     ] as const) {
       srv.push({ pieces: sse(chunk({ content: 'ok so far' }), bad, chunk({}, 'stop')) });
-      const err = await createLlmClient(settings('own')).complete(request()).then(
-        () => assert.fail('expected an error'),
-        (e: unknown) => e as ProviderError,
-      );
+      const err = await createLlmClient(settings('own'))
+        .complete(request())
+        .then(
+          () => assert.fail('expected an error'),
+          (e: unknown) => e as ProviderError,
+        );
       assert.ok(err instanceof ProviderError);
       assert.equal(err.code, 'StreamInterrupted');
       assert.equal(err.retryable, true);
@@ -319,7 +374,9 @@ describe('own Chat Completions client, against the AI SDK provider on the same b
     );
     const n = srv.bodies.length;
     const retries: { code: string; delayMs: number }[] = [];
-    const res = await createLlmClient(settings('own', { maxAttempts: 3 })).complete(request({ onRetry: (i) => retries.push({ code: i.error.code, delayMs: i.delayMs }) }));
+    const res = await createLlmClient(settings('own', { maxAttempts: 3 })).complete(
+      request({ onRetry: (i) => retries.push({ code: i.error.code, delayMs: i.delayMs }) }),
+    );
     assert.equal(res.text, 'finally');
     assert.equal(srv.bodies.length - n, 3);
     assert.equal(retries.length, 2);

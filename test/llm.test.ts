@@ -4,14 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import type { ModelMessage } from 'ai';
 import { convertToLanguageModelPrompt } from 'ai/internal';
-import {
-  cacheControlProviderOptions,
-  createLlmClient,
-  parseModelString,
-  toAssistantMessage,
-  withCacheControl,
-  type LlmSettings,
-} from '../src/llm/provider.js';
+import { cacheControlProviderOptions, createLlmClient, parseModelString, toAssistantMessage, withCacheControl, type LlmSettings } from '../src/llm/provider.js';
 import { ProviderError, parseRetryAfter, scrubSecrets } from '../src/llm/errors.js';
 import { ImageResolver } from '../src/llm/image-urls.js';
 import { defaultContextWindow, defaultSupportsImages } from '../src/llm/models.js';
@@ -68,7 +61,10 @@ describe('model strings and defaults', () => {
   it('rejects bad model strings naming the allowed providers', () => {
     assert.throws(() => parseModelString('gpt-4o'), /openai, anthropic/);
     assert.throws(() => parseModelString('openai/'), /openai, anthropic/);
-    assert.throws(() => parseModelString('mystery/model-x'), (e: Error) => /mystery/.test(e.message) && /openai, anthropic/.test(e.message));
+    assert.throws(
+      () => parseModelString('mystery/model-x'),
+      (e: Error) => /mystery/.test(e.message) && /openai, anthropic/.test(e.message),
+    );
     assert.throws(() => createLlmClient({ model: 'nope' }), /provider/);
   });
 
@@ -105,10 +101,22 @@ describe('model strings and defaults', () => {
     assert.equal(parseRetryAfter({ 'retry-after-ms': '150', 'retry-after': '9' }, now), 150);
     assert.equal(parseRetryAfter({}, now), undefined);
     const s = { baseDelayMs: 100, maxDelayMs: 1000, maxRetryAfterMs: 5000 };
-    assert.equal(retryDelayMs(1, s, undefined, () => 0), 50);
-    assert.equal(retryDelayMs(1, s, undefined, () => 1), 100);
-    assert.equal(retryDelayMs(3, s, undefined, () => 1), 400);
-    assert.equal(retryDelayMs(10, s, undefined, () => 1), 1000);
+    assert.equal(
+      retryDelayMs(1, s, undefined, () => 0),
+      50,
+    );
+    assert.equal(
+      retryDelayMs(1, s, undefined, () => 1),
+      100,
+    );
+    assert.equal(
+      retryDelayMs(3, s, undefined, () => 1),
+      400,
+    );
+    assert.equal(
+      retryDelayMs(10, s, undefined, () => 1),
+      1000,
+    );
     assert.equal(retryDelayMs(1, s, 2500), 2500);
     assert.equal(retryDelayMs(1, s, 60_000), 5000);
   });
@@ -121,11 +129,19 @@ describe('model strings and defaults', () => {
 });
 
 describe('prompt conversion', () => {
-  const converter = () => new PromptConverter({ supportsImages: true, textOnlyToolResults: false, images: new ImageResolver(() => ({})), supportedUrls: () => ({}) });
+  const converter = () =>
+    new PromptConverter({ supportsImages: true, textOnlyToolResults: false, images: new ImageResolver(() => ({})), supportedUrls: () => ({}) });
   const cache = cacheControlProviderOptions();
   const history: ModelMessage[] = [
     { role: 'user', content: 'Hello' },
-    { role: 'user', content: [{ type: 'text', text: 'a' }, { type: 'text', text: '' }], providerOptions: cache },
+    {
+      role: 'user',
+      content: [
+        { type: 'text', text: 'a' },
+        { type: 'text', text: '' },
+      ],
+      providerOptions: cache,
+    },
     {
       role: 'assistant',
       content: [
@@ -139,7 +155,13 @@ describe('prompt conversion', () => {
     { role: 'tool', content: [{ type: 'tool-result', toolCallId: 'c1', toolName: 't', output: { type: 'text', value: 'r1' } }], providerOptions: cache },
     { role: 'tool', content: [{ type: 'tool-result', toolCallId: 'c2', toolName: 't', output: { type: 'error-text', value: 'r2' } }] },
     { role: 'assistant', content: 'plain' },
-    { role: 'user', content: [{ type: 'text', text: 'img' }, { type: 'image', image: 'data:image/png;base64,iVBORw0KGgo=' }] },
+    {
+      role: 'user',
+      content: [
+        { type: 'text', text: 'img' },
+        { type: 'image', image: 'data:image/png;base64,iVBORw0KGgo=' },
+      ],
+    },
   ];
 
   it('converts a history as the AI SDK does, without its validation pass', async () => {
@@ -216,9 +238,7 @@ describe('OpenAI-compatible provider against the scripted server', () => {
     const res = await createLlmClient(settings()).complete(request());
     assert.equal(res.text, 'Listing files.');
     assert.equal(res.finishReason, 'tool-calls');
-    assert.deepEqual(res.toolCalls, [
-      { id: 'call_abc', name: 'terminal', input: { command: 'ls -la /tmp' }, rawInput: '{"command":"ls -la /tmp"}' },
-    ]);
+    assert.deepEqual(res.toolCalls, [{ id: 'call_abc', name: 'terminal', input: { command: 'ls -la /tmp' }, rawInput: '{"command":"ls -la /tmp"}' }]);
   });
 
   it('returns several tool calls from one response (arguments split across chunks)', async () => {
@@ -328,15 +348,18 @@ describe('OpenAI-compatible provider against the scripted server', () => {
   });
 
   it('retries 500s and dropped streams', async () => {
-    llm.push({ error: { status: 500 } }, { error: { status: 503, body: 'upstream connect error' } }, { dropStream: true, text: 'partial text here' }, {
-      text: 'finally',
-    });
+    llm.push(
+      { error: { status: 500 } },
+      { error: { status: 503, body: 'upstream connect error' } },
+      { dropStream: true, text: 'partial text here' },
+      {
+        text: 'finally',
+      },
+    );
     const codes: string[] = [];
     const deltas: string[] = [];
     const n = llm.requests.length;
-    const res = await createLlmClient(settings()).complete(
-      request({ onRetry: (i) => codes.push(i.error.code), onTextDelta: (d) => deltas.push(d) }),
-    );
+    const res = await createLlmClient(settings()).complete(request({ onRetry: (i) => codes.push(i.error.code), onTextDelta: (d) => deltas.push(d) }));
     assert.equal(res.text, 'finally');
     assert.deepEqual(codes, ['ProviderUnavailable', 'ProviderUnavailable', 'StreamInterrupted']);
     assert.equal(llm.requests.length - n, 4);
@@ -348,9 +371,7 @@ describe('OpenAI-compatible provider against the scripted server', () => {
     llm.push({ error: { status: 502 } }, { error: { status: 502 } }, { error: { status: 502 } }, { text: 'never reached' });
     const n = llm.requests.length;
     const retries: number[] = [];
-    const err = await expectProviderError(
-      createLlmClient(settings({ maxAttempts: 3 })).complete(request({ onRetry: (i) => retries.push(i.attempt) })),
-    );
+    const err = await expectProviderError(createLlmClient(settings({ maxAttempts: 3 })).complete(request({ onRetry: (i) => retries.push(i.attempt) })));
     assert.equal(err.code, 'ProviderUnavailable');
     assert.equal(err.retryable, true);
     assert.equal(err.status, 502);
@@ -475,7 +496,14 @@ describe('OpenAI-compatible provider against the scripted server', () => {
     llm.push({ text: 'a b c' });
     const boom = new Error('callback bug');
     await assert.rejects(
-      createLlmClient(settings()).complete(request({ onTextDelta: () => { throw boom; }, onRetry: () => assert.fail('retried') })),
+      createLlmClient(settings()).complete(
+        request({
+          onTextDelta: () => {
+            throw boom;
+          },
+          onRetry: () => assert.fail('retried'),
+        }),
+      ),
       (e) => e === boom,
     );
   });
@@ -483,7 +511,13 @@ describe('OpenAI-compatible provider against the scripted server', () => {
   it('replaces images for text-only models and sends them to vision models', async () => {
     const png = Buffer.from('89504e470d0a1a0a', 'hex');
     const messages: ModelMessage[] = [
-      { role: 'user', content: [{ type: 'text', text: 'What is this?' }, { type: 'image', image: png, mediaType: 'image/png' }] },
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'What is this?' },
+          { type: 'image', image: png, mediaType: 'image/png' },
+        ],
+      },
     ];
     llm.push({ text: 'no eyes' }, { text: 'a png' });
     const n = llm.requests.length;
@@ -513,7 +547,13 @@ describe('OpenAI-compatible provider against the scripted server', () => {
                 type: 'tool-result',
                 toolCallId: 'call_s',
                 toolName: 'terminal',
-                output: { type: 'content', value: [{ type: 'text', text: 'saved shot.png' }, { type: 'image-data', data: b64, mediaType: 'image/png' }] },
+                output: {
+                  type: 'content',
+                  value: [
+                    { type: 'text', text: 'saved shot.png' },
+                    { type: 'image-data', data: b64, mediaType: 'image/png' },
+                  ],
+                },
               },
             ],
           },
@@ -651,7 +691,9 @@ describe('Anthropic provider against a scripted Messages API', () => {
           toAssistantMessage(first),
           {
             role: 'tool',
-            content: [{ type: 'tool-result', toolCallId: 'toolu_bad', toolName: 'terminal', output: { type: 'error-text', value: first.toolCalls[0]!.error! } }],
+            content: [
+              { type: 'tool-result', toolCallId: 'toolu_bad', toolName: 'terminal', output: { type: 'error-text', value: first.toolCalls[0]!.error! } },
+            ],
           },
         ],
       }),

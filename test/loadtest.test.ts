@@ -17,11 +17,30 @@ const DURATION = '0.3';
 function loadtest(...args: string[]) {
   const entry = args.includes('--daemon-entry') ? [] : ['--daemon-entry', DAEMON_ENTRY];
   const rounds = args.includes('--rounds') ? [] : ['--rounds', '1'];
-  return spawnSync(process.execPath, ['--import', 'tsx', 'scripts/loadtest.ts', '--duration', DURATION, '--warmup', '0', '--conversations', '3', '--concurrency', '4', ...entry, ...rounds, ...args], {
-    cwd: ROOT,
-    encoding: 'utf8',
-    timeout: 120_000,
-  });
+  return spawnSync(
+    process.execPath,
+    [
+      '--import',
+      'tsx',
+      'scripts/loadtest.ts',
+      '--duration',
+      DURATION,
+      '--warmup',
+      '0',
+      '--conversations',
+      '3',
+      '--concurrency',
+      '4',
+      ...entry,
+      ...rounds,
+      ...args,
+    ],
+    {
+      cwd: ROOT,
+      encoding: 'utf8',
+      timeout: 120_000,
+    },
+  );
 }
 
 test('the load test measures both targets in rounds, prints the ratio of each round and their median, and verifies every 200 of every round was committed and published (auth on)', () => {
@@ -31,7 +50,9 @@ test('the load test measures both targets in rounds, prints the ratio of each ro
   assert.equal(r.stdout.match(/^ {2}Parley POST .* req\/s/gm)?.length, 3, r.stdout);
   assert.equal(r.stdout.match(/^ {2}bare uWS route .* req\/s/gm)?.length, 3, r.stdout);
   const round = String.raw`[\d,]+ \/ [\d,]+ = (\d\.\d{3}) \(\d+\.\d µs\)`;
-  const rounds = new RegExp(String.raw`rounds \(Parley \/ bare req\/s = ratio, daemon CPU per request\): 1: ${round}; 2: ${round}; 3: ${round}; (\d) of 3 at or above the floor`).exec(r.stdout);
+  const rounds = new RegExp(
+    String.raw`rounds \(Parley \/ bare req\/s = ratio, daemon CPU per request\): 1: ${round}; 2: ${round}; 3: ${round}; (\d) of 3 at or above the floor`,
+  ).exec(r.stdout);
   assert.ok(rounds, r.stdout);
   const ratios = rounds!.slice(1, 4).map(Number);
   const median = [...ratios].sort((a, b) => a - b)[1]!;
@@ -75,7 +96,10 @@ test('across nodes: two nodes on PostgreSQL + NATS, subscribers on the other nod
   const r = loadtest('--setups', 'pg-nats-2', '--conversations', '4');
   assert.equal(r.status, 0, r.stdout + r.stderr);
   assert.match(r.stdout, /setups: 2 nodes, PostgreSQL \+ NATS/);
-  const m = /committed: (\d+)\/(\d+), published: (\d+)\/(\d+) \(4 of 4 conversations subscribed, each on another node than its writer; seq order gap-free\)/.exec(r.stdout);
+  const m =
+    /committed: (\d+)\/(\d+), published: (\d+)\/(\d+) \(4 of 4 conversations subscribed, each on another node than its writer; seq order gap-free\)/.exec(
+      r.stdout,
+    );
   assert.ok(m, r.stdout);
   assert.ok(Number(m![1]) > 0);
   assert.equal(m![1], m![2]);
@@ -87,7 +111,10 @@ test('a duration that is not a number of seconds from 0.1 up is refused with one
   for (const bad of ['0.05', '1e3', '601']) {
     const r = loadtest('--duration', bad);
     assert.equal(r.status, 2, `${bad}: ${r.stdout}${r.stderr}`);
-    assert.match(r.stderr, new RegExp(String.raw`^loadtest: --duration must be a number of seconds between 0\.1 and 600 \(got "${bad.replace('.', '\\.')}"\)$`, 'm'));
+    assert.match(
+      r.stderr,
+      new RegExp(String.raw`^loadtest: --duration must be a number of seconds between 0\.1 and 600 \(got "${bad.replace('.', '\\.')}"\)$`, 'm'),
+    );
     assert.doesNotMatch(r.stdout, /Parley POST/);
   }
 });

@@ -30,8 +30,6 @@ function stdio(name: string, env?: Record<string, string>) {
   return { name, command: process.execPath, args: [...STDIO_SERVER, name], ...(env ? { env } : {}) };
 }
 
-
-
 /** A TCP server that accepts connections and never answers (an MCP server stuck at start). */
 async function startHangingServer(): Promise<{ port: number; close(): Promise<void> }> {
   const sockets = new Set<Socket>();
@@ -59,7 +57,13 @@ const textOf = (obs: any) => (obs.observation.content as any[]).map((c) => c.tex
 function resultFor(evs: any[], toolName: string, nth = 0): any {
   const actions = evs.filter((e) => e.kind === 'ActionEvent' && e.tool_name === toolName);
   const a = actions[nth];
-  assert.ok(a, `action ${toolName}#${nth}; have ${evs.filter((e) => e.kind === 'ActionEvent').map((e) => e.tool_name).join(', ')}`);
+  assert.ok(
+    a,
+    `action ${toolName}#${nth}; have ${evs
+      .filter((e) => e.kind === 'ActionEvent')
+      .map((e) => e.tool_name)
+      .join(', ')}`,
+  );
   const r = evs.find((e) => (e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent') && e.tool_call_id === a.tool_call_id);
   assert.ok(r, `result for ${toolName}#${nth}`);
   assert.ok(r.seq > a.seq, 'the action comes first');
@@ -101,7 +105,10 @@ describe('MCP config through the API', () => {
     const stored = await req('POST', '/api/add-git-providers', {
       provider_tokens: {},
       mcp_config: {
-        stdio_servers: [{ name: 'local', command: '/nonexistent/default-local', env: { DEFAULT_ENV: DEFAULT_KEY } }, { name: 'tools', command: '/bin/true', args: ['x'] }],
+        stdio_servers: [
+          { name: 'local', command: '/nonexistent/default-local', env: { DEFAULT_ENV: DEFAULT_KEY } },
+          { name: 'tools', command: '/bin/true', args: ['x'] },
+        ],
         shttp_servers: [{ url: shttp.url, api_key: DEFAULT_KEY }],
         sse_servers: [{ url: sse.url, api_key: SSE_KEY }],
       },
@@ -124,19 +131,37 @@ describe('MCP config through the API', () => {
 
     const check = async () => {
       const ca = (await req('GET', `/api/conversations/${idA}`)).body.mcp_config;
-      assert.deepEqual(ca.stdio_servers.map((s: any) => [s.name, s.command]).sort(), [['local', process.execPath], ['tools', '/bin/true']]);
+      assert.deepEqual(ca.stdio_servers.map((s: any) => [s.name, s.command]).sort(), [
+        ['local', process.execPath],
+        ['tools', '/bin/true'],
+      ]);
       assert.deepEqual(ca.stdio_servers.find((s: any) => s.name === 'local').env, { SECRET_ENV: '<secret_hidden>' });
-      assert.deepEqual(ca.shttp_servers.map((s: any) => [s.url, s.api_key ?? null]).sort(), [[plain.url, null], [shttp.url, '<secret_hidden>']].sort());
+      assert.deepEqual(
+        ca.shttp_servers.map((s: any) => [s.url, s.api_key ?? null]).sort(),
+        [
+          [plain.url, null],
+          [shttp.url, '<secret_hidden>'],
+        ].sort(),
+      );
       assert.equal(ca.shttp_servers.find((s: any) => s.url === shttp.url).timeout, 20, 'the conversation entry won');
-      assert.deepEqual(ca.sse_servers, [{ url: sse.url.replace(/^http:/, 'HTTP:'), api_key: '<secret_hidden>' }], 'one entry: the conversation\'s');
+      assert.deepEqual(ca.sse_servers, [{ url: sse.url.replace(/^http:/, 'HTTP:'), api_key: '<secret_hidden>' }], "one entry: the conversation's");
       const cb = (await req('GET', `/api/conversations/${idB}`)).body.mcp_config;
-      assert.deepEqual(cb.stdio_servers.map((s: any) => [s.name, s.command, s.env]), [['local', '/nonexistent/default-local', { DEFAULT_ENV: '<secret_hidden>' }], ['tools', '/bin/true', {}]]);
+      assert.deepEqual(
+        cb.stdio_servers.map((s: any) => [s.name, s.command, s.env]),
+        [
+          ['local', '/nonexistent/default-local', { DEFAULT_ENV: '<secret_hidden>' }],
+          ['tools', '/bin/true', {}],
+        ],
+      );
       assert.deepEqual(cb.shttp_servers, [{ url: shttp.url, api_key: '<secret_hidden>' }]);
       // the status endpoint shows the same effective config, one server per entry
       const ma = (await req('GET', `/api/conversations/${idA}/mcp`)).body;
       assert.deepEqual(ma.config, ca);
       assert.equal(ma.servers.length, 5, JSON.stringify(ma.servers));
-      assert.ok(ma.servers.every((s: any) => s.state === 'configured' && s.tools.length === 0), 'nothing starts before a run');
+      assert.ok(
+        ma.servers.every((s: any) => s.state === 'configured' && s.tools.length === 0),
+        'nothing starts before a run',
+      );
     };
     await check();
     await d.stop();
@@ -146,7 +171,9 @@ describe('MCP config through the API', () => {
 
     // the conversation's own key is a secret for every exit after the restart too (terminal output included)
     llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: `echo "key=${CONV_ONLY_KEY}"` } }] }, { text: 'ok' });
-    const c = await req('POST', '/api/conversations', { mcp_config: { sse_servers: [{ url: `http://127.0.0.1:${await freePort()}/sse`, api_key: CONV_ONLY_KEY }] } });
+    const c = await req('POST', '/api/conversations', {
+      mcp_config: { sse_servers: [{ url: `http://127.0.0.1:${await freePort()}/sse`, api_key: CONV_ONLY_KEY }] },
+    });
     const idC = c.body.conversation_id as string;
     await d.stop();
     d = await daemon({}, dir);
@@ -173,19 +200,24 @@ describe('MCP tools in a conversation', () => {
     const sseName = `127_0_0_1_${sse.port}`;
     const before = llm.requests.length;
     llm.push(
-      { text: 'Calling everything.', toolCalls: [
-        { name: 'local_echo', arguments: { text: 'from stdio' } },
-        { name: `${shttpName}_echo`, arguments: { text: 'from shttp' } },
-        { name: `${sseName}_echo`, arguments: { text: 'from sse' } },
-      ] },
-      { toolCalls: [
-        { name: `${shttpName}_fail`, arguments: {} },
-        { name: `${sseName}_fail`, arguments: {} },
-        { name: `${shttpName}_auth_header`, arguments: {} },
-        { name: `${sseName}_auth_header`, arguments: {} },
-        { name: 'local_env', arguments: { name: 'SECRET_ENV' } },
-        { name: 'local_cwd', arguments: {} },
-      ] },
+      {
+        text: 'Calling everything.',
+        toolCalls: [
+          { name: 'local_echo', arguments: { text: 'from stdio' } },
+          { name: `${shttpName}_echo`, arguments: { text: 'from shttp' } },
+          { name: `${sseName}_echo`, arguments: { text: 'from sse' } },
+        ],
+      },
+      {
+        toolCalls: [
+          { name: `${shttpName}_fail`, arguments: {} },
+          { name: `${sseName}_fail`, arguments: {} },
+          { name: `${shttpName}_auth_header`, arguments: {} },
+          { name: `${sseName}_auth_header`, arguments: {} },
+          { name: 'local_env', arguments: { name: 'SECRET_ENV' } },
+          { name: 'local_cwd', arguments: {} },
+        ],
+      },
       { text: 'all tools called' },
     );
     const r = await req('POST', '/api/conversations', {
@@ -200,7 +232,11 @@ describe('MCP tools in a conversation', () => {
     await waitStatus(req, id, 'finished');
     const evs = await allEvents(req, id);
 
-    for (const [tool, want] of [['local_echo', 'echo: from stdio'], [`${shttpName}_echo`, 'echo: from shttp'], [`${sseName}_echo`, 'echo: from sse']]) {
+    for (const [tool, want] of [
+      ['local_echo', 'echo: from stdio'],
+      [`${shttpName}_echo`, 'echo: from shttp'],
+      [`${sseName}_echo`, 'echo: from sse'],
+    ]) {
       const o = resultFor(evs, tool!);
       assert.equal(o.kind, 'ObservationEvent');
       assert.equal(textOf(o), want);
@@ -223,7 +259,8 @@ describe('MCP tools in a conversation', () => {
     // the LLM was offered the MCP tools with their JSON schemas next to the built-ins
     const first = llm.requests[before]!.body;
     const tools = new Map<string, any>(first.tools.map((t: any) => [t.function.name, t.function]));
-    for (const n of ['terminal', 'think', 'finish', 'local_echo', 'local_think', `${shttpName}_echo`, `${sseName}_echo`, `${sseName}_slow`]) assert.ok(tools.has(n), `tool ${n} offered`);
+    for (const n of ['terminal', 'think', 'finish', 'local_echo', 'local_think', `${shttpName}_echo`, `${sseName}_echo`, `${sseName}_slow`])
+      assert.ok(tools.has(n), `tool ${n} offered`);
     assert.ok(!tools.has('echo'), 'with several servers every tool is prefixed');
     const echo = tools.get(`${shttpName}_echo`);
     assert.equal(echo.description, 'Echo the given text.');
@@ -239,7 +276,16 @@ describe('MCP tools in a conversation', () => {
 
   test('with one server the tools keep their own names; a clash with a built-in is prefixed', async () => {
     const before = llm.requests.length;
-    llm.push({ toolCalls: [{ name: 'echo', arguments: { text: 'bare name' } }, { name: 'local_think', arguments: {} }, { name: 'think', arguments: { thought: 'built-in' } }] }, { text: 'ok' });
+    llm.push(
+      {
+        toolCalls: [
+          { name: 'echo', arguments: { text: 'bare name' } },
+          { name: 'local_think', arguments: {} },
+          { name: 'think', arguments: { thought: 'built-in' } },
+        ],
+      },
+      { text: 'ok' },
+    );
     const r = await req('POST', '/api/conversations', { initial_user_msg: 'one server', mcp_config: { stdio_servers: [stdio('local')] } });
     const id = r.body.conversation_id as string;
     await waitStatus(req, id, 'finished');
@@ -252,7 +298,10 @@ describe('MCP tools in a conversation', () => {
     assert.ok(names.includes('echo') && names.includes('pid') && names.includes('local_think'), names.join(','));
     assert.ok(!names.some((n: string) => n.startsWith('local_') && n !== 'local_think'), names.join(','));
     const mcp = (await req('GET', `/api/conversations/${id}/mcp`)).body.servers;
-    assert.deepEqual(mcp.map((s: any) => [s.name, s.transport, s.state]), [['local', 'stdio', 'ready']]);
+    assert.deepEqual(
+      mcp.map((s: any) => [s.name, s.transport, s.state]),
+      [['local', 'stdio', 'ready']],
+    );
     assert.ok(mcp[0].tools.includes('echo') && mcp[0].tools.includes('local_think'));
   });
 
@@ -262,21 +311,31 @@ describe('MCP tools in a conversation', () => {
     const plainName = `127_0_0_1_${plain.port}`;
     const before = llm.requests.length;
     llm.push(
-      { toolCalls: [
-        { name: 'local_echo', arguments: { text: 'still works' } },
-        { name: `${plainName}_slow`, arguments: { ms: 30_000 } },
-        { name: 'local_echo', arguments: { text: 42 } },
-        { name: 'local_pid', arguments: {} },
-      ] },
+      {
+        toolCalls: [
+          { name: 'local_echo', arguments: { text: 'still works' } },
+          { name: `${plainName}_slow`, arguments: { ms: 30_000 } },
+          { name: 'local_echo', arguments: { text: 42 } },
+          { name: 'local_pid', arguments: {} },
+        ],
+      },
       { toolCalls: [{ name: 'local_crash', arguments: {} }] },
-      { toolCalls: [{ name: 'local_pid', arguments: {} }, { name: 'local_echo', arguments: { text: 'after the crash' } }] },
+      {
+        toolCalls: [
+          { name: 'local_pid', arguments: {} },
+          { name: 'local_echo', arguments: { text: 'after the crash' } },
+        ],
+      },
       { text: 'survived' },
     );
     const r = await req('POST', '/api/conversations', {
       initial_user_msg: 'break things',
       mcp_config: {
         stdio_servers: [stdio('local'), { name: 'broken', command: '/nonexistent/parley-mcp-server', args: [], env: { TOKEN: BAD_ENV } }],
-        shttp_servers: [{ url: `http://127.0.0.1:${deadPort}/mcp`, api_key: DEAD_KEY }, { url: plain.url, timeout: 5 }],
+        shttp_servers: [
+          { url: `http://127.0.0.1:${deadPort}/mcp`, api_key: DEAD_KEY },
+          { url: plain.url, timeout: 5 },
+        ],
       },
     });
     const id = r.body.conversation_id as string;
@@ -306,7 +365,10 @@ describe('MCP tools in a conversation', () => {
     const crash = resultFor(evs, 'local_crash');
     assert.equal(crash.observation.is_error, true);
     assert.match(textOf(crash), /closed the connection[\s\S]*restarted/);
-    assert.ok(failed.some((e) => e.server === 'local' && /exited with code 3/.test(e.detail)), 'the crash is reported');
+    assert.ok(
+      failed.some((e) => e.server === 'local' && /exited with code 3/.test(e.detail)),
+      'the crash is reported',
+    );
     // as reported (a pid, or a token naming the process when the server is sandboxed), then on the host
     const [r1, r2] = [textOf(resultFor(evs, 'local_pid', 0)), textOf(resultFor(evs, 'local_pid', 1))];
     assert.ok(r1 !== r2, `restarted: ${r1} → ${r2}`);
@@ -337,11 +399,19 @@ describe('MCP tools in a conversation', () => {
   test('GET …/mcp shows configured → starting → ready / failed with the reason and the tool names', async () => {
     const hang = await startHangingServer();
     try {
-      const r = await req('POST', '/api/conversations', { mcp_config: { stdio_servers: [stdio('local')], shttp_servers: [{ url: `http://127.0.0.1:${hang.port}/mcp`, timeout: 2 }] } });
+      const r = await req('POST', '/api/conversations', {
+        mcp_config: { stdio_servers: [stdio('local')], shttp_servers: [{ url: `http://127.0.0.1:${hang.port}/mcp`, timeout: 2 }] },
+      });
       const id = r.body.conversation_id as string;
       const hangName = `127_0_0_1_${hang.port}`;
       const first = (await req('GET', `/api/conversations/${id}/mcp`)).body.servers;
-      assert.deepEqual(first.map((s: any) => [s.name, s.transport, s.state, s.tools]), [['local', 'stdio', 'configured', []], [hangName, 'shttp', 'configured', []]]);
+      assert.deepEqual(
+        first.map((s: any) => [s.name, s.transport, s.state, s.tools]),
+        [
+          ['local', 'stdio', 'configured', []],
+          [hangName, 'shttp', 'configured', []],
+        ],
+      );
       llm.push({ text: 'hello' });
       await req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true });
       const starting = await waitFor(async () => {
@@ -364,13 +434,25 @@ describe('MCP tools in a conversation', () => {
   });
 
   test('deleting a conversation stops its stdio server and what the server started', async () => {
-    llm.push({ toolCalls: [{ name: 'pid', arguments: {} }, { name: 'spawn_child', arguments: {} }] }, { text: 'never seen', delayMs: 60_000 });
+    llm.push(
+      {
+        toolCalls: [
+          { name: 'pid', arguments: {} },
+          { name: 'spawn_child', arguments: {} },
+        ],
+      },
+      { text: 'never seen', delayMs: 60_000 },
+    );
     const r = await req('POST', '/api/conversations', { initial_user_msg: 'pids', mcp_config: { stdio_servers: [stdio('local')] } });
     const id = r.body.conversation_id as string;
-    const evs = (await waitFor(async () => {
-      const e = await allEvents(req, id);
-      return e.filter((x) => x.kind === 'ObservationEvent').length >= 2 ? e : null;
-    }, 'observations', 20_000))!;
+    const evs = (await waitFor(
+      async () => {
+        const e = await allEvents(req, id);
+        return e.filter((x) => x.kind === 'ObservationEvent').length >= 2 ? e : null;
+      },
+      'observations',
+      20_000,
+    ))!;
     const pid = hostPid(textOf(resultFor(evs, 'pid')));
     const child = hostPid(textOf(resultFor(evs, 'spawn_child')));
     assert.ok(isAlive(pid) && isAlive(child));
@@ -402,7 +484,10 @@ describe('MCP server lifecycle', () => {
     assert.ok(isAlive(pid1), 'still running right after the run');
     await waitFor(() => !isAlive(pid1), 'the idle server stopped', 10_000);
     const st = (await req('GET', `/api/conversations/${id}/mcp`)).body.servers;
-    assert.deepEqual(st.map((s: any) => [s.name, s.state]), [['local', 'configured']]);
+    assert.deepEqual(
+      st.map((s: any) => [s.name, s.state]),
+      [['local', 'configured']],
+    );
 
     // the next run starts it again
     llm.push({ toolCalls: [{ name: 'pid', arguments: {} }] }, { text: 'second run', delayMs: 60_000 });

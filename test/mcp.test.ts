@@ -40,9 +40,6 @@ function tool(tools: McpTool[], name: string): McpTool {
   return t;
 }
 
-
-
-
 let workspace: string;
 before(async () => {
   workspace = await mkdtemp(join(tmpdir(), 'parley-mcp-'));
@@ -81,10 +78,7 @@ describe('config', () => {
     const extra: McpConfig = {
       sse_servers: [{ url: 'http://a.example:1/', api_key: 'new' }],
       stdio_servers: [{ name: 'x', command: 'new-cmd', args: ['--v'] }],
-      shttp_servers: [
-        { url: 'http://c.example/mcp', api_key: 'k', timeout: 9 },
-        { url: 'http://d.example/mcp' },
-      ],
+      shttp_servers: [{ url: 'http://c.example/mcp', api_key: 'k', timeout: 9 }, { url: 'http://d.example/mcp' }],
     };
     const baseCopy = structuredClone(base);
     const merged = mergeMcpConfig(base, extra);
@@ -94,29 +88,46 @@ describe('config', () => {
         { name: 'y', command: 'y-cmd' },
         { name: 'x', command: 'new-cmd', args: ['--v'] },
       ],
-      shttp_servers: [
-        { url: 'http://c.example/mcp', api_key: 'k', timeout: 9 },
-        { url: 'http://d.example/mcp' },
-      ],
+      shttp_servers: [{ url: 'http://c.example/mcp', api_key: 'k', timeout: 9 }, { url: 'http://d.example/mcp' }],
     });
     assert.deepEqual(base, baseCopy, 'inputs are not modified');
     assert.deepEqual(mergeMcpConfig(undefined, null), {});
-    assert.deepEqual(mergeMcpConfig(base, undefined).stdio_servers?.map((s) => s.command), ['old-cmd', 'y-cmd']);
+    assert.deepEqual(
+      mergeMcpConfig(base, undefined).stdio_servers?.map((s) => s.command),
+      ['old-cmd', 'y-cmd'],
+    );
     // duplicates inside one list collapse too (last wins)
-    assert.deepEqual(mergeMcpConfig({ stdio_servers: [{ name: 'z', command: '1' }, { name: 'z', command: '2' }] }, {}), {
-      stdio_servers: [{ name: 'z', command: '2' }],
-    });
+    assert.deepEqual(
+      mergeMcpConfig(
+        {
+          stdio_servers: [
+            { name: 'z', command: '1' },
+            { name: 'z', command: '2' },
+          ],
+        },
+        {},
+      ),
+      {
+        stdio_servers: [{ name: 'z', command: '2' }],
+      },
+    );
   });
 
   test('redactMcpConfig hides api keys and env values; mcpSecretValues lists them', () => {
     const cfg: McpConfig = {
-      sse_servers: [{ url: 'http://a/', api_key: 'sse-key-1' }, { url: 'http://b/', api_key: null }],
+      sse_servers: [
+        { url: 'http://a/', api_key: 'sse-key-1' },
+        { url: 'http://b/', api_key: null },
+      ],
       stdio_servers: [{ name: 's', command: 'c', args: ['a'], env: { TOKEN: 'env-secret-1', OTHER: 'env-secret-2' } }],
       shttp_servers: [{ url: 'http://c/', api_key: 'shttp-key-1', timeout: 3 }],
     };
     const red = redactMcpConfig(cfg);
     assert.deepEqual(red, {
-      sse_servers: [{ url: 'http://a/', api_key: '<secret_hidden>' }, { url: 'http://b/', api_key: null }],
+      sse_servers: [
+        { url: 'http://a/', api_key: '<secret_hidden>' },
+        { url: 'http://b/', api_key: null },
+      ],
       stdio_servers: [{ name: 's', command: 'c', args: ['a'], env: { TOKEN: '<secret_hidden>', OTHER: '<secret_hidden>' } }],
       shttp_servers: [{ url: 'http://c/', api_key: '<secret_hidden>', timeout: 3 }],
     });
@@ -291,10 +302,7 @@ describe('McpManager with real servers', () => {
           nodeScript('dies', "console.error('fatal: missing config file'); process.exit(2)"),
           nodeScript('hangs', hangScript),
         ],
-        shttp_servers: [
-          { url: `http://127.0.0.1:${deadPort}/mcp` },
-          { url: shttp.url, api_key: 'wrong-key-abcdef' },
-        ],
+        shttp_servers: [{ url: `http://127.0.0.1:${deadPort}/mcp` }, { url: shttp.url, api_key: 'wrong-key-abcdef' }],
         sse_servers: [{ url: `http://127.0.0.1:${deadPort}/sse` }],
       },
       // long enough for a healthy server to start on a loaded machine; the hanging one waits it out
@@ -305,7 +313,10 @@ describe('McpManager with real servers', () => {
     assert.ok(Date.now() - t0 < 30_000, 'the servers start in parallel, each bounded by the timeout');
 
     const failed = new Map(events.filter((e) => e.type === 'server_failed').map((e) => [e.server, (e as { error: string }).error]));
-    assert.deepEqual([...failed.keys()].sort(), ['127_0_0_1_' + deadPort, '127_0_0_1_' + deadPort + '_2', '127_0_0_1_' + shttp.port, 'badcmd', 'dies', 'hangs'].sort());
+    assert.deepEqual(
+      [...failed.keys()].sort(),
+      ['127_0_0_1_' + deadPort, '127_0_0_1_' + deadPort + '_2', '127_0_0_1_' + shttp.port, 'badcmd', 'dies', 'hangs'].sort(),
+    );
     assert.match(failed.get('badcmd')!, /badcmd.*\/nonexistent\/mcp-server-binary.*ENOENT/);
     assert.match(failed.get('dies')!, /exited with code 2.*fatal: missing config file/);
     assert.match(failed.get('hangs')!, /did not start within 10 s/);
@@ -317,7 +328,10 @@ describe('McpManager with real servers', () => {
     assert.equal(status.get('good')!.state, 'ready');
     assert.equal(status.get('badcmd')!.state, 'failed');
     assert.equal(status.get('badcmd')!.reason, failed.get('badcmd'));
-    assert.ok(tools.every((t) => t.server === 'good'), 'no tools from failed servers');
+    assert.ok(
+      tools.every((t) => t.server === 'good'),
+      'no tools from failed servers',
+    );
     assert.equal(textOf(await tool(tools, 'good_echo').execute({ text: 'still here' }, ctx())), 'echo: still here');
 
     // the server that never answered was stopped
@@ -369,7 +383,11 @@ describe('McpManager with real servers', () => {
     const failed = events.find((e) => e.type === 'server_failed');
     assert.ok(failed && failed.server === 'local' && /exited with code 3/.test(failed.error), JSON.stringify(events));
     assert.equal(m.status()[0]!.state, 'failed');
-    assert.deepEqual(m.status()[0]!.tools, tools.map((t) => t.name), 'its tools stay offered');
+    assert.deepEqual(
+      m.status()[0]!.tools,
+      tools.map((t) => t.name),
+      'its tools stay offered',
+    );
     assert.equal((await m.tools()).length, tools.length);
 
     const echo = await tool(tools, 'echo').execute({ text: 'back' }, ctx());
@@ -474,7 +492,10 @@ describe('McpManager with real servers', () => {
     await waitFor(() => events.some((e) => e.type === 'server_failed' && e.server === sseName), 'the SSE drop to be noticed', 15_000);
     const sseAgain = await tool(tools, `${sseName}_echo`).execute({ text: 'two' }, ctx());
     assert.equal(textOf(sseAgain), 'echo: two');
-    assert.deepEqual(m.status().map((s) => s.state), ['ready', 'ready']);
+    assert.deepEqual(
+      m.status().map((s) => s.state),
+      ['ready', 'ready'],
+    );
     await m.close();
   });
 
@@ -484,7 +505,10 @@ describe('McpManager with real servers', () => {
       { redact: (t) => t.replaceAll('glob-secret-42', '<secret_hidden>') },
     );
     const tools = await m.tools();
-    const obs = await tool(tools, 'local_echo').execute({ text: 'a glob-secret-42 and a ctx-secret-43' }, ctx((t) => t.replaceAll('ctx-secret-43', '[ctx]')));
+    const obs = await tool(tools, 'local_echo').execute(
+      { text: 'a glob-secret-42 and a ctx-secret-43' },
+      ctx((t) => t.replaceAll('ctx-secret-43', '[ctx]')),
+    );
     assert.equal(textOf(obs), 'echo: a <secret_hidden> and a [ctx]');
     const failed = events.find((e) => e.type === 'server_failed');
     assert.ok(failed && failed.error.includes('token=<secret_hidden>') && !failed.error.includes('glob-secret-42'), JSON.stringify(failed));
@@ -516,7 +540,10 @@ describe('McpManager with real servers', () => {
       const tools = await m.tools();
       seen.push(tools.map((t) => ({ name: t.name, description: t.description, schema: t.jsonSchema })));
       seen.push(m.status());
-      const failedNames = events.filter((e) => e.type === 'server_failed').map((e) => e.server).sort();
+      const failedNames = events
+        .filter((e) => e.type === 'server_failed')
+        .map((e) => e.server)
+        .sort();
       assert.deepEqual(failedNames, ['127_0_0_1_' + strict.port, '127_0_0_1_' + strictSse.port, 'leaky'].sort());
       assert.ok(strict.authHeaders.includes(`Bearer ${KEY}`), 'the key really reached the server');
       const guardedName = `127_0_0_1_${guarded.port}`;

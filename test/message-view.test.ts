@@ -29,7 +29,14 @@ const action = (call: string, response: string, command: string) =>
     tool_call: { id: call, name: 'think', arguments: JSON.stringify({ thought: command }), origin: 'completion' },
   } as EventDraft);
 const observation = (call: string, text: string) =>
-  ev({ kind: 'ObservationEvent', source: 'environment', tool_name: 'think', tool_call_id: call, action_id: 'x', observation: { kind: 'ThinkObservation', content: [{ type: 'text', text }], is_error: false } } as EventDraft);
+  ev({
+    kind: 'ObservationEvent',
+    source: 'environment',
+    tool_name: 'think',
+    tool_call_id: call,
+    action_id: 'x',
+    observation: { kind: 'ThinkObservation', content: [{ type: 'text', text }], is_error: false },
+  } as EventDraft);
 const state = () => ev({ kind: 'ConversationStateUpdateEvent', source: 'environment', key: 'llm_retry', value: { attempt: 1 } });
 
 function log(): ParleyEvent[] {
@@ -79,7 +86,10 @@ describe('MessageView', () => {
     again.add([observation('c1', 'A again')]);
     assert.equal(again.stale, true);
     // built from the whole log, the condensation applies
-    const condensed = MessageView.of([...events, ev({ kind: 'Condensation', source: 'environment', forgotten_event_ids: ['e1', 'e2'], summary: 'earlier' })]).build();
+    const condensed = MessageView.of([
+      ...events,
+      ev({ kind: 'Condensation', source: 'environment', forgotten_event_ids: ['e1', 'e2'], summary: 'earlier' }),
+    ]).build();
     assert.match(JSON.stringify(condensed.messages[0]), /earlier/);
   });
 });
@@ -103,7 +113,11 @@ describe('StuckWindow', () => {
     const events: ParleyEvent[] = [user('go')];
     for (let i = 0; i < 500; i++) events.push(action(`s${i}`, `r${i}`, `step ${i}`), observation(`s${i}`, `out ${i}`));
     for (let i = 0; i < 3; i++) events.push(action(`l${i}`, `rl${i}`, 'same'), observation(`l${i}`, 'same'));
-    for (const chunk of [1, 2, 7]) assert.ok(verdicts(events, chunk).every((v) => !v.stuck), `chunks of ${chunk}`);
+    for (const chunk of [1, 2, 7])
+      assert.ok(
+        verdicts(events, chunk).every((v) => !v.stuck),
+        `chunks of ${chunk}`,
+      );
     events.push(action('l3', 'rl3', 'same'), state(), observation('l3', 'same'));
     assert.match(String((verdicts(events, 5).at(-1) as { reason?: string }).reason), /same action \(think\).*4 times/);
     // a user message starts the run over

@@ -95,7 +95,10 @@ describe('GET /metrics', { timeout: 90_000 }, () => {
     assert.ok(sum(mid, 'parley_conversations', { execution_status: 'idle' }) >= 1);
 
     // an agent run: one tool call in a real shell (a process the daemon started), then an answer
-    llm.push({ text: 'Looking.', toolCalls: [{ name: 'terminal', arguments: { command: 'sleep 30 & echo started' } }] }, { text: 'Done.', usage: { prompt_tokens: 100, completion_tokens: 7 } });
+    llm.push(
+      { text: 'Looking.', toolCalls: [{ name: 'terminal', arguments: { command: 'sleep 30 & echo started' } }] },
+      { text: 'Done.', usage: { prompt_tokens: 100, completion_tokens: 7 } },
+    );
     assert.equal((await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true }, H)).status, 200);
     await waitFor(async () => (await d.req('GET', `/api/conversations/${id}`, undefined, H)).body.execution_status === 'finished', 'run finished', 30_000);
     const end = await scrape();

@@ -49,7 +49,10 @@ describe('the OpenHands client, unchanged', { timeout: 120_000 }, () => {
     await conv.startWebSocketClient();
     await waitFor(() => received.some((e) => e.key === 'full_state'), 'full_state over the socket');
 
-    llm.push({ text: 'Looking.', toolCalls: [{ name: 'terminal', arguments: { command: 'echo from-agent > made.txt && echo "secret=$MY_TOKEN"' } }] }, { text: 'Done.', toolCalls: [{ name: 'finish', arguments: { message: 'All done here.' } }] });
+    llm.push(
+      { text: 'Looking.', toolCalls: [{ name: 'terminal', arguments: { command: 'echo from-agent > made.txt && echo "secret=$MY_TOKEN"' } }] },
+      { text: 'Done.', toolCalls: [{ name: 'finish', arguments: { message: 'All done here.' } }] },
+    );
     await conv.updateSecrets({ MY_TOKEN: SECRET });
     await conv.sendMessage('Please make a file');
     await conv.run();
@@ -125,12 +128,18 @@ describe('the OpenHands client, unchanged', { timeout: 120_000 }, () => {
     assert.equal(plain.exit_code, 3);
     assert.equal(plain.stdout.trim(), String(SECRET.length + 1), 'the conversation secret is in the shell');
     const started: any = await w.bash.startCommand('echo started-output', '/workspace/project');
-    await waitFor(async () => (await w.bash.searchEvents({ command_id__eq: started.id, kind__eq: 'BashOutput' })).items.length === 1, 'the started command\'s output');
+    await waitFor(
+      async () => (await w.bash.searchEvents({ command_id__eq: started.id, kind__eq: 'BashOutput' })).items.length === 1,
+      "the started command's output",
+    );
     const [out]: any[] = (await w.bash.searchEvents({ command_id__eq: started.id, kind__eq: 'BashOutput' })).items;
     assert.equal(out.stdout, 'started-output\n');
     assert.equal(((await w.bash.getEvent(started.id)) as any).command, 'echo started-output');
     const batch: any[] = await w.bash.batchGetEvents([started.id, out.id, 'nope']);
-    assert.deepEqual(batch.map((e) => e?.kind ?? null), ['BashCommand', 'BashOutput', null]);
+    assert.deepEqual(
+      batch.map((e) => e?.kind ?? null),
+      ['BashCommand', 'BashOutput', null],
+    );
     const up = await w.fileUpload('uploaded text\n', '/workspace/project/notes/hi.txt');
     assert.equal(up.success, true);
     assert.equal(fs.readFileSync(path.join(ws.working_dir, 'notes', 'hi.txt'), 'utf8'), 'uploaded text\n');
@@ -143,11 +152,20 @@ describe('the OpenHands client, unchanged', { timeout: 120_000 }, () => {
     await assert.rejects(w.fileUpload('x', '/workspace/project/../../etc/evil'), (e: any) => e.status === 403);
     await assert.rejects(w.executeCommand('pwd', '/workspace/project/etc-link'), (e: any) => e.status === 403);
     fs.unlinkSync(path.join(ws.working_dir, 'etc-link'));
-    const git = await w.executeCommand('git init -q . && git -c user.email=t@t -c user.name=t add made.txt && git -c user.email=t@t -c user.name=t commit -qm one && echo changed >> made.txt', '/workspace/project');
+    const git = await w.executeCommand(
+      'git init -q . && git -c user.email=t@t -c user.name=t add made.txt && git -c user.email=t@t -c user.name=t commit -qm one && echo changed >> made.txt',
+      '/workspace/project',
+    );
     assert.equal(git.exit_code, 0, git.stderr);
     const changes: any[] = await w.gitChanges('/workspace/project');
-    assert.deepEqual(changes.find((c) => c.path === 'made.txt'), { path: 'made.txt', status: 'UPDATED' });
-    assert.deepEqual(changes.find((c) => c.path === 'notes/hi.txt'), { path: 'notes/hi.txt', status: 'ADDED' });
+    assert.deepEqual(
+      changes.find((c) => c.path === 'made.txt'),
+      { path: 'made.txt', status: 'UPDATED' },
+    );
+    assert.deepEqual(
+      changes.find((c) => c.path === 'notes/hi.txt'),
+      { path: 'notes/hi.txt', status: 'ADDED' },
+    );
     const diff: any = await w.gitDiff('/workspace/project/made.txt');
     assert.deepEqual(diff, { original: 'from-agent\n', modified: 'from-agent\nchanged\n' });
     assert.deepEqual(await manager().tools.listTools(), ['terminal', 'file_editor', 'task_tracker', 'think', 'finish']);
@@ -189,7 +207,7 @@ describe('the OpenHands client, unchanged', { timeout: 120_000 }, () => {
     assert.equal((await d.req('GET', `/api/conversations/${id}`, undefined, H)).status, 404);
   });
 
-  test('initial message runs; max_iterations and stuck_detection are the conversation\'s; the LLM key never shows', async (t) => {
+  test("initial message runs; max_iterations and stuck_detection are the conversation's; the LLM key never shows", async (t) => {
     llm.push({ text: 'Hi from the agent.' });
     const conv = new Conversation(agent(), workspace('/tmp'));
     t.after(() => conv.close());
@@ -216,7 +234,10 @@ describe('confirmation', { timeout: 120_000 }, () => {
     const status = async () => (await conv.state.refresh()).execution_status;
     await assert.rejects(conv.sendConfirmationResponse(true), (e: any) => e.status === 409);
 
-    llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'echo confirmed > c.txt' } }] }, { toolCalls: [{ name: 'finish', arguments: { message: 'ok' } }] });
+    llm.push(
+      { toolCalls: [{ name: 'terminal', arguments: { command: 'echo confirmed > c.txt' } }] },
+      { toolCalls: [{ name: 'finish', arguments: { message: 'ok' } }] },
+    );
     await conv.sendMessage('write c.txt');
     await conv.run();
     await waitFor(async () => (await status()) === 'waiting_for_confirmation', 'waiting_for_confirmation', 60_000);
@@ -262,7 +283,12 @@ describe('raw shapes', { timeout: 60_000 }, () => {
     assert.notEqual(a.body.workspace.working_dir, '/etc');
     const again = await d.req('POST', '/api/conversations', { workspace: { working_dir: '/etc' }, conversation_id: cid }, H);
     assert.equal(again.body.id, cid);
-    const viaSettings = await d.req('POST', '/api/conversations', { agent_settings: { llm: { model: 'claude-sonnet-4-5', api_key: 'sk-settings-CANARY-1' } } }, H);
+    const viaSettings = await d.req(
+      'POST',
+      '/api/conversations',
+      { agent_settings: { llm: { model: 'claude-sonnet-4-5', api_key: 'sk-settings-CANARY-1' } } },
+      H,
+    );
     assert.equal(viaSettings.status, 200, viaSettings.text);
     assert.equal(viaSettings.body.agent.llm.model, 'anthropic/claude-sonnet-4-5');
     assert.ok(!viaSettings.text.includes('sk-settings-CANARY-1'));
@@ -271,21 +297,26 @@ describe('raw shapes', { timeout: 60_000 }, () => {
     assert.deepEqual(badUrl.body.detail[0].loc, ['body', 'agent_settings', 'llm', 'base_url']);
   });
 
-  test('secrets, tags and hook_config at create; tags in PATCH and search; without agent.llm the server\'s LLM runs', async () => {
+  test("secrets, tags and hook_config at create; tags in PATCH and search; without agent.llm the server's LLM runs", async () => {
     const set = await d.req('POST', '/api/settings', { llm_model: 'openai/scripted', llm_base_url: llm.url, llm_api_key: LLM_KEY }, H);
     assert.equal(set.status, 200, set.text);
     llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'echo "$TOKEN_AT_CREATE" > s.txt' } }] }, { text: 'ok' });
-    const c = await d.req('POST', '/api/conversations', {
-      agent: { kind: 'Agent', tools: [{ name: 'TerminalTool' }] },
-      workspace: { type: 'local', working_dir: '/tmp' },
-      initial_message: { role: 'user', content: [{ type: 'text', text: 'go' }] },
-      secrets: { TOKEN_AT_CREATE: { kind: 'StaticSecret', value: 'create-secret-CANARY-777' } },
-      tags: { team: 'red' },
-      hook_config: null,
-      user_id: null,
-      max_iterations: 5,
-      stuck_detection: true,
-    }, H);
+    const c = await d.req(
+      'POST',
+      '/api/conversations',
+      {
+        agent: { kind: 'Agent', tools: [{ name: 'TerminalTool' }] },
+        workspace: { type: 'local', working_dir: '/tmp' },
+        initial_message: { role: 'user', content: [{ type: 'text', text: 'go' }] },
+        secrets: { TOKEN_AT_CREATE: { kind: 'StaticSecret', value: 'create-secret-CANARY-777' } },
+        tags: { team: 'red' },
+        hook_config: null,
+        user_id: null,
+        max_iterations: 5,
+        stuck_detection: true,
+      },
+      H,
+    );
     assert.equal(c.status, 200, c.text);
     const id = c.body.id;
     assert.deepEqual(c.body.tags, { team: 'red' });
@@ -299,7 +330,10 @@ describe('raw shapes', { timeout: 60_000 }, () => {
     const patched = await d.req('PATCH', `/api/conversations/${id}`, { title: 'renamed', tags: { team: 'blue' } }, H);
     assert.equal(patched.status, 200, patched.text);
     const blue = await d.req('GET', '/api/conversations/search?tag=team%3Dblue', undefined, H);
-    assert.deepEqual(blue.body.items.map((x: any) => x.id), [id]);
+    assert.deepEqual(
+      blue.body.items.map((x: any) => x.id),
+      [id],
+    );
     assert.equal(blue.body.items[0].title, 'renamed');
     assert.equal((await d.req('GET', '/api/conversations/count?tag=team%3Dred', undefined, H)).body, 0);
     await d.req('POST', '/api/settings', { llm_model: null, llm_base_url: null, llm_api_key: null }, H);
@@ -312,7 +346,13 @@ describe('raw shapes', { timeout: 60_000 }, () => {
     assert.equal(t.status, 200, t.text);
     assert.deepEqual(t.body.result.data.workspace, c.body.workspace);
     assert.deepEqual(t.body.result.data.confirmation_policy, { kind: 'NeverConfirm' });
-    for (const [m, p, b] of [['POST', '/api/bash/execute_bash_command', { command: 'id' }], ['GET', '/api/file/download?path=/w/x'], ['GET', '/api/git/changes?path=/w'], ['GET', '/api/tools/'], ['GET', '/api/bash/bash_events/search']] as const) {
+    for (const [m, p, b] of [
+      ['POST', '/api/bash/execute_bash_command', { command: 'id' }],
+      ['GET', '/api/file/download?path=/w/x'],
+      ['GET', '/api/git/changes?path=/w'],
+      ['GET', '/api/tools/'],
+      ['GET', '/api/bash/bash_events/search'],
+    ] as const) {
       assert.equal((await d.req(m, p, b)).status, 401, `${m} ${p}`);
     }
     const bad = await d.req('GET', '/api/git/diff?path=/w/a&ref=--output=/tmp/x', undefined, H);

@@ -57,7 +57,8 @@ const setupOf = (p: CoreParts, id: string) => p.conversations.loaded(id)?.record
 /** The setup phases the log holds, in order. */
 const phaseEvents = async (p: CoreParts, id: string) =>
   (await p.events.after(id, 0)).filter((e) => e.kind === 'ConversationStateUpdateEvent' && e.key === 'setup').map((e) => (e as any).value.phase as string);
-const stateValue = async (p: CoreParts, id: string, key: string) => (await p.events.after(id, 0)).find((e) => e.kind === 'ConversationStateUpdateEvent' && e.key === key) as any;
+const stateValue = async (p: CoreParts, id: string, key: string) =>
+  (await p.events.after(id, 0)).find((e) => e.kind === 'ConversationStateUpdateEvent' && e.key === key) as any;
 const finished = (p: CoreParts, id: string) => waitFor(() => p.conversations.status(id) === 'finished' && !p.runtime.isRunning(id), 'status finished', 20_000);
 
 describe('WorkspacePreparer (no daemon)', { timeout: 60_000 }, () => {
@@ -156,10 +157,12 @@ describe('WorkspacePreparer (no daemon)', { timeout: 60_000 }, () => {
 
   test('a replay: replaying after the workspace is made, its actions run with the real tools (no LLM), then finished and ready', async (t) => {
     const p = await parts(t);
-    const parsed = parseReplay(JSON.stringify([
-      { action: 'message', source: 'user', args: { content: 'replay this' } },
-      { action: 'run', source: 'agent', args: { command: 'echo replayed > replayed.txt' } },
-    ]));
+    const parsed = parseReplay(
+      JSON.stringify([
+        { action: 'message', source: 'user', args: { content: 'replay this' } },
+        { action: 'run', source: 'agent', args: { command: 'echo replayed > replayed.txt' } },
+      ]),
+    );
     assert.ok(parsed.ok);
     const id = await conversation(p, { replay_json: true });
     const before = llm.requests.length;

@@ -16,7 +16,16 @@ const usual: unknown[] = [
   { conversation_id: ID, message: { content: [{ text: 'no type, no role, no run' }] } },
   { conversation_id: ID, message: {} },
   { conversation_id: ID, message: { role: 'assistant', content: [], run: true } },
-  { conversation_id: ID, message: { role: 'tool', content: [{ text: 'a', cache_prompt: true }, { text: '', type: 'text', cache_prompt: false }] } },
+  {
+    conversation_id: ID,
+    message: {
+      role: 'tool',
+      content: [
+        { text: 'a', cache_prompt: true },
+        { text: '', type: 'text', cache_prompt: false },
+      ],
+    },
+  },
   { conversation_id: ID, message: { role: 'system', content: [{ cache_prompt: true, type: 'text', text: 'keys in another order' }], run: true } },
 ];
 

@@ -164,10 +164,7 @@ describe('conversation record data', { timeout: 60_000 }, () => {
     const info = await conversations.get(id);
     assert.equal(info.selected_repository, null);
     assert.deepEqual(info.confirmation_policy, { kind: 'NeverConfirm' });
-    assert.deepEqual(
-      warnings.map((w) => w.key).sort(),
-      ['confirmation_policy', 'max_iterations', 'selected_repository', 'setup'],
-    );
+    assert.deepEqual(warnings.map((w) => w.key).sort(), ['confirmation_policy', 'max_iterations', 'selected_repository', 'setup']);
     assert.ok(warnings.every((w) => w.conversation_id === id));
 
     // read again (another page, a search): not reported twice
@@ -189,7 +186,11 @@ describe('conversation record data', { timeout: 60_000 }, () => {
     await store.createConversation({ id: broken, title: null, created_at: now(), updated_at: now(), execution_status: 'idle', data: null });
     assert.deepEqual((await conversations.require(broken)).record.data, {});
     assert.equal((await conversations.get(broken)).conversation_id, broken);
-    assert.deepEqual(parseRecordData({ confirmation_policy: { type: 'risk_based' } }).data.confirmation_policy, { kind: 'ConfirmRisky', confirm_unknown: true, threshold: 'HIGH' });
+    assert.deepEqual(parseRecordData({ confirmation_policy: { type: 'risk_based' } }).data.confirmation_policy, {
+      kind: 'ConfirmRisky',
+      confirm_unknown: true,
+      threshold: 'HIGH',
+    });
     assert.deepEqual(parseRecordData([1, 2]), { data: {}, malformed: [] });
     await store.close();
   });

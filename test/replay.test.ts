@@ -53,7 +53,7 @@ function pairs(evs: any[]) {
   });
 }
 
-describe('replaying this service\'s own events', () => {
+describe("replaying this service's own events", () => {
   test('a recorded conversation runs again in a new workspace, without the LLM, then continues normally', async () => {
     // record: a real conversation driven by the scripted LLM
     // created without a message: the script below needs its workspace, and a run must not ask the LLM before it is pushed
@@ -62,7 +62,15 @@ describe('replaying this service\'s own events', () => {
     const srcWs = workspace(src);
     // a value only this run can print (a sandboxed shell sees every workspace as /workspace)
     llm.push(
-      { text: 'Making files.', toolCalls: [{ name: 'terminal', arguments: { command: `echo "made $(cat /proc/sys/kernel/random/uuid)" > made.txt && cat ${await seenWorkspace(src)}/made.txt` } }] },
+      {
+        text: 'Making files.',
+        toolCalls: [
+          {
+            name: 'terminal',
+            arguments: { command: `echo "made $(cat /proc/sys/kernel/random/uuid)" > made.txt && cat ${await seenWorkspace(src)}/made.txt` },
+          },
+        ],
+      },
       { toolCalls: [{ name: 'file_editor', arguments: { command: 'create', path: `${srcWs}/notes.md`, file_text: 'alpha\nbeta\n' } }] },
       { toolCalls: [{ name: 'file_editor', arguments: { command: 'str_replace', path: `${srcWs}/notes.md`, old_str: 'beta', new_str: 'gamma' } }] },
       { toolCalls: [{ name: 'finish', arguments: { message: 'Notes written.' } }] },
@@ -87,7 +95,10 @@ describe('replaying this service\'s own events', () => {
     assert.equal(messages[0].seq, 1, "the recorded first message is the conversation's first event");
     assert.equal((await info(id)).title, 'Create the notes');
     const p = pairs(evs);
-    assert.deepEqual(p.map((x) => x.a.tool_name), ['terminal', 'file_editor', 'file_editor', 'finish']);
+    assert.deepEqual(
+      p.map((x) => x.a.tool_name),
+      ['terminal', 'file_editor', 'file_editor', 'finish'],
+    );
     const recordedIds = new Set(recorded.map((e) => e.id));
     for (const { a, o } of p) {
       assert.ok(!recordedIds.has(a.id) && !recordedIds.has(o.id), 'new events');
@@ -165,10 +176,26 @@ describe('replaying an OpenHands trajectory', () => {
       { id: 1, source: 'user', action: 'message', args: { content: 'Write a tiny script', image_urls: [], wait_for_response: false } },
       { id: 2, source: 'user', action: 'recall', args: { recall_type: 'workspace_context', query: 'Write a tiny script' } },
       { id: 3, source: 'environment', observation: 'agent_state_changed', content: '', extras: { agent_state: 'running' } },
-      { id: 4, source: 'agent', action: 'run', args: { command: 'mkdir -p /workspace/src && echo hi > /workspace/src/a.txt && ls /workspace/src', is_input: false, thought: 'Set up.', blocking: false, hidden: false } },
+      {
+        id: 4,
+        source: 'agent',
+        action: 'run',
+        args: {
+          command: 'mkdir -p /workspace/src && echo hi > /workspace/src/a.txt && ls /workspace/src',
+          is_input: false,
+          thought: 'Set up.',
+          blocking: false,
+          hidden: false,
+        },
+      },
       { id: 5, source: 'agent', observation: 'run', content: 'OLD RECORDED OUTPUT', extras: { exit_code: 0 } },
       { id: 6, source: 'agent', action: 'write', args: { path: '/workspace/src/b.py', content: 'print(1)\n' } },
-      { id: 7, source: 'agent', action: 'edit', args: { path: '/workspace/src/b.py', command: 'str_replace', old_str: 'print(1)', new_str: 'print(2)', file_text: null, insert_line: null } },
+      {
+        id: 7,
+        source: 'agent',
+        action: 'edit',
+        args: { path: '/workspace/src/b.py', command: 'str_replace', old_str: 'print(1)', new_str: 'print(2)', file_text: null, insert_line: null },
+      },
       { id: 8, source: 'agent', action: 'edit', args: { path: 'src/c.txt', command: '', content: 'line one\nline two\n', start: 1, end: -1 } },
       { id: 9, source: 'agent', action: 'edit', args: { path: '/workspace/src/c.txt', command: '', content: 'LINE TWO', start: 2, end: 2 } },
       { id: 10, source: 'agent', action: 'write', args: { path: '/workspace/src/a.txt', content: 'overwritten\n' } },
@@ -191,21 +218,28 @@ describe('replaying an OpenHands trajectory', () => {
     assert.equal(fs.readFileSync(path.join(ws, 'src/c.txt'), 'utf8'), 'line one\nLINE TWO\n');
     const evs = await events(id);
     const msgs = evs.filter((e) => e.kind === 'MessageEvent').map((e) => [e.source, textOf(e)]);
-    assert.deepEqual(msgs, [['user', 'Write a tiny script'], ['agent', 'The script is ready.'], ['user', 'thanks']]);
+    assert.deepEqual(msgs, [
+      ['user', 'Write a tiny script'],
+      ['agent', 'The script is ready.'],
+      ['user', 'thanks'],
+    ]);
     const p = pairs(evs);
     const seen = await seenWorkspace(id);
-    assert.deepEqual(p.map((x) => `${x.a.tool_name}:${x.a.action.command ?? ''}`), [
-      'terminal:mkdir -p ' + `${seen}/src && echo hi > ${seen}/src/a.txt && ls ${seen}/src`,
-      'file_editor:create',
-      'file_editor:str_replace',
-      'file_editor:create',
-      'file_editor:str_replace',
-      'file_editor:str_replace',
-      'file_editor:view',
-      'terminal:cat src/b.py src/a.txt',
-      'think:',
-      'finish:',
-    ]);
+    assert.deepEqual(
+      p.map((x) => `${x.a.tool_name}:${x.a.action.command ?? ''}`),
+      [
+        'terminal:mkdir -p ' + `${seen}/src && echo hi > ${seen}/src/a.txt && ls ${seen}/src`,
+        'file_editor:create',
+        'file_editor:str_replace',
+        'file_editor:create',
+        'file_editor:str_replace',
+        'file_editor:str_replace',
+        'file_editor:view',
+        'terminal:cat src/b.py src/a.txt',
+        'think:',
+        'finish:',
+      ],
+    );
     for (const { o } of p) assert.equal(o.kind === 'ObservationEvent' && !o.observation.is_error, true, JSON.stringify(o));
     assert.equal(p[0].a.thought[0].text, 'Set up.');
     assert.match(obsText(p[0].o), /a\.txt/);
@@ -284,7 +318,11 @@ describe('replay parsing and path mapping (pure)', () => {
   test('first user message, roots from the recorded system prompt, agent messages kept in order', () => {
     const r = parseReplay(
       JSON.stringify([
-        { kind: 'SystemPromptEvent', source: 'agent', system_prompt: { type: 'text', text: 'You are Parley.\n\nYour working directory is /old/data/workspaces/abc. Use absolute paths.' } },
+        {
+          kind: 'SystemPromptEvent',
+          source: 'agent',
+          system_prompt: { type: 'text', text: 'You are Parley.\n\nYour working directory is /old/data/workspaces/abc. Use absolute paths.' },
+        },
         { kind: 'MessageEvent', source: 'user', llm_message: { role: 'user', content: [{ type: 'text', text: 'first' }] } },
         { kind: 'ObservationEvent', source: 'environment', observation: {} },
         { kind: 'MessageEvent', source: 'agent', llm_message: { role: 'assistant', content: [{ type: 'text', text: 'answer' }] } },
@@ -294,7 +332,10 @@ describe('replay parsing and path mapping (pure)', () => {
     );
     assert.ok(r.ok);
     assert.deepEqual(r.plan.firstMessage, [{ type: 'text', text: 'first', cache_prompt: false }]);
-    assert.deepEqual(r.plan.steps.map((s) => s.type), ['message', 'tool']);
+    assert.deepEqual(
+      r.plan.steps.map((s) => s.type),
+      ['message', 'tool'],
+    );
     assert.deepEqual(r.plan.roots, ['/srv/x/workspaces/0123456789abcdef0123456789abcdef', '/old/data/workspaces/abc']);
   });
 
@@ -305,9 +346,6 @@ describe('replay parsing and path mapping (pure)', () => {
     assert.equal(mapReplayPath('/workspaces/x', roots, '/new/ws'), '/workspaces/x');
     assert.equal(mapReplayPath('rel/c.txt', roots, '/new/ws'), '/new/ws/rel/c.txt');
     assert.equal(mapReplayPath('/tmp/z', roots, '/new/ws'), '/tmp/z');
-    assert.equal(
-      mapReplayCommand('cd /workspace && cat "/workspace/a" /workspace2/b; ls /workspace', roots, '/n'),
-      'cd /n && cat "/n/a" /workspace2/b; ls /n',
-    );
+    assert.equal(mapReplayCommand('cd /workspace && cat "/workspace/a" /workspace2/b; ls /workspace', roots, '/n'), 'cd /n && cat "/n/a" /workspace2/b; ls /n');
   });
 });

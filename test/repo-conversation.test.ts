@@ -36,7 +36,11 @@ const workspace = (id: string) => path.join(d.dataDir, 'workspaces', id.replace(
 // the workspace belongs to the sandbox's uid: the host's git (run as the test's user) must be told it may read it
 const gitOut = (dir: string, args: string[]) => execFileSync('git', ['-c', 'safe.directory=*', ...args], { cwd: dir, encoding: 'utf8' }).trim();
 const systemOf = (req: any) => String(req.body.messages.find((m: any) => m.role === 'system')?.content ?? '');
-const textOf = (ev: any) => ev.llm_message.content.filter((c: any) => c.type === 'text').map((c: any) => c.text).join('\n');
+const textOf = (ev: any) =>
+  ev.llm_message.content
+    .filter((c: any) => c.type === 'text')
+    .map((c: any) => c.text)
+    .join('\n');
 
 async function create(body: Record<string, unknown>): Promise<string> {
   const r = await call('POST', '/api/conversations', body);
@@ -203,7 +207,13 @@ describe('clone through POST /api/conversations', () => {
   for (const [name, setup, repository, code, pattern] of [
     ['a bad token', () => storeProviders({ github: { token: BAD_TOKEN, host: git.url } }), 'acme/app', 'auth_failed', /rejected the stored github token/],
     ['a missing repository', () => storeProviders({ github: { token: TOKEN, host: git.url } }), 'acme/nope', 'not_found', /acme\/nope was not found/],
-    ['an unreachable host', () => storeProviders({ github: { token: TOKEN, host: 'http://127.0.0.1:9' } }), 'acme/app', 'unreachable', /could not reach http:\/\/127\.0\.0\.1:9/],
+    [
+      'an unreachable host',
+      () => storeProviders({ github: { token: TOKEN, host: 'http://127.0.0.1:9' } }),
+      'acme/app',
+      'unreachable',
+      /could not reach http:\/\/127\.0\.0\.1:9/,
+    ],
   ] as const) {
     test(`clone failure with ${name}: ConversationErrorEvent, status error, setup error, no token anywhere`, async () => {
       await setup();
@@ -324,7 +334,8 @@ describe('initial_user_msg with image_urls', () => {
   const dataUrl = `data:image/png;base64,${PNG.toString('base64')}`;
   const otherUrl = 'data:image/gif;base64,R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7';
 
-  const userParts = (req: any) => req.body.messages.filter((m: any) => m.role === 'user').flatMap((m: any) => (Array.isArray(m.content) ? m.content : [{ type: 'text', text: m.content }]));
+  const userParts = (req: any) =>
+    req.body.messages.filter((m: any) => m.role === 'user').flatMap((m: any) => (Array.isArray(m.content) ? m.content : [{ type: 'text', text: m.content }]));
 
   test('the first user message has text and image content, sent to the LLM as image parts', async () => {
     llm.push({ text: 'Two tiny pictures.' });
@@ -340,7 +351,10 @@ describe('initial_user_msg with image_urls', () => {
     assert.ok(parts.some((p: any) => p.type === 'text' && p.text === 'What is in these?'));
     const images = parts.filter((p: any) => p.type === 'image_url');
     assert.equal(images.length, 2, JSON.stringify(parts).slice(0, 500));
-    assert.deepEqual(images.map((p: any) => p.image_url.url), [dataUrl, otherUrl]);
+    assert.deepEqual(
+      images.map((p: any) => p.image_url.url),
+      [dataUrl, otherUrl],
+    );
   });
 
   test('a model known not to accept images gets the text with a note, not an error', async () => {
@@ -353,7 +367,10 @@ describe('initial_user_msg with image_urls', () => {
       const parts = userParts(llm.requests[before]);
       assert.ok(!parts.some((p: any) => p.type === 'image_url'), 'no image sent');
       assert.ok(parts.some((p: any) => p.type === 'text' && p.text === 'Describe it'));
-      assert.ok(parts.some((p: any) => p.type === 'text' && /image omitted/.test(p.text)), JSON.stringify(parts));
+      assert.ok(
+        parts.some((p: any) => p.type === 'text' && /image omitted/.test(p.text)),
+        JSON.stringify(parts),
+      );
     } finally {
       await call('POST', '/api/settings', { llm_model: null });
     }

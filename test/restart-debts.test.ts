@@ -63,7 +63,7 @@ describe('restart debts', { timeout: 170_000 }, () => {
     assert.match(sent, /daemon restarted while this tool call ran/, 'the LLM sees the same answer the log has');
   });
 
-  test('an agent\'s task list survives a restart: the next run\'s view shows the list planned before it', async (t) => {
+  test("an agent's task list survives a restart: the next run's view shows the list planned before it", async (t) => {
     const llm = await startScriptedLlm([]);
     t.after(() => llm.close());
     const dir = tempDir();

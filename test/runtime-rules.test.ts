@@ -59,14 +59,17 @@ function held(reply: ScriptedReplyValue) {
 const sleepersIn = (dir: string) =>
   fs.readdirSync('/proc').filter((pid) => {
     try {
-      return /^\d+$/.test(pid) && fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8') === ['sleep', '120', ''].join('\0') && fs.readlinkSync(`/proc/${pid}/cwd`) === dir;
+      return (
+        /^\d+$/.test(pid) && fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8') === ['sleep', '120', ''].join('\0') && fs.readlinkSync(`/proc/${pid}/cwd`) === dir
+      );
     } catch {
       return false;
     }
   });
 const ended = (p: CoreParts, id: string) => waitFor(() => !p.runtime.isRunning(id), 'the run to end', 20_000);
 const kinds = async (p: CoreParts, id: string) => (await p.events.after(id, 0)).map((e) => e.kind);
-const errorCodes = async (p: CoreParts, id: string) => (await p.events.after(id, 0)).filter((e) => e.kind === 'ConversationErrorEvent').map((e) => (e as any).code);
+const errorCodes = async (p: CoreParts, id: string) =>
+  (await p.events.after(id, 0)).filter((e) => e.kind === 'ConversationErrorEvent').map((e) => (e as any).code);
 
 describe('AgentRuntime (no daemon)', { timeout: 60_000 }, () => {
   test('a plain answer: idle → running → finished; one run at a time; isRunning follows the run; a second start runs again', async (t) => {
@@ -114,12 +117,21 @@ describe('AgentRuntime (no daemon)', { timeout: 60_000 }, () => {
     const evs = (await p.events.after(id, 0)).filter((e) => e.kind === 'ActionEvent' || e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent');
     assert.deepEqual(
       evs.map((e) => `${e.kind} ${(e as any).tool_name}`),
-      ['ActionEvent terminal', 'ObservationEvent terminal', 'ActionEvent no_such_tool', 'AgentErrorEvent no_such_tool', 'ActionEvent think', 'ObservationEvent think', 'ActionEvent finish', 'ObservationEvent finish'],
+      [
+        'ActionEvent terminal',
+        'ObservationEvent terminal',
+        'ActionEvent no_such_tool',
+        'AgentErrorEvent no_such_tool',
+        'ActionEvent think',
+        'ObservationEvent think',
+        'ActionEvent finish',
+        'ObservationEvent finish',
+      ],
     );
     assert.match(JSON.stringify((evs[1] as any).observation), /from-bash-42/);
     assert.match((evs[3] as any).error, /Unknown tool "no_such_tool"/);
     assert.equal(calls(), 2);
-    assert.match(requestText(1), /from-bash-42/, 'the second step saw the first step\'s output');
+    assert.match(requestText(1), /from-bash-42/, "the second step saw the first step's output");
   });
 
   test('a message that arrives during a step is taken at the next step instead of finishing', async (t) => {
@@ -179,7 +191,10 @@ describe('AgentRuntime (no daemon)', { timeout: 60_000 }, () => {
     assert.equal(p.runtime.isRunning(id), false);
     assert.equal(p.conversations.status(id), 'paused');
     const evs = await p.events.after(id, 0);
-    assert.deepEqual(evs.slice(before).map((e) => e.kind), ['InterruptEvent', 'ConversationStateUpdateEvent']);
+    assert.deepEqual(
+      evs.slice(before).map((e) => e.kind),
+      ['InterruptEvent', 'ConversationStateUpdateEvent'],
+    );
     assert.deepEqual(await statusTrail(p.events, id), ['running', 'paused']);
   });
 
@@ -195,7 +210,7 @@ describe('AgentRuntime (no daemon)', { timeout: 60_000 }, () => {
     assert.deepEqual(await statusTrail(p.events, id), ['running', 'error']);
   });
 
-  test('a failing LLM ends the run in error with the provider\'s code; no LLM configured is an error too', async (t) => {
+  test("a failing LLM ends the run in error with the provider's code; no LLM configured is an error too", async (t) => {
     const p = await parts(t);
     const id = await conversation(p);
     llm.push({ error: { status: 401 } });

@@ -76,4 +76,3 @@ describe('file_editor against a swapping agent (the tool over a real bwrap sandb
     assert.ok((outcomes.get('refused: outside') ?? 0) > 0 && (outcomes.get('ok') ?? 0) > 0, JSON.stringify([...outcomes]));
   });
 });
-

@@ -14,7 +14,7 @@ import fs from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { CANARY, ROOT_RUN, TRIES, swappingConversation, type SwappingConversation } from './support/attack.js';
 
-describe('git, bash and the conversation\'s directories against a swapping agent', { timeout: 170_000 }, () => {
+describe("git, bash and the conversation's directories against a swapping agent", { timeout: 170_000 }, () => {
   let c: SwappingConversation;
   before(async () => {
     c = await swappingConversation();
@@ -29,7 +29,12 @@ describe('git, bash and the conversation\'s directories against a swapping agent
       c.check(await c.d.req('GET', `/api/git/diff?${c.q('/workspace/d/secret.txt')}`, undefined, c.H), 'git diff');
       c.check(await c.d.req('GET', `/api/git/diff?${c.q(`${c.ws}/d/f.txt`)}`, undefined, c.H), 'git diff by host path');
       if (i % 5 === 0) {
-        const b = await c.d.req('POST', '/api/bash/execute_bash_command', { command: 'ls; cat secret.txt f.txt 2>&1; pwd', cwd: '/workspace/d', conversation_id: c.id, timeout: 30 }, c.H);
+        const b = await c.d.req(
+          'POST',
+          '/api/bash/execute_bash_command',
+          { command: 'ls; cat secret.txt f.txt 2>&1; pwd', cwd: '/workspace/d', conversation_id: c.id, timeout: 30 },
+          c.H,
+        );
         c.check(b, 'bash in the swapped directory');
       }
     }
@@ -41,12 +46,21 @@ describe('git, bash and the conversation\'s directories against a swapping agent
     const r = await c.d.req(
       'POST',
       '/api/bash/execute_bash_command',
-      { command: `ls -ld /parley/io /parley/outputs; ln -s ${c.canary.dir} /parley/io/x 2>&1; touch /parley/outputs/x 2>&1; echo done`, conversation_id: c.id, timeout: 30 },
+      {
+        command: `ls -ld /parley/io /parley/outputs; ln -s ${c.canary.dir} /parley/io/x 2>&1; touch /parley/outputs/x 2>&1; echo done`,
+        conversation_id: c.id,
+        timeout: 30,
+      },
       c.H,
     );
     const out = String(r.body.stdout) + String(r.body.stderr);
     assert.match(out, /done/);
-    if (ROOT_RUN) assert.match(out, /ln: failed to create symbolic link '\/parley\/io\/x': Permission denied/, "the FIFO directory is the daemon's: the sandbox cannot add to it");
+    if (ROOT_RUN)
+      assert.match(
+        out,
+        /ln: failed to create symbolic link '\/parley\/io\/x': Permission denied/,
+        "the FIFO directory is the daemon's: the sandbox cannot add to it",
+      );
     assert.match(out, /Read-only file system|Permission denied/, 'outputs are read-only inside');
     c.canary.unchanged();
   });

@@ -32,7 +32,10 @@ async function shell(d: DaemonHandle, llm: ScriptedLlm, id: string, command: str
   return obs.observation.content.map((c: { text?: string }) => c.text ?? '').join('');
 }
 
-describe('sandbox: egress by default; no host privilege', { skip: !ROOT_RUN && 'needs root: the test network (veth, policy routes) and SANDBOX_UID', timeout: 170_000 }, () => {
+describe('sandbox: egress by default; no host privilege', {
+  skip: !ROOT_RUN && 'needs root: the test network (veth, policy routes) and SANDBOX_UID',
+  timeout: 170_000,
+}, () => {
   let world: TestNet;
   let llm: ScriptedLlm;
   let d: DaemonHandle;
@@ -107,9 +110,15 @@ describe('sandbox: egress by default; no host privilege', { skip: !ROOT_RUN && '
 
   test('no host privilege: every sysctl write fails (even to its current value), /proc/sys and /sys are read-only mounts, no user namespace can be made; uid and capabilities read from the host', async () => {
     const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
-    const sysctls = ['kernel/core_pattern', 'vm/swappiness', 'kernel/hostname', 'net/ipv4/ip_forward', 'user/max_user_namespaces', 'kernel/sysrq', 'kernel/pid_max'].filter((s) =>
-      fs.existsSync(`/proc/sys/${s}`),
-    );
+    const sysctls = [
+      'kernel/core_pattern',
+      'vm/swappiness',
+      'kernel/hostname',
+      'net/ipv4/ip_forward',
+      'user/max_user_namespaces',
+      'kernel/sysrq',
+      'kernel/pid_max',
+    ].filter((s) => fs.existsSync(`/proc/sys/${s}`));
     const hostBefore = sysctls.map((s) => fs.readFileSync(`/proc/sys/${s}`, 'utf8'));
     const marker = `7171${process.pid % 1000}`;
     const out = await shell(
@@ -133,7 +142,11 @@ describe('sandbox: egress by default; no host privilege', { skip: !ROOT_RUN && '
     }
     assert.match(out, /^\/proc\/sys ro,/m);
     assert.match(out, /^\/sys ro,/m);
-    assert.deepEqual(sysctls.map((s) => fs.readFileSync(`/proc/sys/${s}`, 'utf8')), hostBefore, 'the host\'s sysctls are unchanged');
+    assert.deepEqual(
+      sysctls.map((s) => fs.readFileSync(`/proc/sys/${s}`, 'utf8')),
+      hostBefore,
+      "the host's sysctls are unchanged",
+    );
     // judged from the host: the background job runs as the sandbox uid, no capability, no_new_privs
     const job = await waitFor(
       () =>

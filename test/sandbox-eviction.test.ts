@@ -7,19 +7,31 @@ const c = (busy: boolean, lastUsed: number, active = true): EvictionCandidate =>
 
 describe('sandbox eviction', { timeout: 10_000 }, () => {
   test('under the cap nothing goes; over it the least recently used idle ones, as many as needed', () => {
-    const live: [string, EvictionCandidate][] = [['a', c(false, 30)], ['b', c(false, 10)], ['c', c(false, 20)]];
+    const live: [string, EvictionCandidate][] = [
+      ['a', c(false, 30)],
+      ['b', c(false, 10)],
+      ['c', c(false, 20)],
+    ];
     assert.deepEqual(evictionVictims(live, 'new', 4), []);
     assert.deepEqual(evictionVictims(live, 'new', 3), ['b']);
     assert.deepEqual(evictionVictims(live, 'new', 2), ['b', 'c']);
   });
 
   test('busy sandboxes are never closed, even when the cap is then exceeded', () => {
-    const live: [string, EvictionCandidate][] = [['a', c(true, 1)], ['b', c(true, 2)], ['c', c(false, 3)]];
+    const live: [string, EvictionCandidate][] = [
+      ['a', c(true, 1)],
+      ['b', c(true, 2)],
+      ['c', c(false, 3)],
+    ];
     assert.deepEqual(evictionVictims(live, 'new', 1), ['c']);
   });
 
   test('the entering conversation and bookkeeping without a process or holder do not count', () => {
-    const live: [string, EvictionCandidate][] = [['self', c(false, 1)], ['idle-bookkeeping', c(false, 2, false)], ['x', c(false, 3)]];
+    const live: [string, EvictionCandidate][] = [
+      ['self', c(false, 1)],
+      ['idle-bookkeeping', c(false, 2, false)],
+      ['x', c(false, 3)],
+    ];
     assert.deepEqual(evictionVictims(live, 'self', 2), []);
     assert.deepEqual(evictionVictims(live, 'self', 1), ['x']);
   });

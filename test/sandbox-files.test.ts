@@ -45,7 +45,11 @@ describe('PathView: lexical translation only', () => {
     assert.equal(v.lexical(ws), '/workspace');
     assert.equal(v.toHost('/workspace/x'), path.join(ws, 'x'));
     for (const p of ['/etc/passwd', '/workspace/../outside/secret.txt', path.join(ws, '../outside')]) {
-      assert.throws(() => v.lexical(p), (e: Error) => e instanceof PathOutsideError && /outside the workspace/.test(e.message) && !e.message.includes(root), p);
+      assert.throws(
+        () => v.lexical(p),
+        (e: Error) => e instanceof PathOutsideError && /outside the workspace/.test(e.message) && !e.message.includes(root),
+        p,
+      );
     }
   });
 });
@@ -75,7 +79,11 @@ describe('file service (plain process)', () => {
     fs.symlinkSync('/nonexistent/target', path.join(ws, 'dangling'));
     assert.equal((await files.read(path.join(ws, 'inner/in.txt'), 100)).toString(), 'inside');
     for (const p of ['dirlink/secret.txt', 'filelink', 'dangling', 'dirlink']) {
-      for (const op of [() => files.read(path.join(ws, p), 100), () => files.write(path.join(ws, p), 'pwned', { mode: 'create' }), () => files.list(path.join(ws, p))]) {
+      for (const op of [
+        () => files.read(path.join(ws, p), 100),
+        () => files.write(path.join(ws, p), 'pwned', { mode: 'create' }),
+        () => files.list(path.join(ws, p)),
+      ]) {
         await assert.rejects(op(), (e: unknown) => e instanceof FileOpError && e.code === 'OUTSIDE' && !e.message.includes('OUTSIDE-SECRET'), p);
       }
     }
@@ -93,7 +101,10 @@ describe('file service (plain process)', () => {
     const t0 = Date.now();
     await assert.rejects(files.read(path.join(ws, 'fifo'), 100), code('NOT_REGULAR'));
     await assert.rejects(files.write(path.join(ws, 'fifo'), 'x', { mode: 'existing' }), (e: unknown) => e instanceof FileOpError);
-    await assert.rejects(files.read(path.join(ws, 'zero'), 100), (e: unknown) => e instanceof FileOpError && (e.code === 'OUTSIDE' || e.code === 'NOT_REGULAR'));
+    await assert.rejects(
+      files.read(path.join(ws, 'zero'), 100),
+      (e: unknown) => e instanceof FileOpError && (e.code === 'OUTSIDE' || e.code === 'NOT_REGULAR'),
+    );
     assert.ok(Date.now() - t0 < 20_000, 'nothing blocked');
     fs.writeFileSync(path.join(ws, 'big.bin'), Buffer.alloc(4096, 1));
     await assert.rejects(files.read(path.join(ws, 'big.bin'), 1000), code('TOO_LARGE'));

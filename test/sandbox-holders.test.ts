@@ -84,7 +84,10 @@ describe('sandbox: a holder whose bwrap dies early', { timeout: 60_000 }, () => 
     fs.writeFileSync(fake, `#!/bin/sh\necho started >> ${dir}/started\nexec /usr/bin/bwrap "$@"\n`, { mode: 0o755 });
     const sb = Sandbox.start({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', bwrapPath: fake, spareHolder: false }, { workspaceRoot: dir, deferProbe: true });
     try {
-      const outcome = sb.outcome.then(() => 'decided', () => 'decided');
+      const outcome = sb.outcome.then(
+        () => 'decided',
+        () => 'decided',
+      );
       assert.equal(await Promise.race([outcome, sleep(500).then(() => 'waiting')]), 'waiting', 'the probe decided without being started');
       assert.equal(sb.mode, 'probing');
       assert.equal(fs.existsSync(path.join(dir, 'started')), false, 'bwrap ran before the probe was started');
@@ -127,7 +130,11 @@ describe('sandbox: a holder whose bwrap dies early', { timeout: 60_000 }, () => 
       const spare = spareWorkspace();
       const third = crypto.randomUUID();
       assert.equal(await run(third), 0);
-      assert.equal(fs.statSync(path.join(dir, third.replace(/-/g, ''))).ino, spare, 'the third conversation took the spare (its workspace is the spare\'s directory)');
+      assert.equal(
+        fs.statSync(path.join(dir, third.replace(/-/g, ''))).ino,
+        spare,
+        "the third conversation took the spare (its workspace is the spare's directory)",
+      );
       // still a burst: the next spare starts right after that take
       await waitFor(() => starts() === s0 + 3, 'the spare after it', 30_000);
     } finally {
@@ -143,7 +150,11 @@ describe('sandbox: a holder whose bwrap dies early', { timeout: 60_000 }, () => 
     const dir = tempDir();
     const marker = `8181${process.pid % 1000}`;
     const fake = path.join(dir, 'bwrap');
-    fs.writeFileSync(fake, `#!/bin/sh\nn=$(cat ${dir}/count 2>/dev/null || echo 0); echo $((n + 1)) > ${dir}/count\nif [ "$n" -ge 1 ]; then sleep ${marker} & exit 1; fi\nexec /usr/bin/bwrap "$@"\n`, { mode: 0o755 });
+    fs.writeFileSync(
+      fake,
+      `#!/bin/sh\nn=$(cat ${dir}/count 2>/dev/null || echo 0); echo $((n + 1)) > ${dir}/count\nif [ "$n" -ge 1 ]; then sleep ${marker} & exit 1; fi\nexec /usr/bin/bwrap "$@"\n`,
+      { mode: 0o755 },
+    );
     const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', bwrapPath: fake, spareHolder: false }, { workspaceRoot: dir });
     try {
       assert.equal(sb.enabled, true, 'the probe passed (the real bwrap)');
@@ -170,7 +181,10 @@ describe('sandbox: one set of namespaces per conversation (in-process launcher, 
     const root = tempDir();
     // a mapped directory (as the askpass helper's) that nothing has written to yet
     const helpers = path.join(root, 'helpers');
-    const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', network: 'none' }, { workspaceRoot: root, mapped: [{ host: helpers, inside: '/parley/helpers' }] });
+    const sb = await Sandbox.open(
+      { ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', network: 'none' },
+      { workspaceRoot: root, mapped: [{ host: helpers, inside: '/parley/helpers' }] },
+    );
     const a = crypto.randomUUID();
     const b = crypto.randomUUID();
     const port = 20000 + (process.pid % 20000);
@@ -185,7 +199,10 @@ describe('sandbox: one set of namespaces per conversation (in-process launcher, 
     const connect = `node -e "require('net').connect(${port}, '127.0.0.1').on('data', (d) => console.log(String(d))).on('error', (e) => console.log('ERR', e.code))"`;
     try {
       // like setup.sh starting a dev server: the script ends, the server stays
-      await out(a, `(node -e "require('net').createServer((s) => s.end('pong-${port}')).listen(${port}, '127.0.0.1', () => console.log('up'))" > /tmp/server.log 2>&1 &)`);
+      await out(
+        a,
+        `(node -e "require('net').createServer((s) => s.end('pong-${port}')).listen(${port}, '127.0.0.1', () => console.log('up'))" > /tmp/server.log 2>&1 &)`,
+      );
       const log = path.join(sb.stateDir(a), 'tmp', 'server.log');
       await waitFor(() => fs.existsSync(log) && fs.readFileSync(log, 'utf8').includes('up'), 'the server listens', 20_000);
       const [server] = hostProcesses(`pong-${port}`);
@@ -225,7 +242,10 @@ describe('sandbox: SANDBOX_NETWORK=none and kill -9 of the daemon', { timeout: 1
     try {
       assert.equal((await h.req('GET', '/server_info')).body.sandbox.network, 'none');
       const id = await h.create();
-      const r = await h.sh(id, `(exec 3<>/dev/tcp/127.0.0.1/${h.d.port}) 2>/dev/null && echo CONNECTED || echo REFUSED; ip -o link 2>/dev/null | grep -v ' lo:' | wc -l; cat /proc/net/dev | tail -n +3 | cut -d: -f1`);
+      const r = await h.sh(
+        id,
+        `(exec 3<>/dev/tcp/127.0.0.1/${h.d.port}) 2>/dev/null && echo CONNECTED || echo REFUSED; ip -o link 2>/dev/null | grep -v ' lo:' | wc -l; cat /proc/net/dev | tail -n +3 | cut -d: -f1`,
+      );
       assert.match(r.text, /REFUSED/);
       assert.doesNotMatch(r.text, /CONNECTED/);
       assert.doesNotMatch(r.text, /eth|ens|wlan|docker/);
@@ -249,7 +269,11 @@ describe('sandbox: SANDBOX_NETWORK=none and kill -9 of the daemon', { timeout: 1
         assert.ok(pidsInNs(ns).length >= 4, 'init, pid 2, bash, the sleeps');
         assert.equal(await h.d.stop('SIGTERM'), 0);
         const ws = path.join(h.d.dataDir, 'workspaces');
-        await waitFor(() => hostProcesses(`sleep ${marker}`).length === 0 && hostProcesses(ws).length === 0 && pidsInNs(ns).length === 0 && alive(started).length === 0, 'nothing left after shutdown', 10_000);
+        await waitFor(
+          () => hostProcesses(`sleep ${marker}`).length === 0 && hostProcesses(ws).length === 0 && pidsInNs(ns).length === 0 && alive(started).length === 0,
+          'nothing left after shutdown',
+          10_000,
+        );
       } finally {
         held.release();
       }

@@ -43,7 +43,11 @@ describe('an idle conversation costs no process; its shell comes back as it was'
     const before = (await allEvents(d.req, id)).length;
     llm.push({ toolCalls: [{ name: 'terminal', arguments: { command } }] }, { text: 'done' });
     assert.equal((await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true })).status, 200);
-    const obs = await waitFor(async () => (await allEvents(d.req, id)).slice(before).find((e) => e.kind === 'ObservationEvent'), 'the command answered', 120_000);
+    const obs = await waitFor(
+      async () => (await allEvents(d.req, id)).slice(before).find((e) => e.kind === 'ObservationEvent'),
+      'the command answered',
+      120_000,
+    );
     await waitFor(async () => (await d.req('GET', `/api/conversations/${id}`)).body.execution_status !== 'running', 'the turn ended', 60_000);
     return obs.observation.content.map((c: { text?: string }) => c.text ?? '').join('');
   }
@@ -51,7 +55,10 @@ describe('an idle conversation costs no process; its shell comes back as it was'
   test('after SANDBOX_IDLE_CLOSE_MS without a command nothing of the conversation runs; the next command finds its directory and exports', async () => {
     const marker = `8181${process.pid % 1000}`;
     const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
-    const first = await sh(id, `mkdir -p sub/dir && cd sub/dir && export PARLEY_IDLE_VAR='a b "c"' && export PATH="/workspace/bin:$PATH" && (sleep ${marker} > /dev/null 2>&1 &) && echo set`);
+    const first = await sh(
+      id,
+      `mkdir -p sub/dir && cd sub/dir && export PARLEY_IDLE_VAR='a b "c"' && export PATH="/workspace/bin:$PATH" && (sleep ${marker} > /dev/null 2>&1 &) && echo set`,
+    );
     assert.match(first, /^set$/m);
     const daemon = d.proc.pid!;
     const job = await waitFor(() => descendants(daemon).find((p) => cmdline(p).includes(`sleep ${marker}`)), 'the background job runs', 20_000);
@@ -74,7 +81,10 @@ describe('an idle conversation costs no process; its shell comes back as it was'
     await waitFor(readySpare, 'a spare holder', 60_000);
     const base = descendants(daemon).length;
     const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
-    const first = await sh(id, `mkdir -p d/e && echo inner > d/e/f && echo top > top.txt && ln -s /etc link && printf raw > "$(printf 'n\\377')" && echo t > /tmp/keep && echo h > ~/keep && chmod 751 /workspace && cd d/e && export RETURN_VAR=back && echo set`);
+    const first = await sh(
+      id,
+      `mkdir -p d/e && echo inner > d/e/f && echo top > top.txt && ln -s /etc link && printf raw > "$(printf 'n\\377')" && echo t > /tmp/keep && echo h > ~/keep && chmod 751 /workspace && cd d/e && export RETURN_VAR=back && echo set`,
+    );
     assert.match(first, /^set$/m);
     // idle: the conversation costs no process (the daemon's tree is what it was before it, a spare holder)
     await waitFor(() => descendants(daemon).every((p) => !/bash --norc/.test(cmdline(p))), 'the shell closed', 60_000);
@@ -82,14 +92,24 @@ describe('an idle conversation costs no process; its shell comes back as it was'
     await waitFor(() => descendants(daemon).length <= base, `no process of the idle conversation (${base} before it)`, 60_000);
     // the FIFOs the old shell made for later commands stay for the next one (no mkfifo when it starts)
     const io = path.join(d.dataDir, 'workspaces', '.sandbox', id.replace(/-/g, ''), 'io');
-    const fifos = () => fs.readdirSync(io).filter((n) => n.startsWith('stdin-')).sort((a, b) => Number(a.split('-').pop()) - Number(b.split('-').pop()));
+    const fifos = () =>
+      fs
+        .readdirSync(io)
+        .filter((n) => n.startsWith('stdin-'))
+        .sort((a, b) => Number(a.split('-').pop()) - Number(b.split('-').pop()));
     const kept = fifos();
     assert.ok(kept.length > 0 && kept.every((n) => fs.lstatSync(path.join(io, n)).isFIFO()), `the old shell's unused FIFOs are kept (${kept.join(' ')})`);
     const spare = (await waitFor(readySpare, 'a spare holder ready', 60_000))!;
     // it comes back in the spare holder: the same process now has the conversation's workspace
-    const next = await sh(id, `pwd; echo "[$RETURN_VAR]"; cat /workspace/d/e/f /workspace/top.txt /tmp/keep ~/keep "/workspace/$(printf 'n\\377')"; echo; readlink /workspace/link; stat -c %a /workspace`);
+    const next = await sh(
+      id,
+      `pwd; echo "[$RETURN_VAR]"; cat /workspace/d/e/f /workspace/top.txt /tmp/keep ~/keep "/workspace/$(printf 'n\\377')"; echo; readlink /workspace/link; stat -c %a /workspace`,
+    );
     const after = fifos();
-    assert.ok(!after.includes(kept[0]!) && after.every((n) => kept.includes(n)), `the new shell's command read from the first kept FIFO, and no FIFO was made (kept ${kept.join(' ')}, now ${after.join(' ')})`);
+    assert.ok(
+      !after.includes(kept[0]!) && after.every((n) => kept.includes(n)),
+      `the new shell's command read from the first kept FIFO, and no FIFO was made (kept ${kept.join(' ')}, now ${after.join(' ')})`,
+    );
     assert.match(next, /^\/workspace\/d\/e$/m);
     assert.match(next, /^\[back\]$/m);
     assert.match(next, /^inner\ntop\nt\nh\nraw$/m, 'the files came back (one whose name is not UTF-8 too)');
@@ -114,7 +134,10 @@ describe('an idle conversation costs no process; its shell comes back as it was'
     assert.match(next, /^\/workspace$/m);
     assert.match(next, /^2001\nt$/m, 'its files and /tmp came back');
     assert.deepEqual(workspaceOf(spare), [], 'the spare was not taken, and nothing was left in it');
-    assert.ok(fileServices().some((p) => p !== spare && workspaceOf(p)?.length === 2001), 'a holder of its own has the workspace');
+    assert.ok(
+      fileServices().some((p) => p !== spare && workspaceOf(p)?.length === 2001),
+      'a holder of its own has the workspace',
+    );
   });
 
   test('a move refused halfway is undone: the workspace is whole in a holder of its own, the spare keeps nothing of it', async () => {

@@ -37,7 +37,11 @@ function memoryCgroupOf(pid: number): string {
   const v1 = lines.find((l) => /^\d+:[^:]*\bmemory\b[^:]*:/.test(l));
   if (v1) return path.join('/sys/fs/cgroup/memory', v1.split(':')[2]!);
   const v2 = lines.find((l) => l.startsWith('0::'))!;
-  const mount = fs.readFileSync('/proc/self/mounts', 'utf8').split('\n').find((l) => l.split(' ')[2] === 'cgroup2')!.split(' ')[1]!;
+  const mount = fs
+    .readFileSync('/proc/self/mounts', 'utf8')
+    .split('\n')
+    .find((l) => l.split(' ')[2] === 'cgroup2')!
+    .split(' ')[1]!;
   return path.join(mount, v2.slice(3));
 }
 
@@ -50,10 +54,17 @@ async function turn(d: DaemonHandle, llm: ScriptedLlm, id: string, command: stri
   const before = (await allEvents(d.req, id)).length;
   llm.push({ toolCalls: [{ name: 'terminal', arguments: { command, timeout } }] }, { text: 'done' });
   assert.equal((await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true })).status, 200);
-  return waitFor(async () => (await allEvents(d.req, id)).slice(before).find((e) => e.kind === 'ObservationEvent')?.observation, 'the command answered', 150_000);
+  return waitFor(
+    async () => (await allEvents(d.req, id)).slice(before).find((e) => e.kind === 'ObservationEvent')?.observation,
+    'the command answered',
+    150_000,
+  );
 }
 
-describe('sandbox limits over all conversations', { skip: !ROOT_RUN && 'needs root: a writable cgroup hierarchy and a tmpfs of the test\'s own', timeout: 170_000 }, () => {
+describe('sandbox limits over all conversations', {
+  skip: !ROOT_RUN && "needs root: a writable cgroup hierarchy and a tmpfs of the test's own",
+  timeout: 170_000,
+}, () => {
   let llm: ScriptedLlm;
   before(async () => {
     llm = await startScriptedLlm();
@@ -62,8 +73,15 @@ describe('sandbox limits over all conversations', { skip: !ROOT_RUN && 'needs ro
     await llm?.close();
   });
 
-  test('SANDBOX_TOTAL_MEMORY_MB: the sandboxes\' parent cgroup has the total as its limit; two conversations that together want more than it cannot both hold it', async () => {
-    const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, SANDBOX: 'bwrap', SANDBOX_NETWORK: 'none', SANDBOX_MEMORY_MB: '160', SANDBOX_TOTAL_MEMORY_MB: '200' });
+  test("SANDBOX_TOTAL_MEMORY_MB: the sandboxes' parent cgroup has the total as its limit; two conversations that together want more than it cannot both hold it", async () => {
+    const d = await startDaemon({
+      LLM_MODEL: 'openai/scripted',
+      LLM_BASE_URL: llm.url,
+      SANDBOX: 'bwrap',
+      SANDBOX_NETWORK: 'none',
+      SANDBOX_MEMORY_MB: '160',
+      SANDBOX_TOTAL_MEMORY_MB: '200',
+    });
     try {
       const info = (await d.req('GET', '/server_info')).body.sandbox;
       assert.equal(info.limits.total_memory_mb, 200, JSON.stringify(info));
@@ -71,10 +89,20 @@ describe('sandbox limits over all conversations', { skip: !ROOT_RUN && 'needs ro
       const a = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
       const b = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
       // each holds 120 MiB (within its own 160): together 240, over the 200 of all sandboxes
-      const hold = (tag: string) => `python3 -c "import time; a = bytearray(120 * 1024 * 1024); a[::4096] = b'x' * len(a[::4096]); print('HELD-${tag}', flush=True); time.sleep(${tag === 'a' ? 60 : 61})" 2>&1; echo "exit=$?"`;
-      const first = await turn(d, llm, a, `(${hold('a')}) > /tmp/a.log & sleep 0.1; until grep -q 'HELD\\|exit' /tmp/a.log; do sleep 0.2; done; cat /tmp/a.log`);
+      const hold = (tag: string) =>
+        `python3 -c "import time; a = bytearray(120 * 1024 * 1024); a[::4096] = b'x' * len(a[::4096]); print('HELD-${tag}', flush=True); time.sleep(${tag === 'a' ? 60 : 61})" 2>&1; echo "exit=$?"`;
+      const first = await turn(
+        d,
+        llm,
+        a,
+        `(${hold('a')}) > /tmp/a.log & sleep 0.1; until grep -q 'HELD\\|exit' /tmp/a.log; do sleep 0.2; done; cat /tmp/a.log`,
+      );
       assert.match(first.content[0].text, /HELD-a/);
-      const [job] = pidsOf(['python3', '-c', `import time; a = bytearray(120 * 1024 * 1024); a[::4096] = b'x' * len(a[::4096]); print('HELD-a', flush=True); time.sleep(60)`]);
+      const [job] = pidsOf([
+        'python3',
+        '-c',
+        `import time; a = bytearray(120 * 1024 * 1024); a[::4096] = b'x' * len(a[::4096]); print('HELD-a', flush=True); time.sleep(60)`,
+      ]);
       assert.ok(job, 'the first job holds its memory');
       // judged from the host: its cgroup's parent (all sandboxes) has the total, the cgroup its own
       const own = memoryCgroupOf(job!);
@@ -82,7 +110,12 @@ describe('sandbox limits over all conversations', { skip: !ROOT_RUN && 'needs ro
       assert.equal(limitOf(path.dirname(own)), 200 * 1024 * 1024);
       // the second takes 120 MiB more and lets it go: the kernel cannot let both hold it (it refuses the
       // second, or its OOM killer ends one of the two: which one is the kernel's choice)
-      const second = await turn(d, llm, b, `python3 -c "a = bytearray(120 * 1024 * 1024); a[::4096] = b'x' * len(a[::4096]); print('HELD-b')" 2>&1; echo "exit=$?"`);
+      const second = await turn(
+        d,
+        llm,
+        b,
+        `python3 -c "a = bytearray(120 * 1024 * 1024); a[::4096] = b'x' * len(a[::4096]); print('HELD-b')" 2>&1; echo "exit=$?"`,
+      );
       const bHeld = /HELD-b[\s\S]*exit=0/.test(second.content[0].text);
       const aAlive = fs.existsSync(`/proc/${job}`) && !/\) Z /.test(fs.readFileSync(`/proc/${job}/stat`, 'utf8'));
       assert.ok(!(bHeld && aAlive), `both held 120 MiB under a 200 MiB total: ${second.content[0].text}`);
@@ -91,7 +124,7 @@ describe('sandbox limits over all conversations', { skip: !ROOT_RUN && 'needs ro
     }
   });
 
-  test('SANDBOX_CPU: a conversation\'s processes are in a cgroup with that CPU quota (where the cpu controller is there)', async () => {
+  test("SANDBOX_CPU: a conversation's processes are in a cgroup with that CPU quota (where the cpu controller is there)", async () => {
     const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, SANDBOX: 'bwrap', SANDBOX_NETWORK: 'none', SANDBOX_CPU: '0.5' });
     try {
       const info = (await d.req('GET', '/server_info')).body.sandbox;
@@ -103,7 +136,8 @@ describe('sandbox limits over all conversations', { skip: !ROOT_RUN && 'needs ro
       const v1 = lines.find((l) => /^\d+:[^:]*\bcpu\b[^:]*:/.test(l));
       const v2 = lines.find((l) => l.startsWith('0::'));
       let quota: string | null = null;
-      if (v1 && fs.existsSync(path.join('/sys/fs/cgroup/cpu', v1.split(':')[2]!, 'cpu.cfs_quota_us'))) quota = fs.readFileSync(path.join('/sys/fs/cgroup/cpu', v1.split(':')[2]!, 'cpu.cfs_quota_us'), 'utf8').trim();
+      if (v1 && fs.existsSync(path.join('/sys/fs/cgroup/cpu', v1.split(':')[2]!, 'cpu.cfs_quota_us')))
+        quota = fs.readFileSync(path.join('/sys/fs/cgroup/cpu', v1.split(':')[2]!, 'cpu.cfs_quota_us'), 'utf8').trim();
       else if (v2) {
         const f = path.join('/sys/fs/cgroup', v2.slice(3), 'cpu.max');
         if (fs.existsSync(f)) quota = fs.readFileSync(f, 'utf8').trim().split(' ')[0]!;
@@ -125,7 +159,10 @@ describe('sandbox limits over all conversations', { skip: !ROOT_RUN && 'needs ro
     execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=96m', 'tmpfs', mnt]);
     let d: DaemonHandle | null = null;
     try {
-      d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, SANDBOX: 'bwrap', SANDBOX_NETWORK: 'none', SANDBOX_DISK_MB: '16' }, path.join(mnt, 'data'));
+      d = await startDaemon(
+        { LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, SANDBOX: 'bwrap', SANDBOX_NETWORK: 'none', SANDBOX_DISK_MB: '16' },
+        path.join(mnt, 'data'),
+      );
       assert.equal((await d.req('GET', '/server_info')).body.sandbox.limits.disk_mb, 16);
       const a = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
       const b = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
@@ -163,20 +200,30 @@ describe('sandbox limits over all conversations', { skip: !ROOT_RUN && 'needs ro
     execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=96m', 'tmpfs', mnt]);
     let d: DaemonHandle | null = null;
     try {
-      d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, SANDBOX: 'bwrap', SANDBOX_NETWORK: 'none', SANDBOX_DISK_MB: '0', DISK_RESERVE_MB: '4' }, path.join(mnt, 'data'));
+      d = await startDaemon(
+        { LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, SANDBOX: 'bwrap', SANDBOX_NETWORK: 'none', SANDBOX_DISK_MB: '0', DISK_RESERVE_MB: '4' },
+        path.join(mnt, 'data'),
+      );
       const a = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
       const b = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
       // the agent writes until the disk is full, and keeps trying
       const obs = await turn(d, llm, a, 'while :; do head -c 1048576 /dev/zero >> /workspace/fill 2>/dev/null || sleep 0.2; done', 120);
       assert.match(obs.content[0].text, /the disk is full and this conversation uses the most of it/);
       const evs = await allEvents(d.req, a);
-      assert.ok(evs.some((e) => e.kind === 'ConversationErrorEvent' && e.code === 'DiskFull'), JSON.stringify(evs.map((e) => e.kind)));
+      assert.ok(
+        evs.some((e) => e.kind === 'ConversationErrorEvent' && e.code === 'DiskFull'),
+        JSON.stringify(evs.map((e) => e.kind)),
+      );
       // the daemon's own writes: a message to the other conversation is appended (the journal's reserve)
       const sent = await d.req('POST', `/api/conversations/${b}/events`, { content: [{ text: 'still here' }] });
       assert.equal(sent.status, 200, sent.text);
       // the space returns (the host removes what the agent wrote): everything works again, without a restart
       fs.rmSync(path.join(mnt, 'data', 'workspaces', a.replace(/-/g, ''), 'fill'));
-      await waitFor(async () => (await d!.req('POST', `/api/conversations/${b}/events`, { content: [{ text: 'after' }] })).status === 200, 'appends work again', 30_000);
+      await waitFor(
+        async () => (await d!.req('POST', `/api/conversations/${b}/events`, { content: [{ text: 'after' }] })).status === 200,
+        'appends work again',
+        30_000,
+      );
       const again = await turn(d, llm, a, 'echo back');
       assert.match(again.content[0].text, /back/);
     } finally {

@@ -81,20 +81,27 @@ describe('sandbox: setup.sh and the system prompt', { timeout: 120_000 }, () => 
     const h = await harness({ SANDBOX_ALLOW_NETS: `127.0.0.1:${new URL(git.url).port}` });
     const tag = `setup-escape-${process.pid}-${Date.now()}`;
     try {
-      await git.createRepo('acme/sbx', {
-        'README.md': '# sbx\n',
-        '.openhands/setup.sh': [
-          'echo "PWD=$(pwd)"',
-          `ls ${h.d.dataDir} >/dev/null 2>&1 && echo DATADIR-VISIBLE`,
-          `cat /proc/${h.d.proc.pid}/environ >/dev/null 2>&1 && echo DAEMON-ENV-VISIBLE`,
-          'env | rev > .env-rev',
-          `touch /tmp/${tag}`,
-          'echo "UID=$(id -u)"',
-          'echo SETUP-DONE',
-          '',
-        ].join('\n'),
-      }, { private: true });
-      assert.equal((await h.req('POST', '/api/add-git-providers', { provider_tokens: { github: { token: 'gh-SANDBOX-token-1234', host: git.url } } })).status, 200);
+      await git.createRepo(
+        'acme/sbx',
+        {
+          'README.md': '# sbx\n',
+          '.openhands/setup.sh': [
+            'echo "PWD=$(pwd)"',
+            `ls ${h.d.dataDir} >/dev/null 2>&1 && echo DATADIR-VISIBLE`,
+            `cat /proc/${h.d.proc.pid}/environ >/dev/null 2>&1 && echo DAEMON-ENV-VISIBLE`,
+            'env | rev > .env-rev',
+            `touch /tmp/${tag}`,
+            'echo "UID=$(id -u)"',
+            'echo SETUP-DONE',
+            '',
+          ].join('\n'),
+        },
+        { private: true },
+      );
+      assert.equal(
+        (await h.req('POST', '/api/add-git-providers', { provider_tokens: { github: { token: 'gh-SANDBOX-token-1234', host: git.url } } })).status,
+        200,
+      );
       const r = await h.req('POST', '/api/conversations', { repository: 'acme/sbx', git_provider: 'github' });
       const id = r.body.conversation_id;
       await waitFor(async () => ['ready', 'error'].includes((await h.req('GET', `/api/conversations/${id}`)).body.setup?.phase), 'prepared', 60_000);
@@ -149,11 +156,26 @@ describe('sandbox: DATA_DIR under a directory the sandbox shows', { timeout: 120
     const dataDir = path.join(outer, 'data');
     const llm = await startScriptedLlm();
     // (keyless: with SANDBOX=bwrap that needs SANDBOX_NETWORK=none; the network plays no part here)
-    const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: LLM_KEY, SANDBOX: 'bwrap', SANDBOX_NETWORK: 'none', SANDBOX_RO_BINDS: outer }, dataDir);
+    const d = await startDaemon(
+      { LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: LLM_KEY, SANDBOX: 'bwrap', SANDBOX_NETWORK: 'none', SANDBOX_RO_BINDS: outer },
+      dataDir,
+    );
     try {
       const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
       await waitStatus(d.req, id, 'idle');
-      llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: `cat ${outer}/visible.txt; echo; ls -A ${dataDir} | wc -l; cat ${dataDir}/secret.key ${dataDir}/parley.pid; ls ${dataDir}/workspaces` } }] }, { text: 'done' });
+      llm.push(
+        {
+          toolCalls: [
+            {
+              name: 'terminal',
+              arguments: {
+                command: `cat ${outer}/visible.txt; echo; ls -A ${dataDir} | wc -l; cat ${dataDir}/secret.key ${dataDir}/parley.pid; ls ${dataDir}/workspaces`,
+              },
+            },
+          ],
+        },
+        { text: 'done' },
+      );
       await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true });
       await waitStatus(d.req, id, 'finished');
       const evs = await allEvents(d.req, id);
@@ -247,7 +269,10 @@ describe('sandbox: modes at start', { timeout: 170_000 }, () => {
     const r = await run({ SANDBOX: 'bwrap', SESSION_API_KEY: '', SANDBOX_NETWORK: 'host' }, true);
     assert.equal(r.code, 1);
     assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
-    assert.match(r.stderr, /^parley: invalid configuration: SESSION_API_KEY: required with SANDBOX=bwrap and SANDBOX_NETWORK=host .*set a key or SANDBOX_NETWORK=none/);
+    assert.match(
+      r.stderr,
+      /^parley: invalid configuration: SESSION_API_KEY: required with SANDBOX=bwrap and SANDBOX_NETWORK=host .*set a key or SANDBOX_NETWORK=none/,
+    );
     const none = await run({ SANDBOX: 'bwrap', SESSION_API_KEY: '', SANDBOX_NETWORK: 'none' });
     assert.match(none.stdout, /"port":\d+.*listening on/, none.stderr);
   });

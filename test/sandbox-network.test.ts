@@ -51,7 +51,10 @@ describe('SANDBOX_ALLOW_NETS', () => {
       { family: 6, address: 'fd00:1::', prefix: 32, port: null },
       { family: 4, address: '127.0.0.1', prefix: 32, port: 9418 },
     ]);
-    assert.equal(parseAllowNets(' 10.1.2.0/24:3128, 192.168.1.5,[fd00::/8]:443 ,[2001:db8::1], fd00:1::/32,127.0.0.1:9418').map(formatAllowedNet).join(','), '10.1.2.0/24:3128,192.168.1.5,[fd00::/8]:443,2001:db8::1,fd00:1::/32,127.0.0.1:9418');
+    assert.equal(
+      parseAllowNets(' 10.1.2.0/24:3128, 192.168.1.5,[fd00::/8]:443 ,[2001:db8::1], fd00:1::/32,127.0.0.1:9418').map(formatAllowedNet).join(','),
+      '10.1.2.0/24:3128,192.168.1.5,[fd00::/8]:443,2001:db8::1,fd00:1::/32,127.0.0.1:9418',
+    );
     assert.deepEqual(parseAllowNets(''), []);
     assert.deepEqual(parseAllowNets(' , '), []);
   });
@@ -102,7 +105,10 @@ describe('SANDBOX_ALLOW_NETS', () => {
       assert.ok(i >= at, `${r} after the rules before it:\n${chain}`);
       at = i;
     }
-    assert.match(rules, /set blocked4 \{[^}]*elements = \{ 0\.0\.0\.0\/8, 10\.0\.0\.0\/8, 100\.64\.0\.0\/10, 127\.0\.0\.0\/8, 169\.254\.0\.0\/16, 172\.16\.0\.0\/12, 192\.168\.0\.0\/16, 224\.0\.0\.0\/4, 240\.0\.0\.0\/4, 192\.0\.2\.9 \}/);
+    assert.match(
+      rules,
+      /set blocked4 \{[^}]*elements = \{ 0\.0\.0\.0\/8, 10\.0\.0\.0\/8, 100\.64\.0\.0\/10, 127\.0\.0\.0\/8, 169\.254\.0\.0\/16, 172\.16\.0\.0\/12, 192\.168\.0\.0\/16, 224\.0\.0\.0\/4, 240\.0\.0\.0\/4, 192\.0\.2\.9 \}/,
+    );
     assert.match(rules, /set blocked6 \{[^}]*elements = \{[^}]*fc00::\/7, fe80::\/10, ff00::\/8, fe80::1 \}/);
     assert.match(rules, /policy accept/);
   });
@@ -145,7 +151,11 @@ describe('SANDBOX_NETWORK=egress, attacked from inside the sandbox', { skip: not
     return Object.entries(os.networkInterfaces())
       .flatMap(([, list]) => list ?? [])
       .filter((i) => !tentative.includes(` ${i.address}/`))
-      .map((i) => ({ address: i.address, inSandbox: i.scopeid ? `${i.address}%${EGRESS_NET.iface}` : i.address, onHost: i.scopeid ? `${i.address}%${ifaceOf(i.address)}` : i.address }));
+      .map((i) => ({
+        address: i.address,
+        inSandbox: i.scopeid ? `${i.address}%${EGRESS_NET.iface}` : i.address,
+        onHost: i.scopeid ? `${i.address}%${ifaceOf(i.address)}` : i.address,
+      }));
   };
   /** The address is still the host's (another test file's veth may have gone meanwhile). */
   const stillHost = (address: string) => Object.values(os.networkInterfaces()).some((list) => (list ?? []).some((i) => i.address === address));
@@ -203,10 +213,10 @@ describe('SANDBOX_NETWORK=egress, attacked from inside the sandbox', { skip: not
     assert.equal(r.tcp!.banner, `world ${world.public}:7001`, JSON.stringify(r.tcp));
     assert.equal(r.udp!.banner, `world ${world.public}:7002`, JSON.stringify(r.udp));
     const seen = world.seen.slice(before);
-    assert.deepEqual(
-      seen.map((s) => `${s.proto} ${s.local} ${s.remote}`).sort(),
-      [`tcp ${world.public}:7001 ${world.hostSide}`, `udp ${world.public}:7002 ${world.hostSide}`],
-    );
+    assert.deepEqual(seen.map((s) => `${s.proto} ${s.local} ${s.remote}`).sort(), [
+      `tcp ${world.public}:7001 ${world.hostSide}`,
+      `udp ${world.public}:7002 ${world.hostSide}`,
+    ]);
     assert.ok(!seen.some((s) => s.remote.includes(EGRESS_NET.address)));
   });
 
@@ -227,7 +237,9 @@ describe('SANDBOX_NETWORK=egress, attacked from inside the sandbox', { skip: not
     assert.equal(ns(egress.pid, 'net'), ns('self', 'net'), 'its sockets are the host network');
   });
 
-  test('the sandbox resolv.conf names the forwarder, which forwards to the host resolver', { skip: !resolvConfHasIPv4() && 'the host has no IPv4 resolver off loopback to route to the test network' }, async () => {
+  test('the sandbox resolv.conf names the forwarder, which forwards to the host resolver', {
+    skip: !resolvConfHasIPv4() && 'the host has no IPv4 resolver off loopback to route to the test network',
+  }, async () => {
     const r = await sb.run(['cat', '/etc/resolv.conf']);
     assert.equal(r.stdout, EGRESS_RESOLV_CONF);
     const before = world.seen.length;
@@ -382,7 +394,11 @@ describe('SANDBOX_NETWORK=egress, attacked from inside the sandbox', { skip: not
     assert.equal(p.public!.banner, `world ${world.public}:7001`);
     const list = await sb.admin(['nft', 'list', 'table', 'inet', 'parley_egress']);
     assert.equal(list.code, 0, list.stderr);
-    assert.match(list.stdout, /ip daddr @blocked4 counter packets [1-9]\d* bytes \d+ reject with icmpx admin-prohibited/, 'still in place, and it has been refusing');
+    assert.match(
+      list.stdout,
+      /ip daddr @blocked4 counter packets [1-9]\d* bytes \d+ reject with icmpx admin-prohibited/,
+      'still in place, and it has been refusing',
+    );
     assert.doesNotMatch(list.stdout, /\n\s*accept\n/);
     const routes = await sb.run(['ip', '-4', 'route']);
     assert.match(routes.stdout, new RegExp(`default via ${EGRESS_NET.gateway.replace(/\./g, '\\.')} dev ${EGRESS_NET.iface}`));
@@ -390,7 +406,10 @@ describe('SANDBOX_NETWORK=egress, attacked from inside the sandbox', { skip: not
 
   test("a server on the sandbox's own loopback and address is reached by another of its processes, not by the host", async () => {
     const port = 20000 + Math.floor(Math.random() * 20000);
-    const servers = [sb.spawn([process.execPath, NET_PROBE, 'serve', '127.0.0.1', String(port)]), sb.spawn([process.execPath, NET_PROBE, 'serve', '0.0.0.0', String(port + 1)])];
+    const servers = [
+      sb.spawn([process.execPath, NET_PROBE, 'serve', '127.0.0.1', String(port)]),
+      sb.spawn([process.execPath, NET_PROBE, 'serve', '0.0.0.0', String(port + 1)]),
+    ];
     try {
       for (const s of servers) await listening(s);
       const r = await sb.probe([
@@ -440,7 +459,7 @@ describe('SANDBOX_NETWORK=egress, attacked from inside the sandbox', { skip: not
     assert.ok(seen.every((s) => s.remote === world.hostSide));
   });
 
-  test("127.0.0.1:PORT allowed: that one host loopback service at the gateway, no other port (the filter alone keeps them)", async () => {
+  test('127.0.0.1:PORT allowed: that one host loopback service at the gateway, no other port (the filter alone keeps them)', async () => {
     const { sb: allowed } = await sandboxWithEgress(`127.0.0.1:${hostSrv.loopbackPort}`);
     const before = hostSrv.seen.length;
     const r = await allowed.probe([
@@ -478,7 +497,10 @@ describe('SANDBOX_NETWORK=egress, attacked from inside the sandbox', { skip: not
     for (const id of ['other', 'gateway udp', 'broadcast', 'dns other port']) assert.equal(r[id]!.ok, false, `${id}: ${JSON.stringify(r[id])}`);
     assert.equal(r.other!.code, 'EHOSTUNREACH');
     assert.deepEqual(hostSrv.seen.slice(hostBefore), [{ server: 'loopback', remote: '127.0.0.1' }]);
-    assert.deepEqual(world.seen.slice(worldBefore).map((s) => s.local), [`${world.blocked.metadata}:7001`]);
+    assert.deepEqual(
+      world.seen.slice(worldBefore).map((s) => s.local),
+      [`${world.blocked.metadata}:7001`],
+    );
   });
 
   test('an agent that kills every process it can see does not reach slirp4netns', async () => {
@@ -492,7 +514,11 @@ describe('SANDBOX_NETWORK=egress, attacked from inside the sandbox', { skip: not
   });
 
   test('a failed attach says why in one line and leaves no process behind', async () => {
-    const slirps = () => processesOf(uid).filter((p) => /slirp4netns/.test(p.cmd)).map((p) => p.pid).sort();
+    const slirps = () =>
+      processesOf(uid)
+        .filter((p) => /slirp4netns/.test(p.cmd))
+        .map((p) => p.pid)
+        .sort();
     const running = slirps();
     const oneLine = (re: RegExp) => (e: Error) => re.test(e.message) && e.message.startsWith('egress: ') && !e.message.includes('\n');
     // a second attach to the same namespace: its tap device is taken, and its filter (which would
@@ -505,15 +531,31 @@ describe('SANDBOX_NETWORK=egress, attacked from inside the sandbox', { skip: not
     assert.equal(list.stdout.match(/table inet parley_egress/g)?.length, 1, list.stdout);
     assert.doesNotMatch(list.stdout, /169\.254\.169\.254/);
     await assert.rejects(attachEgress({ userns: sb.userns, netns: sb.netns, runAs, allow: [], timeoutMs: 1 }), oneLine(/not ready in time|busy/));
-    await assert.rejects(attachEgress({ userns: '/proc/999999999/ns/user', netns: sb.netns, runAs, allow: [] }), oneLine(/user namespace could not be opened \(ENOENT\)/));
+    await assert.rejects(
+      attachEgress({ userns: '/proc/999999999/ns/user', netns: sb.netns, runAs, allow: [] }),
+      oneLine(/user namespace could not be opened \(ENOENT\)/),
+    );
     // the daemon is root here: never run as host root
-    await assert.rejects(attachEgress({ userns: sb.userns, netns: sb.netns, allow: [] }), oneLine(/daemon runs as root: egress needs the sandbox's unprivileged uid/));
-    await assert.rejects(attachEgress({ userns: sb.userns, netns: sb.netns, runAs: { uid: 0, gid: 0 }, allow: [] }), oneLine(/unprivileged uid and gid, not 0:0/));
+    await assert.rejects(
+      attachEgress({ userns: sb.userns, netns: sb.netns, allow: [] }),
+      oneLine(/daemon runs as root: egress needs the sandbox's unprivileged uid/),
+    );
+    await assert.rejects(
+      attachEgress({ userns: sb.userns, netns: sb.netns, runAs: { uid: 0, gid: 0 }, allow: [] }),
+      oneLine(/unprivileged uid and gid, not 0:0/),
+    );
     // another uid cannot enter the sandbox's user namespace
-    await assert.rejects(attachEgress({ userns: sb.userns, netns: sb.netns, runAs: { uid: uid + 1, gid: uid + 1 }, allow: [] }), oneLine(/Operation not permitted/));
+    await assert.rejects(
+      attachEgress({ userns: sb.userns, netns: sb.netns, runAs: { uid: uid + 1, gid: uid + 1 }, allow: [] }),
+      oneLine(/Operation not permitted/),
+    );
     assert.deepEqual(slirps(), running);
     assert.deepEqual(processesOf(uid + 1), []);
-    assert.deepEqual(processesOf(uid).filter((p) => /^(\S*\/)?(nft|nsenter) /.test(p.cmd)), [], 'no filter step is left either');
+    assert.deepEqual(
+      processesOf(uid).filter((p) => /^(\S*\/)?(nft|nsenter) /.test(p.cmd)),
+      [],
+      'no filter step is left either',
+    );
     // the sandbox still has its network, and its filter
     const r = await sb.probe([
       { id: 'public', kind: 'tcp', host: world.public, port: 7001 },
@@ -533,12 +575,16 @@ describe('SANDBOX_NETWORK=egress, attacked from inside the sandbox', { skip: not
       process.stdin.resume();
       process.stdin.on('end', async () => { await e.close(); process.stdout.write('closed\\n'); });
     `;
-    const child = spawn('setpriv', ['--reuid', String(uid), '--regid', String(uid), '--clear-groups', '--', process.execPath, '--import', 'tsx', '--input-type=module', '-e', script], {
-      cwd: ROOT,
-      env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: '/tmp' },
-      stdio: ['pipe', 'pipe', 'pipe'],
-      detached: true,
-    });
+    const child = spawn(
+      'setpriv',
+      ['--reuid', String(uid), '--regid', String(uid), '--clear-groups', '--', process.execPath, '--import', 'tsx', '--input-type=module', '-e', script],
+      {
+        cwd: ROOT,
+        env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: '/tmp' },
+        stdio: ['pipe', 'pipe', 'pipe'],
+        detached: true,
+      },
+    );
     const done = collect(child, 60_000);
     const line = await new Promise<string>((resolve, reject) => {
       let out = '';
@@ -577,7 +623,11 @@ describe('SANDBOX_NETWORK=egress, attacked from inside the sandbox', { skip: not
       process.stdout.write('attached ' + e.pid + '\\n');
       setInterval(() => {}, 1000);
     `;
-    const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { cwd: ROOT, env: { PATH: process.env.PATH ?? '/usr/bin:/bin' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     const done = collect(child, 60_000);
     const line = await new Promise<string>((resolve) => {
       let out = '';
@@ -629,7 +679,14 @@ function ifaceOf(address: string): string {
 
 function isPrivate4(a: string): boolean {
   const bl = new net.BlockList();
-  for (const [n, p] of [['10.0.0.0', 8], ['172.16.0.0', 12], ['192.168.0.0', 16], ['100.64.0.0', 10], ['169.254.0.0', 16]] as const) bl.addSubnet(n, p);
+  for (const [n, p] of [
+    ['10.0.0.0', 8],
+    ['172.16.0.0', 12],
+    ['192.168.0.0', 16],
+    ['100.64.0.0', 10],
+    ['169.254.0.0', 16],
+  ] as const)
+    bl.addSubnet(n, p);
   return bl.check(a);
 }
 

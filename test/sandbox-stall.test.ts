@@ -25,8 +25,15 @@ describe('nothing stalls the daemon: FIFOs and endless files behind the file edi
     const before = (await allEvents(d.req, id)).length;
     llm.push(...calls.map((c) => ({ toolCalls: [c] })), { text: 'done' });
     assert.equal((await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true })).status, 200);
-    await waitFor(async () => (await allEvents(d.req, id)).slice(before).some((e) => e.kind === 'MessageEvent' && e.source === 'agent'), 'the turn ended', 120_000);
-    return (await allEvents(d.req, id)).slice(before).filter((e) => e.kind === 'ObservationEvent').map((e) => e.observation);
+    await waitFor(
+      async () => (await allEvents(d.req, id)).slice(before).some((e) => e.kind === 'MessageEvent' && e.source === 'agent'),
+      'the turn ended',
+      120_000,
+    );
+    return (await allEvents(d.req, id))
+      .slice(before)
+      .filter((e) => e.kind === 'ObservationEvent')
+      .map((e) => e.observation);
   }
 
   test('four conversations leave a FIFO (with and without a reader) and an endless file behind undo_edit and view; each answer is an error observation, and a new conversation still runs and downloads answer', async () => {
@@ -40,7 +47,12 @@ describe('nothing stalls the daemon: FIFOs and endless files behind the file edi
           { name: 'file_editor', arguments: { command: 'create', path: '/workspace/f.txt', file_text: 'x\n' } },
           // a FIFO where the file was; half of them with a reader that would take a write
           // (endless.txt: past the editor's 10 MiB at once, and growing)
-          { name: 'terminal', arguments: { command: `rm f.txt && mkfifo f.txt && ${i % 2 ? '(cat f.txt > /dev/null &)' : 'true'} && head -c 11M /dev/zero > endless.txt && (while :; do echo a >> endless.txt; sleep 0.05; done &) && mkfifo g.txt && echo ok` } },
+          {
+            name: 'terminal',
+            arguments: {
+              command: `rm f.txt && mkfifo f.txt && ${i % 2 ? '(cat f.txt > /dev/null &)' : 'true'} && head -c 11M /dev/zero > endless.txt && (while :; do echo a >> endless.txt; sleep 0.05; done &) && mkfifo g.txt && echo ok`,
+            },
+          },
           { name: 'file_editor', arguments: { command: 'undo_edit', path: '/workspace/f.txt' } },
           { name: 'file_editor', arguments: { command: 'view', path: '/workspace/g.txt' } },
           { name: 'file_editor', arguments: { command: 'view', path: '/workspace/endless.txt' } },

@@ -29,25 +29,35 @@ function appDir(): string {
 /** sh -c AS_APP sh <checkout> <app dir> cmd…: runs cmd in <app dir> with the checkout mounted there. */
 const AS_APP = 'mount --bind "$1" "$2" && cd "$2" && shift 2 && exec "$@"';
 
-
 /** JSON calls to a daemon on `port` with the session key. */
 function caller(port: number) {
   return async (m: string, url: string, b?: unknown) => {
-    const r = await fetch(`http://127.0.0.1:${port}${url}`, { method: m, headers: { ...H, ...(b ? { 'content-type': 'application/json' } : {}) }, body: b ? JSON.stringify(b) : undefined });
+    const r = await fetch(`http://127.0.0.1:${port}${url}`, {
+      method: m,
+      headers: { ...H, ...(b ? { 'content-type': 'application/json' } : {}) },
+      body: b ? JSON.stringify(b) : undefined,
+    });
     return r.json() as Promise<any>;
   };
 }
 
 /** /server_info once the sandbox probe decided (it runs once the port is open: "probing" until then). */
 function probed(call: ReturnType<typeof caller>) {
-  return waitFor(async () => {
-    const i = await call('GET', '/server_info');
-    return i.sandbox.mode === 'probing' ? null : i;
-  }, 'the sandbox probe', 60_000);
+  return waitFor(
+    async () => {
+      const i = await call('GET', '/server_info');
+      return i.sandbox.mode === 'probing' ? null : i;
+    },
+    'the sandbox probe',
+    60_000,
+  );
 }
 
-describe('sandbox: an unprivileged daemon (as under the systemd unit)', { timeout: 120_000, skip: process.getuid?.() !== 0 && 'needs root to switch to nobody' }, () => {
-  test('as nobody, with no capabilities and no_new_privs: bwrap works, limits fall back to rlimits, files stay the user\'s', async () => {
+describe('sandbox: an unprivileged daemon (as under the systemd unit)', {
+  timeout: 120_000,
+  skip: process.getuid?.() !== 0 && 'needs root to switch to nobody',
+}, () => {
+  test("as nobody, with no capabilities and no_new_privs: bwrap works, limits fall back to rlimits, files stay the user's", async () => {
     const llm = await startScriptedLlm();
     const dir = tempDir();
     fs.chmodSync(dir, 0o755);
@@ -57,11 +67,46 @@ describe('sandbox: an unprivileged daemon (as under the systemd unit)', { timeou
     fs.chownSync(data, 65534, 65534);
     // what User=… CapabilityBoundingSet= NoNewPrivileges=yes give the daemon
     const app = appDir();
-    const p = spawn('unshare', ['--mount', '--propagation', 'private', 'sh', '-c', AS_APP, 'sh', ROOT, app, 'setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', '--bounding-set=-all', '--inh-caps=-all', '--no-new-privs', process.execPath, ...(await daemonArgs())], {
-      cwd: ROOT,
-      env: { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: dir, PORT: '0', DATA_DIR: data, SANDBOX: 'bwrap', SESSION_API_KEY: SESSION, LOG_LEVEL: 'info', LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: LLM_KEY, SANDBOX_MEMORY_MB: '256' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const p = spawn(
+      'unshare',
+      [
+        '--mount',
+        '--propagation',
+        'private',
+        'sh',
+        '-c',
+        AS_APP,
+        'sh',
+        ROOT,
+        app,
+        'setpriv',
+        '--reuid=65534',
+        '--regid=65534',
+        '--clear-groups',
+        '--bounding-set=-all',
+        '--inh-caps=-all',
+        '--no-new-privs',
+        process.execPath,
+        ...(await daemonArgs()),
+      ],
+      {
+        cwd: ROOT,
+        env: {
+          PATH: '/usr/local/bin:/usr/bin:/bin',
+          HOME: dir,
+          PORT: '0',
+          DATA_DIR: data,
+          SANDBOX: 'bwrap',
+          SESSION_API_KEY: SESSION,
+          LOG_LEVEL: 'info',
+          LLM_MODEL: 'openai/scripted',
+          LLM_BASE_URL: llm.url,
+          LLM_API_KEY: LLM_KEY,
+          SANDBOX_MEMORY_MB: '256',
+        },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     let out = '';
     p.stdout.on('data', (c: Buffer) => (out += c.toString('utf8')));
     p.stderr.on('data', (c: Buffer) => (out += c.toString('utf8')));
@@ -160,7 +205,9 @@ describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
     });
   const hasAnalyze = fs.existsSync('/usr/bin/systemd-analyze') || fs.existsSync('/bin/systemd-analyze');
 
-  test('systemd-analyze verify accepts the unit (and does flag a broken copy); the offline security check passes the sandbox settings', { skip: !hasAnalyze && 'no systemd-analyze' }, async () => {
+  test('systemd-analyze verify accepts the unit (and does flag a broken copy); the offline security check passes the sandbox settings', {
+    skip: !hasAnalyze && 'no systemd-analyze',
+  }, async () => {
     const ok = await run('systemd-analyze', ['verify', unitFile]);
     assert.equal(ok.code, 0, ok.out);
     assert.equal(ok.out.trim(), '', `verify complained:\n${ok.out}`);
@@ -184,7 +231,9 @@ describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
     assert.ok(level > 0 && level < 5, `exposure ${level}`);
   });
 
-  test('every namespace, socket family and system call the sandboxes used (strace) is allowed by the unit', { skip: (!hasAnalyze || !fs.existsSync('/usr/bin/strace')) && 'needs strace and systemd-analyze' }, async () => {
+  test('every namespace, socket family and system call the sandboxes used (strace) is allowed by the unit', {
+    skip: (!hasAnalyze || !fs.existsSync('/usr/bin/strace')) && 'needs strace and systemd-analyze',
+  }, async () => {
     const dir = tempDir();
     const traces = path.join(dir, 'traces');
     fs.mkdirSync(traces);
@@ -203,26 +252,49 @@ describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
       await h.close();
     }
     try {
-      const text = fs.readdirSync(traces).map((f) => fs.readFileSync(path.join(traces, f), 'utf8')).join('\n');
+      const text = fs
+        .readdirSync(traces)
+        .map((f) => fs.readFileSync(path.join(traces, f), 'utf8'))
+        .join('\n');
       const calls = new Set([...text.matchAll(/^(?:<\.\.\. )?([a-z_][a-z0-9_]*)(?:\(| resumed>)/gm)].map((m) => m[1]!));
       assert.ok(calls.has('pivot_root') && calls.has('setns') && calls.has('chroot') && calls.has('execve'), [...calls].join(' '));
-      assert.ok(fs.readdirSync(traces).some((f) => f.startsWith('n.')), 'the joining processes were traced');
+      assert.ok(
+        fs.readdirSync(traces).some((f) => f.startsWith('n.')),
+        'the joining processes were traced',
+      );
       // SystemCallFilter=~…: none of the denied groups' calls was made
       const groups = /^SystemCallFilter=~(.*)$/m.exec(unit)![1]!.trim().split(/\s+/);
       const listed = (await run('systemd-analyze', ['syscall-filter', '--no-pager', ...groups])).out;
-      const denied = new Set(listed.split('\n').map((l) => l.trim()).filter((l) => /^[a-z_][a-z0-9_]*$/.test(l)));
+      const denied = new Set(
+        listed
+          .split('\n')
+          .map((l) => l.trim())
+          .filter((l) => /^[a-z_][a-z0-9_]*$/.test(l)),
+      );
       assert.ok(denied.has('ptrace') && denied.has('reboot'), 'the groups were listed');
-      assert.deepEqual([...calls].filter((c) => denied.has(c)), [], 'calls the unit would refuse');
+      assert.deepEqual(
+        [...calls].filter((c) => denied.has(c)),
+        [],
+        'calls the unit would refuse',
+      );
       // RestrictNamespaces=: the namespaces created or joined
       const allowed = /^RestrictNamespaces=(.*)$/m.exec(unit)![1]!.trim().split(/\s+/);
       const names: Record<string, string> = { NS: 'mnt', USER: 'user', PID: 'pid', IPC: 'ipc', UTS: 'uts', NET: 'net', CGROUP: 'cgroup', TIME: 'time' };
       const used = new Set([...text.matchAll(/CLONE_NEW([A-Z]+)/g)].map((m) => names[m[1]!] ?? m[1]!));
       assert.ok(used.has('user') && used.has('pid') && used.has('mnt'), [...used].join(' '));
-      assert.deepEqual([...used].filter((n) => !allowed.includes(n)), [], 'namespaces the unit would refuse');
+      assert.deepEqual(
+        [...used].filter((n) => !allowed.includes(n)),
+        [],
+        'namespaces the unit would refuse',
+      );
       // RestrictAddressFamilies=
       const families = /^RestrictAddressFamilies=(.*)$/m.exec(unit)![1]!.trim().split(/\s+/);
       const opened = new Set([...text.matchAll(/^socket\((AF_[A-Z0-9]+)/gm)].map((m) => m[1]!));
-      assert.deepEqual([...opened].filter((f) => !families.includes(f)), [], 'socket families the unit would refuse');
+      assert.deepEqual(
+        [...opened].filter((f) => !families.includes(f)),
+        [],
+        'socket families the unit would refuse',
+      );
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }
@@ -240,7 +312,30 @@ describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
     const app = appDir();
     const p = spawn(
       'unshare',
-      ['--mount', '--propagation', 'private', 'sh', '-c', UNIT_EMULATION, 'sh', state, tunables, ROOT, app, 'env', '-i', 'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', ...env, 'PORT=0', `SESSION_API_KEY=${SESSION}`, 'LOG_LEVEL=info', 'LLM_MODEL=openai/scripted', `LLM_BASE_URL=${llm.url}`, `LLM_API_KEY=${LLM_KEY}`, ...exec],
+      [
+        '--mount',
+        '--propagation',
+        'private',
+        'sh',
+        '-c',
+        UNIT_EMULATION,
+        'sh',
+        state,
+        tunables,
+        ROOT,
+        app,
+        'env',
+        '-i',
+        'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+        ...env,
+        'PORT=0',
+        `SESSION_API_KEY=${SESSION}`,
+        'LOG_LEVEL=info',
+        'LLM_MODEL=openai/scripted',
+        `LLM_BASE_URL=${llm.url}`,
+        `LLM_API_KEY=${LLM_KEY}`,
+        ...exec,
+      ],
       { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
     );
     let out = '';
@@ -262,19 +357,36 @@ describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
     };
   };
 
-  test('under the unit\'s emulated restrictions (nobody, no capabilities, no_new_privs, UMask, read-only system, private /tmp, ProtectHome, ProtectProc=invisible) the sandbox works', { skip: process.getuid?.() !== 0 && 'needs root to emulate the unit' }, async () => {
+  test("under the unit's emulated restrictions (nobody, no capabilities, no_new_privs, UMask, read-only system, private /tmp, ProtectHome, ProtectProc=invisible) the sandbox works", {
+    skip: process.getuid?.() !== 0 && 'needs root to emulate the unit',
+  }, async () => {
     const u = await emulated('no');
     try {
-      const port = Number((await waitFor(() => /"port":(\d+).*listening on/.exec(u.output()), 'listening', 60_000).catch(() => {
-        throw new Error(u.output());
-      }))![1]);
+      const port = Number(
+        (await waitFor(() => /"port":(\d+).*listening on/.exec(u.output()), 'listening', 60_000).catch(() => {
+          throw new Error(u.output());
+        }))![1],
+      );
       const call = caller(port);
       const info = await probed(call);
       assert.equal(info.sandbox.mode, 'bwrap', u.output());
       const id = (await call('POST', '/api/conversations', {})).conversation_id;
       await waitFor(async () => (await call('GET', `/api/conversations/${id}`)).execution_status === 'idle', 'idle', 20_000);
       // (the locked directories: what a non-root daemon must still be able to remove on DELETE)
-      u.llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'id -u; pwd; echo shared > /tmp/t; touch mine.txt; mkdir -p /tmp/locked/in locked/in; touch /tmp/locked/in/f locked/in/f; chmod 0 /tmp/locked/in /tmp/locked locked/in locked' } }] }, { text: 'done' });
+      u.llm.push(
+        {
+          toolCalls: [
+            {
+              name: 'terminal',
+              arguments: {
+                command:
+                  'id -u; pwd; echo shared > /tmp/t; touch mine.txt; mkdir -p /tmp/locked/in locked/in; touch /tmp/locked/in/f locked/in/f; chmod 0 /tmp/locked/in /tmp/locked locked/in locked',
+              },
+            },
+          ],
+        },
+        { text: 'done' },
+      );
       await call('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true });
       await waitFor(async () => (await call('GET', `/api/conversations/${id}`)).execution_status === 'finished', 'finished', 30_000);
       const evs = (await call('GET', `/api/conversations/${id}/events/search?limit=100`)).items;
@@ -295,7 +407,9 @@ describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
     }
   });
 
-  test('why ProtectKernelTunables=no: with /proc/sys read-only bwrap cannot mount /proc and SANDBOX=bwrap exits 1 with one line', { skip: process.getuid?.() !== 0 && 'needs root to emulate the unit' }, async () => {
+  test('why ProtectKernelTunables=no: with /proc/sys read-only bwrap cannot mount /proc and SANDBOX=bwrap exits 1 with one line', {
+    skip: process.getuid?.() !== 0 && 'needs root to emulate the unit',
+  }, async () => {
     const u = await emulated('yes');
     try {
       assert.equal(await u.exited, 1, u.output());

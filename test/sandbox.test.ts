@@ -70,11 +70,11 @@ describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
     assert.equal(st.uid, uid);
     assert.equal(st.gid, gid);
     // judged from the host: that uid, every capability set empty, no_new_privs
-    const [job] = (await waitFor(() => (hostProcesses(`sleep ${m}`).length ? hostProcesses(`sleep ${m}`) : null), "the job runs", 10_000))!;
+    const [job] = (await waitFor(() => (hostProcesses(`sleep ${m}`).length ? hostProcesses(`sleep ${m}`) : null), 'the job runs', 10_000))!;
     const status = fs.readFileSync(`/proc/${job}/status`, 'utf8');
     assert.match(status, new RegExp(`^Uid:\\s+${uid}\\s+${uid}\\s+${uid}\\s+${uid}$`, 'm'));
     assert.match(status, new RegExp(`^Gid:\\s+${gid}\\s+${gid}\\s+${gid}\\s+${gid}$`, 'm'));
-    assert.match(status, /^Groups:\s*$/m, 'no supplementary group (not root\'s)');
+    assert.match(status, /^Groups:\s*$/m, "no supplementary group (not root's)");
     for (const set of ['CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb']) assert.match(status, new RegExp(`^${set}:\\s+0+$`, 'm'), set);
     assert.match(status, /^NoNewPrivs:\s+1$/m);
     process.kill(job!, 'SIGKILL');
@@ -93,7 +93,10 @@ describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
 
   test("the daemon's environment and /proc are out of reach", async () => {
     const pid = h.d.proc.pid!;
-    const r = await h.sh(a, `cat /proc/${pid}/environ; ls /proc | grep -c '^[0-9]'; env | rev > env-rev.txt; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | rev >> env-rev.txt; env | sort > env.txt`);
+    const r = await h.sh(
+      a,
+      `cat /proc/${pid}/environ; ls /proc | grep -c '^[0-9]'; env | rev > env-rev.txt; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | rev >> env-rev.txt; env | sort > env.txt`,
+    );
     assert.match(r.text, /No such file or directory/);
     // judged from the host: the files the shell wrote hold no daemon secret, not even reversed
     const dumped = fs.readFileSync(path.join(h.ws(a), 'env-rev.txt'), 'utf8') + fs.readFileSync(path.join(h.ws(a), 'env.txt'), 'utf8');
@@ -136,14 +139,25 @@ describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
       `touch /tmp/${tag} /var/tmp/${tag} /${tag} ~/${tag}; ls /tmp/${tag}; touch /usr/${tag} /etc/${tag} ${h.d.dataDir}/${tag}; echo END`,
     );
     assert.match(r.text, /END/);
-    for (const p of [`/tmp/${tag}`, `/var/tmp/${tag}`, `/${tag}`, `/usr/${tag}`, `/etc/${tag}`, path.join(h.d.dataDir, tag), path.join(process.env.HOME ?? '/root', tag)]) {
+    for (const p of [
+      `/tmp/${tag}`,
+      `/var/tmp/${tag}`,
+      `/${tag}`,
+      `/usr/${tag}`,
+      `/etc/${tag}`,
+      path.join(h.d.dataDir, tag),
+      path.join(process.env.HOME ?? '/root', tag),
+    ]) {
       assert.ok(!fs.existsSync(p), `${p} exists on the host`);
     }
   });
 
   test('file_editor: outside paths, .. and planted symlinks are refused without content', async () => {
     const other = h.ws(b);
-    await h.sh(a, `ln -sfn ${other} /workspace/other; ln -sfn ${h.d.dataDir} /workspace/data; ln -sfn ${other}/secret.txt /workspace/s.txt; ln -sfn /nonexistent/x /workspace/dangling; echo ok`);
+    await h.sh(
+      a,
+      `ln -sfn ${other} /workspace/other; ln -sfn ${h.d.dataDir} /workspace/data; ln -sfn ${other}/secret.txt /workspace/s.txt; ln -sfn /nonexistent/x /workspace/dangling; echo ok`,
+    );
     // the links exist on the host, pointing outside
     assert.equal(fs.readlinkSync(path.join(h.ws(a), 'other')), other);
     const obs = await h.run(a, [
@@ -244,11 +258,24 @@ describe('sandbox: one sandbox per conversation', { timeout: 180_000 }, () => {
     const m = `9191${process.pid % 1000}`;
     const held: { release(): void }[] = [];
     try {
-      await git.createRepo('acme/one', {
-        'README.md': '# one\n',
-        '.openhands/setup.sh': [`echo FROM-SETUP-${m} > /tmp/setup-${m}`, `echo cached > ~/.cache-${m}`, `(sleep ${m}1 >/dev/null 2>&1 &)`, 'echo SETUP-DONE', ''].join('\n'),
-      }, { private: true });
-      assert.equal((await h.req('POST', '/api/add-git-providers', { provider_tokens: { github: { token: 'gh-SANDBOX-token-5678', host: git.url } } })).status, 200);
+      await git.createRepo(
+        'acme/one',
+        {
+          'README.md': '# one\n',
+          '.openhands/setup.sh': [
+            `echo FROM-SETUP-${m} > /tmp/setup-${m}`,
+            `echo cached > ~/.cache-${m}`,
+            `(sleep ${m}1 >/dev/null 2>&1 &)`,
+            'echo SETUP-DONE',
+            '',
+          ].join('\n'),
+        },
+        { private: true },
+      );
+      assert.equal(
+        (await h.req('POST', '/api/add-git-providers', { provider_tokens: { github: { token: 'gh-SANDBOX-token-5678', host: git.url } } })).status,
+        200,
+      );
       const r = await h.req('POST', '/api/conversations', {
         repository: 'acme/one',
         git_provider: 'github',
@@ -260,7 +287,10 @@ describe('sandbox: one sandbox per conversation', { timeout: 180_000 }, () => {
       const [pidObs] = await h.run(a, [{ name: 'pid', arguments: {} }]);
       const mcpPid = hostPid(pidObs.content.map((c: any) => c.text).join(''));
       assert.ok(mcpPid > 0, JSON.stringify(pidObs));
-      const shell = await h.sh(a, `cat /tmp/setup-${m}; cat ~/.cache-${m}; (sleep ${m}2 >/dev/null 2>&1 &); ps -eo pid,args; echo "NSFDS $(ls -l /proc/$$/fd | grep -cE '(user|pid):\\[')"`);
+      const shell = await h.sh(
+        a,
+        `cat /tmp/setup-${m}; cat ~/.cache-${m}; (sleep ${m}2 >/dev/null 2>&1 &); ps -eo pid,args; echo "NSFDS $(ls -l /proc/$$/fd | grep -cE '(user|pid):\\[')"`,
+      );
       assert.match(shell.text, /^NSFDS 0$/m, "the shell closed the sandbox's namespace fds");
       assert.match(shell.text, new RegExp(`FROM-SETUP-${m}`), 'the shell reads what setup.sh wrote to /tmp');
       assert.match(shell.text, /^cached$/m, 'and to HOME');

@@ -52,7 +52,8 @@ async function parts(t: TestContext, opts: PartsOptions = {}): Promise<CoreParts
 const text = (s: string) => [{ type: 'text' as const, text: s }];
 const phaseOf = (p: CoreParts, id: string) => (p.conversations.loaded(id)?.record.data.setup as { phase?: string } | undefined)?.phase;
 const prepared = (p: CoreParts, id: string) => waitFor(() => phaseOf(p, id) === 'ready', 'the preparation to end');
-const statusIs = (p: CoreParts, id: string, want: string) => waitFor(() => p.conversations.status(id) === want && !p.runtime.isRunning(id), `status ${want}`, 20_000);
+const statusIs = (p: CoreParts, id: string, want: string) =>
+  waitFor(() => p.conversations.status(id) === want && !p.runtime.isRunning(id), `status ${want}`, 20_000);
 const userTexts = async (p: CoreParts, id: string) =>
   (await p.events.after(id, 0)).filter((e) => e.kind === 'MessageEvent' && e.source === 'user').map((e) => (e as any).llm_message.content[0].text as string);
 const requestText = (i: number) => JSON.stringify(llm.requests[base + i]?.body.messages ?? null);
@@ -206,7 +207,10 @@ describe('ConversationService (no daemon)', { timeout: 60_000 }, () => {
     await prepared(p, idle.id);
     await p.service.pause(idle.id);
     assert.equal(p.conversations.status(idle.id), 'paused');
-    assert.deepEqual((await p.events.after(idle.id, 0)).map((e) => e.kind), ['PauseEvent', 'ConversationStateUpdateEvent']);
+    assert.deepEqual(
+      (await p.events.after(idle.id, 0)).map((e) => e.kind),
+      ['PauseEvent', 'ConversationStateUpdateEvent'],
+    );
 
     const { id } = await p.service.createConversation({});
     await prepared(p, id);
@@ -289,7 +293,11 @@ describe('ConversationService (no daemon)', { timeout: 60_000 }, () => {
     await assert.rejects(p.service.createConversation({ repository: 'not a repository' }), RequestValidationError);
     await assert.rejects(p.service.createConversation({ replay_json: '[]', initial_user_msg: 'both' }), RequestValidationError);
     await assert.rejects(p.service.createConversation({ initial_user_msg: 'y'.repeat(5000) }), PayloadTooLargeError);
-    assert.deepEqual((await p.store.listConversations(10)).map((r) => r.id), [id], 'nothing stored by a refused create');
+    assert.deepEqual(
+      (await p.store.listConversations(10)).map((r) => r.id),
+      [id],
+      'nothing stored by a refused create',
+    );
     await assert.rejects(p.service.run(crypto.randomUUID()), NotFoundError);
   });
 });

@@ -21,9 +21,20 @@ import { tcpProxy } from './support/tcp-proxy.js';
 
 const C = '11111111-1111-4111-8111-111111111111';
 const D = '22222222-2222-4222-8222-222222222222';
-const msg = (text: string) => ({ kind: 'MessageEvent' as const, source: 'user' as const, llm_message: { role: 'user' as const, content: [{ type: 'text' as const, text }] } });
+const msg = (text: string) => ({
+  kind: 'MessageEvent' as const,
+  source: 'user' as const,
+  llm_message: { role: 'user' as const, content: [{ type: 'text' as const, text }] },
+});
 const status = (value: string) => ({ kind: 'ConversationStateUpdateEvent' as const, source: 'environment' as const, key: 'execution_status', value });
-const conv = (id: string, created_at: string, execution_status = 'idle', data: Record<string, unknown> = {}) => ({ id, title: null, created_at, updated_at: created_at, execution_status, data });
+const conv = (id: string, created_at: string, execution_status = 'idle', data: Record<string, unknown> = {}) => ({
+  id,
+  title: null,
+  created_at,
+  updated_at: created_at,
+  execution_status,
+  data,
+});
 
 /** Opens stores of one backend on one place (a directory, a database); removed when the test ends. */
 type Open = (onCommit?: CommitListener) => Promise<Store>;
@@ -71,23 +82,35 @@ for (const backend of backends) {
     assert.equal(all.length, 300);
     const text = (e: ParleyEvent) => (e as { llm_message: { content: { text: string }[] } }).llm_message.content[0]!.text;
     const cPublished = published.filter((e) => Number(text(e).slice(1)) % 3 !== 0);
-    assert.deepEqual(cPublished.map((e) => e.seq), Array.from({ length: 200 }, (_, i) => i + 1));
+    assert.deepEqual(
+      cPublished.map((e) => e.seq),
+      Array.from({ length: 200 }, (_, i) => i + 1),
+    );
     const page = await store.query(C, { limit: 1000 });
-    assert.deepEqual(page.map((e) => e.seq), Array.from({ length: 200 }, (_, i) => i + 1));
+    assert.deepEqual(
+      page.map((e) => e.seq),
+      Array.from({ length: 200 }, (_, i) => i + 1),
+    );
     assert.deepEqual(page.map(text), cPublished.map(text), 'stored in the order appended');
     assert.equal(await store.count(C, {}), 200);
     assert.equal(await store.count(C, { afterSeq: 150 }), 50);
     assert.equal(await store.lastSeq(C), 200);
     assert.equal(await store.lastSeq(D), 100);
     const desc = await store.query(C, { limit: 5, desc: true, beforeSeq: 100 });
-    assert.deepEqual(desc.map((e) => e.seq), [99, 98, 97, 96, 95]);
+    assert.deepEqual(
+      desc.map((e) => e.seq),
+      [99, 98, 97, 96, 95],
+    );
     assert.equal((await store.get(C, all[1]!.id))?.seq, all[1]!.seq);
     assert.deepEqual(await store.get(C, all[1]!.id), all[1], 'read back as appended');
     assert.equal(await store.get(D, all[1]!.id), null, 'an event is only found in its own conversation');
     assert.equal((await store.query(C, { kind: 'PauseEvent', limit: 10 })).length, 0);
     assert.equal((await store.query(C, { source: 'user', limit: 1000 })).length, 200);
     await store.appendMany(C, [msg('x'), msg('y')]);
-    assert.deepEqual((await store.query(C, { afterSeq: 199, limit: 10 })).map((e) => e.seq), [200, 201, 202]);
+    assert.deepEqual(
+      (await store.query(C, { afterSeq: 199, limit: 10 })).map((e) => e.seq),
+      [200, 201, 202],
+    );
     await store.close();
   });
 
@@ -114,9 +137,15 @@ for (const backend of backends) {
     const evs = await s1.appendMany(D, [msg('1'), msg('2'), msg('3')]);
     await s1.close();
     for (const e of evs) assert.match(e.id, /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
-    assert.deepEqual([...evs.map((e) => e.id)].sort(), evs.map((e) => e.id));
+    assert.deepEqual(
+      [...evs.map((e) => e.id)].sort(),
+      evs.map((e) => e.id),
+    );
     const s2 = await open();
-    assert.deepEqual((await s2.query(D, { limit: 10 })).map((e) => e.seq), [1, 2, 3]);
+    assert.deepEqual(
+      (await s2.query(D, { limit: 10 })).map((e) => e.seq),
+      [1, 2, 3],
+    );
     assert.equal((await s2.append(D, msg('4'))).seq, 4);
     await s2.close();
   });
@@ -124,42 +153,60 @@ for (const backend of backends) {
   contract('conversations: create, read, page newest first, patch, find by status and unfinished setup', async (open) => {
     const store = await open();
     const ids = Array.from({ length: 5 }, (_, i) => `0000000${i}-0000-4000-8000-000000000000`);
-    for (const [i, id] of ids.entries()) await store.createConversation(conv(id, `2026-01-0${i + 1}T00:00:00.000Z`, i % 2 ? 'running' : 'idle', { setup: { phase: i === 4 ? 'cloning' : 'ready' }, n: i }));
+    for (const [i, id] of ids.entries())
+      await store.createConversation(
+        conv(id, `2026-01-0${i + 1}T00:00:00.000Z`, i % 2 ? 'running' : 'idle', { setup: { phase: i === 4 ? 'cloning' : 'ready' }, n: i }),
+      );
     await assert.rejects(store.createConversation(conv(ids[0]!, 'x')), 'the id is unique');
     assert.deepEqual((await store.getConversation(ids[2]!))?.data, { setup: { phase: 'ready' }, n: 2 });
     const first = await store.listConversations(3);
-    assert.deepEqual(first.map((c) => c.id), [ids[4], ids[3], ids[2]]);
+    assert.deepEqual(
+      first.map((c) => c.id),
+      [ids[4], ids[3], ids[2]],
+    );
     const rest = await store.listConversations(3, { created_at: first[2]!.created_at, id: first[2]!.id });
-    assert.deepEqual(rest.map((c) => c.id), [ids[2], ids[1], ids[0]]);
+    assert.deepEqual(
+      rest.map((c) => c.id),
+      [ids[2], ids[1], ids[0]],
+    );
     await store.updateConversation(ids[1]!, { execution_status: 'error', title: 'T', data: { a: 1 } });
     const updated = await store.getConversation(ids[1]!);
     assert.equal(updated?.execution_status, 'error');
     assert.equal(updated?.title, 'T');
     assert.deepEqual(updated?.data, { a: 1 });
     assert.notEqual(updated?.updated_at, updated?.created_at, 'updated_at follows a patch');
-    assert.deepEqual((await store.conversationsWithStatus(['running'])).map((c) => c.id), [ids[3]]);
+    assert.deepEqual(
+      (await store.conversationsWithStatus(['running'])).map((c) => c.id),
+      [ids[3]],
+    );
     assert.deepEqual(await store.conversationsWithStatus([]), []);
     assert.deepEqual(await store.conversationsWithUnfinishedSetup(), [ids[4]]);
     await store.close();
   });
 
-  contract('a conversation created with its first events commits both at once; a create that fails (the id is taken) stores, numbers and publishes none of its events', async (open) => {
-    const published: number[] = [];
-    const store = await open((_id, evs) => published.push(...evs.map((e) => e.event.seq!)));
-    const first = await store.createConversation(conv(C, 'a'), [msg('first'), msg('second')]);
-    assert.deepEqual(first.map((e) => e.seq), [1, 2]);
-    assert.deepEqual(published, [1, 2]);
-    assert.ok(await store.getConversation(C));
-    await assert.rejects(store.createConversation(conv(C, 'b'), [msg('not stored')]), 'the id is unique');
-    assert.equal(await store.lastSeq(C), 2, 'the failed create took no seq');
-    assert.deepEqual(published, [1, 2], 'and published nothing');
-    assert.equal((await store.append(C, msg('third'))).seq, 3);
-    await store.close();
-    const reopened = await open();
-    const texts = (await reopened.query(C, { limit: 10 })).map((e) => (e as { llm_message: { content: { text: string }[] } }).llm_message.content[0]!.text);
-    assert.deepEqual(texts, ['first', 'second', 'third']);
-    await reopened.close();
-  });
+  contract(
+    'a conversation created with its first events commits both at once; a create that fails (the id is taken) stores, numbers and publishes none of its events',
+    async (open) => {
+      const published: number[] = [];
+      const store = await open((_id, evs) => published.push(...evs.map((e) => e.event.seq!)));
+      const first = await store.createConversation(conv(C, 'a'), [msg('first'), msg('second')]);
+      assert.deepEqual(
+        first.map((e) => e.seq),
+        [1, 2],
+      );
+      assert.deepEqual(published, [1, 2]);
+      assert.ok(await store.getConversation(C));
+      await assert.rejects(store.createConversation(conv(C, 'b'), [msg('not stored')]), 'the id is unique');
+      assert.equal(await store.lastSeq(C), 2, 'the failed create took no seq');
+      assert.deepEqual(published, [1, 2], 'and published nothing');
+      assert.equal((await store.append(C, msg('third'))).seq, 3);
+      await store.close();
+      const reopened = await open();
+      const texts = (await reopened.query(C, { limit: 10 })).map((e) => (e as { llm_message: { content: { text: string }[] } }).llm_message.content[0]!.text);
+      assert.deepEqual(texts, ['first', 'second', 'third']);
+      await reopened.close();
+    },
+  );
 
   contract('secrets: put, get, list by kind, delete, replace a kind at once', async (open) => {
     const store = await open();
@@ -168,11 +215,17 @@ for (const backend of backends) {
     await store.putSecret({ kind: 'provider', name: 'github', sealed: 'v1:g', meta: { host: null } });
     await store.putSecret({ kind: 'custom', name: 'B', sealed: 'v1:b2', meta: { description: 'b2' } });
     assert.deepEqual(await store.getSecret('custom', 'B'), { kind: 'custom', name: 'B', sealed: 'v1:b2', meta: { description: 'b2' } });
-    assert.deepEqual((await store.listSecrets('custom')).map((s) => s.name), ['A', 'B']);
+    assert.deepEqual(
+      (await store.listSecrets('custom')).map((s) => s.name),
+      ['A', 'B'],
+    );
     assert.equal(await store.deleteSecret('custom', 'A'), true);
     assert.equal(await store.deleteSecret('custom', 'A'), false);
     await store.replaceSecrets('provider', [{ kind: 'provider', name: 'gitlab', sealed: null, meta: {} }]);
-    assert.deepEqual((await store.listSecrets('provider')).map((s) => s.name), ['gitlab']);
+    assert.deepEqual(
+      (await store.listSecrets('provider')).map((s) => s.name),
+      ['gitlab'],
+    );
     assert.equal(await store.getSecret('provider', 'github'), null);
     await store.close();
   });
@@ -189,7 +242,10 @@ for (const backend of backends) {
     assert.equal((await store.getConversation(C))?.execution_status, 'error', 'another key is not the status');
     await store.close();
     const reopened = await open();
-    assert.deepEqual((await reopened.conversationsWithStatus(['error'])).map((c) => c.id), [C]);
+    assert.deepEqual(
+      (await reopened.conversationsWithStatus(['error'])).map((c) => c.id),
+      [C],
+    );
     await reopened.close();
   });
 }
@@ -202,9 +258,15 @@ test('SQLite: reads see events before and after the writer thread indexes them',
   const store = new SqliteStore(dir, { indexDelayMs: 200 });
   const all = await Promise.all(Array.from({ length: 200 }, (_, i) => store.append(C, msg(`m${i}`))));
   const check = async () => {
-    assert.deepEqual((await store.query(C, { limit: 1000 })).map((e) => e.seq), Array.from({ length: 200 }, (_, i) => i + 1));
+    assert.deepEqual(
+      (await store.query(C, { limit: 1000 })).map((e) => e.seq),
+      Array.from({ length: 200 }, (_, i) => i + 1),
+    );
     assert.equal(await store.count(C, {}), 200);
-    assert.deepEqual((await store.query(C, { limit: 5, desc: true, beforeSeq: 100 })).map((e) => e.seq), [99, 98, 97, 96, 95]);
+    assert.deepEqual(
+      (await store.query(C, { limit: 5, desc: true, beforeSeq: 100 })).map((e) => e.seq),
+      [99, 98, 97, 96, 95],
+    );
     assert.equal((await store.get(C, all[1]!.id))?.seq, 2);
   };
   assert.ok(store.unindexed > 0, 'read from memory before the index has them');
@@ -237,11 +299,22 @@ test('PostgreSQL: two nodes appending to one conversation get one gap-free seq; 
   const fromA = Array.from({ length: 200 }, (_, i) => a.append(C, msg(`a${i}`)));
   const fromB = Array.from({ length: 200 }, (_, i) => b.append(C, msg(`b${i}`)));
   const seqs = (await Promise.all([...fromA, ...fromB])).map((e) => e.seq!).sort((x, y) => x - y);
-  assert.deepEqual(seqs, Array.from({ length: 400 }, (_, i) => i + 1), 'every seq once, none missing');
+  assert.deepEqual(
+    seqs,
+    Array.from({ length: 400 }, (_, i) => i + 1),
+    'every seq once, none missing',
+  );
   assert.ok(statements.n < 200 / 4, `200 appends of one node took ${statements.n} statements: they are grouped`);
   const aSeqs = (await Promise.all(fromA)).map((e) => e.seq!);
-  assert.deepEqual(aSeqs, [...aSeqs].sort((x, y) => x - y), "a node's appends are numbered in the order it made them");
-  assert.deepEqual((await b.query(C, { limit: 1000 })).map((e) => e.seq), Array.from({ length: 400 }, (_, i) => i + 1));
+  assert.deepEqual(
+    aSeqs,
+    [...aSeqs].sort((x, y) => x - y),
+    "a node's appends are numbered in the order it made them",
+  );
+  assert.deepEqual(
+    (await b.query(C, { limit: 1000 })).map((e) => e.seq),
+    Array.from({ length: 400 }, (_, i) => i + 1),
+  );
   const versions = await a.pool.query('SELECT version FROM schema_migrations');
   assert.equal(versions.rowCount, 2, 'each migration applied once');
   await Promise.all([a.close(), b.close()]);
@@ -249,7 +322,10 @@ test('PostgreSQL: two nodes appending to one conversation get one gap-free seq; 
 
 test('PostgreSQL: unreachable at start or mid-run answers UnavailableError with the reason; a bad append fails alone', { timeout: 60_000 }, async (t) => {
   const port = await freePort();
-  await assert.rejects(PostgresStore.open(`postgres://postgres@127.0.0.1:${port}/x`, { connectTimeoutMs: 2000 }), (err: Error) => err instanceof UnavailableError && /PostgreSQL unavailable: .*ECONNREFUSED/.test(err.message));
+  await assert.rejects(
+    PostgresStore.open(`postgres://postgres@127.0.0.1:${port}/x`, { connectTimeoutMs: 2000 }),
+    (err: Error) => err instanceof UnavailableError && /PostgreSQL unavailable: .*ECONNREFUSED/.test(err.message),
+  );
 
   const db = await createTestDatabase();
   t.after(() => db.drop());
@@ -257,8 +333,15 @@ test('PostgreSQL: unreachable at start or mid-run answers UnavailableError with 
   const first = await store.append(C, msg('kept'));
   // the same event id twice in one group: only that append fails, the others commit
   const results = await Promise.allSettled([store.append(C, msg('ok 1')), store.append(C, { ...msg('dup'), id: first.id }), store.append(C, msg('ok 2'))]);
-  assert.deepEqual(results.map((r) => r.status), ['fulfilled', 'rejected', 'fulfilled']);
-  assert.deepEqual((await store.query(C, { limit: 10 })).map((e) => e.seq), [1, 2, 3], 'the failed append took no seq');
+  assert.deepEqual(
+    results.map((r) => r.status),
+    ['fulfilled', 'rejected', 'fulfilled'],
+  );
+  assert.deepEqual(
+    (await store.query(C, { limit: 10 })).map((e) => e.seq),
+    [1, 2, 3],
+    'the failed append took no seq',
+  );
 
   // the server ends every connection of this database: the next calls reconnect by themselves
   const admin = new pg.Client({ connectionString: db.url });
@@ -279,24 +362,35 @@ test('PostgreSQL: a node whose connection to the server is cut answers 503 with 
   const store = await PostgresStore.open(url.toString(), { connectTimeoutMs: 1000 });
   await store.append(C, msg('before'));
   proxy.cut();
-  const err = await store.append(C, msg('during')).then(() => null, (e: Error) => e);
+  const err = await store.append(C, msg('during')).then(
+    () => null,
+    (e: Error) => e,
+  );
   assert.ok(err instanceof UnavailableError, `503, got ${err}`);
   assert.match(err.message, /^PostgreSQL unavailable: /);
   proxy.restore();
   const after = (await waitFor(() => store.append(C, msg('after')).catch(() => null), 'an append once the server is back'))!;
   assert.equal((await store.query(C, { limit: 10 })).filter((e) => e.seq === after.seq).length, 1);
-  assert.ok((await store.query(C, { limit: 10 })).some((e) => e.seq === 1), 'what was acknowledged before is kept');
+  assert.ok(
+    (await store.query(C, { limit: 10 })).some((e) => e.seq === 1),
+    'what was acknowledged before is kept',
+  );
   await store.close();
 });
 
-test('PostgreSQL: a fenced append commits only while its node holds the lease; refused, it takes no seq, sets no status and fails alone', { timeout: 60_000 }, async (t) => {
+test('PostgreSQL: a fenced append commits only while its node holds the lease; refused, it takes no seq, sets no status and fails alone', {
+  timeout: 60_000,
+}, async (t) => {
   const db = await createTestDatabase();
   t.after(() => db.drop());
   const store = await PostgresStore.open(db.url);
   await store.createConversation(conv(C, 'a', 'running'));
   await store.pool.query("INSERT INTO leases (conversation_id, node_id, expires_at) VALUES ($1, 'node-a', now() + interval '1 minute')", [C]);
   const lost: string[] = [];
-  store.fenceWith((id) => (id === C ? 'node-a' : null), (e) => lost.push(e.conversationId));
+  store.fenceWith(
+    (id) => (id === C ? 'node-a' : null),
+    (e) => lost.push(e.conversationId),
+  );
   assert.equal((await store.append(C, msg('as the owner'))).seq, 1);
   // another node takes the conversation over
   await store.pool.query("UPDATE leases SET node_id = 'node-b' WHERE conversation_id = $1", [C]);
@@ -307,7 +401,10 @@ test('PostgreSQL: a fenced append commits only while its node holds the lease; r
   assert.deepEqual(lost, [C]);
   assert.equal((await store.getConversation(C))?.execution_status, 'running', 'the refused status was not stored');
   assert.equal(await store.lastSeq(C), 1, 'no seq taken');
-  store.fenceWith(() => null, () => {});
+  store.fenceWith(
+    () => null,
+    () => {},
+  );
   assert.equal((await store.append(C, msg('not the owner'))).seq, 2);
   await store.close();
 });

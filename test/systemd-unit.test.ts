@@ -24,7 +24,12 @@ const SYSCTLS = ['fs/file-max', 'fs/nr_open', 'net/unix/max_dgram_qlen', 'kernel
 
 /** A uid no host account has (the `parley` account exists only in the container's /etc/passwd). */
 function freeUid(): number {
-  const used = new Set(fs.readFileSync('/etc/passwd', 'utf8').split('\n').map((l) => Number(l.split(':')[2])));
+  const used = new Set(
+    fs
+      .readFileSync('/etc/passwd', 'utf8')
+      .split('\n')
+      .map((l) => Number(l.split(':')[2])),
+  );
   let uid = 61000;
   while (used.has(uid)) uid++;
   return uid;
@@ -53,7 +58,11 @@ describe('systemd: scripts/parley.service under a real systemd (PID 1 of private
     return { ...r, out: r.out.trim() };
   };
   const call = async (method: string, url: string, body?: unknown) => {
-    const r = await fetch(`http://127.0.0.1:${port}${url}`, { method, headers: { ...H, ...(body ? { 'content-type': 'application/json' } : {}) }, body: body ? JSON.stringify(body) : undefined });
+    const r = await fetch(`http://127.0.0.1:${port}${url}`, {
+      method,
+      headers: { ...H, ...(body ? { 'content-type': 'application/json' } : {}) },
+      body: body ? JSON.stringify(body) : undefined,
+    });
     return { status: r.status, body: (await r.json()) as any };
   };
   const withJournal = async <T>(p: Promise<T>): Promise<T> =>
@@ -76,7 +85,15 @@ describe('systemd: scripts/parley.service under a real systemd (PID 1 of private
           path: '/etc/parley/parley.env',
           mode: 0o640,
           group: 'parley',
-          content: [`PORT=${port}`, `SESSION_API_KEY=${SESSION}`, 'LOG_LEVEL=info', 'LLM_MODEL=openai/scripted', `LLM_BASE_URL=${llm.url}`, 'LLM_API_KEY=sk-SYSTEMDUNIT-0815', ''].join('\n'),
+          content: [
+            `PORT=${port}`,
+            `SESSION_API_KEY=${SESSION}`,
+            'LOG_LEVEL=info',
+            'LLM_MODEL=openai/scripted',
+            `LLM_BASE_URL=${llm.url}`,
+            'LLM_API_KEY=sk-SYSTEMDUNIT-0815',
+            '',
+          ].join('\n'),
         },
       ],
     });
@@ -91,21 +108,31 @@ describe('systemd: scripts/parley.service under a real systemd (PID 1 of private
     for (const s of SYSCTLS) assert.equal(fs.readFileSync(`/proc/sys/${s}`, 'utf8'), hostSysctls[s], s);
   });
 
-  test('systemctl start: the daemon answers with sandbox mode bwrap, as the unprivileged user with no capabilities, no_new_privs, the seccomp filters, ProtectProc and PrivateDevices, in a delegated cgroup', { timeout: 60_000 }, async () => {
+  test('systemctl start: the daemon answers with sandbox mode bwrap, as the unprivileged user with no capabilities, no_new_privs, the seccomp filters, ProtectProc and PrivateDevices, in a delegated cgroup', {
+    timeout: 60_000,
+  }, async () => {
     const started = await systemctl('start', 'parley');
     assert.equal(started.code, 0, started.out);
     const info = await withJournal(
-      waitFor(async () => {
-        const r = await call('GET', '/server_info').catch(() => null);
-        return r?.status === 200 && r.body.sandbox.mode !== 'probing' ? r.body : null;
-      }, 'the daemon to answer and its sandbox probe to decide', 45_000),
+      waitFor(
+        async () => {
+          const r = await call('GET', '/server_info').catch(() => null);
+          return r?.status === 200 && r.body.sandbox.mode !== 'probing' ? r.body : null;
+        },
+        'the daemon to answer and its sandbox probe to decide',
+        45_000,
+      ),
     );
     assert.equal(info.sandbox.mode, 'bwrap', JSON.stringify(info));
     assert.equal(info.sandbox.network, 'egress', `/dev/net/tun is there for slirp4netns: ${JSON.stringify(info.sandbox)}`);
     const mainPid = Number((await systemctl('show', '--value', '-p', 'MainPID', 'parley')).out);
     const pid = c.hostPidOf(mainPid);
     assert.ok(pid, `host pid of MainPID ${mainPid}`);
-    assert.match(fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8'), /^\/usr\/bin\/node\0--import\0tsx\0bridge\/main\.ts\0$/, 'node is the main process (ExecStart=)');
+    assert.match(
+      fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8'),
+      /^\/usr\/bin\/node\0--import\0tsx\0bridge\/main\.ts\0$/,
+      'node is the main process (ExecStart=)',
+    );
     const st = status(pid);
     assert.equal(st.Uid, `${uid}\t${uid}\t${uid}\t${uid}`, 'User=parley');
     assert.equal(st.CapBnd, '0000000000000000', 'CapabilityBoundingSet=');
@@ -167,7 +194,7 @@ describe('systemd: scripts/parley.service under a real systemd (PID 1 of private
         return false;
       }
     });
-    assert.ok(sleeper, 'the background job is in parley.service\'s cgroup');
+    assert.ok(sleeper, "the background job is in parley.service's cgroup");
     assert.notEqual(fs.readlinkSync(`/proc/${sleeper}/ns/pid`), daemonNs);
     const st = status(sleeper);
     assert.equal(st.Uid?.split('\t')[0], String(uid), 'the parley user on the host');
@@ -201,17 +228,27 @@ describe('systemd: scripts/parley.service under a real systemd (PID 1 of private
     assert.deepEqual(ours, [], 'no process of the parley user anywhere in the container');
   });
 
-  test('why ProtectHostname=no: with ProtectHostname=yes systemd refuses sethostname() even in bwrap\'s own UTS namespace, and SANDBOX=bwrap exits 1', { timeout: 60_000 }, async () => {
+  test("why ProtectHostname=no: with ProtectHostname=yes systemd refuses sethostname() even in bwrap's own UTS namespace, and SANDBOX=bwrap exits 1", {
+    timeout: 60_000,
+  }, async () => {
     const dropIn = '/run/systemd/system/parley.service.d/protect-hostname.conf';
-    const w = await c.exec(['sh', '-c', `mkdir -p ${dropIn.replace(/\/[^/]*$/, '')} && printf '[Service]\\nProtectHostname=yes\\n' > ${dropIn} && systemctl daemon-reload`]);
+    const w = await c.exec([
+      'sh',
+      '-c',
+      `mkdir -p ${dropIn.replace(/\/[^/]*$/, '')} && printf '[Service]\\nProtectHostname=yes\\n' > ${dropIn} && systemctl daemon-reload`,
+    ]);
     assert.equal(w.code, 0, w.out);
     try {
       assert.equal((await systemctl('start', 'parley')).code, 0);
       const journal = String(
-        await waitFor(async () => {
-          const j = await c.journal('parley');
-          return /bwrap probe failed/.test(j) ? j : null;
-        }, 'the start to fail', 45_000),
+        await waitFor(
+          async () => {
+            const j = await c.journal('parley');
+            return /bwrap probe failed/.test(j) ? j : null;
+          },
+          'the start to fail',
+          45_000,
+        ),
       );
       assert.match(journal, /^parley: SANDBOX=bwrap but the bwrap probe failed: bwrap: Can't set hostname to \S+: Operation not permitted/m, journal);
     } finally {

@@ -102,10 +102,7 @@ describe('file_editor tool', () => {
     const file = write(path.join(ctx.workspaceDir, 'v.txt'), 'alpha\nbeta\ngamma\ndelta\n');
     const all = await ed(ctx, { command: 'view', path: file });
     assert.equal(all.is_error, false);
-    assert.equal(
-      textOf(all),
-      `Here's the result of running \`cat -n\` on ${file}:\n     1\talpha\n     2\tbeta\n     3\tgamma\n     4\tdelta\n`,
-    );
+    assert.equal(textOf(all), `Here's the result of running \`cat -n\` on ${file}:\n     1\talpha\n     2\tbeta\n     3\tgamma\n     4\tdelta\n`);
     const part = await ed(ctx, { command: 'view', path: file, view_range: [2, 3] });
     assert.match(textOf(part), /\n     2\tbeta\n     3\tgamma\n$/);
     assert.ok(!textOf(part).includes('alpha'));
@@ -121,10 +118,7 @@ describe('file_editor tool', () => {
 
   it('clips the view of a long file and says how to see the rest', async () => {
     const ctx = makeCtx();
-    const file = write(
-      path.join(ctx.workspaceDir, 'long.txt'),
-      Array.from({ length: 5000 }, (_, i) => `line number ${i + 1}`).join('\n'),
-    );
+    const file = write(path.join(ctx.workspaceDir, 'long.txt'), Array.from({ length: 5000 }, (_, i) => `line number ${i + 1}`).join('\n'));
     const obs = await ed(ctx, { command: 'view', path: file });
     assert.ok(textOf(obs).length < 17_000);
     assert.match(textOf(obs), /response clipped/);
@@ -157,10 +151,7 @@ describe('file_editor tool', () => {
 
   it('str_replace replaces exactly one match and returns a numbered snippet', async () => {
     const ctx = makeCtx();
-    const file = write(
-      path.join(ctx.workspaceDir, 's.py'),
-      'def f():\n    return 1\n\ndef g():\n    return 2\n',
-    );
+    const file = write(path.join(ctx.workspaceDir, 's.py'), 'def f():\n    return 1\n\ndef g():\n    return 2\n');
     const obs = await ed(ctx, { command: 'str_replace', path: file, old_str: '    return 2', new_str: '    x = "$&$1"\n    return x' });
     assert.equal(obs.is_error, false, textOf(obs));
     assert.equal(fs.readFileSync(file, 'utf8'), 'def f():\n    return 1\n\ndef g():\n    x = "$&$1"\n    return x\n');
@@ -300,10 +291,7 @@ describe('file_editor tool', () => {
     const obs = await ed(ctx, { command: 'view', path: file });
     assert.ok(!JSON.stringify(obs).includes('TOPSECRET'));
     assert.match(textOf(obs), /TOKEN=<secret_hidden>/);
-    const png = Buffer.from(
-      'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==',
-      'base64',
-    );
+    const png = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==', 'base64');
     const img = write(path.join(ctx.workspaceDir, 'dot.png'), png);
     const imgObs = await ed(ctx, { command: 'view', path: img });
     assert.equal(imgObs.is_error, false);

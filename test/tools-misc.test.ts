@@ -46,9 +46,19 @@ describe('task_tracker tool', () => {
   const record = async (conversationId: string, observation: ToolObservation, toolName = 'task_tracker') => {
     if (!created.has(conversationId)) {
       created.add(conversationId);
-      await store.createConversation({ id: conversationId, title: null, created_at: new Date().toISOString(), updated_at: new Date().toISOString(), execution_status: 'idle', data: {} }, []);
+      await store.createConversation(
+        { id: conversationId, title: null, created_at: new Date().toISOString(), updated_at: new Date().toISOString(), execution_status: 'idle', data: {} },
+        [],
+      );
     }
-    await log.append(conversationId, { kind: 'ObservationEvent', source: 'environment', tool_name: toolName, tool_call_id: `call-${++calls}`, action_id: `a-${calls}`, observation });
+    await log.append(conversationId, {
+      kind: 'ObservationEvent',
+      source: 'environment',
+      tool_name: toolName,
+      tool_call_id: `call-${++calls}`,
+      action_id: `a-${calls}`,
+      observation,
+    });
   };
   const run = async (ctx: ToolContext, p: unknown) => {
     const obs = await tool.execute(tool.parameters.parse(p), ctx);
@@ -99,11 +109,12 @@ describe('task_tracker tool', () => {
     assert.deepEqual(other.task_list, []);
   });
 
-  it('the list is the log\'s: a new tool instance (a restart) sees it, past pages of other observations', async () => {
+  it("the list is the log's: a new tool instance (a restart) sees it, past pages of other observations", async () => {
     const list: TaskItem[] = [{ id: 'a', title: 'Kept task', status: 'in_progress' }];
     await run(makeCtx('tt-log'), { command: 'plan', task_list: list });
     // 450 other tools' observations after it: the list is found on an older page
-    for (let i = 0; i < 450; i++) await record('tt-log', { kind: 'ThinkObservation', content: [{ type: 'text', text: 'Your thought has been logged.' }], is_error: false }, 'think');
+    for (let i = 0; i < 450; i++)
+      await record('tt-log', { kind: 'ThinkObservation', content: [{ type: 'text', text: 'Your thought has been logged.' }], is_error: false }, 'think');
     const fresh = createTaskTrackerTool((id) => lastTaskList(log, id));
     const obs = await fresh.execute(fresh.parameters.parse({ command: 'view' }), makeCtx('tt-log'));
     assert.deepEqual(obs.task_list, list);

@@ -11,7 +11,21 @@ import path from 'node:path';
 import { Sandbox } from '../src/sandbox/launcher.js';
 import { createTerminalTool } from '../src/tools/terminal/tool.js';
 import { waitFor } from './support/daemon.js';
-import { SECRET, alive, makeCtx, pgrep, pidFrom, procState, root, run, shellPids, textOf, tool, useTerminalTool, waitUntil } from './support/terminal-harness.js';
+import {
+  SECRET,
+  alive,
+  makeCtx,
+  pgrep,
+  pidFrom,
+  procState,
+  root,
+  run,
+  shellPids,
+  textOf,
+  tool,
+  useTerminalTool,
+  waitUntil,
+} from './support/terminal-harness.js';
 
 useTerminalTool();
 
@@ -39,7 +53,7 @@ describe('terminal tool: timeouts, interrupts, outputs, shells', () => {
 
   it('does not let a command that keeps printing block the call forever', async () => {
     const t = createTerminalTool({
-    sandbox: Sandbox.none(),
+      sandbox: Sandbox.none(),
       noOutputTimeoutMs: 500,
       maxCallMs: 1000,
       maxOutputChars: 1000,
@@ -249,19 +263,22 @@ describe('terminal tool: timeouts, interrupts, outputs, shells', () => {
     process.kill(pid, 'SIGSTOP');
     const command = 'echo "ran in $$ kept=$KEPT" >> ran.txt; cat ran.txt';
     const p = run(ctx, { command });
-    assert.ok(await waitUntil(() => tool.manager.getSession(ctx.conversationId)?.running?.command === command, 5000), 'the command was handed to the stopped shell');
+    assert.ok(
+      await waitUntil(() => tool.manager.getSession(ctx.conversationId)?.running?.command === command, 5000),
+      'the command was handed to the stopped shell',
+    );
     process.kill(pid, 'SIGKILL');
     const obs = await p;
     assert.equal(obs.exit_code, 0, textOf(obs));
     const ran = fs.readFileSync(path.join(ctx.workspaceDir, 'ran.txt'), 'utf8').split('\n').filter(Boolean);
     assert.equal(ran.length, 1, `run once: ${ran.join(' | ')}`);
     assert.doesNotMatch(ran[0]!, new RegExp(`ran in ${pid} `), 'not in the killed shell');
-    assert.match(ran[0]!, /kept=$/, 'a new shell: the old one\'s variables are gone');
+    assert.match(ran[0]!, /kept=$/, "a new shell: the old one's variables are gone");
     assert.match(textOf(obs), /The shell exited \(SIGKILL\) before it began the command, so the command was run in a new shell/);
     assert.match(textOf(obs), /working directory and environment variables from before are gone/);
   });
 
-  it('a command that began and then ended its shell is not run again, even after one that moved the shell\'s stderr', async () => {
+  it("a command that began and then ended its shell is not run again, even after one that moved the shell's stderr", async () => {
     const ctx = makeCtx();
     const obs = await run(ctx, { command: 'echo began >> count.txt; kill -9 $$' });
     assert.match(textOf(obs), /shell exited \(SIGKILL\)/);

@@ -104,7 +104,13 @@ describe('terminal tool', () => {
     const ctx = makeCtx();
     // python3 here is a pyenv shim (~0.6 s to start when idle, seconds on a busy machine): each step
     // reads on with "" until what it waits for has arrived, instead of trusting one quiet period
-    const repl = createTerminalTool({ sandbox: Sandbox.none(), noOutputTimeoutMs: 3000, inputWaitMs: 1000, maxOutputChars: 2000, outputDir: (id) => path.join(root, 'outputs', id) });
+    const repl = createTerminalTool({
+      sandbox: Sandbox.none(),
+      noOutputTimeoutMs: 3000,
+      inputWaitMs: 1000,
+      maxOutputChars: 2000,
+      outputDir: (id) => path.join(root, 'outputs', id),
+    });
     t.after(() => repl.closeAll());
     const run = (c: ToolContext, call: Call) => runWith(c, call, repl);
     const until = async (first: ToolObservation, re: RegExp): Promise<{ text: string; last: ToolObservation }> => {

@@ -56,7 +56,10 @@ describe('tRPC events subscription', () => {
     await send(id, 'live');
     await waitFor(() => s.events.some((e) => e.kind === 'MessageEvent' && e.llm_message.content[0].text === 'live'), 'a live event');
     const got = seqs(s.events);
-    assert.deepEqual(got, Array.from({ length: got.length }, (_, i) => 4 + i));
+    assert.deepEqual(
+      got,
+      Array.from({ length: got.length }, (_, i) => 4 + i),
+    );
     s.close();
   });
 
@@ -70,7 +73,11 @@ describe('tRPC events subscription', () => {
     await send(id, 'say something', true);
     await ws.next((f) => f.kind === 'MessageEvent' && f.source === 'agent');
     await waitFor(() => s.events.some((e) => e.kind === 'MessageEvent' && e.source === 'agent'), 'the answer over tRPC');
-    const deltas = (xs: any[]) => xs.filter((e) => e.kind === 'StreamingDeltaEvent').map((e) => e.content).join('');
+    const deltas = (xs: any[]) =>
+      xs
+        .filter((e) => e.kind === 'StreamingDeltaEvent')
+        .map((e) => e.content)
+        .join('');
     assert.ok(deltas(ws.frames).length > 0, 'the socket got streamed text');
     assert.equal(deltas(s.events), deltas(ws.frames));
     assert.ok(s.events.filter((e) => e.kind === 'StreamingDeltaEvent').every((e) => e.seq === undefined));
@@ -101,7 +108,10 @@ describe('tRPC events subscription', () => {
     const last = (await d.req('GET', `/api/conversations/${id}`, undefined, H)).body.last_seq as number;
     const s = subscribe({ conversation_id: id, lastEventId: String(resumeAt) });
     await waitFor(() => seqs(s.events).at(-1) === last, 'the resumed subscriber caught up', 30_000);
-    assert.deepEqual(seqs(s.events), Array.from({ length: last - resumeAt }, (_, i) => resumeAt + 1 + i));
+    assert.deepEqual(
+      seqs(s.events),
+      Array.from({ length: last - resumeAt }, (_, i) => resumeAt + 1 + i),
+    );
     s.close();
   });
 

@@ -64,7 +64,13 @@ describe('snapshot, replay and live', () => {
     await send(id, 'live1');
     await send(id, 'live2');
     await waitFor(() => s.frames.length >= 3, 'live frames');
-    assert.deepEqual(s.frames.slice(1).map((f) => [f.seq, f.llm_message.content[0].text]), [[2, 'live1'], [3, 'live2']]);
+    assert.deepEqual(
+      s.frames.slice(1).map((f) => [f.seq, f.llm_message.content[0].text]),
+      [
+        [2, 'live1'],
+        [3, 'live2'],
+      ],
+    );
     s.close();
   });
   test('after_seq resumes exactly, with no gap and no duplicate while appends race the replay', async () => {
@@ -80,7 +86,10 @@ describe('snapshot, replay and live', () => {
     await send(id, 'marker');
     await waitFor(() => s.frames.some((f) => f.seq === 901), 'the marker', 20_000);
     const seqs = s.frames.slice(1).map((f) => f.seq);
-    assert.deepEqual(seqs, Array.from({ length: 801 }, (_, i) => i + 101));
+    assert.deepEqual(
+      seqs,
+      Array.from({ length: 801 }, (_, i) => i + 101),
+    );
     s.close();
   });
   test('resend_mode=all and resend_mode=since', async () => {
@@ -92,12 +101,18 @@ describe('snapshot, replay and live', () => {
     await send(id, 'two');
     const all = connect(wsUrl(id, 'resend_mode=all'), { headers: H });
     await waitFor(() => all.frames.length >= 3, 'replay');
-    assert.deepEqual(all.frames.slice(1).map((f) => f.seq), [1, 2]);
+    assert.deepEqual(
+      all.frames.slice(1).map((f) => f.seq),
+      [1, 2],
+    );
     const since = connect(wsUrl(id, `resend_mode=since&after_timestamp=${encodeURIComponent(mid)}`), { headers: H });
     await waitFor(() => since.frames.length >= 2, 'since replay');
     await send(id, 'three');
     await waitFor(() => since.frames.some((f) => f.seq === 3), 'the live event after the replay');
-    assert.deepEqual(since.frames.slice(1).map((f) => f.seq), [2, 3]);
+    assert.deepEqual(
+      since.frames.slice(1).map((f) => f.seq),
+      [2, 3],
+    );
     all.close();
     since.close();
   });
@@ -187,7 +202,10 @@ describe('slow subscribers', () => {
     // resume from where it could have stopped
     const resumed = connect(wsUrl(id, 'after_seq=140'), { headers: H });
     await waitFor(() => resumed.frames.length >= 11, 'resumed replay');
-    assert.deepEqual(resumed.frames.slice(1).map((f) => f.seq), [141, 142, 143, 144, 145, 146, 147, 148, 149, 150]);
+    assert.deepEqual(
+      resumed.frames.slice(1).map((f) => f.seq),
+      [141, 142, 143, 144, 145, 146, 147, 148, 149, 150],
+    );
     healthy.close();
     resumed.close();
   });

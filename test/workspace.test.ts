@@ -92,7 +92,10 @@ async function waitDead(pid: number, ms = 15_000): Promise<boolean> {
     const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
     return !stat || state === 'Z' || state === 'X';
   };
-  return waitFor(gone, `process ${pid} to end`, ms).then(() => true, () => false);
+  return waitFor(gone, `process ${pid} to end`, ms).then(
+    () => true,
+    () => false,
+  );
 }
 
 function newId(): string {
@@ -176,8 +179,7 @@ describe('providers and credential env', () => {
       assert.equal(env.GIT_TERMINAL_PROMPT, '0');
       assert.equal(env.GIT_CONFIG_KEY_0, 'credential.helper');
       assert.equal((await readFile(env.GIT_ASKPASS!, 'utf8')).includes(CANARY), false);
-      const ask = async (prompt: string) =>
-        (await execFileAsync(env.GIT_ASKPASS!, [prompt], { env: { PATH: process.env.PATH!, ...env } })).stdout;
+      const ask = async (prompt: string) => (await execFileAsync(env.GIT_ASKPASS!, [prompt], { env: { PATH: process.env.PATH!, ...env } })).stdout;
       assert.equal(await ask("Username for 'http://127.0.0.1:9': "), 'x-access-token\n');
       assert.equal(await ask("Password for 'http://x-access-token@127.0.0.1:9': "), `${CANARY}\n`);
       assert.equal(await ask("Username for 'https://BB.example.com': "), 'someuser\n');
@@ -197,9 +199,7 @@ describe('cloneRepository against a real smart-HTTP git server', () => {
   let root: string;
   let helperDir: string;
 
-  const providersFor = (token: string | null = CANARY): ProviderCredential[] => [
-    { provider: 'github', token, host: server.url },
-  ];
+  const providersFor = (token: string | null = CANARY): ProviderCredential[] => [{ provider: 'github', token, host: server.url }];
   const clone = async (over: Partial<CloneOptions> & { repository: string }) => {
     const workspaceDir = over.workspaceDir ?? (await createWorkspace(root, newId()));
     return cloneRepository({
@@ -217,13 +217,21 @@ describe('cloneRepository against a real smart-HTTP git server', () => {
     server = await startGitServer({ token: CANARY });
     root = await mkdtemp(join(tmpdir(), 'parley-clone-root-'));
     helperDir = await mkdtemp(join(tmpdir(), 'parley-clone-helper-'));
-    await server.createRepo('acme/public', { 'README.md': '# public\n', 'src/a.txt': 'a\n' }, {
-      branches: { 'feature/x': { 'feature.txt': 'feature\n' } },
-    });
-    await server.createRepo('acme/private', { 'README.md': '# private\n' }, {
-      private: true,
-      branches: { develop: { 'develop.txt': 'dev\n' } },
-    });
+    await server.createRepo(
+      'acme/public',
+      { 'README.md': '# public\n', 'src/a.txt': 'a\n' },
+      {
+        branches: { 'feature/x': { 'feature.txt': 'feature\n' } },
+      },
+    );
+    await server.createRepo(
+      'acme/private',
+      { 'README.md': '# private\n' },
+      {
+        private: true,
+        branches: { develop: { 'develop.txt': 'dev\n' } },
+      },
+    );
     await server.createRepo('acme/empty', {});
   });
   after(async () => {
@@ -298,8 +306,14 @@ describe('cloneRepository against a real smart-HTTP git server', () => {
     assert.match(r.branch, /^parley\/[0-9a-f]{8}$/);
 
     const reqs = server.requests.slice(before);
-    assert.ok(reqs.some((q) => q.status === 401), 'the server asked for credentials');
-    assert.ok(reqs.some((q) => q.user === 'x-access-token' && q.status === 200), 'authenticated with Basic auth');
+    assert.ok(
+      reqs.some((q) => q.status === 401),
+      'the server asked for credentials',
+    );
+    assert.ok(
+      reqs.some((q) => q.user === 'x-access-token' && q.status === 200),
+      'authenticated with Basic auth',
+    );
     for (const q of server.requests) assert.equal(q.url.includes(CANARY), false, `token in URL ${q.url}`);
 
     const config = await readFile(join(ws, '.git', 'config'), 'utf8');
@@ -344,10 +358,7 @@ describe('cloneRepository against a real smart-HTTP git server', () => {
     assert.equal(await readFile(join(pub.dir, 'feature.txt'), 'utf8'), 'feature\n');
 
     const ws = await createWorkspace(root, newId());
-    const err = await expectCloneError(
-      clone({ repository: 'acme/public', branch: 'nope;touch>pwned', workspaceDir: ws }),
-      'branch_not_found',
-    );
+    const err = await expectCloneError(clone({ repository: 'acme/public', branch: 'nope;touch>pwned', workspaceDir: ws }), 'branch_not_found');
     assert.match(err.message, /nope;touch>pwned/);
     assert.deepEqual(await readdir(ws), [], 'workspace emptied for a retry');
   });
@@ -371,19 +382,13 @@ describe('cloneRepository against a real smart-HTTP git server', () => {
     );
     await expectCloneError(clone({ repository: 'acme/public', provider: 'enterprise_sso', providers: [] }), 'invalid_host');
     const ws = await createWorkspace(root, newId());
-    await expectCloneError(
-      clone({ repository: 'acme/public', workspaceDir: ws, helperDir: join(ws, 'helpers') }),
-      'invalid_options',
-    );
+    await expectCloneError(clone({ repository: 'acme/public', workspaceDir: ws, helperDir: join(ws, 'helpers') }), 'invalid_options');
   });
 
   test('a bad token gives CloneError auth_failed without the token anywhere', async () => {
     const ws = await createWorkspace(root, newId());
     const before = server.requests.length;
-    const err = await expectCloneError(
-      clone({ repository: 'acme/private', workspaceDir: ws, providers: providersFor(BAD_CANARY) }),
-      'auth_failed',
-    );
+    const err = await expectCloneError(clone({ repository: 'acme/private', workspaceDir: ws, providers: providersFor(BAD_CANARY) }), 'auth_failed');
     assert.match(err.message, /acme\/private/);
     assert.match(err.message, /rejected the stored github token/);
     const everything = `${err.message}\n${err.stack}\n${JSON.stringify(err.attempts)}\n${String(err)}`;
@@ -490,10 +495,7 @@ describe('repository instructions', () => {
     const m = join(repo, '.openhands', 'microagents');
     await mkdir(join(m, 'k8s'), { recursive: true });
     await writeFile(join(m, 'repo.md'), '---\nname: repo_rules\ntype: repo\ntriggers: [ignored]\n---\nAlways run tests.\n');
-    await writeFile(
-      join(m, 'docker.md'),
-      '---\nname: docker\ntype: knowledge\ntriggers: [docker, "container"]  # inline\n---\nDocker tips.\n',
-    );
+    await writeFile(join(m, 'docker.md'), '---\nname: docker\ntype: knowledge\ntriggers: [docker, "container"]  # inline\n---\nDocker tips.\n');
     await writeFile(join(m, 'k8s', 'kube.md'), '---\r\nname: kube\r\ntriggers:\r\n  - kubectl\r\n  - "helm chart"\r\n---\r\nKube tips.\r\n');
     await writeFile(join(m, 'plain.md'), 'No front matter here.\n');
     await writeFile(join(m, 'README.md'), 'This folder holds microagents.\n');
@@ -542,7 +544,10 @@ describe('repository instructions', () => {
       await writeFile(join(d, 'Agents.md'), 'mixed');
       await writeFile(join(d, 'AGENTS.md'), 'upper');
       const r = await loadRepoInstructions(filesOf(d));
-      assert.deepEqual(r.always.map((a) => [a.source, a.content]), [['AGENTS.md', 'upper']]);
+      assert.deepEqual(
+        r.always.map((a) => [a.source, a.content]),
+        [['AGENTS.md', 'upper']],
+      );
       const none = await loadRepoInstructions(filesOf(join(d, 'missing')));
       assert.deepEqual(none.always, []);
       assert.deepEqual(none.triggered, []);
@@ -553,7 +558,10 @@ describe('repository instructions', () => {
 
   test('selectTriggered matches trigger words case-insensitively', async () => {
     const { triggered } = await loadRepoInstructions(filesOf(repo));
-    const names = (text: string) => selectTriggered(triggered, text).map((t) => t.name).sort();
+    const names = (text: string) =>
+      selectTriggered(triggered, text)
+        .map((t) => t.name)
+        .sort();
     assert.deepEqual(names('Please fix the DOCKER build'), ['docker']);
     assert.deepEqual(names('update the Helm Chart and run KUBECTL apply'), ['kube']);
     assert.deepEqual(names('run /release now'), ['release']);
@@ -561,7 +569,9 @@ describe('repository instructions', () => {
   });
 
   test('parseFrontMatter: scalars, quotes, flow and block lists, block scalars, unterminated', () => {
-    const r = parseFrontMatter("---\nname: 'it''s'\nversion: \"1.0\"\nlist: [a, 'b, c', d]\nblock:\n  - x # c\n  - 'y'\ntext: |\n  line1\n  line2\nempty:\n---\nbody\n");
+    const r = parseFrontMatter(
+      "---\nname: 'it''s'\nversion: \"1.0\"\nlist: [a, 'b, c', d]\nblock:\n  - x # c\n  - 'y'\ntext: |\n  line1\n  line2\nempty:\n---\nbody\n",
+    );
     assert.deepEqual(r.data, {
       name: "it's",
       version: '1.0',

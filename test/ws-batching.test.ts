@@ -13,7 +13,10 @@ import { connect } from './support/ws-client.js';
 
 const strace = spawnSync('strace', ['-V'], { encoding: 'utf8' }).status === 0;
 
-test('a burst of messages: every event reaches the subscriber once and in order, in fewer writes than events (strace from the host)', { skip: strace ? false : 'strace is not installed (.ci/run installs it)', timeout: 120_000 }, async () => {
+test('a burst of messages: every event reaches the subscriber once and in order, in fewer writes than events (strace from the host)', {
+  skip: strace ? false : 'strace is not installed (.ci/run installs it)',
+  timeout: 120_000,
+}, async () => {
   const d = await startDaemon({ SANDBOX: 'none' });
   const dir = tempDir('parley-ws-batching-');
   try {
@@ -25,7 +28,9 @@ test('a burst of messages: every event reaches the subscriber once and in order,
     // the subscriber's connection as strace -yy names the daemon's end of it
     const peer = `127.0.0.1:${d.port}->127.0.0.1:${(sub.ws as unknown as { _socket: { localPort: number } })._socket.localPort}]`;
     const out = path.join(dir, 'strace.txt');
-    const tracer = spawn('strace', ['-f', '-yy', '-e', 'trace=sendto,sendmsg,write,writev', '-p', String(d.proc.pid), '-o', out], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const tracer = spawn('strace', ['-f', '-yy', '-e', 'trace=sendto,sendmsg,write,writev', '-p', String(d.proc.pid), '-o', out], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
     let traceErr = '';
     tracer.stderr!.on('data', (c: Buffer) => (traceErr += c.toString()));
     const traced = new Promise((resolve) => tracer.once('exit', resolve));
@@ -35,18 +40,28 @@ test('a burst of messages: every event reaches the subscriber once and in order,
       const N = 40;
       const texts = Array.from({ length: N }, (_, i) => `burst ${i}`);
       const answers = await Promise.all(texts.map((text) => d.req('POST', `/api/conversations/${id}/events`, { content: [{ text }] })));
-      assert.deepEqual(answers.map((a) => a.status), texts.map(() => 200));
+      assert.deepEqual(
+        answers.map((a) => a.status),
+        texts.map(() => 200),
+      );
       const got = () => sub.frames.filter((f) => f.kind === 'MessageEvent' && String(f.llm_message?.content?.[0]?.text).startsWith('burst '));
       await waitFor(() => got().length >= N, `${N} events at the subscriber`, 30_000);
       const events = got();
       assert.equal(events.length, N, 'each once');
-      assert.deepEqual(events.map((e) => e.seq), [...events.map((e) => e.seq)].sort((a, b) => a - b), 'in seq order');
+      assert.deepEqual(
+        events.map((e) => e.seq),
+        [...events.map((e) => e.seq)].sort((a, b) => a - b),
+        'in seq order',
+      );
       assert.deepEqual(new Set(events.map((e) => e.llm_message.content[0].text)), new Set(texts));
     } finally {
       tracer.kill('SIGINT');
       await traced;
     }
-    const writes = fs.readFileSync(out, 'utf8').split('\n').filter((l) => /\b(sendto|sendmsg|write|writev)\(\d+<TCP:\[/.test(l) && l.includes(peer));
+    const writes = fs
+      .readFileSync(out, 'utf8')
+      .split('\n')
+      .filter((l) => /\b(sendto|sendmsg|write|writev)\(\d+<TCP:\[/.test(l) && l.includes(peer));
     console.log(`40 events to one subscriber in ${writes.length} writes`);
     assert.ok(writes.length >= 1, `the subscriber's connection (${peer}) was written to: strace saw it`);
     assert.ok(writes.length < 40, `${writes.length} writes for 40 events: one per event-loop turn, not one per event`);

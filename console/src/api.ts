@@ -52,7 +52,9 @@ function describe(status: number, body: unknown, text: string): string {
   if (typeof detail === 'string') return detail;
   if (Array.isArray(detail)) {
     return detail
-      .map((d: { loc?: unknown[]; msg?: string }) => `${(d.loc ?? []).filter((l) => l !== 'body' && l !== 'query').join('.') || 'request'}: ${d.msg ?? 'invalid'}`)
+      .map(
+        (d: { loc?: unknown[]; msg?: string }) => `${(d.loc ?? []).filter((l) => l !== 'body' && l !== 'query').join('.') || 'request'}: ${d.msg ?? 'invalid'}`,
+      )
       .join('; ');
   }
   return text.slice(0, 300) || `HTTP ${status}`;

@@ -5,7 +5,17 @@
  */
 import { Fragment, type ComponentChildren } from 'preact';
 import { useEffect, useLayoutEffect, useReducer, useRef, useState } from 'preact/hooks';
-import { api, conversationPath, type ApiError, downloadFile, type ConversationInfo, type ExecutionStatus, type GitChange, type McpStatus, type ParleyEvent } from './api.js';
+import {
+  api,
+  conversationPath,
+  type ApiError,
+  downloadFile,
+  type ConversationInfo,
+  type ExecutionStatus,
+  type GitChange,
+  type McpStatus,
+  type ParleyEvent,
+} from './api.js';
 import { Diff } from './diff.js';
 import { EventRow } from './events.js';
 import { titleOf } from './list.js';
@@ -95,7 +105,13 @@ function Confirmation({ id, rows }: { id: string; rows: Rows }) {
   const [reason, setReason] = useState('');
   const [busy, error, run] = useAction();
   const respond = (accept: boolean) =>
-    void run(() => api('POST', `${conversationPath(id)}/events/respond_to_confirmation`, accept ? { accept } : { accept, reason: reason.trim() || 'Rejected in the console' }));
+    void run(() =>
+      api(
+        'POST',
+        `${conversationPath(id)}/events/respond_to_confirmation`,
+        accept ? { accept } : { accept, reason: reason.trim() || 'Rejected in the console' },
+      ),
+    );
   return (
     <div class="confirm-bar" role="alert">
       <div>
@@ -215,7 +231,13 @@ function Changes({ id, workdir, tick }: { id: string; workdir: string; tick: num
           Refresh
         </button>
       </div>
-      {error && <div class="muted small">{/not a git repository/i.test(error) ? 'The workspace is not a git repository.' : `The changes could not be listed: ${error.replace(/^path: (Value error, )?/, '')}`}</div>}
+      {error && (
+        <div class="muted small">
+          {/not a git repository/i.test(error)
+            ? 'The workspace is not a git repository.'
+            : `The changes could not be listed: ${error.replace(/^path: (Value error, )?/, '')}`}
+        </div>
+      )}
       {changes && changes.length === 0 && <div class="muted small">No changes.</div>}
       <ul class="changes">
         {changes?.map((c) => (
@@ -225,7 +247,12 @@ function Changes({ id, workdir, tick }: { id: string; workdir: string; tick: num
               <span class="path">{c.path}</span>
             </button>
             {c.status !== 'DELETED' && (
-              <button class="ghost small icon" title={`Download ${c.path}`} aria-label={`Download ${c.path}`} onClick={() => void run(() => downloadFile(id, `${workdir.replace(/\/$/, '')}/${c.path}`))}>
+              <button
+                class="ghost small icon"
+                title={`Download ${c.path}`}
+                aria-label={`Download ${c.path}`}
+                onClick={() => void run(() => downloadFile(id, `${workdir.replace(/\/$/, '')}/${c.path}`))}
+              >
                 ↓
               </button>
             )}
@@ -252,12 +279,15 @@ function Mcp({ id }: { id: string }) {
         </button>
       </div>
       <ErrorNote error={error} />
-      {status && status.servers.length === 0 && <div class="muted small">None configured (Settings → default MCP servers, or the conversation's mcp_config).</div>}
+      {status && status.servers.length === 0 && (
+        <div class="muted small">None configured (Settings → default MCP servers, or the conversation's mcp_config).</div>
+      )}
       <ul class="mcp">
         {status?.servers.map((s) => (
           <li key={s.name}>
             <div>
-              <span class={`badge ${s.state === 'ready' ? 'ok' : s.state === 'failed' ? 'bad' : ''}`}>{s.state}</span> <strong>{s.name}</strong> <span class="muted small">{s.transport}</span>
+              <span class={`badge ${s.state === 'ready' ? 'ok' : s.state === 'failed' ? 'bad' : ''}`}>{s.state}</span> <strong>{s.name}</strong>{' '}
+              <span class="muted small">{s.transport}</span>
             </div>
             {s.reason && <div class="small error-text">{s.reason}</div>}
             {s.tools.length > 0 && <div class="small muted">{s.tools.join(', ')}</div>}
@@ -272,7 +302,8 @@ function Details({ info, onRenamed }: { info: ConversationInfo; onRenamed: (titl
   const [title, setTitle] = useState(info.title ?? '');
   const [busy, error, run] = useAction();
   const path = conversationPath(info.conversation_id);
-  const usage = (info.stats?.usage_to_metrics as { agent?: { accumulated_token_usage?: { prompt_tokens?: number; completion_tokens?: number } } } | undefined)?.agent?.accumulated_token_usage;
+  const usage = (info.stats?.usage_to_metrics as { agent?: { accumulated_token_usage?: { prompt_tokens?: number; completion_tokens?: number } } } | undefined)
+    ?.agent?.accumulated_token_usage;
   const rows: [string, ComponentChildren][] = [
     ['Id', <code>{info.conversation_id}</code>],
     ['Created', new Date(info.created_at).toLocaleString()],
@@ -362,7 +393,10 @@ function Controls({ id, status, policy }: { id: string; status: ExecutionStatus 
 function firstMessage(events: ParleyEvent[]): string | null {
   for (const ev of events.slice(0, 20)) {
     if (ev.kind !== 'MessageEvent' || ev.llm_message.role !== 'user') continue;
-    const text = ev.llm_message.content.map((c) => (c.type === 'text' ? c.text : '')).join(' ').trim();
+    const text = ev.llm_message.content
+      .map((c) => (c.type === 'text' ? c.text : ''))
+      .join(' ')
+      .trim();
     if (text) return text.length > 90 ? `${text.slice(0, 87)}…` : text;
   }
   return null;
@@ -401,7 +435,10 @@ export function ConversationPage({ id }: { id: string }) {
         s.start(info);
         setStream(s);
       })
-      .catch((err) => live && setLoadError((err as ApiError).status === 404 ? 'This conversation does not exist (it may have been deleted).' : (err as Error).message));
+      .catch(
+        (err) =>
+          live && setLoadError((err as ApiError).status === 404 ? 'This conversation does not exist (it may have been deleted).' : (err as Error).message),
+      );
     return () => {
       live = false;
       s?.close();
@@ -446,7 +483,11 @@ export function ConversationPage({ id }: { id: string }) {
         <section class="conv-main">
           {ended && (
             <div class="alert">
-              {ended === 'unauthorized' ? 'The daemon refused the session key.' : ended === 'deleted' ? 'This conversation was deleted.' : 'This conversation does not exist.'}
+              {ended === 'unauthorized'
+                ? 'The daemon refused the session key.'
+                : ended === 'deleted'
+                  ? 'This conversation was deleted.'
+                  : 'This conversation does not exist.'}
             </div>
           )}
           {!stream.shown && (

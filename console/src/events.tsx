@@ -60,9 +60,22 @@ function Clipped({ text, lines, render }: { text: string; lines: number; render:
 }
 
 /** The observation's text without the lines the badge and the header show (the LLM reads them; a person sees them drawn). */
-const terminalOutput = (text: string) => text.replace(/\n?\[Command finished with exit code -?\d+\]$/, '').replace(/\n?\[Current working directory: [^\n]*\]$/, '');
+const terminalOutput = (text: string) =>
+  text.replace(/\n?\[Command finished with exit code -?\d+\]$/, '').replace(/\n?\[Current working directory: [^\n]*\]$/, '');
 
-function Terminal({ command, output, exit, pending, cwd }: { command: string; output: string | null; exit?: ComponentChildren; pending?: ComponentChildren; cwd?: string }) {
+function Terminal({
+  command,
+  output,
+  exit,
+  pending,
+  cwd,
+}: {
+  command: string;
+  output: string | null;
+  exit?: ComponentChildren;
+  pending?: ComponentChildren;
+  cwd?: string;
+}) {
   return (
     <div class="term">
       <div class="term-cmd">
@@ -133,7 +146,13 @@ function ActionBody({ ev, result, status }: { ev: ActionEventT; result?: ResultE
             command={a.is_input ? `(input) ${a.command}` : a.command || '(wait for output)'}
             output={obs ? terminalOutput(textOf(obs.content)) : result ? resultText(result) : null}
             cwd={obs?.working_dir}
-            exit={obs ? <ExitBadge code={obs.exit_code} timeout={obs.timeout} /> : result ? <span class="badge bad">{result.kind === 'UserRejectObservation' ? 'rejected' : 'error'}</span> : null}
+            exit={
+              obs ? (
+                <ExitBadge code={obs.exit_code} timeout={obs.timeout} />
+              ) : result ? (
+                <span class="badge bad">{result.kind === 'UserRejectObservation' ? 'rejected' : 'error'}</span>
+              ) : null
+            }
             pending={waiting}
           />
         </div>
@@ -142,9 +161,11 @@ function ActionBody({ ev, result, status }: { ev: ActionEventT; result?: ResultE
     case 'FileEditorAction': {
       const ok = result?.kind === 'ObservationEvent' && !result.observation.is_error;
       const edit =
-        a.command === 'str_replace' ? <Diff before={a.old_str ?? ''} after={a.new_str ?? ''} context={2} /> :
-        a.command === 'create' ? <Diff before="" after={a.file_text ?? ''} context={0} /> :
-        a.command === 'insert' ? (
+        a.command === 'str_replace' ? (
+          <Diff before={a.old_str ?? ''} after={a.new_str ?? ''} context={2} />
+        ) : a.command === 'create' ? (
+          <Diff before="" after={a.file_text ?? ''} context={0} />
+        ) : a.command === 'insert' ? (
           <>
             <div class="muted small">after line {a.insert_line}</div>
             <Diff before="" after={a.new_str ?? ''} context={0} />
@@ -153,7 +174,15 @@ function ActionBody({ ev, result, status }: { ev: ActionEventT; result?: ResultE
       return (
         <>
           {edit}
-          {result && (!ok || !edit) ? <ResultBlock result={result} /> : result ? <span data-seq={result.seq} class="badge ok">applied</span> : waiting}
+          {result && (!ok || !edit) ? (
+            <ResultBlock result={result} />
+          ) : result ? (
+            <span data-seq={result.seq} class="badge ok">
+              applied
+            </span>
+          ) : (
+            waiting
+          )}
         </>
       );
     }
@@ -207,7 +236,14 @@ function actionTitle(ev: ActionEventT): { tag: string; title: ComponentChildren 
     case 'FileEditorAction': {
       // one wording whether the call waits, runs or ran
       const verb = { view: 'View', create: 'Create', str_replace: 'Edit', insert: 'Insert into', undo_edit: 'Undo the last edit of' }[a.command] ?? a.command;
-      return { tag: 'file', title: <>{verb} <code>{a.path}</code></> };
+      return {
+        tag: 'file',
+        title: (
+          <>
+            {verb} <code>{a.path}</code>
+          </>
+        ),
+      };
     }
     case 'TaskTrackerAction':
       return { tag: 'tasks', title: a.command === 'plan' ? 'Plan' : 'View the plan' };
@@ -216,7 +252,14 @@ function actionTitle(ev: ActionEventT): { tag: string; title: ComponentChildren 
     case 'FinishAction':
       return { tag: 'done', title: 'Final answer' };
     case 'MCPToolAction':
-      return { tag: 'mcp', title: <>Call <code>{ev.tool_name}</code></> };
+      return {
+        tag: 'mcp',
+        title: (
+          <>
+            Call <code>{ev.tool_name}</code>
+          </>
+        ),
+      };
   }
 }
 
@@ -231,7 +274,12 @@ function StateUpdate({ ev }: { ev: Extract<ParleyEvent, { kind: 'ConversationSta
       );
     case 'setup': {
       const o = (v ?? {}) as { phase?: string; detail?: string; error?: string };
-      return <div class="divider">setup: {o.phase ?? JSON.stringify(v)}{o.error ? ` — ${o.error}` : ''}</div>;
+      return (
+        <div class="divider">
+          setup: {o.phase ?? JSON.stringify(v)}
+          {o.error ? ` — ${o.error}` : ''}
+        </div>
+      );
     }
     case 'setup_script': {
       const o = (v ?? {}) as { exit_code?: number; output?: string };
@@ -265,7 +313,10 @@ function EventBody({ row, status }: { row: Row; status: ExecutionStatus | null }
     }
     case 'ActionEvent': {
       const { tag, title } = actionTitle(ev);
-      const thought = ev.thought.map((t) => t.text).join('\n').trim();
+      const thought = ev.thought
+        .map((t) => t.text)
+        .join('\n')
+        .trim();
       return (
         <div class={`action tool-${tag} ${row.result ? '' : 'open'}`}>
           {thought && <RichText class="thought" text={thought} />}

@@ -48,7 +48,9 @@ function NewConversation({ onCancel }: { onCancel: () => void }) {
       </label>
       <div class="row3">
         <label>
-          <span>Repository <span class="muted">(optional)</span></span>
+          <span>
+            Repository <span class="muted">(optional)</span>
+          </span>
           <input name="repository" placeholder="owner/name" value={repository} onInput={(e) => setRepository(e.currentTarget.value)} />
         </label>
         <label>
@@ -67,7 +69,9 @@ function NewConversation({ onCancel }: { onCancel: () => void }) {
         </label>
       </div>
       <label>
-        <span>Instructions <span class="muted">(optional: added to the agent's system prompt)</span></span>
+        <span>
+          Instructions <span class="muted">(optional: added to the agent's system prompt)</span>
+        </span>
         <textarea name="instructions" rows={2} value={instructions} onInput={(e) => setInstructions(e.currentTarget.value)} />
       </label>
       <label class="check">
@@ -103,7 +107,16 @@ function ConversationRow({ c, onDeleted }: { c: ConversationInfo; onDeleted: () 
       <td>
         <StatusChip status={c.execution_status} />
       </td>
-      <td class="repo">{c.selected_repository ? <>{c.selected_repository}{c.selected_branch && <span class="muted"> @ {c.selected_branch}</span>}</> : <span class="muted">—</span>}</td>
+      <td class="repo">
+        {c.selected_repository ? (
+          <>
+            {c.selected_repository}
+            {c.selected_branch && <span class="muted"> @ {c.selected_branch}</span>}
+          </>
+        ) : (
+          <span class="muted">—</span>
+        )}
+      </td>
       <td class="muted" title={new Date(c.updated_at).toLocaleString()}>
         {ago(c.updated_at)}
       </td>

@@ -42,14 +42,24 @@ function LlmSection() {
   return (
     <form class="card settings-section" onSubmit={save}>
       <h2>Language model</h2>
-      <p class="muted small">Used by conversations that do not name their own model. The environment (LLM_MODEL, LLM_BASE_URL, LLM_API_KEY) applies where nothing is stored here.</p>
+      <p class="muted small">
+        Used by conversations that do not name their own model. The environment (LLM_MODEL, LLM_BASE_URL, LLM_API_KEY) applies where nothing is stored here.
+      </p>
       <div class="row2">
         <label>
           <span>Model</span>
-          <input name="llm_model" placeholder="provider/model, e.g. openai/gpt-5" disabled={!current} value={model} onInput={(e) => setModel(e.currentTarget.value)} />
+          <input
+            name="llm_model"
+            placeholder="provider/model, e.g. openai/gpt-5"
+            disabled={!current}
+            value={model}
+            onInput={(e) => setModel(e.currentTarget.value)}
+          />
         </label>
         <label>
-          <span>Base URL <span class="muted">(OpenAI-compatible servers)</span></span>
+          <span>
+            Base URL <span class="muted">(OpenAI-compatible servers)</span>
+          </span>
           <input name="llm_base_url" placeholder="https://…/v1" disabled={!current} value={baseUrl} onInput={(e) => setBaseUrl(e.currentTarget.value)} />
         </label>
       </div>
@@ -112,8 +122,8 @@ function ProvidersSection() {
     <form class="card settings-section" onSubmit={save}>
       <h2>Git providers</h2>
       <p class="muted small">
-        Tokens used to clone and push. Saving stores exactly the providers ticked here (others are removed); a ticked provider with an empty token keeps its stored token. Stored tokens are encrypted
-        and never shown again.
+        Tokens used to clone and push. Saving stores exactly the providers ticked here (others are removed); a ticked provider with an empty token keeps its
+        stored token. Stored tokens are encrypted and never shown again.
       </p>
       <table class="providers">
         <tbody>
@@ -125,18 +135,41 @@ function ProvidersSection() {
                 </label>
               </td>
               <td>
-                <input name={`${p}-token`} type="password" autocomplete="off" placeholder="token (empty: keep the stored one)" disabled={!rows[p].enabled} value={rows[p].token} onInput={(e) => edit(p, { token: e.currentTarget.value })} />
+                <input
+                  name={`${p}-token`}
+                  type="password"
+                  autocomplete="off"
+                  placeholder="token (empty: keep the stored one)"
+                  disabled={!rows[p].enabled}
+                  value={rows[p].token}
+                  onInput={(e) => edit(p, { token: e.currentTarget.value })}
+                />
               </td>
               <td>
-                <input name={`${p}-host`} placeholder="host (default: the public one)" disabled={!rows[p].enabled} value={rows[p].host} onInput={(e) => edit(p, { host: e.currentTarget.value })} />
+                <input
+                  name={`${p}-host`}
+                  placeholder="host (default: the public one)"
+                  disabled={!rows[p].enabled}
+                  value={rows[p].host}
+                  onInput={(e) => edit(p, { host: e.currentTarget.value })}
+                />
               </td>
             </tr>
           ))}
         </tbody>
       </table>
       <label>
-        <span>Default MCP servers <span class="muted">(JSON, merged into every new conversation; empty: keep the stored ones)</span></span>
-        <textarea name="mcp_config" rows={4} class="mono" placeholder='{"shttp_servers": [{"url": "https://mcp.example.com/mcp", "api_key": "…"}]}' value={mcp} onInput={(e) => setMcp(e.currentTarget.value)} />
+        <span>
+          Default MCP servers <span class="muted">(JSON, merged into every new conversation; empty: keep the stored ones)</span>
+        </span>
+        <textarea
+          name="mcp_config"
+          rows={4}
+          class="mono"
+          placeholder='{"shttp_servers": [{"url": "https://mcp.example.com/mcp", "api_key": "…"}]}'
+          value={mcp}
+          onInput={(e) => setMcp(e.currentTarget.value)}
+        />
       </label>
       <p class="muted small">The state of each MCP server (ready, failed and why, its tools) is on a conversation's page, under MCP.</p>
       <ErrorNote error={error} />
@@ -172,7 +205,11 @@ function SecretsSection() {
             <code>{s.name}</code>
             {s.description && <span class="muted small"> {s.description}</span>}
             <div class="spacer" />
-            <button class="ghost small" disabled={busy} onClick={() => void run(async () => (await api('DELETE', `/api/secrets/${encodeURIComponent(s.name)}`), await load()))}>
+            <button
+              class="ghost small"
+              disabled={busy}
+              onClick={() => void run(async () => (await api('DELETE', `/api/secrets/${encodeURIComponent(s.name)}`), await load()))}
+            >
               Remove
             </button>
           </li>
@@ -191,7 +228,14 @@ function SecretsSection() {
         }}
       >
         <input name="secret-name" placeholder="NAME" value={name} onInput={(e) => setName(e.currentTarget.value)} />
-        <input name="secret-value" type="password" autocomplete="off" placeholder="value (8+ characters)" value={value} onInput={(e) => setValue(e.currentTarget.value)} />
+        <input
+          name="secret-value"
+          type="password"
+          autocomplete="off"
+          placeholder="value (8+ characters)"
+          value={value}
+          onInput={(e) => setValue(e.currentTarget.value)}
+        />
         <button class="small" disabled={busy || !name.trim() || !value}>
           Add
         </button>

@@ -188,8 +188,7 @@ export class ConversationStream {
       if (e.code === 4001) {
         this.ended = 'unauthorized';
         keyRefused();
-      }
-      else if (e.code === 4004) this.ended = this.lastSeq > 0 ? 'deleted' : 'not-found';
+      } else if (e.code === 4004) this.ended = this.lastSeq > 0 ? 'deleted' : 'not-found';
       else if (!this.closed) this.reconnect();
       this.changed();
     };

@@ -63,10 +63,20 @@ export function ago(iso: string, now = Date.now()): string {
   return new Date(iso).toLocaleDateString([], { year: 'numeric', month: 'short', day: 'numeric' });
 }
 
-export const ErrorNote = ({ error }: { error: string | null | undefined }) => (error ? <div class="alert" role="alert">{error}</div> : null);
+export const ErrorNote = ({ error }: { error: string | null | undefined }) =>
+  error ? (
+    <div class="alert" role="alert">
+      {error}
+    </div>
+  ) : null;
 
 /** Runs an async action with a busy flag and its error as text. */
-export function useAction(): [busy: boolean, error: string | null, run: (fn: () => Promise<unknown>) => Promise<boolean>, setError: (e: string | null) => void] {
+export function useAction(): [
+  busy: boolean,
+  error: string | null,
+  run: (fn: () => Promise<unknown>) => Promise<boolean>,
+  setError: (e: string | null) => void,
+] {
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<string | null>(null);
   const run = async (fn: () => Promise<unknown>) => {
@@ -86,7 +96,21 @@ export function useAction(): [busy: boolean, error: string | null, run: (fn: () 
 }
 
 /** A destructive button that asks once more in place (Delete → "Delete" / "Keep"). */
-export function ConfirmButton({ label, question, title, busy, onConfirm, class: cls = '' }: { label: string; question?: string; title?: string; busy: boolean; onConfirm: () => void; class?: string }) {
+export function ConfirmButton({
+  label,
+  question,
+  title,
+  busy,
+  onConfirm,
+  class: cls = '',
+}: {
+  label: string;
+  question?: string;
+  title?: string;
+  busy: boolean;
+  onConfirm: () => void;
+  class?: string;
+}) {
   const [asking, setAsking] = useState(false);
   if (!asking)
     return (

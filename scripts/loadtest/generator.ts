@@ -86,10 +86,14 @@ class Generator {
   readonly allDone = new Promise<void>((r) => (this.finished = r));
 
   constructor(readonly cfg: GenConfig) {
-    const extra = Object.entries(cfg.headers).map(([k, v]) => `${k}: ${v}\r\n`).join('');
+    const extra = Object.entries(cfg.headers)
+      .map(([k, v]) => `${k}: ${v}\r\n`)
+      .join('');
     const len = Buffer.byteLength(cfg.body);
     this.reqs = cfg.targets.map((t) =>
-      t.paths.map((p) => Buffer.from(`POST ${p} HTTP/1.1\r\nhost: ${HOST}:${t.port}\r\ncontent-type: application/json\r\ncontent-length: ${len}\r\n${extra}\r\n${cfg.body}`)),
+      t.paths.map((p) =>
+        Buffer.from(`POST ${p} HTTP/1.1\r\nhost: ${HOST}:${t.port}\r\ncontent-type: application/json\r\ncontent-length: ${len}\r\n${extra}\r\n${cfg.body}`),
+      ),
     );
     this.okPerConv = new Uint32Array(cfg.conversations);
     this.rr = cfg.targets.map(() => cfg.index);
@@ -315,17 +319,23 @@ export async function generatorMain(): Promise<void> {
   let elu = 0;
   let cpuMs = 0;
   let windowMs = 0;
-  setTimeout(() => {
-    elu0 = performance.eventLoopUtilization();
-    cpu0 = process.cpuUsage();
-    w0 = now();
-  }, Math.max(0, go.warmupEnd - now()));
-  setTimeout(() => {
-    elu = performance.eventLoopUtilization(elu0).utilization;
-    const c = process.cpuUsage(cpu0);
-    cpuMs = (c.user + c.system) / 1000;
-    windowMs = now() - w0;
-  }, Math.max(0, go.endAt - now()));
+  setTimeout(
+    () => {
+      elu0 = performance.eventLoopUtilization();
+      cpu0 = process.cpuUsage();
+      w0 = now();
+    },
+    Math.max(0, go.warmupEnd - now()),
+  );
+  setTimeout(
+    () => {
+      elu = performance.eventLoopUtilization(elu0).utilization;
+      const c = process.cpuUsage(cpu0);
+      cpuMs = (c.user + c.system) / 1000;
+      windowMs = now() - w0;
+    },
+    Math.max(0, go.endAt - now()),
+  );
   g.start(go);
   await g.allDone;
   // wait for the window's closing sample when every connection stopped early

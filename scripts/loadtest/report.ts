@@ -55,7 +55,12 @@ export interface SetupResult {
 }
 
 export const verified = (r: SetupResult) =>
-  r.committed === r.totalOk && r.committedBad === 0 && r.published === r.publishedExpected && r.publishedBad === 0 && r.orderViolations === 0 && r.closedEarly.length === 0;
+  r.committed === r.totalOk &&
+  r.committedBad === 0 &&
+  r.published === r.publishedExpected &&
+  r.publishedBad === 0 &&
+  r.orderViolations === 0 &&
+  r.closedEarly.length === 0;
 
 export interface ReportHeader {
   started: Date;

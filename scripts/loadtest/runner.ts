@@ -153,7 +153,6 @@ export function freePort(): Promise<number> {
   });
 }
 
-
 export function childFailure(child: Child, what: string): Error {
   return new Error(`${child.name} ${what}\n--- last output of ${child.name} ---\n${child.tail.join('\n')}`);
 }
@@ -179,7 +178,21 @@ export async function startDaemon(
 ): Promise<Server> {
   const port = await freePort();
   const env: NodeJS.ProcessEnv = { ...process.env, PORT: String(port), HOST, DATA_DIR: dataDir, LOG_LEVEL: 'warn' };
-  for (const k of ['SESSION_API_KEY', 'SESSION_API_KEYS', 'WORKSPACE_ROOT', 'LLM_MODEL', 'LLM_API_KEY', 'LLM_BASE_URL', 'NODE_OPTIONS', 'DATABASE_URL', 'NATS_URL', 'NATS_PREFIX', 'NODE_ID', 'SECRET_KEY']) delete env[k];
+  for (const k of [
+    'SESSION_API_KEY',
+    'SESSION_API_KEYS',
+    'WORKSPACE_ROOT',
+    'LLM_MODEL',
+    'LLM_API_KEY',
+    'LLM_BASE_URL',
+    'NODE_OPTIONS',
+    'DATABASE_URL',
+    'NATS_URL',
+    'NATS_PREFIX',
+    'NODE_ID',
+    'SECRET_KEY',
+  ])
+    delete env[k];
   Object.assign(env, extraEnv);
   if (apiKey) env.SESSION_API_KEY = apiKey;
   const prof = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
@@ -452,7 +465,14 @@ export interface LoadWindowHooks {
  * Drives the load for warmup + duration over `targets` (one per node) from `opts.genProcs`
  * generator processes; `servers` are the processes whose CPU is measured.
  */
-export async function runLoad(label: string, servers: Server[], targets: GenTarget[], opts: LoadOptions, headers: Record<string, string>, window: LoadWindowHooks = {}): Promise<RunStats> {
+export async function runLoad(
+  label: string,
+  servers: Server[],
+  targets: GenTarget[],
+  opts: LoadOptions,
+  headers: Record<string, string>,
+  window: LoadWindowHooks = {},
+): Promise<RunStats> {
   const conversations = targets.reduce((n, t) => n + t.paths.length, 0);
   const gens: Child[] = [];
   const results: Promise<GenResult>[] = [];
@@ -466,7 +486,9 @@ export async function runLoad(label: string, servers: Server[], targets: GenTarg
     const cfg: GenConfig = { targets, conversations, body: BODY, headers, connections, index: k, stride: opts.genProcs, timeoutMs: opts.timeoutMs };
     readies.push(
       new Promise((resolve, reject) => {
-        gen.proc.once('message', (m: { type: string; connected: number }) => (m.type === 'ready' ? resolve(m.connected) : reject(new Error('generator: unexpected message'))));
+        gen.proc.once('message', (m: { type: string; connected: number }) =>
+          m.type === 'ready' ? resolve(m.connected) : reject(new Error('generator: unexpected message')),
+        );
         gen.exited.then((code) => reject(new Error(`generator-${k} exited early (code ${code})`)));
       }),
     );
@@ -491,14 +513,20 @@ export async function runLoad(label: string, servers: Server[], targets: GenTarg
   const pids = servers.map((s) => s.child.proc.pid!);
   let s0: CpuSample | null = null;
   let s1: CpuSample | null = null;
-  setTimeout(() => {
-    s0 = sampleCpu(pids);
-    window.start?.();
-  }, Math.max(0, warmupEnd - now()));
-  setTimeout(() => {
-    s1 = sampleCpu(pids);
-    window.end?.();
-  }, Math.max(0, endAt - now()));
+  setTimeout(
+    () => {
+      s0 = sampleCpu(pids);
+      window.start?.();
+    },
+    Math.max(0, warmupEnd - now()),
+  );
+  setTimeout(
+    () => {
+      s1 = sampleCpu(pids);
+      window.end?.();
+    },
+    Math.max(0, endAt - now()),
+  );
   process.stdout.write(`  ${label}: ${connected}/${opts.concurrency} connections, ${opts.warmup} s warmup + ${opts.duration} s measured ...`);
   const all = await withDeadline(Promise.all(results), endAt - now() + opts.timeoutMs + 20_000, 'generators did not report');
   await Promise.all(gens.map((g) => withDeadline(g.exited, 5000, 'generator did not exit').catch(() => g.proc.kill('SIGKILL'))));
@@ -556,7 +584,7 @@ export async function runLoad(label: string, servers: Server[], targets: GenTarg
   const secs = (b.t - a.t) / 1000;
   const serverCores = pids.reduce((sum, pid) => sum + (b.proc.get(pid)! - a.proc.get(pid)!) / CLK_TCK / secs, 0);
   const genCores = genCpuMs / windowMs;
-  const orchestratorCores = ((b.self.user + b.self.system - a.self.user - a.self.system) / 1e6) / secs;
+  const orchestratorCores = (b.self.user + b.self.system - a.self.user - a.self.system) / 1e6 / secs;
   const ncpu = os.cpus().length;
   const machineCores = ((b.sysTotal - a.sysTotal - (b.sysIdle - a.sysIdle)) / (b.sysTotal - a.sysTotal)) * ncpu;
   const stats: RunStats = {

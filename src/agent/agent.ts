@@ -58,7 +58,13 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
   // file_editor works through the conversation's file service: inside its sandbox, the files the shell sees
   const fileEditor = createFileEditorTool({ files: (ctx) => sandbox.files(ctx.conversationId, ctx.workspaceDir) });
   // one executor for each tool of the catalog, offered in the catalog's order (the compiler checks none is missing)
-  const executors = { terminal, file_editor: fileEditor, task_tracker: createTaskTrackerTool((id) => lastTaskList(events, id)), think: createThinkTool(), finish: createFinishTool() } satisfies Record<BuiltinToolName, unknown>;
+  const executors = {
+    terminal,
+    file_editor: fileEditor,
+    task_tracker: createTaskTrackerTool((id) => lastTaskList(events, id)),
+    think: createThinkTool(),
+    finish: createFinishTool(),
+  } satisfies Record<BuiltinToolName, unknown>;
   const builtins = BUILTIN_TOOLS.map((t) => executors[t.name]) as Tool[];
   const reserved = builtins.map((t) => t.name);
   const mcp = new Map<string, McpManager>();
@@ -73,7 +79,9 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
         ? `the conversation uses ${mib}, over its ${config.sandbox.diskMb} MiB (SANDBOX_DISK_MB): its processes were stopped; delete files to go on`
         : `the disk is full and this conversation uses the most of it (${mib}): its processes were stopped; delete files to go on`;
     void terminal.closeConversation(id, detail);
-    void events.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: why === 'quota' ? 'DiskQuotaExceeded' : 'DiskFull', detail }).catch(() => {});
+    void events
+      .append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: why === 'quota' ? 'DiskQuotaExceeded' : 'DiskFull', detail })
+      .catch(() => {});
   });
   const helperDir = helperDirOf(config.dataDir);
   const llmCache = new Map<string, LlmClient>();
@@ -104,7 +112,13 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
           redact: (t) => redactor.redact(t),
           onEvent: (ev) => {
             if (ev.type === 'server_failed') {
-              void events.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: 'MCPServerFailed', detail: `MCP server ${ev.server} is unavailable: ${ev.error}`, server: ev.server });
+              void events.append(id, {
+                kind: 'ConversationErrorEvent',
+                source: 'environment',
+                code: 'MCPServerFailed',
+                detail: `MCP server ${ev.server} is unavailable: ${ev.error}`,
+                server: ev.server,
+              });
             } else {
               void events.append(id, stateUpdate('mcp', ev));
             }
@@ -178,7 +192,10 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
         await sandbox.ready;
         // a conversation whose sandbox was closed while idle gets it back, and its shell, while the LLM answers
         sandbox.prewarm(id);
-        void shellEnv(id).then((env) => terminal.prewarm({ conversationId: id, workspaceDir: workspacePath(config.workspaceRoot, id), env }), () => {});
+        void shellEnv(id).then(
+          (env) => terminal.prewarm({ conversationId: id, workspaceDir: workspacePath(config.workspaceRoot, id), env }),
+          () => {},
+        );
         return [...builtins, ...((await (await mcpFor(id)).tools()) as Tool[])];
       },
       workspaceDir: (id) => workspacePath(config.workspaceRoot, id),
@@ -243,7 +260,18 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
     mcpStatus: async (id) => (mcp.get(id) ?? (await mcpFor(id))).status(),
     async replay(id, workspaceDir, plan, signal) {
       const env = await shellEnv(id);
-      return executeReplay({ events, redact: (t) => redactor.redact(t), conversationId: id, workspaceDir, visibleDir: sandbox.visibleWorkspace(workspaceDir), files: sandbox.files(id, workspaceDir), plan, tools: builtins, env, signal });
+      return executeReplay({
+        events,
+        redact: (t) => redactor.redact(t),
+        conversationId: id,
+        workspaceDir,
+        visibleDir: sandbox.visibleWorkspace(workspaceDir),
+        files: sandbox.files(id, workspaceDir),
+        plan,
+        tools: builtins,
+        env,
+        signal,
+      });
     },
   };
 }

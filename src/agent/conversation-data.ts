@@ -98,14 +98,21 @@ export function usageOf(data: AgentRecordData): Usage {
 }
 
 /** The conversation's own LLM (from `agent.llm`), key decrypted; null fields fall back to the server's. */
-export async function conversationLlm(conversations: ConversationData, settings: Pick<Settings, 'unseal'>, id: string): Promise<{ model: string | null; baseUrl: string | null; apiKey: string | null } | null> {
+export async function conversationLlm(
+  conversations: ConversationData,
+  settings: Pick<Settings, 'unseal'>,
+  id: string,
+): Promise<{ model: string | null; baseUrl: string | null; apiKey: string | null } | null> {
   const own = (await conversations.require(id)).record.data.llm;
   if (!own) return null;
   const apiKey = settings.unseal(own.api_key_sealed);
   return { model: own.model, baseUrl: own.base_url, apiKey };
 }
 
-export async function conversationLimits(conversations: ConversationData, id: string): Promise<{ maxIterations: number | null; stuckDetection: boolean; confirm: boolean }> {
+export async function conversationLimits(
+  conversations: ConversationData,
+  id: string,
+): Promise<{ maxIterations: number | null; stuckDetection: boolean; confirm: boolean }> {
   const d = (await conversations.require(id)).record.data;
   const policy = d.confirmation_policy;
   return {
@@ -117,7 +124,11 @@ export async function conversationLimits(conversations: ConversationData, id: st
 }
 
 /** Adds an LLM call's token counts to the conversation's usage (shown as `stats`). */
-export async function recordUsage(conversations: ConversationData, id: string, u: { inputTokens?: number; outputTokens?: number; cacheReadTokens?: number; cacheWriteTokens?: number }): Promise<void> {
+export async function recordUsage(
+  conversations: ConversationData,
+  id: string,
+  u: { inputTokens?: number; outputTokens?: number; cacheReadTokens?: number; cacheWriteTokens?: number },
+): Promise<void> {
   const conv = await conversations.load(id);
   if (!conv) return;
   const cur = usageOf(conv.record.data);
@@ -131,7 +142,11 @@ export async function recordUsage(conversations: ConversationData, id: string, u
   });
 }
 
-export async function conversationSecretValues(conversations: ConversationData, settings: Pick<Settings, 'unseal'>, id: string): Promise<Record<string, string>> {
+export async function conversationSecretValues(
+  conversations: ConversationData,
+  settings: Pick<Settings, 'unseal'>,
+  id: string,
+): Promise<Record<string, string>> {
   const sealed = (await conversations.require(id)).record.data.secrets_sealed ?? {};
   const out: Record<string, string> = {};
   for (const [name, s] of Object.entries(sealed)) {

@@ -109,7 +109,10 @@ export class MessageView {
   private constructor(condensation: EventOf<'Condensation'> | undefined) {
     this.forgotten = new Set(condensation?.forgotten_event_ids ?? []);
     if (condensation?.summary) {
-      this.push({ role: 'user', content: [{ type: 'text', text: `Summary of the earlier conversation (older events were condensed):\n${condensation.summary}` }] });
+      this.push({
+        role: 'user',
+        content: [{ type: 'text', text: `Summary of the earlier conversation (older events were condensed):\n${condensation.summary}` }],
+      });
     }
   }
 
@@ -136,7 +139,10 @@ export class MessageView {
   /** A group's two messages; kept for good (`keep`) once every call of it has its result. */
   private render(g: CallGroup, keep: boolean): ModelMessage[] {
     if (g.rendered) return g.rendered;
-    const thought = g.actions.map((a) => textOf(a.thought)).filter(Boolean).join('\n');
+    const thought = g.actions
+      .map((a) => textOf(a.thought))
+      .filter(Boolean)
+      .join('\n');
     const messages: ModelMessage[] = [
       {
         role: 'assistant',
@@ -196,7 +202,8 @@ export class MessageView {
           const cache = m.content.some((c) => c.cache_prompt) ? { providerOptions: cacheControlProviderOptions() } : {};
           if (m.role === 'system') this.systemNotes.push(textOf(m.content));
           else if (m.role === 'assistant' || e.source === 'agent') this.push({ role: 'assistant', content: textOf(m.content) || '(no text)', ...cache });
-          else if (m.role === 'tool') this.push({ role: 'user', content: [{ type: 'text', text: `[Tool output provided by the user]\n${textOf(m.content)}` }], ...cache });
+          else if (m.role === 'tool')
+            this.push({ role: 'user', content: [{ type: 'text', text: `[Tool output provided by the user]\n${textOf(m.content)}` }], ...cache });
           else this.push({ role: 'user', content: userContent(m.content), ...cache });
           break;
         }

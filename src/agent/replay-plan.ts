@@ -7,10 +7,7 @@ import path from 'node:path';
 import type { BuiltinToolName } from '../events/tool-catalog.js';
 
 /** A replayed message's content. */
-export type ReplayContent = (
-  | { type: 'text'; text: string; cache_prompt: boolean }
-  | { type: 'image'; image_urls: string[]; cache_prompt: boolean }
-)[];
+export type ReplayContent = ({ type: 'text'; text: string; cache_prompt: boolean } | { type: 'image'; image_urls: string[]; cache_prompt: boolean })[];
 
 export type ReplayToolName = BuiltinToolName;
 

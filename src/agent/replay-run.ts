@@ -62,7 +62,12 @@ async function writeCall(step: Extract<ReplayStep, { type: 'write' }>, abs: stri
   return { command: 'str_replace', path: abs, old_str: current, new_str: next };
 }
 
-async function resolveCall(step: Exclude<ReplayStep, { type: 'message' }>, plan: ReplayPlan, dir: string, files: WorkspaceFiles): Promise<{ name: string; args: Record<string, unknown> }> {
+async function resolveCall(
+  step: Exclude<ReplayStep, { type: 'message' }>,
+  plan: ReplayPlan,
+  dir: string,
+  files: WorkspaceFiles,
+): Promise<{ name: string; args: Record<string, unknown> }> {
   if (step.type === 'write') return { name: 'file_editor', args: await writeCall(step, mapReplayPath(step.path, plan.roots, dir), files) };
   const args = { ...step.args };
   if (step.tool === 'terminal' && typeof args.command === 'string' && !args.is_input) args.command = mapReplayCommand(args.command, plan.roots, dir);

@@ -217,7 +217,12 @@ export class AgentRuntimeImpl implements AgentRuntime {
     await conversations.setStatus(id, 'running');
     const llm = await this.deps.llm(id);
     if (!llm) {
-      await eventLog.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: 'LLMNotConfigured', detail: 'No LLM is configured. Set LLM_MODEL (and LLM_API_KEY / LLM_BASE_URL) or POST /api/settings, then run again.' });
+      await eventLog.append(id, {
+        kind: 'ConversationErrorEvent',
+        source: 'environment',
+        code: 'LLMNotConfigured',
+        detail: 'No LLM is configured. Set LLM_MODEL (and LLM_API_KEY / LLM_BASE_URL) or POST /api/settings, then run again.',
+      });
       await conversations.setStatus(id, 'error');
       return;
     }
@@ -226,7 +231,8 @@ export class AgentRuntimeImpl implements AgentRuntime {
     const specs: LlmToolSpec[] = tools.map((t) => ({
       name: t.name,
       description: t.description,
-      inputSchema: t.jsonSchema ?? stripSchemaMeta(z.toJSONSchema(t.parameters as z.ZodType, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>),
+      inputSchema:
+        t.jsonSchema ?? stripSchemaMeta(z.toJSONSchema(t.parameters as z.ZodType, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>),
     }));
     const specsJson = JSON.stringify(specs);
     const workspaceDir = this.deps.workspaceDir(id);
@@ -235,13 +241,25 @@ export class AgentRuntimeImpl implements AgentRuntime {
     let condensedForContextError = false;
 
     if (this.confirmed.delete(id)) {
-      const ctx = { conversationId: id, workspaceDir, signal: run.controller.signal, env: await this.deps.env(id), redact: (t: string) => this.redactor.redact(t) } satisfies ToolContext;
+      const ctx = {
+        conversationId: id,
+        workspaceDir,
+        signal: run.controller.signal,
+        env: await this.deps.env(id),
+        redact: (t: string) => this.redactor.redact(t),
+      } satisfies ToolContext;
       let finishedByAction = false;
       for (const a of await this.pendingActions(id)) {
         const tool = byName.get(a.tool_name);
         const parsed = tool ? (tool.parameters as z.ZodType).safeParse(toolCallInput(a)) : undefined;
         if (!tool || !parsed?.success) {
-          await eventLog.append(id, { kind: 'AgentErrorEvent', source: 'agent', tool_name: a.tool_name, tool_call_id: a.tool_call_id, error: `${a.tool_name} can no longer run (its tool or arguments are not valid now).` });
+          await eventLog.append(id, {
+            kind: 'AgentErrorEvent',
+            source: 'agent',
+            tool_name: a.tool_name,
+            tool_call_id: a.tool_call_id,
+            error: `${a.tool_name} can no longer run (its tool or arguments are not valid now).`,
+          });
           continue;
         }
         if ((await this.executeCall(id, run, ctx, tool, parsed.data, a)) === 'finished') finishedByAction = true;
@@ -260,7 +278,12 @@ export class AgentRuntimeImpl implements AgentRuntime {
         return;
       }
       if (iteration > maxIterations) {
-        await eventLog.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: 'MaxIterationsReached', detail: `The run stopped after ${maxIterations} steps (max_iterations). Send a message or run again to continue.` });
+        await eventLog.append(id, {
+          kind: 'ConversationErrorEvent',
+          source: 'environment',
+          code: 'MaxIterationsReached',
+          detail: `The run stopped after ${maxIterations} steps (max_iterations). Send a message or run again to continue.`,
+        });
         await conversations.setStatus(id, 'error');
         return;
       }
@@ -270,9 +293,21 @@ export class AgentRuntimeImpl implements AgentRuntime {
       const { messages, systemNotes, chars } = history.view.build();
       const instructions = await this.deps.instructions(id, history.view.userTexts, iteration === 1);
       const seen = this.deps.workspaceView?.(id) ?? { dir: workspaceDir, sandboxed: false };
-      const system = buildSystemPrompt({ workspaceDir: seen.dir, sandboxed: seen.sandboxed, toolNames: tools.map((t) => t.name), instructions: [...instructions, ...systemNotes] });
+      const system = buildSystemPrompt({
+        workspaceDir: seen.dir,
+        sandboxed: seen.sandboxed,
+        toolNames: tools.map((t) => t.name),
+        instructions: [...instructions, ...systemNotes],
+      });
       if (!history.view.hasSystemPrompt) {
-        const definitions = tools.map((t, i) => ({ kind: t.kind, name: t.name, title: t.name, description: t.description, parameters: specs[i]!.inputSchema, action_type: t.actionKind }));
+        const definitions = tools.map((t, i) => ({
+          kind: t.kind,
+          name: t.name,
+          title: t.name,
+          description: t.description,
+          parameters: specs[i]!.inputSchema,
+          action_type: t.actionKind,
+        }));
         await eventLog.append(id, { kind: 'SystemPromptEvent', source: 'agent', system_prompt: { type: 'text', text: system }, tools: definitions });
       }
       const budget = Math.floor(llm.contextWindow * (this.deps.contextBudgetRatio ?? 0.8));
@@ -306,7 +341,12 @@ export class AgentRuntimeImpl implements AgentRuntime {
 
       await this.deps.usage?.(id, response.usage);
       if (response.toolCalls.length === 0) {
-        await eventLog.append(id, { kind: 'MessageEvent', source: 'agent', llm_response_id: responseId, llm_message: { role: 'assistant', content: [{ type: 'text', text: response.text }] } });
+        await eventLog.append(id, {
+          kind: 'MessageEvent',
+          source: 'agent',
+          llm_response_id: responseId,
+          llm_message: { role: 'assistant', content: [{ type: 'text', text: response.text }] },
+        });
         if (run.newInput) continue;
         await conversations.setStatus(id, 'finished');
         return;
@@ -318,7 +358,13 @@ export class AgentRuntimeImpl implements AgentRuntime {
       const harmless = response.toolCalls.every((c) => byName.get(c.name)?.actionKind === 'FinishAction' || byName.get(c.name)?.actionKind === 'ThinkAction');
       const confirm = !harmless && (await this.deps.limits?.(id))?.confirm === true;
       let waiting = false;
-      const ctxBase = { conversationId: id, workspaceDir, signal: run.controller.signal, env: await this.deps.env(id), redact: (t: string) => this.redactor.redact(t) } satisfies ToolContext;
+      const ctxBase = {
+        conversationId: id,
+        workspaceDir,
+        signal: run.controller.signal,
+        env: await this.deps.env(id),
+        redact: (t: string) => this.redactor.redact(t),
+      } satisfies ToolContext;
       for (const [i, call] of response.toolCalls.entries()) {
         // interrupted: the calls after the one that was cut short are not recorded (nothing ran them)
         if (run.controller.signal.aborted) break;
@@ -335,13 +381,16 @@ export class AgentRuntimeImpl implements AgentRuntime {
           tool_call: { id: call.id, name: call.name, arguments: call.rawInput, origin: 'completion' },
         });
         if (run.controller.signal.aborted) break;
-        const error = (msg: string) => eventLog.append(id, { kind: 'AgentErrorEvent', source: 'agent', tool_name: call.name, tool_call_id: call.id, error: msg });
+        const error = (msg: string) =>
+          eventLog.append(id, { kind: 'AgentErrorEvent', source: 'agent', tool_name: call.name, tool_call_id: call.id, error: msg });
         if (!tool || !parsed) {
           await error(call.error ?? `Unknown tool "${call.name}". Available tools: ${[...byName.keys()].join(', ')}.`);
           continue;
         }
         if (!parsed.success) {
-          await error(`Invalid arguments for ${call.name}: ${parsed.error.issues.map((x) => `${x.path.join('.') || '(root)'}: ${x.message}`).join('; ')}. Fix the arguments and call the tool again.`);
+          await error(
+            `Invalid arguments for ${call.name}: ${parsed.error.issues.map((x) => `${x.path.join('.') || '(root)'}: ${x.message}`).join('; ')}. Fix the arguments and call the tool again.`,
+          );
           continue;
         }
         if (confirm) {
@@ -363,7 +412,12 @@ export class AgentRuntimeImpl implements AgentRuntime {
       }
       const verdict = limits?.stuckDetection === false ? { stuck: false as const } : (await this.history(id)).stuck.verdict(run.nudged);
       if (verdict.stuck) {
-        await eventLog.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: 'AgentStuck', detail: `${verdict.reason} Send a message to continue.` });
+        await eventLog.append(id, {
+          kind: 'ConversationErrorEvent',
+          source: 'environment',
+          code: 'AgentStuck',
+          detail: `${verdict.reason} Send a message to continue.`,
+        });
         await conversations.setStatus(id, 'stuck');
         return;
       }
@@ -375,14 +429,34 @@ export class AgentRuntimeImpl implements AgentRuntime {
   }
 
   /** Runs one validated tool call and records its observation (or the error that answers it). */
-  private async executeCall(id: string, run: Run, ctx: ToolContext, tool: Tool, input: unknown, action: EventOf<'ActionEvent'>): Promise<'ok' | 'finished' | 'error' | 'aborted'> {
+  private async executeCall(
+    id: string,
+    run: Run,
+    ctx: ToolContext,
+    tool: Tool,
+    input: unknown,
+    action: EventOf<'ActionEvent'>,
+  ): Promise<'ok' | 'finished' | 'error' | 'aborted'> {
     const eventLog = this.events;
     try {
       const observation = await timedTool(action.tool_name, ctx.signal, () => tool.execute(input, ctx));
-      await eventLog.append(id, { kind: 'ObservationEvent', source: 'environment', tool_name: action.tool_name, tool_call_id: action.tool_call_id, action_id: action.id, observation });
+      await eventLog.append(id, {
+        kind: 'ObservationEvent',
+        source: 'environment',
+        tool_name: action.tool_name,
+        tool_call_id: action.tool_call_id,
+        action_id: action.id,
+        observation,
+      });
     } catch (err) {
       if (run.controller.signal.aborted) return 'aborted';
-      await eventLog.append(id, { kind: 'AgentErrorEvent', source: 'agent', tool_name: action.tool_name, tool_call_id: action.tool_call_id, error: `${action.tool_name} failed: ${(err as Error)?.message ?? String(err)}` });
+      await eventLog.append(id, {
+        kind: 'AgentErrorEvent',
+        source: 'agent',
+        tool_name: action.tool_name,
+        tool_call_id: action.tool_call_id,
+        error: `${action.tool_name} failed: ${(err as Error)?.message ?? String(err)}`,
+      });
       return 'error';
     }
     return tool.actionKind === 'FinishAction' ? 'finished' : 'ok';
@@ -392,7 +466,8 @@ export class AgentRuntimeImpl implements AgentRuntime {
   private async pendingActions(id: string): Promise<EventOf<'ActionEvent'>[]> {
     const events = await this.events.after(id);
     const answered = new Set<string>();
-    for (const e of events) if ((e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent' || e.kind === 'UserRejectObservation') && e.tool_call_id) answered.add(e.tool_call_id);
+    for (const e of events)
+      if ((e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent' || e.kind === 'UserRejectObservation') && e.tool_call_id) answered.add(e.tool_call_id);
     return events.filter((e): e is EventOf<'ActionEvent'> => e.kind === 'ActionEvent' && e.action !== null && !answered.has(e.tool_call_id));
   }
 
@@ -427,7 +502,11 @@ export class AgentRuntimeImpl implements AgentRuntime {
   async ask(id: string, question: string): Promise<string> {
     const llm = await this.requireLlm(id);
     const { messages, systemNotes } = eventsToMessages(await this.events.after(id));
-    const system = buildSystemPrompt({ workspaceDir: this.deps.workspaceDir(id), toolNames: [], instructions: [...systemNotes, 'Answer the question below from what you know of this session; do not call tools.'] });
+    const system = buildSystemPrompt({
+      workspaceDir: this.deps.workspaceDir(id),
+      toolNames: [],
+      instructions: [...systemNotes, 'Answer the question below from what you know of this session; do not call tools.'],
+    });
     const res = await llm.complete({ system, messages: [...messages, { role: 'user', content: [{ type: 'text', text: question }] }], tools: [] });
     return this.redactor.redact(res.text);
   }
@@ -444,10 +523,17 @@ export class AgentRuntimeImpl implements AgentRuntime {
     const conversations = this.conversations;
     const events = await this.events.after(id);
     const answered = new Set<string>();
-    for (const e of events) if ((e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent' || e.kind === 'UserRejectObservation') && e.tool_call_id) answered.add(e.tool_call_id);
+    for (const e of events)
+      if ((e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent' || e.kind === 'UserRejectObservation') && e.tool_call_id) answered.add(e.tool_call_id);
     for (const a of events) {
       if (a.kind === 'ActionEvent' && !answered.has(a.tool_call_id)) {
-        await eventLog.append(id, { kind: 'AgentErrorEvent', source: 'agent', tool_name: a.tool_name, tool_call_id: a.tool_call_id, error: 'Tool call interrupted before completion. The conversation was paused.' });
+        await eventLog.append(id, {
+          kind: 'AgentErrorEvent',
+          source: 'agent',
+          tool_name: a.tool_name,
+          tool_call_id: a.tool_call_id,
+          error: 'Tool call interrupted before completion. The conversation was paused.',
+        });
       }
     }
     await eventLog.append(id, { kind: 'InterruptEvent', source: 'user' });
@@ -459,17 +545,21 @@ export class AgentRuntimeImpl implements AgentRuntime {
     let previous: EventOf<'Condensation'> | undefined;
     for (const e of events) if (e.kind === 'Condensation') previous = e;
     const already = new Set(previous?.forgotten_event_ids ?? []);
-    const candidates = events.filter((e) => !already.has(e.id) && e.kind !== 'SystemPromptEvent' && e.kind !== 'Condensation' && e.kind !== 'ConversationStateUpdateEvent');
+    const candidates = events.filter(
+      (e) => !already.has(e.id) && e.kind !== 'SystemPromptEvent' && e.kind !== 'Condensation' && e.kind !== 'ConversationStateUpdateEvent',
+    );
     if (candidates.length < 4) return false;
     let cut = Math.floor(candidates.length / 2);
     // never split an action from its result: move the cut past any ObservationEvent
-    const answersACall = (e: ParleyEvent) => e.kind === 'ObservationEvent' || e.kind === 'UserRejectObservation' || (e.kind === 'AgentErrorEvent' && !!e.tool_call_id);
+    const answersACall = (e: ParleyEvent) =>
+      e.kind === 'ObservationEvent' || e.kind === 'UserRejectObservation' || (e.kind === 'AgentErrorEvent' && !!e.tool_call_id);
     while (cut < candidates.length && answersACall(candidates[cut]!)) cut++;
     const forget = candidates.slice(0, cut);
     const { messages } = eventsToMessages([...(previous ? [previous] : []), ...forget]);
     const transcript = JSON.stringify(messages).slice(0, Math.floor(llm.contextWindow * 2));
     const res = await llm.complete({
-      system: 'You summarise the history of a coding agent session. Keep: the user goals and requirements, decisions made, files changed, commands run and their important results, and what remains to do. Be concise and factual.',
+      system:
+        'You summarise the history of a coding agent session. Keep: the user goals and requirements, decisions made, files changed, commands run and their important results, and what remains to do. Be concise and factual.',
       messages: [{ role: 'user', content: [{ type: 'text', text: `Summarise this session history:\n${transcript}` }] }],
       tools: [],
       signal: run.controller.signal,

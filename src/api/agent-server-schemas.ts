@@ -21,7 +21,10 @@ const AgentLlm = z
   .looseObject({
     model: z.string().min(1).max(300).nullish(),
     api_key: z.string().nullish(),
-    base_url: z.string().regex(/^https?:\/\/\S+$/, { error: 'base_url must be an http(s) URL' }).nullish(),
+    base_url: z
+      .string()
+      .regex(/^https?:\/\/\S+$/, { error: 'base_url must be an http(s) URL' })
+      .nullish(),
   })
   .meta({ id: 'AgentServerLLM' });
 
@@ -64,7 +67,11 @@ export const StartConversationRequest = z
     hook_config: z.unknown().optional(),
     user_id: z.string().nullish(),
   })
-  .meta({ id: 'StartConversationRequest', title: 'StartConversationRequest', description: "OpenHands agent-server create request (what @openhands/typescript-client sends)." });
+  .meta({
+    id: 'StartConversationRequest',
+    title: 'StartConversationRequest',
+    description: 'OpenHands agent-server create request (what @openhands/typescript-client sends).',
+  });
 
 const Limit = z.coerce.number().int().min(1).max(100).default(100);
 
@@ -80,9 +87,7 @@ export const ConversationCountQuery = ConversationSearchQuery.pick({ status: tru
 /** `GET /api/conversations?ids=a,b` (or `ids=a&ids=b`). */
 export const ConversationIdsInput = z.strictObject({ ids: z.array(ConversationId).min(1).max(100) });
 
-const UpdateConversationBody = z
-  .strictObject({ title: z.string().max(500).nullish(), tags: Tags.nullish() })
-  .meta({ id: 'UpdateConversationRequest' });
+const UpdateConversationBody = z.strictObject({ title: z.string().max(500).nullish(), tags: Tags.nullish() }).meta({ id: 'UpdateConversationRequest' });
 export const UpdateConversationInput = UpdateConversationBody.extend({ conversation_id: ConversationId });
 
 export const SetConfirmationPolicyInput = z.strictObject({ conversation_id: ConversationId, policy: ConfirmationPolicy });
@@ -124,7 +129,10 @@ export const WorkspacePathQuery = z.strictObject({
   path: z.string().min(1).max(4096),
   conversation_id: ConversationId.nullish(),
   // a ref, never an option (`--output=…`): letters, digits and ref punctuation, not starting with '-'
-  ref: z.string().regex(/^[A-Za-z0-9_][A-Za-z0-9._/~^@{}-]{0,199}$/, { error: 'ref must be a git revision' }).nullish(),
+  ref: z
+    .string()
+    .regex(/^[A-Za-z0-9_][A-Za-z0-9._/~^@{}-]{0,199}$/, { error: 'ref must be a git revision' })
+    .nullish(),
 });
 export const WorkspaceUploadInput = z.object({
   path: z.string().min(1).max(4096),

@@ -59,7 +59,10 @@ function jsonOutput<T extends OperationType, I extends z.ZodType, O, J>(op: Oper
 }
 
 /** Over JSON, another input schema that gives the same input. */
-function jsonInput<T extends OperationType, I extends z.ZodType, O, JI extends z.ZodType<z.output<I>>>(op: Operation<T, I, O>, input: JI): Operation<T, I, O, JI, O> {
+function jsonInput<T extends OperationType, I extends z.ZodType, O, JI extends z.ZodType<z.output<I>>>(
+  op: Operation<T, I, O>,
+  input: JI,
+): Operation<T, I, O, JI, O> {
   return { ...op, json: { input, handler: op.handler as unknown as Handler<JI, O> } };
 }
 
@@ -116,14 +119,19 @@ export const operations = {
   clearBashEvents: mutation(NoInput, async (c) => c.sideChannels.bash.clear()),
   batchGetBashEvents: query(AS.BashEventIdsInput, async (c, i) => i.map((id) => c.sideChannels.bash.get(id))),
   /** REST reads the bytes from a multipart body; tRPC takes them as base64. */
-  uploadFile: jsonInput(mutation(AS.WorkspaceUploadInput, (c, i) => c.sideChannels.upload(i)), AS.WorkspaceUploadJsonInput),
+  uploadFile: jsonInput(
+    mutation(AS.WorkspaceUploadInput, (c, i) => c.sideChannels.upload(i)),
+    AS.WorkspaceUploadJsonInput,
+  ),
   /** REST answers the bytes raw; tRPC as base64. */
-  downloadFile: jsonOutput(query(AS.WorkspacePathQuery, (c, i) => c.sideChannels.download(i)), (f) => ({ name: f.name, content_base64: Buffer.from(f.bytes.buffer, f.bytes.byteOffset, f.bytes.byteLength).toString('base64') })),
+  downloadFile: jsonOutput(
+    query(AS.WorkspacePathQuery, (c, i) => c.sideChannels.download(i)),
+    (f) => ({ name: f.name, content_base64: Buffer.from(f.bytes.buffer, f.bytes.byteOffset, f.bytes.byteLength).toString('base64') }),
+  ),
   gitChanges: query(AS.WorkspacePathQuery, (c, i) => c.sideChannels.gitChanges(i)),
   gitDiff: query(AS.WorkspacePathQuery, (c, i) => c.sideChannels.gitDiff(i)),
   listTools: query(NoInput, async () => TOOL_NAMES),
   respondToConfirmation: mutation(AS.ConfirmationResponseInput, (c, i) => agentServer.respondToConfirmation(c, i.conversation_id, i.accept, i.reason ?? null)),
-
 };
 export type OperationName = keyof typeof operations;
 

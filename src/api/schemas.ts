@@ -56,7 +56,11 @@ export const SendMessageRequest = z
     content: z.array(ContentItem).default([]),
     run: z.boolean().default(false).meta({ description: 'Whether the agent loop should automatically run if not running' }),
   })
-  .meta({ id: 'SendMessageRequest', title: 'SendMessageRequest', description: 'Payload to send a message to the agent. This is a simplified version of openhands.sdk.Message.' });
+  .meta({
+    id: 'SendMessageRequest',
+    title: 'SendMessageRequest',
+    description: 'Payload to send a message to the agent. This is a simplified version of openhands.sdk.Message.',
+  });
 export type SendMessageRequest = z.output<typeof SendMessageRequest>;
 
 export const Success = z.object({ success: z.boolean().default(true) }).meta({ id: 'Success', title: 'Success' });
@@ -69,12 +73,9 @@ const ValidationErrorSchema = z
   })
   .meta({ id: 'ValidationError', title: 'ValidationError' });
 
-export const HTTPValidationError = z
-  .object({ detail: z.array(ValidationErrorSchema) })
-  .meta({ id: 'HTTPValidationError', title: 'HTTPValidationError' });
+export const HTTPValidationError = z.object({ detail: z.array(ValidationErrorSchema) }).meta({ id: 'HTTPValidationError', title: 'HTTPValidationError' });
 
 export const ErrorDetail = z.object({ detail: z.string() }).meta({ id: 'ErrorDetail', title: 'ErrorDetail' });
-
 
 export const NewConversationRequest = z
   .strictObject({
@@ -105,7 +106,10 @@ export const NewConversationResponse = z
 
 const ProviderToken = z.strictObject({
   // empty keeps the stored token; a new one must be long enough to be redacted safely (issue 12.5)
-  token: z.string().refine((t) => t === '' || t.length >= 8, { error: 'a token must be at least 8 characters' }).nullish(),
+  token: z
+    .string()
+    .refine((t) => t === '' || t.length >= 8, { error: 'a token must be at least 8 characters' })
+    .nullish(),
   host: z.string().max(512).nullish(),
   user_id: z.string().nullish(),
 });
@@ -125,13 +129,9 @@ export const ListConversationsInput = z.object({
   limit: Limit,
 });
 
-export const ConversationPage = z
-  .object({ items: z.array(ConversationInfo), next_page_id: z.string().nullable() })
-  .meta({ id: 'ConversationPage' });
+export const ConversationPage = z.object({ items: z.array(ConversationInfo), next_page_id: z.string().nullable() }).meta({ id: 'ConversationPage' });
 
-export const EventPage = z
-  .object({ items: z.array(Event), next_page_id: z.string().nullable() })
-  .meta({ id: 'EventPage' });
+export const EventPage = z.object({ items: z.array(Event), next_page_id: z.string().nullable() }).meta({ id: 'EventPage' });
 
 // strict: a query parameter Parley does not know is a 422, never silently ignored
 export const SearchEventsQuery = z.strictObject({
@@ -177,15 +177,23 @@ export const ServerInfo = z
 
 export const SettingsUpdate = z
   .strictObject({
-    llm_model: z.string().regex(/^[a-z0-9-]+\/.+$/, { error: 'llm_model must look like provider/model, e.g. openai/gpt-5' }).nullish(),
-    llm_base_url: z.string().regex(/^https?:\/\/\S+$/, { error: 'llm_base_url must be an http(s) URL' }).nullish(),
+    llm_model: z
+      .string()
+      .regex(/^[a-z0-9-]+\/.+$/, { error: 'llm_model must look like provider/model, e.g. openai/gpt-5' })
+      .nullish(),
+    llm_base_url: z
+      .string()
+      .regex(/^https?:\/\/\S+$/, { error: 'llm_base_url must be an http(s) URL' })
+      .nullish(),
     llm_api_key: z.string().nullish(),
   })
   .meta({ id: 'SettingsUpdate' });
 /** Shorter values would be redacted from every output as ordinary words, so they are refused (issue 12.5). */
 export const SecretValue = z.string().min(8, { error: 'a secret value must be at least 8 characters' });
 export const SecretName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, { error: 'name must be a valid environment variable name' });
-export const CreateSecretInput = z.strictObject({ name: SecretName, value: SecretValue, description: z.string().max(1000).nullish() }).meta({ id: 'CreateSecret' });
+export const CreateSecretInput = z
+  .strictObject({ name: SecretName, value: SecretValue, description: z.string().max(1000).nullish() })
+  .meta({ id: 'CreateSecret' });
 const UpdateSecretBody = z.strictObject({ value: SecretValue.nullish(), description: z.string().max(1000).nullish() }).meta({ id: 'UpdateSecret' });
 export const UpdateSecretInput = UpdateSecretBody.extend({ name: SecretName });
 export const SecretNameInput = z.object({ name: SecretName });
@@ -194,7 +202,9 @@ export const SettingsView = z
   .object({ llm_model: z.string().nullable(), llm_base_url: z.string().nullable(), llm_api_key_set: z.boolean() })
   .meta({ id: 'SettingsView', description: 'LLM settings; the key itself is never returned.' });
 export const SecretInfo = z.object({ name: z.string(), description: z.string().nullable() }).meta({ id: 'SecretInfo' });
-export const SecretList = z.object({ secrets: z.array(SecretInfo) }).meta({ id: 'SecretList', description: 'Names and descriptions; values are never returned.' });
+export const SecretList = z
+  .object({ secrets: z.array(SecretInfo) })
+  .meta({ id: 'SecretList', description: 'Names and descriptions; values are never returned.' });
 export const McpServerStatus = z
   .object({
     name: z.string(),
@@ -206,4 +216,4 @@ export const McpServerStatus = z
   .meta({ id: 'McpServerStatus' });
 export const McpStatusView = z
   .object({ config: McpConfig, servers: z.array(McpServerStatus) })
-  .meta({ id: 'McpStatusView', description: 'The effective MCP config (api_key and env values redacted) and each server\'s state.' });
+  .meta({ id: 'McpStatusView', description: "The effective MCP config (api_key and env values redacted) and each server's state." });

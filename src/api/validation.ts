@@ -96,11 +96,7 @@ function pickUnionBranch(errors: z.core.$ZodIssue[][], input: unknown): z.core.$
  * @param input  the value that was validated
  * @param locOf  maps an issue path to its wire location (e.g. prefixes "body" or "query")
  */
-export function toValidationIssues(
-  issues: readonly z.core.$ZodIssue[],
-  input: unknown,
-  locOf: (path: PropertyKey[]) => Loc,
-): ValidationIssue[] {
+export function toValidationIssues(issues: readonly z.core.$ZodIssue[], input: unknown, locOf: (path: PropertyKey[]) => Loc): ValidationIssue[] {
   const out: ValidationIssue[] = [];
   let echoLeft = ECHO_BUDGET;
   const echo = (entry: ValidationIssue, value: unknown) => {
@@ -149,24 +145,37 @@ export function toValidationIssues(
       case 'too_small': {
         if (issue.origin === 'number' || issue.origin === 'int' || issue.origin === 'bigint') {
           const op = issue.inclusive ? 'greater_than_equal' : 'greater_than';
-          return push(op, `Input should be greater than${issue.inclusive ? ' or equal to' : ''} ${issue.minimum}`, path, { [issue.inclusive ? 'ge' : 'gt']: issue.minimum });
+          return push(op, `Input should be greater than${issue.inclusive ? ' or equal to' : ''} ${issue.minimum}`, path, {
+            [issue.inclusive ? 'ge' : 'gt']: issue.minimum,
+          });
         }
-        if (issue.origin === 'string') return push('string_too_short', `String should have at least ${issue.minimum} character${Number(issue.minimum) === 1 ? '' : 's'}`, path, { min_length: issue.minimum });
-        return push('too_short', `List should have at least ${issue.minimum} item${Number(issue.minimum) === 1 ? '' : 's'}`, path, { min_length: issue.minimum });
+        if (issue.origin === 'string')
+          return push('string_too_short', `String should have at least ${issue.minimum} character${Number(issue.minimum) === 1 ? '' : 's'}`, path, {
+            min_length: issue.minimum,
+          });
+        return push('too_short', `List should have at least ${issue.minimum} item${Number(issue.minimum) === 1 ? '' : 's'}`, path, {
+          min_length: issue.minimum,
+        });
       }
       case 'too_big': {
         if (issue.origin === 'number' || issue.origin === 'int' || issue.origin === 'bigint') {
           const op = issue.inclusive ? 'less_than_equal' : 'less_than';
-          return push(op, `Input should be less than${issue.inclusive ? ' or equal to' : ''} ${issue.maximum}`, path, { [issue.inclusive ? 'le' : 'lt']: issue.maximum });
+          return push(op, `Input should be less than${issue.inclusive ? ' or equal to' : ''} ${issue.maximum}`, path, {
+            [issue.inclusive ? 'le' : 'lt']: issue.maximum,
+          });
         }
-        if (issue.origin === 'string') return push('string_too_long', `String should have at most ${issue.maximum} characters`, path, { max_length: issue.maximum });
+        if (issue.origin === 'string')
+          return push('string_too_long', `String should have at most ${issue.maximum} characters`, path, { max_length: issue.maximum });
         return push('too_long', `List should have at most ${issue.maximum} items`, path, { max_length: issue.maximum });
       }
       case 'invalid_format':
         if (issue.message === 'uuid_parsing' || issue.format === 'uuid') return push('uuid_parsing', 'Input should be a valid UUID');
         if (issue.format === 'regex') {
           if (issue.message === 'uuid_parsing') return push('uuid_parsing', 'Input should be a valid UUID');
-          return push('string_pattern_mismatch', issue.message.startsWith('Invalid') ? `String should match pattern '${(issue as { pattern?: string }).pattern ?? ''}'` : issue.message);
+          return push(
+            'string_pattern_mismatch',
+            issue.message.startsWith('Invalid') ? `String should match pattern '${(issue as { pattern?: string }).pattern ?? ''}'` : issue.message,
+          );
         }
         return push('value_error', `Value error, ${issue.message}`);
       case 'invalid_key':

@@ -4,7 +4,11 @@ import type { PostgresStore } from '../store/postgres.js';
 
 export function pgStoreMetrics(store: PostgresStore, everyMs = 5000): (() => void)[] {
   let counts: [string, number][] = [];
-  const refresh = () => store.countByStatus().then((c) => (counts = c), () => {});
+  const refresh = () =>
+    store.countByStatus().then(
+      (c) => (counts = c),
+      () => {},
+    );
   void refresh();
   const timer = setInterval(refresh, everyMs);
   timer.unref();

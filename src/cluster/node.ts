@@ -136,7 +136,8 @@ export class ClusterNode<N extends { conversation_id?: string | null }, M extend
   // ---- the routed operations ----------------------------------------------------------------
 
   async createConversation(req: N): Promise<C> {
-    if (req.conversation_id && (await this.d.hooks.refresh(req.conversation_id))) return this.route(req.conversation_id, 'createConversation', [req], true) as Promise<C>;
+    if (req.conversation_id && (await this.d.hooks.refresh(req.conversation_id)))
+      return this.route(req.conversation_id, 'createConversation', [req], true) as Promise<C>;
     const res = await this.d.local.createConversation(req);
     // nobody else knows the id yet: the lease covers the preparation and the run it may start
     await this.hold(res.conversation_id);
@@ -196,7 +197,9 @@ export class ClusterNode<N extends { conversation_id?: string | null }, M extend
           // the message is kept (committed here); the loop is the owner's, or after a takeover, anyone's
           return this.d.local.sendMessage(id, { ...(args[1] as M), run: false });
         }
-        throw new UnavailableError(`the node running this conversation (${owner}) does not answer; try again (its lease expires within ${this.d.leases.ttlMs} ms)`);
+        throw new UnavailableError(
+          `the node running this conversation (${owner}) does not answer; try again (its lease expires within ${this.d.leases.ttlMs} ms)`,
+        );
       }
       if (startsLoop && !(await this.hold(id))) continue; // another node took it meanwhile: ask it
       return this.serve(op, args, true);

@@ -18,7 +18,11 @@ export interface AgentServerContext {
 const MASKED = '**********';
 
 /** Fields the client's ConversationInfo reads, from what the conversation keeps (additive to the interface's info). */
-export function agentServerInfo(record: ParsedRecord, ctx: AgentServerContext | undefined, server: { model: string | null; base_url: string | null; key_set: boolean }) {
+export function agentServerInfo(
+  record: ParsedRecord,
+  ctx: AgentServerContext | undefined,
+  server: { model: string | null; base_url: string | null; key_set: boolean },
+) {
   const d = record.data;
   const own = d.llm ?? null;
   const keySet = own?.api_key_sealed ? true : server.key_set || !!ctx?.llm.apiKeySet;

@@ -25,9 +25,6 @@ import { deriveTitle, type ConversationOps } from './service.js';
 /** The policy's schema, for the API's request schemas. */
 export { ConfirmationPolicy };
 
-
-
-
 type SecretInput = string | { value: string; description?: string | null };
 
 /** What an agent-server create may ask for (the API validates the request against its own schema). */
@@ -50,8 +47,6 @@ interface StartConversation {
   tags?: Record<string, string> | null;
 }
 
-
-
 /**
  * A model as the OpenHands client names it (LiteLLM style) → Parley's `provider/model`: known
  * prefixes stay, a bare `claude-…` is Anthropic's, any other bare name OpenAI's; `litellm_proxy/x`
@@ -66,7 +61,12 @@ function parleyModel(model: string, baseUrl: string | null | undefined): string 
   if (provider === 'litellm_proxy') return `openai/${m.slice(slash + 1)}`;
   if (baseUrl) return `openai/${m}`;
   throw new RequestValidationError([
-    { type: 'value_error', loc: ['body', 'agent', 'llm', 'model'], msg: `Value error, model "${m}": Parley speaks to openai/…, anthropic/… and OpenAI-compatible servers (give base_url)`, input: m },
+    {
+      type: 'value_error',
+      loc: ['body', 'agent', 'llm', 'model'],
+      msg: `Value error, model "${m}": Parley speaks to openai/…, anthropic/… and OpenAI-compatible servers (give base_url)`,
+      input: m,
+    },
   ]);
 }
 
@@ -112,8 +112,6 @@ export async function startConversation(c: AgentServerParts, req: StartConversat
   return c.conversations.get(id);
 }
 
-
-
 // ---- secrets ------------------------------------------------------------------------------------
 
 /** Merges secrets into the conversation's (encrypted at rest, masked everywhere, exported to its shell). */
@@ -127,7 +125,6 @@ export async function setConversationSecrets(c: Pick<AgentServerParts, 'conversa
   await c.conversations.updateData(id, { secrets_sealed: sealed });
   return { success: true as const };
 }
-
 
 // ---- conversation-level operations ---------------------------------------------------------------
 
@@ -167,7 +164,9 @@ export async function searchConversations(
   let start = 0;
   if (q.page_id) {
     if (!/^\d{1,9}$/.test(q.page_id)) {
-      throw new RequestValidationError([{ type: 'value_error', loc: ['query', 'page_id'], msg: 'Value error, page_id is not a page id returned by this endpoint', input: q.page_id }]);
+      throw new RequestValidationError([
+        { type: 'value_error', loc: ['query', 'page_id'], msg: 'Value error, page_id is not a page id returned by this endpoint', input: q.page_id },
+      ]);
     }
     start = Number(q.page_id);
   }
@@ -193,7 +192,11 @@ export async function getConversations(conversations: Conversations, ids: string
 }
 
 /** `PATCH /api/conversations/{id}`: title and/or tags. */
-export async function updateConversation(c: Pick<AgentServerParts, 'conversations' | 'redactor'>, id: string, patch: { title?: string | null; tags?: Record<string, string> | null }) {
+export async function updateConversation(
+  c: Pick<AgentServerParts, 'conversations' | 'redactor'>,
+  id: string,
+  patch: { title?: string | null; tags?: Record<string, string> | null },
+) {
   await c.conversations.require(id);
   if (patch.title !== undefined && patch.title !== null) await c.conversations.setTitle(id, c.redactor.redact(patch.title));
   if (patch.tags !== undefined) await c.conversations.updateData(id, { tags: patch.tags ?? {} });

@@ -41,7 +41,19 @@ export const ConversationInfo = z
     setup: z.unknown().optional(),
     mcp_config: z.unknown().optional(),
     // OpenHands agent-server fields (src/conversation/agent-server.ts)
-    agent: z.object({ kind: z.string(), llm: z.object({ model: z.string().nullable(), base_url: z.string().nullable(), api_key: z.string().nullable().meta({ description: '"**********" when a key is set; never the key' }) }).loose() }).loose().optional(),
+    agent: z
+      .object({
+        kind: z.string(),
+        llm: z
+          .object({
+            model: z.string().nullable(),
+            base_url: z.string().nullable(),
+            api_key: z.string().nullable().meta({ description: '"**********" when a key is set; never the key' }),
+          })
+          .loose(),
+      })
+      .loose()
+      .optional(),
     workspace: z.object({ kind: z.literal('LocalWorkspace'), working_dir: z.string().nullable() }).optional(),
     confirmation_policy: z.object({ kind: z.string() }).loose().optional(),
     persistence_dir: z.string().nullable().optional(),
@@ -255,7 +267,10 @@ export class Conversations {
 
   /** Stores a new conversation with its first events, both in one commit; it is live (and idle) from now on. Throws when the id is taken. */
   async create(record: ParsedRecord, first: EventDraft[] = []): Promise<LiveConversation> {
-    await this.store.createConversation(record, first.map((d) => this.events.toStore(d)));
+    await this.store.createConversation(
+      record,
+      first.map((d) => this.events.toStore(d)),
+    );
     return this.admit(record);
   }
 
@@ -371,7 +386,10 @@ export class Conversations {
       if (this.malformedReported.has(report)) continue;
       if (this.malformedReported.size >= MALFORMED_REPORTS) this.malformedReported.clear();
       this.malformedReported.add(report);
-      this.log?.warn({ conversation_id: raw.id, key }, 'a key of the conversation record is not of the shape this version reads: it is ignored here (and kept in the store)');
+      this.log?.warn(
+        { conversation_id: raw.id, key },
+        'a key of the conversation record is not of the shape this version reads: it is ignored here (and kept in the store)',
+      );
     }
     return record;
   }
@@ -451,7 +469,9 @@ export class Conversations {
         const [created_at, cid] = JSON.parse(Buffer.from(pageId, 'base64url').toString('utf8')) as [string, string];
         if (typeof created_at === 'string' && typeof cid === 'string') cursor = { created_at, id: cid };
       } catch {
-        throw new RequestValidationError([{ type: 'value_error', loc: ['query', 'page_id'], msg: 'Value error, page_id is not a page id returned by this endpoint', input: pageId }]);
+        throw new RequestValidationError([
+          { type: 'value_error', loc: ['query', 'page_id'], msg: 'Value error, page_id is not a page id returned by this endpoint', input: pageId },
+        ]);
       }
     }
     const rows = await this.store.listConversations(limit + 1, cursor);
@@ -468,7 +488,14 @@ export class Conversations {
   /** The socket-only snapshot sent first on every subscription. */
   async fullState(id: string) {
     const conv = await this.require(id);
-    return { kind: 'ConversationStateUpdateEvent', id: crypto.randomUUID(), timestamp: nowIso(), source: 'environment', key: 'full_state', value: await this.info(conv) };
+    return {
+      kind: 'ConversationStateUpdateEvent',
+      id: crypto.randomUUID(),
+      timestamp: nowIso(),
+      source: 'environment',
+      key: 'full_state',
+      value: await this.info(conv),
+    };
   }
 }
 

@@ -133,7 +133,12 @@ export class WorkspacePreparer implements ConversationPreparer {
         this.replays.delete(id);
       }
     }
-    if (first) await events.append(id, { kind: 'MessageEvent', source: 'user', llm_message: { role: 'user', content: [{ type: 'text', text: first, cache_prompt: false }] } });
+    if (first)
+      await events.append(id, {
+        kind: 'MessageEvent',
+        source: 'user',
+        llm_message: { role: 'user', content: [{ type: 'text', text: first, cache_prompt: false }] },
+      });
     await phase('ready');
     // requested at creation, or by a message sent while preparing (startRun sets it)
     const wantsRun = conversations.takeRunRequest(conv) || !!first;

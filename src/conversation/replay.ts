@@ -29,7 +29,6 @@ import { imageUrlProblem } from '../llm/image-url-rule.js';
 export type { ReplayPlan, ReplayStep } from '../agent/replay-plan.js';
 export { mapReplayCommand, mapReplayPath } from '../agent/replay-plan.js';
 
-
 type ReplayParseResult = { ok: true; plan: ReplayPlan } | { ok: false; issues: ValidationIssue[] };
 
 const TOOL_SCHEMAS: Record<string, z.ZodType> = Object.fromEntries(BUILTIN_TOOLS.map((t) => [t.name, t.parameters]));
@@ -107,7 +106,10 @@ function checkImageUrls(urls: string[], what: string): string[] {
 function thoughtText(v: unknown): string | null {
   if (typeof v === 'string') return v.trim() ? v : null;
   if (Array.isArray(v)) {
-    const t = v.map((c) => (isObject(c) && typeof c.text === 'string' ? c.text : '')).filter(Boolean).join('\n');
+    const t = v
+      .map((c) => (isObject(c) && typeof c.text === 'string' ? c.text : ''))
+      .filter(Boolean)
+      .join('\n');
     return t || null;
   }
   return null;
@@ -288,9 +290,11 @@ export function parseReplay(json: string): ReplayParseResult {
   return { ok: true, plan: { firstMessage, steps, roots: [...roots].sort((a, b) => b.length - a.length) } };
 }
 
-
 /** The text of a first message (for the conversation title). */
 export function replayText(c: ReplayContent | null): string | null {
-  const t = (c ?? []).map((x) => (x.type === 'text' ? x.text : '')).join('\n').trim();
+  const t = (c ?? [])
+    .map((x) => (x.type === 'text' ? x.text : ''))
+    .join('\n')
+    .trim();
   return t || null;
 }

@@ -9,7 +9,7 @@ import type { Logger } from 'pino';
 import { ConflictError, RequestValidationError, type ValidationIssue } from '../errors.js';
 import type { ContentItem } from '../events/content.js';
 import type { EventLog } from '../events/log.js';
-import { nowIso, type EventDraft, } from '../events/types.js';
+import { nowIso, type EventDraft } from '../events/types.js';
 import type { MessageRole } from '../events/schema.js';
 import type { Redactor } from '../secrets/redact.js';
 import type { Settings } from '../secrets/settings.js';
@@ -276,7 +276,15 @@ function checkNewConversation(req: NewConversation, maxEventBytes: number): Repl
   const valueError = (loc: (string | number)[], msg: string) => issues.push({ type: 'value_error', loc: ['body', ...loc], msg: `Value error, ${msg}` });
   let plan: ReplayPlan | null = null;
   if (req.replay_json) {
-    const other = req.initial_user_msg ? 'initial_user_msg' : req.image_urls?.length ? 'image_urls' : req.suggested_task ? 'suggested_task' : req.create_microagent ? 'create_microagent' : null;
+    const other = req.initial_user_msg
+      ? 'initial_user_msg'
+      : req.image_urls?.length
+        ? 'image_urls'
+        : req.suggested_task
+          ? 'suggested_task'
+          : req.create_microagent
+            ? 'create_microagent'
+            : null;
     if (other) valueError(['replay_json'], `replay_json cannot be combined with ${other}: a replay supplies its own first message`);
     const parsed = parseReplay(req.replay_json);
     if (parsed.ok) plan = parsed.plan;

@@ -61,7 +61,9 @@ function refused(err: unknown): never {
         throw new UnavailableError('No space left on the disk of the workspace.');
       case 'TIMEOUT':
       case 'UNAVAILABLE':
-        throw new UnavailableError(`The conversation's files cannot be reached right now (${err.code === 'TIMEOUT' ? 'an operation ran out of time' : 'its sandbox is not running'}); try again.`);
+        throw new UnavailableError(
+          `The conversation's files cannot be reached right now (${err.code === 'TIMEOUT' ? 'an operation ran out of time' : 'its sandbox is not running'}); try again.`,
+        );
       default:
         throw new RequestValidationError([{ type: 'value_error', loc: ['query', 'path'], msg: `Value error, ${err.message}`, input: null }]);
     }
@@ -128,7 +130,10 @@ export class SideChannels {
     const at = await this.locate(req.conversation_id, req.cwd);
     const cwd = at.visible ?? at.files.root;
     const stat = await at.files.stat(cwd).catch(refused);
-    if (stat?.type !== 'dir') throw new RequestValidationError([{ type: 'value_error', loc: ['body', 'cwd'], msg: `Value error, ${req.cwd} is not a directory of the workspace`, input: req.cwd }]);
+    if (stat?.type !== 'dir')
+      throw new RequestValidationError([
+        { type: 'value_error', loc: ['body', 'cwd'], msg: `Value error, ${req.cwd} is not a directory of the workspace`, input: req.cwd },
+      ]);
     return this.bash.start(this.access.launcher(at.conversationId), {
       conversationId: at.conversationId,
       command: req.command,
@@ -173,10 +178,14 @@ export class SideChannels {
   async download(q: { path: string; conversation_id?: string | null }) {
     const at = await this.locate(q.conversation_id, q.path);
     const file = at.visible!;
-    const notFile = () => new RequestValidationError([{ type: 'value_error', loc: ['query', 'path'], msg: `Value error, ${q.path} is not a file of the workspace`, input: q.path }]);
+    const notFile = () =>
+      new RequestValidationError([
+        { type: 'value_error', loc: ['query', 'path'], msg: `Value error, ${q.path} is not a file of the workspace`, input: q.path },
+      ]);
     // one request: what is not a regular file is answered as such
     const bytes = await at.files.read(file, MAX_DOWNLOAD_BYTES).catch((err: unknown) => {
-      if (err instanceof FileOpError && err.code === 'TOO_LARGE') throw new PayloadTooLargeError(`${q.path} is larger than ${MAX_DOWNLOAD_BYTES} bytes, the most a download answers; read it in parts with /api/bash`);
+      if (err instanceof FileOpError && err.code === 'TOO_LARGE')
+        throw new PayloadTooLargeError(`${q.path} is larger than ${MAX_DOWNLOAD_BYTES} bytes, the most a download answers; read it in parts with /api/bash`);
       if (err instanceof FileOpError && (err.code === 'NOT_REGULAR' || err.code === 'ENOENT' || err.code === 'ENOTDIR')) throw notFile();
       refused(err);
     });
@@ -186,7 +195,10 @@ export class SideChannels {
   async gitChanges(q: { path: string; conversation_id?: string | null }) {
     const at = await this.locate(q.conversation_id, q.path);
     const res = await gitChanges(this.access.view(at.workspaceDir).toHost(at.visible!), this.access.gitOptions(at.conversationId));
-    if ('error' in res) throw new RequestValidationError([{ type: 'value_error', loc: ['query', 'path'], msg: `Value error, ${this.redactor.redact(res.error)}`, input: q.path }]);
+    if ('error' in res)
+      throw new RequestValidationError([
+        { type: 'value_error', loc: ['query', 'path'], msg: `Value error, ${this.redactor.redact(res.error)}`, input: q.path },
+      ]);
     return res;
   }
 

@@ -51,7 +51,11 @@ export class EventFeed {
     const wantsReplay = opts.afterSeq != null || opts.sinceTimestamp != null;
     this.cursor = opts.afterSeq ?? (opts.sinceTimestamp != null ? 0 : null);
     this.replaying = wantsReplay;
-    this.unsubscribe = bus.subscribe(conversationId, (ev) => this.onLive(ev), () => this.ended());
+    this.unsubscribe = bus.subscribe(
+      conversationId,
+      (ev) => this.onLive(ev),
+      () => this.ended(),
+    );
     this.done = wantsReplay ? this.replay(opts.sinceTimestamp ?? null) : Promise.resolve();
   }
 

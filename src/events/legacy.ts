@@ -23,14 +23,26 @@ export function upgradeEvent(ev: ParleyEvent): ParleyEvent {
     // 0.1.0 also recorded arguments that failed the tool's schema; today such a call records no action
     const parsed = args == null ? null : Action.safeParse(kind ? { ...args, kind } : { kind: 'MCPToolAction', data: args });
     const action = parsed?.success ? parsed.data : null;
-    const tool_call = { id: String(call?.id ?? ev.tool_call_id), name: String(call?.name ?? ev.tool_name), arguments: String(call?.arguments ?? JSON.stringify(args ?? {})), origin: 'completion' as const };
+    const tool_call = {
+      id: String(call?.id ?? ev.tool_call_id),
+      name: String(call?.name ?? ev.tool_name),
+      arguments: String(call?.arguments ?? JSON.stringify(args ?? {})),
+      origin: 'completion' as const,
+    };
     return { ...ev, action, tool_call } as ParleyEvent;
   }
   if (ev.kind === 'SystemPromptEvent' && ev.tools.length > 0 && typeof ev.tools[0] === 'string') {
     const names = ev.tools as unknown as string[];
     return {
       ...ev,
-      tools: names.map((name) => ({ kind: TOOL_KINDS[name] ?? 'MCPToolDefinition', name, title: name, description: '', parameters: {}, action_type: ACTION_KINDS[name] ?? 'MCPToolAction' })),
+      tools: names.map((name) => ({
+        kind: TOOL_KINDS[name] ?? 'MCPToolDefinition',
+        name,
+        title: name,
+        description: '',
+        parameters: {},
+        action_type: ACTION_KINDS[name] ?? 'MCPToolAction',
+      })),
     };
   }
   return ev;

@@ -37,7 +37,9 @@ interface EventFilter {
 function seqPageStart(pageId: string | null | undefined): number | null {
   if (!pageId) return null;
   if (!/^\d+$/.test(pageId)) {
-    throw new RequestValidationError([{ type: 'value_error', loc: ['query', 'page_id'], msg: 'Value error, page_id is not a page id returned by this endpoint', input: pageId }]);
+    throw new RequestValidationError([
+      { type: 'value_error', loc: ['query', 'page_id'], msg: 'Value error, page_id is not a page id returned by this endpoint', input: pageId },
+    ]);
   }
   return Number(pageId);
 }
@@ -69,7 +71,10 @@ export class EventLog {
 
   appendMany(conversationId: string, drafts: EventDraft[]): Promise<ParleyEvent[]> {
     this.lastActivity = Date.now();
-    return this.store.appendMany(conversationId, drafts.map((d) => this.toStore(d)));
+    return this.store.appendMany(
+      conversationId,
+      drafts.map((d) => this.toStore(d)),
+    );
   }
 
   /** A draft as it is stored: redacted and bounded by MAX_EVENT_BYTES (also for events stored with a new conversation's record). */

@@ -22,10 +22,7 @@ export const terminalParameters = z.object({
         '(a newline is added), or one special key: C-c (interrupt), C-d (end of input), C-z, ENTER, TAB, ESC, BS, ' +
         'UP, DOWN, LEFT, RIGHT, HOME, END, PGUP, PGDN, or C-<letter>.',
     ),
-  is_input: z
-    .boolean()
-    .default(false)
-    .describe('If true, `command` is sent as input to the command that is still running instead of being run.'),
+  is_input: z.boolean().default(false).describe('If true, `command` is sent as input to the command that is still running instead of being run.'),
   timeout: z
     .number()
     .min(0)
@@ -63,29 +60,19 @@ export const FILE_EDITOR_COMMANDS = ['view', 'create', 'str_replace', 'insert', 
  * reported as correctable errors.
  */
 export const fileEditorParameters = z.object({
-  command: z
-    .enum(FILE_EDITOR_COMMANDS)
-    .describe('The operation: `view`, `create`, `str_replace`, `insert` or `undo_edit`.'),
+  command: z.enum(FILE_EDITOR_COMMANDS).describe('The operation: `view`, `create`, `str_replace`, `insert` or `undo_edit`.'),
   path: z.string().describe('Absolute path to the file or directory, e.g. `/workspace/src/app.py`.'),
   file_text: z.string().optional().describe('Required for `create`: the content of the new file.'),
   old_str: z
     .string()
     .optional()
     .describe('Required for `str_replace`: the exact text to replace. It must occur exactly once in the file, whitespace included.'),
-  new_str: z
-    .string()
-    .optional()
-    .describe('For `str_replace`: the replacement text (omit to delete `old_str`). Required for `insert`: the text to insert.'),
-  insert_line: z
-    .number()
-    .optional()
-    .describe('Required for `insert`: `new_str` is inserted AFTER this line number (0 inserts at the top of the file).'),
+  new_str: z.string().optional().describe('For `str_replace`: the replacement text (omit to delete `old_str`). Required for `insert`: the text to insert.'),
+  insert_line: z.number().optional().describe('Required for `insert`: `new_str` is inserted AFTER this line number (0 inserts at the top of the file).'),
   view_range: z
     .array(z.number())
     .optional()
-    .describe(
-      'Optional for `view` on a file: [start_line, end_line], 1-based and inclusive; end_line -1 means the end of the file.',
-    ),
+    .describe('Optional for `view` on a file: [start_line, end_line], 1-based and inclusive; end_line -1 means the end of the file.'),
 });
 
 export const FileEditorAction = actionSchema('FileEditorAction', fileEditorParameters);
@@ -103,22 +90,15 @@ export const TASK_STATUSES = ['todo', 'in_progress', 'done'] as const;
 export type TaskStatus = (typeof TASK_STATUSES)[number];
 
 export const taskSchema = z.object({
-  id: z
-    .union([z.string(), z.number()])
-    .describe('A short unique id for the task, e.g. "1" or "tests". Keep ids stable between updates.'),
+  id: z.union([z.string(), z.number()]).describe('A short unique id for the task, e.g. "1" or "tests". Keep ids stable between updates.'),
   title: z.string().describe('What the task is, in a few words.'),
   status: z.enum(TASK_STATUSES).describe('`todo`, `in_progress` (at most one at a time) or `done`.'),
   notes: z.string().optional().describe('Optional details, findings or blockers.'),
 });
 
 export const taskTrackerParameters = z.object({
-  command: z
-    .enum(['view', 'plan'])
-    .describe('`view` shows the current task list; `plan` replaces it with `task_list`.'),
-  task_list: z
-    .array(taskSchema)
-    .optional()
-    .describe('Required for `plan`: the COMPLETE new task list (it replaces the old one), in order.'),
+  command: z.enum(['view', 'plan']).describe('`view` shows the current task list; `plan` replaces it with `task_list`.'),
+  task_list: z.array(taskSchema).optional().describe('Required for `plan`: the COMPLETE new task list (it replaces the old one), in order.'),
 });
 
 export const TaskTrackerAction = actionSchema('TaskTrackerAction', taskTrackerParameters);
@@ -151,9 +131,7 @@ export type FinishObservation = z.output<typeof FinishObservation>;
 // ---- MCP tools ------------------------------------------------------------------------------------
 
 /** A call of an MCP tool as `ActionEvent.action`: the arguments under `data` (OpenHands' MCPToolAction). */
-export const MCPToolAction = z
-  .object({ kind: z.literal('MCPToolAction'), data: z.record(z.string(), z.unknown()) })
-  .meta({ id: 'MCPToolAction' });
+export const MCPToolAction = z.object({ kind: z.literal('MCPToolAction'), data: z.record(z.string(), z.unknown()) }).meta({ id: 'MCPToolAction' });
 /** The result of an MCP tool call. */
 export const MCPObservation = observationSchema('MCPObservation', {
   /** The server's name (as in the MCP status). */
@@ -194,10 +172,7 @@ export const BUILTIN_TOOL_NAMES: readonly BuiltinToolName[] = BUILTIN_TOOLS.map(
 type ActionsOf<T extends readonly BuiltinTool[]> = { -readonly [I in keyof T]: T[I]['action'] };
 type ObservationsOf<T extends readonly BuiltinTool[]> = { -readonly [I in keyof T]: T[I]['observation'] };
 /** Every action kind a call can record: the built-ins' and MCP's (the members of `Action` in schema.ts). */
-export const ACTION_SCHEMAS = [...BUILTIN_TOOLS.map((t) => t.action), MCPToolAction] as unknown as [
-  ...ActionsOf<typeof BUILTIN_TOOLS>,
-  typeof MCPToolAction,
-];
+export const ACTION_SCHEMAS = [...BUILTIN_TOOLS.map((t) => t.action), MCPToolAction] as unknown as [...ActionsOf<typeof BUILTIN_TOOLS>, typeof MCPToolAction];
 /** Every observation kind a tool can return (the members of `Observation` in schema.ts). */
 export const OBSERVATION_SCHEMAS = [...BUILTIN_TOOLS.map((t) => t.observation), MCPObservation] as unknown as [
   ...ObservationsOf<typeof BUILTIN_TOOLS>,

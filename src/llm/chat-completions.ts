@@ -100,7 +100,8 @@ function userFilePart(part: FilePart): Record<string, unknown> {
     return { type: 'file', file: { filename: part.filename ?? 'document.pdf', file_data: `data:application/pdf;base64,${base64(data)}` }, ...extra };
   }
   if (part.mediaType.startsWith('text/')) {
-    const text = data instanceof URL ? data.toString() : typeof data === 'string' ? Buffer.from(data, 'base64').toString('utf8') : new TextDecoder().decode(data);
+    const text =
+      data instanceof URL ? data.toString() : typeof data === 'string' ? Buffer.from(data, 'base64').toString('utf8') : new TextDecoder().decode(data);
     return { type: 'text', text, ...extra };
   }
   throw new UnsupportedFunctionalityError({ functionality: `file part media type ${part.mediaType}` });
@@ -177,7 +178,9 @@ class RequestBodies {
     for (const message of prompt) {
       let json = this.messageJson.get(message);
       if (json === undefined) {
-        json = chatMessages(message).map((m) => JSON.stringify(m)).join(',');
+        json = chatMessages(message)
+          .map((m) => JSON.stringify(m))
+          .join(',');
         this.messageJson.set(message, json);
       }
       if (json !== '') parts.push(json);
@@ -188,7 +191,12 @@ class RequestBodies {
       if (json === undefined) {
         const list = tools.flatMap((t) =>
           t.type === 'function'
-            ? [{ type: 'function', function: { name: t.name, description: t.description, parameters: t.inputSchema, ...(t.strict != null ? { strict: t.strict } : {}) } }]
+            ? [
+                {
+                  type: 'function',
+                  function: { name: t.name, description: t.description, parameters: t.inputSchema, ...(t.strict != null ? { strict: t.strict } : {}) },
+                },
+              ]
             : [],
         );
         json = `,"tools":${JSON.stringify(list)},"tool_choice":"auto"`;
@@ -277,7 +285,9 @@ class ToolCallAssembler {
   /** The finished calls (throws when arguments came for an index whose call never got a name). */
   finish(): { id: string; name: string; input: string }[] {
     if (this.pending.size > 0) throw new Error('a streamed tool call without a function name');
-    const ordered = this.calls.every((c) => c.index !== undefined) ? [...this.calls].sort((a, b) => a.index! - b.index! || a.sequence - b.sequence) : this.calls;
+    const ordered = this.calls.every((c) => c.index !== undefined)
+      ? [...this.calls].sort((a, b) => a.index! - b.index! || a.sequence - b.sequence)
+      : this.calls;
     return ordered.map((c) => ({ id: c.id, name: c.name, input: c.args }));
   }
 
@@ -382,7 +392,12 @@ async function* readStream(res: http.IncomingMessage, ctx: ClientContext, alive:
   const out: StepPart[] = [];
 
   const malformed = (reason: string, text: string) =>
-    new ProviderError(interruptedStream(`malformed chunk from the provider (${reason}): ${text.length > 200 ? `${text.slice(0, 200)}…` : text}`, { apiKey: ctx.apiKey, streamStarted: true }));
+    new ProviderError(
+      interruptedStream(`malformed chunk from the provider (${reason}): ${text.length > 200 ? `${text.slice(0, 200)}…` : text}`, {
+        apiKey: ctx.apiKey,
+        streamStarted: true,
+      }),
+    );
 
   /** One SSE event's data: a chunk (its parts go to `out`), `[DONE]`, or an error. */
   const onEvent = (text: string) => {
@@ -563,12 +578,23 @@ function redirectTarget(location: string | undefined, from: URL): URL | undefine
 function post(to: Target, headers: Record<string, string>, body: string, signal: AbortSignal): Promise<http.IncomingMessage> {
   return new Promise((resolve, reject) => {
     const send = to.https ? https.request : http.request;
-    const options = { method: 'POST', hostname: to.hostname, port: to.port, path: to.path, headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) }, signal };
+    const options = {
+      method: 'POST',
+      hostname: to.hostname,
+      port: to.port,
+      path: to.path,
+      headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) },
+      signal,
+    };
     const req = send(options, resolve);
     // a host that never answers the connection: fail (retryably) as fetch did after 10 s, not at the idle timeout
     req.on('socket', (socket) => {
       if (!socket.connecting) return;
-      const timer = setTimeout(() => req.destroy(Object.assign(new Error(`connect ETIMEDOUT ${to.hostname}:${to.port} (no answer in ${CONNECT_TIMEOUT_MS} ms)`), { code: 'ETIMEDOUT' })), CONNECT_TIMEOUT_MS);
+      const timer = setTimeout(
+        () =>
+          req.destroy(Object.assign(new Error(`connect ETIMEDOUT ${to.hostname}:${to.port} (no answer in ${CONNECT_TIMEOUT_MS} ms)`), { code: 'ETIMEDOUT' })),
+        CONNECT_TIMEOUT_MS,
+      );
       socket.once('connect', () => clearTimeout(timer));
       socket.once('close', () => clearTimeout(timer));
     });

@@ -242,7 +242,11 @@ export function classifyError(error: unknown, ctx: ClassifyContext): ClassifiedE
   if (error instanceof Error) {
     const name = error.name;
     if (name === 'TimeoutError') return make('Timeout', true, error.message, ctx);
-    if (/^AI_(InvalidPromptError|InvalidArgumentError|InvalidMessageRoleError|UnsupportedFunctionalityError|MessageConversionError|InvalidDataContentError)$/.test(name)) {
+    if (
+      /^AI_(InvalidPromptError|InvalidArgumentError|InvalidMessageRoleError|UnsupportedFunctionalityError|MessageConversionError|InvalidDataContentError)$/.test(
+        name,
+      )
+    ) {
       return make('BadRequest', false, error.message, ctx);
     }
     if (name === 'AI_InvalidResponseDataError' && /without a finish reason/i.test(error.message)) {

@@ -28,7 +28,9 @@ export class ImageResolver {
 
   /** The messages with every image URL the model cannot fetch itself downloaded, or replaced by a note. */
   async resolve(messages: ModelMessage[], signal?: AbortSignal): Promise<ModelMessage[]> {
-    const supported = Object.entries(await this.supportedUrls()).filter(([type]) => type === '*' || type.startsWith('image/')).flatMap(([, res]) => res);
+    const supported = Object.entries(await this.supportedUrls())
+      .filter(([type]) => type === '*' || type.startsWith('image/'))
+      .flatMap(([, res]) => res);
     const todo: Promise<void>[] = [];
     const out = messages.map((message): ModelMessage => {
       if (message.role !== 'user' || !Array.isArray(message.content)) return message;
@@ -40,7 +42,10 @@ export class ImageResolver {
         if (supported.some((re) => re.test(url))) return;
         todo.push(
           this.fetch(url, signal).then((got) => {
-            content[i] = typeof got === 'string' ? { type: 'text', text: got } : { ...part, image: got.data, ...(got.mediaType?.startsWith('image/') ? { mediaType: got.mediaType } : {}) };
+            content[i] =
+              typeof got === 'string'
+                ? { type: 'text', text: got }
+                : { ...part, image: got.data, ...(got.mediaType?.startsWith('image/') ? { mediaType: got.mediaType } : {}) };
           }),
         );
       });
@@ -57,7 +62,9 @@ export class ImageResolver {
       return await this.download({ url: new URL(url), abortSignal: signal });
     } catch (err) {
       if (signal?.aborted) throw err;
-      const reason = String((err as Error)?.message ?? err).split('\n')[0]!.slice(0, 200);
+      const reason = String((err as Error)?.message ?? err)
+        .split('\n')[0]!
+        .slice(0, 200);
       const note = `[image omitted: ${url.length > 200 ? `${url.slice(0, 200)}…` : url} could not be downloaded (${reason})]`;
       if (this.failed.size >= REMEMBERED_FAILURES) this.failed.delete(this.failed.keys().next().value!);
       this.failed.set(url, note);

@@ -62,7 +62,10 @@ function isImageItem(item: ContentItem): boolean {
 function prepare(message: ModelMessage, supportsImages: boolean): ModelMessage {
   if (message.role === 'assistant' && Array.isArray(message.content)) {
     if (message.content.every((p) => p.type !== 'tool-call' || isPlainObject(p.input))) return message;
-    return { ...message, content: message.content.map((p) => (p.type === 'tool-call' && !isPlainObject(p.input) ? { ...p, input: safeToolInput(p.input) } : p)) };
+    return {
+      ...message,
+      content: message.content.map((p) => (p.type === 'tool-call' && !isPlainObject(p.input) ? { ...p, input: safeToolInput(p.input) } : p)),
+    };
   }
   if (supportsImages) return message;
   if (message.role === 'user' && Array.isArray(message.content)) {
@@ -75,7 +78,10 @@ function prepare(message: ModelMessage, supportsImages: boolean): ModelMessage {
     if (!hasImage) return message;
     const content = message.content.map((p) => {
       if (p.type !== 'tool-result' || p.output.type !== 'content') return p;
-      return { ...p, output: { ...p.output, value: p.output.value.map((item) => (isImageItem(item) ? { type: 'text' as const, text: IMAGE_OMITTED } : item)) } };
+      return {
+        ...p,
+        output: { ...p.output, value: p.output.value.map((item) => (isImageItem(item) ? { type: 'text' as const, text: IMAGE_OMITTED } : item)) },
+      };
     });
     return { ...message, content };
   }
@@ -162,7 +168,9 @@ function convertPlain(message: ModelMessage): SdkMessage[] {
       return [
         {
           role: 'user',
-          content: message.content.flatMap((p) => (p.type === 'text' && p.text !== '' ? [{ type: 'text' as const, text: p.text, providerOptions: p.providerOptions }] : [])),
+          content: message.content.flatMap((p) =>
+            p.type === 'text' && p.text !== '' ? [{ type: 'text' as const, text: p.text, providerOptions: p.providerOptions }] : [],
+          ),
           providerOptions,
         },
       ];
@@ -175,16 +183,27 @@ function convertPlain(message: ModelMessage): SdkMessage[] {
           const d = dataContent(p.data);
           content.push({ type: 'file', data: d.data, filename: p.filename, mediaType: d.mediaType ?? p.mediaType, providerOptions: p.providerOptions });
         } else if (p.type === 'reasoning') content.push({ type: 'reasoning', text: p.text, providerOptions: p.providerOptions });
-        else if (p.type === 'tool-call') content.push({ type: 'tool-call', toolCallId: p.toolCallId, toolName: p.toolName, input: p.input, providerExecuted: p.providerExecuted, providerOptions: p.providerOptions });
-        else if (p.type === 'tool-result') content.push({ type: 'tool-result', toolCallId: p.toolCallId, toolName: p.toolName, output: p.output as never, providerOptions: p.providerOptions });
+        else if (p.type === 'tool-call')
+          content.push({
+            type: 'tool-call',
+            toolCallId: p.toolCallId,
+            toolName: p.toolName,
+            input: p.input,
+            providerExecuted: p.providerExecuted,
+            providerOptions: p.providerOptions,
+          });
+        else if (p.type === 'tool-result')
+          content.push({ type: 'tool-result', toolCallId: p.toolCallId, toolName: p.toolName, output: p.output as never, providerOptions: p.providerOptions });
       }
       return [{ role: 'assistant', content, providerOptions }];
     }
     case 'tool': {
       const content: SdkToolMessage['content'] = [];
       for (const p of message.content) {
-        if (p.type === 'tool-result') content.push({ type: 'tool-result', toolCallId: p.toolCallId, toolName: p.toolName, output: p.output as never, providerOptions: p.providerOptions });
-        else if (p.type === 'tool-approval-response' && p.providerExecuted) content.push({ type: 'tool-approval-response', approvalId: p.approvalId, approved: p.approved, reason: p.reason });
+        if (p.type === 'tool-result')
+          content.push({ type: 'tool-result', toolCallId: p.toolCallId, toolName: p.toolName, output: p.output as never, providerOptions: p.providerOptions });
+        else if (p.type === 'tool-approval-response' && p.providerExecuted)
+          content.push({ type: 'tool-approval-response', approvalId: p.approvalId, approved: p.approved, reason: p.reason });
       }
       return content.length > 0 ? [{ role: 'tool', content, providerOptions }] : [];
     }
@@ -258,7 +277,10 @@ export class PromptConverter {
         // consecutive tool messages are one (as the SDK does it); the kept ones are not changed
         if (last?.role === 'tool') {
           const lastPart = last.content[last.content.length - 1];
-          const merged = lastPart && last.providerOptions != null ? [...last.content.slice(0, -1), { ...lastPart, providerOptions: { ...last.providerOptions, ...lastPart.providerOptions } }] : last.content;
+          const merged =
+            lastPart && last.providerOptions != null
+              ? [...last.content.slice(0, -1), { ...lastPart, providerOptions: { ...last.providerOptions, ...lastPart.providerOptions } }]
+              : last.content;
           out[out.length - 1] = { role: 'tool', content: [...merged, ...m.content], providerOptions: m.providerOptions };
         } else {
           out.push(m);
@@ -278,7 +300,7 @@ export class PromptConverter {
     if (message.role === 'tool' && this.o.textOnlyToolResults) ({ message, images } = liftImages(message));
     if (this.o.supportsImages) {
       if (message.role === 'user') [message] = await this.o.images.resolve([message], signal);
-      if (images.length > 0) images = (((await this.o.images.resolve([{ role: 'user', content: images }], signal))[0] as ModelMessage).content as UserPart[]);
+      if (images.length > 0) images = ((await this.o.images.resolve([{ role: 'user', content: images }], signal))[0] as ModelMessage).content as UserPart[];
     }
     const converted: Converted = {
       messages: isPlain(message) ? convertPlain(message) : await this.viaSdk(message, signal),
@@ -290,6 +312,11 @@ export class PromptConverter {
 
   /** A message with media, by the SDK's converter (data URLs, bytes, media types, downloads). */
   private async viaSdk(message: ModelMessage, signal?: AbortSignal): Promise<SdkMessage[]> {
-    return convertToLanguageModelPrompt({ prompt: { messages: [message] }, supportedUrls: await this.o.supportedUrls(), download: undefined, abortSignal: signal }) as Promise<SdkMessage[]>;
+    return convertToLanguageModelPrompt({
+      prompt: { messages: [message] },
+      supportedUrls: await this.o.supportedUrls(),
+      download: undefined,
+      abortSignal: signal,
+    }) as Promise<SdkMessage[]>;
   }
 }

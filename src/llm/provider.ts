@@ -107,7 +107,8 @@ function toolCall(id: string, name: string, rawInput: string, offered: string[])
   }
   const call: LlmToolCall = { id, name, input, rawInput };
   if (!offered.includes(name)) call.error = `Unknown tool "${name}". Available tools: ${offered.length > 0 ? offered.join(', ') : '(none)'}.`;
-  else if (parseError !== undefined) call.error = `The arguments for tool "${name}" are not valid JSON (${parseError}). Call the tool again with a JSON object as arguments.`;
+  else if (parseError !== undefined)
+    call.error = `The arguments for tool "${name}" are not valid JSON (${parseError}). Call the tool again with a JSON object as arguments.`;
   return call;
 }
 

@@ -86,11 +86,7 @@ function ownCgroups(): Map<string, string> {
 
 function readPids(file: string): number[] {
   try {
-    return fs
-      .readFileSync(file, 'utf8')
-      .split('\n')
-      .filter(Boolean)
-      .map(Number);
+    return fs.readFileSync(file, 'utf8').split('\n').filter(Boolean).map(Number);
   } catch {
     return [];
   }

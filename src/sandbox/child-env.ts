@@ -45,4 +45,3 @@ export function baseChildEnv(extra: Record<string, string | undefined> = {}): Re
   }
   return env;
 }
-

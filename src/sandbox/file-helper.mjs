@@ -101,7 +101,10 @@ function resolve(p) {
 /** @param {string} p @param {string[]} parts */
 function outside(p, parts) {
   const at = path.join(ROOT, ...parts);
-  return new OpError('OUTSIDE', `The path ${p} leads outside the workspace (${at} is a symbolic link pointing outside ${ROOT}); it was not opened. Only files inside the workspace can be read or written.`);
+  return new OpError(
+    'OUTSIDE',
+    `The path ${p} leads outside the workspace (${at} is a symbolic link pointing outside ${ROOT}); it was not opened. Only files inside the workspace can be read or written.`,
+  );
 }
 
 /** The file an fd names must still be inside the workspace (a directory swapped for a link between resolve and open). @param {number} fd @param {string} p */
@@ -137,7 +140,11 @@ function info(st) {
 
 /** @param {string} p @param {string} type */
 function notRegular(p, type) {
-  return new OpError('NOT_REGULAR', `The path ${p} is not a regular file (it is a ${type === 'dir' ? 'directory' : type === 'fifo' ? 'named pipe (FIFO)' : type === 'char' || type === 'block' ? 'device' : type}); only regular files can be read or written.`, { type });
+  return new OpError(
+    'NOT_REGULAR',
+    `The path ${p} is not a regular file (it is a ${type === 'dir' ? 'directory' : type === 'fifo' ? 'named pipe (FIFO)' : type === 'char' || type === 'block' ? 'device' : type}); only regular files can be read or written.`,
+    { type },
+  );
 }
 
 const ops = {

@@ -100,7 +100,22 @@ const MAX_HEADER = 8 * 1024 * 1024;
 /** A request the service has not answered by then ends the channel. */
 export const FILE_OP_TIMEOUT_MS = 30_000;
 
-const KNOWN_CODES = new Set<string>(['ENOENT', 'ENOTDIR', 'EISDIR', 'EEXIST', 'EACCES', 'EPERM', 'ELOOP', 'EINVAL', 'ENOSPC', 'EDQUOT', 'EROFS', 'OUTSIDE', 'NOT_REGULAR', 'TOO_LARGE']);
+const KNOWN_CODES = new Set<string>([
+  'ENOENT',
+  'ENOTDIR',
+  'EISDIR',
+  'EEXIST',
+  'EACCES',
+  'EPERM',
+  'ELOOP',
+  'EINVAL',
+  'ENOSPC',
+  'EDQUOT',
+  'EROFS',
+  'OUTSIDE',
+  'NOT_REGULAR',
+  'TOO_LARGE',
+]);
 
 interface Pending {
   id: number;
@@ -157,7 +172,10 @@ export class FileChannel {
     pre.writeUInt32LE(head.length, 0);
     pre.writeUInt32LE(body.byteLength, 4);
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => this.break(`a file operation (${String(header.op)}) did not finish within ${Math.round(this.timeoutMs / 1000)} s`, 'TIMEOUT'), this.timeoutMs);
+      const timer = setTimeout(
+        () => this.break(`a file operation (${String(header.op)}) did not finish within ${Math.round(this.timeoutMs / 1000)} s`, 'TIMEOUT'),
+        this.timeoutMs,
+      );
       timer.unref();
       this.queue.push({ id, maxData, resolve, reject, timer });
       // one write: the service reads one chunk per request (a frame split in three costs wake-ups)
@@ -247,7 +265,11 @@ export class ChannelFiles implements WorkspaceFiles {
   }
 
   async readOrList(p: string, maxBytes: number, list: { depth?: number; max?: number; hidden?: boolean }): Promise<{ data: Buffer } | { listing: Listing }> {
-    const r = await this.call({ op: 'read', path: p, max: maxBytes, list: { depth: list.depth ?? 1, max: list.max ?? 1000, hidden: !!list.hidden } }, null, maxBytes);
+    const r = await this.call(
+      { op: 'read', path: p, max: maxBytes, list: { depth: list.depth ?? 1, max: list.max ?? 1000, hidden: !!list.hidden } },
+      null,
+      maxBytes,
+    );
     const l = r.header.listing as Partial<Listing> | undefined;
     if (!l) return { data: r.data };
     return { listing: { entries: Array.isArray(l.entries) ? l.entries : [], hidden: Number(l.hidden) || 0, truncated: l.truncated === true } };

@@ -222,7 +222,10 @@ export class Holders {
     ownWorkspace(path.join(dir, 'workspace'), this.s.settings.runAs);
     makeStateDirs(path.join(dir, 'state'), this.s.settings.runAs);
     const h = this.start(path.join(dir, 'workspace'), path.join(dir, 'state'));
-    h.ready.then(() => warmService(h), () => {});
+    h.ready.then(
+      () => warmService(h),
+      () => {},
+    );
     // a spare that dies or is closed before a conversation adopted it leaves nothing behind
     h.proc.once('exit', () => {
       if (path.dirname(h.state) === dir) fs.rmSync(dir, { recursive: true, force: true });
@@ -248,7 +251,21 @@ export class Holders {
     // writes, so it (and with it the sandbox) ends with the daemon
     const service = [process.execPath, ...HELPER_NODE_FLAGS, FILE_HELPER_INSIDE, '--root', VISIBLE_WORKSPACE];
     const command = runAs
-      ? [j.setpriv, `--reuid=${runAs.uid}`, `--regid=${runAs.gid}`, '--clear-groups', '--', j.unshare, '--user', '--map-root-user', ...(this.ownNetwork ? ['--net'] : []), '--', j.setpriv, ...DROP_ALL, ...service]
+      ? [
+          j.setpriv,
+          `--reuid=${runAs.uid}`,
+          `--regid=${runAs.gid}`,
+          '--clear-groups',
+          '--',
+          j.unshare,
+          '--user',
+          '--map-root-user',
+          ...(this.ownNetwork ? ['--net'] : []),
+          '--',
+          j.setpriv,
+          ...DROP_ALL,
+          ...service,
+        ]
       : service;
     const argv = wrapCommand(this.s, null, [this.s.bwrap, '--args', '4', '--', ...command], 'supervise');
     const proc = childProcess().spawn(argv[0]!, argv.slice(1), {
@@ -258,7 +275,14 @@ export class Holders {
     });
     // as root, bwrap enters the first process's directory with its capabilities dropped: the workspace is the sandbox uid's
     const chdir = runAs ? '/' : VISIBLE_WORKSPACE;
-    const options = [...this.namespaceArgs(), '--info-fd', '3', ...viewArgs({ system: this.s.system, extra: this.s.extra, mapped: this.s.mapped, resolvConf: this.s.egress?.resolvConf ?? null }, workspace, state), '--chdir', chdir];
+    const options = [
+      ...this.namespaceArgs(),
+      '--info-fd',
+      '3',
+      ...viewArgs({ system: this.s.system, extra: this.s.extra, mapped: this.s.mapped, resolvConf: this.s.egress?.resolvConf ?? null }, workspace, state),
+      '--chdir',
+      chdir,
+    ];
     const args = proc.stdio[4] as import('node:stream').Writable | null;
     args?.on('error', () => {
       /* bwrap is gone: its exit says why */
@@ -412,7 +436,8 @@ export class Holders {
   private seal(init: number, owner: number): Promise<void> {
     const j = this.s.join;
     const limit = 'echo 0 > /proc/sys/user/max_user_namespaces';
-    const mounts = 'for p in /proc/sys /proc/sysrq-trigger; do [ -e "$p" ] || continue; mount -n -c --bind "$p" "$p" && mount -n -c -o remount,bind,ro,nosuid,nodev,noexec "$p" || exit 1; done';
+    const mounts =
+      'for p in /proc/sys /proc/sysrq-trigger; do [ -e "$p" ] || continue; mount -n -c --bind "$p" "$p" && mount -n -c -o remount,bind,ro,nosuid,nodev,noexec "$p" || exit 1; done';
     const q = (a: string[]) => a.map((x) => `'${x}'`).join(' ');
     // as root the network namespace is the first process's, made by `unshare`: its loopback is down
     const lo = this.ownNetwork && this.s.settings.runAs ? ` && ${q([j.ip!, 'link', 'set', 'lo', 'up'])}` : '';
@@ -421,7 +446,17 @@ export class Holders {
     const net = this.ownNetwork ? [`--net=/proc/${owner}/ns/net`] : [];
     const script = this.s.settings.runAs
       ? `${q([j.nsenter, `--user=/proc/${owner}/ns/user`, ...net, '--', '/bin/sh', '-c', limit + lo + localnet])} && ${q([j.nsenter, `--mount=/proc/${init}/ns/mnt`, '--', '/bin/sh', '-c', mounts])}`
-      : q([j.nsenter, `--user=/proc/${owner}/ns/user`, '--preserve-credentials', ...net, `--mount=/proc/${init}/ns/mnt`, '--', '/bin/sh', '-c', `${limit}${localnet} && ${mounts}`]);
+      : q([
+          j.nsenter,
+          `--user=/proc/${owner}/ns/user`,
+          '--preserve-credentials',
+          ...net,
+          `--mount=/proc/${init}/ns/mnt`,
+          '--',
+          '/bin/sh',
+          '-c',
+          `${limit}${localnet} && ${mounts}`,
+        ]);
     return new Promise<void>((resolve, reject) => {
       const p = childProcess().spawn('/bin/sh', ['-c', script], { env: { PATH: baseChildEnv().PATH! }, stdio: ['ignore', 'ignore', 'pipe'] });
       let err = '';

@@ -276,7 +276,12 @@ export class Sandbox implements ShellSandbox {
     }
     const diskBytes = (settings.diskMb ?? 0) * 1024 * 1024;
     if (diskBytes > 0) {
-      this.diskQuota = new DiskQuota(diskBytes, [VISIBLE_WORKSPACE, '/tmp', VISIBLE_HOME], () => this.quotaTargets(), (id, used) => this.overQuota(id, used));
+      this.diskQuota = new DiskQuota(
+        diskBytes,
+        [VISIBLE_WORKSPACE, '/tmp', VISIBLE_HOME],
+        () => this.quotaTargets(),
+        (id, used) => this.overQuota(id, used),
+      );
       this.diskQuota.start();
     }
     // the first conversation finds a holder ready too
@@ -303,7 +308,10 @@ export class Sandbox implements ShellSandbox {
       let stderr = '';
       child.stderr!.on('data', (d: Buffer) => (stderr += d.toString('utf8')));
       const live = this.live.get(id);
-      const holderFailed = live?.holder?.ready.then(() => null, (e: Error) => e.message);
+      const holderFailed = live?.holder?.ready.then(
+        () => null,
+        (e: Error) => e.message,
+      );
       return await new Promise<string | null>((resolve) => {
         child.on('error', (e) => resolve(`bwrap could not be started (${e.message})`));
         child.on('close', async (code) => {
@@ -311,7 +319,8 @@ export class Sandbox implements ShellSandbox {
           const line = (await holderFailed) ?? stderr.trim().split('\n').pop() ?? '';
           let hint = '';
           if (/user namespace|Operation not permitted|setting up uid map|No permissions|Permission denied/i.test(line)) {
-            hint = ' (unprivileged user namespaces are disabled or blocked: sysctl kernel.unprivileged_userns_clone=1, or an AppArmor profile for bwrap on Ubuntu 24.04+, or systemd RestrictNamespaces)';
+            hint =
+              ' (unprivileged user namespaces are disabled or blocked: sysctl kernel.unprivileged_userns_clone=1, or an AppArmor profile for bwrap on Ubuntu 24.04+, or systemd RestrictNamespaces)';
           }
           resolve(`the bwrap probe failed: ${line || `exit code ${code}`}${hint}`);
         });
@@ -335,7 +344,15 @@ export class Sandbox implements ShellSandbox {
       requested: this.settings.mode,
       network: on || this.mode === 'probing' ? this.settings.network : 'host',
       ...(on && this.egressVersion
-        ? { egress: { tool: 'slirp4netns', version: this.egressVersion, allow: (this.settings.allowNets ?? []).map(formatAllowedNet), dns: EGRESS_NET.dns, ipv6: false as const } }
+        ? {
+            egress: {
+              tool: 'slirp4netns',
+              version: this.egressVersion,
+              allow: (this.settings.allowNets ?? []).map(formatAllowedNet),
+              dns: EGRESS_NET.dns,
+              ipv6: false as const,
+            },
+          }
         : {}),
       workspace: on ? VISIBLE_WORKSPACE : 'host path',
       user: on ? (this.settings.runAs ?? { uid: process.getuid?.() ?? -1, gid: process.getgid?.() ?? -1 }) : null,
@@ -503,7 +520,12 @@ export class Sandbox implements ShellSandbox {
       const cwd = opts.cwd ? view.toVisible(opts.cwd) : VISIBLE_WORKSPACE;
       // joiners start in /workspace (the holder's); elsewhere a `cd` resolved inside the sandbox
       const inner = cwd === VISIBLE_WORKSPACE ? argv : ['/bin/sh', '-c', 'cd -- "$0" || exit 125; exec "$@"', cwd, ...argv];
-      const full = wrapCommand({ settings: this.settings, join: this.join!, hasCgroups: this.cgroups !== null }, live.cgroup, [...joinArgs(this.settings, this.join!), ...inner], opts.hostNetwork ? 'join-host-network' : 'join');
+      const full = wrapCommand(
+        { settings: this.settings, join: this.join!, hasCgroups: this.cgroups !== null },
+        live.cgroup,
+        [...joinArgs(this.settings, this.join!), ...inner],
+        opts.hostNetwork ? 'join-host-network' : 'join',
+      );
       child = childProcess().spawn(full[0]!, full.slice(1), {
         env: this.translateEnv(opts.env),
         stdio: joinerStdio(opts.stdio),
@@ -689,7 +711,8 @@ export class Sandbox implements ShellSandbox {
 
   private evictIfNeeded(except: string): void {
     const candidates = [...this.live.entries()].map(
-      ([id, l]) => [id, { busy: l.busy, lastUsed: l.lastUsed, active: l.procs.size > 0 || (l.holder !== null && !l.holder.dead) }] as [string, EvictionCandidate],
+      ([id, l]) =>
+        [id, { busy: l.busy, lastUsed: l.lastUsed, active: l.procs.size > 0 || (l.holder !== null && !l.holder.dead) }] as [string, EvictionCandidate],
     );
     for (const id of evictionVictims(candidates, except, this.maxLive)) {
       // listeners first (e.g. MCP managers detach quietly), then the processes are killed
@@ -708,5 +731,4 @@ export class Sandbox implements ShellSandbox {
     }
     return out;
   }
-
 }

@@ -199,9 +199,7 @@ export interface RunAs {
   gid: number;
 }
 
-export type EgressProbe =
-  | { usable: true; tool: 'slirp4netns'; version: string; tools: EgressTools; warning?: string }
-  | { usable: false; reason: string };
+export type EgressProbe = { usable: true; tool: 'slirp4netns'; version: string; tools: EgressTools; warning?: string } | { usable: false; reason: string };
 
 /**
  * Whether egress works here, with the tools found: the programs (slirp4netns ≥ 1.0, nft, and
@@ -213,13 +211,15 @@ export type EgressProbe =
 export async function probeEgress(opts: { runAs?: RunAs; timeoutMs?: number } = {}): Promise<EgressProbe> {
   const tools = await findEgressTools();
   if (typeof tools === 'string') return { usable: false, reason: tools };
-  if (!fs.existsSync('/dev/net/tun')) return { usable: false, reason: 'there is no /dev/net/tun (slirp4netns needs the tun module or the device in the container)' };
+  if (!fs.existsSync('/dev/net/tun'))
+    return { usable: false, reason: 'there is no /dev/net/tun (slirp4netns needs the tun module or the device in the container)' };
   const who = checkRunAs(opts.runAs);
   if (typeof who === 'string') return { usable: false, reason: who };
   let warning: string | undefined;
   try {
     const real = fs.realpathSync('/etc/resolv.conf');
-    if (!real.startsWith('/etc/') && !real.startsWith('/run/')) warning = `/etc/resolv.conf leads to ${real}, outside /etc and /run: slirp4netns's sandbox cannot read it, DNS will not work`;
+    if (!real.startsWith('/etc/') && !real.startsWith('/run/'))
+      warning = `/etc/resolv.conf leads to ${real}, outside /etc and /run: slirp4netns's sandbox cannot read it, DNS will not work`;
   } catch {
     warning = 'there is no /etc/resolv.conf: the DNS forwarder has no resolver to forward to';
   }
@@ -276,7 +276,9 @@ function locateEgressTools(): EgressTools | string {
   const nft = findProgram('nft');
   if (!nft) return 'nft was not found (apt-get install nftables)';
   const util = { nsenter: findProgram('nsenter'), unshare: findProgram('unshare') };
-  const missing = Object.entries(util).filter(([, p]) => !p).map(([n]) => n);
+  const missing = Object.entries(util)
+    .filter(([, p]) => !p)
+    .map(([n]) => n);
   if (missing.length > 0) return `${missing.join(', ')} (util-linux) not found (apt-get install util-linux)`;
   return { slirp4netns, version: '', nft, ...(util as { nsenter: string; unshare: string }) };
 }
@@ -381,7 +383,9 @@ export async function attachEgress(opts: AttachEgressOptions): Promise<EgressHan
     // the filter goes in while the tool starts (it names no interface but lo): no agent process
     // runs before both are done, and the two process starts, the bulk of the cost, overlap
     const filter = installFilter(tools, as, userFd, netFd, egressRuleset(opts.allow, hostAddresses()), deadline);
-    const tool = new Tool(childProcess().spawn(tools.nsenter, argv, { stdio: ['ignore', 'ignore', 'pipe', userFd, netFd, 'pipe', 'pipe'], env: {}, detached: true, ...as }));
+    const tool = new Tool(
+      childProcess().spawn(tools.nsenter, argv, { stdio: ['ignore', 'ignore', 'pipe', userFd, netFd, 'pipe', 'pipe'], env: {}, detached: true, ...as }),
+    );
     const [up, filtered] = await Promise.allSettled([tool.ready(deadline), filter]);
     if (up.status === 'rejected' || filtered.status === 'rejected') {
       await tool.close();
@@ -484,17 +488,27 @@ class Tool {
  * Loads the ruleset in the namespace as the user namespace's root (started as `as`, the sandbox's
  * uid): one process, one nft transaction.
  */
-function installFilter(tools: EgressTools, as: { uid?: number; gid?: number }, userFd: number, netFd: number, ruleset: string, deadline: number): Promise<void> {
+function installFilter(
+  tools: EgressTools,
+  as: { uid?: number; gid?: number },
+  userFd: number,
+  netFd: number,
+  ruleset: string,
+  deadline: number,
+): Promise<void> {
   const argv = ['--preserve-credentials', '--user=/proc/self/fd/3', '--net=/proc/self/fd/4', '--', tools.nft, '-f', '-'];
   const proc = childProcess().spawn(tools.nsenter, argv, { stdio: ['pipe', 'ignore', 'pipe', userFd, netFd], env: {}, detached: true, ...as });
   return new Promise<void>((resolve, reject) => {
     let stderr = '';
     let late = false;
     // killed, then reported once it is gone: an attach that failed leaves no process
-    const timer = setTimeout(() => {
-      late = true;
-      if (!signalGroup(proc.pid)) proc.kill('SIGKILL');
-    }, Math.max(0, deadline - Date.now()));
+    const timer = setTimeout(
+      () => {
+        late = true;
+        if (!signalGroup(proc.pid)) proc.kill('SIGKILL');
+      },
+      Math.max(0, deadline - Date.now()),
+    );
     proc.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString('utf8')).slice(-2000)));
     proc.stdin!.on('error', () => {});
     proc.stdin!.end(ruleset);

@@ -71,4 +71,3 @@ function relativeInside(root: string, child: string): string | null {
   if (rel === '' || rel.startsWith('..') || path.isAbsolute(rel)) return null;
   return rel;
 }
-

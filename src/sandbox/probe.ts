@@ -33,11 +33,7 @@ export interface ProbedTools {
  * Runs the checks; `{ fail }` names what is missing and how to fix it. The caller owns what it gets
  * (closes `holders` and `cgroups` when its own probe of a real holder fails).
  */
-export async function probeTools(
-  settings: SandboxSettings,
-  opts: SandboxOpenOptions,
-  mapped: MappedDir[],
-): Promise<ProbedTools | { fail: string }> {
+export async function probeTools(settings: SandboxSettings, opts: SandboxOpenOptions, mapped: MappedDir[]): Promise<ProbedTools | { fail: string }> {
   const bwrap = which(settings.bwrapPath ?? 'bwrap');
   if (!bwrap) {
     return {
@@ -47,9 +43,12 @@ export async function probeTools(
     };
   }
   const tools = { nsenter: which('nsenter'), setsid: which('setsid'), setpriv: which('setpriv'), unshare: which('unshare') };
-  const missing = Object.entries(tools).filter(([, p]) => !p).map(([name]) => name);
+  const missing = Object.entries(tools)
+    .filter(([, p]) => !p)
+    .map(([name]) => name);
   const ip = findProgram('ip');
-  if (settings.runAs && settings.network !== 'host' && !ip) return { fail: "ip (iproute2) not found: a sandbox's own network is set up with it (apt-get install iproute2)" };
+  if (settings.runAs && settings.network !== 'host' && !ip)
+    return { fail: "ip (iproute2) not found: a sandbox's own network is set up with it (apt-get install iproute2)" };
   if (missing.length > 0) {
     return { fail: `${missing.join(', ')} (util-linux) not found on PATH: processes join their conversation's sandbox with them (apt-get install util-linux)` };
   }

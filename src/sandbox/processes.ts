@@ -67,6 +67,10 @@ export function firstChild(pid: number): number | null {
 
 /** The line of a failed process's stderr that says why: the last error line (node prints its version after the error), else the last line. */
 export function lastError(stderr: string): string {
-  const lines = stderr.trim().split('\n').map((l) => l.trim()).filter(Boolean);
+  const lines = stderr
+    .trim()
+    .split('\n')
+    .map((l) => l.trim())
+    .filter(Boolean);
   return [...lines].reverse().find((l) => /^(bwrap|Error|[A-Za-z]*Error):|rror:/.test(l)) ?? lines.at(-1) ?? '';
 }

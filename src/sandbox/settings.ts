@@ -102,4 +102,3 @@ export const STATE_DIRS = ['tmp', 'home', 'io', 'outputs'];
 export function totalMemoryMb(settings: Pick<SandboxSettings, 'totalMemoryMb'>): number {
   return settings.totalMemoryMb ?? Math.floor(os.totalmem() / 2 / 1024 / 1024);
 }
-

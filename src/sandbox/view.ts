@@ -72,7 +72,6 @@ export function systemArgs(): string[] {
 /** Daemon secrets that live under a mounted system directory: /etc/parley/parley.env (the systemd unit's EnvironmentFile). */
 export const HIDDEN_PATHS = ['/etc/parley'];
 
-
 /**
  * SANDBOX_RO_BINDS (after the private /tmp, so a directory under /tmp can be shown too), then the
  * hidden paths masked wherever a mount above would show them: an empty tmpfs over a directory,

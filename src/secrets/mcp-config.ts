@@ -99,8 +99,7 @@ export function mergeMcpConfig(base: McpConfig | null | undefined, extra: McpCon
 /** A copy with every non-empty `api_key` and every `env` value replaced by `<secret_hidden>`. */
 export function redactMcpConfig(cfg: McpConfig | null | undefined): McpConfig {
   const out: McpConfig = {};
-  const hideKey = <T extends { api_key?: string | null }>(s: T): T =>
-    s.api_key ? { ...s, api_key: SECRET_PLACEHOLDER } : { ...s };
+  const hideKey = <T extends { api_key?: string | null }>(s: T): T => (s.api_key ? { ...s, api_key: SECRET_PLACEHOLDER } : { ...s });
   if (cfg?.sse_servers) out.sse_servers = cfg.sse_servers.map(hideKey);
   if (cfg?.shttp_servers) out.shttp_servers = cfg.shttp_servers.map(hideKey);
   if (cfg?.stdio_servers) {

@@ -25,9 +25,7 @@ export class Redactor {
 
   private rebuild(): void {
     const sorted = [...this.values].sort((a, b) => b.length - a.length);
-    this.pattern = sorted.length
-      ? new RegExp(sorted.map((s) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('|'), 'g')
-      : null;
+    this.pattern = sorted.length ? new RegExp(sorted.map((s) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('|'), 'g') : null;
   }
 
   redact(text: string): string {

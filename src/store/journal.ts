@@ -298,7 +298,9 @@ export function journalIndexer(db: Database.Database, opts: { statuses?: boolean
   const insert = db.prepare('INSERT OR IGNORE INTO events (conversation_id, seq, id, kind, timestamp, source, body) VALUES (?, ?, ?, ?, ?, ?, ?)');
   const touch = db.prepare('UPDATE conversations SET updated_at = ? WHERE id = ? AND updated_at < ?');
   const setStatus = db.prepare('UPDATE conversations SET execution_status = ? WHERE id = ?');
-  const state = db.prepare('INSERT INTO journal_state (k, gen, offset) VALUES (0, ?, ?) ON CONFLICT (k) DO UPDATE SET gen = excluded.gen, offset = excluded.offset');
+  const state = db.prepare(
+    'INSERT INTO journal_state (k, gen, offset) VALUES (0, ?, ?) ON CONFLICT (k) DO UPDATE SET gen = excluded.gen, offset = excluded.offset',
+  );
   return db.transaction((frames: { payload: string; pos: JournalPosition }[]) => {
     const newest = new Map<string, string>();
     const statuses = new Map<string, string>();
@@ -318,4 +320,3 @@ export function journalIndexer(db: Database.Database, opts: { statuses?: boolean
     if (last) state.run(last.pos.gen, last.pos.offset);
   });
 }
-

@@ -30,7 +30,16 @@ import { ConflictError, UnavailableError } from '../errors.js';
 import { uuidv7 } from '../events/ids.js';
 import { EncodedEvent, nowIso, type EventDraft, type ParleyEvent } from '../events/types.js';
 import { metrics } from '../metrics.js';
-import { conversationFromRow, executionStatusOf, type ConversationRecord, type EventQuery, type SealedValue, type Store, CommitListeners, type CommitListener } from './types.js';
+import {
+  conversationFromRow,
+  executionStatusOf,
+  type ConversationRecord,
+  type EventQuery,
+  type SealedValue,
+  type Store,
+  CommitListeners,
+  type CommitListener,
+} from './types.js';
 
 interface PostgresStoreOptions {
   /** Connections in the pool (default 10). */
@@ -331,7 +340,10 @@ export class PostgresStore implements Store {
   /** Publishes committed appends and resolves them, in commit order. */
   private published(done: { p: Pending; events: ParleyEvent[] }[]): void {
     for (const { p, events } of done) {
-      this.commits.emit(p.conversationId, events.map((e) => new EncodedEvent(e)));
+      this.commits.emit(
+        p.conversationId,
+        events.map((e) => new EncodedEvent(e)),
+      );
       p.resolve(events);
     }
   }
@@ -456,10 +468,11 @@ export class PostgresStore implements Store {
 
   async listConversations(limit: number, cursor?: { created_at: string; id: string } | null): Promise<ConversationRecord[]> {
     const res = cursor
-      ? await this.q(
-          'SELECT * FROM conversations WHERE (created_at < $1) OR (created_at = $1 AND id <= $2) ORDER BY created_at DESC, id DESC LIMIT $3',
-          [cursor.created_at, cursor.id, limit],
-        )
+      ? await this.q('SELECT * FROM conversations WHERE (created_at < $1) OR (created_at = $1 AND id <= $2) ORDER BY created_at DESC, id DESC LIMIT $3', [
+          cursor.created_at,
+          cursor.id,
+          limit,
+        ])
       : await this.q('SELECT * FROM conversations ORDER BY created_at DESC, id DESC LIMIT $1', [limit]);
     return res.rows.map(rowToConv);
   }
@@ -472,7 +485,7 @@ export class PostgresStore implements Store {
       args.push(k === 'data' ? JSON.stringify(v) : v);
       sets.push(`${k} = $${args.length}`);
     }
-    if (!('updated_at' in patch)) (args.push(nowIso()), sets.push(`updated_at = $${args.length}`));
+    if (!('updated_at' in patch)) args.push(nowIso()), sets.push(`updated_at = $${args.length}`);
     args.push(id);
     await this.q(`UPDATE conversations SET ${sets.join(', ')} WHERE id = $${args.length}`, args);
   }

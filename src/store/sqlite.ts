@@ -37,7 +37,16 @@ import { DiskWatch, errorText, isDiskFull } from './disk-watch.js';
 import { lockDataDir } from './lock.js';
 import { TailQueue } from './tail.js';
 import { Journal, journalEvents, journalFile, journalGenerations, journalIndexer, journalLine, readFrames, type JournalPosition } from './journal.js';
-import { conversationFromRow, executionStatusOf, type ConversationRecord, type EventQuery, type SealedValue, type Store, CommitListeners, type CommitListener } from './types.js';
+import {
+  conversationFromRow,
+  executionStatusOf,
+  type ConversationRecord,
+  type EventQuery,
+  type SealedValue,
+  type Store,
+  CommitListeners,
+  type CommitListener,
+} from './types.js';
 import { CONTROL_SLOTS, STOP, WAKE } from './writer-control.js';
 import type { WriterNotice, WriterReply, WriterRequest } from './writer.js';
 
@@ -274,7 +283,10 @@ export class SqliteStore implements Store {
    * cannot be written (a full disk), the frames are returned instead and their generations kept:
    * the store serves them from the tail and the writer indexes them once it can.
    */
-  private recover(dir: string, journalOpts: ConstructorParameters<typeof Journal>[2]): { journal: Journal; unindexed: { payload: string; pos: JournalPosition }[] } {
+  private recover(
+    dir: string,
+    journalOpts: ConstructorParameters<typeof Journal>[2],
+  ): { journal: Journal; unindexed: { payload: string; pos: JournalPosition }[] } {
     fs.mkdirSync(dir, { recursive: true });
     const state = (this.db.prepare('SELECT gen, offset FROM journal_state WHERE k = 0').get() as JournalPosition | undefined) ?? { gen: 0, offset: 0 };
     const gens = journalGenerations(dir);
@@ -291,7 +303,15 @@ export class SqliteStore implements Store {
       if (!cannotWrite(err)) throw err;
       if (isDiskFull(err)) this.disk.report('event index (start-up)', err);
       for (const gen of gens) if (gen < state.gen) fs.rmSync(journalFile(dir, gen), { force: true });
-      return { journal: new Journal(dir, next, journalOpts, gens.filter((g) => g >= state.gen)), unindexed: frames };
+      return {
+        journal: new Journal(
+          dir,
+          next,
+          journalOpts,
+          gens.filter((g) => g >= state.gen),
+        ),
+        unindexed: frames,
+      };
     }
     for (const gen of gens) fs.rmSync(journalFile(dir, gen), { force: true });
     return { journal: new Journal(dir, next, journalOpts), unindexed: [] };
@@ -595,12 +615,12 @@ export class SqliteStore implements Store {
     const t = this.tailOf(conversationId);
     const where = ['conversation_id = ?'];
     const args: unknown[] = [conversationId];
-    if (q.afterSeq != null) (where.push('seq > ?'), args.push(q.afterSeq));
+    if (q.afterSeq != null) where.push('seq > ?'), args.push(q.afterSeq);
     const below = t.below === null ? q.beforeSeq : q.beforeSeq == null ? t.below : Math.min(q.beforeSeq, t.below);
-    if (below != null) (where.push('seq < ?'), args.push(below));
-    if (q.kind) (where.push('kind = ?'), args.push(q.kind));
-    if (q.source) (where.push('source = ?'), args.push(q.source));
-    if (q.sinceTimestamp) (where.push('timestamp >= ?'), args.push(q.sinceTimestamp));
+    if (below != null) where.push('seq < ?'), args.push(below);
+    if (q.kind) where.push('kind = ?'), args.push(q.kind);
+    if (q.source) where.push('source = ?'), args.push(q.source);
+    if (q.sinceTimestamp) where.push('timestamp >= ?'), args.push(q.sinceTimestamp);
     const order = q.desc ? 'DESC' : 'ASC';
     const sql = `SELECT body FROM events WHERE ${where.join(' AND ')} ORDER BY seq ${order} LIMIT ?`;
     const stmt = this.db.prepare(sql);
@@ -643,11 +663,14 @@ export class SqliteStore implements Store {
     const t = this.tailOf(conversationId);
     const where = ['conversation_id = ?'];
     const args: unknown[] = [conversationId];
-    if (q.afterSeq != null) (where.push('seq > ?'), args.push(q.afterSeq));
-    if (t.below !== null) (where.push('seq < ?'), args.push(t.below));
-    if (q.kind) (where.push('kind = ?'), args.push(q.kind));
-    if (q.source) (where.push('source = ?'), args.push(q.source));
-    const stored = this.db.prepare(`SELECT COUNT(*) FROM events WHERE ${where.join(' AND ')}`).pluck().get(...args) as number;
+    if (q.afterSeq != null) where.push('seq > ?'), args.push(q.afterSeq);
+    if (t.below !== null) where.push('seq < ?'), args.push(t.below);
+    if (q.kind) where.push('kind = ?'), args.push(q.kind);
+    if (q.source) where.push('source = ?'), args.push(q.source);
+    const stored = this.db
+      .prepare(`SELECT COUNT(*) FROM events WHERE ${where.join(' AND ')}`)
+      .pluck()
+      .get(...args) as number;
     let unindexed = 0;
     for (const ev of t.events) if (matches(ev, q)) unindexed += 1;
     return stored + unindexed;
@@ -730,9 +753,7 @@ export class SqliteStore implements Store {
   async listConversations(limit: number, cursor?: { created_at: string; id: string } | null): Promise<ConversationRecord[]> {
     const rows = cursor
       ? this.db
-          .prepare(
-            'SELECT * FROM conversations WHERE (created_at < ?) OR (created_at = ? AND id <= ?) ORDER BY created_at DESC, id DESC LIMIT ?',
-          )
+          .prepare('SELECT * FROM conversations WHERE (created_at < ?) OR (created_at = ? AND id <= ?) ORDER BY created_at DESC, id DESC LIMIT ?')
           .all(cursor.created_at, cursor.created_at, cursor.id, limit)
       : this.db.prepare('SELECT * FROM conversations ORDER BY created_at DESC, id DESC LIMIT ?').all(limit);
     return (rows as Record<string, unknown>[]).map(SqliteStore.rowToConv);
@@ -746,7 +767,7 @@ export class SqliteStore implements Store {
       sets.push(`${k} = ?`);
       args.push(k === 'data' ? JSON.stringify(v) : v);
     }
-    if (!('updated_at' in patch)) (sets.push('updated_at = ?'), args.push(nowIso()));
+    if (!('updated_at' in patch)) sets.push('updated_at = ?'), args.push(nowIso());
     this.writeRow('storing the conversation', () => this.db.prepare(`UPDATE conversations SET ${sets.join(', ')} WHERE id = ?`).run(...args, id));
   }
 
@@ -776,9 +797,7 @@ export class SqliteStore implements Store {
 
   async conversationsWithStatus(statuses: string[]): Promise<ConversationRecord[]> {
     if (statuses.length === 0) return [];
-    const rows = this.db
-      .prepare(`SELECT * FROM conversations WHERE execution_status IN (${statuses.map(() => '?').join(',')})`)
-      .all(...statuses);
+    const rows = this.db.prepare(`SELECT * FROM conversations WHERE execution_status IN (${statuses.map(() => '?').join(',')})`).all(...statuses);
     return (rows as Record<string, unknown>[]).map(SqliteStore.rowToConv);
   }
 

@@ -116,9 +116,7 @@ class FileEditor {
         case 'undo_edit':
           return await this.undo(abs, ctx, files);
         default:
-          throw new EditorError(
-            `Unknown command \`${String(command)}\`. Allowed commands: ${COMMANDS.map((c) => `\`${c}\``).join(', ')}.`,
-          );
+          throw new EditorError(`Unknown command \`${String(command)}\`. Allowed commands: ${COMMANDS.map((c) => `\`${c}\``).join(', ')}.`);
       }
     } catch (err) {
       const message = err instanceof EditorError ? err.message : this.describeError(err, rawPath);
@@ -189,9 +187,7 @@ class FileEditor {
     }
     if (!path.isAbsolute(p)) {
       const suggestion = path.resolve(files.root, p);
-      throw new EditorError(
-        `Invalid \`path\` parameter: ${p}. The path should be an absolute path, starting with \`/\`. Maybe you meant ${suggestion}?`,
-      );
+      throw new EditorError(`Invalid \`path\` parameter: ${p}. The path should be an absolute path, starting with \`/\`. Maybe you meant ${suggestion}?`);
     }
     return files.visible(path.resolve(p));
   }
@@ -201,8 +197,20 @@ class FileEditor {
    * it, becomes the message the agent can act on.
    */
   private async readFile(abs: string, command: string, files: WorkspaceFiles, max: number): Promise<Buffer>;
-  private async readFile(abs: string, command: string, files: WorkspaceFiles, max: number, list: { depth: number; max: number }): Promise<{ data: Buffer } | { listing: Listing }>;
-  private async readFile(abs: string, command: string, files: WorkspaceFiles, max: number, list?: { depth: number; max: number }): Promise<Buffer | { data: Buffer } | { listing: Listing }> {
+  private async readFile(
+    abs: string,
+    command: string,
+    files: WorkspaceFiles,
+    max: number,
+    list: { depth: number; max: number },
+  ): Promise<{ data: Buffer } | { listing: Listing }>;
+  private async readFile(
+    abs: string,
+    command: string,
+    files: WorkspaceFiles,
+    max: number,
+    list?: { depth: number; max: number },
+  ): Promise<Buffer | { data: Buffer } | { listing: Listing }> {
     try {
       return list ? await files.readOrList(abs, max, list) : await files.read(abs, max);
     } catch (err) {
@@ -230,9 +238,7 @@ class FileEditor {
     try {
       text = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(buf);
     } catch {
-      throw new EditorError(
-        `The file ${abs} is not valid UTF-8 text (it may be binary or use another encoding); file_editor only handles UTF-8 text files.`,
-      );
+      throw new EditorError(`The file ${abs} is not valid UTF-8 text (it may be binary or use another encoding); file_editor only handles UTF-8 text files.`);
     }
     const crlf = (text.match(/\r\n/g) ?? []).length;
     const lf = (text.match(/\n/g) ?? []).length - crlf;
@@ -410,14 +416,9 @@ class FileEditor {
     }
     this.pushHistory(ctx.conversationId, abs, null);
     const lines = splitLines(params.file_text).length;
-    return this.obs(
-      ctx,
-      'create',
-      abs,
-      [{ type: 'text', text: `File created successfully at: ${abs} (${lines} line${lines === 1 ? '' : 's'}).` }],
-      false,
-      { prev_exist: false },
-    );
+    return this.obs(ctx, 'create', abs, [{ type: 'text', text: `File created successfully at: ${abs} (${lines} line${lines === 1 ? '' : 's'}).` }], false, {
+      prev_exist: false,
+    });
   }
 
   // -------------------------------------------------------------------------- str_replace
@@ -504,9 +505,7 @@ class FileEditor {
     const n = lines.length;
     const at = params.insert_line;
     if (!isInt(at) || at < 0 || at > n) {
-      throw new EditorError(
-        `Invalid \`insert_line\` parameter: ${at}. It should be within the range of lines of the file: [0, ${n}] (0 inserts at the top).`,
-      );
+      throw new EditorError(`Invalid \`insert_line\` parameter: ${at}. It should be within the range of lines of the file: [0, ${n}] (0 inserts at the top).`);
     }
     let ins = params.new_str.replace(/\r\n/g, '\n');
     if (ins.endsWith('\n')) ins = ins.slice(0, -1);
@@ -535,14 +534,7 @@ class FileEditor {
     const updated = text.slice(0, offset) + insText + text.slice(offset);
     await files.write(abs, updated, { mode: 'existing' });
     this.pushHistory(ctx.conversationId, abs, original);
-    return this.obs(
-      ctx,
-      'insert',
-      abs,
-      [{ type: 'text', text: this.editedMessage(abs, updated, at + 1, at + newLines.length) }],
-      false,
-      { prev_exist: true },
-    );
+    return this.obs(ctx, 'insert', abs, [{ type: 'text', text: this.editedMessage(abs, updated, at + 1, at + newLines.length) }], false, { prev_exist: true });
   }
 
   // -------------------------------------------------------------------------- undo

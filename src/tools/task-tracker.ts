@@ -113,8 +113,7 @@ export function createTaskTrackerTool(current: (conversationId: string) => Promi
       if (problems.length) {
         return failed(ctx, 'plan', `The task list was NOT updated: ${problems.join('; ')}.`);
       }
-      const text =
-        list.length === 0 ? 'The task list was cleared.' : `Task list updated.\n\n${renderTaskList(list)}`;
+      const text = list.length === 0 ? 'The task list was cleared.' : `Task list updated.\n\n${renderTaskList(list)}`;
       return obs(ctx, 'plan', text, false, list);
     },
   };

@@ -22,21 +22,13 @@
 import { mkdir, readFile, rename, writeFile, chmod } from 'node:fs/promises';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import {
-  GIT_PROVIDERS,
-  TOKEN_ENV_VARS,
-  TOKEN_USERNAMES,
-  providerBaseUrl,
-  type GitProvider,
-  type ProviderCredential,
-} from './providers.js';
+import { GIT_PROVIDERS, TOKEN_ENV_VARS, TOKEN_USERNAMES, providerBaseUrl, type GitProvider, type ProviderCredential } from './providers.js';
 
 export const ASKPASS_SCRIPT_NAME = 'parley-git-askpass.sh';
 
 function askpassScript(): string {
   const cases = GIT_PROVIDERS.map((p) => {
-    const split =
-      p === 'bitbucket' ? `\n    case "$tok" in ?*:*) user=\${tok%%:*}; tok=\${tok#*:} ;; esac` : '';
+    const split = p === 'bitbucket' ? `\n    case "$tok" in ?*:*) user=\${tok%%:*}; tok=\${tok#*:} ;; esac` : '';
     return `  ${p})\n    user='${TOKEN_USERNAMES[p]}'; tok=\${${TOKEN_ENV_VARS[p]}-}${split} ;;`;
   }).join('\n');
   return `#!/bin/sh

@@ -31,9 +31,7 @@ interface FrontMatterResult {
 
 function unquote(v: string): string {
   if (v.length >= 2 && v.startsWith('"') && v.endsWith('"')) {
-    return v
-      .slice(1, -1)
-      .replace(/\\(["\\/nrt])/g, (_m, c: string) => ({ n: '\n', r: '\r', t: '\t' })[c as 'n'] ?? c);
+    return v.slice(1, -1).replace(/\\(["\\/nrt])/g, (_m, c: string) => ({ n: '\n', r: '\r', t: '\t' })[c as 'n'] ?? c);
   }
   if (v.length >= 2 && v.startsWith("'") && v.endsWith("'")) return v.slice(1, -1).replace(/''/g, "'");
   return v;

@@ -29,14 +29,7 @@ import { askpassOrigin, ensureAskpassScript } from './askpass.js';
 import { baseChildEnv } from '../sandbox/child-env.js';
 import type { ProcessLauncher } from '../sandbox/types.js';
 import { runGit, type GitResult } from './git-process.js';
-import {
-  GIT_PROVIDERS,
-  InvalidHostError,
-  providerBaseUrl,
-  tokenCredentials,
-  type GitProvider,
-  type ProviderCredential,
-} from './providers.js';
+import { GIT_PROVIDERS, InvalidHostError, providerBaseUrl, tokenCredentials, type GitProvider, type ProviderCredential } from './providers.js';
 
 export type ClonePhase = 'cloning' | 'checking_out' | 'ready';
 
@@ -131,10 +124,7 @@ export function normalizeRepository(repository: string): string {
     trimmed.length <= 512 &&
     segments.every((s) => SEGMENT.test(s) && s !== '.' && s !== '..' && !s.endsWith('.lock'));
   if (!ok) {
-    throw new CloneError(
-      `Invalid repository name ${JSON.stringify(repository.slice(0, 200))}: expected "owner/repo"`,
-      'invalid_repository',
-    );
+    throw new CloneError(`Invalid repository name ${JSON.stringify(repository.slice(0, 200))}: expected "owner/repo"`, 'invalid_repository');
   }
   return trimmed;
 }
@@ -146,15 +136,7 @@ export function normalizeRepository(repository: string): string {
  */
 export async function validateBranchName(name: string): Promise<void> {
   const shown = JSON.stringify(name.slice(0, 200));
-  if (
-    !name ||
-    name.length > 255 ||
-    name.startsWith('-') ||
-    /[\s\x00-\x1f\x7f]/.test(name) ||
-    name.includes('@{') ||
-    name === '@' ||
-    name === 'HEAD'
-  ) {
+  if (!name || name.length > 255 || name.startsWith('-') || /[\s\x00-\x1f\x7f]/.test(name) || name.includes('@{') || name === '@' || name === 'HEAD') {
     throw new CloneError(`Invalid branch name ${shown}`, 'invalid_branch');
   }
   const r = await runGit(['check-ref-format', '--branch', name], { env: baseChildEnv({ LC_ALL: 'C' }) });
@@ -237,7 +219,6 @@ function isInside(parent: string, child: string): boolean {
   return rel === '' || (!rel.startsWith('..') && !isAbsolute(rel));
 }
 
-
 function lastFatalLine(stderr: string): string {
   const lines = stderr
     .split(/\r?\n/)
@@ -252,7 +233,11 @@ function classify(r: GitResult, source: Source, repo: string): { code: CloneErro
   if (r.aborted) return { code: 'aborted', reason: 'the clone was cancelled' };
   if (r.timedOut) return { code: 'timeout', reason: `the clone from ${where} timed out` };
   const e = r.stderr;
-  if (/Authentication failed|could not read (Username|Password)|terminal prompts disabled|HTTP Basic: Access denied|Invalid username or password|returned error: 40[13]/i.test(e)) {
+  if (
+    /Authentication failed|could not read (Username|Password)|terminal prompts disabled|HTTP Basic: Access denied|Invalid username or password|returned error: 40[13]/i.test(
+      e,
+    )
+  ) {
     return source.token
       ? { code: 'auth_failed', reason: `${where} rejected the stored ${source.provider} token` }
       : {
@@ -260,7 +245,11 @@ function classify(r: GitResult, source: Source, repo: string): { code: CloneErro
           reason: `${where} requires authentication and no ${source.provider ?? ''} token is stored`.replace(/ {2}/g, ' '),
         };
   }
-  if (/Could not resolve host|Failed to connect|Connection refused|Connection timed out|Operation timed out|Couldn't connect|Network is unreachable|No route to host|SSL certificate problem|schannel|gnutls_handshake/i.test(e)) {
+  if (
+    /Could not resolve host|Failed to connect|Connection refused|Connection timed out|Operation timed out|Couldn't connect|Network is unreachable|No route to host|SSL certificate problem|schannel|gnutls_handshake/i.test(
+      e,
+    )
+  ) {
     return { code: 'unreachable', reason: `could not reach ${source.baseUrl} (${lastFatalLine(e)})` };
   }
   if (/not found|does not appear to be a git repository|returned error: 404|does not exist/i.test(e)) {
@@ -410,7 +399,9 @@ async function cloneInner(opts: CloneOptions, scrub: (s: string) => string): Pro
     const url = `${source.baseUrl}/${repo}.git`;
     opts.onPhase?.('cloning', `${repo} from ${source.baseUrl}${source.token ? ` with the ${source.provider} token` : ''}`);
     const creds = source.token && source.provider ? tokenCredentials(source.provider, source.token) : null;
-    const credEnv: Record<string, string> = creds ? { PARLEY_ASKPASS_USERNAME: creds.username, PARLEY_ASKPASS_PASSWORD: creds.password, PARLEY_ASKPASS_ORIGIN: askpassOrigin(source.baseUrl) } : {};
+    const credEnv: Record<string, string> = creds
+      ? { PARLEY_ASKPASS_USERNAME: creds.username, PARLEY_ASKPASS_PASSWORD: creds.password, PARLEY_ASKPASS_ORIGIN: askpassOrigin(source.baseUrl) }
+      : {};
     // into the workspace itself (`.`): in a sandbox, as its uid, with the daemon's network
     const r = await runGit(['-c', 'credential.helper=', 'clone', '--no-progress', '--', url, '.'], {
       cwd: dir,
@@ -431,8 +422,7 @@ async function cloneInner(opts: CloneOptions, scrub: (s: string) => string): Pro
   }
   if (!chosen) {
     const code = summaryCode(attempts);
-    const detail =
-      attempts.length === 1 ? attempts[0]!.reason : attempts.map((a, i) => `(${i + 1}) ${a.reason}`).join('; ');
+    const detail = attempts.length === 1 ? attempts[0]!.reason : attempts.map((a, i) => `(${i + 1}) ${a.reason}`).join('; ');
     throw new CloneError(`Could not clone ${repo}: ${detail}`, code, attempts);
   }
 

@@ -114,9 +114,7 @@ export async function loadRepoInstructions(files: WorkspaceFiles, opts: LoadInst
   } catch {
     return result; // no workspace yet
   }
-  const agentFiles = rootEntries
-    .filter((n) => /^agents?\.md$/i.test(n))
-    .sort((a, b) => rank(a) - rank(b) || (a < b ? -1 : 1));
+  const agentFiles = rootEntries.filter((n) => /^agents?\.md$/i.test(n)).sort((a, b) => rank(a) - rank(b) || (a < b ? -1 : 1));
   const rootFiles: [string, string][] = [];
   if (agentFiles[0]) rootFiles.push(['agents', agentFiles[0]]);
   if (rootEntries.includes('.cursorrules')) rootFiles.push(['cursorrules', '.cursorrules']);

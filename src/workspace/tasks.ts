@@ -102,7 +102,10 @@ export function suggestedTaskProblem(task: SuggestedTask): TaskProblem | null {
   }
   if (typeof task.title !== 'string') return { field: 'title', message: 'suggested_task.title must be a string' };
   if (provider === 'enterprise_sso' && NEEDS_REQUEST_API.includes(type)) {
-    return { field: 'task_type', message: `Task type ${type} needs a pull/merge request API, which enterprise_sso does not have; use github, gitlab or bitbucket` };
+    return {
+      field: 'task_type',
+      message: `Task type ${type} needs a pull/merge request API, which enterprise_sso does not have; use github, gitlab or bitbucket`,
+    };
   }
   return null;
 }
@@ -145,8 +148,7 @@ export function suggestedTaskMessage(task: SuggestedTask): string {
   }
 
   const t = TERMS[provider];
-  const header = (what: string) =>
-    `You are working on ${t.request} #${n} (${title}) in the ${t.name} repository ${repo}. ${what}`;
+  const header = (what: string) => `You are working on ${t.request} #${n} (${title}) in the ${t.name} repository ${repo}. ${what}`;
   const apiLine = `Use the ${t.api} with the token in the environment variable ${t.tokenVar} to read its details (${t.apiHint}).`;
 
   switch (type) {
@@ -204,9 +206,7 @@ export function createMicroagentMessage(opts: { repo: string; title?: string | n
     : 'repo';
   const file = `.openhands/microagents/${slug}.md`;
   return [
-    title
-      ? `Please create a microagent for the repository ${repo} titled "${title}".`
-      : `Please create a microagent that describes the repository ${repo}.`,
+    title ? `Please create a microagent for the repository ${repo} titled "${title}".` : `Please create a microagent that describes the repository ${repo}.`,
     '',
     `Write it to \`${file}\` (create the directory if needed). Explore the repository first, then write a Markdown file`,
     'that starts with YAML front matter:',

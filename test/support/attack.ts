@@ -55,7 +55,6 @@ export function canaryDir(prefix: string): { dir: string; unchanged(): void } {
   return { dir, unchanged: () => assert.deepEqual(snapshot(), before, 'the host directory is exactly as it was') };
 }
 
-
 /** A daemon whose one conversation (a git repository) runs the swapper against a canary directory. */
 export interface SwappingConversation {
   d: DaemonHandle;
@@ -91,7 +90,16 @@ export async function swappingConversation(): Promise<SwappingConversation> {
   );
   assert.match(String(started.body.stdout), /ok/, JSON.stringify(started.body));
   const script = Buffer.from(SWAPPER).toString('base64');
-  const swap = await d.req('POST', '/api/bash/start_bash_command', { command: `echo ${script} | base64 -d > /tmp/swap.py && python3 /tmp/swap.py /workspace ${canary.dir} > /dev/null 2>&1`, conversation_id: id, timeout: 3600 }, H);
+  const swap = await d.req(
+    'POST',
+    '/api/bash/start_bash_command',
+    {
+      command: `echo ${script} | base64 -d > /tmp/swap.py && python3 /tmp/swap.py /workspace ${canary.dir} > /dev/null 2>&1`,
+      conversation_id: id,
+      timeout: 3600,
+    },
+    H,
+  );
   assert.equal(swap.status, 200, swap.text);
   await waitFor(() => fs.existsSync(path.join(ws, 'swapping')), 'the swapper runs', 60_000);
   const statuses = new Map<number, number>();

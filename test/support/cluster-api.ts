@@ -9,7 +9,10 @@ export const send = (d: DaemonHandle, id: string, text: string, run = false) => 
 export const subscribe = (d: DaemonHandle, id: string, q = '') => connect(`ws://127.0.0.1:${d.port}/sockets/events/${id}${q ? `?${q}` : ''}`);
 export const create = async (d: DaemonHandle) => (await d.req('POST', '/api/conversations', {})).body.conversation_id as string;
 export const stored = (f: Frames) => f.frames.filter((x) => x.seq !== undefined);
-export const texts = (f: Frames) => stored(f).filter((x) => x.kind === 'MessageEvent').map((x) => x.llm_message.content[0].text as string);
+export const texts = (f: Frames) =>
+  stored(f)
+    .filter((x) => x.kind === 'MessageEvent')
+    .map((x) => x.llm_message.content[0].text as string);
 
 /** The texts of every message stored, read through the REST API. */
 export async function storedTexts(d: DaemonHandle, id: string): Promise<string[]> {
@@ -42,6 +45,8 @@ export async function readyConversation(c: Cluster) {
 /** Every stored event once, in seq order, gap-free from `from`. */
 export function assertGapFree(f: Frames, from = 1) {
   const seqs = stored(f).map((x) => x.seq as number);
-  assert.deepEqual(seqs, Array.from({ length: seqs.length }, (_, i) => i + from));
+  assert.deepEqual(
+    seqs,
+    Array.from({ length: seqs.length }, (_, i) => i + from),
+  );
 }
-

@@ -78,7 +78,11 @@ export interface Cluster {
  * is added to every node's environment, or given per node. Everything is stopped and removed
  * (the database dropped) when the test ends.
  */
-export async function startCluster(onEnd: OnEnd, n: number, env: Record<string, string> | ((i: number, db: TestDatabase) => Record<string, string>) = {}): Promise<Cluster> {
+export async function startCluster(
+  onEnd: OnEnd,
+  n: number,
+  env: Record<string, string> | ((i: number, db: TestDatabase) => Record<string, string>) = {},
+): Promise<Cluster> {
   const db = await createTestDatabase();
   onEnd(() => db.drop());
   const nats = await startNats(onEnd);

@@ -83,7 +83,15 @@ export async function assertEveryEventOnce(page: Page, lastSeq: number): Promise
   await page.locator(`.events [data-seq="${lastSeq}"]`).waitFor({ state: 'attached' });
   await page.locator('.loading-older').waitFor({ state: 'detached' });
   const { indexes, seqs } = await renderedSeqs(page);
-  assert.deepEqual(indexes, indexes.map((_, i) => i), 'every row was seen while scrolling');
+  assert.deepEqual(
+    indexes,
+    indexes.map((_, i) => i),
+    'every row was seen while scrolling',
+  );
   assert.equal(new Set(seqs).size, seqs.length, `no seq twice: ${seqs.join(',')}`);
-  assert.deepEqual([...seqs].sort((a, b) => a - b), Array.from({ length: lastSeq }, (_, i) => i + 1), 'every seq from 1 to last_seq');
+  assert.deepEqual(
+    [...seqs].sort((a, b) => a - b),
+    Array.from({ length: lastSeq }, (_, i) => i + 1),
+    'every seq from 1 to last_seq',
+  );
 }

@@ -18,5 +18,4 @@ export async function allEvents(req: Req, id: string): Promise<any[]> {
 
 export const statusOf = async (req: Req, id: string) => (await req('GET', `/api/conversations/${id}`)).body.execution_status as string;
 
-export const waitStatus = (req: Req, id: string, want: string, ms = 30_000) =>
-  waitFor(async () => (await statusOf(req, id)) === want, `status ${want}`, ms);
+export const waitStatus = (req: Req, id: string, want: string, ms = 30_000) => waitFor(async () => (await statusOf(req, id)) === want, `status ${want}`, ms);

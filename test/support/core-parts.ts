@@ -87,7 +87,11 @@ export async function coreParts(opts: PartsOptions = {}): Promise<CoreParts & { 
   const settings = new Settings(store, SecretBox.open(dataDir, config.secretKey), redactor, quietLog);
   const leases = cluster?.leases;
   const shared: SharedStore | undefined = leases && { ownerOf: (id) => leases.owner(id) };
-  const agentServer = { workspaceRoot: config.workspaceRoot, dataDir, llm: { model: config.llm.model, baseUrl: config.llm.baseUrl, apiKeySet: !!config.llm.apiKey } };
+  const agentServer = {
+    workspaceRoot: config.workspaceRoot,
+    dataDir,
+    llm: { model: config.llm.model, baseUrl: config.llm.baseUrl, apiKeySet: !!config.llm.apiKey },
+  };
   const conversations = new Conversations(store, events, settings, redactor, agentServer, shared, {}, quietLog);
   store.onCommit((id, evs) => events.committed(id, evs));
   store.onCommit((id, evs) => conversations.committed(id, evs));
@@ -106,7 +110,17 @@ export async function coreParts(opts: PartsOptions = {}): Promise<CoreParts & { 
   let closeNode = async () => {};
   if (cluster) {
     const { startClusterNode } = await import('../../src/cluster/index.js');
-    const node = await startClusterNode({ service, conversations, events, runtime: agent.runtime, leases: cluster.leases, bus: cluster.bus, store: cluster.pg, prefix: opts.cluster!.prefix, log: quietLog });
+    const node = await startClusterNode({
+      service,
+      conversations,
+      events,
+      runtime: agent.runtime,
+      leases: cluster.leases,
+      bus: cluster.bus,
+      store: cluster.pg,
+      prefix: opts.cluster!.prefix,
+      log: quietLog,
+    });
     ops = node.service;
     closeNode = node.close;
   }
@@ -138,7 +152,9 @@ export async function coreParts(opts: PartsOptions = {}): Promise<CoreParts & { 
 
 /** The `execution_status` values its log holds, in order. */
 export async function statusTrail(events: EventLog, id: string): Promise<string[]> {
-  return (await events.after(id, 0)).filter((e) => e.kind === 'ConversationStateUpdateEvent' && e.key === 'execution_status').map((e) => String((e as { value: unknown }).value));
+  return (await events.after(id, 0))
+    .filter((e) => e.kind === 'ConversationStateUpdateEvent' && e.key === 'execution_status')
+    .map((e) => String((e as { value: unknown }).value));
 }
 
 /** Waits until the run of `id` has ended (the runtime holds no run) and returns its status. */

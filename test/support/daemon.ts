@@ -21,16 +21,24 @@ let built: Promise<void> | undefined;
 
 /** scripts/stale.mjs: when a build is stale, and what the daemon's build is made from (the same list as `npm start`'s). */
 const staleMjs = async () =>
-  (await import(pathToFileURL(path.join(ROOT, 'scripts', 'stale.mjs')).href)) as { isStale(built: string, sources: string[]): boolean; DAEMON_SOURCES: string[] };
+  (await import(pathToFileURL(path.join(ROOT, 'scripts', 'stale.mjs')).href)) as {
+    isStale(built: string, sources: string[]): boolean;
+    DAEMON_SOURCES: string[];
+  };
 
 /**
  * Rebuilds dist/ when a source is newer than it, once per test process (see buildWhenStale).
  */
 export function ensureBuilt(): Promise<void> {
   built ??= staleMjs().then(({ DAEMON_SOURCES }) =>
-    buildWhenStale(path.join(ROOT, 'dist', 'main.mjs'), DAEMON_SOURCES.map((s) => path.join(ROOT, s)), 'build', async () => {
-      await ((await import(pathToFileURL(path.join(ROOT, 'scripts', 'build.mjs')).href)) as { build(): Promise<void> }).build();
-    }),
+    buildWhenStale(
+      path.join(ROOT, 'dist', 'main.mjs'),
+      DAEMON_SOURCES.map((s) => path.join(ROOT, s)),
+      'build',
+      async () => {
+        await ((await import(pathToFileURL(path.join(ROOT, 'scripts', 'build.mjs')).href)) as { build(): Promise<void> }).build();
+      },
+    ),
   );
   return built;
 }
@@ -101,7 +109,11 @@ export function tempDir(prefix = 'parley-test-'): string {
   return dir;
 }
 
-export async function startDaemon(env: Record<string, string> = {}, dataDir = tempDir(), opts: { startTimeoutMs?: number; /** Extra node flags (e.g. `--cpu-prof`). */ nodeArgs?: string[] } = {}): Promise<DaemonHandle> {
+export async function startDaemon(
+  env: Record<string, string> = {},
+  dataDir = tempDir(),
+  opts: { startTimeoutMs?: number /** Extra node flags (e.g. `--cpu-prof`). */; nodeArgs?: string[] } = {},
+): Promise<DaemonHandle> {
   const fullEnv: Record<string, string> = {
     PATH: process.env.PATH ?? '/usr/bin:/bin',
     HOME: process.env.HOME ?? os.tmpdir(),

@@ -8,6 +8,10 @@ import { SqliteStore } from '../../src/store/sqlite.js';
 const [dir, mode] = [process.argv[2]!, process.argv[3] as 'NORMAL' | 'FULL'];
 const store = new SqliteStore(dir, { synchronous: mode });
 for (let i = 0; i < 10; i++) {
-  await store.append('11111111-1111-4111-8111-111111111111', { kind: 'MessageEvent', source: 'user', llm_message: { role: 'user', content: [{ type: 'text', text: `e${i}` }] } });
+  await store.append('11111111-1111-4111-8111-111111111111', {
+    kind: 'MessageEvent',
+    source: 'user',
+    llm_message: { role: 'user', content: [{ type: 'text', text: `e${i}` }] },
+  });
 }
 await store.close();

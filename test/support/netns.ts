@@ -231,7 +231,8 @@ export function testNetLeft(net: TestNet): string[] {
   if (spawnSync('ip', ['netns', 'list'], { encoding: 'utf8' }).stdout.includes(net.name)) left.push(`netns ${net.name}`);
   const table = net.name.split('-').pop()!;
   if (spawnSync('ip', ['link', 'show', hostIface(Number(table))], { stdio: 'ignore' }).status === 0) left.push(`link ${hostIface(Number(table))}`);
-  for (const v of ['-4', '-6']) if (spawnSync('ip', [v, 'rule', 'show', 'pref', table], { encoding: 'utf8' }).stdout.trim()) left.push(`ip ${v} rule pref ${table}`);
+  for (const v of ['-4', '-6'])
+    if (spawnSync('ip', [v, 'rule', 'show', 'pref', table], { encoding: 'utf8' }).stdout.trim()) left.push(`ip ${v} rule pref ${table}`);
   return left;
 }
 
@@ -305,7 +306,12 @@ export async function startSandbox(uid: number, opts: { resolvConf?: string } = 
   const namespaces = '--unshare-user --uid 0 --gid 0 --unshare-pid --unshare-net --unshare-ipc --unshare-uts --die-with-parent --new-session --cap-drop ALL';
   const view = '--ro-bind / / --proc /proc --dev /dev --tmpfs /tmp';
   const argv = [...asUid(uid), 'bwrap', ...namespaces.split(' '), ...view.split(' '), ...binds, '--info-fd', '3', '--', '/bin/sh', '-c', 'echo; exec cat'];
-  const holder = spawn(argv[0]!, argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe', 'pipe'], cwd: '/', env: { PATH: process.env.PATH ?? '/usr/bin:/bin' }, detached: true });
+  const holder = spawn(argv[0]!, argv.slice(1), {
+    stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
+    cwd: '/',
+    env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
+    detached: true,
+  });
   holder.stdin!.on('error', () => {});
   const removeDir = () => {
     if (dir) fs.rmSync(dir, { recursive: true, force: true });
@@ -341,10 +347,25 @@ export async function startSandbox(uid: number, opts: { resolvConf?: string } = 
     throw e;
   }
   const ns = (kind: string) => `/proc/${init}/ns/${kind}`;
-  const join = ['nsenter', '--preserve-credentials', `--user=${ns('user')}`, `--net=${ns('net')}`, `--pid=${ns('pid')}`, `--mount=${ns('mnt')}`, `--ipc=${ns('ipc')}`, `--uts=${ns('uts')}`, '--'];
+  const join = [
+    'nsenter',
+    '--preserve-credentials',
+    `--user=${ns('user')}`,
+    `--net=${ns('net')}`,
+    `--pid=${ns('pid')}`,
+    `--mount=${ns('mnt')}`,
+    `--ipc=${ns('ipc')}`,
+    `--uts=${ns('uts')}`,
+    '--',
+  ];
   const sbSpawn = (cmd: string[]) => {
     const full = [...asUid(uid), ...join, ...DROP_ALL, ...cmd];
-    return spawn(full[0]!, full.slice(1), { stdio: ['pipe', 'pipe', 'pipe'], cwd: '/', env: { PATH: '/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin' }, detached: true });
+    return spawn(full[0]!, full.slice(1), {
+      stdio: ['pipe', 'pipe', 'pipe'],
+      cwd: '/',
+      env: { PATH: '/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin' },
+      detached: true,
+    });
   };
   const run = (cmd: string[], timeoutMs?: number) => {
     const c = sbSpawn(cmd);

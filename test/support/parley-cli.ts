@@ -38,7 +38,19 @@ function reply(req: ScriptedRequest): ScriptedReplyValue {
         };
       }
       if (toolResults === 2) {
-        return { toolCalls: [{ name: 'file_editor', arguments: { command: 'str_replace', path: `${workspace}/hello.py`, old_str: 'print("hello")\nprint("again")', new_str: 'print("hello")\nprint("edited")' } }] };
+        return {
+          toolCalls: [
+            {
+              name: 'file_editor',
+              arguments: {
+                command: 'str_replace',
+                path: `${workspace}/hello.py`,
+                old_str: 'print("hello")\nprint("again")',
+                new_str: 'print("hello")\nprint("edited")',
+              },
+            },
+          ],
+        };
       }
       return { toolCalls: [{ name: 'finish', arguments: { message: 'Wrote hello.py' } }] };
     case 'reply':
@@ -94,7 +106,8 @@ export async function startCliBench(extraEnv: Record<string, string> = {}): Prom
   const running = new Set<ChildProcess>();
   const parley = (args: string[], extra: Record<string, string | undefined> = {}, daemon: DaemonHandle = bench.d): Cli => {
     const full: Record<string, string> = {};
-    for (const [k, v] of Object.entries({ PATH: process.env.PATH, HOME: os.tmpdir(), PARLEY_URL: daemon.url, PARLEY_API_KEY: KEY, ...extra })) if (v !== undefined) full[k] = v;
+    for (const [k, v] of Object.entries({ PATH: process.env.PATH, HOME: os.tmpdir(), PARLEY_URL: daemon.url, PARLEY_API_KEY: KEY, ...extra }))
+      if (v !== undefined) full[k] = v;
     const proc = spawn(process.execPath, [BIN, ...args], { cwd: os.tmpdir(), env: full, stdio: ['ignore', 'pipe', 'pipe'] });
     running.add(proc);
     let out = '';

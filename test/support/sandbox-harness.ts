@@ -69,9 +69,11 @@ export function holdNs(pid: number, kind = 'pid'): { ns: string; release(): void
 
 /** Host processes in the pid namespace `ns` (zombies have no namespace links). */
 export function pidsInNs(ns: string): number[] {
-  return fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d) && nsOf(Number(d)) === ns).map(Number);
+  return fs
+    .readdirSync('/proc')
+    .filter((d) => /^\d+$/.test(d) && nsOf(Number(d)) === ns)
+    .map(Number);
 }
-
 
 export const alive = (pids: number[]) =>
   pids.filter((p) => {
@@ -132,12 +134,19 @@ export async function harness(env: Record<string, string> = {}): Promise<Harness
       llm.push(...calls.map((c) => ({ toolCalls: [c] })), { text: 'done' });
       const r = await req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true });
       assert.equal(r.status, 200, r.text);
-      await waitFor(async () => {
-        const evs = await allEvents(req, id);
-        return evs.slice(before).some((e) => e.kind === 'MessageEvent' && e.source === 'agent');
-      }, 'the run answered', 60_000);
+      await waitFor(
+        async () => {
+          const evs = await allEvents(req, id);
+          return evs.slice(before).some((e) => e.kind === 'MessageEvent' && e.source === 'agent');
+        },
+        'the run answered',
+        60_000,
+      );
       await waitFor(async () => (await req('GET', `/api/conversations/${id}`)).body.execution_status !== 'running', 'run ended', 20_000);
-      return (await allEvents(req, id)).slice(before).filter((e) => e.kind === 'ObservationEvent').map((e) => e.observation);
+      return (await allEvents(req, id))
+        .slice(before)
+        .filter((e) => e.kind === 'ObservationEvent')
+        .map((e) => e.observation);
     },
     async sh(id, command, timeout) {
       const [o] = await h.run(id, [{ name: 'terminal', arguments: { command, ...(timeout ? { timeout } : {}) } }]);

@@ -154,10 +154,7 @@ export function startScriptedLlm(script: ScriptedReply[] = [], options: Scripted
 }
 
 /** Start an Anthropic Messages API scripted server (same reply queue semantics; `url` ends in `/v1`). */
-export function startScriptedAnthropic(
-  script: ScriptedReply[] = [],
-  options: ScriptedLlmOptions = {},
-): Promise<ScriptedLlm> {
+export function startScriptedAnthropic(script: ScriptedReply[] = [], options: ScriptedLlmOptions = {}): Promise<ScriptedLlm> {
   return startServer('anthropic', script, options);
 }
 
@@ -230,8 +227,7 @@ async function startServer(dialect: Dialect, script: ScriptedReply[], options: S
     }
 
     const next = queue.shift();
-    let reply: ScriptedReplyValue =
-      next === undefined ? { text: EXHAUSTED_TEXT } : typeof next === 'function' ? await next(request) : next;
+    let reply: ScriptedReplyValue = next === undefined ? { text: EXHAUSTED_TEXT } : typeof next === 'function' ? await next(request) : next;
 
     if (reply.delayMs && reply.delayMs > 0) {
       const stillConnected = await sleepUnlessClosed(reply.delayMs, req, res);
@@ -524,15 +520,9 @@ async function streamAnthropic(res: http.ServerResponse, a: Answer): Promise<voi
     return;
   }
   for (const tc of a.toolCalls) {
-    events.push([
-      'content_block_start',
-      { type: 'content_block_start', index, content_block: { type: 'tool_use', id: tc.id, name: tc.name, input: {} } },
-    ]);
+    events.push(['content_block_start', { type: 'content_block_start', index, content_block: { type: 'tool_use', id: tc.id, name: tc.name, input: {} } }]);
     for (const piece of splitArguments(tc.arguments)) {
-      events.push([
-        'content_block_delta',
-        { type: 'content_block_delta', index, delta: { type: 'input_json_delta', partial_json: piece } },
-      ]);
+      events.push(['content_block_delta', { type: 'content_block_delta', index, delta: { type: 'input_json_delta', partial_json: piece } }]);
     }
     events.push(['content_block_stop', { type: 'content_block_stop', index }]);
     index++;
@@ -554,13 +544,7 @@ async function streamAnthropic(res: http.ServerResponse, a: Answer): Promise<voi
   res.end();
 }
 
-async function sendDroppedStream(
-  dialect: Dialect,
-  res: http.ServerResponse,
-  id: string,
-  model: string,
-  text: string,
-): Promise<void> {
+async function sendDroppedStream(dialect: Dialect, res: http.ServerResponse, id: string, model: string, text: string): Promise<void> {
   startSse(res);
   const pieces = splitText(text);
   if (dialect === 'openai') {
@@ -613,7 +597,13 @@ function defaultErrorBody(dialect: Dialect, status: number, request: ScriptedReq
     case 404:
       return errorBody(dialect, status, 'Model not found (scripted).', 'not_found_error', 'model_not_found');
     case 429:
-      return errorBody(dialect, status, 'Rate limit reached (scripted). Please try again later.', anthropic ? 'rate_limit_error' : 'requests', 'rate_limit_exceeded');
+      return errorBody(
+        dialect,
+        status,
+        'Rate limit reached (scripted). Please try again later.',
+        anthropic ? 'rate_limit_error' : 'requests',
+        'rate_limit_exceeded',
+      );
     case 529:
       return errorBody(dialect, status, 'Overloaded (scripted).', 'overloaded_error');
     default:

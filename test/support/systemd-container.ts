@@ -100,11 +100,13 @@ export function systemdContainerUnsupported(): string | null {
 /** Stub targets: what a service's default dependencies name, pulling in nothing but journald. */
 function stubUnits(): Record<string, string> {
   const units: Record<string, string> = {
-    'sysinit.target': '[Unit]\nDescription=System Initialization (container stub)\nDefaultDependencies=no\nWants=systemd-journald.socket systemd-journald-dev-log.socket systemd-journald.service\nAfter=systemd-journald.socket systemd-journald-dev-log.socket\n',
+    'sysinit.target':
+      '[Unit]\nDescription=System Initialization (container stub)\nDefaultDependencies=no\nWants=systemd-journald.socket systemd-journald-dev-log.socket systemd-journald.service\nAfter=systemd-journald.socket systemd-journald-dev-log.socket\n',
     'basic.target': '[Unit]\nDescription=Basic System (container stub)\nRequires=sysinit.target\nAfter=sysinit.target\n',
     'container-boot.target': '[Unit]\nDescription=Container boot (test)\nRequires=basic.target\nAfter=basic.target\n',
   };
-  for (const t of ['shutdown', 'network', 'network-online', 'multi-user']) units[`${t}.target`] = `[Unit]\nDescription=${t}.target (container stub)\nDefaultDependencies=no\n`;
+  for (const t of ['shutdown', 'network', 'network-online', 'multi-user'])
+    units[`${t}.target`] = `[Unit]\nDescription=${t}.target (container stub)\nDefaultDependencies=no\n`;
   // the real journal (Storage=volatile below: /run/log/journal, the container's tmpfs)
   for (const u of ['systemd-journald.service', 'systemd-journald.socket', 'systemd-journald-dev-log.socket']) {
     units[u] = fs.readFileSync(path.join('/lib/systemd/system', u), 'utf8');
@@ -274,7 +276,17 @@ export async function bootSystemdContainer(opts: BootOptions): Promise<SystemdCo
   let output = '';
   const proc: ChildProcess = spawn(
     'sh',
-    ['-c', 'echo $$ > "$0/cgroup.procs" && exec unshare --pid --fork --kill-child --mount --uts --ipc --cgroup --propagation private sh -c "$1" sh "$2" "$3" "$4" "$5" "$6"', cgroup, INNER, work, opts.checkout, opts.appName, opts.user.name, String(opts.user.uid)],
+    [
+      '-c',
+      'echo $$ > "$0/cgroup.procs" && exec unshare --pid --fork --kill-child --mount --uts --ipc --cgroup --propagation private sh -c "$1" sh "$2" "$3" "$4" "$5" "$6"',
+      cgroup,
+      INNER,
+      work,
+      opts.checkout,
+      opts.appName,
+      opts.user.name,
+      String(opts.user.uid),
+    ],
     { stdio: ['ignore', 'pipe', 'pipe'], env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' } },
   );
   proc.stdout!.on('data', (c: Buffer) => (output += c.toString('utf8')));
@@ -292,34 +304,43 @@ export async function bootSystemdContainer(opts: BootOptions): Promise<SystemdCo
     fs.rmSync(work, { recursive: true, force: true });
   };
 
-  const diagnostics = () => `${output}\nconsole:\n${(() => {
-    try {
-      return fs.readFileSync(path.join(work, 'console'), 'utf8');
-    } catch {
-      return '';
-    }
-  })()}`;
+  const diagnostics = () =>
+    `${output}\nconsole:\n${(() => {
+      try {
+        return fs.readFileSync(path.join(work, 'console'), 'utf8');
+      } catch {
+        return '';
+      }
+    })()}`;
 
   try {
     const timeout = opts.bootTimeoutMs ?? 30_000;
     // PID 1 of the namespace: unshare's child, once it has exec'd systemd
-    const pid = await waitFor(() => {
-      if (ended) throw new Error(`the container setup failed:\n${diagnostics()}`);
-      for (const k of readPids(`/proc/${proc.pid}/task/${proc.pid}/children`)) {
-        try {
-          if (fs.readlinkSync(`/proc/${k}/exe`) === fs.realpathSync(SYSTEMD)) return k;
-        } catch {
-          /* not yet */
+    const pid = await waitFor(
+      () => {
+        if (ended) throw new Error(`the container setup failed:\n${diagnostics()}`);
+        for (const k of readPids(`/proc/${proc.pid}/task/${proc.pid}/children`)) {
+          try {
+            if (fs.readlinkSync(`/proc/${k}/exe`) === fs.realpathSync(SYSTEMD)) return k;
+          } catch {
+            /* not yet */
+          }
         }
-      }
-      return 0;
-    }, 'systemd to start', timeout);
+        return 0;
+      },
+      'systemd to start',
+      timeout,
+    );
     const exec = (args: string[], timeoutMs = 30_000) => run('nsenter', ['-t', String(pid), '-m', '-p', '-u', '-i', '-C', '--', ...args], timeoutMs);
-    await waitFor(async () => {
-      if (ended) throw new Error(`systemd exited:\n${diagnostics()}`);
-      const r = await exec(['systemctl', 'is-system-running'], 5_000);
-      return /^(running|degraded)$/m.test(r.out);
-    }, 'systemd to finish booting', timeout).catch(async (e) => {
+    await waitFor(
+      async () => {
+        if (ended) throw new Error(`systemd exited:\n${diagnostics()}`);
+        const r = await exec(['systemctl', 'is-system-running'], 5_000);
+        return /^(running|degraded)$/m.test(r.out);
+      },
+      'systemd to finish booting',
+      timeout,
+    ).catch(async (e) => {
       throw new Error(`${(e as Error).message}\n${diagnostics()}\n${(await exec(['journalctl', '--no-pager', '-o', 'short'], 5_000)).out}`);
     });
     // booted: /proc/sys back as it is on a real host (see the top of this file)
@@ -339,7 +360,10 @@ export async function bootSystemdContainer(opts: BootOptions): Promise<SystemdCo
       hostPidOf(nsPid: number) {
         for (const p of pidsUnder(cgroup)) {
           try {
-            const ns = /^NSpid:\s+(.*)$/m.exec(fs.readFileSync(`/proc/${p}/status`, 'utf8'))?.[1]?.trim().split(/\s+/);
+            const ns = /^NSpid:\s+(.*)$/m
+              .exec(fs.readFileSync(`/proc/${p}/status`, 'utf8'))?.[1]
+              ?.trim()
+              .split(/\s+/);
             // NSpid: host pid, then the pid in each nested namespace; the container's is the second
             if (ns && Number(ns[1]) === nsPid) return p;
           } catch {

@@ -67,14 +67,15 @@ export function procState(pid: number): string | null {
 }
 
 /** True once `cond` holds (false when it still does not after `ms`: the caller asserts). */
-export const waitUntil = (cond: () => boolean, ms = 15_000): Promise<boolean> => waitFor(cond, 'a condition', ms).then(() => true, () => false);
+export const waitUntil = (cond: () => boolean, ms = 15_000): Promise<boolean> =>
+  waitFor(cond, 'a condition', ms).then(
+    () => true,
+    () => false,
+  );
 
 export function pgrep(pattern: string): number[] {
   try {
-    return execFileSync('pgrep', ['-f', pattern], { encoding: 'utf8' })
-      .split('\n')
-      .filter(Boolean)
-      .map(Number);
+    return execFileSync('pgrep', ['-f', pattern], { encoding: 'utf8' }).split('\n').filter(Boolean).map(Number);
   } catch {
     return [];
   }

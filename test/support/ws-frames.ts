@@ -27,7 +27,7 @@ export class FrameReader {
         if (this.head.length < this.keep) this.head += this.buf.subarray(0, Math.min(take, this.keep - this.head.length)).toString('latin1');
         this.need -= take;
         this.buf = this.buf.subarray(take);
-        if (this.need === 0) (this.frames.push(this.head), (this.head = ''));
+        if (this.need === 0) this.frames.push(this.head), (this.head = '');
         if (!this.buf.length) return;
         continue;
       }
@@ -54,7 +54,12 @@ export class FrameReader {
 export function clientFrame(payload: Buffer): Buffer {
   const mask = crypto.randomBytes(4);
   const len = payload.length;
-  const head = len < 126 ? Buffer.from([0x81, 0x80 | len]) : len < 65536 ? Buffer.from([0x81, 0x80 | 126, len >> 8, len & 255]) : Buffer.concat([Buffer.from([0x81, 0x80 | 127, 0, 0, 0, 0]), Buffer.from([len >>> 24, (len >>> 16) & 255, (len >>> 8) & 255, len & 255])]);
+  const head =
+    len < 126
+      ? Buffer.from([0x81, 0x80 | len])
+      : len < 65536
+        ? Buffer.from([0x81, 0x80 | 126, len >> 8, len & 255])
+        : Buffer.concat([Buffer.from([0x81, 0x80 | 127, 0, 0, 0, 0]), Buffer.from([len >>> 24, (len >>> 16) & 255, (len >>> 8) & 255, len & 255])]);
   const body = Buffer.from(payload);
   for (let i = 0; i < body.length; i++) body[i]! ^= mask[i & 3]!;
   return Buffer.concat([head, mask, body]);
@@ -63,5 +68,7 @@ export function clientFrame(payload: Buffer): Buffer {
 /** `p`, or an error naming `what` after `ms`. */
 export function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout;
-  return Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), ms)))]).finally(() => clearTimeout(timer));
+  return Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), ms)))]).finally(() =>
+    clearTimeout(timer),
+  );
 }

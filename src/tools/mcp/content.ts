@@ -58,10 +58,7 @@ function convertContentBlock(block: unknown, redact: (t: string) => string): Obs
 }
 
 /** The content of a call result (also the legacy `toolResult` form). */
-export function convertCallResult(
-  result: unknown,
-  redact: (t: string) => string,
-): { content: ObservationContent[]; isError: boolean } {
+export function convertCallResult(result: unknown, redact: (t: string) => string): { content: ObservationContent[]; isError: boolean } {
   const r = isObj(result) ? result : {};
   const content: ObservationContent[] = [];
   if (Array.isArray(r.content)) {

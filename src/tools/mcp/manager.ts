@@ -30,13 +30,7 @@ import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import { ErrorCode, McpError, ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { Redactor } from '../../secrets/redact.js';
 import type { Tool, ToolContext } from '../types.js';
-import {
-  mcpSecretValues,
-  type McpConfig,
-  type McpShttpServerConfig,
-  type McpSseServerConfig,
-  type McpStdioServerConfig,
-} from './config.js';
+import { mcpSecretValues, type McpConfig, type McpShttpServerConfig, type McpSseServerConfig, type McpStdioServerConfig } from './config.js';
 import { convertCallResult, normalizeInputSchema, type MCPObservation } from './content.js';
 import { assignServerNames, assignToolNames, DEFAULT_RESERVED_TOOL_NAMES } from './naming.js';
 import { minimalEnv, StdioProcessTransport } from './stdio.js';
@@ -379,10 +373,7 @@ export class McpManager {
     const abort = new AbortController();
     this.inflight.add(abort);
     let session: Session | undefined;
-    const timer = setTimeout(
-      () => abort.abort(new TimeoutError(`did not start within ${timeoutSeconds(e.connectTimeoutMs)}`)),
-      e.connectTimeoutMs,
-    );
+    const timer = setTimeout(() => abort.abort(new TimeoutError(`did not start within ${timeoutSeconds(e.connectTimeoutMs)}`)), e.connectTimeoutMs);
     try {
       if (e.kind === 'stdio' && !this.launcher) {
         // (a launcher creates the workspace on first use)
@@ -562,8 +553,7 @@ export class McpManager {
           this.dropSession(e, session);
           const exit = session.stdio?.exitDescription();
           return errorObs(
-            `MCP server '${e.name}' closed the connection during the call to '${tool}'${exit ? ` (${exit})` : ''}. ` +
-              'It will be restarted on the next call.',
+            `MCP server '${e.name}' closed the connection during the call to '${tool}'${exit ? ` (${exit})` : ''}. ` + 'It will be restarted on the next call.',
           );
         }
         if (err instanceof McpError) {

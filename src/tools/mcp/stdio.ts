@@ -166,8 +166,7 @@ export class StdioProcessTransport implements Transport {
     }
     const pgid = child.pid;
     const grace = this.opts.exitGraceMs ?? 500;
-    const wait = (ms: number) =>
-      Promise.race([this.exited, new Promise<void>((r) => setTimeout(r, ms).unref())]);
+    const wait = (ms: number) => Promise.race([this.exited, new Promise<void>((r) => setTimeout(r, ms).unref())]);
     if (!this.exitInfo) {
       try {
         child.stdin?.end();

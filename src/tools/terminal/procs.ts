@@ -52,11 +52,7 @@ function listProcesses(): ProcInfo[] {
 /** Direct children of `pid` (/proc/<pid>/task/<pid>/children; a scan of /proc where that file is missing). */
 export function childrenOf(pid: number): number[] {
   try {
-    return fs
-      .readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8')
-      .split(' ')
-      .filter(Boolean)
-      .map(Number);
+    return fs.readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').split(' ').filter(Boolean).map(Number);
   } catch {
     return listProcesses()
       .filter((p) => p.ppid === pid)
@@ -133,4 +129,3 @@ export function signalPid(pid: number, signal: NodeJS.Signals): boolean {
     return false;
   }
 }
-

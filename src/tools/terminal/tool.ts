@@ -128,8 +128,7 @@ class TerminalManager {
     this.idleCloseMs = opts.idleCloseMs ?? 10 * 60_000;
     this.inputWaitMs = Math.min(opts.inputWaitMs ?? 3000, this.noOutputTimeoutMs);
     this.maxCallMs = Math.max(opts.maxCallMs ?? 4 * this.noOutputTimeoutMs, this.noOutputTimeoutMs);
-    this.outputDirFor =
-      opts.outputDir ?? ((id: string) => path.join(os.tmpdir(), 'parley-output', sanitizeId(id)));
+    this.outputDirFor = opts.outputDir ?? ((id: string) => path.join(os.tmpdir(), 'parley-output', sanitizeId(id)));
   }
 
   /** The live shell of a conversation, if any (for inspection and tests). */
@@ -398,11 +397,7 @@ class TerminalManager {
           (rest ? `; its output since your last request:]\n${rest}${rest.endsWith('\n') ? '' : '\n'}[End of that output]\n` : '.]\n');
       }
       if (isInput) {
-        return this.errorObs(
-          base,
-          prefix + 'No command is running, so there is nothing to send input to. Run a command with is_input=false.',
-          session.cwd,
-        );
+        return this.errorObs(base, prefix + 'No command is running, so there is nothing to send input to. Run a command with is_input=false.', session.cwd);
       }
       const idle = cleanTerminalOutput(session.takeIdleOutput());
       if (idle) {
@@ -615,10 +610,7 @@ class TerminalManager {
       const dirs = this.sandbox.enabled ? this.sandbox.dirs(conversationId) : null;
       const dir = dirs ? dirs.outputs.host : this.outputDirFor(conversationId);
       fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
-      const file = path.resolve(
-        dir,
-        `terminal-${new Date().toISOString().replace(/[:.]/g, '-')}-${process.pid}-${++this.outputSeq}.txt`,
-      );
+      const file = path.resolve(dir, `terminal-${new Date().toISOString().replace(/[:.]/g, '-')}-${process.pid}-${++this.outputSeq}.txt`);
       // the directory is read-only inside and the daemon's (the sandbox cannot put a link there);
       // the file is readable by the sandbox's uid
       const fd = fs.openSync(file, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600);

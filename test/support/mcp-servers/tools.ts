@@ -23,8 +23,7 @@ import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { z } from 'zod';
 
 // 1x1 transparent PNG
-export const PNG_1X1 =
-  'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=';
+export const PNG_1X1 = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=';
 
 export interface TestServerOptions {
   name: string;
@@ -47,10 +46,8 @@ if (namespaced) process.title = `node ${TOKEN}`;
 export function buildTestServer(opts: TestServerOptions): McpServer {
   const server = new McpServer({ name: opts.name, version: '1.0.0' }, { capabilities: { tools: { listChanged: true } } });
 
-  server.registerTool(
-    'echo',
-    { description: 'Echo the given text.', inputSchema: { text: z.string().describe('Text to echo') } },
-    async ({ text: t }) => text(`echo: ${t}`),
+  server.registerTool('echo', { description: 'Echo the given text.', inputSchema: { text: z.string().describe('Text to echo') } }, async ({ text: t }) =>
+    text(`echo: ${t}`),
   );
 
   server.registerTool('fail', { description: 'Always fails.' }, async () => ({
@@ -58,20 +55,16 @@ export function buildTestServer(opts: TestServerOptions): McpServer {
     isError: true,
   }));
 
-  server.registerTool(
-    'slow',
-    { description: 'Sleeps, then answers.', inputSchema: { ms: z.number().int().min(0) } },
-    async ({ ms }, extra) => {
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, ms);
-        extra.signal.addEventListener('abort', () => {
-          clearTimeout(t);
-          resolve();
-        });
+  server.registerTool('slow', { description: 'Sleeps, then answers.', inputSchema: { ms: z.number().int().min(0) } }, async ({ ms }, extra) => {
+    await new Promise<void>((resolve) => {
+      const t = setTimeout(resolve, ms);
+      extra.signal.addEventListener('abort', () => {
+        clearTimeout(t);
+        resolve();
       });
-      return text(`slept ${ms} ms`);
-    },
-  );
+    });
+    return text(`slept ${ms} ms`);
+  });
 
   server.registerTool('image', { description: 'Returns an image and resources.' }, async () => ({
     content: [
@@ -81,10 +74,8 @@ export function buildTestServer(opts: TestServerOptions): McpServer {
     ],
   }));
 
-  server.registerTool(
-    'env',
-    { description: 'Returns an environment variable.', inputSchema: { name: z.string() } },
-    async ({ name }) => text(`${name}=${process.env[name] ?? '<unset>'}`),
+  server.registerTool('env', { description: 'Returns an environment variable.', inputSchema: { name: z.string() } }, async ({ name }) =>
+    text(`${name}=${process.env[name] ?? '<unset>'}`),
   );
 
   server.registerTool('pid', { description: 'Returns the server pid.' }, async () => text(namespaced ? `ns:${TOKEN}` : String(process.pid)));
@@ -104,14 +95,10 @@ export function buildTestServer(opts: TestServerOptions): McpServer {
     });
   }
 
-  server.registerTool(
-    'add_tool',
-    { description: 'Registers a new tool.', inputSchema: { name: z.string() } },
-    async ({ name }) => {
-      server.registerTool(name, { description: `Dynamic tool ${name}.` }, async () => text(`dynamic ${name}`));
-      return text(`added ${name}`);
-    },
-  );
+  server.registerTool('add_tool', { description: 'Registers a new tool.', inputSchema: { name: z.string() } }, async ({ name }) => {
+    server.registerTool(name, { description: `Dynamic tool ${name}.` }, async () => text(`dynamic ${name}`));
+    return text(`added ${name}`);
+  });
 
   server.registerTool('think', { description: 'Clashes with the built-in think tool.' }, async () => text('mcp think'));
 
