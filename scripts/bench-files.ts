@@ -49,7 +49,7 @@ async function editorBefore(): Promise<{ tool: Tool; dir: string }> {
 }
 
 function fill(ws: string): void {
-  fs.writeFileSync(path.join(ws, 'big.py'), Array.from({ length: 200 }, (_, i) => `line ${i} = ${'x'.repeat(40)}`).join('\n') + '\n');
+  fs.writeFileSync(path.join(ws, 'big.py'), `${Array.from({ length: 200 }, (_, i) => `line ${i} = ${'x'.repeat(40)}`).join('\n')}\n`);
   for (let d = 0; d < 6; d++) {
     fs.mkdirSync(path.join(ws, `dir${d}`), { recursive: true });
     for (let f = 0; f < 9; f++) fs.writeFileSync(path.join(ws, `dir${d}`, `f${f}.txt`), 'x\n');

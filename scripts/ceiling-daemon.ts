@@ -11,6 +11,7 @@ import { ConversationService } from '../src/conversation/service.js';
 
 ConversationService.prototype.sendMessage = async function (this: ConversationService, id: string) {
   // the lookup a real send does first (a benchmark may look inside; the daemon's modules do not)
+  // biome-ignore lint/complexity/useLiteralKeys: the field is private; the benchmark reads it on purpose
   await this['conversations'].require(id);
   return { success: true as const };
 };

@@ -48,7 +48,6 @@ import { now, sleep } from './loadtest/common.js';
 import type { GenTarget } from './loadtest/generator.js';
 import { BARE_LABEL, medianRound, report, summariseProfile, verified, type Round, type SetupResult } from './loadtest/report.js';
 import {
-  api,
   closeSubscriber,
   countAll,
   createConversations,

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { waitFor, type DaemonHandle } from './support/daemon.js';
 import { allEvents, statusOf } from './support/conversation-api.js';
-import { send, create, stored, texts, agentCluster, readyConversation } from './support/cluster-api.js';
+import { send, create, agentCluster, readyConversation } from './support/cluster-api.js';
 
 describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
   test('SIGKILL of the owner mid-run with writes in flight: its lease expires, another node takes over (error, NodeLost), every acknowledged message is kept, the agent runs again elsewhere; the killed node rejoins without duplicating anything', {

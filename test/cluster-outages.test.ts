@@ -9,7 +9,7 @@ import { createParleyClient } from '../src/client.js';
 import { startCluster } from './support/cluster.js';
 import { waitFor, type DaemonHandle } from './support/daemon.js';
 import { tcpProxy } from './support/tcp-proxy.js';
-import { send, subscribe, create, stored, texts, storedTexts, assertGapFree } from './support/cluster-api.js';
+import { send, subscribe, create, texts, storedTexts, assertGapFree } from './support/cluster-api.js';
 
 describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
   test('PostgreSQL briefly unreachable from a node: appends answer 503 with the reason, nothing acknowledged is lost, the node recovers by itself', {

@@ -180,7 +180,7 @@ describe('POST /api/conversations/{id}/events', () => {
       { __proto__: { x: 1 } },
       { constructor: { prototype: {} } },
       { content: [{ text: '\u0000\ud800' }] },
-      '{"a":' + '['.repeat(5000) + ']'.repeat(5000) + '}',
+      `{"a":${'['.repeat(5000)}${']'.repeat(5000)}}`,
       '\u00ff\u00fe',
       '{"content":[{"text":"a","text":"b"}]}',
     ];

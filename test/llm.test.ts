@@ -221,7 +221,7 @@ describe('OpenAI-compatible provider against the scripted server', () => {
 
     const sent = llm.requests[n]!;
     assert.equal(sent.path, '/v1/chat/completions');
-    assert.equal(sent.headers['authorization'], `Bearer ${CANARY_KEY}`);
+    assert.equal(sent.headers.authorization, `Bearer ${CANARY_KEY}`);
     assert.equal(sent.body.model, 'scripted-model');
     assert.equal(sent.body.stream, true);
     assert.deepEqual(sent.body.messages[0], { role: 'system', content: 'You are a test agent.' });
@@ -404,7 +404,7 @@ describe('OpenAI-compatible provider against the scripted server', () => {
   });
 
   it('scrubs the key from any error body (e.g. a 500 echoing the request)', async () => {
-    llm.push({ error: { status: 400, body: (r) => ({ error: { message: `bad header Authorization: ${r.headers['authorization']}` } }) } });
+    llm.push({ error: { status: 400, body: (r) => ({ error: { message: `bad header Authorization: ${r.headers.authorization}` } }) } });
     const err = await expectProviderError(createLlmClient(settings()).complete(request()));
     assert.equal(err.code, 'BadRequest');
     assert.ok(!err.detail.includes(CANARY_KEY), err.detail);

@@ -315,7 +315,7 @@ describe('McpManager with real servers', () => {
     const failed = new Map(events.filter((e) => e.type === 'server_failed').map((e) => [e.server, (e as { error: string }).error]));
     assert.deepEqual(
       [...failed.keys()].sort(),
-      ['127_0_0_1_' + deadPort, '127_0_0_1_' + deadPort + '_2', '127_0_0_1_' + shttp.port, 'badcmd', 'dies', 'hangs'].sort(),
+      [`127_0_0_1_${deadPort}`, `127_0_0_1_${deadPort}_2`, `127_0_0_1_${shttp.port}`, 'badcmd', 'dies', 'hangs'].sort(),
     );
     assert.match(failed.get('badcmd')!, /badcmd.*\/nonexistent\/mcp-server-binary.*ENOENT/);
     assert.match(failed.get('dies')!, /exited with code 2.*fatal: missing config file/);
@@ -511,7 +511,7 @@ describe('McpManager with real servers', () => {
     );
     assert.equal(textOf(obs), 'echo: a <secret_hidden> and a [ctx]');
     const failed = events.find((e) => e.type === 'server_failed');
-    assert.ok(failed && failed.error.includes('token=<secret_hidden>') && !failed.error.includes('glob-secret-42'), JSON.stringify(failed));
+    assert.ok(failed?.error.includes('token=<secret_hidden>') && !failed.error.includes('glob-secret-42'), JSON.stringify(failed));
     await m.close();
   });
 
@@ -544,7 +544,7 @@ describe('McpManager with real servers', () => {
         .filter((e) => e.type === 'server_failed')
         .map((e) => e.server)
         .sort();
-      assert.deepEqual(failedNames, ['127_0_0_1_' + strict.port, '127_0_0_1_' + strictSse.port, 'leaky'].sort());
+      assert.deepEqual(failedNames, [`127_0_0_1_${strict.port}`, `127_0_0_1_${strictSse.port}`, 'leaky'].sort());
       assert.ok(strict.authHeaders.includes(`Bearer ${KEY}`), 'the key really reached the server');
       const guardedName = `127_0_0_1_${guarded.port}`;
       for (const [name, args] of [

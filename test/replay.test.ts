@@ -228,7 +228,7 @@ describe('replaying an OpenHands trajectory', () => {
     assert.deepEqual(
       p.map((x) => `${x.a.tool_name}:${x.a.action.command ?? ''}`),
       [
-        'terminal:mkdir -p ' + `${seen}/src && echo hi > ${seen}/src/a.txt && ls ${seen}/src`,
+        `terminal:mkdir -p ${seen}/src && echo hi > ${seen}/src/a.txt && ls ${seen}/src`,
         'file_editor:create',
         'file_editor:str_replace',
         'file_editor:create',

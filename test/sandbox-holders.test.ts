@@ -3,39 +3,15 @@
  * shutdown and kill -9 of the daemon, judged from the host.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
-import { after, before, describe, test } from 'node:test';
-import { allEvents, waitStatus } from './support/conversation-api.js';
-import { ROOT, sleep, startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
-import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
-import { startGitServer } from './support/git-server.js';
-import { hostPid } from './support/processes.js';
+import { describe, test } from 'node:test';
+import { sleep, tempDir, waitFor } from './support/daemon.js';
 import { Sandbox, DEFAULT_SANDBOX_SETTINGS } from '../src/sandbox/launcher.js';
-import { fileURLToPath } from 'node:url';
 
-import {
-  SESSION,
-  LLM_KEY,
-  SECRET_KEY,
-  CANARIES,
-  H,
-  rev,
-  hostProcesses,
-  hostProcess,
-  nsOf,
-  holdNs,
-  pidsInNs,
-  descendants,
-  alive,
-  TSX_LOADER,
-  STDIO_SERVER,
-  Harness,
-  harness,
-} from './support/sandbox-harness.js';
+import { hostProcesses, nsOf, holdNs, pidsInNs, descendants, alive, harness } from './support/sandbox-harness.js';
 
 describe('sandbox: the launcher (in-process, real bwrap)', { timeout: 60_000 }, () => {
   test('background jobs outlive the process that started them until the idle sandbox is closed; joined processes keep no namespace fds', async () => {

@@ -17,7 +17,7 @@ const ROOT_RUN = process.getuid?.() === 0;
 
 /** Host pids whose command line is exactly `argv`. */
 function pidsOf(argv: string[]): number[] {
-  const want = argv.join('\0') + '\0';
+  const want = `${argv.join('\0')}\0`;
   return fs
     .readdirSync('/proc')
     .filter((p) => /^\d+$/.test(p))

@@ -4,35 +4,15 @@
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { allEvents, waitStatus } from './support/conversation-api.js';
-import { daemonArgs, ROOT, startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
-import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
+import { daemonArgs, ROOT, startDaemon, tempDir, waitFor } from './support/daemon.js';
+import { startScriptedLlm } from './support/scripted-llm.js';
 import { startGitServer } from './support/git-server.js';
-import { hostPid } from './support/processes.js';
-import { Sandbox, DEFAULT_SANDBOX_SETTINGS } from '../src/sandbox/launcher.js';
-import { fileURLToPath } from 'node:url';
 
-import {
-  SESSION,
-  LLM_KEY,
-  SECRET_KEY,
-  CANARIES,
-  rev,
-  hostProcesses,
-  hostProcess,
-  nsOf,
-  pidsInNs,
-  descendants,
-  alive,
-  TSX_LOADER,
-  STDIO_SERVER,
-  Harness,
-  harness,
-} from './support/sandbox-harness.js';
+import { SESSION, LLM_KEY, CANARIES, rev, hostProcesses, harness } from './support/sandbox-harness.js';
 
 describe('sandbox: the daemon API from inside a sandbox without a session key', { timeout: 180_000 }, () => {
   const httpGet = (port: number, url: string) =>
@@ -184,7 +164,7 @@ describe('sandbox: DATA_DIR under a directory the sandbox shows', { timeout: 120
       assert.match(text, /^0$/m, 'DATA_DIR is an empty directory inside');
       assert.match(text, /No such file or directory/);
       assert.ok(fs.existsSync(path.join(dataDir, 'parley.pid')), 'the host DATA_DIR is intact');
-      assert.ok(!text.includes(fs.readFileSync(path.join(dataDir, 'parley.pid'), 'utf8').trim() + '\n'), 'parley.pid not read');
+      assert.ok(!text.includes(`${fs.readFileSync(path.join(dataDir, 'parley.pid'), 'utf8').trim()}\n`), 'parley.pid not read');
     } finally {
       await d.stop();
       await llm.close();

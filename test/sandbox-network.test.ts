@@ -36,7 +36,6 @@ import {
   testNetLeft,
   WORLD_PORTS,
   type ProbeAttempt,
-  type ProbeResult,
   type TestNet,
   type TestSandbox,
 } from './support/netns.js';
@@ -507,7 +506,7 @@ describe('SANDBOX_NETWORK=egress, attacked from inside the sandbox', { skip: not
     const { sb: victim, egress: e } = await sandboxWithEgress();
     const ps = await victim.run(['/bin/sh', '-c', 'cat /proc/[0-9]*/cmdline | tr "\\0" " "']);
     assert.doesNotMatch(ps.stdout, /slirp4netns|nsenter/);
-    await victim.run(['/bin/sh', '-c', 'kill -KILL -1; kill -KILL ' + e.pid + '; true']);
+    await victim.run(['/bin/sh', '-c', `kill -KILL -1; kill -KILL ${e.pid}; true`]);
     assert.ok(fs.existsSync(`/proc/${e.pid}`) && /slirp4netns/.test(fs.readFileSync(`/proc/${e.pid}/cmdline`, 'utf8')), 'slirp4netns still runs');
     await e.close();
     assert.ok(!processesOf(uid).some((p) => p.pid === e.pid));

@@ -7,7 +7,6 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
 import { describe, test } from 'node:test';
 import { daemonArgs, ROOT, tempDir, waitFor } from './support/daemon.js';

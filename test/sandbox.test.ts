@@ -3,38 +3,15 @@
  * judged from the host: files on disk, /proc of the host, the daemon's own liveness.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import crypto from 'node:crypto';
 import fs from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { allEvents, waitStatus } from './support/conversation-api.js';
-import { ROOT, startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
-import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
+import { waitFor } from './support/daemon.js';
 import { startGitServer } from './support/git-server.js';
 import { hostPid } from './support/processes.js';
 import { helperArgs } from './support/helper-programs.js';
-import { Sandbox, DEFAULT_SANDBOX_SETTINGS } from '../src/sandbox/launcher.js';
-import { fileURLToPath } from 'node:url';
 
-import {
-  SESSION,
-  LLM_KEY,
-  SECRET_KEY,
-  CANARIES,
-  H,
-  rev,
-  hostProcesses,
-  hostProcess,
-  nsOf,
-  holdNs,
-  pidsInNs,
-  descendants,
-  alive,
-  Harness,
-  harness,
-} from './support/sandbox-harness.js';
+import { CANARIES, rev, hostProcesses, hostProcess, nsOf, holdNs, pidsInNs, Harness, harness } from './support/sandbox-harness.js';
 
 describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
   let h: Harness;

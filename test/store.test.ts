@@ -6,7 +6,6 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
-import path from 'node:path';
 import { test, type TestContext } from 'node:test';
 import pg from 'pg';
 import { UnavailableError } from '../src/errors.js';

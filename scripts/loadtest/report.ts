@@ -161,7 +161,7 @@ export function summariseProfile(file: string, windowUs: [number, number]): { ac
     let s = u.replace(/^file:\/\//, '');
     const nm = s.lastIndexOf('/node_modules/');
     if (nm >= 0) s = s.slice(nm + '/node_modules/'.length);
-    else if (s.startsWith(ROOT + '/')) s = s.slice(ROOT.length + 1);
+    else if (s.startsWith(`${ROOT}/`)) s = s.slice(ROOT.length + 1);
     return s;
   };
   const fnKey = (n: ProfileNode) => {

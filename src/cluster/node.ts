@@ -302,7 +302,7 @@ export class ClusterNode<N extends { conversation_id?: string | null }, M extend
       }
       try {
         const conv = await this.d.hooks.refresh(id);
-        if (!conv || conv.status !== 'running') continue;
+        if (conv?.status !== 'running') continue;
         this.d.log.warn({ conversation_id: id }, 'taking over a conversation whose node stopped renewing its lease');
         await this.d.hooks.recover(id);
       } finally {

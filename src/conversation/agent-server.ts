@@ -103,7 +103,7 @@ export async function startConversation(c: AgentServerParts, req: StartConversat
   await c.conversations.updateData(id, data);
   if (req.secrets) await setConversationSecrets(c, id, req.secrets);
   const msg = req.initial_message;
-  if (msg && msg.content.length) {
+  if (msg?.content.length) {
     const text = msg.content.flatMap((c) => (c.type === 'text' ? [c.text] : [])).join('\n');
     const title = deriveTitle({ initial_user_msg: text });
     if (title) await c.conversations.setTitle(id, c.redactor.redact(title));

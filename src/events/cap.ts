@@ -111,7 +111,7 @@ export function capEvent<T>(draft: T, maxBytes: number): T {
     if (!longest || longest.length < 2) break;
     const before = jsonBytes(longest);
     const dropped = longest.splice(Math.floor(longest.length / 2));
-    longest.push(truncationMarker(before - jsonBytes(longest), maxBytes) + `(${dropped.length} items)`);
+    longest.push(`${truncationMarker(before - jsonBytes(longest), maxBytes)}(${dropped.length} items)`);
   }
   return copy;
 }

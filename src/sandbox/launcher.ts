@@ -52,7 +52,6 @@ import {
   VISIBLE_WORKSPACE,
   totalMemoryMb,
   type MappedDir,
-  type SandboxDir,
   type SandboxInfo,
   type SandboxOpenOptions,
   type SandboxSettings,
@@ -726,7 +725,7 @@ export class Sandbox implements ShellSandbox {
     const out: Record<string, string> = {};
     for (const [k, v] of Object.entries(env)) {
       let val = v;
-      for (const m of this.mapped) if (val === m.host || val.startsWith(m.host + '/')) val = m.inside + val.slice(m.host.length);
+      for (const m of this.mapped) if (val === m.host || val.startsWith(`${m.host}/`)) val = m.inside + val.slice(m.host.length);
       out[k] = val;
     }
     return out;

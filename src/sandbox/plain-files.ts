@@ -25,7 +25,7 @@ export class PlainFileServices {
   /** The conversation's channel, its process started when it has none (or it ended). */
   channel(conversationId: string, workspaceDir: string): Promise<FileChannel> {
     let p = this.entries.get(conversationId);
-    if (!p || !p.channel.usable) {
+    if (!p?.channel.usable) {
       fs.mkdirSync(workspaceDir, { recursive: true, mode: 0o700 });
       const proc = childProcess().spawn(process.execPath, [...HELPER_NODE_FLAGS, FILE_HELPER, '--root', workspaceDir], {
         cwd: workspaceDir,

@@ -379,7 +379,7 @@ class FileEditor {
         `<response clipped><NOTE>Only lines ${start}-${last} of ${n} are shown to save context. ` +
         `To see more, use \`view_range\` (e.g. [${last + 1}, ${Math.min(n, last + 400)}]) or search with \`grep -n\` in the terminal.</NOTE>\n`;
     }
-    if (notes.length) out += notes.join('\n') + '\n';
+    if (notes.length) out += `${notes.join('\n')}\n`;
     return this.obs(ctx, 'view', abs, [{ type: 'text', text: out }], false);
   }
 

@@ -52,7 +52,7 @@ export async function lastTaskList(log: TaskListLog, conversationId: string): Pr
 function normalize(list: NonNullable<TaskTrackerParams['task_list']>): TaskItem[] {
   return list.map((t) => {
     const item: TaskItem = { id: String(t.id).trim(), title: t.title.trim(), status: t.status };
-    if (t.notes && t.notes.trim()) item.notes = t.notes.trim();
+    if (t.notes?.trim()) item.notes = t.notes.trim();
     return item;
   });
 }

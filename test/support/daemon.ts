@@ -197,7 +197,7 @@ export async function startDaemon(
     await waitFor(
       async () => {
         const r = await handle.req('GET', '/server_info', undefined, key ? { 'X-Session-API-Key': key } : {}).catch(() => null);
-        return !r || r.status !== 200 || (r.body as { sandbox?: { mode?: string } }).sandbox?.mode !== 'probing';
+        return r?.status !== 200 || (r.body as { sandbox?: { mode?: string } }).sandbox?.mode !== 'probing';
       },
       'the sandbox probe',
       opts.startTimeoutMs ?? 60_000,

@@ -90,7 +90,7 @@ if (mode === 'probe') {
   const results = await Promise.all(attempts.map((a) => kinds[a.kind](a)));
   const out = {};
   attempts.forEach((a, i) => (out[a.id] = results[i]));
-  process.stdout.write(JSON.stringify(out) + '\n');
+  process.stdout.write(`${JSON.stringify(out)}\n`);
 } else if (mode === 'serve') {
   const [host, port] = args;
   const server = net.createServer((s) => s.end(`sandbox ${hostPort(host, port)}\n`));
@@ -99,7 +99,7 @@ if (mode === 'probe') {
   process.stdin.on('end', () => process.exit(0));
 } else if (mode === 'world') {
   const config = JSON.parse(args[0]);
-  const log = (proto, local, remote) => process.stdout.write(JSON.stringify({ proto, local, remote }) + '\n');
+  const log = (proto, local, remote) => process.stdout.write(`${JSON.stringify({ proto, local, remote })}\n`);
   const waits = [];
   for (const [host, port] of config.tcp) {
     const server = net.createServer((s) => {

@@ -1,17 +1,11 @@
 /** What the sandbox test files share (test/sandbox*.test.ts): the harness, host-side process views, the canaries. */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import crypto from 'node:crypto';
 import fs from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
-import { allEvents, waitStatus } from './conversation-api.js';
-import { ROOT, startDaemon, tempDir, waitFor, type DaemonHandle } from './daemon.js';
+import { allEvents } from './conversation-api.js';
+import { startDaemon, waitFor, type DaemonHandle } from './daemon.js';
 export { descendants } from './processes.js';
 import { startScriptedLlm, type ScriptedLlm } from './scripted-llm.js';
-import { startGitServer } from './git-server.js';
-import { hostPid } from './processes.js';
-import { Sandbox, DEFAULT_SANDBOX_SETTINGS } from '../../src/sandbox/launcher.js';
 import { fileURLToPath } from 'node:url';
 
 export const SESSION = 'sess-SANDBOXCANARY-4711';

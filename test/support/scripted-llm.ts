@@ -616,7 +616,7 @@ function defaultErrorBody(dialect: Dialect, status: number, request: ScriptedReq
 // Helpers
 
 function extractApiKey(headers: Record<string, string>): string | undefined {
-  const auth = headers['authorization'];
+  const auth = headers.authorization;
   if (auth?.toLowerCase().startsWith('bearer ')) return auth.slice(7).trim();
   return headers['x-api-key'] ?? headers['api-key'];
 }

@@ -262,7 +262,7 @@ export async function bootSystemdContainer(opts: BootOptions): Promise<SystemdCo
     if (f.content !== undefined) fs.writeFileSync(path.join(work, 'files', String(i)), f.content);
     return `${f.content === undefined ? '-' : i} ${(f.mode ?? (f.content === undefined ? 0o755 : 0o644)).toString(8)} ${f.group ?? 'root'} ${f.path}`;
   });
-  fs.writeFileSync(path.join(work, 'files.list'), list.join('\n') + '\n');
+  fs.writeFileSync(path.join(work, 'files.list'), `${list.join('\n')}\n`);
   fs.mkdirSync(cgroup);
   live.add(cgroup);
   if (!exitHook) {

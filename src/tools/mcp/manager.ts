@@ -319,7 +319,7 @@ export class McpManager {
       name: exposed,
       kind: 'MCPToolDefinition',
       actionKind: 'MCPToolAction',
-      description: this.redact(text && text.trim() ? text : `Tool '${def.name}' of the MCP server '${entry.name}'.`),
+      description: this.redact(text?.trim() ? text : `Tool '${def.name}' of the MCP server '${entry.name}'.`),
       parameters: permissiveParams,
       jsonSchema: normalizeInputSchema(def.inputSchema),
       server: entry.name,
@@ -553,7 +553,7 @@ export class McpManager {
           this.dropSession(e, session);
           const exit = session.stdio?.exitDescription();
           return errorObs(
-            `MCP server '${e.name}' closed the connection during the call to '${tool}'${exit ? ` (${exit})` : ''}. ` + 'It will be restarted on the next call.',
+            `MCP server '${e.name}' closed the connection during the call to '${tool}'${exit ? ` (${exit})` : ''}. It will be restarted on the next call.`,
           );
         }
         if (err instanceof McpError) {

@@ -107,7 +107,7 @@ function isBackgroundJob(pid: number): boolean {
     const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
     const m = /^SigIgn:\s*([0-9a-fA-F]+)/m.exec(status);
     if (!m) return false;
-    return (BigInt('0x' + m[1]) & 6n) === 6n; // bits for signals 2 (SIGINT) and 3 (SIGQUIT)
+    return (BigInt(`0x${m[1]}`) & 6n) === 6n; // bits for signals 2 (SIGINT) and 3 (SIGQUIT)
   } catch {
     return false;
   }

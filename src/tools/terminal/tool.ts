@@ -134,7 +134,7 @@ class TerminalManager {
   /** The live shell of a conversation, if any (for inspection and tests). */
   getSession(conversationId: string): ShellSession | undefined {
     const s = this.entries.get(conversationId)?.session;
-    return s && s.alive ? s : undefined;
+    return s?.alive ? s : undefined;
   }
 
   /** Runs one tool call. Calls for the same conversation are serialised. */
@@ -380,7 +380,7 @@ class TerminalManager {
     if (!busy) {
       // A command that finished after its last observation: give the agent its remaining output.
       let prefix = '';
-      if (rc && rc.done) {
+      if (rc?.done) {
         const rest = cleanTerminalOutput(session.takeOutput(rc));
         session.clearFinished();
         if (isEmpty && !isInput) {
@@ -397,7 +397,7 @@ class TerminalManager {
           (rest ? `; its output since your last request:]\n${rest}${rest.endsWith('\n') ? '' : '\n'}[End of that output]\n` : '.]\n');
       }
       if (isInput) {
-        return this.errorObs(base, prefix + 'No command is running, so there is nothing to send input to. Run a command with is_input=false.', session.cwd);
+        return this.errorObs(base, `${prefix}No command is running, so there is nothing to send input to. Run a command with is_input=false.`, session.cwd);
       }
       const idle = cleanTerminalOutput(session.takeIdleOutput());
       if (idle) {
