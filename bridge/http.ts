@@ -147,7 +147,7 @@ export async function streamPage<T>(res: HttpResponse, state: ResState, page: La
   // read holds one part (a string) here and at most one in uWS
   const nextPart = async () => {
     const items = await page.next();
-    return items?.map(json).join(',');
+    return items ? items.map(json).join(',') : null;
   };
   const first = await nextPart();
   const second = first !== null ? await nextPart() : null;

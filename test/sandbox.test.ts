@@ -11,7 +11,7 @@ import { startGitServer } from './support/git-server.js';
 import { hostPid } from './support/processes.js';
 import { helperArgs } from './support/helper-programs.js';
 
-import { CANARIES, rev, hostProcesses, hostProcess, nsOf, holdNs, pidsInNs, Harness, harness } from './support/sandbox-harness.js';
+import { CANARIES, rev, hostProcesses, hostProcess, nsOf, holdNs, pidsInNs, type Harness, harness } from './support/sandbox-harness.js';
 
 describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
   let h: Harness;

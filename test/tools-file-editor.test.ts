@@ -104,16 +104,16 @@ describe('file_editor tool', () => {
     assert.equal(all.is_error, false);
     assert.equal(textOf(all), `Here's the result of running \`cat -n\` on ${file}:\n     1\talpha\n     2\tbeta\n     3\tgamma\n     4\tdelta\n`);
     const part = await ed(ctx, { command: 'view', path: file, view_range: [2, 3] });
-    assert.match(textOf(part), /\n     2\tbeta\n     3\tgamma\n$/);
+    assert.match(textOf(part), /\n {5}2\tbeta\n {5}3\tgamma\n$/);
     assert.ok(!textOf(part).includes('alpha'));
     const toEnd = await ed(ctx, { command: 'view', path: file, view_range: [3, -1] });
-    assert.match(textOf(toEnd), /\n     3\tgamma\n     4\tdelta\n$/);
+    assert.match(textOf(toEnd), /\n {5}3\tgamma\n {5}4\tdelta\n$/);
     const bad = await ed(ctx, { command: 'view', path: file, view_range: [9, 10] });
     assert.equal(bad.is_error, true);
     assert.match(textOf(bad), /\[1, 4\]/);
     const clamped = await ed(ctx, { command: 'view', path: file, view_range: [4, 99] });
     assert.equal(clamped.is_error, false);
-    assert.match(textOf(clamped), /     4\tdelta/);
+    assert.match(textOf(clamped), / {5}4\tdelta/);
   });
 
   it('clips the view of a long file and says how to see the rest', async () => {
@@ -155,8 +155,8 @@ describe('file_editor tool', () => {
     const obs = await ed(ctx, { command: 'str_replace', path: file, old_str: '    return 2', new_str: '    x = "$&$1"\n    return x' });
     assert.equal(obs.is_error, false, textOf(obs));
     assert.equal(fs.readFileSync(file, 'utf8'), 'def f():\n    return 1\n\ndef g():\n    x = "$&$1"\n    return x\n');
-    assert.match(textOf(obs), /     5\t    x = "\$&\$1"\n     6\t    return x/);
-    assert.match(textOf(obs), /     1\tdef f\(\):/, 'context lines are included');
+    assert.match(textOf(obs), / {5}5\t {4}x = "\$&\$1"\n {5}6\t {4}return x/);
+    assert.match(textOf(obs), / {5}1\tdef f\(\):/, 'context lines are included');
     assert.match(textOf(obs), /Review the changes/);
   });
 
@@ -190,10 +190,10 @@ describe('file_editor tool', () => {
     let obs = await ed(ctx, { command: 'insert', path: file, insert_line: 0, new_str: 'zero' });
     assert.equal(obs.is_error, false, textOf(obs));
     assert.equal(fs.readFileSync(file, 'utf8'), 'zero\none\ntwo\nthree\n');
-    assert.match(textOf(obs), /     1\tzero/);
+    assert.match(textOf(obs), / {5}1\tzero/);
     obs = await ed(ctx, { command: 'insert', path: file, insert_line: 2, new_str: 'one-a\none-b\n' });
     assert.equal(fs.readFileSync(file, 'utf8'), 'zero\none\none-a\none-b\ntwo\nthree\n');
-    assert.match(textOf(obs), /     3\tone-a\n     4\tone-b/);
+    assert.match(textOf(obs), / {5}3\tone-a\n {5}4\tone-b/);
     obs = await ed(ctx, { command: 'insert', path: file, insert_line: 6, new_str: 'last' });
     assert.equal(fs.readFileSync(file, 'utf8'), 'zero\none\none-a\none-b\ntwo\nthree\nlast\n');
     const bad = await ed(ctx, { command: 'insert', path: file, insert_line: 99, new_str: 'x' });

@@ -59,7 +59,7 @@ export function parseModelString(model: string): ParsedModel {
   }
   const provider = trimmed.slice(0, slash).toLowerCase();
   const modelId = trimmed.slice(slash + 1);
-  if (!Object.prototype.hasOwnProperty.call(PROVIDERS, provider)) {
+  if (!Object.hasOwn(PROVIDERS, provider)) {
     throw new Error(`Unknown LLM provider "${provider}" in model "${trimmed}": allowed providers are ${allowed}`);
   }
   return { provider: provider as ProviderName, modelId };

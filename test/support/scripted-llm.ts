@@ -227,7 +227,7 @@ async function startServer(dialect: Dialect, script: ScriptedReply[], options: S
     }
 
     const next = queue.shift();
-    let reply: ScriptedReplyValue = next === undefined ? { text: EXHAUSTED_TEXT } : typeof next === 'function' ? await next(request) : next;
+    const reply: ScriptedReplyValue = next === undefined ? { text: EXHAUSTED_TEXT } : typeof next === 'function' ? await next(request) : next;
 
     if (reply.delayMs && reply.delayMs > 0) {
       const stillConnected = await sleepUnlessClosed(reply.delayMs, req, res);

@@ -9,11 +9,11 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { z } from 'zod';
+import type { z } from 'zod';
 import { TERMINAL, terminalParameters, type TerminalObservation } from '../../events/tool-catalog.js';
 import type { Tool, ToolContext } from '../types.js';
 import { cleanTerminalOutput, truncateMiddle } from './output.js';
-import { RunningCommand, ShellSession, shellQuote, type ShellState } from './session.js';
+import { type RunningCommand, ShellSession, shellQuote, type ShellState } from './session.js';
 import { VISIBLE_OUTPUTS } from '../../sandbox/settings.js';
 import type { ShellSandbox } from '../../sandbox/types.js';
 
