@@ -102,7 +102,7 @@ function ProvidersSection() {
   const edit = (p: GitProvider, patch: Partial<ProviderRow>) => setRows((r) => ({ ...r, [p]: { ...r[p], ...patch } }));
   const save = (e: Event) => {
     e.preventDefault();
-    let mcpConfig: unknown ;
+    let mcpConfig: unknown;
     if (mcp.trim()) {
       try {
         mcpConfig = JSON.parse(mcp);

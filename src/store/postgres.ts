@@ -274,7 +274,7 @@ export class PostgresStore implements Store {
     } catch (err) {
       throw unavailable(err);
     }
-    let broken: unknown ;
+    let broken: unknown;
     try {
       await client.query('BEGIN');
       const out = await fn(client);

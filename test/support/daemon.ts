@@ -181,7 +181,7 @@ export async function startDaemon(
         body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
       });
       const text = await res.text();
-      let parsed: unknown ;
+      let parsed: unknown;
       try {
         parsed = JSON.parse(text);
       } catch {
