@@ -1,5 +1,5 @@
 /**
- * Import rules for src/, bridge/, cli/ and scripts/ (ARCHITECTURE.md, "Layers"), checked by
+ * Import rules for src/, bridge/, cli/ and scripts/ (docs/architecture.md, "Layers"), checked by
  * `npm test` before the suites run: no import circles, and imports run one way, from a layer to the
  * same or a lower one.
  *
@@ -12,7 +12,7 @@
 /** Layers from the bottom up; a module may import its own layer and the ones before it. */
 const LAYERS = [
   // config (and the sandbox settings it builds), domain errors, logger, metrics, process groups,
-  // body limits, and the one redaction function (ARCHITECTURE puts redaction in base: every layer
+  // body limits, and the one redaction function (redaction sits in base because every layer
   // applies it at its exits).
   ['base', '^src/(config|errors|logger|metrics|process-group|body-shape|sandbox-settings)\\.ts$|^src/secrets/redact\\.ts$'],
   // the Store interface and engines; the event model (with the tool payload schemas), log, bus, feed

@@ -1,6 +1,6 @@
 /**
  * Core errors → HTTP status and body. The status of each kind is the core's table (ERROR_KINDS in
- * src/errors.ts, which tRPC reads too); what this file adds is the body CONTRACT §1 gives it.
+ * src/errors.ts, which tRPC reads too); what this file adds is the body: FastAPI's shape, as in docs/api.md.
  */
 import crypto from 'node:crypto';
 import type { Logger } from 'pino';

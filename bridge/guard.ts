@@ -1,5 +1,5 @@
 /**
- * Browser-facing checks (issue 12.1). A page the developer visits can send "simple" cross-site
+ * Browser-facing checks (docs/security.md, "Browsers"). A page the developer visits can send "simple" cross-site
  * requests (no preflight: no Content-Type or text/plain, any Origin) and open WebSockets to a
  * loopback daemon, and a DNS-rebinding page can even read the answers. Three checks close that:
  *

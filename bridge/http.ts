@@ -137,7 +137,7 @@ interface LazyPage<T> {
 }
 
 /**
- * Writes a page `{"items":[…],"next_page_id":…}` as it is read (issue 12.4): each part goes to uWS
+ * Writes a page `{"items":[…],"next_page_id":…}` as it is read (memory stays bounded by bytes): each part goes to uWS
  * once the client took the previous one (onWritable), so a client that reads slowly holds one
  * store read of the daemon's memory and one part in uWS's buffer, not a page. A page that is one
  * read goes out as any other response (with its Content-Length).

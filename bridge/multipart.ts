@@ -28,7 +28,7 @@ export function readBytes(res: HttpResponse, limit: number): Promise<Buffer> {
 
 /**
  * Parts a multipart body may have. The upload needs one (`file`); a body of MAX_BODY_BYTES cut into
- * 200,000 empty parts took undici's parser 10 s of CPU and +62 MiB (issue 20.6), so the parts are
+ * 200,000 empty parts took undici's parser 10 s of CPU and +62 MiB, so the parts are
  * counted first: every occurrence of `--boundary` is a delimiter, since no part may contain it.
  */
 const MAX_PARTS = 64;

@@ -1,5 +1,5 @@
 /**
- * GET /sockets/events/{conversation_id} (CONTRACT §4): auth three ways, the full_state snapshot
+ * GET /sockets/events/{conversation_id} (docs/api.md, "WebSocket"): auth three ways, the full_state snapshot
  * first, exact resume, msgpack or JSON frames, client frames handled as sends, a bounded buffer
  * per subscriber (close 1013 when it falls behind), and live events written once per turn.
  */
@@ -36,11 +36,11 @@ interface SocketData {
   outBytes: number;
 }
 
-/** Until authenticated a socket may only send an auth frame: a few KiB (issue 12.4). */
+/** Until authenticated a socket may only send an auth frame: a few KiB, so it cannot make the daemon hold more. */
 const PREAUTH_FRAME_BYTES = 4096;
 /**
  * What sockets waiting for their auth frame may make uWS hold. uWS's frame limit (maxPayloadLength)
- * is one per route, not per socket, and the URL is the contract's: an unauthenticated socket can
+ * is one per route, not per socket, and the URL is fixed by the API clients use: an unauthenticated socket can
  * still send a frame up to MAX_BODY_BYTES, which uWS buffers whole before the 4 KiB check sees it
  * (and closes the socket, 4001). So the number of such sockets is what bounds that memory: at most
  * PREAUTH_BUDGET_BYTES / MAX_BODY_BYTES of them at once (6 with the default 10 MiB), at most half

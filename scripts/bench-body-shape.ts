@@ -1,5 +1,5 @@
 /**
- * What counting a body's JSON values before parsing it costs (src/body-shape.ts, issue 20.6), as a
+ * What counting a body's JSON values before parsing it costs (src/body-shape.ts), as a
  * ratio to `JSON.parse` of the same text measured in the same run:
  *
  *   npx tsx scripts/bench-body-shape.ts

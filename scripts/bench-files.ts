@@ -1,5 +1,5 @@
 /**
- * What moving the file editor's I/O into the sandbox costs (issue 20.2: a `view` or `create` may
+ * What moving the file editor's I/O into the sandbox costs (the budget: a `view` or `create` may
  * add at most 2 ms): the file editor of this checkout, whose every read and write is a request to
  * the conversation's file service inside its bwrap sandbox, against the file editor as it was
  * before (commit f3174a7: checks and I/O in the daemon, on host paths), in the same run,

@@ -1,5 +1,5 @@
 /**
- * What an idle conversation costs (issue 22.3), with the sandbox on (SANDBOX=bwrap, egress), and
+ * What an idle conversation costs, with the sandbox on (SANDBOX=bwrap, egress), and
  * what its next turn pays to get its shell back.
  *
  *   npx tsx scripts/bench-idle.ts [--conversations 40] [--idle-ms 5000] [--llm-ms 0]

@@ -1,5 +1,5 @@
 /**
- * The daemon's memory under the oversized-data attacks of issue 12.4, measured from the host.
+ * The daemon's memory under oversized-data attacks (docs/security.md, "Memory"), measured from the host.
  *
  *   npx tsx scripts/bench-memory-attacks.ts [--messages 20] [--message-mib 8] [--frames 300000]
  *                                           [--only search,pages,frames,preauth,creates,shapes] [--case NAME]
@@ -18,7 +18,7 @@
  *            accepts (8 tries each), each sending all but the last byte of an "auth" frame just under
  *            MAX_BODY_BYTES (default 10 MiB), held until the auth timeout closes them (worst case);
  *   creates: `--creates` (8) conversations created with 8 MiB `conversation_instructions`;
- *   shapes:  bodies of MAX_BODY_BYTES (10 MiB) that are dense JSON (issue 20.6), each against a fresh
+ *   shapes:  bodies of MAX_BODY_BYTES (10 MiB) that are dense JSON (src/body-shape.ts), each against a fresh
  *            daemon: `[[],[],…]` as `initial_user_msg` and as a message's `content` (alone and four at
  *            once), `[0,0,…]` as content, `{"a":0,"a":0,…}`, `[[[[…]]]]` nesting, the same array inside
  *            `replay_json`, over /trpc, as a WebSocket text frame and as a msgpack frame; and a 9 MiB

@@ -1,6 +1,6 @@
 /**
- * Load test of the hot path, `POST /api/conversations/{id}/events` (ARCHITECTURE.md, "The hot
- * path"), against its physical limit, on one node or several.
+ * Load test of the hot path, `POST /api/conversations/{id}/events` (docs/architecture.md, "One
+ * request's path"), against its physical limit, on one node or several.
  *
  *   npm run loadtest -- [--conversations 50] [--concurrency 64] [--duration 10] [--warmup 2]
  *                       [--rounds 3] [--subscribers N|all] [--gen-procs 1] [--auth] [--profile] [--keep-data]

@@ -1,5 +1,5 @@
 /**
- * How much structure a client's JSON (or msgpack) may carry, checked before it is decoded (issue 20.6).
+ * How much structure a client's JSON (or msgpack) may carry, checked before it is decoded.
  *
  * The byte limit alone does not bound memory: a decoded value costs far more than its text when the
  * text is dense. `[[],[],…]` is 3 bytes a value and ~45 bytes of V8 heap once parsed; 10 MiB of it is

@@ -77,7 +77,7 @@ const EnvSchema = z.object({
   SANDBOX_UID: intFrom('SANDBOX_UID', 1, 4_294_967_294).optional(),
   SANDBOX_GID: intFrom('SANDBOX_GID', 1, 4_294_967_294).optional(),
   BWRAP_PATH: z.string().min(1).optional(),
-  // ---- hardening (issue 12) ----
+  // ---- hardening (docs/security.md) ----
   /** Origins (besides same-origin) allowed to send state-changing requests and open WebSockets. */
   ALLOWED_ORIGINS: z.string().optional(),
   /** Largest content item (one text, one image URL list) a message may carry, in bytes. */
@@ -159,7 +159,7 @@ export interface Config {
   mcpIdleCloseMs: number;
   terminalNoOutputTimeoutMs: number;
   sandbox: SandboxSettings;
-  // ---- hardening (issue 12) ----
+  // ---- hardening (docs/security.md) ----
   allowedOrigins: string[];
   maxEventBytes: number;
   /** null: any host. */

@@ -1,8 +1,8 @@
 /**
  * One error table (ERROR_KINDS in src/errors.ts), the same answer at both doors: every domain error
  * kind, caused for real on a real daemon, has the same HTTP status over REST and over tRPC (whose
- * error carries it in `data.httpStatus`, with the table's tRPC code), and REST's body is the one
- * CONTRACT §1 gives it. A kind added to the table without a case here fails the first test.
+ * error carries it in `data.httpStatus`, with the table's tRPC code), and REST's body is FastAPI's
+ * shape (docs/api.md). A kind added to the table without a case here fails the first test.
  */
 import assert from 'node:assert/strict';
 import fs from 'node:fs';

@@ -1,5 +1,5 @@
 /**
- * Bytes in, bytes held (issue 20.6): no request can make the daemon hold more than a small multiple of
+ * Bytes in, bytes held: no request can make the daemon hold more than a small multiple of
  * its body. Dense JSON (`[[],[],…]`, `[0,0,…]`, `{"a":0,"a":0,…}`, `[[[[…]]]]`) of MAX_BODY_BYTES is
  * refused before it is parsed, on every door (REST, /trpc, WebSocket text and msgpack frames,
  * `replay_json`; multipart uploads by their number of parts), with the reason; the daemon's RSS is read

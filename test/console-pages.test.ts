@@ -185,7 +185,7 @@ describe('web console: the pages at work', { timeout: 180_000 }, () => {
     await page.locator('.msg-user', { hasText: 'A note for later, no run.' }).waitFor();
     // the composer is cleared once the POST is answered, which can come after the event's echo
     await waitFor(async () => (await page.locator('textarea[name="message"]').inputValue()) === '', 'the composer cleared after the send');
-    // a message to a finished conversation makes it idle again (CONTRACT §3); no step is taken
+    // a message to a finished conversation makes it idle again (it is not run); no step is taken
     await statusShown(page, 'idle');
     assert.equal(llm.requests.length, before + 1, 'no run without "Run the agent"');
   });

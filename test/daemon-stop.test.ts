@@ -1,5 +1,5 @@
 /**
- * Stop (issue 22.2): SIGTERM (and SIGINT) ends the daemon with exit code 0 only once every process
+ * Stop: SIGTERM (and SIGINT) ends the daemon with exit code 0 only once every process
  * it started is gone — sandboxes (holders, their file services, slirp4netns), shells, background
  * jobs — with 40 live sandboxes. Judged from the host: every descendant of the daemon is recorded
  * before the signal, and none is alive when the daemon's exit

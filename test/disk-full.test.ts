@@ -1,5 +1,5 @@
 /**
- * The daemon on a disk that an agent fills (issue 20.5): a real daemon whose DATA_DIR (and with it
+ * The daemon on a disk that an agent fills: a real daemon whose DATA_DIR (and with it
  * WORKSPACE_ROOT) is on a small tmpfs this test mounts itself, filled from the test with a file
  * written until ENOSPC, as an agent's `dd` would, and freed again. What must hold: appends go on
  * into the journal's reserve, then answer 503 with the reason; creates and sends that answer an

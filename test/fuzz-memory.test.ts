@@ -1,5 +1,5 @@
 /**
- * Memory under attack (issue 12.4): what the daemon holds for clients that send large things, read
+ * Memory under attack: what the daemon holds for clients that send large things, read
  * slowly or not at all, and for many loaded conversations, measured from the host (RSS in /proc) and
  * from the store. Split from fuzz.test.ts so that neither file nears the per-file time limit.
  */

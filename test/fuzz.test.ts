@@ -191,7 +191,7 @@ test('random WebSocket frames get ServerErrorEvents or are sends; the socket and
   assert.equal((await d.req('GET', '/alive')).status, 200);
 });
 
-// ---- attacks through the public API (issue 12): each one stays fixed ----------------------------
+// ---- attacks through the public API: each one stays fixed ------------------------------------
 
 /** A request with exactly these headers (fetch would add or refuse some, e.g. Host). */
 function raw(

@@ -1,4 +1,4 @@
-/** The REST contract (CONTRACT §1–§3) against a real daemon on a random port. */
+/** The REST API (docs/api.md) against a real daemon on a random port. */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { startDaemon, type DaemonHandle } from './support/daemon.js';

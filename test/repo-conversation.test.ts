@@ -376,7 +376,7 @@ describe('initial_user_msg with image_urls', () => {
     }
   });
 
-  test('an image URL that is not a URL is refused on arrival (422 with the rule, issue 12.3)', async () => {
+  test('an image URL that is not a URL is refused on arrival (422 with the rule)', async () => {
     const r = await call('POST', '/api/conversations', { initial_user_msg: 'look', image_urls: ['not a url'] });
     assert.equal(r.status, 422, r.text);
     assert.match(r.text, /image URLs must be https:\/\/, http:\/\/ or data:image/);

@@ -1,7 +1,7 @@
 /**
  * Side channels: /api/git/changes and /diff, /api/bash with a cwd; the FIFO and output directories.
  *
- * The sandbox attacked the way a prompt-injected agent would (issue 20.2), judged from the host.
+ * The sandbox attacked the way a prompt-injected agent would, judged from the host.
  * Inside its sandbox the agent swaps a directory of its workspace with a symbolic link to a host
  * directory in a tight loop (renameat2 RENAME_EXCHANGE, test/support/attack.ts) while the daemon
  * works through that directory for the conversation. The host directory holds canaries (a 0600 file,

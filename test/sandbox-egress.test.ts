@@ -1,6 +1,6 @@
 /**
- * The daemon's default network for sandboxes (SANDBOX_NETWORK=egress, issue 20.4) and what no
- * sandbox may hold on the host (20.1), through the public API with the scripted LLM, judged from
+ * The daemon's default network for sandboxes (SANDBOX_NETWORK=egress) and what no
+ * sandbox may hold on the host, through the public API with the scripted LLM, judged from
  * the host. src/sandbox/network.ts is attacked in depth by test/sandbox-network.test.ts; here the
  * daemon wires it: the world (a network namespace of the test's own, test/support/netns.ts) is
  * reached through the egress path, the daemon's port, a server on the host's loopback and the

@@ -1,5 +1,5 @@
 /**
- * Idle cost (issue 22.3): a conversation whose shell has had no command for SANDBOX_IDLE_CLOSE_MS
+ * Idle cost: a conversation whose shell has had no command for SANDBOX_IDLE_CLOSE_MS
  * costs no process — its shell, its sandbox and their background jobs are gone, judged from the
  * host — and its next shell takes up where the old one was: the working directory and the exported
  * variables come back, and the observation says the shell was restarted. Its sandbox comes back as

@@ -1,5 +1,5 @@
 /**
- * Sums and disks (issue 20.5), judged from the host: all sandboxes together stay under
+ * Sums and disks, judged from the host: all sandboxes together stay under
  * SANDBOX_TOTAL_MEMORY_MB (one parent cgroup, enforced by the kernel), and a conversation over
  * SANDBOX_DISK_MB has its processes stopped with an event that says why (measured inside its
  * sandbox), on a small tmpfs the test mounts for DATA_DIR.

@@ -1,5 +1,5 @@
 /**
- * Nothing stalls the daemon (issue 20.3): conversations that leave FIFOs, with and without a reader,
+ * Nothing stalls the daemon: conversations that leave FIFOs, with and without a reader,
  * and endless files behind the file editor's undo_edit and view get error observations at once, and a
  * new conversation still runs and downloads still answer. Judged from the daemon's answers and the host.
  */

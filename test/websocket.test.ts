@@ -1,4 +1,4 @@
-/** The WebSocket stream (CONTRACT §4) against a real daemon. */
+/** The WebSocket stream (docs/api.md) against a real daemon. */
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import { after, before, describe, test } from 'node:test';

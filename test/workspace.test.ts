@@ -185,7 +185,7 @@ describe('providers and credential env', () => {
       assert.equal(await ask("Username for 'https://BB.example.com': "), 'someuser\n');
       assert.equal(await ask("Password for 'https://someuser@bb.example.com': "), 'apppass\n');
       await assert.rejects(ask("Password for 'https://unknown.example.com': "));
-      // the same host over another scheme (a redirect from https to http) gets nothing (issue 12.2)
+      // the same host over another scheme (a redirect from https to http) gets nothing (a credential is bound to its scheme too)
       await assert.rejects(ask("Password for 'http://someuser@bb.example.com': "));
       await assert.rejects(ask("Password for 'https://x-access-token@127.0.0.1:9': "));
     } finally {

@@ -2,7 +2,7 @@
  * A conversation's events as the page holds them.
  *
  * The page holds one run of events without a hole, seqs `base + 1 .. lastSeq`. New events come
- * from `/sockets/events/{id}` (CONTRACT §4: the `full_state` snapshot, then the replay after
+ * from `/sockets/events/{id}` (docs/api.md, "WebSocket": the `full_state` snapshot, then the replay after
  * `after_seq`, then live events in seq order). Every (re)connection asks for
  * `after_seq=lastSeq`, so a dropped socket resumes exactly where it stopped: an event at or below
  * lastSeq is a duplicate and dropped, one past lastSeq + 1 is a gap and the socket is opened

@@ -75,7 +75,7 @@ export const operations = {
   getConversation: query(ConversationIdInput, (c, i) => c.conversations.get(i.conversation_id)),
   listConversations: query(ListConversationsInput, (c, i) => c.conversations.list(i.page_id, i.limit)),
   deleteConversation: mutation(ConversationIdInput, (c, i) => c.service.deleteConversation(i.conversation_id)),
-  /** REST streams the page as it is read (issue 12.4); tRPC, which serialises its answers whole, gets it collected. */
+  /** REST streams the page as it is read (memory bounded by bytes); tRPC, which serialises its answers whole, gets it collected. */
   searchEvents: jsonOutput(query(SearchEventsInput, eventPage), (page) => page.collect()),
   countEvents: query(CountEventsInput, async (c, i) => {
     await c.conversations.require(i.conversation_id);

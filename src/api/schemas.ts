@@ -34,7 +34,7 @@ export const TextContent = z
   })
   .meta({ id: 'TextContent', title: 'TextContent' });
 
-/** An image URL the daemon will fetch for the model: anything else is refused on arrival (issue 12.3). */
+/** An image URL the daemon will fetch for the model: anything else is refused on arrival, not at every later step. */
 const ImageUrl = z.string().superRefine((url, ctx) => {
   const problem = imageUrlProblem(url);
   if (problem) ctx.addIssue({ code: 'custom', message: problem });
@@ -105,7 +105,7 @@ export const NewConversationResponse = z
   .meta({ id: 'ConversationResponse', title: 'ConversationResponse' });
 
 const ProviderToken = z.strictObject({
-  // empty keeps the stored token; a new one must be long enough to be redacted safely (issue 12.5)
+  // empty keeps the stored token; a new one must be long enough to be redacted safely
   token: z
     .string()
     .refine((t) => t === '' || t.length >= 8, { error: 'a token must be at least 8 characters' })
@@ -188,7 +188,7 @@ export const SettingsUpdate = z
     llm_api_key: z.string().nullish(),
   })
   .meta({ id: 'SettingsUpdate' });
-/** Shorter values would be redacted from every output as ordinary words, so they are refused (issue 12.5). */
+/** Shorter values would be redacted from every output as ordinary words, so they are refused. */
 export const SecretValue = z.string().min(8, { error: 'a secret value must be at least 8 characters' });
 export const SecretName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, { error: 'name must be a valid environment variable name' });
 export const CreateSecretInput = z

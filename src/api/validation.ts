@@ -1,5 +1,5 @@
 /**
- * Turns zod issues into FastAPI/pydantic-compatible validation entries (CONTRACT §1):
+ * Turns zod issues into FastAPI/pydantic-compatible validation entries (the 422 body of docs/api.md):
  * pydantic `type` names, full `loc` paths, and an `input` that never echoes a secret and, in all,
  * at most ECHO_BUDGET bytes of the request.
  */

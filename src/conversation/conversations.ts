@@ -76,7 +76,7 @@ export interface LiveConversation {
 }
 
 /**
- * Memory of loaded conversations (issue 12.4): at most this many stay loaded, and their records at
+ * Memory of loaded conversations (bounded, docs/security.md): at most this many stay loaded, and their records at
  * most this many bytes; beyond either, idle ones go, least recently used first (a later read loads
  * them again). The fields that may be large and are read rarely (the conversation's instructions,
  * its sealed MCP config, the image URLs it was created with) are not kept in memory above LARGE_FIELD_BYTES: `field()` reads them from
@@ -347,7 +347,7 @@ export class Conversations {
     return parseStoredKey((await this.store.getConversation(conv.record.id))?.data, key);
   }
 
-  // ---- memory bound (issue 12.4) -------------------------------------------------------------
+  // ---- memory bound ----------------------------------------------------------------------------
 
   /** Keeps a conversation loaded, its large fields left in the store; evicts idle ones beyond the bounds. */
   private admit(record: ConversationRecord): LiveConversation {

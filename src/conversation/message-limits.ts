@@ -1,5 +1,5 @@
 /**
- * Client data is bounded by MAX_EVENT_BYTES before it is appended (issue 12.4): every page, replay
+ * Client data is bounded by MAX_EVENT_BYTES before it is appended: every page, replay
  * and LLM request carries the event again, so an 8 MiB message costs far more than its body once.
  * A message whose content (or one `replay_json` item) is over the bound is refused with 413 and
  * the limit in the reason; what the daemon produces itself is cut instead (src/events/cap.ts).

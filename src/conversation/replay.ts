@@ -94,7 +94,7 @@ function content(v: unknown, what: string): ReplayContent {
   });
 }
 
-/** Image URLs are held to the rule of a message's (issue 12.3): one that will never be fetched is a 422 with the rule. */
+/** Image URLs are held to the rule of a message's: one that will never be fetched is a 422 with the rule. */
 function checkImageUrls(urls: string[], what: string): string[] {
   for (const [j, u] of urls.entries()) {
     const problem = imageUrlProblem(u);

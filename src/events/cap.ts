@@ -1,5 +1,5 @@
 /**
- * Every appended event is bounded by MAX_EVENT_BYTES, its JSON in UTF-8 bytes (issue 12.4): every
+ * Every appended event is bounded by MAX_EVENT_BYTES, its JSON in UTF-8 bytes: every
  * page, replay, resume and LLM request carries an event again, so one 50 MiB terminal output would
  * cost far more than its size once. Client data beyond the bound is refused before it gets here
  * (413: messages, `replay_json` items); what the daemon produces itself (tool observations,

@@ -104,7 +104,7 @@ export class EventFeed {
           afterSeq: this.cursor,
           sinceTimestamp: first ? since : null,
           limit: pageSize,
-          // a page of large events is read and sent in parts: memory stays bounded by bytes (issue 12.4)
+          // a page of large events is read and sent in parts: memory stays bounded by bytes
           maxBytes: this.opts.pageBytes ?? REPLAY_PAGE_BYTES,
           keepJson: true,
         });

@@ -1,5 +1,5 @@
 /**
- * Pages bounded by bytes as well as by count (issue 12.4): twenty 8 MiB messages made one
+ * Pages bounded by bytes as well as by count: twenty 8 MiB messages made one
  * `events/search?limit=100` a 168 MB response. A page stops once its events reach MAX_PAGE_BYTES
  * (always at least one event) and says where the next one starts.
  *

@@ -191,7 +191,7 @@ export const Event = z
     SetupOutputEvent,
     ServerErrorEvent,
   ])
-  .meta({ id: 'Event', description: 'An event; `kind` is the discriminator (CONTRACT §4).' });
+  .meta({ id: 'Event', description: 'An event; `kind` is the discriminator.' });
 
 /** An event as stored and sent. */
 export type ParleyEvent = z.output<typeof Event>;

@@ -1,5 +1,5 @@
 /**
- * The rule for image URLs a message may carry (issue 12.3): checked when the message arrives, so a
+ * The rule for image URLs a message may carry: checked when the message arrives, so a
  * URL that will never be fetched is refused (422, with this rule) instead of failing every later
  * step. No AI SDK import here: the API layer loads this file at start-up.
  */

@@ -1,5 +1,5 @@
 /**
- * Image URLs in a conversation (issue 12.3). The AI SDK downloads an image URL the model cannot
+ * Image URLs in a conversation. The AI SDK downloads an image URL the model cannot
  * take itself at every step, refusing private addresses and other schemes; one such URL used to
  * fail every later step of the conversation. So:
  *

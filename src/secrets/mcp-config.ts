@@ -1,5 +1,5 @@
 /**
- * MCP server configuration (CONTRACT §5): the schema and its TypeScript types, merging the stored default with a
+ * MCP server configuration (OpenHands' `mcp_config` shape): the schema and its TypeScript types, merging the stored default with a
  * conversation's own config, and the secret helpers (redacted copy, list of secret values).
  *
  * Validation (unknown fields → 422, http(s) urls, stdio name pattern) happens at the API with this schema;

@@ -1,7 +1,7 @@
 /**
  * Free space on the filesystem that holds DATA_DIR, and the "disk pressure" reported when it runs
  * short. The store's own writes (journal, index, records) need room there, and agents whose
- * workspaces share that filesystem can take all of it (issue 20.5).
+ * workspaces share that filesystem can take all of it.
  *
  * Pressure starts when a sample (statfs: every `idleIntervalMs`, every `intervalMs` while under
  * pressure) finds less than `lowBytes` free, or at once when one of the store's writes meets a full

@@ -9,7 +9,7 @@
  * Files are `journal/<generation>.log`; a new generation starts at every start-up and when a file
  * passes `rotateBytes`; a generation's file is removed once the index has everything in it.
  *
- * The reserve (`journal/reserve`, issue 20.5): a file of zeros written ahead of need, whose blocks
+ * The reserve (`journal/reserve`, for a full disk): a file of zeros written ahead of need, whose blocks
  * the filesystem has therefore allocated. When a frame's write meets a full disk (ENOSPC, EDQUOT),
  * the reserve becomes the next generation and the frame is written into it again: overwriting
  * allocated blocks needs no free space, so appends go on while whatever filled the disk is stopped,

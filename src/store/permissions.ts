@@ -1,6 +1,6 @@
 /**
  * The data directory holds the event log, sealed secrets, the key file and full terminal outputs:
- * nothing in it is for other users of the machine (issue 12.5). The daemon sets its umask to 077
+ * nothing in it is for other users of the machine. The daemon sets its umask to 077
  * at start (bridge/main.ts), so SQLite's database, WAL and journal files, the journal, the key
  * file and outputs are created 0600 and directories 0700 whatever the umask it was started with;
  * this removes the group and other bits from what an earlier version or another umask left behind.

@@ -14,7 +14,7 @@
  * pool reconnects by itself on a later call. An append that failed was not acknowledged; one
  * whose connection broke during COMMIT may still have committed (it is then read, never lost).
  *
- * The database server's disk full (issue 20.5): a statement that needs room fails with SQLSTATE
+ * The database server's disk full: a statement that needs room fails with SQLSTATE
  * 53100 `disk_full` ("could not extend file …: No space left on device") and nothing of it is
  * committed; a WAL write that fails makes the server restart (a PANIC: connections end with 57P01
  * or 08006, then connects are refused until it is back). Class 53 and the connection classes are

@@ -9,7 +9,7 @@
  * event, the tail for the rest, so every committed event is visible exactly once. Reads run on
  * this thread's connection.
  *
- * A full disk (issue 20.5): a journal write that meets it moves to the journal's reserve (journal.ts)
+ * A full disk: a journal write that meets it moves to the journal's reserve (journal.ts)
  * and goes through; when there is no reserve left it fails with 503 and the reason. The index
  * (writer.ts) retries until it can write again, never giving up; while it cannot, appends go on
  * into the journal and the tail up to the tail's bound, then answer 503 with the index's reason

@@ -42,7 +42,7 @@ export interface EventQuery {
   desc?: boolean;
   limit: number;
   /**
-   * Memory bound (issue 12.4): stop after the event at which the running total of stored body
+   * Memory bound: stop after the event at which the running total of stored body
    * bytes reaches this, even before `limit`. Callers cut their pages themselves (src/events/page.ts).
    */
   maxBytes?: number;
