@@ -1,5 +1,5 @@
 /**
- * The `parley` command's exit codes (one table; the README and `parley --help` list them) and the
+ * The `parley` command's exit codes (one table; docs/api.md and `parley --help` list them) and the
  * one-line message each failure prints. A script tells "the agent failed" (1, 3) from "the agent
  * stopped to wait" (4, 5) from "Parley could not be asked" (6-9) by the code alone.
  */

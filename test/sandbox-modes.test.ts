@@ -44,7 +44,7 @@ describe('sandbox: the daemon API from inside a sandbox without a session key', 
       const warnings = h.d.output.filter((l) => l.includes('"sandbox":"api-reachable"'));
       assert.equal(warnings.length, 1, h.d.output.join('\n'));
       assert.match(warnings[0]!, /set SESSION_API_KEY or SANDBOX_NETWORK=none/);
-      // what the warning is about: the keyless API answers a sandboxed process (README, Trust model)
+      // what the warning is about: the keyless API answers a sandboxed process (docs/security.md, "Without a session key")
       const a = await h.create();
       const r = await h.sh(a, httpGet(h.d.port, '/alive'));
       assert.match(r.text, /HTTP\/1\.1 200/);

@@ -235,7 +235,7 @@ class V1Backend implements CgroupBackend {
     const mem = base('memory');
     const pids = base('pids');
     if (!mem || !pids) return null;
-    // the cpu controller is optional: without it, no quota (README: SANDBOX_CPU)
+    // the cpu controller is optional: without it, no quota (docs/configuration.md: SANDBOX_CPU)
     let cpu: string | null = null;
     try {
       cpu = base('cpu');

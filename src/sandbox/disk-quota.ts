@@ -13,7 +13,7 @@
  * an MCP server), every IDLE_POLL_MS otherwise (what background jobs write), and never more often
  * than WALK_FACTOR times the last walk took (a large tree is walked less often). The worst
  * overshoot is what the conversation writes in one interval plus one walk, bounded per file by
- * SANDBOX_FILE_SIZE_MB (RLIMIT_FSIZE); the README states the figure measured.
+ * SANDBOX_FILE_SIZE_MB (RLIMIT_FSIZE); docs/security.md ("Disk") states the rule for users.
  */
 import type { FileChannel } from './files.js';
 

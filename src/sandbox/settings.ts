@@ -65,7 +65,7 @@ export interface SandboxInfo {
     /** CPUs per conversation (a cgroup quota); null: none (equal shares under contention with a cgroup). */
     cpus: number | null;
     file_size_mb: number | null;
-    /** Disk per conversation (workspace, /tmp, HOME; measured, see README). */
+    /** Disk per conversation (workspace, /tmp, HOME; measured, see docs/security.md). */
     disk_mb: number | null;
     /** Conversations with a live sandbox at most (SANDBOX_MAX_LIVE; with rlimits only, also what keeps all of them within the total). */
     max_live: number;
@@ -82,7 +82,7 @@ export interface SandboxOpenOptions {
   log?: Logger;
   /** The probe waits for `startProbe()` or the first use of `ready` (the daemon starts it shortly after its port opens, so the probe's process starts do not delay the first requests). */
   deferProbe?: boolean;
-  /** The daemon answers loopback requests without a key: with the host network a sandboxed agent can call it too (README, Trust model), which is logged once. */
+  /** The daemon answers loopback requests without a key: with the host network a sandboxed agent can call it too (docs/security.md, "Without a session key"), which is logged once. */
   apiOpenOnLoopback?: boolean;
 }
 
