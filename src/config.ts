@@ -80,7 +80,7 @@ const EnvSchema = z.object({
   // ---- hardening (docs/security.md) ----
   /** Origins (besides same-origin) allowed to send state-changing requests and open WebSockets. */
   ALLOWED_ORIGINS: z.string().optional(),
-  /** Largest content item (one text, one image URL list) a message may carry, in bytes. */
+  /** Largest event, its JSON in bytes: client data beyond it is refused (413), what the daemon produces is cut (src/events/cap.ts). */
   MAX_EVENT_BYTES: intFrom('MAX_EVENT_BYTES', 1024, 1024 * 1024 * 1024).default(2 * 1024 * 1024),
   /** Hosts (comma separated, `host` or `host:port`) MCP servers and git clones may reach; unset: any. */
   MCP_ALLOWED_HOSTS: z.string().optional(),
