@@ -1,59 +1,15 @@
-/** GET /openapi.json: OpenAPI 3.1.0 generated from the zod schemas and the route table. */
+/**
+ * GET /openapi.json: OpenAPI 3.1.0 generated from the operations table (src/api/operations.ts: each
+ * operation's REST method, path, summary, tag and what its `doc` adds) and the zod schemas (the
+ * components, the query parameters).
+ */
 import { z } from 'zod';
-import * as AS from '../src/api/agent-server-schemas.js';
-import * as S from '../src/api/schemas.js';
-import type { Route } from './route.js';
+import type { AnyOperation, RestRoute } from '../src/api/operation.js';
+import { operations } from '../src/api/operations.js';
+import { pathParams } from './route.js';
 
 type Json = Record<string, unknown>;
 const ref = (id: string) => ({ $ref: `#/components/schemas/${id}` });
-
-/** What each procedure reads and returns, for the document. */
-const SHAPES: Record<string, { body?: string; query?: z.ZodObject; response: string | Json }> = {
-  createConversation: { body: 'InitSessionRequest', response: 'ConversationResponse' },
-  sendMessage: { body: 'SendMessageRequest', response: 'Success' },
-  addGitProviders: { body: 'POSTProviderModel', response: 'MessageResponse' },
-  listConversations: { query: S.ListConversationsInput, response: 'ConversationPage' },
-  getConversation: { response: 'ConversationInfo' },
-  deleteConversation: { response: 'Success' },
-  searchEvents: { query: S.SearchEventsQuery, response: 'EventPage' },
-  countEvents: { query: S.CountEventsQuery, response: { type: 'integer' } },
-  getEvent: { response: 'Event' },
-  run: { response: 'Success' },
-  pause: { response: 'Success' },
-  interrupt: { response: 'Success' },
-  getMcpStatus: { response: 'McpStatusView' },
-  getSettings: { response: 'SettingsView' },
-  saveSettings: { body: 'SettingsUpdate', response: 'SettingsView' },
-  listSecrets: { response: 'SecretList' },
-  createSecret: { body: 'CreateSecret', response: 'SecretInfo' },
-  updateSecret: { body: 'UpdateSecret', response: 'Success' },
-  deleteSecret: { response: 'Success' },
-  // OpenHands agent-server shape (POST /api/conversations with agent/workspace/initial_message is startConversation)
-  startConversation: { body: 'StartConversationRequest', response: 'ConversationInfo' },
-  searchConversations: { query: AS.ConversationSearchQuery, response: 'ConversationPage' },
-  countConversations: { query: AS.ConversationCountQuery, response: { type: 'integer' } },
-  getConversations: { response: { type: 'array', items: { anyOf: [ref('ConversationInfo'), { type: 'null' }] } } },
-  updateConversation: { body: 'UpdateConversationRequest', response: 'Success' },
-  agentFinalResponse: { response: { type: 'object', properties: { response: { type: 'string' } } } },
-  askAgent: { response: { type: 'object', properties: { response: { type: 'string' } } } },
-  executeBash: { body: 'ExecuteBashRequest', response: { type: 'object', description: 'BashOutput' } },
-  startBash: { body: 'ExecuteBashRequest', response: { type: 'object', description: 'BashCommand' } },
-  searchBashEvents: { query: AS.BashEventSearchQuery, response: { type: 'object', description: '{items, next_page_id}' } },
-  downloadFile: { query: AS.WorkspacePathQuery.omit({ ref: true }), response: { type: 'string', format: 'binary' } },
-  gitChanges: {
-    query: AS.WorkspacePathQuery.omit({ ref: true }),
-    response: {
-      type: 'array',
-      items: { type: 'object', properties: { path: { type: 'string' }, status: { enum: ['ADDED', 'UPDATED', 'DELETED', 'MOVED'] } } },
-    },
-  },
-  gitDiff: {
-    query: AS.WorkspacePathQuery,
-    response: { type: 'object', properties: { original: { type: ['string', 'null'] }, modified: { type: ['string', 'null'] } } },
-  },
-  listTools: { response: { type: 'array', items: { type: 'string' } } },
-  uploadFile: { query: AS.WorkspacePathQuery.omit({ ref: true }), response: 'Success' },
-};
 
 function componentSchemas(): Json {
   const out = z.toJSONSchema(z.globalRegistry, {
@@ -69,55 +25,98 @@ function componentSchemas(): Json {
   return schemas;
 }
 
-function operationId(r: Route): string {
-  if (r.operationId) return r.operationId;
-  const p = r.path.replace(/:([a-z_]+)/g, '_$1_').replace(/[^a-zA-Z0-9]+/g, '_');
-  return `${r.summary.toLowerCase().replace(/\s+/g, '_')}${p}_${r.method.toLowerCase()}`;
+function operationId(rest: RestRoute): string {
+  if (rest.operationId) return rest.operationId;
+  const p = rest.path.replace(/\{([a-z_]+)\}/g, '_$1_').replace(/[^a-zA-Z0-9]+/g, '_');
+  return `${rest.summary.toLowerCase().replace(/\s+/g, '_')}${p}_${rest.method.toLowerCase()}`;
 }
 
-export function buildOpenApi(routes: Route[], version: string, authEnabled: boolean): Json {
-  const paths: Record<string, Json> = {};
-  for (const r of routes) {
-    const shape = SHAPES[r.procedure] ?? { response: 'Success' };
-    const oaPath = r.path.replace(/:([a-z_]+)/g, '{$1}');
-    const parameters: Json[] = [];
-    for (const m of r.path.matchAll(/:([a-z_]+)/g)) {
-      parameters.push({
-        name: m[1],
-        in: 'path',
-        required: true,
-        schema: m[1] === 'conversation_id' ? { type: 'string', format: 'uuid', title: 'Conversation Id' } : { type: 'string', title: m[1] },
-      });
-    }
-    if (shape.query) {
-      const qs = z.toJSONSchema(shape.query, { io: 'input', unrepresentable: 'any' }) as { properties?: Record<string, Json>; required?: string[] };
-      for (const [name, schema] of Object.entries(qs.properties ?? {})) {
-        parameters.push({ name, in: 'query', required: qs.required?.includes(name) ?? false, schema });
-      }
-    }
-    const response = typeof shape.response === 'string' ? ref(shape.response) : shape.response;
-    const op: Json = {
-      tags: [r.tag],
-      summary: r.summary,
-      operationId: operationId(r),
-      responses: {
-        [String(r.status ?? 200)]: { description: 'Successful Response', content: { 'application/json': { schema: response } } },
-        '422': { description: 'Validation Error', content: { 'application/json': { schema: ref('HTTPValidationError') } } },
+/** The registered component a schema is (its `.meta({ id })`), if any. */
+const componentOf = (schema: z.ZodType | undefined) => (schema ? z.globalRegistry.get(schema)?.id : undefined);
+
+/** The request body's component: what `doc` names, else the input's (or its body field's) when it is registered. */
+function bodyComponent(op: AnyOperation): string | undefined {
+  const { rest } = op;
+  if (rest.doc?.body) return rest.doc.body;
+  if (rest.body === 'input') return componentOf(op.input);
+  if (typeof rest.body === 'object' && !rest.body.multipart) return componentOf((op.input as z.ZodObject).shape?.[rest.body.field]);
+  return undefined;
+}
+
+/** The path's parameters, then the query's: the input's fields that are neither path parameters nor the body (or what `doc.query` says). */
+function parameters(op: AnyOperation): Json[] {
+  const { rest } = op;
+  const names = pathParams(rest.path);
+  const out: Json[] = names.map((name) => ({
+    name,
+    in: 'path',
+    required: true,
+    schema: name === 'conversation_id' ? { type: 'string', format: 'uuid', title: 'Conversation Id' } : { type: 'string', title: name },
+  }));
+  if (!rest.query) return out;
+  const qs = z.toJSONSchema(rest.doc?.query ?? op.input, { io: 'input', unrepresentable: 'any' }) as { properties?: Record<string, Json>; required?: string[] };
+  const notQuery = new Set([...names, ...(typeof rest.body === 'object' ? [rest.body.field] : [])]);
+  for (const [name, schema] of Object.entries(qs.properties ?? {})) {
+    if (!notQuery.has(name)) out.push({ name, in: 'query', required: qs.required?.includes(name) ?? false, schema });
+  }
+  return out;
+}
+
+/** The other operations on the same method and path, in a sentence: what makes a request theirs. */
+function alternativesText(alternatives: [string, AnyOperation][]): string {
+  return alternatives
+    .map(([name, { rest }]) => {
+      const when = rest.when!;
+      const which = 'queryHas' in when ? `the \`${when.queryHas}\` query parameter` : `a body with ${orList(when.bodyHasAnyKey.map((k) => `\`${k}\``))}`;
+      return `With ${which}, this path runs ${rest.summary} (\`${name}\`) instead.`;
+    })
+    .join(' ');
+}
+const orList = (xs: string[]) => (xs.length < 2 ? xs.join('') : `${xs.slice(0, -1).join(', ')} or ${xs.at(-1)}`);
+
+function operationDoc(name: string, op: AnyOperation, alternatives: [string, AnyOperation][]): Json {
+  const { rest } = op;
+  const response = rest.doc?.response ?? 'Success';
+  const doc: Json = {
+    tags: [rest.tag],
+    summary: rest.summary,
+    operationId: operationId(rest),
+    responses: {
+      [String(rest.status ?? 200)]: {
+        description: 'Successful Response',
+        content: { 'application/json': { schema: typeof response === 'string' ? ref(response) : response } },
       },
+      '422': { description: 'Validation Error', content: { 'application/json': { schema: ref('HTTPValidationError') } } },
+    },
+  };
+  if (alternatives.length) doc.description = alternativesText(alternatives);
+  const params = parameters(op);
+  if (params.length) doc.parameters = params;
+  const body = bodyComponent(op);
+  if (body) doc.requestBody = { required: true, content: { 'application/json': { schema: ref(body) } } };
+  if (typeof rest.body === 'object' && rest.body.multipart) {
+    const part = rest.body.multipart;
+    doc.requestBody = {
+      required: true,
+      content: { 'multipart/form-data': { schema: { type: 'object', properties: { [part]: { type: 'string', format: 'binary' } }, required: [part] } } },
     };
-    if (parameters.length) op.parameters = parameters;
-    if (shape.body) op.requestBody = { required: true, content: { 'application/json': { schema: ref(shape.body) } } };
-    if (r.body === 'multipart') {
-      op.requestBody = {
-        required: true,
-        content: { 'multipart/form-data': { schema: { type: 'object', properties: { file: { type: 'string', format: 'binary' } }, required: ['file'] } } },
-      };
-    }
-    if (r.path.includes(':conversation_id') && r.procedure !== 'sendMessage') {
-      (op.responses as Json)['404'] = { description: 'Not Found', content: { 'application/json': { schema: ref('ErrorDetail') } } };
-    }
-    if (r.procedure === 'sendMessage') op.security = [];
-    paths[oaPath] = { ...(paths[oaPath] as Json | undefined), [r.method.toLowerCase()]: op };
+  }
+  // as the interface's document has it: the send is listed without a 404 and without the key
+  if (rest.path.includes('{conversation_id}') && name !== 'sendMessage') {
+    (doc.responses as Json)['404'] = { description: 'Not Found', content: { 'application/json': { schema: ref('ErrorDetail') } } };
+  }
+  if (name === 'sendMessage') doc.security = [];
+  return doc;
+}
+
+export function buildOpenApi(version: string, authEnabled: boolean): Json {
+  const paths: Record<string, Json> = {};
+  const entries = Object.entries(operations) as [string, AnyOperation][];
+  for (const [name, op] of entries) {
+    const { rest } = op;
+    if (rest.when) continue;
+    const alternatives = entries.filter(([, o]) => o.rest.when && o.rest.method === rest.method && o.rest.path === rest.path);
+    paths[rest.path] = { ...(paths[rest.path] as Json | undefined), [rest.method.toLowerCase()]: operationDoc(name, op, alternatives) };
   }
   const health = (summary: string, schema: Json) => ({
     get: {

@@ -1,244 +1,163 @@
 /**
- * Every REST route is one line: method, path, how the procedure's input is built from the
- * request, and where each input field came from (for the `loc` of a 422).
+ * The REST routes, generated from the operations table (src/api/operations.ts): one route per
+ * method and path. When two operations share a method and path (`POST /api/conversations` is the
+ * interface's create, or agent-server's start when the body has its keys; `GET /api/conversations`
+ * is the listing, or the get-many with `?ids=`), the route runs the one whose `when` the request
+ * meets, else the one without `when`.
+ *
+ * Paths are matched on a tree of their segments, so the order of the table does not matter: a
+ * literal segment is tried before a parameter (`/api/conversations/search` before
+ * `/api/conversations/{conversation_id}`), and a request costs a walk of its own segments whatever
+ * the number of routes (scripts/bench-routes.ts measures it).
  */
-import { isAgentServerCreate } from '../src/api/agent-server-schemas.js';
-import { AGENT_SERVER_CONVERSATION_ROUTES, AGENT_SERVER_ROUTES, GET_MANY, SIDE_CHANNEL_ROUTES } from './agent-server-routes.js';
-import { asLoc, bodyLoc, idOnly, type Route } from './route.js';
+import { type OperationName, operations } from '../src/api/operations.js';
+import type { AnyOperation, HttpMethod } from '../src/api/operation.js';
+import { pathParams, type RouteRequest, type RouteTarget, routeTarget, whenOf } from './route.js';
 
-/** `conversation_id` (and `event_id`) come from the path, the rest from the query string. */
-const pathOrQuery = (p: PropertyKey[]) => (p[0] === 'conversation_id' || p[0] === 'event_id' ? ['path', ...asLoc(p)] : ['query', ...asLoc(p)]);
-
-export const ROUTES: Route[] = [
-  {
-    method: 'POST',
-    path: '/api/conversations',
-    procedure: 'createConversation',
-    body: true,
-    alternative: { procedure: 'startConversation', when: (r) => isAgentServerCreate(r.body) },
-    input: (r) => r.body,
-    loc: bodyLoc,
-    summary: 'New Conversation',
-    tag: 'Conversations',
-    operationId: 'new_conversation_api_conversations_post',
-  },
-  {
-    method: 'GET',
-    path: '/api/conversations',
-    procedure: 'listConversations',
-    loc: (p) => ['query', ...asLoc(p)],
-    summary: 'List Conversations',
-    tag: 'Conversations',
-    // `?ids=` is the agent-server get-many; otherwise the listing as it was
-    ...GET_MANY,
-  },
-  // before /:conversation_id, which would capture them
-  ...AGENT_SERVER_CONVERSATION_ROUTES,
-  {
-    method: 'GET',
-    path: '/api/conversations/:conversation_id',
-    procedure: 'getConversation',
-    input: idOnly,
-    loc: pathOrQuery,
-    summary: 'Get Conversation',
-    tag: 'Conversations',
-  },
-  {
-    method: 'DELETE',
-    path: '/api/conversations/:conversation_id',
-    procedure: 'deleteConversation',
-    input: idOnly,
-    loc: pathOrQuery,
-    summary: 'Delete Conversation',
-    tag: 'Conversations',
-  },
-  {
-    method: 'POST',
-    path: '/api/conversations/:conversation_id/events',
-    procedure: 'sendMessage',
-    body: true,
-    input: (r) => ({ conversation_id: r.params.conversation_id, message: r.body }),
-    loc: (p) => (p[0] === 'conversation_id' ? ['path', 'conversation_id'] : ['body', ...asLoc(p.slice(1))]),
-    summary: 'Send Message',
-    tag: 'Events',
-    operationId: 'send_message_api_conversations__conversation_id__events_post',
-  },
-  {
-    method: 'GET',
-    path: '/api/conversations/:conversation_id/events/search',
-    procedure: 'searchEvents',
-    input: (r) => ({ ...r.query, conversation_id: r.params.conversation_id }),
-    loc: pathOrQuery,
-    summary: 'Search Events',
-    tag: 'Events',
-  },
-  {
-    method: 'GET',
-    path: '/api/conversations/:conversation_id/events/count',
-    procedure: 'countEvents',
-    input: (r) => ({ ...r.query, conversation_id: r.params.conversation_id }),
-    loc: pathOrQuery,
-    summary: 'Count Events',
-    tag: 'Events',
-  },
-  {
-    method: 'POST',
-    path: '/api/conversations/:conversation_id/events/respond_to_confirmation',
-    procedure: 'respondToConfirmation',
-    body: true,
-    input: (r) => ({ ...(r.body && typeof r.body === 'object' ? r.body : {}), conversation_id: r.params.conversation_id }),
-    loc: (p) => (p[0] === 'conversation_id' ? ['path', 'conversation_id'] : ['body', ...asLoc(p)]),
-    summary: 'Respond To Confirmation',
-    tag: 'Events',
-  },
-  {
-    method: 'GET',
-    path: '/api/conversations/:conversation_id/events/:event_id',
-    procedure: 'getEvent',
-    input: (r) => ({ conversation_id: r.params.conversation_id, event_id: r.params.event_id }),
-    loc: pathOrQuery,
-    summary: 'Get Event',
-    tag: 'Events',
-  },
-  {
-    method: 'POST',
-    path: '/api/conversations/:conversation_id/run',
-    procedure: 'run',
-    input: idOnly,
-    loc: pathOrQuery,
-    summary: 'Run Conversation',
-    tag: 'Conversations',
-  },
-  {
-    method: 'POST',
-    path: '/api/conversations/:conversation_id/pause',
-    procedure: 'pause',
-    input: idOnly,
-    loc: pathOrQuery,
-    summary: 'Pause Conversation',
-    tag: 'Conversations',
-  },
-  {
-    method: 'POST',
-    path: '/api/conversations/:conversation_id/interrupt',
-    procedure: 'interrupt',
-    input: idOnly,
-    loc: pathOrQuery,
-    summary: 'Interrupt Conversation',
-    tag: 'Conversations',
-  },
-  {
-    method: 'GET',
-    path: '/api/conversations/:conversation_id/mcp',
-    procedure: 'getMcpStatus',
-    input: idOnly,
-    loc: pathOrQuery,
-    summary: 'MCP Server Status',
-    tag: 'MCP',
-  },
-  {
-    method: 'GET',
-    path: '/api/settings',
-    procedure: 'getSettings',
-    input: () => undefined,
-    loc: bodyLoc,
-    summary: 'Get Settings',
-    tag: 'Settings',
-  },
-  {
-    method: 'POST',
-    path: '/api/settings',
-    procedure: 'saveSettings',
-    body: true,
-    input: (r) => r.body,
-    loc: bodyLoc,
-    summary: 'Store Settings',
-    tag: 'Settings',
-  },
-  {
-    method: 'GET',
-    path: '/api/secrets',
-    procedure: 'listSecrets',
-    input: () => undefined,
-    loc: bodyLoc,
-    summary: 'List Secrets',
-    tag: 'Secrets',
-  },
-  {
-    method: 'POST',
-    path: '/api/secrets',
-    procedure: 'createSecret',
-    body: true,
-    status: 201,
-    input: (r) => r.body,
-    loc: bodyLoc,
-    summary: 'Create Secret',
-    tag: 'Secrets',
-  },
-  {
-    method: 'PUT',
-    path: '/api/secrets/:name',
-    procedure: 'updateSecret',
-    body: true,
-    input: (r) => ({ ...(r.body && typeof r.body === 'object' ? r.body : {}), name: r.params.name }),
-    loc: (p) => (p[0] === 'name' ? ['path', 'name'] : ['body', ...asLoc(p)]),
-    summary: 'Update Secret',
-    tag: 'Secrets',
-  },
-  {
-    method: 'DELETE',
-    path: '/api/secrets/:name',
-    procedure: 'deleteSecret',
-    input: (r) => ({ name: r.params.name }),
-    loc: (p) => ['path', ...asLoc(p)],
-    summary: 'Delete Secret',
-    tag: 'Secrets',
-  },
-  {
-    method: 'POST',
-    path: '/api/add-git-providers',
-    procedure: 'addGitProviders',
-    body: true,
-    input: (r) => r.body,
-    loc: bodyLoc,
-    summary: 'Store Provider Tokens',
-    tag: 'Git',
-    operationId: 'store_provider_tokens_api_add_git_providers_post',
-  },
-  ...AGENT_SERVER_ROUTES,
-  ...SIDE_CHANNEL_ROUTES,
-];
-
-export interface CompiledRoute extends Route {
-  regex: RegExp;
+export interface Route extends RouteTarget {
+  method: HttpMethod;
+  /** The path template, as the OpenAPI document and the metrics name it: `/api/conversations/{conversation_id}`. */
+  path: string;
+  /** The names of its parameters, in order. */
   names: string[];
+  /** Does the route read a JSON body (required)? `multipart`: a multipart/form-data body whose part is the input's body field. */
+  body?: true | 'multipart';
+  /** The operation a request runs: this route's own, or an alternative whose condition the request meets. */
+  pick: (r: RouteRequest) => RouteTarget;
 }
 
-export function compileRoutes(routes: Route[]): CompiledRoute[] {
-  return routes.map((r) => {
-    const names: string[] = [];
-    const src = r.path.replace(/:([a-z_]+)/g, (_, n: string) => {
-      names.push(n);
-      return '([^/]+)';
-    });
-    return { ...r, regex: new RegExp(`^${src}/?$`), names };
-  });
-}
-
-/** Finds the route for a path; `methods` lists what the path allows (for 405). */
-export function matchRoute(routes: CompiledRoute[], method: string, url: string) {
-  // the routes of this method first (the first one that matches wins); the others only for a 405's list
-  for (const r of routes) {
-    if (r.method !== method) continue;
-    const m = r.regex.exec(url);
-    if (!m) continue;
-    const params: Record<string, string> = {};
-    r.names.forEach((n, i) => (params[n] = safeDecode(m[i + 1]!)));
-    return { route: r, params, methods: [] as string[] };
+/** Every route of the table (an operation with `when` is an alternative of the route of its method and path). */
+export function tableRoutes(): Route[] {
+  const entries = Object.entries(operations) as [OperationName, AnyOperation][];
+  const routes: Route[] = [];
+  for (const [name, { rest }] of entries) {
+    if (rest.when) continue;
+    const alternatives = entries
+      .filter(([, o]) => o.rest.when && o.rest.method === rest.method && o.rest.path === rest.path)
+      .map(([n, o]) => ({ target: routeTarget(n, o.rest), when: whenOf(o.rest)! }));
+    const route: Route = {
+      ...routeTarget(name, rest),
+      method: rest.method,
+      path: rest.path,
+      names: pathParams(rest.path),
+      body: typeof rest.body === 'object' && rest.body.multipart ? 'multipart' : rest.body ? true : undefined,
+      pick: (r) => {
+        for (const a of alternatives) if (a.when(r)) return a.target;
+        return route;
+      },
+    };
+    if (!alternatives.length) route.pick = () => route;
+    routes.push(route);
   }
-  const methods = new Set<string>();
-  for (const r of routes) if (r.regex.test(url)) methods.add(r.method);
-  return { route: null, params: {}, methods: [...methods] };
+  const orphan = entries.find(([, o]) => o.rest.when && !routes.some((r) => r.method === o.rest.method && r.path === o.rest.path));
+  if (orphan) throw new Error(`${orphan[0]}: \`when\` on ${orphan[1].rest.method} ${orphan[1].rest.path}, which no operation without \`when\` serves`);
+  return routes;
+}
+
+interface Segment {
+  /** The literal segments that can follow, tried before the parameter. */
+  fixed: { name: string; next: Segment }[];
+  /** The subtree of a parameter at this place (any name: each route names its own). */
+  param: Segment | null;
+  /** The routes that end here, by method. */
+  routes: Map<string, Route>;
+}
+const segment = (): Segment => ({ fixed: [], param: null, routes: new Map() });
+
+export interface RouteMatch {
+  route: Route | null;
+  params: Record<string, string>;
+  /** When no route of the method matches: the methods that do (for a 405's Allow). */
+  methods: string[];
+}
+
+/**
+ * The routes as a tree of path segments. A request's path is walked in place (no split, no
+ * substring but the parameters' values), a literal segment tried before a parameter and the
+ * parameter only if the literal's subtree has no route of the method.
+ */
+export class RouteTable {
+  private readonly root = segment();
+
+  constructor(readonly routes: Route[]) {
+    for (const r of routes) {
+      let node = this.root;
+      for (const part of r.path.split('/').slice(1)) {
+        if (part.startsWith('{')) node = node.param ??= segment();
+        else {
+          let next = node.fixed.find((f) => f.name === part)?.next;
+          if (!next) node.fixed.push({ name: part, next: (next = segment()) });
+          node = next;
+        }
+      }
+      if (node.routes.has(r.method)) throw new Error(`two routes for ${r.method} ${r.path}`);
+      node.routes.set(r.method, r);
+    }
+  }
+
+  /** The route for a method and path (one trailing slash allowed); `methods` lists what the path allows when the method has none. */
+  match(method: string, url: string): RouteMatch {
+    const end = url.length > 1 && url.charCodeAt(url.length - 1) === SLASH ? url.length - 1 : url.length;
+    const route = find(this.root, url, 1, end, method, 0);
+    if (route) {
+      const params: Record<string, string> = {};
+      for (let i = 0; i < route.names.length; i++) params[route.names[i]!] = safeDecode(url.slice(BOUNDS[2 * i], BOUNDS[2 * i + 1]));
+      return { route, params, methods: [] };
+    }
+    const methods = new Set<string>();
+    collectMethods(this.root, url, 1, end, methods);
+    return { route: null, params: {}, methods: [...methods] };
+  }
+}
+
+const SLASH = 47;
+/** Where each parameter of the path being matched starts and ends (the walk is synchronous: one scratch array for every match). */
+const BOUNDS = new Int32Array(64);
+
+/** Where the segment starting at `start` ends (exclusive): the next slash, or the end of the path. */
+function segmentEnd(url: string, start: number, end: number): number {
+  const slash = url.indexOf('/', start);
+  return slash < 0 || slash > end ? end : slash;
+}
+
+/**
+ * Is the segment at `start` the literal `name` (the path ends or a slash follows)? A loop of
+ * charCodeAt: `startsWith` with an offset costs ~50 ns a call on Node 20, and finding the segment's
+ * end first (indexOf) ~10 ns a level.
+ */
+function isSegment(url: string, start: number, end: number, name: string): boolean {
+  const stop = start + name.length;
+  if (stop > end || (stop < end && url.charCodeAt(stop) !== SLASH)) return false;
+  for (let i = 0; i < name.length; i++) if (url.charCodeAt(start + i) !== name.charCodeAt(i)) return false;
+  return true;
+}
+
+/** Depth first, a literal segment before a parameter; a parameter is never empty. BOUNDS gets the `p`th parameter's start and end. */
+function find(node: Segment, url: string, start: number, end: number, method: string, p: number): Route | null {
+  if (start > end) return node.routes.get(method) ?? null;
+  const fixed = node.fixed;
+  for (let i = 0; i < fixed.length; i++) {
+    const f = fixed[i]!;
+    if (!isSegment(url, start, end, f.name)) continue;
+    const r = find(f.next, url, start + f.name.length + 1, end, method, p);
+    if (r) return r;
+  }
+  if (!node.param || p >= BOUNDS.length) return null;
+  const stop = segmentEnd(url, start, end);
+  if (stop === start) return null;
+  BOUNDS[p] = start;
+  BOUNDS[p + 1] = stop;
+  return find(node.param, url, stop + 1, end, method, p + 2);
+}
+
+function collectMethods(node: Segment, url: string, start: number, end: number, methods: Set<string>): void {
+  if (start > end) {
+    for (const m of node.routes.keys()) methods.add(m);
+    return;
+  }
+  for (const f of node.fixed) if (isSegment(url, start, end, f.name)) collectMethods(f.next, url, start + f.name.length + 1, end, methods);
+  const stop = segmentEnd(url, start, end);
+  if (node.param && stop > start) collectMethods(node.param, url, stop + 1, end, methods);
 }
 
 /** decodeURIComponent that leaves a malformed escape (`%zz`) as it is instead of throwing. */

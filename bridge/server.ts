@@ -19,8 +19,8 @@ import { buildOpenApi } from './openapi.js';
 import { FileBytes } from '../src/conversation/side-channels.js';
 import { isMultipart, multipartFile, multipartPartsError, readBytes } from './multipart.js';
 import { checkBrowserRequest, isJsonContentType, type GuardOptions } from './guard.js';
-import type { RouteRequest } from './route.js';
-import { compileRoutes, matchRoute, ROUTES, type CompiledRoute } from './routes.js';
+import type { RouteRequest, RouteTarget } from './route.js';
+import { type Route, RouteTable, tableRoutes } from './routes.js';
 import { handleTrpc, trpcRefusal } from './trpc.js';
 import { App, us_listen_socket_close, us_socket_local_port, type HttpResponse, type us_listen_socket } from './uws.js';
 import { mountEventSockets } from './ws.js';
@@ -36,9 +36,9 @@ export interface Daemon {
 export function startServer(config: Config, core: Core, log: Logger): Promise<Daemon> {
   const app = App();
   const keys = config.sessionApiKeys;
-  const routes: CompiledRoute[] = compileRoutes(ROUTES);
+  const routes = new RouteTable(tableRoutes());
   // requests are counted by route template (GET /metrics): one cached metric per route
-  const routeMetrics = new Map(routes.map((r) => [r, new RouteMetric(r.method, r.path.replace(/:([a-z_]+)/g, '{$1}'))]));
+  const routeMetrics = new Map(routes.routes.map((r) => [r, new RouteMetric(r.method, r.path)]));
   const fixed = (path: string) => new RouteMetric('GET', path);
   // generated on first request: converting every zod schema takes tens of ms the start does not need to wait for
   let openapi: string | null = null;
@@ -80,9 +80,7 @@ export function startServer(config: Config, core: Core, log: Logger): Promise<Da
     }),
   );
   const openapiMetric = fixed('/openapi.json');
-  app.get('/openapi.json', (res) =>
-    send(res, watchAbort(res, openapiMetric), 200, (openapi ??= JSON.stringify(buildOpenApi(ROUTES, VERSION, keys.length > 0)))),
-  );
+  app.get('/openapi.json', (res) => send(res, watchAbort(res, openapiMetric), 200, (openapi ??= JSON.stringify(buildOpenApi(VERSION, keys.length > 0)))));
   mountMetrics(app, keys, log);
   mountDocs(app);
   mountConsole(app, guard);
@@ -124,7 +122,7 @@ export function startServer(config: Config, core: Core, log: Logger): Promise<Da
     const state = watchAbort(res);
     const method = req.getMethod().toUpperCase();
     const url = req.getUrl();
-    const { route, params, methods } = matchRoute(routes, method, url);
+    const { route, params, methods } = routes.match(method, url);
     state.metric = route ? routeMetrics.get(route) : unmatchedMetric(method);
     const verdict = checkBrowserRequest(guard, req.getHeader('host'), req.getHeader('origin'), method !== 'GET' && method !== 'HEAD');
     if (verdict) return sendJson(res, state, verdict.status, { detail: verdict.detail });
@@ -179,7 +177,7 @@ export function startServer(config: Config, core: Core, log: Logger): Promise<Da
   });
 
   /** POST /api/file/upload: the multipart body's `file` part is the input's body. */
-  async function readUpload(res: HttpResponse, state: ResState, route: CompiledRoute, r: RouteRequest, contentType: string) {
+  async function readUpload(res: HttpResponse, state: ResState, route: Route, r: RouteRequest, contentType: string) {
     if (!isMultipart(contentType)) return sendJson(res, state, 415, { detail: 'Content-Type must be multipart/form-data' });
     let bytes: Buffer;
     try {
@@ -194,11 +192,12 @@ export function startServer(config: Config, core: Core, log: Logger): Promise<Da
     return dispatch(res, state, route, { ...r, body: file });
   }
 
-  async function dispatch(res: HttpResponse, state: ResState, route: CompiledRoute, r: RouteRequest) {
+  async function dispatch(res: HttpResponse, state: ResState, route: Route, r: RouteRequest) {
     let input: unknown;
+    const target: RouteTarget = route.pick(r);
     try {
-      input = route.input(r);
-      const out = await call(route.alternative?.when(r) ? route.alternative.procedure : route.procedure, input);
+      input = target.input(r);
+      const out = await call(target.operation, input);
       // events/search: written as it is read
       if (out instanceof EventPage) return await streamPage(res, state, out, eventJson);
       // a file's bytes go out as they are
@@ -206,9 +205,9 @@ export function startServer(config: Config, core: Core, log: Logger): Promise<Da
         return send(res, state, 200, Buffer.from(out.bytes), 'application/octet-stream', {
           'content-disposition': `attachment; filename="${out.name.replace(/[^\w.-]/g, '_')}"`,
         });
-      sendJson(res, state, route.status ?? 200, out);
+      sendJson(res, state, target.status, out);
     } catch (err) {
-      const e = toHttpError(err, input, route.loc, log, core.redactor);
+      const e = toHttpError(err, input, target.loc, log, core.redactor);
       sendJson(res, state, e.status, e.body);
     }
   }

@@ -1,33 +1,119 @@
 /**
- * One operations table (src/api/operations.ts), two doors: every operation a REST route calls is a
- * tRPC procedure of the same kind (listed from the route table, then asked of a real daemon's
- * /trpc), and the operations whose REST form is not JSON (the streamed events page, a file's bytes
- * up and down) answer the same over tRPC.
+ * One table of operations (src/api/operations.ts) and what is generated from it: the REST routes
+ * (bridge/routes.ts), the tRPC router (src/api/router.ts) and the OpenAPI document
+ * (bridge/openapi.ts). What the table guarantees: each description is coherent with its input
+ * schema, every operation is reached by REST (a request built from its description runs it) and by
+ * tRPC (a procedure of its kind), the document lists every one, and on a real daemon every route
+ * and procedure answers; the operations whose REST form is not JSON (the streamed events page, a
+ * file's bytes up and down) answer the same over tRPC.
  */
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { after, before, describe, test } from 'node:test';
-import { ROUTES } from '../bridge/routes.js';
-import { operations, type OperationName } from '../src/api/operations.js';
+import type { z } from 'zod';
+import { buildOpenApi } from '../bridge/openapi.js';
+import { pathParams, type RouteRequest } from '../bridge/route.js';
+import { RouteTable, tableRoutes } from '../bridge/routes.js';
+import type { AnyOperation } from '../src/api/operation.js';
+import { type OperationName, operations } from '../src/api/operations.js';
 import { appRouter } from '../src/api/router.js';
 import { createParleyClient, type ParleyClient } from '../src/client.js';
-import { startDaemon, type DaemonHandle } from './support/daemon.js';
+import { type DaemonHandle, startDaemon } from './support/daemon.js';
 
-/** Every operation a REST route can call (a route that serves two names both). */
-const restOperations = [...new Set(ROUTES.flatMap((r) => [r.procedure, ...(r.alternative ? [r.alternative.procedure] : [])]))];
+const entries = Object.entries(operations) as [OperationName, AnyOperation][];
 const procedures = appRouter._def.procedures as Record<string, { _def: { type: string } } | undefined>;
+const ID = '3f1c2d4e-5a6b-4c7d-8e9f-0a1b2c3d4e5f';
+/** The path of an operation with its parameters filled in (a conversation id where it takes one). */
+const samplePath = (path: string) => path.replace(/\{([a-z_]+)\}/g, (_, n: string) => (n === 'conversation_id' ? ID : `sample-${n}`));
+/** A request that meets an operation's `when` (or, for one without, a plain one). */
+function sampleRequest(op: AnyOperation, params: Record<string, string>): RouteRequest {
+  const when = op.rest.when;
+  if (when && 'queryHas' in when) return { params, query: { [when.queryHas]: ID }, rawQuery: `${when.queryHas}=${ID}`, body: undefined };
+  if (when) return { params, query: {}, body: { [when.bodyHasAnyKey[0]!]: {} } };
+  return { params, query: {}, body: {} };
+}
 
-describe('every REST operation is a tRPC procedure', () => {
-  test('listed from the route table: each is a procedure of the type its operation says', () => {
-    assert.ok(restOperations.length >= 40, `the route table names ${restOperations.length} operations`);
-    const missing = restOperations.filter((name) => !procedures[name]);
-    assert.deepEqual(missing, [], 'REST operations that /trpc does not serve');
-    for (const name of restOperations) assert.equal(procedures[name]!._def.type, operations[name].type, name);
+describe('the operations table', () => {
+  test("each REST description fits its input: path parameters and the body field are the input's fields; a whole-body input has nothing beside it", () => {
+    assert.ok(entries.length >= 41, `${entries.length} operations`);
+    for (const [name, { rest, input }] of entries) {
+      const shape = (input as z.ZodObject).shape as Record<string, unknown> | undefined;
+      for (const p of pathParams(rest.path)) assert.ok(shape?.[p], `${name}: {${p}} is a field of its input`);
+      if (typeof rest.body === 'object') assert.ok(shape?.[rest.body.field], `${name}: the body field ${rest.body.field} is a field of its input`);
+      if (rest.body === 'input') assert.ok(!pathParams(rest.path).length && !rest.query, `${name}: a whole-body input has no parameter beside it`);
+      assert.match(rest.path, /^\/api(\/([a-z_-]+|\{[a-z_]+\}))+$/, `${name}: a path template`);
+      assert.ok(rest.summary && rest.tag, `${name}: summary and tag`);
+    }
   });
 
-  test("the router serves exactly the table's operations (and the events subscription)", () => {
-    const routerNames = Object.keys(procedures).filter((n) => n !== 'events');
-    assert.deepEqual(routerNames.sort(), Object.keys(operations).sort());
+  test('a method and path belong to one operation, or to one without `when` and others with it, which read the body the same way', () => {
+    const byRoute = new Map<string, typeof entries>();
+    for (const e of entries) byRoute.set(`${e[1].rest.method} ${e[1].rest.path}`, [...(byRoute.get(`${e[1].rest.method} ${e[1].rest.path}`) ?? []), e]);
+    for (const [route, ops] of byRoute) {
+      assert.equal(ops.filter(([, o]) => !o.rest.when).length, 1, `${route}: one operation without \`when\``);
+      const bodies = new Set(
+        ops.map(([, o]) => (typeof o.rest.body === 'object' ? (o.rest.body.multipart ? 'multipart' : 'json') : o.rest.body ? 'json' : 'none')),
+      );
+      assert.equal(bodies.size, 1, `${route}: every operation reads the body as the route does`);
+    }
+    assert.ok(
+      [...byRoute.values()].some((ops) => ops.length > 1),
+      'the table has alternatives (POST and GET /api/conversations)',
+    );
+  });
+
+  test('REST reaches every operation: a request built from its description runs it, with or without a trailing slash', () => {
+    const table = new RouteTable(tableRoutes());
+    for (const [name, op] of entries) {
+      for (const url of [samplePath(op.rest.path), `${samplePath(op.rest.path)}/`]) {
+        const { route, params } = table.match(op.rest.method, url);
+        assert.ok(route, `${op.rest.method} ${url} has a route`);
+        assert.equal(route.pick(sampleRequest(op, params)).operation, name, `${op.rest.method} ${url} runs ${name}`);
+      }
+    }
+    // a literal segment wins over a parameter whatever the order of the table; a method the path lacks is a 405's list
+    assert.equal(table.match('GET', '/api/conversations/search').route?.operation, 'searchConversations');
+    assert.equal(table.match('GET', '/api/conversations/count').route?.operation, 'countConversations');
+    assert.equal(table.match('GET', `/api/conversations/${ID}/events/search`).route?.operation, 'searchEvents');
+    assert.equal(table.match('GET', `/api/conversations/${ID}/events/abc`).route?.operation, 'getEvent');
+    assert.equal(table.match('PATCH', '/api/conversations/search').route?.operation, 'updateConversation', 'the parameter, when the literal has no PATCH');
+    assert.deepEqual(table.match('PUT', `/api/conversations/${ID}`).methods.sort(), ['DELETE', 'GET', 'PATCH']);
+    assert.deepEqual(table.match('GET', '/api/conversations//x').route, null);
+    assert.deepEqual(table.match('GET', '/api/tools//').route, null);
+    assert.deepEqual(table.match('GET', `/api/conversations/a%2Fb`).params, { conversation_id: 'a/b' });
+  });
+
+  test('tRPC serves every operation as the query or mutation it is, and nothing else but the events subscription', () => {
+    for (const [name, op] of entries) assert.equal(procedures[name]?._def.type, op.type, name);
+    assert.deepEqual(
+      Object.keys(procedures)
+        .filter((n) => n !== 'events')
+        .sort(),
+      entries.map(([n]) => n).sort(),
+    );
+  });
+
+  test('the OpenAPI document lists every operation at its method and path (the ones that share a path in its description), and nothing else', () => {
+    const doc = buildOpenApi('0.1.0', true) as {
+      paths: Record<string, Record<string, { summary: string; tags: string[]; operationId: string; description?: string }>>;
+    };
+    const ids = new Set<string>();
+    for (const [name, { rest }] of entries) {
+      const o = doc.paths[rest.path]?.[rest.method.toLowerCase()];
+      assert.ok(o, `${rest.method} ${rest.path} is in the document`);
+      if (rest.when) {
+        assert.match(o.description ?? '', new RegExp(`\\(\`${name}\`\\)`), `${name} is named on ${rest.method} ${rest.path}`);
+        continue;
+      }
+      assert.equal(o.summary, rest.summary, name);
+      assert.deepEqual(o.tags, [rest.tag], name);
+      if (rest.operationId) assert.equal(o.operationId, rest.operationId, name);
+      assert.ok(!ids.has(o.operationId), `${o.operationId} is one operation's`);
+      ids.add(o.operationId);
+    }
+    const documented = Object.entries(doc.paths).flatMap(([p, item]) => Object.keys(item).map((m) => `${m.toUpperCase()} ${p}`));
+    const health = ['GET /alive', 'GET /health', 'GET /ready', 'GET /server_info'];
+    assert.deepEqual(documented.sort(), [...new Set(entries.map(([, o]) => `${o.rest.method} ${o.rest.path}`)), ...health].sort());
   });
 });
 
@@ -43,16 +129,32 @@ describe('over the wire', () => {
     if (d) fs.rmSync(d.dataDir, { recursive: true, force: true });
   });
 
-  test('/trpc knows every REST operation by name', async () => {
+  test('every REST route answers (never a 404 or 405 of an unknown route)', async () => {
+    const routes = [...new Set(entries.map(([, o]) => `${o.rest.method} ${o.rest.path}`))];
+    const missed: string[] = [];
+    for (const route of routes) {
+      const [method, path] = route.split(' ') as [string, string];
+      const bodyless = method === 'GET' || method === 'DELETE';
+      const r = await fetch(`${d.url}${samplePath(path)}`, {
+        method,
+        ...(bodyless ? {} : { body: '{}', headers: { 'content-type': 'application/json' } }),
+      });
+      const text = await r.text();
+      if (r.status === 405 || (r.status === 404 && text === '{"detail":"Not Found"}')) missed.push(`${route}: ${r.status} ${text}`);
+    }
+    assert.deepEqual(missed, []);
+  });
+
+  test('/trpc knows every operation by name', async () => {
     const unknown = await fetch(`${d.url}/trpc/noSuchOperation`);
     assert.match(await unknown.text(), /No procedure found/, 'what /trpc answers for a name it does not serve');
     const missing: string[] = [];
-    for (const name of restOperations) {
+    for (const [name, op] of entries) {
       // a GET runs a query (without input: most refuse it) and is refused by a mutation (405); neither is "no procedure"
       const r = await fetch(`${d.url}/trpc/${name}`);
       const text = await r.text();
       if (/No procedure found/.test(text)) missing.push(name);
-      else if (operations[name as OperationName].type === 'mutation') assert.equal(r.status, 405, `${name}: ${text}`);
+      else if (op.type === 'mutation') assert.equal(r.status, 405, `${name}: ${text}`);
     }
     assert.deepEqual(missing, []);
   });

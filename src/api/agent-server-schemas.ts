@@ -10,11 +10,7 @@ import { EXECUTION_STATUSES } from '../conversation/conversations.js';
 import { ConversationId, SecretValue, SendMessageRequest } from './schemas.js';
 
 /** Body keys that mark a create request as the agent-server shape (any other body is `InitSessionRequest`). */
-const AGENT_SERVER_CREATE_KEYS = ['agent', 'agent_settings', 'workspace', 'initial_message'] as const;
-
-export function isAgentServerCreate(body: unknown): boolean {
-  return !!body && typeof body === 'object' && !Array.isArray(body) && AGENT_SERVER_CREATE_KEYS.some((k) => k in body);
-}
+export const AGENT_SERVER_CREATE_KEYS = ['agent', 'agent_settings', 'workspace', 'initial_message'] as const;
 
 /** The LLM of an agent: Parley uses model, api_key and base_url; the client's other LLM options are accepted. */
 const AgentLlm = z

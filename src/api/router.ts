@@ -3,13 +3,11 @@
  * plus the `events` subscription. REST (the bridge) runs the same table.
  */
 import type { z } from 'zod';
-import type { Core } from '../core.js';
 import { SubscribeInput } from './schemas.js';
 import { eventStream } from './subscription.js';
 import { procedure, router } from './trpc.js';
-import { operations, type Operation, type OperationType } from './operations.js';
-
-type Handler<I extends z.ZodType, O> = (c: Core, i: z.output<I>) => Promise<O>;
+import type { AnyOperation, Handler, Operation } from './operation.js';
+import { operations } from './operations.js';
 
 const queryProcedure = <I extends z.ZodType, O>(input: I, handler: Handler<I, O>) =>
   procedure.input(input).query(({ ctx, input }) => handler(ctx.core, input as z.output<I>));
@@ -25,7 +23,7 @@ type ProcedureOf<Op> =
     : never;
 type Procedures = { [K in keyof typeof operations]: ProcedureOf<(typeof operations)[K]> };
 
-function toProcedure(op: Operation<OperationType, z.ZodType, unknown, z.ZodType, unknown>) {
+function toProcedure(op: AnyOperation) {
   return op.type === 'query' ? queryProcedure(op.json.input, op.json.handler) : mutationProcedure(op.json.input, op.json.handler);
 }
 const procedures = Object.fromEntries(Object.entries(operations).map(([name, op]) => [name, toProcedure(op as never)])) as Procedures;

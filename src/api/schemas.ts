@@ -145,6 +145,8 @@ export const SearchEventsQuery = z.strictObject({
 });
 export const CountEventsQuery = SearchEventsQuery.pick({ kind: true, source: true, after_seq: true, body: true, timestamp__gte: true, timestamp__lt: true });
 
+/** The input of an operation that takes none. */
+export const NoInput = z.void();
 export const ConversationIdInput = z.object({ conversation_id: ConversationId });
 export const SearchEventsInput = SearchEventsQuery.extend({ conversation_id: ConversationId });
 export const CountEventsInput = CountEventsQuery.extend({ conversation_id: ConversationId });

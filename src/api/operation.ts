@@ -1,0 +1,100 @@
+/**
+ * What one operation of the API is: whether it reads or changes (a tRPC query or mutation), its
+ * input schema, its handler, and its REST description. The table of every operation is
+ * operations.ts; the tRPC router (router.ts), the REST routes (bridge/routes.ts) and the OpenAPI
+ * document (bridge/openapi.ts) are all generated from it.
+ *
+ * The REST description is data, not code: a method, a path template and where each field of the
+ * input comes from (the path's parameters, the query string, the body). The core speaks no HTTP;
+ * the bridge reads requests and turns this description into the operation's input, and a failed
+ * field back into the `loc` of a 422 (`["path", …]`, `["query", …]`, `["body", …]`).
+ */
+import type { z } from 'zod';
+import type { Core } from '../core.js';
+
+export type OperationType = 'query' | 'mutation';
+export type Handler<I extends z.ZodType, O> = (c: Core, i: z.output<I>) => Promise<O>;
+type Json = Record<string, unknown>;
+
+export type HttpMethod = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
+
+/**
+ * An operation as a REST route. Every parameter of `path` is the input's field of that name; the
+ * rest of the input is what `body` and `query` say. With neither (and no parameter) the input is
+ * `undefined`.
+ */
+export interface RestRoute {
+  method: HttpMethod;
+  /** The path template, parameters in braces: `/api/conversations/{conversation_id}/run`. */
+  path: string;
+  /**
+   * The JSON body: the whole input (`'input'`: no parameter or query beside it), the input's fields
+   * beside the path's parameters (`'fields'`: a body that is not an object gives none), or one field
+   * of the input (`{ field }`). `multipart` names the part of a multipart/form-data body that is the
+   * field instead (its bytes).
+   */
+  body?: 'input' | 'fields' | { field: string; multipart?: string };
+  /** The query string's parameters are the input's fields; `lists` are those given as `a,b` or repeated (`ids=a&ids=b`). */
+  query?: true | { lists: readonly string[] };
+  /**
+   * Two operations may share a method and path when the request tells them apart: the one with
+   * `when` runs for the requests it describes, the one without for every other request (and is the
+   * one the OpenAPI document lists, naming the other).
+   */
+  when?: { bodyHasAnyKey: readonly string[] } | { queryHas: string };
+  /** The success status (default 200). */
+  status?: number;
+  /** OpenAPI: the operation's summary and tag, and its operationId when the interface fixes one (else derived from summary, path and method). */
+  summary: string;
+  tag: string;
+  operationId?: string;
+  /**
+   * OpenAPI beyond what the input schema says: the request body's component (default: the input
+   * schema's, or the body field's, when it is registered), the query parameters (default: the
+   * input's fields not in the path), the response (a component name or a JSON Schema; default `Success`).
+   */
+  doc?: { body?: string; query?: z.ZodObject; response?: string | Json };
+}
+
+export interface Operation<T extends OperationType, I extends z.ZodType, O, JI extends z.ZodType = I, JO = O> {
+  type: T;
+  input: I;
+  handler: Handler<I, O>;
+  rest: RestRoute;
+  /** The operation as a JSON door (tRPC) serves it. */
+  json: { input: JI; handler: Handler<JI, JO> };
+  /** A check of the usual input without the schema (the hot path): its output, or undefined to let the schema decide. */
+  quick?: (raw: unknown) => z.output<I> | undefined;
+}
+
+/** Any operation of the table, as code that does not care which (the router, runOperation, the bridge). */
+export type AnyOperation = Operation<OperationType, z.ZodType, unknown, z.ZodType, unknown>;
+
+interface Spec<I extends z.ZodType, O> {
+  input: I;
+  rest: RestRoute;
+  handler: Handler<I, O>;
+  quick?: (raw: unknown) => z.output<I> | undefined;
+}
+
+const operation =
+  <T extends OperationType>(type: T) =>
+  <I extends z.ZodType, O>(spec: Spec<I, O>): Operation<T, I, O> => ({ type, ...spec, json: { input: spec.input, handler: spec.handler } });
+export const query = operation('query');
+export const mutation = operation('mutation');
+
+/** Over JSON, the output in a JSON form (what REST streams or sends as bytes, collected). */
+export function jsonOutput<T extends OperationType, I extends z.ZodType, O, J>(
+  op: Operation<T, I, O>,
+  toJson: (o: O) => J | Promise<J>,
+): Operation<T, I, O, I, J> {
+  return { ...op, json: { input: op.input, handler: async (c, i) => toJson(await op.handler(c, i)) } };
+}
+
+/** Over JSON, another input schema that gives the same input (bytes as base64). */
+export function jsonInput<T extends OperationType, I extends z.ZodType, O, JI extends z.ZodType<z.output<I>>>(
+  op: Operation<T, I, O>,
+  input: JI,
+): Operation<T, I, O, JI, O> {
+  return { ...op, json: { input, handler: op.handler as unknown as Handler<JI, O> } };
+}

@@ -1,0 +1,49 @@
+/** The daemon's settings: the LLM, custom secrets, git provider tokens (and the default MCP config). */
+import { mutation, query } from '../operation.js';
+import { AddGitProvidersRequest, CreateSecretInput, NoInput, SecretNameInput, SettingsUpdate, UpdateSecretInput } from '../schemas.js';
+
+export const settingsOperations = {
+  getSettings: query({
+    input: NoInput,
+    rest: { method: 'GET', path: '/api/settings', summary: 'Get Settings', tag: 'Settings', doc: { response: 'SettingsView' } },
+    handler: (c) => c.settings.publicSettings(),
+  }),
+  saveSettings: mutation({
+    input: SettingsUpdate,
+    rest: { method: 'POST', path: '/api/settings', body: 'input', summary: 'Store Settings', tag: 'Settings', doc: { response: 'SettingsView' } },
+    handler: (c, i) => c.settings.saveLlmSettings(i),
+  }),
+  listSecrets: query({
+    input: NoInput,
+    rest: { method: 'GET', path: '/api/secrets', summary: 'List Secrets', tag: 'Secrets', doc: { response: 'SecretList' } },
+    handler: (c) => c.settings.listSecrets(),
+  }),
+  createSecret: mutation({
+    input: CreateSecretInput,
+    rest: { method: 'POST', path: '/api/secrets', body: 'input', status: 201, summary: 'Create Secret', tag: 'Secrets', doc: { response: 'SecretInfo' } },
+    handler: (c, i) => c.settings.createSecret(i.name, i.value, i.description),
+  }),
+  updateSecret: mutation({
+    input: UpdateSecretInput,
+    rest: { method: 'PUT', path: '/api/secrets/{name}', body: 'fields', summary: 'Update Secret', tag: 'Secrets', doc: { body: 'UpdateSecret' } },
+    handler: (c, i) => c.settings.updateSecret(i.name, i.value, i.description),
+  }),
+  deleteSecret: mutation({
+    input: SecretNameInput,
+    rest: { method: 'DELETE', path: '/api/secrets/{name}', summary: 'Delete Secret', tag: 'Secrets' },
+    handler: (c, i) => c.settings.deleteSecret(i.name),
+  }),
+  addGitProviders: mutation({
+    input: AddGitProvidersRequest,
+    rest: {
+      method: 'POST',
+      path: '/api/add-git-providers',
+      body: 'input',
+      summary: 'Store Provider Tokens',
+      tag: 'Git',
+      operationId: 'store_provider_tokens_api_add_git_providers_post',
+      doc: { response: 'MessageResponse' },
+    },
+    handler: (c, i) => c.settings.addGitProviders(i),
+  }),
+};
