@@ -11,7 +11,7 @@
  * (`lastEventId`), with no gap and no duplicate. To resume in a new process, subscribe with
  * `lastEventId: String(seq)` or `after_seq: seq`. Live-only events (streamed text) have no id.
  */
-import { createTRPCClient, httpBatchLink, httpSubscriptionLink, splitLink } from '@trpc/client';
+import { createTRPCClient, httpBatchLink, httpLink, httpSubscriptionLink, splitLink } from '@trpc/client';
 import type { inferRouterInputs, inferRouterOutputs } from '@trpc/server';
 import { EventSource } from 'eventsource';
 import type { AppRouter } from './api/router.js';
@@ -19,13 +19,27 @@ import type { AppRouter } from './api/router.js';
 export interface ParleyClientOptions {
   /** Base URL of the daemon, e.g. http://127.0.0.1:3000 */
   url: string;
-  /** A session key (SESSION_API_KEY); sent as the X-Session-API-Key header, never in a URL. */
-  apiKey?: string;
+  /**
+   * A session key (SESSION_API_KEY), or a function that gives the current one at each call (a key
+   * that changes while the client lives, as in the web console); sent as the X-Session-API-Key
+   * header, never in a URL.
+   */
+  apiKey?: string | null | (() => string | null | undefined);
+  /** Calls made in the same tick go as one request (tRPC's batching: the default); `false`, one request per call. */
+  batch?: boolean;
 }
 
+/**
+ * Works in Node and in a browser (the web console bundles it): the subscription uses the
+ * `eventsource` package, which reads the stream with fetch, so the key goes in a header there too
+ * (a browser's own EventSource cannot send one).
+ */
 export function createParleyClient(opts: ParleyClientOptions) {
   const base = `${opts.url.replace(/\/$/, '')}/trpc`;
-  const headers: Record<string, string> = opts.apiKey ? { 'X-Session-API-Key': opts.apiKey } : {};
+  const headers = (): Record<string, string> => {
+    const key = typeof opts.apiKey === 'function' ? opts.apiKey() : opts.apiKey;
+    return key ? { 'X-Session-API-Key': key } : {};
+  };
   return createTRPCClient<AppRouter>({
     links: [
       splitLink({
@@ -35,10 +49,10 @@ export function createParleyClient(opts: ParleyClientOptions) {
           EventSource,
           eventSourceOptions: () => ({
             fetch: (input: string | URL | Request, init?: RequestInit) =>
-              fetch(input, { ...init, headers: { ...(init?.headers as Record<string, string>), ...headers } }),
+              fetch(input, { ...init, headers: { ...(init?.headers as Record<string, string>), ...headers() } }),
           }),
         }),
-        false: httpBatchLink({ url: base, headers: () => headers }),
+        false: opts.batch === false ? httpLink({ url: base, headers }) : httpBatchLink({ url: base, headers }),
       }),
     ],
   });

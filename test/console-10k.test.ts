@@ -21,6 +21,8 @@ let d: DaemonHandle;
 let browser: ConsoleBrowser;
 const api = (method: string, p: string, body?: unknown) => d.req(method, p, body, { 'x-session-api-key': KEY });
 const signedInPage = () => browser.signedInPage(d.url, KEY);
+/** The `after_seq` of a page of history the console asked for (`/trpc/searchEvents?input=<the input as JSON>`). */
+const afterSeq = (url: string) => Number(JSON.parse(new URL(url).searchParams.get('input') ?? '{}').after_seq);
 
 before(async () => {
   d = await startDaemon({ SESSION_API_KEY: KEY });
@@ -129,7 +131,7 @@ describe('web console: 10,000 events', { timeout: 180_000 }, () => {
     // it is open, not once per page of older events (this workspace is no git repository: 422 each time)
     let changesAsked = 0;
     page.on('request', (r) => {
-      if (new URL(r.url()).pathname === '/api/git/changes') changesAsked += 1;
+      if (new URL(r.url()).pathname === '/trpc/gitChanges') changesAsked += 1;
     });
     const t0 = Date.now();
     await page.goto(`${d.url}/conversations/${id}`);
@@ -219,8 +221,8 @@ describe('web console: 10,000 events', { timeout: 180_000 }, () => {
     let open!: () => void;
     let gate = new Promise<void>((r) => (open = r));
     let handed = 0;
-    await page.route(/\/events\/search\?/, async (route) => {
-      if (Number(new URL(route.request().url()).searchParams.get('after_seq')) >= last - 100) return route.continue();
+    await page.route(/\/trpc\/searchEvents\?/, async (route) => {
+      if (afterSeq(route.request().url()) >= last - 100) return route.continue();
       const opened = gate; // the gate as it was when the page asked
       const response = await route.fetch();
       await opened;

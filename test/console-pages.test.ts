@@ -49,7 +49,7 @@ after(async () => {
 describe('web console: the pages at work', { timeout: 180_000 }, () => {
   test('settings: LLM model, base URL and key (never shown back), git-provider tokens, default MCP servers, secrets', async () => {
     const { page, w } = await signedInPage();
-    const read = page.waitForResponse((r) => r.request().method() === 'GET' && new URL(r.url()).pathname === '/api/settings');
+    const read = page.waitForResponse((r) => r.request().method() === 'GET' && new URL(r.url()).pathname === '/trpc/getSettings');
     await page.locator('nav a', { hasText: 'Settings' }).click();
     const llmForm = page.locator('form', { has: page.locator('h2', { hasText: 'Language model' }) });
     // the form shows the stored settings once read (Save is disabled meanwhile): typed before, the model was overwritten (seen at load 14)

@@ -180,6 +180,44 @@ describe('web console', { timeout: 180_000 }, () => {
     assert.deepEqual([...w.errors, ...other.w.errors], []);
   });
 
+  test('the page calls the API through the typed client (/trpc): the key in a header on every call, never in a URL; a key refused later sends it back to sign-in', async () => {
+    const id = (await api('POST', '/api/conversations', {})).body.conversation_id as string;
+    const { page, w } = await browser.signedInPage(d.url, KEY);
+    const calls: { url: string; method: string; key: string | undefined; type: string | undefined }[] = [];
+    page.on('request', (r) => {
+      const h = r.headers();
+      if (new URL(r.url()).origin === d.url) calls.push({ url: r.url(), method: r.method(), key: h['x-session-api-key'], type: h['content-type'] });
+    });
+    // a query (the conversation, its history, its changes), then mutations (the title, a message)
+    await page.goto(`${d.url}/conversations/${id}`);
+    await page.locator('.conv-head').waitFor();
+    await page.locator('.tabs button', { hasText: 'Details' }).click();
+    await page.locator('input[name="title"]').fill('Renamed in the console');
+    await page.locator('form:has(input[name="title"]) button', { hasText: 'Rename' }).click();
+    await waitFor(async () => (await api('GET', `/api/conversations/${id}`)).body.title === 'Renamed in the console', 'the title saved');
+    const trpc = calls.filter((c) => new URL(c.url).pathname.startsWith('/trpc/'));
+    const names = new Set(trpc.map((c) => new URL(c.url).pathname.slice('/trpc/'.length)));
+    for (const name of ['getConversation', 'updateConversation']) assert.ok(names.has(name), `${name} was called: ${[...names].join(', ')}`);
+    assert.deepEqual(
+      calls.filter((c) => new URL(c.url).pathname.startsWith('/api/')).map((c) => c.url),
+      [],
+      'no hand-written REST call is left',
+    );
+    for (const c of trpc) {
+      assert.equal(c.key, KEY, `${c.method} ${c.url} carries the key in its header`);
+      if (c.method === 'POST') assert.match(c.type ?? '', /^application\/json/, `${c.url}: a mutation is JSON`);
+    }
+    assert.ok(!calls.some((c) => c.url.includes(KEY) || c.url.includes(encodeURIComponent(KEY))), 'the key is in no URL');
+
+    // the key is rotated away while the tab is open: the next call is refused (401 over /trpc) and the page asks for the key again
+    await page.evaluate(`sessionStorage.setItem('parley.session-key', 'a-key-that-was-rotated-away')`);
+    await page.locator('nav a', { hasText: 'Settings' }).click();
+    await page.locator('.alert', { hasText: 'The daemon refused the session key' }).waitFor();
+    await page.locator('input[name="key"]').waitFor();
+    assert.equal(await page.evaluate(() => sessionStorage.getItem('parley.session-key')), null, 'the refused key is forgotten');
+    assert.deepEqual(w.elsewhere, []);
+  });
+
   test('the start-up link (printed on a terminal only) signs in; the key leaves the address bar and the history at once; no log line carries it', async () => {
     const { port, key: linkKey } = onTerminal;
     const out = () => onTerminal.output;

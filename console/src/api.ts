@@ -1,15 +1,22 @@
 /**
- * The daemon's REST API as the page calls it: same origin, JSON, the session key as the
- * `X-Session-API-Key` header. The key is kept in sessionStorage: for this tab only, gone when it
- * closes. The start-up link carries it in the URL's fragment (`/#key=…`: never sent to a server,
- * so never in an access log or a Referer); `takeKeyFromUrl` moves it to the tab's storage and
- * replaces the history entry at once, so it stays neither in the address bar nor in history.
+ * The daemon's API as the page calls it: `parley/client` (src/client.ts), the typed tRPC client,
+ * over /trpc on the same origin, its calls and answers typed from the operations themselves. The
+ * session key goes as the `X-Session-API-Key` header, read at each call. The key is kept in
+ * sessionStorage: for this tab only, gone when it closes. The start-up link carries it in the URL's
+ * fragment (`/#key=…`: never sent to a server, so never in an access log or a Referer);
+ * `takeKeyFromUrl` moves it to the tab's storage and replaces the history entry at once, so it
+ * stays neither in the address bar nor in history.
  */
-import type { ConversationInfo } from '../../src/conversation/conversations.js';
-import type { ParleyEvent } from '../../src/events/schema.js';
+import { TRPCClientError } from '@trpc/client';
+import { createParleyClient, type ParleyEvent, type ParleyOutputs } from '../../src/client.js';
 
-export type { ConversationInfo, ParleyEvent };
+export type { ParleyEvent };
+export type ConversationInfo = ParleyOutputs['getConversation'];
+export type ConversationPage = ParleyOutputs['listConversations'];
 export type ExecutionStatus = ConversationInfo['execution_status'];
+export type GitChange = ParleyOutputs['gitChanges'][number];
+export type McpStatus = ParleyOutputs['getMcpStatus'];
+export type LlmSettings = ParleyOutputs['getSettings'];
 
 const KEY_ITEM = 'parley.session-key';
 
@@ -30,6 +37,12 @@ export const sessionKey = (): string | null => sessionStorage.getItem(KEY_ITEM);
 export const setSessionKey = (key: string) => sessionStorage.setItem(KEY_ITEM, key);
 export const clearSessionKey = () => sessionStorage.removeItem(KEY_ITEM);
 
+/**
+ * The typed client. One request per call (no batching): each call is its own entry in the
+ * browser's network panel, and a slow one (a page of older events) holds up no other.
+ */
+export const parley = createParleyClient({ url: location.origin, apiKey: sessionKey, batch: false });
+
 export class ApiError extends Error {
   constructor(
     readonly status: number,
@@ -46,101 +59,60 @@ export const whenUnauthorized = (fn: () => void) => {
 };
 export const keyRefused = () => onUnauthorized();
 
-/** The human text of an error body: `{detail: "…"}`, or the 422 list (`loc: msg` per field). */
-function describe(status: number, body: unknown, text: string): string {
-  const detail = (body as { detail?: unknown } | null)?.detail;
-  if (typeof detail === 'string') return detail;
-  if (Array.isArray(detail)) {
-    return detail
-      .map(
-        (d: { loc?: unknown[]; msg?: string }) => `${(d.loc ?? []).filter((l) => l !== 'body' && l !== 'query').join('.') || 'request'}: ${d.msg ?? 'invalid'}`,
-      )
-      .join('; ');
-  }
-  return text.slice(0, 300) || `HTTP ${status}`;
+interface ErrorData {
+  httpStatus?: number;
+  issues?: { loc?: (string | number)[]; msg?: string }[];
 }
 
-function headers(json: boolean, key = sessionKey()): Record<string, string> {
-  const h: Record<string, string> = {};
-  if (key) h['x-session-api-key'] = key;
-  if (json) h['content-type'] = 'application/json';
-  return h;
+/** A failed call as the page shows it: the HTTP status, and the human text (`loc: msg` per field of a 422). */
+function toApiError(err: unknown): ApiError {
+  if (!(err instanceof TRPCClientError)) return new ApiError(0, (err as Error)?.message ?? String(err));
+  const data = err.data as ErrorData | undefined;
+  // a refusal before tRPC (the browser checks) is `{detail}`, not tRPC's shape: its status and text are in the response
+  const meta = err.meta as { response?: Response; responseJSON?: { detail?: unknown } } | undefined;
+  const status = data?.httpStatus ?? meta?.response?.status ?? 0;
+  if (status === 0) return new ApiError(0, 'The daemon cannot be reached');
+  if (data?.issues?.length) return new ApiError(status, data.issues.map((i) => `${(i.loc ?? []).join('.') || 'request'}: ${i.msg ?? 'invalid'}`).join('; '));
+  const detail = meta?.responseJSON?.detail;
+  return new ApiError(status, typeof detail === 'string' ? detail : err.message || `HTTP ${status}`);
 }
 
-export async function api<T>(method: string, path: string, body?: unknown): Promise<T> {
-  let res: Response;
+/** Awaits a call of the client; a failure becomes an ApiError, and a refused key sends the app back to the sign-in page. */
+export async function call<T>(request: Promise<T>): Promise<T> {
   try {
-    res = await fetch(path, { method, headers: headers(body !== undefined), body: body === undefined ? undefined : JSON.stringify(body) });
-  } catch {
-    throw new ApiError(0, 'The daemon cannot be reached');
+    return await request;
+  } catch (err) {
+    const e = toApiError(err);
+    if (e.status === 401) {
+      onUnauthorized();
+      throw new ApiError(401, 'The daemon refused the session key');
+    }
+    throw e;
   }
-  const text = await res.text();
-  let parsed: unknown = null;
-  try {
-    parsed = text ? JSON.parse(text) : null;
-  } catch {
-    /* not JSON */
-  }
-  if (res.status === 401) {
-    onUnauthorized();
-    throw new ApiError(401, 'The daemon refused the session key');
-  }
-  if (!res.ok) throw new ApiError(res.status, describe(res.status, parsed, text));
-  return parsed as T;
 }
 
 /** What a key (or no key) gets: 'ok', 'refused' (401), or the error when the daemon cannot tell. */
 export async function checkKey(key: string | null): Promise<'ok' | 'refused'> {
-  let res: Response;
   try {
-    res = await fetch('/api/conversations?limit=1', { headers: headers(false, key) });
-  } catch {
-    throw new ApiError(0, 'The daemon cannot be reached');
+    await createParleyClient({ url: location.origin, apiKey: key, batch: false }).listConversations.query({ limit: 1 });
+    return 'ok';
+  } catch (err) {
+    const e = toApiError(err);
+    if (e.status === 401) return 'refused';
+    throw e.status ? new ApiError(e.status, `The daemon answered ${e.status}`) : e;
   }
-  if (res.status === 401) return 'refused';
-  if (!res.ok) throw new ApiError(res.status, `The daemon answered ${res.status}`);
-  return 'ok';
 }
 
-/** A workspace file's bytes, saved by the browser under its name (a link cannot carry the key header). */
+/** A workspace file's bytes (base64 over tRPC), saved by the browser under its name (a link cannot carry the key header). */
 export async function downloadFile(conversationId: string, path: string): Promise<void> {
-  const res = await fetch(`/api/file/download?${new URLSearchParams({ path, conversation_id: conversationId })}`, { headers: headers(false) });
-  if (res.status === 401) onUnauthorized();
-  if (!res.ok) {
-    const text = await res.text();
-    let parsed: unknown = null;
-    try {
-      parsed = JSON.parse(text);
-    } catch {
-      /* not JSON */
-    }
-    throw new ApiError(res.status, describe(res.status, parsed, text));
-  }
-  const url = URL.createObjectURL(await res.blob());
+  const file = await call(parley.downloadFile.query({ conversation_id: conversationId, path }));
+  const bytes = Uint8Array.from(atob(file.content_base64), (c) => c.charCodeAt(0));
+  const url = URL.createObjectURL(new Blob([bytes]));
   const a = document.createElement('a');
   a.href = url;
-  a.download = path.split('/').pop() || 'download';
+  a.download = file.name || path.split('/').pop() || 'download';
   document.body.append(a);
   a.click();
   a.remove();
   setTimeout(() => URL.revokeObjectURL(url), 10_000);
 }
-
-export interface ConversationPage {
-  items: ConversationInfo[];
-  next_page_id: string | null;
-}
-export interface GitChange {
-  path: string;
-  status: 'ADDED' | 'UPDATED' | 'DELETED' | 'MOVED';
-}
-export interface McpStatus {
-  servers: { name: string; transport: string; state: string; reason?: string; tools: string[] }[];
-}
-export interface LlmSettings {
-  llm_model: string | null;
-  llm_base_url: string | null;
-  llm_api_key_set: boolean;
-}
-
-export const conversationPath = (id: string) => `/api/conversations/${encodeURIComponent(id)}`;

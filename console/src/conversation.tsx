@@ -6,15 +6,15 @@
 import { Fragment, type ComponentChildren } from 'preact';
 import { useEffect, useLayoutEffect, useReducer, useRef, useState } from 'preact/hooks';
 import {
-  api,
-  conversationPath,
   type ApiError,
-  downloadFile,
+  call,
   type ConversationInfo,
+  downloadFile,
   type ExecutionStatus,
   type GitChange,
   type McpStatus,
   type ParleyEvent,
+  parley,
 } from './api.js';
 import { Diff } from './diff.js';
 import { EventRow } from './events.js';
@@ -106,10 +106,10 @@ function Confirmation({ id, rows }: { id: string; rows: Rows }) {
   const [busy, error, run] = useAction();
   const respond = (accept: boolean) =>
     void run(() =>
-      api(
-        'POST',
-        `${conversationPath(id)}/events/respond_to_confirmation`,
-        accept ? { accept } : { accept, reason: reason.trim() || 'Rejected in the console' },
+      call(
+        parley.respondToConfirmation.mutate(
+          accept ? { conversation_id: id, accept } : { conversation_id: id, accept, reason: reason.trim() || 'Rejected in the console' },
+        ),
       ),
     );
   return (
@@ -138,7 +138,7 @@ function Composer({ id, status }: { id: string; status: ExecutionStatus | null }
     const t = text.trim();
     if (!t) return;
     void run(async () => {
-      await api('POST', `${conversationPath(id)}/events`, { role: 'user', content: [{ type: 'text', text: t }], run: runAgent });
+      await call(parley.sendMessage.mutate({ conversation_id: id, message: { role: 'user', content: [{ type: 'text', text: t }], run: runAgent } }));
       setText('');
     });
   };
@@ -181,7 +181,7 @@ function FileDiff({ id, workdir, change, onClose }: { id: string; workdir: strin
   const [busy, error, run] = useAction();
   const full = `${workdir.replace(/\/$/, '')}/${change.path}`;
   useEffect(() => {
-    void run(async () => setDiff(await api('GET', `/api/git/diff?${new URLSearchParams({ path: full, conversation_id: id })}`)));
+    void run(async () => setDiff(await call(parley.gitDiff.query({ path: full, conversation_id: id }))));
   }, [full]);
   return (
     <div class="overlay" onClick={(e) => e.target === e.currentTarget && onClose()}>
@@ -215,7 +215,7 @@ function Changes({ id, workdir, tick }: { id: string; workdir: string; tick: num
   const asked = useRef(false);
   const load = () => {
     asked.current = true;
-    void run(async () => setChanges(await api<GitChange[]>('GET', `/api/git/changes?${new URLSearchParams({ path: workdir, conversation_id: id })}`)));
+    void run(async () => setChanges(await call(parley.gitChanges.query({ path: workdir, conversation_id: id }))));
   };
   // the agent changes files as it works: look again after its tool calls (at most every 700 ms)
   useEffect(() => {
@@ -267,7 +267,7 @@ function Changes({ id, workdir, tick }: { id: string; workdir: string; tick: num
 function Mcp({ id }: { id: string }) {
   const [status, setStatus] = useState<McpStatus | null>(null);
   const [busy, error, run] = useAction();
-  const load = () => void run(async () => setStatus(await api<McpStatus>('GET', `${conversationPath(id)}/mcp`)));
+  const load = () => void run(async () => setStatus(await call(parley.getMcpStatus.query({ conversation_id: id }))));
   useEffect(load, [id]);
   return (
     <div class="panel-body">
@@ -301,7 +301,7 @@ function Mcp({ id }: { id: string }) {
 function Details({ info, onRenamed }: { info: ConversationInfo; onRenamed: (title: string) => void }) {
   const [title, setTitle] = useState(info.title ?? '');
   const [busy, error, run] = useAction();
-  const path = conversationPath(info.conversation_id);
+  const conversation_id = info.conversation_id;
   const usage = (info.stats?.usage_to_metrics as { agent?: { accumulated_token_usage?: { prompt_tokens?: number; completion_tokens?: number } } } | undefined)
     ?.agent?.accumulated_token_usage;
   const rows: [string, ComponentChildren][] = [
@@ -329,7 +329,7 @@ function Details({ info, onRenamed }: { info: ConversationInfo; onRenamed: (titl
         onSubmit={(e) => {
           e.preventDefault();
           void run(async () => {
-            await api('PATCH', path, { title: title.trim() });
+            await call(parley.updateConversation.mutate({ conversation_id, title: title.trim() }));
             onRenamed(title.trim());
           });
         }}
@@ -345,7 +345,7 @@ function Details({ info, onRenamed }: { info: ConversationInfo; onRenamed: (titl
           class="danger-text"
           question="Delete this conversation and its workspace?"
           busy={busy}
-          onConfirm={() => void run(async () => (await api('DELETE', path), navigate('/')))}
+          onConfirm={() => void run(async () => (await call(parley.deleteConversation.mutate({ conversation_id })), navigate('/')))}
         />
       </div>
       <ErrorNote error={error} />
@@ -355,7 +355,7 @@ function Details({ info, onRenamed }: { info: ConversationInfo; onRenamed: (titl
 
 function Controls({ id, status, policy }: { id: string; status: ExecutionStatus | null; policy: string }) {
   const [busy, error, run, setError] = useAction();
-  const post = (what: string, body?: unknown) => void run(() => api('POST', `${conversationPath(id)}/${what}`, body));
+  const act = (request: () => Promise<unknown>) => void run(() => call(request()));
   const active = status === 'running' || status === 'waiting_for_confirmation';
   useEffect(() => setError(null), [status]);
   return (
@@ -365,22 +365,34 @@ function Controls({ id, status, policy }: { id: string; status: ExecutionStatus 
         title="Confirmation policy"
         value={policy}
         disabled={busy}
-        onChange={(e) => post('confirmation_policy', { policy: { kind: e.currentTarget.value } })}
+        onChange={(e) => {
+          const kind = e.currentTarget.value as 'NeverConfirm' | 'AlwaysConfirm';
+          act(() => parley.setConfirmationPolicy.mutate({ conversation_id: id, policy: { kind } }));
+        }}
       >
         <option value="NeverConfirm">Run actions freely</option>
         <option value="AlwaysConfirm">Ask before each action</option>
       </select>
       {active ? (
         <>
-          <button disabled={busy || status !== 'running'} onClick={() => post('pause')} title="Stop after the current step">
+          <button
+            disabled={busy || status !== 'running'}
+            onClick={() => act(() => parley.pause.mutate({ conversation_id: id }))}
+            title="Stop after the current step"
+          >
             Pause
           </button>
-          <button class="danger" disabled={busy} onClick={() => post('interrupt')} title="Stop now: cancel the LLM call, kill the running command">
+          <button
+            class="danger"
+            disabled={busy}
+            onClick={() => act(() => parley.interrupt.mutate({ conversation_id: id }))}
+            title="Stop now: cancel the LLM call, kill the running command"
+          >
             Interrupt
           </button>
         </>
       ) : (
-        <button class="primary" disabled={busy || !status} onClick={() => post('run')}>
+        <button class="primary" disabled={busy || !status} onClick={() => act(() => parley.run.mutate({ conversation_id: id }))}>
           Run
         </button>
       )}
@@ -416,7 +428,7 @@ export function ConversationPage({ id }: { id: string }) {
   useEffect(() => {
     let s: ConversationStream | null = null;
     let live = true;
-    api<ConversationInfo>('GET', conversationPath(id))
+    call(parley.getConversation.query({ conversation_id: id }))
       .then((info) => {
         if (!live) return;
         const stream = (s = new ConversationStream(id));

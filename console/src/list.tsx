@@ -1,7 +1,8 @@
 /** Conversations: the paged list (newest first), a form to create one, and deletion. */
 import { useEffect, useState } from 'preact/hooks';
 import { GIT_PROVIDERS } from '../../src/workspace/providers.js';
-import { api, conversationPath, type ConversationInfo, type ConversationPage } from './api.js';
+import type { ParleyInputs } from '../../src/client.js';
+import { call, type ConversationInfo, type ConversationPage, parley } from './api.js';
 import { ago, ConfirmButton, ErrorNote, Link, navigate, StatusChip, useAction } from './ui.js';
 
 const PAGE_SIZE = 20;
@@ -22,7 +23,7 @@ function NewConversation({ onCancel }: { onCancel: () => void }) {
     e.preventDefault();
     void run(async () => {
       const text = task.trim();
-      const body: Record<string, unknown> = {};
+      const body: ParleyInputs['createConversation'] = {};
       if (repository.trim()) {
         body.repository = repository.trim();
         body.git_provider = provider;
@@ -31,11 +32,10 @@ function NewConversation({ onCancel }: { onCancel: () => void }) {
       if (instructions.trim()) body.conversation_instructions = instructions.trim();
       // with confirmation the policy must be set before the first step: create, set it, then send
       if (text && !confirm) body.initial_user_msg = text;
-      const created = await api<{ conversation_id: string }>('POST', '/api/conversations', body);
-      const path = conversationPath(created.conversation_id);
-      if (confirm) await api('POST', `${path}/confirmation_policy`, { policy: { kind: 'AlwaysConfirm' } });
-      if (text && confirm) await api('POST', `${path}/events`, { role: 'user', content: [{ type: 'text', text }], run: true });
-      navigate(`/conversations/${created.conversation_id}`);
+      const { conversation_id } = await call(parley.createConversation.mutate(body));
+      if (confirm) await call(parley.setConfirmationPolicy.mutate({ conversation_id, policy: { kind: 'AlwaysConfirm' } }));
+      if (text && confirm) await call(parley.sendMessage.mutate({ conversation_id, message: { role: 'user', content: [{ type: 'text', text }], run: true } }));
+      navigate(`/conversations/${conversation_id}`);
     });
   };
 
@@ -95,7 +95,7 @@ function ConversationRow({ c, onDeleted }: { c: ConversationInfo; onDeleted: () 
   const [busy, error, run] = useAction();
   const remove = () =>
     void run(async () => {
-      await api('DELETE', conversationPath(c.conversation_id));
+      await call(parley.deleteConversation.mutate({ conversation_id: c.conversation_id }));
       onDeleted();
     });
   return (
@@ -138,7 +138,7 @@ export function ConversationList() {
   useEffect(() => {
     let live = true;
     const load = () =>
-      api<ConversationPage>('GET', `/api/conversations?limit=${PAGE_SIZE}${current ? `&page_id=${encodeURIComponent(current)}` : ''}`)
+      call(parley.listConversations.query({ limit: PAGE_SIZE, page_id: current }))
         .then((p) => live && (setPage(p), setError(null)))
         .catch((err) => live && setError((err as Error).message));
     void load();

@@ -1,7 +1,7 @@
 /**
  * The web console: sign-in, conversations, a conversation, settings. Served by the daemon at `/`
- * (bridge/console.ts), talking to it over the same origin: REST with the session key header and
- * the events WebSocket.
+ * (bridge/console.ts), talking to it over the same origin: the typed client (`parley/client`, over
+ * /trpc) with the session key header, and the events WebSocket.
  */
 import { render, type ComponentChildren } from 'preact';
 import { useEffect, useState } from 'preact/hooks';

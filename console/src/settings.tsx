@@ -5,7 +5,8 @@
  */
 import { useEffect, useState } from 'preact/hooks';
 import { GIT_PROVIDERS, type GitProvider } from '../../src/workspace/providers.js';
-import { api, type LlmSettings } from './api.js';
+import type { ParleyInputs } from '../../src/client.js';
+import { call, type LlmSettings, parley } from './api.js';
 import { ErrorNote, useAction } from './ui.js';
 
 function Saved({ when }: { when: number }) {
@@ -25,15 +26,15 @@ function LlmSection() {
     setModel(s.llm_model ?? '');
     setBaseUrl(s.llm_base_url ?? '');
   };
-  useEffect(() => void run(async () => show(await api<LlmSettings>('GET', '/api/settings'))), []);
+  useEffect(() => void run(async () => show(await call(parley.getSettings.query()))), []);
   const save = (e: Event) => {
     e.preventDefault();
     void run(async () => {
-      const body: Record<string, string | null> = { llm_model: model.trim() || null, llm_base_url: baseUrl.trim() || null };
+      const body: ParleyInputs['saveSettings'] = { llm_model: model.trim() || null, llm_base_url: baseUrl.trim() || null };
       // the key is sent only when typed (or cleared): an empty field keeps the stored one
       if (key) body.llm_api_key = key;
       else if (clearKey) body.llm_api_key = null;
-      show(await api<LlmSettings>('POST', '/api/settings', body));
+      show(await call(parley.saveSettings.mutate(body)));
       setKey('');
       setClearKey(false);
       setSaved(Date.now());
@@ -111,9 +112,11 @@ function ProvidersSection() {
       }
     }
     void run(async () => {
-      const provider_tokens: Record<string, { token: string | null; host: string | null }> = {};
+      const provider_tokens: ParleyInputs['addGitProviders']['provider_tokens'] = {};
       for (const p of GIT_PROVIDERS) if (rows[p].enabled) provider_tokens[p] = { token: rows[p].token || null, host: rows[p].host.trim() || null };
-      await api('POST', '/api/add-git-providers', { provider_tokens, ...(mcpConfig !== undefined ? { mcp_config: mcpConfig } : {}) });
+      // the JSON as typed: the daemon checks it (a 422 names the field)
+      const mcp_config = mcpConfig as ParleyInputs['addGitProviders']['mcp_config'];
+      await call(parley.addGitProviders.mutate({ provider_tokens, ...(mcpConfig !== undefined ? { mcp_config } : {}) }));
       setRows((r) => Object.fromEntries(GIT_PROVIDERS.map((p) => [p, { ...r[p], token: '' }])) as Record<GitProvider, ProviderRow>);
       setSaved(Date.now());
     });
@@ -193,7 +196,7 @@ function SecretsSection() {
   const [name, setName] = useState('');
   const [value, setValue] = useState('');
   const [busy, error, run] = useAction();
-  const load = async () => setSecrets((await api<{ secrets: Secret[] }>('GET', '/api/secrets')).secrets);
+  const load = async () => setSecrets((await call(parley.listSecrets.query())).secrets);
   useEffect(() => void run(load), []);
   return (
     <div class="card settings-section">
@@ -208,7 +211,7 @@ function SecretsSection() {
             <button
               class="ghost small"
               disabled={busy}
-              onClick={() => void run(async () => (await api('DELETE', `/api/secrets/${encodeURIComponent(s.name)}`), await load()))}
+              onClick={() => void run(async () => (await call(parley.deleteSecret.mutate({ name: s.name })), await load()))}
             >
               Remove
             </button>
@@ -220,7 +223,7 @@ function SecretsSection() {
         onSubmit={(e) => {
           e.preventDefault();
           void run(async () => {
-            await api('POST', '/api/secrets', { name: name.trim(), value });
+            await call(parley.createSecret.mutate({ name: name.trim(), value }));
             setName('');
             setValue('');
             await load();

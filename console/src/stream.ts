@@ -8,7 +8,7 @@
  * lastSeq is a duplicate and dropped, one past lastSeq + 1 is a gap and the socket is opened
  * again from lastSeq (neither should happen).
  *
- * The history is read over REST (`events/search` by `after_seq`, pages of 100), newest page first:
+ * The history is read with the typed client (`searchEvents` by `after_seq`, pages of 100), newest page first:
  * the page shows the end of the conversation after one request, the socket opens after it, and
  * older pages (several at once) are put in front as they come. A browser takes each WebSocket
  * message through its network process one at a time (measured on the loaded 2-core machine:
@@ -21,7 +21,7 @@
  *
  * The key goes in the socket's first frame (`{"type":"auth"}`), not in its URL.
  */
-import { api, conversationPath, keyRefused, sessionKey, type ConversationInfo, type ExecutionStatus, type ParleyEvent } from './api.js';
+import { call, type ConversationInfo, type ExecutionStatus, keyRefused, type ParleyEvent, parley, sessionKey } from './api.js';
 
 const CACHE_PREFIX = 'parley.events.';
 /** Characters of events kept in sessionStorage (its quota is about 5 M characters an origin). */
@@ -119,7 +119,7 @@ export class ConversationStream {
     const items: ParleyEvent[] = [];
     // a page also stops at 4 MiB: read on from its last event
     while (after < upTo) {
-      const page = await api<{ items: ParleyEvent[] }>('GET', `${conversationPath(this.id)}/events/search?after_seq=${after}&limit=${upTo - after}`);
+      const page = await call(parley.searchEvents.query({ conversation_id: this.id, after_seq: after, limit: upTo - after }));
       if (!page.items.length) throw new Error(`events ${after + 1}..${upTo} missing`);
       items.push(...page.items);
       after = page.items.at(-1)!.seq!;
