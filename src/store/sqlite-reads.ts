@@ -1,0 +1,102 @@
+/**
+ * Reading a conversation's events from the embedded store: SQLite answers for the seqs below the
+ * conversation's first unindexed event, the tail (the committed events the writer has not indexed
+ * yet, all newer than every stored one) for the rest, so that every committed event is read
+ * exactly once whether the index has it yet or not.
+ */
+import type Database from 'better-sqlite3';
+import { unpack } from 'msgpackr';
+import { upgradeEvent } from '../events/legacy.js';
+import { eventJson, keepStoredJson, type ParleyEvent } from '../events/types.js';
+import type { EventQuery } from './types.js';
+
+/** A conversation's unindexed events, oldest first, and the seq below which SQLite answers (null: no event waits). */
+export interface TailView {
+  events: ParleyEvent[];
+  below: number | null;
+}
+
+/** A stored body: the event's JSON text (msgpack in stores written before the journal), in today's event shape. */
+export const decodeBody = (b: string | Buffer): ParleyEvent => upgradeEvent((typeof b === 'string' ? JSON.parse(b) : unpack(b)) as ParleyEvent);
+
+/** decodeBody, keeping the text with the event when it is the event's JSON as it is (not upgraded from an older shape). */
+function decodeKeepingJson(b: string | Buffer): ParleyEvent {
+  if (typeof b !== 'string') return decodeBody(b);
+  const parsed = JSON.parse(b) as ParleyEvent;
+  const ev = upgradeEvent(parsed);
+  if (ev === parsed) keepStoredJson(ev, b);
+  return ev;
+}
+
+function matches(ev: ParleyEvent, q: Omit<EventQuery, 'limit' | 'desc'>): boolean {
+  const seq = ev.seq!;
+  return (
+    (q.afterSeq == null || seq > q.afterSeq) &&
+    (q.beforeSeq == null || seq < q.beforeSeq) &&
+    (!q.kind || ev.kind === q.kind) &&
+    (!q.source || ev.source === q.source) &&
+    (!q.sinceTimestamp || ev.timestamp >= q.sinceTimestamp)
+  );
+}
+
+export function queryEvents(db: Database.Database, conversationId: string, q: EventQuery, t: TailView): ParleyEvent[] {
+  const where = ['conversation_id = ?'];
+  const args: unknown[] = [conversationId];
+  if (q.afterSeq != null) where.push('seq > ?'), args.push(q.afterSeq);
+  const below = t.below === null ? q.beforeSeq : q.beforeSeq == null ? t.below : Math.min(q.beforeSeq, t.below);
+  if (below != null) where.push('seq < ?'), args.push(below);
+  if (q.kind) where.push('kind = ?'), args.push(q.kind);
+  if (q.source) where.push('source = ?'), args.push(q.source);
+  if (q.sinceTimestamp) where.push('timestamp >= ?'), args.push(q.sinceTimestamp);
+  const order = q.desc ? 'DESC' : 'ASC';
+  const stmt = db.prepare(`SELECT body FROM events WHERE ${where.join(' AND ')} ORDER BY seq ${order} LIMIT ?`);
+  if (q.maxBytes === undefined) {
+    const events = (stmt.all(...args, q.limit) as { body: string | Buffer }[]).map((r) => decodeBody(r.body));
+    // unindexed events all come after the stored ones
+    for (const ev of t.events) if (matches(ev, q)) events.push(ev);
+    events.sort((a, b) => (q.desc ? b.seq! - a.seq! : a.seq! - b.seq!));
+    return events.slice(0, q.limit);
+  }
+  // bounded by bytes: rows are read one at a time, so a page of large events is never held whole, and
+  // the unindexed events (newer than every stored one) count as well: first in descending order, last in ascending
+  const max = q.maxBytes;
+  const events: ParleyEvent[] = [];
+  let bytes = 0;
+  const full = () => events.length >= q.limit || bytes >= max;
+  const unindexed = () => {
+    const tail = t.events.filter((ev) => matches(ev, q));
+    if (q.desc) tail.reverse();
+    for (const ev of tail) {
+      if (full()) return;
+      events.push(ev);
+      bytes += eventJson(ev).length;
+    }
+  };
+  if (q.desc) unindexed();
+  if (!full()) {
+    const decode = q.keepJson ? decodeKeepingJson : decodeBody;
+    for (const r of stmt.iterate(...args, q.limit - events.length) as IterableIterator<{ body: string | Buffer }>) {
+      events.push(decode(r.body));
+      bytes += r.body.length;
+      if (full()) break;
+    }
+  }
+  if (!q.desc) unindexed();
+  return events;
+}
+
+export function countEvents(db: Database.Database, conversationId: string, q: Omit<EventQuery, 'limit' | 'desc'>, t: TailView): number {
+  const where = ['conversation_id = ?'];
+  const args: unknown[] = [conversationId];
+  if (q.afterSeq != null) where.push('seq > ?'), args.push(q.afterSeq);
+  if (t.below !== null) where.push('seq < ?'), args.push(t.below);
+  if (q.kind) where.push('kind = ?'), args.push(q.kind);
+  if (q.source) where.push('source = ?'), args.push(q.source);
+  const stored = db
+    .prepare(`SELECT COUNT(*) FROM events WHERE ${where.join(' AND ')}`)
+    .pluck()
+    .get(...args) as number;
+  let unindexed = 0;
+  for (const ev of t.events) if (matches(ev, q)) unindexed += 1;
+  return stored + unindexed;
+}
