@@ -414,15 +414,17 @@ function firstMessage(events: ParleyEvent[]): string | null {
   return null;
 }
 
-export function ConversationPage({ id }: { id: string }) {
+/**
+ * The conversation's stream, opened once its record is read, and its rows: built again when older
+ * events are put in front, added to as new ones come. `answered` counts the answers to tool calls
+ * that came while the page was open (not those of older pages put in front): a file may have
+ * changed with each, so the Changes panel looks again.
+ */
+function useConversation(id: string): { stream: ConversationStream | null; loadError: string | null; rows: Rows; answered: number } {
   const [stream, setStream] = useState<ConversationStream | null>(null);
   const [loadError, setLoadError] = useState<string | null>(null);
   const [, redraw] = useReducer((n: number) => n + 1, 0);
-  const [tab, setTab] = useState<'changes' | 'mcp' | 'details'>('changes');
-  const [title, setTitle] = useState<string | null>(null);
   const rows = useRef(new Rows());
-  // answers to tool calls that came while the page was open (not those of older pages put in front):
-  // a file may have changed with each, so the Changes panel looks again
   const answered = useRef(0);
 
   useEffect(() => {
@@ -456,6 +458,13 @@ export function ConversationPage({ id }: { id: string }) {
       s?.close();
     };
   }, [id]);
+  return { stream, loadError, rows: rows.current, answered: answered.current };
+}
+
+export function ConversationPage({ id }: { id: string }) {
+  const { stream, loadError, rows, answered } = useConversation(id);
+  const [tab, setTab] = useState<'changes' | 'mcp' | 'details'>('changes');
+  const [title, setTitle] = useState<string | null>(null);
 
   if (loadError)
     return (
@@ -512,7 +521,7 @@ export function ConversationPage({ id }: { id: string }) {
               <span class="spinner" /> Loading earlier events… {(stream.lastSeq - stream.base).toLocaleString()} of {stream.lastSeq.toLocaleString()}
             </div>
           )}
-          <EventList rows={rows.current} status={status} shown={stream.shown} />
+          <EventList rows={rows} status={status} shown={stream.shown} />
           {stream.setupOutput && <pre class="live-output">{stream.setupOutput.slice(-4000)}</pre>}
           {stream.streaming && (
             <div class="live-answer">
@@ -523,7 +532,7 @@ export function ConversationPage({ id }: { id: string }) {
             </div>
           )}
           {stream.serverError && <ErrorNote error={stream.serverError} />}
-          {status === 'waiting_for_confirmation' && <Confirmation id={id} rows={rows.current} />}
+          {status === 'waiting_for_confirmation' && <Confirmation id={id} rows={rows} />}
           <Composer id={id} status={status} />
         </section>
         <aside class="side">
@@ -534,7 +543,7 @@ export function ConversationPage({ id }: { id: string }) {
               </button>
             ))}
           </div>
-          {tab === 'changes' && <Changes id={id} workdir={info.workspace?.working_dir ?? '/workspace'} tick={answered.current} />}
+          {tab === 'changes' && <Changes id={id} workdir={info.workspace?.working_dir ?? '/workspace'} tick={answered} />}
           {tab === 'mcp' && <Mcp id={id} />}
           {tab === 'details' && <Details info={info} onRenamed={setTitle} />}
         </aside>
