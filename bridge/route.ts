@@ -8,7 +8,7 @@
 import type { OperationName } from '../src/api/operations.js';
 import type { RestRoute } from '../src/api/operation.js';
 
-export type Loc = (string | number)[];
+type Loc = (string | number)[];
 
 export interface RouteRequest {
   params: Record<string, string>;

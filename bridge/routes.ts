@@ -64,7 +64,7 @@ interface Segment {
 }
 const segment = (): Segment => ({ fixed: [], param: null, routes: new Map() });
 
-export interface RouteMatch {
+interface RouteMatch {
   route: Route | null;
   params: Record<string, string>;
   /** When no route of the method matches: the methods that do (for a 405's Allow). */

@@ -12,7 +12,7 @@
 import type { z } from 'zod';
 import type { Core } from '../core.js';
 
-export type OperationType = 'query' | 'mutation';
+type OperationType = 'query' | 'mutation';
 export type Handler<I extends z.ZodType, O> = (c: Core, i: z.output<I>) => Promise<O>;
 type Json = Record<string, unknown>;
 

@@ -12,7 +12,7 @@ import type { WriterNotice, WriterReply, WriterRequest } from './writer.js';
 type WithoutN<T> = T extends unknown ? Omit<T, 'n'> : never;
 export type IndexRequest = WithoutN<WriterRequest>;
 
-export interface IndexWriterHooks {
+interface IndexWriterHooks {
   /** How the index is doing (it cannot write, or it writes again). */
   onNotice: (n: WriterNotice) => void;
   /** The thread failed or stopped before the store closed: every request waiting has been rejected with `err`. */

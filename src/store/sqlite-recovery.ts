@@ -11,7 +11,7 @@ import { isDiskFull } from './disk-watch.js';
 import { Journal, journalFile, journalGenerations, journalIndexer, type JournalPosition, readFrames } from './journal.js';
 import { cannotWrite } from './sqlite-schema.js';
 
-export interface Recovered {
+interface Recovered {
   journal: Journal;
   /** Frames committed before this start that the index could not take now. */
   unindexed: { payload: string; pos: JournalPosition }[];
