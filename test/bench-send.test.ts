@@ -21,7 +21,9 @@ test('bench-send prints the event loop and all-thread cost per message, with eve
   const lines = [...stdout.matchAll(/event loop ([\d.]+) µs\/message busy, all threads ([\d.]+) µs\/message \(until indexed\), ([\d,]+) messages\/s/g)];
   assert.equal(lines.length, 1, stdout);
   for (const [, busy, all, rate] of lines) {
-    assert.ok(Number(busy) > 0 && Number(all) >= Number(busy), stdout);
+    // both are positive; their order is not fixed: the loop's busy time is wall time, which a loaded machine
+    // stretches, while the threads' figure is CPU time
+    assert.ok(Number(busy) > 0 && Number(all) > 0, stdout);
     assert.ok(Number(rate!.replace(/,/g, '')) > 0, stdout);
   }
 });

@@ -51,8 +51,22 @@ export function openDatabase(file: string, synchronous: 'NORMAL' | 'FULL'): Data
   return db;
 }
 
-/** The statements the store runs often, prepared once. */
-export function prepareStatements(db: Database.Database) {
+type StatementName =
+  | 'maxSeq'
+  | 'getEvent'
+  | 'getConv'
+  | 'insertConv'
+  | 'deleteConv'
+  | 'setStatus'
+  | 'countByStatus'
+  | 'putSecret'
+  | 'getSecret'
+  | 'listSecrets'
+  | 'deleteSecret'
+  | 'deleteSecretsOfKind';
+
+/** The statements the store runs often, prepared once (typed by name: the package's declarations must name the type). */
+export function prepareStatements(db: Database.Database): Record<StatementName, Database.Statement> {
   return {
     maxSeq: db.prepare('SELECT MAX(seq) FROM events WHERE conversation_id = ?').pluck(),
     getEvent: db.prepare('SELECT body FROM events WHERE id = ? AND conversation_id = ?').pluck(),
