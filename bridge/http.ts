@@ -7,6 +7,7 @@ export const STATUS_TEXT: Record<number, string> = {
   200: '200 OK',
   201: '201 Created',
   204: '204 No Content',
+  303: '303 See Other',
   400: '400 Bad Request',
   401: '401 Unauthorized',
   403: '403 Forbidden',
