@@ -53,7 +53,8 @@ export function mountRest(app: TemplatedApp, { core, log, door, routes, inFlight
       stateChanging: method !== 'GET' && method !== 'HEAD',
       // a body is judged only for a route that will read it (404/405 and a draining 503 come first)
       body: route?.body && !inFlight.draining ? (route.body === 'multipart' ? 'multipart' : 'json') : null,
-      conversationId: (params as Record<string, string>).conversation_id,
+      // from the path, or the query of the agent-server routes that name it there
+      conversationId: (params as Record<string, string>).conversation_id ?? (req.getQuery('conversation_id') || null),
     });
     if (!admission.ok) return sendJson(res, state, admission.status, { detail: admission.detail });
     if (!route) {

@@ -99,15 +99,16 @@ export function mountEventSockets(app: TemplatedApp, core: Core, log: Logger, op
       const secProtocol = req.getHeader('sec-websocket-protocol');
       const secExt = req.getHeader('sec-websocket-extensions');
       const state = { aborted: false };
-      const admission = opts.door.admit(req, UPGRADE, query.session_api_key);
+      const parsedId = ConversationId.safeParse(safeDecode(url.slice('/sockets/events/'.length).replace(/\/$/, '')));
+      const conversationId = parsedId.success ? parsedId.data : null;
+      const admission = opts.door.admit(req, { ...UPGRADE, conversationId }, query.session_api_key);
       if (!admission.ok) return send(res, state, admission.status, JSON.stringify({ detail: admission.detail }));
       const authenticated = admission.principal.kind !== 'anonymous';
       const ip = authenticated ? '' : Buffer.from(res.getRemoteAddressAsText()).toString();
       if (!authenticated && (pending.size >= preauth.total || (pendingByIp.get(ip) ?? 0) >= preauth.perIp)) {
         return send(res, state, 429, '{"detail":"Too many sockets waiting for authentication"}');
       }
-      const parsedId = ConversationId.safeParse(safeDecode(url.slice('/sockets/events/'.length).replace(/\/$/, '')));
-      const socket = new EventSocket(hub, parsedId.success ? parsedId.data : null, query, query.encoding === 'msgpack', authenticated, ip);
+      const socket = new EventSocket(hub, conversationId, query, query.encoding === 'msgpack', authenticated, ip);
       res.upgrade<SocketData>({ socket }, secKey, secProtocol, secExt, context);
     },
     open: (ws) => {
