@@ -128,10 +128,15 @@ test('subscribers that stop reading are closed with 1013 after a run of seqs wit
   }
   for (const [i, s] of slow.entries()) {
     s.read();
-    await s.closed;
+    let closed = false;
+    void s.closed.then(() => (closed = true));
+    await waitFor(() => closed, `slow socket ${i} closed by the daemon`, 60_000);
     const frames = s.reader.frames;
-    const close = frames.at(-1)!;
-    assert.equal(Buffer.from(close, 'latin1').readUInt16BE(0), 1013, `slow socket ${i} was closed with 1013`);
+    const close = Buffer.from(frames.at(-1)!, 'latin1');
+    assert.ok(
+      close.length >= 2 && close.readUInt16BE(0) === 1013,
+      `slow socket ${i} was closed with 1013 (its last frame: ${close.subarray(0, 40).toString()})`,
+    );
     const parse = (f: string) => (i === 1 ? unpack(Buffer.from(f, 'latin1')) : JSON.parse(f));
     assert.equal(parse(frames[0]!).key, 'full_state');
     const seqs = frames.slice(1, -1).map((f) => parse(f).seq as number);
