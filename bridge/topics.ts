@@ -85,7 +85,7 @@ export class LiveTopic {
 
   constructor(
     private readonly app: TemplatedApp,
-    conversationId: string,
+    private readonly conversationId: string,
     /** The last seq published to the topic (its start: a seq already committed). */
     public seq: number,
     private readonly maxBufferedBytes: number,
@@ -97,9 +97,8 @@ export class LiveTopic {
   }
 
   start(follow: Follow): void {
-    const id = this.jsonTopic.slice(2);
     this.feed = follow(
-      id,
+      this.conversationId,
       {
         send: (ev) => this.publish(ev),
         drained: () => Promise.resolve(),
