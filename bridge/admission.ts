@@ -64,6 +64,9 @@ export interface DoorRules {
   conversationId?: string | null;
 }
 
+/** Files served to browsers (the console's, a web app's): public; a GET changes nothing, so only the Host rule applies. */
+export const STATIC_FILES: DoorRules = Object.freeze({ auth: 'public', cookie: false, stateChanging: false });
+
 /** What admission reads of a request: uWS's HttpRequest, or anything answering the same. */
 interface Head {
   getHeader(lowerCaseName: string): string;

@@ -20,7 +20,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Door, DoorRules } from './admission.js';
+import { type Door, STATIC_FILES } from './admission.js';
 import { send, sendJson, watchAbort, type ResState } from './http.js';
 import { RouteMetric } from './metrics.js';
 import type { BrowserSessions } from './sessions.js';
@@ -57,9 +57,6 @@ interface ConsoleFile {
   gzip: Buffer | null;
   etag: string;
 }
-
-/** Static files: public (the door's Host rule only; a GET changes nothing, so Origin is not checked). */
-const STATIC: DoorRules = { auth: 'public', cookie: false, stateChanging: false };
 
 export function mountConsole(app: TemplatedApp, door: Door, sessions: BrowserSessions, dir = defaultDir()): void {
   const files = new Map<string, ConsoleFile>();
@@ -111,7 +108,7 @@ export function mountConsole(app: TemplatedApp, door: Door, sessions: BrowserSes
   };
 
   const refused = (res: HttpResponse, req: HttpRequest, state: ResState) => {
-    const admission = door.admit(req, STATIC);
+    const admission = door.admit(req, STATIC_FILES);
     if (!admission.ok) sendJson(res, state, admission.status, { detail: admission.detail });
     return !admission.ok;
   };
