@@ -82,7 +82,8 @@ export function mountRest(app: TemplatedApp, { core, log, door, routes, inFlight
             ],
           });
         }
-        return dispatch(res, state, route, { ...r, body });
+        r.body = body;
+        return dispatch(res, state, route, r);
       })
       .catch((err) => {
         if (err instanceof BodyTooLarge) sendJson(res, state, 413, { detail: err.message });
