@@ -11,17 +11,20 @@
  *   its ETag on every load, so browsers pick up the console of a restarted daemon at once. A file
  *   once read stays in memory (about 130 KB in all): the daemon serves the build it first read.
  * - The page needs no secret to be fetched (the key stays in the tab), so these routes are public;
- *   the Host check (DNS rebinding, bridge/guard.ts) still applies, and a Content-Security-Policy
+ *   they pass the door (admission.ts) like every route, so its Host rule (DNS rebinding) applies, and a Content-Security-Policy
  *   keeps the page to its own origin: scripts and styles from the daemon only, requests and
  *   sockets to the daemon only, no framing.
+ * - `/?token=<key>` is the browser sign-in (sign-in.ts), answered before the page.
  */
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { checkBrowserRequest, type GuardOptions } from './guard.js';
+import { type Door, STATIC_FILES } from './admission.js';
 import { send, sendJson, watchAbort, type ResState } from './http.js';
 import { RouteMetric } from './metrics.js';
+import type { BrowserSessions } from './sessions.js';
+import { isSignIn, signIn } from './sign-in.js';
 import type { HttpRequest, HttpResponse, TemplatedApp } from './uws.js';
 
 /** Where the build puts the console: next to the bundled daemon, or `dist/console` when run from source. */
@@ -55,7 +58,7 @@ interface ConsoleFile {
   etag: string;
 }
 
-export function mountConsole(app: TemplatedApp, guard: GuardOptions, dir = defaultDir()): void {
+export function mountConsole(app: TemplatedApp, door: Door, sessions: BrowserSessions, dir = defaultDir()): void {
   const files = new Map<string, ConsoleFile>();
   /** `name` of the build directory, read once; null when it is not there (not built). */
   const load = (name: string): ConsoleFile | null => {
@@ -104,17 +107,17 @@ export function mountConsole(app: TemplatedApp, guard: GuardOptions, dir = defau
     });
   };
 
-  /** The Host check every route of the daemon makes (a GET changes nothing, so Origin is not checked). */
   const refused = (res: HttpResponse, req: HttpRequest, state: ResState) => {
-    const verdict = checkBrowserRequest(guard, req.getHeader('host'), req.getHeader('origin'), false);
-    if (verdict) sendJson(res, state, verdict.status, { detail: verdict.detail });
-    return !!verdict;
+    const admission = door.admit(req, STATIC_FILES);
+    if (!admission.ok) sendJson(res, state, admission.status, { detail: admission.detail });
+    return !admission.ok;
   };
 
   const pageMetric = new RouteMetric('GET', '/');
   const page = (res: HttpResponse, req: HttpRequest) => {
     const state = watchAbort(res, pageMetric);
     if (refused(res, req, state)) return;
+    if (req.getUrl() === '/' && isSignIn(req.getQuery() ?? '')) return signIn(res, req, state, door, sessions);
     const index = load('index.html');
     if (!index) return sendJson(res, state, 503, { detail: 'The console is not built: run `npm run build`' });
     serve(res, req, state, index, PAGE_HEADERS);
@@ -148,4 +151,14 @@ export function consoleUrl(host: string, port: number): string {
  */
 export function signInLink(url: string, key: string): string {
   return `${url}#key=${encodeURIComponent(key)}`;
+}
+
+/**
+ * The generic sign-in link (sign-in.ts): `/?token=<key>` answers with a session cookie and a redirect
+ * to `/` that leaves no token in the address bar. Unlike the console's fragment, the token is sent to
+ * the daemon (once, over the link's own connection); it is read there and never logged. Printed only
+ * to a terminal, like the console's.
+ */
+export function browserSignInLink(url: string, key: string): string {
+  return `${url}?token=${encodeURIComponent(key)}`;
 }

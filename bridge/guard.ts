@@ -59,9 +59,12 @@ export function checkBrowserRequest(opts: GuardOptions, host: string, origin: st
 }
 
 function originAllowed(opts: GuardOptions, host: string, origin: string): boolean {
+  return isSameOrigin(host, origin) || opts.allowedOrigins.includes(origin.toLowerCase());
+}
+
+/** The daemon's own origin: the browser names the host it connected to, which is what it sent as Host. */
+export function isSameOrigin(host: string, origin: string): boolean {
   const o = origin.toLowerCase();
   const sep = o.indexOf('://');
-  // same-origin: the browser names the host it connected to, which is what it sent as Host
-  if (sep > 0 && o.slice(sep + 3) === host.toLowerCase()) return true;
-  return opts.allowedOrigins.includes(o);
+  return sep > 0 && o.slice(sep + 3) === host.toLowerCase();
 }

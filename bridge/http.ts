@@ -1,5 +1,4 @@
 /** Transport helpers: reading bodies with a limit, writing corked JSON responses. */
-import crypto from 'node:crypto';
 import { jsonShapeError } from '../src/body-shape.js';
 import type { HttpResponse } from './uws.js';
 
@@ -7,6 +6,7 @@ export const STATUS_TEXT: Record<number, string> = {
   200: '200 OK',
   201: '201 Created',
   204: '204 No Content',
+  303: '303 See Other',
   400: '400 Bad Request',
   401: '401 Unauthorized',
   403: '403 Forbidden',
@@ -105,17 +105,6 @@ export function send(
 }
 
 export const sendJson = (res: HttpResponse, state: ResState, status: number, value: unknown) => send(res, state, status, JSON.stringify(value));
-
-/** Constant-time membership test for session keys. */
-export function keyMatches(given: string | undefined | null, keys: string[]): boolean {
-  if (!given) return false;
-  const g = crypto.createHash('sha256').update(given).digest();
-  let ok = false;
-  for (const k of keys) {
-    if (crypto.timingSafeEqual(g, crypto.createHash('sha256').update(k).digest())) ok = true;
-  }
-  return ok;
-}
 
 export function parseQuery(q: string): Record<string, string> {
   const out: Record<string, string> = {};

@@ -4,7 +4,7 @@ import { createCore } from '../src/core.js';
 import { createLogger } from '../src/logger.js';
 import { Redactor } from '../src/secrets/redact.js';
 import { DATA_DIR_UMASK } from '../src/store/permissions.js';
-import { consoleUrl, signInLink } from './console.js';
+import { browserSignInLink, consoleUrl, signInLink } from './console.js';
 import { startMetricsServer } from './metrics.js';
 import { startServer } from './server.js';
 import { loadTrpc } from './trpc.js';
@@ -56,7 +56,10 @@ async function main() {
   const consoleAt = consoleUrl(config.host, daemon.port);
   const key = config.sessionApiKeys[0];
   log.info({ console: consoleAt }, key ? `web console: ${consoleAt} (sign in with the session key)` : `web console: ${consoleAt}`);
-  if (key && process.stderr.isTTY) process.stderr.write(`\n  Open the web console (signed in): ${signInLink(consoleAt, key)}\n\n`);
+  if (key && process.stderr.isTTY) {
+    process.stderr.write(`\n  Open the web console (signed in): ${signInLink(consoleAt, key)}\n`);
+    process.stderr.write(`  Sign a browser in (a session cookie, for a web app served here): ${browserSignInLink(consoleAt, key)}\n\n`);
+  }
   // The sandbox's probe starts PROBE_AFTER_LISTEN_MS after the port opened, or as soon as something
   // needs the sandbox (sandbox.ready): its process starts block the event loop ~10 ms each while they
   // fork, and the first requests (a supervisor's health check, a client's first call) are answered

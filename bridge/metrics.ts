@@ -5,7 +5,8 @@
  */
 import type { Logger } from 'pino';
 import { metrics, render, type HistogramChild } from '../src/metrics.js';
-import { keyMatches, send, sendJson, watchAbort } from './http.js';
+import type { Door } from './admission.js';
+import { send, sendJson, watchAbort } from './http.js';
 import { App, us_listen_socket_close, us_socket_local_port, type HttpResponse, type TemplatedApp, type us_listen_socket } from './uws.js';
 
 /** One route template's request metric: a cached child per status, so a request costs one lookup and an increment. */
@@ -43,16 +44,17 @@ function serve(res: HttpResponse, metric: RouteMetric, log: Logger) {
   );
 }
 
-/** GET /metrics on the API app, behind the session keys when there are any. */
-export function mountMetrics(app: TemplatedApp, keys: string[], log: Logger): void {
+/** GET /metrics on the API app, behind the door: a key when there are any (a browser's cookie is not one here). */
+export function mountMetrics(app: TemplatedApp, door: Door, log: Logger): void {
   const metric = new RouteMetric('GET', '/metrics');
   app.get('/metrics', (res, req) => {
-    if (keys.length && !keyMatches(req.getHeader('x-session-api-key'), keys)) return sendJson(res, watchAbort(res, metric), 401, { detail: 'Unauthorized' });
+    const admission = door.admit(req, { auth: 'required', cookie: false, stateChanging: false });
+    if (!admission.ok) return sendJson(res, watchAbort(res, metric), admission.status, { detail: admission.detail });
     serve(res, metric, log);
   });
 }
 
-/** The separate, key-less metrics listener (METRICS_PORT): /metrics only. */
+/** The separate, key-less metrics listener (METRICS_PORT): /metrics only, for a scraper on a private network (no door: any Host, no key). */
 export function startMetricsServer(host: string, port: number, log: Logger): Promise<{ port: number; stop(): void }> {
   const app = App();
   const metric = new RouteMetric('GET', '/metrics');

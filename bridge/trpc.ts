@@ -5,14 +5,17 @@
  */
 import type { Logger } from 'pino';
 import type { Context } from '../src/api/trpc.js';
-import type { HttpRequest, HttpResponse } from './uws.js';
+import type { Core } from '../src/core.js';
+import type { Door } from './admission.js';
 import { BodyTooLarge, readJsonBody, sendJson, STATUS_TEXT, write, type ResState } from './http.js';
+import type { InFlight } from './rest.js';
+import type { HttpRequest, HttpResponse, TemplatedApp } from './uws.js';
 
 /**
  * The answer to a call refused before the router ran (no key, a body over the limits), shaped as
  * tRPC's own errors (one per call of a batch) so that typed clients read its message.
  */
-export function trpcRefusal(path: string, query: string, httpStatus: 401 | 413, message: string): unknown {
+function trpcRefusal(path: string, query: string, httpStatus: 401 | 413, message: string): unknown {
   const [code, name] = httpStatus === 401 ? [-32001, 'UNAUTHORIZED'] : [-32013, 'PAYLOAD_TOO_LARGE'];
   const error = { error: { message, code, data: { code: name, httpStatus } } };
   const calls = path.slice('/trpc/'.length).split(',').length;
@@ -23,7 +26,39 @@ let loaded: Promise<[typeof import('@trpc/server/adapters/fetch'), typeof import
 /** The router and tRPC's fetch adapter (bridge/main.ts loads them before listening when run from source). */
 export const loadTrpc = () => (loaded ??= Promise.all([import('@trpc/server/adapters/fetch'), import('../src/api/router.js')]));
 
-export async function handleTrpc(res: HttpResponse, req: HttpRequest, state: ResState, ctx: Context, maxBody: number, log: Logger): Promise<void> {
+/** /trpc/* behind the door: a refusal of the key or the size is written as tRPC's own error. */
+export function mountTrpc(app: TemplatedApp, core: Core, log: Logger, door: Door, inFlight: InFlight, maxQueuedBytes: number): void {
+  app.any('/trpc/*', (res, req) => {
+    const state = { aborted: false };
+    const method = req.getMethod().toUpperCase();
+    const admission = door.admit(req, {
+      auth: 'required',
+      cookie: true,
+      stateChanging: method !== 'GET' && method !== 'HEAD',
+      body: method === 'POST' ? 'json' : null,
+    });
+    if (!admission.ok) {
+      res.onAborted(() => {});
+      const { status, detail } = admission;
+      return sendJson(res, state, status, status === 401 || status === 413 ? trpcRefusal(req.getUrl(), req.getQuery() ?? '', status, detail) : { detail });
+    }
+    inFlight.begin();
+    handleTrpc(res, req, state, { core, maxQueuedBytes }, door.maxBodyBytes, log)
+      .catch((err) => {
+        log.error({ err: core.redactor.redact(String(err)) }, 'trpc transport error');
+        if (!state.aborted) {
+          try {
+            sendJson(res, state, 500, { detail: 'Internal Server Error' });
+          } catch {
+            /* response already started */
+          }
+        }
+      })
+      .finally(() => inFlight.done());
+  });
+}
+
+async function handleTrpc(res: HttpResponse, req: HttpRequest, state: ResState, ctx: Context, maxBody: number, log: Logger): Promise<void> {
   const method = req.getMethod().toUpperCase();
   const path = req.getUrl();
   const query = req.getQuery() ?? '';

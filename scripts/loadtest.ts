@@ -3,11 +3,11 @@
  * request's path"), against its physical limit, on one node or several.
  *
  *   npm run loadtest -- [--conversations 50] [--concurrency 64] [--duration 10] [--warmup 2]
- *                       [--rounds 3] [--subscribers N|all] [--gen-procs 1] [--auth] [--profile] [--keep-data]
+ *                       [--rounds 3] [--subscribers N|all] [--fanout 1] [--gen-procs 1] [--auth] [--profile] [--keep-data]
  *                       [--setups sqlite,pg,pg-nats-2,pg-nats-3] [--pg-url URL] [--nats-url URL]
  *
  * Every option can also come from the environment: LOADTEST_CONVERSATIONS, LOADTEST_CONCURRENCY,
- * LOADTEST_DURATION, LOADTEST_WARMUP, LOADTEST_ROUNDS, LOADTEST_SUBSCRIBERS, LOADTEST_GEN_PROCS, LOADTEST_AUTH=1,
+ * LOADTEST_DURATION, LOADTEST_WARMUP, LOADTEST_ROUNDS, LOADTEST_SUBSCRIBERS, LOADTEST_FANOUT, LOADTEST_GEN_PROCS, LOADTEST_AUTH=1,
  * LOADTEST_PROFILE=1, LOADTEST_KEEP_DATA=1, LOADTEST_TIMEOUT_MS, LOADTEST_DAEMON_ENTRY,
  * LOADTEST_SETUPS, LOADTEST_PG_URL, LOADTEST_NATS_URL (flags win).
  *
@@ -16,8 +16,8 @@
  *     PostgreSQL setups get a database of their own on --pg-url, dropped after; NATS setups share
  *     --nats-url with subjects of their own) and creates N conversations, conversation i through
  *     node i mod nodes (its writer);
- *  2. opens a WebSocket subscriber on S of them, each on the next node after its writer (with
- *     several nodes, every event a subscriber receives crossed nodes);
+ *  2. opens a WebSocket subscriber on S of them (F on each with --fanout F: one topic, F sockets), each
+ *     on the next node after its writer (with several nodes, every event a subscriber receives crossed nodes);
  *  3. drives the hot path from separate load-generator processes (scripts/loadtest/generator.ts:
  *     C keep-alive connections spread over the nodes, each writing the conversations of its node)
  *     for warmup + T seconds, then the identical load against `scripts/bare-server.ts` (one bare uWS
@@ -95,6 +95,8 @@ interface Options {
   warmup: number;
   rounds: number;
   subscribers: number | 'all';
+  /** Subscribers on each subscribed conversation. */
+  fanout: number;
   genProcs: number;
   timeoutMs: number;
   auth: boolean;
@@ -113,7 +115,8 @@ const USAGE = `usage: npm run loadtest -- [options]
   -d, --duration T        measured seconds, decimals allowed (default 10; at least 0.1)
   -w, --warmup S          warmup seconds before measuring (default 2)
   -r, --rounds R          Parley-then-bare pairs per setup; the ratio reported is their median (default 3)
-      --subscribers S     WebSocket subscribers, one per conversation: a number or "all" (default all)
+      --subscribers S     conversations with WebSocket subscribers: a number or "all" (default all)
+      --fanout F          WebSocket subscribers on each of those conversations (default 1)
       --gen-procs K       load-generator processes sharing the C connections (default 1)
       --timeout MS        per-request timeout (default 10000)
       --auth              configure SESSION_API_KEY on the daemon and send it (auth on the hot path)
@@ -137,6 +140,7 @@ const OPTION_SPEC = {
   warmup: { type: 'string', short: 'w' },
   rounds: { type: 'string', short: 'r' },
   subscribers: { type: 'string' },
+  fanout: { type: 'string' },
   'gen-procs': { type: 'string' },
   timeout: { type: 'string' },
   auth: { type: 'boolean' },
@@ -201,6 +205,7 @@ function parseOptions(argv: string[]): Options {
     warmup: int('warmup', 2, 0, 120),
     rounds: int('rounds', 3, 1, 50),
     subscribers: subsRaw === 'all' ? 'all' : Math.min(Number(subsRaw), conversations),
+    fanout: int('fanout', 1, 1, 100),
     genProcs,
     timeoutMs: int('timeout', 10_000, 100, 120_000),
     auth: bool('auth'),
@@ -263,7 +268,9 @@ async function measureSetup(
 
     // subscribers, before any load, each on another node than its conversation's writer
     const subCount = opts.subscribers === 'all' ? ids.length : opts.subscribers;
-    const subs = ids.slice(0, subCount).map((id, i) => subscribe(reader(i).port, headers, id));
+    /** Each subscriber with the index of its conversation. */
+    const subbed = Array.from({ length: subCount * opts.fanout }, (_, k) => Math.floor(k / opts.fanout));
+    const subs = subbed.map((i) => subscribe(reader(i).port, headers, ids[i]!));
     await withDeadline(Promise.all(subs.map((s) => s.ready)), 15_000, 'subscribers did not receive their full_state snapshot');
     process.stdout.write(`${ids.length} conversations created, ${subs.length} WebSocket subscribers ready\n`);
 
@@ -296,7 +303,7 @@ async function measureSetup(
     let lastSum = -1;
     for (;;) {
       const sum = subs.reduce((a, s) => a + s.messages, 0);
-      if (subs.every((s, i) => s.messages >= expected[i]!)) break;
+      if (subs.every((s, k) => s.messages >= expected[subbed[k]!]!)) break;
       if (sum !== lastSum) {
         lastSum = sum;
         lastProgress = now();
@@ -318,12 +325,13 @@ async function measureSetup(
       rounds,
       totalOk,
       conversations: ids.length,
-      subscribers: subs.length,
+      subscribers: subCount,
+      fanout: opts.fanout,
       committed,
       committedBad: committedPerConv.filter((c, i) => c !== expected[i]).length,
       published: subs.reduce((a, s) => a + s.messages, 0),
-      publishedExpected: subs.reduce((a, _s, i) => a + expected[i]!, 0),
-      publishedBad: subs.filter((s, i) => s.messages !== expected[i]).length,
+      publishedExpected: subs.reduce((a, _s, k) => a + expected[subbed[k]!]!, 0),
+      publishedBad: subs.filter((s, k) => s.messages !== expected[subbed[k]!]).length,
       orderViolations: subs.reduce((a, s) => a + s.orderViolations, 0),
       closedEarly: subs.filter((s) => s.closedEarly !== null).map((s) => s.closedEarly!),
       warnLines: nodes.reduce((n, d, k) => n + d.child.warnLines - logs0[k]!.warn, 0),
@@ -354,7 +362,7 @@ async function main(): Promise<number> {
   const subsText = opts.subscribers === 'all' ? opts.conversations : opts.subscribers;
   process.stdout.write(
     `parley load test: ${opts.conversations} conversations, ${opts.concurrency} connections, ${opts.warmup} s warmup + ${opts.duration} s, ` +
-      `${subsText} subscribers, ${opts.genProcs} generator process(es), auth ${opts.auth ? 'on' : 'off'}${opts.profile ? ', daemon profiled' : ''}` +
+      `${subsText} subscribers${opts.fanout > 1 ? ` × ${opts.fanout} per conversation` : ''}, ${opts.genProcs} generator process(es), auth ${opts.auth ? 'on' : 'off'}${opts.profile ? ', daemon profiled' : ''}` +
       `${opts.setups.length > 1 || opts.setups[0]!.name !== 'sqlite' ? `; setups: ${opts.setups.map((s) => s.label).join(' | ')}` : ''}\n` +
       `daemon: ${opts.daemonEntry ? `entry ${opts.daemonEntry}` : `node ${NPM_START.join(' ')} (as \`npm start\` runs it, without npm)`}\n` +
       `machine: ${cpus.length} × ${cpus[0]?.model.trim() ?? '?'}, Node ${process.version}, load average ${os.loadavg()[0]!.toFixed(2)}, temp dir ${tmpDir}\n`,

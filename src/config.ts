@@ -39,6 +39,10 @@ const EnvSchema = z.object({
   MAX_ITERATIONS: intFrom('MAX_ITERATIONS', 1, 100000).default(100),
   WS_MAX_BUFFERED_BYTES: intFrom('WS_MAX_BUFFERED_BYTES', 1024, 1024 * 1024 * 1024).default(8 * 1024 * 1024),
   WS_MAX_SUBSCRIBERS: intFrom('WS_MAX_SUBSCRIBERS', 1, 100000).default(100),
+  /** A browser signed in with `/?token=` (bridge/sessions.ts) is signed out after this long without a request… */
+  BROWSER_SESSION_IDLE_SECONDS: intFrom('BROWSER_SESSION_IDLE_SECONDS', 1, 365 * 24 * 3600).default(12 * 3600),
+  /** …and this long after signing in, used or not. */
+  BROWSER_SESSION_MAX_SECONDS: intFrom('BROWSER_SESSION_MAX_SECONDS', 1, 365 * 24 * 3600).default(7 * 24 * 3600),
   SQLITE_SYNCHRONOUS: z.enum(['NORMAL', 'FULL']).default('NORMAL'),
   /** Journal reserve for a full disk (src/store/journal.ts), in MiB (0: none). */
   DISK_RESERVE_MB: intFrom('DISK_RESERVE_MB', 0, 65536).default(32),
@@ -154,6 +158,8 @@ export interface Config {
   maxIterations: number;
   wsMaxBufferedBytes: number;
   wsMaxSubscribers: number;
+  /** Browser sessions' idle and absolute lifetimes, in ms. */
+  browserSession: { idleMs: number; maxMs: number };
   sqliteSynchronous: 'NORMAL' | 'FULL';
   diskReserveMb: number;
   mcpIdleCloseMs: number;
@@ -245,6 +251,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     maxIterations: e.MAX_ITERATIONS,
     wsMaxBufferedBytes: e.WS_MAX_BUFFERED_BYTES,
     wsMaxSubscribers: e.WS_MAX_SUBSCRIBERS,
+    browserSession: { idleMs: e.BROWSER_SESSION_IDLE_SECONDS * 1000, maxMs: e.BROWSER_SESSION_MAX_SECONDS * 1000 },
     sqliteSynchronous: e.SQLITE_SYNCHRONOUS,
     diskReserveMb: e.DISK_RESERVE_MB,
     mcpIdleCloseMs: e.MCP_IDLE_CLOSE_MS,

@@ -25,7 +25,10 @@ import { createLogger } from './logger.js';
 import { Redactor } from './secrets/redact.js';
 
 /** The daemon's settings that have a meaning without HTTP (no port, host, session keys, origins or body limits). */
-type CoreSettings = Omit<Config, 'port' | 'metricsPort' | 'host' | 'hostExplicit' | 'sessionApiKeys' | 'allowedOrigins' | 'maxBodyBytes' | 'wsMaxSubscribers'>;
+type CoreSettings = Omit<
+  Config,
+  'port' | 'metricsPort' | 'host' | 'hostExplicit' | 'sessionApiKeys' | 'allowedOrigins' | 'maxBodyBytes' | 'wsMaxSubscribers' | 'browserSession'
+>;
 
 export interface ParleyServerOptions extends Partial<Omit<CoreSettings, 'dataDir' | 'llm' | 'sandbox'>> {
   /** Where the store, the key file and (unless `workspaceRoot` says otherwise) the workspaces live. */

@@ -224,6 +224,16 @@ describe('web console', { timeout: 180_000 }, () => {
     const link = await waitFor(() => /Open the web console \(signed in\): (\S+)/.exec(out())?.[1], 'the sign-in link', 60_000);
     await waitFor(() => out().includes('"msg":"web console: '), 'the log line');
     assert.equal(link, `http://127.0.0.1:${port}/#key=${linkKey}`);
+    // the generic link a web app served here uses: a session cookie and a redirect to /
+    const cookieLink = await waitFor(
+      () => /Sign a browser in \(a session cookie, for a web app served here\): (\S+)/.exec(out())?.[1],
+      'the cookie sign-in link',
+    );
+    assert.equal(cookieLink, `http://127.0.0.1:${port}/?token=${linkKey}`);
+    const signedIn = await fetch(cookieLink, { redirect: 'manual' });
+    assert.equal(signedIn.status, 303);
+    assert.equal(signedIn.headers.get('location'), '/');
+    assert.match(String(signedIn.headers.get('set-cookie')), /^parley_session=[\w-]{43}; /);
     for (const line of out()
       .split(/\r?\n/)
       .filter((l) => l.startsWith('{')))

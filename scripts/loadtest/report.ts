@@ -39,7 +39,9 @@ export interface SetupResult {
   /** 200 responses over every round (what the verification expects committed). */
   totalOk: number;
   conversations: number;
+  /** Conversations with subscribers, and the sockets on each. */
   subscribers: number;
+  fanout: number;
   committed: number;
   committedBad: number;
   published: number;
@@ -80,7 +82,7 @@ export function report(h: ReportHeader, setups: SetupResult[]): string {
   const cpus = os.cpus();
   const row = (s: RunStats) =>
     `| ${s.label.padEnd(44)} | ${fmtInt(s.rps).padStart(8)} | ${fmtMs(s.p50).padStart(6)} | ${fmtMs(s.p95).padStart(6)} | ${fmtMs(s.p99).padStart(6)} | ${String(s.errors).padStart(6)} | ${fmtCores(s.serverCores).padStart(10)} | ${fmtCores(s.genCores).padStart(13)} | ${fmtCores(s.otherCores).padStart(9)} |`;
-  const subscribers = setups.map((s) => s.subscribers).join('/');
+  const subscribers = setups.map((s) => s.subscribers * s.fanout).join('/');
   const lines = [
     '',
     `### Load test: POST /api/conversations/{id}/events (${h.started.toISOString().slice(0, 16).replace('T', ' ')} UTC)`,
@@ -113,7 +115,7 @@ export function report(h: ReportHeader, setups: SetupResult[]): string {
     if (r.stats.rps > 0) lines.push(`  daemon CPU per request${of}: ${cpuPerRequest(r.stats)} µs (all its threads, from /proc)`);
     lines.push(
       `committed: ${r.committed}/${r.totalOk}, published: ${r.published}/${r.publishedExpected} ` +
-        `(${r.subscribers} of ${r.conversations} conversations subscribed${r.nodes > 1 ? ', each on another node than its writer' : ''}; seq order ${r.orderViolations === 0 ? 'gap-free' : `VIOLATED ${r.orderViolations}×`})`,
+        `(${r.subscribers} of ${r.conversations} conversations subscribed${r.fanout > 1 ? `, ${r.fanout} sockets each` : ''}${r.nodes > 1 ? ', each on another node than its writer' : ''}; seq order ${r.orderViolations === 0 ? 'gap-free' : `VIOLATED ${r.orderViolations}×`})`,
     );
     if (Number.isFinite(r.eventsPerCommit)) lines.push(`  events per store commit: ${r.eventsPerCommit.toFixed(1)}`);
     if (r.committedBad) lines.push(`  ${r.committedBad} conversation(s) whose committed count differs from their 200 responses`);

@@ -8,6 +8,7 @@
 import { TRPCError, tracked } from '@trpc/server';
 import type { Core } from '../core.js';
 import type { EncodedEvent } from '../events/types.js';
+import { resumePoint } from './resume.js';
 
 /** Bytes (of event JSON) a subscriber may have waiting before it is ended as too slow, unless the caller says otherwise. */
 const DEFAULT_MAX_QUEUED_BYTES = 8 * 1024 * 1024;
@@ -27,14 +28,16 @@ export async function* eventStream(
 ) {
   const id = input.conversation_id;
   await core.conversations.require(id);
-  const resumeAt = input.lastEventId != null && /^\d+$/.test(input.lastEventId) ? Number(input.lastEventId) : (input.after_seq ?? null);
+  const from = resumePoint(input);
+  const resumeAt = from.kind === 'after' ? from.seq : null;
+  const since = from.kind === 'since' ? from.timestamp : null;
   const queue: EncodedEvent[] = [];
   let queuedBytes = 0;
   let wake: (() => void) | null = null;
   let drainWaiters: (() => void)[] = [];
   let end: 'too_slow' | 'deleted' | null = null;
   let lastSeq = resumeAt;
-  let replaying = resumeAt !== null;
+  let replaying = resumeAt !== null || since !== null;
   const stop = (why: 'too_slow' | 'deleted') => {
     end ??= why;
     wake?.();
@@ -58,7 +61,7 @@ export async function* eventStream(
       overflow: () => stop('too_slow'),
       ended: () => stop('deleted'),
     },
-    { afterSeq: resumeAt },
+    { afterSeq: resumeAt, sinceTimestamp: since },
   );
   void feed.done.then(() => (replaying = false));
   const onAbort = () => wake?.();

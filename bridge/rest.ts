@@ -1,0 +1,129 @@
+/**
+ * The REST routes (generated from the operation table: routes.ts), behind the door (admission.ts): the route is matched
+ * first so the door knows its body and its conversation, but the key is checked before 404/405,
+ * so routes cannot be listed without it. Then the body is read under its limits and the route's
+ * operation runs (`runOperation`: REST and tRPC run the same validation and the same code).
+ */
+import type { Logger } from 'pino';
+import { runOperation } from '../src/api/operations.js';
+import type { Core } from '../src/core.js';
+import { FileBytes } from '../src/conversation/side-channels.js';
+import { EventPage } from '../src/events/page.js';
+import { eventJson } from '../src/events/types.js';
+import type { Door } from './admission.js';
+import { toHttpError } from './errors.js';
+import { BodyTooLarge, jsonErrorPosition, parseQuery, readJsonBody, type ResState, send, sendJson, streamPage, watchAbort } from './http.js';
+import { RouteMetric, unmatchedMetric } from './metrics.js';
+import { multipartFile, multipartPartsError, readBytes } from './multipart.js';
+import type { RouteRequest, RouteTarget } from './route.js';
+import type { Route, RouteTable } from './routes.js';
+import type { HttpResponse, TemplatedApp } from './uws.js';
+
+/** Requests being answered, and whether the daemon stops taking new ones (server.ts's stop). */
+export interface InFlight {
+  draining: boolean;
+  begin(): void;
+  done(): void;
+}
+
+interface RestOptions {
+  core: Core;
+  log: Logger;
+  door: Door;
+  routes: RouteTable;
+  inFlight: InFlight;
+}
+
+export function mountRest(app: TemplatedApp, { core, log, door, routes, inFlight }: RestOptions): void {
+  // requests are counted by route template (GET /metrics): one cached metric per route
+  const routeMetrics = new Map(routes.routes.map((r) => [r, new RouteMetric(r.method, r.path)]));
+  const maxBody = door.maxBodyBytes;
+  const tooLarge = { detail: `Request body exceeds ${maxBody} bytes` };
+  const done = () => inFlight.done();
+
+  app.any('/*', (res, req) => {
+    const state = watchAbort(res);
+    const method = req.getMethod().toUpperCase();
+    const url = req.getUrl();
+    const { route, params, methods } = routes.match(method, url);
+    state.metric = route ? routeMetrics.get(route) : unmatchedMetric(method);
+    const admission = door.admit(req, {
+      auth: route || url.startsWith('/api') ? 'required' : 'public',
+      cookie: true,
+      stateChanging: method !== 'GET' && method !== 'HEAD',
+      // a body is judged only for a route that will read it (404/405 and a draining 503 come first)
+      body: route?.body && !inFlight.draining ? (route.body === 'multipart' ? 'multipart' : 'json') : null,
+      // from the path, or the query of the agent-server routes that name it there
+      conversationId: (params as Record<string, string>).conversation_id ?? (req.getQuery('conversation_id') || null),
+    });
+    if (!admission.ok) return sendJson(res, state, admission.status, { detail: admission.detail });
+    if (!route) {
+      if (methods.length) return send(res, state, 405, '{"detail":"Method Not Allowed"}', 'application/json', { allow: methods.join(', ') });
+      return sendJson(res, state, 404, { detail: 'Not Found' });
+    }
+    if (inFlight.draining) return sendJson(res, state, 503, { detail: 'Server is shutting down' });
+    const rawQuery = req.getQuery() ?? '';
+    const r: RouteRequest = { params, query: parseQuery(rawQuery), rawQuery, body: undefined };
+    inFlight.begin();
+    if (!route.body) return void dispatch(res, state, route, r).finally(done);
+    if (route.body === 'multipart') return void readUpload(res, state, route, r, req.getHeader('content-type')).finally(done);
+    readJsonBody(res, maxBody, Number(req.getHeader('content-length') || 0))
+      .then((text) => {
+        if (text.trim() === '') {
+          return sendJson(res, state, 422, { detail: [{ type: 'missing', loc: ['body'], msg: 'Field required', input: null }] });
+        }
+        let body: unknown;
+        try {
+          body = JSON.parse(text);
+        } catch (err) {
+          return sendJson(res, state, 422, {
+            detail: [
+              { type: 'json_invalid', loc: ['body', jsonErrorPosition(err, text)], msg: 'JSON decode error', input: {}, ctx: { error: 'Invalid JSON' } },
+            ],
+          });
+        }
+        r.body = body;
+        return dispatch(res, state, route, r);
+      })
+      .catch((err) => {
+        if (err instanceof BodyTooLarge) sendJson(res, state, 413, { detail: err.message });
+        else sendJson(res, state, 500, toHttpError(err, undefined, route.loc, log, core.redactor).body);
+      })
+      .finally(done);
+  });
+
+  /** POST /api/file/upload: the multipart body's `file` part is the input's body. */
+  async function readUpload(res: HttpResponse, state: ResState, route: Route, r: RouteRequest, contentType: string) {
+    let bytes: Buffer;
+    try {
+      bytes = await readBytes(res, maxBody);
+    } catch {
+      return sendJson(res, state, 413, tooLarge);
+    }
+    const refused = multipartPartsError(bytes, contentType);
+    if (refused) return sendJson(res, state, 413, { detail: refused });
+    const file = await multipartFile(bytes, contentType);
+    if (!file) return sendJson(res, state, 422, { detail: [{ type: 'missing', loc: ['body', 'file'], msg: 'Field required', input: null }] });
+    return dispatch(res, state, route, { ...r, body: file });
+  }
+
+  async function dispatch(res: HttpResponse, state: ResState, route: Route, r: RouteRequest) {
+    let input: unknown;
+    const target: RouteTarget = route.pick(r);
+    try {
+      input = target.input(r);
+      const out = await runOperation(core, target.operation, input);
+      // events/search: written as it is read
+      if (out instanceof EventPage) return await streamPage(res, state, out, eventJson);
+      // a file's bytes go out as they are
+      if (out instanceof FileBytes)
+        return send(res, state, 200, Buffer.from(out.bytes), 'application/octet-stream', {
+          'content-disposition': `attachment; filename="${out.name.replace(/[^\w.-]/g, '_')}"`,
+        });
+      sendJson(res, state, target.status, out);
+    } catch (err) {
+      const e = toHttpError(err, input, target.loc, log, core.redactor);
+      sendJson(res, state, e.status, e.body);
+    }
+  }
+}

@@ -1,0 +1,194 @@
+/**
+ * Live fan-out in native code: one uWS topic per conversation and encoding (`j:<id>`, `m:<id>`),
+ * fed by one EventFeed per conversation (src/events/feed.ts: seq order, gaps of a cluster read from
+ * the store), so a committed event is one `app.publish` per encoding that has subscribers, and uWS
+ * copies it to every subscribed socket, corked, one write per socket per loop iteration; no JS runs
+ * per subscriber per event.
+ *
+ * A socket replays what it missed by itself (socket.ts), then hands over to the topic with no gap
+ * and no duplicate. `topic.seq` is the last seq published to the topic; a member that has sent
+ * every event up to `cursor` offers itself (`offer`):
+ *  - cursor = seq: it subscribes now, in the same turn: uWS gives a subscriber only what is
+ *    published after its subscription, and the next event the topic publishes is seq + 1;
+ *  - cursor < seq: it is behind: it reads the store again (every seq up to the topic's is committed);
+ *  - cursor > seq: it read the store ahead of the topic (a commit seen by the store before its
+ *    publication reached this node): it waits, and the topic subscribes it right after publishing
+ *    its cursor.
+ * Direct sends on a subscribed socket (the replay before, error frames after) keep their place:
+ * uWS writes a socket's pending topic messages before any direct send.
+ *
+ * Back-pressure: uWS's own limit (maxBackpressure) would drop a frame silently and then send the
+ * next one (a gap the client cannot see), so it is off (bridge/ws.ts) and the limit is enforced here:
+ * every `checkEvery` bytes published to a topic, each live member whose buffer is over
+ * WS_MAX_BUFFERED_BYTES is closed with 1013 (the client resumes with after_seq). What uWS holds for
+ * a socket that does not read is then at most that limit plus `checkEvery` plus one loop iteration's
+ * publications, and nothing is ever dropped.
+ */
+import type { EventFeed, FeedSink } from '../src/events/feed.js';
+import type { EncodedEvent } from '../src/events/types.js';
+import type { TemplatedApp, WebSocket } from './uws.js';
+
+/** What a topic needs of a socket. */
+export interface TopicMember {
+  readonly ws: WebSocket<unknown>;
+  readonly binary: boolean;
+  /** Every event with seq <= cursor has been sent to it. */
+  readonly cursor: number;
+  /** The topic subscribed it: it is live. */
+  subscribed(): void;
+  /** Its buffer passed the limit: close it with 1013. */
+  tooSlow(): void;
+  /** The conversation was deleted: close it with 4004. */
+  ended(): void;
+}
+
+/** How a topic follows its conversation: `core.events.follow`. */
+export type Follow = (conversationId: string, sink: FeedSink, opts: { afterSeq: number }) => EventFeed;
+
+export class LiveTopics {
+  private readonly topics = new Map<string, LiveTopic>();
+
+  constructor(
+    private readonly app: TemplatedApp,
+    private readonly follow: Follow,
+    /** WS_MAX_BUFFERED_BYTES: a live member past it is closed (1013). */
+    private readonly maxBufferedBytes: number,
+  ) {}
+
+  /** The conversation's topic, created (following from `startSeq`, a seq already committed) if it has none. */
+  join(conversationId: string, member: TopicMember, startSeq: number): LiveTopic {
+    let topic = this.topics.get(conversationId);
+    if (!topic) {
+      topic = new LiveTopic(this.app, conversationId, startSeq, this.maxBufferedBytes, () => this.topics.delete(conversationId));
+      this.topics.set(conversationId, topic);
+      topic.start(this.follow);
+    }
+    topic.members.add(member);
+    return topic;
+  }
+}
+
+export class LiveTopic {
+  /** Every socket of the conversation from its start (replaying, waiting or live) until it closes. */
+  readonly members = new Set<TopicMember>();
+  private readonly live = new Set<TopicMember>();
+  /** Members waiting for the topic to publish their cursor. */
+  private readonly waiting = new Map<number, TopicMember[]>();
+  private readonly jsonTopic: string;
+  private readonly packTopic: string;
+  private jsonLive = 0;
+  private packLive = 0;
+  private sinceCheck = 0;
+  private readonly checkEvery: number;
+  private feed: EventFeed | null = null;
+  private closed = false;
+
+  constructor(
+    private readonly app: TemplatedApp,
+    private readonly conversationId: string,
+    /** The last seq published to the topic (its start: a seq already committed). */
+    public seq: number,
+    private readonly maxBufferedBytes: number,
+    private readonly onClosed: () => void,
+  ) {
+    this.jsonTopic = `j:${conversationId}`;
+    this.packTopic = `m:${conversationId}`;
+    this.checkEvery = Math.max(16 * 1024, Math.floor(maxBufferedBytes / 4));
+  }
+
+  start(follow: Follow): void {
+    this.feed = follow(
+      this.conversationId,
+      {
+        send: (ev) => this.publish(ev),
+        drained: () => Promise.resolve(),
+        // held too many events while reading a gap, or the store failed: every member resumes
+        overflow: () => this.close((m) => m.tooSlow()),
+        ended: () => this.close((m) => m.ended()),
+      },
+      { afterSeq: this.seq },
+    );
+  }
+
+  /**
+   * A member has sent every event up to its cursor: `live` (subscribed now), `waiting` (it will be
+   * when the topic publishes its cursor) or `behind` (it must read the store up to `seq` first).
+   */
+  offer(m: TopicMember): 'live' | 'waiting' | 'behind' {
+    if (this.closed) return 'waiting'; // its close is on its way
+    if (m.cursor < this.seq) return 'behind';
+    if (m.cursor === this.seq) {
+      this.subscribe(m);
+      return 'live';
+    }
+    const list = this.waiting.get(m.cursor);
+    if (list) list.push(m);
+    else this.waiting.set(m.cursor, [m]);
+    return 'waiting';
+  }
+
+  /** A member closed. */
+  leave(m: TopicMember): void {
+    this.members.delete(m);
+    if (this.live.delete(m)) {
+      if (m.binary) this.packLive -= 1;
+      else this.jsonLive -= 1;
+    }
+    for (const [seq, list] of this.waiting) {
+      const i = list.indexOf(m);
+      if (i < 0) continue;
+      list.splice(i, 1);
+      if (list.length === 0) this.waiting.delete(seq);
+    }
+    if (this.members.size === 0) this.close(() => {});
+  }
+
+  private subscribe(m: TopicMember): void {
+    m.ws.subscribe(m.binary ? this.packTopic : this.jsonTopic);
+    this.live.add(m);
+    if (m.binary) this.packLive += 1;
+    else this.jsonLive += 1;
+    m.subscribed();
+  }
+
+  /** One committed event (or a live-only one), in seq order: one publish per encoding with subscribers. */
+  private publish(ev: EncodedEvent): boolean {
+    if (this.closed) return true;
+    let bytes = 0;
+    if (this.jsonLive > 0) {
+      const json = ev.json;
+      this.app.publish(this.jsonTopic, json, false);
+      bytes = json.length;
+    }
+    if (this.packLive > 0) {
+      const packed = ev.msgpack;
+      this.app.publish(this.packTopic, packed, true);
+      bytes = Math.max(bytes, packed.length);
+    }
+    const seq = ev.seq;
+    if (seq !== undefined) {
+      this.seq = seq;
+      const ready = this.waiting.get(seq);
+      if (ready) {
+        this.waiting.delete(seq);
+        for (const m of ready) this.subscribe(m);
+      }
+    }
+    this.sinceCheck += bytes;
+    if (this.sinceCheck >= this.checkEvery) {
+      this.sinceCheck = 0;
+      const slow: TopicMember[] = [];
+      for (const m of this.live) if (m.ws.getBufferedAmount() > this.maxBufferedBytes) slow.push(m);
+      for (const m of slow) m.tooSlow();
+    }
+    return true;
+  }
+
+  private close(each: (m: TopicMember) => void): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.feed?.close();
+    this.onClosed();
+    for (const m of [...this.members]) each(m);
+  }
+}
