@@ -9,6 +9,7 @@
  * the name the client gave the workspace, and the conversation gets its own directory like every
  * other (its path is what `workspace.working_dir` shows).
  */
+import { toParleyModel, UnknownModelError } from '../llm/catalog.js';
 import crypto from 'node:crypto';
 import { ConfirmationPolicy, type StoredLlm } from '../agent/conversation-data.js';
 import { ConflictError, RequestValidationError } from '../errors.js';
@@ -47,27 +48,16 @@ interface StartConversation {
   tags?: Record<string, string> | null;
 }
 
-/**
- * A model as the OpenHands client names it (LiteLLM style) → Parley's `provider/model`: known
- * prefixes stay, a bare `claude-…` is Anthropic's, any other bare name OpenAI's; `litellm_proxy/x`
- * and unknown prefixes behind a `base_url` go to an OpenAI-compatible server.
- */
+/** A model as the OpenHands client names it → Parley's `provider/model` (the LLM catalog's translation); a 422 when Parley cannot run it. */
 function parleyModel(model: string, baseUrl: string | null | undefined): string {
-  const m = model.trim();
-  const slash = m.indexOf('/');
-  if (slash < 0) return /^claude/i.test(m) ? `anthropic/${m}` : `openai/${m}`;
-  const provider = m.slice(0, slash).toLowerCase();
-  if (provider === 'openai' || provider === 'anthropic') return m;
-  if (provider === 'litellm_proxy') return `openai/${m.slice(slash + 1)}`;
-  if (baseUrl) return `openai/${m}`;
-  throw new RequestValidationError([
-    {
-      type: 'value_error',
-      loc: ['body', 'agent', 'llm', 'model'],
-      msg: `Value error, model "${m}": Parley speaks to openai/…, anthropic/… and OpenAI-compatible servers (give base_url)`,
-      input: m,
-    },
-  ]);
+  try {
+    return toParleyModel(model, baseUrl);
+  } catch (err) {
+    if (!(err instanceof UnknownModelError)) throw err;
+    throw new RequestValidationError([
+      { type: 'value_error', loc: ['body', 'agent', 'llm', 'model'], msg: `Value error, ${err.message}`, input: model.trim() },
+    ]);
+  }
 }
 
 // ---- create ---------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import { createAnthropic } from '@ai-sdk/anthropic';
 import { createOpenAI } from '@ai-sdk/openai';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import type { wrapLanguageModel } from 'ai';
+import type { LlmProviderName } from './catalog.js';
 
 /** The AI SDK language model object (LanguageModelV3) that providers hand out. */
 export type SdkLanguageModel = Parameters<typeof wrapLanguageModel>[0]['model'];
@@ -20,8 +21,8 @@ interface ProviderModelOptions {
 }
 
 /**
- * The provider table: one entry per supported `<provider>/` prefix. Adding another AI SDK provider is one
- * line here, e.g. `google: (o) => createGoogleGenerativeAI({ apiKey: o.apiKey, baseURL: o.baseUrl })(o.modelId)`.
+ * The provider table: one entry per supported `<provider>/` prefix (named in catalog.ts's list too, which
+ * the daemon reads without loading the SDKs). Adding another AI SDK provider is one line here, e.g. `google: (o) => createGoogleGenerativeAI({ apiKey: o.apiKey, baseURL: o.baseUrl })(o.modelId)`.
  */
 export const PROVIDERS = {
   // Without baseUrl: OpenAI itself (Responses API). With baseUrl: any OpenAI-compatible Chat Completions
@@ -34,7 +35,7 @@ export const PROVIDERS = {
   // Anthropic Messages API; baseUrl (if any) replaces https://api.anthropic.com/v1 and should end in /v1.
   anthropic: (o: ProviderModelOptions): SdkLanguageModel =>
     createAnthropic({ apiKey: o.apiKey, ...(o.baseUrl ? { baseURL: o.baseUrl } : {}) }).messages(o.modelId),
-} satisfies Record<string, (o: ProviderModelOptions) => SdkLanguageModel>;
+} satisfies Record<LlmProviderName, (o: ProviderModelOptions) => SdkLanguageModel>;
 
 export type ProviderName = keyof typeof PROVIDERS;
 
