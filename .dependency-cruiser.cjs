@@ -21,8 +21,8 @@ const LAYERS = [
   ['sandbox', '^src/sandbox/'],
   // LLM adapters; the workspace (git, setup, instructions) runs its processes through the sandbox
   ['llm-workspace', '^src/(llm|workspace)/'],
-  // encryption at rest and the stored settings (LLM, git providers, MCP servers)
-  ['secrets', '^src/secrets/'],
+  // encryption at rest and the stored settings (LLM, git providers, MCP servers; settings/: OpenHands' settings, profiles, saved workspaces)
+  ['secrets', '^src/(secrets|settings)/'],
   ['tools', '^src/tools/'],
   ['agent', '^src/agent/'],
   ['conversation', '^src/conversation/'],

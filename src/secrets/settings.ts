@@ -6,7 +6,8 @@
 import type { Logger } from 'pino';
 import { ConflictError, NotFoundError } from '../errors.js';
 import type { SecretStore } from '../store/types.js';
-import { fullMcpConfig, mcpSecretValues, type FullMcpConfig, type McpConfig } from './mcp-config.js';
+import { fullMcpConfig, mcpSecretValues, mergeMcpConfig, type FullMcpConfig, type McpConfig } from './mcp-config.js';
+import { mcpServerSecrets, toMcpConfig, type McpServerMap } from '../settings/mcp-servers.js';
 import { GIT_PROVIDERS, type GitProvider } from '../workspace/providers.js';
 import type { SecretBox } from './crypto.js';
 import type { Redactor } from './redact.js';
@@ -49,6 +50,20 @@ export class Settings {
     this.redactor.add(...mcpSecretValues(await this.defaultMcpConfig()));
   }
 
+  /**
+   * Runs read-modify-write updates of the stored settings one at a time (in this process: two
+   * requests changing the same record would otherwise lose one change).
+   */
+  serialize<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.queue.then(fn, fn);
+    this.queue = run.then(
+      () => undefined,
+      () => undefined,
+    );
+    return run;
+  }
+  private queue: Promise<unknown> = Promise.resolve();
+
   /** Every value this node opens is redacted from its output: another node (cluster mode) may have stored it. */
   private open(sealed: string | null): string | null {
     const value = this.decrypt(sealed);
@@ -70,6 +85,11 @@ export class Settings {
   seal(value: string): string {
     this.redactor.add(value);
     return this.box.encrypt(value);
+  }
+
+  /** Text with every secret this daemon knows masked. */
+  redact(text: string): string {
+    return this.redactor.redact(text);
   }
 
   /** A value sealed by `seal`, opened (and redacted from here on); null when it cannot be opened. */
@@ -94,9 +114,27 @@ export class Settings {
     return cfg;
   }
 
+  /**
+   * The MCP config every new conversation starts with: the one stored with the git providers, and the
+   * enabled servers of the settings' MCP server map (which win for the same name or URL).
+   */
   async defaultMcpConfig(): Promise<FullMcpConfig> {
     const s = await this.store.getSecret(SETTINGS_KIND, 'mcp_config');
-    return this.openMcp(s?.sealed);
+    const servers = await this.mcpServers();
+    return fullMcpConfig(mergeMcpConfig(this.openMcp(s?.sealed), toMcpConfig(servers)));
+  }
+
+  /** The settings' MCP server map (OpenHands' `agent_settings.mcp_config`), credentials included: sealed at rest. */
+  async mcpServers(): Promise<McpServerMap> {
+    const raw = this.decrypt((await this.store.getSecret(SETTINGS_KIND, 'mcp_servers'))?.sealed ?? null);
+    const map = raw ? (JSON.parse(raw) as McpServerMap) : {};
+    this.redactor.add(...mcpServerSecrets(map));
+    return map;
+  }
+
+  async saveMcpServers(map: McpServerMap): Promise<void> {
+    this.redactor.add(...mcpServerSecrets(map));
+    await this.store.putSecret({ kind: SETTINGS_KIND, name: 'mcp_servers', sealed: this.box.encrypt(JSON.stringify(map)), meta: {} });
   }
 
   // ---- git providers ------------------------------------------------------------------------
@@ -192,6 +230,13 @@ export class Settings {
       meta: { description: description !== undefined ? description : (cur.meta.description ?? null) },
     });
     return { success: true as const };
+  }
+
+  /** Creates or replaces a custom secret (OpenHands' `PUT /api/settings/secrets`); the value is never answered. */
+  async upsertSecret(name: string, value: string, description?: string | null) {
+    this.redactor.add(value);
+    await this.store.putSecret({ kind: SECRET_KIND, name, sealed: this.box.encrypt(value), meta: { description: description ?? null } });
+    return { name, description: description ?? null };
   }
 
   async deleteSecret(name: string) {
