@@ -29,6 +29,7 @@ export function toHttpError(err: unknown, input: unknown, locOf: (p: PropertyKey
     case 'notFound':
     case 'conflict':
     case 'payloadTooLarge':
+    case 'notImplemented':
       return { status, body: { detail: (err as Error).message } };
     case 'forbidden':
       return { status, body: { detail: redactor.redact((err as Error).message) } };

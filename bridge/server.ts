@@ -21,6 +21,7 @@ import { mountSignOut } from './sign-in.js';
 import { mountTrpc } from './trpc.js';
 import { App, type HttpResponse, type TemplatedApp, us_listen_socket_close, us_socket_local_port, type us_listen_socket } from './uws.js';
 import { mountEventSockets } from './ws.js';
+import { AGENT_SERVER_API_VERSION } from '../src/conversation/agent-server-info.js';
 
 const VERSION = '0.1.0';
 
@@ -69,7 +70,9 @@ function mountPublic(app: TemplatedApp, core: Core, draining: () => boolean, key
   app.get('/server_info', (res) =>
     health(res, info, {
       title: 'Parley',
-      version: VERSION,
+      // the agent-server API version (OpenHands' client gates features on it); Parley's interface version beside it
+      version: AGENT_SERVER_API_VERSION,
+      interface_version: VERSION,
       uptime: Math.floor((Date.now() - core.startedAt) / 1000),
       idle_time: Math.floor((Date.now() - core.events.lastActivity) / 1000),
       docs: '/docs',

@@ -26,7 +26,16 @@ import type { ClusterBus } from './cluster/bus.js';
 import type { Leases } from './cluster/leases.js';
 import { Sandbox } from './sandbox/launcher.js';
 import { WorkspacePreparer } from './conversation/preparer.js';
-import { helperDirOf } from './sandbox/workspace-dir.js';
+import { createWorkspace, helperDirOf, removeWorkspace } from './sandbox/workspace-dir.js';
+import { JsonRecords } from './settings/records.js';
+import { LlmProfiles } from './settings/llm-profiles.js';
+import { AgentProfiles } from './settings/agent-profiles.js';
+import { AgentServerSettings } from './settings/agent-settings.js';
+import { SavedWorkspaces } from './settings/workspaces.js';
+import { InstalledSkills } from './settings/installed-skills.js';
+import { WorkspaceBrowser } from './conversation/workspace-browser.js';
+import { ProjectExtensions } from './conversation/project-extensions.js';
+import type { McpTestRequest, McpTestResult, McpTestSandbox } from './tools/mcp/test-server.js';
 
 export interface Core {
   service: ConversationOps;
@@ -36,12 +45,25 @@ export interface Core {
   agent: Agent;
   /** The agent server's workspace side channels (/api/bash, /api/file, /api/git). */
   sideChannels: SideChannels;
+  /** OpenHands agent-server's server-wide features: its settings, profiles, saved workspaces, skills, file browser, MCP test. */
+  server: ServerFeatures;
   sandbox: Sandbox;
   redactor: Redactor;
   /** DATA_DIR's free space; `disk.subscribe` hears of disk pressure (src/store/disk-watch.ts). */
   disk: DiskWatch;
   startedAt: number;
   close(): Promise<void>;
+}
+
+export interface ServerFeatures {
+  settings: AgentServerSettings;
+  llmProfiles: LlmProfiles;
+  agentProfiles: AgentProfiles;
+  workspaces: SavedWorkspaces;
+  skills: InstalledSkills;
+  browser: WorkspaceBrowser;
+  extensions: ProjectExtensions;
+  testMcp(req: McpTestRequest): Promise<McpTestResult>;
 }
 
 /**
@@ -149,6 +171,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   });
   const service = new ConversationService(conversations, events, settings, agent.runtime, preparer, redactor, log, config.maxEventBytes);
   const sideChannels = new SideChannels(conversations, settings, redactor, config.workspaceRoot, sandboxAccess(sandbox));
+  const server = serverFeatures(config, store, settings, conversations, sandbox, redactor);
   unread.push(
     metrics.sandboxes.read(() => [[[sandbox.mode], sandbox.liveCount]]),
     metrics.sandboxProcesses.read(() => [[[sandbox.mode], sandbox.processCount]]),
@@ -184,6 +207,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     settings,
     agent,
     sideChannels,
+    server,
     sandbox,
     redactor,
     disk,
@@ -196,6 +220,42 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
       await closeBus();
       await store.close();
       disk.close();
+    },
+  };
+}
+
+/** The agent-server features' parts, over the store's settings records and the conversations' sandboxes. */
+function serverFeatures(config: Config, store: Store, settings: Settings, conversations: Conversations, sandbox: Sandbox, redactor: Redactor): ServerFeatures {
+  const records = new JsonRecords(store);
+  const llmProfiles = new LlmProfiles(records, settings);
+  const skills = new InstalledSkills(records);
+  const browser = new WorkspaceBrowser(conversations, config.workspaceRoot, sandboxAccess(sandbox));
+  // a stdio server under test gets a sandbox of its own, removed after the test (src/tools/mcp/test-server.ts)
+  const testSandbox: McpTestSandbox = {
+    async open(id) {
+      await sandbox.ready;
+      const workspaceDir = await createWorkspace(config.workspaceRoot, id);
+      return {
+        workspaceDir,
+        launcher: sandbox.forConversation(id),
+        async close() {
+          await sandbox.removeConversation(id);
+          await removeWorkspace(workspaceDir);
+        },
+      };
+    },
+  };
+  return {
+    settings: new AgentServerSettings(records, settings, llmProfiles),
+    llmProfiles,
+    agentProfiles: new AgentProfiles(records, settings, llmProfiles),
+    workspaces: new SavedWorkspaces(records, settings),
+    skills,
+    browser,
+    extensions: new ProjectExtensions(browser, skills),
+    async testMcp(req) {
+      const { testMcpServer } = await import('./tools/mcp/test-server.js');
+      return testMcpServer(req, { sandbox: testSandbox, allowedHosts: config.mcpAllowedHosts, redact: (t) => redactor.redact(t) });
     },
   };
 }

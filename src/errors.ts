@@ -33,6 +33,10 @@ export class RequestValidationError extends Error {
 export class PayloadTooLargeError extends Error {
   override name = 'PayloadTooLargeError';
 }
+/** A feature Parley does not offer (it needs the internet or a third party Parley does not reach); the message says which and why. */
+export class NotImplementedError extends Error {
+  override name = 'NotImplementedError';
+}
 export class ConfigError extends Error {
   override name = 'ConfigError';
 }
@@ -65,6 +69,7 @@ export const ERROR_KINDS = {
   forbidden: { type: ForbiddenError, status: 403, trpcCode: 'FORBIDDEN', rebuild: (m: string) => new ForbiddenError(m) },
   conflict: { type: ConflictError, status: 409, trpcCode: 'CONFLICT', rebuild: (m: string) => new ConflictError(m) },
   payloadTooLarge: { type: PayloadTooLargeError, status: 413, trpcCode: 'PAYLOAD_TOO_LARGE', rebuild: (m: string) => new PayloadTooLargeError(m) },
+  notImplemented: { type: NotImplementedError, status: 501, trpcCode: 'NOT_IMPLEMENTED', rebuild: (m: string) => new NotImplementedError(m) },
   unavailable: { type: UnavailableError, status: 503, trpcCode: 'SERVICE_UNAVAILABLE', rebuild: (m: string) => new UnavailableError(m) },
 } as const;
 export type ErrorKind = keyof typeof ERROR_KINDS;

@@ -42,7 +42,8 @@ describe('authentication', () => {
       assert.equal((await d.req('GET', p)).status, 200, p);
     }
     const info = await d.req('GET', '/server_info');
-    assert.equal(info.body.version, '0.1.0');
+    assert.equal(info.body.interface_version, '0.1.0');
+    assert.equal(info.body.version, '1.30.0', 'the agent-server API version Parley implements');
     assert.equal(typeof info.body.uptime, 'number');
   });
 });

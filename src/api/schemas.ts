@@ -161,7 +161,10 @@ export const SubscribeInput = z.object({
 
 export const ServerInfo = z
   .object({
+    /** The OpenHands agent-server API version Parley implements (its client's feature gates read it). */
     version: z.string(),
+    /** The interface's own version (this document's `info.version`). */
+    interface_version: z.string(),
     uptime: z.number(),
     idle_time: z.number(),
     title: z.string(),

@@ -17,6 +17,16 @@ export interface AgentServerContext {
 
 const MASKED = '**********';
 
+/**
+ * The version of OpenHands' agent-server API Parley implements, which `/server_info` answers as its
+ * `version` (what OpenHands' client compares against its feature gates). 1.30.0: the routes of
+ * agent-server 1.30.0 that `@openhands/typescript-client` calls (settings, profiles, skills, hooks,
+ * workspaces, the MCP test…), before the MCP OAuth routes of 1.31.0, which Parley does not implement
+ * (its client refuses them: "MCP OAuth API requires agent-server 1.31.0"). Parley's own interface
+ * version stays in its OpenAPI document (and /server_info's `interface_version`).
+ */
+export const AGENT_SERVER_API_VERSION = '1.30.0';
+
 /** Fields the client's ConversationInfo reads, from what the conversation keeps (additive to the interface's info). */
 export function agentServerInfo(
   record: ParsedRecord,
