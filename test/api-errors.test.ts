@@ -60,6 +60,11 @@ const CASES: Record<Exclude<ErrorKind, 'unavailable'>, Case> = {
     trpc: (c) => c.createSecret.mutate({ name: 'ALREADY_THERE', value: 'value-two' }),
     body: (b) => assert.deepEqual(b, { detail: 'Secret ALREADY_THERE already exists' }),
   },
+  notImplemented: {
+    rest: (d) => d.req('POST', '/api/llm/subscription/openai/device/start'),
+    trpc: (c) => c.openaiDeviceStart.mutate(),
+    body: (b) => assert.match(b.detail, /needs the internet/),
+  },
   payloadTooLarge: {
     rest: (d, id) => d.req('POST', `/api/conversations/${id}/events`, { content: [{ type: 'text', text: 'x'.repeat(4096) }] }),
     trpc: (c, id) => c.sendMessage.mutate({ conversation_id: id, message: { content: [{ type: 'text', text: 'x'.repeat(4096) }] } }),

@@ -18,12 +18,15 @@ import * as S from './server-schemas.js';
 import { z as zod } from 'zod';
 
 type Handler<I extends z.ZodType, O> = (c: Core, i: z.output<I>) => Promise<O>;
-/** The shape of operations.ts's Operation (declared here: this section is imported by the table). */
+/**
+ * The shape of operations.ts's Operation (declared here: this section is imported by the table). The
+ * handlers are method signatures so that an operation of a narrower input is one of the table's.
+ */
 export interface Op<T extends 'query' | 'mutation', I extends z.ZodType, O, JI extends z.ZodType = I, JO = O> {
   type: T;
   input: I;
-  handler: Handler<I, O>;
-  json: { input: JI; handler: Handler<JI, JO> };
+  handler(c: Core, i: z.output<I>): Promise<O>;
+  json: { input: JI; handler(c: Core, i: z.output<JI>): Promise<JO> };
 }
 const op =
   <T extends 'query' | 'mutation'>(type: T) =>
@@ -33,8 +36,8 @@ const mutation = op('mutation');
 const NoInput = zod.void();
 
 /** An operation Parley does not offer: every call is a 501 with the reason. */
-const unavailable = (type: 'query' | 'mutation', input: z.ZodType, why: string) =>
-  (type === 'query' ? query : mutation)(input, async () => {
+const unavailable = <T extends 'query' | 'mutation', I extends z.ZodType>(type: T, input: I, why: string) =>
+  op(type)(input, async (): Promise<{ detail: string }> => {
     throw new NotImplementedError(why);
   });
 
@@ -107,7 +110,7 @@ export const serverOperations = {
   deleteMcpServer: mutation(S.McpServerKeyInput, (c, i) => c.server.settings.deleteMcpServer(i.settings_key)),
   listSettingsSecrets: query(NoInput, (c) => c.settings.listSecrets()),
   upsertSettingsSecret: mutation(S.SettingsSecretInput, (c, i) => c.settings.upsertSecret(i.name, i.value, i.description)),
-  getSettingsSecretValue: query(S.SettingsSecretNameInput, async () => {
+  getSettingsSecretValue: query(S.SettingsSecretNameInput, async (): Promise<string> => {
     throw new ForbiddenError(SECRET_VALUE);
   }),
   deleteSettingsSecret: mutation(S.SettingsSecretNameInput, async (c, i) => {
@@ -180,7 +183,7 @@ export const serverOperations = {
   // ---- init, editors, sharing ----
   /** Parley starts ready (its keys come from the environment): there is no dormant state to initialise. */
   getInit: query(NoInput, async () => ({ state: 'ready' as const, error: null })),
-  postInit: mutation(S.InitInput, async () => {
+  postInit: mutation(S.InitInput, async (): Promise<{ state: 'ready' }> => {
     throw new ConflictError('server already in state: ready (Parley takes its keys and settings from its environment at start)');
   }),
   vscodeUrl: unavailable('query', S.VscodeUrlQuery, VSCODE),

@@ -16,6 +16,7 @@ import { posix } from 'node:path';
 import { ConflictError, NotImplementedError, RequestValidationError } from '../errors.js';
 import { FileOpError } from '../sandbox/files.js';
 import { MAX_SKILL_BYTES, SKILL_NAME, type InstalledSkills } from '../settings/installed-skills.js';
+import { parseFrontMatter } from '../workspace/front-matter.js';
 import { loadProjectHooks } from '../workspace/hooks.js';
 import { loadProjectSkills, parseSkill, type SkillInfo } from '../workspace/skills.js';
 import { loadProjectAgents } from '../workspace/sub-agents.js';
@@ -76,7 +77,7 @@ export class ProjectExtensions {
     const dir = req.repo_path ? posix.join(req.source, req.repo_path) : req.source;
     const read = await this.readSkill(dir, req.conversation_id);
     if (!read.ok) throw new RequestValidationError([{ type: 'value_error', loc: ['body', 'source'], msg: `Value error, ${read.why}`, input: req.source }]);
-    const { name, description, version, content, conversationId } = read;
+    const { name, description, version, content, conversationId, visibleDir } = read;
     if (!req.force && (await this.installed.exists(name))) throw new ConflictError('Skill already installed. Use force=true to overwrite.');
     return this.installed.put({
       name,
@@ -90,14 +91,14 @@ export class ProjectExtensions {
       install_path: posix.join(dir, 'SKILL.md'),
       content,
       conversation_id: conversationId,
+      dir: visibleDir,
     });
   }
 
   /** Reads the skill again from where it was installed from. */
   async refresh(name: string) {
     const s = await this.installed.stored(name);
-    const dir = s.repo_path ? posix.join(s.source, s.repo_path) : s.source;
-    const read = await this.readSkill(dir, s.conversation_id).catch((err: unknown) => ({ ok: false as const, why: String((err as Error).message) }));
+    const read = await this.readSkill(s.dir, s.conversation_id).catch((err: unknown) => ({ ok: false as const, why: String((err as Error).message) }));
     if (!read.ok) throw new ConflictError(`Skill '${name}' could not be read again from ${s.source}: ${read.why}`);
     const skill = await this.installed.put({ ...s, description: read.description, version: read.version, content: read.content });
     return { message: `Skill '${name}' refreshed`, skill };
@@ -120,7 +121,8 @@ export class ProjectExtensions {
     const info = parseSkill(content, { name: posix.basename(at.dir), source: null, agentskills: true });
     if (!SKILL_NAME.test(info.name) || info.name.length > 255)
       return { ok: false as const, why: `Invalid skill name '${info.name}': lowercase letters and digits, words joined by hyphens` };
-    const version = /^version:\s*["']?([^"'\n]+)["']?\s*$/m.exec(content.split(/^---\s*$/m)[1] ?? '')?.[1]?.trim() ?? '';
-    return { ok: true as const, name: info.name, description: info.description ?? '', version, content, conversationId: at.conversationId };
+    const v = parseFrontMatter(content).data?.version;
+    const version = typeof v === 'string' ? v.trim() : '';
+    return { ok: true as const, name: info.name, description: info.description ?? '', version, content, conversationId: at.conversationId, visibleDir: at.dir };
   }
 }

@@ -126,10 +126,10 @@ export class WorkspaceBrowser {
   /** The home is the conversation's workspace; the favorites its top-level directories; the one location, the workspace. */
   async home(q: { include_hidden?: boolean; conversation_id?: string | null }) {
     const at = await this.locate(q.conversation_id, null);
-    const dirs = await this.subdirs(at.files, at.dir, !!q.include_hidden, null);
+    const dirs = await this.inside(at.files, (await this.subdirs(at.files, at.dir, !!q.include_hidden, null)).slice(0, 50));
     return {
       home: at.dir,
-      favorites: dirs.slice(0, 50).map((d) => ({ label: d.name, path: d.path })),
+      favorites: dirs.map((d) => ({ label: d.name, path: d.path })),
       locations: [{ label: at.dir, path: at.dir }],
     };
   }
@@ -142,6 +142,19 @@ export class WorkspaceBrowser {
       .sort((a, b) => a.name.toLowerCase().localeCompare(b.name.toLowerCase()));
   }
 
+  /** The entries that stay in the workspace (a link to a directory outside it is listed as a directory, and would be a 403 to open). */
+  private async inside(files: WorkspaceFiles, entries: { name: string; path: string }[]) {
+    const ok = await Promise.all(
+      entries.map((e) =>
+        files.realpath(e.path).then(
+          () => true,
+          () => false,
+        ),
+      ),
+    );
+    return entries.filter((_, i) => ok[i]);
+  }
+
   /** Immediate subdirectories, sorted case-insensitively, paged by the lowercase name of the next page's first. */
   async searchSubdirs(q: { path: string; page_id?: string | null; limit: number; include_hidden?: boolean; conversation_id?: string | null }) {
     if (!posix.isAbsolute(q.path)) throw pathIssue('path must be absolute', q.path);
@@ -152,7 +165,7 @@ export class WorkspaceBrowser {
     const all = await this.subdirs(at.files, at.dir, !!q.include_hidden, q.path);
     let start = q.page_id ? all.findIndex((e) => e.name.toLowerCase() === q.page_id) : 0;
     if (start < 0) start = 0;
-    const items = all.slice(start, start + q.limit);
+    const items = await this.inside(at.files, all.slice(start, start + q.limit));
     return { items, next_page_id: start + q.limit < all.length ? all[start + q.limit]!.name.toLowerCase() : null };
   }
 

@@ -140,7 +140,13 @@ export class AgentProfiles {
       acp_file_secret_names: [],
       errors,
       valid,
-      resolved_settings: valid ? { agent_kind: p.agent_kind, llm: llm ? { model: llm.model, base_url: llm.base_url, api_key: llm.api_key ? '**********' : null } : null, mcp_config: resolvedKeys } : null,
+      resolved_settings: valid
+        ? {
+            agent_kind: p.agent_kind,
+            llm: llm ? { model: llm.model, base_url: llm.base_url, api_key: llm.api_key ? '**********' : null } : null,
+            mcp_config: resolvedKeys,
+          }
+        : null,
     };
   }
 }

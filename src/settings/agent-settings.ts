@@ -101,7 +101,8 @@ export class AgentServerSettings {
       const doc: ServerSettingsDoc = await this.records.settingsDoc();
       if (llmDiff !== undefined) await this.applyLlm(llmDiff);
       if (agent.mcp_config !== undefined) await this.applyMcpPatch(agent.mcp_config, ['body', 'agent_settings_diff', 'mcp_config']);
-      if (p.conversation_settings_diff) doc.conversation_settings = checkConversationSettings(deepMerge(doc.conversation_settings, p.conversation_settings_diff));
+      if (p.conversation_settings_diff)
+        doc.conversation_settings = checkConversationSettings(deepMerge(doc.conversation_settings, p.conversation_settings_diff));
       if (p.misc_settings_diff) {
         const misc = deepMerge(doc.misc_settings, p.misc_settings_diff);
         if (JSON.stringify(misc).length > MAX_MISC_BYTES)

@@ -29,14 +29,15 @@ export interface InstalledSkill {
 interface Stored extends InstalledSkill {
   /** The SKILL.md text. */
   content: string;
-  /** The conversation whose workspace the source path was read in (to read it again on refresh). */
+  /** The conversation whose workspace the source was read in, and the directory as it sees it (to read it again on refresh). */
   conversation_id: string;
+  dir: string;
 }
 
 export class InstalledSkills {
   constructor(private readonly records: JsonRecords) {}
 
-  private static show({ content: _content, conversation_id: _c, ...info }: Stored): InstalledSkill {
+  private static show({ content: _content, conversation_id: _c, dir: _d, ...info }: Stored): InstalledSkill {
     return info;
   }
 
@@ -65,7 +66,9 @@ export class InstalledSkills {
 
   /** The enabled skills' SKILL.md texts (the user-level skills). */
   async enabled(): Promise<{ name: string; source: string; content: string }[]> {
-    return (await this.records.list<Stored>(KIND)).filter((r) => r.doc.enabled).map((r) => ({ name: r.name, source: r.doc.install_path, content: r.doc.content }));
+    return (await this.records.list<Stored>(KIND))
+      .filter((r) => r.doc.enabled)
+      .map((r) => ({ name: r.name, source: r.doc.install_path, content: r.doc.content }));
   }
 
   async setEnabled(name: string, enabled: boolean) {

@@ -152,7 +152,14 @@ export class LlmProfiles {
     const { createLlmClient } = await import('../llm/provider.js');
     const { ProviderError } = await import('../llm/errors.js');
     try {
-      const client = createLlmClient({ model, apiKey: llm.api_key ?? undefined, baseUrl: llm.base_url ?? undefined, maxAttempts: 1, maxOutputTokens: 1, timeoutMs: 30_000 });
+      const client = createLlmClient({
+        model,
+        apiKey: llm.api_key ?? undefined,
+        baseUrl: llm.base_url ?? undefined,
+        maxAttempts: 1,
+        maxOutputTokens: 1,
+        timeoutMs: 30_000,
+      });
       await client.complete({ system: '', messages: [{ role: 'user', content: 'ping' }], tools: [] });
       return { valid: true, error: null };
     } catch (err) {

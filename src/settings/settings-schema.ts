@@ -113,5 +113,14 @@ export function conversationSettingsSchema() {
       depends_on: ['confirmation_mode'],
     },
   };
-  return { model_name: 'ConversationSettings', sections: [section('general', 'General', CONVERSATION_SETTING_KEYS.map((k) => fields[k]))] };
+  return {
+    model_name: 'ConversationSettings',
+    sections: [
+      section(
+        'general',
+        'General',
+        CONVERSATION_SETTING_KEYS.map((k) => fields[k]),
+      ),
+    ],
+  };
 }
