@@ -119,11 +119,16 @@ const CONTEXT_WINDOWS: [RegExp, number][] = [
   [/grok/, 131_072],
 ];
 
-/** Default context window (tokens) for a model id (without provider prefix). */
-export function defaultContextWindow(modelId: string): number {
+/** The context window (tokens) the table gives a model id (without provider prefix); null when no entry matches. */
+export function knownContextWindow(modelId: string): number | null {
   const id = modelId.toLowerCase();
   for (const [pattern, tokens] of CONTEXT_WINDOWS) if (pattern.test(id)) return tokens;
-  return DEFAULT_CONTEXT_WINDOW;
+  return null;
+}
+
+/** Default context window (tokens) for a model id (without provider prefix). */
+export function defaultContextWindow(modelId: string): number {
+  return knownContextWindow(modelId) ?? DEFAULT_CONTEXT_WINDOW;
 }
 
 // ---------------------------------------------------------------------------------------------------------
