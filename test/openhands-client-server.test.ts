@@ -14,6 +14,8 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
+import crypto from 'node:crypto';
+import os from 'node:os';
 import { after, before, describe, test } from 'node:test';
 import { freePort, startDaemon, waitFor, type DaemonHandle } from './support/daemon.js';
 import { helperArgs } from './support/helper-programs.js';
@@ -509,5 +511,63 @@ describe('server-wide features through the OpenHands client', { timeout: 180_000
     assert.ok(!leak.text.includes(PROFILE_KEY), 'a 422 does not echo the key');
     const huge = await d.req('PATCH', '/api/settings', { misc_settings_diff: { blob: 'x'.repeat(11 * 1024 * 1024) } }, H);
     assert.equal(huge.status, 413);
+  });
+});
+
+describe('attacks on what these routes reach, judged from the host', { timeout: 180_000 }, () => {
+  test('a stdio server under test cannot write DATA_DIR or the host /tmp, and none of its processes outlives the test', async (t) => {
+    if (!sandboxed) return t.skip('the sandbox is off on this machine (bwrap unavailable): the server runs as a plain process by design');
+    const marker = `mcp-test-pwned-${crypto.randomUUID()}`;
+    const targets = [path.join(d.dataDir, marker), path.join(os.tmpdir(), marker), path.join(path.dirname(d.dataDir), marker)];
+    const script = `for f in ${targets.join(' ')}; do touch "$f" 2>/dev/null; done; exec -a ${marker} sleep 30`;
+    const r: any = await new C.MCPClient(opts()).testServer({ server: { type: 'stdio', command: 'bash', args: ['-c', script] }, timeout: 2 } as never);
+    assert.deepEqual([r.ok, r.error_kind], [false, 'timeout']);
+    for (const f of targets) assert.equal(fs.existsSync(f), false, `${f} was not written`);
+    assert.equal(hostPid(`ns:${marker}`), 0, 'the server was killed with its sandbox');
+  });
+
+  test('a race: the agent swaps a directory for a link to / while the browser and the skill reader read it (200 tries); nothing outside the workspace is answered', async () => {
+    const c = await conversation('/workspace/race');
+    const marker = `host-only-${crypto.randomUUID()}`;
+    fs.mkdirSync(path.join(d.dataDir, marker));
+    fs.mkdirSync(path.join(os.tmpdir(), marker));
+    try {
+      const root = sandboxed ? '/workspace' : c.ws;
+      const swap = `for i in $(seq 1 4000); do rm -rf d; ln -s / d; rm -f d; mkdir -p d/sub d/.agents/skills; printf 'inside' > d/AGENTS.md; done`;
+      const started = await d.req('POST', '/api/bash/start_bash_command', { command: swap, conversation_id: c.id, timeout: 120 }, H);
+      assert.equal(started.status, 200, started.text);
+      const f = new C.FileClient(opts());
+      const sk = new C.SkillsClient(opts());
+      let listed = 0;
+      for (let i = 0; i < 200; i++) {
+        const [dirs, skills] = await Promise.allSettled([
+          f.searchSubdirectories('/workspace/race/d'),
+          sk.getSkills({ project_dir: '/workspace/race/d', load_user: false } as never),
+        ]);
+        for (const r of [dirs, skills]) {
+          const text = r.status === 'fulfilled' ? JSON.stringify(r.value) : JSON.stringify((r.reason as any).response ?? String(r.reason));
+          assert.ok(!text.includes(marker), `the host's ${marker} is never named: ${text}`);
+          if (r.status === 'rejected') assert.ok([403, 404, 422, 503].includes((r.reason as any).status), text);
+        }
+        if (dirs.status === 'fulfilled') {
+          listed++;
+          for (const item of (dirs.value as any).items) assert.ok(item.path.startsWith(`${root}/d/`), `only the workspace is listed: ${item.path}`);
+        }
+        if (skills.status === 'fulfilled') for (const s of (skills.value as any).skills) assert.equal(s.content, 'inside', s.source);
+      }
+      assert.ok(listed > 0, 'the directory was listed at least once');
+    } finally {
+      fs.rmSync(path.join(d.dataDir, marker), { recursive: true, force: true });
+      fs.rmSync(path.join(os.tmpdir(), marker), { recursive: true, force: true });
+    }
+  });
+
+  test("an MCP server's header credentials given where Parley cannot send them are refused without echo", async () => {
+    const r = await d.req('POST', '/api/mcp/test', { server: { type: 'http', url: shttp.url, headers: `Bearer ${BEARER}` } }, H);
+    assert.equal(r.status, 422);
+    assert.ok(!r.text.includes(BEARER), r.text);
+    const s = await d.req('POST', '/api/settings/mcp/leaky', { url: shttp.url, headers: { Authorization: `Bearer ${BEARER}` } }, H);
+    assert.equal(s.status, 422);
+    assert.ok(!s.text.includes(BEARER), s.text);
   });
 });

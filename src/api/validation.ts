@@ -9,7 +9,8 @@ import { SECRET_PLACEHOLDER } from '../secrets/redact.js';
 
 type Loc = (string | number)[];
 const FLOAT_FIELDS = new Set(['timeout']);
-const SECRET_KEYS = new Set(['api_key', 'token', 'env', 'llm_api_key', 'value', 'session_api_key', 'password']);
+// `headers` and `auth`: an MCP server's credentials travel in them (OpenHands' MCP server settings and test)
+const SECRET_KEYS = new Set(['api_key', 'token', 'env', 'llm_api_key', 'value', 'session_api_key', 'password', 'headers', 'auth']);
 
 /** Copy of `v` with every value under a secret-looking key replaced. */
 export function scrubSecrets(v: unknown, depth = 0): unknown {
