@@ -241,6 +241,7 @@ describe('server-wide features through the OpenHands client', { timeout: 180_000
     assert.deepEqual(r.agent_settings.mcp_config.tools.env, { TOOLS_ENV: '<secret_hidden>' });
     seen(await s.createMcpServer('remote', { url: shttp.url, auth: { strategy: 'bearer', value: BEARER } } as never));
     await assert.rejects(s.createMcpServer('tools', { command: 'true' } as never), status(409));
+    await assert.rejects(s.createMcpServer('cwd', { command: 'true', cwd: '/srv' } as never), status(422, /cwd/));
     await assert.rejects(s.createMcpServer('hdr', { url: shttp.url, headers: { 'X-Api': 'k' } } as never), status(422, /headers/));
     await assert.rejects(
       s.createMcpServer('basic', { url: shttp.url, auth: { strategy: 'basic', username: 'u', password: 'p' } } as never),

@@ -66,6 +66,11 @@ test('the routes of OpenHands client a fresh daemon serves', { timeout: 180_000 
   assert.ok(routes.length > 100, `the client's routes were found (${routes.length})`);
   const req = (m: string, p: string, body?: unknown) => d.req(m, p, body, H);
 
+  // before any conversation: the file browser has no sandbox view to show (a 409 saying so, not a 404)
+  const noView = await req('GET', '/api/file/home');
+  assert.equal(noView.status, 409, noView.text);
+  assert.match(noView.body.detail, /create a conversation first/);
+
   // what the paths name, made first
   const conv = await req('POST', '/api/conversations', { workspace: { working_dir: '/workspace/routes' } });
   assert.equal(conv.status, 200, conv.text);

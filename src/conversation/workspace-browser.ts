@@ -12,7 +12,7 @@
  */
 import type { ChildProcess } from 'node:child_process';
 import { posix } from 'node:path';
-import { ForbiddenError, NotFoundError, PayloadTooLargeError, RequestValidationError, UnavailableError } from '../errors.js';
+import { ConflictError, ForbiddenError, NotFoundError, PayloadTooLargeError, RequestValidationError, UnavailableError } from '../errors.js';
 import { FileOpError, type WorkspaceFiles } from '../sandbox/files.js';
 import { PathOutsideError, type PathView } from '../sandbox/path-view.js';
 import { createWorkspace } from '../sandbox/workspace-dir.js';
@@ -103,7 +103,12 @@ export class WorkspaceBrowser {
   /** The conversation a path (or none) means, its files, and the path as it sees it; 403 for a path leading out. */
   async locate(conversationId: string | null | undefined, p: string | null | undefined): Promise<ProjectFiles & { workspaceDir: string }> {
     await this.access.ready();
-    const at = await locateWorkspacePath(this.conversations, this.workspaceRoot, { conversationId, path: p });
+    const at = await locateWorkspacePath(this.conversations, this.workspaceRoot, { conversationId, path: p }).catch((err: unknown) => {
+      // no conversation at all: nothing to browse yet (a named conversation that does not exist stays a 404)
+      if (err instanceof NotFoundError && !conversationId)
+        throw new ConflictError("No conversation workspace to browse yet: the file browser shows a conversation's sandbox view; create a conversation first");
+      throw err;
+    });
     await createWorkspace(this.workspaceRoot, at.conversationId);
     const files = this.access.files(at.conversationId, at.workspaceDir);
     let dir = files.root;

@@ -80,6 +80,7 @@ export function checkMcpServer(raw: unknown): { server: McpServer } | { issues: 
   const transport = s.transport === 'sse' ? 'sse' : s.transport === 'stdio' || (!s.transport && s.command) ? 'stdio' : 'http';
   if (transport === 'stdio' && !s.command) issues.push({ path: ['command'], message: 'a stdio MCP server needs a command' });
   if (transport !== 'stdio' && !s.url) issues.push({ path: ['url'], message: 'a remote MCP server needs a url' });
+  if (s.cwd) issues.push({ path: ['cwd'], message: "a stdio server runs in the conversation's workspace (inside its sandbox): cwd is not supported" });
   if (s.headers && Object.keys(s.headers).length)
     issues.push({ path: ['headers'], message: "Parley's MCP client sends no extra headers: give the credential as auth (bearer)" });
   let auth: z.output<typeof Auth> | undefined;
