@@ -148,7 +148,8 @@ export class LlmProfiles {
   async validate(llm: LlmInput) {
     const model = modelOrIssue(llm.model, llm.base_url, ['body', 'llm', 'model']);
     if (!model) return { valid: false, error: { type: 'BadRequest', message: 'No model given' } };
-    if (llm.api_key) this.settings.seal(llm.api_key); // redacted from every output from here on
+    // the key is masked in what is answered, without joining the daemon's redactor (a draft may be any string, any number of times)
+    const mask = (t: string) => this.settings.redact(llm.api_key && llm.api_key.length >= 4 ? t.split(llm.api_key).join('<secret_hidden>') : t);
     const { createLlmClient } = await import('../llm/provider.js');
     const { ProviderError } = await import('../llm/errors.js');
     try {
@@ -165,9 +166,9 @@ export class LlmProfiles {
     } catch (err) {
       if (err instanceof ProviderError) {
         if (err.code === 'RateLimited' || err.code === 'Timeout') return { valid: true, error: null };
-        return { valid: false, error: { type: err.code, message: this.settings.redact(err.detail) } };
+        return { valid: false, error: { type: err.code, message: mask(err.detail) } };
       }
-      return { valid: false, error: { type: (err as Error).name || 'Error', message: this.settings.redact(String((err as Error).message ?? err)) } };
+      return { valid: false, error: { type: (err as Error).name || 'Error', message: mask(String((err as Error).message ?? err)) } };
     }
   }
 }
