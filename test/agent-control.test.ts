@@ -9,6 +9,9 @@ import { startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daem
 import { startScriptedAnthropic, startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
 import { allEvents, statusOf, waitStatus, type Req } from './support/conversation-api.js';
 
+/** Parley's own fields of a settings answer (it also carries OpenHands' SettingsResponse). */
+const llmView = (b: any) => ({ llm_model: b.llm_model, llm_base_url: b.llm_base_url, llm_api_key_set: b.llm_api_key_set });
+
 const statuses = (evs: any[]) => evs.filter((e) => e.key === 'execution_status').map((e) => e.value);
 
 const daemons: DaemonHandle[] = [];
@@ -42,7 +45,7 @@ describe('LLM settings at run time', () => {
       return r;
     };
 
-    assert.deepEqual((await req('GET', '/api/settings')).body, { llm_model: null, llm_base_url: null, llm_api_key_set: false });
+    assert.deepEqual(llmView((await req('GET', '/api/settings')).body), { llm_model: null, llm_base_url: null, llm_api_key_set: false });
     const id = (await req('POST', '/api/conversations', { initial_user_msg: 'hello?' })).body.conversation_id as string;
     await waitStatus(req, id, 'error');
     const err = (await allEvents(req, id)).find((e) => e.kind === 'ConversationErrorEvent');
@@ -63,11 +66,11 @@ describe('LLM settings at run time', () => {
       assert.ok(!r.text.includes(KEY), 'the key is not echoed');
     }
     assert.equal((await req('POST', '/api/settings', '{"llm_model": ')).status, 422);
-    assert.deepEqual((await req('GET', '/api/settings')).body, { llm_model: null, llm_base_url: null, llm_api_key_set: false });
+    assert.deepEqual(llmView((await req('GET', '/api/settings')).body), { llm_model: null, llm_base_url: null, llm_api_key_set: false });
 
     const saved = await req('POST', '/api/settings', { llm_model: 'openai/scripted', llm_base_url: llm1.url, llm_api_key: KEY });
     assert.equal(saved.status, 200, saved.text);
-    assert.deepEqual(saved.body, { llm_model: 'openai/scripted', llm_base_url: llm1.url, llm_api_key_set: true });
+    assert.deepEqual(llmView(saved.body), { llm_model: 'openai/scripted', llm_base_url: llm1.url, llm_api_key_set: true });
     assert.deepEqual((await req('GET', '/api/settings')).body, saved.body);
 
     // the next run uses them, without a restart
@@ -80,7 +83,7 @@ describe('LLM settings at run time', () => {
 
     // a partial update keeps the other fields (the key included)
     const moved = await req('POST', '/api/settings', { llm_base_url: llm2.url });
-    assert.deepEqual(moved.body, { llm_model: 'openai/scripted', llm_base_url: llm2.url, llm_api_key_set: true });
+    assert.deepEqual(llmView(moved.body), { llm_model: 'openai/scripted', llm_base_url: llm2.url, llm_api_key_set: true });
     llm2.push({ text: 'from the second server' });
     await req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'again' }], run: true });
     await waitStatus(req, id, 'finished');
@@ -97,7 +100,11 @@ describe('LLM settings at run time', () => {
     assert.equal(llm2.requests[1]!.apiKey, KEY);
 
     // null clears a field: without a model there is no LLM again
-    assert.deepEqual((await req('POST', '/api/settings', { llm_model: null })).body, { llm_model: null, llm_base_url: llm2.url, llm_api_key_set: true });
+    assert.deepEqual(llmView((await req('POST', '/api/settings', { llm_model: null })).body), {
+      llm_model: null,
+      llm_base_url: llm2.url,
+      llm_api_key_set: true,
+    });
     await req('POST', `/api/conversations/${id2}/events`, { content: [{ text: 'and now?' }], run: true });
     await waitStatus(req, id2, 'error');
     assert.equal((await allEvents(req, id2)).filter((e) => e.kind === 'ConversationErrorEvent').pop().code, 'LLMNotConfigured');

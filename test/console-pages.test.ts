@@ -60,7 +60,8 @@ describe('web console: the pages at work', { timeout: 180_000 }, () => {
     await llmForm.locator('input[name="llm_api_key"]').fill(LLM_KEY);
     await llmForm.locator('button[type="submit"]').click();
     await llmForm.locator('.ok-text', { hasText: 'Saved' }).waitFor();
-    assert.deepEqual((await api('GET', '/api/settings')).body, { llm_model: 'openai/scripted', llm_base_url: llm.url, llm_api_key_set: true });
+    const { llm_model, llm_base_url, llm_api_key_set } = (await api('GET', '/api/settings')).body;
+    assert.deepEqual({ llm_model, llm_base_url, llm_api_key_set }, { llm_model: 'openai/scripted', llm_base_url: llm.url, llm_api_key_set: true });
 
     const providers = page.locator('form', { has: page.locator('h2', { hasText: 'Git providers' }) });
     await providers.locator('input[name="github-enabled"]').check();
