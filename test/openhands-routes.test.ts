@@ -129,3 +129,35 @@ test('the routes of OpenHands client a fresh daemon serves', { timeout: 180_000 
   // the daemon is still well after every route was called
   await waitFor(async () => (await d.req('GET', '/health')).status === 200, 'health');
 });
+
+test('the server-wide routes take hostile input without a 5xx (but the 501s of what is not offered): wrong types, arrays, nulls, deep nesting, odd path values', {
+  timeout: 180_000,
+}, async () => {
+  const { SERVER_ROUTES } = await import('../bridge/server-routes.js');
+  const deep = JSON.parse(`${'{"a":'.repeat(500)}1${'}'.repeat(500)}`);
+  const bodies: unknown[] = [
+    [],
+    'text',
+    5,
+    null,
+    { llm: [] },
+    { server: { type: 'stdio', command: ['x'] } },
+    { a: deep },
+    { path: '/../../etc', project_dir: '\u0000' },
+  ];
+  const values = ['x', '..', '%2e%2e', 'a%2Fb', 'A'.repeat(300), '%00'];
+  const failures: string[] = [];
+  for (const r of SERVER_ROUTES) {
+    for (const v of values) {
+      const p = r.path.replace(/:[a-z_]+/g, v);
+      for (const b of r.body ? bodies : [undefined]) {
+        const q = r.method === 'GET' || r.method === 'DELETE' ? '?path=%00&limit=-1&include_hidden=maybe&provider=' : '';
+        const res = await d.req(r.method, `${p}${q}`, b, H);
+        if (res.status >= 500 && res.status !== 501)
+          failures.push(`${r.method} ${p} ${JSON.stringify(b)?.slice(0, 60)} → ${res.status} ${res.text.slice(0, 120)}`);
+      }
+    }
+  }
+  assert.deepEqual(failures, []);
+  assert.equal((await d.req('GET', '/health')).status, 200);
+});
