@@ -133,7 +133,12 @@ test('the routes of OpenHands client a fresh daemon serves', { timeout: 180_000 
 test('the server-wide routes take hostile input without a 5xx (but the 501s of what is not offered): wrong types, arrays, nulls, deep nesting, odd path values', {
   timeout: 180_000,
 }, async () => {
-  const { SERVER_ROUTES } = await import('../bridge/server-routes.js');
+  const sections = await Promise.all([
+    import('../src/api/operations/llm-profiles.js').then((m) => m.llmProfileOperations),
+    import('../src/api/operations/server-settings.js').then((m) => m.serverSettingsOperations),
+    import('../src/api/operations/server-workspace.js').then((m) => m.serverWorkspaceOperations),
+  ]);
+  const routes = sections.flatMap((s) => Object.values(s).map((o: { rest: { method: string; path: string; body?: unknown } }) => o.rest));
   const deep = JSON.parse(`${'{"a":'.repeat(500)}1${'}'.repeat(500)}`);
   const bodies: unknown[] = [
     [],
@@ -147,9 +152,9 @@ test('the server-wide routes take hostile input without a 5xx (but the 501s of w
   ];
   const values = ['x', '..', '%2e%2e', 'a%2Fb', 'A'.repeat(300), '%00'];
   const failures: string[] = [];
-  for (const r of SERVER_ROUTES) {
+  for (const r of routes) {
     for (const v of values) {
-      const p = r.path.replace(/:[a-z_]+/g, v);
+      const p = r.path.replace(/\{[a-z_]+\}/g, v);
       for (const b of r.body ? bodies : [undefined]) {
         const q = r.method === 'GET' || r.method === 'DELETE' ? '?path=%00&limit=-1&include_hidden=maybe&provider=' : '';
         const res = await d.req(r.method, `${p}${q}`, b, H);

@@ -20,8 +20,20 @@ import { conversationOperations } from './operations/conversations.js';
 import { eventOperations } from './operations/events.js';
 import { settingsOperations } from './operations/settings.js';
 import { workspaceOperations } from './operations/workspace.js';
+import { llmProfileOperations } from './operations/llm-profiles.js';
+import { serverSettingsOperations } from './operations/server-settings.js';
+import { serverWorkspaceOperations } from './operations/server-workspace.js';
 
-const SECTIONS = [conversationOperations, eventOperations, settingsOperations, agentServerOperations, workspaceOperations];
+const SECTIONS = [
+  conversationOperations,
+  eventOperations,
+  settingsOperations,
+  agentServerOperations,
+  workspaceOperations,
+  llmProfileOperations,
+  serverSettingsOperations,
+  serverWorkspaceOperations,
+];
 
 export const operations = {
   ...conversationOperations,
@@ -29,6 +41,10 @@ export const operations = {
   ...settingsOperations,
   ...agentServerOperations,
   ...workspaceOperations,
+  // OpenHands agent-server's server-wide routes
+  ...llmProfileOperations,
+  ...serverSettingsOperations,
+  ...serverWorkspaceOperations,
 };
 export type OperationName = keyof typeof operations;
 

@@ -204,8 +204,22 @@ export const UpdateSecretInput = UpdateSecretBody.extend({ name: SecretName });
 export const SecretNameInput = z.object({ name: SecretName });
 
 export const SettingsView = z
-  .object({ llm_model: z.string().nullable(), llm_base_url: z.string().nullable(), llm_api_key_set: z.boolean() })
-  .meta({ id: 'SettingsView', description: 'LLM settings; the key itself is never returned.' });
+  .object({
+    llm_model: z.string().nullable(),
+    llm_base_url: z.string().nullable(),
+    llm_api_key_set: z.boolean(),
+    // OpenHands agent-server's SettingsResponse, beside Parley's fields (src/settings/agent-settings.ts)
+    agent_settings: z.looseObject({}),
+    conversation_settings: z.looseObject({}),
+    misc_settings: z.looseObject({}),
+    llm_api_key_is_set: z.boolean(),
+    active_profile: z.string().nullable(),
+    active_agent_profile_id: z.string().nullable(),
+  })
+  .meta({
+    id: 'SettingsView',
+    description: "The LLM settings (the key itself is never returned) and, beside them, OpenHands agent-server's SettingsResponse.",
+  });
 export const SecretInfo = z.object({ name: z.string(), description: z.string().nullable() }).meta({ id: 'SecretInfo' });
 export const SecretList = z
   .object({ secrets: z.array(SecretInfo) })

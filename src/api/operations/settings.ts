@@ -6,12 +6,17 @@ export const settingsOperations = {
   getSettings: query({
     input: NoInput,
     rest: { method: 'GET', path: '/api/settings', summary: 'Get Settings', tag: 'Settings', doc: { response: 'SettingsView' } },
-    handler: (c) => c.settings.publicSettings(),
+    /** Parley's fields and OpenHands' SettingsResponse in one answer: they do not overlap (src/settings/agent-settings.ts). */
+    handler: (c) => c.server.settings.get(),
   }),
   saveSettings: mutation({
     input: SettingsUpdate,
     rest: { method: 'POST', path: '/api/settings', body: 'input', summary: 'Store Settings', tag: 'Settings', doc: { response: 'SettingsView' } },
-    handler: (c, i) => c.settings.saveLlmSettings(i),
+    /** Answers what GET /api/settings answers. */
+    handler: async (c, i) => {
+      await c.settings.saveLlmSettings(i);
+      return c.server.settings.get();
+    },
   }),
   listSecrets: query({
     input: NoInput,
