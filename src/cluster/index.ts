@@ -1,8 +1,7 @@
 /**
  * Cluster mode in the composition root: the node (leases, routing, takeover) in front of this
  * process's conversation service. The API calls the operations of `ConversationOps`; in cluster mode
- * they are this typed wrapper, whose every operation (create, send, run, pause, interrupt, delete,
- * resuming preparations, confirm, condense, ask) goes through the node first.
+ * they are the node's routed operations (`routedOps`), each of which goes through the node first.
  */
 import type { Logger } from 'pino';
 import type { Conversations } from '../conversation/conversations.js';
@@ -12,7 +11,7 @@ import type { EventLog } from '../events/log.js';
 import type { PostgresStore } from '../store/postgres.js';
 import type { ClusterBus } from './bus.js';
 import type { Leases } from './leases.js';
-import { ClusterNode } from './node.js';
+import { ClusterNode, routedOps } from './node.js';
 import { setupPhaseOf } from '../conversation/setup-phase.js';
 
 interface ClusterNodeParts {
@@ -39,7 +38,7 @@ export async function startClusterNode(p: ClusterNodeParts): Promise<{ service: 
     log: p.log,
     hooks: {
       isRunning: (id) => runtime.isRunning(id),
-      notifyMessage: (id) => runtime.notifyMessage(id),
+      messageArrived: (id) => runtime.notifyMessage(id),
       // stops the loop and the processes it started; what it would append is refused (the fence)
       stopLocal: (id) => runtime.interrupt(id),
       refresh: async (id) => {
@@ -49,14 +48,6 @@ export async function startClusterNode(p: ClusterNodeParts): Promise<{ service: 
       setupPhase: async (id) => {
         const conv = await conversations.load(id);
         return conv ? setupPhaseOf(conv.record.data) : undefined;
-      },
-      resumePreparations: (take) => service.resumePreparations(take),
-      // an operation another node routed here, as the local service runs it
-      runtimeOp: (op, args) => {
-        const [id, a, b] = args as [string, unknown, unknown];
-        if (op === 'confirm') return service.confirm(id, a as boolean, (b ?? null) as string | null);
-        if (op === 'condense') return service.condense(id);
-        return service.ask(id, a as string);
       },
       recover: async (id) => {
         await events.append(id, {
@@ -77,19 +68,5 @@ export async function startClusterNode(p: ClusterNodeParts): Promise<{ service: 
     (err) => node.leaseLost(err.conversationId),
   );
   await node.start();
-  // the service's operations through the node: at the conversation's lease holder, or here
-  const routed: ConversationOps = {
-    createConversation: (req) => node.createConversation(req),
-    resumePreparations: () => node.resumePreparations(),
-    sendMessage: (id, msg) => node.sendMessage(id, msg),
-    run: (id) => node.run(id),
-    pause: (id) => node.pause(id),
-    interrupt: (id) => node.interrupt(id),
-    deleteConversation: (id) => node.deleteConversation(id),
-    // accepting runs the waiting actions: it takes the lease like run
-    confirm: async (id, accept, reason) => void (await node.runtime('confirm', [id, accept, reason])),
-    condense: async (id) => (await node.runtime('condense', [id])) as boolean,
-    ask: async (id, question) => (await node.runtime('ask', [id, question])) as string,
-  };
-  return { service: routed, close: () => node.close() };
+  return { service: routedOps(node, service), close: () => node.close() };
 }

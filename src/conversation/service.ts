@@ -247,13 +247,12 @@ export class ConversationService {
 }
 
 /**
- * Every operation on a conversation's lifecycle, as the API calls it: the service itself on one node,
- * the cluster's routing wrapper (src/cluster/index.ts) in front of it with several.
+ * Every operation on a conversation's lifecycle, as the API calls it: the service's public methods
+ * (no other list of them), run by the service itself on one node, and with several by the cluster's
+ * routed operations in front of it (`routedOps` in src/cluster/node.ts, which the compiler holds to
+ * this type: a new public method is routed or the build fails).
  */
-export type ConversationOps = Pick<
-  ConversationService,
-  'createConversation' | 'resumePreparations' | 'sendMessage' | 'run' | 'pause' | 'interrupt' | 'deleteConversation' | 'confirm' | 'condense' | 'ask'
->;
+export type ConversationOps = Pick<ConversationService, keyof ConversationService>;
 
 function contentOf(text: string, imageUrls: string[]): ContentItem[] {
   const content: ContentItem[] = [];
