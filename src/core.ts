@@ -6,6 +6,8 @@
 import fs from 'node:fs';
 import type { Logger } from 'pino';
 import { createAgent, type Agent } from './agent/agent.js';
+import { closeAllMcp } from './agent/mcp-servers.js';
+import { builtinTools } from './agent/tool-box.js';
 import type { Config } from './config.js';
 import { Conversations, type SharedStore } from './conversation/conversations.js';
 import { ConversationService, type ConversationOps } from './conversation/service.js';
@@ -27,6 +29,7 @@ import type { Leases } from './cluster/leases.js';
 import { Sandbox } from './sandbox/launcher.js';
 import { WorkspacePreparer } from './conversation/preparer.js';
 import { helperDirOf } from './sandbox/workspace-dir.js';
+import { diskStopDetail, liveParts } from './conversation/live.js';
 
 export interface Core {
   service: ConversationOps;
@@ -116,11 +119,20 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   const settings = new Settings(store, box, redactor, log);
   const leases = cluster?.leases;
   const shared: SharedStore | undefined = leases && { ownerOf: (id) => leases.owner(id) };
+  // the built-in tools hold each conversation's shell and editor history: made before the conversations
+  const builtins = builtinTools({
+    sandbox,
+    events,
+    dataDir: config.dataDir,
+    noOutputTimeoutMs: config.terminalNoOutputTimeoutMs,
+    idleCloseMs: config.sandbox.idleCloseMs,
+  });
   const conversations = new Conversations(
     store,
     events,
     settings,
     redactor,
+    liveParts({ events, sandbox, builtins, workspaceRoot: config.workspaceRoot, keepWorkspaces: config.keepWorkspaces, log }),
     {
       workspaceRoot: config.workspaceRoot,
       dataDir: config.dataDir,
@@ -134,17 +146,22 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   store.onCommit((id, evs) => events.committed(id, evs));
   store.onCommit((id, evs) => conversations.committed(id, evs));
   // another node deleted a conversation: its state here goes
-  cluster?.bus.onRemoteDelete((id) => conversations.forget(id));
+  cluster?.bus.onRemoteDelete((id) => void conversations.forget(id));
+  // a sandbox closed to stay under SANDBOX_MAX_LIVE; one over SANDBOX_DISK_MB (or the fullest on a full disk), its processes stopped
+  sandbox.onEvict((id) => void conversations.loaded(id)?.close('evicted'));
+  sandbox.onDiskQuota((id, used, why) => {
+    const detail = diskStopDetail(why, used, config.sandbox.diskMb);
+    void conversations.load(id).then((c) => c?.close(why === 'quota' ? 'disk-quota' : 'disk-full', detail));
+  });
   // a full disk: the agents' writes go first (the conversation using the most disk is stopped, once a second while it lasts)
   disk.subscribe((p) => {
     if (p.full) void sandbox.relieveDisk();
   });
-  const agent = createAgent({ sandbox, conversations, events, settings, redactor, config, log });
+  const agent = createAgent({ sandbox, conversations, events, settings, redactor, builtins, config, log });
   const preparer = new WorkspacePreparer(conversations, events, settings, agent.runtime, sandbox, redactor, {
     workspaceRoot: config.workspaceRoot,
     allowedHosts: config.gitAllowedHosts,
     helperDir: helperDirOf(config.dataDir),
-    keepWorkspaces: config.keepWorkspaces,
     replay: agent.replay,
   });
   const service = new ConversationService(conversations, events, settings, agent.runtime, preparer, redactor, log, config.maxEventBytes);
@@ -189,7 +206,10 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     disk,
     startedAt,
     async close() {
-      await agent.runtime.close();
+      // every loaded conversation's run, shell and MCP servers end; then any shell or MCP server left, and the sandboxes
+      await conversations.closeAll('shutdown');
+      await builtins.closeAll();
+      await closeAllMcp();
       await sandbox.close();
       for (const u of unread) u();
       await closeNode();

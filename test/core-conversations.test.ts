@@ -17,6 +17,7 @@ import { Redactor } from '../src/secrets/redact.js';
 import { Settings } from '../src/secrets/settings.js';
 import { SqliteStore } from '../src/store/sqlite.js';
 import { tempDir } from './support/daemon.js';
+import { idleLiveParts } from './support/core-parts.js';
 
 const log = pino({ level: 'silent' });
 const dirs: string[] = [];
@@ -38,7 +39,7 @@ function open(dir: string, limits: { count?: number } = {}) {
   const store = new SqliteStore(dir);
   const events = new EventLog(store, bus, redactor, 256 * 1024);
   const settings = new Settings(store, SecretBox.open(dir, 'k'.repeat(32)), redactor, log);
-  const conversations = new Conversations(store, events, settings, redactor, undefined, undefined, limits);
+  const conversations = new Conversations(store, events, settings, redactor, idleLiveParts(events, dir), undefined, undefined, limits);
   store.onCommit((id, evs) => events.committed(id, evs));
   store.onCommit((id, evs) => conversations.committed(id, evs));
   return { store, events, conversations };

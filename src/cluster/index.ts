@@ -5,7 +5,7 @@
  */
 import type { Logger } from 'pino';
 import type { Conversations } from '../conversation/conversations.js';
-import type { AgentRuntimeImpl } from '../agent/runtime.js';
+import type { AgentRuntime } from '../agent/runtime.js';
 import type { ConversationOps, ConversationService } from '../conversation/service.js';
 import type { EventLog } from '../events/log.js';
 import type { PostgresStore } from '../store/postgres.js';
@@ -18,7 +18,7 @@ interface ClusterNodeParts {
   service: ConversationService;
   conversations: Conversations;
   events: EventLog;
-  runtime: AgentRuntimeImpl;
+  runtime: Pick<AgentRuntime, 'messageArrived'>;
   leases: Leases;
   bus: ClusterBus;
   store: PostgresStore;
@@ -37,10 +37,13 @@ export async function startClusterNode(p: ClusterNodeParts): Promise<{ service: 
     local: service,
     log: p.log,
     hooks: {
-      isRunning: (id) => runtime.isRunning(id),
-      messageArrived: (id) => runtime.notifyMessage(id),
+      isRunning: (id) => conversations.isRunning(id),
+      messageArrived: (id) => {
+        const conv = conversations.loaded(id);
+        if (conv) runtime.messageArrived(conv);
+      },
       // stops the loop and the processes it started; what it would append is refused (the fence)
-      stopLocal: (id) => runtime.interrupt(id),
+      stopLocal: async (id) => conversations.loaded(id)?.close('interrupted'),
       refresh: async (id) => {
         const conv = await conversations.refresh(id);
         return conv ? { status: conv.status } : null;
@@ -64,7 +67,7 @@ export async function startClusterNode(p: ClusterNodeParts): Promise<{ service: 
   // that was stalled (or cut off) while another took the conversation over writes nothing more.
   // A user's message is not the owner's: it is appended whoever holds the lease.
   p.store.fenceWith(
-    (id, drafts) => (runtime.isRunning(id) && !drafts.every(isUserMessage) ? p.leases.nodeId : null),
+    (id, drafts) => (conversations.isRunning(id) && !drafts.every(isUserMessage) ? p.leases.nodeId : null),
     (err) => node.leaseLost(err.conversationId),
   );
   await node.start();

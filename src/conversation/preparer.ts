@@ -7,7 +7,7 @@
 import type { Config } from '../config.js';
 import type { Conversations } from './conversations.js';
 import type { ReplayPlan } from './replay.js';
-import type { AgentRuntime, ConversationPreparer, PrepareOptions } from './runtime.js';
+import type { ConversationPreparer, ConversationRuntime, PrepareOptions } from './runtime.js';
 import type { EventLog } from '../events/log.js';
 import type { Sandbox } from '../sandbox/index.js';
 import type { Redactor } from '../secrets/redact.js';
@@ -16,7 +16,7 @@ import { gitCredentialEnv } from '../workspace/askpass.js';
 import { cloneRepository } from '../workspace/git.js';
 import { runSetupScript } from '../workspace/setup-script.js';
 import { createMicroagentMessage, suggestedTaskMessage } from '../workspace/tasks.js';
-import { createWorkspace, removeWorkspace, workspacePath } from '../sandbox/workspace-dir.js';
+import { createWorkspace, workspacePath } from '../sandbox/workspace-dir.js';
 import { stateUpdate } from '../events/schema.js';
 import type { SetupPhase, SetupState } from './setup-phase.js';
 
@@ -26,21 +26,16 @@ interface PreparerOptions {
   allowedHosts: Config['gitAllowedHosts'];
   /** Where the git askpass helper is written. */
   helperDir: string;
-  /** Keep a deleted conversation's workspace on disk. */
-  keepWorkspaces: boolean;
   /** Runs a replay plan's recorded steps in the workspace; resolves with the number of actions run. */
   replay(conversationId: string, workspaceDir: string, plan: ReplayPlan, signal: AbortSignal): Promise<{ actions: number }>;
 }
 
 export class WorkspacePreparer implements ConversationPreparer {
-  /** Replays under way, stopped when their conversation is deleted. */
-  private replays = new Map<string, AbortController>();
-
   constructor(
     private readonly conversations: Conversations,
     private readonly events: EventLog,
     private readonly settings: Settings,
-    private readonly runtime: AgentRuntime,
+    private readonly runtime: Pick<ConversationRuntime, 'start'>,
     private readonly sandbox: Sandbox,
     private readonly redactor: Redactor,
     private readonly opts: PreparerOptions,
@@ -117,8 +112,11 @@ export class WorkspacePreparer implements ConversationPreparer {
       return;
     }
     if (opts?.replay) {
+      // stopped when the conversation is deleted (its close('deleted')); a preparation run without the service's notes its own
       const controller = new AbortController();
-      this.replays.set(id, controller);
+      const own = !conv.preparation;
+      const preparation = conv.preparation ?? (conv.preparation = { replay: null });
+      preparation.replay = controller;
       try {
         await phase('replaying', `${opts.replay.steps.length} recorded step(s)`);
         await conversations.setStatus(id, 'running');
@@ -130,7 +128,8 @@ export class WorkspacePreparer implements ConversationPreparer {
         await fail(err, 'ReplayFailed');
         return;
       } finally {
-        this.replays.delete(id);
+        if (preparation.replay === controller) preparation.replay = null;
+        if (own && conv.preparation === preparation) conv.preparation = null;
       }
     }
     if (first)
@@ -143,19 +142,8 @@ export class WorkspacePreparer implements ConversationPreparer {
     // requested at creation, or by a message sent while preparing (startRun sets it)
     const wantsRun = conversations.takeRunRequest(conv) || !!first;
     if (wantsRun) {
-      if (conversations.status(id) === 'finished') await conversations.setStatus(id, 'idle');
-      this.runtime.start(id);
+      if (conv.status === 'finished') await conversations.setStatus(id, 'idle');
+      this.runtime.start(conversations.claim(conv));
     }
-  }
-
-  stop(id: string): void {
-    this.replays.get(id)?.abort();
-  }
-
-  async dispose(id: string): Promise<void> {
-    this.stop(id);
-    // the sandbox's /tmp and HOME on the host go with the conversation (its processes are already gone)
-    await this.sandbox.removeConversation(id);
-    if (!this.opts.keepWorkspaces) await removeWorkspace(workspacePath(this.opts.workspaceRoot, id)).catch(() => {});
   }
 }
