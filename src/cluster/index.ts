@@ -37,6 +37,9 @@ export async function startClusterNode(p: ClusterNodeParts): Promise<{ service: 
     local: service,
     log: p.log,
     hooks: {
+      loaded: (id) => conversations.loaded(id),
+      load: (id) => conversations.load(id),
+      leased: () => [...conversations.each()].filter((c) => c.lease),
       isRunning: (id) => conversations.isRunning(id),
       messageArrived: (id) => {
         const conv = conversations.loaded(id);

@@ -39,8 +39,21 @@ interface Route {
   slow?: boolean;
 }
 
+/** A live conversation as the node keeps its lease on it (`conv.lease`, src/conversation/live.ts). */
+interface Leased {
+  readonly id: string;
+  /** This node holds the lease; `idle`: the loop had stopped at the last renewal (the lease goes at the next one). */
+  lease: { idle: boolean } | null;
+}
+
 /** What the node needs of the rest of the core. */
 interface NodeHooks {
+  /** The live conversation, if it is loaded here. */
+  loaded(id: string): Leased | undefined;
+  /** The live conversation, loaded when it is not; null when it does not exist. */
+  load(id: string): Promise<Leased | null>;
+  /** The conversations loaded here that hold a lease. */
+  leased(): Iterable<Leased>;
   /** Whether this node's runtime runs the conversation's loop now. */
   isRunning(id: string): boolean;
   /** A message was appended on another node: this node's loop takes it at its next step. */
@@ -128,10 +141,6 @@ export function routedOps(n: ClusterNode, local: Pick<ConversationOps, 'resumePr
 }
 
 export class ClusterNode {
-  /** Conversations whose lease this node holds. */
-  private held = new Set<string>();
-  /** Held conversations whose loop had stopped at the last renewal: released at the next one. */
-  private idle = new Set<string>();
   private timers: NodeJS.Timeout[] = [];
   private closed = false;
   private readonly nodeId: string;
@@ -262,35 +271,41 @@ export class ClusterNode {
 
   // ---- leases -------------------------------------------------------------------------------
 
-  /** Takes (or keeps) the conversation's lease; false when another node holds it. */
+  /** Takes (or keeps) the conversation's lease, kept on its live object (`conv.lease`); false when another node holds it. */
   async hold(id: string): Promise<boolean> {
     if (!(await this.unavailableOnError(this.d.leases.acquire(id)))) return false;
-    this.held.add(id);
+    const conv = this.d.hooks.loaded(id) ?? (await this.d.hooks.load(id));
+    if (conv) conv.lease ??= { idle: false };
+    // (no such conversation: the operation answers 404; nothing holds the lease)
+    else await this.d.leases.release(id).catch(() => {});
     return true;
   }
 
   private async drop(id: string): Promise<void> {
-    this.held.delete(id);
-    this.idle.delete(id);
+    const conv = this.d.hooks.loaded(id);
+    if (conv) conv.lease = null;
     await this.d.leases.release(id).catch(() => {});
   }
 
   /** Renews the leases of loops running (or preparing) here; releases the others. */
   private async renew(): Promise<void> {
     if (this.closed) return;
-    const lost = await this.d.leases.renew([...this.held]);
+    const held = [...this.d.hooks.leased()];
+    const lost = await this.d.leases.renew(held.map((c) => c.id));
     for (const id of lost) this.leaseLost(id);
-    for (const id of [...this.held]) {
-      if (this.d.hooks.isRunning(id)) {
-        this.idle.delete(id);
+    for (const conv of held) {
+      const lease = conv.lease;
+      if (!lease) continue; // lost, or dropped meanwhile
+      if (this.d.hooks.isRunning(conv.id)) {
+        lease.idle = false;
         continue;
       }
-      const phase = await this.d.hooks.setupPhase(id);
+      const phase = await this.d.hooks.setupPhase(conv.id);
       if (phase !== undefined && phase !== 'ready' && phase !== 'error') continue; // still preparing
       // released one renewal after the loop stopped: a run that ends as a message arrives is
       // followed by another (runtime.ts afterRun), which still needs the lease
-      if (this.idle.has(id)) await this.drop(id);
-      else this.idle.add(id);
+      if (lease.idle) await this.drop(conv.id);
+      else lease.idle = true;
     }
   }
 
@@ -300,8 +315,8 @@ export class ClusterNode {
    * whatever it would still write is refused by the store (the fence, src/cluster/index.ts).
    */
   leaseLost(id: string): void {
-    this.held.delete(id);
-    this.idle.delete(id);
+    const conv = this.d.hooks.loaded(id);
+    if (conv) conv.lease = null;
     if (!this.d.hooks.isRunning(id)) return;
     this.d.log.warn({ conversation_id: id }, 'lease lost to another node: stopping the agent loop here');
     void this.d.hooks.stopLocal(id).catch(() => {});
@@ -312,9 +327,10 @@ export class ClusterNode {
     if (this.closed) return;
     for (const id of await this.d.leases.orphans()) {
       if (!(await this.d.leases.acquire(id))) continue;
-      if (this.held.has(id) || this.d.hooks.isRunning(id)) {
+      const mine = this.d.hooks.loaded(id);
+      if (mine && (mine.lease || this.d.hooks.isRunning(id))) {
         // this node's own work, whose lease lapsed (a renewal came late): it is renewed, and kept
-        this.held.add(id);
+        mine.lease ??= { idle: false };
         continue;
       }
       try {
