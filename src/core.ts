@@ -51,6 +51,10 @@ export interface Core {
  * `deferSandboxProbe`: the sandbox's start-up probe waits for `core.sandbox.startProbe()`, which the
  * daemon calls shortly after it listens (its process starts would otherwise delay the first requests),
  * or for the first use of `core.sandbox.ready`.
+ *
+ * Why one function of this length: it is the composition root, every part built once in dependency
+ * order and handed what it needs; read top to bottom, it is the map of the core (the store's choice
+ * is apart: `openStore`).
  */
 export async function createCore(config: Config, log: Logger, redactor: Redactor, opts: { deferSandboxProbe?: boolean } = {}): Promise<Core> {
   const startedAt = Date.now();
@@ -72,49 +76,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   const box = SecretBox.open(config.dataDir, config.secretKey);
   for (const k of config.sessionApiKeys) redactor.add(k);
   redactor.add(config.secretKey, config.llm.apiKey);
-  let bus = new EventBus();
-  let store: Store;
-  let unread: (() => void)[];
-  let closeBus = async () => {};
-  // several nodes (NATS): leases and routing to the lease holder (src/cluster/)
-  let cluster: { bus: ClusterBus; leases: Leases; prefix: string; store: PostgresStore } | null = null;
-  if (config.cluster) {
-    // loaded only in cluster mode: evaluating pg costs a single node's start ~25 ms (it loads Node's fetch)
-    const { PostgresStore } = await import('./store/postgres.js');
-    const pgStore = await PostgresStore.open(config.cluster.databaseUrl);
-    redactor.add(new URL(config.cluster.databaseUrl).password || null);
-    store = pgStore;
-    unread = pgStoreMetrics(pgStore);
-    if (config.cluster.natsUrl) {
-      const { ClusterBus } = await import('./cluster/bus.js');
-      const clusterBus = await ClusterBus.connect(pgStore, {
-        url: config.cluster.natsUrl,
-        prefix: config.cluster.natsPrefix,
-        nodeId: config.cluster.nodeId,
-        log,
-      }).catch(async (err) => {
-        await pgStore.close();
-        throw new Error(`cannot reach NATS at ${config.cluster!.natsUrl}: ${(err as Error).message}`);
-      });
-      closeBus = () => clusterBus.close();
-      bus = clusterBus;
-      const { Leases } = await import('./cluster/leases.js');
-      cluster = {
-        bus: clusterBus,
-        leases: new Leases(pgStore.pool, config.cluster.nodeId, config.cluster.leaseTtlMs),
-        prefix: config.cluster.natsPrefix,
-        store: pgStore,
-      };
-    }
-  } else {
-    const sqlite = new SqliteStore(config.dataDir, { synchronous: config.sqliteSynchronous, disk, reserveBytes: config.diskReserveMb * 1024 * 1024 });
-    store = sqlite;
-    unread = [
-      metrics.conversations.read(() => sqlite.countByStatus().map(([s, n]) => [[s], n])),
-      metrics.storeUnindexed.read(() => [[[], sqlite.unindexed]]),
-      metrics.storeIndexLag.read(() => [[[], sqlite.indexLagSeconds]]),
-    ];
-  }
+  const { store, bus, unread, closeBus, cluster } = await openStore(config, log, redactor, disk);
   const events = new EventLog(store, bus, redactor, config.maxEventBytes);
   const settings = new Settings(store, box, redactor, log);
   const leases = cluster?.leases;
@@ -158,7 +120,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     if (p.full) void sandbox.relieveDisk();
   });
   const agent = createAgent({ sandbox, conversations, events, settings, redactor, builtins, config, log });
-  const preparer = new WorkspacePreparer(conversations, events, settings, agent.runtime, sandbox, redactor, {
+  const preparer = new WorkspacePreparer(conversations, events, settings, agent.runtime, redactor, {
     workspaceRoot: config.workspaceRoot,
     allowedHosts: config.gitAllowedHosts,
     helperDir: helperDirOf(config.dataDir),
@@ -218,4 +180,62 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
       disk.close();
     },
   };
+}
+
+/** The store in force, and in cluster mode (NATS) the bus, the leases and routing to the lease holder (src/cluster/). */
+interface OpenStore {
+  store: Store;
+  bus: EventBus;
+  /** Removes the store's metric readers. */
+  unread: (() => void)[];
+  closeBus(): Promise<void>;
+  cluster: { bus: ClusterBus; leases: Leases; prefix: string; store: PostgresStore } | null;
+}
+
+/** The embedded store (SQLite in DATA_DIR), or PostgreSQL with, when NATS is set, the cluster's bus and leases. */
+async function openStore(config: Config, log: Logger, redactor: Redactor, disk: DiskWatch): Promise<OpenStore> {
+  let bus = new EventBus();
+  let store: Store;
+  let unread: (() => void)[];
+  let closeBus = async () => {};
+  // several nodes (NATS): leases and routing to the lease holder (src/cluster/)
+  let cluster: OpenStore['cluster'] = null;
+  if (config.cluster) {
+    // loaded only in cluster mode: evaluating pg costs a single node's start ~25 ms (it loads Node's fetch)
+    const { PostgresStore } = await import('./store/postgres.js');
+    const pgStore = await PostgresStore.open(config.cluster.databaseUrl);
+    redactor.add(new URL(config.cluster.databaseUrl).password || null);
+    store = pgStore;
+    unread = pgStoreMetrics(pgStore);
+    if (config.cluster.natsUrl) {
+      const { ClusterBus } = await import('./cluster/bus.js');
+      const clusterBus = await ClusterBus.connect(pgStore, {
+        url: config.cluster.natsUrl,
+        prefix: config.cluster.natsPrefix,
+        nodeId: config.cluster.nodeId,
+        log,
+      }).catch(async (err) => {
+        await pgStore.close();
+        throw new Error(`cannot reach NATS at ${config.cluster!.natsUrl}: ${(err as Error).message}`);
+      });
+      closeBus = () => clusterBus.close();
+      bus = clusterBus;
+      const { Leases } = await import('./cluster/leases.js');
+      cluster = {
+        bus: clusterBus,
+        leases: new Leases(pgStore.pool, config.cluster.nodeId, config.cluster.leaseTtlMs),
+        prefix: config.cluster.natsPrefix,
+        store: pgStore,
+      };
+    }
+  } else {
+    const sqlite = new SqliteStore(config.dataDir, { synchronous: config.sqliteSynchronous, disk, reserveBytes: config.diskReserveMb * 1024 * 1024 });
+    store = sqlite;
+    unread = [
+      metrics.conversations.read(() => sqlite.countByStatus().map(([s, n]) => [[s], n])),
+      metrics.storeUnindexed.read(() => [[[], sqlite.unindexed]]),
+      metrics.storeIndexLag.read(() => [[[], sqlite.indexLagSeconds]]),
+    ];
+  }
+  return { store, bus, unread, closeBus, cluster };
 }
