@@ -29,7 +29,7 @@ import type { Leases } from './cluster/leases.js';
 import { Sandbox } from './sandbox/launcher.js';
 import { WorkspacePreparer } from './conversation/preparer.js';
 import { helperDirOf } from './sandbox/workspace-dir.js';
-import { diskStopDetail, liveParts } from './conversation/live.js';
+import { liveParts } from './conversation/live.js';
 
 export interface Core {
   service: ConversationOps;
@@ -109,12 +109,8 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   store.onCommit((id, evs) => conversations.committed(id, evs));
   // another node deleted a conversation: its state here goes
   cluster?.bus.onRemoteDelete((id) => void conversations.forget(id));
-  // a sandbox closed to stay under SANDBOX_MAX_LIVE; one over SANDBOX_DISK_MB (or the fullest on a full disk), its processes stopped
-  sandbox.onEvict((id) => void conversations.loaded(id)?.close('evicted'));
-  sandbox.onDiskQuota((id, used, why) => {
-    const detail = diskStopDetail(why, used, config.sandbox.diskMb);
-    void conversations.load(id).then((c) => c?.close(why === 'quota' ? 'disk-quota' : 'disk-full', detail));
-  });
+  // a sandbox closed to stay under SANDBOX_MAX_LIVE, or one over SANDBOX_DISK_MB: its conversation closes what the launcher stopped
+  conversations.followSandbox(sandbox, config.sandbox.diskMb);
   // a full disk: the agents' writes go first (the conversation using the most disk is stopped, once a second while it lasts)
   disk.subscribe((p) => {
     if (p.full) void sandbox.relieveDisk();

@@ -18,7 +18,8 @@ import { stillPreparing } from './setup-phase.js';
 import { parseRecord, parseStoredKey, storedObject, type ParsedRecord, type RecordData, type RecordKey } from './record-data.js';
 import { agentServerInfo, type AgentServerContext } from './agent-server-info.js';
 import { EXECUTION_STATUSES, type ExecutionStatus } from '../events/schema.js';
-import { type CloseReason, LiveConversation, type LiveParts } from './live.js';
+import type { Sandbox } from '../sandbox/index.js';
+import { type CloseReason, diskStopDetail, LiveConversation, type LiveParts } from './live.js';
 
 export { EXECUTION_STATUSES, LiveConversation };
 
@@ -240,6 +241,18 @@ export class Conversations {
     this.residentBytes += conv.bytes;
     this.evictIdle();
     return conv;
+  }
+
+  /**
+   * The sandbox launcher stopped a conversation's processes: to stay under SANDBOX_MAX_LIVE (its
+   * `close('evicted')`), or over SANDBOX_DISK_MB or the fullest on a full disk (`disk-quota`, `disk-full`).
+   */
+  followSandbox(sandbox: Pick<Sandbox, 'onEvict' | 'onDiskQuota'>, diskLimitMb: number | null | undefined): void {
+    sandbox.onEvict((id) => void this.live.get(id)?.close('evicted'));
+    sandbox.onDiskQuota((id, used, why) => {
+      const detail = diskStopDetail(why, used, diskLimitMb);
+      void this.load(id).then((c) => c?.close(why === 'quota' ? 'disk-quota' : 'disk-full', detail));
+    });
   }
 
   /** Closes every loaded conversation (the daemon stops: `shutdown`). */
