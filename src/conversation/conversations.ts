@@ -540,7 +540,7 @@ function fieldBytes(v: unknown): number {
 /**
  * Only a conversation nothing holds may go: not running (here or, by its status, on another node),
  * not being prepared (the preparation and a message sent meanwhile share its in-memory record, run
- * request included), no MCP server running, no lease held. A run request left in the store by a
+ * request included), no shell or MCP server running, no lease held. A run request left in the store by a
  * preparation that ended (ready or failed) waits for nothing and holds nothing.
  */
 function evictable(conv: LiveConversation): boolean {

@@ -29,7 +29,7 @@ export interface LiveParts {
   /** The conversation's part of the sandbox (src/agent/conversation-sandbox.ts). */
   sandboxOf(id: string): ConversationSandbox;
   /** The conversations' shells (the terminal's pool). */
-  shells: Pick<ShellPool, 'close'>;
+  shells: Pick<ShellPool, 'close' | 'running'>;
   /** The built-in tools forget a deleted conversation (the file editor's undo history, the terminal's saved outputs). */
   forgetTools(id: string): Promise<void>;
   /** Its workspace on the host; `keep`: KEEP_WORKSPACES (a deleted conversation's workspace stays). */
@@ -135,9 +135,9 @@ export class LiveConversation implements AgentConversation {
     return this.sandboxPart;
   }
 
-  /** Something live holds it (a run, a preparation, running MCP servers, a lease): the registry keeps it loaded. */
+  /** Something live holds it (a run, a preparation, a shell, running MCP servers, a lease): the registry keeps it loaded. */
   get holding(): boolean {
-    return this.run !== null || this.preparation !== null || this.lease !== null || (this.mcp?.active ?? false);
+    return this.run !== null || this.preparation !== null || this.lease !== null || (this.mcp?.active ?? false) || this.parts.shells.running(this.id);
   }
 
   /** Ends what `reason` ends (CLOSING); `detail`: what a command cut short is told (disk). */

@@ -77,6 +77,12 @@ export class ShellPool {
     return s?.alive ? s : undefined;
   }
 
+  /** The conversation has a shell running or starting (its processes live). */
+  running(conversationId: string): boolean {
+    const e = this.shells.get(conversationId);
+    return !!e && (!!e.starting || !!e.session?.alive);
+  }
+
   /** The working directory of the conversation's shell (live or not), if it has one. */
   cwd(conversationId: string): string | undefined {
     return this.shells.get(conversationId)?.session?.cwd;
