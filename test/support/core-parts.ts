@@ -200,9 +200,10 @@ export function gate<T = void>(): { promise: Promise<T>; open(v: T): void } {
   return { promise, open };
 }
 
-/** The live conversations' parts for a test that builds `Conversations` alone: nothing runs (SANDBOX=none, no shell started). */
-export function idleLiveParts(events: EventLog, dataDir: string) {
+/** The live conversations' parts for a test that builds `Conversations` alone (SANDBOX=none: a shell is a plain process; `builtins` starts one). */
+export function idleLiveParts(events: EventLog, dataDir: string, out?: { builtins?: ReturnType<typeof builtinTools> }) {
   const sandbox = Sandbox.none(dataDir);
   const builtins = builtinTools({ sandbox, events, dataDir, noOutputTimeoutMs: 30_000, idleCloseMs: undefined });
+  if (out) out.builtins = builtins;
   return liveParts({ events, sandbox, builtins, workspaceRoot: `${dataDir}/workspaces`, keepWorkspaces: false, log: quietLog });
 }
