@@ -115,7 +115,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   disk.subscribe((p) => {
     if (p.full) void sandbox.relieveDisk();
   });
-  const agent = createAgent({ sandbox, conversations, events, settings, redactor, builtins, config, log });
+  const agent = createAgent({ conversations, events, settings, redactor, builtins, config, log });
   const preparer = new WorkspacePreparer(conversations, events, settings, agent.runtime, redactor, {
     workspaceRoot: config.workspaceRoot,
     allowedHosts: config.gitAllowedHosts,

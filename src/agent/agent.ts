@@ -7,7 +7,6 @@ import type { Logger } from 'pino';
 import type { Config } from '../config.js';
 import type { EventLog } from '../events/log.js';
 import type { Redactor } from '../secrets/redact.js';
-import type { Sandbox } from '../sandbox/index.js';
 import type { Settings } from '../secrets/settings.js';
 import type { McpServerStatus } from '../tools/mcp/manager.js';
 import { helperDirOf, workspacePath } from '../sandbox/workspace-dir.js';
@@ -21,8 +20,6 @@ import { AgentRuntime } from './runtime.js';
 import { ToolBox, type BuiltinTools } from './tool-box.js';
 
 interface AgentParts {
-  /** The host-wide sandbox launcher (how paths look inside). */
-  sandbox: Sandbox;
   conversations: AgentConversations;
   events: EventLog;
   settings: Settings;
@@ -41,7 +38,7 @@ export interface Agent {
   replay(conversationId: string, workspaceDir: string, plan: ReplayPlan, signal: AbortSignal): Promise<{ actions: number }>;
 }
 
-export function createAgent({ sandbox, conversations, events, settings, redactor, builtins, config, log }: AgentParts): Agent {
+export function createAgent({ conversations, events, settings, redactor, builtins, config, log }: AgentParts): Agent {
   const workspaceDir = (id: string) => workspacePath(config.workspaceRoot, id);
   const tools = new ToolBox({
     builtins,
@@ -84,7 +81,7 @@ export function createAgent({ sandbox, conversations, events, settings, redactor
         redact: (t) => redactor.redact(t),
         conversationId: id,
         workspaceDir: dir,
-        visibleDir: sandbox.visibleWorkspace(dir),
+        visibleDir: conv.sandbox.visibleWorkspace(dir),
         files: conv.sandbox.files(dir),
         plan,
         tools: tools.builtins,

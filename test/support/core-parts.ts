@@ -118,7 +118,7 @@ export async function coreParts(opts: PartsOptions = {}): Promise<CoreParts & { 
   store.onCommit((id, evs) => conversations.committed(id, evs));
   cluster?.bus.onRemoteDelete((id) => void conversations.forget(id));
   conversations.followSandbox(sandbox, config.sandbox.diskMb);
-  const agent = createAgent({ sandbox, conversations, events, settings, redactor, builtins, config, log: quietLog });
+  const agent = createAgent({ conversations, events, settings, redactor, builtins, config, log: quietLog });
   const preparer = new WorkspacePreparer(conversations, events, settings, agent.runtime, redactor, {
     workspaceRoot: config.workspaceRoot,
     allowedHosts: config.gitAllowedHosts,
