@@ -1,7 +1,7 @@
 /** The state of a conversation's run while it is under way (`conv.run`), kept on the conversation. */
 
 /** The reason a run's controller is aborted with by an interrupt (or a close). */
-export class Interrupted extends Error {}
+class Interrupted extends Error {}
 
 export class Run {
   readonly controller = new AbortController();

@@ -27,7 +27,7 @@ import { buildSystemPrompt, estimateTokens, eventsToMessages, toolCallInput } fr
 import { Run } from './run.js';
 import type { ToolBox } from './tool-box.js';
 
-export interface RuntimeParts {
+interface RuntimeParts {
   conversations: AgentConversations;
   events: EventLog;
   redactor: Redactor;

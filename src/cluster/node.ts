@@ -21,7 +21,7 @@ import { errorFromWire, errorToWire, UnavailableError, type WireError } from '..
 import type { Leases } from './leases.js';
 
 /** The operations routed to a conversation's lease holder: every operation of the service but resuming preparations (each node resumes those whose lease it takes). */
-export type Ops = Omit<ConversationOps, 'resumePreparations'>;
+type Ops = Omit<ConversationOps, 'resumePreparations'>;
 type OpName = keyof Ops;
 /** Each operation as a function of its own parameters (what lets `route` call the one it names with its arguments). */
 type OpFns = { [K in OpName]: (...args: Parameters<Ops[K]>) => ReturnType<Ops[K]> };

@@ -57,13 +57,13 @@ export function liveParts(p: {
 }
 
 /** A workspace preparation running in this process (clone, setup script, replay). */
-export interface Preparation {
+interface Preparation {
   /** The replay under way, stopped when the conversation is deleted. */
   replay: AbortController | null;
 }
 
 /** Cluster mode: this node holds the conversation's lease. */
-export interface Lease {
+interface Lease {
   /** The loop had stopped at the last renewal: the lease goes at the next one. */
   idle: boolean;
 }

@@ -15,7 +15,7 @@ const execFileAsync = (file: string, args: string[]) => promisify(childProcess()
 /** FIFOs made at once for the stdin of the next commands (see `next`). */
 const FIFO_BATCH = 16;
 
-export function closeQuietly(fd: number): void {
+function closeQuietly(fd: number): void {
   try {
     fs.closeSync(fd);
   } catch {
@@ -24,7 +24,7 @@ export function closeQuietly(fd: number): void {
 }
 
 /** A FIFO made and opened for a command's stdin. */
-export interface OpenFifo {
+interface OpenFifo {
   path: string;
   fd: number;
 }

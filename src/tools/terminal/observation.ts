@@ -17,7 +17,7 @@ export interface CallBase {
   ctx: ToolContext;
 }
 
-export interface CommandResult {
+export interface ObservedResult {
   output: string;
   notes: string[];
   exitCode: number | null;
@@ -64,7 +64,7 @@ export class Observations {
     return this.sandbox.enabled ? path.posix.join(VISIBLE_OUTPUTS, path.basename(file)) : file;
   }
 
-  result(base: CallBase, r: CommandResult): TerminalObservation {
+  result(base: CallBase, r: ObservedResult): TerminalObservation {
     const { ctx } = base;
     let output = ctx.redact(r.output);
     let fullPath: string | null = null;
