@@ -18,6 +18,7 @@ const CONVERSATION_KEY = /^(id|cid|conversationId|conversation_id|[\w.]*\.conver
 const NOT_CONVERSATIONS: Record<string, string> = {
   'src/llm/chat-completions.ts:usedIds': 'the tool-call ids of one response',
   'src/store/postgres.ts:byId': 'event ids',
+  'bridge/sessions.ts:sessions': 'browser session ids',
   // built and dropped within one call: not state kept about a conversation
   'src/store/postgres.ts:out': "one query's rows",
   'src/cluster/leases.ts:kept': "one renewal's rows",
