@@ -6,6 +6,8 @@
 import fs from 'node:fs';
 import type { Logger } from 'pino';
 import { createAgent, type Agent } from './agent/agent.js';
+import { closeAllMcp } from './agent/mcp-servers.js';
+import { builtinTools } from './agent/tool-box.js';
 import type { Config } from './config.js';
 import { Conversations, type SharedStore } from './conversation/conversations.js';
 import { ConversationService, type ConversationOps } from './conversation/service.js';
@@ -36,6 +38,7 @@ import { InstalledSkills } from './settings/installed-skills.js';
 import { WorkspaceBrowser } from './conversation/workspace-browser.js';
 import { ProjectExtensions } from './conversation/project-extensions.js';
 import type { McpTestRequest, McpTestResult, McpTestSandbox } from './tools/mcp/test-server.js';
+import { liveParts } from './conversation/live.js';
 
 export interface Core {
   service: ConversationOps;
@@ -70,6 +73,10 @@ export interface ServerFeatures {
  * `deferSandboxProbe`: the sandbox's start-up probe waits for `core.sandbox.startProbe()`, which the
  * daemon calls shortly after it listens (its process starts would otherwise delay the first requests),
  * or for the first use of `core.sandbox.ready`.
+ *
+ * Why one function of this length: it is the composition root, every part built once in dependency
+ * order and handed what it needs; read top to bottom, it is the map of the core (the store's choice
+ * is apart: `openStore`).
  */
 export async function createCore(config: Config, log: Logger, redactor: Redactor, opts: { deferSandboxProbe?: boolean } = {}): Promise<Core> {
   const startedAt = Date.now();
@@ -91,58 +98,25 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   const box = SecretBox.open(config.dataDir, config.secretKey);
   for (const k of config.sessionApiKeys) redactor.add(k);
   redactor.add(config.secretKey, config.llm.apiKey);
-  let bus = new EventBus();
-  let store: Store;
-  let unread: (() => void)[];
-  let closeBus = async () => {};
-  // several nodes (NATS): leases and routing to the lease holder (src/cluster/)
-  let cluster: { bus: ClusterBus; leases: Leases; prefix: string; store: PostgresStore } | null = null;
-  if (config.cluster) {
-    // loaded only in cluster mode: evaluating pg costs a single node's start ~25 ms (it loads Node's fetch)
-    const { PostgresStore } = await import('./store/postgres.js');
-    const pgStore = await PostgresStore.open(config.cluster.databaseUrl);
-    redactor.add(new URL(config.cluster.databaseUrl).password || null);
-    store = pgStore;
-    unread = pgStoreMetrics(pgStore);
-    if (config.cluster.natsUrl) {
-      const { ClusterBus } = await import('./cluster/bus.js');
-      const clusterBus = await ClusterBus.connect(pgStore, {
-        url: config.cluster.natsUrl,
-        prefix: config.cluster.natsPrefix,
-        nodeId: config.cluster.nodeId,
-        log,
-      }).catch(async (err) => {
-        await pgStore.close();
-        throw new Error(`cannot reach NATS at ${config.cluster!.natsUrl}: ${(err as Error).message}`);
-      });
-      closeBus = () => clusterBus.close();
-      bus = clusterBus;
-      const { Leases } = await import('./cluster/leases.js');
-      cluster = {
-        bus: clusterBus,
-        leases: new Leases(pgStore.pool, config.cluster.nodeId, config.cluster.leaseTtlMs),
-        prefix: config.cluster.natsPrefix,
-        store: pgStore,
-      };
-    }
-  } else {
-    const sqlite = new SqliteStore(config.dataDir, { synchronous: config.sqliteSynchronous, disk, reserveBytes: config.diskReserveMb * 1024 * 1024 });
-    store = sqlite;
-    unread = [
-      metrics.conversations.read(() => sqlite.countByStatus().map(([s, n]) => [[s], n])),
-      metrics.storeUnindexed.read(() => [[[], sqlite.unindexed]]),
-      metrics.storeIndexLag.read(() => [[[], sqlite.indexLagSeconds]]),
-    ];
-  }
+  const { store, bus, unread, closeBus, cluster } = await openStore(config, log, redactor, disk);
   const events = new EventLog(store, bus, redactor, config.maxEventBytes);
   const settings = new Settings(store, box, redactor, log);
   const leases = cluster?.leases;
   const shared: SharedStore | undefined = leases && { ownerOf: (id) => leases.owner(id) };
+  // the built-in tools hold each conversation's shell and editor history: made before the conversations
+  const builtins = builtinTools({
+    sandbox,
+    events,
+    dataDir: config.dataDir,
+    noOutputTimeoutMs: config.terminalNoOutputTimeoutMs,
+    idleCloseMs: config.sandbox.idleCloseMs,
+  });
   const conversations = new Conversations(
     store,
     events,
     settings,
     redactor,
+    liveParts({ events, sandbox, builtins, workspaceRoot: config.workspaceRoot, keepWorkspaces: config.keepWorkspaces, log }),
     {
       workspaceRoot: config.workspaceRoot,
       dataDir: config.dataDir,
@@ -156,17 +130,18 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   store.onCommit((id, evs) => events.committed(id, evs));
   store.onCommit((id, evs) => conversations.committed(id, evs));
   // another node deleted a conversation: its state here goes
-  cluster?.bus.onRemoteDelete((id) => conversations.forget(id));
+  cluster?.bus.onRemoteDelete((id) => void conversations.forget(id));
+  // a sandbox closed to stay under SANDBOX_MAX_LIVE, or one over SANDBOX_DISK_MB: its conversation closes what the launcher stopped
+  conversations.followSandbox(sandbox, config.sandbox.diskMb);
   // a full disk: the agents' writes go first (the conversation using the most disk is stopped, once a second while it lasts)
   disk.subscribe((p) => {
     if (p.full) void sandbox.relieveDisk();
   });
-  const agent = createAgent({ sandbox, conversations, events, settings, redactor, config, log });
-  const preparer = new WorkspacePreparer(conversations, events, settings, agent.runtime, sandbox, redactor, {
+  const agent = createAgent({ conversations, events, settings, redactor, builtins, config, log });
+  const preparer = new WorkspacePreparer(conversations, events, settings, agent.runtime, redactor, {
     workspaceRoot: config.workspaceRoot,
     allowedHosts: config.gitAllowedHosts,
     helperDir: helperDirOf(config.dataDir),
-    keepWorkspaces: config.keepWorkspaces,
     replay: agent.replay,
   });
   const service = new ConversationService(conversations, events, settings, agent.runtime, preparer, redactor, log, config.maxEventBytes);
@@ -213,7 +188,10 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     disk,
     startedAt,
     async close() {
-      await agent.runtime.close();
+      // every loaded conversation's run, shell and MCP servers end; then any shell or MCP server left, and the sandboxes
+      await conversations.closeAll('shutdown');
+      await builtins.closeAll();
+      await closeAllMcp();
       await sandbox.close();
       for (const u of unread) u();
       await closeNode();
@@ -258,4 +236,62 @@ function serverFeatures(config: Config, store: Store, settings: Settings, conver
       return testMcpServer(req, { sandbox: testSandbox, allowedHosts: config.mcpAllowedHosts, redact: (t) => redactor.redact(t) });
     },
   };
+}
+
+/** The store in force, and in cluster mode (NATS) the bus, the leases and routing to the lease holder (src/cluster/). */
+interface OpenStore {
+  store: Store;
+  bus: EventBus;
+  /** Removes the store's metric readers. */
+  unread: (() => void)[];
+  closeBus(): Promise<void>;
+  cluster: { bus: ClusterBus; leases: Leases; prefix: string; store: PostgresStore } | null;
+}
+
+/** The embedded store (SQLite in DATA_DIR), or PostgreSQL with, when NATS is set, the cluster's bus and leases. */
+async function openStore(config: Config, log: Logger, redactor: Redactor, disk: DiskWatch): Promise<OpenStore> {
+  let bus = new EventBus();
+  let store: Store;
+  let unread: (() => void)[];
+  let closeBus = async () => {};
+  // several nodes (NATS): leases and routing to the lease holder (src/cluster/)
+  let cluster: OpenStore['cluster'] = null;
+  if (config.cluster) {
+    // loaded only in cluster mode: evaluating pg costs a single node's start ~25 ms (it loads Node's fetch)
+    const { PostgresStore } = await import('./store/postgres.js');
+    const pgStore = await PostgresStore.open(config.cluster.databaseUrl);
+    redactor.add(new URL(config.cluster.databaseUrl).password || null);
+    store = pgStore;
+    unread = pgStoreMetrics(pgStore);
+    if (config.cluster.natsUrl) {
+      const { ClusterBus } = await import('./cluster/bus.js');
+      const clusterBus = await ClusterBus.connect(pgStore, {
+        url: config.cluster.natsUrl,
+        prefix: config.cluster.natsPrefix,
+        nodeId: config.cluster.nodeId,
+        log,
+      }).catch(async (err) => {
+        await pgStore.close();
+        throw new Error(`cannot reach NATS at ${config.cluster!.natsUrl}: ${(err as Error).message}`);
+      });
+      closeBus = () => clusterBus.close();
+      bus = clusterBus;
+      const { Leases } = await import('./cluster/leases.js');
+      cluster = {
+        bus: clusterBus,
+        leases: new Leases(pgStore.pool, config.cluster.nodeId, config.cluster.leaseTtlMs),
+        prefix: config.cluster.natsPrefix,
+        store: pgStore,
+      };
+    }
+  } else {
+    const sqlite = new SqliteStore(config.dataDir, { synchronous: config.sqliteSynchronous, disk, reserveBytes: config.diskReserveMb * 1024 * 1024 });
+    store = sqlite;
+    unread = [
+      metrics.conversations.read(() => sqlite.countByStatus().map(([s, n]) => [[s], n])),
+      metrics.storeUnindexed.read(() => [[[], sqlite.unindexed]]),
+      metrics.storeIndexLag.read(() => [[[], sqlite.indexLagSeconds]]),
+    ];
+  }
+  return { store, bus, unread, closeBus, cluster };
 }

@@ -7,10 +7,12 @@
  */
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
+import fs from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { Leases } from '../src/cluster/leases.js';
 import { ConflictError, UnavailableError } from '../src/errors.js';
 import { nowIso } from '../src/events/types.js';
+import { workspacePath } from '../src/sandbox/workspace-dir.js';
 import { PostgresStore } from '../src/store/postgres.js';
 import { startNats, type NatsServer } from './support/cluster.js';
 import { coreParts, gate, statusTrail, type CoreParts } from './support/core-parts.js';
@@ -183,6 +185,31 @@ describe('ClusterNode (two nodes in this process)', { timeout: 180_000 }, () => 
     assert.equal(a.runtime.isRunning(id), false);
     assert.deepEqual(await statusTrail(a.events, id), ['running', 'finished']);
     await noHolder(held(a), id);
+  });
+
+  test("deleted through another node: what this node still runs of the conversation (its shell's background job) ends here, and its workspace here goes", async () => {
+    const id = await unheld();
+    // a command line of its own, to find the background job among the host's processes
+    const seconds = 600 + crypto.randomInt(1000);
+    const jobs = () =>
+      fs.readdirSync('/proc').filter((pid) => {
+        try {
+          return /^\d+$/.test(pid) && fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8') === `sleep\0${seconds}\0`;
+        } catch {
+          return false;
+        }
+      });
+    llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: `sleep ${seconds} > /dev/null 2>&1 &` } }] }, { text: 'started it' });
+    await b.ops.run(id);
+    await waitFor(() => b.conversations.status(id) === 'finished' && !b.runtime.isRunning(id), 'the run on node-b to finish', 30_000);
+    assert.equal(jobs().length, 1, "node-b's shell runs the background job");
+    const workspace = workspacePath(b.config.workspaceRoot, id);
+    assert.ok(fs.existsSync(workspace));
+    await noHolder(held(a), id); // node-b's loop has stopped: nobody holds the lease, node-a deletes it itself
+    await a.ops.deleteConversation(id);
+    await waitFor(() => jobs().length === 0, "node-b to end the deleted conversation's background job", 20_000);
+    await waitFor(() => !fs.existsSync(workspace), "node-b's workspace of it to go", 20_000);
+    assert.equal(b.conversations.loaded(id), undefined);
   });
 
   test('a holder that does not answer: a run is refused as unavailable; a message with run is kept without a run', async () => {

@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
+import path from 'node:path';
 import { after, describe, test } from 'node:test';
 import pino from 'pino';
 import { Conversations } from '../src/conversation/conversations.js';
@@ -17,6 +18,7 @@ import { Redactor } from '../src/secrets/redact.js';
 import { Settings } from '../src/secrets/settings.js';
 import { SqliteStore } from '../src/store/sqlite.js';
 import { tempDir } from './support/daemon.js';
+import { idleLiveParts } from './support/core-parts.js';
 
 const log = pino({ level: 'silent' });
 const dirs: string[] = [];
@@ -38,10 +40,11 @@ function open(dir: string, limits: { count?: number } = {}) {
   const store = new SqliteStore(dir);
   const events = new EventLog(store, bus, redactor, 256 * 1024);
   const settings = new Settings(store, SecretBox.open(dir, 'k'.repeat(32)), redactor, log);
-  const conversations = new Conversations(store, events, settings, redactor, undefined, undefined, limits);
+  const made: Parameters<typeof idleLiveParts>[2] = {};
+  const conversations = new Conversations(store, events, settings, redactor, idleLiveParts(events, dir, made), undefined, undefined, limits);
   store.onCommit((id, evs) => events.committed(id, evs));
   store.onCommit((id, evs) => conversations.committed(id, evs));
-  return { store, events, conversations };
+  return { store, events, conversations, builtins: made.builtins! };
 }
 
 const now = () => new Date().toISOString();
@@ -109,6 +112,34 @@ describe('Conversations (no daemon)', { timeout: 60_000 }, () => {
     assert.ok(parts.conversations.loaded(preparing), 'a preparation under way keeps its record');
     assert.equal(parts.conversations.loaded(ended), undefined, 'a stale run request after ready holds nothing');
     assert.equal(parts.conversations.loaded(failed), undefined, 'nor after a failed preparation');
+    await parts.store.close();
+  });
+
+  test('over the resident limit, a conversation whose shell runs stays loaded (one object, the one its close reaches); once its shell has ended it may go', async () => {
+    const dir = newDir();
+    const parts = open(dir, { count: 1 });
+    const make = async () => {
+      const id = crypto.randomUUID();
+      await parts.conversations.create(record(id));
+      return id;
+    };
+    const withShell = await make();
+    const ctx = {
+      conversationId: withShell,
+      workspaceDir: path.join(dir, 'ws'),
+      signal: new AbortController().signal,
+      env: {},
+      redact: (t: string) => t,
+    };
+    const obs = await parts.builtins.terminal.execute(parts.builtins.terminal.parameters.parse({ command: 'echo up' }), ctx);
+    assert.match(JSON.stringify(obs.content), /up/);
+    const object = parts.conversations.loaded(withShell);
+    await make();
+    await make();
+    assert.equal(parts.conversations.loaded(withShell), object, 'its shell holds it');
+    await parts.builtins.shells.close(withShell);
+    await make();
+    assert.equal(parts.conversations.loaded(withShell), undefined, 'nothing holds it any more');
     await parts.store.close();
   });
 

@@ -16,12 +16,11 @@ import { Writable } from 'node:stream';
 import { after, describe, test } from 'node:test';
 import pino from 'pino';
 import { recordUsage } from '../src/agent/conversation-data.js';
-import type { AgentRuntime } from '../src/agent/runtime.js';
 import { setConfirmationPolicy, setConversationSecrets, startConversation, updateConversation } from '../src/conversation/agent-server.js';
 import { Conversations } from '../src/conversation/conversations.js';
 import { parseRecordData } from '../src/conversation/record-data.js';
 import { ConversationService } from '../src/conversation/service.js';
-import type { ConversationPreparer } from '../src/conversation/runtime.js';
+import type { ConversationPreparer, ConversationRuntime } from '../src/conversation/runtime.js';
 import { EventBus } from '../src/events/bus.js';
 import { EventLog } from '../src/events/log.js';
 import { stateUpdate, stateUpdateValue, type ParleyEvent } from '../src/events/schema.js';
@@ -29,6 +28,7 @@ import { SecretBox } from '../src/secrets/crypto.js';
 import { Redactor } from '../src/secrets/redact.js';
 import { Settings } from '../src/secrets/settings.js';
 import { SqliteStore } from '../src/store/sqlite.js';
+import { idleLiveParts } from './support/core-parts.js';
 import { tempDir } from './support/daemon.js';
 
 const dirs: string[] = [];
@@ -51,20 +51,19 @@ function open(dir = tempDir()) {
   const store = new SqliteStore(dir);
   const events = new EventLog(store, new EventBus(), redactor, 256 * 1024);
   const settings = new Settings(store, SecretBox.open(dir, 'k'.repeat(32)), redactor, pino({ level: 'silent' }));
-  const conversations = new Conversations(store, events, settings, redactor, undefined, undefined, {}, log);
+  const conversations = new Conversations(store, events, settings, redactor, idleLiveParts(events, dir), undefined, undefined, {}, log);
   store.onCommit((id, evs) => events.committed(id, evs));
   store.onCommit((id, evs) => conversations.committed(id, evs));
   const starts: string[] = [];
-  const runtime: AgentRuntime = {
-    start: (id) => (starts.push(id), true),
-    isRunning: () => false,
-    notifyMessage: () => {},
-    pause: async () => {},
-    interrupt: async () => {},
-    dispose: async () => {},
-    close: async () => {},
+  const runtime: ConversationRuntime = {
+    start: (conv) => (starts.push(conv.id), true),
+    messageArrived: () => false,
+    pause: () => {},
+    confirm: async () => {},
+    condenseNow: async () => false,
+    ask: async () => '',
   };
-  const preparer: ConversationPreparer = { prepare: async () => {}, stop: () => {}, dispose: async () => {} };
+  const preparer: ConversationPreparer = { prepare: async () => {} };
   const service = new ConversationService(conversations, events, settings, runtime, preparer, redactor, pino({ level: 'silent' }));
   return { dir, store, events, settings, conversations, service, redactor, warnings, starts };
 }
@@ -101,7 +100,7 @@ describe('conversation record data', { timeout: 60_000 }, () => {
     await setConversationSecrets(parts2, agentId, { MORE: 'ghi' });
     await setConfirmationPolicy(conversations, agentId, { kind: 'AlwaysConfirm' });
     await updateConversation(parts2, agentId, { tags: { team: 'edge' } });
-    await recordUsage(conversations, agentId, { inputTokens: 10, outputTokens: 5, cacheReadTokens: 2, cacheWriteTokens: 1 });
+    await recordUsage(conversations, await conversations.require(agentId), { inputTokens: 10, outputTokens: 5, cacheReadTokens: 2, cacheWriteTokens: 1 });
     await conversations.updateData(id, { branch: 'dev', setup: { phase: 'cloning', detail: 'acme/app' } });
     // a message while the preparation is under way asks for a run (kept on the record)
     await service.sendMessage(id, { role: 'user', content: [{ type: 'text', text: 'hi', cache_prompt: false }], run: true });

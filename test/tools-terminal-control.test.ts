@@ -263,10 +263,7 @@ describe('terminal tool: timeouts, interrupts, outputs, shells', () => {
     process.kill(pid, 'SIGSTOP');
     const command = 'echo "ran in $$ kept=$KEPT" >> ran.txt; cat ran.txt';
     const p = run(ctx, { command });
-    assert.ok(
-      await waitUntil(() => tool.manager.getSession(ctx.conversationId)?.running?.command === command, 5000),
-      'the command was handed to the stopped shell',
-    );
+    assert.ok(await waitUntil(() => tool.pool.session(ctx.conversationId)?.running?.command === command, 5000), 'the command was handed to the stopped shell');
     process.kill(pid, 'SIGKILL');
     const obs = await p;
     assert.equal(obs.exit_code, 0, textOf(obs));
@@ -336,11 +333,11 @@ describe('terminal tool: timeouts, interrupts, outputs, shells', () => {
     const t = createTerminalTool({ sandbox: Sandbox.none(), idleCloseMs: 300 });
     const ctx = makeCtx();
     await run(ctx, { command: 'sleep 43.16 &' }, t);
-    const pid = t.manager.getSession(ctx.conversationId)!.pid;
+    const pid = t.pool.session(ctx.conversationId)!.pid;
     assert.ok(alive(pid));
     assert.ok(await waitUntil(() => !alive(pid), 3000), 'idle shell was closed');
     assert.ok(await waitUntil(() => pgrep('sleep 43.16').length === 0), 'its background job too');
-    assert.equal(t.manager.getSession(ctx.conversationId), undefined);
+    assert.equal(t.pool.session(ctx.conversationId), undefined);
     const again = await run(ctx, { command: 'echo back' }, t);
     assert.match(textOf(again), /^back/);
     await t.closeAll();
@@ -353,17 +350,17 @@ describe('terminal tool: timeouts, interrupts, outputs, shells', () => {
     const sub = path.join(ctx.workspaceDir, 'sub');
     fs.mkdirSync(sub, { recursive: true });
     t.prewarm(ctx); // nothing was closed for being idle: nothing to start
-    assert.equal(t.manager.getSession(ctx.conversationId), undefined);
+    assert.equal(t.pool.session(ctx.conversationId), undefined);
     await run(ctx, { command: 'cd sub && export KEPT=yes' }, t);
-    const first = t.manager.getSession(ctx.conversationId)!.pid;
+    const first = t.pool.session(ctx.conversationId)!.pid;
     assert.ok(await waitUntil(() => !alive(first), 15_000), 'idle shell was closed');
-    assert.ok(await waitUntil(() => t.manager.getSession(ctx.conversationId) === undefined));
+    assert.ok(await waitUntil(() => t.pool.session(ctx.conversationId) === undefined));
     t.prewarm(ctx);
-    assert.ok(await waitUntil(() => t.manager.getSession(ctx.conversationId) !== undefined, 15_000), 'the shell is up before a command asks for it');
-    const warmed = t.manager.getSession(ctx.conversationId)!.pid;
+    assert.ok(await waitUntil(() => t.pool.session(ctx.conversationId) !== undefined, 15_000), 'the shell is up before a command asks for it');
+    const warmed = t.pool.session(ctx.conversationId)!.pid;
     assert.notEqual(warmed, first);
     const obs = await run(ctx, { command: 'echo "$KEPT"; pwd' }, t);
-    assert.equal(t.manager.getSession(ctx.conversationId)!.pid, warmed, 'the command ran in the shell started ahead');
+    assert.equal(t.pool.session(ctx.conversationId)!.pid, warmed, 'the command ran in the shell started ahead');
     assert.match(textOf(obs), new RegExp(`^yes\n${sub}`));
     assert.match(textOf(obs), /The shell had been idle/);
     const next = await run(ctx, { command: 'echo again' }, t);
@@ -378,7 +375,7 @@ describe('terminal tool: timeouts, interrupts, outputs, shells', () => {
     for (const ctx of ctxs) {
       await run(ctx, { command: 'sleep 44.17 & disown; (sleep 45.18 &) ; echo started' }, t);
       await run(ctx, { command: 'sleep 46.19' }, t); // still running (soft timeout)
-      pids.push(t.manager.getSession(ctx.conversationId)!.pid);
+      pids.push(t.pool.session(ctx.conversationId)!.pid);
     }
     assert.ok(pgrep('sleep 4[456][.]1[789]').length >= 9);
     await t.closeConversation(ctxs[0]!.conversationId);

@@ -9,11 +9,8 @@
  * extends it into the one schema of everything a record holds, and parses each record it loads.
  */
 import { z } from 'zod';
-import type { ExecutionStatus } from '../events/schema.js';
-import type { EventDraft } from '../events/types.js';
 import type { Settings } from '../secrets/settings.js';
 import type { ConversationRecord } from '../store/types.js';
-import type { FullMcpConfig } from '../secrets/mcp-config.js';
 
 /** A conversation as it is loaded: its stored record, the data parsed. */
 export interface LoadedConversation {
@@ -26,20 +23,6 @@ export interface ConversationData {
   require(id: string): Promise<LoadedConversation>;
   /** Merge-patch the record's data. */
   updateData(id: string, patch: Partial<AgentRecordData>): Promise<void>;
-}
-
-/** Everything the agent uses of the conversations. */
-export interface AgentConversations extends ConversationData {
-  /** The status of a loaded conversation (undefined when it is not loaded). */
-  status(id: string): ExecutionStatus | undefined;
-  /** The conversation's agent loop starts (true) or has stopped (false) in this process: its state here is then the truth. */
-  loopHere(id: string, running: boolean): void;
-  /** Moves the status, recording `along` in the same commit. */
-  setStatus(id: string, status: ExecutionStatus, along?: EventDraft[]): Promise<void>;
-  /** The conversation's MCP configuration, secrets opened. */
-  mcpConfig(id: string): Promise<FullMcpConfig>;
-  /** A field of the conversation's data, read from the store when it is too large to be kept in memory. */
-  field<K extends keyof AgentRecordData>(conv: LoadedConversation, key: K): Promise<AgentRecordData[K]>;
 }
 
 const POLICY_KINDS = { never: 'NeverConfirm', always: 'AlwaysConfirm', risk_based: 'ConfirmRisky' } as const;
@@ -98,22 +81,19 @@ export function usageOf(data: AgentRecordData): Usage {
 }
 
 /** The conversation's own LLM (from `agent.llm`), key decrypted; null fields fall back to the server's. */
-export async function conversationLlm(
-  conversations: ConversationData,
+export function conversationLlm(
+  conv: LoadedConversation,
   settings: Pick<Settings, 'unseal'>,
-  id: string,
-): Promise<{ model: string | null; baseUrl: string | null; apiKey: string | null } | null> {
-  const own = (await conversations.require(id)).record.data.llm;
+): { model: string | null; baseUrl: string | null; apiKey: string | null } | null {
+  const own = conv.record.data.llm;
   if (!own) return null;
   const apiKey = settings.unseal(own.api_key_sealed);
   return { model: own.model, baseUrl: own.base_url, apiKey };
 }
 
-export async function conversationLimits(
-  conversations: ConversationData,
-  id: string,
-): Promise<{ maxIterations: number | null; stuckDetection: boolean; confirm: boolean }> {
-  const d = (await conversations.require(id)).record.data;
+/** The conversation's own step limit and stuck detection (agent-server create), and whether its actions wait for confirmation. */
+export function conversationLimits(conv: LoadedConversation): { maxIterations: number | null; stuckDetection: boolean; confirm: boolean } {
+  const d = conv.record.data;
   const policy = d.confirmation_policy;
   return {
     maxIterations: d.max_iterations ?? null,
@@ -125,14 +105,12 @@ export async function conversationLimits(
 
 /** Adds an LLM call's token counts to the conversation's usage (shown as `stats`). */
 export async function recordUsage(
-  conversations: ConversationData,
-  id: string,
+  conversations: Pick<ConversationData, 'updateData'>,
+  conv: LoadedConversation,
   u: { inputTokens?: number; outputTokens?: number; cacheReadTokens?: number; cacheWriteTokens?: number },
 ): Promise<void> {
-  const conv = await conversations.load(id);
-  if (!conv) return;
   const cur = usageOf(conv.record.data);
-  await conversations.updateData(id, {
+  await conversations.updateData(conv.record.id, {
     usage: {
       prompt_tokens: cur.prompt_tokens + (u.inputTokens ?? 0),
       completion_tokens: cur.completion_tokens + (u.outputTokens ?? 0),
@@ -147,7 +125,12 @@ export async function conversationSecretValues(
   settings: Pick<Settings, 'unseal'>,
   id: string,
 ): Promise<Record<string, string>> {
-  const sealed = (await conversations.require(id)).record.data.secrets_sealed ?? {};
+  return secretValuesOf(await conversations.require(id), settings);
+}
+
+/** The conversation's own secrets (name → value), exported to its shell. */
+export function secretValuesOf(conv: LoadedConversation, settings: Pick<Settings, 'unseal'>): Record<string, string> {
+  const sealed = conv.record.data.secrets_sealed ?? {};
   const out: Record<string, string> = {};
   for (const [name, s] of Object.entries(sealed)) {
     const value = settings.unseal(s);

@@ -1,133 +1,96 @@
 /**
- * The agent loop: one run per conversation at most. Each step builds the prompt from the log,
- * calls the LLM with the tool schemas, records ActionEvent → ObservationEvent (or AgentErrorEvent),
- * and moves the status machine. Messages that arrive during a run are taken at the next step.
+ * The agent loop: one run per conversation at most, kept on the conversation (`conv.run`). Each
+ * step builds the prompt from the log, calls the LLM with the tool schemas, records ActionEvent →
+ * ObservationEvent (or AgentErrorEvent), and moves the status machine. Messages that arrive during a
+ * run are taken at the next step; one that arrives as the run ends starts another (`messageArrived`
+ * and `afterRun`: the one place of that rule).
  */
 import crypto from 'node:crypto';
 import type { Logger } from 'pino';
 import { z } from 'zod';
-import type { AgentConversations } from './conversation-data.js';
 import type { EventLog } from '../events/log.js';
-import { stateUpdate, type EventOf, type ParleyEvent } from '../events/schema.js';
+import { stateUpdate, type EventOf } from '../events/schema.js';
 import { ConflictError } from '../errors.js';
 import { ProviderError } from '../llm/provider-error.js';
-import type { LlmClient, LlmResponse, LlmToolSpec } from '../llm/types.js';
+import type { LlmClient, LlmRequest, LlmResponse, LlmToolSpec } from '../llm/types.js';
 import { actionOf, type Tool, type ToolContext } from '../tools/types.js';
 import { metrics } from '../metrics.js';
 import type { Redactor } from '../secrets/redact.js';
+import { conversationLimits, recordUsage } from './conversation-data.js';
+import { condenseHistory, pendingActions, recordInterrupt } from './condense.js';
+import type { Histories } from './history.js';
 import { timedTool } from './instrument.js';
-import { buildSystemPrompt, estimateTokens, eventsToMessages, MessageView, toolCallInput } from './prompt.js';
-import { StuckWindow } from './stuck.js';
+import type { Instructions } from './instructions.js';
+import type { AgentConversation, AgentConversations } from './live-conversation.js';
+import type { LlmSource } from './llm-source.js';
+import { buildSystemPrompt, estimateTokens, eventsToMessages, toolCallInput } from './prompt.js';
+import { Run } from './run.js';
+import type { ToolBox } from './tool-box.js';
 
-interface AgentDeps {
-  /** The LLM for this conversation, or null when none is configured. */
-  llm(conversationId: string): Promise<LlmClient | null>;
-  tools(conversationId: string): Promise<Tool[]>;
-  workspaceDir(conversationId: string): string;
-  /** How the agent sees its workspace: the path its processes see and whether they are sandboxed. */
-  workspaceView?(conversationId: string): { dir: string; sandboxed: boolean };
-  env(conversationId: string): Promise<Record<string, string>>;
-  /**
-   * The instructions of the system prompt: the conversation's, the repository's (read from the
-   * workspace when `reload`: at a run's first step) and the knowledge the user's messages trigger.
-   */
-  instructions(conversationId: string, userTexts: string[], reload: boolean): Promise<string[]>;
+interface RuntimeParts {
+  conversations: AgentConversations;
+  events: EventLog;
+  redactor: Redactor;
+  llm: LlmSource;
+  tools: ToolBox;
+  instructions: Instructions;
+  histories: Histories;
+  /** The conversation's workspace on the host, and how its processes see it (the path, and whether they are sandboxed). */
+  workspace: { dir(conv: AgentConversation): string; view(conv: AgentConversation): { dir: string; sandboxed: boolean } };
   maxIterations: number;
   /** Share of the model's context window the prompt may use before condensing. */
   contextBudgetRatio?: number;
-  /** Release per-conversation resources (shells, MCP servers). */
-  release(conversationId: string): Promise<void>;
-  /** The daemon stops: release every conversation's resources. */
-  releaseAll(): Promise<void>;
-  /** An interrupt: stop every process the conversation runs (its sandbox), background ones included. */
-  interrupted?(conversationId: string): Promise<void>;
-  /** A run ended and no other run follows: the conversation is idle (e.g. stop its MCP servers later). */
-  idle?(conversationId: string): void;
-  /** The conversation's own step limit and stuck detection (agent-server create); absent: the defaults. */
-  limits?(conversationId: string): Promise<{ maxIterations: number | null; stuckDetection: boolean; confirm: boolean }>;
-  /** Token counts of each LLM call of the conversation (its `stats`). */
-  usage?(conversationId: string, usage: LlmResponse['usage']): Promise<void>;
+  log: Logger;
 }
 
-interface Run {
-  controller: AbortController;
-  pauseRequested: boolean;
-  /** Set when a message arrives: the loop must not finish without looking at it. */
-  newInput: boolean;
-  done: Promise<void>;
-  nudged: boolean;
-  /** The newest event seq the loop has read: a user message after it has not been seen. */
-  seenSeq: number;
+/** What a run set up before its first step: the LLM, the tools and their schemas, the limits. */
+interface RunSetup {
+  llm: LlmClient;
+  tools: Tool[];
+  byName: Map<string, Tool>;
+  specs: LlmToolSpec[];
+  specsJson: string;
+  workspaceDir: string;
+  maxIterations: number;
+  stuckDetection: boolean;
+  /** A context-window error was answered by condensing once (a second one ends the run). */
+  condensedForContextError: boolean;
 }
 
-class Interrupted extends Error {}
-
-/** The plug between the conversation service and whatever runs the agent. */
-export interface AgentRuntime {
-  /** Starts a run loop unless one is active; false when one is already running. */
-  start(conversationId: string): boolean;
-  isRunning(conversationId: string): boolean;
-  /** A message arrived: a running loop takes it at its next step. */
-  notifyMessage(conversationId: string): void;
-  /** Stop between steps. */
-  pause(conversationId: string): Promise<void>;
-  /** Cancel the in-flight LLM call or tool now. */
-  interrupt(conversationId: string): Promise<void>;
-  /** The conversation is being deleted: stop everything it owns. */
-  dispose(conversationId: string): Promise<void>;
-  close(): Promise<void>;
-  /** Condense the conversation's history now; false when there is nothing to condense. */
-  condense?(conversationId: string): Promise<boolean>;
-  /** A side question to the LLM with the conversation's context; nothing is added to the conversation. */
-  ask?(conversationId: string, question: string): Promise<string>;
-  /** The conversation waits for confirmation: run its pending actions (accept) or reject them. */
-  confirm?(conversationId: string, accept: boolean, reason: string | null): Promise<void>;
-}
-
-/** What a conversation's steps read, kept up to date with the log instead of reread at every step. */
-interface History {
-  view: MessageView;
-  stuck: StuckWindow;
-  /** The newest seq taken in. */
-  seq: number;
-}
-
-/** Histories kept for conversations run recently (the least recently run is dropped beyond this). */
-const MAX_HISTORIES = 64;
+/** How a step ended: the loop goes on, or the run is over. */
+type StepEnd = 'next' | 'stop';
 
 const runsStarted = metrics.agentRuns.child();
 const steps = metrics.agentSteps.child();
 
-export class AgentRuntimeImpl implements AgentRuntime {
-  private runs = new Map<string, Run>();
-  private histories = new Map<string, History>();
-  private rerun = new Set<string>();
-  /** Conversations whose actions waiting for confirmation were accepted: the next run executes them first. */
-  private confirmed = new Set<string>();
+export class AgentRuntime {
+  private running = 0;
 
-  constructor(
-    private readonly conversations: AgentConversations,
-    private readonly events: EventLog,
-    private readonly redactor: Redactor,
-    private readonly deps: AgentDeps,
-    private readonly log: Logger,
-  ) {
-    metrics.agentRunning.read(() => [[[], this.runs.size]]);
+  constructor(private readonly p: RuntimeParts) {
+    metrics.agentRunning.read(() => [[[], this.running]]);
   }
 
-  isRunning(id: string): boolean {
-    return this.runs.has(id);
-  }
-
-  start(id: string): boolean {
-    if (this.runs.has(id)) return false;
-    const run: Run = { controller: new AbortController(), pauseRequested: false, newInput: false, done: Promise.resolve(), nudged: false, seenSeq: 0 };
-    this.runs.set(id, run);
-    this.conversations.loopHere(id, true);
+  /** Starts a run loop unless one is active; false when one is already running. */
+  start(conv: AgentConversation): boolean {
+    if (conv.run) return false;
+    const run = new Run();
+    conv.run = run;
+    this.running++;
     runsStarted.inc();
-    run.done = this.loop(id, run)
-      .catch((err) => this.log.error({ conversation_id: id, err: this.redactor.redact(String(err?.stack ?? err)) }, 'run loop failed'))
-      .finally(() => this.afterRun(id, run));
+    run.done = this.loop(conv, run)
+      .catch((err) => this.p.log.error({ conversation_id: conv.id, err: this.p.redactor.redact(String(err?.stack ?? err)) }, 'run loop failed'))
+      .finally(() => this.afterRun(conv, run));
+    return true;
+  }
+
+  /**
+   * A message was appended to the conversation: a running loop takes it at its next step, and does
+   * not finish without looking at it (`afterRun` starts another run for it when it came too late).
+   * False when no loop runs here: the caller starts one if the message asked for a run.
+   */
+  messageArrived(conv: AgentConversation): boolean {
+    if (!conv.run) return false;
+    conv.run.newInput = true;
     return true;
   }
 
@@ -136,311 +99,308 @@ export class AgentRuntimeImpl implements AgentRuntime {
    * run was gone: its sender saw a running loop and left it to us) is never stranded: a new run
    * takes it, unless the run ended because the user paused or interrupted it.
    */
-  private async afterRun(id: string, run: Run): Promise<void> {
-    this.runs.delete(id);
-    this.conversations.loopHere(id, false);
-    metrics.agentRunsEnded.inc(this.conversations.status(id) ?? 'deleted');
+  private async afterRun(conv: AgentConversation, run: Run): Promise<void> {
+    const id = conv.id;
+    if (conv.run === run) conv.run = null;
+    this.running--;
+    metrics.agentRunsEnded.inc(conv.gone ? 'deleted' : conv.status);
     try {
-      const pending = this.rerun.delete(id) || run.newInput;
-      const status = this.conversations.status(id);
-      if (pending && status !== undefined && status !== 'paused' && status !== 'waiting_for_confirmation' && !run.controller.signal.aborted) {
-        if ((await this.events.hasUserMessageAfter(id, run.seenSeq)) && !this.runs.has(id)) {
-          this.log.debug({ conversation_id: id }, 'a message arrived as the run ended: running again');
-          if (this.conversations.status(id) === 'finished' || this.conversations.status(id) === 'stuck') await this.conversations.setStatus(id, 'idle');
-          if (this.start(id)) return;
+      const status = conv.gone ? undefined : conv.status;
+      if (run.newInput && status !== undefined && status !== 'paused' && status !== 'waiting_for_confirmation' && !run.controller.signal.aborted) {
+        if ((await this.p.events.hasUserMessageAfter(id, run.seenSeq)) && !conv.run) {
+          this.p.log.debug({ conversation_id: id }, 'a message arrived as the run ended: running again');
+          if (conv.status === 'finished' || conv.status === 'stuck') await this.p.conversations.setStatus(id, 'idle');
+          if (this.start(conv)) return;
         }
       }
     } catch (err) {
-      this.log.warn({ conversation_id: id, err: this.redactor.redact(String(err)) }, 'checking for messages after a run failed');
+      this.p.log.warn({ conversation_id: id, err: this.p.redactor.redact(String(err)) }, 'checking for messages after a run failed');
     }
-    if (!this.runs.has(id)) this.deps.idle?.(id);
+    if (!conv.run) this.p.tools.idle(conv);
   }
 
-  notifyMessage(id: string): void {
-    const run = this.runs.get(id);
-    if (run) run.newInput = true;
-    else this.rerun.add(id);
+  /** Stop between steps. */
+  pause(conv: AgentConversation): void {
+    if (conv.run) conv.run.pauseRequested = true;
   }
 
-  async pause(id: string): Promise<void> {
-    const run = this.runs.get(id);
-    if (run) run.pauseRequested = true;
-  }
-
-  async interrupt(id: string): Promise<void> {
-    const run = this.runs.get(id);
-    if (run) {
-      run.controller.abort(new Interrupted('interrupted'));
-      await Promise.race([run.done, new Promise((r) => setTimeout(r, 5000))]);
+  private async loop(conv: AgentConversation, run: Run): Promise<void> {
+    await this.p.conversations.setStatus(conv.id, 'running');
+    const setup = await this.setUp(conv);
+    if (!setup) return;
+    if (conv.confirmed) {
+      conv.confirmed = false;
+      if ((await this.runConfirmed(conv, run, setup)) === 'stop') return;
     }
-    await this.deps.interrupted?.(id);
-  }
-
-  /**
-   * The conversation's history with every event committed so far: only the events after the ones
-   * already taken are read; built from the whole log the first time (after a start) and again after
-   * a condensation.
-   */
-  private async history(id: string): Promise<History> {
-    let h = this.histories.get(id);
-    if (h) {
-      const fresh = await this.events.after(id, h.seq);
-      h.view.add(fresh);
-      h.stuck.add(fresh);
-      h.seq = fresh[fresh.length - 1]?.seq ?? h.seq;
+    for (let iteration = 1; ; iteration++) {
+      if ((await this.step(conv, run, setup, iteration)) === 'stop') return;
     }
-    if (!h || h.view.stale) {
-      const all = await this.events.after(id);
-      h = { view: MessageView.of(all), stuck: new StuckWindow(), seq: all[all.length - 1]?.seq ?? 0 };
-      h.stuck.add(all);
-    }
-    this.histories.delete(id); // re-inserted: the map's order is the order conversations were last used
-    this.histories.set(id, h);
-    if (this.histories.size > MAX_HISTORIES) this.histories.delete(this.histories.keys().next().value!);
-    return h;
   }
 
-  async dispose(id: string): Promise<void> {
-    this.histories.delete(id);
-    await this.interrupt(id);
-    await this.deps.release(id);
-  }
-
-  async close(): Promise<void> {
-    await Promise.all([...this.runs.keys()].map((id) => this.interrupt(id)));
-    await this.deps.releaseAll();
-  }
-
-  private async loop(id: string, run: Run): Promise<void> {
-    const eventLog = this.events;
-    const conversations = this.conversations;
-    await conversations.setStatus(id, 'running');
-    const llm = await this.deps.llm(id);
+  /** The LLM, the tools and the limits of a run; null (and status error) when no LLM is configured. */
+  private async setUp(conv: AgentConversation): Promise<RunSetup | null> {
+    const llm = await this.p.llm.of(conv);
     if (!llm) {
-      await eventLog.append(id, {
+      await this.p.events.append(conv.id, {
         kind: 'ConversationErrorEvent',
         source: 'environment',
         code: 'LLMNotConfigured',
         detail: 'No LLM is configured. Set LLM_MODEL (and LLM_API_KEY / LLM_BASE_URL) or POST /api/settings, then run again.',
       });
-      await conversations.setStatus(id, 'error');
-      return;
+      await this.p.conversations.setStatus(conv.id, 'error');
+      return null;
     }
-    const tools = await this.deps.tools(id);
-    const byName = new Map(tools.map((t) => [t.name, t]));
+    const tools = await this.p.tools.forRun(conv);
     const specs: LlmToolSpec[] = tools.map((t) => ({
       name: t.name,
       description: t.description,
       inputSchema:
         t.jsonSchema ?? stripSchemaMeta(z.toJSONSchema(t.parameters as z.ZodType, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>),
     }));
-    const specsJson = JSON.stringify(specs);
-    const workspaceDir = this.deps.workspaceDir(id);
-    const limits = await this.deps.limits?.(id);
-    const maxIterations = limits?.maxIterations ?? this.deps.maxIterations;
-    let condensedForContextError = false;
+    const limits = conversationLimits(conv);
+    return {
+      llm,
+      tools,
+      byName: new Map(tools.map((t) => [t.name, t])),
+      specs,
+      specsJson: JSON.stringify(specs),
+      workspaceDir: this.p.workspace.dir(conv),
+      maxIterations: limits.maxIterations ?? this.p.maxIterations,
+      stuckDetection: limits.stuckDetection,
+      condensedForContextError: false,
+    };
+  }
 
-    if (this.confirmed.delete(id)) {
-      const ctx = {
-        conversationId: id,
-        workspaceDir,
-        signal: run.controller.signal,
-        env: await this.deps.env(id),
-        redact: (t: string) => this.redactor.redact(t),
-      } satisfies ToolContext;
-      let finishedByAction = false;
-      for (const a of await this.pendingActions(id)) {
-        const tool = byName.get(a.tool_name);
-        const parsed = tool ? (tool.parameters as z.ZodType).safeParse(toolCallInput(a)) : undefined;
-        if (!tool || !parsed?.success) {
-          await eventLog.append(id, {
-            kind: 'AgentErrorEvent',
-            source: 'agent',
-            tool_name: a.tool_name,
-            tool_call_id: a.tool_call_id,
-            error: `${a.tool_name} can no longer run (its tool or arguments are not valid now).`,
-          });
-          continue;
-        }
-        if ((await this.executeCall(id, run, ctx, tool, parsed.data, a)) === 'finished') finishedByAction = true;
-        if (run.controller.signal.aborted) return this.afterInterrupt(id);
+  private async toolContext(conv: AgentConversation, run: Run, setup: RunSetup): Promise<ToolContext> {
+    return {
+      conversationId: conv.id,
+      workspaceDir: setup.workspaceDir,
+      signal: run.controller.signal,
+      env: await this.p.tools.env(conv),
+      redact: (t: string) => this.p.redactor.redact(t),
+    };
+  }
+
+  /** The actions the user accepted (respond_to_confirmation) run first. */
+  private async runConfirmed(conv: AgentConversation, run: Run, setup: RunSetup): Promise<StepEnd> {
+    const ctx = await this.toolContext(conv, run, setup);
+    let finishedByAction = false;
+    for (const a of await pendingActions(this.p.events, conv.id)) {
+      const tool = setup.byName.get(a.tool_name);
+      const parsed = tool ? (tool.parameters as z.ZodType).safeParse(toolCallInput(a)) : undefined;
+      if (!tool || !parsed?.success) {
+        await this.p.events.append(conv.id, {
+          kind: 'AgentErrorEvent',
+          source: 'agent',
+          tool_name: a.tool_name,
+          tool_call_id: a.tool_call_id,
+          error: `${a.tool_name} can no longer run (its tool or arguments are not valid now).`,
+        });
+        continue;
       }
-      if (finishedByAction && !run.newInput) {
-        await conversations.setStatus(id, 'finished');
-        return;
+      if ((await this.executeCall(conv, run, ctx, tool, parsed.data, a)) === 'finished') finishedByAction = true;
+      if (run.controller.signal.aborted) {
+        await recordInterrupt(this.p.events, this.p.conversations, conv.id);
+        return 'stop';
       }
     }
+    if (finishedByAction && !run.newInput) {
+      await this.p.conversations.setStatus(conv.id, 'finished');
+      return 'stop';
+    }
+    return 'next';
+  }
 
-    for (let iteration = 1; ; iteration++) {
-      if (run.pauseRequested) {
-        await eventLog.append(id, { kind: 'PauseEvent', source: 'user' });
-        await conversations.setStatus(id, 'paused');
-        return;
-      }
-      if (iteration > maxIterations) {
-        await eventLog.append(id, {
-          kind: 'ConversationErrorEvent',
-          source: 'environment',
-          code: 'MaxIterationsReached',
-          detail: `The run stopped after ${maxIterations} steps (max_iterations). Send a message or run again to continue.`,
-        });
-        await conversations.setStatus(id, 'error');
-        return;
-      }
-      run.newInput = false;
-      const history = await this.history(id);
-      run.seenSeq = Math.max(run.seenSeq, history.seq);
-      const { messages, systemNotes, chars } = history.view.build();
-      const instructions = await this.deps.instructions(id, history.view.userTexts, iteration === 1);
-      const seen = this.deps.workspaceView?.(id) ?? { dir: workspaceDir, sandboxed: false };
-      const system = buildSystemPrompt({
-        workspaceDir: seen.dir,
-        sandboxed: seen.sandboxed,
-        toolNames: tools.map((t) => t.name),
-        instructions: [...instructions, ...systemNotes],
+  /** One step: the prompt, the LLM's answer, its tool calls run and recorded, then the stuck check. */
+  private async step(conv: AgentConversation, run: Run, setup: RunSetup, iteration: number): Promise<StepEnd> {
+    const { events, conversations } = this.p;
+    const id = conv.id;
+    if (run.pauseRequested) {
+      await events.append(id, { kind: 'PauseEvent', source: 'user' });
+      await conversations.setStatus(id, 'paused');
+      return 'stop';
+    }
+    if (iteration > setup.maxIterations) {
+      await events.append(id, {
+        kind: 'ConversationErrorEvent',
+        source: 'environment',
+        code: 'MaxIterationsReached',
+        detail: `The run stopped after ${setup.maxIterations} steps (max_iterations). Send a message or run again to continue.`,
       });
-      if (!history.view.hasSystemPrompt) {
-        const definitions = tools.map((t, i) => ({
-          kind: t.kind,
-          name: t.name,
-          title: t.name,
-          description: t.description,
-          parameters: specs[i]!.inputSchema,
-          action_type: t.actionKind,
-        }));
-        await eventLog.append(id, { kind: 'SystemPromptEvent', source: 'agent', system_prompt: { type: 'text', text: system }, tools: definitions });
-      }
-      const budget = Math.floor(llm.contextWindow * (this.deps.contextBudgetRatio ?? 0.8));
-      if (estimateTokens(system + specsJson, chars) > budget && (await this.condenseHistory(id, llm, await this.events.after(id), run))) continue;
-
-      steps.inc();
-      let response: LlmResponse;
-      const responseId = crypto.randomUUID();
-      try {
-        response = await llm.complete({
-          system,
-          messages,
-          tools: specs,
-          signal: run.controller.signal,
-          onTextDelta: (delta) => eventLog.publishTransient(id, { kind: 'StreamingDeltaEvent', source: 'agent', content: delta }),
-          onRetry: ({ attempt, delayMs, error }) =>
-            void eventLog.append(id, stateUpdate('llm_retry', { attempt, delay_ms: delayMs, code: error.code, detail: error.detail })),
-        });
-      } catch (err) {
-        if (run.controller.signal.aborted) return this.afterInterrupt(id);
-        if (err instanceof ProviderError && err.code === 'ContextWindowExceeded' && !condensedForContextError) {
-          condensedForContextError = true;
-          if (await this.condenseHistory(id, llm, await this.events.after(id), run)) continue;
-        }
-        const code = err instanceof ProviderError ? err.code : 'AgentError';
-        const detail = err instanceof ProviderError ? err.detail : `The agent failed: ${(err as Error)?.message ?? String(err)}`;
-        await eventLog.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code, detail: this.redactor.redact(detail) });
-        await conversations.setStatus(id, 'error');
-        return;
-      }
-
-      await this.deps.usage?.(id, response.usage);
-      if (response.toolCalls.length === 0) {
-        await eventLog.append(id, {
-          kind: 'MessageEvent',
-          source: 'agent',
-          llm_response_id: responseId,
-          llm_message: { role: 'assistant', content: [{ type: 'text', text: response.text }] },
-        });
-        if (run.newInput) continue;
-        await conversations.setStatus(id, 'finished');
-        return;
-      }
-
-      let finished = false;
-      // the policy may have changed during the run: read it at every step
-      // a lone finish or think does nothing to confirm (as in OpenHands' agent)
-      const harmless = response.toolCalls.every((c) => byName.get(c.name)?.actionKind === 'FinishAction' || byName.get(c.name)?.actionKind === 'ThinkAction');
-      const confirm = !harmless && (await this.deps.limits?.(id))?.confirm === true;
-      let waiting = false;
-      const ctxBase = {
-        conversationId: id,
-        workspaceDir,
-        signal: run.controller.signal,
-        env: await this.deps.env(id),
-        redact: (t: string) => this.redactor.redact(t),
-      } satisfies ToolContext;
-      for (const [i, call] of response.toolCalls.entries()) {
-        // interrupted: the calls after the one that was cut short are not recorded (nothing ran them)
-        if (run.controller.signal.aborted) break;
-        const tool = call.error ? undefined : byName.get(call.name);
-        const parsed = tool ? (tool.parameters as z.ZodType).safeParse(call.input) : undefined;
-        const action = await eventLog.append(id, {
-          kind: 'ActionEvent',
-          source: 'agent',
-          tool_name: call.name,
-          tool_call_id: call.id,
-          llm_response_id: responseId,
-          thought: i === 0 && response.text ? [{ type: 'text', text: response.text }] : [],
-          action: tool && parsed?.success ? actionOf(tool, parsed.data) : null,
-          tool_call: { id: call.id, name: call.name, arguments: call.rawInput, origin: 'completion' },
-        });
-        if (run.controller.signal.aborted) break;
-        const error = (msg: string) =>
-          eventLog.append(id, { kind: 'AgentErrorEvent', source: 'agent', tool_name: call.name, tool_call_id: call.id, error: msg });
-        if (!tool || !parsed) {
-          await error(call.error ?? `Unknown tool "${call.name}". Available tools: ${[...byName.keys()].join(', ')}.`);
-          continue;
-        }
-        if (!parsed.success) {
-          await error(
-            `Invalid arguments for ${call.name}: ${parsed.error.issues.map((x) => `${x.path.join('.') || '(root)'}: ${x.message}`).join('; ')}. Fix the arguments and call the tool again.`,
-          );
-          continue;
-        }
-        if (confirm) {
-          waiting = true; // recorded, run once the user accepts (respond_to_confirmation)
-          continue;
-        }
-        const outcome = await this.executeCall(id, run, ctxBase, tool, parsed.data, action as EventOf<'ActionEvent'>);
-        if (outcome === 'aborted') break;
-        if (outcome === 'finished') finished = true;
-      }
-      if (run.controller.signal.aborted) return this.afterInterrupt(id);
-      if (waiting) {
-        await conversations.setStatus(id, 'waiting_for_confirmation');
-        return;
-      }
-      if (finished && !run.newInput) {
-        await conversations.setStatus(id, 'finished');
-        return;
-      }
-      const verdict = limits?.stuckDetection === false ? { stuck: false as const } : (await this.history(id)).stuck.verdict(run.nudged);
-      if (verdict.stuck) {
-        await eventLog.append(id, {
-          kind: 'ConversationErrorEvent',
-          source: 'environment',
-          code: 'AgentStuck',
-          detail: `${verdict.reason} Send a message to continue.`,
-        });
-        await conversations.setStatus(id, 'stuck');
-        return;
-      }
-      if (verdict.nudge) {
-        run.nudged = true;
-        await eventLog.append(id, { kind: 'AgentErrorEvent', source: 'environment', error: verdict.nudge });
-      }
+      await conversations.setStatus(id, 'error');
+      return 'stop';
     }
+    run.newInput = false;
+    const history = await this.p.histories.of(conv);
+    run.seenSeq = Math.max(run.seenSeq, history.seq);
+    const { messages, systemNotes, chars } = history.view.build();
+    const instructions = await this.p.instructions.of(conv, history.view.userTexts, iteration === 1);
+    const seen = this.p.workspace.view(conv);
+    const system = buildSystemPrompt({
+      workspaceDir: seen.dir,
+      sandboxed: seen.sandboxed,
+      toolNames: setup.tools.map((t) => t.name),
+      instructions: [...instructions, ...systemNotes],
+    });
+    if (!history.view.hasSystemPrompt) {
+      const definitions = setup.tools.map((t, i) => ({
+        kind: t.kind,
+        name: t.name,
+        title: t.name,
+        description: t.description,
+        parameters: setup.specs[i]!.inputSchema,
+        action_type: t.actionKind,
+      }));
+      await events.append(id, { kind: 'SystemPromptEvent', source: 'agent', system_prompt: { type: 'text', text: system }, tools: definitions });
+    }
+    const budget = Math.floor(setup.llm.contextWindow * (this.p.contextBudgetRatio ?? 0.8));
+    if (estimateTokens(system + setup.specsJson, chars) > budget && (await this.condense(conv, setup.llm, run))) return 'next';
+
+    steps.inc();
+    const responseId = crypto.randomUUID();
+    const response = await this.complete(conv, run, setup, system, messages);
+    if (response === 'next' || response === 'stop') return response;
+    await recordUsage(conversations, conv, response.usage);
+    if (response.toolCalls.length === 0) {
+      await events.append(id, {
+        kind: 'MessageEvent',
+        source: 'agent',
+        llm_response_id: responseId,
+        llm_message: { role: 'assistant', content: [{ type: 'text', text: response.text }] },
+      });
+      if (run.newInput) return 'next';
+      await conversations.setStatus(id, 'finished');
+      return 'stop';
+    }
+    return this.runToolCalls(conv, run, setup, response, responseId);
+  }
+
+  /** The LLM's answer; 'next' after a condensation made room, 'stop' when the run ended (interrupted, or an error recorded). */
+  private async complete(conv: AgentConversation, run: Run, setup: RunSetup, system: string, messages: LlmRequest['messages']): Promise<LlmResponse | StepEnd> {
+    const { events } = this.p;
+    const id = conv.id;
+    try {
+      return await setup.llm.complete({
+        system,
+        messages,
+        tools: setup.specs,
+        signal: run.controller.signal,
+        onTextDelta: (delta) => events.publishTransient(id, { kind: 'StreamingDeltaEvent', source: 'agent', content: delta }),
+        onRetry: ({ attempt, delayMs, error }) =>
+          void events.append(id, stateUpdate('llm_retry', { attempt, delay_ms: delayMs, code: error.code, detail: error.detail })),
+      });
+    } catch (err) {
+      if (run.controller.signal.aborted) {
+        await recordInterrupt(events, this.p.conversations, id);
+        return 'stop';
+      }
+      if (err instanceof ProviderError && err.code === 'ContextWindowExceeded' && !setup.condensedForContextError) {
+        setup.condensedForContextError = true;
+        if (await this.condense(conv, setup.llm, run)) return 'next';
+      }
+      const code = err instanceof ProviderError ? err.code : 'AgentError';
+      const detail = err instanceof ProviderError ? err.detail : `The agent failed: ${(err as Error)?.message ?? String(err)}`;
+      await events.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code, detail: this.p.redactor.redact(detail) });
+      await this.p.conversations.setStatus(id, 'error');
+      return 'stop';
+    }
+  }
+
+  /** The step's tool calls in order, each recorded and answered; then the status they leave and the stuck check. */
+  private async runToolCalls(conv: AgentConversation, run: Run, setup: RunSetup, response: LlmResponse, responseId: string): Promise<StepEnd> {
+    const { events, conversations } = this.p;
+    const id = conv.id;
+    const { byName } = setup;
+    let finished = false;
+    // the policy may have changed during the run: read it at every step
+    // a lone finish or think does nothing to confirm (as in OpenHands' agent)
+    const harmless = response.toolCalls.every((c) => byName.get(c.name)?.actionKind === 'FinishAction' || byName.get(c.name)?.actionKind === 'ThinkAction');
+    const confirm = !harmless && conversationLimits(conv).confirm;
+    let waiting = false;
+    const ctx = await this.toolContext(conv, run, setup);
+    for (const [i, call] of response.toolCalls.entries()) {
+      // interrupted: the calls after the one that was cut short are not recorded (nothing ran them)
+      if (run.controller.signal.aborted) break;
+      const tool = call.error ? undefined : byName.get(call.name);
+      const parsed = tool ? (tool.parameters as z.ZodType).safeParse(call.input) : undefined;
+      const action = await events.append(id, {
+        kind: 'ActionEvent',
+        source: 'agent',
+        tool_name: call.name,
+        tool_call_id: call.id,
+        llm_response_id: responseId,
+        thought: i === 0 && response.text ? [{ type: 'text', text: response.text }] : [],
+        action: tool && parsed?.success ? actionOf(tool, parsed.data) : null,
+        tool_call: { id: call.id, name: call.name, arguments: call.rawInput, origin: 'completion' },
+      });
+      if (run.controller.signal.aborted) break;
+      const error = (msg: string) => events.append(id, { kind: 'AgentErrorEvent', source: 'agent', tool_name: call.name, tool_call_id: call.id, error: msg });
+      if (!tool || !parsed) {
+        await error(call.error ?? `Unknown tool "${call.name}". Available tools: ${[...byName.keys()].join(', ')}.`);
+        continue;
+      }
+      if (!parsed.success) {
+        await error(
+          `Invalid arguments for ${call.name}: ${parsed.error.issues.map((x) => `${x.path.join('.') || '(root)'}: ${x.message}`).join('; ')}. Fix the arguments and call the tool again.`,
+        );
+        continue;
+      }
+      if (confirm) {
+        waiting = true; // recorded, run once the user accepts (respond_to_confirmation)
+        continue;
+      }
+      const outcome = await this.executeCall(conv, run, ctx, tool, parsed.data, action as EventOf<'ActionEvent'>);
+      if (outcome === 'aborted') break;
+      if (outcome === 'finished') finished = true;
+    }
+    if (run.controller.signal.aborted) {
+      await recordInterrupt(events, conversations, id);
+      return 'stop';
+    }
+    if (waiting) {
+      await conversations.setStatus(id, 'waiting_for_confirmation');
+      return 'stop';
+    }
+    if (finished && !run.newInput) {
+      await conversations.setStatus(id, 'finished');
+      return 'stop';
+    }
+    return this.stuckCheck(conv, run, setup);
+  }
+
+  /** Stuck detection after a step: status stuck, or a nudge once. */
+  private async stuckCheck(conv: AgentConversation, run: Run, setup: RunSetup): Promise<StepEnd> {
+    const verdict = setup.stuckDetection === false ? { stuck: false as const } : (await this.p.histories.of(conv)).stuck.verdict(run.nudged);
+    if (verdict.stuck) {
+      await this.p.events.append(conv.id, {
+        kind: 'ConversationErrorEvent',
+        source: 'environment',
+        code: 'AgentStuck',
+        detail: `${verdict.reason} Send a message to continue.`,
+      });
+      await this.p.conversations.setStatus(conv.id, 'stuck');
+      return 'stop';
+    }
+    if (verdict.nudge) {
+      run.nudged = true;
+      await this.p.events.append(conv.id, { kind: 'AgentErrorEvent', source: 'environment', error: verdict.nudge });
+    }
+    return 'next';
   }
 
   /** Runs one validated tool call and records its observation (or the error that answers it). */
   private async executeCall(
-    id: string,
+    conv: AgentConversation,
     run: Run,
     ctx: ToolContext,
     tool: Tool,
     input: unknown,
     action: EventOf<'ActionEvent'>,
   ): Promise<'ok' | 'finished' | 'error' | 'aborted'> {
-    const eventLog = this.events;
+    const { events } = this.p;
     try {
       const observation = await timedTool(action.tool_name, ctx.signal, () => tool.execute(input, ctx));
-      await eventLog.append(id, {
+      await events.append(conv.id, {
         kind: 'ObservationEvent',
         source: 'environment',
         tool_name: action.tool_name,
@@ -450,7 +410,7 @@ export class AgentRuntimeImpl implements AgentRuntime {
       });
     } catch (err) {
       if (run.controller.signal.aborted) return 'aborted';
-      await eventLog.append(id, {
+      await events.append(conv.id, {
         kind: 'AgentErrorEvent',
         source: 'agent',
         tool_name: action.tool_name,
@@ -462,24 +422,16 @@ export class AgentRuntimeImpl implements AgentRuntime {
     return tool.actionKind === 'FinishAction' ? 'finished' : 'ok';
   }
 
-  /** Tool calls recorded with a runnable action and not answered yet (waiting for confirmation). */
-  private async pendingActions(id: string): Promise<EventOf<'ActionEvent'>[]> {
-    const events = await this.events.after(id);
-    const answered = new Set<string>();
-    for (const e of events)
-      if ((e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent' || e.kind === 'UserRejectObservation') && e.tool_call_id) answered.add(e.tool_call_id);
-    return events.filter((e): e is EventOf<'ActionEvent'> => e.kind === 'ActionEvent' && e.action !== null && !answered.has(e.tool_call_id));
-  }
-
-  async confirm(id: string, accept: boolean, reason: string | null): Promise<void> {
-    if (this.runs.has(id)) throw new ConflictError('The conversation is running');
+  /** The conversation waits for confirmation: its pending actions run (accept) or each is answered with a rejection. */
+  async confirm(conv: AgentConversation, accept: boolean, reason: string | null): Promise<void> {
+    if (conv.run) throw new ConflictError('The conversation is running');
     if (accept) {
-      this.confirmed.add(id);
-      if (!this.start(id)) this.confirmed.delete(id);
+      conv.confirmed = true;
+      if (!this.start(conv)) conv.confirmed = false;
       return;
     }
-    for (const a of await this.pendingActions(id)) {
-      await this.events.append(id, {
+    for (const a of await pendingActions(this.p.events, conv.id)) {
+      await this.p.events.append(conv.id, {
         kind: 'UserRejectObservation',
         source: 'user',
         tool_name: a.tool_name,
@@ -489,88 +441,36 @@ export class AgentRuntimeImpl implements AgentRuntime {
         rejection_source: 'user',
       });
     }
-    await this.conversations.setStatus(id, 'idle');
+    await this.p.conversations.setStatus(conv.id, 'idle');
   }
 
-  async condense(id: string): Promise<boolean> {
-    if (this.runs.has(id)) throw new ConflictError('The conversation is running: pause it first');
-    const llm = await this.requireLlm(id);
-    const controller = new AbortController();
-    return this.condenseHistory(id, llm, await this.events.after(id), { controller });
+  /** Condense the conversation's history now; false when there is nothing to condense. */
+  async condenseNow(conv: AgentConversation): Promise<boolean> {
+    if (conv.run) throw new ConflictError('The conversation is running: pause it first');
+    return this.condense(conv, await this.requireLlm(conv), { controller: new AbortController() });
   }
 
-  async ask(id: string, question: string): Promise<string> {
-    const llm = await this.requireLlm(id);
-    const { messages, systemNotes } = eventsToMessages(await this.events.after(id));
+  private async condense(conv: AgentConversation, llm: LlmClient, run: Pick<Run, 'controller'>): Promise<boolean> {
+    return condenseHistory(this.p.events, conv.id, llm, await this.p.events.after(conv.id), run.controller.signal);
+  }
+
+  /** A side question to the LLM with the conversation's context; nothing is added to the conversation. */
+  async ask(conv: AgentConversation, question: string): Promise<string> {
+    const llm = await this.requireLlm(conv);
+    const { messages, systemNotes } = eventsToMessages(await this.p.events.after(conv.id));
     const system = buildSystemPrompt({
-      workspaceDir: this.deps.workspaceDir(id),
+      workspaceDir: this.p.workspace.dir(conv),
       toolNames: [],
       instructions: [...systemNotes, 'Answer the question below from what you know of this session; do not call tools.'],
     });
     const res = await llm.complete({ system, messages: [...messages, { role: 'user', content: [{ type: 'text', text: question }] }], tools: [] });
-    return this.redactor.redact(res.text);
+    return this.p.redactor.redact(res.text);
   }
 
-  private async requireLlm(id: string): Promise<LlmClient> {
-    const llm = await this.deps.llm(id);
+  private async requireLlm(conv: AgentConversation): Promise<LlmClient> {
+    const llm = await this.p.llm.of(conv);
     if (!llm) throw new ConflictError('No LLM is configured');
     return llm;
-  }
-
-  /** Every tool call left without a result gets an AgentErrorEvent; status paused. */
-  private async afterInterrupt(id: string): Promise<void> {
-    const eventLog = this.events;
-    const conversations = this.conversations;
-    const events = await this.events.after(id);
-    const answered = new Set<string>();
-    for (const e of events)
-      if ((e.kind === 'ObservationEvent' || e.kind === 'AgentErrorEvent' || e.kind === 'UserRejectObservation') && e.tool_call_id) answered.add(e.tool_call_id);
-    for (const a of events) {
-      if (a.kind === 'ActionEvent' && !answered.has(a.tool_call_id)) {
-        await eventLog.append(id, {
-          kind: 'AgentErrorEvent',
-          source: 'agent',
-          tool_name: a.tool_name,
-          tool_call_id: a.tool_call_id,
-          error: 'Tool call interrupted before completion. The conversation was paused.',
-        });
-      }
-    }
-    await eventLog.append(id, { kind: 'InterruptEvent', source: 'user' });
-    await conversations.setStatus(id, 'paused');
-  }
-
-  /** Summarise the older half of the history into a Condensation event. False when nothing can be condensed. */
-  private async condenseHistory(id: string, llm: LlmClient, events: ParleyEvent[], run: Pick<Run, 'controller'>): Promise<boolean> {
-    let previous: EventOf<'Condensation'> | undefined;
-    for (const e of events) if (e.kind === 'Condensation') previous = e;
-    const already = new Set(previous?.forgotten_event_ids ?? []);
-    const candidates = events.filter(
-      (e) => !already.has(e.id) && e.kind !== 'SystemPromptEvent' && e.kind !== 'Condensation' && e.kind !== 'ConversationStateUpdateEvent',
-    );
-    if (candidates.length < 4) return false;
-    let cut = Math.floor(candidates.length / 2);
-    // never split an action from its result: move the cut past any ObservationEvent
-    const answersACall = (e: ParleyEvent) =>
-      e.kind === 'ObservationEvent' || e.kind === 'UserRejectObservation' || (e.kind === 'AgentErrorEvent' && !!e.tool_call_id);
-    while (cut < candidates.length && answersACall(candidates[cut]!)) cut++;
-    const forget = candidates.slice(0, cut);
-    const { messages } = eventsToMessages([...(previous ? [previous] : []), ...forget]);
-    const transcript = JSON.stringify(messages).slice(0, Math.floor(llm.contextWindow * 2));
-    const res = await llm.complete({
-      system:
-        'You summarise the history of a coding agent session. Keep: the user goals and requirements, decisions made, files changed, commands run and their important results, and what remains to do. Be concise and factual.',
-      messages: [{ role: 'user', content: [{ type: 'text', text: `Summarise this session history:\n${transcript}` }] }],
-      tools: [],
-      signal: run.controller.signal,
-    });
-    await this.events.append(id, {
-      kind: 'Condensation',
-      source: 'environment',
-      forgotten_event_ids: [...already, ...forget.map((e) => e.id)],
-      summary: res.text,
-    });
-    return true;
   }
 }
 

@@ -1,25 +1,24 @@
 /**
  * Cluster mode in the composition root: the node (leases, routing, takeover) in front of this
  * process's conversation service. The API calls the operations of `ConversationOps`; in cluster mode
- * they are this typed wrapper, whose every operation (create, send, run, pause, interrupt, delete,
- * resuming preparations, confirm, condense, ask) goes through the node first.
+ * they are the node's routed operations (`routedOps`), each of which goes through the node first.
  */
 import type { Logger } from 'pino';
 import type { Conversations } from '../conversation/conversations.js';
-import type { AgentRuntimeImpl } from '../agent/runtime.js';
+import type { AgentRuntime } from '../agent/runtime.js';
 import type { ConversationOps, ConversationService } from '../conversation/service.js';
 import type { EventLog } from '../events/log.js';
 import type { PostgresStore } from '../store/postgres.js';
 import type { ClusterBus } from './bus.js';
 import type { Leases } from './leases.js';
-import { ClusterNode } from './node.js';
+import { ClusterNode, routedOps } from './node.js';
 import { setupPhaseOf } from '../conversation/setup-phase.js';
 
 interface ClusterNodeParts {
   service: ConversationService;
   conversations: Conversations;
   events: EventLog;
-  runtime: AgentRuntimeImpl;
+  runtime: Pick<AgentRuntime, 'messageArrived'>;
   leases: Leases;
   bus: ClusterBus;
   store: PostgresStore;
@@ -38,10 +37,16 @@ export async function startClusterNode(p: ClusterNodeParts): Promise<{ service: 
     local: service,
     log: p.log,
     hooks: {
-      isRunning: (id) => runtime.isRunning(id),
-      notifyMessage: (id) => runtime.notifyMessage(id),
+      loaded: (id) => conversations.loaded(id),
+      load: (id) => conversations.load(id),
+      leased: () => [...conversations.each()].filter((c) => c.lease),
+      isRunning: (id) => conversations.isRunning(id),
+      messageArrived: (id) => {
+        const conv = conversations.loaded(id);
+        if (conv) runtime.messageArrived(conv);
+      },
       // stops the loop and the processes it started; what it would append is refused (the fence)
-      stopLocal: (id) => runtime.interrupt(id),
+      stopLocal: async (id) => conversations.loaded(id)?.close('interrupted'),
       refresh: async (id) => {
         const conv = await conversations.refresh(id);
         return conv ? { status: conv.status } : null;
@@ -49,14 +54,6 @@ export async function startClusterNode(p: ClusterNodeParts): Promise<{ service: 
       setupPhase: async (id) => {
         const conv = await conversations.load(id);
         return conv ? setupPhaseOf(conv.record.data) : undefined;
-      },
-      resumePreparations: (take) => service.resumePreparations(take),
-      // an operation another node routed here, as the local service runs it
-      runtimeOp: (op, args) => {
-        const [id, a, b] = args as [string, unknown, unknown];
-        if (op === 'confirm') return service.confirm(id, a as boolean, (b ?? null) as string | null);
-        if (op === 'condense') return service.condense(id);
-        return service.ask(id, a as string);
       },
       recover: async (id) => {
         await events.append(id, {
@@ -73,23 +70,9 @@ export async function startClusterNode(p: ClusterNodeParts): Promise<{ service: 
   // that was stalled (or cut off) while another took the conversation over writes nothing more.
   // A user's message is not the owner's: it is appended whoever holds the lease.
   p.store.fenceWith(
-    (id, drafts) => (runtime.isRunning(id) && !drafts.every(isUserMessage) ? p.leases.nodeId : null),
+    (id, drafts) => (conversations.isRunning(id) && !drafts.every(isUserMessage) ? p.leases.nodeId : null),
     (err) => node.leaseLost(err.conversationId),
   );
   await node.start();
-  // the service's operations through the node: at the conversation's lease holder, or here
-  const routed: ConversationOps = {
-    createConversation: (req) => node.createConversation(req),
-    resumePreparations: () => node.resumePreparations(),
-    sendMessage: (id, msg) => node.sendMessage(id, msg),
-    run: (id) => node.run(id),
-    pause: (id) => node.pause(id),
-    interrupt: (id) => node.interrupt(id),
-    deleteConversation: (id) => node.deleteConversation(id),
-    // accepting runs the waiting actions: it takes the lease like run
-    confirm: async (id, accept, reason) => void (await node.runtime('confirm', [id, accept, reason])),
-    condense: async (id) => (await node.runtime('condense', [id])) as boolean,
-    ask: async (id, question) => (await node.runtime('ask', [id, question])) as string,
-  };
-  return { service: routed, close: () => node.close() };
+  return { service: routedOps(node, service), close: () => node.close() };
 }

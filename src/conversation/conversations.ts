@@ -18,8 +18,10 @@ import { stillPreparing } from './setup-phase.js';
 import { parseRecord, parseStoredKey, storedObject, type ParsedRecord, type RecordData, type RecordKey } from './record-data.js';
 import { agentServerInfo, type AgentServerContext } from './agent-server-info.js';
 import { EXECUTION_STATUSES, type ExecutionStatus } from '../events/schema.js';
+import type { Sandbox } from '../sandbox/index.js';
+import { type CloseReason, diskStopDetail, LiveConversation, type LiveParts } from './live.js';
 
-export { EXECUTION_STATUSES };
+export { EXECUTION_STATUSES, LiveConversation };
 
 /** What every read of a conversation returns (REST, tRPC, the socket's first frame). */
 export const ConversationInfo = z
@@ -65,15 +67,8 @@ export const ConversationInfo = z
   .meta({ id: 'ConversationInfo', title: 'ConversationInfo' });
 export type ConversationInfo = z.output<typeof ConversationInfo>;
 
-/** In-memory state of a conversation that has been touched since start (lazy). */
-export interface LiveConversation {
-  /** Its data parsed (record-data.ts); keys left in the store are not in it (Conversations.field reads them). */
-  record: ParsedRecord;
-  /** The status the daemon acts on (changes at once). */
-  status: ExecutionStatus;
-  /** The status clients are shown: it follows committed execution_status events, so a client never sees a status its event log does not hold yet. */
-  shown?: ExecutionStatus;
-}
+/** What a read of a conversation shows: a live one, or a record listed without loading it. */
+type Shown = Pick<LiveConversation, 'record' | 'status' | 'shown'>;
 
 /**
  * Memory of loaded conversations (bounded, docs/security.md): at most this many stay loaded, and their records at
@@ -100,16 +95,16 @@ export interface SharedStore {
   ownerOf(id: string): Promise<string | null>;
 }
 
+/**
+ * The registry of live conversations: the one object of each conversation touched since start
+ * (live.ts), loaded on first use, and nothing else kept by a conversation's id.
+ */
 export class Conversations {
   private live = new Map<string, LiveConversation>();
-  /** Conversations whose agent loop runs in this process (the runtime says so: `loopHere`). */
-  private loops = new Set<string>();
+  /** Loads under way: several requests for a conversation read it from the store once. */
   private loading = new Map<string, Promise<LiveConversation | null>>();
-  /** Estimated bytes of each loaded record, and the data fields left in the store. */
-  private sizes = new Map<string, number>();
+  /** The estimated bytes of the loaded records (each object's `bytes`). */
   private residentBytes = 0;
-  /** Per loaded record, the keys of its data left in the store: large ones, and malformed ones (kept for the version that wrote them). */
-  private stored = new Map<string, Set<string>>();
   private malformedReported = new Set<string>();
 
   constructor(
@@ -117,6 +112,8 @@ export class Conversations {
     private readonly events: EventLog,
     private readonly settings: Settings,
     private readonly redactor: Redactor,
+    /** What every live conversation shares (its sandbox, shell, files). */
+    private readonly liveParts: LiveParts,
     /** Paths and the server's LLM, for the agent-server fields of the info (agent, workspace, persistence_dir). */
     private readonly agentServer?: AgentServerContext,
     /** Set in cluster mode: a read re-reads the conversation unless its loop runs here. */
@@ -125,12 +122,6 @@ export class Conversations {
     /** Where a record's malformed keys are reported (record-data.ts). */
     private readonly log?: Pick<Logger, 'warn'>,
   ) {}
-
-  /** The agent runtime says when a conversation's loop runs in this process (the cluster reads the others' conversations from the store). */
-  loopHere(id: string, running: boolean): void {
-    if (running) this.loops.add(id);
-    else this.loops.delete(id);
-  }
 
   /** The store reports each commit here: the record's updated_at and the shown status follow it. */
   committed(conversationId: string, events: EncodedEvent[]): void {
@@ -190,7 +181,7 @@ export class Conversations {
   /** The conversation's live state, loaded on first use. Null when it does not exist. */
   async load(id: string): Promise<LiveConversation | null> {
     const hit = this.live.get(id);
-    if (hit && this.shared && !this.loops.has(id)) return this.refresh(id);
+    if (hit && this.shared && !hit.run) return this.refresh(id);
     if (hit) return this.touch(id, hit);
     let p = this.loading.get(id);
     if (!p) {
@@ -213,7 +204,7 @@ export class Conversations {
    */
   current(id: string): LiveConversation | undefined {
     const hit = this.live.get(id);
-    if (!hit || (this.shared && !this.loops.has(id))) return undefined;
+    if (!hit || (this.shared && !hit.run)) return undefined;
     return this.touch(id, hit);
   }
 
@@ -226,6 +217,47 @@ export class Conversations {
   /** A conversation already loaded (no store read). */
   loaded(id: string): LiveConversation | undefined {
     return this.live.get(id);
+  }
+
+  /** Every conversation loaded here. */
+  each(): Iterable<LiveConversation> {
+    return this.live.values();
+  }
+
+  /** Whether the conversation's loop runs in this process. */
+  isRunning(id: string): boolean {
+    return !!this.live.get(id)?.run;
+  }
+
+  /**
+   * The registered object of `conv`'s conversation, before live state is put on it (a run, a
+   * preparation, a lease): `conv` again when the registry dropped it meanwhile (it held nothing), or
+   * the one a later load registered, so that a conversation never has two.
+   */
+  claim(conv: LiveConversation): LiveConversation {
+    const registered = this.live.get(conv.id);
+    if (registered) return registered;
+    this.live.set(conv.id, conv);
+    this.residentBytes += conv.bytes;
+    this.evictIdle();
+    return conv;
+  }
+
+  /**
+   * The sandbox launcher stopped a conversation's processes: to stay under SANDBOX_MAX_LIVE (its
+   * `close('evicted')`), or over SANDBOX_DISK_MB or the fullest on a full disk (`disk-quota`, `disk-full`).
+   */
+  followSandbox(sandbox: Pick<Sandbox, 'onEvict' | 'onDiskQuota'>, diskLimitMb: number | null | undefined): void {
+    sandbox.onEvict((id) => void this.live.get(id)?.close('evicted'));
+    sandbox.onDiskQuota((id, used, why) => {
+      const detail = diskStopDetail(why, used, diskLimitMb);
+      void this.load(id).then((c) => c?.close(why === 'quota' ? 'disk-quota' : 'disk-full', detail));
+    });
+  }
+
+  /** Closes every loaded conversation (the daemon stops: `shutdown`). */
+  async closeAll(reason: CloseReason): Promise<void> {
+    await Promise.all([...this.live.values()].map((c) => c.close(reason)));
   }
 
   /** Conversations whose workspace preparation a stop cut short. */
@@ -243,21 +275,24 @@ export class Conversations {
     const record = await this.store.getConversation(id);
     const conv = this.live.get(id);
     if (!record) {
-      this.drop(id);
+      await this.forget(id);
       return null;
     }
     if (!conv) return this.admit(record);
-    if (!this.shared || !this.loops.has(id)) {
-      conv.record = this.residentRecord(record);
+    if (!this.shared || !conv.run) {
+      this.keepRecord(conv, record);
       conv.status = record.execution_status as ExecutionStatus;
       conv.shown = undefined;
     }
     return conv;
   }
 
-  /** Another node deleted the conversation: its state here goes. */
-  forget(id: string): void {
+  /** Another node deleted the conversation: what this node still runs of it ends, and its state here goes. */
+  async forget(id: string): Promise<void> {
+    const conv = this.live.get(id);
+    if (!conv) return;
     this.drop(id);
+    await conv.close('deleted').catch((err) => this.log?.warn({ conversation_id: id, err: String(err) }, 'closing a conversation deleted elsewhere failed'));
   }
 
   /** Stored records, newest first, from a (created_at, id) cursor. */
@@ -304,8 +339,8 @@ export class Conversations {
   async updateData(id: string, patch: Partial<RecordData>): Promise<void> {
     const conv = await this.require(id);
     conv.record.data = { ...conv.record.data, ...patch };
-    const kept = this.stored.get(id);
-    this.resize(id, conv.record.data);
+    const kept = conv.storedKeys;
+    this.resize(conv);
     this.evictIdle(); // a preparation that ended may make room
     if (!kept) return this.store.updateConversation(id, { data: conv.record.data });
     // fields left in the store are written back with the patch, unless it replaces them
@@ -342,8 +377,8 @@ export class Conversations {
   }
 
   /** A field of the conversation's stored data, read from the store when it is not kept in memory. */
-  async field<K extends RecordKey>(conv: LiveConversation, key: K): Promise<RecordData[K]> {
-    if (!this.stored.get(conv.record.id)?.has(key)) return conv.record.data[key];
+  async field<K extends RecordKey>(conv: { record: ParsedRecord }, key: K): Promise<RecordData[K]> {
+    if (!this.live.get(conv.record.id)?.storedKeys?.has(key)) return conv.record.data[key];
     return parseStoredKey((await this.store.getConversation(conv.record.id))?.data, key);
   }
 
@@ -351,18 +386,18 @@ export class Conversations {
 
   /** Keeps a conversation loaded, its large fields left in the store; evicts idle ones beyond the bounds. */
   private admit(record: ConversationRecord): LiveConversation {
-    const conv: LiveConversation = { record: this.residentRecord(record), status: record.execution_status as ExecutionStatus };
+    const conv = new LiveConversation({ ...record, data: {} }, this.liveParts);
+    this.keepRecord(conv, record);
     this.live.set(record.id, conv);
     this.evictIdle();
     return conv;
   }
 
   /**
-   * The record as it stays in memory, its data parsed: large fields and malformed ones left in the
-   * store (noted in `stored`: an update writes them back), its size counted.
+   * Puts `record` on the conversation as it stays in memory, its data parsed: large fields and
+   * malformed ones left in the store (its `storedKeys`: an update writes them back), its size counted.
    */
-  private residentRecord(record: ConversationRecord): ParsedRecord {
-    const id = record.id;
+  private keepRecord(conv: LiveConversation, record: ConversationRecord): void {
     const kept = new Set<string>();
     const { data } = this.parsed(record, (k) => kept.add(k));
     for (const k of LARGE_FIELDS) {
@@ -371,10 +406,9 @@ export class Conversations {
         delete data[k];
       }
     }
-    if (kept.size) this.stored.set(id, kept);
-    else this.stored.delete(id);
-    this.resize(id, data);
-    return { ...record, data };
+    conv.storedKeys = kept.size ? kept : null;
+    conv.record = { ...record, data };
+    this.resize(conv);
   }
 
   /** A record from the store, its data parsed; each malformed key is reported once (and handed to `malformed`). */
@@ -395,11 +429,11 @@ export class Conversations {
   }
 
   /** Counts the record's resident size again (its data changed). */
-  private resize(id: string, data: object): void {
+  private resize(conv: LiveConversation): void {
     let bytes = 512;
-    for (const v of Object.values(data)) bytes += fieldBytes(v);
-    this.residentBytes += bytes - (this.sizes.get(id) ?? 0);
-    this.sizes.set(id, bytes);
+    for (const v of Object.values(conv.record.data)) bytes += fieldBytes(v);
+    this.residentBytes += bytes - conv.bytes;
+    conv.bytes = bytes;
   }
 
   /** Most recently used last (Map order). */
@@ -410,10 +444,10 @@ export class Conversations {
   }
 
   private drop(id: string): void {
+    const conv = this.live.get(id);
+    if (!conv) return;
     this.live.delete(id);
-    this.residentBytes -= this.sizes.get(id) ?? 0;
-    this.sizes.delete(id);
-    this.stored.delete(id);
+    this.residentBytes -= conv.bytes;
   }
 
   private evictIdle(): void {
@@ -433,7 +467,7 @@ export class Conversations {
 
   // ---- reads --------------------------------------------------------------------------------
 
-  private async info(conv: LiveConversation) {
+  private async info(conv: Shown) {
     const d = conv.record.data;
     const lastSeq = await this.events.lastSeq(conv.record.id);
     const status = conv.shown ?? conv.status;
@@ -504,10 +538,11 @@ function fieldBytes(v: unknown): number {
 }
 
 /**
- * Only a conversation nothing holds may go: not running, not being prepared (the preparation and
- * a message sent meanwhile share its in-memory record, run request included). A run request left
- * in the store by a preparation that ended (ready or failed) waits for nothing and holds nothing.
+ * Only a conversation nothing holds may go: not running (here or, by its status, on another node),
+ * not being prepared (the preparation and a message sent meanwhile share its in-memory record, run
+ * request included), no shell or MCP server running, no lease held. A run request left in the store by a
+ * preparation that ended (ready or failed) waits for nothing and holds nothing.
  */
 function evictable(conv: LiveConversation): boolean {
-  return conv.status !== 'running' && !stillPreparing(conv.record.data);
+  return conv.status !== 'running' && !stillPreparing(conv.record.data) && !conv.holding;
 }

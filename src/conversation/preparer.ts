@@ -6,17 +6,17 @@
  */
 import type { Config } from '../config.js';
 import type { Conversations } from './conversations.js';
+import type { LiveConversation } from './live.js';
 import type { ReplayPlan } from './replay.js';
-import type { AgentRuntime, ConversationPreparer, PrepareOptions } from './runtime.js';
+import type { ConversationPreparer, ConversationRuntime, PrepareOptions } from './runtime.js';
 import type { EventLog } from '../events/log.js';
-import type { Sandbox } from '../sandbox/index.js';
 import type { Redactor } from '../secrets/redact.js';
 import type { Settings } from '../secrets/settings.js';
 import { gitCredentialEnv } from '../workspace/askpass.js';
 import { cloneRepository } from '../workspace/git.js';
 import { runSetupScript } from '../workspace/setup-script.js';
 import { createMicroagentMessage, suggestedTaskMessage } from '../workspace/tasks.js';
-import { createWorkspace, removeWorkspace, workspacePath } from '../sandbox/workspace-dir.js';
+import { createWorkspace, workspacePath } from '../sandbox/workspace-dir.js';
 import { stateUpdate } from '../events/schema.js';
 import type { SetupPhase, SetupState } from './setup-phase.js';
 
@@ -26,31 +26,24 @@ interface PreparerOptions {
   allowedHosts: Config['gitAllowedHosts'];
   /** Where the git askpass helper is written. */
   helperDir: string;
-  /** Keep a deleted conversation's workspace on disk. */
-  keepWorkspaces: boolean;
   /** Runs a replay plan's recorded steps in the workspace; resolves with the number of actions run. */
   replay(conversationId: string, workspaceDir: string, plan: ReplayPlan, signal: AbortSignal): Promise<{ actions: number }>;
 }
 
 export class WorkspacePreparer implements ConversationPreparer {
-  /** Replays under way, stopped when their conversation is deleted. */
-  private replays = new Map<string, AbortController>();
-
   constructor(
     private readonly conversations: Conversations,
     private readonly events: EventLog,
     private readonly settings: Settings,
-    private readonly runtime: AgentRuntime,
-    private readonly sandbox: Sandbox,
+    private readonly runtime: Pick<ConversationRuntime, 'start'>,
     private readonly redactor: Redactor,
     private readonly opts: PreparerOptions,
   ) {}
 
   async prepare(id: string, opts?: PrepareOptions): Promise<void> {
-    const { conversations, events, settings } = this;
-    const redact = (t: string) => this.redactor.redact(t);
-    await this.sandbox.ready;
+    const { conversations, events } = this;
     const conv = await conversations.require(id);
+    await conv.sandbox.ready;
     // conv.record.data is replaced by every update: read it fresh, never through a saved reference
     const d = conv.record.data;
     // phases are reported as events when there is real work (a clone, a setup script, a replay);
@@ -63,7 +56,7 @@ export class WorkspacePreparer implements ConversationPreparer {
     };
     const fail = async (err: unknown, fallbackCode: string) => {
       conversations.takeRunRequest(conv); // no run follows a failed preparation
-      const detail = redact((err as Error)?.message ?? String(err));
+      const detail = this.redactor.redact((err as Error)?.message ?? String(err));
       await phase('error', detail);
       await events.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: (err as { code?: string }).code ?? fallbackCode, detail });
       await conversations.setStatus(id, 'error');
@@ -73,40 +66,7 @@ export class WorkspacePreparer implements ConversationPreparer {
     const dir = visible ? await createWorkspace(this.opts.workspaceRoot, id) : workspacePath(this.opts.workspaceRoot, id);
     let first: string | null = null;
     try {
-      const repo = d.selected_repository;
-      if (repo) {
-        const providers = await settings.getProviders();
-        // clone phases are recorded in the order they happen
-        let phases = Promise.resolve();
-        const res = await cloneRepository({
-          workspaceDir: dir,
-          repository: repo,
-          provider: d.git_provider ?? null,
-          providers,
-          branch: d.selected_branch ?? null,
-          helperDir: this.opts.helperDir,
-          allowedHosts: this.opts.allowedHosts,
-          sandbox: this.sandbox.forConversation(id),
-          files: this.sandbox.files(id, dir),
-          redact,
-          onPhase: (p, detail) => {
-            phases = phases.then(() => phase(p === 'ready' ? 'cloned' : p, detail));
-            // awaited once the clone ends; a conversation deleted meanwhile must not be an unhandled rejection
-            phases.catch(() => {});
-          },
-        }).finally(() => phases);
-        await conversations.updateData(id, { branch: res.branch });
-        const secrets = await settings.secretValues();
-        const setup = await runSetupScript(this.sandbox.files(id, dir), {
-          env: { ...secrets, ...gitCredentialEnv(providers) },
-          launch: this.sandbox.forConversation(id),
-          redact,
-          onOutput: (chunk) => events.publishTransient(id, { kind: 'SetupOutputEvent', source: 'environment', output: chunk }),
-        });
-        if (setup.ran) {
-          await events.append(id, stateUpdate('setup_script', { exit_code: setup.exitCode, timed_out: setup.timedOut, output: setup.output.slice(-20000) }));
-        }
-      }
+      if (d.selected_repository) await this.cloneAndSetUp(conv, dir, phase);
       // the first message from a template, when the request asked for one (checked at creation)
       const task = d.suggested_task;
       const micro = d.create_microagent;
@@ -116,23 +76,7 @@ export class WorkspacePreparer implements ConversationPreparer {
       await fail(err, 'WorkspaceSetupFailed');
       return;
     }
-    if (opts?.replay) {
-      const controller = new AbortController();
-      this.replays.set(id, controller);
-      try {
-        await phase('replaying', `${opts.replay.steps.length} recorded step(s)`);
-        await conversations.setStatus(id, 'running');
-        const res = await this.opts.replay(id, dir, opts.replay, controller.signal);
-        if (controller.signal.aborted) return;
-        await conversations.setStatus(id, res.actions > 0 || opts.replay.steps.length > 0 ? 'finished' : 'idle');
-      } catch (err) {
-        if (controller.signal.aborted) return;
-        await fail(err, 'ReplayFailed');
-        return;
-      } finally {
-        this.replays.delete(id);
-      }
-    }
+    if (opts?.replay && !(await this.replay(conv, dir, opts.replay, phase, fail))) return;
     if (first)
       await events.append(id, {
         kind: 'MessageEvent',
@@ -143,19 +87,81 @@ export class WorkspacePreparer implements ConversationPreparer {
     // requested at creation, or by a message sent while preparing (startRun sets it)
     const wantsRun = conversations.takeRunRequest(conv) || !!first;
     if (wantsRun) {
-      if (conversations.status(id) === 'finished') await conversations.setStatus(id, 'idle');
-      this.runtime.start(id);
+      if (conv.status === 'finished') await conversations.setStatus(id, 'idle');
+      this.runtime.start(conversations.claim(conv));
     }
   }
 
-  stop(id: string): void {
-    this.replays.get(id)?.abort();
+  /** The clone and checkout of the conversation's repository (each phase recorded as it happens), then its setup script. */
+  private async cloneAndSetUp(conv: LiveConversation, dir: string, phase: (p: SetupPhase, detail?: string) => Promise<void>): Promise<void> {
+    const { conversations, events, settings } = this;
+    const id = conv.id;
+    const d = conv.record.data;
+    const redact = (t: string) => this.redactor.redact(t);
+    const providers = await settings.getProviders();
+    // clone phases are recorded in the order they happen
+    let phases = Promise.resolve();
+    const res = await cloneRepository({
+      workspaceDir: dir,
+      repository: d.selected_repository!,
+      provider: d.git_provider ?? null,
+      providers,
+      branch: d.selected_branch ?? null,
+      helperDir: this.opts.helperDir,
+      allowedHosts: this.opts.allowedHosts,
+      sandbox: conv.sandbox.launcher(),
+      files: conv.sandbox.files(dir),
+      redact,
+      onPhase: (p, detail) => {
+        phases = phases.then(() => phase(p === 'ready' ? 'cloned' : p, detail));
+        // awaited once the clone ends; a conversation deleted meanwhile must not be an unhandled rejection
+        phases.catch(() => {});
+      },
+    }).finally(() => phases);
+    await conversations.updateData(id, { branch: res.branch });
+    const secrets = await settings.secretValues();
+    const setup = await runSetupScript(conv.sandbox.files(dir), {
+      env: { ...secrets, ...gitCredentialEnv(providers) },
+      launch: conv.sandbox.launcher(),
+      redact,
+      onOutput: (chunk) => events.publishTransient(id, { kind: 'SetupOutputEvent', source: 'environment', output: chunk }),
+    });
+    if (setup.ran) {
+      await events.append(id, stateUpdate('setup_script', { exit_code: setup.exitCode, timed_out: setup.timedOut, output: setup.output.slice(-20000) }));
+    }
   }
 
-  async dispose(id: string): Promise<void> {
-    this.stop(id);
-    // the sandbox's /tmp and HOME on the host go with the conversation (its processes are already gone)
-    await this.sandbox.removeConversation(id);
-    if (!this.opts.keepWorkspaces) await removeWorkspace(workspacePath(this.opts.workspaceRoot, id)).catch(() => {});
+  /**
+   * A `replay_json` plan's recorded steps, status running then finished (idle when it had none);
+   * false when the preparation ends here (it failed, or the conversation was deleted: its
+   * close('deleted') aborts the replay through `conv.preparation`).
+   */
+  private async replay(
+    conv: LiveConversation,
+    dir: string,
+    plan: ReplayPlan,
+    phase: (p: SetupPhase, detail?: string) => Promise<void>,
+    fail: (err: unknown, fallbackCode: string) => Promise<void>,
+  ): Promise<boolean> {
+    const { conversations } = this;
+    const controller = new AbortController();
+    // a preparation run without the service notes its own
+    const own = !conv.preparation;
+    const preparation = conv.preparation ?? (conv.preparation = { replay: null });
+    preparation.replay = controller;
+    try {
+      await phase('replaying', `${plan.steps.length} recorded step(s)`);
+      await conversations.setStatus(conv.id, 'running');
+      const res = await this.opts.replay(conv.id, dir, plan, controller.signal);
+      if (controller.signal.aborted) return false;
+      await conversations.setStatus(conv.id, res.actions > 0 || plan.steps.length > 0 ? 'finished' : 'idle');
+      return true;
+    } catch (err) {
+      if (!controller.signal.aborted) await fail(err, 'ReplayFailed');
+      return false;
+    } finally {
+      if (preparation.replay === controller) preparation.replay = null;
+      if (own && conv.preparation === preparation) conv.preparation = null;
+    }
   }
 }

@@ -1,17 +1,15 @@
 import type { ReplayPlan } from '../agent/replay-plan.js';
+import type { AgentRuntime } from '../agent/runtime.js';
 
-export type { AgentRuntime } from '../agent/runtime.js';
+/** What the service asks of the agent runtime (src/agent/runtime.ts), which acts on the live conversation. */
+export type ConversationRuntime = Pick<AgentRuntime, 'start' | 'messageArrived' | 'pause' | 'confirm' | 'condenseNow' | 'ask'>;
 
 export interface PrepareOptions {
   /** A checked `replay_json` plan, run once the workspace is ready. */
   replay?: ReplayPlan;
 }
 
-/** Background work after creation (workspace, clone, setup script, replay). */
+/** Background work after creation (workspace, clone, setup script, replay); a deleted conversation's stops with its `close('deleted')`. */
 export interface ConversationPreparer {
   prepare(conversationId: string, opts?: PrepareOptions): Promise<void>;
-  /** The conversation is being deleted: a replay under way stops now (before its shell is closed). */
-  stop(conversationId: string): void;
-  /** The conversation is deleted and its runtime disposed: remove its workspace. */
-  dispose(conversationId: string): Promise<void>;
 }

@@ -17,10 +17,11 @@ import { mergeMcpConfig, fullMcpConfig, type McpConfig } from '../secrets/mcp-co
 import { normalizeRepository } from '../workspace/git.js';
 import type { GitProvider } from '../workspace/providers.js';
 import { suggestedTaskProblem, type SuggestedTask } from '../workspace/tasks.js';
-import type { Conversations, LiveConversation } from './conversations.js';
+import type { Conversations } from './conversations.js';
+import type { LiveConversation } from './live.js';
 import type { ParsedRecord } from './record-data.js';
 import { parseReplay, replayText, type ReplayPlan } from './replay.js';
-import type { AgentRuntime, ConversationPreparer, PrepareOptions } from './runtime.js';
+import type { ConversationPreparer, ConversationRuntime, PrepareOptions } from './runtime.js';
 import { assertFitsEvent, assertItemsFit } from './message-limits.js';
 import { stillPreparing } from './setup-phase.js';
 
@@ -56,14 +57,11 @@ export interface CreateResult {
 }
 
 export class ConversationService {
-  /** Preparations under way in this process (a phase left over by a restart is not one). */
-  private preparing = new Set<string>();
-
   constructor(
     private readonly conversations: Conversations,
     private readonly events: EventLog,
     private readonly settings: Settings,
-    private readonly runtime: AgentRuntime,
+    private readonly runtime: ConversationRuntime,
     private readonly preparer: ConversationPreparer,
     private readonly redactor: Redactor,
     private readonly log: Logger,
@@ -111,8 +109,9 @@ export class ConversationService {
     const first: EventDraft[] = [];
     if (req.initial_user_msg || req.image_urls?.length) first.push(userMessage(req.initial_user_msg ?? '', req.image_urls ?? []));
     if (replay?.firstMessage) first.push({ kind: 'MessageEvent', source: 'user', llm_message: { role: 'user', content: replay.firstMessage } });
+    let conv: LiveConversation;
     try {
-      await this.conversations.create(record, first);
+      conv = await this.conversations.create(record, first);
     } catch (err) {
       // a concurrent create with the same id won: this one joins it
       const existing = req.conversation_id ? await this.conversations.load(id) : null;
@@ -120,26 +119,32 @@ export class ConversationService {
       throw err;
     }
     this.log.info({ conversation_id: id }, 'conversation created');
-    this.launchPreparer(id, replay ? { replay } : undefined);
+    this.launchPreparer(conv, replay ? { replay } : undefined);
     return { status: 'ok', conversation_id: id, id, message: null, conversation_status: willRun || replay ? 'RUNNING' : 'STARTING' };
   }
 
   /** Starts again every preparation a stop cut short (an existing clone is reused); each runs the loop when done if one was requested. */
   async resumePreparations(take: (id: string) => Promise<boolean> = async () => true): Promise<void> {
     for (const id of await this.conversations.unfinishedSetups()) {
-      if (!(await this.conversations.load(id)) || this.preparing.has(id) || !(await take(id))) continue;
+      const loaded = await this.conversations.load(id);
+      if (!loaded || loaded.preparation || !(await take(id))) continue;
+      const conv = this.conversations.claim(loaded);
+      if (conv.preparation) continue;
       this.log.info({ conversation_id: id }, 'resuming workspace preparation after a restart');
-      this.launchPreparer(id);
+      this.launchPreparer(conv);
     }
   }
 
-  private launchPreparer(id: string, opts?: PrepareOptions): void {
-    this.preparing.add(id);
+  /** The preparation runs in this process: `conv.preparation` says so until it ends. */
+  private launchPreparer(conv: LiveConversation, opts?: PrepareOptions): void {
+    const id = conv.id;
+    const preparation = { replay: null };
+    conv.preparation = preparation;
     this.preparer
       .prepare(id, opts)
       .catch((err) => this.log.error({ conversation_id: id, err: this.redactor.redact(String(err)) }, 'preparation failed'))
       .finally(() => {
-        this.preparing.delete(id);
+        if (conv.preparation === preparation) conv.preparation = null;
         // nothing of the preparation (a clone, setup.sh, a replay's steps) runs after this line
         this.log.debug({ conversation_id: id }, 'workspace preparation ended');
       });
@@ -171,36 +176,35 @@ export class ConversationService {
     // the message and the status it brings back commit together: an error answer means no event
     if (conv.status === 'finished' || conv.status === 'stuck') await this.conversations.setStatus(id, 'idle', [message]);
     else await this.events.append(id, message);
-    if (this.runtime.isRunning(id)) this.runtime.notifyMessage(id);
-    else if (msg.run) this.startRun(id);
+    // a loop running here takes it (runtime.messageArrived: the one place of that rule); else it starts one if asked to
+    const live = this.conversations.claim(conv);
+    if (!this.runtime.messageArrived(live) && msg.run) this.startRun(live);
     return { success: true };
   }
 
   /** Start the loop if it can run now; preparation still under way starts it when ready. */
-  private startRun(id: string): boolean {
-    const conv = this.conversations.loaded(id);
-    if (!conv) return false;
+  private startRun(conv: LiveConversation): boolean {
     // every phase before 'ready' (pending, preparing, cloning, checking_out, cloned, replaying) waits
     if (stillPreparing(conv.record.data)) {
       this.conversations.requestRun(conv);
       // a preparation the daemon's restart cut short is started again; it runs the loop when done
-      if (!this.preparing.has(id)) this.launchPreparer(id);
+      if (!conv.preparation) this.launchPreparer(conv);
       return true;
     }
-    return this.runtime.start(id);
+    return this.runtime.start(conv);
   }
 
   async run(id: string): Promise<{ success: true }> {
-    await this.conversations.require(id);
-    if (this.runtime.isRunning(id)) throw new ConflictError('Conversation already running. Wait for completion or pause first.');
-    this.startRun(id);
+    const conv = this.conversations.claim(await this.conversations.require(id));
+    if (conv.run) throw new ConflictError('Conversation already running. Wait for completion or pause first.');
+    this.startRun(conv);
     return { success: true };
   }
 
   async pause(id: string): Promise<{ success: true }> {
-    await this.conversations.require(id);
-    if (this.runtime.isRunning(id)) await this.runtime.pause(id);
-    else if (this.conversations.status(id) === 'idle') {
+    const conv = await this.conversations.require(id);
+    if (conv.run) this.runtime.pause(conv);
+    else if (conv.status === 'idle') {
       await this.events.append(id, { kind: 'PauseEvent', source: 'user' });
       await this.conversations.setStatus(id, 'paused');
     }
@@ -208,17 +212,13 @@ export class ConversationService {
   }
 
   async interrupt(id: string): Promise<{ success: true }> {
-    await this.conversations.require(id);
     // also when no run is active: the conversation's processes (background jobs) are stopped
-    await this.runtime.interrupt(id);
+    await (await this.conversations.require(id)).close('interrupted');
     return { success: true };
   }
 
   async deleteConversation(id: string): Promise<{ success: true }> {
-    await this.conversations.require(id);
-    this.preparer.stop(id);
-    await this.runtime.dispose(id);
-    await this.preparer.dispose(id);
+    await (await this.conversations.require(id)).close('deleted');
     await this.conversations.remove(id);
     this.events.end(id); // its subscribers are closed, here and on every other node
     this.log.info({ conversation_id: id }, 'conversation deleted');
@@ -227,33 +227,27 @@ export class ConversationService {
 
   /** The actions waiting for confirmation run (accept) or are answered with a rejection each. */
   async confirm(id: string, accept: boolean, reason: string | null): Promise<void> {
-    if (!this.runtime.confirm) throw new ConflictError('This agent runtime does not run actions that wait for confirmation');
-    await this.runtime.confirm(id, accept, reason);
+    await this.runtime.confirm(this.conversations.claim(await this.conversations.require(id)), accept, reason);
   }
 
   /** Condense the conversation's history now; false when there is nothing to condense. */
   async condense(id: string): Promise<boolean> {
-    await this.conversations.require(id);
-    if (!this.runtime.condense) throw new ConflictError('This agent runtime does not condense');
-    return this.runtime.condense(id);
+    return this.runtime.condenseNow(await this.conversations.require(id));
   }
 
   /** A question to the agent outside the conversation's history. */
   async ask(id: string, question: string): Promise<string> {
-    await this.conversations.require(id);
-    if (!this.runtime.ask) throw new ConflictError('This agent runtime does not answer questions');
-    return this.runtime.ask(id, question);
+    return this.runtime.ask(await this.conversations.require(id), question);
   }
 }
 
 /**
- * Every operation on a conversation's lifecycle, as the API calls it: the service itself on one node,
- * the cluster's routing wrapper (src/cluster/index.ts) in front of it with several.
+ * Every operation on a conversation's lifecycle, as the API calls it: the service's public methods
+ * (no other list of them), run by the service itself on one node, and with several by the cluster's
+ * routed operations in front of it (`routedOps` in src/cluster/node.ts, which the compiler holds to
+ * this type: a new public method is routed or the build fails).
  */
-export type ConversationOps = Pick<
-  ConversationService,
-  'createConversation' | 'resumePreparations' | 'sendMessage' | 'run' | 'pause' | 'interrupt' | 'deleteConversation' | 'confirm' | 'condense' | 'ask'
->;
+export type ConversationOps = Pick<ConversationService, keyof ConversationService>;
 
 function contentOf(text: string, imageUrls: string[]): ContentItem[] {
   const content: ContentItem[] = [];

@@ -8,11 +8,13 @@
 import fs from 'node:fs';
 import pino from 'pino';
 import { createAgent, type Agent } from '../../src/agent/agent.js';
-import type { AgentRuntimeImpl } from '../../src/agent/runtime.js';
+import { closeAllMcp } from '../../src/agent/mcp-servers.js';
+import { builtinTools } from '../../src/agent/tool-box.js';
 import type { ClusterBus } from '../../src/cluster/bus.js';
 import type { Leases } from '../../src/cluster/leases.js';
 import { loadConfig, type Config } from '../../src/config.js';
 import { Conversations, type SharedStore } from '../../src/conversation/conversations.js';
+import { liveParts } from '../../src/conversation/live.js';
 import { WorkspacePreparer } from '../../src/conversation/preparer.js';
 import { ConversationService, type ConversationOps } from '../../src/conversation/service.js';
 import { EventBus } from '../../src/events/bus.js';
@@ -29,6 +31,16 @@ import { tempDir, waitFor } from './daemon.js';
 
 export const quietLog = pino({ level: 'silent' });
 
+/** The runtime as the tests drive it: by conversation id (the runtime itself acts on the live conversation). */
+export interface RuntimeById {
+  start(id: string): boolean;
+  isRunning(id: string): boolean;
+  /** A message was appended: a running loop takes it at its next step. */
+  notifyMessage(id: string): void;
+  /** The conversation's `close('interrupted')`: its run and every process it runs. */
+  interrupt(id: string): Promise<void>;
+}
+
 export interface CoreParts {
   config: Config;
   store: Store;
@@ -37,7 +49,7 @@ export interface CoreParts {
   conversations: Conversations;
   sandbox: Sandbox;
   agent: Agent;
-  runtime: AgentRuntimeImpl;
+  runtime: RuntimeById;
   preparer: WorkspacePreparer;
   service: ConversationService;
   /** The service as the API calls it: the cluster node's routing in front of it with `cluster`. */
@@ -92,17 +104,25 @@ export async function coreParts(opts: PartsOptions = {}): Promise<CoreParts & { 
     dataDir,
     llm: { model: config.llm.model, baseUrl: config.llm.baseUrl, apiKeySet: !!config.llm.apiKey },
   };
-  const conversations = new Conversations(store, events, settings, redactor, agentServer, shared, {}, quietLog);
+  const sandbox = Sandbox.start(config.sandbox, { workspaceRoot: config.workspaceRoot, hidden: [dataDir], log: quietLog });
+  const builtins = builtinTools({
+    sandbox,
+    events,
+    dataDir,
+    noOutputTimeoutMs: config.terminalNoOutputTimeoutMs,
+    idleCloseMs: config.sandbox.idleCloseMs,
+  });
+  const live = liveParts({ events, sandbox, builtins, workspaceRoot: config.workspaceRoot, keepWorkspaces: false, log: quietLog });
+  const conversations = new Conversations(store, events, settings, redactor, live, agentServer, shared, {}, quietLog);
   store.onCommit((id, evs) => events.committed(id, evs));
   store.onCommit((id, evs) => conversations.committed(id, evs));
-  cluster?.bus.onRemoteDelete((id) => conversations.forget(id));
-  const sandbox = Sandbox.start(config.sandbox, { workspaceRoot: config.workspaceRoot, hidden: [dataDir], log: quietLog });
-  const agent = createAgent({ sandbox, conversations, events, settings, redactor, config, log: quietLog });
-  const preparer = new WorkspacePreparer(conversations, events, settings, agent.runtime, sandbox, redactor, {
+  cluster?.bus.onRemoteDelete((id) => void conversations.forget(id));
+  conversations.followSandbox(sandbox, config.sandbox.diskMb);
+  const agent = createAgent({ conversations, events, settings, redactor, builtins, config, log: quietLog });
+  const preparer = new WorkspacePreparer(conversations, events, settings, agent.runtime, redactor, {
     workspaceRoot: config.workspaceRoot,
     allowedHosts: config.gitAllowedHosts,
     helperDir: helperDirOf(dataDir),
-    keepWorkspaces: false,
     replay: agent.replay,
   });
   const service = new ConversationService(conversations, events, settings, agent.runtime, preparer, redactor, quietLog, config.maxEventBytes);
@@ -133,14 +153,24 @@ export async function coreParts(opts: PartsOptions = {}): Promise<CoreParts & { 
     conversations,
     sandbox,
     agent,
-    runtime: agent.runtime,
+    runtime: {
+      start: (id) => agent.runtime.start(conversations.claim(conversations.loaded(id)!)),
+      isRunning: (id) => conversations.isRunning(id),
+      notifyMessage: (id) => {
+        const conv = conversations.loaded(id);
+        if (conv) agent.runtime.messageArrived(conv);
+      },
+      interrupt: async (id) => (await conversations.require(id)).close('interrupted'),
+    },
     preparer,
     service,
     ops,
     redactor,
     ...(c ? { cluster: { leases: c.leases, bus: c.bus } } : {}),
     async close() {
-      await agent.runtime.close();
+      await conversations.closeAll('shutdown');
+      await builtins.closeAll();
+      await closeAllMcp();
       await sandbox.close();
       await closeNode();
       await c?.bus.close();
@@ -168,4 +198,12 @@ export function gate<T = void>(): { promise: Promise<T>; open(v: T): void } {
   let open!: (v: T) => void;
   const promise = new Promise<T>((r) => (open = r));
   return { promise, open };
+}
+
+/** The live conversations' parts for a test that builds `Conversations` alone (SANDBOX=none: a shell is a plain process; `builtins` starts one). */
+export function idleLiveParts(events: EventLog, dataDir: string, out?: { builtins?: ReturnType<typeof builtinTools> }) {
+  const sandbox = Sandbox.none(dataDir);
+  const builtins = builtinTools({ sandbox, events, dataDir, noOutputTimeoutMs: 30_000, idleCloseMs: undefined });
+  if (out) out.builtins = builtins;
+  return liveParts({ events, sandbox, builtins, workspaceRoot: `${dataDir}/workspaces`, keepWorkspaces: false, log: quietLog });
 }

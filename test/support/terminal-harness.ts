@@ -43,7 +43,7 @@ export const shellPids = new Set<number>();
 export const runWith = (ctx: ToolContext, call: Call, t: TerminalTool) => run(ctx, call, t);
 export async function run(ctx: ToolContext, call: Call, t: TerminalTool = tool): Promise<ToolObservation> {
   const obs = await t.execute(tool.parameters.parse(call), ctx);
-  const pid = t.manager.getSession(ctx.conversationId)?.pid;
+  const pid = t.pool.session(ctx.conversationId)?.pid;
   if (pid) shellPids.add(pid);
   return obs;
 }

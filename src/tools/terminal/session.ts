@@ -24,8 +24,9 @@
  *   started without a script get `-i -u` when reading from the FIFO, so the REPL prompts and runs
  *   each line as it arrives (plain `python3` would wait for end-of-file). PYTHONUNBUFFERED is set.
  *
- * Why one file of this size: the shell protocol (command line, nonce, FIFOs, prompt detection, signals)
- * is one state machine over one process; most of the length is this comment.
+ * Beside it: shell-script.ts (the init script, the restore lines, quoting), command.ts (one command and
+ * its bounded output), fifos.ts (the commands' stdin FIFOs). This file is the process, the protocol
+ * over its pipes (the marks, output parsing), waiting, input and signals.
  */
 import type { ChildProcess, ChildProcessWithoutNullStreams } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -33,148 +34,15 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
-import { promisify } from 'node:util';
 import { isAlive, signalGroup, trackGroup, untrackGroup } from '../../process-group.js';
 import { childrenOf, foregroundProcesses, shellProcesses, signalPid } from './procs.js';
 import { childProcess } from '../../builtins.js';
+import { RunningCommand } from './command.js';
+import { CommandFifos } from './fifos.js';
+import { BEGIN, END, INIT_SCRIPT, MARK, OUT_FD, restoreScript, shellQuote, type ShellState } from './shell-script.js';
 
-const execFileAsync = (file: string, args: string[]) => promisify(childProcess().execFile)(file, args);
-
-const OUT_FD = 63;
-/** FIFOs made at once for the stdin of the next commands (see nextFifo). */
-const FIFO_BATCH = 16;
-const MARK = '\x1ePARLEY:';
-const END = '\x1f';
-/** A command's begin mark, on bash's own stderr: BEGIN, the command's nonce, a newline (run). */
-const BEGIN = '\x1eB';
-
-function closeQuietly(fd: number): void {
-  try {
-    fs.closeSync(fd);
-  } catch {
-    /* closed */
-  }
-}
-
-export function shellQuote(s: string): string {
-  return `'${s.replace(/'/g, `'\\''`)}'`;
-}
-
-const INIT_SCRIPT = String.raw`
-set +H +o history 2>/dev/null; unset HISTFILE MAILCHECK PROMPT_COMMAND; PS1=''; PS2=''; PS0=''; PS4='+ '
-exec ${OUT_FD}>&1
-__parley_n=''
-__parley_fifo=''
-__parley_pc() {
-  local __parley_ec=$?
-  if [ -n "$__parley_n" ]; then
-    printf '\036PARLEY:%s:%s:%s\037\n' "$__parley_n" "$__parley_ec" "$PWD" >&${OUT_FD}
-    __parley_n=''
-  fi
-}
-declare -r PROMPT_COMMAND=__parley_pc
-__parley_stdin_is_terminal() { [ -n "$__parley_fifo" ] && [ /dev/stdin -ef "$__parley_fifo" ]; }
-read() {
-  local __parley_o __parley_p='' OPTIND=1 OPTARG OPTERR=0
-  while getopts ':ad:ei:n:N:p:rst:u:' __parley_o; do
-    if [ "$__parley_o" = p ]; then __parley_p=$OPTARG; fi
-  done
-  if [ -n "$__parley_p" ] && __parley_stdin_is_terminal; then printf '%s' "$__parley_p" >&2; fi
-  builtin read "$@"
-}
-__parley_py_repl() {
-  local a
-  for a in "$@"; do
-    case "$a" in -c*|-m*|-) return 1 ;; -*) ;; *) return 1 ;; esac
-  done
-  __parley_stdin_is_terminal
-}
-python3() { if __parley_py_repl "$@"; then command python3 -i -u "$@"; else command python3 "$@"; fi; }
-python() { if __parley_py_repl "$@"; then command python -i -u "$@"; else command python "$@"; fi; }
-`;
-
-/** Caps memory use for a command that prints a lot: keeps the head and a rolling tail. */
-class OutputBuffer {
-  private head: string | null = null;
-  private buf = '';
-  private dropped = 0;
-  constructor(private readonly cap: number) {}
-
-  get length(): number {
-    return (this.head?.length ?? 0) + this.buf.length;
-  }
-
-  append(text: string): void {
-    this.buf += text;
-    const half = Math.floor(this.cap / 2);
-    if (this.head === null) {
-      if (this.buf.length <= this.cap) return;
-      this.head = this.buf.slice(0, half);
-      this.buf = this.buf.slice(half);
-    }
-    // Trim the rolling tail only once it is 25% over its size, so the copying stays amortised.
-    if (this.buf.length > half + Math.floor(half / 4)) {
-      const excess = this.buf.length - half;
-      this.dropped += excess;
-      this.buf = this.buf.slice(excess);
-    }
-  }
-
-  /** Removes the last `n` characters (used when the start of the end marker was already appended). */
-  trimEnd(n: number): void {
-    this.buf = this.buf.slice(0, Math.max(0, this.buf.length - n));
-  }
-
-  endsWithNewline(): boolean {
-    return this.buf.length === 0 ? (this.head ?? '').endsWith('\n') : this.buf.endsWith('\n');
-  }
-
-  take(): string {
-    const text =
-      this.head === null
-        ? this.buf
-        : `${this.head}\n[... ${this.dropped} characters of output were dropped here because the command printed too much ...]\n${this.buf}`;
-    this.head = null;
-    this.buf = '';
-    this.dropped = 0;
-    return text;
-  }
-}
-
-interface CommandResult {
-  exitCode: number;
-  cwd: string;
-  /** Set when the shell itself exited or was killed while (or instead of) finishing the command. */
-  shellExited?: { code: number | null; signal: NodeJS.Signals | null; reason: string };
-}
-
-export class RunningCommand {
-  readonly startedAt = Date.now();
-  lastOutputAt = Date.now();
-  /** Absolute time (ms) at which the command is killed, or null. */
-  deadline: number | null = null;
-  timeoutSeconds: number | null = null;
-  stdinFd: number | null;
-  done: CommandResult | null = null;
-  /** The shell began it: its begin mark came (run). */
-  began = false;
-  readonly output: OutputBuffer;
-
-  constructor(
-    readonly command: string,
-    readonly nonce: string,
-    readonly fifoPath: string,
-    stdinFd: number,
-    bufferCap: number,
-  ) {
-    this.stdinFd = stdinFd;
-    this.output = new OutputBuffer(bufferCap);
-  }
-
-  get hasUnreturnedOutput(): boolean {
-    return this.output.length > 0;
-  }
-}
+export { RunningCommand } from './command.js';
+export { shellQuote, type ShellState } from './shell-script.js';
 
 /** Starts the shell: `argv` with the given environment (sandbox/launcher.ts). */
 type ShellLauncher = (argv: string[], opts: { cwd: string; env: Record<string, string> }) => ChildProcess;
@@ -198,41 +66,6 @@ interface ShellSessionOptions {
   restore?: ShellState;
 }
 
-/** What a shell keeps between commands that a new shell can take up (after an idle close). */
-export interface ShellState {
-  cwd: string;
-  /** `declare -x NAME="value"` lines as `export -p` prints them (bash quotes the values). */
-  exports: string[];
-  /** FIFOs the old shell made and never used, left in the conversation's io directory (keepFifos). */
-  fifos?: KeptFifo[];
-}
-
-/** A FIFO made for a command's input, by its host path and the inode it was made as. */
-export interface KeptFifo {
-  path: string;
-  dev: number;
-  ino: number;
-}
-
-/** Exported names a restored shell does not take from the old one (the shell's own, or set anew at start). */
-const NOT_RESTORED = new Set(['PWD', 'OLDPWD', 'SHLVL', '_', 'PS0', 'PS1', 'PS2', 'PS4', 'PROMPT_COMMAND', 'BASH_ENV', 'ENV', 'HISTFILE', 'TERM']);
-
-/**
- * The lines of `state` a new shell runs to take it up: every export but those above and those the
- * new shell's environment sets itself (the conversation's secrets are set anew, never an old value),
- * then the directory (the workspace when it is gone).
- */
-function restoreScript(state: ShellState, env: Record<string, string>): string {
-  const lines: string[] = [];
-  for (const line of state.exports) {
-    const m = /^declare -x ([A-Za-z_][A-Za-z0-9_]*)(=|$)/.exec(line);
-    if (!m || NOT_RESTORED.has(m[1]!) || (m[1]! in env && m[1] !== 'PATH')) continue;
-    lines.push(line);
-  }
-  lines.push(`builtin cd -- ${shellQuote(state.cwd)} 2>/dev/null || true`);
-  return lines.join('\n');
-}
-
 export class ShellSession {
   readonly conversationId: string;
   readonly proc: ChildProcessWithoutNullStreams;
@@ -250,14 +83,8 @@ export class ShellSession {
   /** Values of ctx.env keys as last exported into the shell. */
   appliedEnv: Record<string, string> = {};
 
-  /** The FIFOs' directory on the host; `ownFifoDir`: made for this session (removed with it), else the conversation's io directory. */
-  private readonly fifoDir: string;
-  private readonly ownFifoDir: boolean;
-  /** FIFOs are named `<fifoPrefix><n>` (unique per session in a shared io directory). */
-  private readonly fifoPrefix = `stdin-${randomBytes(6).toString('hex')}-`;
-  private readonly fifoOwner: { uid: number; gid: number } | null;
-  /** FIFOs made and not yet removed (their names: nothing else in the directory is ever removed). */
-  private readonly fifos = new Set<string>();
+  /** The FIFOs its commands read their stdin from (fifos.ts). */
+  readonly fifos: CommandFifos;
   private readonly decoder = new StringDecoder('utf8');
   private readonly bufferCap: number;
   private idleOutput = '';
@@ -272,8 +99,6 @@ export class ShellSession {
   private stderrLine = '';
   /** bash's stderr has ended: every writer is gone and all it wrote has been read. */
   private stderrEnded = false;
-  private seq = 0;
-  private readonly spareFifos: { path: string; fd: number }[] = [];
   private exitPromise: Promise<void>;
 
   private readonly ioDir: string;
@@ -283,9 +108,7 @@ export class ShellSession {
   private constructor(opts: ShellSessionOptions, fifoDir: string) {
     this.conversationId = opts.conversationId;
     this.cwd = opts.cwd;
-    this.fifoDir = fifoDir;
-    this.ownFifoDir = !opts.io;
-    this.fifoOwner = opts.io?.owner ?? null;
+    this.fifos = new CommandFifos(fifoDir, !opts.io, opts.io?.owner ?? null, () => !this.alive);
     this.ioDir = opts.io ? opts.io.inside : fifoDir;
     this.bufferCap = opts.bufferCap ?? 20_000_000;
     const env: Record<string, string> = {};
@@ -357,8 +180,8 @@ export class ShellSession {
     session.proc.stdin.write(`${INIT_SCRIPT}\n${restore}__parley_n=${session.readyNonce}\n`);
     // the first commands' FIFOs: those the old shell left (opened again, no process), or a batch
     // made while bash starts (the first command waits for it; one that failed is made again then)
-    if (opts.io) session.takeKeptFifos(opts.restore?.fifos ?? []);
-    if (session.spareFifos.length === 0) session.makeFifos().catch(() => {});
+    if (opts.io) session.fifos.take(opts.restore?.fifos ?? []);
+    if (session.fifos.spareCount === 0) session.fifos.make().catch(() => {});
     let timer: NodeJS.Timeout | undefined;
     const outcome = await Promise.race([
       ready.then(() => 'ready' as const),
@@ -559,7 +382,7 @@ export class ShellSession {
     if (!this.alive) throw new Error('shell is not running');
     if (this.running && !this.running.done) throw new Error('a command is already running');
     const nonce = randomBytes(8).toString('hex');
-    const { path: fifoPath, fd } = await this.nextFifo();
+    const { path: fifoPath, fd } = await this.fifos.next();
     const rc = new RunningCommand(command, nonce, fifoPath, fd, this.bufferCap);
     this.running = rc;
     this.scanTail = '';
@@ -586,123 +409,6 @@ export class ShellSession {
     const until = Date.now() + 2000;
     while (!this.stderrEnded && !rc.began && Date.now() < until) await this.waitForChange(until - Date.now());
     return this.stderrEnded && !rc.began;
-  }
-
-  /**
-   * A fresh FIFO for the next command's stdin, already opened. They are made FIFO_BATCH at a time:
-   * one `mkfifo` process for that many commands (spawning from the daemon costs milliseconds, most
-   * of an `echo` step). Each is opened when made (O_RDWR: opening does not block, and the shell's
-   * `<fifo` open finds a writer at once), so whatever a command does to the directory later (it is
-   * the shell's too) cannot change what we write to. The directory is named by the daemon (no
-   * component the sandbox can replace); in it only the last component is the sandbox's to touch,
-   * and the kernel never follows a symlink there: mknod fails on anything that exists, the open has
-   * O_NOFOLLOW, and the type check refuses anything but a FIFO.
-   */
-  private async nextFifo(): Promise<{ path: string; fd: number }> {
-    while (this.spareFifos.length === 0) {
-      if (!this.alive) throw new Error('shell is not running');
-      await this.makeFifos();
-    }
-    return this.spareFifos.shift()!;
-  }
-
-  /** The batch of FIFOs being made (one at a time: a command waits for the batch the start began). */
-  private fifoBatch: Promise<void> | null = null;
-
-  /**
-   * Makes the next FIFO_BATCH FIFOs (see nextFifo). The first batch is begun with the shell's start
-   * (start), so a new shell's first command does not wait for a `mkfifo` process. A batch finished
-   * after the session ended is closed and removed at once.
-   */
-  private makeFifos(): Promise<void> {
-    this.fifoBatch ??= (async () => {
-      const paths = Array.from({ length: FIFO_BATCH }, () => path.join(this.fifoDir, `${this.fifoPrefix}${++this.seq}`));
-      for (const p of paths) this.fifos.add(p);
-      try {
-        await execFileAsync('mkfifo', ['-m', '600', ...paths]);
-        for (const p of paths) {
-          const fd = fs.openSync(p, fs.constants.O_RDWR | fs.constants.O_NONBLOCK | fs.constants.O_NOFOLLOW);
-          if (!fs.fstatSync(fd).isFIFO()) {
-            fs.closeSync(fd);
-            throw new Error(`${p} is not the FIFO made for a command's input`);
-          }
-          // the shell reads it as the sandbox's uid
-          if (this.fifoOwner) fs.fchownSync(fd, this.fifoOwner.uid, this.fifoOwner.gid);
-          this.spareFifos.push({ path: p, fd });
-        }
-      } finally {
-        if (this.exited !== null || this.killReason !== null) {
-          this.closeSpareFifos();
-          await this.removeFifos();
-        }
-      }
-    })().finally(() => (this.fifoBatch = null));
-    return this.fifoBatch;
-  }
-
-  /**
-   * The FIFOs made and never used, for the conversation's next shell (an idle close): closed here,
-   * left in the conversation's io directory, no longer removed with this session. None when the
-   * FIFOs are in a directory of the session's own (removed with it).
-   */
-  keepFifos(): KeptFifo[] {
-    if (this.ownFifoDir) return [];
-    const kept: KeptFifo[] = [];
-    for (const f of this.spareFifos) {
-      try {
-        const st = fs.fstatSync(f.fd);
-        kept.push({ path: f.path, dev: st.dev, ino: st.ino });
-        this.fifos.delete(f.path);
-      } catch {
-        /* removed with the session */
-      }
-    }
-    this.closeSpareFifos();
-    return kept;
-  }
-
-  /**
-   * Takes up the FIFOs an earlier shell of the conversation left (keepFifos), each opened as a new
-   * one is (nextFifo: O_NOFOLLOW, not blocking, a FIFO) and only when it is still the very inode
-   * that was made; anything else at its name is removed (unlink does not follow it) and not used.
-   */
-  private takeKeptFifos(kept: KeptFifo[]): void {
-    for (const k of kept) {
-      if (path.dirname(k.path) !== this.fifoDir) continue;
-      let fd: number | null = null;
-      try {
-        fd = fs.openSync(k.path, fs.constants.O_RDWR | fs.constants.O_NONBLOCK | fs.constants.O_NOFOLLOW);
-        const st = fs.fstatSync(fd);
-        if (!st.isFIFO() || st.dev !== k.dev || st.ino !== k.ino) throw new Error('not the FIFO that was made');
-        if (this.fifoOwner) fs.fchownSync(fd, this.fifoOwner.uid, this.fifoOwner.gid);
-        this.fifos.add(k.path);
-        this.spareFifos.push({ path: k.path, fd });
-      } catch {
-        if (fd !== null) closeQuietly(fd);
-        fs.promises.unlink(k.path).catch(() => {});
-      }
-    }
-  }
-
-  /** Removes what this session made: its own directory, or its FIFOs by name (unlink never follows the last component). */
-  private async removeFifos(): Promise<void> {
-    if (this.ownFifoDir) {
-      await fs.promises.rm(this.fifoDir, { recursive: true, force: true }).catch(() => {});
-      return;
-    }
-    const names = [...this.fifos];
-    this.fifos.clear();
-    await Promise.all(names.map((p) => fs.promises.unlink(p).catch(() => {})));
-  }
-
-  private closeSpareFifos(): void {
-    for (const { fd } of this.spareFifos.splice(0)) {
-      try {
-        fs.closeSync(fd);
-      } catch {
-        /* already closed */
-      }
-    }
   }
 
   /** Takes the command's output that has not been returned yet. */
@@ -752,10 +458,7 @@ export class ShellSession {
       }
       rc.stdinFd = null;
     }
-    if (unlink) {
-      this.fifos.delete(rc.fifoPath);
-      fs.promises.unlink(rc.fifoPath).catch(() => {});
-    }
+    if (unlink) this.fifos.discard(rc.fifoPath);
   }
 
   // ---------------------------------------------------------------- signals
@@ -798,8 +501,8 @@ export class ShellSession {
       };
       this.releaseStdin(rc);
     }
-    this.closeSpareFifos();
-    void this.removeFifos();
+    this.fifos.closeSpare();
+    void this.fifos.remove();
     this.notify();
   }
 
@@ -827,7 +530,7 @@ export class ShellSession {
     this.proc.stdin.destroy();
     this.proc.stdout.destroy();
     this.proc.stderr.destroy();
-    this.closeSpareFifos();
-    await this.removeFifos();
+    this.fifos.closeSpare();
+    await this.fifos.remove();
   }
 }

@@ -1,24 +1,22 @@
 /**
- * `terminal` tool: a persistent bash per conversation, driven through pipes.
- * See session.ts (beside it) for how the shell is run; this file holds the tool semantics
- * (timeouts, input keys, refusing a second command, truncation, redaction).
- *
- * Why one file of this size: the tool's rules for one call (soft and hard timeouts, input keys, a second
- * command refused, truncation to a file, redaction) act on one call's state together.
+ * `terminal` tool: what one call does with the conversation's persistent bash (its shell from the
+ * pool: pool.ts; how the shell is driven: session.ts): the soft and hard timeouts, input and special
+ * keys, a second command refused while one runs, a shell that never began a command, and the
+ * observation (observation.ts: truncation to a saved file, redaction).
  */
-import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { z } from 'zod';
 import { TERMINAL, terminalParameters, type TerminalObservation } from '../../events/tool-catalog.js';
-import type { Tool, ToolContext } from '../types.js';
-import { cleanTerminalOutput, truncateMiddle } from './output.js';
-import { type RunningCommand, ShellSession, shellQuote, type ShellState } from './session.js';
-import { VISIBLE_OUTPUTS } from '../../sandbox/settings.js';
 import type { ShellSandbox } from '../../sandbox/types.js';
+import type { Tool, ToolContext } from '../types.js';
+import type { RunningCommand } from './command.js';
+import { type CallBase, Observations } from './observation.js';
+import { cleanTerminalOutput } from './output.js';
+import { envPrefix, secondsText, type ShellContext, ShellPool } from './pool.js';
+import type { ShellSession } from './session.js';
 
-/** What starting a conversation's shell needs of a tool call's context. */
-export type ShellContext = Pick<ToolContext, 'conversationId' | 'workspaceDir' | 'env'>;
+export type { ShellContext };
 
 interface TerminalToolOptions {
   /** Return (exit_code -1) when a command prints nothing new for this long. Default 30 s. */
@@ -88,223 +86,26 @@ function sanitizeId(id: string): string {
   return s.length > 0 ? s.slice(0, 200) : '_';
 }
 
-function secondsText(ms: number): string {
-  const s = ms / 1000;
-  return `${Number.isInteger(s) ? s : s.toFixed(1)} second${s === 1 ? '' : 's'}`;
-}
-
-interface SessionEntry {
-  session: ShellSession;
-  idleTimer: NodeJS.Timeout | null;
-}
-
-/** A shell closed after SANDBOX_IDLE_CLOSE_MS: what the next one takes up, and when it was closed. */
-interface IdleClosed {
-  state: ShellState;
-  at: number;
-}
-
-class TerminalManager {
+class TerminalCalls {
   readonly noOutputTimeoutMs: number;
-  readonly maxOutputChars: number;
-  readonly idleCloseMs: number;
   readonly inputWaitMs: number;
   readonly maxCallMs: number;
-  private readonly outputDirFor: (conversationId: string) => string;
-  private readonly entries = new Map<string, SessionEntry>();
-  private readonly starting = new Map<string, Promise<ShellSession>>();
-  private readonly locks = new Map<string, Promise<unknown>>();
-  /** Conversations whose shell was closed for being idle: the next shell takes its state up. */
-  private readonly idleClosed = new Map<string, IdleClosed>();
-  /** What a shell started ahead (`prewarm`) has to tell the command that first uses it. */
-  private readonly prewarmNotes = new Map<string, string[]>();
-  private outputSeq = 0;
-  readonly sandbox: ShellSandbox;
+  readonly observations: Observations;
 
-  constructor(opts: TerminalToolOptions) {
-    this.sandbox = opts.sandbox;
+  constructor(
+    readonly pool: ShellPool,
+    opts: Omit<TerminalToolOptions, 'sandbox' | 'idleCloseMs'>,
+  ) {
     this.noOutputTimeoutMs = opts.noOutputTimeoutMs ?? 30_000;
-    this.maxOutputChars = opts.maxOutputChars ?? 30_000;
-    this.idleCloseMs = opts.idleCloseMs ?? 10 * 60_000;
     this.inputWaitMs = Math.min(opts.inputWaitMs ?? 3000, this.noOutputTimeoutMs);
     this.maxCallMs = Math.max(opts.maxCallMs ?? 4 * this.noOutputTimeoutMs, this.noOutputTimeoutMs);
-    this.outputDirFor = opts.outputDir ?? ((id: string) => path.join(os.tmpdir(), 'parley-output', sanitizeId(id)));
-  }
-
-  /** The live shell of a conversation, if any (for inspection and tests). */
-  getSession(conversationId: string): ShellSession | undefined {
-    const s = this.entries.get(conversationId)?.session;
-    return s?.alive ? s : undefined;
+    const outputDirFor = opts.outputDir ?? ((id: string) => path.join(os.tmpdir(), 'parley-output', sanitizeId(id)));
+    this.observations = new Observations(pool.sandbox, opts.maxOutputChars ?? 30_000, outputDirFor);
   }
 
   /** Runs one tool call. Calls for the same conversation are serialised. */
   execute(params: TerminalParams, ctx: ToolContext): Promise<TerminalObservation> {
-    const id = ctx.conversationId;
-    const prev = this.locks.get(id) ?? Promise.resolve();
-    const next = prev.catch(() => {}).then(() => this.executeLocked(params, ctx));
-    this.locks.set(id, next);
-    const cleanup = () => {
-      if (this.locks.get(id) === next) this.locks.delete(id);
-    };
-    next.then(cleanup, cleanup);
-    return next;
-  }
-
-  /**
-   * A run begins for a conversation whose shell was closed for being idle: the next shell (its
-   * directory and exported variables taken up) starts now, while the LLM answers, so the command
-   * that uses it does not wait for it; the note that the shell had been idle goes with that
-   * command's observation. Queued like a command of the conversation; a shell that cannot start is
-   * left to that command, which starts it and says why it could not.
-   */
-  prewarm(ctx: ShellContext): void {
-    const id = ctx.conversationId;
-    const idle = this.idleClosed.get(id);
-    if (!idle || this.entries.has(id) || this.starting.has(id)) return;
-    const prev = this.locks.get(id) ?? Promise.resolve();
-    const next = prev
-      .catch(() => {})
-      .then(async () => {
-        if (this.entries.has(id) || this.idleClosed.get(id) !== idle) return; // a command got there first
-        try {
-          const got = await this.getOrStart(ctx);
-          if (got.notes.length) this.prewarmNotes.set(id, got.notes);
-          this.touch(id, false);
-        } catch {
-          if (!this.entries.has(id) && !this.idleClosed.has(id)) this.idleClosed.set(id, idle);
-        }
-      });
-    this.locks.set(id, next);
-    void next.then(() => {
-      if (this.locks.get(id) === next) this.locks.delete(id);
-    });
-  }
-
-  /** Ends the conversation's shell; `reason` is what the running command's observation says. */
-  async closeConversation(conversationId: string, reason = 'closed'): Promise<void> {
-    for (const f of this.idleClosed.get(conversationId)?.state.fifos ?? []) await fs.promises.unlink(f.path).catch(() => {});
-    this.idleClosed.delete(conversationId);
-    this.prewarmNotes.delete(conversationId);
-    const entry = this.entries.get(conversationId);
-    this.entries.delete(conversationId);
-    const starting = this.starting.get(conversationId);
-    if (entry) {
-      if (entry.idleTimer) clearTimeout(entry.idleTimer);
-      await entry.session.terminate(reason);
-    }
-    if (starting) {
-      const s = await starting.catch(() => null);
-      if (s) await s.terminate(reason);
-    }
-  }
-
-  async closeAll(): Promise<void> {
-    const ids = new Set([...this.entries.keys(), ...this.starting.keys()]);
-    await Promise.all([...ids].map((id) => this.closeConversation(id)));
-  }
-
-  // ------------------------------------------------------------------ internals
-
-  private touch(conversationId: string, active: boolean): void {
-    const entry = this.entries.get(conversationId);
-    if (!entry) return;
-    if (entry.idleTimer) clearTimeout(entry.idleTimer);
-    entry.idleTimer = null;
-    if (active) return;
-    entry.idleTimer = setTimeout(() => void this.closeIdle(conversationId, entry), this.idleCloseMs);
-    entry.idleTimer.unref();
-  }
-
-  /**
-   * SANDBOX_IDLE_CLOSE_MS without a command: the shell's exported variables and directory are kept
-   * (in memory) for the next shell, the shell is closed, and so is the conversation's sandbox when
-   * nothing else of it runs: an idle conversation costs no process.
-   */
-  private async closeIdle(conversationId: string, entry: SessionEntry): Promise<void> {
-    if (this.entries.get(conversationId) !== entry) return;
-    const state = await entry.session.snapshot().catch(() => null);
-    if (this.entries.get(conversationId) !== entry) return;
-    this.entries.delete(conversationId);
-    // the FIFOs it made for later commands stay for the next shell (no process to make them then)
-    if (state) this.idleClosed.set(conversationId, { state: { ...state, fifos: entry.session.keepFifos() }, at: Date.now() });
-    await entry.session.terminate('idle');
-    await this.sandbox.closeIfIdle(conversationId);
-  }
-
-  private async getOrStart(ctx: ShellContext): Promise<{ session: ShellSession; notes: string[] }> {
-    const notes: string[] = this.prewarmNotes.get(ctx.conversationId) ?? [];
-    this.prewarmNotes.delete(ctx.conversationId);
-    const entry = this.entries.get(ctx.conversationId);
-    if (entry) {
-      if (entry.session.alive) return { session: entry.session, notes };
-      this.entries.delete(ctx.conversationId);
-      if (entry.idleTimer) clearTimeout(entry.idleTimer);
-      await entry.session.terminate('gone');
-      notes.push(
-        'The previous shell had exited, so a new shell was started in the workspace: the working directory and ' +
-          'environment variables from before are gone.',
-      );
-    }
-    const sandbox = this.sandbox;
-    await sandbox.ready;
-    // workspaces are created on first use (with the sandbox on, by the sandbox: its spare's moved in)
-    if (!sandbox.enabled) await fs.promises.mkdir(ctx.workspaceDir, { recursive: true, mode: 0o700 });
-    const dirs = sandbox.enabled ? sandbox.prepare(ctx.conversationId) : null;
-    const io = dirs ? { ...dirs.io, owner: dirs.owner } : undefined;
-    const idle = this.idleClosed.get(ctx.conversationId);
-    this.idleClosed.delete(ctx.conversationId);
-    if (idle) {
-      notes.push(
-        `The shell had been idle for ${secondsText(Date.now() - idle.at + this.idleCloseMs)} and was stopped with everything it ran in the background; ` +
-          'a new shell started in the same working directory with the same exported variables.',
-      );
-    }
-    const startP = ShellSession.start({
-      conversationId: ctx.conversationId,
-      cwd: ctx.workspaceDir,
-      restore: idle?.state,
-      // built from scratch, never the daemon's environment (its keys stay out of the shell)
-      env: sandbox.env({ TERM: 'dumb', PAGER: 'cat', GIT_PAGER: 'cat', PYTHONUNBUFFERED: '1', ...ctx.env }),
-      launch: (argv, o) =>
-        sandbox.spawn(ctx.conversationId, argv, {
-          workspaceDir: ctx.workspaceDir,
-          cwd: o.cwd,
-          env: o.env,
-          stdio: ['pipe', 'pipe', 'pipe'],
-        }),
-      io,
-    });
-    this.starting.set(ctx.conversationId, startP);
-    try {
-      const session = await startP;
-      session.appliedEnv = { ...ctx.env };
-      if (this.starting.get(ctx.conversationId) !== startP) {
-        // closeConversation ran while the shell was starting.
-        await session.terminate('closed');
-        throw new Error('The terminal was closed while it was starting.');
-      }
-      this.entries.set(ctx.conversationId, { session, idleTimer: null });
-      return { session, notes };
-    } finally {
-      if (this.starting.get(ctx.conversationId) === startP) this.starting.delete(ctx.conversationId);
-    }
-  }
-
-  /** Shell code exporting ctx.env values that changed since the shell started (e.g. a new secret). */
-  private envPrefix(session: ShellSession, env: Record<string, string>): string {
-    let out = '';
-    for (const [k, v] of Object.entries(env)) {
-      if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k) || session.appliedEnv[k] === v) continue;
-      out += `export ${k}=${shellQuote(v)}; `;
-      session.appliedEnv[k] = v;
-    }
-    for (const k of Object.keys(session.appliedEnv)) {
-      if (!(k in env) && /^[A-Za-z_][A-Za-z0-9_]*$/.test(k)) {
-        out += `unset ${k}; `;
-        delete session.appliedEnv[k];
-      }
-    }
-    return out;
+    return this.pool.queued(ctx.conversationId, () => this.executeLocked(params, ctx));
   }
 
   private async executeLocked(params: TerminalParams, ctx: ToolContext): Promise<TerminalObservation> {
@@ -323,12 +124,7 @@ class TerminalManager {
 
     const notes: string[] = [];
     if (params.reset) {
-      const entry = this.entries.get(ctx.conversationId);
-      if (entry) {
-        this.entries.delete(ctx.conversationId);
-        if (entry.idleTimer) clearTimeout(entry.idleTimer);
-        await entry.session.terminate('reset');
-      }
+      await this.pool.reset(ctx.conversationId);
       notes.push('The terminal was reset: the old shell and all its processes were killed and a new shell was started.');
     }
 
@@ -337,23 +133,20 @@ class TerminalManager {
     for (;;) {
       let session: ShellSession;
       try {
-        const got = await this.getOrStart(ctx);
+        const got = await this.pool.acquire(ctx);
         session = got.session;
         if (!params.reset || retried) notes.push(...got.notes);
       } catch (err) {
         return this.errorObs(base, `Could not start the shell: ${(err as Error).message}`);
       }
-      this.touch(ctx.conversationId, true);
-      this.sandbox.setBusy(ctx.conversationId, true);
+      this.pool.busy(ctx.conversationId, session, true);
       try {
         const out = await this.handle(session, params, ctx, command, isInput, timeoutSec, notes, retried);
         if (!(out instanceof NotBegun)) return out;
         retried = out;
         notes.push(`The shell exited${out.how} before it began the command, so the command was run in a new shell.`);
       } finally {
-        // a command still running keeps the sandbox from being closed as idle (SANDBOX_MAX_LIVE)
-        this.sandbox.setBusy(ctx.conversationId, !!session.running && !session.running.done);
-        if (this.entries.get(ctx.conversationId)?.session === session) this.touch(ctx.conversationId, false);
+        this.pool.busy(ctx.conversationId, session, false);
       }
     }
   }
@@ -374,7 +167,7 @@ class TerminalManager {
     const isEmpty = command.trim() === '';
 
     if (params.reset && isEmpty) {
-      return this.resultObs(base, { output: '', notes, exitCode: null, cwd: session.cwd });
+      return this.observations.result(base, { output: '', notes, exitCode: null, cwd: session.cwd });
     }
 
     if (!busy) {
@@ -385,7 +178,7 @@ class TerminalManager {
         session.clearFinished();
         if (isEmpty && !isInput) {
           const idle = cleanTerminalOutput(session.takeIdleOutput());
-          return this.resultObs(base, {
+          return this.observations.result(base, {
             output: rest + idle,
             notes: [...notes, ...this.shellExitNotes(rc)],
             exitCode: rc.done.exitCode,
@@ -406,12 +199,12 @@ class TerminalManager {
       // what the first try took from the shell that never began the command
       if (retried) prefix = retried.prefix + prefix;
       if (isEmpty) {
-        if (prefix) return this.resultObs(base, { output: prefix, notes, exitCode: null, cwd: session.cwd });
+        if (prefix) return this.observations.result(base, { output: prefix, notes, exitCode: null, cwd: session.cwd });
         return this.errorObs(base, 'No command is running, so there is no output to wait for.', session.cwd);
       }
       let started: RunningCommand;
       try {
-        started = await session.run(command, this.envPrefix(session, ctx.env));
+        started = await session.run(command, envPrefix(session, ctx.env));
       } catch (err) {
         return this.errorObs(base, `Could not run the command: ${(err as Error).message}`, session.cwd);
       }
@@ -489,7 +282,7 @@ class TerminalManager {
     session: ShellSession,
     rc: RunningCommand,
     ctx: ToolContext,
-    base: { command: string; ctx: ToolContext },
+    base: CallBase,
     notes: string[],
     prefix: string,
     reason: WaitReason,
@@ -511,10 +304,8 @@ class TerminalManager {
     if (rc.done) {
       session.clearFinished();
       notes.push(...this.shellExitNotes(rc));
-      if (rc.done.shellExited && this.entries.get(ctx.conversationId)?.session === session) {
-        this.entries.delete(ctx.conversationId);
-      }
-      return this.resultObs(base, { output, notes, exitCode: rc.done.exitCode, cwd: rc.done.cwd, isError, timedOut });
+      if (rc.done.shellExited) this.pool.forget(session);
+      return this.observations.result(base, { output, notes, exitCode: rc.done.exitCode, cwd: rc.done.cwd, isError, timedOut });
     }
     if (reason === 'soft_timeout') {
       notes.push(
@@ -534,7 +325,7 @@ class TerminalManager {
           'keep waiting, or "C-c" with is_input=true to interrupt it.',
       );
     }
-    return this.resultObs(base, { output, notes, exitCode: -1, cwd: session.cwd, isError, timedOut: true });
+    return this.observations.result(base, { output, notes, exitCode: -1, cwd: session.cwd, isError, timedOut: true });
   }
 
   private shellExitNotes(rc: RunningCommand): string[] {
@@ -591,118 +382,40 @@ class TerminalManager {
     if (await session.waitDone(rc, fast ? 300 : 1000)) return ' (SIGINT)';
     session.killForeground();
     if (await session.waitDone(rc, fast ? 500 : 1500)) return ' (SIGKILL)';
-    const id = session.conversationId;
-    const entry = this.entries.get(id);
-    if (entry?.session === session) {
-      this.entries.delete(id);
-      if (entry.idleTimer) clearTimeout(entry.idleTimer);
-    }
+    this.pool.forget(session);
     await session.terminate('restart');
     await session.waitDone(rc, 500);
     return ' (the shell had to be killed)';
   }
 
-  // ------------------------------------------------------------------ observations
-
-  private saveFullOutput(conversationId: string, text: string): string | null {
-    try {
-      // sandboxed: the conversation's directory its shell sees (read-only) at /parley/outputs
-      const dirs = this.sandbox.enabled ? this.sandbox.dirs(conversationId) : null;
-      const dir = dirs ? dirs.outputs.host : this.outputDirFor(conversationId);
-      fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
-      const file = path.resolve(dir, `terminal-${new Date().toISOString().replace(/[:.]/g, '-')}-${process.pid}-${++this.outputSeq}.txt`);
-      // the directory is read-only inside and the daemon's (the sandbox cannot put a link there);
-      // the file is readable by the sandbox's uid
-      const fd = fs.openSync(file, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600);
-      try {
-        if (dirs?.owner) fs.fchownSync(fd, dirs.owner.uid, dirs.owner.gid);
-        fs.writeFileSync(fd, text);
-      } finally {
-        fs.closeSync(fd);
-      }
-      return file;
-    } catch {
-      return null;
-    }
-  }
-
-  /** The saved output file as the shell sees it. */
-  private visibleOutputPath(file: string): string {
-    return this.sandbox.enabled ? path.posix.join(VISIBLE_OUTPUTS, path.basename(file)) : file;
-  }
-
-  private resultObs(
-    base: { command: string; ctx: ToolContext },
-    r: { output: string; notes: string[]; exitCode: number | null; cwd: string; isError?: boolean; timedOut?: boolean },
-  ): TerminalObservation {
-    const { ctx } = base;
-    let output = ctx.redact(r.output);
-    let fullPath: string | null = null;
-    if (output.length > this.maxOutputChars) {
-      fullPath = this.saveFullOutput(ctx.conversationId, output);
-      const shown = fullPath && this.visibleOutputPath(fullPath);
-      const where = shown
-        ? `The full output (${output.length} characters) was saved to ${shown}; read parts of it with e.g. \`sed -n '100,200p' ${shown}\` or \`grep\`.`
-        : 'The full output could not be saved.';
-      output = truncateMiddle(
-        output,
-        this.maxOutputChars,
-        (omitted) => `\n\n[... Output truncated: ${omitted} characters were removed from the middle. ${where} ...]\n\n`,
-      );
-    }
-    const lines: string[] = [];
-    if (output) lines.push(output.endsWith('\n') ? output.slice(0, -1) : output);
-    for (const n of r.notes) lines.push(`[${n}]`);
-    lines.push(`[Current working directory: ${r.cwd}]`);
-    if (r.exitCode !== null && r.exitCode !== -1) lines.push(`[Command finished with exit code ${r.exitCode}]`);
-    const obs: TerminalObservation = {
-      kind: 'TerminalObservation',
-      content: [{ type: 'text', text: ctx.redact(lines.join('\n')) }],
-      is_error: r.isError ?? false,
-      command: ctx.redact(base.command),
-      exit_code: r.exitCode,
-      working_dir: ctx.redact(r.cwd),
-      timeout: r.timedOut ?? false,
-    };
-    if (fullPath) obs.full_output_path = this.visibleOutputPath(fullPath);
-    return obs;
-  }
-
-  private errorObs(base: { command: string; ctx: ToolContext }, message: string, cwd?: string): TerminalObservation {
-    const { ctx } = base;
-    const working = cwd ?? this.entries.get(ctx.conversationId)?.session.cwd ?? ctx.workspaceDir;
-    return {
-      kind: 'TerminalObservation',
-      content: [{ type: 'text', text: ctx.redact(message) }],
-      is_error: true,
-      command: ctx.redact(base.command),
-      exit_code: null,
-      working_dir: ctx.redact(working),
-      timeout: false,
-    };
+  private errorObs(base: CallBase, message: string, cwd?: string): TerminalObservation {
+    return this.observations.error(base, message, cwd ?? this.pool.cwd(base.ctx.conversationId) ?? base.ctx.workspaceDir);
   }
 }
 
 export type TerminalTool = Tool<TerminalParams, TerminalObservation> & {
-  readonly manager: TerminalManager;
-  /** A run begins: a shell closed for being idle starts again now (TerminalManager.prewarm). */
+  /** The conversations' shells. */
+  readonly pool: ShellPool;
+  /** A run begins: a shell closed for being idle starts again now (ShellPool.prewarm). */
   prewarm(ctx: ShellContext): void;
   closeConversation(conversationId: string, reason?: string): Promise<void>;
   closeAll(): Promise<void>;
 };
 
-export function createTerminalTool(opts: TerminalToolOptions): TerminalTool {
-  const manager = new TerminalManager(opts);
+/** The terminal tool over its own pool of shells (`pool`), or the one given. */
+export function createTerminalTool(opts: TerminalToolOptions & { pool?: ShellPool }): TerminalTool {
+  const pool = opts.pool ?? new ShellPool({ sandbox: opts.sandbox, idleCloseMs: opts.idleCloseMs });
+  const calls = new TerminalCalls(pool, opts);
   return {
     name: TERMINAL.name,
     kind: TERMINAL.kind,
     actionKind: TERMINAL.actionKind,
-    description: describe(manager.noOutputTimeoutMs, manager.maxOutputChars),
+    description: describe(calls.noOutputTimeoutMs, calls.observations.maxOutputChars),
     parameters: terminalParameters,
-    manager,
-    execute: (params, ctx) => manager.execute(params, ctx),
-    prewarm: (ctx) => manager.prewarm(ctx),
-    closeConversation: (id: string, reason?: string) => manager.closeConversation(id, reason),
-    closeAll: () => manager.closeAll(),
+    pool,
+    execute: (params, ctx) => calls.execute(params, ctx),
+    prewarm: (ctx) => pool.prewarm(ctx),
+    closeConversation: (id: string, reason?: string) => pool.close(id, reason),
+    closeAll: () => pool.closeAll(),
   };
 }
