@@ -60,6 +60,8 @@ export interface DoorRules {
   stateChanging: boolean;
   /** The body the route reads, if any: its Content-Type and declared size are checked. */
   body?: 'json' | 'multipart' | null;
+  /** The most its declared size may be, when not MAX_BODY_BYTES (an upload streams to its sandbox: its own limit). */
+  bodyLimit?: number;
   /** The conversation the request concerns (a path parameter), for principals that open one conversation only. */
   conversationId?: string | null;
 }
@@ -138,7 +140,10 @@ export class Door {
       const type = req.getHeader('content-type');
       // a cross-site "simple" request cannot send this type: no body without it, even an empty one
       if (rules.body === 'json' ? !isJsonContentType(type) : !isMultipart(type)) return rules.body === 'json' ? NOT_JSON : NOT_MULTIPART;
-      if (Number(req.getHeader('content-length') || 0) > this.opts.maxBodyBytes) return this.tooLarge;
+      const limit = rules.bodyLimit ?? this.opts.maxBodyBytes;
+      if (Number(req.getHeader('content-length') || 0) > limit) {
+        return limit === this.opts.maxBodyBytes ? this.tooLarge : { ok: false, status: 413, detail: `Request body exceeds ${limit} bytes` };
+      }
     }
     return who;
   }

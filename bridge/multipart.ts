@@ -1,59 +1,79 @@
 /**
- * The one non-JSON body: `POST /api/file/upload` (multipart/form-data, the file in the `file`
- * part, as OpenHands' client sends it). Parsed by Node's own fetch implementation (undici's
- * FormData parser), after the body was read whole under the request body limit.
+ * The one non-JSON body: `POST /api/file/upload` (multipart/form-data, the file in the `file` part,
+ * as OpenHands' client sends it), parsed as it arrives by @fastify/busboy (the streaming parser
+ * Node's own fetch used for `formData()`): the `file` part goes to the side channels as an
+ * UploadSource, which pauses the request (uWS `pause`) while the conversation's file service is
+ * behind, so an upload holds a few chunks of the daemon's memory whatever its size.
  */
-import { BodyTooLarge } from './http.js';
+import { Busboy } from '@fastify/busboy';
+import { UploadSource } from '../src/conversation/file-transfer.js';
+import { PayloadTooLargeError, RequestValidationError } from '../src/errors.js';
+import type { ResState } from './http.js';
 import type { HttpResponse } from './uws.js';
 
 export const isMultipart = (contentType: string) => /^multipart\/form-data\s*;\s*boundary=/i.test(contentType);
 
-/** The raw body (chunks copied: uWS reuses their memory after the callback), refusing more than `limit` bytes. */
-export function readBytes(res: HttpResponse, limit: number): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const parts: Buffer[] = [];
-    let total = 0;
-    res.onData((chunk, last) => {
-      if (total < 0) return;
-      total += chunk.byteLength;
-      if (total > limit) {
-        total = -1;
-        return reject(new BodyTooLarge());
-      }
-      parts.push(Buffer.from(chunk.slice(0)));
-      if (last) resolve(Buffer.concat(parts));
-    });
-  });
-}
-
 /**
  * Parts a multipart body may have. The upload needs one (`file`); a body of MAX_BODY_BYTES cut into
- * 200,000 empty parts took undici's parser 10 s of CPU and +62 MiB, so the parts are
- * counted first: every occurrence of `--boundary` is a delimiter, since no part may contain it.
+ * 200,000 empty parts took undici's parser 10 s of CPU and +62 MiB, so the parser stops at this many.
  */
 const MAX_PARTS = 64;
 
-/** Null when `body` has at most MAX_PARTS parts, otherwise why it is refused (413). */
-export function multipartPartsError(body: Buffer, contentType: string): string | null {
-  const boundary = /boundary=(?:"([^"]+)"|([^;\s]+))/i.exec(contentType);
-  if (!boundary) return null;
-  const delimiter = Buffer.from(`--${boundary[1] ?? boundary[2]}`);
-  // the closing delimiter is one more than the parts
-  let delimiters = 0;
-  for (let i = body.indexOf(delimiter); i >= 0; i = body.indexOf(delimiter, i + delimiter.length)) {
-    if (++delimiters > MAX_PARTS + 1) return `Multipart body has more than ${MAX_PARTS} parts: the upload takes one, \`file\``;
-  }
-  return null;
-}
-
-/** The `file` part's bytes, or null when the body has none (or is not valid multipart). */
-export async function multipartFile(body: Buffer, contentType: string): Promise<Uint8Array | null> {
+/**
+ * The `file` part of a multipart body as it arrives. The body is refused (the reader gets the error:
+ * 413 or 422) past `maxBodyBytes`, past MAX_PARTS parts, or with a file larger than `maxFileBytes`;
+ * a body that ends without a `file` part is 422 as before. A field named `file` (no filename) is
+ * taken as the file's text, as undici's parser did.
+ */
+export function multipartUpload(res: HttpResponse, state: ResState, contentType: string, limits: { maxBodyBytes: number; maxFileBytes: number }): UploadSource {
+  const source = new UploadSource({
+    pause: () => state.aborted || res.pause(),
+    resume: () => state.aborted || res.resume(),
+  });
+  const missing = () => new RequestValidationError([{ type: 'missing', loc: ['body', 'file'], msg: 'Field required', input: null }]);
+  let found = false;
+  let failed = false;
+  const fail = (err: Error) => {
+    failed = true;
+    source.fail(err);
+  };
+  let parser: ReturnType<typeof Busboy>;
   try {
-    const form = await new Response(new Blob([new Uint8Array(body)]), { headers: { 'content-type': contentType } }).formData();
-    const file = form.get('file');
-    if (file === null) return null;
-    return typeof file === 'string' ? Buffer.from(file) : new Uint8Array(await file.arrayBuffer());
+    parser = Busboy({
+      headers: { 'content-type': contentType },
+      limits: { parts: MAX_PARTS, files: 1, fields: MAX_PARTS, fileSize: limits.maxFileBytes, headerPairs: 100 },
+    });
   } catch {
-    return null;
+    fail(missing());
+    res.onData(() => {});
+    return source;
   }
+  parser.on('file', (name, stream) => {
+    if (name !== 'file' || found) return void stream.resume();
+    found = true;
+    stream.on('data', (d: Buffer) => source.push(d));
+    stream.on('limit', () => fail(new PayloadTooLargeError(`The file is larger than ${limits.maxFileBytes} bytes, the most an upload takes`)));
+    stream.on('end', () => source.end());
+  });
+  parser.on('field', (name, value) => {
+    if (name !== 'file' || found) return;
+    found = true;
+    source.push(Buffer.from(value, 'utf8'));
+    source.end();
+  });
+  parser.on('partsLimit', () => fail(new PayloadTooLargeError(`Multipart body has more than ${MAX_PARTS} parts: the upload takes one, \`file\``)));
+  parser.on('error', () => fail(missing()));
+  parser.on('finish', () => {
+    if (!found) fail(missing());
+  });
+  let total = 0;
+  res.onData((chunk, last) => {
+    if (failed) return;
+    total += chunk.byteLength;
+    if (total > limits.maxBodyBytes) return fail(new PayloadTooLargeError(`Request body exceeds ${limits.maxBodyBytes} bytes`));
+    // copied: uWS reuses the chunk's memory after this callback, and the parser hands out views of it
+    parser.write(Buffer.from(chunk.slice(0)));
+    if (last) parser.end();
+  });
+  return source;
 }

@@ -7,14 +7,16 @@
 import type { Logger } from 'pino';
 import { runOperation } from '../src/api/operations.js';
 import type { Core } from '../src/core.js';
-import { FileBytes } from '../src/conversation/side-channels.js';
+import { FileStream } from '../src/conversation/file-transfer.js';
+import { MAX_UPLOAD_BYTES } from '../src/conversation/side-channels.js';
 import { EventPage } from '../src/events/page.js';
 import { eventJson } from '../src/events/types.js';
 import type { Door } from './admission.js';
 import { toHttpError } from './errors.js';
 import { BodyTooLarge, jsonErrorPosition, parseQuery, readJsonBody, type ResState, send, sendJson, streamPage, watchAbort } from './http.js';
 import { RouteMetric, unmatchedMetric } from './metrics.js';
-import { multipartFile, multipartPartsError, readBytes } from './multipart.js';
+import { sendFile } from './file-transfer.js';
+import { multipartUpload } from './multipart.js';
 import type { RouteRequest, RouteTarget } from './route.js';
 import type { Route, RouteTable } from './routes.js';
 import type { HttpResponse, TemplatedApp } from './uws.js';
@@ -38,7 +40,9 @@ export function mountRest(app: TemplatedApp, { core, log, door, routes, inFlight
   // requests are counted by route template (GET /metrics): one cached metric per route
   const routeMetrics = new Map(routes.routes.map((r) => [r, new RouteMetric(r.method, r.path)]));
   const maxBody = door.maxBodyBytes;
-  const tooLarge = { detail: `Request body exceeds ${maxBody} bytes` };
+  // an upload streams to its sandbox, so memory does not bound it: its own limit (or the body limit, when larger)
+  const maxFileBytes = Math.max(maxBody, MAX_UPLOAD_BYTES);
+  const upload = { maxFileBytes, maxBodyBytes: maxFileBytes + 1024 * 1024 };
   const done = () => inFlight.done();
 
   app.any('/*', (res, req) => {
@@ -53,6 +57,7 @@ export function mountRest(app: TemplatedApp, { core, log, door, routes, inFlight
       stateChanging: method !== 'GET' && method !== 'HEAD',
       // a body is judged only for a route that will read it (404/405 and a draining 503 come first)
       body: route?.body && !inFlight.draining ? (route.body === 'multipart' ? 'multipart' : 'json') : null,
+      bodyLimit: route?.body === 'multipart' ? upload.maxBodyBytes : undefined,
       // from the path, or the query of the agent-server routes that name it there
       conversationId: (params as Record<string, string>).conversation_id ?? (req.getQuery('conversation_id') || null),
     });
@@ -66,7 +71,11 @@ export function mountRest(app: TemplatedApp, { core, log, door, routes, inFlight
     const r: RouteRequest = { params, query: parseQuery(rawQuery), rawQuery, body: undefined };
     inFlight.begin();
     if (!route.body) return void dispatch(res, state, route, r).finally(done);
-    if (route.body === 'multipart') return void readUpload(res, state, route, r, req.getHeader('content-type')).finally(done);
+    // the upload's file part goes to the operation as it arrives (bridge/multipart.ts)
+    if (route.body === 'multipart') {
+      r.body = multipartUpload(res, state, req.getHeader('content-type'), upload);
+      return void dispatch(res, state, route, r).finally(done);
+    }
     readJsonBody(res, maxBody, Number(req.getHeader('content-length') || 0))
       .then((text) => {
         if (text.trim() === '') {
@@ -92,21 +101,6 @@ export function mountRest(app: TemplatedApp, { core, log, door, routes, inFlight
       .finally(done);
   });
 
-  /** POST /api/file/upload: the multipart body's `file` part is the input's body. */
-  async function readUpload(res: HttpResponse, state: ResState, route: Route, r: RouteRequest, contentType: string) {
-    let bytes: Buffer;
-    try {
-      bytes = await readBytes(res, maxBody);
-    } catch {
-      return sendJson(res, state, 413, tooLarge);
-    }
-    const refused = multipartPartsError(bytes, contentType);
-    if (refused) return sendJson(res, state, 413, { detail: refused });
-    const file = await multipartFile(bytes, contentType);
-    if (!file) return sendJson(res, state, 422, { detail: [{ type: 'missing', loc: ['body', 'file'], msg: 'Field required', input: null }] });
-    return dispatch(res, state, route, { ...r, body: file });
-  }
-
   async function dispatch(res: HttpResponse, state: ResState, route: Route, r: RouteRequest) {
     let input: unknown;
     const target: RouteTarget = route.pick(r);
@@ -115,11 +109,8 @@ export function mountRest(app: TemplatedApp, { core, log, door, routes, inFlight
       const out = await runOperation(core, target.operation, input);
       // events/search: written as it is read
       if (out instanceof EventPage) return await streamPage(res, state, out, eventJson);
-      // a file's bytes go out as they are
-      if (out instanceof FileBytes)
-        return send(res, state, 200, Buffer.from(out.bytes), 'application/octet-stream', {
-          'content-disposition': `attachment; filename="${out.name.replace(/[^\w.-]/g, '_')}"`,
-        });
+      // a file's bytes go out as the client takes them
+      if (out instanceof FileStream) return await sendFile(res, state, out);
       sendJson(res, state, target.status, out);
     } catch (err) {
       const e = toHttpError(err, input, target.loc, log, core.redactor);

@@ -14,7 +14,7 @@ import type { McpServers } from './mcp-servers.js';
 import type { Run } from './run.js';
 
 /** Why a live conversation closes; src/conversation/live.ts says what each one ends. */
-export type CloseReason = 'deleted' | 'interrupted' | 'evicted' | 'disk-quota' | 'disk-full' | 'idle' | 'shutdown';
+export type CloseReason = 'deleted' | 'interrupted' | 'evicted' | 'disk-quota' | 'disk-full' | 'sandbox-fault' | 'idle' | 'shutdown';
 
 /** What the agent reads of a live conversation and keeps on it. */
 export interface AgentConversation extends LoadedConversation {

@@ -7,6 +7,7 @@
 import { z } from 'zod';
 import { ConfirmationPolicy } from '../conversation/agent-server.js';
 import { EXECUTION_STATUSES } from '../conversation/conversations.js';
+import { UploadSource } from '../conversation/file-transfer.js';
 import { ConversationId, SecretValue, SendMessageRequest } from './schemas.js';
 
 /** Body keys that mark a create request as the agent-server shape (any other body is `InitSessionRequest`). */
@@ -133,8 +134,8 @@ export const WorkspacePathQuery = z.strictObject({
 export const WorkspaceUploadInput = z.object({
   path: z.string().min(1).max(4096),
   conversation_id: ConversationId.nullish(),
-  /** The `file` part of the multipart body. */
-  content: z.instanceof(Uint8Array),
+  /** The `file` part of the multipart body, as it arrives (REST), or whole (tRPC's base64). */
+  content: z.union([z.instanceof(Uint8Array), z.instanceof(UploadSource)]),
 });
 /** The same upload over tRPC (JSON): the file's bytes as base64 (the body limit bounds them, as it bounds a multipart body). */
 export const WorkspaceUploadJsonInput = z

@@ -245,13 +245,21 @@ export class Conversations {
 
   /**
    * The sandbox launcher stopped a conversation's processes: to stay under SANDBOX_MAX_LIVE (its
-   * `close('evicted')`), or over SANDBOX_DISK_MB or the fullest on a full disk (`disk-quota`, `disk-full`).
+   * `close('evicted')`), over SANDBOX_DISK_MB or the fullest on a full disk (`disk-quota`, `disk-full`),
+   * or because its file service broke the protocol (`sandbox-fault`: what comes out of a sandbox is
+   * hostile input; that sandbox ends, the conversation is told why, everything else goes on).
    */
-  followSandbox(sandbox: Pick<Sandbox, 'onEvict' | 'onDiskQuota'>, diskLimitMb: number | null | undefined): void {
+  followSandbox(sandbox: Pick<Sandbox, 'onEvict' | 'onDiskQuota' | 'onSandboxFault'>, diskLimitMb: number | null | undefined): void {
     sandbox.onEvict((id) => void this.live.get(id)?.close('evicted'));
     sandbox.onDiskQuota((id, used, why) => {
       const detail = diskStopDetail(why, used, diskLimitMb);
       void this.load(id).then((c) => c?.close(why === 'quota' ? 'disk-quota' : 'disk-full', detail));
+    });
+    sandbox.onSandboxFault((id, reason) => {
+      const detail = `${reason}; the conversation's sandbox was closed (its processes stopped) and starts again on the next use`;
+      void this.load(id)
+        .then((c) => c?.close('sandbox-fault', detail))
+        .catch(() => {});
     });
   }
 

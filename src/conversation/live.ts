@@ -83,6 +83,8 @@ const CLOSING: Record<CloseReason, { preparation?: true; run?: true; shell?: tru
     evicted: { mcp: 'close' },
     'disk-quota': { shell: true, error: 'DiskQuotaExceeded' },
     'disk-full': { shell: true, error: 'DiskFull' },
+    // its file service broke the protocol: the launcher closes the sandbox itself (the next use starts a new one)
+    'sandbox-fault': { shell: true, error: 'SandboxProtocolError' },
     idle: { mcp: 'close' },
     // the launcher closes every sandbox after
     shutdown: { run: true, shell: true, mcp: 'close' },

@@ -21,6 +21,7 @@ import type { Redactor } from '../secrets/redact.js';
 import type { Settings } from '../secrets/settings.js';
 import type { Conversations } from './conversations.js';
 import { locateWorkspacePath } from './workspace-locator.js';
+import { FileStream, UploadSource } from './file-transfer.js';
 
 /** How the side channels reach a conversation's workspace: its view, its files and its launcher. */
 interface WorkspaceAccess {
@@ -37,6 +38,8 @@ interface WorkspaceAccess {
 
 /** The largest file /api/file/download answers (a larger one: use the terminal, or split it). */
 export const MAX_DOWNLOAD_BYTES = 64 * 1024 * 1024;
+/** The largest file /api/file/upload takes (MAX_BODY_BYTES when that is larger): it streams, so memory does not bound it. */
+export const MAX_UPLOAD_BYTES = 64 * 1024 * 1024;
 
 /**
  * A file operation's failure as the API answers it, never a 500 and never a host path: the file
@@ -59,8 +62,11 @@ function refused(err: unknown): never {
       case 'ENOSPC':
       case 'EDQUOT':
         throw new UnavailableError('No space left on the disk of the workspace.');
+      case 'EMFILE':
+        throw new UnavailableError('Too many file transfers at once in this conversation; try again when one has finished.');
       case 'TIMEOUT':
       case 'UNAVAILABLE':
+      case 'EBADF':
         throw new UnavailableError(
           `The conversation's files cannot be reached right now (${err.code === 'TIMEOUT' ? 'an operation ran out of time' : 'its sandbox is not running'}); try again.`,
         );
@@ -69,14 +75,6 @@ function refused(err: unknown): never {
     }
   }
   throw err;
-}
-
-/** A file's bytes, answered raw (not as JSON) by the bridge. */
-export class FileBytes {
-  constructor(
-    readonly name: string,
-    readonly bytes: Uint8Array,
-  ) {}
 }
 
 /** A command for /api/bash (the API validates the request against its own schema). */
@@ -162,19 +160,41 @@ export class SideChannels {
     return e;
   }
 
-  async upload(q: { path: string; conversation_id?: string | null; content: Uint8Array }) {
+  /**
+   * The file's bytes are given whole (tRPC, bounded by the body limit) or as they arrive (REST's
+   * multipart body): then they go to the service a chunk at a time into a new file that replaces
+   * the path only once all of it is there (an upload cut short changes nothing).
+   */
+  async upload(q: { path: string; conversation_id?: string | null; content: Uint8Array | UploadSource }) {
     const at = await this.locate(q.conversation_id, q.path);
     const target = at.visible!;
     if (target === at.files.root) throw new ForbiddenError('The path names the workspace itself; give a file path inside it');
-    await at.files.write(target, q.content, { mode: 'create', mkdirs: true }).catch((err: unknown) => {
+    const failed = (err: unknown): never => {
       if (err instanceof FileOpError && (err.code === 'EISDIR' || err.code === 'NOT_REGULAR' || err.code === 'ENOTDIR')) {
         throw new RequestValidationError([{ type: 'value_error', loc: ['query', 'path'], msg: `Value error, ${err.message}`, input: q.path }]);
       }
       refused(err);
-    });
-    return { success: true as const, path: target, file_size: q.content.byteLength };
+    };
+    const content = q.content;
+    if (!(content instanceof UploadSource)) {
+      await at.files.write(target, content, { mode: 'create', mkdirs: true }).catch(failed);
+      return { success: true as const, path: target, file_size: content.byteLength };
+    }
+    const out = await at.files.openWrite(target, { mkdirs: true }).catch(failed);
+    let size: number;
+    try {
+      for (let chunk = await content.next(); chunk !== null; chunk = await content.next()) await out.write(chunk);
+      size = await out.commit();
+    } catch (err) {
+      await out.abort();
+      // the body's own refusals (413, 422) pass as they are
+      if (err instanceof FileOpError) failed(err);
+      throw err;
+    }
+    return { success: true as const, path: target, file_size: size };
   }
 
+  /** A regular file, opened in its sandbox and read as the response goes out (FileStream). */
   async download(q: { path: string; conversation_id?: string | null }) {
     const at = await this.locate(q.conversation_id, q.path);
     const file = at.visible!;
@@ -183,13 +203,13 @@ export class SideChannels {
         { type: 'value_error', loc: ['query', 'path'], msg: `Value error, ${q.path} is not a file of the workspace`, input: q.path },
       ]);
     // one request: what is not a regular file is answered as such
-    const bytes = await at.files.read(file, MAX_DOWNLOAD_BYTES).catch((err: unknown) => {
+    const reader = await at.files.openRead(file, MAX_DOWNLOAD_BYTES).catch((err: unknown) => {
       if (err instanceof FileOpError && err.code === 'TOO_LARGE')
         throw new PayloadTooLargeError(`${q.path} is larger than ${MAX_DOWNLOAD_BYTES} bytes, the most a download answers; read it in parts with /api/bash`);
       if (err instanceof FileOpError && (err.code === 'NOT_REGULAR' || err.code === 'ENOENT' || err.code === 'ENOTDIR')) throw notFile();
       refused(err);
     });
-    return new FileBytes(path.basename(file), bytes);
+    return new FileStream(path.basename(file), reader);
   }
 
   async gitChanges(q: { path: string; conversation_id?: string | null }) {

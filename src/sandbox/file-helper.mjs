@@ -10,12 +10,15 @@
  *
  * Plain JavaScript with node's built-ins only, so the daemon's node runs it as it is.
  *
- * Protocol, on stdin/stdout: frames of [u32 LE header length][u32 LE data length][header JSON][data].
- * The first frame out says the service is ready. Requests are answered in order, one at a time.
- * Every operation is bounded: opens never block (O_NONBLOCK, then only regular files are read or
- * written: a FIFO, a device or a socket is refused), reads stop at the byte limit the request
- * gives, listings and walks stop at an entry and a time limit. What the daemon receives is bounded
- * by it again (it does not trust this process).
+ * Protocol, on stdin/stdout: frames of [u32 LE header length][u32 LE data length][header JSON][data]
+ * (src/sandbox/file-protocol.ts is the daemon's side of it). The first frame out says the service is
+ * ready. Requests are answered in order, one at a time; each names the most data its answer may
+ * carry (`dataMax`). Every operation is bounded: opens never block (O_NONBLOCK, then only regular
+ * files are read or written: a FIFO, a device or a socket is refused), reads stop at the byte limit
+ * the request gives, listings and walks stop at an entry, a byte and a time limit (a listing travels
+ * in the data: `d` or `f`, the path, NUL). Downloads and uploads move in chunks through a handle
+ * (open/chunk/close, create/append/commit), so neither side holds a whole file. What the daemon
+ * receives is bounded and checked by it again (it does not trust this process).
  *
  * argv: `--root <dir>`: the workspace as this process sees it (/workspace in a sandbox).
  */
@@ -29,6 +32,10 @@ const ROOT = path.resolve(rootArg > 0 ? (process.argv[rootArg + 1] ?? '/workspac
 const C = fs.constants;
 const MAX_HEADER = 1 << 20;
 const MAX_DATA = 256 << 20;
+/** A chunk of a streamed read or write at most (the daemon asks for 1 MiB). */
+const MAX_CHUNK = 4 << 20;
+/** Files open for streamed transfers at once. */
+const MAX_HANDLES = 32;
 /** Names read from one directory at most (a listing sorts them first). */
 const MAX_DIR_NAMES = 100_000;
 
@@ -80,13 +87,8 @@ function resolve(p) {
     } catch (err) {
       const code = /** @type {NodeJS.ErrnoException} */ (err).code;
       if (code === 'ENOENT') {
-        let link = false;
-        try {
-          link = fs.lstatSync(next).isSymbolicLink();
-        } catch {
-          /* really missing */
-        }
-        if (link) throw outside(p, parts.slice(0, i + 1));
+        // a link whose target is missing is refused as a link, not taken as a name to create
+        if (fs.lstatSync(next, { throwIfNoEntry: false })?.isSymbolicLink()) throw outside(p, parts.slice(0, i + 1));
         break;
       }
       if (code === 'ENOTDIR') break;
@@ -180,7 +182,8 @@ const ops = {
       // one request for "show me this": a directory is listed instead (the file editor's view)
       if (st.isDirectory() && h.list) {
         fs.closeSync(fd);
-        return { listing: ops.list({ ...h.list, path: h.path }) };
+        const { data, ...listing } = ops.list({ ...h.list, path: h.path, dataMax: h.dataMax });
+        return { listing, data };
       }
       if (!st.isFile()) throw notRegular(h.path, typeOf(st));
       if (h.head) {
@@ -214,13 +217,7 @@ const ops = {
 
   /** @param {{path: string, mode: 'exclusive'|'create'|'existing', mkdirs?: boolean, fileMode?: number}} h @param {Buffer} data */
   write(h, data) {
-    let real = resolve(h.path);
-    if (h.mkdirs) {
-      fs.mkdirSync(path.dirname(real), { recursive: true });
-      // the parents exist now: resolve again (one of them may have been a link)
-      real = resolve(h.path);
-    }
-    if (real === realRoot()) throw new OpError('EISDIR', `The path ${h.path} is the workspace itself.`);
+    const real = writeTarget(h);
     const flags = C.O_WRONLY | C.O_NONBLOCK | C.O_NOFOLLOW | (h.mode === 'existing' ? 0 : C.O_CREAT) | (h.mode === 'exclusive' ? C.O_EXCL : 0);
     let created = h.mode === 'exclusive';
     if (h.mode === 'create') {
@@ -277,16 +274,18 @@ const ops = {
   },
 
   /**
-   * Entries under a directory, breadth of `depth` levels, names sorted, at most `max` entries and
-   * `ms` milliseconds. Hidden names are counted (at the first level) and left out unless `hidden`.
-   * @param {{path: string, depth?: number, max?: number, hidden?: boolean, ms?: number}} h
+   * Entries under a directory, breadth of `depth` levels, names sorted, at most `max` entries, the
+   * answer's `dataMax` bytes and `ms` milliseconds; in the data: `d` or `f`, the path, NUL. Hidden
+   * names are counted (at the first level) and left out unless `hidden`.
+   * @param {{path: string, depth?: number, max?: number, hidden?: boolean, ms?: number, dataMax?: number}} h
    */
   list(h) {
     const real = resolve(h.path);
     const depth = Math.max(1, Math.min(Number(h.depth) || 1, 8));
     const max = Math.max(1, Math.min(Number(h.max) || 1000, 100_000));
     const deadline = Date.now() + Math.max(10, Math.min(Number(h.ms) || 2000, 30_000));
-    /** @type {{path: string, dir: boolean}[]} */
+    let budget = Math.max(0, Number(h.dataMax) || 0);
+    /** @type {Buffer[]} */
     const entries = [];
     let hiddenCount = 0;
     let truncated = false;
@@ -321,7 +320,7 @@ const ops = {
           if (level === 1) hiddenCount++;
           continue;
         }
-        if (entries.length >= max || Date.now() > deadline) {
+        if (truncated || entries.length >= max || Date.now() > deadline) {
           truncated = true;
           return;
         }
@@ -335,12 +334,18 @@ const ops = {
           }
         }
         const shownPath = path.join(shown, e.name);
-        entries.push({ path: shownPath, dir: isDir });
+        const entry = Buffer.from(`${isDir ? 'd' : 'f'}${shownPath}\0`, 'utf8');
+        if (entry.length > budget) {
+          truncated = true;
+          return;
+        }
+        budget -= entry.length;
+        entries.push(entry);
         if (isDir && level < depth && !e.isSymbolicLink()) walk(full, shownPath, level + 1);
       }
     };
     walk(real, path.resolve(h.path), 1);
-    return { entries, hidden: hiddenCount, truncated };
+    return { hidden: hiddenCount, truncated, count: entries.length, data: Buffer.concat(entries) };
   },
 
   /**
@@ -354,13 +359,9 @@ const ops = {
     let bytes = 0;
     let files = 0;
     let complete = true;
-    for (const top of h.paths ?? []) {
-      let dev;
-      try {
-        dev = fs.lstatSync(top).dev;
-      } catch {
-        continue;
-      }
+    for (const top of Array.isArray(h.paths) ? h.paths : []) {
+      const dev = fs.lstatSync(top, { throwIfNoEntry: false })?.dev;
+      if (dev === undefined) continue;
       /** @type {string[]} */
       const stack = [top];
       while (stack.length > 0) {
@@ -403,16 +404,142 @@ const ops = {
     for (const name of fs.readdirSync(real)) fs.rmSync(path.join(real, name), { recursive: true, force: true });
     return {};
   },
+
+  /** A regular file of at most `max` bytes opened for `chunk` reads (a download). @param {{path: string, max: number}} h */
+  open(h) {
+    const fd = fs.openSync(resolve(h.path), C.O_RDONLY | C.O_NONBLOCK | C.O_NOFOLLOW);
+    checkOpened(fd, h.path);
+    try {
+      const st = fs.fstatSync(fd);
+      if (!st.isFile()) throw notRegular(h.path, typeOf(st));
+      const max = Math.max(0, Number(h.max) || 0);
+      if (st.size > max) throw new OpError('TOO_LARGE', `The file ${h.path} has ${st.size} bytes; at most ${max} can be read.`, { size: st.size });
+      return { handle: addHandle({ fd, pos: 0, left: st.size, tmp: null, target: '' }), info: info(st) };
+    } catch (err) {
+      fs.closeSync(fd);
+      throw err;
+    }
+  },
+
+  /** The next bytes of an opened file, at most the answer's `dataMax` (none at its end, or past the size it was opened with). @param {{handle: number, dataMax: number}} h */
+  chunk(h) {
+    const e = handleOf(h.handle, false);
+    const want = Math.min(Math.max(0, Number(h.dataMax) || 0), MAX_CHUNK, e.left);
+    const buf = Buffer.allocUnsafe(want);
+    const n = want > 0 ? fs.readSync(e.fd, buf, 0, want, e.pos) : 0;
+    e.pos += n;
+    e.left -= n;
+    return { data: buf.subarray(0, n) };
+  },
+
+  /**
+   * A new file next to `path` (a hidden name in the same directory), written by `append` and put in
+   * place by `commit`: an upload that fails or is cut off leaves the path as it was.
+   * @param {{path: string, mkdirs?: boolean}} h
+   */
+  create(h) {
+    const real = writeTarget(h);
+    const st = fs.lstatSync(real, { throwIfNoEntry: false });
+    if (st?.isDirectory()) throw new OpError('EISDIR', `The path ${h.path} is a directory.`);
+    if (st && !st.isFile()) throw notRegular(h.path, typeOf(st));
+    const tmp = path.join(path.dirname(real), `.${path.basename(real).slice(0, 100)}.upload-${Math.random().toString(36).slice(2, 10)}`);
+    const fd = fs.openSync(tmp, C.O_WRONLY | C.O_CREAT | C.O_EXCL | C.O_NOFOLLOW | C.O_NONBLOCK, 0o644);
+    try {
+      checkOpened(fd, h.path);
+    } catch (err) {
+      fs.rmSync(tmp, { force: true });
+      throw err;
+    }
+    return { handle: addHandle({ fd, pos: 0, left: 0, tmp, target: h.path }) };
+  },
+
+  /** @param {{handle: number}} h @param {Buffer} data */
+  append(h, data) {
+    const e = handleOf(h.handle, true);
+    let off = 0;
+    while (off < data.length) off += fs.writeSync(e.fd, data, off, data.length - off, e.pos + off);
+    e.pos += data.length;
+    return { bytes: e.pos };
+  },
+
+  /** Puts a created file in place of its path (a regular file there is replaced, keeping its mode). @param {{handle: number}} h */
+  commit(h) {
+    const e = handleOf(h.handle, true);
+    handles.delete(h.handle);
+    const tmp = /** @type {string} */ (e.tmp);
+    try {
+      const real = resolve(e.target);
+      // the directory may have been swapped meanwhile: the file is only ever moved within it
+      if (path.dirname(real) !== path.dirname(tmp))
+        throw new OpError('OUTSIDE', `The directory of ${e.target} changed while it was uploaded; it was not written.`);
+      let st = null;
+      try {
+        st = fs.lstatSync(real);
+      } catch {
+        /* a new file */
+      }
+      if (st?.isDirectory()) throw new OpError('EISDIR', `The path ${e.target} is a directory.`);
+      if (st && !st.isFile()) throw notRegular(e.target, typeOf(st));
+      if (st) fs.fchmodSync(e.fd, st.mode & 0o7777);
+      fs.renameSync(tmp, real);
+      return { bytes: e.pos };
+    } catch (err) {
+      fs.rmSync(tmp, { force: true });
+      throw err;
+    } finally {
+      fs.closeSync(e.fd);
+    }
+  },
+
+  /** Ends a transfer: an opened file is closed, a created one removed. @param {{handle: number}} h */
+  close(h) {
+    const e = handles.get(h.handle);
+    if (!e) return {};
+    handles.delete(h.handle);
+    fs.closeSync(e.fd);
+    if (e.tmp) fs.rmSync(e.tmp, { force: true });
+    return {};
+  },
 };
 
+/** The real path a write goes to, its parents made first when asked (then resolved again: one may have been a link). @param {{path: string, mkdirs?: boolean}} h */
+function writeTarget(h) {
+  let real = resolve(h.path);
+  if (h.mkdirs) {
+    fs.mkdirSync(path.dirname(real), { recursive: true });
+    real = resolve(h.path);
+  }
+  if (real === realRoot()) throw new OpError('EISDIR', `The path ${h.path} is the workspace itself.`);
+  return real;
+}
+
+/** @typedef {{fd: number, pos: number, left: number, tmp: string | null, target: string}} Transfer */
+/** @type {Map<number, Transfer>} */
+const handles = new Map();
+let nextHandle = 1;
+
+/** @param {Transfer} t */
+function addHandle(t) {
+  if (handles.size < MAX_HANDLES) return (handles.set(nextHandle, t), nextHandle++);
+  fs.closeSync(t.fd);
+  if (t.tmp) fs.rmSync(t.tmp, { force: true });
+  throw new OpError('EMFILE', `More than ${MAX_HANDLES} transfers at once in this conversation; try again when one has finished.`);
+}
+
+/** @param {unknown} n @param {boolean} writing */
+function handleOf(n, writing) {
+  const e = handles.get(/** @type {number} */ (n));
+  if (!e || (e.tmp !== null) !== writing) throw new OpError('EBADF', "The transfer is not open (the conversation's sandbox may have restarted).");
+  return e;
+}
+
 /** @param {object} header @param {Buffer} [data] */
-function send(header, data) {
+function send(header, data = Buffer.alloc(0)) {
   const head = Buffer.from(JSON.stringify(header), 'utf8');
-  const d = data ?? Buffer.alloc(0);
   const pre = Buffer.allocUnsafe(8);
   pre.writeUInt32LE(head.length, 0);
-  pre.writeUInt32LE(d.length, 4);
-  process.stdout.write(d.length > 0 ? Buffer.concat([pre, head, d]) : Buffer.concat([pre, head]));
+  pre.writeUInt32LE(data.length, 4);
+  process.stdout.write(Buffer.concat([pre, head, data]));
 }
 
 /** @param {any} h @param {Buffer} data */
@@ -426,29 +553,44 @@ function handle(h, data) {
     send({ id, ok: true, ...rest }, outData);
   } catch (err) {
     const e = /** @type {NodeJS.ErrnoException} */ (err);
-    const code = typeof e?.code === 'string' ? e.code : 'EIO';
+    const code = typeof e?.code === 'string' && /^[A-Z][A-Z0-9_]{0,63}$/.test(e.code) ? e.code : 'EIO';
     // messages of system errors name the path as the request gave it, never a resolved one
-    const message = err instanceof OpError ? err.message : `${code} (${h?.path ?? ''})`;
+    const message = (err instanceof OpError ? err.message : `${code} (${typeof h?.path === 'string' ? h.path : ''})`).slice(0, 8000);
     send({ id, ok: false, code, message, ...(err instanceof OpError && err.detail ? { detail: err.detail } : {}) });
   }
 }
 
-let pending = Buffer.alloc(0);
+// received chunks are kept in a list and a frame is joined once, when it is complete (joining each
+// chunk to the ones before was quadratic in a frame's size)
+/** @type {Buffer[]} */
+let chunks = [];
+let have = 0;
+/** @type {{hl: number, dl: number} | null} */
+let frame = null;
 process.stdin.on('data', (chunk) => {
-  pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
-  while (pending.length >= 8) {
-    const hl = pending.readUInt32LE(0);
-    const dl = pending.readUInt32LE(4);
-    if (hl > MAX_HEADER || dl > MAX_DATA) process.exit(2);
-    if (pending.length < 8 + hl + dl) break;
+  chunks.push(chunk);
+  have += chunk.length;
+  for (;;) {
+    if (!frame) {
+      if (have < 8) return;
+      const all = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
+      frame = { hl: all.readUInt32LE(0), dl: all.readUInt32LE(4) };
+      if (frame.hl > MAX_HEADER || frame.dl > MAX_DATA) process.exit(2);
+      chunks = [all];
+    }
+    const need = 8 + frame.hl + frame.dl;
+    if (have < need) return;
+    const all = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, have);
     let header;
     try {
-      header = JSON.parse(pending.subarray(8, 8 + hl).toString('utf8'));
+      header = JSON.parse(all.toString('utf8', 8, 8 + frame.hl));
     } catch {
       process.exit(2);
     }
-    const data = Buffer.from(pending.subarray(8 + hl, 8 + hl + dl));
-    pending = pending.subarray(8 + hl + dl);
+    const data = all.subarray(8 + frame.hl, need);
+    chunks = have > need ? [all.subarray(need)] : [];
+    have -= need;
+    frame = null;
     handle(header, data);
   }
 });

@@ -4,20 +4,16 @@
  * the daemon never opens, lists, creates or removes a workspace path on the host, and no request
  * can block a thread of the daemon (it waits for a frame, with a deadline).
  *
- * The helper is not trusted: a frame larger than the request allows ends the channel, a malformed
- * one too, and a request that does not finish within its deadline ends it (the helper is killed;
- * the next request starts the conversation's sandbox again).
+ * The service is not trusted (file-channel.ts reads its frames, file-protocol.ts says what it may
+ * answer): anything malformed, out of order, oversized or late ends the channel and the sandbox
+ * with it; the next request starts the conversation's sandbox again.
  */
 import type { PathView } from './path-view.js';
-import type { Readable, Writable } from 'node:stream';
+import type { FileChannel, Answer } from './file-channel.js';
+import { CHUNK_BYTES, checkPathUnder, FileOpError, LIST_MAX_BYTES, parseListing, ProtocolViolation, type FileInfo } from './file-protocol.js';
 
-/** What the service reports of a path (symlinks followed). */
-export interface FileInfo {
-  type: 'file' | 'dir' | 'symlink' | 'fifo' | 'socket' | 'char' | 'block' | 'other';
-  size: number;
-  mode: number;
-  mtimeMs: number;
-}
+export { FileChannel, FILE_OP_TIMEOUT_MS } from './file-channel.js';
+export { FileOpError, type FileInfo, type FileOpCode } from './file-protocol.js';
 
 export interface ListEntry {
   /** The path as the conversation sees it. */
@@ -62,175 +58,27 @@ export interface WorkspaceFiles {
   usage(paths: string[]): Promise<{ bytes: number; files: number; complete: boolean }>;
   /** Empties a directory (it stays). */
   clear(p: string): Promise<void>;
+  /** A regular file opened for reading in chunks (downloads); TOO_LARGE beyond `maxBytes`. Close it. */
+  openRead(p: string, maxBytes: number): Promise<FileReader>;
+  /** A new file written in chunks, put in place of `p` only by `commit` (uploads). Commit or abort it. */
+  openWrite(p: string, opts: { mkdirs?: boolean }): Promise<FileWriter>;
 }
 
-export type FileOpCode =
-  | 'ENOENT'
-  | 'ENOTDIR'
-  | 'EISDIR'
-  | 'EEXIST'
-  | 'EACCES'
-  | 'EPERM'
-  | 'ELOOP'
-  | 'EINVAL'
-  | 'ENOSPC'
-  | 'EDQUOT'
-  | 'EROFS'
-  | 'OUTSIDE'
-  | 'NOT_REGULAR'
-  | 'TOO_LARGE'
-  | 'TIMEOUT'
-  | 'UNAVAILABLE'
-  | 'EIO';
-
-export class FileOpError extends Error {
-  override name = 'FileOpError';
-  constructor(
-    readonly code: FileOpCode,
-    message: string,
-    /** NOT_REGULAR: what the path is instead; TOO_LARGE: the file's size. */
-    readonly detail: { type?: FileInfo['type']; size?: number } = {},
-  ) {
-    super(message);
-  }
+/** A file being read in chunks: its size when opened, and its bytes from the start. */
+export interface FileReader {
+  readonly info: FileInfo;
+  /** The next bytes (at most `max`, at most CHUNK_BYTES); empty at the end of the file. */
+  read(max?: number): Promise<Buffer>;
+  close(): Promise<void>;
 }
 
-/** The largest header the daemon accepts (a listing travels in it); data is bounded by what each request asks for. */
-const MAX_HEADER = 8 * 1024 * 1024;
-/** A request the service has not answered by then ends the channel. */
-export const FILE_OP_TIMEOUT_MS = 30_000;
-
-const KNOWN_CODES = new Set<string>([
-  'ENOENT',
-  'ENOTDIR',
-  'EISDIR',
-  'EEXIST',
-  'EACCES',
-  'EPERM',
-  'ELOOP',
-  'EINVAL',
-  'ENOSPC',
-  'EDQUOT',
-  'EROFS',
-  'OUTSIDE',
-  'NOT_REGULAR',
-  'TOO_LARGE',
-]);
-
-interface Pending {
-  id: number;
-  maxData: number;
-  resolve(v: { header: Record<string, unknown>; data: Buffer }): void;
-  reject(e: Error): void;
-  timer: NodeJS.Timeout;
-}
-
-/**
- * The framed request/response pipe to one running file service. `onBroken` is called once when
- * the channel can no longer be used (the service exited, lied about a size, or timed out); the
- * owner then kills it.
- */
-export class FileChannel {
-  private nextId = 1;
-  private readonly queue: Pending[] = [];
-  private buf: Buffer = Buffer.alloc(0);
-  private broken: string | null = null;
-  /** Resolves with the first frame (the service is ready), rejects when it ends before. */
-  readonly ready: Promise<void>;
-  private readyResolve!: () => void;
-  private readyReject!: (e: Error) => void;
-  private isReady = false;
-
-  constructor(
-    private readonly input: Writable,
-    output: Readable,
-    private readonly onBroken: (why: string) => void,
-    private readonly timeoutMs = FILE_OP_TIMEOUT_MS,
-  ) {
-    this.ready = new Promise<void>((resolve, reject) => {
-      this.readyResolve = resolve;
-      this.readyReject = reject;
-    });
-    this.ready.catch(() => {});
-    input.on('error', () => this.break('the file service is gone'));
-    output.on('data', (chunk: Buffer) => this.onData(chunk));
-    output.on('end', () => this.break('the file service ended'));
-    output.on('error', () => this.break('the file service ended'));
-  }
-
-  get usable(): boolean {
-    return this.broken === null;
-  }
-
-  /** Sends one request; `maxData`: the most data bytes its answer may carry. */
-  request(header: Record<string, unknown>, data: Uint8Array | null, maxData = 0): Promise<{ header: Record<string, unknown>; data: Buffer }> {
-    if (this.broken) return Promise.reject(new FileOpError('UNAVAILABLE', this.broken));
-    const id = this.nextId++;
-    const head = Buffer.from(JSON.stringify({ ...header, id }), 'utf8');
-    const body = data ?? new Uint8Array(0);
-    const pre = Buffer.allocUnsafe(8);
-    pre.writeUInt32LE(head.length, 0);
-    pre.writeUInt32LE(body.byteLength, 4);
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(
-        () => this.break(`a file operation (${String(header.op)}) did not finish within ${Math.round(this.timeoutMs / 1000)} s`, 'TIMEOUT'),
-        this.timeoutMs,
-      );
-      timer.unref();
-      this.queue.push({ id, maxData, resolve, reject, timer });
-      // one write: the service reads one chunk per request (a frame split in three costs wake-ups)
-      this.input.write(body.byteLength > 0 ? Buffer.concat([pre, head, body]) : Buffer.concat([pre, head]));
-    });
-  }
-
-  /** Ends the channel: every request waiting gets the reason. */
-  break(why: string, code: FileOpCode = 'UNAVAILABLE'): void {
-    if (this.broken) return;
-    this.broken = why;
-    this.buf = Buffer.alloc(0);
-    if (!this.isReady) this.readyReject(new Error(why));
-    for (const p of this.queue.splice(0)) {
-      clearTimeout(p.timer);
-      p.reject(new FileOpError(code, why));
-    }
-    this.onBroken(why);
-  }
-
-  private onData(chunk: Buffer): void {
-    if (this.broken) return;
-    this.buf = this.buf.length === 0 ? chunk : Buffer.concat([this.buf, chunk]);
-    while (this.buf.length >= 8 && !this.broken) {
-      const hl = this.buf.readUInt32LE(0);
-      const dl = this.buf.readUInt32LE(4);
-      const want = this.queue[0];
-      // the first frame is the ready frame; any other frame must fit what its request allows
-      if (hl > MAX_HEADER || dl > (this.isReady ? (want?.maxData ?? 0) : 0)) return this.break('the file service sent a frame larger than allowed');
-      if (this.buf.length < 8 + hl + dl) return;
-      let header: Record<string, unknown>;
-      try {
-        header = JSON.parse(this.buf.subarray(8, 8 + hl).toString('utf8')) as Record<string, unknown>;
-      } catch {
-        return this.break('the file service sent a malformed frame');
-      }
-      const data = Buffer.from(this.buf.subarray(8 + hl, 8 + hl + dl));
-      this.buf = this.buf.subarray(8 + hl + dl);
-      if (!this.isReady) {
-        this.isReady = true;
-        this.readyResolve();
-        continue;
-      }
-      if (this.queue[0]?.id !== header.id) return this.break('the file service answered out of order');
-      const p = this.queue.shift()!;
-      clearTimeout(p.timer);
-      if (header.ok === true) p.resolve({ header, data });
-      else {
-        const code = typeof header.code === 'string' && KNOWN_CODES.has(header.code) ? (header.code as FileOpCode) : 'EIO';
-        const d = (header.detail ?? {}) as { type?: unknown; size?: unknown };
-        const detail = { ...(typeof d.type === 'string' ? { type: d.type as FileInfo['type'] } : {}), ...(typeof d.size === 'number' ? { size: d.size } : {}) };
-        p.reject(new FileOpError(code, typeof header.message === 'string' ? header.message.slice(0, 2000) : 'the file operation failed', detail));
-      }
-    }
-  }
+/** A file being written in chunks; nothing is in place until `commit`. */
+export interface FileWriter {
+  write(data: Uint8Array): Promise<void>;
+  /** Puts the file in place of the path (a regular file there is replaced, keeping its mode); its size. */
+  commit(): Promise<number>;
+  /** Drops what was written (nothing changes at the path). */
+  abort(): Promise<void>;
 }
 
 /** WorkspaceFiles over a channel that the caller (re)starts: `channel()` gives a usable one. */
@@ -240,9 +88,9 @@ export class ChannelFiles implements WorkspaceFiles {
     private readonly channel: () => Promise<FileChannel>,
   ) {}
 
-  private async call(header: Record<string, unknown>, data: Uint8Array | null = null, maxData = 0) {
+  private async call(header: Record<string, unknown>, data: Uint8Array | null = null, maxData = 0, check?: (a: Answer) => void) {
     const ch = await this.channel();
-    return ch.request(header, data, maxData);
+    return ch.request(header, data, maxData, check);
   }
 
   visible(p: string): string {
@@ -255,29 +103,33 @@ export class ChannelFiles implements WorkspaceFiles {
   }
 
   async realpath(p: string): Promise<string> {
-    const r = await this.call({ op: 'realpath', path: p });
-    return String(r.header.path);
+    const r = await this.call({ op: 'realpath', path: p }, null, 0, (a) => checkPathUnder(this.root, a.header.path as string, 'realpath'));
+    return r.header.path as string;
   }
 
   async read(p: string, maxBytes: number): Promise<Buffer> {
-    const r = await this.call({ op: 'read', path: p, max: maxBytes }, null, maxBytes);
+    const r = await this.call({ op: 'read', path: p, max: maxBytes }, null, maxBytes, noListing);
     return r.data;
   }
 
   async readOrList(p: string, maxBytes: number, list: { depth?: number; max?: number; hidden?: boolean }): Promise<{ data: Buffer } | { listing: Listing }> {
-    const r = await this.call(
-      { op: 'read', path: p, max: maxBytes, list: { depth: list.depth ?? 1, max: list.max ?? 1000, hidden: !!list.hidden } },
-      null,
-      maxBytes,
-    );
-    const l = r.header.listing as Partial<Listing> | undefined;
-    if (!l) return { data: r.data };
-    return { listing: { entries: Array.isArray(l.entries) ? l.entries : [], hidden: Number(l.hidden) || 0, truncated: l.truncated === true } };
+    const depth = list.depth ?? 1;
+    const max = list.max ?? 1000;
+    let listing: Listing | null = null;
+    const r = await this.call({ op: 'read', path: p, max: maxBytes, list: { depth, max, hidden: !!list.hidden } }, null, Math.max(maxBytes, 0), (a) => {
+      const l = a.header.listing as { hidden: number; truncated: boolean; count: number } | undefined;
+      if (l) listing = { entries: parseListing(a.data, p, l.count, max, depth), hidden: l.hidden, truncated: l.truncated };
+    });
+    return listing ? { listing } : { data: r.data };
   }
 
   async head(p: string, maxBytes: number): Promise<{ data: Buffer; size: number }> {
-    const r = await this.call({ op: 'read', path: p, max: maxBytes, head: true }, null, maxBytes);
-    return { data: r.data, size: Number((r.header.info as FileInfo | undefined)?.size) || r.data.length };
+    const r = await this.call({ op: 'read', path: p, max: maxBytes, head: true }, null, maxBytes, (a) => {
+      noListing(a);
+      const info = a.header.info as FileInfo | undefined;
+      if (!info || a.data.length > info.size) throw new ProtocolViolation('its answer to a head read was malformed');
+    });
+    return { data: r.data, size: (r.header.info as FileInfo).size };
   }
 
   async write(p: string, data: string | Uint8Array, opts: { mode: 'exclusive' | 'create' | 'existing'; mkdirs?: boolean }): Promise<void> {
@@ -295,19 +147,74 @@ export class ChannelFiles implements WorkspaceFiles {
   }
 
   async list(p: string, opts: { depth?: number; max?: number; hidden?: boolean } = {}): Promise<Listing> {
-    const r = await this.call({ op: 'list', path: p, depth: opts.depth ?? 1, max: opts.max ?? 1000, hidden: !!opts.hidden });
-    const entries = Array.isArray(r.header.entries) ? (r.header.entries as ListEntry[]) : [];
-    return { entries, hidden: Number(r.header.hidden) || 0, truncated: r.header.truncated === true };
+    const depth = opts.depth ?? 1;
+    const max = opts.max ?? 1000;
+    let entries: ListEntry[] = [];
+    const r = await this.call({ op: 'list', path: p, depth, max, hidden: !!opts.hidden }, null, LIST_MAX_BYTES, (a) => {
+      entries = parseListing(a.data, p, a.header.count as number, max, depth);
+    });
+    return { entries, hidden: r.header.hidden as number, truncated: r.header.truncated as boolean };
   }
 
   async usage(paths: string[]): Promise<{ bytes: number; files: number; complete: boolean }> {
     const r = await this.call({ op: 'usage', paths });
-    return { bytes: Number(r.header.bytes) || 0, files: Number(r.header.files) || 0, complete: r.header.complete === true };
+    return { bytes: r.header.bytes as number, files: r.header.files as number, complete: r.header.complete as boolean };
   }
 
   async clear(p: string): Promise<void> {
     await this.call({ op: 'clear', path: p });
   }
+
+  async openRead(p: string, maxBytes: number): Promise<FileReader> {
+    const ch = await this.channel();
+    const r = await ch.request({ op: 'open', path: p, max: maxBytes }, null);
+    const info = r.header.info as FileInfo;
+    const handle = r.header.handle as number;
+    if (info.type !== 'file' || info.size > maxBytes) {
+      ch.fault('opened what it should have refused');
+      throw new FileOpError('UNAVAILABLE', "the conversation's file service failed");
+    }
+    let closed = false;
+    return {
+      info,
+      // the same channel throughout: a service that was restarted meanwhile does not know the handle
+      read: async (max = CHUNK_BYTES) => (await ch.request({ op: 'chunk', handle }, null, Math.min(max, CHUNK_BYTES))).data,
+      close: async () => {
+        if (closed || !ch.usable) return;
+        closed = true;
+        await ch.request({ op: 'close', handle }, null).catch(() => {});
+      },
+    };
+  }
+
+  async openWrite(p: string, opts: { mkdirs?: boolean }): Promise<FileWriter> {
+    const ch = await this.channel();
+    const r = await ch.request({ op: 'create', path: p, mkdirs: !!opts.mkdirs }, null);
+    const handle = r.header.handle as number;
+    let done = false;
+    return {
+      write: async (data) => {
+        // a chunk at a time: what waits for the service is one chunk, whatever the file's size
+        for (let at = 0; at < data.byteLength; at += CHUNK_BYTES) {
+          await ch.request({ op: 'append', handle }, data.subarray(at, Math.min(at + CHUNK_BYTES, data.byteLength)));
+        }
+      },
+      commit: async () => {
+        done = true;
+        return (await ch.request({ op: 'commit', handle }, null)).header.bytes as number;
+      },
+      abort: async () => {
+        if (done || !ch.usable) return;
+        done = true;
+        await ch.request({ op: 'close', handle }, null).catch(() => {});
+      },
+    };
+  }
+}
+
+/** A read of a file's bytes must not answer with a listing. */
+function noListing(a: Answer): void {
+  if (a.header.listing !== undefined) throw new ProtocolViolation('it answered a read with a listing');
 }
 
 /**
@@ -331,5 +238,7 @@ export function translatingFiles(inner: WorkspaceFiles, view: PathView): Workspa
     list: (p, opts) => inner.list(t(p), opts),
     usage: (paths) => inner.usage(paths.map(t)),
     clear: (p) => inner.clear(t(p)),
+    openRead: (p, max) => inner.openRead(t(p), max),
+    openWrite: (p, opts) => inner.openWrite(t(p), opts),
   };
 }

@@ -100,6 +100,7 @@ export class Sandbox implements ShellSandbox {
   private readonly live = new Map<string, Live>();
   private readonly evictListeners = new Set<(conversationId: string) => void>();
   private readonly quotaListeners = new Set<(conversationId: string, usedBytes: number, why: DiskStop) => void>();
+  private readonly faultListeners = new Set<(conversationId: string, reason: string) => void>();
   private diskQuota: DiskQuota | null = null;
   private closed = false;
   /** What the probe found: the util-linux joiners, the cgroups, and the holders built with them (bwrap). */
@@ -188,6 +189,22 @@ export class Sandbox implements ShellSandbox {
   onDiskQuota(fn: (conversationId: string, usedBytes: number, why: DiskStop) => void): () => void {
     this.quotaListeners.add(fn);
     return () => this.quotaListeners.delete(fn);
+  }
+
+  /**
+   * Called when a conversation's file service broke the protocol or missed a deadline (files.ts):
+   * its sandbox is closed right after (the next use starts a new one); `reason` is the daemon's words.
+   */
+  onSandboxFault(fn: (conversationId: string, reason: string) => void): () => void {
+    this.faultListeners.add(fn);
+    return () => this.faultListeners.delete(fn);
+  }
+
+  /** What comes out of a sandbox is hostile input: a violation ends that sandbox only, and its conversation is told. */
+  private sandboxFault(conversationId: string, reason: string): void {
+    this.log?.warn({ conversation_id: conversationId, reason }, "a conversation's sandbox broke the file service's protocol: it is closed");
+    for (const fn of this.faultListeners) fn(conversationId, reason);
+    void this.closeConversation(conversationId);
   }
 
   /**
@@ -567,6 +584,9 @@ export class Sandbox implements ShellSandbox {
   private holderFor(conversationId: string, live: Live, workspace: string): Holder {
     if (live.holder && !live.holder.dead) return live.holder;
     const h = (live.holder = this.holders!.take(workspace, this.stateDir(conversationId)));
+    h.files.onFault = (why) => {
+      if (this.live.get(conversationId) === live && live.holder === h) this.sandboxFault(conversationId, why);
+    };
     // everything that joined it dies with the namespace
     h.onDead = () => {
       if (this.live.get(conversationId) === live && live.holder === h) this.scheduleIdle(conversationId, live);
@@ -617,7 +637,7 @@ export class Sandbox implements ShellSandbox {
   }
 
   /** SANDBOX=none: a file service per conversation as a plain process. */
-  private readonly plain = new PlainFileServices();
+  private readonly plain = new PlainFileServices((id, why) => this.sandboxFault(id, why));
 
   /** The launcher of one conversation, for code that only starts processes (setup.sh, git, MCP servers). */
   forConversation(conversationId: string): ProcessLauncher {

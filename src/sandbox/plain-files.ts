@@ -22,6 +22,9 @@ interface Entry {
 export class PlainFileServices {
   private readonly entries = new Map<string, Entry>();
 
+  /** `onFault`: a service broke the protocol or a deadline (its process is ended already). */
+  constructor(private readonly onFault: (conversationId: string, reason: string) => void = () => {}) {}
+
   /** The conversation's channel, its process started when it has none (or it ended). */
   channel(conversationId: string, workspaceDir: string): Promise<FileChannel> {
     let p = this.entries.get(conversationId);
@@ -34,6 +37,9 @@ export class PlainFileServices {
         detached: true,
       });
       const entry: Entry = { proc, channel: new FileChannel(proc.stdin!, proc.stdout!, () => killTree(proc)), timer: null };
+      entry.channel.onFault = (why) => {
+        if (this.entries.get(conversationId) === entry) this.onFault(conversationId, why);
+      };
       proc.once('error', () => entry.channel.break('the file service could not be started'));
       proc.once('exit', () => {
         entry.channel.break('the file service ended');

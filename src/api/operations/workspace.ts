@@ -88,7 +88,7 @@ export const workspaceOperations = {
       },
       handler: (c, i) => c.sideChannels.download(i),
     }),
-    (f) => ({ name: f.name, content_base64: Buffer.from(f.bytes.buffer, f.bytes.byteOffset, f.bytes.byteLength).toString('base64') }),
+    async (f) => ({ name: f.name, content_base64: (await f.collect()).toString('base64') }),
   ),
   gitChanges: query({
     input: AS.WorkspacePathQuery,

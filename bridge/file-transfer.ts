@@ -1,0 +1,75 @@
+/**
+ * Downloads over uWS, streamed (src/conversation/file-transfer.ts is the core's side; uploads:
+ * bridge/multipart.ts):
+ *
+ * - a download goes out a chunk at a time with `tryEnd` (uWS takes what the socket takes and keeps
+ *   nothing), the next chunk read from the service only once the client took the last (onWritable),
+ *   so a response holds one chunk of the daemon's memory however slowly its client reads, and the
+ *   main thread does a chunk's work at a time (a 64 MiB file was joined chunk by chunk before: 22–36 s
+ *   of the main thread, /health stalled for seconds);
+ * - every write checks the abort flag first; a client that goes away ends the transfer (the file is
+ *   closed in its sandbox).
+ */
+import type { FileStream } from '../src/conversation/file-transfer.js';
+import { STATUS_TEXT, type ResState } from './http.js';
+import type { HttpResponse } from './uws.js';
+
+/** Writes the file as its client takes it; the file is closed whatever happens. */
+export async function sendFile(res: HttpResponse, state: ResState, file: FileStream): Promise<void> {
+  try {
+    if (state.aborted) return;
+    const total = file.size;
+    res.cork(() =>
+      res
+        .writeStatus(STATUS_TEXT[200]!)
+        .writeHeader('content-type', 'application/octet-stream')
+        .writeHeader('content-disposition', `attachment; filename="${file.name.replace(/[^\w.-]/g, '_')}"`),
+    );
+    let sent = 0;
+    if (total === 0) res.cork(() => res.end());
+    while (sent < total) {
+      const chunk = await file.read();
+      if (state.aborted) return;
+      // the file shrank after it was opened: the response cannot be what its length said
+      if (chunk.length === 0) return cut(res, state);
+      if (!(await offer(res, state, chunk, total))) return;
+      sent += chunk.length;
+    }
+    state.aborted = true;
+    state.metric?.end(200, state.t0!);
+  } catch {
+    // the status is sent: a failed read can only cut the response short
+    cut(res, state);
+  } finally {
+    await file.close();
+  }
+}
+
+function cut(res: HttpResponse, state: ResState): void {
+  if (state.aborted) return;
+  state.aborted = true;
+  res.close();
+}
+
+/**
+ * Offers a chunk of a response of `total` bytes; when the socket could not take all of it, the rest
+ * is offered again each time it is writable. False: the client went away.
+ */
+function offer(res: HttpResponse, state: ResState, chunk: Buffer, total: number): Promise<boolean> {
+  if (state.aborted) return Promise.resolve(false);
+  const base = res.getWriteOffset();
+  let ok = false;
+  let done = false;
+  res.cork(() => ([ok, done] = res.tryEnd(chunk, total)));
+  if (ok || done) return Promise.resolve(true);
+  return new Promise((resolve) => {
+    state.onAbort = () => resolve(false);
+    res.onWritable((offset) => {
+      if (state.aborted) return true;
+      [ok, done] = res.tryEnd(chunk.subarray(offset - base), total);
+      // the next chunk is read outside uWS's callback
+      if (ok || done) setImmediate(() => resolve(!state.aborted));
+      return ok;
+    });
+  });
+}
