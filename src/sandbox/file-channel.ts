@@ -80,7 +80,8 @@ export class FileChannel {
     this.ready.catch(() => {});
     input.on('error', () => this.break('the file service is gone'));
     output.on('data', (chunk: Buffer) => this.onData(chunk));
-    output.on('end', () => this.break('the file service ended'));
+    // (a service that ends in the middle of an answer broke it; one that ends between answers was stopped)
+    output.on('end', () => (this.have > 0 || this.frame ? this.fault('ended in the middle of an answer') : this.break('the file service ended')));
     output.on('error', () => this.break('the file service ended'));
   }
 

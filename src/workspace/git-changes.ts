@@ -19,7 +19,12 @@ function statusOf(xy: string): GitChangeStatus {
 
 /** Changed files under `dir` (paths relative to the repository root), or an error message when `dir` is not in a repository. */
 export async function gitChanges(dir: string, run: Omit<GitRunOptions, 'cwd'>): Promise<{ path: string; status: GitChangeStatus }[] | { error: string }> {
-  const res = await runGit(['status', '--porcelain=v1', '-z', '--untracked-files=all', '--', '.'], { ...run, cwd: dir, timeoutMs: TIMEOUT_MS });
+  // (a submodule's worktree is not looked into: that runs git in it, which the daemon's git may not)
+  const res = await runGit(['status', '--porcelain=v1', '-z', '--untracked-files=all', '--ignore-submodules=dirty', '--', '.'], {
+    ...run,
+    cwd: dir,
+    timeoutMs: TIMEOUT_MS,
+  });
   if (res.code !== 0) return { error: res.stderr.trim() || `git status failed (exit ${res.code})` };
   const out: { path: string; status: GitChangeStatus }[] = [];
   const parts = res.stdout.split('\0');
@@ -46,7 +51,7 @@ export async function gitDiff(
   ref: string,
   read: (p: string, maxBytes: number) => Promise<Buffer>,
 ): Promise<{ original: string | null; modified: string | null }> {
-  const res = await runGit(['show', `${ref}:./${path.basename(file)}`], { ...run, cwd: path.dirname(file), timeoutMs: TIMEOUT_MS });
+  const res = await runGit(['show', '--no-textconv', '--no-ext-diff', `${ref}:./${path.basename(file)}`], { ...run, cwd: path.dirname(file), timeoutMs: TIMEOUT_MS });
   const original = res.code === 0 ? res.stdout : null;
   const modified = await read(file, MAX_DIFF_BYTES).then(
     (b) => b.toString('utf8'),

@@ -403,11 +403,12 @@ async function cloneInner(opts: CloneOptions, scrub: (s: string) => string): Pro
       ? { PARLEY_ASKPASS_USERNAME: creds.username, PARLEY_ASKPASS_PASSWORD: creds.password, PARLEY_ASKPASS_ORIGIN: askpassOrigin(source.baseUrl) }
       : {};
     // into the workspace itself (`.`): in a sandbox, as its uid, with the daemon's network
-    const r = await runGit(['-c', 'credential.helper=', 'clone', '--no-progress', '--', url, '.'], {
+    const r = await runGit(['clone', '--no-progress', '--', url, '.'], {
       cwd: dir,
       env: opts.sandbox ? opts.sandbox.env({ ...cloneVars, ...credEnv }) : gitEnv(credEnv),
       launch: opts.sandbox,
       hostNetwork: true,
+      clone: true,
       signal: opts.signal,
       timeoutMs: opts.timeoutMs ?? 15 * 60_000,
     });
