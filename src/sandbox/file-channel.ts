@@ -78,11 +78,10 @@ export class FileChannel {
       this.readyReject = reject;
     });
     this.ready.catch(() => {});
-    input.on('error', () => this.break('the file service is gone'));
+    input.on('error', () => this.ended('the file service is gone'));
     output.on('data', (chunk: Buffer) => this.onData(chunk));
-    // (a service that ends in the middle of an answer broke it; one that ends between answers was stopped)
-    output.on('end', () => (this.have > 0 || this.frame ? this.fault('ended in the middle of an answer') : this.break('the file service ended')));
-    output.on('error', () => this.break('the file service ended'));
+    output.on('end', () => this.ended('the file service ended'));
+    output.on('error', () => this.ended('the file service ended'));
   }
 
   get usable(): boolean {
@@ -127,6 +126,12 @@ export class FileChannel {
       p.reject(new FileOpError(code, why));
     }
     this.onBroken(why);
+  }
+
+  /** The service's pipes closed: it broke the protocol when that was in the middle of an answer, else it was stopped. */
+  private ended(why: string): void {
+    if (this.have > 0 || this.frame) this.fault('ended in the middle of an answer');
+    else this.break(why);
   }
 
   /** The service broke the protocol or a deadline: the channel ends, and the owner is told why. */

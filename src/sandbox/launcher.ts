@@ -584,8 +584,9 @@ export class Sandbox implements ShellSandbox {
   private holderFor(conversationId: string, live: Live, workspace: string): Holder {
     if (live.holder && !live.holder.dead) return live.holder;
     const h = (live.holder = this.holders!.take(workspace, this.stateDir(conversationId)));
+    // (also once the holder died: a service that ended in the middle of an answer is told after its exit)
     h.files.onFault = (why) => {
-      if (this.live.get(conversationId) === live && live.holder === h) this.sandboxFault(conversationId, why);
+      if (live.holder === h) this.sandboxFault(conversationId, why);
     };
     // everything that joined it dies with the namespace
     h.onDead = () => {
@@ -656,6 +657,8 @@ export class Sandbox implements ShellSandbox {
     this.diskQuota?.forget(conversationId);
     if (l.idleTimer) clearTimeout(l.idleTimer);
     const h = l.holder;
+    // closed here: what its file service does from now on is no fault of it
+    h?.files.break("the conversation's sandbox was closed");
     // the init first: the kernel kills everything in its pid namespace
     if (h && !h.dead && h.init) signalPid(h.init);
     if (h) killTree(h.proc);

@@ -8,8 +8,13 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { VISIBLE_HOME, VISIBLE_IO, VISIBLE_OUTPUTS, VISIBLE_WORKSPACE, type MappedDir } from './settings.js';
 
-/** file-helper.mjs in the checkout, or next to the build (scripts/build.mjs copies it into dist/). */
-export const FILE_HELPER = fileURLToPath(new URL('./file-helper.mjs', import.meta.url));
+/**
+ * file-helper.mjs in the checkout, or next to the build (scripts/build.mjs copies it into dist/).
+ * The channel's tests put a hostile stand-in in its place (PARLEY_TEST_FILE_SERVICE, honoured only
+ * with NODE_ENV=test): what comes out of a sandbox is attacked from inside a real one.
+ */
+export const FILE_HELPER =
+  (process.env.NODE_ENV === 'test' && process.env.PARLEY_TEST_FILE_SERVICE) || fileURLToPath(new URL('./file-helper.mjs', import.meta.url));
 /** Where a sandbox sees it. */
 export const FILE_HELPER_INSIDE = '/parley/file-helper.mjs';
 
