@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { PassThrough } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
-import { FileChannel, FileOpError, type WorkspaceFiles } from '../src/sandbox/files.js';
+import { ChannelFiles, FileChannel, FileOpError, type WorkspaceFiles } from '../src/sandbox/files.js';
 import { Sandbox } from '../src/sandbox/launcher.js';
 import { PathOutsideError, PathView } from '../src/sandbox/path-view.js';
 import { tempDir } from './support/daemon.js';
@@ -142,7 +142,7 @@ describe('file service (plain process)', () => {
 
 describe('file channel: the daemon does not trust the service', () => {
   /** A frame as the service writes it. */
-  const frameOf = (h: object, data = Buffer.alloc(0)) => {
+  const frameOf = (h: unknown, data = Buffer.alloc(0)) => {
     const head = Buffer.from(JSON.stringify(h));
     const pre = Buffer.alloc(8);
     pre.writeUInt32LE(head.length, 0);
@@ -170,6 +170,136 @@ describe('file channel: the daemon does not trust the service', () => {
     await assert.rejects(p, code('UNAVAILABLE'));
     assert.equal(broken.length, 1);
     await assert.rejects(channel.request({ op: 'stat', path: '/x' }, null), code('UNAVAILABLE'));
+  });
+
+  /** A channel whose service sends `bytes` (after the ready frame) while `ask` waits; what the daemon made of it. */
+  async function answer(bytes: Buffer | Buffer[], ask?: (c: FileChannel) => Promise<unknown>) {
+    const f = fake();
+    const faults: string[] = [];
+    f.channel.onFault = (why) => faults.push(why);
+    await f.channel.ready;
+    const pending = ask?.(f.channel).then(
+      (v) => ({ ok: true as const, v }),
+      (e: Error) => ({ ok: false as const, e }),
+    );
+    for (const b of Array.isArray(bytes) ? bytes : [bytes]) f.toDaemon.write(b);
+    const result = await pending;
+    await new Promise((r) => setImmediate(r));
+    return { result, faults, broken: f.broken, channel: f.channel };
+  }
+  const stat = (c: FileChannel) => c.request({ op: 'stat', path: '/workspace/x' }, null);
+  const info = { type: 'file', size: 3, mode: 0o644, mtimeMs: 1 };
+
+  test('the 12 bytes of a `null` frame, and `{}`, while no request waits: one fault, nothing thrown, the channel ends', async () => {
+    for (const head of ['null', '{}']) {
+      const r = await answer(frameOf(JSON.parse(head)));
+      assert.equal(r.faults.length, 1, head);
+      assert.match(r.faults[0]!, /no request waited/);
+      assert.equal(r.channel.usable, false);
+      assert.equal(r.broken.length, 1, 'the owner ends the service once');
+    }
+    assert.equal(frameOf(null).length, 12);
+  });
+
+  test('every malformed, out-of-order, oversized or replayed answer is one fault with a reason; legal answers pass, however split', async () => {
+    const bad: [string, Buffer | Buffer[], (c: FileChannel) => Promise<unknown>, RegExp][] = [
+      ['null as the answer', frameOf(null), stat, /out of order/],
+      ['{} as the answer', frameOf({}), stat, /out of order/],
+      ['an array', frameOf([1, true]), stat, /out of order/],
+      ['a wrong id', frameOf({ id: 2, ok: true, info: null }), stat, /out of order/],
+      ['ok not a boolean', frameOf({ id: 1, ok: 1, info: null }), stat, /malformed/],
+      ['a size of -1', frameOf({ id: 1, ok: true, info: { ...info, size: -1 } }), stat, /malformed \(info\.size\)/],
+      ['a size as a string', frameOf({ id: 1, ok: true, info: { ...info, size: '3' } }), stat, /malformed/],
+      ['an unknown type', frameOf({ id: 1, ok: true, info: { ...info, type: 'door' } }), stat, /malformed/],
+      ['an extra key', frameOf({ id: 1, ok: true, info: null, more: 1 }), stat, /malformed/],
+      ['a code in lower case', frameOf({ id: 1, ok: false, code: 'enoent', message: 'x' }), stat, /failure answer was malformed/],
+      ['a message of 20,000 characters', frameOf({ id: 1, ok: false, code: 'ENOENT', message: 'x'.repeat(20_000) }), stat, /failure answer was malformed/],
+      [
+        'a failure with data',
+        frameOf({ id: 1, ok: false, code: 'ENOENT', message: 'x' }, Buffer.from('zz')),
+        (c) => c.request({ op: 'read', path: '/w', max: 9 }, null, 9),
+        /carried data/,
+      ],
+      ['a header that is not JSON', frameOf({ id: 1 }).fill(0x41, 8), stat, /not JSON/],
+      [
+        'a dense header',
+        (() => {
+          const h = Buffer.from(`[${'[],'.repeat(20_000)}[]]`);
+          const pre = Buffer.alloc(8);
+          pre.writeUInt32LE(h.length, 0);
+          return Buffer.concat([pre, h]);
+        })(),
+        stat,
+        /more structure/,
+      ],
+      [
+        'a header of 9 MiB, announced',
+        (() => {
+          const pre = Buffer.alloc(8);
+          pre.writeUInt32LE(9 << 20, 0);
+          return pre;
+        })(),
+        stat,
+        /header of 9\.0 MiB is larger than 64 KiB/,
+      ],
+      [
+        'data over what was asked',
+        frameOf({ id: 1, ok: true }, Buffer.alloc(11)),
+        (c) => c.request({ op: 'read', path: '/w', max: 10 }, null, 10),
+        /larger than its request allows/,
+      ],
+      ['an answer, replayed', [frameOf({ id: 1, ok: true, info: null }), frameOf({ id: 1, ok: true, info: null })], stat, /no request waited/],
+    ];
+    for (const [what, bytes, ask, reason] of bad) {
+      const r = await answer(bytes, ask);
+      assert.equal(r.faults.length, 1, what);
+      assert.match(r.faults[0]!, reason, what);
+      assert.equal(r.channel.usable, false, what);
+      if (!what.includes('replayed')) assert.equal(r.result?.ok, false, what);
+    }
+    // a legal answer one byte at a time, and a listing whose entries stay under the directory
+    const f = frameOf({ id: 1, ok: true, info });
+    const split = await answer(
+      [...f].map((b) => Buffer.from([b])),
+      stat,
+    );
+    assert.deepEqual(split.faults, []);
+    assert.deepEqual((split.result as { v: { header: unknown } }).v.header, { id: 1, ok: true, info });
+  });
+
+  test('paths in answers must be under what was asked: a listing or a realpath that names another is a fault', async () => {
+    const tick = () => new Promise((r) => setImmediate(r));
+    const ch = () => {
+      const f = fake();
+      const faults: string[] = [];
+      f.channel.onFault = (why) => faults.push(why);
+      return { ...f, faults, files: new ChannelFiles('/workspace', async () => f.channel) };
+    };
+    const a = ch();
+    const list = a.files.list('/workspace/d');
+    await tick();
+    a.toDaemon.write(frameOf({ id: 1, ok: true, hidden: 0, truncated: false, count: 2 }, Buffer.from('f/workspace/d/a\0d/etc\0')));
+    await assert.rejects(list, code('UNAVAILABLE'));
+    assert.match(a.faults[0]!, /outside the listed directory/);
+    const b = ch();
+    const real = b.files.realpath('/workspace/x');
+    await tick();
+    b.toDaemon.write(frameOf({ id: 1, ok: true, path: '/workspace/../etc/passwd' }));
+    await assert.rejects(real, code('UNAVAILABLE'));
+    assert.match(b.faults[0]!, /outside \/workspace/);
+    const c = ch();
+    const ok = c.files.list('/workspace/d', { depth: 2 });
+    await tick();
+    c.toDaemon.write(frameOf({ id: 1, ok: true, hidden: 1, truncated: false, count: 2 }, Buffer.from('d/workspace/d/sub\0f/workspace/d/sub/x y\0')));
+    assert.deepEqual(await ok, {
+      entries: [
+        { path: '/workspace/d/sub', dir: true },
+        { path: '/workspace/d/sub/x y', dir: false },
+      ],
+      hidden: 1,
+      truncated: false,
+    });
+    assert.deepEqual(c.faults, []);
   });
 
   test('a request not answered in time ends the channel with TIMEOUT; answers out of order end it too', async () => {

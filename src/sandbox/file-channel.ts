@@ -103,7 +103,7 @@ export class FileChannel {
     pre.writeUInt32LE(body.byteLength, 4);
     return new Promise((resolve, reject) => {
       const timer = setTimeout(
-        () => this.fault(`a file operation (${op}) did not finish within ${Math.round(this.timeoutMs / 1000)} s`, 'TIMEOUT'),
+        () => this.fault(`did not answer a file operation (${op}) within ${Math.round(this.timeoutMs / 1000)} s`, 'TIMEOUT'),
         this.timeoutMs,
       );
       timer.unref();
