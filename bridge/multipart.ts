@@ -7,7 +7,7 @@
  */
 import { Busboy } from '@fastify/busboy';
 import { UploadSource } from '../src/conversation/file-transfer.js';
-import { PayloadTooLargeError, RequestValidationError } from '../src/errors.js';
+import { PayloadTooLargeError, RequestValidationError, UnavailableError } from '../src/errors.js';
 import type { ResState } from './http.js';
 import type { HttpResponse } from './uws.js';
 
@@ -66,6 +66,8 @@ export function multipartUpload(res: HttpResponse, state: ResState, contentType:
   parser.on('finish', () => {
     if (!found) fail(missing());
   });
+  // a client that goes away mid-body: the upload ends (its partial file is dropped), nothing waits on
+  state.onAbort = () => fail(new UnavailableError('The upload was cut short: the client went away.'));
   let total = 0;
   res.onData((chunk, last) => {
     if (failed) return;
