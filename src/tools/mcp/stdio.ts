@@ -6,13 +6,25 @@
  * This transport starts the server as the leader of a new process group (`detached: true`, i.e.
  * setsid) and stops it by signalling the whole group: stdin EOF, then SIGTERM, then SIGKILL.
  * Process groups still alive when the daemon exits are SIGKILLed from a `process.on('exit')` hook.
+ *
+ * The server runs in the conversation's sandbox, where the agent can reach it: what it writes is
+ * hostile input. Its lines are read with bounded memory (received chunks kept in a list, each line
+ * joined once; the SDK's ReadBuffer joined every chunk to the ones before, up to 10 MiB), a line
+ * longer than MAX_LINE_BYTES or denser than MESSAGE_SHAPE (counted before JSON.parse) or not a
+ * JSON-RPC message ends the server with the reason (the manager reports it: MCPServerFailed).
  */
 import type { ChildProcess } from 'node:child_process';
 import { childProcess } from '../../builtins.js';
-import { ReadBuffer, serializeMessage } from '@modelcontextprotocol/sdk/shared/stdio.js';
+import { serializeMessage } from '@modelcontextprotocol/sdk/shared/stdio.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
-import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
+import { JSONRPCMessageSchema, type JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
+import { jsonShapeError, type ShapeLimits } from '../../body-shape.js';
 import { signalGroup, trackGroup, untrackGroup } from '../../process-group.js';
+
+/** The longest message line a server may write (the SDK's own bound; a tool's image result is base64 in one). */
+const MAX_LINE_BYTES = 10 * 1024 * 1024;
+/** A message's structure: a large tools/list (hundreds of tools with their schemas) has tens of thousands of values. */
+const MESSAGE_SHAPE: ShapeLimits = { values: 200_000, depth: 64 };
 
 interface StdioProcessOptions {
   command: string;
@@ -46,7 +58,11 @@ export class StdioProcessTransport implements Transport {
   onmessage?: <T extends JSONRPCMessage>(message: T) => void;
 
   private child?: ChildProcess;
-  private readonly buffer = new ReadBuffer();
+  /** A line being received: its chunks so far (no newline in them). */
+  private partial: Buffer[] = [];
+  private partialBytes = 0;
+  /** Why the server was ended for what it wrote. */
+  private violation: string | null = null;
   private stderrTail = '';
   private closed = false;
   private exitInfo: { code: number | null; signal: NodeJS.Signals | null } | null = null;
@@ -60,6 +76,7 @@ export class StdioProcessTransport implements Transport {
 
   /** Why the process is gone (`exited with code 1: <stderr tail>`), or undefined while it runs. */
   exitDescription(): string | undefined {
+    if (this.violation) return `the server broke the protocol: ${this.violation}`;
     if (!this.exitInfo) return undefined;
     const how = this.exitInfo.signal ? `was killed by ${this.exitInfo.signal}` : `exited with code ${this.exitInfo.code}`;
     const tail = this.stderrTail.trim();
@@ -109,24 +126,61 @@ export class StdioProcessTransport implements Transport {
           this.finish();
         });
       });
-      child.stdout?.on('data', (chunk: Buffer) => {
-        try {
-          this.buffer.append(chunk);
-          for (;;) {
-            const msg = this.buffer.readMessage();
-            if (msg === null) break;
-            this.onmessage?.(msg);
-          }
-        } catch (err) {
-          this.onerror?.(err instanceof Error ? err : new Error(String(err)));
-        }
-      });
+      child.stdout?.on('data', (chunk: Buffer) => this.receive(chunk));
       child.stderr?.on('data', (chunk: Buffer) => {
         this.stderrTail = (this.stderrTail + chunk.toString('utf8')).slice(-STDERR_TAIL_BYTES);
       });
       child.stdin?.on('error', (err) => this.onerror?.(err));
       child.stdout?.on('error', (err) => this.onerror?.(err));
     });
+  }
+
+  /** Splits what the server wrote into lines, each joined once; nothing it writes throws out of here. */
+  private receive(chunk: Buffer): void {
+    if (this.violation) return;
+    let start = 0;
+    for (let nl = chunk.indexOf(0x0a); nl >= 0 && !this.violation; nl = chunk.indexOf(0x0a, start)) {
+      const piece = chunk.subarray(start, nl);
+      if (this.partialBytes + piece.length > MAX_LINE_BYTES) return this.refuse(`a line longer than ${MAX_LINE_BYTES} bytes`);
+      const line = this.partial.length === 0 ? piece : Buffer.concat([...this.partial, piece]);
+      this.partial = [];
+      this.partialBytes = 0;
+      start = nl + 1;
+      this.message(line);
+    }
+    if (this.violation || start === chunk.length) return;
+    const rest = chunk.subarray(start);
+    if (this.partialBytes + rest.length > MAX_LINE_BYTES) return this.refuse(`a line longer than ${MAX_LINE_BYTES} bytes`);
+    this.partial.push(rest);
+    this.partialBytes += rest.length;
+  }
+
+  private message(line: Buffer): void {
+    const text = line.toString('utf8').replace(/\r$/, '');
+    if (text.trim() === '') return;
+    const dense = jsonShapeError(text, MESSAGE_SHAPE, 'a message');
+    if (dense) return this.refuse(dense.tooLarge ? 'a message with more structure than the limit' : 'a malformed message');
+    let msg: JSONRPCMessage;
+    try {
+      msg = JSONRPCMessageSchema.parse(JSON.parse(text));
+    } catch {
+      return this.refuse('a line that is not a JSON-RPC message');
+    }
+    try {
+      this.onmessage?.(msg);
+    } catch (err) {
+      this.onerror?.(err instanceof Error ? err : new Error(String(err)));
+    }
+  }
+
+  /** The server wrote what the daemon does not read: it is ended, and says why (exitDescription). */
+  private refuse(why: string): void {
+    if (this.violation) return;
+    this.violation = why;
+    this.partial = [];
+    this.partialBytes = 0;
+    this.onerror?.(new Error(`the MCP server broke the protocol: ${why}`));
+    void this.close();
   }
 
   private finishedOnce = false;
@@ -141,7 +195,7 @@ export class StdioProcessTransport implements Transport {
       setTimeout(() => signalGroup(pid, 'SIGKILL'), 500).unref();
       setTimeout(() => untrackGroup(pid), 600).unref();
     }
-    this.buffer.clear();
+    this.partial = [];
     this.onclose?.();
   }
 
