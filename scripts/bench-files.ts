@@ -11,6 +11,15 @@
  * a new file, `str_replace` in it; median and p90 per operation in ms, and what the sandbox adds.
  * The machine's load average is printed: on a busy machine the added figure is mostly the two
  * context switches of a request (daemon → service → daemon).
+ *
+ *   npx tsx scripts/bench-files.ts --transfer [--rounds 3] [--mib 64]
+ *
+ * Downloads and uploads through a real daemon (bwrap): a file of `--mib` MiB made in a conversation's
+ * workspace is downloaded (GET /api/file/download, the body read to its end) and uploaded
+ * (POST /api/file/upload, multipart) `--rounds` times each, against reading the same file from the
+ * host's disk (fs.readFile, a baseline of the same run) — medians, and their ratio to it — while a
+ * separate process asks GET /health one request after another: its worst latency during the
+ * transfers, against its worst with the daemon idle for the same time.
  */
 import { execFileSync } from 'node:child_process';
 import crypto from 'node:crypto';
@@ -24,8 +33,10 @@ import { createFileEditorTool } from '../src/tools/file-editor.js';
 import type { Tool, ToolContext } from '../src/tools/types.js';
 
 const BEFORE = 'f3174a7';
-const { values: args } = parseArgs({ options: { rounds: { type: 'string', default: '300' } } });
-const ROUNDS = Number(args.rounds);
+const { values: args } = parseArgs({
+  options: { rounds: { type: 'string' }, transfer: { type: 'boolean', default: false }, mib: { type: 'string', default: '64' } },
+});
+const ROUNDS = Number(args.rounds ?? (args.transfer ? 3 : 300));
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
@@ -124,4 +135,99 @@ async function main(): Promise<void> {
   }
 }
 
-await main();
+/** A process asking GET /health one request after another until told to stop (a line on stdin); prints its worst latency in ms. */
+const HEALTH_POLLER = `
+let worst = 0, n = 0, stop = false;
+process.stdin.on('data', () => (stop = true));
+(async () => {
+  while (!stop) {
+    const t0 = performance.now();
+    await fetch(process.argv[1] + '/health').then((r) => r.arrayBuffer());
+    worst = Math.max(worst, performance.now() - t0);
+    n++;
+  }
+  console.log(JSON.stringify({ worst, n }));
+  process.exit(0);
+})();`;
+
+async function healthWorst<T>(url: string, fn: () => Promise<T>): Promise<{ result: T; worst: number; n: number }> {
+  const { spawn } = await import('node:child_process');
+  const p = spawn(process.execPath, ['-e', HEALTH_POLLER, url], { stdio: ['pipe', 'pipe', 'inherit'] });
+  let out = '';
+  p.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  await new Promise((r) => setTimeout(r, 200));
+  const result = await fn();
+  p.stdin.end('stop\n');
+  await new Promise((r) => p.on('close', r));
+  const { worst, n } = JSON.parse(out) as { worst: number; n: number };
+  return { result, worst, n };
+}
+
+async function transfers(): Promise<void> {
+  const { startDaemon } = await import('../test/support/daemon.js');
+  const size = Number(args.mib) * 1024 * 1024;
+  const d = await startDaemon({ SANDBOX: 'bwrap', SANDBOX_NETWORK: 'none' });
+  try {
+    const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id as string;
+    const made = await d.req('POST', '/api/bash/execute_bash_command', {
+      command: `head -c ${size} /dev/urandom > big.bin && echo made`,
+      conversation_id: id,
+      timeout: 120,
+    });
+    if (!/made/.test(String(made.body.stdout))) throw new Error(`could not make the file: ${made.text}`);
+    const host = path.join(d.dataDir, 'workspaces', id.replace(/-/g, ''), 'big.bin');
+    const content = fs.readFileSync(host);
+    const q = (p: string) => `conversation_id=${id}&path=${encodeURIComponent(p)}`;
+    const timed = async (fn: () => Promise<void>) => {
+      const t0 = performance.now();
+      await fn();
+      return performance.now() - t0;
+    };
+    const read = () => timed(async () => void (await fs.promises.readFile(host)));
+    const download = () =>
+      timed(async () => {
+        const r = await fetch(`${d.url}/api/file/download?${q('/workspace/big.bin')}`);
+        let n = 0;
+        for await (const c of r.body as unknown as AsyncIterable<Uint8Array>) n += c.byteLength;
+        if (r.status !== 200 || n !== size) throw new Error(`download: ${r.status}, ${n} bytes`);
+      });
+    const upload = () =>
+      timed(async () => {
+        const form = new FormData();
+        form.append('file', new Blob([content]), 'up.bin');
+        const r = await fetch(`${d.url}/api/file/upload?${q('/workspace/up.bin')}`, { method: 'POST', body: form });
+        if (r.status !== 200) throw new Error(`upload: ${r.status} ${await r.text()}`);
+      });
+    await download(); // the sandbox up, the code warm
+    const t: Record<'read' | 'download' | 'upload', number[]> = { read: [], download: [], upload: [] };
+    const busy = await healthWorst(d.url, async () => {
+      for (let i = 0; i < ROUNDS; i++) {
+        t.read.push(await read());
+        t.download.push(await download());
+        t.upload.push(await upload());
+      }
+      return t.download.reduce((a, b) => a + b, 0) + t.upload.reduce((a, b) => a + b, 0);
+    });
+    const idle = await healthWorst(d.url, () => new Promise((r) => setTimeout(r, Math.min(busy.result, 10_000))));
+    console.log(
+      `bench-files --transfer: ${args.mib} MiB, ${ROUNDS} rounds, load average ${os
+        .loadavg()
+        .map((l) => l.toFixed(2))
+        .join(' ')}`,
+    );
+    const base = median(t.read);
+    for (const k of ['read', 'download', 'upload'] as const) {
+      const m = median(t[k]);
+      console.log(
+        `${k.padEnd(9)} median ${m.toFixed(1).padStart(8)} ms   ${(m / base).toFixed(1).padStart(6)}× reading the file   (${t[k].map((x) => x.toFixed(0)).join(', ')} ms)`,
+      );
+    }
+    console.log(
+      `GET /health worst latency during the transfers ${busy.worst.toFixed(1)} ms (${busy.n} requests); idle ${idle.worst.toFixed(1)} ms (${idle.n})`,
+    );
+  } finally {
+    await d.stop();
+  }
+}
+
+await (args.transfer ? transfers() : main());
