@@ -51,7 +51,11 @@ export async function gitDiff(
   ref: string,
   read: (p: string, maxBytes: number) => Promise<Buffer>,
 ): Promise<{ original: string | null; modified: string | null }> {
-  const res = await runGit(['show', '--no-textconv', '--no-ext-diff', `${ref}:./${path.basename(file)}`], { ...run, cwd: path.dirname(file), timeoutMs: TIMEOUT_MS });
+  const res = await runGit(['show', '--no-textconv', '--no-ext-diff', `${ref}:./${path.basename(file)}`], {
+    ...run,
+    cwd: path.dirname(file),
+    timeoutMs: TIMEOUT_MS,
+  });
   const original = res.code === 0 ? res.stdout : null;
   const modified = await read(file, MAX_DIFF_BYTES).then(
     (b) => b.toString('utf8'),
