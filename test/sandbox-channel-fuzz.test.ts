@@ -100,6 +100,7 @@ describe('the file channel attacked from inside real sandboxes', { timeout: 175_
     const kinds = Object.keys(ATTACKS);
     const expected = new Map<string, number>();
     const statuses = new Map<number, number>();
+    const log = new Map<string, string[]>();
     let done = false;
     let honestRounds = 0;
     // the honest conversation works all along
@@ -115,6 +116,7 @@ describe('the file channel attacked from inside real sandboxes', { timeout: 175_
             // downloads open the file, uploads create one: two kinds of request attacked
             const status = i % 2 === 0 ? (await download(id, p)).status : (await upload(id, p, Buffer.from('payload'))).status;
             statuses.set(status, (statuses.get(status) ?? 0) + 1);
+            log.set(id, [...(log.get(id) ?? []), `${i}:${kind}:${status}`]);
             assert.ok(status < 500 || status === 503, `${kind}: ${status}`);
             if (ATTACKS[kind]!.fault) {
               expected.set(id, (expected.get(id) ?? 0) + 1);
@@ -134,7 +136,11 @@ describe('the file channel attacked from inside real sandboxes', { timeout: 175_
     assert.ok(honestRounds > 0, 'the honest conversation was served during the attack');
     for (const id of attacked) {
       const events = await protocolErrors(id);
-      assert.equal(events.length, expected.get(id), 'one event per violation, none for a legal answer');
+      assert.equal(
+        events.length,
+        expected.get(id),
+        `one event per violation, none for a legal answer; rounds ${log.get(id)?.join(' ')}; events: ${events.map((e) => e.detail).join(' | ')}`,
+      );
       for (const e of events) assert.match(e.detail, /^the file service /);
       await works(id, 'after');
     }

@@ -58,7 +58,11 @@ const frame = (head, data = Buffer.alloc(0)) => {
   pre.writeUInt32LE(data.length, 4);
   return Buffer.concat([pre, h, data]);
 };
-const out = (b) => process.stdout.write(b);
+// what goes out keeps its order (a split answer is written over many turns; an answer the real
+// service gives meanwhile, e.g. to the daemon's disk walk, waits for it)
+let queue = Promise.resolve();
+const later = (fn) => (queue = queue.then(fn));
+const out = (b) => later(() => void process.stdout.write(b));
 /** after the real answer to an id: what to do with it */
 const after = new Map();
 const attack = (h, kind) => {
@@ -90,7 +94,7 @@ const attack = (h, kind) => {
     case 'truncated': {
       const f = frame({ id, ok: true, handle: 1, info: { type: 'file', size: 3, mode: 420, mtimeMs: 1 } });
       out(f.subarray(0, 1 + Math.floor(rand() * (f.length - 2))));
-      return setTimeout(() => process.exit(0), 50);
+      return later(() => setTimeout(() => process.exit(0), 50));
     }
     case 'bad-field': {
       const info = { type: 'file', size: 3, mode: 420, mtimeMs: 1 };
@@ -129,9 +133,11 @@ real.stdout.on('data', (c) => {
     const kind = after.get(id);
     after.delete(id);
     if (kind === 'split') {
-      let i = 0;
-      const step = () => { if (i < f.length) { out(f.subarray(i, i + 1)); i++; setImmediate(step); } };
-      step();
+      later(() => new Promise((done) => {
+        let i = 0;
+        const step = () => { if (i >= f.length) return done(); process.stdout.write(f.subarray(i, i + 1)); i++; setImmediate(step); };
+        step();
+      }));
       continue;
     }
     out(f);
