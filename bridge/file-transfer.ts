@@ -3,8 +3,9 @@
  * bridge/multipart.ts):
  *
  * - a download goes out a chunk at a time with `tryEnd` (uWS takes what the socket takes and keeps
- *   nothing), the next chunk read from the service only once the client took the last (onWritable),
- *   so a response holds one chunk of the daemon's memory however slowly its client reads, and the
+ *   nothing), the chunk after it read from the service meanwhile and the one after that only once
+ *   the client took the first (onWritable), so a response holds two chunks of the daemon's memory
+ *   however slowly its client reads, and the
  *   main thread does a chunk's work at a time (a 64 MiB file was joined chunk by chunk before: 22–36 s
  *   of the main thread, /health stalled for seconds);
  * - every write checks the abort flag first; a client that goes away ends the transfer (the file is
@@ -27,13 +28,18 @@ export async function sendFile(res: HttpResponse, state: ResState, file: FileStr
     );
     let sent = 0;
     if (total === 0) res.cork(() => res.end());
-    while (sent < total) {
-      const chunk = await file.read();
+    // the next chunk is asked for while this one goes out: at most two chunks of the file in the daemon
+    let next: Promise<Buffer> | null = total > 0 ? file.read() : null;
+    while (next) {
+      const chunk = await next;
       if (state.aborted) return;
       // the file shrank after it was opened: the response cannot be what its length said
       if (chunk.length === 0) return cut(res, state);
-      if (!(await offer(res, state, chunk, total))) return;
       sent += chunk.length;
+      next = sent < total ? file.read() : null;
+      // (a read left behind when the client goes away fails quietly: the file is closed after it)
+      next?.catch(() => {});
+      if (!(await offer(res, state, chunk, total))) return;
     }
     state.aborted = true;
     state.metric?.end(200, state.t0!);

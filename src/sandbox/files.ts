@@ -192,18 +192,25 @@ export class ChannelFiles implements WorkspaceFiles {
     const r = await ch.request({ op: 'create', path: p, mkdirs: !!opts.mkdirs }, null);
     const handle = r.header.handle as number;
     let done = false;
+    // the last append sent: the next is sent before it is answered (the service writes them in order),
+    // so at most two chunks wait for the service, whatever the file's size
+    let last: Promise<unknown> = Promise.resolve();
     return {
       write: async (data) => {
-        // a chunk at a time: what waits for the service is one chunk, whatever the file's size
         for (let at = 0; at < data.byteLength; at += CHUNK_BYTES) {
-          await ch.request({ op: 'append', handle }, data.subarray(at, Math.min(at + CHUNK_BYTES, data.byteLength)));
+          const before = last;
+          last = ch.request({ op: 'append', handle }, data.subarray(at, Math.min(at + CHUNK_BYTES, data.byteLength)));
+          last.catch(() => {});
+          await before;
         }
       },
       commit: async () => {
+        await last;
         done = true;
         return (await ch.request({ op: 'commit', handle }, null)).header.bytes as number;
       },
       abort: async () => {
+        await last.catch(() => {});
         if (done || !ch.usable) return;
         done = true;
         await ch.request({ op: 'close', handle }, null).catch(() => {});
