@@ -4,6 +4,7 @@
  * /metrics, the console's files and sign-out — with raw requests whose headers are exactly the
  * test's, against real daemons (one keyless on loopback, one with a key).
  */
+import { MAX_UPLOAD_BYTES } from '../src/conversation/side-channels.js';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { after, before, describe, test } from 'node:test';
@@ -168,12 +169,15 @@ describe('the door, rule by rule', { timeout: 170_000 }, () => {
     }
   });
 
-  test('size: a declared Content-Length over MAX_BODY_BYTES is 413 before a byte is read', async () => {
+  test('size: a declared Content-Length over MAX_BODY_BYTES (an upload: its own limit) is 413 before a byte is read', async () => {
+    // an upload streams to its sandbox: MAX_UPLOAD_BYTES (or MAX_BODY_BYTES when larger) plus 1 MiB of form
+    const uploadLimit = Math.max(LIMIT, MAX_UPLOAD_BYTES) + 1024 * 1024;
     for (const [name, door] of Object.entries(DOORS)) {
       if (!door.body) continue;
-      const r = await door.call(keyless.port, { 'content-length': LIMIT + 1 }, keylessId).catch((err: Error) => ({ status: -1, text: String(err) }));
+      const limit = door.body === 'multipart' ? uploadLimit : LIMIT;
+      const r = await door.call(keyless.port, { 'content-length': limit + 1 }, keylessId).catch((err: Error) => ({ status: -1, text: String(err) }));
       assert.equal(r.status, 413, `${name}: ${r.text}`);
-      assert.match(r.text, new RegExp(`exceeds ${LIMIT} bytes`));
+      assert.match(r.text, new RegExp(`exceeds ${limit} bytes`));
     }
   });
 });
