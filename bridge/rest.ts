@@ -7,7 +7,7 @@
 import type { Logger } from 'pino';
 import { runOperation } from '../src/api/operations.js';
 import type { Core } from '../src/core.js';
-import { FileStream } from '../src/conversation/file-transfer.js';
+import { FileBytes, FileStream } from '../src/conversation/file-transfer.js';
 import { MAX_UPLOAD_BYTES } from '../src/conversation/side-channels.js';
 import { EventPage } from '../src/events/page.js';
 import { eventJson } from '../src/events/types.js';
@@ -111,6 +111,11 @@ export function mountRest(app: TemplatedApp, { core, log, door, routes, inFlight
       if (out instanceof EventPage) return await streamPage(res, state, out, eventJson);
       // a file's bytes go out as the client takes them
       if (out instanceof FileStream) return await sendFile(res, state, out);
+      // bytes the daemon made (an archive) go out as they are
+      if (out instanceof FileBytes)
+        return send(res, state, 200, Buffer.from(out.bytes), 'application/octet-stream', {
+          'content-disposition': `attachment; filename="${out.name.replace(/[^\w.-]/g, '_')}"`,
+        });
       sendJson(res, state, target.status, out);
     } catch (err) {
       const e = toHttpError(err, input, target.loc, log, core.redactor);

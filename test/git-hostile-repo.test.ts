@@ -6,7 +6,8 @@
  * a `core.hooksPath`, and attributes that name a filter, a textconv and a merge driver. Each program
  * touches a marker named after what ran it; the fsmonitor also tries to write the 12 bytes that
  * once killed the daemon (a frame whose header is `null`) on the file service's socket. Then the
- * daemon serves /api/git/changes and /api/git/diff for it, as the console does: the answers must be
+ * daemon serves /api/git/changes, /api/git/diff and the file browser's patch archive for it, as the
+ * console does: the answers must be
  * right, no marker may appear (judged from the host, in the workspace's directory), and the daemon
  * must be up. The agent's own git, last, still runs what it planted (the markers appear): the test
  * plants what works.
@@ -138,6 +139,12 @@ describe("the daemon's git on a poisoned repository", { timeout: 170_000 }, () =
       const diff = await d.req('GET', `/api/git/diff?${q('/workspace/repo/a.txt')}`);
       assert.equal(diff.status, 200, diff.text);
       assert.deepEqual(diff.body, { original: 'one\n', modified: 'one\nmore\n' });
+      // the file browser's archive as a patch: git add and diff on a temporary index
+      const patch = await fetch(`${d.url}/api/file/archive?${q('/workspace/repo')}&format=git-delta`);
+      const text = await patch.text();
+      assert.equal(patch.status, 200, text);
+      assert.match(text, /\+more/);
+      assert.match(text, /new file mode[\s\S]*\+new/);
     }
     assert.deepEqual(fs.readdirSync(markers), [], 'no program the repository names ran');
     assert.equal((await d.req('GET', '/health')).status, 200);

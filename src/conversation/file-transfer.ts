@@ -10,6 +10,14 @@ import type { FileReader } from '../sandbox/files.js';
 import { CHUNK_BYTES } from '../sandbox/file-protocol.js';
 import { UnavailableError } from '../errors.js';
 
+/** Bytes the daemon made whole (an archive of a directory), answered raw (not as JSON) by the bridge. */
+export class FileBytes {
+  constructor(
+    readonly name: string,
+    readonly bytes: Uint8Array,
+  ) {}
+}
+
 /** A file being downloaded: its name and size, then its bytes in chunks. Close it. */
 export class FileStream {
   constructor(

@@ -23,6 +23,8 @@ import type { Conversations } from './conversations.js';
 import { locateWorkspacePath } from './workspace-locator.js';
 import { FileStream, UploadSource } from './file-transfer.js';
 
+export { FileBytes } from './file-transfer.js';
+
 /** How the side channels reach a conversation's workspace: its view, its files and its launcher. */
 interface WorkspaceAccess {
   /** Resolves when processes can be started and files reached (the sandbox's start-up probe). */

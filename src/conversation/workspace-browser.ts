@@ -10,6 +10,7 @@
  * launcher. The daemon never lists, opens or creates a path on the host for these routes, and a path
  * leading out of the workspace is a 403 with the reason.
  */
+import { daemonGitShellPrelude } from '../workspace/git-process.js';
 import type { ChildProcess } from 'node:child_process';
 import { posix } from 'node:path';
 import { ConflictError, ForbiddenError, NotFoundError, PayloadTooLargeError, RequestValidationError, UnavailableError } from '../errors.js';
@@ -215,7 +216,9 @@ export class WorkspaceBrowser {
       return dirOnly ? [`:(glob,exclude)${base}/**`] : [`:(glob,exclude)${base}`, `:(glob,exclude)${base}/**`];
     });
     // a temporary index: the repository's own index and working tree are left as they are
+    // (every git of it runs as the daemon's own: nothing the repository names runs, src/workspace/git-process.ts)
     const script = [
+      daemonGitShellPrelude(),
       'set -e',
       'idx=$(mktemp)',
       'trap \'rm -f "$idx"\' EXIT',
@@ -225,7 +228,7 @@ export class WorkspaceBrowser {
       'git read-tree HEAD 2>/dev/null || git read-tree --empty',
       'git add -A -- . "$@"',
       'if [ -z "$base" ]; then base=$(git rev-parse -q --verify HEAD || git hash-object -t tree /dev/null); fi',
-      'git -c core.quotepath=off diff --cached --binary "$base" -- . "$@"',
+      'git -c core.quotepath=off diff --cached --binary --no-textconv --no-ext-diff "$base" -- . "$@"',
     ].join('\n');
     return new FileBytes(`${name}.patch`, await this.run(at.conversationId, ['sh', '-c', script, 'archive', q.base_ref ?? '', ...specs], cwd));
   }

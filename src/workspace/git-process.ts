@@ -87,6 +87,19 @@ const DAEMON_GIT_ENV = {
   GIT_OPTIONAL_LOCKS: '0',
 };
 
+const quote = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
+
+/**
+ * The same git for a shell script the daemon runs in a sandbox (e.g. an archive made with a temporary
+ * index): the environment, and a `git` function that runs every git of the script as runGit does.
+ * (`prlimit` execs the git program itself, not the function: the shell may still start processes.)
+ */
+export function daemonGitShellPrelude(): string {
+  const env = Object.entries(DAEMON_GIT_ENV).map(([k, v]) => `export ${k}=${quote(v)}`);
+  const config = [...DAEMON_GIT_CONFIG, 'protocol.allow=never'].map((c) => `-c ${quote(c)}`).join(' ');
+  return `${env.join('; ')}; git() { prlimit --nproc=0:0 -- git --no-pager ${config} "$@"; }`;
+}
+
 /** git's argv as the daemon runs it (see the file comment). */
 export function daemonGitArgv(args: string[], clone = false): string[] {
   const config = [...DAEMON_GIT_CONFIG, ...(clone ? [] : ['protocol.allow=never'])].flatMap((c) => ['-c', c]);
