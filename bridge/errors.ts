@@ -26,6 +26,7 @@ export function toHttpError(err: unknown, input: unknown, locOf: (p: PropertyKey
     }
     case 'validation':
       return { status, body: { detail: redactor.redactDeep((err as RequestValidationError).issues) } };
+    case 'badRequest':
     case 'notFound':
     case 'conflict':
     case 'payloadTooLarge':

@@ -162,6 +162,54 @@ export async function streamPage<T>(res: HttpResponse, state: ResState, page: La
   }
 }
 
+/** Bytes made as they are sent (src/conversation/trajectory.ts's ByteStream). */
+interface LazyBytes {
+  name: string;
+  contentType: string;
+  chunks(): AsyncIterable<Uint8Array>;
+}
+
+/**
+ * Sends bytes of unknown length as they are made (chunked): the next chunk is made while one goes
+ * out, and asked for again only once the client took it (`write`), so a slow client holds two chunks
+ * of the daemon's memory, as a file download does (bridge/file-transfer.ts, which knows its length
+ * and uses tryEnd). A failure before the first chunk is thrown (the caller answers it); after, the
+ * response is cut short.
+ */
+export async function streamBytes(res: HttpResponse, state: ResState, out: LazyBytes): Promise<void> {
+  const it = out.chunks()[Symbol.asyncIterator]();
+  let r = await it.next();
+  if (state.aborted) return void (await it.return?.());
+  res.cork(() =>
+    res
+      .writeStatus(STATUS_TEXT[200]!)
+      .writeHeader('content-type', out.contentType)
+      .writeHeader('content-disposition', `attachment; filename="${out.name.replace(/[^\w.-]/g, '_')}"`),
+  );
+  try {
+    while (!r.done) {
+      const following = it.next();
+      // (a chunk made for a client that went away is dropped quietly)
+      following.catch(() => {});
+      if (!(await write(res, state, r.value))) {
+        await following.catch(() => {});
+        return void (await it.return?.());
+      }
+      r = await following;
+    }
+    if (state.aborted) return;
+    res.cork(() => res.end());
+    state.aborted = true;
+    state.metric?.end(200, state.t0!);
+  } catch {
+    // the status is sent: a failure can only cut the response short
+    if (!state.aborted) {
+      state.aborted = true;
+      res.close();
+    }
+  }
+}
+
 /** Writes a chunk; when uWS had to keep it, waits until the socket is writable again. False: the client went away. */
 export function write(res: HttpResponse, state: ResState, chunk: string | Uint8Array): Promise<boolean> {
   if (state.aborted) return Promise.resolve(false);

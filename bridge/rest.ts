@@ -9,11 +9,12 @@ import { runOperation } from '../src/api/operations.js';
 import type { Core } from '../src/core.js';
 import { FileBytes, FileStream } from '../src/conversation/file-transfer.js';
 import { MAX_UPLOAD_BYTES } from '../src/conversation/side-channels.js';
+import { ByteStream } from '../src/conversation/trajectory.js';
 import { EventPage } from '../src/events/page.js';
 import { eventJson } from '../src/events/types.js';
 import type { Door } from './admission.js';
 import { toHttpError } from './errors.js';
-import { BodyTooLarge, jsonErrorPosition, parseQuery, readJsonBody, type ResState, send, sendJson, streamPage, watchAbort } from './http.js';
+import { BodyTooLarge, jsonErrorPosition, parseQuery, readJsonBody, type ResState, send, sendJson, streamBytes, streamPage, watchAbort } from './http.js';
 import { RouteMetric, unmatchedMetric } from './metrics.js';
 import { sendFile } from './file-transfer.js';
 import { multipartUpload } from './multipart.js';
@@ -111,6 +112,8 @@ export function mountRest(app: TemplatedApp, { core, log, door, routes, inFlight
       if (out instanceof EventPage) return await streamPage(res, state, out, eventJson);
       // a file's bytes go out as the client takes them
       if (out instanceof FileStream) return await sendFile(res, state, out);
+      // bytes made as they are sent (a trajectory's ZIP)
+      if (out instanceof ByteStream) return await streamBytes(res, state, out);
       // bytes the daemon made (an archive) go out as they are
       if (out instanceof FileBytes)
         return send(res, state, 200, Buffer.from(out.bytes), 'application/octet-stream', {

@@ -39,6 +39,7 @@ import { WorkspaceBrowser } from './conversation/workspace-browser.js';
 import { ProjectExtensions } from './conversation/project-extensions.js';
 import type { McpTestRequest, McpTestResult, McpTestSandbox } from './tools/mcp/test-server.js';
 import { liveParts } from './conversation/live.js';
+import { Forks } from './conversation/fork.js';
 
 export interface Core {
   service: ConversationOps;
@@ -48,6 +49,8 @@ export interface Core {
   agent: Agent;
   /** The agent server's workspace side channels (/api/bash, /api/file, /api/git). */
   sideChannels: SideChannels;
+  /** Forking a conversation: its events, settings and a copy of its workspace (src/conversation/fork.ts). */
+  forks: Forks;
   /** OpenHands agent-server's server-wide features: its settings, profiles, saved workspaces, skills, file browser, MCP test. */
   server: ServerFeatures;
   sandbox: Sandbox;
@@ -146,6 +149,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   });
   const service = new ConversationService(conversations, events, settings, agent.runtime, preparer, redactor, log, config.maxEventBytes);
   const sideChannels = new SideChannels(conversations, settings, redactor, config.workspaceRoot, sandboxAccess(sandbox));
+  const forks = new Forks({ conversations, events, sandbox, workspaceRoot: config.workspaceRoot, log });
   const server = serverFeatures(config, store, settings, conversations, sandbox, redactor);
   unread.push(
     metrics.sandboxes.read(() => [[[sandbox.mode], sandbox.liveCount]]),
@@ -182,6 +186,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     settings,
     agent,
     sideChannels,
+    forks,
     server,
     sandbox,
     redactor,

@@ -7,6 +7,10 @@ export class NotFoundError extends Error {
 export class ConflictError extends Error {
   override name = 'ConflictError';
 }
+/** A request the core cannot act on as it stands, though it is well-formed (OpenHands' 400s: an empty goal, no goal to resume). */
+export class BadRequestError extends Error {
+  override name = 'BadRequestError';
+}
 /** The request names something it may not reach (e.g. a path outside the conversation's workspace); the message says why. */
 export class ForbiddenError extends Error {
   override name = 'ForbiddenError';
@@ -65,6 +69,7 @@ export const ERROR_KINDS = {
     trpcCode: 'UNPROCESSABLE_CONTENT',
     rebuild: (_m: string, issues?: unknown) => new RequestValidationError((issues ?? []) as ValidationIssue[]),
   },
+  badRequest: { type: BadRequestError, status: 400, trpcCode: 'BAD_REQUEST', rebuild: (m: string) => new BadRequestError(m) },
   notFound: { type: NotFoundError, status: 404, trpcCode: 'NOT_FOUND', rebuild: (m: string) => new NotFoundError(m) },
   forbidden: { type: ForbiddenError, status: 403, trpcCode: 'FORBIDDEN', rebuild: (m: string) => new ForbiddenError(m) },
   conflict: { type: ConflictError, status: 409, trpcCode: 'CONFLICT', rebuild: (m: string) => new ConflictError(m) },

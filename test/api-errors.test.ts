@@ -45,6 +45,11 @@ const CASES: Record<Exclude<ErrorKind, 'unavailable'>, Case> = {
         ['body'],
       ),
   },
+  badRequest: {
+    rest: (d, id) => d.req('POST', `/api/conversations/${id}/goal`, { objective: '  ' }),
+    trpc: (c, id) => c.startGoal.mutate({ conversation_id: id, objective: '' }),
+    body: (b) => assert.deepEqual(b, { detail: 'Goal objective must not be empty.' }),
+  },
   notFound: {
     rest: (d) => d.req('GET', `/api/conversations/${MISSING}`),
     trpc: (c) => c.getConversation.query({ conversation_id: MISSING }),

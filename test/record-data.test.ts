@@ -62,6 +62,7 @@ function open(dir = tempDir()) {
     confirm: async () => {},
     condenseNow: async () => false,
     ask: async () => '',
+    judge: async () => ({ score: 0, complete: false, missing: '' }),
   };
   const preparer: ConversationPreparer = { prepare: async () => {} };
   const service = new ConversationService(conversations, events, settings, runtime, preparer, redactor, pino({ level: 'silent' }));

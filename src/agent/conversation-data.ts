@@ -11,6 +11,7 @@
 import { z } from 'zod';
 import type { Settings } from '../secrets/settings.js';
 import type { ConversationRecord } from '../store/types.js';
+import { StoredAnalyzer } from './security-analyzer.js';
 
 /** A conversation as it is loaded: its stored record, the data parsed. */
 export interface LoadedConversation {
@@ -60,6 +61,8 @@ export const AgentRecordData = z.object({
   stuck_detection: z.boolean().optional(),
   /** Stored as the policy's output form (kind); absent: NeverConfirm. */
   confirmation_policy: ConfirmationPolicy.optional(),
+  /** Its security analyzer (src/agent/security-analyzer.ts); absent or null: none. */
+  security_analyzer: StoredAnalyzer.nullable().optional(),
   /** The conversation's own secrets (name → sealed value), exported to its shell. */
   secrets_sealed: z.record(z.string(), z.string()).optional(),
   usage: Usage.optional(),
@@ -91,16 +94,10 @@ export function conversationLlm(
   return { model: own.model, baseUrl: own.base_url, apiKey };
 }
 
-/** The conversation's own step limit and stuck detection (agent-server create), and whether its actions wait for confirmation. */
-export function conversationLimits(conv: LoadedConversation): { maxIterations: number | null; stuckDetection: boolean; confirm: boolean } {
+/** The conversation's own step limit and stuck detection (agent-server create). */
+export function conversationLimits(conv: LoadedConversation): { maxIterations: number | null; stuckDetection: boolean } {
   const d = conv.record.data;
-  const policy = d.confirmation_policy;
-  return {
-    maxIterations: d.max_iterations ?? null,
-    stuckDetection: d.stuck_detection !== false,
-    // Parley has no risk analyser: every action's risk is unknown, so ConfirmRisky asks when it confirms unknown risks
-    confirm: policy?.kind === 'AlwaysConfirm' || (policy?.kind === 'ConfirmRisky' && policy.confirm_unknown !== false),
-  };
+  return { maxIterations: d.max_iterations ?? null, stuckDetection: d.stuck_detection !== false };
 }
 
 /** Adds an LLM call's token counts to the conversation's usage (shown as `stats`). */

@@ -18,6 +18,7 @@ import { metrics } from '../metrics.js';
 import type { Redactor } from '../secrets/redact.js';
 import { conversationLimits, recordUsage } from './conversation-data.js';
 import { condenseHistory, pendingActions, recordInterrupt } from './condense.js';
+import { type GoalVerdict, judgeGoal } from './goal-judge.js';
 import type { Histories } from './history.js';
 import { timedTool } from './instrument.js';
 import type { Instructions } from './instructions.js';
@@ -25,6 +26,7 @@ import type { AgentConversation, AgentConversations } from './live-conversation.
 import type { LlmSource } from './llm-source.js';
 import { buildSystemPrompt, estimateTokens, eventsToMessages, toolCallInput } from './prompt.js';
 import { Run } from './run.js';
+import { predictsRisk, RISK_INSTRUCTIONS, shouldConfirm, type StoredAnalyzer, takeRisk, withRiskArgument } from './security-analyzer.js';
 import type { ToolBox } from './tool-box.js';
 
 interface RuntimeParts {
@@ -46,6 +48,9 @@ interface RuntimeParts {
 /** What a run set up before its first step: the LLM, the tools and their schemas, the limits. */
 interface RunSetup {
   llm: LlmClient;
+  /** The conversation's own LLM and security analyzer the LLM and the schemas were made for: a switch during the run takes effect at the next step. */
+  llmData: unknown;
+  analyzer: StoredAnalyzer | null | undefined;
   tools: Tool[];
   byName: Map<string, Tool>;
   specs: LlmToolSpec[];
@@ -151,15 +156,13 @@ export class AgentRuntime {
       return null;
     }
     const tools = await this.p.tools.forRun(conv);
-    const specs: LlmToolSpec[] = tools.map((t) => ({
-      name: t.name,
-      description: t.description,
-      inputSchema:
-        t.jsonSchema ?? stripSchemaMeta(z.toJSONSchema(t.parameters as z.ZodType, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>),
-    }));
+    const analyzer = conv.record.data.security_analyzer;
+    const specs = toolSpecs(tools, analyzer);
     const limits = conversationLimits(conv);
     return {
       llm,
+      llmData: conv.record.data.llm,
+      analyzer,
       tools,
       byName: new Map(tools.map((t) => [t.name, t])),
       specs,
@@ -169,6 +172,15 @@ export class AgentRuntime {
       stuckDetection: limits.stuckDetection,
       condensedForContextError: false,
     };
+  }
+
+  /** The conversation's LLM or security analyzer changed during the run (switch_llm, switch_profile, security_analyzer): the next request uses the new ones. */
+  private async switched(conv: AgentConversation, setup: RunSetup): Promise<void> {
+    setup.llmData = conv.record.data.llm;
+    setup.llm = (await this.p.llm.of(conv)) ?? setup.llm;
+    setup.analyzer = conv.record.data.security_analyzer;
+    setup.specs = toolSpecs(setup.tools, setup.analyzer);
+    setup.specsJson = JSON.stringify(setup.specs);
   }
 
   private async toolContext(conv: AgentConversation, run: Run, setup: RunSetup): Promise<ToolContext> {
@@ -187,7 +199,7 @@ export class AgentRuntime {
     let finishedByAction = false;
     for (const a of await pendingActions(this.p.events, conv.id)) {
       const tool = setup.byName.get(a.tool_name);
-      const parsed = tool ? (tool.parameters as z.ZodType).safeParse(toolCallInput(a)) : undefined;
+      const parsed = tool ? (tool.parameters as z.ZodType).safeParse(takeRisk(toolCallInput(a), true, null).input) : undefined;
       if (!tool || !parsed?.success) {
         await this.p.events.append(conv.id, {
           kind: 'AgentErrorEvent',
@@ -231,6 +243,7 @@ export class AgentRuntime {
       return 'stop';
     }
     run.newInput = false;
+    if (conv.record.data.llm !== setup.llmData || conv.record.data.security_analyzer !== setup.analyzer) await this.switched(conv, setup);
     const history = await this.p.histories.of(conv);
     run.seenSeq = Math.max(run.seenSeq, history.seq);
     const { messages, systemNotes, chars } = history.view.build();
@@ -240,7 +253,7 @@ export class AgentRuntime {
       workspaceDir: seen.dir,
       sandboxed: seen.sandboxed,
       toolNames: setup.tools.map((t) => t.name),
-      instructions: [...instructions, ...systemNotes],
+      instructions: [...instructions, ...systemNotes, ...(predictsRisk(setup.analyzer) ? [RISK_INSTRUCTIONS] : [])],
     });
     if (!history.view.hasSystemPrompt) {
       const definitions = setup.tools.map((t, i) => ({
@@ -315,14 +328,20 @@ export class AgentRuntime {
     // the policy may have changed during the run: read it at every step
     // a lone finish or think does nothing to confirm (as in OpenHands' agent)
     const harmless = response.toolCalls.every((c) => byName.get(c.name)?.actionKind === 'FinishAction' || byName.get(c.name)?.actionKind === 'ThinkAction');
-    const confirm = !harmless && conversationLimits(conv).confirm;
+    // each call's risk (the model's, with the LLM analyzer): the step waits when the policy holds any of them
+    const analyzer = conv.record.data.security_analyzer;
+    const calls = response.toolCalls.map((call) => {
+      const tool = call.error ? undefined : byName.get(call.name);
+      return { call, tool, ...takeRisk(call.input, !tool || readOnly(tool), analyzer) };
+    });
+    const policy = conv.record.data.confirmation_policy;
+    const confirm = !harmless && calls.some((c) => c.tool && !c.error && shouldConfirm(policy, c.risk));
     let waiting = false;
     const ctx = await this.toolContext(conv, run, setup);
-    for (const [i, call] of response.toolCalls.entries()) {
+    for (const [i, { call, tool, input, risk, error: riskError }] of calls.entries()) {
       // interrupted: the calls after the one that was cut short are not recorded (nothing ran them)
       if (run.controller.signal.aborted) break;
-      const tool = call.error ? undefined : byName.get(call.name);
-      const parsed = tool ? (tool.parameters as z.ZodType).safeParse(call.input) : undefined;
+      const parsed = tool && !riskError ? (tool.parameters as z.ZodType).safeParse(input) : undefined;
       const action = await events.append(id, {
         kind: 'ActionEvent',
         source: 'agent',
@@ -332,11 +351,12 @@ export class AgentRuntime {
         thought: i === 0 && response.text ? [{ type: 'text', text: response.text }] : [],
         action: tool && parsed?.success ? actionOf(tool, parsed.data) : null,
         tool_call: { id: call.id, name: call.name, arguments: call.rawInput, origin: 'completion' },
+        ...(predictsRisk(analyzer) ? { security_risk: risk } : {}),
       });
       if (run.controller.signal.aborted) break;
       const error = (msg: string) => events.append(id, { kind: 'AgentErrorEvent', source: 'agent', tool_name: call.name, tool_call_id: call.id, error: msg });
       if (!tool || !parsed) {
-        await error(call.error ?? `Unknown tool "${call.name}". Available tools: ${[...byName.keys()].join(', ')}.`);
+        await error(call.error ?? riskError ?? `Unknown tool "${call.name}". Available tools: ${[...byName.keys()].join(', ')}.`);
         continue;
       }
       if (!parsed.success) {
@@ -467,11 +487,29 @@ export class AgentRuntime {
     return this.p.redactor.redact(res.text);
   }
 
+  /** A `/goal` audit: the conversation's LLM judges whether the objective is done, from its history (nothing is added to it). */
+  async judge(conv: AgentConversation, objective: string, signal?: AbortSignal): Promise<GoalVerdict> {
+    return judgeGoal(await this.requireLlm(conv), objective, await this.p.events.after(conv.id), signal);
+  }
+
   private async requireLlm(conv: AgentConversation): Promise<LlmClient> {
     const llm = await this.p.llm.of(conv);
     if (!llm) throw new ConflictError('No LLM is configured');
     return llm;
   }
+}
+
+/** A tool that changes nothing (its risk is never asked for, and a lone call of it needs no confirmation). */
+const readOnly = (t: Tool) => t.actionKind === 'FinishAction' || t.actionKind === 'ThinkAction';
+
+/** The tools as the LLM is offered them: with the LLM analyzer, each one that can change something takes a `security_risk`. */
+function toolSpecs(tools: Tool[], analyzer: StoredAnalyzer | null | undefined): LlmToolSpec[] {
+  const risk = predictsRisk(analyzer);
+  return tools.map((t) => {
+    const schema =
+      t.jsonSchema ?? stripSchemaMeta(z.toJSONSchema(t.parameters as z.ZodType, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>);
+    return { name: t.name, description: t.description, inputSchema: risk && !readOnly(t) ? withRiskArgument(schema) : schema };
+  });
 }
 
 function stripSchemaMeta(schema: Record<string, unknown>): Record<string, unknown> {

@@ -144,3 +144,55 @@ export const WorkspaceUploadJsonInput = z
     const bytes = Buffer.from(content_base64, 'base64');
     return { ...rest, content: new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength) };
   });
+
+// ---- conversation features: fork, navigate, goals, switching the LLM, the security analyzer --------
+
+/** A query flag as FastAPI reads one (`true`/`false`). */
+const QueryFlag = z.preprocess((v) => (v === 'true' ? true : v === 'false' ? false : v), z.boolean());
+
+const ForkConversationRequest = z
+  .strictObject({
+    id: ConversationId.nullish(),
+    title: z.string().trim().min(1).max(200).nullish(),
+    tags: Tags.nullish(),
+    reset_metrics: z.boolean().default(true),
+    from_event_id: z.string().max(200).nullish(),
+  })
+  .meta({ id: 'ForkConversationRequest' });
+export const ForkConversationInput = z.strictObject({
+  conversation_id: ConversationId,
+  include_skills: QueryFlag.default(false),
+  request: ForkConversationRequest,
+});
+
+const NavigateConversationRequest = z.strictObject({ event_id: z.string().max(200).nullish() }).meta({ id: 'NavigateConversationRequest' });
+export const NavigateConversationInput = z.strictObject({
+  conversation_id: ConversationId,
+  include_skills: QueryFlag.default(false),
+  request: NavigateConversationRequest,
+});
+
+/** An empty objective is the core's 400 (as OpenHands answers it), not a 422. */
+export const StartGoalInput = z.strictObject({
+  conversation_id: ConversationId,
+  objective: z.string().max(100_000),
+  max_iterations: z.number().int().min(1).max(1000).default(10),
+});
+
+export const SwitchLlmInput = z.strictObject({ conversation_id: ConversationId, llm: AgentLlm });
+export const SwitchProfileInput = z.strictObject({
+  conversation_id: ConversationId,
+  profile_name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, { error: 'not a profile name' }),
+});
+export const SwitchAcpModelInput = z.strictObject({ conversation_id: ConversationId, model: z.string().min(1).max(300) });
+
+/** `{kind: "LLMSecurityAnalyzer"}` (the generated client's `…__LLMSecurityAnalyzer-Input__1` too), another analyzer, or null. */
+const SecurityAnalyzerSpec = z
+  .looseObject({
+    kind: z
+      .string()
+      .max(300)
+      .transform((k) => /__([A-Za-z]+)-(?:Input|Output)__\d+$/.exec(k)?.[1] ?? k),
+  })
+  .meta({ id: 'SecurityAnalyzer' });
+export const SetSecurityAnalyzerInput = z.strictObject({ conversation_id: ConversationId, security_analyzer: SecurityAnalyzerSpec.nullable() });

@@ -16,6 +16,7 @@
 import type { Core } from '../core.js';
 import type { AnyOperation } from './operation.js';
 import { agentServerOperations } from './operations/agent-server.js';
+import { agentServerFeatureOperations } from './operations/agent-server-features.js';
 import { conversationOperations } from './operations/conversations.js';
 import { eventOperations } from './operations/events.js';
 import { settingsOperations } from './operations/settings.js';
@@ -29,6 +30,7 @@ const SECTIONS = [
   eventOperations,
   settingsOperations,
   agentServerOperations,
+  agentServerFeatureOperations,
   workspaceOperations,
   llmProfileOperations,
   serverSettingsOperations,
@@ -40,6 +42,7 @@ export const operations = {
   ...eventOperations,
   ...settingsOperations,
   ...agentServerOperations,
+  ...agentServerFeatureOperations,
   ...workspaceOperations,
   // OpenHands agent-server's server-wide routes
   ...llmProfileOperations,

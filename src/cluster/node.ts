@@ -135,6 +135,12 @@ export function routedOps(n: ClusterNode, local: Pick<ConversationOps, 'resumePr
     confirm: (id, accept, reason) => n.route('confirm', { conversation: id, startsLoop: accept }, id, accept, reason),
     condense: (id) => n.route('condense', { conversation: id, slow: true }, id),
     ask: (id, question) => n.route('ask', { conversation: id, slow: true }, id, question),
+    // the agent's settings change where its loop runs (the run under way reads them at its next step)
+    updateAgentSettings: (id, patch) => n.route('updateAgentSettings', { conversation: id }, id, patch),
+    // a goal loop starts runs: it takes the lease like run, and runs where the loop runs
+    startGoal: (id, objective, max) => n.route('startGoal', { conversation: id, startsLoop: true }, id, objective, max),
+    resumeGoal: (id) => n.route('resumeGoal', { conversation: id, startsLoop: true }, id),
+    stopGoal: (id) => n.route('stopGoal', { conversation: id }, id),
     // preparations a stop cut short are resumed by whichever node takes their lease first
     resumePreparations: () => local.resumePreparations((id) => n.hold(id)),
   };

@@ -43,9 +43,12 @@ export function agentServerInfo(
       kind: 'Agent',
       llm: { model, base_url: own?.base_url ?? server.base_url ?? ctx?.llm.baseUrl ?? null, api_key: keySet ? MASKED : null, usage_id: 'agent' },
       tools: BUILTIN_TOOLS.filter((t) => t.inAgentSpec).map((t) => ({ name: t.name })),
+      // the skills are given only where a client asks for them (`include_skills`), as OpenHands trims them
+      agent_context: { skills: [] as unknown[] },
     },
     workspace: { kind: 'LocalWorkspace', working_dir: ctx ? workspacePath(ctx.workspaceRoot, record.id) : null },
     confirmation_policy: d.confirmation_policy ?? { kind: 'NeverConfirm' },
+    security_analyzer: d.security_analyzer ?? null,
     persistence_dir: ctx ? path.resolve(ctx.dataDir) : null,
     max_iterations: d.max_iterations ?? null,
     stuck_detection: d.stuck_detection ?? true,
@@ -59,6 +62,9 @@ export function agentServerInfo(
       },
     },
     tags: d.tags ?? {},
+    goal: d.goal ?? null,
+    forked_from_conversation_id: d.forked_from_conversation_id ?? null,
+    forked_from_event_id: d.forked_from_event_id ?? null,
     activated_knowledge_skills: [],
     secret_names: Object.keys(d.secrets_sealed ?? {}),
   };

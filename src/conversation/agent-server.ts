@@ -48,15 +48,13 @@ interface StartConversation {
   tags?: Record<string, string> | null;
 }
 
-/** A model as the OpenHands client names it → Parley's `provider/model` (the LLM catalog's translation); a 422 when Parley cannot run it. */
-function parleyModel(model: string, baseUrl: string | null | undefined): string {
+/** A model as the OpenHands client names it → Parley's `provider/model` (the LLM catalog's translation); a 422 at `loc` when Parley cannot run it. */
+export function parleyModel(model: string, baseUrl: string | null | undefined, loc: (string | number)[] = ['body', 'agent', 'llm', 'model']): string {
   try {
     return toParleyModel(model, baseUrl);
   } catch (err) {
     if (!(err instanceof UnknownModelError)) throw err;
-    throw new RequestValidationError([
-      { type: 'value_error', loc: ['body', 'agent', 'llm', 'model'], msg: `Value error, ${err.message}`, input: model.trim() },
-    ]);
+    throw new RequestValidationError([{ type: 'value_error', loc, msg: `Value error, ${err.message}`, input: model.trim() }]);
   }
 }
 

@@ -8,7 +8,7 @@ import type { Logger } from 'pino';
 import { z } from 'zod';
 import { NotFoundError, RequestValidationError } from '../errors.js';
 import type { EventLog } from '../events/log.js';
-import { stateUpdate, stateUpdateValue, type EventOf } from '../events/schema.js';
+import { GoalState, stateUpdate, stateUpdateValue, type EventOf } from '../events/schema.js';
 import { nowIso, type EncodedEvent, type EventDraft } from '../events/types.js';
 import type { Redactor } from '../secrets/redact.js';
 import type { Settings } from '../secrets/settings.js';
@@ -58,11 +58,16 @@ export const ConversationInfo = z
       .optional(),
     workspace: z.object({ kind: z.literal('LocalWorkspace'), working_dir: z.string().nullable() }).optional(),
     confirmation_policy: z.object({ kind: z.string() }).loose().optional(),
+    security_analyzer: z.object({ kind: z.string() }).loose().nullable().optional(),
     persistence_dir: z.string().nullable().optional(),
     max_iterations: z.number().int().nullable().optional(),
     stuck_detection: z.boolean().optional(),
     stats: z.object({ usage_to_metrics: z.record(z.string(), z.unknown()) }).optional(),
     tags: z.record(z.string(), z.string()).optional(),
+    /** Its `/goal` loop's last state (src/conversation/goals.ts), or null. */
+    goal: GoalState.nullable().optional(),
+    forked_from_conversation_id: z.string().nullable().optional(),
+    forked_from_event_id: z.string().nullable().optional(),
   })
   .meta({ id: 'ConversationInfo', title: 'ConversationInfo' });
 export type ConversationInfo = z.output<typeof ConversationInfo>;
@@ -224,9 +229,10 @@ export class Conversations {
     return this.live.values();
   }
 
-  /** Whether the conversation's loop runs in this process. */
+  /** Whether the conversation's loop runs in this process (a run, or a goal loop between its runs). */
   isRunning(id: string): boolean {
-    return !!this.live.get(id)?.run;
+    const conv = this.live.get(id);
+    return !!(conv?.run || conv?.goal);
   }
 
   /**

@@ -19,6 +19,7 @@ import type { ExecutionStatus } from '../events/schema.js';
 import type { Sandbox } from '../sandbox/index.js';
 import { removeWorkspace, workspacePath } from '../sandbox/workspace-dir.js';
 import type { ShellPool } from '../tools/terminal/pool.js';
+import type { GoalLoop } from './goal-loop.js';
 import type { ParsedRecord } from './record-data.js';
 
 export type { CloseReason };
@@ -115,6 +116,8 @@ export class LiveConversation implements AgentConversation {
   instructions: InstructionsCache | null = null;
   mcp: McpServers | null = null;
   preparation: Preparation | null = null;
+  /** The `/goal` loop running here (goals.ts); its state is the record's `goal`. */
+  goal: GoalLoop | null = null;
   lease: Lease | null = null;
   /** It was deleted. */
   gone = false;
@@ -139,7 +142,14 @@ export class LiveConversation implements AgentConversation {
 
   /** Something live holds it (a run, a preparation, a shell, running MCP servers, a lease): the registry keeps it loaded. */
   get holding(): boolean {
-    return this.run !== null || this.preparation !== null || this.lease !== null || (this.mcp?.active ?? false) || this.parts.shells.running(this.id);
+    return (
+      this.run !== null ||
+      this.preparation !== null ||
+      this.goal !== null ||
+      this.lease !== null ||
+      (this.mcp?.active ?? false) ||
+      this.parts.shells.running(this.id)
+    );
   }
 
   /** Ends what `reason` ends (CLOSING); `detail`: what a command cut short is told (disk). */
@@ -147,6 +157,11 @@ export class LiveConversation implements AgentConversation {
     const how = CLOSING[reason];
     const id = this.id;
     if (how.preparation) this.preparation?.replay?.abort();
+    // deleted, or the daemon stops: the goal loop ends without a word (an interrupt lets it see the run paused and say so)
+    if ((reason === 'deleted' || reason === 'shutdown') && this.goal) {
+      this.goal.closing = true;
+      this.goal.controller.abort();
+    }
     if (how.run) await this.run?.stop();
     // the error event is on its way while the shell closes: clients hear why before the cut command's observation
     const error = how.error && this.parts.events.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code: how.error, detail: detail ?? '' });

@@ -13,6 +13,7 @@
  */
 import { z } from 'zod';
 import { AgentRecordData } from '../agent/conversation-data.js';
+import { GoalState } from '../events/schema.js';
 import type { ConversationRecord } from '../store/types.js';
 import { GIT_PROVIDERS } from '../workspace/providers.js';
 import { CreateMicroagent, SuggestedTask } from '../workspace/tasks.js';
@@ -36,6 +37,11 @@ export const RecordData = AgentRecordData.extend({
   tags: z.record(z.string(), z.string()).optional(),
   /** The working directory an agent-server client declared (a name only: nothing on the host is used). */
   declared_working_dir: z.string().optional(),
+  /** Its `/goal` loop's last state (src/conversation/goals.ts). */
+  goal: GoalState.optional(),
+  /** A fork: the conversation it was forked from, and the event it was forked at (null: the whole conversation). */
+  forked_from_conversation_id: z.string().optional(),
+  forked_from_event_id: z.string().nullable().optional(),
 });
 export type RecordData = z.output<typeof RecordData>;
 export type RecordKey = keyof RecordData;

@@ -18,8 +18,9 @@ import { normalizeRepository } from '../workspace/git.js';
 import type { GitProvider } from '../workspace/providers.js';
 import { suggestedTaskProblem, type SuggestedTask } from '../workspace/tasks.js';
 import type { Conversations } from './conversations.js';
+import { Goals } from './goals.js';
 import type { LiveConversation } from './live.js';
-import type { ParsedRecord } from './record-data.js';
+import type { ParsedRecord, RecordData } from './record-data.js';
 import { parseReplay, replayText, type ReplayPlan } from './replay.js';
 import type { ConversationPreparer, ConversationRuntime, PrepareOptions } from './runtime.js';
 import { assertFitsEvent, assertItemsFit } from './message-limits.js';
@@ -56,7 +57,12 @@ export interface CreateResult {
   conversation_status: 'STARTING' | 'RUNNING';
 }
 
+/** The agent's settings of a conversation a client may change while it lives (its LLM, its security analyzer, its confirmation policy). */
+export type AgentSettingsPatch = Partial<Pick<RecordData, 'llm' | 'security_analyzer' | 'confirmation_policy'>>;
+
 export class ConversationService {
+  private readonly goals: Goals;
+
   constructor(
     private readonly conversations: Conversations,
     private readonly events: EventLog,
@@ -67,7 +73,9 @@ export class ConversationService {
     private readonly log: Logger,
     /** MAX_EVENT_BYTES: the largest content item a message may carry. */
     private readonly maxEventBytes = 2 * 1024 * 1024,
-  ) {}
+  ) {
+    this.goals = new Goals({ conversations, events, runtime, redactor, log });
+  }
 
   async createConversation(req: NewConversation): Promise<CreateResult> {
     // everything that can be refused is refused now (422), never later in the background
@@ -178,6 +186,8 @@ export class ConversationService {
     else await this.events.append(id, message);
     // a loop running here takes it (runtime.messageArrived: the one place of that rule); else it starts one if asked to
     const live = this.conversations.claim(conv);
+    // the user's own message supersedes a goal loop (the run goes on; the goal is left resumable)
+    if (live.goal) void this.goals.stop(id);
     if (!this.runtime.messageArrived(live) && msg.run) this.startRun(live);
     return { success: true };
   }
@@ -238,6 +248,26 @@ export class ConversationService {
   /** A question to the agent outside the conversation's history. */
   async ask(id: string, question: string): Promise<string> {
     return this.runtime.ask(await this.conversations.require(id), question);
+  }
+
+  /** Changes the agent's settings where its loop runs: the run under way uses them from its next step. */
+  async updateAgentSettings(id: string, patch: AgentSettingsPatch): Promise<{ success: true }> {
+    await this.conversations.require(id);
+    await this.conversations.updateData(id, patch);
+    return { success: true };
+  }
+
+  /** A `/goal` loop in the conversation (goals.ts). */
+  startGoal(id: string, objective: string, maxIterations: number): Promise<{ success: true }> {
+    return this.goals.start(id, objective, maxIterations);
+  }
+
+  stopGoal(id: string): Promise<{ success: true }> {
+    return this.goals.stop(id);
+  }
+
+  resumeGoal(id: string): Promise<{ success: true }> {
+    return this.goals.resume(id);
   }
 }
 

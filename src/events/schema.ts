@@ -29,6 +29,22 @@ export type SetupPhase = (typeof SETUP_PHASES)[number];
 export const SetupState = z.object({ phase: z.enum(SETUP_PHASES), detail: z.string().optional() });
 export type SetupState = z.output<typeof SetupState>;
 
+/**
+ * A `/goal` loop's state (OpenHands' GoalStatus: `goal` in the record's data and in the state update of
+ * that key): whether it runs, how it stands (`complete` when the judge found the objective done,
+ * `capped` after `max_iterations` audits, `interrupted` when stopped or cut short: resumable), the
+ * audits done, and the judge's last verdict.
+ */
+export const GoalState = z.object({
+  active: z.boolean(),
+  status: z.enum(['running', 'complete', 'capped', 'interrupted']),
+  iteration: z.number().int().min(0),
+  max_iterations: z.number().int().min(1),
+  objective: z.string(),
+  verdict: z.object({ score: z.number(), complete: z.boolean(), missing: z.string() }).nullable(),
+});
+export type GoalState = z.output<typeof GoalState>;
+
 export const MESSAGE_ROLES = ['user', 'system', 'assistant', 'tool'] as const;
 export type MessageRole = (typeof MESSAGE_ROLES)[number];
 
@@ -101,6 +117,8 @@ export const ActionEvent = event(
     action: Action.nullable(),
     tool_call: MessageToolCall,
     replayed: z.boolean().optional(),
+    /** The risk the model gave the action with the LLM security analyzer (src/agent/security-analyzer.ts); absent without one. */
+    security_risk: z.enum(['UNKNOWN', 'LOW', 'MEDIUM', 'HIGH']).optional(),
   },
   'A tool call of the agent.',
 );
@@ -127,7 +145,7 @@ export const ConversationErrorEvent = event(
 export const ConversationStateUpdateEvent = event(
   'ConversationStateUpdateEvent',
   { key: z.string(), value: z.unknown() },
-  '`key:"execution_status"` when the status changes; also `setup`, `setup_script`, `mcp`, `llm_retry`, and the socket-only `full_state`.',
+  '`key:"execution_status"` when the status changes; also `setup`, `setup_script`, `mcp`, `llm_retry`, `goal`, and the socket-only `full_state`.',
 );
 /**
  * What each key of a `ConversationStateUpdateEvent` carries. The event's schema keeps `key: string`
@@ -143,6 +161,8 @@ const STATE_UPDATE_SCHEMAS = {
   llm_retry: z.object({ attempt: z.number(), delay_ms: z.number(), code: z.string(), detail: z.string() }),
   /** An MCP server of the conversation started, or its tools changed (a failure is a ConversationErrorEvent). */
   mcp: z.object({ type: z.enum(['server_ready', 'tools_changed']), server: z.string(), tools: z.array(z.string()) }),
+  /** A `/goal` loop started, audited a run, or ended (src/conversation/goals.ts). */
+  goal: GoalState,
   /** Socket only, first frame: the conversation's info (src/conversation/conversations.ts ConversationInfo). */
   full_state: z.record(z.string(), z.unknown()),
 };
