@@ -126,14 +126,18 @@ test('the routes of OpenHands client a fresh daemon serves', { timeout: 180_000 
   await waitFor(async () => (await d.req('GET', '/health')).status === 200, 'health');
 });
 
-test('the server-wide routes take hostile input without a 5xx (but the 501s of what is not offered): wrong types, arrays, nulls, deep nesting, odd path values', {
+test('the server-wide routes and the conversation features take hostile input without a 5xx (but the 501s of what is not offered): wrong types, arrays, nulls, deep nesting, odd path values', {
   timeout: 180_000,
 }, async () => {
   const sections = await Promise.all([
     import('../src/api/operations/llm-profiles.js').then((m) => m.llmProfileOperations),
     import('../src/api/operations/server-settings.js').then((m) => m.serverSettingsOperations),
     import('../src/api/operations/server-workspace.js').then((m) => m.serverWorkspaceOperations),
+    import('../src/api/operations/agent-server-features.js').then((m) => m.agentServerFeatureOperations),
   ]);
+  // the conversation features' paths name a conversation that exists too
+  const conv = await d.req('POST', '/api/conversations', { workspace: { working_dir: '/workspace/hostile' } }, H);
+  assert.equal(conv.status, 200, conv.text);
   const routes = sections.flatMap((s) => Object.values(s).map((o: { rest: { method: string; path: string; body?: unknown } }) => o.rest));
   const deep = JSON.parse(`${'{"a":'.repeat(500)}1${'}'.repeat(500)}`);
   const bodies: unknown[] = [
@@ -146,7 +150,7 @@ test('the server-wide routes take hostile input without a 5xx (but the 501s of w
     { a: deep },
     { path: '/../../etc', project_dir: '\u0000' },
   ];
-  const values = ['x', '..', '%2e%2e', 'a%2Fb', 'A'.repeat(300), '%00'];
+  const values = ['x', '..', '%2e%2e', 'a%2Fb', 'A'.repeat(300), '%00', conv.body.id];
   const failures: string[] = [];
   for (const r of routes) {
     for (const v of values) {
