@@ -16,7 +16,8 @@ import { Writable } from 'node:stream';
 import { after, describe, test } from 'node:test';
 import pino from 'pino';
 import { recordUsage } from '../src/agent/conversation-data.js';
-import { setConfirmationPolicy, setConversationSecrets, startConversation, updateConversation } from '../src/conversation/agent-server.js';
+import { setConversationSecrets, startConversation, updateConversation } from '../src/conversation/agent-server.js';
+import { switchProfile } from '../src/conversation/agent-server-features.js';
 import { Conversations } from '../src/conversation/conversations.js';
 import { parseRecordData } from '../src/conversation/record-data.js';
 import { ConversationService } from '../src/conversation/service.js';
@@ -99,7 +100,15 @@ describe('conversation record data', { timeout: 60_000 }, () => {
     });
     const agentId = info.conversation_id;
     await setConversationSecrets(parts2, agentId, { MORE: 'ghi' });
-    await setConfirmationPolicy(conversations, agentId, { kind: 'AlwaysConfirm' });
+    await service.updateAgentSettings(agentId, { confirmation_policy: { kind: 'AlwaysConfirm' }, security_analyzer: { kind: 'LLMSecurityAnalyzer' } });
+    const profiles = { resolve: async () => ({ model: 'openai/p', base_url: 'https://llm.example.com/v1', api_key: 'sk-profile' }) };
+    await switchProfile({ conversations, service, settings: parts.settings, profiles }, agentId, 'p');
+    // what the goal loop and a fork write
+    await conversations.updateData(agentId, {
+      goal: { active: false, status: 'complete', iteration: 2, max_iterations: 10, objective: 'o', verdict: { score: 1, complete: true, missing: '' } },
+      forked_from_conversation_id: id,
+      forked_from_event_id: null,
+    });
     await updateConversation(parts2, agentId, { tags: { team: 'edge' } });
     await recordUsage(conversations, await conversations.require(agentId), { inputTokens: 10, outputTokens: 5, cacheReadTokens: 2, cacheWriteTokens: 1 });
     await conversations.updateData(id, { branch: 'dev', setup: { phase: 'cloning', detail: 'acme/app' } });
@@ -125,6 +134,9 @@ describe('conversation record data', { timeout: 60_000 }, () => {
     assert.deepEqual(conv.record.data.setup, { phase: 'replaying' });
     const agentConv = await reopened.conversations.require(agentId);
     assert.deepEqual(agentConv.record.data.confirmation_policy, { kind: 'AlwaysConfirm' });
+    assert.deepEqual(agentConv.record.data.security_analyzer, { kind: 'LLMSecurityAnalyzer' });
+    assert.equal(agentConv.record.data.llm?.profile, 'p');
+    assert.equal(agentConv.record.data.goal?.status, 'complete');
     assert.deepEqual(Object.keys(agentConv.record.data.secrets_sealed ?? {}).sort(), ['MORE', 'OTHER', 'TOKEN']);
     assert.deepEqual(agentConv.record.data.usage, { prompt_tokens: 10, completion_tokens: 5, cache_read_tokens: 2, cache_write_tokens: 1 });
     await reopened.store.close();

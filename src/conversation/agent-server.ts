@@ -191,12 +191,6 @@ export async function updateConversation(
   return { success: true as const };
 }
 
-export async function setConfirmationPolicy(conversations: Conversations, id: string, policy: ConfirmationPolicy) {
-  await conversations.require(id);
-  await conversations.updateData(id, { confirmation_policy: policy });
-  return { success: true as const };
-}
-
 /** The text of the agent's last answer: its finish message, else its last message. */
 export async function agentFinalResponse(c: Pick<AgentServerParts, 'conversations' | 'events'>, id: string): Promise<{ response: string }> {
   await c.conversations.require(id);

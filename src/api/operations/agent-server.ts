@@ -77,7 +77,8 @@ export const agentServerOperations = {
   setConfirmationPolicy: mutation({
     input: AS.SetConfirmationPolicyInput,
     rest: { method: 'POST', path: `${ONE}/confirmation_policy`, body: 'fields', summary: 'Set Confirmation Policy', tag: 'Conversations' },
-    handler: (c, i) => agentServer.setConfirmationPolicy(c.conversations, i.conversation_id, i.policy),
+    // where the loop runs: the run under way reads it at its next step
+    handler: (c, i) => c.service.updateAgentSettings(i.conversation_id, { confirmation_policy: i.policy }),
   }),
   updateConversationSecrets: mutation({
     input: AS.UpdateSecretsInput,
