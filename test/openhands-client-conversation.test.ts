@@ -138,6 +138,56 @@ describe('switching the LLM through the client', { timeout: 180_000 }, () => {
   });
 });
 
+describe('a conversation started from an agent profile', { timeout: 180_000 }, () => {
+  test("agent_profile_id: the profile's LLM profile runs, its MCP servers are the conversation's; the provenance is shown; 404 and 422", async (t) => {
+    await new C.ProfilesClient(opts()).saveProfile('launch-llm', { llm: { model: 'openai/model-launch', api_key: KEY_P, base_url: llmP.url } } as never);
+    const settings = new C.SettingsClient(opts());
+    await settings.createMcpServer('picked', { command: 'true' } as never);
+    await settings.createMcpServer('other', { command: 'true' } as never);
+    t.after(async () => {
+      await settings.deleteMcpServer('picked');
+      await settings.deleteMcpServer('other');
+    });
+    const profiles = new C.AgentProfilesClient(opts());
+    await profiles.saveAgentProfile('launcher', { llm_profile_ref: 'launch-llm', mcp_server_refs: ['picked'] } as never);
+    const profile: any = ((await profiles.getAgentProfile('launcher')) as any).profile;
+    // the client always sends an agent: the profile's create is raw, the conversation is then the client's
+    const r = await d.req('POST', '/api/conversations', { agent_profile_id: profile.id, workspace: { working_dir: '/workspace/launched' } }, H);
+    assert.equal(r.status, 200, r.text);
+    assert.deepEqual(r.body.launched_profile, { profile_id: profile.id, revision: profile.revision });
+    assert.deepEqual([r.body.agent.llm.model, r.body.agent.llm.api_key], ['openai/model-launch', '**********']);
+    assert.deepEqual(
+      r.body.mcp_config.stdio_servers.map((x: any) => x.name),
+      ['picked'],
+    );
+    const conv = new Conversation(r.body.agent, workspace('/workspace/launched'), { conversationId: r.body.id } as never);
+    t.after(() => conv.close());
+    await conv.start();
+    llmP.push({ text: 'launched' });
+    await conv.sendMessage('hello from a profile');
+    await conv.run();
+    await settled(conv, 'finished');
+    const last = llmP.requests[llmP.requests.length - 1]!;
+    assert.deepEqual([last.body.model, last.apiKey], ['model-launch', KEY_P]);
+
+    const unknown = await d.req(
+      'POST',
+      '/api/conversations',
+      { agent_profile_id: '00000000-0000-4000-8000-0000000000aa', workspace: { working_dir: '/w' } },
+      H,
+    );
+    assert.equal(unknown.status, 404, unknown.text);
+    await profiles.saveAgentProfile('dangling', { llm_profile_ref: 'launch-llm', mcp_server_refs: ['gone'] } as never);
+    const dangling: any = ((await profiles.getAgentProfile('dangling')) as any).profile;
+    const bad = await d.req('POST', '/api/conversations', { agent_profile_id: dangling.id, workspace: { working_dir: '/w' } }, H);
+    assert.equal(bad.status, 422, bad.text);
+    assert.deepEqual(bad.body.detail[0].loc, ['body', 'agent_profile_id']);
+    assert.match(bad.body.detail[0].msg, /MCP server 'gone' does not exist/);
+    const both = await d.req('POST', '/api/conversations', { agent_profile_id: profile.id, agent: { kind: 'Agent' }, workspace: { working_dir: '/w' } }, H);
+    assert.equal(both.status, 422, both.text);
+  });
+});
+
 describe('the LLM security analyzer through the client', { timeout: 180_000 }, () => {
   test('ConfirmRisky with the LLM analyzer: a LOW action runs, a HIGH one waits for confirmation; the risk is offered, recorded and shown', async (t) => {
     const conv = await started(t, '/workspace/risky');

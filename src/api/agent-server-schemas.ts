@@ -11,7 +11,7 @@ import { UploadSource } from '../conversation/file-transfer.js';
 import { ConversationId, SecretValue, SendMessageRequest } from './schemas.js';
 
 /** Body keys that mark a create request as the agent-server shape (any other body is `InitSessionRequest`). */
-export const AGENT_SERVER_CREATE_KEYS = ['agent', 'agent_settings', 'workspace', 'initial_message'] as const;
+export const AGENT_SERVER_CREATE_KEYS = ['agent', 'agent_settings', 'agent_profile_id', 'workspace', 'initial_message'] as const;
 
 /** The LLM of an agent: Parley uses model, api_key and base_url; the client's other LLM options are accepted. */
 const AgentLlm = z
@@ -52,6 +52,8 @@ export const StartConversationRequest = z
     agent: AgentSpec.nullish(),
     // the settings form of an agent: its `llm` is read like agent.llm, the rest accepted
     agent_settings: z.looseObject({ llm: AgentLlm.nullish() }).nullish(),
+    /** A saved agent profile (`/api/agent-profiles`): the conversation starts with its LLM profile and MCP servers. */
+    agent_profile_id: z.uuid().nullish(),
     workspace: WorkspaceSpec.nullish(),
     initial_message: SendMessageRequest.extend({ run: z.boolean().default(true) }).nullish(),
     max_iterations: z.number().int().min(1).max(10_000).nullish(),

@@ -8,10 +8,13 @@
  */
 import { LLM_ANALYZER, OTHER_ANALYZERS } from '../agent/security-analyzer.js';
 import type { StoredLlm } from '../agent/conversation-data.js';
-import { BadRequestError, NotImplementedError, RequestValidationError } from '../errors.js';
+import { BadRequestError, NotFoundError, NotImplementedError, RequestValidationError } from '../errors.js';
+import { fullMcpConfig } from '../secrets/mcp-config.js';
 import type { Settings } from '../secrets/settings.js';
+import type { AgentProfiles } from '../settings/agent-profiles.js';
 import type { LlmProfiles } from '../settings/llm-profiles.js';
-import { parleyModel } from './agent-server.js';
+import { toMcpConfig } from '../settings/mcp-servers.js';
+import { type AgentLaunch, parleyModel } from './agent-server.js';
 import type { Conversations } from './conversations.js';
 import type { Forks, ForkRequest } from './fork.js';
 import type { ProjectExtensions } from './project-extensions.js';
@@ -106,4 +109,38 @@ async function withSkills<T extends { id: string; agent?: { agent_context?: { sk
   if (!include || !info.agent) return info;
   const { skills } = await c.extensions.skills({ load_user: true, load_project: true, conversation_id: info.id });
   return { ...info, agent: { ...info.agent, agent_context: { ...info.agent.agent_context, skills } } };
+}
+
+/**
+ * A create with `agent_profile_id`: the profile's LLM profile (its model, server and key, sealed) is the
+ * conversation's LLM, and its MCP servers (`mcp_server_refs`; null: all the settings' enabled ones) its
+ * MCP servers. 404 for an unknown profile; 422 naming what a profile refers to and does not exist.
+ */
+export async function launchAgentProfile(
+  c: {
+    agentProfiles: Pick<AgentProfiles, 'list' | 'materialize'>;
+    llmProfiles: Pick<LlmProfiles, 'resolve'>;
+    settings: Pick<Settings, 'seal' | 'sealMcp' | 'mcpServers'>;
+  },
+  profileId: string,
+): Promise<AgentLaunch> {
+  const listed = (await c.agentProfiles.list()).profiles.find((p) => p.id === profileId);
+  if (!listed) throw new NotFoundError(`Agent profile '${profileId}' not found`);
+  const m = await c.agentProfiles.materialize(listed.name);
+  if (!m.valid) {
+    throw new RequestValidationError([
+      { type: 'value_error', loc: ['body', 'agent_profile_id'], msg: `Value error, agent profile '${listed.name}': ${m.errors.join('; ')}`, input: profileId },
+    ]);
+  }
+  const llm = m.llm_profile_ref ? await c.llmProfiles.resolve(m.llm_profile_ref) : null;
+  let mcpConfigSealed: string | null = null;
+  if (m.mcp_server_refs) {
+    const all = await c.settings.mcpServers();
+    mcpConfigSealed = c.settings.sealMcp(fullMcpConfig(toMcpConfig(Object.fromEntries(m.resolved_mcp_config_keys.map((k) => [k, all[k]!])))));
+  }
+  return {
+    llm: llm && { model: llm.model, base_url: llm.base_url, api_key_sealed: llm.api_key ? c.settings.seal(llm.api_key) : null, profile: m.llm_profile_ref },
+    mcpConfigSealed,
+    launched: { profile_id: listed.id, revision: listed.revision },
+  };
 }

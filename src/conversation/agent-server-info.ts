@@ -63,6 +63,7 @@ export function agentServerInfo(
     },
     tags: d.tags ?? {},
     goal: d.goal ?? null,
+    launched_profile: d.launched_profile ?? null,
     forked_from_conversation_id: d.forked_from_conversation_id ?? null,
     forked_from_event_id: d.forked_from_event_id ?? null,
     activated_knowledge_skills: [],

@@ -38,6 +38,7 @@ interface AgentLlmInput {
 interface StartConversation {
   agent?: { llm?: AgentLlmInput | null } | null;
   agent_settings?: { llm?: AgentLlmInput | null } | null;
+  agent_profile_id?: string | null;
   workspace?: { working_dir?: string | null } | null;
   initial_message?: { role: MessageRole; content: ContentItem[]; run: boolean } | null;
   max_iterations?: number | null;
@@ -67,6 +68,15 @@ export interface AgentServerParts {
   settings: Pick<Settings, 'seal'>;
   redactor: Pick<Redactor, 'redact'>;
   events: Pick<EventLog, 'query'>;
+  /** An agent profile's launch (agent-server-features.ts launchAgentProfile); absent: `agent_profile_id` is refused. */
+  launch?: (profileId: string) => Promise<AgentLaunch>;
+}
+
+/** What a conversation started from an agent profile gets: its LLM (sealed key), its MCP servers (null: the settings' all), its provenance. */
+export interface AgentLaunch {
+  llm: StoredLlm | null;
+  mcpConfigSealed: string | null;
+  launched: { profile_id: string; revision: number };
 }
 
 /** `POST /api/conversations` with the agent-server body: create (or return, for a known `conversation_id`) and answer with the info. */
@@ -74,6 +84,16 @@ export async function startConversation(c: AgentServerParts, req: StartConversat
   if (req.conversation_id && (await c.conversations.load(req.conversation_id))) return c.conversations.get(req.conversation_id);
   const llm = req.agent?.llm ?? req.agent_settings?.llm;
   const data: Partial<RecordData> = {};
+  if (req.agent_profile_id) {
+    if (req.agent || req.agent_settings || !c.launch) {
+      const msg = c.launch ? 'give agent_profile_id without agent or agent_settings: the profile is the agent' : 'agent profiles are not available here';
+      throw new RequestValidationError([{ type: 'value_error', loc: ['body', 'agent_profile_id'], msg: `Value error, ${msg}`, input: req.agent_profile_id }]);
+    }
+    const launch = await c.launch(req.agent_profile_id);
+    if (launch.llm) data.llm = launch.llm;
+    if (launch.mcpConfigSealed) data.mcp_config_sealed = launch.mcpConfigSealed;
+    data.launched_profile = launch.launched;
+  }
   if (llm && (llm.model || llm.api_key || llm.base_url)) {
     data.llm = {
       model: llm.model ? parleyModel(llm.model, llm.base_url) : null,

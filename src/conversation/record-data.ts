@@ -37,6 +37,8 @@ export const RecordData = AgentRecordData.extend({
   tags: z.record(z.string(), z.string()).optional(),
   /** The working directory an agent-server client declared (a name only: nothing on the host is used). */
   declared_working_dir: z.string().optional(),
+  /** The agent profile it was started from (its id and revision then). */
+  launched_profile: z.object({ profile_id: z.string(), revision: z.number() }).optional(),
   /** Its `/goal` loop's last state (src/conversation/goals.ts). */
   goal: GoalState.optional(),
   /** A fork: the conversation it was forked from, and the event it was forked at (null: the whole conversation). */

@@ -5,6 +5,7 @@
  * secrets, condensing and a side question.
  */
 import * as agentServer from '../../conversation/agent-server.js';
+import { launchAgentProfile } from '../../conversation/agent-server-features.js';
 import * as AS from '../agent-server-schemas.js';
 import { mutation, query } from '../operation.js';
 import { ConversationIdInput } from '../schemas.js';
@@ -24,7 +25,7 @@ export const agentServerOperations = {
       tag: 'Conversations',
       doc: { response: 'ConversationInfo' },
     },
-    handler: (c, i) => agentServer.startConversation(c, i),
+    handler: (c, i) => agentServer.startConversation({ ...c, launch: (id) => launchAgentProfile({ ...c.server, settings: c.settings }, id) }, i),
   }),
   searchConversations: query({
     input: AS.ConversationSearchQuery,
