@@ -140,7 +140,10 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   disk.subscribe((p) => {
     if (p.full) void sandbox.relieveDisk();
   });
-  const agent = createAgent({ conversations, events, settings, redactor, builtins, config, log });
+  // the user's installed skills: every conversation's agent is given the enabled ones (src/agent/skills.ts)
+  const records = new JsonRecords(store);
+  const skills = new InstalledSkills(records);
+  const agent = createAgent({ conversations, events, settings, redactor, builtins, config, log, userSkills: () => skills.enabled() });
   const preparer = new WorkspacePreparer(conversations, events, settings, agent.runtime, redactor, {
     workspaceRoot: config.workspaceRoot,
     allowedHosts: config.gitAllowedHosts,
@@ -150,7 +153,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   const service = new ConversationService(conversations, events, settings, agent.runtime, preparer, redactor, log, config.maxEventBytes);
   const sideChannels = new SideChannels(conversations, settings, redactor, config.workspaceRoot, sandboxAccess(sandbox));
   const forks = new Forks({ conversations, events, sandbox, workspaceRoot: config.workspaceRoot, log });
-  const server = serverFeatures(config, store, settings, conversations, sandbox, redactor);
+  const server = serverFeatures(config, records, skills, settings, conversations, sandbox, redactor);
   unread.push(
     metrics.sandboxes.read(() => [[[sandbox.mode], sandbox.liveCount]]),
     metrics.sandboxProcesses.read(() => [[[sandbox.mode], sandbox.processCount]]),
@@ -208,10 +211,16 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
 }
 
 /** The agent-server features' parts, over the store's settings records and the conversations' sandboxes. */
-function serverFeatures(config: Config, store: Store, settings: Settings, conversations: Conversations, sandbox: Sandbox, redactor: Redactor): ServerFeatures {
-  const records = new JsonRecords(store);
+function serverFeatures(
+  config: Config,
+  records: JsonRecords,
+  skills: InstalledSkills,
+  settings: Settings,
+  conversations: Conversations,
+  sandbox: Sandbox,
+  redactor: Redactor,
+): ServerFeatures {
   const llmProfiles = new LlmProfiles(records, settings);
-  const skills = new InstalledSkills(records);
   const browser = new WorkspaceBrowser(conversations, config.workspaceRoot, sandboxAccess(sandbox));
   // a stdio server under test gets a sandbox of its own, removed after the test (src/tools/mcp/test-server.ts)
   const testSandbox: McpTestSandbox = {

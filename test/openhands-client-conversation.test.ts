@@ -188,6 +188,46 @@ describe('a conversation started from an agent profile', { timeout: 180_000 }, (
   });
 });
 
+describe("the agent is given the project's and the user's skills", { timeout: 180_000 }, () => {
+  test('project AgentSkills are listed (read on demand), always-on skills and installed ones given, knowledge when a message says its trigger', async (t) => {
+    const conv = await started(t, '/workspace/skills');
+    const sh = async (command: string) => {
+      const r = await d.req('POST', '/api/bash/execute_bash_command', { command, conversation_id: conv.id }, H);
+      assert.equal(r.body.exit_code, 0, r.text);
+    };
+    await sh(
+      [
+        'mkdir -p .agents/skills/deploy-skill .openhands/skills mine',
+        'printf -- "---\\nname: deploy-skill\\ndescription: How to deploy the app.\\n---\\nDEPLOY-BODY-NOT-INLINED\\n" > .agents/skills/deploy-skill/SKILL.md',
+        'printf -- "Always run the linter (ALWAYS-ON-SKILL).\\n" > .openhands/skills/lint.md',
+        'printf -- "---\\ntriggers: [banana]\\n---\\nBananas are yellow (KNOWLEDGE-SKILL).\\n" > .openhands/skills/fruit.md',
+        'printf -- "---\\nname: user-skill\\ndescription: mine\\n---\\nThe user likes tabs (INSTALLED-SKILL).\\n" > mine/SKILL.md',
+      ].join(' && '),
+    );
+    const sk = new C.SkillsClient(opts());
+    await sk.installSkill({ source: '/workspace/skills/mine' });
+    t.after(() => sk.uninstallSkill('user-skill'));
+    const from = llmA.requests.length;
+    llmA.push({ text: 'noted' }, { text: 'yellow' });
+    await conv.sendMessage('hello');
+    await conv.run();
+    await settled(conv, 'finished');
+    const system = JSON.stringify(llmA.requests[from]!.body.messages[0]);
+    assert.match(system, /deploy-skill: How to deploy the app\. \(read [^)]*\.agents\/skills\/deploy-skill\/SKILL\.md\)/);
+    assert.doesNotMatch(system, /DEPLOY-BODY-NOT-INLINED/, "an AgentSkills skill's body is read on demand");
+    assert.match(system, /ALWAYS-ON-SKILL/);
+    assert.match(system, /INSTALLED-SKILL/);
+    assert.doesNotMatch(system, /KNOWLEDGE-SKILL/, 'knowledge waits for its trigger');
+    await conv.sendMessage('what colour is a banana?');
+    await conv.run();
+    await settled(conv, 'finished');
+    assert.match(JSON.stringify(llmA.requests[from + 1]!.body.messages[0]), /KNOWLEDGE-SKILL/);
+    const forked = await d.req('POST', `/api/conversations/${conv.id}/fork?include_skills=true`, {}, H);
+    const names = forked.body.agent.agent_context.skills.map((x: any) => x.name);
+    for (const n of ['deploy-skill', 'user-skill']) assert.ok(names.includes(n), `${n} in ${names}`);
+  });
+});
+
 describe('the LLM security analyzer through the client', { timeout: 180_000 }, () => {
   test('ConfirmRisky with the LLM analyzer: a LOW action runs, a HIGH one waits for confirmation; the risk is offered, recorded and shown', async (t) => {
     const conv = await started(t, '/workspace/risky');

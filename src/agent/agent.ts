@@ -16,6 +16,7 @@ import type { AgentConversations } from './live-conversation.js';
 import { LlmSource } from './llm-source.js';
 import type { ReplayPlan } from './replay-plan.js';
 import { executeReplay } from './replay-run.js';
+import type { UserSkill } from './skills.js';
 import { AgentRuntime } from './runtime.js';
 import { ToolBox, type BuiltinTools } from './tool-box.js';
 
@@ -28,6 +29,8 @@ interface AgentParts {
   builtins: BuiltinTools;
   config: Config;
   log: Logger;
+  /** The user's installed, enabled skills (given to every conversation's agent). */
+  userSkills?: () => Promise<UserSkill[]>;
 }
 
 export interface Agent {
@@ -38,7 +41,7 @@ export interface Agent {
   replay(conversationId: string, workspaceDir: string, plan: ReplayPlan, signal: AbortSignal): Promise<{ actions: number }>;
 }
 
-export function createAgent({ conversations, events, settings, redactor, builtins, config, log }: AgentParts): Agent {
+export function createAgent({ conversations, events, settings, redactor, builtins, config, log, userSkills }: AgentParts): Agent {
   const workspaceDir = (id: string) => workspacePath(config.workspaceRoot, id);
   const tools = new ToolBox({
     builtins,
@@ -62,7 +65,7 @@ export function createAgent({ conversations, events, settings, redactor, builtin
     redactor,
     llm: new LlmSource(settings, config.llm),
     tools,
-    instructions: new Instructions((conv, key) => conversations.field(conv, key), config.workspaceRoot),
+    instructions: new Instructions((conv, key) => conversations.field(conv, key), config.workspaceRoot, userSkills),
     histories: new Histories(events),
     workspace: {
       dir: (conv) => workspaceDir(conv.id),

@@ -1,17 +1,22 @@
 /**
  * The instructions of a conversation's system prompt: the conversation's own, the repository it
- * works on, the repository's instructions (read from the workspace at a run's first step and kept on
- * the conversation, `conv.instructions`) and the knowledge its user's messages trigger.
+ * works on, the repository's instructions and the skills (the project's and the user's installed
+ * ones, skills.ts), read at a run's first step and kept on the conversation (`conv.instructions`),
+ * and the knowledge its user's messages trigger.
  */
 import fs from 'node:fs';
 import { workspacePath } from '../sandbox/workspace-dir.js';
 import { loadRepoInstructions, selectTriggered, type RepoInstructions } from '../workspace/instructions.js';
 import type { AgentRecordData, LoadedConversation } from './conversation-data.js';
 import type { ConversationSandbox } from './conversation-sandbox.js';
+import { loadSkills, type UserSkill } from './skills.js';
 
 /** The repository's instructions as read at a run's first step, and what the user's messages triggered. */
 export interface InstructionsCache {
+  /** The repository's instructions with the skills (their always-on texts after the instructions', their knowledge among the triggered). */
   loaded: RepoInstructions | null;
+  /** The skills' always-on texts. */
+  skills: string[];
   /** The number of user messages `texts` was selected for. */
   users: number;
   texts: string[];
@@ -28,6 +33,8 @@ export class Instructions {
     /** Reads a large field of the record from the store (the conversation's instructions). */
     private readonly field: <K extends keyof AgentRecordData>(conv: LoadedConversation, key: K) => Promise<AgentRecordData[K]>,
     private readonly workspaceRoot: string,
+    /** The user's installed, enabled skills. */
+    private readonly userSkills: () => Promise<UserSkill[]> = async () => [],
   ) {}
 
   /** The instructions for `userTexts` (the user's messages so far); `reload`: read the repository's again (a run's first step). */
@@ -42,14 +49,16 @@ export class Instructions {
     let cached = conv.instructions;
     if (!cached || reload) {
       // (no workspace yet: nothing to read, and no sandbox started for it)
-      const loaded = fs.existsSync(workspacePath(this.workspaceRoot, conv.record.id))
-        ? await loadRepoInstructions(conv.sandbox.files()).catch(() => null)
-        : null;
-      conv.instructions = cached = { loaded, users: -1, texts: [] };
+      const hasWorkspace = fs.existsSync(workspacePath(this.workspaceRoot, conv.record.id));
+      const loaded = hasWorkspace ? await loadRepoInstructions(conv.sandbox.files()).catch(() => null) : null;
+      const user = await this.userSkills().catch(() => []);
+      const skills = hasWorkspace || user.length ? await loadSkills(hasWorkspace ? conv.sandbox.files() : null, user).catch(() => null) : null;
+      const merged = loaded || skills ? { always: [], warnings: [], ...loaded, triggered: [...(loaded?.triggered ?? []), ...(skills?.triggered ?? [])] } : null;
+      conv.instructions = cached = { loaded: merged, skills: skills?.always ?? [], users: -1, texts: [] };
     }
     if (!cached.loaded) return out;
     if (cached.users !== userTexts.length) {
-      const always = cached.loaded.always.map((a) => `Repository instructions (${a.source}):\n${a.content}`);
+      const always = [...cached.loaded.always.map((a) => `Repository instructions (${a.source}):\n${a.content}`), ...cached.skills];
       const triggered = selectTriggered(cached.loaded.triggered, userTexts.join('\n')).map((t) => `Knowledge (${t.source}):\n${t.content}`);
       cached.texts = [...always, ...triggered];
       cached.users = userTexts.length;
