@@ -327,7 +327,10 @@ export class AgentRuntime {
     let finished = false;
     // the policy may have changed during the run: read it at every step
     // a lone finish or think does nothing to confirm (as in OpenHands' agent)
-    const harmless = response.toolCalls.every((c) => byName.get(c.name)?.actionKind === 'FinishAction' || byName.get(c.name)?.actionKind === 'ThinkAction');
+    const harmless = response.toolCalls.every((c) => {
+      const t = byName.get(c.name);
+      return t !== undefined && readOnly(t);
+    });
     // each call's risk (the model's, with the LLM analyzer): the step waits when the policy holds any of them
     const analyzer = conv.record.data.security_analyzer;
     const calls = response.toolCalls.map((call) => {
