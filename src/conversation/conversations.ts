@@ -68,6 +68,8 @@ export const ConversationInfo = z
     goal: GoalState.nullable().optional(),
     forked_from_conversation_id: z.string().nullable().optional(),
     forked_from_event_id: z.string().nullable().optional(),
+    /** The agent profile it was started from. */
+    launched_profile: z.object({ profile_id: z.string(), revision: z.number() }).nullable().optional(),
   })
   .meta({ id: 'ConversationInfo', title: 'ConversationInfo' });
 export type ConversationInfo = z.output<typeof ConversationInfo>;

@@ -140,7 +140,7 @@ export class LiveConversation implements AgentConversation {
     return this.sandboxPart;
   }
 
-  /** Something live holds it (a run, a preparation, a shell, running MCP servers, a lease): the registry keeps it loaded. */
+  /** Something live holds it (a run, a preparation, a goal loop, a shell, running MCP servers, a lease): the registry keeps it loaded. */
   get holding(): boolean {
     return (
       this.run !== null ||
