@@ -99,6 +99,9 @@ export class EventFeed {
     const pageSize = this.opts.pageSize ?? 256;
     let first = true;
     try {
+      // a replay from a timestamp starts at the log's end as it is now: when no stored event is that
+      // recent, the next live one (a later seq) is not a gap to read from seq 0
+      const end = since !== null ? await this.store.lastSeq(this.conversationId) : null;
       for (;;) {
         const page = await this.store.query(this.conversationId, {
           afterSeq: this.cursor,
@@ -108,8 +111,9 @@ export class EventFeed {
           maxBytes: this.opts.pageBytes ?? REPLAY_PAGE_BYTES,
           keepJson: true,
         });
-        first = false;
         if (this.closed) return;
+        if (first && page.length === 0 && end !== null) this.cursor = Math.max(this.cursor ?? 0, end);
+        first = false;
         if (page.length === 0) break;
         let backpressured = false;
         for (const e of page) {
