@@ -10,8 +10,13 @@
  *  1. Host (421): without a session key only a loopback Host is answered (DNS rebinding, guard.ts);
  *  2. Origin (403): a state-changing request or an upgrade carrying a foreign Origin (guard.ts);
  *  3. credentials (401), before any validation, 404 or 405: a daemon key in `X-Session-API-Key`
- *     (or, for the upgrade, `session_api_key` in the query), else a signed-in browser's session
- *     cookie where the route takes cookies. A keyless daemon trusts every (loopback) caller;
+ *     (or, for the upgrade, `session_api_key` in the query), else a conversation's own key there
+ *     (src/conversation/conversation-keys.ts), else a signed-in browser's session cookie where the
+ *     route takes cookies. A keyless daemon trusts every (loopback) caller;
+ *  3b. a conversation's key (403) opens only the routes of its conversation: those naming it
+ *     (`DoorRules.conversationId`) and the runtime routes that name none and act on the key's
+ *     conversation (`DoorRules.byConversationKey`); not another conversation, not settings, not a
+ *     new conversation, not /trpc or /metrics;
  *  4. a cookie's own origin rule (403): a session cookie authorises only requests from the daemon's
  *     own origin: an Origin that is not it is refused even for reads (ALLOWED_ORIGINS is for apps
  *     holding a key, not for cookies), and a request with no Origin may use the cookie only to read
@@ -29,10 +34,14 @@ import { checkBrowserRequest, isJsonContentType, isSameOrigin, type GuardOptions
 import { isMultipart } from './multipart.js';
 import type { BrowserSessions } from './sessions.js';
 
+/** Which conversation a conversation's own key opens (src/conversation/conversation-keys.ts). */
+export interface ConversationKeyCheck {
+  conversationOf(key: string | null | undefined): string | null;
+}
+
 /**
- * Who is asking. Every kind here opens the whole daemon; a key that opens one conversation only
- * would be one more kind (`{ kind: 'conversation'; conversationId }`), admitted by `mayUse` only
- * where the route's `DoorRules.conversationId` is that conversation.
+ * Who is asking. Every kind but `conversation` opens the whole daemon; a conversation's key opens
+ * that conversation only (rule 3b).
  */
 export type Principal =
   /** No key is configured: every caller the Host rule lets in (loopback) is trusted. */
@@ -41,6 +50,8 @@ export type Principal =
   | { kind: 'daemon-key' }
   /** A browser signed in through `/?token=`, by its session cookie (the id, never logged). */
   | { kind: 'browser'; sessionId: string }
+  /** A conversation's own key (`session_api_key` in its answers): that conversation's routes only. */
+  | { kind: 'conversation'; conversationId: string }
   /** No credentials: a public route, or an upgrade whose key comes in its first frame. */
   | { kind: 'anonymous' };
 
@@ -64,6 +75,8 @@ export interface DoorRules {
   bodyLimit?: number;
   /** The conversation the request concerns (a path parameter), for principals that open one conversation only. */
   conversationId?: string | null;
+  /** A runtime route that names no conversation: with a conversation's key it acts on that conversation. */
+  byConversationKey?: boolean;
 }
 
 /** Files served to browsers (the console's, a web app's): public; a GET changes nothing, so only the Host rule applies. */
@@ -78,6 +91,7 @@ interface DoorOptions extends GuardOptions {
   keys: string[];
   maxBodyBytes: number;
   sessions: BrowserSessions;
+  conversationKeys?: ConversationKeyCheck;
 }
 
 const KEYLESS: Admission = Object.freeze({ ok: true, principal: Object.freeze({ kind: 'keyless' }) });
@@ -91,6 +105,16 @@ const FOREIGN_COOKIE = Object.freeze({
   status: 403,
   detail: "A signed-in browser's session is accepted only from the daemon's own origin (and without an Origin only to read)",
 }) as Admission;
+const OTHER_CONVERSATION = Object.freeze({ ok: false, status: 403, detail: "This key opens its own conversation's routes only" }) as Admission;
+
+/** A conversation id in either form (dashed or 32 hex, any case) as 32 lowercase hex: how a path's id is compared with a key's. */
+const hexOf = (id: string) => id.replace(/-/g, '').toLowerCase();
+
+/** Whether a conversation's key may use a route (rule 3b). */
+function mayUse(conversationId: string, rules: DoorRules): boolean {
+  if (rules.conversationId) return hexOf(rules.conversationId) === hexOf(conversationId);
+  return rules.byConversationKey === true;
+}
 
 const sha256 = (s: string) => crypto.createHash('sha256').update(s).digest();
 
@@ -122,6 +146,21 @@ export class Door {
     return ok;
   }
 
+  /** The conversation a conversation's own key opens (lowercase dashed id), or null: not such a key. */
+  conversationOf(key: string | null | undefined): string | null {
+    return this.opts.conversationKeys?.conversationOf(key) ?? null;
+  }
+
+  /**
+   * Whether a key presented in a socket's first frame opens that socket's conversation: a daemon key,
+   * or that conversation's own key.
+   */
+  socketKeyMatches(key: string, conversationId: string | null): boolean {
+    if (this.keyMatches(key)) return true;
+    const of = this.conversationOf(key);
+    return of !== null && conversationId !== null && hexOf(of) === hexOf(conversationId);
+  }
+
   /**
    * The rules above, in order, for one request. `presentedKey` replaces the header's key where a
    * route takes it from elsewhere (the upgrade's `session_api_key` query parameter).
@@ -134,7 +173,7 @@ export class Door {
     const who = this.identify(req, rules, presentedKey);
     if (!who.ok) return who;
     const p = who.principal;
-    // a key that opens one conversation only is checked here against rules.conversationId
+    if (p.kind === 'conversation' && !mayUse(p.conversationId, rules)) return OTHER_CONVERSATION;
     if (p.kind === 'browser' && (origin ? !isSameOrigin(host, origin) : rules.stateChanging)) return FOREIGN_COOKIE;
     if (rules.body) {
       const type = req.getHeader('content-type');
@@ -153,7 +192,11 @@ export class Door {
     if (!this.keyed) return KEYLESS;
     if (rules.auth === 'public') return ANONYMOUS;
     const key = presentedKey ?? req.getHeader('x-session-api-key');
-    if (key) return this.keyMatches(key) ? DAEMON_KEY : UNAUTHORIZED;
+    if (key) {
+      if (this.keyMatches(key)) return DAEMON_KEY;
+      const conversationId = this.conversationOf(key);
+      return conversationId ? { ok: true, principal: { kind: 'conversation', conversationId } } : UNAUTHORIZED;
+    }
     if (rules.cookie) {
       const sessionId = this.opts.sessions.fromCookieHeader(req.getHeader('cookie'));
       // a session cookie that is not (or no longer) valid is a wrong credential, not a missing one

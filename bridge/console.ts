@@ -15,6 +15,9 @@
  *   keeps the page to its own origin: scripts and styles from the daemon only, requests and
  *   sockets to the daemon only, no framing.
  * - `/?token=<key>` is the browser sign-in (sign-in.ts), answered before the page.
+ * - With a web app served at `/` (WEB_APP_DIR, web-app.ts) the console's pages move under `/console`
+ *   (`/console/`, `/console/conversations/:id`, `/console/settings`; the page finds its base in its
+ *   own address), its files stay where they are, and the web app answers the sign-in.
  */
 import crypto from 'node:crypto';
 import fs from 'node:fs';
@@ -58,7 +61,10 @@ interface ConsoleFile {
   etag: string;
 }
 
-export function mountConsole(app: TemplatedApp, door: Door, sessions: BrowserSessions, dir = defaultDir()): void {
+/** Where the console's pages are: `/` by default, `/console` when a web app takes `/`. */
+export type ConsoleBase = '' | '/console';
+
+export function mountConsole(app: TemplatedApp, door: Door, sessions: BrowserSessions, base: ConsoleBase = '', dir = defaultDir()): void {
   const files = new Map<string, ConsoleFile>();
   /** `name` of the build directory, read once; null when it is not there (not built). */
   const load = (name: string): ConsoleFile | null => {
@@ -113,18 +119,19 @@ export function mountConsole(app: TemplatedApp, door: Door, sessions: BrowserSes
     return !admission.ok;
   };
 
-  const pageMetric = new RouteMetric('GET', '/');
+  const pageMetric = new RouteMetric('GET', `${base}/`);
   const page = (res: HttpResponse, req: HttpRequest) => {
     const state = watchAbort(res, pageMetric);
     if (refused(res, req, state)) return;
-    if (req.getUrl() === '/' && isSignIn(req.getQuery() ?? '')) return signIn(res, req, state, door, sessions);
+    if (!base && req.getUrl() === '/' && isSignIn(req.getQuery() ?? '')) return signIn(res, req, state, door, sessions);
     const index = load('index.html');
     if (!index) return sendJson(res, state, 503, { detail: 'The console is not built: run `npm run build`' });
     serve(res, req, state, index, PAGE_HEADERS);
   };
-  app.get('/', page);
-  app.get('/settings', page);
-  app.get('/conversations/:id', page);
+  app.get(`${base}/`, page);
+  if (base) app.get(base, page);
+  app.get(`${base}/settings`, page);
+  app.get(`${base}/conversations/:id`, page);
 
   const assetMetric = new RouteMetric('GET', '/console/{asset}');
   app.get('/console/*', (res, req) => {

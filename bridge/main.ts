@@ -53,12 +53,16 @@ async function main() {
     process.exit(1);
   }
   log.info({ host: config.host, port: daemon.port, data_dir: config.dataDir }, `listening on http://${config.host}:${daemon.port}`);
-  const consoleAt = consoleUrl(config.host, daemon.port);
+  const rootAt = consoleUrl(config.host, daemon.port);
+  // with a web app at `/` (WEB_APP_DIR) the console is at /console/
+  const consoleAt = config.webAppDir ? `${rootAt}console/` : rootAt;
   const key = config.sessionApiKeys[0];
+  if (config.webAppDir) log.info({ web_app: rootAt, web_app_dir: config.webAppDir }, `web app: ${rootAt}`);
   log.info({ console: consoleAt }, key ? `web console: ${consoleAt} (sign in with the session key)` : `web console: ${consoleAt}`);
   if (key && process.stderr.isTTY) {
     process.stderr.write(`\n  Open the web console (signed in): ${signInLink(consoleAt, key)}\n`);
-    process.stderr.write(`  Sign a browser in (a session cookie, for a web app served here): ${browserSignInLink(consoleAt, key)}\n\n`);
+    const what = config.webAppDir ? 'Open the web app (signed in: a session cookie)' : 'Sign a browser in (a session cookie, for a web app served here)';
+    process.stderr.write(`  ${what}: ${browserSignInLink(rootAt, key)}\n\n`);
   }
   // The sandbox's probe starts PROBE_AFTER_LISTEN_MS after the port opened, or as soon as something
   // needs the sandbox (sandbox.ready): its process starts block the event loop ~10 ms each while they

@@ -12,7 +12,7 @@ import { MAX_UPLOAD_BYTES } from '../src/conversation/side-channels.js';
 import { ByteStream } from '../src/conversation/trajectory.js';
 import { EventPage } from '../src/events/page.js';
 import { eventJson } from '../src/events/types.js';
-import type { Door } from './admission.js';
+import type { Door, Principal } from './admission.js';
 import { toHttpError } from './errors.js';
 import { BodyTooLarge, jsonErrorPosition, parseQuery, readJsonBody, type ResState, send, sendJson, streamBytes, streamPage, watchAbort } from './http.js';
 import { RouteMetric, unmatchedMetric } from './metrics.js';
@@ -61,8 +61,11 @@ export function mountRest(app: TemplatedApp, { core, log, door, routes, inFlight
       bodyLimit: route?.body === 'multipart' ? upload.maxBodyBytes : undefined,
       // from the path, or the query of the agent-server routes that name it there
       conversationId: (params as Record<string, string>).conversation_id ?? (req.getQuery('conversation_id') || null),
+      byConversationKey: route?.byConversationKey,
     });
     if (!admission.ok) return sendJson(res, state, admission.status, { detail: admission.detail });
+    // a runtime route that names no conversation acts on the one the caller's conversation key opens (read before any await)
+    const keyConversation = route?.byConversationKey ? conversationOfCaller(admission.principal, req.getHeader('x-session-api-key')) : null;
     if (!route) {
       if (methods.length) return send(res, state, 405, '{"detail":"Method Not Allowed"}', 'application/json', { allow: methods.join(', ') });
       return sendJson(res, state, 404, { detail: 'Not Found' });
@@ -70,6 +73,7 @@ export function mountRest(app: TemplatedApp, { core, log, door, routes, inFlight
     if (inFlight.draining) return sendJson(res, state, 503, { detail: 'Server is shutting down' });
     const rawQuery = req.getQuery() ?? '';
     const r: RouteRequest = { params, query: parseQuery(rawQuery), rawQuery, body: undefined };
+    if (keyConversation && !r.query.conversation_id) r.query.conversation_id = keyConversation;
     inFlight.begin();
     if (!route.body) return void dispatch(res, state, route, r).finally(done);
     // the upload's file part goes to the operation as it arrives (bridge/multipart.ts)
@@ -101,6 +105,15 @@ export function mountRest(app: TemplatedApp, { core, log, door, routes, inFlight
       })
       .finally(done);
   });
+
+  /**
+   * The conversation of a caller of a runtime route: the one its conversation key opens. A keyless
+   * daemon admits everyone without looking at keys, yet OpenHands' app still sends the conversation's
+   * key: it names the conversation there too.
+   */
+  function conversationOfCaller(principal: Principal, presented: string): string | null {
+    return principal.kind === 'conversation' ? principal.conversationId : door.conversationOf(presented);
+  }
 
   async function dispatch(res: HttpResponse, state: ResState, route: Route, r: RouteRequest) {
     let input: unknown;

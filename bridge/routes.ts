@@ -24,6 +24,8 @@ export interface Route extends RouteTarget {
   body?: true | 'multipart';
   /** The operation a request runs: this route's own, or an alternative whose condition the request meets. */
   pick: (r: RouteRequest) => RouteTarget;
+  /** A conversation's own key reaches it, and it acts on that conversation (RestRoute.byConversationKey). */
+  byConversationKey?: true;
 }
 
 /** Every route of the table (an operation with `when` is an alternative of the route of its method and path). */
@@ -41,6 +43,7 @@ export function tableRoutes(): Route[] {
       path: rest.path,
       names: pathParams(rest.path),
       body: typeof rest.body === 'object' && rest.body.multipart ? 'multipart' : rest.body ? true : undefined,
+      byConversationKey: rest.byConversationKey,
       pick: (r) => {
         for (const a of alternatives) if (a.when(r)) return a.target;
         return route;

@@ -1,7 +1,7 @@
 /**
  * The uWS app, put together: the door every request passes (admission.ts), then the routes —
- * health and the API's description (public, no door), /metrics, the web console's files and the
- * browser sign-in, /sockets/events/*, /trpc/*, and the REST table — and the listen/stop cycle.
+ * health and the API's description (public, no door), /metrics, the web console's files (and a web
+ * app's, WEB_APP_DIR) and the browser sign-in, /sockets/events/*, /trpc/*, and the REST table — and the listen/stop cycle.
  * Transport concerns only: bodies, limits, who is asking, error mapping; `src/` decides.
  */
 import type { Logger } from 'pino';
@@ -20,6 +20,7 @@ import { BrowserSessions } from './sessions.js';
 import { mountSignOut } from './sign-in.js';
 import { mountTrpc } from './trpc.js';
 import { App, type HttpResponse, type TemplatedApp, us_listen_socket_close, us_socket_local_port, type us_listen_socket } from './uws.js';
+import { mountWebApp } from './web-app.js';
 import { mountEventSockets } from './ws.js';
 import { AGENT_SERVER_API_VERSION } from '../src/conversation/agent-server-info.js';
 
@@ -40,6 +41,7 @@ export function startServer(config: Config, core: Core, log: Logger): Promise<Da
     loopbackOnly: config.sessionApiKeys.length === 0,
     maxBodyBytes: config.maxBodyBytes,
     sessions,
+    conversationKeys: core.conversationKeys,
   });
   const inFlight = inFlightCounter();
 
@@ -52,7 +54,9 @@ export function startServer(config: Config, core: Core, log: Logger): Promise<Da
   mountPublic(app, core, () => inFlight.draining, door.keyed);
   mountMetrics(app, door, log);
   mountDocs(app);
-  mountConsole(app, door, sessions);
+  // a web app takes `/` (and every path no other route takes): the console moves to /console/
+  mountConsole(app, door, sessions, config.webAppDir ? '/console' : '');
+  if (config.webAppDir) mountWebApp(app, door, sessions, config.webAppDir);
   mountSignOut(app, door, sessions);
   mountTrpc(app, core, log, door, inFlight, config.wsMaxBufferedBytes);
   mountRest(app, { core, log, door, routes: new RouteTable(tableRoutes()), inFlight });

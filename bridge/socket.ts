@@ -43,8 +43,8 @@ export interface SocketHub {
   log: Logger;
   topics: LiveTopics;
   maxBufferedBytes: number;
-  /** Whether a key presented in an auth frame is one of the daemon's. */
-  keyMatches(key: string): boolean;
+  /** Whether a key presented in an auth frame opens the socket's conversation (a daemon key, or that conversation's own). */
+  keyMatches(key: string, conversationId: string | null): boolean;
   /** A place among the conversation's subscribers (false: WS_MAX_SUBSCRIBERS reached). */
   admitSubscriber(conversationId: string): boolean;
   releaseSubscriber(conversationId: string): void;
@@ -111,7 +111,7 @@ export class EventSocket implements TopicMember {
     }
     if (preauth) {
       const p = parsed as Record<string, unknown> | null;
-      if (!(p && p.type === 'auth' && typeof p.session_api_key === 'string' && this.hub.keyMatches(p.session_api_key)))
+      if (!(p && p.type === 'auth' && typeof p.session_api_key === 'string' && this.hub.keyMatches(p.session_api_key, this.conversationId)))
         return this.end(4001, 'Authentication failed');
       clearTimeout(this.authTimer);
       this.hub.unpend(this);

@@ -61,7 +61,7 @@ export function mountEventSockets(app: TemplatedApp, core: Core, log: Logger, op
     log,
     topics: new LiveTopics(app, (id, sink, o) => core.events.follow(id, sink, o), opts.maxBufferedBytes),
     maxBufferedBytes: opts.maxBufferedBytes,
-    keyMatches: (key) => opts.door.keyMatches(key),
+    keyMatches: (key, conversationId) => opts.door.socketKeyMatches(key, conversationId),
     admitSubscriber(id) {
       const n = perConversation.get(id) ?? 0;
       if (n >= opts.maxSubscribers) return false;

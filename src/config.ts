@@ -1,3 +1,4 @@
+import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
@@ -109,6 +110,8 @@ const EnvSchema = z.object({
     .regex(/^[A-Za-z0-9._-]{1,64}$/, 'NODE_ID must be 1-64 letters, digits, dot, dash or underscore')
     .optional(),
   LEASE_TTL_MS: intFrom('LEASE_TTL_MS', 1000, 3600 * 1000).default(10_000),
+  /** A single-page app served at `/` instead of the console (which moves to `/console/`), e.g. OpenHands' frontend build. */
+  WEB_APP_DIR: z.string().min(1).optional(),
 });
 
 /** Session keys and secrets shorter than this are refused: they could not be redacted safely. */
@@ -172,6 +175,8 @@ export interface Config {
   mcpAllowedHosts: string[] | null;
   gitAllowedHosts: string[] | null;
   maxLoadedConversations: number;
+  /** WEB_APP_DIR, absolute: a directory holding an `index.html` (its files are read when first asked for, not at start). */
+  webAppDir?: string;
   /** Set in cluster mode (DATABASE_URL given); absent, the embedded SQLite store is used. */
   cluster?: ClusterConfig;
 }
@@ -202,6 +207,17 @@ function sandboxIds(uid: number | undefined, gid: number | undefined): { uid: nu
     return null;
   }
   return { uid: uid ?? DEFAULT_SANDBOX_ID, gid: gid ?? uid ?? DEFAULT_SANDBOX_ID };
+}
+
+/** WEB_APP_DIR resolved; a directory without an `index.html` stops the start (one stat: the files are read on first request). */
+function webAppDir(raw: string): string {
+  const dir = path.resolve(raw);
+  if (!fs.statSync(path.join(dir, 'index.html'), { throwIfNoEntry: false })?.isFile()) {
+    throw new ConfigError(
+      `invalid configuration: WEB_APP_DIR: ${dir} has no index.html (give the directory of a built web app, e.g. OpenHands' frontend build/)`,
+    );
+  }
+  return dir;
 }
 
 /** Parse the environment once. Throws ConfigError with one clear line per bad value. */
@@ -277,6 +293,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     mcpAllowedHosts: hostList(e.MCP_ALLOWED_HOSTS),
     gitAllowedHosts: hostList(e.GIT_ALLOWED_HOSTS),
     maxLoadedConversations: e.MAX_LOADED_CONVERSATIONS,
+    webAppDir: e.WEB_APP_DIR === undefined ? undefined : webAppDir(e.WEB_APP_DIR),
     cluster: e.DATABASE_URL
       ? {
           databaseUrl: e.DATABASE_URL,

@@ -12,6 +12,7 @@ import type { Config } from './config.js';
 import { Conversations, type SharedStore } from './conversation/conversations.js';
 import { ConversationService, type ConversationOps } from './conversation/service.js';
 import { sandboxAccess, SideChannels } from './conversation/side-channels.js';
+import { ConversationKeys } from './conversation/conversation-keys.js';
 import { EventBus } from './events/bus.js';
 import { EventLog } from './events/log.js';
 import { metrics } from './metrics.js';
@@ -53,6 +54,8 @@ export interface Core {
   forks: Forks;
   /** OpenHands agent-server's server-wide features: its settings, profiles, saved workspaces, skills, file browser, MCP test. */
   server: ServerFeatures;
+  /** Each conversation's own key (`session_api_key`), derived from the daemon's secret. */
+  conversationKeys: ConversationKeys;
   sandbox: Sandbox;
   redactor: Redactor;
   /** DATA_DIR's free space; `disk.subscribe` hears of disk pressure (src/store/disk-watch.ts). */
@@ -99,6 +102,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     deferProbe: opts.deferSandboxProbe,
   });
   const box = SecretBox.open(config.dataDir, config.secretKey);
+  const conversationKeys = new ConversationKeys(box.derive('parley conversation keys v1'));
   for (const k of config.sessionApiKeys) redactor.add(k);
   redactor.add(config.secretKey, config.llm.apiKey);
   const { store, bus, unread, closeBus, cluster } = await openStore(config, log, redactor, disk);
@@ -128,6 +132,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     shared,
     { count: config.maxLoadedConversations },
     log,
+    conversationKeys,
   );
   // every commit is published (the event log), then followed by the conversation's shown status
   store.onCommit((id, evs) => events.committed(id, evs));
@@ -191,6 +196,7 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     sideChannels,
     forks,
     server,
+    conversationKeys,
     sandbox,
     redactor,
     disk,

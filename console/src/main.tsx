@@ -9,7 +9,7 @@ import { checkKey, clearSessionKey, sessionKey, setSessionKey, takeKeyFromUrl, w
 import { ConversationPage } from './conversation.js';
 import { ConversationList } from './list.js';
 import { SettingsPage } from './settings.js';
-import { ErrorNote, Link, usePath } from './ui.js';
+import { ErrorNote, href, Link, usePath } from './ui.js';
 import './styles.css';
 
 // first of all: the start-up link's key leaves the address bar and the history entry
@@ -87,7 +87,7 @@ function Shell({ keyed, children }: { keyed: boolean; children: ComponentChildre
             class="ghost small"
             onClick={() => {
               clearSessionKey();
-              location.assign('/');
+              location.assign(href('/'));
             }}
           >
             Sign out

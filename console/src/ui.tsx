@@ -3,31 +3,44 @@ import type { AnchorHTMLAttributes, ComponentChildren } from 'preact';
 import { useEffect, useState } from 'preact/hooks';
 import type { ExecutionStatus } from './api.js';
 
-/** Client-side navigation: the daemon serves the page for `/`, `/conversations/:id` and `/settings`. */
+/**
+ * Where the console's pages are: `/`, or `/console` when the daemon serves a web app at `/`
+ * (WEB_APP_DIR). The pages name their routes from the base (`/`, `/conversations/:id`, `/settings`);
+ * links and the address bar carry the base.
+ */
+export const BASE = /^\/console(\/|$)/.test(location.pathname) ? '/console' : '';
+
+/** A route of the console as its address: the base in front. */
+export const href = (to: string) => (BASE && to === '/' ? `${BASE}/` : BASE + to);
+
+/** The console's route of the address bar's path (the base taken off). */
+const routeOf = (pathname: string) => pathname.slice(BASE.length) || '/';
+
+/** Client-side navigation: the daemon serves the page for `/`, `/conversations/:id` and `/settings` (under the base). */
 export function navigate(to: string, replace = false): void {
-  if (replace) history.replaceState(null, '', to);
-  else history.pushState(null, '', to);
+  if (replace) history.replaceState(null, '', href(to));
+  else history.pushState(null, '', href(to));
   dispatchEvent(new PopStateEvent('popstate'));
 }
 
 export function usePath(): string {
-  const [path, setPath] = useState(location.pathname);
+  const [path, setPath] = useState(routeOf(location.pathname));
   useEffect(() => {
-    const update = () => setPath(location.pathname);
+    const update = () => setPath(routeOf(location.pathname));
     addEventListener('popstate', update);
     return () => removeEventListener('popstate', update);
   }, []);
   return path;
 }
 
-export function Link({ href, children, ...rest }: { href: string; children: ComponentChildren } & AnchorHTMLAttributes<HTMLAnchorElement>) {
+export function Link({ href: to, children, ...rest }: { href: string; children: ComponentChildren } & AnchorHTMLAttributes<HTMLAnchorElement>) {
   const onClick = (e: MouseEvent) => {
     if (e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
     e.preventDefault();
-    navigate(href);
+    navigate(to);
   };
   return (
-    <a href={href} onClick={onClick} {...rest}>
+    <a href={href(to)} onClick={onClick} {...rest}>
       {children}
     </a>
   );

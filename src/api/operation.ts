@@ -44,6 +44,12 @@ export interface RestRoute {
   when?: { bodyHasAnyKey: readonly string[] } | { queryHas: string };
   /** The success status (default 200). */
   status?: number;
+  /**
+   * A runtime route of one conversation that names none (OpenHands' app calls it with the
+   * conversation's own key): a caller holding that key reaches it, and the input's
+   * `conversation_id` is the key's conversation. Any other caller names it or lets the path decide.
+   */
+  byConversationKey?: true;
   /** OpenAPI: the operation's summary and tag, and its operationId when the interface fixes one (else derived from summary, path and method). */
   summary: string;
   tag: string;

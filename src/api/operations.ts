@@ -20,6 +20,7 @@ import { agentServerFeatureOperations } from './operations/agent-server-features
 import { conversationOperations } from './operations/conversations.js';
 import { eventOperations } from './operations/events.js';
 import { settingsOperations } from './operations/settings.js';
+import { webAppOperations } from './operations/web-app.js';
 import { workspaceOperations } from './operations/workspace.js';
 import { llmProfileOperations } from './operations/llm-profiles.js';
 import { serverSettingsOperations } from './operations/server-settings.js';
@@ -35,6 +36,7 @@ const SECTIONS = [
   llmProfileOperations,
   serverSettingsOperations,
   serverWorkspaceOperations,
+  webAppOperations,
 ];
 
 export const operations = {
@@ -48,6 +50,8 @@ export const operations = {
   ...llmProfileOperations,
   ...serverSettingsOperations,
   ...serverWorkspaceOperations,
+  // OpenHands' web app (app-server routes)
+  ...webAppOperations,
 };
 export type OperationName = keyof typeof operations;
 

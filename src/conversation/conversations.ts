@@ -17,6 +17,7 @@ import { redactMcpConfig, fullMcpConfig, type FullMcpConfig } from '../secrets/m
 import { stillPreparing } from './setup-phase.js';
 import { parseRecord, parseStoredKey, storedObject, type ParsedRecord, type RecordData, type RecordKey } from './record-data.js';
 import { agentServerInfo, type AgentServerContext } from './agent-server-info.js';
+import { appServerInfo, RUNTIME_STATUS, type AppServerContext } from './app-server-info.js';
 import { EXECUTION_STATUSES, type ExecutionStatus } from '../events/schema.js';
 import type { Sandbox } from '../sandbox/index.js';
 import { type CloseReason, diskStopDetail, LiveConversation, type LiveParts } from './live.js';
@@ -70,6 +71,15 @@ export const ConversationInfo = z
     forked_from_event_id: z.string().nullable().optional(),
     /** The agent profile it was started from. */
     launched_profile: z.object({ profile_id: z.string(), revision: z.number() }).nullable().optional(),
+    // OpenHands' app-server fields (src/conversation/app-server.ts)
+    last_updated_at: z.string().optional(),
+    runtime_status: z.string().optional(),
+    url: z.string().optional(),
+    session_api_key: z.string().nullable().optional().meta({ description: "This conversation's own key: it opens this conversation's routes only" }),
+    conversation_version: z.literal('V1').optional(),
+    sub_conversation_ids: z.array(z.string()).optional(),
+    pr_number: z.array(z.number()).optional(),
+    trigger: z.string().nullable().optional(),
   })
   .meta({ id: 'ConversationInfo', title: 'ConversationInfo' });
 export type ConversationInfo = z.output<typeof ConversationInfo>;
@@ -128,6 +138,8 @@ export class Conversations {
     private readonly limits: ResidentLimits = {},
     /** Where a record's malformed keys are reported (record-data.ts). */
     private readonly log?: Pick<Logger, 'warn'>,
+    /** Each conversation's own key, for the app-server fields of the info. */
+    private readonly appServer?: AppServerContext,
   ) {}
 
   /** The store reports each commit here: the record's updated_at and the shown status follow it. */
@@ -496,7 +508,8 @@ export class Conversations {
       updated_at: conv.record.updated_at,
       execution_status: status,
       conversation_status: shown,
-      status: shown,
+      // OpenHands' meaning: the runtime's status (app-server.ts); the agent's is execution_status
+      status: RUNTIME_STATUS,
       selected_repository: d.selected_repository ?? null,
       selected_branch: d.selected_branch ?? null,
       git_provider: d.git_provider ?? null,
@@ -505,6 +518,7 @@ export class Conversations {
       setup: d.setup ?? null,
       mcp_config: fullMcpConfig(redactMcpConfig(this.settings.openMcp(await this.field(conv, 'mcp_config_sealed')))),
       ...agentServerInfo(conv.record, this.agentServer, await this.settings.llmView()),
+      ...appServerInfo(conv.record, this.appServer),
     };
   }
 
@@ -531,6 +545,8 @@ export class Conversations {
     for (const r of page) items.push(await this.info(this.live.get(r.id) ?? { record: this.parsed(r), status: r.execution_status as ExecutionStatus }));
     return {
       items,
+      // OpenHands' app reads the page as `results`: the same items, under both names
+      results: items,
       next_page_id: next ? Buffer.from(JSON.stringify([next.created_at, next.id])).toString('base64url') : null,
     };
   }

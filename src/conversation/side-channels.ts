@@ -217,6 +217,8 @@ export class SideChannels {
   async gitChanges(q: { path: string; conversation_id?: string | null }) {
     const at = await this.locate(q.conversation_id, q.path);
     const res = await gitChanges(this.access.view(at.workspaceDir).toHost(at.visible!), this.access.gitOptions(at.conversationId));
+    // a workspace that is not a git repository has no changes (OpenHands' app asks for every conversation's)
+    if ('error' in res && /not a git repository/i.test(res.error)) return [];
     if ('error' in res)
       throw new RequestValidationError([
         { type: 'value_error', loc: ['query', 'path'], msg: `Value error, ${this.redactor.redact(res.error)}`, input: q.path },

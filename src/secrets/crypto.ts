@@ -21,6 +21,11 @@ export class SecretBox {
     return new SecretBox(key);
   }
 
+  /** A key for another purpose, derived from this one (HKDF-SHA256): the same on every node that shares SECRET_KEY. */
+  derive(purpose: string): Buffer {
+    return Buffer.from(crypto.hkdfSync('sha256', this.key, Buffer.alloc(0), purpose, 32));
+  }
+
   /** Returns `v1:<iv>:<tag>:<ciphertext>` (base64 parts). */
   encrypt(plain: string): string {
     const iv = crypto.randomBytes(12);

@@ -1,4 +1,5 @@
 /** The daemon's settings: the LLM, custom secrets, git provider tokens (and the default MCP config). */
+import { appSettingsView } from '../../conversation/app-server.js';
 import { mutation, query } from '../operation.js';
 import { AddGitProvidersRequest, CreateSecretInput, NoInput, SecretNameInput, SettingsUpdate, UpdateSecretInput } from '../schemas.js';
 
@@ -6,8 +7,11 @@ export const settingsOperations = {
   getSettings: query({
     input: NoInput,
     rest: { method: 'GET', path: '/api/settings', summary: 'Get Settings', tag: 'Settings', doc: { response: 'SettingsView' } },
-    /** Parley's fields and OpenHands' SettingsResponse in one answer: they do not overlap (src/settings/agent-settings.ts). */
-    handler: (c) => c.server.settings.get(),
+    /**
+     * Parley's fields, OpenHands' SettingsResponse (src/settings/agent-settings.ts) and the fields its web app reads
+     * (src/conversation/app-server.ts) in one answer: they do not overlap.
+     */
+    handler: async (c) => ({ ...((await appSettingsView(c.settings)) as Record<string, unknown>), ...(await c.server.settings.get()) }),
   }),
   saveSettings: mutation({
     input: SettingsUpdate,

@@ -69,7 +69,15 @@ export const workspaceOperations = {
   uploadFile: jsonInput(
     mutation({
       input: AS.WorkspaceUploadInput,
-      rest: { method: 'POST', path: '/api/file/upload', body: { field: 'content', multipart: 'file' }, query: true, summary: 'Upload File', tag: 'Files' },
+      rest: {
+        method: 'POST',
+        path: '/api/file/upload',
+        body: { field: 'content', multipart: 'file' },
+        query: true,
+        byConversationKey: true,
+        summary: 'Upload File',
+        tag: 'Files',
+      },
       handler: (c, i) => c.sideChannels.upload(i),
     }),
     AS.WorkspaceUploadJsonInput,
@@ -82,6 +90,7 @@ export const workspaceOperations = {
         method: 'GET',
         path: '/api/file/download',
         query: true,
+        byConversationKey: true,
         summary: 'Download File',
         tag: 'Files',
         doc: { query: PATH_QUERY, response: { type: 'string', format: 'binary' } },
@@ -96,6 +105,7 @@ export const workspaceOperations = {
       method: 'GET',
       path: '/api/git/changes',
       query: true,
+      byConversationKey: true,
       summary: 'Git Changes',
       tag: 'Git',
       doc: {
@@ -114,6 +124,7 @@ export const workspaceOperations = {
       method: 'GET',
       path: '/api/git/diff',
       query: true,
+      byConversationKey: true,
       summary: 'Git Diff',
       tag: 'Git',
       doc: { response: { type: 'object', properties: { original: { type: ['string', 'null'] }, modified: { type: ['string', 'null'] } } } },
