@@ -18,7 +18,7 @@ let d: DaemonHandle;
 let keyless: DaemonHandle;
 
 before(async () => {
-  [d, keyless] = await Promise.all([startDaemon({ SESSION_API_KEY: KEY }), startDaemon({})]);
+  [d, keyless] = await Promise.all([startDaemon({ SESSION_API_KEY: KEY }), startDaemon({ SANDBOX: 'none' })]);
 });
 after(async () => {
   await Promise.all([d?.stop(), keyless?.stop()]);
@@ -169,14 +169,11 @@ describe("a conversation's own key", { timeout: 170_000 }, () => {
     const [, hex, mac] = a.key.split('.') as [string, string, string];
     const bHex = b.id.replace(/-/g, '');
     const flip = (s: string, i: number) => s.slice(0, i) + (s[i] === 'A' ? 'B' : 'A') + s.slice(i + 1);
-    const forged = [
-      `pk1.${bHex}.${mac}`,
-      `pk1.${hex}.${flip(mac, 0)}`,
-      `pk1.${hex}.${flip(mac, 42)}`,
-      `pk1.${hex}.${mac}x`,
-      `pk2.${hex}.${mac}`,
-      a.key.toUpperCase(),
-    ];
+    // the last character carries two bits no byte of the MAC uses: a key differing only there is another string, refused too
+    const B64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+    const last = B64.indexOf(mac[42]!) & ~3;
+    const lastBits = [0, 1, 2, 3].map((i) => `pk1.${hex}.${mac.slice(0, 42)}${B64[last + i]}`).filter((k) => k !== a.key);
+    const forged = [...lastBits, `pk1.${bHex}.${mac}`, `pk1.${hex}.${flip(mac, 0)}`, `pk1.${hex}.${mac}x`, `pk2.${hex}.${mac}`, a.key.toUpperCase()];
     for (let i = 0; forged.length < 300; i++) forged.push(`pk1.${i % 2 ? hex : bHex}.${crypto.randomBytes(32).toString('base64url')}`);
     for (const k of forged) {
       const r = await d.req('GET', `/api/conversations/${k.includes(bHex) ? b.id : a.id}`, undefined, withKey(k));
@@ -204,9 +201,11 @@ describe('a keyless daemon', { timeout: 120_000 }, () => {
     assert.match(a.key, /^pk1\./);
     const up = await upload(keyless, a.key, '/workspace/project/from-a.txt', 'for a\n');
     assert.equal(up.status, 200, await up.text());
-    const inA = await fetch(`${keyless.url}/api/file/download?path=${enc('/workspace/from-a.txt')}&conversation_id=${a.id}`);
+    const inA = await fetch(`${keyless.url}/api/file/download/${enc('/workspace/from-a.txt')}?conversation_id=${a.id}`);
     assert.equal(await inA.text(), 'for a\n');
-    const inB = await fetch(`${keyless.url}/api/file/download?path=${enc('/workspace/from-a.txt')}&conversation_id=${b.id}`);
+    const inB = await fetch(`${keyless.url}/api/file/download/${enc('/workspace/from-a.txt')}?conversation_id=${b.id}`);
     assert.equal(inB.status, 422);
+    const changes = await keyless.req('GET', `/api/git/changes/${enc('/workspace/project')}`, undefined, withKey(a.key));
+    assert.deepEqual(changes.body, [], 'without a sandbox too, the app names the workspace /workspace/project');
   });
 });

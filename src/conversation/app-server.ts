@@ -13,7 +13,8 @@
  *   and every process of the conversation; resuming it has nothing to do (the sandbox starts on
  *   demand); the agent's own pause and resume are the conversation's `/pause` and `/run`.
  * - The app names the workspace `/workspace/project` (with a repository `/workspace/project/<name>`):
- *   Parley's workspace, where the repository is cloned, is `/workspace` itself.
+ *   Parley's workspace, where the repository is cloned, is the workspace itself (`/workspace` in its
+ *   sandbox, its host directory without one).
  */
 import type { EventLog } from '../events/log.js';
 import { RequestValidationError } from '../errors.js';
@@ -142,18 +143,20 @@ export async function appEventCount(c: AppServerParts, id: string): Promise<numb
 // ---- runtime routes with a path -------------------------------------------------------------------
 
 const APP_ROOT = '/workspace/project';
+const WORKSPACE = '/workspace';
 
 /**
- * A path as the app names it, in Parley's workspace: `/workspace/project` and, for a conversation
- * with a repository, `/workspace/project/<repository name>` are the workspace (`/workspace`); any
- * other path is taken as it is (e.g. an upload's default `/workspace/<file name>`).
+ * A path as the app names it, relative to the conversation's workspace (a relative path is taken
+ * inside it, sandboxed or not): `/workspace/project` and, for a conversation with a repository,
+ * `/workspace/project/<repository name>` are the workspace itself, and so is `/workspace` (an
+ * upload's default is `/workspace/<file name>`); any other path is taken as it is.
  */
 export function workspacePathOf(appPath: string, repository: string | null | undefined): string {
   const p = appPath.startsWith('/') ? appPath : `/${appPath}`;
   const name = repository?.split('/').pop();
-  for (const root of name ? [`${APP_ROOT}/${name}`, APP_ROOT] : [APP_ROOT]) {
-    if (p === root) return '/workspace';
-    if (p.startsWith(`${root}/`)) return `/workspace/${p.slice(root.length + 1)}`;
+  for (const root of name ? [`${APP_ROOT}/${name}`, APP_ROOT, WORKSPACE] : [APP_ROOT, WORKSPACE]) {
+    if (p === root) return '.';
+    if (p.startsWith(`${root}/`)) return p.slice(root.length + 1) || '.';
   }
   return p;
 }

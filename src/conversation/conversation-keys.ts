@@ -45,8 +45,10 @@ export class ConversationKeys {
     const m = SHAPE.exec(key);
     if (!m) return null;
     const hex = m[1]!;
-    const given = Buffer.from(m[2]!, 'base64url');
-    if (given.length !== 32 || !crypto.timingSafeEqual(given, this.mac(hex))) return null;
+    // compared as the canonical text, not as decoded bytes: the last base64url character carries two
+    // bits no byte uses, so decoding alone would let several strings pass for one key
+    const given = Buffer.from(m[2]!, 'latin1');
+    if (!crypto.timingSafeEqual(given, Buffer.from(this.mac(hex).toString('base64url'), 'latin1'))) return null;
     return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
   }
 }
