@@ -41,7 +41,7 @@ describe('the operations table', () => {
       for (const p of pathParams(rest.path)) assert.ok(shape?.[p], `${name}: {${p}} is a field of its input`);
       if (typeof rest.body === 'object') assert.ok(shape?.[rest.body.field], `${name}: the body field ${rest.body.field} is a field of its input`);
       if (rest.body === 'input') assert.ok(!pathParams(rest.path).length && !rest.query, `${name}: a whole-body input has no parameter beside it`);
-      assert.match(rest.path, /^\/api(\/([a-z_-]+|\{[a-z_]+\}))+$/, `${name}: a path template`);
+      assert.match(rest.path, /^\/api(\/([a-z0-9_-]+|\{[a-z_]+\}))+$/, `${name}: a path template`);
       assert.ok(rest.summary && rest.tag, `${name}: summary and tag`);
     }
   });

@@ -201,6 +201,11 @@ export async function appSettingsView(settings: Pick<Settings, 'getProviders'>) 
   return { ...APP_SETTINGS_DEFAULTS, provider_tokens_set: providers };
 }
 
+/** `GET /api/secrets` for the app too: the same names and descriptions under its name for them (`custom_secrets`). */
+export function withAppSecrets<T extends { secrets: unknown[] }>(list: T): T & { custom_secrets: T['secrets'] } {
+  return { ...list, custom_secrets: list.secrets };
+}
+
 /** The app's settings object (POST /api/settings): only its LLM fields are kept; the rest is the app's own and ignored. */
 export interface AppSettingsInput {
   llm_model?: string | null;

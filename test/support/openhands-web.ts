@@ -1,7 +1,7 @@
 /**
  * OpenHands' web app build (its frontend, MIT, pinned at commit 156d068) for the tests that serve it
- * with WEB_APP_DIR: unpacked from the vendored tarball next to the checkout (`../shared/vendor/
- * openhands-web/`; for a git worktree, next to its main checkout too) into a temp directory. The
+ * with WEB_APP_DIR: unpacked from the vendored tarball kept beside the checkout (in the directory
+ * `shared` next to it; for a git worktree, next to its main checkout too) into a temp directory. The
  * build is never copied into the repository. Missing, the tests fail with the paths they looked at:
  * they never skip. `AppRun` is one browser context on the app, and what it saw.
  */
@@ -14,7 +14,7 @@ import { ROOT, tempDir } from './daemon.js';
 
 const TARBALL = path.join('vendor', 'openhands-web', 'openhands-frontend-156d068-build.tar.gz');
 
-/** `../shared` of the checkout, and of the main checkout when this one is a git worktree (`.git` is then a file naming it). */
+/** The `shared` directory beside the checkout, and beside the main checkout when this one is a git worktree (`.git` is then a file naming it). */
 function sharedDirs(): string[] {
   const dirs = [path.resolve(ROOT, '..', 'shared')];
   const dotGit = path.join(ROOT, '.git');

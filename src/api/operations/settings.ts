@@ -1,17 +1,20 @@
 /** The daemon's settings: the LLM, custom secrets, git provider tokens (and the default MCP config). */
-import { appSettingsView } from '../../conversation/app-server.js';
+import { appSettingsView, withAppSecrets } from '../../conversation/app-server.js';
+import type { Core } from '../../core.js';
 import { mutation, query } from '../operation.js';
 import { AddGitProvidersRequest, CreateSecretInput, NoInput, SecretNameInput, SettingsUpdate, UpdateSecretInput } from '../schemas.js';
+
+/**
+ * Parley's fields, OpenHands' SettingsResponse (src/settings/agent-settings.ts) and the fields its web app reads
+ * (src/conversation/app-server.ts) in one answer: they do not overlap.
+ */
+const settingsView = async (c: Core) => ({ ...((await appSettingsView(c.settings)) as Record<string, unknown>), ...(await c.server.settings.get()) });
 
 export const settingsOperations = {
   getSettings: query({
     input: NoInput,
     rest: { method: 'GET', path: '/api/settings', summary: 'Get Settings', tag: 'Settings', doc: { response: 'SettingsView' } },
-    /**
-     * Parley's fields, OpenHands' SettingsResponse (src/settings/agent-settings.ts) and the fields its web app reads
-     * (src/conversation/app-server.ts) in one answer: they do not overlap.
-     */
-    handler: async (c) => ({ ...((await appSettingsView(c.settings)) as Record<string, unknown>), ...(await c.server.settings.get()) }),
+    handler: (c) => settingsView(c),
   }),
   saveSettings: mutation({
     input: SettingsUpdate,
@@ -19,13 +22,13 @@ export const settingsOperations = {
     /** Answers what GET /api/settings answers. */
     handler: async (c, i) => {
       await c.settings.saveLlmSettings(i);
-      return c.server.settings.get();
+      return settingsView(c);
     },
   }),
   listSecrets: query({
     input: NoInput,
     rest: { method: 'GET', path: '/api/secrets', summary: 'List Secrets', tag: 'Secrets', doc: { response: 'SecretList' } },
-    handler: (c) => c.settings.listSecrets(),
+    handler: async (c) => withAppSecrets(await c.settings.listSecrets()),
   }),
   createSecret: mutation({
     input: CreateSecretInput,
