@@ -11,6 +11,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { launchChromium, watch } from './support/browser.js';
 import { startDaemon, tempDir, type DaemonHandle } from './support/daemon.js';
 
 const sha256 = (s: string) => crypto.createHash('sha256').update(s, 'utf8').digest('base64');
@@ -120,6 +121,32 @@ describe('WEB_APP_DIR', { timeout: 120_000 }, () => {
     const signIn = await get('/?token=anything');
     assert.equal(signIn.status, 303, 'a keyless daemon drops the token from the address');
     assert.equal(signIn.headers.get('location'), '/');
+  });
+
+  test('the console works at /console/: its links, its settings page and a reload stay under it', async () => {
+    const id = (await d.req('POST', '/api/conversations', { initial_user_msg: 'from the console test' })).body.conversation_id as string;
+    const browser = await launchChromium();
+    try {
+      const page = await browser.newPage();
+      page.setDefaultTimeout(90_000);
+      const w = watch(page, d.url);
+      await page.goto(`${d.url}/console/`);
+      await page.locator('h1', { hasText: 'Conversations' }).waitFor();
+      await page.locator(`a[href="/console/conversations/${id}"]`).click();
+      await page.waitForURL(`${d.url}/console/conversations/${id}`);
+      await page.getByText('from the console test').first().waitFor();
+      await page.reload();
+      await page.getByText('from the console test').first().waitFor();
+      await page.locator('nav a', { hasText: 'Settings' }).click();
+      await page.waitForURL(`${d.url}/console/settings`);
+      await page.locator('h2', { hasText: 'Language model' }).waitFor();
+      await page.locator('nav a', { hasText: 'Conversations' }).click();
+      await page.waitForURL(`${d.url}/console/`);
+      assert.deepEqual(w.errors, []);
+      assert.deepEqual(w.elsewhere, []);
+    } finally {
+      await browser.close();
+    }
   });
 
   test('a directory without index.html stops the start with one line and exit code 1', async () => {
