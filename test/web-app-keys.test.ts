@@ -8,9 +8,10 @@
  * no key appears in the daemon's output.
  */
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
-import { startDaemon, type DaemonHandle } from './support/daemon.js';
+import { startDaemon, waitFor, type DaemonHandle } from './support/daemon.js';
 import { connect } from './support/ws-client.js';
 
 const KEY = 'web-app-keys-daemon-key-0123';
@@ -181,6 +182,27 @@ describe("a conversation's own key", { timeout: 170_000 }, () => {
     }
     const s = connect(`${d.url.replace('http', 'ws')}/sockets/events/${b.id}?session_api_key=${enc(`pk1.${bHex}.${mac}`)}`);
     await assert.rejects(s.opened, /handshake refused: 401/);
+  });
+
+  test("the app's 'stop the runtime' (a sandbox's pause) ends the conversation's processes, judged from the host; resume answers", async () => {
+    const c = await conversation(d, withKey(KEY));
+    const marker = `sleep ${31_000 + Math.floor(Math.random() * 1000)}`;
+    const started = await daemonReq('POST', '/api/bash/execute_bash_command', {
+      command: `(${marker} </dev/null >/dev/null 2>&1 &) ; echo started`,
+      conversation_id: c.id,
+      timeout: 30,
+    });
+    assert.equal(started.status, 200, started.text);
+    const running = () =>
+      execFileSync('ps', ['-eo', 'args'], { encoding: 'utf8' })
+        .split('\n')
+        .some((l) => l.trim() === marker);
+    await waitFor(running, 'the background process', 30_000);
+    const paused = await daemonReq('POST', `/api/v1/sandboxes/${c.id}/pause`);
+    assert.equal(paused.status, 200, paused.text);
+    await waitFor(() => !running(), 'the process ended', 30_000);
+    assert.equal((await daemonReq('POST', `/api/v1/sandboxes/${c.id}/resume`)).status, 200);
+    assert.equal((await daemonReq('POST', `/api/v1/sandboxes/${crypto.randomUUID()}/pause`)).status, 404);
   });
 
   test("a deleted conversation's key opens nothing that is there; no key is ever in the daemon's output", async () => {

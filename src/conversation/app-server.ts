@@ -9,9 +9,9 @@
  * - A conversation's `status` is its runtime's (`RUNNING` while it can take a message: Parley starts
  *   a conversation's sandbox when something needs it, so every conversation can); the agent's state
  *   stays in `execution_status`.
- * - A conversation's sandbox has the conversation's id. Pausing it stops the agent (between steps)
- *   and every process of the conversation; resuming it has nothing to do (the sandbox starts on
- *   demand); the agent's own pause and resume are the conversation's `/pause` and `/run`.
+ * - A conversation's sandbox has the conversation's id. Pausing it interrupts the conversation (a run
+ *   ends, paused; its shell and every process end); resuming it has nothing to do (the sandbox starts
+ *   on demand); the agent's own pause and resume are the conversation's `/pause` and `/run`.
  * - The app names the workspace `/workspace/project` (with a repository `/workspace/project/<name>`):
  *   Parley's workspace, where the repository is cloned, is the workspace itself (`/workspace` in its
  *   sandbox, its host directory without one).
@@ -52,7 +52,7 @@ export async function appModels(settings: Pick<Settings, 'llmView'>): Promise<st
 export interface AppServerParts {
   conversations: Conversations;
   events: Pick<EventLog, 'count'>;
-  service: Pick<ConversationOps, 'pause' | 'interrupt'>;
+  service: Pick<ConversationOps, 'interrupt'>;
   keys: AppServerContext;
 }
 
@@ -111,9 +111,8 @@ export async function sandboxes(c: AppServerParts, ids: string[]) {
   return out;
 }
 
-/** `POST /api/v1/sandboxes/{id}/pause`: the agent stops between steps and every process of the conversation ends. */
+/** `POST /api/v1/sandboxes/{id}/pause`: the conversation's runtime stops (an interrupt: a run ends paused, its shell and every process end). */
 export async function pauseSandbox(c: AppServerParts, id: string) {
-  await c.service.pause(id);
   await c.service.interrupt(id);
   return { success: true as const };
 }
