@@ -58,6 +58,7 @@ describe("a conversation's own key", { timeout: 170_000 }, () => {
     assert.equal(a.info.status, 'RUNNING', 'a conversation that can take a message is RUNNING (its sandbox starts on demand)');
     assert.equal(a.info.execution_status, 'idle', "the agent's state stays in execution_status");
     assert.equal(a.info.conversation_version, 'V1');
+    assert.equal(a.info.title, `Conversation ${a.id.slice(0, 5)}`, "OpenHands' default title for a conversation created without one");
     assert.equal(a.info.url, `/api/conversations/${a.id}`);
     assert.equal(a.info.runtime_status, 'STATUS$READY');
     assert.equal(a.info.last_updated_at, a.info.updated_at);

@@ -95,6 +95,7 @@ describe("OpenHands' web app on Parley, without a key (loopback)", { timeout: 18
     await page.getByRole('button', { name: 'New Conversation' }).click();
     conversationId = (await (await created).json()).conversation_id;
     await page.waitForURL(`${d.url}/conversations/${conversationId}`);
+    await page.locator('[data-testid="conversation-name-title"]', { hasText: `Conversation ${conversationId.slice(0, 5)}` }).waitFor();
     await run.send('Please write the notes');
     await page.getByText('I wrote notes.txt for you.').waitFor();
     await page.getByText('git init -q . && echo hello-from-the-agent | tee notes.txt').first().waitFor();

@@ -9,6 +9,9 @@ export interface AppServerContext {
   keyOf(conversationId: string): string;
 }
 
+/** A conversation's title when it has none, as OpenHands names it: `Conversation` and the first 5 hex digits of its id. */
+export const untitled = (id: string) => `Conversation ${id.replace(/-/g, '').slice(0, 5)}`;
+
 /** The URL of a conversation as the app uses it (relative: the app then calls its own origin). */
 export const conversationUrl = (id: string) => `/api/conversations/${id}`;
 

@@ -17,7 +17,7 @@ import { redactMcpConfig, fullMcpConfig, type FullMcpConfig } from '../secrets/m
 import { stillPreparing } from './setup-phase.js';
 import { parseRecord, parseStoredKey, storedObject, type ParsedRecord, type RecordData, type RecordKey } from './record-data.js';
 import { agentServerInfo, type AgentServerContext } from './agent-server-info.js';
-import { appServerInfo, RUNTIME_STATUS, type AppServerContext } from './app-server-info.js';
+import { appServerInfo, RUNTIME_STATUS, untitled, type AppServerContext } from './app-server-info.js';
 import { EXECUTION_STATUSES, type ExecutionStatus } from '../events/schema.js';
 import type { Sandbox } from '../sandbox/index.js';
 import { type CloseReason, diskStopDetail, LiveConversation, type LiveParts } from './live.js';
@@ -503,7 +503,8 @@ export class Conversations {
     return {
       conversation_id: conv.record.id,
       id: conv.record.id,
-      title: conv.record.title === null ? null : this.redactor.redact(conv.record.title),
+      // OpenHands' default for a conversation without a title (app-server-info.ts)
+      title: conv.record.title === null ? untitled(conv.record.id) : this.redactor.redact(conv.record.title),
       created_at: conv.record.created_at,
       updated_at: conv.record.updated_at,
       execution_status: status,
