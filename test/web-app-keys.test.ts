@@ -120,7 +120,7 @@ describe("a conversation's own key", { timeout: 170_000 }, () => {
     framed.close();
   });
 
-  test('it is refused (403) everywhere else: another conversation, the listing, a new conversation, settings, provider tokens, secrets, /trpc, /metrics', async () => {
+  test('it is refused (403) everywhere else: another conversation, the listing, a new one, settings, provider tokens, secrets, /trpc, /metrics', async () => {
     const refusals: [string, string, unknown?][] = [
       ['GET', `/api/conversations/${b.id}`],
       ['DELETE', `/api/conversations/${b.id}`],

@@ -18,7 +18,9 @@ const sha256 = (s: string) => crypto.createHash('sha256').update(s, 'utf8').dige
 const INLINE_AT_START = 'window.startedWith = 1;';
 /** The page as it is when first asked for: the daemon must serve this one, and hash these scripts. */
 const INLINE = ['window.appBooted = "yes";', '\n  import "/assets/app-4f2a9c.js";\n'];
-const PAGE = `<!doctype html><html><head><title>the app</title><script>${INLINE[0]}</script></head><body><div id="root"></div><script type="module">${INLINE[1]}</script><script type="module" src="/assets/app-4f2a9c.js"></script></body></html>`;
+const PAGE =
+  `<!doctype html><html><head><title>the app</title><script>${INLINE[0]}</script></head>` +
+  `<body><div id="root"></div><script type="module">${INLINE[1]}</script><script type="module" src="/assets/app-4f2a9c.js"></script></body></html>`;
 const APP_JS = `export const x = ${JSON.stringify('a'.repeat(4000))};\n`;
 
 let app: string;
