@@ -15,6 +15,7 @@ import { sandboxAccess, SideChannels } from './conversation/side-channels.js';
 import { ConversationKeys } from './conversation/conversation-keys.js';
 import { EventBus } from './events/bus.js';
 import { EventLog } from './events/log.js';
+import { traceTurns } from './events/turn-trace.js';
 import { metrics } from './metrics.js';
 import { SecretBox } from './secrets/crypto.js';
 import type { Redactor } from './secrets/redact.js';
@@ -107,6 +108,8 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   redactor.add(config.secretKey, config.llm.apiKey);
   const { store, bus, unread, closeBus, cluster } = await openStore(config, log, redactor, disk);
   const events = new EventLog(store, bus, redactor, config.maxEventBytes);
+  // LOG_LEVEL=trace: each turn's phases, timed, in one line at its end (scripts/bench-turn.ts reads them)
+  if (config.logLevel === 'trace') traceTurns((id, marks) => log.trace({ conversation_id: id, marks }, 'turn trace'));
   const settings = new Settings(store, box, redactor, log);
   const leases = cluster?.leases;
   const shared: SharedStore | undefined = leases && { ownerOf: (id) => leases.owner(id) };

@@ -1,5 +1,6 @@
 /** The agent loop against a real daemon and a scripted OpenAI-compatible LLM served over HTTP. */
 import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -23,8 +24,9 @@ after(async () => {
 const events = async (id: string) => (await d.req('GET', `/api/conversations/${id}/events/search?limit=100`)).body.items as any[];
 const status = async (id: string) => (await d.req('GET', `/api/conversations/${id}`)).body.execution_status as string;
 const waitStatus = (id: string, want: string, ms = 20_000) => waitFor(async () => (await status(id)) === want, `status ${want}`, ms);
-async function start(text: string): Promise<string> {
-  const r = await d.req('POST', '/api/conversations', { initial_user_msg: text });
+/** A conversation whose first message runs at once: its LLM replies must be queued before. */
+async function start(text: string, conversationId?: string): Promise<string> {
+  const r = await d.req('POST', '/api/conversations', { initial_user_msg: text, ...(conversationId ? { conversation_id: conversationId } : {}) });
   assert.equal(r.status, 200, r.text);
   return r.body.conversation_id;
 }
@@ -55,7 +57,8 @@ describe('the loop', () => {
   });
 
   test('tool calls: terminal and file_editor in one response run in order; finish ends the run', async () => {
-    const id = await start('make a file');
+    // the id is chosen here: the file editor's path names the workspace, and the replies are queued before the run starts
+    const id = crypto.randomUUID();
     const ws = path.join(d.dataDir, 'workspaces', id.replace(/-/g, ''));
     llm.push(
       {
@@ -68,6 +71,7 @@ describe('the loop', () => {
       { toolCalls: [{ name: 'terminal', arguments: { command: 'echo $GREETING; cat b.txt' } }] },
       { toolCalls: [{ name: 'finish', arguments: { message: 'all done' } }] },
     );
+    assert.equal(await start('make a file', id), id);
     await waitStatus(id, 'finished');
     const evs = await events(id);
     const actions = evs.filter((e) => e.kind === 'ActionEvent');
@@ -100,13 +104,13 @@ describe('the loop', () => {
   });
 
   test('unknown tools and invalid arguments become AgentErrorEvents the LLM sees and corrects', async () => {
-    const id = await start('try');
     llm.push(
       { toolCalls: [{ name: 'teleport', arguments: {} }] },
       { toolCalls: [{ name: 'terminal', arguments: '{"command": ' }] },
       { toolCalls: [{ name: 'file_editor', arguments: { command: 'explode' } }] },
       { text: 'Recovered.' },
     );
+    const id = await start('try');
     await waitStatus(id, 'finished');
     const errs = (await events(id)).filter((e) => e.kind === 'AgentErrorEvent');
     assert.equal(errs.length, 3);
@@ -118,8 +122,8 @@ describe('the loop', () => {
   });
 
   test('max_iterations ends with MaxIterationsReached and status error; run again works', async () => {
-    const id = await start('loop forever');
     for (let i = 0; i < 6; i++) llm.push({ toolCalls: [{ name: 'think', arguments: { thought: `step ${i}` } }] });
+    const id = await start('loop forever');
     await waitStatus(id, 'error');
     const err = (await events(id)).find((e) => e.kind === 'ConversationErrorEvent');
     assert.equal(err.code, 'MaxIterationsReached');
@@ -153,13 +157,13 @@ describe('provider failures', () => {
 
 describe('status and control', () => {
   test('interrupt cancels the running tool, fills its result and pauses; /run is 409 while running', async () => {
-    const id = await start('sleepy');
     llm.push({
       toolCalls: [
         { name: 'terminal', arguments: { command: 'sleep 60' } },
         { name: 'think', arguments: { thought: 'never runs' } },
       ],
     });
+    const id = await start('sleepy');
     await waitFor(async () => (await events(id)).some((e) => e.kind === 'ActionEvent'), 'action');
     assert.equal((await d.req('POST', `/api/conversations/${id}/run`)).status, 409);
     const t0 = Date.now();
@@ -178,16 +182,16 @@ describe('status and control', () => {
     assert.ok(!evs.some((e) => e.tool_name === 'think'));
   });
   test('interrupt during a slow LLM call', async () => {
-    const id = await start('slow');
     llm.push({ text: 'late', delayMs: 30_000 });
+    const id = await start('slow');
     await waitStatus(id, 'running');
     await waitFor(async () => llm.requests.some((r) => JSON.stringify(r.body).includes('slow')), 'llm request');
     await d.req('POST', `/api/conversations/${id}/interrupt`);
     await waitStatus(id, 'paused', 8000);
   });
   test('a message sent while running is taken at the next step (no second loop)', async () => {
-    const id = await start('first');
     llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'sleep 1; echo slept' } }] });
+    const id = await start('first');
     await waitFor(async () => (await events(id)).some((e) => e.kind === 'ActionEvent'), 'action');
     llm.push({ text: 'saw both' });
     const r = await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'SECOND MESSAGE' }], run: true });
@@ -199,8 +203,8 @@ describe('status and control', () => {
     assert.equal(running.length, 1, 'one run only');
   });
   test('the same action with the same observation 4 times is stuck; a new message resumes', async () => {
-    const id = await start('repeat');
     for (let i = 0; i < 4; i++) llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'echo same' } }] });
+    const id = await start('repeat');
     await waitStatus(id, 'stuck');
     const err = (await events(id)).find((e) => e.kind === 'ConversationErrorEvent');
     assert.equal(err.code, 'AgentStuck');
@@ -209,9 +213,9 @@ describe('status and control', () => {
     await waitStatus(id, 'finished');
   });
   test('pause stops between steps', async () => {
-    const id = await start('pause me');
     // no second reply is scripted: if the loop went on instead of pausing it would finish on "(script exhausted)"
     llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'sleep 1' } }] });
+    const id = await start('pause me');
     await waitFor(async () => (await events(id)).some((e) => e.kind === 'ActionEvent'), 'action');
     await d.req('POST', `/api/conversations/${id}/pause`);
     await waitStatus(id, 'paused');
@@ -226,7 +230,6 @@ describe('status and control', () => {
 
 describe('condensation', () => {
   test('a prompt over the context budget is condensed by the LLM; the full history stays in the log', async () => {
-    const id = await start('big history');
     const big = 'x'.repeat(7000);
     // summarisation requests carry no tools; agent steps do
     let step = 0;
@@ -237,6 +240,7 @@ describe('condensation', () => {
           ? { toolCalls: [{ name: 'think', arguments: { thought: `${step++}${big}` } }] }
           : { text: 'continuing after summary' };
     for (let i = 0; i < 6; i++) llm.push(reply);
+    const id = await start('big history');
     await waitStatus(id, 'finished');
     const evs = await events(id);
     const cond = evs.find((e) => e.kind === 'Condensation');

@@ -43,8 +43,8 @@ export interface AgentConversations {
   require(id: string): Promise<AgentConversation>;
   /** Every conversation loaded here. */
   each(): Iterable<AgentConversation>;
-  /** Moves the status, recording `along` in the same commit. */
-  setStatus(id: string, status: ExecutionStatus, along?: EventDraft[]): Promise<void>;
+  /** Moves the status, recording `along` (before the status event) and `then` (after it) in the same commit. */
+  setStatus(id: string, status: ExecutionStatus, along?: EventDraft[], then?: EventDraft[]): Promise<void>;
   /** Merge-patch the record's data. */
   updateData(id: string, patch: Partial<AgentRecordData>): Promise<void>;
   /** The conversation's MCP configuration, secrets opened. */

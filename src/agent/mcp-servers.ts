@@ -50,7 +50,9 @@ export async function closeAllMcp(): Promise<void> {
 
 export class McpServers {
   private manager: McpManager | null = null;
-  private creating: Promise<McpManager> | null = null;
+  /** Its configuration names no server: there is no manager, and the MCP SDK is not loaded for it. */
+  private none = false;
+  private creating: Promise<McpManager | null> | null = null;
   private idleTimer: NodeJS.Timeout | null = null;
 
   constructor(
@@ -58,19 +60,23 @@ export class McpServers {
     private readonly parts: McpParts,
   ) {}
 
-  /** The manager, created once (its config read and its secrets added to the redactor first). */
-  get(): Promise<McpManager> {
-    if (this.manager) return Promise.resolve(this.manager);
+  /** The manager, created once (its config read and its secrets added to the redactor first); null when the config names no server. */
+  get(): Promise<McpManager | null> {
+    if (this.manager || this.none) return Promise.resolve(this.manager);
     this.creating ??= this.create().finally(() => (this.creating = null));
     return this.creating;
   }
 
-  private async create(): Promise<McpManager> {
+  private async create(): Promise<McpManager | null> {
     const { parts, owner } = this;
     const id = owner.id;
     const stored = await parts.config(id);
     // the conversation's own keys and env values are secrets for every exit (also after a restart)
     parts.redactor.add(...mcpSecretValues(stored));
+    if (stored.sse_servers.length + stored.stdio_servers.length + stored.shttp_servers.length === 0) {
+      this.none = true;
+      return null;
+    }
     const { McpManager } = await loadMcp();
     const created = new McpManager({
       // normalised: duplicate urls (`http://h:1` and `http://h:1/`) and names collapse, the later wins
@@ -102,12 +108,13 @@ export class McpServers {
   /** The tools of its servers (starting them when they are not). */
   async tools(): Promise<Tool[]> {
     this.cancelIdleClose();
-    return (await (await this.get()).tools()) as Tool[];
+    const manager = await this.get();
+    return manager ? ((await manager.tools()) as Tool[]) : [];
   }
 
   /** The state of each server (starting them when they are not). */
   async status(): Promise<McpServerStatus[]> {
-    return (this.manager ?? (await this.get())).status();
+    return (this.manager ?? (await this.get()))?.status() ?? [];
   }
 
   /** The servers' states now, without starting anything (metrics). */

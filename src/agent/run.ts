@@ -14,6 +14,29 @@ export class Run {
   seenSeq = 0;
   /** Settles once the loop and what follows it (`afterRun`) have ended. */
   done: Promise<void> = Promise.resolve();
+  /** The run's status became `running` (with the first events it appended: `AgentRuntime.begin`). */
+  begun = false;
+  /** Appends the loop went on without waiting for (`unawaited`). */
+  private pending: Promise<unknown>[] = [];
+
+  /**
+   * An append the loop does not wait for (the run's status with the system prompt, a retry's note):
+   * its commit overlaps the LLM request instead of delaying it. The store commits a conversation's
+   * appends in the order they are made, so what the loop appends later follows it; `committed()` is
+   * awaited before the step records the LLM's answer, and surfaces a commit that failed.
+   */
+  unawaited(append: Promise<unknown>): void {
+    append.catch(() => {}); // seen by committed(); not an unhandled rejection meanwhile
+    this.pending.push(append);
+  }
+
+  /** Every append made with `unawaited` is committed (throws the first failure). */
+  async committed(): Promise<void> {
+    if (this.pending.length === 0) return;
+    const all = this.pending;
+    this.pending = [];
+    await Promise.all(all);
+  }
 
   /** Cancels the in-flight LLM call or tool now and waits (5 s at most) for the loop to record it. */
   async stop(): Promise<void> {

@@ -7,12 +7,14 @@
  */
 import crypto from 'node:crypto';
 import type { Logger } from 'pino';
-import { z } from 'zod';
+import type { z } from 'zod';
 import type { EventLog } from '../events/log.js';
 import { stateUpdate, type EventOf } from '../events/schema.js';
+import type { EventDraft } from '../events/types.js';
+import { mark, tracing } from '../events/turn-trace.js';
 import { ConflictError } from '../errors.js';
 import { ProviderError } from '../llm/provider-error.js';
-import type { LlmClient, LlmRequest, LlmResponse, LlmToolSpec } from '../llm/types.js';
+import type { LlmClient, LlmRequest, LlmResponse } from '../llm/types.js';
 import { actionOf, type Tool, type ToolContext } from '../tools/types.js';
 import { metrics } from '../metrics.js';
 import type { Redactor } from '../secrets/redact.js';
@@ -26,8 +28,9 @@ import type { AgentConversation, AgentConversations } from './live-conversation.
 import type { LlmSource } from './llm-source.js';
 import { buildSystemPrompt, estimateTokens, eventsToMessages, toolCallInput } from './prompt.js';
 import { Run } from './run.js';
-import { predictsRisk, RISK_INSTRUCTIONS, shouldConfirm, type StoredAnalyzer, takeRisk, withRiskArgument } from './security-analyzer.js';
+import { predictsRisk, RISK_INSTRUCTIONS, shouldConfirm, type StoredAnalyzer, takeRisk } from './security-analyzer.js';
 import type { ToolBox } from './tool-box.js';
+import { readOnly, ToolSets, type ToolSet } from './tool-sets.js';
 
 interface RuntimeParts {
   conversations: AgentConversations;
@@ -46,15 +49,11 @@ interface RuntimeParts {
 }
 
 /** What a run set up before its first step: the LLM, the tools and their schemas, the limits. */
-interface RunSetup {
+interface RunSetup extends ToolSet {
   llm: LlmClient;
   /** The conversation's own LLM and security analyzer the LLM and the schemas were made for: a switch during the run takes effect at the next step. */
   llmData: unknown;
   analyzer: StoredAnalyzer | null | undefined;
-  tools: Tool[];
-  byName: Map<string, Tool>;
-  specs: LlmToolSpec[];
-  specsJson: string;
   workspaceDir: string;
   maxIterations: number;
   stuckDetection: boolean;
@@ -65,11 +64,20 @@ interface RunSetup {
 /** How a step ended: the loop goes on, or the run is over. */
 type StepEnd = 'next' | 'stop';
 
+/**
+ * How long an LLM call runs before the conversation's sandbox is started for the tools its answer may
+ * call. A model answers in hundreds of milliseconds at best, so the sandbox (~30 ms with its network)
+ * is still up before the answer; an answer that comes sooner (a local or scripted model) is not held
+ * up by the process starts, and one with a tool call starts the sandbox itself.
+ */
+const PREWARM_AFTER_MS = 20;
+
 const runsStarted = metrics.agentRuns.child();
 const steps = metrics.agentSteps.child();
 
 export class AgentRuntime {
   private running = 0;
+  private readonly toolSets = new ToolSets();
 
   constructor(private readonly p: RuntimeParts) {
     metrics.agentRunning.read(() => [[[], this.running]]);
@@ -82,6 +90,7 @@ export class AgentRuntime {
     conv.run = run;
     this.running++;
     runsStarted.inc();
+    mark(conv.id, 'run started');
     run.done = this.loop(conv, run)
       .catch((err) => this.p.log.error({ conversation_id: conv.id, err: this.p.redactor.redact(String(err?.stack ?? err)) }, 'run loop failed'))
       .finally(() => this.afterRun(conv, run));
@@ -130,22 +139,40 @@ export class AgentRuntime {
   }
 
   private async loop(conv: AgentConversation, run: Run): Promise<void> {
-    await this.p.conversations.setStatus(conv.id, 'running');
-    const setup = await this.setUp(conv);
-    if (!setup) return;
-    if (conv.confirmed) {
-      conv.confirmed = false;
-      if ((await this.runConfirmed(conv, run, setup)) === 'stop') return;
-    }
-    for (let iteration = 1; ; iteration++) {
-      if ((await this.step(conv, run, setup, iteration)) === 'stop') return;
+    try {
+      const setup = await this.setUp(conv, run);
+      if (!setup) return;
+      mark(conv.id, 'run set up');
+      if (conv.confirmed) {
+        conv.confirmed = false;
+        await this.begin(conv, run);
+        if ((await this.runConfirmed(conv, run, setup)) === 'stop') return;
+      }
+      for (let iteration = 1; ; iteration++) {
+        if ((await this.step(conv, run, setup, iteration)) === 'stop') return;
+      }
+    } finally {
+      // a commit that failed fails the run (as it did when it was awaited where it was made)
+      await run.committed();
     }
   }
 
+  /**
+   * The run's status becomes `running`, the first time in one commit with `then` (a first step's system
+   * prompt), after the status event; afterwards `then` is appended alone. The status waits for the run's
+   * first events so that a step's first commit is one, made while the LLM is asked.
+   */
+  private begin(conv: AgentConversation, run: Run, then: EventDraft[] = []): Promise<unknown> {
+    if (run.begun) return then.length > 0 ? this.p.events.appendMany(conv.id, then) : Promise.resolve();
+    run.begun = true;
+    return this.p.conversations.setStatus(conv.id, 'running', [], then);
+  }
+
   /** The LLM, the tools and the limits of a run; null (and status error) when no LLM is configured. */
-  private async setUp(conv: AgentConversation): Promise<RunSetup | null> {
+  private async setUp(conv: AgentConversation, run: Run): Promise<RunSetup | null> {
     const llm = await this.p.llm.of(conv);
     if (!llm) {
+      await this.begin(conv, run);
       await this.p.events.append(conv.id, {
         kind: 'ConversationErrorEvent',
         source: 'environment',
@@ -155,18 +182,13 @@ export class AgentRuntime {
       await this.p.conversations.setStatus(conv.id, 'error');
       return null;
     }
-    const tools = await this.p.tools.forRun(conv);
     const analyzer = conv.record.data.security_analyzer;
-    const specs = toolSpecs(tools, analyzer);
     const limits = conversationLimits(conv);
     return {
+      ...this.toolSets.of(await this.p.tools.forRun(conv), predictsRisk(analyzer)),
       llm,
       llmData: conv.record.data.llm,
       analyzer,
-      tools,
-      byName: new Map(tools.map((t) => [t.name, t])),
-      specs,
-      specsJson: JSON.stringify(specs),
       workspaceDir: this.p.workspace.dir(conv),
       maxIterations: limits.maxIterations ?? this.p.maxIterations,
       stuckDetection: limits.stuckDetection,
@@ -179,8 +201,7 @@ export class AgentRuntime {
     setup.llmData = conv.record.data.llm;
     setup.llm = (await this.p.llm.of(conv)) ?? setup.llm;
     setup.analyzer = conv.record.data.security_analyzer;
-    setup.specs = toolSpecs(setup.tools, setup.analyzer);
-    setup.specsJson = JSON.stringify(setup.specs);
+    Object.assign(setup, this.toolSets.of(setup.tools, predictsRisk(setup.analyzer)));
   }
 
   private async toolContext(conv: AgentConversation, run: Run, setup: RunSetup): Promise<ToolContext> {
@@ -228,11 +249,13 @@ export class AgentRuntime {
     const { events, conversations } = this.p;
     const id = conv.id;
     if (run.pauseRequested) {
+      await this.begin(conv, run);
       await events.append(id, { kind: 'PauseEvent', source: 'user' });
       await conversations.setStatus(id, 'paused');
       return 'stop';
     }
     if (iteration > setup.maxIterations) {
+      await this.begin(conv, run);
       await events.append(id, {
         kind: 'ConversationErrorEvent',
         source: 'environment',
@@ -255,34 +278,40 @@ export class AgentRuntime {
       toolNames: setup.tools.map((t) => t.name),
       instructions: [...instructions, ...systemNotes, ...(predictsRisk(setup.analyzer) ? [RISK_INSTRUCTIONS] : [])],
     });
-    if (!history.view.hasSystemPrompt) {
-      const definitions = setup.tools.map((t, i) => ({
-        kind: t.kind,
-        name: t.name,
-        title: t.name,
-        description: t.description,
-        parameters: setup.specs[i]!.inputSchema,
-        action_type: t.actionKind,
-      }));
-      await events.append(id, { kind: 'SystemPromptEvent', source: 'agent', system_prompt: { type: 'text', text: system }, tools: definitions });
-    }
     const budget = Math.floor(setup.llm.contextWindow * (this.p.contextBudgetRatio ?? 0.8));
-    if (estimateTokens(system + setup.specsJson, chars) > budget && (await this.condense(conv, setup.llm, run))) return 'next';
+    if (estimateTokens(system + setup.specsJson, chars) > budget) {
+      await this.begin(conv, run);
+      if (await this.condense(conv, setup.llm, run)) return 'next';
+    }
+    const prompt: EventDraft[] = history.view.hasSystemPrompt
+      ? []
+      : [{ kind: 'SystemPromptEvent', source: 'agent', system_prompt: { type: 'text', text: system }, tools: setup.definitions }];
+    // committed while the LLM is asked (the answer is recorded after it)
+    if (!run.begun || prompt.length > 0) run.unawaited(this.begin(conv, run, prompt));
 
     steps.inc();
     const responseId = crypto.randomUUID();
+    mark(id, 'prompt built');
     const response = await this.complete(conv, run, setup, system, messages);
     if (response === 'next' || response === 'stop') return response;
+    mark(id, 'LLM answered');
+    // what the step appended before asking (the status, the system prompt) is committed before the answer is recorded
+    await run.committed();
     await recordUsage(conversations, conv, response.usage);
+    mark(id, 'usage recorded');
     if (response.toolCalls.length === 0) {
-      await events.append(id, {
+      const answer: EventDraft = {
         kind: 'MessageEvent',
         source: 'agent',
         llm_response_id: responseId,
         llm_message: { role: 'assistant', content: [{ type: 'text', text: response.text }] },
-      });
-      if (run.newInput) return 'next';
-      await conversations.setStatus(id, 'finished');
+      };
+      if (run.newInput) {
+        await events.append(id, answer);
+        return 'next';
+      }
+      // the answer and the status it ends the run with, in one commit (a message that comes meanwhile starts the next run: afterRun)
+      await conversations.setStatus(id, 'finished', [answer]);
       return 'stop';
     }
     return this.runToolCalls(conv, run, setup, response, responseId);
@@ -292,6 +321,9 @@ export class AgentRuntime {
   private async complete(conv: AgentConversation, run: Run, setup: RunSetup, system: string, messages: LlmRequest['messages']): Promise<LlmResponse | StepEnd> {
     const { events } = this.p;
     const id = conv.id;
+    // the sandbox (and a shell closed while idle) comes up while the LLM takes its time, not before the
+    // request: a text answer needs neither, and its process starts would delay an answer that comes at once
+    const prewarm = setTimeout(() => void this.p.tools.prewarm(conv).catch(() => {}), PREWARM_AFTER_MS);
     try {
       return await setup.llm.complete({
         system,
@@ -300,9 +332,11 @@ export class AgentRuntime {
         signal: run.controller.signal,
         onTextDelta: (delta) => events.publishTransient(id, { kind: 'StreamingDeltaEvent', source: 'agent', content: delta }),
         onRetry: ({ attempt, delayMs, error }) =>
-          void events.append(id, stateUpdate('llm_retry', { attempt, delay_ms: delayMs, code: error.code, detail: error.detail })),
+          run.unawaited(events.append(id, stateUpdate('llm_retry', { attempt, delay_ms: delayMs, code: error.code, detail: error.detail }))),
+        ...(tracing() ? { onPhase: (phase: string) => mark(id, phase) } : {}),
       });
     } catch (err) {
+      await run.committed();
       if (run.controller.signal.aborted) {
         await recordInterrupt(events, this.p.conversations, id);
         return 'stop';
@@ -316,6 +350,8 @@ export class AgentRuntime {
       await events.append(id, { kind: 'ConversationErrorEvent', source: 'environment', code, detail: this.p.redactor.redact(detail) });
       await this.p.conversations.setStatus(id, 'error');
       return 'stop';
+    } finally {
+      clearTimeout(prewarm);
     }
   }
 
@@ -500,22 +536,4 @@ export class AgentRuntime {
     if (!llm) throw new ConflictError('No LLM is configured');
     return llm;
   }
-}
-
-/** A tool that changes nothing (its risk is never asked for, and a lone call of it needs no confirmation). */
-const readOnly = (t: Tool) => t.actionKind === 'FinishAction' || t.actionKind === 'ThinkAction';
-
-/** The tools as the LLM is offered them: with the LLM analyzer, each one that can change something takes a `security_risk`. */
-function toolSpecs(tools: Tool[], analyzer: StoredAnalyzer | null | undefined): LlmToolSpec[] {
-  const risk = predictsRisk(analyzer);
-  return tools.map((t) => {
-    const schema =
-      t.jsonSchema ?? stripSchemaMeta(z.toJSONSchema(t.parameters as z.ZodType, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>);
-    return { name: t.name, description: t.description, inputSchema: risk && !readOnly(t) ? withRiskArgument(schema) : schema };
-  });
-}
-
-function stripSchemaMeta(schema: Record<string, unknown>): Record<string, unknown> {
-  const { $schema: _s, ...rest } = schema;
-  return rest;
 }

@@ -101,21 +101,24 @@ export class ToolBox {
     return conv.mcp;
   }
 
-  /**
-   * A run begins: its tools. A conversation whose sandbox was closed while idle gets it back, and
-   * its shell, while the LLM answers; its MCP servers start (their idle close is called off).
-   */
+  /** A run begins: its tools (its MCP servers start; their idle close is called off). */
   async forRun(conv: AgentConversation): Promise<Tool[]> {
     const mcp = this.mcpOf(conv);
     mcp.cancelIdleClose();
-    // (the start-up probe of the sandbox runs while the daemon already listens)
+    // the start-up probe of the sandbox runs while the daemon already listens: what the system prompt
+    // says of the workspace (its path, whether it is sandboxed) is known once it has decided
     await conv.sandbox.ready;
-    conv.sandbox.prewarm();
-    void this.env(conv).then(
-      (env) => this.p.builtins.terminal.prewarm({ conversationId: conv.id, workspaceDir: workspacePath(this.p.workspaceRoot, conv.id), env }),
-      () => {},
-    );
     return [...this.builtins, ...(await mcp.tools())];
+  }
+
+  /**
+   * The LLM is taking its time: a conversation whose sandbox is not up (never started, or closed while
+   * idle) gets it back now, and its shell, so that a tool call in the answer does not wait for them.
+   */
+  async prewarm(conv: AgentConversation): Promise<void> {
+    conv.sandbox.prewarm();
+    const env = await this.env(conv);
+    this.p.builtins.terminal.prewarm({ conversationId: conv.id, workspaceDir: workspacePath(this.p.workspaceRoot, conv.id), env });
   }
 
   /** A run ended and no other followed: its MCP servers stop after MCP_IDLE_CLOSE_MS. */

@@ -342,11 +342,11 @@ export class Conversations {
     this.drop(id);
   }
 
-  /** Sets the status; `along` are events committed with the status event (all or none). */
-  async setStatus(id: string, status: ExecutionStatus, along: EventDraft[] = []): Promise<void> {
+  /** Sets the status; `along` are events committed with the status event (all or none), before it, and `then` after it. */
+  async setStatus(id: string, status: ExecutionStatus, along: EventDraft[] = [], then: EventDraft[] = []): Promise<void> {
     const conv = await this.require(id);
     if (conv.status === status) {
-      if (along.length) await this.events.appendMany(id, along);
+      if (along.length + then.length > 0) await this.events.appendMany(id, [...along, ...then]);
       return;
     }
     const was = conv.status;
@@ -355,7 +355,7 @@ export class Conversations {
     // the store sets the stored status in the same commit as the event (store/types.ts
     // executionStatusOf): the log and the status other nodes show never disagree
     try {
-      await this.events.appendMany(id, [...along, stateUpdate('execution_status', status)]);
+      await this.events.appendMany(id, [...along, stateUpdate('execution_status', status), ...then]);
     } catch (err) {
       // not committed: the status the daemon acts on is the one the log holds
       if (conv.status === status) (conv.status = was), (conv.record.execution_status = was);

@@ -14,6 +14,7 @@ import { EventFeed, type FeedOptions, type FeedSink } from './feed.js';
 import { EncodedEvent, nowIso, type EventDraft, type ParleyEvent } from './types.js';
 import { EventPage } from './page.js';
 import { capEvent } from './cap.js';
+import { mark, published as tracePublished, tracing } from './turn-trace.js';
 
 const appended = metrics.eventsAppended.child();
 const published = metrics.eventsPublished.child();
@@ -61,16 +62,19 @@ export class EventLog {
     appended.inc(events.length);
     published.inc(events.length);
     for (const ev of events) this.bus.publish(conversationId, ev);
+    if (tracing()) for (const ev of events) tracePublished(conversationId, ev.event);
   }
 
   /** Redact, bound by MAX_EVENT_BYTES, store (resolves once committed), publish. */
   append(conversationId: string, draft: EventDraft): Promise<ParleyEvent> {
     this.lastActivity = Date.now();
+    mark(conversationId, `append ${draft.kind}`);
     return this.store.append(conversationId, this.toStore(draft));
   }
 
   appendMany(conversationId: string, drafts: EventDraft[]): Promise<ParleyEvent[]> {
     this.lastActivity = Date.now();
+    if (tracing()) mark(conversationId, `append ${drafts.map((d) => d.kind).join('+')}`);
     return this.store.appendMany(
       conversationId,
       drafts.map((d) => this.toStore(d)),

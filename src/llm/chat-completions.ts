@@ -55,6 +55,8 @@ export interface ChatStepRequest {
   signal: AbortSignal;
   /** Called for every piece of the response body (the caller's idle timer). */
   alive: () => void;
+  /** The turn trace (LlmRequest.onPhase). */
+  phase?: (phase: string) => void;
 }
 
 type SdkMessage = SdkPrompt[number];
@@ -381,7 +383,7 @@ interface ClientContext {
 }
 
 /** Reads one SSE response into step parts. */
-async function* readStream(res: http.IncomingMessage, ctx: ClientContext, alive: () => void): AsyncGenerator<StepPart> {
+async function* readStream(res: http.IncomingMessage, ctx: ClientContext, alive: () => void, phase?: (p: string) => void): AsyncGenerator<StepPart> {
   const decoder = new StringDecoder('utf8');
   const calls = new ToolCallAssembler();
   let finishReason: string | undefined;
@@ -485,6 +487,7 @@ async function* readStream(res: http.IncomingMessage, ctx: ClientContext, alive:
         throw new Error(`the response stream broke off: ${(err as Error).message}`, { cause: err });
       }
       if (next.done) break;
+      phase?.('LLM answer chunk read');
       alive();
       buf += decoder.write(next.value);
       if (bom && buf.length > 0) {
@@ -501,6 +504,7 @@ async function* readStream(res: http.IncomingMessage, ctx: ClientContext, alive:
     // left early (a callback threw, the step was abandoned): close the response (no-op once it ended)
     await body.return?.();
   }
+  phase?.('LLM answer ended');
   buf += decoder.end();
   onText(true); // an event not closed by an empty line is dropped, as SSE readers do
   yield* out;
@@ -575,7 +579,7 @@ function redirectTarget(location: string | undefined, from: URL): URL | undefine
   }
 }
 
-function post(to: Target, headers: Record<string, string>, body: string, signal: AbortSignal): Promise<http.IncomingMessage> {
+function post(to: Target, headers: Record<string, string>, body: string, signal: AbortSignal, phase?: (p: string) => void): Promise<http.IncomingMessage> {
   return new Promise((resolve, reject) => {
     const send = to.https ? https.request : http.request;
     const options = {
@@ -599,6 +603,7 @@ function post(to: Target, headers: Record<string, string>, body: string, signal:
       socket.once('close', () => clearTimeout(timer));
     });
     req.on('error', (err) => reject(signal.aborted ? err : new Error(`Cannot connect to API: ${err.message}`, { cause: err })));
+    if (phase) req.once('finish', () => phase('LLM request sent'));
     req.end(body);
   });
 }
@@ -623,11 +628,13 @@ export function createChatCompletions(o: ChatCompletionsOptions): { open(step: C
   return {
     async open(step: ChatStepRequest): Promise<AsyncIterable<StepPart>> {
       const body = bodies.body(step.prompt, step.tools);
+      step.phase?.('LLM request body built');
       let at = url;
       let to = target;
       let sent = headers;
       for (let redirects = 0; ; redirects++) {
-        const res = await post(to, sent, body, step.signal);
+        const res = await post(to, sent, body, step.signal, step.phase);
+        step.phase?.('LLM answer headers');
         step.alive();
         const status = res.statusCode ?? 0;
         // fetch followed redirects; a POST is sent again only on 307 and 308 (others would turn it into a GET)
@@ -641,7 +648,7 @@ export function createChatCompletions(o: ChatCompletionsOptions): { open(step: C
           continue;
         }
         if (status < 200 || status > 299) throw await httpError(res, ctx);
-        return readStream(res, ctx, step.alive);
+        return readStream(res, ctx, step.alive, step.phase);
       }
     },
   };

@@ -230,7 +230,7 @@ export function createLlmClient(settings: LlmSettings): LlmClient & LlmClientExt
     // `doStream`: no SDK retries, no SDK tool execution, no re-validation of the prompt (it was converted
     // message by message, see PromptConverter).
     async function open(): Promise<AsyncIterable<StepPart>> {
-      if (chat) return chat.open({ prompt, ...(tools ? { tools } : {}), signal: controller.signal, alive: touch });
+      if (chat) return chat.open({ prompt, ...(tools ? { tools } : {}), signal: controller.signal, alive: touch, phase: req.onPhase });
       const { stream } = await sdkModel.doStream({
         prompt,
         ...(tools ? { tools, toolChoice: { type: 'auto' as const } } : {}),
@@ -273,6 +273,7 @@ export function createLlmClient(settings: LlmSettings): LlmClient & LlmClientExt
           usage = part.usage;
         }
       }
+      req.onPhase?.('LLM answer parsed');
       if (finishReason === undefined) {
         throw new ProviderError({
           code: 'StreamInterrupted',
@@ -296,6 +297,7 @@ export function createLlmClient(settings: LlmSettings): LlmClient & LlmClientExt
         throw req.signal?.aborted ? new LlmAbortError() : err;
       });
       const tools = converter.tools(req.tools);
+      req.onPhase?.('LLM prompt converted');
       for (let n = 1; ; n++) {
         try {
           return await attempt(req, prompt, tools);

@@ -34,6 +34,8 @@ export interface LlmRequest {
    * failed attempt is void: the next attempt streams the whole answer again from the start.
    */
   onRetry?: (info: { attempt: number; delayMs: number; error: ProviderErrorInfo }) => void;
+  /** Called as the step reaches each phase (the request sent, the answer's first byte, its end): the turn trace. */
+  onPhase?: (phase: string) => void;
 }
 
 export interface LlmResponse {
