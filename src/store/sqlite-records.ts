@@ -23,6 +23,9 @@ const rowToSecret = (r: Record<string, unknown>): SealedValue => ({
 });
 
 export class SqliteRecords {
+  /** UPDATE statements by the columns they set (a handful of shapes), prepared once: preparing was most of an update's cost. */
+  private readonly updates = new Map<string, Database.Statement>();
+
   constructor(
     private readonly db: Database.Database,
     private readonly stmts: Statements,
@@ -69,7 +72,12 @@ export class SqliteRecords {
       args.push(k === 'data' ? JSON.stringify(v) : v);
     }
     if (!('updated_at' in patch)) sets.push('updated_at = ?'), args.push(nowIso());
-    this.writeRow('storing the conversation', () => this.db.prepare(`UPDATE conversations SET ${sets.join(', ')} WHERE id = ?`).run(...args, id));
+    const sql = `UPDATE conversations SET ${sets.join(', ')} WHERE id = ?`;
+    this.writeRow('storing the conversation', () => {
+      let stmt = this.updates.get(sql);
+      if (!stmt) this.updates.set(sql, (stmt = this.db.prepare(sql)));
+      return stmt.run(...args, id);
+    });
   }
 
   conversationsWithUnfinishedSetup(): string[] {
