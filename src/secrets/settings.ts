@@ -15,6 +15,8 @@ import type { Redactor } from './redact.js';
 const PROVIDER_KIND = 'provider';
 const SETTINGS_KIND = 'settings';
 const SECRET_KIND = 'custom';
+/** How many of the last sealed configs that name no server are remembered (openMcp opens them without decrypting). */
+const EMPTY_SEALED_KEPT = 256;
 
 interface StoredProvider {
   provider: GitProvider;
@@ -35,6 +37,9 @@ export interface LlmSettings {
 }
 
 export class Settings {
+  /** Configs sealed here that name no server (nothing secret in them), the newest EMPTY_SEALED_KEPT. */
+  private readonly emptySealed = new Set<string>();
+
   constructor(
     private readonly store: SecretStore,
     private readonly box: SecretBox,
@@ -104,10 +109,17 @@ export class Settings {
   /** A conversation's MCP config, sealed for its record (its keys and env values are secrets). */
   sealMcp(cfg: McpConfig): string {
     this.redactor.add(...mcpSecretValues(cfg));
-    return this.box.encrypt(JSON.stringify(cfg));
+    const sealed = this.box.encrypt(JSON.stringify(cfg));
+    if (!cfg.sse_servers?.length && !cfg.stdio_servers?.length && !cfg.shttp_servers?.length) {
+      if (this.emptySealed.size >= EMPTY_SEALED_KEPT) this.emptySealed.delete(this.emptySealed.values().next().value!);
+      this.emptySealed.add(sealed);
+    }
+    return sealed;
   }
 
   openMcp(sealed: string | null | undefined): FullMcpConfig {
+    // a config sealed here that names no server holds nothing: no decryption (a new conversation's first run opens its own)
+    if (sealed && this.emptySealed.has(sealed)) return fullMcpConfig(null);
     const raw = this.decrypt(sealed ?? null);
     const cfg = fullMcpConfig(raw ? (JSON.parse(raw) as McpConfig) : null);
     this.redactor.add(...mcpSecretValues(cfg));
