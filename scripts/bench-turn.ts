@@ -1,7 +1,8 @@
 /**
  * A text turn, end to end, against a direct round trip to the same LLM server in the same run.
  *
- *   npx tsx scripts/bench-turn.ts [--turns 40] [--warmup 5] [--sandbox bwrap|none] [--trace] [--compare DIR]... [--cpu-prof DIR]
+ *   npx tsx scripts/bench-turn.ts [--turns 40] [--warmup 5] [--sandbox bwrap|none] [--client http|fetch] [--trace] [--compare DIR]...
+ *                                 [--cpu-prof DIR] [--settle-ms 100] [--dump N]
  *
  * The daemon runs as `npm start` runs it (`node --max-semi-space-size=4 dist/main.mjs`, rebuilt first
  * when a source is newer) against the scripted OpenAI-compatible LLM (test/support/scripted-llm.ts),
@@ -9,9 +10,10 @@
  * workspace prepared and its WebSocket opened (one subscriber), untimed; then the time from
  * `POST /api/conversations/{id}/events` (`run: true`) to the terminal `execution_status` (`finished`)
  * arriving on that socket. After each turn this process sends the LLM server a request like the
- * daemon's (its body, streamed, read to its end) over node:http: once on a kept-alive connection, as
- * the daemon's own client does (the direct round trip), and once on a new connection. It prints the
- * p50 (and p90) of each and the turn's ratio to the direct round trip.
+ * daemon's (its body, streamed, read to its end): over node:http on a kept-alive connection, as the
+ * daemon's own client does (the direct round trip), on a new connection, and with fetch (undici, kept
+ * alive). It prints the p50 (and p90) of each and the turn's ratio to the round trip of the client the
+ * turn's POST was sent with (`--client http`, the default, or `--client fetch`).
  *
  * Before each turn the daemons are left alone for `--settle-ms` (100): what a turn started in the
  * background (a sandbox's processes, the index) does not land in the next one's time.
@@ -52,6 +54,7 @@ const { values } = parseArgs({
     'cpu-prof': { type: 'string' },
     'settle-ms': { type: 'string', default: '100' },
     dump: { type: 'string', default: '0' },
+    client: { type: 'string', default: 'http' },
   },
 });
 const TURNS = Number(values.turns);
@@ -224,7 +227,7 @@ async function turn(d: Daemon, llm: ScriptedLlm): Promise<Turn> {
   const cpu0 = cpuOf(d.pid);
   const postedMono = monoUs();
   const posted = wallNow();
-  const res = await request(`${d.url}/api/conversations/${id}/events`, 'POST', body);
+  const res = await post(`${d.url}/api/conversations/${id}/events`, body);
   const answered = wallNow();
   if (res.status !== 200) throw new Error(`${d.label}: POST events: ${res.status} ${res.text}`);
   let timer: NodeJS.Timeout | undefined;
@@ -254,7 +257,7 @@ async function turn(d: Daemon, llm: ScriptedLlm): Promise<Turn> {
 }
 
 /** The daemon's last request body, sent by this process to the same server: kept alive and on a new connection (ms). */
-async function direct(llm: ScriptedLlm, body: string): Promise<{ kept: number; fresh: number }> {
+async function direct(llm: ScriptedLlm, body: string): Promise<{ kept: number; fresh: number; fetched: number }> {
   const once = async (agent: http.Agent | false) => {
     llm.push({ text: 'hello' });
     const t0 = wallNow();
@@ -264,7 +267,21 @@ async function direct(llm: ScriptedLlm, body: string): Promise<{ kept: number; f
     return ms;
   };
   const kept = await once(keepAlive);
-  return { kept, fresh: await once(false) };
+  const fresh = await once(false);
+  llm.push({ text: 'hello' });
+  const t0 = wallNow();
+  const res = await fetch(`${llm.url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+  const text = await res.text();
+  const fetched = wallNow() - t0;
+  if (res.status !== 200 || !text.includes('[DONE]')) throw new Error(`direct request (fetch): ${res.status} ${text.slice(0, 200)}`);
+  return { kept, fresh, fetched };
+}
+
+/** The turn's POST: on node:http (kept alive), or with fetch (undici, as many clients send it). */
+async function post(url: string, body: string): Promise<{ status: number; text: string }> {
+  if (values.client !== 'fetch') return request(url, 'POST', body);
+  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+  return { status: res.status, text: await res.text() };
 }
 
 const quantile = (xs: number[], q: number) => {
@@ -291,7 +308,7 @@ const env = {
 const profDir = values['cpu-prof'] ? path.resolve(values['cpu-prof']) : null;
 const daemons: Daemon[] = [];
 const results = new Map<Daemon, Turn[]>();
-const directs: { kept: number; fresh: number }[] = [];
+const directs: { kept: number; fresh: number; fetched: number }[] = [];
 const load0 = load();
 let failed = false;
 try {
@@ -327,31 +344,37 @@ try {
 }
 if (failed) process.exit(1);
 
-const kept = median(directs.map((x) => x.kept));
-const fresh = median(directs.map((x) => x.fresh));
-const command = `npx tsx scripts/bench-turn.ts --turns ${TURNS} --warmup ${WARMUP}${values.sandbox ? ` --sandbox ${values.sandbox}` : ''}${values.trace ? ' --trace' : ''}${SETTLE_MS !== 100 ? ` --settle-ms ${SETTLE_MS}` : ''}${values.compare.map((c) => ` --compare ${c}`).join('')}`;
+const p50Of = (key: 'kept' | 'fresh' | 'fetched') => median(directs.map((x) => x[key]));
+const p90Of = (key: 'kept' | 'fresh' | 'fetched') =>
+  quantile(
+    directs.map((x) => x[key]),
+    0.9,
+  );
+const kept = p50Of('kept');
+const fetched = p50Of('fetched');
+// the turn is set against the round trip of the same client as its POST
+const baseline = values.client === 'fetch' ? fetched : kept;
+const command = `npx tsx scripts/bench-turn.ts --turns ${TURNS} --warmup ${WARMUP}${values.sandbox ? ` --sandbox ${values.sandbox}` : ''}${values.trace ? ' --trace' : ''}${SETTLE_MS !== 100 ? ` --settle-ms ${SETTLE_MS}` : ''}${values.client !== 'http' ? ` --client ${values.client}` : ''}${values.compare.map((c) => ` --compare ${c}`).join('')}`;
 console.log(
-  `text turn × ${TURNS} per daemon (after ${WARMUP} warm-up turns), each in a new conversation with one WebSocket subscriber, instant scripted LLM${values.sandbox ? `, SANDBOX=${values.sandbox}` : ''}; load average ${load0} at the start, ${load()} at the end (command: ${command})`,
+  `text turn × ${TURNS} per daemon (after ${WARMUP} warm-up turns), each in a new conversation with one WebSocket subscriber, instant scripted LLM${values.sandbox ? `, SANDBOX=${values.sandbox}` : ''}, the POST sent with ${values.client === 'fetch' ? 'fetch' : 'node:http'}; load average ${load0} at the start, ${load()} at the end (command: ${command})`,
 );
-console.log("| | p50 ms | p90 ms | p50 / direct round trip | the daemon's CPU per turn, all threads (median ms) |");
+console.log(
+  `| | p50 ms | p90 ms | p50 / the ${values.client === 'fetch' ? 'fetch' : 'kept-alive'} round trip | the daemon's CPU per turn, all threads (median ms) |`,
+);
 console.log('|---|---:|---:|---:|---:|');
 for (const d of daemons) {
   const ms = results.get(d)!.map((t) => t.ms);
   const cpu = median(results.get(d)!.map((t) => t.cpu));
   console.log(
-    `| text turn, ${d.label}${d.traced ? ' (traced)' : ''}: POST …/events {run:true} → terminal execution_status on the socket | ${f(median(ms))} | ${f(quantile(ms, 0.9))} | ${(median(ms) / kept).toFixed(2)} | ${f(cpu)} |`,
+    `| text turn, ${d.label}${d.traced ? ' (traced)' : ''}: POST …/events {run:true} → terminal execution_status on the socket | ${f(median(ms))} | ${f(quantile(ms, 0.9))} | ${(median(ms) / baseline).toFixed(2)} | ${f(cpu)} |`,
   );
 }
-const keptP90 = quantile(
-  directs.map((x) => x.kept),
-  0.9,
+console.log(
+  "| direct round trip: the daemon's request from this process to the same LLM server, node:http, kept-alive connection (as the daemon's client) |" +
+    ` ${f(kept)} | ${f(p90Of('kept'))} | ${(kept / baseline).toFixed(2)} | |`,
 );
-const freshP90 = quantile(
-  directs.map((x) => x.fresh),
-  0.9,
-);
-console.log(`| direct round trip: the daemon's request, from this process to the same LLM server, kept-alive connection | ${f(kept)} | ${f(keptP90)} | 1 | |`);
-console.log(`| the same on a new connection | ${f(fresh)} | ${f(freshP90)} | ${(fresh / kept).toFixed(2)} | |`);
+console.log(`| the same, node:http, a new connection | ${f(p50Of('fresh'))} | ${f(p90Of('fresh'))} | ${(p50Of('fresh') / baseline).toFixed(2)} | |`);
+console.log(`| the same with fetch (undici, kept alive) | ${f(fetched)} | ${f(p90Of('fetched'))} | ${(fetched / baseline).toFixed(2)} | |`);
 
 // ---- where the time goes: phases between named marks, on one clock ----
 const traced = daemons.find((d) => d.traced);
@@ -494,6 +517,7 @@ if (profDir) {
     );
     for (const [name, ms] of [...best.fns.entries()].sort((a, b) => b[1] - a[1]).slice(0, 30)) console.log(`  ${f(ms / turns.length).padStart(6)}  ${name}`);
     console.log("the project's functions with the most time on the stack (inclusive), ms per turn:");
-    for (const [name, ms] of [...best.inclusive.entries()].sort((a, b) => b[1] - a[1]).slice(0, 50)) console.log(`  ${f(ms / turns.length).padStart(6)}  ${name}`);
+    for (const [name, ms] of [...best.inclusive.entries()].sort((a, b) => b[1] - a[1]).slice(0, 50))
+      console.log(`  ${f(ms / turns.length).padStart(6)}  ${name}`);
   }
 }
