@@ -412,8 +412,7 @@ if (traced) {
   const beside: [string, string, string][] = [
     ['POST sent → POST answered (this process)', 'POST sent', 'POST answered'],
     ["the request's 'finish' (node:http: written and flushed)", 'LLM request body built', 'LLM request sent'],
-    ['the status running committed (beside the LLM request)', 'run started', 'published execution_status=running'],
-    ['the system prompt event appended → committed (beside the LLM request)', 'append SystemPromptEvent', 'published SystemPromptEvent'],
+    ['the status running and the system prompt committed and published (beside the LLM request)', 'prompt built', 'published SystemPromptEvent'],
     ['the answer: headers → first chunk → last chunk', 'LLM answer headers', 'LLM answer ended'],
   ];
   const turns = results.get(traced)!;
