@@ -68,7 +68,7 @@ export class EventLog {
   /** Redact, bound by MAX_EVENT_BYTES, store (resolves once committed), publish. */
   append(conversationId: string, draft: EventDraft): Promise<ParleyEvent> {
     this.lastActivity = Date.now();
-    mark(conversationId, `append ${draft.kind}`);
+    if (tracing()) mark(conversationId, `append ${draft.kind}`);
     return this.store.append(conversationId, this.toStore(draft));
   }
 
