@@ -2,7 +2,7 @@
  * A text turn, end to end, against a direct round trip to the same LLM server in the same run.
  *
  *   npx tsx scripts/bench-turn.ts [--turns 40] [--warmup 5] [--sandbox bwrap|none] [--client http|fetch] [--trace] [--compare DIR]...
- *                                 [--cpu-prof DIR] [--settle-ms 100] [--dump N]
+ *                                 [--cpu-prof DIR] [--settle-ms 100] [--dump N] [--dump-slowest N]
  *
  * The daemon runs as `npm start` runs it (`node --max-semi-space-size=4 dist/main.mjs`, rebuilt first
  * when a source is newer) against the scripted OpenAI-compatible LLM (test/support/scripted-llm.ts),
@@ -54,6 +54,7 @@ const { values } = parseArgs({
     'cpu-prof': { type: 'string' },
     'settle-ms': { type: 'string', default: '100' },
     dump: { type: 'string', default: '0' },
+    'dump-slowest': { type: 'string', default: '0' },
     client: { type: 'string', default: 'http' },
   },
 });
@@ -416,8 +417,10 @@ if (traced) {
     ['the answer: headers → first chunk → last chunk', 'LLM answer headers', 'LLM answer ended'],
   ];
   const turns = results.get(traced)!;
-  // --dump N: the marks of the first N traced turns, in order (ms from the POST; the daemon's CPU ms since it)
-  for (const t of turns.slice(0, Number(values.dump))) {
+  // --dump N: the marks of the first N traced turns, in order (ms from the POST; the daemon's CPU ms since it);
+  // --dump-slowest N: of the N slowest
+  const dumped = [...turns.slice(0, Number(values.dump)), ...[...turns].sort((a, b) => b.ms - a.ms).slice(0, Number(values['dump-slowest']))];
+  for (const t of dumped) {
     const all: [string, number, number][] = [
       ['POST sent', t.posted, Number.NaN],
       ['POST answered', t.answered, Number.NaN],
