@@ -278,16 +278,16 @@ export class AgentRuntime {
       toolNames: setup.tools.map((t) => t.name),
       instructions: [...instructions, ...systemNotes, ...(predictsRisk(setup.analyzer) ? [RISK_INSTRUCTIONS] : [])],
     });
-    const budget = Math.floor(setup.llm.contextWindow * (this.p.contextBudgetRatio ?? 0.8));
-    if (estimateTokens(system + setup.specsJson, chars) > budget) {
-      await this.begin(conv, run);
-      if (await this.condense(conv, setup.llm, run)) return 'next';
-    }
     const prompt: EventDraft[] = history.view.hasSystemPrompt
       ? []
       : [{ kind: 'SystemPromptEvent', source: 'agent', system_prompt: { type: 'text', text: system }, tools: setup.definitions }];
     // committed while the LLM is asked (the answer is recorded after it)
     if (!run.begun || prompt.length > 0) run.unawaited(this.begin(conv, run, prompt));
+    const budget = Math.floor(setup.llm.contextWindow * (this.p.contextBudgetRatio ?? 0.8));
+    if (estimateTokens(system + setup.specsJson, chars) > budget) {
+      await run.committed();
+      if (await this.condense(conv, setup.llm, run)) return 'next';
+    }
 
     steps.inc();
     const responseId = crypto.randomUUID();
