@@ -288,11 +288,12 @@ async function modules(): Promise<void> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-bench-modules-'));
   try {
     const src = fs.readFileSync(path.join(ROOT, 'dist', 'daemon.cjs'), 'utf8');
+    // esbuild's module wrappers (its minifier may rename their parameters)
     const esm =
-      'var __esm=(fn,res,err)=>function(){if(err)throw err[0];try{return fn&&(res=(0,fn[__getOwnPropNames(fn)[0]])(fn=0)),res}catch(e){throw err=[e],e}};';
+      /var __esm=\((\w+),(\w+),(\w+)\)=>function\(\)\{if\(\3\)throw \3\[0\];try\{return \1&&\(\2=\(0,\1\[__getOwnPropNames\(\1\)\[0\]\]\)\(\1=0\)\),\2\}catch\((\w+)\)\{throw \3=\[\4\],\4\}\};/;
     const cjs =
-      'var __commonJS=(cb,mod)=>function(){try{return mod||(0,cb[__getOwnPropNames(cb)[0]])((mod={exports:{}}).exports,mod),mod.exports}catch(e){throw mod=0,e}};';
-    if (!src.includes(esm) || !src.includes(cjs)) throw new Error("the bundle's module wrappers are not esbuild's as this script knows them");
+      /var __commonJS=\((\w+),(\w+)\)=>function\(\)\{try\{return \2\|\|\(0,\1\[__getOwnPropNames\(\1\)\[0\]\]\)\(\(\2=\{exports:\{\}\}\)\.exports,\2\),\2\.exports\}catch\((\w+)\)\{throw \2=0,\3\}\};/;
+    if (!esm.test(src) || !cjs.test(src)) throw new Error("the bundle's module wrappers are not esbuild's as this script knows them");
     // each module's first evaluation is measured: a full GC, the heap, the evaluation, a full GC, the heap
     // (less what the modules it loaded hold: they are measured as themselves)
     const probe = `var __mods=[],__stack=[];function __measure(name,run){gc();const h0=process.memoryUsage().heapUsed,r0=process.memoryUsage.rss(),t0=performance.now(),frame={inner:0,innerRss:0};__stack.push(frame);try{return run()}finally{__stack.pop();gc();const all=process.memoryUsage().heapUsed-h0,allRss=process.memoryUsage.rss()-r0;__mods.push({name,heap:all-frame.inner,rss:allRss-frame.innerRss,ms:performance.now()-t0});if(__stack.length){__stack[__stack.length-1].inner+=all;__stack[__stack.length-1].innerRss+=allRss}}}process.on('SIGUSR2',()=>{process.stderr.write('parley-modules '+JSON.stringify(__mods.splice(0))+'\\n')});`;
