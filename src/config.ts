@@ -7,6 +7,8 @@ import { parseAllowNets, type SandboxSettings } from './sandbox-settings.js';
 
 /** SANDBOX_UID/SANDBOX_GID when the daemon is root and they are not set. */
 const DEFAULT_SANDBOX_ID = 65533;
+/** SANDBOX_SERVICE_UID/GID when the daemon is root and they are not set. */
+const DEFAULT_SERVICE_ID = 65532;
 
 const intFrom = (name: string, min: number, max: number) =>
   z
@@ -81,6 +83,13 @@ const EnvSchema = z.object({
   SANDBOX_IDLE_CLOSE_MS: intFrom('SANDBOX_IDLE_CLOSE_MS', 1000, 7 * 24 * 3600_000).default(300_000),
   SANDBOX_UID: intFrom('SANDBOX_UID', 1, 4_294_967_294).optional(),
   SANDBOX_GID: intFrom('SANDBOX_GID', 1, 4_294_967_294).optional(),
+  /** The host uid and gid of each sandbox's file service (root daemon): another id than the agent's, which its processes cannot reach. */
+  SANDBOX_SERVICE_UID: intFrom('SANDBOX_SERVICE_UID', 1, 4_294_967_294).optional(),
+  SANDBOX_SERVICE_GID: intFrom('SANDBOX_SERVICE_GID', 1, 4_294_967_294).optional(),
+  /** `enforced`: a bwrap daemon without cgroups refuses to start; `unenforced`: it runs without them, saying so. */
+  SANDBOX_LIMITS: z.enum(['enforced', 'unenforced']).default('enforced'),
+  /** `image`: SANDBOX_DISK_MB is a file system per conversation where the daemon can make one; `measured`: always measured. */
+  SANDBOX_DISK: z.enum(['image', 'measured']).default('image'),
   BWRAP_PATH: z.string().min(1).optional(),
   // ---- hardening (docs/security.md) ----
   /** Origins (besides same-origin) allowed to send state-changing requests and open WebSockets. */
@@ -196,7 +205,12 @@ interface ClusterConfig {
  * Any other daemon's sandboxes run as the daemon's own user (changing uid needs privilege), so
  * SANDBOX_UID is refused there unless it names that user.
  */
-function sandboxIds(uid: number | undefined, gid: number | undefined): { uid: number; gid: number } | null {
+function sandboxIds(
+  uid: number | undefined,
+  gid: number | undefined,
+  serviceUid: number | undefined,
+  serviceGid: number | undefined,
+): { runAs: { uid: number; gid: number }; serviceAs: { uid: number; gid: number } } | null {
   const self = process.getuid?.() ?? -1;
   if (self !== 0) {
     if (uid !== undefined && uid !== self) {
@@ -206,7 +220,14 @@ function sandboxIds(uid: number | undefined, gid: number | undefined): { uid: nu
     }
     return null;
   }
-  return { uid: uid ?? DEFAULT_SANDBOX_ID, gid: gid ?? uid ?? DEFAULT_SANDBOX_ID };
+  const runAs = { uid: uid ?? DEFAULT_SANDBOX_ID, gid: gid ?? uid ?? DEFAULT_SANDBOX_ID };
+  const serviceAs = { uid: serviceUid ?? DEFAULT_SERVICE_ID, gid: serviceGid ?? serviceUid ?? DEFAULT_SERVICE_ID };
+  if (serviceAs.uid === runAs.uid || serviceAs.gid === runAs.gid) {
+    throw new ConfigError(
+      `invalid configuration: SANDBOX_SERVICE_UID: the file service's ids (${serviceAs.uid}:${serviceAs.gid}) must differ from the sandbox's (${runAs.uid}:${runAs.gid}), which its agent's processes have`,
+    );
+  }
+  return { runAs, serviceAs };
 }
 
 /** WEB_APP_DIR resolved; a directory without an `index.html` stops the start (one stat: the files are read on first request). */
@@ -246,7 +267,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     );
   }
   const dataDir = path.resolve(e.DATA_DIR);
-  const runAs = sandboxIds(e.SANDBOX_UID, e.SANDBOX_GID);
+  const ids = sandboxIds(e.SANDBOX_UID, e.SANDBOX_GID, e.SANDBOX_SERVICE_UID, e.SANDBOX_SERVICE_GID);
   if (e.NATS_URL && !e.DATABASE_URL)
     throw new ConfigError('invalid configuration: NATS_URL: cluster mode needs DATABASE_URL too (the nodes share one PostgreSQL database)');
   if (e.DATABASE_URL && !e.SECRET_KEY)
@@ -286,7 +307,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       maxLive: e.SANDBOX_MAX_LIVE,
       bwrapPath: e.BWRAP_PATH,
       roBinds: (e.SANDBOX_RO_BINDS ?? '').split(':').filter(Boolean),
-      runAs,
+      runAs: ids?.runAs ?? null,
+      serviceAs: ids?.serviceAs ?? null,
+      limits: e.SANDBOX_LIMITS,
+      disk: e.SANDBOX_DISK,
     },
     allowedOrigins: parseOrigins(e.ALLOWED_ORIGINS),
     maxEventBytes: e.MAX_EVENT_BYTES,

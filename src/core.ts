@@ -101,6 +101,8 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     log,
     apiOpenOnLoopback: config.sessionApiKeys.length === 0,
     deferProbe: opts.deferSandboxProbe,
+    sharedWorkspaceRoot: config.cluster !== undefined,
+    keepWorkspaces: config.keepWorkspaces,
   });
   const box = SecretBox.open(config.dataDir, config.secretKey);
   const conversationKeys = new ConversationKeys(box.derive('parley conversation keys v1'));

@@ -38,9 +38,23 @@ export interface SandboxSettings {
   roBinds: string[];
   /**
    * The host uid and gid sandboxes run as when the daemon is root (SANDBOX_UID/SANDBOX_GID); null
-   * or absent: the daemon's own (a daemon that is not root cannot change uid).
+   * or absent: the daemon's own (a daemon that is not root cannot change uid; a root daemon then
+   * uses the defaults, never root).
    */
   runAs?: { uid: number; gid: number } | null;
+  /** The host uid and gid of each sandbox's file service when the daemon is root (SANDBOX_SERVICE_UID/GID; default 65532). */
+  serviceAs?: { uid: number; gid: number } | null;
+  /**
+   * SANDBOX_LIMITS: `enforced` (default): a bwrap daemon that cannot make cgroups refuses to start;
+   * `unenforced`: it starts anyway with rlimits only, and says so (a warning at start, /server_info).
+   */
+  limits?: 'enforced' | 'unenforced';
+  /**
+   * SANDBOX_DISK: how SANDBOX_DISK_MB is held: `image` (default): a file system of that size per
+   * conversation where the daemon can make one (root, not cluster mode), else measured; `measured`:
+   * measured always (src/sandbox/disk-quota.ts).
+   */
+  disk?: 'image' | 'measured';
 }
 
 /** One SANDBOX_ALLOW_NETS entry: a network, and the one TCP/UDP port allowed on it (null: all). */

@@ -201,7 +201,9 @@ describe('sandbox: one set of namespaces per conversation (in-process launcher, 
       assert.equal((listedB.match(/^0x[0-9a-f]+ /gm) ?? []).length, 0, listedB);
       // the mapped directory is shown in a sandbox that started before anything was written there
       // (b's holder was the spare, started with the launcher)
-      fs.writeFileSync(path.join(helpers, 'askpass'), 'ASKPASS-SHOWN\n');
+      // (as the askpass helper's directory is made: 0755, the sandbox uid enters it)
+      fs.chmodSync(helpers, 0o755);
+      fs.writeFileSync(path.join(helpers, 'askpass'), 'ASKPASS-SHOWN\n', { mode: 0o644 });
       assert.match(await out(b, 'cat /parley/helpers/askpass'), /^ASKPASS-SHOWN$/m);
     } finally {
       await sb.removeConversation(a);

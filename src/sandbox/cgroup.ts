@@ -8,11 +8,14 @@
  *   `sandboxes/` next to it (memory.max = the total) with `sandbox-<conversation>` in it:
  *   memory.max, memory.swap.max=0, pids.max, cpu.max. Kill: cgroup.kill.
  * - cgroup v1 (a writable memory and pids hierarchy, e.g. as root): `parley/d<daemon pid>` under
- *   the daemon's own cgroup in each hierarchy (its memory.limit_in_bytes = the total), with
- *   `<conversation>` in it: memory.limit_in_bytes (and memsw), pids.max, and in the cpu hierarchy
+ *   the daemon's own cgroup in each hierarchy (its memory.limit_in_bytes = the total), with one
+ *   cgroup per sandbox in it: memory.limit_in_bytes (and memsw), pids.max, and in the cpu hierarchy
  *   (when writable) cpu.cfs_quota_us.
- * A process joins the cgroup before it execs bwrap (see launcher.ts), so everything it starts is
- * counted from the first fork. When neither is writable, detect() returns null (rlimits apply).
+ * One cgroup per sandbox (`sandbox-<n>`, named by the holder: a spare holder's becomes its
+ * conversation's when it is taken, and a cgroup cannot be renamed under v2). Every process of the
+ * sandbox joins it before it execs anything (join.ts), so everything it starts is counted from the
+ * first fork. When neither is writable, detect() returns null (the launcher then refuses to start
+ * unless SANDBOX_LIMITS=unenforced).
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -31,8 +34,12 @@ export interface CgroupLimits {
 const CPU_PERIOD_US = 100_000;
 
 export interface ConversationCgroup {
+  /** Its directory in the memory (v1) or unified (v2) hierarchy. */
+  dir: string;
   /** `cgroup.procs` files a process writes its pid into to join (one per hierarchy). */
   procsFiles: string[];
+  /** Moves a running process (and its threads) into it; false when it is gone or cannot be moved. */
+  add(pid: number): boolean;
   /** Pids currently in the cgroup (host pid namespace). */
   pids(): number[];
   /** SIGKILL to every process in it. */
@@ -136,7 +143,7 @@ function removeStale(root: string): void {
     const m = /^d(\d+)$/.exec(e);
     if (!m) {
       // an empty leftover of an older layout (rmdir fails while a process is in it)
-      if (/^[0-9a-f-]{32,36}$|^probe-\d+$/.test(e)) rmdirQuiet(path.join(root, e));
+      if (/^[0-9a-f-]{32,36}$|^probe-\d+$|^sandbox-\d+$/.test(e)) rmdirQuiet(path.join(root, e));
       continue;
     }
     if (Number(m[1]) === process.pid || isAlive(Number(m[1]))) continue;
@@ -203,7 +210,9 @@ class V1Backend implements CgroupBackend {
     const files = [path.join(mem, 'cgroup.procs'), path.join(pids, 'cgroup.procs'), ...(cpu ? [path.join(cpu, 'cgroup.procs')] : [])];
     const list = () => [...new Set([...readPids(files[0]!), ...readPids(files[1]!)])];
     return {
+      dir: mem,
       procsFiles: files,
+      add: (pid) => files.every((f) => tryWrite(f, String(pid))),
       pids: list,
       killAll() {
         // a fork bomb forks while we kill: repeat until the pids cgroup is empty (bounded)
@@ -261,7 +270,7 @@ class V2Backend implements CgroupBackend {
   }
 
   create(name: string): ConversationCgroup {
-    const dir = path.join(this.base, `sandbox-${safeName(name)}`);
+    const dir = path.join(this.base, safeName(name));
     fs.mkdirSync(dir, { recursive: true });
     write(path.join(dir, 'memory.max'), String(this.limits.memoryBytes));
     try {
@@ -273,7 +282,9 @@ class V2Backend implements CgroupBackend {
     if (this.cpu) write(path.join(dir, 'cpu.max'), `${Math.round(this.limits.cpus! * CPU_PERIOD_US)} ${CPU_PERIOD_US}`);
     const procs = path.join(dir, 'cgroup.procs');
     return {
+      dir,
       procsFiles: [procs],
+      add: (pid) => tryWrite(procs, String(pid)),
       pids: () => readPids(procs),
       killAll() {
         try {

@@ -1,13 +1,14 @@
 /**
- * SANDBOX_DISK_MB: the disk one conversation may use (its workspace, /tmp and HOME together).
- *
- * Measured, not enforced by the kernel (a per-conversation file system or project quota would
- * need root and a file system that has them; neither is given): the conversation's own file
- * service (inside its sandbox, so a link can only lead to what it sees) walks those directories,
- * counting allocated blocks once per inode and staying on their file system. A conversation over
- * the bound has every process stopped (its sandbox is closed) and is told why. It may then delete
- * files and go on: while it stays over the bound it is stopped again whenever its use has grown
- * since it was last stopped (a `rm` that frees space is let through; more writing is not).
+ * SANDBOX_DISK_MB where it is measured rather than enforced by the kernel (no disk image: a daemon
+ * that is not root, cluster mode, SANDBOX_DISK=measured, a workspace made before images; see
+ * disk-image.ts): what a conversation holds is what its file service counts walking its workspace,
+ * /tmp and HOME inside its sandbox (allocated blocks, once per inode, on their file system; a link
+ * can only lead to what the sandbox sees) plus what its processes hold in files they unlinked while
+ * open (no name leads to those: the daemon counts them from the host, through /proc/<pid>/fd of the
+ * sandbox's processes). A conversation over the bound has every process stopped (its sandbox is
+ * closed) and is told why. It may then delete files and go on: while it stays over the bound it is
+ * stopped again whenever its use has grown since it was last stopped (a `rm` that frees space is
+ * let through; more writing is not). Stopping it also frees what its processes held unlinked.
  *
  * How often: every POLL_MS while the sandbox has a process the daemon started (a command, setup,
  * an MCP server), every IDLE_POLL_MS otherwise (what background jobs write), and never more often
@@ -15,6 +16,7 @@
  * overshoot is what the conversation writes in one interval plus one walk, bounded per file by
  * SANDBOX_FILE_SIZE_MB (RLIMIT_FSIZE); docs/security.md ("Disk") states the rule for users.
  */
+import fs from 'node:fs';
 import type { FileChannel } from './files.js';
 
 export const POLL_MS = 2_000;
@@ -25,9 +27,50 @@ const WALK_MS = 10_000;
 
 export interface QuotaTarget {
   id: string;
-  channel: FileChannel;
+  /** Whether it can be measured now (its file service is up). */
+  usable: boolean;
+  /** What it holds, in bytes (throws when its sandbox is going). */
+  measure(walkMs: number): Promise<number>;
   /** A process the daemon started is running (checked every POLL_MS rather than IDLE_POLL_MS). */
   active: boolean;
+}
+
+/** Bytes of disk the walk inside the sandbox counts (its file service). */
+export async function walkedBytes(channel: FileChannel, paths: string[], ms: number): Promise<number> {
+  const r = await channel.request({ op: 'usage', paths, ms }, null);
+  return Number(r.header.bytes) || 0;
+}
+
+/**
+ * Bytes held in files that `pids` have open after unlinking them, on the file system `dev` (the
+ * data disk: files in a tmpfs are memory, bounded by the cgroup), each inode once. Read from the
+ * host's /proc: a link there names the open file itself (stat follows it to that inode, whatever
+ * its name was), so no path of the agent's is resolved.
+ */
+export function unlinkedBytes(pids: number[], dev: number): number {
+  const seen = new Set<number>();
+  let bytes = 0;
+  for (const pid of pids) {
+    let fds: string[];
+    try {
+      fds = fs.readdirSync(`/proc/${pid}/fd`);
+    } catch {
+      continue;
+    }
+    for (const fd of fds) {
+      const link = `/proc/${pid}/fd/${fd}`;
+      try {
+        if (!fs.readlinkSync(link).endsWith(' (deleted)')) continue;
+        const st = fs.statSync(link);
+        if (st.dev !== dev || !st.isFile() || seen.has(st.ino)) continue;
+        seen.add(st.ino);
+        bytes += st.blocks * 512;
+      } catch {
+        /* closed meanwhile */
+      }
+    }
+  }
+  return bytes;
 }
 
 export class DiskQuota {
@@ -39,8 +82,6 @@ export class DiskQuota {
 
   constructor(
     private readonly limitBytes: number,
-    /** The directories to count, as the sandbox sees them. */
-    private readonly paths: string[],
     private readonly targets: () => QuotaTarget[],
     private readonly onOver: (id: string, usedBytes: number) => void,
   ) {}
@@ -79,12 +120,11 @@ export class DiskQuota {
       const now = Date.now();
       for (const t of this.targets()) {
         if (this.stopped) return;
-        if ((this.next.get(t.id) ?? 0) > now || !t.channel.usable) continue;
+        if ((this.next.get(t.id) ?? 0) > now || !t.usable) continue;
         const started = Date.now();
         let used: number;
         try {
-          const r = await t.channel.request({ op: 'usage', paths: this.paths, ms: WALK_MS }, null);
-          used = Number(r.header.bytes) || 0;
+          used = await t.measure(WALK_MS);
         } catch {
           continue; // the sandbox is going: nothing to stop
         }

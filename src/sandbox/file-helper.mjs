@@ -27,6 +27,17 @@ import path from 'node:path';
 
 // what it creates is as private as what the conversation's shell creates (bwrap ran with 022)
 process.umask(0o077);
+// `--as U:G` (a root daemon's sandbox): it reads and writes as the conversation's uid and gid
+// (effective ids), while its real and saved ids stay its own, which keeps the agent off it
+// (src/sandbox/holder-launch.ts)
+const asArg = process.argv.indexOf('--as');
+if (asArg > 0) {
+  const [u, g] = String(process.argv[asArg + 1])
+    .split(':')
+    .map(Number);
+  process.setegid(/** @type {number} */ (g));
+  process.seteuid(/** @type {number} */ (u));
+}
 const rootArg = process.argv.indexOf('--root');
 const ROOT = path.resolve(rootArg > 0 ? (process.argv[rootArg + 1] ?? '/workspace') : '/workspace');
 const C = fs.constants;

@@ -6,30 +6,75 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { isAlive } from '../process-group.js';
-import { STATE_DIRS, type SandboxSettings } from './settings.js';
+import { imageMount, type Disks } from './disk-image.js';
+import { STATE_DIRS } from './settings.js';
+import { plainDirs, type ViewDirs } from './view.js';
 
 /** A holder's directories, as the holder records them (the adoption moves them to the conversation's paths). */
 interface HolderDirs {
-  workspace: string;
+  dirs: ViewDirs;
   state: string;
 }
 
+type Owner = { uid: number; gid: number } | null;
+
 /**
  * A conversation's state directory: its /tmp, HOME, the terminal's FIFOs and saved outputs (0700
- * each). With a sandbox uid (the daemon is root), /tmp and HOME are that uid's; the FIFO and output
- * directories stay the daemon's, which the sandbox may only enter (it cannot put anything there).
+ * each; with a disk of its own, /tmp and HOME are on it instead). With a sandbox uid (the daemon is
+ * root), /tmp and HOME are that uid's; the FIFO and output directories stay the daemon's, which the
+ * sandbox may only enter (it cannot put anything there).
  */
-export function makeStateDirs(state: string, runAs: SandboxSettings['runAs']): void {
-  for (const d of ['', ...STATE_DIRS]) fs.mkdirSync(path.join(state, d), { recursive: true, mode: 0o700 });
-  if (!runAs) return;
-  for (const d of ['tmp', 'home']) fs.lchownSync(path.join(state, d), runAs.uid, runAs.gid);
+export function makeStateDirs(state: string, owner: Owner, image: boolean): void {
+  const own = image ? [] : ['tmp', 'home'];
+  for (const d of ['', 'io', 'outputs', ...own]) fs.mkdirSync(path.join(state, d), { recursive: true, mode: 0o700 });
+  if (!owner) return;
+  for (const d of own) fs.lchownSync(path.join(state, d), owner.uid, owner.gid);
   for (const d of ['io', 'outputs']) fs.chmodSync(path.join(state, d), 0o711);
 }
 
+/** The directories of a holder whose workspace, /tmp and HOME are on the conversation's disk (mounted at `state/disk`). */
+export function imageDirs(state: string): ViewDirs {
+  const disk = imageMount(state);
+  return {
+    workspace: path.join(disk, 'workspace'),
+    tmp: path.join(disk, 'tmp'),
+    home: path.join(disk, 'home'),
+    io: path.join(state, 'io'),
+    outputs: path.join(state, 'outputs'),
+  };
+}
+
 /** The workspace directory (not what is in it) belongs to the sandbox uid, so its processes can write there. */
-export function ownWorkspace(dir: string, runAs: SandboxSettings['runAs']): void {
+export function ownWorkspace(dir: string, owner: Owner): void {
   fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
-  if (runAs) fs.lchownSync(dir, runAs.uid, runAs.gid);
+  if (owner) fs.lchownSync(dir, owner.uid, owner.gid);
+}
+
+/**
+ * Gives a spare holder with a disk to a new conversation (its state directory missing): the spare's
+ * state directory, its image mounted in it, is renamed to the conversation's (a mount follows the
+ * directory it is on, and so do the holder's binds), and the workspace's host path becomes a link
+ * into the image (an empty directory there is removed first). False, with everything as it was,
+ * when the state directory exists or the rename is refused.
+ */
+export function adoptImageDirs(spare: HolderDirs, workspace: string, state: string, disks: Disks): boolean {
+  const dir = path.dirname(spare.state);
+  if (fs.existsSync(state)) return false;
+  try {
+    fs.mkdirSync(path.dirname(state), { recursive: true, mode: 0o700 });
+    fs.renameSync(spare.state, state);
+  } catch {
+    return false;
+  }
+  spare.state = state;
+  spare.dirs = imageDirs(state);
+  try {
+    disks.linkWorkspace(workspace, state);
+  } catch {
+    /* the sandbox has its files; only the host's path to them is missing */
+  }
+  removeLater(dir);
+  return true;
 }
 
 /**
@@ -42,7 +87,7 @@ export function adoptDirs(spare: HolderDirs, workspace: string, state: string): 
   if (fs.existsSync(state)) return false;
   try {
     fs.mkdirSync(path.dirname(workspace), { recursive: true, mode: 0o700 });
-    fs.renameSync(spare.workspace, workspace);
+    fs.renameSync(spare.dirs.workspace, workspace);
   } catch {
     return false;
   }
@@ -50,14 +95,14 @@ export function adoptDirs(spare: HolderDirs, workspace: string, state: string): 
     fs.renameSync(spare.state, state);
   } catch {
     try {
-      fs.renameSync(workspace, spare.workspace);
+      fs.renameSync(workspace, spare.dirs.workspace);
       fs.mkdirSync(workspace, { mode: 0o700 });
     } catch {
       /* the spare's workspace stays the conversation's: the spare is not reused */
     }
     return false;
   }
-  spare.workspace = workspace;
+  spare.dirs = plainDirs(workspace, state);
   spare.state = state;
   removeLater(dir);
   return true;
@@ -107,14 +152,14 @@ export function adoptWithContents(spare: HolderDirs, workspace: string, state: s
     if ((a.mode & 0o7777) !== (b.mode & 0o7777)) modes.push([from, a.mode & 0o7777]);
   };
   try {
-    moveInto(workspace, spare.workspace);
+    moveInto(workspace, spare.dirs.workspace);
     const stateThere = fs.existsSync(state);
     // (nothing but the state directories is ever made there: anything else stays where it is)
     if (stateThere && fs.readdirSync(state).some((n) => !STATE_DIRS.includes(n))) throw new Error('unknown entries');
     if (stateThere) for (const d of STATE_DIRS) if (fs.existsSync(path.join(state, d))) moveInto(path.join(state, d), path.join(spare.state, d));
-    fs.renameSync(spare.workspace, workspace);
+    fs.renameSync(spare.dirs.workspace, workspace);
     undo.push(() => {
-      fs.renameSync(workspace, spare.workspace);
+      fs.renameSync(workspace, spare.dirs.workspace);
       fs.mkdirSync(workspace, { mode: 0o700 });
     });
     // the emptied state directory goes with the spare's (removed below)
@@ -133,7 +178,7 @@ export function adoptWithContents(spare: HolderDirs, workspace: string, state: s
     }
     return 'refused';
   }
-  spare.workspace = workspace;
+  spare.dirs = plainDirs(workspace, state);
   spare.state = state;
   for (const [d, mode] of modes) {
     try {

@@ -5,6 +5,7 @@
  * dropped — or (a holder) bwrap run under that `sh` as the supervisor of its process group.
  */
 import type { ConversationCgroup } from './cgroup.js';
+import { seccompLoader } from './seccomp.js';
 import type { SandboxSettings } from './settings.js';
 
 /** How a process joins its conversation's sandbox (util-linux, iproute2). */
@@ -16,6 +17,8 @@ export interface JoinTools {
   unshare: string;
   /** As root with a network of the sandbox's own: its loopback is brought up with it (iproute2). */
   ip: string | null;
+  /** Loads the seccomp filter in a joined process (seccomp.ts). */
+  perl: string;
 }
 
 /** setpriv's options that leave a process no capability and no way to gain one. */
@@ -55,10 +58,10 @@ export function wrapCommand(
       `[ "$c" = x ] || o="$o --cgroup=${d}/$c"; ${mode === 'join' ? `[ "$n" = x ] || o="$o --net=${d}/$n"; ` : ''}` +
       `exec ${s.join.nsenter} $o "$@"`;
   } else {
-    // (an asynchronous command's stdin is /dev/null before its redirections: pass the pipe on fd 9)
     // (umask 022 for bwrap: the directories it makes on the way to a mount point must be enterable
-    // by the sandbox's uid; the conversation's own processes keep the daemon's 077)
-    script += `[ "$PPID" = ${process.pid} ] || exit 125; trap 'kill -KILL 0' TERM; umask 022; exec 9<&0; "$@" <&9 9<&- & exec 9<&-; wait $!; kill -KILL 0`;
+    // by the sandbox's uid; the conversation's own processes keep the daemon's 077; the supervisor
+    // keeps no copy of bwrap's fds, its channel to the file service above all: see holder-launch.ts)
+    script += `[ "$PPID" = ${process.pid} ] || exit 125; trap 'kill -KILL 0' TERM; umask 022; "$@" & exec 3<&- 4<&- 5<&- 6<&- 7<&- 8<&-; wait $!; kill -KILL 0`;
   }
   const files = cgroup?.procsFiles ?? [];
   const sh = ['/bin/sh', '-c', script, 'sh', String(files.length), ...files, ...argv];
@@ -71,9 +74,12 @@ export function wrapCommand(
  * which is 0 inside (--preserve-credentials: nsenter could not set groups in an unprivileged user
  * namespace). `setsid` starts a new session (no terminal of the host's to inject into), `setpriv`
  * sets no_new_privs, SIGKILL when nsenter dies, and drops every capability entering the user
- * namespace gave (uid 0 would keep them across exec).
+ * namespace gave (uid 0 would keep them across exec); last, perl loads the sandbox's seccomp filter
+ * (seccomp.ts: a joined process does not inherit the holder's) and execs the command.
  */
-export function joinArgs(settings: SandboxSettings, j: JoinTools): string[] {
-  const creds = settings.runAs ? [] : ['--preserve-credentials'];
-  return [...creds, '--', j.setsid, j.setpriv, '--pdeathsig', 'KILL', ...DROP_ALL];
+export function joinArgs(j: JoinTools, asRoot: boolean, filterHex: string): string[] {
+  const creds = asRoot ? [] : ['--preserve-credentials'];
+  loader ??= seccompLoader();
+  return [...creds, '--', j.setsid, j.setpriv, '--pdeathsig', 'KILL', ...DROP_ALL, j.perl, '-e', loader, '--', filterHex];
 }
+let loader: string | undefined;

@@ -7,27 +7,41 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { detectCgroups, type CgroupBackend } from './cgroup.js';
+import { Disks, findDiskTools, probeImages, unmountAll } from './disk-image.js';
 import { Holders } from './holders.js';
 import type { JoinTools } from './join.js';
 import { EGRESS_RESOLV_CONF, probeEgress, type EgressTools } from './network.js';
 import { which } from './processes.js';
 import { findProgram } from './programs.js';
-import { totalMemoryMb, type MappedDir, type SandboxOpenOptions, type SandboxSettings } from './settings.js';
+import { seccompProgram, seccompSupported } from './seccomp.js';
+import { sandboxIds, totalMemoryMb, type MappedDir, type SandboxIds, type SandboxOpenOptions, type SandboxSettings } from './settings.js';
 import { extraArgs, HIDDEN_PATHS, systemArgs } from './view.js';
 
 /** What the checks found: the parts the launcher runs sandboxes with. */
 export interface ProbedTools {
   bwrap: string;
   join: JoinTools;
+  /** Root daemon: the agent's and the file service's host ids. */
+  ids: SandboxIds | null;
   cgroups: CgroupBackend | null;
+  /** Per-conversation disks (root daemon, not cluster mode, SANDBOX_DISK=image): null when measured. */
+  disks: Disks | null;
   holders: Holders;
+  /** The agent's seccomp filter, as joined processes load it (hex). */
+  filterHex: string;
   /** slirp4netns's version when egress is in force. */
   egressVersion: string | null;
   /** The settings in force: egress falls back to none when it cannot work. */
   settings: SandboxSettings;
-  /** Why egress fell back (logged already). */
-  warning?: string;
+  /** Why a limit is not enforced (no cgroup, SANDBOX_LIMITS=unenforced or SANDBOX=auto), for /server_info. */
+  unenforced?: string;
+  /** What fell back (egress to none, limits to rlimits, disks to measured), each logged already. */
+  warnings: string[];
 }
+
+/** The one line a bwrap daemon without cgroups stops with (SANDBOX_LIMITS=enforced). */
+export const NO_CGROUP =
+  "no cgroup can be made for the sandboxes' limits (memory, processes, CPU): run the daemon as root, give it a delegated cgroup (systemd: Delegate=yes), or set SANDBOX_LIMITS=unenforced to run without them";
 
 /**
  * Runs the checks; `{ fail }` names what is missing and how to fix it. The caller owns what it gets
@@ -42,32 +56,56 @@ export async function probeTools(settings: SandboxSettings, opts: SandboxOpenOpt
         : 'bwrap was not found on PATH: install bubblewrap (apt-get install bubblewrap) or set BWRAP_PATH',
     };
   }
+  if (!seccompSupported()) return { fail: `this machine's architecture (${process.arch}) has no seccomp filter for the agents (x86_64 and aarch64 have)` };
+  let ids: SandboxIds | null;
+  try {
+    ids = sandboxIds(settings);
+  } catch (e) {
+    return { fail: (e as Error).message };
+  }
+  const perl = findProgram('perl');
+  if (!perl) return { fail: 'perl was not found: every process of a sandbox loads its seccomp filter with it (apt-get install perl-base)' };
   const tools = { nsenter: which('nsenter'), setsid: which('setsid'), setpriv: which('setpriv'), unshare: which('unshare') };
   const missing = Object.entries(tools)
     .filter(([, p]) => !p)
     .map(([name]) => name);
   const ip = findProgram('ip');
-  if (settings.runAs && settings.network !== 'host' && !ip)
+  if (ids && settings.network !== 'host' && !ip)
     return { fail: "ip (iproute2) not found: a sandbox's own network is set up with it (apt-get install iproute2)" };
   if (missing.length > 0) {
     return { fail: `${missing.join(', ')} (util-linux) not found on PATH: processes join their conversation's sandbox with them (apt-get install util-linux)` };
   }
+  const warnings: string[] = [];
+  const warn = (tag: string, line: string) => {
+    warnings.push(line);
+    opts.log?.warn({ sandbox: tag }, line);
+  };
   const cgroups = detectCgroups({
     memoryBytes: settings.memoryMb * 1024 * 1024,
     pids: settings.pids,
     totalMemoryBytes: totalMemoryMb(settings) * 1024 * 1024,
     cpus: settings.cpus ?? null,
   });
+  let unenforced: string | undefined;
+  if (!cgroups) {
+    // limits that cannot be enforced are refused (SANDBOX=bwrap), or said (auto, unenforced): never dropped in silence
+    if (settings.mode === 'bwrap' && settings.limits !== 'unenforced') return { fail: NO_CGROUP };
+    unenforced =
+      settings.limits === 'unenforced'
+        ? 'SANDBOX_LIMITS=unenforced: no cgroup, so no per-conversation memory, process or CPU limit and no total (only per-process rlimits)'
+        : 'SANDBOX=auto without a cgroup: no per-conversation memory, process or CPU limit and no total (only per-process rlimits); run as root, give the daemon a delegated cgroup (systemd: Delegate=yes), or set SANDBOX_LIMITS=unenforced to accept this';
+    warn('limits-unenforced', unenforced);
+  }
+  const disks = await probeDisks(settings, opts, ids, warn);
   const hidden = [...(opts.hidden ?? []), opts.workspaceRoot, ...HIDDEN_PATHS];
   // a holder mounts what exists when it starts (the spare: at start-up), and a mapped directory
   // (the askpass helper's) may be written to only later
   for (const m of mapped) fs.mkdirSync(m.host, { recursive: true, mode: 0o700 });
   // egress where it works; else no network (never the host's), with one warning
   let inForce = settings;
-  let warning: string | undefined;
   let egress: { tools: EgressTools; version: string; resolvConf: string } | null = null;
   if (settings.network === 'egress') {
-    const probe = await probeEgress({ runAs: settings.runAs ?? undefined });
+    const probe = await probeEgress({ runAs: ids?.agent });
     if (probe.usable) {
       const resolvConf = path.join(opts.workspaceRoot, '.sandbox', 'resolv.conf');
       fs.mkdirSync(path.dirname(resolvConf), { recursive: true, mode: 0o700 });
@@ -75,22 +113,75 @@ export async function probeTools(settings: SandboxSettings, opts: SandboxOpenOpt
       fs.chmodSync(resolvConf, 0o644);
       egress = { tools: probe.tools, version: probe.version, resolvConf };
     } else {
-      warning = `SANDBOX_NETWORK=egress: ${probe.reason}; sandboxes get no network (none)`;
-      opts.log?.warn({ sandbox: 'network-none' }, warning);
+      warn('network-none', `SANDBOX_NETWORK=egress: ${probe.reason}; sandboxes get no network (none)`);
       inForce = { ...settings, network: 'none' };
     }
   }
-  const join: JoinTools = { ...(tools as Omit<JoinTools, 'ip'>), ip };
-  const holders = new Holders({
-    settings: inForce,
-    workspaceRoot: opts.workspaceRoot,
+  const join: JoinTools = { ...(tools as Omit<JoinTools, 'ip' | 'perl'>), ip, perl };
+  const agent = seccompProgram();
+  const holders = new Holders(
+    {
+      settings: inForce,
+      ids,
+      workspaceRoot: opts.workspaceRoot,
+      bwrap,
+      join,
+      cgroups,
+      seccomp: { agent, holder: seccompProgram({ holder: true }) },
+      system: systemArgs(),
+      extra: extraArgs(settings.roBinds, hidden),
+      mapped,
+      egress,
+    },
+    disks,
+  );
+  return {
     bwrap,
     join,
-    hasCgroups: cgroups !== null,
-    system: systemArgs(),
-    extra: extraArgs(settings.roBinds, hidden),
-    mapped,
-    egress,
-  });
-  return { bwrap, join, cgroups, holders, egressVersion: egress?.version ?? null, settings: inForce, ...(warning ? { warning } : {}) };
+    ids,
+    cgroups,
+    disks,
+    holders,
+    filterHex: agent.toString('hex'),
+    egressVersion: egress?.version ?? null,
+    settings: inForce,
+    ...(unenforced ? { unenforced } : {}),
+    warnings,
+  };
+}
+
+/**
+ * Per-conversation disks where they can be had (disk-image.ts): SANDBOX_DISK=image (the default), a
+ * bound (SANDBOX_DISK_MB), a root daemon, a WORKSPACE_ROOT of this node alone, the tools, and a
+ * small image made and mounted for real. Otherwise the bound is measured (with a warning when
+ * images were asked for and cannot be had). What a killed daemon left mounted is unmounted first.
+ */
+async function probeDisks(
+  settings: SandboxSettings,
+  opts: SandboxOpenOptions,
+  ids: SandboxIds | null,
+  warn: (tag: string, line: string) => void,
+): Promise<Disks | null> {
+  if (settings.disk === 'measured' || !settings.diskMb) return null;
+  if (opts.sharedWorkspaceRoot) {
+    warn(
+      'disk-measured',
+      'SANDBOX_DISK_MB is measured, not enforced by the kernel: in cluster mode WORKSPACE_ROOT is shared by the nodes (an image could be mounted by two)',
+    );
+    return null;
+  }
+  const tools = findDiskTools();
+  if (typeof tools === 'string') {
+    warn('disk-measured', `SANDBOX_DISK_MB is measured, not enforced by the kernel: ${tools}`);
+    return null;
+  }
+  const sandboxes = path.join(opts.workspaceRoot, '.sandbox');
+  fs.mkdirSync(sandboxes, { recursive: true, mode: 0o700 });
+  await unmountAll(tools, sandboxes);
+  const failed = await probeImages(tools, sandboxes);
+  if (failed) {
+    warn('disk-measured', `SANDBOX_DISK_MB is measured, not enforced by the kernel: a disk image could not be made and mounted (${failed})`);
+    return null;
+  }
+  return new Disks(tools, settings.diskMb, ids?.agent ?? null, opts.workspaceRoot);
 }

@@ -65,12 +65,16 @@ export interface SandboxInfo {
     /** CPUs per conversation (a cgroup quota); null: none (equal shares under contention with a cgroup). */
     cpus: number | null;
     file_size_mb: number | null;
-    /** Disk per conversation (workspace, /tmp, HOME; measured, see docs/security.md). */
+    /** Disk per conversation (workspace, /tmp, HOME). */
     disk_mb: number | null;
+    /** How the disk bound holds: a file system of that size per conversation (`image`), or measured. */
+    disk: 'image' | 'measured' | null;
+    /** Present when limits are not enforced by a cgroup: why (SANDBOX_LIMITS=unenforced, or SANDBOX=auto without a cgroup). */
+    unenforced?: string;
     /** Conversations with a live sandbox at most (SANDBOX_MAX_LIVE; with rlimits only, also what keeps all of them within the total). */
     max_live: number;
   };
-  /** Why auto fell back to plain processes. */
+  /** What fell back, in one line: auto to plain processes, egress to none, limits to rlimits, disks to measured. */
   warning?: string;
 }
 
@@ -84,6 +88,10 @@ export interface SandboxOpenOptions {
   deferProbe?: boolean;
   /** The daemon answers loopback requests without a key: with the host network a sandboxed agent can call it too (docs/security.md, "Without a session key"), which is logged once. */
   apiOpenOnLoopback?: boolean;
+  /** WORKSPACE_ROOT is shared with other nodes (cluster mode): no per-conversation disk images (each node could mount one). */
+  sharedWorkspaceRoot?: boolean;
+  /** KEEP_WORKSPACES: a deleted conversation's workspace stays (copied out of its disk image, as a plain directory). */
+  keepWorkspaces?: boolean;
 }
 
 export class SandboxUnavailableError extends Error {
@@ -97,6 +105,29 @@ export const VISIBLE_IO = '/parley/io';
 export const VISIBLE_OUTPUTS = '/parley/outputs';
 /** Subdirectories of a conversation's state directory, each bound into its sandbox. */
 export const STATE_DIRS = ['tmp', 'home', 'io', 'outputs'];
+
+/** The host ids a root daemon's sandboxes run as when none are configured: ids no Debian account uses. */
+export const DEFAULT_SANDBOX_UID = 65533;
+export const DEFAULT_SERVICE_UID = 65532;
+
+/** A root daemon's sandbox ids: the agent's processes, and each sandbox's file service (holder-launch.ts). */
+export interface SandboxIds {
+  agent: { uid: number; gid: number };
+  service: { uid: number; gid: number };
+}
+
+/**
+ * The ids a root daemon's sandboxes run as (never host root: a root daemon without SANDBOX_UID uses
+ * the defaults); null when the daemon is not root (its sandboxes are its own uid).
+ */
+export function sandboxIds(settings: Pick<SandboxSettings, 'runAs' | 'serviceAs'>): SandboxIds | null {
+  if (process.getuid?.() !== 0) return null;
+  const agent = settings.runAs ?? { uid: DEFAULT_SANDBOX_UID, gid: DEFAULT_SANDBOX_UID };
+  const service = settings.serviceAs ?? { uid: DEFAULT_SERVICE_UID, gid: DEFAULT_SERVICE_UID };
+  if (service.uid === agent.uid || service.gid === agent.gid)
+    throw new SandboxUnavailableError('SANDBOX_SERVICE_UID and SANDBOX_SERVICE_GID must differ from SANDBOX_UID and SANDBOX_GID');
+  return { agent, service };
+}
 
 /** SANDBOX_TOTAL_MEMORY_MB, default half of the machine's memory. */
 export function totalMemoryMb(settings: Pick<SandboxSettings, 'totalMemoryMb'>): number {

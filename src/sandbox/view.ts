@@ -139,17 +139,26 @@ export function withParentDirs(ops: string[]): string[] {
   return out;
 }
 
+/** The host directories a holder binds: the workspace, /tmp (also /var/tmp), HOME, the FIFOs (read-write) and saved outputs (read-only). */
+export interface ViewDirs {
+  workspace: string;
+  tmp: string;
+  home: string;
+  io: string;
+  outputs: string;
+}
+
+/** A holder's directories when everything is on the data disk: the workspace, and the rest in its state directory. */
+export function plainDirs(workspace: string, state: string): ViewDirs {
+  return { workspace, tmp: path.join(state, 'tmp'), home: path.join(state, 'home'), io: path.join(state, 'io'), outputs: path.join(state, 'outputs') };
+}
+
 /**
  * The conversation's view, mounted once by its holder: `system` (systemArgs) and `extra` (extraArgs)
  * as the probe computed them, the conversation's directories, the mapped helpers, the file service,
  * and with egress the sandbox's resolv.conf.
  */
-export function viewArgs(
-  o: { system: string[]; extra: string[]; mapped: MappedDir[]; resolvConf: string | null },
-  hostWorkspace: string,
-  state: string,
-): string[] {
-  const tmp = path.join(state, 'tmp');
+export function viewArgs(o: { system: string[]; extra: string[]; mapped: MappedDir[]; resolvConf: string | null }, dirs: ViewDirs): string[] {
   const a = [
     ...o.system,
     '--proc',
@@ -157,23 +166,23 @@ export function viewArgs(
     '--dev',
     '/dev',
     '--bind',
-    tmp,
+    dirs.tmp,
     '/tmp',
     '--bind',
-    tmp,
+    dirs.tmp,
     '/var/tmp',
     ...o.extra,
     '--bind',
-    path.join(state, 'home'),
+    dirs.home,
     VISIBLE_HOME,
     '--bind',
-    path.join(state, 'io'),
+    dirs.io,
     VISIBLE_IO,
     '--ro-bind',
-    path.join(state, 'outputs'),
+    dirs.outputs,
     VISIBLE_OUTPUTS,
     '--bind',
-    hostWorkspace,
+    dirs.workspace,
     VISIBLE_WORKSPACE,
   ];
   for (const m of o.mapped) if (fs.existsSync(m.host)) a.push('--ro-bind', m.host, m.inside);

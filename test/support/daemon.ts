@@ -7,7 +7,7 @@
  * listen; built, 0.4 s and 0.4 s. The suite starts well over a hundred daemons.
  * PARLEY_TEST_FROM_SOURCE=1 runs the sources through tsx instead.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import crypto from 'node:crypto';
 import { createServer } from 'node:net';
 import fs from 'node:fs';
@@ -103,10 +103,31 @@ export function tempDir(prefix = 'parley-test-'): string {
   if (!tempCleanup) {
     tempCleanup = true;
     process.once('exit', () => {
-      for (const d of tempDirs) fs.rmSync(d, { recursive: true, force: true });
+      for (const d of tempDirs) removeDir(d);
     });
   }
   return dir;
+}
+
+/**
+ * Removes a directory a daemon used, after detaching what is mounted under it: a root daemon mounts
+ * its conversations' disk images there, and one killed with SIGKILL leaves them mounted.
+ */
+export function removeDir(dir: string): void {
+  const root = path.resolve(dir);
+  let mounted: string[] = [];
+  try {
+    mounted = fs
+      .readFileSync('/proc/self/mountinfo', 'utf8')
+      .split('\n')
+      .map((l) => (l.split(' ')[4] ?? '').replace(/\\([0-7]{3})/g, (_m, o: string) => String.fromCharCode(Number.parseInt(o, 8))))
+      .filter((p) => p.startsWith(`${root}/`))
+      .sort((a, b) => b.length - a.length);
+  } catch {
+    /* not Linux */
+  }
+  if (mounted.length > 0) spawnSync('umount', ['-l', ...mounted]);
+  fs.rmSync(root, { recursive: true, force: true });
 }
 
 export async function startDaemon(

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { allEvents } from './conversation-api.js';
-import { startDaemon, waitFor, type DaemonHandle } from './daemon.js';
+import { removeDir, startDaemon, waitFor, type DaemonHandle } from './daemon.js';
 export { descendants } from './processes.js';
 import { startScriptedLlm, type ScriptedLlm } from './scripted-llm.js';
 import { fileURLToPath } from 'node:url';
@@ -150,7 +150,7 @@ export async function harness(env: Record<string, string> = {}): Promise<Harness
     async close() {
       await d.stop();
       await llm.close();
-      fs.rmSync(d.dataDir, { recursive: true, force: true });
+      removeDir(d.dataDir);
     },
   };
   return h;

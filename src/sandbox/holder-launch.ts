@@ -1,0 +1,552 @@
+/**
+ * Starting one holder: the long-lived bwrap whose namespaces every process of one conversation
+ * joins, its first process the conversation's file service (file-helper.mjs). holders.ts keeps the
+ * pool (the spare, takes, refills); this file says how one is made and what keeps the agent off it.
+ *
+ * What the agent cannot reach, and by which rule of the kernel:
+ * - The file service runs as another uid inside the conversation's user namespace (root daemon).
+ *   The daemon makes that namespace before bwrap, as the sandbox uid (so the egress tool, which runs
+ *   as that uid, may configure its network), and writes both maps itself (only a process with
+ *   CAP_SETUID over the parent namespace may map two ids): uid and gid 0 inside are SANDBOX_UID and
+ *   SANDBOX_GID outside (the agent, as before), 1 inside is SANDBOX_SERVICE_UID/GID. The service starts
+ *   as 1 with CAP_SETUID and CAP_SETGID (ambient, nothing else) and sets only its effective ids to 0
+ *   (file-helper.mjs): it reads and writes as the agent does, while its real and saved ids stay 1.
+ *   The kernel then refuses the agent ptrace, pidfd_getfd, process_vm_* and /proc/<pid>/mem and
+ *   /fd (its ids are not all the agent's; it holds capabilities the agent lacks; changing its
+ *   effective id made it non-dumpable) and every signal (neither its real nor its saved uid is the
+ *   agent's).
+ * - A daemon that is not root cannot map a second id: there the service is the agent's uid, holding
+ *   CAP_SETUID and CAP_SETGID in the sandbox's user namespace (one id mapped: they change nothing),
+ *   which alone denies the ptrace family and /proc/<pid>/mem to a process without them. Signals
+ *   still reach it: an agent can end its own file service (its sandbox then restarts).
+ * - The service's channel to the daemon is a socket on fd 6 of bwrap, made its stdin and stdout by
+ *   the first `sh`: bwrap's pid 1 closes every fd but 0-2 (here /dev/null and the stderr pipe), so
+ *   the sandbox's init, the agent's uid when the daemon is not root, holds nothing of it.
+ * - Every process of the sandbox runs under seccomp.ts's filter: bwrap installs it on its init and
+ *   first process (--seccomp; with a root daemon the variant that still lets the first process enter
+ *   the conversation's user namespace), and each joined process loads it itself (join.ts).
+ * - Every process is in the sandbox's cgroup from its first instruction: the supervising `sh` joins
+ *   it before bwrap starts (join.ts), and bwrap's --unshare-cgroup roots the sandbox's cgroup view
+ *   there (its /proc/self/cgroup names neither the daemon nor the conversation).
+ */
+import type { ChildProcess } from 'node:child_process';
+import { childProcess } from '../builtins.js';
+import fs from 'node:fs';
+import type { Readable, Writable } from 'node:stream';
+import type { CgroupBackend, ConversationCgroup } from './cgroup.js';
+import { baseChildEnv } from './child-env.js';
+import { FileChannel } from './files.js';
+import { wrapCommand, type JoinTools } from './join.js';
+import { attachEgress, needsRouteLocalnet, type EgressHandle, type EgressTools } from './network.js';
+import { closeFd, killTree, lastError, signalPid } from './processes.js';
+import { VISIBLE_WORKSPACE, type MappedDir, type SandboxIds, type SandboxSettings } from './settings.js';
+import { FILE_HELPER_INSIDE, HELPER_NODE_FLAGS, viewArgs, type ViewDirs } from './view.js';
+
+/**
+ * A holder not ready by then is killed (its joiners get an error). Generous: on a machine at load
+ * 20, ten holders starting at once (node, slirp4netns and nft each) took several seconds apiece.
+ */
+const HOLDER_START_MS = 30_000;
+
+/** bwrap's fds: the info it writes, its options, the seccomp program, the service's channel, the namespaces it enters. */
+const FD = { info: 3, args: 4, seccomp: 5, channel: 6, userns: 7, netns: 8 } as const;
+
+/** What the probe found, that every holder is built with. */
+export interface HolderSetup {
+  /** The settings in force (egress may have fallen back to none). */
+  settings: SandboxSettings;
+  /** Root daemon: the agent's and the service's host ids; null: the daemon's own uid for both. */
+  ids: SandboxIds | null;
+  workspaceRoot: string;
+  bwrap: string;
+  join: JoinTools;
+  cgroups: CgroupBackend | null;
+  /** seccomp.ts's programs: the agent's (every process) and the holder's (a root daemon's first process). */
+  seccomp: { agent: Buffer; holder: Buffer };
+  /** systemArgs() and extraArgs() of view.ts. */
+  system: string[];
+  extra: string[];
+  mapped: MappedDir[];
+  /** SANDBOX_NETWORK=egress in force: the tools network.ts found, and the sandbox's resolv.conf. */
+  egress: { tools: EgressTools; version: string; resolvConf: string } | null;
+}
+
+export interface HolderFds {
+  user: number;
+  pid: number;
+  mnt: number;
+  ipc: number;
+  uts: number;
+  /** Only when the holder's differs from the daemon's (--unshare-cgroup-try). */
+  cgroup: number | null;
+  /** Only when the sandbox has a network of its own (egress, none). */
+  net: number | null;
+  root: number;
+  cwd: number;
+}
+
+/** The long-lived bwrap whose namespaces every process of a conversation joins. */
+export class Holder {
+  /** The supervising `sh` (bwrap runs under it); null until what bwrap needs is made (the user namespace, the disk). */
+  proc: ChildProcess | null = null;
+  /** SANDBOX_NETWORK=egress: the user-mode network of its namespace (closed with it). */
+  egress: EgressHandle | null = null;
+  /** The conversation's file service (its first process); null until bwrap is started. */
+  files: FileChannel | null = null;
+  /** Host pid of the namespace's init (bwrap's pid 1), from --info-fd. */
+  init: number | null = null;
+  /** The daemon's fds on the namespace files, the root and /workspace (joiners open /proc/<daemon>/fd/<n>). */
+  fds: HolderFds | null = null;
+  /** Resolves when joiners may start; rejects with the reason when the holder failed. */
+  readonly ready: Promise<void>;
+  dead = false;
+  /** Joiners started against this holder and not yet exited: the fds stay open while any is alive. */
+  readonly users = new Set<ChildProcess>();
+  /** Called once it has ended (after `ready` rejected, or its bwrap exited). */
+  onDead: (() => void) | null = null;
+  /** Its file service broke the protocol or missed a deadline (file-channel.ts), once: set by whoever knows its conversation. */
+  onFault: ((reason: string) => void) | null = null;
+  /** Resolves when its processes are gone: its bwrap exited, or it never started one. */
+  readonly gone: Promise<void>;
+  private endedResolve!: () => void;
+  /** Resolves when what it held is given back too (its cgroup removed, its disk unmounted): set by the pool. */
+  released: Promise<void>;
+  /** Its workspace, /tmp and HOME are on a disk of the conversation's own (disk-image.ts). */
+  image = false;
+  /** Root daemon: the daemon's fds on the user and network namespaces made for it. */
+  private ns: { user: number; net: number | null } | null = null;
+
+  /**
+   * Starts one (see the header). `dirs`: the host directories it binds; `prepare`: what must be done
+   * before bwrap starts (the conversation's disk mounted), run first; `cgroup`: every process of it
+   * joins that one (null: no cgroup, rlimits only).
+   */
+  constructor(
+    private readonly s: HolderSetup,
+    public dirs: ViewDirs,
+    /** The host directory of its state (tmp, home, io, outputs; the disk image): renamed with a spare's adoption. */
+    public state: string,
+    readonly cgroup: ConversationCgroup | null,
+    prepare: () => Promise<void>,
+  ) {
+    this.gone = new Promise((r) => (this.endedResolve = r));
+    this.released = this.gone;
+    this.ready = this.start(prepare);
+    this.ready.catch(() => {});
+  }
+
+  /** The host directory bound at /workspace. */
+  get workspace(): string {
+    return this.dirs.workspace;
+  }
+
+  /** SIGKILL to everything of it (a start in progress stops where it is); `exited()` says when it is gone. */
+  kill(): void {
+    this.fail('the sandbox was closed');
+    if (this.proc) {
+      if (this.init) signalPid(this.init);
+      killTree(this.proc);
+    }
+    this.cgroup?.killAll();
+  }
+
+  /** Resolves once its bwrap has exited (at once when it never started), or after `ms`. */
+  exited(ms = 3000): Promise<void> {
+    return Promise.race([this.gone, new Promise<void>((r) => setTimeout(r, ms).unref())]);
+  }
+
+  /** Whether its bwrap has not exited yet (it may still write into the directories it binds). */
+  get running(): boolean {
+    return this.proc !== null && this.proc.exitCode === null && this.proc.signalCode === null;
+  }
+
+  /** Ends a start that has not finished yet, with the reason (nothing once it is ready). */
+  private fail: (why: string) => void = () => {};
+
+  /** It is ending (its start failed, or its bwrap exited): once. */
+  private markDead(): void {
+    if (this.dead) return;
+    this.dead = true;
+    this.onDead?.();
+  }
+
+  private async start(prepare: () => Promise<void>): Promise<void> {
+    let why: string | null = null;
+    const failure = new Promise<never>((_, reject) => {
+      this.fail = (w) => {
+        why ??= w;
+        reject(new Error(w));
+      };
+    });
+    failure.catch(() => {});
+    const timer = setTimeout(() => this.fail(`the conversation's sandbox did not start within ${HOLDER_START_MS / 1000} s`), HOLDER_START_MS);
+    timer.unref();
+    const step = <T>(p: Promise<T>) => Promise.race([p, failure]);
+    try {
+      await step(prepare());
+      if (this.s.ids) this.ns = await step(userNamespace(this.s));
+      if (why !== null) throw new Error(why);
+      this.spawn();
+      await step(this.up());
+      await step(seal(this.s, this.init!, this.nsPaths()));
+      this.fds = openHolder(this.init!, this.ns, this.ownNetwork);
+      this.releaseNamespaces();
+      // egress (the filter in, the tool up) before any process of the conversation can run
+      if (this.s.egress && this.fds.net !== null) {
+        this.egress = await step(attachNetwork(this.s, this.fds));
+        // the tool's memory and CPU are the conversation's (what it costs follows the agent's traffic)
+        if (this.cgroup && this.egress.pid) this.cgroup.add(this.egress.pid);
+      }
+      if (why !== null) throw new Error(why);
+    } catch (e) {
+      why ??= (e as Error).message;
+      if (this.proc) {
+        // the exit ends it (`gone`), once bwrap is gone; joiners waiting for it are told and exit
+        if (this.init) signalPid(this.init);
+        killTree(this.proc);
+      } else this.endedResolve();
+      this.releaseNamespaces();
+      void this.egress?.close();
+      this.markDead();
+      throw new Error(why);
+    } finally {
+      clearTimeout(timer);
+      this.fail = () => {};
+    }
+  }
+
+  /** The paths a process of the daemon opens the namespaces it made by (root daemon). */
+  private nsPaths(): { user: string; net: string | null } | null {
+    if (!this.ns) return null;
+    const d = `/proc/${process.pid}/fd`;
+    return { user: `${d}/${this.ns.user}`, net: this.ns.net === null ? null : `${d}/${this.ns.net}` };
+  }
+
+  private releaseNamespaces(): void {
+    if (!this.ns) return;
+    closeFd(this.ns.user);
+    if (this.ns.net !== null) closeFd(this.ns.net);
+    this.ns = null;
+  }
+
+  /** Whether the sandbox has a network namespace of its own (egress, none). */
+  private get ownNetwork(): boolean {
+    return this.s.settings.network !== 'host';
+  }
+
+  /**
+   * setpriv → `sh` (rlimits, the cgroup; stays as the supervisor of its process group, see join.ts)
+   * → bwrap with its options on fd 4 (as pid 1 of the sandbox its command line is what `ps` shows
+   * inside, and the host paths of the conversation's directories are none of the agent's business).
+   */
+  private spawn(): void {
+    const s = this.s;
+    const argv = wrapCommand(
+      { settings: s.settings, join: s.join, hasCgroups: s.cgroups !== null },
+      this.cgroup,
+      [s.bwrap, '--args', String(FD.args), '--', ...serviceCommand(s)],
+      'supervise',
+    );
+    const ns = this.ns;
+    const proc = childProcess().spawn(argv[0]!, argv.slice(1), {
+      env: { PATH: baseChildEnv().PATH! },
+      stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', ns ? ns.user : 'ignore', ns?.net ?? 'ignore'],
+      detached: true,
+    });
+    this.proc = proc;
+    const stdio = proc.stdio as unknown as (Readable & Writable)[];
+    // as root, bwrap enters the first process's directory with its capabilities dropped: the workspace is the sandbox uid's
+    const options = [
+      ...namespaceArgs(s),
+      '--seccomp',
+      String(FD.seccomp),
+      '--info-fd',
+      String(FD.info),
+      ...viewArgs({ system: s.system, extra: s.extra, mapped: s.mapped, resolvConf: s.egress?.resolvConf ?? null }, this.dirs),
+      '--chdir',
+      s.ids ? '/' : VISIBLE_WORKSPACE,
+    ];
+    for (const fd of [FD.args, FD.seccomp]) stdio[fd]?.on('error', () => {});
+    stdio[FD.args]?.end(options.map((o) => `${o}\0`).join(''));
+    stdio[FD.seccomp]?.end(s.ids ? s.seccomp.holder : s.seccomp.agent);
+    const channel = stdio[FD.channel]!;
+    // a service that hangs or lies ends its sandbox (the next use starts a new one)
+    this.files = new FileChannel(channel, channel, () => {
+      if (!this.dead && this.init) signalPid(this.init);
+      killTree(proc);
+    });
+    this.files.onFault = (why) => this.onFault?.(why);
+    let stderr = '';
+    proc.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString('utf8')).slice(-2000)));
+    proc.once('error', (e) => this.fail(`bwrap could not be started (${e.message})`));
+    proc.once('exit', (code, signal) => {
+      let done = false;
+      const end = () => {
+        if (done) return;
+        done = true;
+        this.fail(lastError(stderr) || `the sandbox ended (${signal ?? `exit code ${code}`})`);
+        this.files?.break('the sandbox ended');
+        this.releaseNamespaces();
+        void this.egress?.close();
+        this.endedResolve();
+        this.markDead();
+      };
+      // once stderr is read to its end (at most a second): bwrap's own words say why it failed
+      if (proc.stderr!.readableEnded) return end();
+      proc.stderr!.once('end', end);
+      setTimeout(end, 1000).unref();
+    });
+  }
+
+  /** Resolves once bwrap said its init's pid and the file service its first frame. */
+  private up(): Promise<void> {
+    const info = this.proc!.stdio[FD.info] as Readable;
+    const pid = new Promise<void>((resolve) => {
+      let text = '';
+      info.on('data', (d: Buffer) => {
+        text += d.toString('utf8');
+        const m = /"child-pid":\s*(\d+)/.exec(text);
+        if (m && this.init === null) {
+          this.init = Number(m[1]);
+          resolve();
+        }
+      });
+    });
+    return Promise.all([pid, this.files!.ready]).then(() => {});
+  }
+
+  /** Host pids of its processes: its cgroup's, or without one its pid namespace's. */
+  pids(): number[] {
+    if (this.cgroup) return this.cgroup.pids();
+    if (this.init === null) return [];
+    let ns: string;
+    try {
+      ns = fs.readlinkSync(`/proc/${this.init}/ns/pid`);
+    } catch {
+      return [];
+    }
+    const out: number[] = [];
+    for (const d of fs.readdirSync('/proc')) {
+      if (!/^\d+$/.test(d)) continue;
+      try {
+        if (fs.readlinkSync(`/proc/${d}/ns/pid`) === ns) out.push(Number(d));
+      } catch {
+        /* gone, or not ours to look at */
+      }
+    }
+    return out;
+  }
+
+  /** The holder's fds go once it is gone and no joiner started against it can still open them. */
+  release(): void {
+    if (!this.dead || this.users.size > 0 || !this.fds) return;
+    for (const fd of Object.values(this.fds)) if (fd !== null) closeFd(fd);
+    this.fds = null;
+  }
+}
+
+/**
+ * What bwrap runs: `sh` makes the channel (fd 6) the service's stdin and stdout, then (root daemon)
+ * setpriv becomes the sandbox uid, which owns the conversation's user namespace, nsenter enters it
+ * and its network namespace (fds 7 and 8; uid 0 there, every capability there), and setpriv becomes
+ * uid 1, keeping CAP_SETUID and CAP_SETGID only (ambient, so they survive the exec; bounding set and
+ * no_new_privs: nothing else can come back); then node runs the service, which sets its effective
+ * ids to 0 (`--as`). A daemon that is not root: bwrap gives the service those two capabilities.
+ */
+function serviceCommand(s: HolderSetup): string[] {
+  const service = [process.execPath, ...HELPER_NODE_FLAGS, FILE_HELPER_INSIDE, '--root', VISIBLE_WORKSPACE];
+  const channel = ['/bin/sh', '-c', `exec "$@" <&${FD.channel} >&${FD.channel} ${FD.channel}<&-`, 'sh'];
+  if (!s.ids) return [...channel, ...service];
+  const j = s.join;
+  const { agent } = s.ids;
+  const keep = '-all,+setuid,+setgid';
+  return [
+    ...channel,
+    j.setpriv,
+    `--reuid=${agent.uid}`,
+    `--regid=${agent.gid}`,
+    '--clear-groups',
+    '--',
+    j.nsenter,
+    `--user=/proc/self/fd/${FD.userns}`,
+    ...(s.settings.network !== 'host' ? [`--net=/proc/self/fd/${FD.netns}`] : []),
+    '--',
+    j.setpriv,
+    '--reuid=1',
+    '--regid=1',
+    '--clear-groups',
+    `--inh-caps=${keep}`,
+    `--ambient-caps=${keep}`,
+    `--bounding-set=${keep}`,
+    '--no-new-privs',
+    '--',
+    ...service,
+    '--as',
+    '0:0',
+  ];
+}
+
+/**
+ * bwrap's namespaces. A root daemon's bwrap makes no user namespace (it mounts with the host's
+ * rights, so every source path resolves; its first process enters the conversation's); its children
+ * keep CAP_SETUID and CAP_SETGID to become the sandbox's ids. A daemon that is not root: bwrap's own
+ * user namespace, uid 0 inside mapped to the daemon's user (files on the host are the daemon's).
+ * Not the daemon's own uid inside: unprivileged bwrap then makes a second user namespace inside the
+ * first and leaves no process in the outer one, which owns the other namespaces (nothing could join).
+ */
+function namespaceArgs(s: HolderSetup): string[] {
+  const keep = ['--cap-drop', 'ALL', '--cap-add', 'CAP_SETUID', '--cap-add', 'CAP_SETGID'];
+  const user = s.ids ? keep : ['--unshare-user', '--uid', '0', '--gid', '0', ...keep];
+  return [
+    ...user,
+    '--unshare-pid',
+    '--unshare-ipc',
+    '--unshare-uts',
+    '--unshare-cgroup-try',
+    ...(s.settings.network !== 'host' && !s.ids ? ['--unshare-net'] : []),
+    '--die-with-parent',
+    '--new-session',
+    '--hostname',
+    'sandbox',
+  ];
+}
+
+/** How long the process that makes a conversation's user namespace may take. */
+const USERNS_MS = 10_000;
+
+/**
+ * Root daemon: a new user namespace (and network namespace, unless the host's) made by `unshare`
+ * as the sandbox uid, which therefore owns them; the daemon opens both and writes the two-id maps
+ * (one write each: the kernel takes a map in one write(2) only), then ends the process: its fds
+ * keep the namespaces.
+ */
+function userNamespace(s: HolderSetup): Promise<{ user: number; net: number | null }> {
+  const { agent, service } = s.ids!;
+  const net = s.settings.network !== 'host';
+  const p = childProcess().spawn(s.join.unshare, ['--user', ...(net ? ['--net'] : []), '--', '/bin/sh', '-c', 'echo; exec cat'], {
+    uid: agent.uid,
+    gid: agent.gid,
+    env: { PATH: baseChildEnv().PATH! },
+    stdio: ['pipe', 'pipe', 'pipe'],
+    detached: true,
+  });
+  return new Promise((resolve, reject) => {
+    let stderr = '';
+    const opened: number[] = [];
+    const timer = setTimeout(() => done(new Error('the user namespace was not made in time')), USERNS_MS);
+    const done = (err: Error | null) => {
+      clearTimeout(timer);
+      killTree(p);
+      if (err) {
+        for (const fd of opened) closeFd(fd);
+        reject(err);
+      }
+    };
+    p.stdin!.on('error', () => {});
+    p.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString('utf8')).slice(-1000)));
+    p.once('error', (e) => done(new Error(`unshare could not be started (${e.message})`)));
+    p.once('exit', (code) => done(new Error(lastError(stderr) || `unshare exited (${code})`)));
+    p.stdout!.once('data', () => {
+      try {
+        opened.push(fs.openSync(`/proc/${p.pid}/ns/user`, 'r'));
+        if (net) opened.push(fs.openSync(`/proc/${p.pid}/ns/net`, 'r'));
+        fs.writeFileSync(`/proc/${p.pid}/uid_map`, `0 ${agent.uid} 1\n1 ${service.uid} 1\n`);
+        fs.writeFileSync(`/proc/${p.pid}/gid_map`, `0 ${agent.gid} 1\n1 ${service.gid} 1\n`);
+      } catch (e) {
+        return done(new Error(`the user namespace could not be mapped (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`));
+      }
+      p.removeAllListeners('exit');
+      done(null);
+      resolve({ user: opened[0]!, net: net ? opened[1]! : null });
+    });
+  });
+}
+
+/** Attaches the egress network to a sandbox's namespaces (the daemon's fds on them). */
+function attachNetwork(s: HolderSetup, fds: HolderFds): Promise<EgressHandle> {
+  return attachEgress({
+    userns: fds.user,
+    netns: fds.net!,
+    runAs: s.ids?.agent,
+    allow: s.settings.allowNets ?? [],
+    tools: s.egress!.tools,
+  });
+}
+
+/**
+ * Seals a new sandbox before anything of the conversation runs in it: no process in it may make
+ * a user namespace (user.max_user_namespaces=0 in the conversation's own, which only a process
+ * with CAP_SYS_RESOURCE there could raise again: none has one), and /proc/sys and
+ * /proc/sysrq-trigger are read-only mounts (a sysctl cannot be written, not even to its current
+ * value). Done from outside: as root, the limit from inside the user namespace only and the mounts
+ * in the mount namespace with the host's rights (bwrap made it as root); otherwise both as the owner
+ * of the user namespace that owns the mount namespace.
+ */
+function seal(s: HolderSetup, init: number, ns: { user: string; net: string | null } | null): Promise<void> {
+  const j = s.join;
+  const limit = 'echo 0 > /proc/sys/user/max_user_namespaces';
+  const mounts =
+    'for p in /proc/sys /proc/sysrq-trigger; do [ -e "$p" ] || continue; mount -n -c --bind "$p" "$p" && mount -n -c -o remount,bind,ro,nosuid,nodev,noexec "$p" || exit 1; done';
+  const q = (a: string[]) => a.map((x) => `'${x}'`).join(' ');
+  // as root the network namespace is the daemon's making: its loopback is down
+  const lo = ns?.net ? ` && ${q([j.ip!, 'link', 'set', 'lo', 'up'])}` : '';
+  // egress with a 127.0.0.1:PORT entry: packets from the sandbox's loopback address may leave (network.ts)
+  const localnet = s.egress && needsRouteLocalnet(s.settings.allowNets ?? []) ? ' && echo 1 > /proc/sys/net/ipv4/conf/all/route_localnet' : '';
+  const script = ns
+    ? `${q([j.nsenter, `--user=${ns.user}`, ...(ns.net ? [`--net=${ns.net}`] : []), '--', '/bin/sh', '-c', limit + lo + localnet])} && ${q([j.nsenter, `--mount=/proc/${init}/ns/mnt`, '--', '/bin/sh', '-c', mounts])}`
+    : q([
+        j.nsenter,
+        `--user=/proc/${init}/ns/user`,
+        '--preserve-credentials',
+        ...(s.settings.network !== 'host' ? [`--net=/proc/${init}/ns/net`] : []),
+        `--mount=/proc/${init}/ns/mnt`,
+        '--',
+        '/bin/sh',
+        '-c',
+        `${limit}${localnet} && ${mounts}`,
+      ]);
+  return new Promise<void>((resolve, reject) => {
+    const p = childProcess().spawn('/bin/sh', ['-c', script], { env: { PATH: baseChildEnv().PATH! }, stdio: ['ignore', 'ignore', 'pipe'] });
+    let err = '';
+    p.stderr!.on('data', (d: Buffer) => (err = (err + d.toString('utf8')).slice(-1000)));
+    p.once('error', (e) => reject(e));
+    p.once('close', (code) =>
+      code === 0 ? resolve() : reject(new Error(`the conversation's sandbox could not be sealed (${err.trim().split('\n').pop() || `exit code ${code}`})`)),
+    );
+  });
+}
+
+/**
+ * Opens what a joiner enters, from the holder's init before anything of the conversation ran in
+ * it: its namespace files (the user and network ones the daemon made, with a root daemon), its root
+ * and /workspace under that root (the joiner's working directory). The cgroup namespace only when
+ * bwrap made one, the network one only when the sandbox has its own.
+ */
+function openHolder(init: number, ns: { user: number; net: number | null } | null, ownNetwork: boolean): HolderFds {
+  const opened: number[] = [];
+  const open = (p: string) => {
+    const fd = fs.openSync(p, 'r');
+    opened.push(fd);
+    return fd;
+  };
+  try {
+    const at = (kind: string) => open(`/proc/${init}/ns/${kind}`);
+    const own = (kind: string) => fs.readlinkSync(`/proc/${init}/ns/${kind}`) !== fs.readlinkSync(`/proc/self/ns/${kind}`);
+    // the daemon's own fds are dup'ed: the holder closes its copies when it ends, the joiners' go with release()
+    const dup = (fd: number) => open(`/proc/self/fd/${fd}`);
+    return {
+      user: ns ? dup(ns.user) : at('user'),
+      pid: at('pid'),
+      mnt: at('mnt'),
+      ipc: at('ipc'),
+      uts: at('uts'),
+      cgroup: own('cgroup') ? at('cgroup') : null,
+      net: !ownNetwork ? null : ns ? (ns.net === null ? null : dup(ns.net)) : at('net'),
+      root: open(`/proc/${init}/root`),
+      cwd: open(`/proc/${init}/root${VISIBLE_WORKSPACE}`),
+    };
+  } catch (e) {
+    for (const fd of opened) closeFd(fd);
+    throw new Error(`the conversation's sandbox could not be opened (${(e as Error).message})`);
+  }
+}

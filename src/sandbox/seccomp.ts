@@ -1,0 +1,138 @@
+/**
+ * The seccomp filter every process of a sandbox runs under, and the small loader that puts it on a
+ * process that is already inside (a joined process does not inherit the holder's filter: nsenter
+ * starts from the daemon, not from the sandbox).
+ *
+ * What it refuses, and why (EPERM unless said otherwise):
+ * - reaching another process: ptrace, process_vm_readv/writev, pidfd_getfd, kcmp, process_madvise.
+ *   The second uid of the file service is what keeps the agent off it (the kernel's ptrace access
+ *   rule); the filter holds even where that cannot be had (a daemon that is not root) and keeps
+ *   the agent from every debugger-style call on its own processes too. It cannot stop
+ *   /proc/<pid>/mem, which is an open() of a path: only the uid rule and non-dumpable do.
+ * - new namespaces and mounts: unshare, setns, clone with any CLONE_NEW* flag, mount, umount2,
+ *   pivot_root, chroot and the new mount API (open_tree … mount_setattr, open_tree_attr). The
+ *   conversation's user namespace already allows no nested one (max_user_namespaces=0); this is the
+ *   second layer. clone3 gets ENOSYS: its flags are in a struct a filter cannot read, and libc then
+ *   falls back to clone (with EPERM, threads fail to start).
+ * - kernel attack surface an agent has no use for: bpf, perf_event_open, userfaultfd, keyctl,
+ *   add_key, request_key, io_uring (libuv falls back to threads), open_by_handle_at, kexec.
+ * - any other architecture's calls (i386 `int 0x80` on x86_64 has other numbers): the process is
+ *   killed; x32 calls on x86_64: EPERM.
+ * Lost inside a sandbox: strace, gdb, perf, nested containers.
+ *
+ * Why hand-assembled classic BPF rather than libseccomp: bwrap and the kernel take the raw program,
+ * the policy is a fixed deny list plus one argument test, and no C toolchain or binding is needed on
+ * the machines (Debian's python3-seccomp loads in ~9 ms a process; the loader below runs in perl,
+ * which every Debian system has, ~1 ms). test/sandbox-unit.test.ts checks the program against what
+ * the kernel does with it.
+ */
+
+/** Per-architecture numbers: the audit arch, clone, and the refused calls (403 and up are the same everywhere). */
+const ARCHES = {
+  x64: {
+    audit: 0xc000003e,
+    x32: true,
+    clone: 56,
+    deny: [101, 310, 311, 312, 298, 321, 323, 250, 248, 249, 272, 308, 165, 166, 155, 161, 304, 246, 320],
+    prctl: 157, // the loader's
+  },
+  arm64: {
+    audit: 0xc00000b7,
+    x32: false,
+    clone: 220,
+    deny: [117, 270, 271, 272, 241, 280, 282, 219, 217, 218, 97, 268, 40, 39, 41, 51, 265, 104, 294],
+    prctl: 167,
+  },
+} as const;
+
+/** pidfd_getfd, the new mount API, mount_setattr, open_tree_attr, io_uring, process_madvise: one number on every arch. */
+const DENY_COMMON = [438, 428, 429, 430, 431, 432, 433, 442, 467, 425, 426, 427, 440];
+const CLONE3 = 435;
+/** setns: what a holder's own start needs (a root daemon's: its first process enters the conversation's user namespace). */
+const HOLDER_CALLS = { x64: [308], arm64: [268] } as const;
+/** CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET. */
+const CLONE_NEW_ANY = 0x7e020000;
+
+const LD_W_ABS = 0x20;
+const JEQ_K = 0x15;
+const JGE_K = 0x35;
+const JSET_K = 0x45;
+const RET_K = 0x06;
+const RET_ALLOW = 0x7fff0000;
+const RET_ERRNO = 0x00050000;
+const RET_KILL_PROCESS = 0x80000000;
+const EPERM = 1;
+const ENOSYS = 38;
+/** offsetof(struct seccomp_data, …) */
+const NR = 0;
+const ARCH = 4;
+const ARG0 = 16;
+
+type Arch = keyof typeof ARCHES;
+
+function archOf(name: string = process.arch): Arch {
+  if (name === 'x64' || name === 'arm64') return name;
+  throw new Error(`the sandbox's seccomp filter has no syscall table for ${name} (x64 and arm64 only)`);
+}
+
+/** Whether this machine's architecture has a filter (x86_64, aarch64). */
+export function seccompSupported(name: string = process.arch): boolean {
+  return name === 'x64' || name === 'arm64';
+}
+
+/**
+ * The filter as bwrap's --seccomp and the kernel take it: `struct sock_filter[]`, 8 bytes each
+ * (u16 code, u8 jt, u8 jf, u32 k, little-endian). `holder`: the variant for a holder's own start,
+ * which must enter the conversation's user namespace after bwrap applied it (setns allowed); the file service then loads the full one before it runs.
+ */
+export function seccompProgram(opts: { holder?: boolean; arch?: string } = {}): Buffer {
+  const arch = archOf(opts.arch);
+  const t = ARCHES[arch];
+  const allowed: readonly number[] = opts.holder ? HOLDER_CALLS[arch] : [];
+  const deny = [...t.deny, ...DENY_COMMON].filter((n) => !allowed.includes(n));
+  type Target = number | 'allow' | 'eperm' | 'enosys' | 'kill';
+  const prog: [number, Target, Target, number][] = [];
+  const op = (code: number, k: number, jt: Target = 0, jf: Target = 0) => prog.push([code, jt, jf, k >>> 0]);
+  op(LD_W_ABS, ARCH);
+  op(JEQ_K, t.audit, 0, 'kill');
+  op(LD_W_ABS, NR);
+  if (t.x32) op(JGE_K, 0x40000000, 'eperm');
+  for (const nr of deny) op(JEQ_K, nr, 'eperm');
+  op(JEQ_K, CLONE3, 'enosys');
+  op(JEQ_K, t.clone, 0, 'allow');
+  op(LD_W_ABS, ARG0); // the low 32 bits of clone's flags (arg 0 on x86_64 and aarch64)
+  op(JSET_K, CLONE_NEW_ANY, 'eperm', 'allow');
+  const at = { allow: prog.length, eperm: prog.length + 1, enosys: prog.length + 2, kill: prog.length + 3 };
+  op(RET_K, RET_ALLOW);
+  op(RET_K, RET_ERRNO | EPERM);
+  op(RET_K, RET_ERRNO | ENOSYS);
+  op(RET_K, RET_KILL_PROCESS);
+  const out = Buffer.alloc(prog.length * 8);
+  prog.forEach(([code, jt, jf, k], i) => {
+    const rel = (x: Target) => (typeof x === 'number' ? x : at[x] - i - 1);
+    out.writeUInt16LE(code, 8 * i);
+    out.writeUInt8(rel(jt), 8 * i + 2); // throws past 255: the program is far shorter
+    out.writeUInt8(rel(jf), 8 * i + 3);
+    out.writeUInt32LE(k, 8 * i + 4);
+  });
+  return out;
+}
+
+/**
+ * The loader, a perl program (perl-base is part of every Debian system; the syscall numbers are
+ * this machine's), run as the last step before a joined process's command: `perl -e LOADER HEX
+ * argv…` sets no_new_privs (setpriv did already), loads the filter (hex of seccompProgram()) and
+ * execs argv (PATH searched): 127 when the command is not found, 126 when it cannot be run, as
+ * setpriv and shells answer.
+ */
+export function seccompLoader(name: string = process.arch): string {
+  const t = ARCHES[archOf(name)];
+  return [
+    'my $f = pack q(H*), shift @ARGV;',
+    `syscall(${t.prctl}, 38, 1, 0, 0, 0) == 0 or die "parley: no_new_privs: $!\n";`,
+    'my $p = pack q(S x![J] J), length($f) / 8, unpack(q(J), pack(q(p), $f));',
+    `syscall(${t.prctl}, 22, 2, $p, 0, 0) == 0 or die "parley: seccomp: $!\n";`,
+    '@ARGV or die "parley: no command\n";',
+    'exec { $ARGV[0] } @ARGV; print STDERR "parley: $ARGV[0]: $!\n"; exit(($! + 0) == 2 ? 127 : 126);',
+  ].join(' ');
+}
