@@ -69,6 +69,8 @@ export interface HolderSetup {
   mapped: MappedDir[];
   /** SANDBOX_NETWORK=egress in force: the tools network.ts found, and the sandbox's resolv.conf. */
   egress: { tools: EgressTools; version: string; resolvConf: string } | null;
+  /** The file service's script on the host (default file-helper.mjs; a test's stand-in). */
+  fileHelper?: string;
 }
 
 export interface HolderFds {
@@ -262,7 +264,7 @@ export class Holder {
       String(FD.seccomp),
       '--info-fd',
       String(FD.info),
-      ...viewArgs({ system: s.system, extra: s.extra, mapped: s.mapped, resolvConf: s.egress?.resolvConf ?? null }, this.dirs),
+      ...viewArgs({ system: s.system, extra: s.extra, mapped: s.mapped, resolvConf: s.egress?.resolvConf ?? null, fileHelper: s.fileHelper }, this.dirs),
       '--chdir',
       s.ids ? '/' : VISIBLE_WORKSPACE,
     ];

@@ -132,6 +132,7 @@ export async function probeTools(settings: SandboxSettings, opts: SandboxOpenOpt
       extra: extraArgs(settings.roBinds, hidden),
       mapped,
       egress,
+      fileHelper: opts.fileHelper,
     },
     disks,
   );

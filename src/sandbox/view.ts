@@ -158,7 +158,10 @@ export function plainDirs(workspace: string, state: string): ViewDirs {
  * as the probe computed them, the conversation's directories, the mapped helpers, the file service,
  * and with egress the sandbox's resolv.conf.
  */
-export function viewArgs(o: { system: string[]; extra: string[]; mapped: MappedDir[]; resolvConf: string | null }, dirs: ViewDirs): string[] {
+export function viewArgs(
+  o: { system: string[]; extra: string[]; mapped: MappedDir[]; resolvConf: string | null; fileHelper?: string },
+  dirs: ViewDirs,
+): string[] {
   const a = [
     ...o.system,
     '--proc',
@@ -186,7 +189,7 @@ export function viewArgs(o: { system: string[]; extra: string[]; mapped: MappedD
     VISIBLE_WORKSPACE,
   ];
   for (const m of o.mapped) if (fs.existsSync(m.host)) a.push('--ro-bind', m.host, m.inside);
-  a.push('--ro-bind', FILE_HELPER, FILE_HELPER_INSIDE);
+  a.push('--ro-bind', o.fileHelper ?? FILE_HELPER, FILE_HELPER_INSIDE);
   // egress: the tool's DNS forwarder (on the host's resolv.conf's target, when it is a link into /run)
   const resolv = resolvConfTarget();
   if (o.resolvConf && resolv) a.push('--ro-bind', o.resolvConf, resolv);

@@ -124,3 +124,69 @@ export async function swappingConversation(): Promise<SwappingConversation> {
     },
   };
 }
+
+/**
+ * What a prompt-injected agent tries against another process (python3 in the sandbox): ptrace
+ * attach, pidfd_getfd of its fd 1, process_vm_readv, /proc/<pid>/mem opened for reading and for
+ * writing, a signal (0: the permission check alone), its fds' links and its environment. For
+ * each pid given, and for a child of its own (the control: where the kernel lets the agent reach a
+ * process, the probe sees it). Prints one JSON object: pid (or "own") → attempt → "reached" or the
+ * errno's name. `kill` also sends SIGSTOP and SIGKILL when allowed (`stopped`, `killed`).
+ */
+export const REACH_PROBE = String.raw`
+import ctypes, errno, json, os, signal, subprocess, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+NR = {'x86_64': (101, 434, 438, 310), 'aarch64': (117, 434, 438, 270)}[os.uname().machine]
+class iovec(ctypes.Structure):
+    _fields_ = [('base', ctypes.c_void_p), ('len', ctypes.c_size_t)]
+def name(n): return errno.errorcode.get(n, str(n))
+def err(): return name(ctypes.get_errno())
+def attempts(pid, hard):
+    r = {}
+    if libc.syscall(NR[0], 16, pid, 0, 0) == 0:
+        try: os.waitpid(pid, 0x40000000)
+        except ChildProcessError: pass
+        libc.syscall(NR[0], 17, pid, 0, 0)
+        r['ptrace'] = 'reached'
+    else: r['ptrace'] = err()
+    pfd = libc.syscall(NR[1], pid, 0)
+    if pfd < 0: r['pidfd_getfd'] = 'pidfd_open ' + err()
+    else:
+        fd = libc.syscall(NR[2], pfd, 1, 0)
+        r['pidfd_getfd'] = 'reached' if fd >= 0 else err()
+        if fd >= 0: os.close(fd)
+        os.close(pfd)
+    buf = ctypes.create_string_buffer(8)
+    local = iovec(ctypes.cast(buf, ctypes.c_void_p), 8)
+    remote = iovec(0x10000, 8)
+    n = libc.syscall(NR[3], pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+    r['process_vm_readv'] = 'reached' if n >= 0 or ctypes.get_errno() == errno.EFAULT else err()
+    for mode, key in ((os.O_RDONLY, 'mem_read'), (os.O_WRONLY, 'mem_write')):
+        try:
+            os.close(os.open('/proc/%d/mem' % pid, mode)); r[key] = 'reached'
+        except OSError as x: r[key] = name(x.errno)
+    for key, fn in (('fd_link', lambda: os.readlink('/proc/%d/fd/1' % pid)), ('environ', lambda: open('/proc/%d/environ' % pid, 'rb').read())):
+        try: fn(); r[key] = 'reached'
+        except OSError as x: r[key] = name(x.errno)
+    try: os.kill(pid, 0); r['kill'] = 'reached'
+    except OSError as x: r['kill'] = name(x.errno)
+    if hard:
+        for sig, key in ((signal.SIGSTOP, 'stopped'), (signal.SIGKILL, 'killed')):
+            try: os.kill(pid, sig); r[key] = 'reached'
+            except OSError as x: r[key] = name(x.errno)
+    return r
+out = {}
+for p in sys.argv[1:]: out[p] = attempts(int(p), True)
+own = subprocess.Popen(['sleep', '60'])
+out['own'] = attempts(own.pid, False)
+own.kill()
+print('REACH ' + json.dumps(out, sort_keys=True))
+`;
+
+/** The probe's JSON from a command's output. */
+export function reachResult(text: string): Record<string, Record<string, string>> {
+  const line = text.split('\n').find((l) => l.startsWith('REACH '));
+  assert.ok(line, `the probe answered: ${text.slice(0, 2000)}`);
+  return JSON.parse(line!.slice(6));
+}

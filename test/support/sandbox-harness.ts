@@ -78,6 +78,15 @@ export const alive = (pids: number[]) =>
     }
   });
 
+/**
+ * A conversation's /tmp on the host: on its disk image (a root daemon's sandbox, the image mounted
+ * while the sandbox lives) or in its state directory.
+ */
+export function sandboxTmp(dataDir: string, id: string): string {
+  const state = path.join(dataDir, 'workspaces', '.sandbox', id.replace(/-/g, ''));
+  return fs.existsSync(path.join(state, 'disk.img')) ? path.join(state, 'disk', 'tmp') : path.join(state, 'tmp');
+}
+
 export const TSX_LOADER = import.meta.resolve('tsx');
 export const STDIO_SERVER = fileURLToPath(new URL('./mcp-servers/stdio-server.ts', import.meta.url));
 

@@ -1,0 +1,128 @@
+/**
+ * Every process of a sandbox lives in that sandbox's cgroup, judged from the host's /proc: bwrap's
+ * init, the file service, the processes joined to it (shells and their background jobs), and
+ * everything those start — also when the file service itself forks, as one an attacker had taken
+ * over would (a hostile stand-in for file-helper.mjs: children, a detached grandchild, and as many
+ * more as it can start). The conversation's process limit then bounds all of it, nothing of it is
+ * charged to the daemon's cgroup, and two conversations never share one. The in-process launcher
+ * with real bwrap, as root (cgroups).
+ */
+import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import { describe, test } from 'node:test';
+import { DEFAULT_SANDBOX_SETTINGS, Sandbox } from '../src/sandbox/launcher.js';
+import { FILE_HELPER } from '../src/sandbox/view.js';
+import { ROOT, removeDir, tempDir, waitFor } from './support/daemon.js';
+import { alive, descendants, hostProcesses, nsOf, pidsInNs } from './support/sandbox-harness.js';
+
+const ROOT_RUN = process.getuid?.() === 0;
+const PIDS = 48;
+
+/** A process's cgroup in the v1 `pids` hierarchy (or the v2 one), as /proc/<pid>/cgroup names it. */
+function pidsCgroup(pid: number): string | null {
+  try {
+    const lines = fs.readFileSync(`/proc/${pid}/cgroup`, 'utf8').split('\n');
+    const v1 = lines.find((l) => /^\d+:[^:]*\bpids\b[^:]*:/.test(l));
+    return (v1 ?? lines.find((l) => l.startsWith('0::')))?.split(':')[2] ?? null;
+  } catch {
+    return null;
+  }
+}
+
+function pidsDir(cgroup: string): string {
+  const v1 = '/sys/fs/cgroup/pids';
+  return fs.existsSync(path.join(v1, cgroup, 'pids.max')) ? path.join(v1, cgroup) : path.join('/sys/fs/cgroup', cgroup);
+}
+
+const cmd = (pid: number) => {
+  try {
+    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ').trim();
+  } catch {
+    return '';
+  }
+};
+
+describe('every process of a sandbox is in its cgroup', { skip: !ROOT_RUN && 'needs root: a writable cgroup hierarchy', timeout: 120_000 }, () => {
+  test("init, the file service and what it forks (a hostile stand-in), shells and their jobs: all in the sandbox's cgroup, bounded by its process limit; another conversation has its own", async () => {
+    const dir = tempDir();
+    const marker = `3737${process.pid % 1000}`;
+    const standIn = path.join(dir, 'stand-in.mjs');
+    fs.writeFileSync(
+      standIn,
+      [
+        "import { spawn } from 'node:child_process';",
+        '// forks as a file service an attacker had taken over would, then serves as the real one',
+        `for (let i = 0; i < 3; i++) spawn('sleep', ['${marker}'], { stdio: 'ignore' }).on('error', () => {});`,
+        `spawn('/bin/sh', ['-c', '(setsid sleep ${marker}1 > /dev/null 2>&1 &); exit 0'], { stdio: 'ignore' }).on('error', () => {});`,
+        `let n = 0; const more = () => { try { spawn('sleep', ['${marker}2'], { stdio: 'ignore' }).on('error', () => {}); } catch {} if (++n < 150) setTimeout(more, 2); };`,
+        'more();',
+        `await import(${JSON.stringify(FILE_HELPER)});`,
+      ].join('\n'),
+      { mode: 0o644 },
+    );
+    fs.chmodSync(dir, 0o755);
+    fs.mkdirSync(path.join(dir, 'ws'), { mode: 0o700 });
+    const sb = await Sandbox.open(
+      { ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', network: 'none', pids: PIDS, spareHolder: false, roBinds: [ROOT] },
+      { workspaceRoot: path.join(dir, 'ws'), fileHelper: standIn },
+    );
+    const a = crypto.randomUUID();
+    const b = crypto.randomUUID();
+    const run = (id: string, script: string) =>
+      new Promise<string>((resolve) => {
+        const c = sb.spawn(id, ['sh', '-c', script], {
+          env: sb.env(),
+          stdio: ['ignore', 'pipe', 'pipe'],
+          workspaceDir: path.join(dir, 'ws', id.replace(/-/g, '')),
+        });
+        let text = '';
+        c.stdout!.on('data', (d: Buffer) => (text += d.toString('utf8')));
+        c.stderr!.on('data', (d: Buffer) => (text += d.toString('utf8')));
+        c.on('close', () => resolve(text));
+      });
+    try {
+      assert.match(await run(a, `(sleep ${marker}3 > /dev/null 2>&1 &); (setsid sleep ${marker}4 > /dev/null 2>&1 &); echo started`), /started/);
+      assert.match(await run(b, `(sleep ${marker}5 > /dev/null 2>&1 &); echo started`), /started/);
+      // the stand-in's children of A's sandbox, and its forks up to the limit
+      await waitFor(() => hostProcesses(`sleep ${marker}1`).length >= 1 && hostProcesses(`sleep ${marker}3`).length === 1, 'the forks run', 30_000);
+      const nsA = nsOf(hostProcesses(`sleep ${marker}3`)[0]!)!;
+      const nsB = nsOf(hostProcesses(`sleep ${marker}5`)[0]!)!;
+      const ours = (ns: string) => pidsInNs(ns);
+      const cgA = pidsCgroup(ours(nsA).find((p) => /file-helper|stand-in/.test(cmd(p)))!)!;
+      const cgB = pidsCgroup(ours(nsB).find((p) => /file-helper|stand-in/.test(cmd(p)))!)!;
+      assert.ok(cgA && cgB && cgA !== cgB, `one cgroup per conversation: ${cgA} ${cgB}`);
+      assert.notEqual(cgA, pidsCgroup(process.pid), "not the daemon's");
+      assert.equal(Number(fs.readFileSync(path.join(pidsDir(cgA), 'pids.max'), 'utf8')), PIDS);
+      for (const [ns, cg] of [
+        [nsA, cgA],
+        [nsB, cgB],
+      ] as const) {
+        const pids = ours(ns);
+        assert.ok(pids.length >= 3, `init, the service and jobs: ${pids.length}`);
+        const outside = pids.filter((p) => pidsCgroup(p) !== null && pidsCgroup(p) !== cg).map((p) => `${p} ${pidsCgroup(p)} ${cmd(p)}`);
+        assert.deepEqual(outside, [], 'every process of the pid namespace is in the sandbox cgroup');
+      }
+      // what runs on the host for the sandboxes (supervisors, bwrap, joiners) is in theirs too
+      const hostSide = descendants(process.pid).filter((p) => /bwrap|nsenter/.test(cmd(p)));
+      assert.ok(hostSide.length >= 2, hostSide.map(cmd).join('\n'));
+      for (const p of hostSide) assert.ok([cgA, cgB].includes(pidsCgroup(p)!), `${p} ${cmd(p)} in ${pidsCgroup(p)}`);
+      // the stand-in's forks were held by the conversation's process limit (the sandbox counts them all)
+      const current = Number(fs.readFileSync(path.join(pidsDir(cgA), 'pids.current'), 'utf8'));
+      assert.ok(current <= PIDS, `${current} tasks under a limit of ${PIDS}`);
+      assert.ok(hostProcesses(`sleep ${marker}2`).length < 150, 'not every fork succeeded');
+      // closing the conversation ends all of it, the cgroup goes
+      await sb.closeConversation(a);
+      assert.deepEqual(
+        alive(ours(nsA)).map((p) => `${p} ${cmd(p)}`),
+        [],
+        'nothing of it is alive (a zombie reparented to the host init is not)',
+      );
+      await waitFor(() => !fs.existsSync(pidsDir(cgA)), 'the cgroup removed', 10_000);
+    } finally {
+      await sb.close();
+      removeDir(dir);
+    }
+  });
+});
