@@ -69,7 +69,7 @@ describe("the sandbox's file service and init are out of the agent's reach", {
   });
 
   test('every attempt on the file service and on init is refused; the child of its own is reached where the filter allows; nothing happened to either', async () => {
-    const r = reachResult((await h.sh(id, 'python3 /tmp/reach.py 2 1 2>&1')).text);
+    const r = reachResult((await h.sh(id, 'python3 /tmp/reach.py --hard 2 1 2>&1')).text);
     for (const target of ['2', '1']) {
       for (const a of [...ATTEMPTS, 'stopped', 'killed']) assert.notEqual(r[target]![a], 'reached', `${a} on pid ${target}: ${JSON.stringify(r[target])}`);
     }
@@ -91,7 +91,7 @@ describe("the sandbox's file service and init are out of the agent's reach", {
     const drop = ['--no-new-privs', '--inh-caps=-all', '--ambient-caps=-all', '--bounding-set=-all'];
     const p = spawnSync(
       'nsenter',
-      ['-t', String(agent), '-U', '-p', '-m', '-i', '-u', '-n', '-r', '-w', '--', 'setpriv', ...drop, '--', 'python3', '/tmp/reach.py', '2', '1'],
+      ['-t', String(agent), '-U', '-p', '-m', '-i', '-u', '-n', '-r', '-w', '--', 'setpriv', ...drop, '--', 'python3', '/tmp/reach.py', '--hard', '2', '1'],
       {
         encoding: 'utf8',
         env: { PATH: '/usr/bin:/bin' },

@@ -12,6 +12,7 @@ import { describe, test } from 'node:test';
 import { daemonArgs, ROOT, tempDir, waitFor } from './support/daemon.js';
 import { startScriptedLlm } from './support/scripted-llm.js';
 import { SESSION, LLM_KEY, H, harness } from './support/sandbox-harness.js';
+import { REACH_PROBE, reachResult } from './support/attack.js';
 
 /**
  * Where an unprivileged daemon finds the code: the checkout bind-mounted (in the daemon's private
@@ -52,71 +53,136 @@ function probed(call: ReturnType<typeof caller>) {
   );
 }
 
+/**
+ * A daemon as nobody, with no capabilities and no_new_privs (what User=… CapabilityBoundingSet=
+ * NoNewPrivileges=yes give it), its data in a directory of nobody's; the checkout mounted where
+ * nobody can read it. `out()` is its stdout and stderr so far.
+ */
+async function nobodyDaemon(env: Record<string, string>) {
+  const llm = await startScriptedLlm();
+  const dir = tempDir();
+  fs.chmodSync(dir, 0o755);
+  fs.chownSync(dir, 65534, 65534);
+  const data = path.join(dir, 'data');
+  fs.mkdirSync(data);
+  fs.chownSync(data, 65534, 65534);
+  const app = appDir();
+  const p = spawn(
+    'unshare',
+    [
+      '--mount',
+      '--propagation',
+      'private',
+      'sh',
+      '-c',
+      AS_APP,
+      'sh',
+      ROOT,
+      app,
+      'setpriv',
+      '--reuid=65534',
+      '--regid=65534',
+      '--clear-groups',
+      '--bounding-set=-all',
+      '--inh-caps=-all',
+      '--no-new-privs',
+      process.execPath,
+      ...(await daemonArgs()),
+    ],
+    {
+      cwd: ROOT,
+      env: {
+        PATH: '/usr/local/bin:/usr/bin:/bin',
+        HOME: dir,
+        PORT: '0',
+        DATA_DIR: data,
+        SANDBOX: 'bwrap',
+        SESSION_API_KEY: SESSION,
+        LOG_LEVEL: 'info',
+        LLM_MODEL: 'openai/scripted',
+        LLM_BASE_URL: llm.url,
+        LLM_API_KEY: LLM_KEY,
+        SANDBOX_MEMORY_MB: '256',
+        ...env,
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
+  let out = '';
+  let stderr = '';
+  p.stdout.on('data', (c: Buffer) => (out += c.toString('utf8')));
+  p.stderr.on('data', (c: Buffer) => {
+    out += c.toString('utf8');
+    stderr += c.toString('utf8');
+  });
+  const exited = new Promise<number | null>((r) => p.on('exit', r));
+  return {
+    llm,
+    data,
+    exited,
+    out: () => out,
+    stderr: () => stderr,
+    port: async () => Number((await waitFor(() => /"port":(\d+).*listening on/.exec(out), 'listening', 30_000))![1]),
+    async close() {
+      p.kill('SIGTERM');
+      await exited;
+      await llm.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+      fs.rmdirSync(app);
+    },
+  };
+}
+
 describe('sandbox: an unprivileged daemon (as under the systemd unit)', {
   timeout: 120_000,
   skip: process.getuid?.() !== 0 && 'needs root to switch to nobody',
 }, () => {
-  test("as nobody, with no capabilities and no_new_privs: bwrap works, limits fall back to rlimits, files stay the user's", async () => {
-    const llm = await startScriptedLlm();
-    const dir = tempDir();
-    fs.chmodSync(dir, 0o755);
-    fs.chownSync(dir, 65534, 65534);
-    const data = path.join(dir, 'data');
-    fs.mkdirSync(data);
-    fs.chownSync(data, 65534, 65534);
-    // what User=… CapabilityBoundingSet= NoNewPrivileges=yes give the daemon
-    const app = appDir();
-    const p = spawn(
-      'unshare',
-      [
-        '--mount',
-        '--propagation',
-        'private',
-        'sh',
-        '-c',
-        AS_APP,
-        'sh',
-        ROOT,
-        app,
-        'setpriv',
-        '--reuid=65534',
-        '--regid=65534',
-        '--clear-groups',
-        '--bounding-set=-all',
-        '--inh-caps=-all',
-        '--no-new-privs',
-        process.execPath,
-        ...(await daemonArgs()),
-      ],
-      {
-        cwd: ROOT,
-        env: {
-          PATH: '/usr/local/bin:/usr/bin:/bin',
-          HOME: dir,
-          PORT: '0',
-          DATA_DIR: data,
-          SANDBOX: 'bwrap',
-          SESSION_API_KEY: SESSION,
-          LOG_LEVEL: 'info',
-          LLM_MODEL: 'openai/scripted',
-          LLM_BASE_URL: llm.url,
-          LLM_API_KEY: LLM_KEY,
-          SANDBOX_MEMORY_MB: '256',
-        },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      },
-    );
-    let out = '';
-    p.stdout.on('data', (c: Buffer) => (out += c.toString('utf8')));
-    p.stderr.on('data', (c: Buffer) => (out += c.toString('utf8')));
-    const exited = new Promise((r) => p.on('exit', r));
+  test('as nobody without a cgroup it could make, SANDBOX=bwrap refuses to start with one line naming the fixes (limits are refused, not dropped)', async () => {
+    const d = await nobodyDaemon({});
     try {
-      const port = Number((await waitFor(() => /"port":(\d+).*listening on/.exec(out), 'listening', 30_000))![1]);
+      assert.equal(await d.exited, 1, d.out());
+      const lines = d.stderr().trim().split('\n');
+      assert.equal(lines.length, 1, d.stderr());
+      assert.match(
+        lines[0]!,
+        /^parley: SANDBOX=bwrap but no cgroup can be made for the sandboxes' limits .*run the daemon as root, give it a delegated cgroup \(systemd: Delegate=yes\), or set SANDBOX_LIMITS=unenforced/,
+      );
+    } finally {
+      await d.close();
+    }
+  });
+
+  test('SANDBOX=auto as nobody without a cgroup: bwrap with rlimits, and it says so (a warning at start, /server_info)', async () => {
+    const d = await nobodyDaemon({ SANDBOX: 'auto' });
+    try {
+      const info = await probed(caller(await d.port()));
+      assert.equal(info.sandbox.mode, 'bwrap');
+      assert.equal(info.sandbox.limits.enforced_by, 'rlimit');
+      assert.match(info.sandbox.limits.unenforced, /^SANDBOX=auto without a cgroup: no per-conversation memory, process or CPU limit/);
+      assert.match(info.sandbox.warning, /SANDBOX_LIMITS=unenforced to accept this/);
+      const warned = d
+        .out()
+        .split('\n')
+        .filter((l) => l.includes('"sandbox":"limits-unenforced"'));
+      assert.equal(warned.length, 1, d.out());
+      assert.match(warned[0]!, /"level":40/);
+    } finally {
+      await d.close();
+    }
+  });
+
+  test("as nobody with SANDBOX_LIMITS=unenforced: bwrap works, limits fall back to rlimits (said at start and in /server_info), files stay the user's; its file service is out of the ptrace family's reach, not of signals", async () => {
+    const d = await nobodyDaemon({ SANDBOX_LIMITS: 'unenforced' });
+    const { llm, data } = d;
+    try {
+      const port = await d.port();
       const call = caller(port);
       // the probe runs once the port is open: /server_info says probing until it decided
       const info = await probed(call);
       assert.equal(info.sandbox.mode, 'bwrap');
       assert.equal(info.sandbox.limits.enforced_by, 'rlimit');
+      assert.match(info.sandbox.limits.unenforced, /^SANDBOX_LIMITS=unenforced: no cgroup/);
+      assert.ok(d.out().includes('"sandbox":"limits-unenforced"'), 'warned at start');
       assert.equal(info.sandbox.limits.pids, null, 'no per-conversation process limit is claimed without a cgroup');
       const id = (await call('POST', '/api/conversations', {})).conversation_id;
       await waitFor(async () => (await call('GET', `/api/conversations/${id}`)).execution_status === 'idle', 'idle', 20_000);
@@ -150,12 +216,32 @@ describe('sandbox: an unprivileged daemon (as under the systemd unit)', {
       assert.match(text, /^1$/m, '/proc/sys is a read-only mount');
       const st = fs.statSync(path.join(data, 'workspaces', id.replace(/-/g, ''), 'mine.txt'));
       assert.equal(st.uid, 65534);
+      // one uid for the agent and its file service here: the service holds capabilities the agent
+      // lacks (the kernel's ptrace rule) and the agent runs under the seccomp filter; a signal
+      // reaches it. bwrap's init (no capability here) is reached through /proc/1/mem: it holds no
+      // channel of the daemon's (its fds are /dev/null and bwrap's stderr), so that is the agent's own.
+      llm.push(
+        {
+          toolCalls: [
+            {
+              name: 'terminal',
+              arguments: { command: `echo ${Buffer.from(REACH_PROBE).toString('base64')} | base64 -d > /tmp/reach.py && python3 /tmp/reach.py 2 1` },
+            },
+          ],
+        },
+        { text: 'done' },
+      );
+      await call('POST', `/api/conversations/${id}/events`, { content: [{ text: 'probe' }], run: true });
+      await waitFor(async () => (await call('GET', `/api/conversations/${id}`)).execution_status === 'finished', 'finished', 30_000);
+      const all = (await call('GET', `/api/conversations/${id}/events/search?limit=100`)).items.filter((e: any) => e.kind === 'ObservationEvent');
+      const r = reachResult(all.at(-1).observation.content[0].text);
+      for (const a of ['ptrace', 'pidfd_getfd', 'process_vm_readv', 'mem_read', 'mem_write', 'fd_link', 'environ']) {
+        assert.notEqual(r['2']![a], 'reached', `${a} on the file service: ${JSON.stringify(r['2'])}`);
+      }
+      for (const a of ['ptrace', 'pidfd_getfd', 'process_vm_readv']) assert.equal(r['1']![a], 'EPERM', `${a} on init: ${JSON.stringify(r['1'])}`);
+      assert.equal(r['2']!.kill, 'reached', 'the documented gap: the agent can signal its own file service (one uid here)');
     } finally {
-      p.kill('SIGTERM');
-      await exited;
-      await llm.close();
-      fs.rmSync(dir, { recursive: true, force: true });
-      fs.rmdirSync(app);
+      await d.close();
     }
   });
 });
@@ -330,6 +416,8 @@ describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
         'PORT=0',
         `SESSION_API_KEY=${SESSION}`,
         'LOG_LEVEL=info',
+        // no cgroup can be delegated here (cgroup v1): the limits accepted as unenforced, as such a site would
+        'SANDBOX_LIMITS=unenforced',
         'LLM_MODEL=openai/scripted',
         `LLM_BASE_URL=${llm.url}`,
         `LLM_API_KEY=${LLM_KEY}`,

@@ -34,7 +34,7 @@ import { childProcess } from '../builtins.js';
 import fs from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
 import type { CgroupBackend, ConversationCgroup } from './cgroup.js';
-import { baseChildEnv } from './child-env.js';
+import { baseChildEnv, SANDBOX_PATH } from './child-env.js';
 import { FileChannel } from './files.js';
 import { wrapCommand, type JoinTools } from './join.js';
 import { attachEgress, needsRouteLocalnet, type EgressHandle, type EgressTools } from './network.js';
@@ -251,7 +251,8 @@ export class Holder {
     );
     const ns = this.ns;
     const proc = childProcess().spawn(argv[0]!, argv.slice(1), {
-      env: { PATH: baseChildEnv().PATH! },
+      // (what the file service is started with: the sandbox's PATH, nothing else)
+      env: { PATH: SANDBOX_PATH },
       stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', ns ? ns.user : 'ignore', ns?.net ?? 'ignore'],
       detached: true,
     });
@@ -314,7 +315,9 @@ export class Holder {
         }
       });
     });
-    return Promise.all([pid, this.files!.ready]).then(() => {});
+    // a service that ended before its first frame: its bwrap's exit says why (`fail`, with bwrap's words)
+    const served = this.files!.ready.catch(() => new Promise<never>(() => {}));
+    return Promise.all([pid, served]).then(() => {});
   }
 
   /** Host pids of its processes: its cgroup's, or without one its pid namespace's. */
@@ -359,7 +362,7 @@ function serviceCommand(s: HolderSetup): string[] {
   const service = [process.execPath, ...HELPER_NODE_FLAGS, FILE_HELPER_INSIDE, '--root', VISIBLE_WORKSPACE];
   const channel = ['/bin/sh', '-c', `exec "$@" <&${FD.channel} >&${FD.channel} ${FD.channel}<&-`, 'sh'];
   if (!s.ids) return [...channel, ...service];
-  const j = s.join;
+  const j = s.join.inside;
   const { agent } = s.ids;
   const keep = '-all,+setuid,+setgid';
   return [

@@ -17,8 +17,13 @@ export interface JoinTools {
   unshare: string;
   /** As root with a network of the sandbox's own: its loopback is brought up with it (iproute2). */
   ip: string | null;
-  /** Loads the seccomp filter in a joined process (seccomp.ts). */
-  perl: string;
+  /**
+   * What runs inside a sandbox, found in the system's directories (which every sandbox shows):
+   * perl loads the seccomp filter in a joined process (seccomp.ts); setpriv and nsenter start a
+   * root daemon's file service (holder-launch.ts). The daemon's PATH may name others first that the
+   * sandbox does not show.
+   */
+  inside: { perl: string; setpriv: string; nsenter: string };
 }
 
 /** setpriv's options that leave a process no capability and no way to gain one. */
@@ -80,6 +85,6 @@ export function wrapCommand(
 export function joinArgs(j: JoinTools, asRoot: boolean, filterHex: string): string[] {
   const creds = asRoot ? [] : ['--preserve-credentials'];
   loader ??= seccompLoader();
-  return [...creds, '--', j.setsid, j.setpriv, '--pdeathsig', 'KILL', ...DROP_ALL, j.perl, '-e', loader, '--', filterHex];
+  return [...creds, '--', j.setsid, j.setpriv, '--pdeathsig', 'KILL', ...DROP_ALL, j.inside.perl, '-e', loader, '--', filterHex];
 }
 let loader: string | undefined;

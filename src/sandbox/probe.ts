@@ -63,8 +63,10 @@ export async function probeTools(settings: SandboxSettings, opts: SandboxOpenOpt
   } catch (e) {
     return { fail: (e as Error).message };
   }
-  const perl = findProgram('perl');
-  if (!perl) return { fail: 'perl was not found: every process of a sandbox loads its seccomp filter with it (apt-get install perl-base)' };
+  // what runs inside a sandbox: in the system's directories, which it shows (not the daemon's PATH)
+  const inside = { perl: findProgram('perl', ''), setpriv: findProgram('setpriv', ''), nsenter: findProgram('nsenter', '') };
+  if (!inside.perl)
+    return { fail: 'perl was not found in the system directories: every process of a sandbox loads its seccomp filter with it (apt-get install perl-base)' };
   const tools = { nsenter: which('nsenter'), setsid: which('setsid'), setpriv: which('setpriv'), unshare: which('unshare') };
   const missing = Object.entries(tools)
     .filter(([, p]) => !p)
@@ -117,7 +119,11 @@ export async function probeTools(settings: SandboxSettings, opts: SandboxOpenOpt
       inForce = { ...settings, network: 'none' };
     }
   }
-  const join: JoinTools = { ...(tools as Omit<JoinTools, 'ip' | 'perl'>), ip, perl };
+  const join: JoinTools = {
+    ...(tools as Omit<JoinTools, 'ip' | 'inside'>),
+    ip,
+    inside: { perl: inside.perl!, setpriv: inside.setpriv ?? tools.setpriv!, nsenter: inside.nsenter ?? tools.nsenter! },
+  };
   const agent = seccompProgram();
   const holders = new Holders(
     {

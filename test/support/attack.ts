@@ -131,7 +131,7 @@ export async function swappingConversation(): Promise<SwappingConversation> {
  * writing, a signal (0: the permission check alone), its fds' links and its environment. For
  * each pid given, and for a child of its own (the control: where the kernel lets the agent reach a
  * process, the probe sees it). Prints one JSON object: pid (or "own") → attempt → "reached" or the
- * errno's name. `kill` also sends SIGSTOP and SIGKILL when allowed (`stopped`, `killed`).
+ * errno's name. With `--hard` it also sends SIGSTOP and SIGKILL (`stopped`, `killed`).
  */
 export const REACH_PROBE = String.raw`
 import ctypes, errno, json, os, signal, subprocess, sys
@@ -177,7 +177,8 @@ def attempts(pid, hard):
             except OSError as x: r[key] = name(x.errno)
     return r
 out = {}
-for p in sys.argv[1:]: out[p] = attempts(int(p), True)
+hard = '--hard' in sys.argv
+for p in [a for a in sys.argv[1:] if a != '--hard']: out[p] = attempts(int(p), hard)
 own = subprocess.Popen(['sleep', '60'])
 out['own'] = attempts(own.pid, False)
 own.kill()
