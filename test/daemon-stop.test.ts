@@ -1,15 +1,17 @@
 /**
- * Stop: SIGTERM (and SIGINT) ends the daemon with exit code 0 only once every process
- * it started is gone — sandboxes (holders, their file services, slirp4netns), shells, background
- * jobs — with 40 live sandboxes. Judged from the host: every descendant of the daemon is recorded
- * before the signal, and none is alive when the daemon's exit
+ * Stop: SIGTERM (and SIGINT) ends the daemon with exit code 0 only once every process it started is
+ * gone — sandboxes (holders, their file services, slirp4netns), shells, MCP servers, background
+ * jobs — with 40 live sandboxes, with 40 conversations idle after agent turns (their terminals'
+ * shells open), and with 10 whose turns are running a command. Judged from the host: every
+ * descendant of the daemon is recorded before the signal, and none is alive when the daemon's exit
  * is seen. How long the stop takes is printed (scripts/bench-startup.ts measures start; this is not
  * a timed test).
  */
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { describe, test } from 'node:test';
-import { startDaemon, type DaemonHandle } from './support/daemon.js';
+import { startDaemon, waitFor, type DaemonHandle } from './support/daemon.js';
+import { startScriptedLlm, type ScriptedLlm, type ScriptedRequest } from './support/scripted-llm.js';
 import { descendants, livingProcesses } from './support/processes.js';
 
 /**
@@ -18,6 +20,14 @@ import { descendants, livingProcesses } from './support/processes.js';
  * process of the sandbox uid": other test files' sandboxes run as that uid at the same time.)
  */
 const started = descendants;
+
+const cmdline = (pid: number) => {
+  try {
+    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+  } catch {
+    return '';
+  }
+};
 
 const alive = (pids: number[]) => {
   const now = livingProcesses();
@@ -58,11 +68,63 @@ async function stop(d: DaemonHandle, signal: NodeJS.Signals, n: number): Promise
   );
 }
 
+/**
+ * `n` conversations, each given one agent turn that runs `command` in its terminal. The reply is
+ * chosen by what the agent sent (a tool result came back: the final answer), so turns of different
+ * conversations may interleave.
+ */
+async function turns(d: DaemonHandle, llm: ScriptedLlm, n: number, command: string): Promise<string[]> {
+  const reply = (r: ScriptedRequest) =>
+    (r.body as { messages: { role: string }[] }).messages.at(-1)?.role === 'tool'
+      ? { text: 'done' }
+      : { toolCalls: [{ name: 'terminal', arguments: { command, timeout: 900 } }] };
+  llm.push(...Array.from({ length: 2 * n }, () => reply));
+  const ids: string[] = [];
+  for (let i = 0; i < n; i += 10) {
+    const batch = await Promise.all(
+      Array.from({ length: Math.min(10, n - i) }, async () => {
+        const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id as string;
+        assert.equal((await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true })).status, 200);
+        return id;
+      }),
+    );
+    ids.push(...batch);
+  }
+  return ids;
+}
+
 describe('stop: nothing the daemon started outlives it', { timeout: 170_000 }, () => {
   test('SIGTERM with 40 live sandboxes: exit 0, no process left', async () => {
     const d = await startDaemon({ SANDBOX: 'bwrap', SANDBOX_MAX_LIVE: '64' });
     await liveSandboxes(d, 40);
     await stop(d, 'SIGTERM', 40);
+  });
+
+  test('SIGTERM with 40 conversations idle after their turns (their shells open): exit 0, no process left', async () => {
+    const llm = await startScriptedLlm();
+    try {
+      const d = await startDaemon({ SANDBOX: 'bwrap', SANDBOX_MAX_LIVE: '64', LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url });
+      const ids = await turns(d, llm, 40, 'sleep 600 > /dev/null 2>&1 & echo started');
+      for (const id of ids) {
+        await waitFor(async () => (await d.req('GET', `/api/conversations/${id}`)).body.execution_status === 'finished', 'the turn ended', 120_000);
+      }
+      await stop(d, 'SIGTERM', 40);
+    } finally {
+      await llm.close();
+    }
+  });
+
+  test('SIGTERM with 10 conversations running a command: exit 0, no process left', async () => {
+    const llm = await startScriptedLlm();
+    try {
+      const d = await startDaemon({ SANDBOX: 'bwrap', LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url });
+      const marker = `4747${process.pid % 1000}`;
+      await turns(d, llm, 10, `sleep ${marker}`);
+      await waitFor(() => descendants(d.proc.pid!).filter((p) => cmdline(p) === `sleep\0${marker}\0`).length === 10, 'ten commands running', 120_000);
+      await stop(d, 'SIGTERM', 10);
+    } finally {
+      await llm.close();
+    }
   });
 
   test('SIGINT with 3 live sandboxes: exit 0, no process left', async () => {

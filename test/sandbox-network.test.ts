@@ -29,7 +29,7 @@ import { ROOT } from './support/daemon.js';
 import {
   collect,
   createTestNet,
-  NET_PROBE,
+  PROBE_INSIDE,
   probeFromHost,
   processesOf,
   startSandbox,
@@ -406,8 +406,8 @@ describe('SANDBOX_NETWORK=egress, attacked from inside the sandbox', { skip: not
   test("a server on the sandbox's own loopback and address is reached by another of its processes, not by the host", async () => {
     const port = 20000 + Math.floor(Math.random() * 20000);
     const servers = [
-      sb.spawn([process.execPath, NET_PROBE, 'serve', '127.0.0.1', String(port)]),
-      sb.spawn([process.execPath, NET_PROBE, 'serve', '0.0.0.0', String(port + 1)]),
+      sb.spawn([process.execPath, PROBE_INSIDE, 'serve', '127.0.0.1', String(port)]),
+      sb.spawn([process.execPath, PROBE_INSIDE, 'serve', '0.0.0.0', String(port + 1)]),
     ];
     try {
       for (const s of servers) await listening(s);

@@ -89,6 +89,9 @@ describe('systemd: scripts/parley.service under a real systemd (PID 1 of private
             `PORT=${port}`,
             `SESSION_API_KEY=${SESSION}`,
             'LOG_LEVEL=info',
+            // this machine's only cgroup v2 hierarchy has no memory or pids controller to delegate:
+            // the site accepts the limits as unenforced (without it the daemon refuses to start)
+            'SANDBOX_LIMITS=unenforced',
             'LLM_MODEL=openai/scripted',
             `LLM_BASE_URL=${llm.url}`,
             'LLM_API_KEY=sk-SYSTEMDUNIT-0815',
@@ -125,6 +128,9 @@ describe('systemd: scripts/parley.service under a real systemd (PID 1 of private
     );
     assert.equal(info.sandbox.mode, 'bwrap', JSON.stringify(info));
     assert.equal(info.sandbox.network, 'egress', `/dev/net/tun is there for slirp4netns: ${JSON.stringify(info.sandbox)}`);
+    // without a delegated memory and pids controller the limits are not enforced, and it says so
+    assert.match(info.sandbox.limits.unenforced, /^SANDBOX_LIMITS=unenforced: no cgroup/, JSON.stringify(info.sandbox));
+    assert.match(await c.journal('parley'), /"sandbox":"limits-unenforced"/);
     const mainPid = Number((await systemctl('show', '--value', '-p', 'MainPID', 'parley')).out);
     const pid = c.hostPidOf(mainPid);
     assert.ok(pid, `host pid of MainPID ${mainPid}`);

@@ -230,7 +230,7 @@ export class Disks {
     return key;
   }
 
-  /** One holder less uses the image (now in `state`): unmounted when none does. */
+  /** One holder less uses the image (now in `state`): unmounted when none does (at a stop, all at once by unmountStale). */
   release(key: string, state: string): Promise<void> {
     return this.serial(key, async () => {
       const n = (this.users.get(key) ?? 1) - 1;
@@ -239,8 +239,14 @@ export class Disks {
         return;
       }
       this.users.delete(key);
-      await unmountImage(this.tools, state).catch(() => {});
+      if (!this.stopping) await unmountImage(this.tools, state).catch(() => {});
     });
+  }
+
+  /** The daemon stops: images are unmounted together once every sandbox is gone (one umount, not one each). */
+  private stopping = false;
+  stop(): void {
+    this.stopping = true;
   }
 
   /**

@@ -579,6 +579,7 @@ export class Sandbox implements ShellSandbox, SandboxHost {
     this.startProbe(); // a deferred probe that never started ends at once (ready resolves: nothing to run)
     this.diskQuota?.stop();
     await this.probed.catch(() => {});
+    this.disks?.stop();
     const spare = this.holders?.close();
     await Promise.all([...new Set([...this.live.keys(), ...this.plain.ids()])].map((id) => this.closeConversation(id)));
     await spare;

@@ -24,6 +24,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const NET_PROBE = fileURLToPath(new URL('./net-probe.mjs', import.meta.url));
+/** Where a test sandbox (startSandbox) sees the probe: a copy any uid can read, under its own /tmp. */
+export const PROBE_INSIDE = '/tmp/net-probe.mjs';
 const NAME_PREFIX = 'parley-egress-';
 /** The ports every server of the world listens on. */
 export const WORLD_PORTS = [7001, 7002] as const;
@@ -303,6 +305,8 @@ export async function startSandbox(uid: number, opts: { resolvConf?: string } = 
     fs.writeFileSync(path.join(dir, 'resolv.conf'), opts.resolvConf, { mode: 0o644 });
     binds.push('--ro-bind', path.join(dir, 'resolv.conf'), '/etc/resolv.conf');
   }
+  // the probe where the sandbox's uid can read it (the checkout may be where it cannot: a 0700 mktemp directory, or under /tmp)
+  binds.push('--ro-bind', readableProbe(), PROBE_INSIDE);
   const namespaces = '--unshare-user --uid 0 --gid 0 --unshare-pid --unshare-net --unshare-ipc --unshare-uts --die-with-parent --new-session --cap-drop ALL';
   const view = '--ro-bind / / --proc /proc --dev /dev --tmpfs /tmp';
   const argv = [...asUid(uid), 'bwrap', ...namespaces.split(' '), ...view.split(' '), ...binds, '--info-fd', '3', '--', '/bin/sh', '-c', 'echo; exec cat'];
@@ -379,7 +383,7 @@ export async function startSandbox(uid: number, opts: { resolvConf?: string } = 
     spawn: sbSpawn,
     run,
     probe: async (attempts) => {
-      const r = await run([process.execPath, NET_PROBE, 'probe', JSON.stringify(attempts)]);
+      const r = await run([process.execPath, PROBE_INSIDE, 'probe', JSON.stringify(attempts)]);
       if (r.code !== 0) throw new Error(`the probe failed in the sandbox (${r.code}): ${r.stderr.trim()}`);
       return JSON.parse(r.stdout) as Record<string, ProbeResult>;
     },
