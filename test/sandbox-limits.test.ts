@@ -1,8 +1,8 @@
 /**
- * Sums and disks, judged from the host: all sandboxes together stay under
- * SANDBOX_TOTAL_MEMORY_MB (one parent cgroup, enforced by the kernel), and a conversation over
- * SANDBOX_DISK_MB has its processes stopped with an event that says why (measured inside its
- * sandbox), on a small tmpfs the test mounts for DATA_DIR.
+ * Sums and disks, judged from the host: all sandboxes together stay under SANDBOX_TOTAL_MEMORY_MB
+ * (one parent cgroup, enforced by the kernel), and where SANDBOX_DISK_MB is measured a conversation
+ * over it has its processes stopped with an event that says why, on a small tmpfs the test mounts
+ * for DATA_DIR (disk images and unlinked files: sandbox-disk.test.ts).
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -154,13 +154,14 @@ describe('sandbox limits over all conversations', {
     }
   });
 
-  test('SANDBOX_DISK_MB on a small tmpfs: a conversation that writes past it is stopped, the event and the observation say why, the daemon and another conversation go on', async () => {
+  test('SANDBOX_DISK_MB measured (SANDBOX_DISK=measured) on a small tmpfs: a conversation that writes past it is stopped, the event and the observation say why, the daemon and another conversation go on', async () => {
     const mnt = tempDir('parley-disk-');
     execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=96m', 'tmpfs', mnt]);
     let d: DaemonHandle | null = null;
     try {
       d = await startDaemon(
-        { LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, SANDBOX: 'bwrap', SANDBOX_NETWORK: 'none', SANDBOX_DISK_MB: '16' },
+        // (a root daemon's default is a disk image per conversation: test/sandbox-disk.test.ts)
+        { LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, SANDBOX: 'bwrap', SANDBOX_NETWORK: 'none', SANDBOX_DISK_MB: '16', SANDBOX_DISK: 'measured' },
         path.join(mnt, 'data'),
       );
       assert.equal((await d.req('GET', '/server_info')).body.sandbox.limits.disk_mb, 16);

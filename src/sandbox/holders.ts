@@ -104,11 +104,12 @@ export class Holders {
 
   /**
    * Whether the conversation's workspace is (or is to be) on a disk of its own: disks are on, it is
-   * a conversation's own workspace (`WORKSPACE_ROOT/<id>`, never a directory the daemon was given),
-   * and it is not a directory of files made before disks were (that one stays as it is, measured).
+   * a conversation's own workspace (`WORKSPACE_ROOT/<id hex>`, never a directory the daemon was
+   * given, nor the probe's), and it is not a directory of files made before disks were (that one
+   * stays as it is, measured).
    */
   private ownDisk(workspace: string): boolean {
-    if (!this.disks || path.dirname(workspace) !== path.resolve(this.s.workspaceRoot)) return false;
+    if (!this.disks || path.dirname(workspace) !== path.resolve(this.s.workspaceRoot) || !/^[0-9a-f]{32}$/.test(path.basename(workspace))) return false;
     let st: fs.Stats;
     try {
       st = fs.lstatSync(workspace);

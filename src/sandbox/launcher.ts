@@ -428,12 +428,13 @@ export class Sandbox implements ShellSandbox, SandboxHost {
     await this.closeConversation(conversationId);
     const state = this.stateDir(conversationId);
     const disks = this.disks;
-    if (disks?.has(state) && this.opts?.keepWorkspaces) await this.copyOut(disks, state, this.hostWorkspace(conversationId)).catch(() => {});
+    if (disks?.has(state) && this.opts?.keepWorkspaces) await this.copyOut(disks, state, conversationId).catch(() => {});
     await removeTree(state).catch(() => {});
   }
 
   /** KEEP_WORKSPACES: the workspace out of the conversation's image, into a plain directory at its host path. */
-  private async copyOut(disks: Disks, state: string, workspace: string): Promise<void> {
+  private async copyOut(disks: Disks, state: string, conversationId: string): Promise<void> {
+    const workspace = this.hostWorkspace(conversationId);
     const key = await disks.acquire(state);
     const kept = `${state}.kept`;
     try {

@@ -1,0 +1,253 @@
+/**
+ * What a sandbox holds on disk counts, files it unlinked while holding them open included, judged
+ * from the host by the data disk's own numbers (statfs of a tmpfs this test mounts for DATA_DIR):
+ * - a disk image per conversation (a root daemon's default): three processes writing to deleted
+ *   files get ENOSPC at SANDBOX_DISK_MB, and the data disk grows by no more than that;
+ * - measured (SANDBOX_DISK=measured, as without root or in cluster mode): the daemon counts the
+ *   unlinked files from the host and stops the conversation (DiskQuotaExceeded), which frees them;
+ * - disk relief on a full data disk stops the conversation holding the space in unlinked files,
+ *   not an innocent one with more visible files.
+ * Root only (mounting the tmpfs, images, cgroups).
+ */
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { allEvents } from './support/conversation-api.js';
+import { removeDir, startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
+import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
+
+const ROOT_RUN = process.getuid?.() === 0;
+const MiB = 1024 * 1024;
+
+/**
+ * A writer (python3 in the sandbox): opens a file, unlinks it, writes 1 MiB at a time (`pace`
+ * seconds apart, at most `max`) until a write fails, writes what happened over the start of
+ * `result` (made first: once the disk is full no new block can be had), and keeps the file open.
+ */
+const WRITER = String.raw`
+import errno, os, sys, time
+path, result, pace, most = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+r = open(result, 'wb', buffering=0)
+r.write(b' ' * 64)
+f = open(path, 'wb', buffering=0)
+os.unlink(path)
+chunk, n, what = b'x' * (1 << 20), 0, 'NOLIMIT'
+try:
+    while n < most:
+        f.write(chunk)
+        n += 1
+        if pace: time.sleep(pace)
+except OSError as e:
+    what = errno.errorcode.get(e.errno, str(e.errno))
+r.seek(0)
+r.write(('%s %d\n' % (what, n)).encode())
+r.close()
+time.sleep(600)
+`;
+
+/** Used bytes of the file system at `dir` (what df says). */
+function used(dir: string): number {
+  const s = fs.statfsSync(dir);
+  return (s.blocks - s.bfree) * s.bsize;
+}
+
+async function turn(d: DaemonHandle, llm: ScriptedLlm, id: string, command: string, timeout = 120): Promise<string> {
+  const before = (await allEvents(d.req, id)).length;
+  llm.push({ toolCalls: [{ name: 'terminal', arguments: { command, timeout } }] }, { text: 'done' });
+  assert.equal((await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true })).status, 200);
+  const obs = await waitFor(
+    async () => (await allEvents(d.req, id)).slice(before).find((e) => e.kind === 'ObservationEvent')?.observation,
+    'the command answered',
+    150_000,
+  );
+  await waitFor(async () => (await d.req('GET', `/api/conversations/${id}`)).body.execution_status !== 'running', 'the turn ended', 60_000);
+  return (obs.content as { text?: string }[]).map((c) => c.text ?? '').join('');
+}
+
+/** Three writers started in the background (results in /workspace/res-N), the script written first. */
+const writers = (pace: number, most: number) =>
+  `echo ${Buffer.from(WRITER).toString('base64')} | base64 -d > /tmp/w.py && ` +
+  `for i in 1 2 3; do (python3 /tmp/w.py /tmp/held-$i /workspace/res-$i ${pace} ${most} > /dev/null 2>&1 &); done; echo writing`;
+
+describe('disk bounds count what a sandbox holds', { skip: !ROOT_RUN && 'needs root: a tmpfs of its own, disk images', timeout: 170_000 }, () => {
+  let llm: ScriptedLlm;
+  const mounts: string[] = [];
+  before(async () => {
+    llm = await startScriptedLlm();
+  });
+  after(async () => {
+    await llm?.close();
+    for (const m of mounts) {
+      try {
+        execFileSync('umount', ['-l', m]);
+      } catch {
+        /* gone */
+      }
+      removeDir(m);
+    }
+  });
+  /** A data directory on a tmpfs of `mb` MiB of this test's own. */
+  const smallDisk = (mb: number) => {
+    const mnt = tempDir('parley-disk-');
+    execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${mb}m,mode=0700`, 'tmpfs', mnt]);
+    mounts.push(mnt);
+    return mnt;
+  };
+
+  test('a disk image per conversation: three processes writing to deleted files get ENOSPC at SANDBOX_DISK_MB; the data disk grows by no more', async () => {
+    const mnt = smallDisk(160);
+    const d = await startDaemon(
+      { LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, SANDBOX: 'bwrap', SANDBOX_NETWORK: 'none', SANDBOX_DISK_MB: '32' },
+      path.join(mnt, 'data'),
+    );
+    try {
+      const info = (await d.req('GET', '/server_info')).body.sandbox;
+      assert.equal(info.limits.disk, 'image', JSON.stringify(info));
+      const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
+      assert.match(await turn(d, llm, id, 'df -k /workspace /tmp | tail -n +2'), /\s\/workspace\n.*\s\/tmp/, 'the workspace and /tmp are on its disk');
+      const base = used(mnt);
+      assert.match(await turn(d, llm, id, writers(0, 400)), /writing/);
+      const out = await turn(d, llm, id, 'for i in $(seq 600); do [ "$(cat res-* 2>/dev/null | wc -l)" = 3 ] && break; sleep 0.1; done; cat res-*');
+      const results = out
+        .split('\n')
+        .map((l) => l.trim())
+        .filter((l) => /^[A-Z]+ \d+$/.test(l));
+      assert.equal(results.length, 3, out);
+      const written = results.reduce((n, l) => n + Number(l.split(' ')[1]), 0);
+      console.log(`image of 32 MiB: ${results.join(', ')}; the data disk grew ${((used(mnt) - base) / MiB).toFixed(1)} MiB`);
+      for (const r of results) assert.match(r, /^ENOSPC /);
+      assert.ok(written <= 32, `${written} MiB written under a 32 MiB disk`);
+      // judged from the host: the data disk holds what the image holds, the deleted files included, and no more than its size
+      assert.ok(used(mnt) - base <= 34 * MiB, `the data disk grew ${used(mnt) - base} bytes`);
+      assert.ok(used(mnt) - base >= 20 * MiB, 'the deleted files take the data disk, through the image');
+      // the conversation goes on within its disk once the writers are gone (closing its sandbox frees what they held)
+      await d.req('POST', `/api/conversations/${id}/interrupt`);
+      await waitFor(() => used(mnt) - base < 8 * MiB, 'the held blocks given back to the data disk', 60_000);
+      assert.match(await turn(d, llm, id, 'echo fine > /tmp/after && cat /tmp/after'), /fine/);
+    } finally {
+      await d.stop();
+    }
+  });
+
+  test('measured (SANDBOX_DISK=measured): files unlinked while held open count; the conversation is stopped and told why, which frees them', async () => {
+    const mnt = smallDisk(256);
+    const d = await startDaemon(
+      { LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, SANDBOX: 'bwrap', SANDBOX_NETWORK: 'none', SANDBOX_DISK_MB: '24', SANDBOX_DISK: 'measured' },
+      path.join(mnt, 'data'),
+    );
+    try {
+      assert.equal((await d.req('GET', '/server_info')).body.sandbox.limits.disk, 'measured');
+      const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
+      const base = used(mnt);
+      let peak = 0;
+      const watch = setInterval(() => (peak = Math.max(peak, used(mnt) - base)), 20);
+      try {
+        // three writers at 10 MiB/s each, in the background: nothing the walk of names can see
+        assert.match(await turn(d, llm, id, writers(0.1, 60)), /writing/);
+        const ev = await waitFor(
+          async () => (await allEvents(d.req, id)).find((e) => e.kind === 'ConversationErrorEvent' && e.code === 'DiskQuotaExceeded'),
+          'the bound to stop the conversation',
+          60_000,
+        );
+        assert.match(ev.detail, /over its 24 MiB/);
+        // stopping it ended the writers, and with them what they held
+        await waitFor(() => used(mnt) - base < 6 * MiB, 'the held blocks freed', 30_000);
+      } finally {
+        clearInterval(watch);
+      }
+      console.log(`measured 24 MiB bound: stopped at a peak of ${(peak / MiB).toFixed(1)} MiB held in deleted files`);
+      assert.ok(peak >= 24 * MiB && peak < 180 * MiB, `peak ${peak}`);
+    } finally {
+      await d.stop();
+    }
+  });
+
+  test('a full data disk: relief stops the conversation holding it in unlinked files, not an innocent one with more visible files; the daemon keeps its reserve', async () => {
+    const mnt = smallDisk(112);
+    const d = await startDaemon(
+      { LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, SANDBOX: 'bwrap', SANDBOX_NETWORK: 'none', SANDBOX_DISK_MB: '0', DISK_RESERVE_MB: '4' },
+      path.join(mnt, 'data'),
+    );
+    try {
+      const innocent = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
+      const culprit = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
+      assert.match(await turn(d, llm, innocent, 'for i in $(seq 30); do head -c 1048576 /dev/zero > big-$i; done; du -sm . | cut -f1'), /^3\d$/m);
+      // the culprit's three writers fill what is left of the disk with deleted files, and hold them
+      assert.match(await turn(d, llm, culprit, writers(0, 400)), /writing/);
+      const ev = await waitFor(
+        async () => (await allEvents(d.req, culprit)).find((e) => e.kind === 'ConversationErrorEvent' && e.code === 'DiskFull'),
+        'relief to stop the culprit',
+        90_000,
+      );
+      assert.ok(ev);
+      assert.ok(!(await allEvents(d.req, innocent)).some((e) => e.kind === 'ConversationErrorEvent'), 'the innocent conversation was not stopped');
+      // the daemon's own appends went on (its reserve), and the space came back once the culprit's processes were gone
+      assert.equal((await d.req('POST', `/api/conversations/${innocent}/events`, { content: [{ text: 'still here' }] })).status, 200);
+      await waitFor(() => fs.statfsSync(mnt).bavail * fs.statfsSync(mnt).bsize > 40 * MiB, 'the space given back', 60_000);
+      assert.match(await turn(d, llm, innocent, 'ls big-* | wc -l'), /^30$/m, "the innocent one's files are all there");
+    } finally {
+      await d.stop();
+    }
+  });
+
+  test('a conversation on its disk: its files come back after its sandbox closed (the image mounted again); a workspace made before disks stays a directory, measured; DELETE with KEEP_WORKSPACES leaves a plain directory', async () => {
+    const mnt = smallDisk(192);
+    const d = await startDaemon(
+      {
+        LLM_MODEL: 'openai/scripted',
+        LLM_BASE_URL: llm.url,
+        SANDBOX: 'bwrap',
+        SANDBOX_NETWORK: 'none',
+        SANDBOX_DISK_MB: '48',
+        SANDBOX_IDLE_CLOSE_MS: '1000',
+        KEEP_WORKSPACES: '1',
+      },
+      path.join(mnt, 'data'),
+    );
+    const ws = (id: string) => path.join(mnt, 'data', 'workspaces', id.replace(/-/g, ''));
+    const state = (id: string) => path.join(mnt, 'data', 'workspaces', '.sandbox', id.replace(/-/g, ''));
+    try {
+      const a = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
+      assert.match(await turn(d, llm, a, 'mkdir -p d && echo kept > d/f && echo t > /tmp/t && echo h > ~/h && ln -s d/f link && echo made'), /made/);
+      // judged from the host: the workspace's path leads into its image (0600, the daemon's), mounted while the sandbox lives
+      assert.ok(fs.lstatSync(ws(a)).isSymbolicLink());
+      assert.equal(fs.readFileSync(path.join(ws(a), 'd', 'f'), 'utf8'), 'kept\n');
+      const img = fs.statSync(path.join(state(a), 'disk.img'));
+      assert.equal(img.mode & 0o777, 0o600);
+      assert.equal(img.uid, 0);
+      assert.ok(fs.readFileSync('/proc/self/mountinfo', 'utf8').includes(path.join(state(a), 'disk')));
+      // idle: the sandbox closes and its image is unmounted; the next command finds everything
+      await waitFor(
+        () => !fs.readFileSync('/proc/self/mountinfo', 'utf8').includes(path.join(state(a), 'disk')),
+        'the image unmounted after the idle close',
+        60_000,
+      );
+      assert.match(await turn(d, llm, a, 'cat d/f /tmp/t ~/h; readlink link'), /^kept\nt\nh\nd\/f$/m);
+      // a workspace made before disks (a directory with files): kept as it is, measured
+      const b = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
+      fs.mkdirSync(ws(b), { recursive: true });
+      fs.writeFileSync(path.join(ws(b), 'old.txt'), 'old\n', { mode: 0o644 });
+      assert.match(await turn(d, llm, b, 'cat old.txt; df -k . | tail -1'), /^old$/m);
+      assert.ok(fs.lstatSync(ws(b)).isDirectory() && !fs.existsSync(path.join(state(b), 'disk.img')), 'no image for it');
+      // DELETE with KEEP_WORKSPACES: the workspace copied out to a plain directory, the image gone
+      assert.equal((await d.req('DELETE', `/api/conversations/${a}`)).status, 200);
+      assert.ok(fs.lstatSync(ws(a)).isDirectory(), 'a plain directory now');
+      assert.equal(fs.readFileSync(path.join(ws(a), 'd', 'f'), 'utf8'), 'kept\n');
+      assert.equal(fs.readlinkSync(path.join(ws(a), 'link')), 'd/f', 'links as links');
+      assert.equal(fs.statSync(path.join(ws(a), 'd', 'f')).uid, 65533, "the sandbox uid's files");
+      assert.ok(!fs.existsSync(state(a)), 'its image and state directory removed');
+    } finally {
+      await d.stop();
+    }
+    assert.deepEqual(
+      fs
+        .readFileSync('/proc/self/mountinfo', 'utf8')
+        .split('\n')
+        .filter((l) => l.includes(mnt) && !l.split(' ')[4]!.endsWith(path.basename(mnt))),
+      [],
+      'the stop left no image mounted',
+    );
+  });
+});
