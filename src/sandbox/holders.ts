@@ -218,7 +218,12 @@ export class Holders {
     );
     // a spare that dies or is closed before a conversation adopted it leaves nothing behind (its image unmounted first)
     void h.released.then(() => {
-      if (path.dirname(h.state) === dir) fs.rmSync(dir, { recursive: true, force: true });
+      if (path.dirname(h.state) !== dir) return;
+      try {
+        fs.rmSync(dir, { recursive: true, force: true });
+      } catch {
+        /* its disk is still mounted (a stop unmounts every disk at the end): removeSpareDirs then */
+      }
     });
     return h;
   }
@@ -234,6 +239,25 @@ export class Holders {
       if (i >= 20 && cg.pids().length > 0) cg.killAll();
       if (cg.remove()) return;
       await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+
+  /** Removes what is left of this daemon's spares' directories (a stop, once their disks are unmounted). */
+  removeSpareDirs(): void {
+    const dir = path.join(this.s.workspaceRoot, '.sandbox');
+    let names: string[] = [];
+    try {
+      names = fs.readdirSync(dir);
+    } catch {
+      return;
+    }
+    for (const n of names) {
+      if (!n.startsWith(`.spare-${process.pid}-`)) continue;
+      try {
+        fs.rmSync(path.join(dir, n), { recursive: true, force: true });
+      } catch {
+        /* removeStaleSpares, at the next start */
+      }
     }
   }
 

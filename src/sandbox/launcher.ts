@@ -585,6 +585,7 @@ export class Sandbox implements ShellSandbox, SandboxHost {
     await Promise.all([...new Set([...this.live.keys(), ...this.plain.ids()])].map((id) => this.closeConversation(id)));
     await spare;
     await this.disks?.unmountStale();
+    this.holders?.removeSpareDirs();
     this.cgroups?.close();
   }
 }
