@@ -82,43 +82,16 @@ export async function probeTools(settings: SandboxSettings, opts: SandboxOpenOpt
     warnings.push(line);
     opts.log?.warn({ sandbox: tag }, line);
   };
-  const cgroups = detectCgroups({
-    memoryBytes: settings.memoryMb * 1024 * 1024,
-    pids: settings.pids,
-    totalMemoryBytes: totalMemoryMb(settings) * 1024 * 1024,
-    cpus: settings.cpus ?? null,
-  });
-  let unenforced: string | undefined;
-  if (!cgroups) {
-    // limits that cannot be enforced are refused (SANDBOX=bwrap), or said (auto, unenforced): never dropped in silence
-    if (settings.mode === 'bwrap' && settings.limits !== 'unenforced') return { fail: NO_CGROUP };
-    unenforced =
-      settings.limits === 'unenforced'
-        ? 'SANDBOX_LIMITS=unenforced: no cgroup, so no per-conversation memory, process or CPU limit and no total (only per-process rlimits)'
-        : 'SANDBOX=auto without a cgroup: no per-conversation memory, process or CPU limit and no total (only per-process rlimits); run as root, give the daemon a delegated cgroup (systemd: Delegate=yes), or set SANDBOX_LIMITS=unenforced to accept this';
-    warn('limits-unenforced', unenforced);
-  }
+  const limits = probeLimits(settings, warn);
+  if ('fail' in limits) return limits;
+  const { cgroups, unenforced } = limits;
   const disks = await probeDisks(settings, opts, ids, warn);
   const hidden = [...(opts.hidden ?? []), opts.workspaceRoot, ...HIDDEN_PATHS];
   // a holder mounts what exists when it starts (the spare: at start-up), and a mapped directory
   // (the askpass helper's) may be written to only later
   for (const m of mapped) fs.mkdirSync(m.host, { recursive: true, mode: 0o700 });
-  // egress where it works; else no network (never the host's), with one warning
-  let inForce = settings;
-  let egress: { tools: EgressTools; version: string; resolvConf: string } | null = null;
-  if (settings.network === 'egress') {
-    const probe = await probeEgress({ runAs: ids?.agent });
-    if (probe.usable) {
-      const resolvConf = path.join(opts.workspaceRoot, '.sandbox', 'resolv.conf');
-      fs.mkdirSync(path.dirname(resolvConf), { recursive: true, mode: 0o700 });
-      fs.writeFileSync(resolvConf, EGRESS_RESOLV_CONF, { mode: 0o644 });
-      fs.chmodSync(resolvConf, 0o644);
-      egress = { tools: probe.tools, version: probe.version, resolvConf };
-    } else {
-      warn('network-none', `SANDBOX_NETWORK=egress: ${probe.reason}; sandboxes get no network (none)`);
-      inForce = { ...settings, network: 'none' };
-    }
-  }
+  const egress = await probeNetwork(settings, opts, ids, warn);
+  const inForce = settings.network === 'egress' && !egress ? { ...settings, network: 'none' as const } : settings;
   const join: JoinTools = {
     ...(tools as Omit<JoinTools, 'ip' | 'inside'>),
     ip,
@@ -155,6 +128,51 @@ export async function probeTools(settings: SandboxSettings, opts: SandboxOpenOpt
     ...(unenforced ? { unenforced } : {}),
     warnings,
   };
+}
+
+/**
+ * The cgroups the limits are enforced with. None: SANDBOX=bwrap refuses to start (SANDBOX_LIMITS
+ * enforced, the default), or it is said (SANDBOX_LIMITS=unenforced, SANDBOX=auto): limits are never
+ * dropped in silence.
+ */
+function probeLimits(
+  settings: SandboxSettings,
+  warn: (tag: string, line: string) => void,
+): { cgroups: CgroupBackend | null; unenforced?: string } | { fail: string } {
+  const cgroups = detectCgroups({
+    memoryBytes: settings.memoryMb * 1024 * 1024,
+    pids: settings.pids,
+    totalMemoryBytes: totalMemoryMb(settings) * 1024 * 1024,
+    cpus: settings.cpus ?? null,
+  });
+  if (cgroups) return { cgroups };
+  if (settings.mode === 'bwrap' && settings.limits !== 'unenforced') return { fail: NO_CGROUP };
+  const unenforced =
+    settings.limits === 'unenforced'
+      ? 'SANDBOX_LIMITS=unenforced: no cgroup, so no per-conversation memory, process or CPU limit and no total (only per-process rlimits)'
+      : 'SANDBOX=auto without a cgroup: no per-conversation memory, process or CPU limit and no total (only per-process rlimits); run as root, give the daemon a delegated cgroup (systemd: Delegate=yes), or set SANDBOX_LIMITS=unenforced to accept this';
+  warn('limits-unenforced', unenforced);
+  return { cgroups: null, unenforced };
+}
+
+/** SANDBOX_NETWORK=egress where it works (its tools and the sandbox's resolv.conf); else null, with one warning: no network then, never the host's. */
+async function probeNetwork(
+  settings: SandboxSettings,
+  opts: SandboxOpenOptions,
+  ids: SandboxIds | null,
+  warn: (tag: string, line: string) => void,
+): Promise<{ tools: EgressTools; version: string; resolvConf: string } | null> {
+  if (settings.network !== 'egress') return null;
+  const probe = await probeEgress({ runAs: ids?.agent });
+  if (!probe.usable) {
+    warn('network-none', `SANDBOX_NETWORK=egress: ${probe.reason}; sandboxes get no network (none)`);
+    return null;
+  }
+  const resolvConf = path.join(opts.workspaceRoot, '.sandbox', 'resolv.conf');
+  fs.mkdirSync(path.dirname(resolvConf), { recursive: true, mode: 0o700 });
+  fs.writeFileSync(resolvConf, EGRESS_RESOLV_CONF, { mode: 0o644 });
+  fs.chmodSync(resolvConf, 0o644);
+  return { tools: probe.tools, version: probe.version, resolvConf };
 }
 
 /**
