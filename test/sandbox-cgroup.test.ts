@@ -58,6 +58,8 @@ describe('every process of a sandbox is in its cgroup', { skip: !ROOT_RUN && 'ne
         `spawn('/bin/sh', ['-c', '(setsid sleep ${marker}1 > /dev/null 2>&1 &); exit 0'], { stdio: 'ignore' }).on('error', () => {});`,
         `let n = 0; const more = () => { try { spawn('sleep', ['${marker}2'], { stdio: 'ignore' }).on('error', () => {}); } catch {} if (++n < 150) setTimeout(more, 2); };`,
         'more();',
+        // (the real service's effective ids first: its code may be where only the conversation's uid can go, a checkout under /tmp)
+        "const as = process.argv.indexOf('--as'); if (as > 0) { const [u, g] = process.argv[as + 1].split(':').map(Number); process.setegid(g); process.seteuid(u); }",
         `await import(${JSON.stringify(FILE_HELPER)});`,
       ].join('\n'),
       { mode: 0o644 },

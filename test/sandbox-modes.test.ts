@@ -9,10 +9,13 @@ import path from 'node:path';
 import { describe, test } from 'node:test';
 import { allEvents, waitStatus } from './support/conversation-api.js';
 import { daemonArgs, ROOT, startDaemon, tempDir, waitFor } from './support/daemon.js';
+
 import { startScriptedLlm } from './support/scripted-llm.js';
 import { startGitServer } from './support/git-server.js';
 
 import { SESSION, LLM_KEY, CANARIES, rev, hostProcesses, harness } from './support/sandbox-harness.js';
+
+const ROOT_RUN = process.getuid?.() === 0;
 
 describe('sandbox: the daemon API from inside a sandbox without a session key', { timeout: 180_000 }, () => {
   const httpGet = (port: number, url: string) =>
@@ -268,6 +271,15 @@ describe('sandbox: modes at start', { timeout: 170_000 }, () => {
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }
+  });
+
+  test("SANDBOX_SERVICE_UID equal to the sandbox's uid exits 1 with one line (the file service must be another uid)", {
+    skip: !ROOT_RUN && 'ids are chosen only by a root daemon',
+  }, async () => {
+    const r = await run({ SANDBOX: 'bwrap', SANDBOX_UID: '65533', SANDBOX_SERVICE_UID: '65533' }, true);
+    assert.equal(r.code, 1);
+    assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
+    assert.match(r.stderr, /^parley: invalid configuration: SANDBOX_SERVICE_UID: the file service's ids \(65533:65533\) must differ from the sandbox's/);
   });
 
   test('SANDBOX=auto without bwrap warns once and starts with plain processes', async () => {

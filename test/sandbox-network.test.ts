@@ -567,50 +567,81 @@ describe('SANDBOX_NETWORK=egress, attacked from inside the sandbox', { skip: not
   test('a daemon that is not root attaches as its own uid, without runAs', async () => {
     const own = await startSandbox(uid, { resolvConf: EGRESS_RESOLV_CONF });
     sandboxes.push(own);
-    const script = `
-      import { attachEgress } from ${JSON.stringify(`${ROOT}/src/sandbox/network.ts`)};
-      const e = await attachEgress({ userns: ${JSON.stringify(own.userns)}, netns: ${JSON.stringify(own.netns)}, allow: [] });
-      process.stdout.write('attached ' + e.pid + '\\n');
-      process.stdin.resume();
-      process.stdin.on('end', async () => { await e.close(); process.stdout.write('closed\\n'); });
-    `;
-    const child = spawn(
-      'setpriv',
-      ['--reuid', String(uid), '--regid', String(uid), '--clear-groups', '--', process.execPath, '--import', 'tsx', '--input-type=module', '-e', script],
-      {
-        cwd: ROOT,
-        env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: '/tmp' },
-        stdio: ['pipe', 'pipe', 'pipe'],
-        detached: true,
-      },
-    );
-    const done = collect(child, 60_000);
-    const line = await new Promise<string>((resolve, reject) => {
-      let out = '';
-      child.stdout!.on('data', (d: Buffer) => {
-        out += d.toString('utf8');
-        if (out.includes('\n')) resolve(out.trim());
+    // the checkout where the uid can read it (a clone may sit in a directory only its owner can enter):
+    // bound, in a mount namespace of the child's own, on an empty directory under /var/lib
+    const app = fs.mkdtempSync('/var/lib/parley-net-app-');
+    fs.chmodSync(app, 0o755);
+    try {
+      const script = `
+        import { attachEgress } from ${JSON.stringify(`${app}/src/sandbox/network.ts`)};
+        const e = await attachEgress({ userns: ${JSON.stringify(own.userns)}, netns: ${JSON.stringify(own.netns)}, allow: [] });
+        process.stdout.write('attached ' + e.pid + '\\n');
+        process.stdin.resume();
+        process.stdin.on('end', async () => { await e.close(); process.stdout.write('closed\\n'); });
+      `;
+      const child = spawn(
+        'unshare',
+        [
+          '--mount',
+          '--propagation',
+          'private',
+          'sh',
+          '-c',
+          'mount --bind "$1" "$2" && cd "$2" && shift 2 && exec "$@"',
+          'sh',
+          ROOT,
+          app,
+          'setpriv',
+          '--reuid',
+          String(uid),
+          '--regid',
+          String(uid),
+          '--clear-groups',
+          '--',
+          process.execPath,
+          '--import',
+          'tsx',
+          '--input-type=module',
+          '-e',
+          script,
+        ],
+        {
+          cwd: ROOT,
+          env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: '/tmp' },
+          stdio: ['pipe', 'pipe', 'pipe'],
+          detached: true,
+        },
+      );
+      const done = collect(child, 60_000);
+      const line = await new Promise<string>((resolve, reject) => {
+        let out = '';
+        child.stdout!.on('data', (d: Buffer) => {
+          out += d.toString('utf8');
+          if (out.includes('\n')) resolve(out.trim());
+        });
+        child.once('close', () => reject(new Error('the daemon-like child ended before attaching')));
+      }).catch(async (e: Error) => {
+        const r = await done;
+        throw new Error(`${e.message}: ${r.stderr.trim()}`);
       });
-      child.once('close', () => reject(new Error('the daemon-like child ended before attaching')));
-    }).catch(async (e: Error) => {
-      const r = await done;
-      throw new Error(`${e.message}: ${r.stderr.trim()}`);
-    });
-    const pid = Number(/^attached (\d+)$/.exec(line)?.[1]);
-    assert.ok(pid > 0, line);
-    assert.match(fs.readFileSync(`/proc/${pid}/status`, 'utf8'), new RegExp(`^Uid:\\s+${uid}\\s`, 'm'));
-    const r = await own.probe([
-      { id: 'public', kind: 'tcp', host: world.public, port: 7001 },
-      { id: 'metadata', kind: 'tcp', host: world.blocked.metadata, port: 7001 },
-      { id: 'gateway', kind: 'tcp', host: EGRESS_NET.gateway, port: hostSrv.loopbackPort },
-    ]);
-    assert.equal(r.public!.banner, `world ${world.public}:7001`);
-    assert.equal(r.metadata!.code, 'EHOSTUNREACH');
-    assert.equal(r.gateway!.code, 'EHOSTUNREACH');
-    child.stdin!.end();
-    const end = await done;
-    assert.match(end.stdout, /closed/, end.stderr);
-    assert.ok(!fs.existsSync(`/proc/${pid}`) || /^State:\s+Z/m.test(fs.readFileSync(`/proc/${pid}/status`, 'utf8')));
+      const pid = Number(/^attached (\d+)$/.exec(line)?.[1]);
+      assert.ok(pid > 0, line);
+      assert.match(fs.readFileSync(`/proc/${pid}/status`, 'utf8'), new RegExp(`^Uid:\\s+${uid}\\s`, 'm'));
+      const r = await own.probe([
+        { id: 'public', kind: 'tcp', host: world.public, port: 7001 },
+        { id: 'metadata', kind: 'tcp', host: world.blocked.metadata, port: 7001 },
+        { id: 'gateway', kind: 'tcp', host: EGRESS_NET.gateway, port: hostSrv.loopbackPort },
+      ]);
+      assert.equal(r.public!.banner, `world ${world.public}:7001`);
+      assert.equal(r.metadata!.code, 'EHOSTUNREACH');
+      assert.equal(r.gateway!.code, 'EHOSTUNREACH');
+      child.stdin!.end();
+      const end = await done;
+      assert.match(end.stdout, /closed/, end.stderr);
+      assert.ok(!fs.existsSync(`/proc/${pid}`) || /^State:\s+Z/m.test(fs.readFileSync(`/proc/${pid}/status`, 'utf8')));
+    } finally {
+      fs.rmdirSync(app);
+    }
   });
 
   test('slirp4netns ends with the daemon: its --exit-fd is a socket only the daemon holds', async () => {

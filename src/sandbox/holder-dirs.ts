@@ -131,19 +131,25 @@ const MOVE_MAX_ENTRIES = 2000;
  * written meanwhile can be lost. 'refused', with everything moved back, when any step fails;
  * 'stuck' when moving back failed too (the spare then holds some of the conversation's files).
  */
-export function adoptWithContents(spare: HolderDirs, workspace: string, state: string): 'adopted' | 'refused' | 'stuck' {
+export function adoptWithContents(
+  spare: HolderDirs,
+  workspace: string,
+  state: string,
+  /** Names in /tmp that are mount points bwrap made (a SANDBOX_RO_BINDS directory under /tmp): in both, neither moved. */
+  tmpMounts: ReadonlySet<string> = new Set(),
+): 'adopted' | 'refused' | 'stuck' {
   const dir = path.dirname(spare.state);
   const undo: (() => void)[] = [];
   // modes are copied last: a directory that is moved needs write permission on itself
   const modes: [string, number][] = [];
-  /** The entries of `from` renamed into `to` (empty); `from`'s mode is `to`'s once it is at `from`'s path. */
-  const moveInto = (from: string, to: string) => {
+  /** The entries of `from` renamed into `to` (empty but for `skip`); `from`'s mode is `to`'s once it is at `from`'s path. */
+  const moveInto = (from: string, to: string, skip: ReadonlySet<string> = new Set()) => {
     const a = fs.lstatSync(from);
     const b = fs.lstatSync(to);
     if (!a.isDirectory() || a.dev !== b.dev) throw new Error('not a directory on the same filesystem');
     // names as bytes: an agent's name need not be UTF-8
-    const names = fs.readdirSync(from, { encoding: 'buffer' });
-    if (names.length > MOVE_MAX_ENTRIES || fs.readdirSync(to).length > 0) throw new Error('too many entries');
+    const names = fs.readdirSync(from, { encoding: 'buffer' }).filter((n) => !skip.has(n.toString('latin1')));
+    if (names.length > MOVE_MAX_ENTRIES || fs.readdirSync(to).some((n) => !skip.has(n))) throw new Error('too many entries');
     const at = (dir: string, name: Buffer) => Buffer.concat([Buffer.from(`${dir}/`), name]);
     for (const name of names) {
       fs.renameSync(at(from, name), at(to, name));
@@ -156,7 +162,10 @@ export function adoptWithContents(spare: HolderDirs, workspace: string, state: s
     const stateThere = fs.existsSync(state);
     // (nothing but the state directories is ever made there: anything else stays where it is)
     if (stateThere && fs.readdirSync(state).some((n) => !STATE_DIRS.includes(n))) throw new Error('unknown entries');
-    if (stateThere) for (const d of STATE_DIRS) if (fs.existsSync(path.join(state, d))) moveInto(path.join(state, d), path.join(spare.state, d));
+    if (stateThere) {
+      for (const d of STATE_DIRS)
+        if (fs.existsSync(path.join(state, d))) moveInto(path.join(state, d), path.join(spare.state, d), d === 'tmp' ? tmpMounts : undefined);
+    }
     fs.renameSync(spare.dirs.workspace, workspace);
     undo.push(() => {
       fs.renameSync(workspace, spare.dirs.workspace);

@@ -186,7 +186,22 @@ export class Holder {
     const step = <T>(p: Promise<T>) => Promise.race([p, failure]);
     try {
       await step(prepare());
-      if (this.s.ids) this.ns = await step(userNamespace(this.s));
+      if (this.s.ids) {
+        const made = userNamespace(this.s);
+        try {
+          this.ns = await step(made);
+        } catch (e) {
+          // stopped meanwhile: what it makes later is closed
+          void made.then(
+            (ns) => {
+              closeFd(ns.user);
+              if (ns.net !== null) closeFd(ns.net);
+            },
+            () => {},
+          );
+          throw e;
+        }
+      }
       if (why !== null) throw new Error(why);
       this.spawn();
       await step(this.up());
@@ -195,7 +210,16 @@ export class Holder {
       this.releaseNamespaces();
       // egress (the filter in, the tool up) before any process of the conversation can run
       if (this.s.egress && this.fds.net !== null) {
-        this.egress = await step(attachNetwork(this.s, this.fds));
+        const attached = attachNetwork(this.s, this.fds);
+        try {
+          this.egress = await step(attached);
+        } catch (e) {
+          void attached.then(
+            (h) => h.close(),
+            () => {},
+          );
+          throw e;
+        }
         // the tool's memory and CPU are the conversation's (what it costs follows the agent's traffic)
         if (this.cgroup && this.egress.pid) this.cgroup.add(this.egress.pid);
       }

@@ -49,6 +49,11 @@ export class Holders {
   private refillTimer: NodeJS.Timeout | null = null;
   /** The conversations' holders that have not exited yet, by workspace (see mayMoveInto). */
   private readonly running = new Map<string, Holder>();
+  /**
+   * Names bwrap makes in every sandbox's /tmp (the host directory bound there) on the way to a
+   * SANDBOX_RO_BINDS directory under /tmp or /var/tmp: not the conversation's, and in every spare's.
+   */
+  private readonly tmpMounts: Set<string>;
 
   constructor(
     private readonly s: HolderSetup,
@@ -56,6 +61,7 @@ export class Holders {
     private readonly disks: Disks | null,
   ) {
     removeStaleSpares(path.join(s.workspaceRoot, '.sandbox'));
+    this.tmpMounts = new Set(s.settings.roBinds.map((d) => /^\/(?:var\/)?tmp\/([^/]+)/.exec(path.resolve(d))?.[1]).filter((n): n is string => n !== undefined));
   }
 
   /** Starts the spare holder if there is none; resolves once it is ready (benchmarks wait for it). */
@@ -144,7 +150,7 @@ export class Holders {
    * under a name no clean-up removes (`.kept.spare-…`).
    */
   private adoptWithContents(spare: Holder, workspace: string, state: string): boolean {
-    const r = adoptWithContents(spare, workspace, state);
+    const r = adoptWithContents(spare, workspace, state, this.tmpMounts);
     if (r !== 'stuck') return r === 'adopted';
     const dir = path.dirname(spare.state);
     this.spare = null;

@@ -72,5 +72,5 @@ export function lastError(stderr: string): string {
     .split('\n')
     .map((l) => l.trim())
     .filter(Boolean);
-  return [...lines].reverse().find((l) => /^(bwrap|Error|[A-Za-z]*Error):|rror:/.test(l)) ?? lines.at(-1) ?? '';
+  return [...lines].reverse().find((l) => /^(bwrap|Error|[A-Za-z]*Error)( \[[A-Z_]+\])?:|rror:/.test(l)) ?? lines.at(-1) ?? '';
 }
