@@ -3,7 +3,8 @@
  * sparse file, 0600, the daemon's), loop-mounted on the host at `<state>/disk` while its sandbox
  * lives. It holds the conversation's workspace, /tmp and HOME (`disk/{workspace,tmp,home}`, the
  * sandbox uid's), which the holder binds into the sandbox; the workspace's host path
- * (`WORKSPACE_ROOT/<id>`) is a link to `disk/workspace`. A write past the image's size fails with
+ * (`WORKSPACE_ROOT/<id>`) is a link to `disk/workspace` (while the image is not mounted, an empty
+ * directory under its mount point: the path is always a directory, its files are in the image). A write past the image's size fails with
  * ENOSPC inside the sandbox, whatever holds the blocks — files unlinked while open included, which
  * a walk of names cannot see. On the host the image takes what its files take (`discard`: freed
  * blocks are given back to the data disk at once), so disk relief counts its allocated blocks.
@@ -22,6 +23,7 @@
 import { childProcess } from '../builtins.js';
 import fs from 'node:fs';
 import path from 'node:path';
+import { helper } from './processes.js';
 import { findProgram } from './programs.js';
 
 /** The programs images are made, checked and mounted with (e2fsprogs, util-linux). */
@@ -53,10 +55,12 @@ export function findDiskTools(): DiskTools | string {
 /** Runs a program to its end: its exit code (-1: it could not run or was killed) and its last line of stderr. */
 function exec(argv: string[], timeoutMs = 60_000): Promise<{ code: number; why: string }> {
   return new Promise((resolve) => {
-    childProcess().execFile(argv[0]!, argv.slice(1), { env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' }, timeout: timeoutMs }, (err, _out, stderr) => {
-      const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
-      resolve({ code, why: `${path.basename(argv[0]!)}: ${String(stderr).trim().split('\n').pop() || err?.message || 'failed'}` });
-    });
+    helper(
+      childProcess().execFile(argv[0]!, argv.slice(1), { env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' }, timeout: timeoutMs }, (err, _out, stderr) => {
+        const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
+        resolve({ code, why: `${path.basename(argv[0]!)}: ${String(stderr).trim().split('\n').pop() || err?.message || 'failed'}` });
+      }),
+    );
   });
 }
 
@@ -137,6 +141,9 @@ export async function mountImage(tools: DiskTools, state: string, owner: { uid: 
       const r = await exec([tools.e2fsck, '-p', imageFile(state)]);
       if (r.code !== 0 && r.code !== 1) throw new Error(r.why);
     }
+    // under the mount point, hidden while the image is mounted: an empty directory the workspace's
+    // link leads to while it is not (the conversation has a workspace, its files are in the image)
+    fs.mkdirSync(path.join(mnt, 'workspace'), { recursive: true, mode: 0o700 });
     await run([tools.mount, '-o', 'loop,nodev,nosuid,discard', imageFile(state), mnt]);
   }
   for (const d of IMAGE_DIRS) {

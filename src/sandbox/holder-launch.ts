@@ -38,7 +38,7 @@ import { baseChildEnv, SANDBOX_PATH } from './child-env.js';
 import { FileChannel } from './files.js';
 import { wrapCommand, type JoinTools } from './join.js';
 import { attachEgress, needsRouteLocalnet, type EgressHandle, type EgressTools } from './network.js';
-import { closeFd, killTree, lastError, signalPid } from './processes.js';
+import { closeFd, helper, killTree, lastError, signalPid } from './processes.js';
 import { VISIBLE_WORKSPACE, type MappedDir, type SandboxIds, type SandboxSettings } from './settings.js';
 import { FILE_HELPER_INSIDE, HELPER_NODE_FLAGS, viewArgs, type ViewDirs } from './view.js';
 
@@ -142,10 +142,15 @@ export class Holder {
     return this.dirs.workspace;
   }
 
+  /** Host pids of its processes when it was killed (the pool waits for them to have ended). */
+  readonly killed = new Set<number>();
+
   /** SIGKILL to everything of it (a start in progress stops where it is); `exited()` says when it is gone. */
   kill(): void {
     this.fail('the sandbox was closed');
+    for (const p of this.pids()) this.killed.add(p);
     if (this.proc) {
+      if (this.proc.pid) this.killed.add(this.proc.pid);
       if (this.init) signalPid(this.init);
       killTree(this.proc);
     }
@@ -452,13 +457,15 @@ const USERNS_MS = 10_000;
 function userNamespace(s: HolderSetup): Promise<{ user: number; net: number | null }> {
   const { agent, service } = s.ids!;
   const net = s.settings.network !== 'host';
-  const p = childProcess().spawn(s.join.unshare, ['--user', ...(net ? ['--net'] : []), '--', '/bin/sh', '-c', 'echo; exec cat'], {
-    uid: agent.uid,
-    gid: agent.gid,
-    env: { PATH: baseChildEnv().PATH! },
-    stdio: ['pipe', 'pipe', 'pipe'],
-    detached: true,
-  });
+  const p = helper(
+    childProcess().spawn(s.join.unshare, ['--user', ...(net ? ['--net'] : []), '--', '/bin/sh', '-c', 'echo; exec cat'], {
+      uid: agent.uid,
+      gid: agent.gid,
+      env: { PATH: baseChildEnv().PATH! },
+      stdio: ['pipe', 'pipe', 'pipe'],
+      detached: true,
+    }),
+  );
   return new Promise((resolve, reject) => {
     let stderr = '';
     const opened: number[] = [];
@@ -535,7 +542,9 @@ function seal(s: HolderSetup, init: number, ns: { user: string; net: string | nu
         `${limit}${localnet} && ${mounts}`,
       ]);
   return new Promise<void>((resolve, reject) => {
-    const p = childProcess().spawn('/bin/sh', ['-c', script], { env: { PATH: baseChildEnv().PATH! }, stdio: ['ignore', 'ignore', 'pipe'] });
+    const p = helper(
+      childProcess().spawn('/bin/sh', ['-c', script], { env: { PATH: baseChildEnv().PATH! }, stdio: ['ignore', 'ignore', 'pipe'], detached: true }),
+    );
     let err = '';
     p.stderr!.on('data', (d: Buffer) => (err = (err + d.toString('utf8')).slice(-1000)));
     p.once('error', (e) => reject(e));

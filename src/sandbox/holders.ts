@@ -10,6 +10,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Disks } from './disk-image.js';
+import { allEnded } from './processes.js';
 import { Holder, type HolderSetup } from './holder-launch.js';
 import { adoptDirs, adoptImageDirs, adoptWithContents, imageDirs, makeStateDirs, ownWorkspace, removeStaleSpares } from './holder-dirs.js';
 import { VISIBLE_WORKSPACE } from './settings.js';
@@ -205,6 +206,7 @@ export class Holders {
     h.image = disk !== null;
     h.released = h.gone.then(async () => {
       if (cgroup) await this.removeCgroup(h);
+      else await allEnded(h.killed, 5000);
       if (key) await disks!.release(key, h.state);
     });
     return h;
@@ -241,11 +243,15 @@ export class Holders {
    */
   private async removeCgroup(h: Holder): Promise<void> {
     const cg = h.cgroup!;
+    const seen = h.killed;
     for (let i = 0; i < 60; i++) {
+      for (const p of cg.pids()) seen.add(p);
       if (i >= 20 && cg.pids().length > 0) cg.killAll();
-      if (cg.remove()) return;
+      if (cg.remove()) break;
       await new Promise((r) => setTimeout(r, 50));
     }
+    // a process leaves its cgroup before it has finished exiting: gone only once it has
+    await allEnded(seen, 5000);
   }
 
   /** Removes what is left of this daemon's spares' directories (a stop, once their disks are unmounted). */

@@ -33,6 +33,7 @@ import type { Holders } from './holders.js';
 import { EGRESS_NET, formatAllowedNet } from './network.js';
 import { PathView } from './path-view.js';
 import { PlainFileServices } from './plain-files.js';
+import { endHelpers } from './processes.js';
 import { probeTools, type ProbedTools } from './probe.js';
 import {
   DEFAULT_SANDBOX_SETTINGS,
@@ -584,6 +585,8 @@ export class Sandbox implements ShellSandbox, SandboxHost {
     const spare = this.holders?.close();
     await Promise.all([...new Set([...this.live.keys(), ...this.plain.ids()])].map((id) => this.closeConversation(id)));
     await spare;
+    // what a holder's start in progress was running (mkfs, mount, unshare…): ended, then its disk unmounted
+    await endHelpers(5000);
     await this.disks?.unmountStale();
     this.holders?.removeSpareDirs();
     this.cgroups?.close();

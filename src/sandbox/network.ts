@@ -69,6 +69,7 @@ import os from 'node:os';
 import type { Readable, Writable } from 'node:stream';
 import { childProcess } from '../builtins.js';
 import { signalGroup, trackGroup, untrackGroup } from '../process-group.js';
+import { helper } from './processes.js';
 import { findProgram } from './programs.js';
 import type { AllowedNet } from '../sandbox-settings.js';
 
@@ -383,9 +384,11 @@ export async function attachEgress(opts: AttachEgressOptions): Promise<EgressHan
     // the filter goes in while the tool starts (it names no interface but lo): no agent process
     // runs before both are done, and the two process starts, the bulk of the cost, overlap
     const filter = installFilter(tools, as, userFd, netFd, egressRuleset(opts.allow, hostAddresses()), deadline);
-    const tool = new Tool(
+    // (a helper until it is ready: a stop while it attaches ends it; then its handle's close does)
+    const proc = helper(
       childProcess().spawn(tools.nsenter, argv, { stdio: ['ignore', 'ignore', 'pipe', userFd, netFd, 'pipe', 'pipe'], env: {}, detached: true, ...as }),
     );
+    const tool = new Tool(proc);
     const [up, filtered] = await Promise.allSettled([tool.ready(deadline), filter]);
     if (up.status === 'rejected' || filtered.status === 'rejected') {
       await tool.close();
@@ -497,7 +500,7 @@ function installFilter(
   deadline: number,
 ): Promise<void> {
   const argv = ['--preserve-credentials', '--user=/proc/self/fd/3', '--net=/proc/self/fd/4', '--', tools.nft, '-f', '-'];
-  const proc = childProcess().spawn(tools.nsenter, argv, { stdio: ['pipe', 'ignore', 'pipe', userFd, netFd], env: {}, detached: true, ...as });
+  const proc = helper(childProcess().spawn(tools.nsenter, argv, { stdio: ['pipe', 'ignore', 'pipe', userFd, netFd], env: {}, detached: true, ...as }));
   return new Promise<void>((resolve, reject) => {
     let stderr = '';
     let late = false;

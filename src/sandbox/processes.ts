@@ -74,3 +74,47 @@ export function lastError(stderr: string): string {
     .filter(Boolean);
   return [...lines].reverse().find((l) => /^(bwrap|Error|[A-Za-z]*Error)( \[[A-Z_]+\])?:|rror:/.test(l)) ?? lines.at(-1) ?? '';
 }
+
+/**
+ * The short-lived programs the sandboxes are set up with (mkfs, mount, e2fsck, unshare, nsenter,
+ * nft…), while they run: a stop ends those a start in progress left running, and waits for them,
+ * so the daemon exits only once every process it started is gone.
+ */
+const helpers = new Set<ChildProcess>();
+
+export function helper<T extends ChildProcess>(p: T): T {
+  if (p.exitCode !== null || p.signalCode !== null) return p;
+  helpers.add(p);
+  const done = () => helpers.delete(p);
+  p.once('exit', done);
+  p.once('error', done);
+  return p;
+}
+
+/** Kills every helper still running and waits (at most `ms`) until they are gone. */
+export async function endHelpers(ms: number): Promise<void> {
+  const running = [...helpers];
+  for (const p of running) killTree(p);
+  await Promise.all(running.map((p) => exited(p, ms)));
+}
+
+/** Whether `pid` is gone or a zombie (it has exited; its parent has not reaped it yet). */
+function ended(pid: number): boolean {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const state = stat.slice(stat.lastIndexOf(')') + 2)[0];
+    return state === 'Z' || state === 'X';
+  } catch {
+    return true;
+  }
+}
+
+/**
+ * Resolves once every pid has ended (at most `ms`): a killed process leaves its cgroup before it has
+ * finished exiting, and a stop is clean only once it has.
+ */
+export async function allEnded(pids: Iterable<number>, ms: number): Promise<void> {
+  let left = [...pids];
+  const until = Date.now() + ms;
+  while ((left = left.filter((p) => !ended(p))).length > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 10));
+}

@@ -133,7 +133,7 @@ export async function swappingConversation(): Promise<SwappingConversation> {
  * process, the probe sees it). Prints one JSON object: pid (or "own") → attempt → "reached" or the
  * errno's name. With `--hard` it also sends SIGSTOP and SIGKILL (`stopped`, `killed`).
  */
-export const REACH_PROBE = String.raw`
+export const REACH_PROBE = `
 import ctypes, errno, json, os, signal, subprocess, sys
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
