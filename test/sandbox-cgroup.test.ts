@@ -87,14 +87,21 @@ describe('every process of a sandbox is in its cgroup', { skip: !ROOT_RUN && 'ne
     try {
       assert.match(await run(a, `(sleep ${marker}3 > /dev/null 2>&1 &); (setsid sleep ${marker}4 > /dev/null 2>&1 &); echo started`), /started/);
       assert.match(await run(b, `(sleep ${marker}5 > /dev/null 2>&1 &); echo started`), /started/);
-      // the stand-in's children of A's sandbox, and its forks up to the limit
-      await waitFor(() => hostProcesses(`sleep ${marker}1`).length >= 1 && hostProcesses(`sleep ${marker}3`).length === 1, 'the forks run', 30_000);
-      const nsA = nsOf(hostProcesses(`sleep ${marker}3`)[0]!)!;
-      const nsB = nsOf(hostProcesses(`sleep ${marker}5`)[0]!)!;
+      const jobA = (await waitFor(() => hostProcesses(`sleep ${marker}3`)[0], "A's job runs", 30_000))!;
+      const jobB = (await waitFor(() => hostProcesses(`sleep ${marker}5`)[0], "B's job runs", 30_000))!;
+      const nsA = nsOf(jobA)!;
+      const nsB = nsOf(jobB)!;
       const ours = (ns: string) => pidsInNs(ns);
-      const cgA = pidsCgroup(ours(nsA).find((p) => /file-helper|stand-in/.test(cmd(p)))!)!;
-      const cgB = pidsCgroup(ours(nsB).find((p) => /file-helper|stand-in/.test(cmd(p)))!)!;
+      // the conversation's cgroup is the one its joined processes are in; its init and file service are in it too
+      const cgA = pidsCgroup(jobA)!;
+      const cgB = pidsCgroup(jobB)!;
       assert.ok(cgA && cgB && cgA !== cgB, `one cgroup per conversation: ${cgA} ${cgB}`);
+      const initA = ours(nsA).find((p) => /^NSpid:\s+\d+\s+1$/m.test(fs.readFileSync(`/proc/${p}/status`, 'utf8')))!;
+      const serviceA = ours(nsA).find((p) => /^NSpid:\s+\d+\s+2$/m.test(fs.readFileSync(`/proc/${p}/status`, 'utf8')))!;
+      assert.equal(pidsCgroup(initA), cgA, "bwrap's init is in the conversation's cgroup");
+      assert.equal(pidsCgroup(serviceA), cgA, "the file service is in the conversation's cgroup");
+      // the stand-in's children of A's sandbox, and its forks up to the limit
+      await waitFor(() => hostProcesses(`sleep ${marker}1`).length >= 1, 'the forks run', 30_000);
       assert.notEqual(cgA, pidsCgroup(process.pid), "not the daemon's");
       assert.equal(Number(fs.readFileSync(path.join(pidsDir(cgA), 'pids.max'), 'utf8')), PIDS);
       for (const [ns, cg] of [
