@@ -90,6 +90,8 @@ describe('disk bounds count what a sandbox holds', { skip: !ROOT_RUN && 'needs r
   });
   /** A data directory on a tmpfs of `mb` MiB of this test's own. */
   const smallDisk = (mb: number) => {
+    // (a turn cut short by a stop leaves its final answer in the shared script: each test starts from an empty one)
+    llm.clear();
     const mnt = tempDir('parley-disk-');
     execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${mb}m,mode=0700`, 'tmpfs', mnt]);
     mounts.push(mnt);
@@ -200,7 +202,8 @@ describe('disk bounds count what a sandbox holds', { skip: !ROOT_RUN && 'needs r
         90_000,
       );
       assert.ok(ev);
-      assert.ok(!(await allEvents(d.req, innocent)).some((e) => e.kind === 'ConversationErrorEvent'), 'the innocent conversation was not stopped');
+      const errors = (await allEvents(d.req, innocent)).filter((e) => e.kind === 'ConversationErrorEvent');
+      assert.deepEqual(errors, [], 'the innocent conversation was not stopped');
       // the daemon's own appends went on (its reserve), and the space came back once the culprit's processes were gone
       assert.equal((await d.req('POST', `/api/conversations/${innocent}/events`, { content: [{ text: 'still here' }] })).status, 200);
       await waitFor(() => fs.statfsSync(mnt).bavail * fs.statfsSync(mnt).bsize > 40 * MiB, 'the space given back', 60_000);
