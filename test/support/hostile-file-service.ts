@@ -44,6 +44,10 @@ export const ATTACKS: Record<string, { fault: boolean }> = {
 
 const STAND_IN = String.raw`
 import { spawn } from 'node:child_process';
+// a root daemon's file service starts as its own uid and takes the conversation's as its effective one
+// (--as): first, so the real service's code is reached where only that uid can go (a checkout under /tmp)
+const as = process.argv.indexOf('--as');
+if (as > 0) { const [u, g] = process.argv[as + 1].split(':').map(Number); process.setegid(g); process.seteuid(u); }
 const REAL = __REAL__;
 const real = spawn(process.execPath, ['--max-old-space-size=64', REAL, ...process.argv.slice(2)], { stdio: ['pipe', 'pipe', 'inherit'] });
 real.on('exit', () => process.exit(0));
