@@ -136,7 +136,9 @@ export async function mountImage(tools: DiskTools, state: string, owner: { uid: 
   const mnt = imageMount(state);
   fs.mkdirSync(mnt, { recursive: true, mode: 0o700 });
   if (!isMounted(mnt)) {
-    if (check && tools.e2fsck) {
+    // an image still attached to a loop device is in use (a lazy unmount whose last user has not
+    // ended): never checked then, and mount takes that device again (util-linux), not a second one
+    if (check && tools.e2fsck && !attached(imageFile(state))) {
       // 0: clean, 1: errors corrected; anything else: it is not mounted
       const r = await exec([tools.e2fsck, '-p', imageFile(state)]);
       if (r.code !== 0 && r.code !== 1) throw new Error(r.why);
@@ -152,6 +154,35 @@ export async function mountImage(tools: DiskTools, state: string, owner: { uid: 
     fs.mkdirSync(p, { mode: 0o700 });
     if (owner) fs.lchownSync(p, owner.uid, owner.gid);
   }
+}
+
+/** Whether a loop device is backed by `file` (same inode), from /sys/block/loop<n>/loop/backing_file. */
+function attached(file: string): boolean {
+  let target: fs.Stats;
+  try {
+    target = fs.statSync(file);
+  } catch {
+    return false;
+  }
+  let devices: string[] = [];
+  try {
+    devices = fs.readdirSync('/sys/block').filter((d) => d.startsWith('loop'));
+  } catch {
+    return false;
+  }
+  for (const d of devices) {
+    try {
+      const backing = fs
+        .readFileSync(`/sys/block/${d}/loop/backing_file`, 'utf8')
+        .trim()
+        .replace(/ \(deleted\)$/, '');
+      const st = fs.statSync(backing);
+      if (st.ino === target.ino && st.dev === target.dev) return true;
+    } catch {
+      /* not attached, or its file is gone */
+    }
+  }
+  return false;
 }
 
 /**

@@ -218,7 +218,7 @@ export class Sandbox implements ShellSandbox, SandboxHost {
       this.diskQuota = new DiskQuota(
         diskBytes,
         () => this.measuredTargets(),
-        (id, used) => this.overQuota(id, used),
+        (id, used) => void this.overQuota(id, used),
       );
       this.diskQuota.start();
     }
@@ -521,9 +521,9 @@ export class Sandbox implements ShellSandbox, SandboxHost {
   }
 
   /** A conversation over SANDBOX_DISK_MB (or the largest on a full disk): its listeners are told why, then every process of it is stopped. */
-  private overQuota(conversationId: string, usedBytes: number, why: DiskStop = 'quota'): void {
+  private overQuota(conversationId: string, usedBytes: number, why: DiskStop = 'quota'): Promise<void> {
     for (const fn of this.quotaListeners) fn(conversationId, usedBytes, why);
-    void this.closeConversation(conversationId);
+    return this.closeConversation(conversationId);
   }
 
   /** What a live sandbox holds of the data disk, measured (walk inside, unlinked files from the host). */
@@ -567,7 +567,8 @@ export class Sandbox implements ShellSandbox, SandboxHost {
         const bytes = h.image ? imageBytes(h.state) : await this.measure(c, 5000).catch(() => 0);
         if (!top || bytes > top.bytes) top = { id: c.id, bytes };
       }
-      if (top && top.bytes > 0) this.overQuota(top.id, top.bytes, 'disk-full');
+      // (waited for: until what it held is freed, the disk stays full, and the next look would stop another)
+      if (top && top.bytes > 0) await this.overQuota(top.id, top.bytes, 'disk-full');
     } finally {
       this.relieving = false;
     }
