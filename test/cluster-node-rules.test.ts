@@ -229,9 +229,10 @@ describe('ClusterNode (two nodes in this process)', { timeout: 180_000 }, () => 
 
   test('takeover: a conversation left running by a dead node is recovered once its lease expires (NodeLost, error) and its lease released', async () => {
     const rec = record('running');
-    await store.createConversation(rec);
+    // the dead node's lease first: a running conversation with no lease is one any node may take over at once
     const dead = new Leases(store.pool, 'node-dead', 400);
     assert.equal(await dead.acquire(rec.id), true);
+    await store.createConversation(rec);
     await waitFor(async () => (await store.getConversation(rec.id))?.execution_status === 'error', 'the takeover', 20_000);
     const evs = await a.events.after(rec.id, 0);
     assert.deepEqual(
