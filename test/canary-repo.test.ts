@@ -97,7 +97,9 @@ test('canary token in a cloned repository: shell has it masked, push works, it a
       ['git request URLs', git.requests.map((r) => r.url).join('\n')],
     ];
     const files = walkFiles(d.dataDir);
-    const workspaceFiles = files.filter((f) => f.includes(`${path.sep}workspaces${path.sep}`) || f.includes(`disk.img.contents${path.sep}workspace${path.sep}`));
+    const workspaceFiles = files.filter(
+      (f) => f.includes(`${path.sep}workspaces${path.sep}`) || f.includes(`disk.img.contents${path.sep}workspace${path.sep}`),
+    );
     assert.ok(
       workspaceFiles.some((f) => f.endsWith(`${path.sep}.git${path.sep}config`)),
       'the walk covers .git',
