@@ -16,7 +16,7 @@ const ROOTS = ['src', 'bridge'];
 const CONVERSATION_KEY = /^(id|cid|conversationId|conversation_id|[\w.]*\.conversationId|[\w.]*\.conversation_id|rec(ord)?\.id|conv\.record\.id|r\.id)$/;
 /** Collections whose `id` keys are not conversations' (file:name), with why. */
 const NOT_CONVERSATIONS: Record<string, string> = {
-  'src/llm/chat-completions.ts:usedIds': 'the tool-call ids of one response',
+  'src/llm/chat-stream.ts:usedIds': 'the tool-call ids of one response',
   'src/store/postgres.ts:byId': 'event ids',
   'bridge/sessions.ts:sessions': 'browser session ids',
   // built and dropped within one call: not state kept about a conversation
