@@ -13,6 +13,8 @@
  *     (or, for the upgrade, `session_api_key` in the query), else a conversation's own key there
  *     (src/conversation/conversation-keys.ts), else a signed-in browser's session cookie where the
  *     route takes cookies. A keyless daemon trusts every (loopback) caller;
+ *     A workspace session's cookie counts only on the GET routes of a workspace's files served to be
+ *     shown (`DoorRules.workspaceSession`), which pages embed without a header;
  *  3b. a conversation's key (403) opens only the routes of its conversation: those naming it
  *     (`DoorRules.conversationId`) and the runtime routes that name none and act on the key's
  *     conversation (`DoorRules.byConversationKey`); not another conversation, not settings, not a
@@ -50,6 +52,11 @@ export type Principal =
   | { kind: 'daemon-key' }
   /** A browser signed in through `/?token=`, by its session cookie (the id, never logged). */
   | { kind: 'browser'; sessionId: string }
+  /**
+   * A browser's workspace session (its cookie, made with a key): GET of a workspace's files served
+   * to be shown, of its conversation only when a conversation's key made it.
+   */
+  | { kind: 'workspace'; sessionId: string; conversationId: string | null }
   /** A conversation's own key (`session_api_key` in its answers): that conversation's routes only. */
   | { kind: 'conversation'; conversationId: string }
   /** No credentials: a public route, or an upgrade whose key comes in its first frame. */
@@ -77,6 +84,8 @@ export interface DoorRules {
   conversationId?: string | null;
   /** A runtime route that names no conversation: with a conversation's key it acts on that conversation. */
   byConversationKey?: boolean;
+  /** A workspace's files served to be shown (GET): a browser's workspace session cookie counts here. */
+  workspaceSession?: boolean;
 }
 
 /** Files served to browsers (the console's, a web app's): public; a GET changes nothing, so only the Host rule applies. */
@@ -91,6 +100,8 @@ interface DoorOptions extends GuardOptions {
   keys: string[];
   maxBodyBytes: number;
   sessions: BrowserSessions;
+  /** Workspace sessions (`POST /api/auth/workspace-session`), for the routes that take them. */
+  workspaceSessions?: BrowserSessions;
   conversationKeys?: ConversationKeyCheck;
 }
 
@@ -174,6 +185,7 @@ export class Door {
     if (!who.ok) return who;
     const p = who.principal;
     if (p.kind === 'conversation' && !mayUse(p.conversationId, rules)) return OTHER_CONVERSATION;
+    if (p.kind === 'workspace' && p.conversationId !== null && !mayUse(p.conversationId, rules)) return OTHER_CONVERSATION;
     if (p.kind === 'browser' && (origin ? !isSameOrigin(host, origin) : rules.stateChanging)) return FOREIGN_COOKIE;
     if (rules.body) {
       const type = req.getHeader('content-type');
@@ -201,6 +213,14 @@ export class Door {
       const sessionId = this.opts.sessions.fromCookieHeader(req.getHeader('cookie'));
       // a session cookie that is not (or no longer) valid is a wrong credential, not a missing one
       if (sessionId !== null) return this.opts.sessions.touch(sessionId) ? { ok: true, principal: { kind: 'browser', sessionId } } : UNAUTHORIZED;
+    }
+    const workspace = rules.workspaceSession ? this.opts.workspaceSessions : undefined;
+    if (workspace) {
+      const sessionId = workspace.fromCookieHeader(req.getHeader('cookie'));
+      if (sessionId !== null) {
+        if (!workspace.touch(sessionId)) return UNAUTHORIZED;
+        return { ok: true, principal: { kind: 'workspace', sessionId, conversationId: workspace.scopeOf(sessionId) } };
+      }
     }
     return rules.auth === 'deferred' ? ANONYMOUS : UNAUTHORIZED;
   }

@@ -29,20 +29,13 @@ import { RouteMetric } from './metrics.js';
 import type { BrowserSessions } from './sessions.js';
 import { isSignIn, signIn } from './sign-in.js';
 import type { HttpRequest, HttpResponse, TemplatedApp } from './uws.js';
+import { contentTypeOf } from './content-types.js';
 
 /** Where the build puts the console: next to the bundled daemon, or `dist/console` when run from source. */
 function defaultDir(): string {
   const here = import.meta.url;
   return fileURLToPath(here.endsWith('.ts') ? new URL('../dist/console/', here) : new URL('./console/', here));
 }
-
-const TYPES: Record<string, string> = {
-  '.html': 'text/html; charset=utf-8',
-  '.js': 'text/javascript; charset=utf-8',
-  '.css': 'text/css; charset=utf-8',
-  '.svg': 'image/svg+xml',
-  '.png': 'image/png',
-};
 
 const PAGE_HEADERS = {
   'content-security-policy':
@@ -71,7 +64,7 @@ export function mountConsole(app: TemplatedApp, door: Door, sessions: BrowserSes
     const known = files.get(name);
     if (known) return known;
     let file: ConsoleFile | null = null;
-    const type = TYPES[path.extname(name)];
+    const type = contentTypeOf(name);
     // names come from the URL: one path segment of the build directory, nothing else
     if (type && /^[A-Za-z0-9_.-]+$/.test(name) && !name.startsWith('.')) {
       try {

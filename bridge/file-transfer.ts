@@ -12,20 +12,40 @@
  *   closed in its sandbox).
  */
 import type { FileStream } from '../src/conversation/file-transfer.js';
+import { contentTypeOf } from './content-types.js';
 import { STATUS_TEXT, type ResState } from './http.js';
 import type { HttpResponse } from './uws.js';
+
+/**
+ * A workspace's file shown where it is (a page the agent made, what it embeds): the agent wrote it,
+ * so it must not act as the daemon's own origin. `sandbox` without `allow-same-origin` gives the
+ * page an opaque origin of its own: its scripts run, but it reads no cookie or storage of the
+ * daemon's, and its requests to the daemon carry `Origin: null` (refused for any change) and no
+ * session cookie. The type is the name's, never sniffed, and the page is never cached.
+ */
+const INLINE_HEADERS = {
+  'content-security-policy': 'sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads',
+  'x-content-type-options': 'nosniff',
+  'cache-control': 'no-store',
+  'referrer-policy': 'no-referrer',
+};
 
 /** Writes the file as its client takes it; the file is closed whatever happens. */
 export async function sendFile(res: HttpResponse, state: ResState, file: FileStream): Promise<void> {
   try {
     if (state.aborted) return;
     const total = file.size;
-    res.cork(() =>
-      res
-        .writeStatus(STATUS_TEXT[200]!)
-        .writeHeader('content-type', 'application/octet-stream')
-        .writeHeader('content-disposition', `attachment; filename="${file.name.replace(/[^\w.-]/g, '_')}"`),
-    );
+    res.cork(() => {
+      res.writeStatus(STATUS_TEXT[200]!);
+      if (!file.inline) {
+        res
+          .writeHeader('content-type', 'application/octet-stream')
+          .writeHeader('content-disposition', `attachment; filename="${file.name.replace(/[^\w.-]/g, '_')}"`);
+        return;
+      }
+      res.writeHeader('content-type', contentTypeOf(file.name) ?? 'application/octet-stream');
+      for (const h in INLINE_HEADERS) res.writeHeader(h, INLINE_HEADERS[h as keyof typeof INLINE_HEADERS]);
+    });
     let sent = 0;
     if (total === 0) res.cork(() => res.end());
     // the next chunk is asked for while this one goes out: at most two chunks of the file in the daemon

@@ -62,6 +62,7 @@ export function mountRest(app: TemplatedApp, { core, log, door, routes, inFlight
       // from the path, or the query of the agent-server routes that name it there
       conversationId: (params as Record<string, string>).conversation_id ?? (req.getQuery('conversation_id') || null),
       byConversationKey: route?.byConversationKey,
+      workspaceSession: route?.workspaceSession,
     });
     if (!admission.ok) return sendJson(res, state, admission.status, { detail: admission.detail });
     // a runtime route that names no conversation acts on the one the caller's conversation key opens (read before any await)

@@ -26,6 +26,10 @@ export interface Route extends RouteTarget {
   pick: (r: RouteRequest) => RouteTarget;
   /** A conversation's own key reaches it, and it acts on that conversation (RestRoute.byConversationKey). */
   byConversationKey?: true;
+  /** A browser's workspace session cookie reaches it (RestRoute.workspaceSession). */
+  workspaceSession?: true;
+  /** Its last parameter takes the rest of the path (RestRoute.tail). */
+  tail?: true;
 }
 
 /** Every route of the table (an operation with `when` is an alternative of the route of its method and path). */
@@ -44,6 +48,8 @@ export function tableRoutes(): Route[] {
       names: pathParams(rest.path),
       body: typeof rest.body === 'object' && rest.body.multipart ? 'multipart' : rest.body ? true : undefined,
       byConversationKey: rest.byConversationKey,
+      workspaceSession: rest.workspaceSession,
+      tail: rest.tail,
       pick: (r) => {
         for (const a of alternatives) if (a.when(r)) return a.target;
         return route;
@@ -62,10 +68,12 @@ interface Segment {
   fixed: { name: string; next: Segment }[];
   /** The subtree of a parameter at this place (any name: each route names its own). */
   param: Segment | null;
+  /** Routes whose last parameter starts here and takes the rest of the path, slashes included (RestRoute.tail). */
+  tail: Segment | null;
   /** The routes that end here, by method. */
   routes: Map<string, Route>;
 }
-const segment = (): Segment => ({ fixed: [], param: null, routes: new Map() });
+const segment = (): Segment => ({ fixed: [], param: null, tail: null, routes: new Map() });
 
 interface RouteMatch {
   route: Route | null;
@@ -85,8 +93,10 @@ export class RouteTable {
   constructor(readonly routes: Route[]) {
     for (const r of routes) {
       let node = this.root;
-      for (const part of r.path.split('/').slice(1)) {
-        if (part.startsWith('{')) node = node.param ??= segment();
+      const parts = r.path.split('/').slice(1);
+      for (const [i, part] of parts.entries()) {
+        if (part.startsWith('{') && r.tail && i === parts.length - 1) node = node.tail ??= segment();
+        else if (part.startsWith('{')) node = node.param ??= segment();
         else {
           let next = node.fixed.find((f) => f.name === part)?.next;
           if (!next) node.fixed.push({ name: part, next: (next = segment()) });
@@ -145,12 +155,20 @@ function find(node: Segment, url: string, start: number, end: number, method: st
     const r = find(f.next, url, start + f.name.length + 1, end, method, p);
     if (r) return r;
   }
-  if (!node.param || p >= BOUNDS.length) return null;
+  if (p >= BOUNDS.length) return null;
   const stop = segmentEnd(url, start, end);
-  if (stop === start) return null;
+  if (node.param && stop > start) {
+    BOUNDS[p] = start;
+    BOUNDS[p + 1] = stop;
+    const r = find(node.param, url, stop + 1, end, method, p + 2);
+    if (r) return r;
+  }
+  // last: a parameter that takes the rest of the path
+  const rest = node.tail?.routes.get(method);
+  if (!rest || stop === start) return null;
   BOUNDS[p] = start;
-  BOUNDS[p + 1] = stop;
-  return find(node.param, url, stop + 1, end, method, p + 2);
+  BOUNDS[p + 1] = end;
+  return rest;
 }
 
 function collectMethods(node: Segment, url: string, start: number, end: number, methods: Set<string>): void {
@@ -161,6 +179,7 @@ function collectMethods(node: Segment, url: string, start: number, end: number, 
   for (const f of node.fixed) if (isSegment(url, start, end, f.name)) collectMethods(f.next, url, start + f.name.length + 1, end, methods);
   const stop = segmentEnd(url, start, end);
   if (node.param && stop > start) collectMethods(node.param, url, stop + 1, end, methods);
+  if (node.tail && stop > start) for (const m of node.tail.routes.keys()) methods.add(m);
 }
 
 /** decodeURIComponent that leaves a malformed escape (`%zz`) as it is instead of throwing. */

@@ -16,11 +16,12 @@ import { mountMetrics, RouteMetric } from './metrics.js';
 import { buildOpenApi } from './openapi.js';
 import { type InFlight, mountRest } from './rest.js';
 import { RouteTable, tableRoutes } from './routes.js';
-import { BrowserSessions } from './sessions.js';
+import { BrowserSessions, WORKSPACE_COOKIE } from './sessions.js';
 import { mountSignOut } from './sign-in.js';
 import { mountTrpc } from './trpc.js';
 import { App, type HttpResponse, type TemplatedApp, us_listen_socket_close, us_socket_local_port, type us_listen_socket } from './uws.js';
 import { mountWebApp } from './web-app.js';
+import { mountWorkspaceSessions } from './workspace-session.js';
 import { mountEventSockets } from './ws.js';
 import { AGENT_SERVER_API_VERSION } from '../src/conversation/agent-server-info.js';
 
@@ -35,12 +36,14 @@ export interface Daemon {
 export function startServer(config: Config, core: Core, log: Logger): Promise<Daemon> {
   const app = App();
   const sessions = new BrowserSessions(config.browserSession);
+  const workspaceSessions = new BrowserSessions(config.browserSession, Date.now, WORKSPACE_COOKIE);
   const door = new Door({
     keys: config.sessionApiKeys,
     allowedOrigins: config.allowedOrigins,
     loopbackOnly: config.sessionApiKeys.length === 0,
     maxBodyBytes: config.maxBodyBytes,
     sessions,
+    workspaceSessions,
     conversationKeys: core.conversationKeys,
   });
   const inFlight = inFlightCounter();
@@ -58,6 +61,7 @@ export function startServer(config: Config, core: Core, log: Logger): Promise<Da
   mountConsole(app, door, sessions, config.webAppDir ? '/console' : '');
   if (config.webAppDir) mountWebApp(app, door, sessions, config.webAppDir);
   mountSignOut(app, door, sessions);
+  mountWorkspaceSessions(app, door, workspaceSessions);
   mountTrpc(app, core, log, door, inFlight, config.wsMaxBufferedBytes);
   mountRest(app, { core, log, door, routes: new RouteTable(tableRoutes()), inFlight });
   return listen(app, config, inFlight, () => sockets.closeAll());

@@ -20,13 +20,33 @@
  */
 import crypto from 'node:crypto';
 
-export const SESSION_COOKIE = 'parley_session';
+/** A kind of session cookie: its name, the paths it is sent to, and its SameSite rule (over TLS or not). */
+export interface SessionCookie {
+  name: string;
+  path: string;
+  sameSite: (secure: boolean) => 'Strict' | 'Lax' | 'None';
+}
+
+/** The signed-in browser's: every route of the daemon, from its own pages only. */
+export const BROWSER_COOKIE: SessionCookie = { name: 'parley_session', path: '/', sameSite: () => 'Strict' };
+
+/**
+ * A workspace session's (`POST /api/auth/workspace-session`): it only reads a workspace's files
+ * served to be shown (the routes under /api/conversations that take it), so pages may embed them.
+ * Over TLS `SameSite=None` (a page of another site, or a workspace page in its own sandboxed
+ * origin, loads them), else `Lax` (a browser keeps a `None` cookie only with `Secure`).
+ */
+export const WORKSPACE_COOKIE: SessionCookie = { name: 'parley_workspace', path: '/api/conversations', sameSite: (secure) => (secure ? 'None' : 'Lax') };
+
+export const SESSION_COOKIE = BROWSER_COOKIE.name;
 const MAX_SESSIONS = 10_000;
 const ID_SHAPE = /^[A-Za-z0-9_-]{43}$/;
 
 interface Session {
   created: number;
   seen: number;
+  /** The conversation it is limited to (made with that conversation's key), or null: every one the maker could reach. */
+  scope: string | null;
 }
 
 export interface SessionLifetimes {
@@ -42,15 +62,16 @@ export class BrowserSessions {
   constructor(
     private readonly lifetimes: SessionLifetimes,
     private readonly now: () => number = Date.now,
+    private readonly kind: SessionCookie = BROWSER_COOKIE,
   ) {}
 
   /** A new session; its id goes in the cookie only. */
-  create(): string {
+  create(scope: string | null = null): string {
     this.sweep();
     if (this.sessions.size >= MAX_SESSIONS) this.sessions.delete(this.sessions.keys().next().value!);
     const id = crypto.randomBytes(32).toString('base64url');
     const t = this.now();
-    this.sessions.set(id, { created: t, seen: t });
+    this.sessions.set(id, { created: t, seen: t, scope });
     return id;
   }
 
@@ -67,16 +88,22 @@ export class BrowserSessions {
     return true;
   }
 
+  /** The conversation a valid session is limited to (null: none), after `touch`. */
+  scopeOf(id: string): string | null {
+    return this.sessions.get(id)?.scope ?? null;
+  }
+
   end(id: string): void {
     this.sessions.delete(id);
   }
 
   /** The session id a `Cookie` header carries (`parley_session=…`), or null when it carries none. */
   fromCookieHeader(header: string): string | null {
-    if (!header.includes(SESSION_COOKIE)) return null;
+    const name = this.kind.name;
+    if (!header.includes(name)) return null;
     for (const part of header.split(';')) {
       const eq = part.indexOf('=');
-      if (eq < 0 || part.slice(0, eq).trim() !== SESSION_COOKIE) continue;
+      if (eq < 0 || part.slice(0, eq).trim() !== name) continue;
       const v = part.slice(eq + 1).trim();
       // a malformed value is still a session cookie that was presented: it is simply not a valid one
       return ID_SHAPE.test(v) ? v : '';
@@ -86,12 +113,17 @@ export class BrowserSessions {
 
   /** `Set-Cookie` for a new session; the browser drops it at the absolute lifetime. */
   cookie(id: string, secure: boolean): string {
-    return `${SESSION_COOKIE}=${id}; Path=/; Max-Age=${Math.floor(this.lifetimes.maxMs / 1000)}; HttpOnly; SameSite=Strict${secure ? '; Secure' : ''}`;
+    return this.setCookie(id, Math.floor(this.lifetimes.maxMs / 1000), secure);
   }
 
   /** `Set-Cookie` that removes the session cookie. */
   clearingCookie(secure: boolean): string {
-    return `${SESSION_COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict${secure ? '; Secure' : ''}`;
+    return this.setCookie('', 0, secure);
+  }
+
+  private setCookie(value: string, maxAge: number, secure: boolean): string {
+    const { name, path, sameSite } = this.kind;
+    return `${name}=${value}; Path=${path}; Max-Age=${maxAge}; HttpOnly; SameSite=${sameSite(secure)}${secure ? '; Secure' : ''}`;
   }
 
   /** Drops expired sessions (on each sign-in: sessions are made rarely, and checked on use anyway). */

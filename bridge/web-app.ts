@@ -35,6 +35,7 @@ import { safeDecode } from './routes.js';
 import type { BrowserSessions } from './sessions.js';
 import { isSignIn, signIn } from './sign-in.js';
 import type { HttpResponse, TemplatedApp } from './uws.js';
+import { contentTypeOf } from './content-types.js';
 
 /** Paths the REST routes answer (their 404 included): never the app's. */
 const NOT_THE_APP = /^\/(api|trpc|sockets)(\/|$)/;
@@ -43,29 +44,6 @@ const CACHE_BYTES = 64 * 1024 * 1024;
 /** A file larger than this is never kept (nor compressed). */
 const CACHE_FILE_BYTES = 8 * 1024 * 1024;
 
-const TYPES: Record<string, string> = {
-  '.html': 'text/html; charset=utf-8',
-  '.js': 'text/javascript; charset=utf-8',
-  '.mjs': 'text/javascript; charset=utf-8',
-  '.css': 'text/css; charset=utf-8',
-  '.json': 'application/json; charset=utf-8',
-  '.map': 'application/json; charset=utf-8',
-  '.webmanifest': 'application/manifest+json; charset=utf-8',
-  '.xml': 'application/xml; charset=utf-8',
-  '.txt': 'text/plain; charset=utf-8',
-  '.svg': 'image/svg+xml',
-  '.png': 'image/png',
-  '.jpg': 'image/jpeg',
-  '.jpeg': 'image/jpeg',
-  '.gif': 'image/gif',
-  '.webp': 'image/webp',
-  '.ico': 'image/x-icon',
-  '.woff': 'font/woff',
-  '.woff2': 'font/woff2',
-  '.ttf': 'font/ttf',
-  '.wav': 'audio/wav',
-  '.mp3': 'audio/mpeg',
-};
 const COMPRESSIBLE = /^(text\/|application\/(json|manifest\+json|xml)|image\/svg)/;
 
 /**
@@ -163,7 +141,7 @@ class AppFiles {
       const stat = await fs.promises.stat(real);
       if (!stat.isFile()) return null;
       const body = await fs.promises.readFile(real);
-      const type = TYPES[path.extname(name).toLowerCase()] ?? 'application/octet-stream';
+      const type = contentTypeOf(name) ?? 'application/octet-stream';
       let compressed: Buffer | null = null;
       if (COMPRESSIBLE.test(type) && body.length > 1024 && body.length <= CACHE_FILE_BYTES) {
         const z = await gzip(body);

@@ -25,6 +25,14 @@ before(async () => {
   ]);
   keylessId = (await keyless.req('POST', '/api/conversations', {})).body.conversation_id;
   keyedId = (await keyed.req('POST', '/api/conversations', {}, { 'x-session-api-key': KEY })).body.conversation_id;
+  // a page in each workspace, for the door of the files served to be shown
+  for (const [d, id, h] of [
+    [keyless, keylessId, {}],
+    [keyed, keyedId, { 'x-session-api-key': KEY }],
+  ] as const) {
+    const r = await d.req('POST', '/api/bash/execute_bash_command', { command: 'echo page > index.html', conversation_id: id }, h);
+    assert.equal(r.body.exit_code, 0, r.text);
+  }
 });
 after(async () => {
   await Promise.all([keyless?.stop(), keyed?.stop()]);
@@ -79,6 +87,9 @@ const DOORS: Record<string, { call: DoorCall; writes: boolean; auth: boolean; bo
   'WebSocket upgrade': { call: (port, h, id) => upgrade(port, id, h as Record<string, string>), writes: true, auth: true },
   metrics: { call: (port, h) => raw(port, 'GET', '/metrics', h), writes: false, auth: true },
   "the console's files": { call: (port, h) => raw(port, 'GET', '/', h), writes: false, auth: false },
+  'a workspace file shown': { call: (port, h, id) => raw(port, 'GET', `/api/conversations/${id}/workspace/index.html`, h), writes: false, auth: true },
+  'workspace session': { call: (port, h) => raw(port, 'POST', '/api/auth/workspace-session', h), writes: true, auth: true },
+  // last: it ends the browser session the cookie test signed in
   'sign-out': { call: (port, h) => raw(port, 'POST', '/api/logout', h), writes: true, auth: true },
 };
 
@@ -155,6 +166,20 @@ describe('the door, rule by rule', { timeout: 170_000 }, () => {
         assert.equal(bare.status, door.writes ? 403 : 200, `${name}, cookie and no Origin: ${bare.text}`);
       }
     }
+  });
+
+  test("a workspace session's cookie is a credential only where a workspace's files are shown (GET), and is not the key", async () => {
+    const made = await fetch(`${keyed.url}/api/auth/workspace-session`, { method: 'POST', headers: keyHeader });
+    const cookie = String(made.headers.get('set-cookie')).split(';')[0]!;
+    assert.match(cookie, /^parley_workspace=[A-Za-z0-9_-]{43}$/);
+    for (const [name, door] of Object.entries(DOORS)) {
+      const r = await door.call(keyed.port, { cookie }, keyedId);
+      const none = await door.call(keyed.port, {}, keyedId);
+      if (name === 'a workspace file shown') assert.deepEqual([r.status, r.text], [200, 'page\n'], name);
+      else assert.equal(r.status, none.status, `${name}: the cookie counts for nothing (${r.text})`);
+    }
+    // the same path with another method: no credential there either
+    assert.equal((await raw(keyed.port, 'DELETE', `/api/conversations/${keyedId}/workspace/index.html`, { cookie })).status, 401);
   });
 
   test('Content-Type: a JSON body needs application/json, an upload multipart/form-data (415), even empty', async () => {

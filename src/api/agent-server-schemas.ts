@@ -124,6 +124,12 @@ export const BashEventIdInput = z.object({ event_id: z.string().max(200) });
 export const BashEventIdsInput = z.array(z.string().max(200)).max(100);
 
 /** A side-channel path (`?path=`), with the conversation it belongs to when the caller names it. */
+/** A file of a conversation's workspace served as it is: its path below the workspace (none: the workspace's index.html). */
+export const ServeWorkspaceFileInput = z.strictObject({
+  conversation_id: ConversationId,
+  file_path: z.string().max(4096).optional(),
+});
+
 export const WorkspacePathQuery = z.strictObject({
   path: z.string().min(1).max(4096),
   conversation_id: ConversationId.nullish(),

@@ -50,6 +50,13 @@ export interface RestRoute {
    * `conversation_id` is the key's conversation. Any other caller names it or lets the path decide.
    */
   byConversationKey?: true;
+  /** The path's last parameter takes the rest of the path, slashes included (a file's path below a directory). */
+  tail?: true;
+  /**
+   * Files a browser embeds in pages (an `<img>`, an `<iframe>`, a link): GET routes that a browser's
+   * workspace session cookie reaches as well as the key, since such requests cannot carry a header.
+   */
+  workspaceSession?: true;
   /** OpenAPI: the operation's summary and tag, and its operationId when the interface fixes one (else derived from summary, path and method). */
   summary: string;
   tag: string;

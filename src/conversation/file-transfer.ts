@@ -18,11 +18,15 @@ export class FileBytes {
   ) {}
 }
 
-/** A file being downloaded: its name and size, then its bytes in chunks. Close it. */
+/**
+ * A file being downloaded: its name and size, then its bytes in chunks. Close it. `inline`: the
+ * file is served to be shown where it is (a page, an image a page embeds), not saved as a download.
+ */
 export class FileStream {
   constructor(
     readonly name: string,
     private readonly reader: FileReader,
+    readonly inline = false,
   ) {}
 
   /** The size the file had when it was opened: the response's length (a file that grows is cut there). */

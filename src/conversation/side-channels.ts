@@ -214,6 +214,26 @@ export class SideChannels {
     return new FileStream(path.basename(file), reader);
   }
 
+  /**
+   * A file of the conversation's workspace served as it is (a page, its scripts and images): the
+   * path is below the workspace (`..` and links out of it refused as everywhere), a directory serves
+   * its `index.html`, and what is not a file there is a 404.
+   */
+  async serveWorkspaceFile(q: { conversation_id: string; file_path?: string | null }) {
+    const at = await this.locate(q.conversation_id, q.file_path || '.');
+    let file = at.visible!;
+    const stat = await at.files.stat(file).catch(refused);
+    if (stat?.type === 'dir') file = path.join(file, 'index.html');
+    const reader = await at.files.openRead(file, MAX_DOWNLOAD_BYTES).catch((err: unknown) => {
+      if (err instanceof FileOpError && err.code === 'TOO_LARGE') throw new PayloadTooLargeError(`The file is larger than ${MAX_DOWNLOAD_BYTES} bytes`);
+      if (err instanceof FileOpError && (err.code === 'NOT_REGULAR' || err.code === 'ENOENT' || err.code === 'ENOTDIR')) {
+        throw new NotFoundError('File not found');
+      }
+      refused(err);
+    });
+    return new FileStream(path.basename(file), reader, true);
+  }
+
   async gitChanges(q: { path: string; conversation_id?: string | null }) {
     const at = await this.locate(q.conversation_id, q.path);
     const res = await gitChanges(this.access.view(at.workspaceDir).toHost(at.visible!), this.access.gitOptions(at.conversationId));

@@ -99,6 +99,41 @@ export const workspaceOperations = {
     }),
     async (f) => ({ name: f.name, content_base64: (await f.collect()).toString('base64') }),
   ),
+  /**
+   * The workspace's files for a browser to show (a page the agent made, with its scripts and images).
+   * REST answers the bytes raw, inline, each page in a sandbox of its own origin; tRPC as base64.
+   */
+  serveWorkspaceRoot: jsonOutput(
+    query({
+      input: AS.ServeWorkspaceFileInput,
+      rest: {
+        method: 'GET',
+        path: '/api/conversations/{conversation_id}/workspace',
+        workspaceSession: true,
+        summary: 'Serve Workspace Root',
+        tag: 'Files',
+        doc: { response: { type: 'string', format: 'binary' } },
+      },
+      handler: (c, i) => c.sideChannels.serveWorkspaceFile(i),
+    }),
+    async (f) => ({ name: f.name, content_base64: (await f.collect()).toString('base64') }),
+  ),
+  serveWorkspaceFile: jsonOutput(
+    query({
+      input: AS.ServeWorkspaceFileInput,
+      rest: {
+        method: 'GET',
+        path: '/api/conversations/{conversation_id}/workspace/{file_path}',
+        tail: true,
+        workspaceSession: true,
+        summary: 'Serve Workspace File',
+        tag: 'Files',
+        doc: { response: { type: 'string', format: 'binary' } },
+      },
+      handler: (c, i) => c.sideChannels.serveWorkspaceFile(i),
+    }),
+    async (f) => ({ name: f.name, content_base64: (await f.collect()).toString('base64') }),
+  ),
   gitChanges: query({
     input: AS.WorkspacePathQuery,
     rest: {
