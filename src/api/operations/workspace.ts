@@ -12,6 +12,21 @@ const BASH_EVENTS = '/api/bash/bash_events';
 /** A workspace path (and conversation), as the file and changes routes document it (`ref` is the diff's). */
 const PATH_QUERY = AS.WorkspacePathQuery.omit({ ref: true });
 
+/**
+ * The workspace's files for a browser to show (a page the agent made, with its scripts and images),
+ * at the workspace's root (its index.html) and below it. REST answers the bytes raw, inline, each
+ * page in a sandboxed origin of its own; tRPC as base64.
+ */
+const serveWorkspaceFile = (path: string, summary: string) =>
+  jsonOutput(
+    query({
+      input: AS.ServeWorkspaceFileInput,
+      rest: { method: 'GET', path, tail: true, workspaceSession: true, summary, tag: 'Files', doc: { response: { type: 'string', format: 'binary' } } },
+      handler: (c, i) => c.sideChannels.serveWorkspaceFile(i),
+    }),
+    async (f) => ({ name: f.name, content_base64: (await f.collect()).toString('base64') }),
+  );
+
 export const workspaceOperations = {
   executeBash: mutation({
     input: AS.ExecuteBashRequest,
@@ -99,41 +114,8 @@ export const workspaceOperations = {
     }),
     async (f) => ({ name: f.name, content_base64: (await f.collect()).toString('base64') }),
   ),
-  /**
-   * The workspace's files for a browser to show (a page the agent made, with its scripts and images).
-   * REST answers the bytes raw, inline, each page in a sandbox of its own origin; tRPC as base64.
-   */
-  serveWorkspaceRoot: jsonOutput(
-    query({
-      input: AS.ServeWorkspaceFileInput,
-      rest: {
-        method: 'GET',
-        path: '/api/conversations/{conversation_id}/workspace',
-        workspaceSession: true,
-        summary: 'Serve Workspace Root',
-        tag: 'Files',
-        doc: { response: { type: 'string', format: 'binary' } },
-      },
-      handler: (c, i) => c.sideChannels.serveWorkspaceFile(i),
-    }),
-    async (f) => ({ name: f.name, content_base64: (await f.collect()).toString('base64') }),
-  ),
-  serveWorkspaceFile: jsonOutput(
-    query({
-      input: AS.ServeWorkspaceFileInput,
-      rest: {
-        method: 'GET',
-        path: '/api/conversations/{conversation_id}/workspace/{file_path}',
-        tail: true,
-        workspaceSession: true,
-        summary: 'Serve Workspace File',
-        tag: 'Files',
-        doc: { response: { type: 'string', format: 'binary' } },
-      },
-      handler: (c, i) => c.sideChannels.serveWorkspaceFile(i),
-    }),
-    async (f) => ({ name: f.name, content_base64: (await f.collect()).toString('base64') }),
-  ),
+  serveWorkspaceRoot: serveWorkspaceFile('/api/conversations/{conversation_id}/workspace', 'Serve Workspace Root'),
+  serveWorkspaceFile: serveWorkspaceFile('/api/conversations/{conversation_id}/workspace/{file_path}', 'Serve Workspace File'),
   gitChanges: query({
     input: AS.WorkspacePathQuery,
     rest: {
