@@ -20,7 +20,7 @@
  */
 import crypto from 'node:crypto';
 
-export const SESSION_COOKIE = 'parley_session';
+const SESSION_COOKIE = 'parley_session';
 const MAX_SESSIONS = 10_000;
 const ID_SHAPE = /^[A-Za-z0-9_-]{43}$/;
 

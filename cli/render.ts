@@ -276,7 +276,7 @@ function cap(ls: string[], max: number, paint: (style: Style, s: string) => stri
 }
 
 /** The lines an edit changes: what is left of old and new once their common first and last lines are dropped. */
-export function changedLines(oldText: string, newText: string): { removed: string[]; added: string[] } {
+function changedLines(oldText: string, newText: string): { removed: string[]; added: string[] } {
   const a = oldText === '' ? [] : oldText.split('\n');
   const b = newText === '' ? [] : newText.split('\n');
   let start = 0;

@@ -8,7 +8,7 @@ import type { ExecutionStatus } from './api.js';
  * (WEB_APP_DIR). The pages name their routes from the base (`/`, `/conversations/:id`, `/settings`);
  * links and the address bar carry the base.
  */
-export const BASE = /^\/console(\/|$)/.test(location.pathname) ? '/console' : '';
+const BASE = /^\/console(\/|$)/.test(location.pathname) ? '/console' : '';
 
 /** A route of the console as its address: the base in front. */
 export const href = (to: string) => (BASE && to === '/' ? `${BASE}/` : BASE + to);

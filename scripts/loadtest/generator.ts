@@ -298,7 +298,7 @@ class Conn {
   }
 }
 
-export async function generatorMain(): Promise<void> {
+async function generatorMain(): Promise<void> {
   const send = (msg: unknown) => new Promise<void>((r) => process.send!(msg, () => r()));
   process.on('disconnect', () => process.exit(3)); // the orchestrator went away: stop at once
   const inbox: ((m: { type: string; [k: string]: unknown }) => void)[] = [];

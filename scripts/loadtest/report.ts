@@ -9,7 +9,7 @@ import path from 'node:path';
 import { fmtInt, fmtMs, ROOT } from './common.js';
 import type { RunStats } from './runner.js';
 
-export const fmtCores = (n: number) => (Number.isFinite(n) ? `${(n * 100).toFixed(0)} %` : 'n/a');
+const fmtCores = (n: number) => (Number.isFinite(n) ? `${(n * 100).toFixed(0)} %` : 'n/a');
 
 export const BARE_LABEL = 'bare uWS route (read body, JSON.parse, 200)';
 

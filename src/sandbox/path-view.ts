@@ -11,7 +11,7 @@ export class PathOutsideError extends Error {
   override name = 'PathOutsideError';
 }
 
-export interface ResolvedPath {
+interface ResolvedPath {
   /** The host path to open (symlinks inside the workspace resolved). */
   host: string;
   /** The path as the agent sees it (what observations show). */

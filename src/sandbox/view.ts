@@ -42,7 +42,7 @@ function programArgs(): string[] {
 }
 
 /** Where /etc/resolv.conf leads on the host (systemd-resolved's stub in /run, usually); null without one (nothing to cover). */
-export function resolvConfTarget(): string | null {
+function resolvConfTarget(): string | null {
   try {
     return fs.realpathSync('/etc/resolv.conf');
   } catch {
@@ -118,7 +118,7 @@ const MOUNT_OPS: Record<string, number> = { '--ro-bind': 2, '--bind': 2, '--syml
  * bwrap makes missing ones 0700 and the daemon's (root's) when it runs as root, which the
  * sandbox's uid could not enter (/parley, /home, the parents of a SANDBOX_RO_BINDS directory).
  */
-export function withParentDirs(ops: string[]): string[] {
+function withParentDirs(ops: string[]): string[] {
   const made = new Set<string>(['/']);
   const out: string[] = [];
   for (let i = 0; i < ops.length; ) {

@@ -31,7 +31,7 @@ import type { ProcessLauncher } from '../sandbox/types.js';
 import { runGit, type GitResult } from './git-process.js';
 import { GIT_PROVIDERS, InvalidHostError, providerBaseUrl, tokenCredentials, type GitProvider, type ProviderCredential } from './providers.js';
 
-export type ClonePhase = 'cloning' | 'checking_out' | 'ready';
+type ClonePhase = 'cloning' | 'checking_out' | 'ready';
 
 export type CloneErrorCode =
   | 'invalid_repository'
@@ -110,7 +110,7 @@ export interface CloneResult {
   reused: boolean;
 }
 
-export const DEFAULT_GIT_IDENTITY = { name: 'Parley Agent', email: 'agent@parley.local' };
+const DEFAULT_GIT_IDENTITY = { name: 'Parley Agent', email: 'agent@parley.local' };
 
 const SEGMENT = /^[A-Za-z0-9_.][A-Za-z0-9_.-]*$/;
 
@@ -134,7 +134,7 @@ export function normalizeRepository(repository: string): string {
  * `git check-ref-format --branch` must accept it (rejects `..`, `~`, `^`, `:`, `?`, `*`, `[`, `\`,
  * a trailing `.lock` or `/`, …). Throws CloneError `invalid_branch`.
  */
-export async function validateBranchName(name: string): Promise<void> {
+async function validateBranchName(name: string): Promise<void> {
   const shown = JSON.stringify(name.slice(0, 200));
   if (!name || name.length > 255 || name.startsWith('-') || /[\s\x00-\x1f\x7f]/.test(name) || name.includes('@{') || name === '@' || name === 'HEAD') {
     throw new CloneError(`Invalid branch name ${shown}`, 'invalid_branch');

@@ -19,7 +19,7 @@ import { signalGroup } from '../process-group.js';
 import { baseChildEnv } from '../sandbox/child-env.js';
 import type { ProcessLauncher } from '../sandbox/types.js';
 
-export const SETUP_SCRIPT_PATH = '.openhands/setup.sh';
+const SETUP_SCRIPT_PATH = '.openhands/setup.sh';
 
 export interface SetupScriptOptions {
   env?: Record<string, string>;
@@ -43,7 +43,7 @@ export interface SetupScriptResult {
   output: string;
 }
 
-export const DEFAULT_SETUP_TIMEOUT_MS = 600_000;
+const DEFAULT_SETUP_TIMEOUT_MS = 600_000;
 
 /**
  * Runs the workspace's setup script. `files`: the conversation's file service (the script is looked
