@@ -11,6 +11,8 @@ import { ConversationList } from './list.js';
 import { SettingsPage } from './settings.js';
 import { ErrorNote, href, Link, usePath } from './ui.js';
 import './styles.css';
+import './conversation.css';
+import './parts.css';
 
 // first of all: the start-up link's key leaves the address bar and the history entry
 takeKeyFromUrl();
