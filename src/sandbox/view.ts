@@ -17,6 +17,8 @@ export const FILE_HELPER =
   (process.env.NODE_ENV === 'test' && process.env.PARLEY_TEST_FILE_SERVICE) || fileURLToPath(new URL('./file-helper.mjs', import.meta.url));
 /** Where a sandbox sees it. */
 export const FILE_HELPER_INSIDE = '/parley/file-helper.mjs';
+/** The module file-helper.mjs imports (its paths): bound beside it. */
+const FILE_PATHS = fileURLToPath(new URL('./file-paths.mjs', import.meta.url));
 
 /** The file service's node: small heaps (what it holds is one request's bytes, outside the heap). */
 export const HELPER_NODE_FLAGS = ['--max-old-space-size=64', '--max-semi-space-size=1'];
@@ -190,6 +192,7 @@ export function viewArgs(
   ];
   for (const m of o.mapped) if (fs.existsSync(m.host)) a.push('--ro-bind', m.host, m.inside);
   a.push('--ro-bind', o.fileHelper ?? FILE_HELPER, FILE_HELPER_INSIDE);
+  a.push('--ro-bind', FILE_PATHS, '/parley/file-paths.mjs');
   // egress: the tool's DNS forwarder (on the host's resolv.conf's target, when it is a link into /run)
   const resolv = resolvConfTarget();
   if (o.resolvConf && resolv) a.push('--ro-bind', o.resolvConf, resolv);
