@@ -64,12 +64,7 @@ export async function runSetupScript(files: WorkspaceFiles, opts: SetupScriptOpt
   return new Promise((resolvePromise, reject) => {
     const child = opts.launch
       ? opts.launch.spawn(['bash', SETUP_SCRIPT_PATH], { cwd: root, env: opts.launch.env(opts.env ?? {}), stdio: ['ignore', 'pipe', 'pipe'] })
-      : childProcess().spawn('bash', [SETUP_SCRIPT_PATH], {
-          cwd: root,
-          env: baseChildEnv(opts.env ?? {}),
-          detached: true,
-          stdio: ['ignore', 'pipe', 'pipe'],
-        });
+      : childProcess().spawn('bash', [SETUP_SCRIPT_PATH], { cwd: root, env: baseChildEnv(opts.env ?? {}), detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
     let output = '';
     let dropped = false;
     let pending = '';
@@ -134,14 +129,7 @@ export async function runSetupScript(files: WorkspaceFiles, opts: SetupScriptOpt
       pending = '';
       if (dropped) output = `[earlier output dropped]\n${output}`;
       if (timedOut) output += `\n[setup script timed out after ${timeoutMs} ms and was killed]\n`;
-      resolvePromise({
-        ran: true,
-        exitCode: exit.code,
-        signal: exit.signal,
-        timedOut,
-        aborted,
-        output,
-      });
+      resolvePromise({ ran: true, exitCode: exit.code, signal: exit.signal, timedOut, aborted, output });
     };
     child.on('error', (err) => {
       clearTimeout(timer);
