@@ -127,17 +127,17 @@ export function ConfirmButton({
   const [asking, setAsking] = useState(false);
   if (!asking)
     return (
-      <button class={`ghost small ${cls}`} title={title} onClick={() => setAsking(true)}>
+      <button type="button" class={`ghost small ${cls}`} title={title} onClick={() => setAsking(true)}>
         {label}
       </button>
     );
   return (
     <>
       {question && <span class="small">{question}</span>}
-      <button class="danger small" disabled={busy} onClick={onConfirm}>
+      <button type="button" class="danger small" disabled={busy} onClick={onConfirm}>
         Delete
       </button>
-      <button class="ghost small" onClick={() => setAsking(false)}>
+      <button type="button" class="ghost small" onClick={() => setAsking(false)}>
         Keep
       </button>
     </>

@@ -547,7 +547,7 @@ export async function runLoad(
   let genElu = 0;
   let windowMs = 0;
   for (const r of all) {
-    r.okPerConv.forEach((n, i) => (okPerConv[i]! += n));
+    for (const [i, n] of r.okPerConv.entries()) okPerConv[i]! += n;
     for (const [s, n] of Object.entries(r.statuses)) statuses[s] = (statuses[s] ?? 0) + n;
     measured += r.measured;
     measuredOk += r.measuredOk;

@@ -60,8 +60,9 @@ export const SendMessageRequest = z
   });
 export type SendMessageRequest = z.output<typeof SendMessageRequest>;
 
-// The response shapes below that nothing imports are named by their meta id in the OpenAPI document
+// The response shapes that nothing imports are named by their meta id in the OpenAPI document
 // (bridge/openapi.ts refers to them): registering them is what this module's loading does.
+// biome-ignore lint/correctness/noUnusedVariables: named by its meta id in the OpenAPI document
 const Success = z.object({ success: z.boolean().default(true) }).meta({ id: 'Success', title: 'Success' });
 
 const ValidationErrorSchema = z
@@ -72,8 +73,10 @@ const ValidationErrorSchema = z
   })
   .meta({ id: 'ValidationError', title: 'ValidationError' });
 
+// biome-ignore lint/correctness/noUnusedVariables: named by its meta id in the OpenAPI document
 const HTTPValidationError = z.object({ detail: z.array(ValidationErrorSchema) }).meta({ id: 'HTTPValidationError', title: 'HTTPValidationError' });
 
+// biome-ignore lint/correctness/noUnusedVariables: named by its meta id in the OpenAPI document
 const ErrorDetail = z.object({ detail: z.string() }).meta({ id: 'ErrorDetail', title: 'ErrorDetail' });
 
 export const NewConversationRequest = z
@@ -94,6 +97,7 @@ export const NewConversationRequest = z
 export type NewConversationRequest = z.output<typeof NewConversationRequest>;
 
 // referenced by name only: its meta id registers it for the OpenAPI document (bridge/openapi.ts)
+// biome-ignore lint/correctness/noUnusedVariables: named by its meta id in the OpenAPI document
 const NewConversationResponse = z
   .object({
     status: z.string(),
@@ -119,6 +123,7 @@ export const AddGitProvidersRequest = z
   })
   .meta({ id: 'POSTProviderModel', title: 'POSTProviderModel' });
 export type AddGitProvidersRequest = z.output<typeof AddGitProvidersRequest>;
+// biome-ignore lint/correctness/noUnusedVariables: named by its meta id in the OpenAPI document
 const MessageResponse = z.object({ message: z.string() }).meta({ id: 'MessageResponse' });
 
 const Limit = z.coerce.number().int().min(1).max(100).default(100);
@@ -128,8 +133,10 @@ export const ListConversationsInput = z.object({
   limit: Limit,
 });
 
+// biome-ignore lint/correctness/noUnusedVariables: named by its meta id in the OpenAPI document
 const ConversationPage = z.object({ items: z.array(ConversationInfo), next_page_id: z.string().nullable() }).meta({ id: 'ConversationPage' });
 
+// biome-ignore lint/correctness/noUnusedVariables: named by its meta id in the OpenAPI document
 const EventPage = z.object({ items: z.array(Event), next_page_id: z.string().nullable() }).meta({ id: 'EventPage' });
 
 // strict: a query parameter Parley does not know is a 422, never silently ignored
@@ -158,6 +165,7 @@ export const SubscribeInput = z.object({
   lastEventId: z.string().max(40).nullish(),
 });
 
+// biome-ignore lint/correctness/noUnusedVariables: named by its meta id in the OpenAPI document
 const ServerInfo = z
   .object({
     /** The OpenHands agent-server API version Parley implements (its client's feature gates read it). */
@@ -202,6 +210,7 @@ const UpdateSecretBody = z.strictObject({ value: SecretValue.nullish(), descript
 export const UpdateSecretInput = UpdateSecretBody.extend({ name: SecretName });
 export const SecretNameInput = z.object({ name: SecretName });
 
+// biome-ignore lint/correctness/noUnusedVariables: named by its meta id in the OpenAPI document
 const SettingsView = z
   .object({
     llm_model: z.string().nullable(),
@@ -220,6 +229,7 @@ const SettingsView = z
     description: "The LLM settings (the key itself is never returned) and, beside them, OpenHands agent-server's SettingsResponse.",
   });
 const SecretInfo = z.object({ name: z.string(), description: z.string().nullable() }).meta({ id: 'SecretInfo' });
+// biome-ignore lint/correctness/noUnusedVariables: named by its meta id in the OpenAPI document
 const SecretList = z.object({ secrets: z.array(SecretInfo) }).meta({ id: 'SecretList', description: 'Names and descriptions; values are never returned.' });
 const McpServerStatus = z
   .object({
@@ -230,6 +240,7 @@ const McpServerStatus = z
     tools: z.array(z.string()),
   })
   .meta({ id: 'McpServerStatus' });
+// biome-ignore lint/correctness/noUnusedVariables: named by its meta id in the OpenAPI document
 const McpStatusView = z
   .object({ config: McpConfig, servers: z.array(McpServerStatus) })
   .meta({ id: 'McpStatusView', description: "The effective MCP config (api_key and env values redacted) and each server's state." });
