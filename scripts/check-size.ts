@@ -110,27 +110,15 @@ function treeFiles(root: string): string[] {
 
 /**
  * Findings still allowed per file, until the file is fixed: files other work owns right now (the
- * sandbox, the terminal, the store, the events, the LLM client, bridge/, core.ts), and long strings of
- * scripts/ and test/ not yet folded. A file may have at most this many findings; fewer is printed as
+ * sandbox, the terminal, the store, the events, the LLM client, bridge/, core.ts), long strings of
+ * test/ not yet folded, and the code bench-memory.ts writes into the daemon's bundle (regular
+ * expressions of esbuild's output and the code put in their place). A file may have at most this many findings; fewer is printed as
  * a note (lower its number or remove it). Never add to it: fix the file.
  */
 const PENDING: Record<string, number> = {
   'bridge/console.ts': 1,
   'bridge/rest.ts': 1,
-  'scripts/bench-capacity.ts': 9,
-  'scripts/bench-egress.ts': 1,
-  'scripts/bench-files.ts': 2,
-  'scripts/bench-idle.ts': 2,
-  'scripts/bench-memory-attacks.ts': 5,
-  'scripts/bench-memory.ts': 7,
-  'scripts/bench-sandbox.ts': 2,
-  'scripts/bench-send.ts': 2,
-  'scripts/bench-startup.ts': 4,
-  'scripts/bench-steps.ts': 7,
-  'scripts/bench-turn.ts': 6,
-  'scripts/loadtest.ts': 2,
-  'scripts/loadtest/generator.ts': 1,
-  'scripts/loadtest/report.ts': 9,
+  'scripts/bench-memory.ts': 5,
   'src/events/event-json.ts': 2,
   'src/llm/errors.ts': 2,
   'src/llm/image-url-rule.ts': 1,
@@ -157,13 +145,10 @@ const PENDING: Record<string, number> = {
   'test/cluster-node-rules.test.ts': 2,
   'test/cluster-outages.test.ts': 1,
   'test/cluster-ownership.test.ts': 2,
-  'test/console-10k.test.ts': 4,
   'test/console.test.ts': 2,
   'test/core-conversations.test.ts': 3,
-  'test/daemon-code-cache.test.ts': 1,
   'test/disk-full.test.ts': 1,
-  'test/fuzz-memory.test.ts': 8,
-  'test/fuzz.test.ts': 1,
+  'test/fuzz-memory.test.ts': 4,
   'test/git-hostile-repo.test.ts': 1,
   'test/journal.test.ts': 1,
   'test/loadtest.test.ts': 1,
@@ -190,7 +175,6 @@ const PENDING: Record<string, number> = {
   'test/sandbox-stall.test.ts': 2,
   'test/sandbox-unit.test.ts': 5,
   'test/sandbox.test.ts': 6,
-  'test/support/postgres.ts': 1,
   'test/support/systemd-container.ts': 2,
   'test/systemd-unit.test.ts': 1,
   'test/tools-terminal-control.test.ts': 1,

@@ -22,7 +22,10 @@ export interface GenConfig {
   body: string;
   headers: Record<string, string>;
   connections: number;
-  /** This process's connections are index, index + stride, ... of all; connection g targets targets[g % targets.length] and round-robins over its conversations. */
+  /**
+   * This process's connections are index, index + stride, ... of all; connection g targets
+   * targets[g % targets.length] and round-robins over its conversations.
+   */
   index: number;
   stride: number;
   timeoutMs: number;
