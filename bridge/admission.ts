@@ -37,7 +37,7 @@ import { isMultipart } from './multipart.js';
 import type { BrowserSessions } from './sessions.js';
 
 /** Which conversation a conversation's own key opens (src/conversation/conversation-keys.ts). */
-export interface ConversationKeyCheck {
+interface ConversationKeyCheck {
   conversationOf(key: string | null | undefined): string | null;
 }
 
@@ -62,7 +62,7 @@ export type Principal =
   /** No credentials: a public route, or an upgrade whose key comes in its first frame. */
   | { kind: 'anonymous' };
 
-export interface Refusal {
+interface Refusal {
   status: 401 | 403 | 413 | 415 | 421;
   detail: string;
 }

@@ -28,7 +28,7 @@ export interface SessionCookie {
 }
 
 /** The signed-in browser's: every route of the daemon, from its own pages only. */
-export const BROWSER_COOKIE: SessionCookie = { name: 'parley_session', path: '/', sameSite: () => 'Strict' };
+const BROWSER_COOKIE: SessionCookie = { name: 'parley_session', path: '/', sameSite: () => 'Strict' };
 
 /**
  * A workspace session's (`POST /api/auth/workspace-session`): it only reads a workspace's files
@@ -38,7 +38,6 @@ export const BROWSER_COOKIE: SessionCookie = { name: 'parley_session', path: '/'
  */
 export const WORKSPACE_COOKIE: SessionCookie = { name: 'parley_workspace', path: '/api/conversations', sameSite: (secure) => (secure ? 'None' : 'Lax') };
 
-export const SESSION_COOKIE = BROWSER_COOKIE.name;
 const MAX_SESSIONS = 10_000;
 const ID_SHAPE = /^[A-Za-z0-9_-]{43}$/;
 

@@ -75,7 +75,7 @@ function contentSecurityPolicy(scriptHashes: string[]): string {
 }
 
 /** SHA-256 (base64) of each inline `<script>` of a page: the elements without `src`, their text exactly as written. */
-export function inlineScriptHashes(html: string): string[] {
+function inlineScriptHashes(html: string): string[] {
   const out: string[] = [];
   for (const m of html.matchAll(/<script\b([^>]*)>([\s\S]*?)<\/script\s*>/gi)) {
     if (/\bsrc\s*=/i.test(m[1]!)) continue;

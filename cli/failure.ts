@@ -101,7 +101,8 @@ export function describeFailure(err: unknown, ctx: FailureContext): CliFailure {
 
 /**
  * What was wrong with the input: the core's own validation errors carry `issues` (pydantic-style
- * `loc`/`msg`), also for a tRPC input schema's failure (UNPROCESSABLE_CONTENT, 422, like REST); BAD_REQUEST with zod's issues as its message is still read (older daemons).
+ * `loc`/`msg`), also for a tRPC input schema's failure (UNPROCESSABLE_CONTENT, 422, like REST);
+ * BAD_REQUEST with zod's issues as its message is still read (older daemons).
  */
 function issuesOf(err: TRPCClientError<never>): { path: (string | number)[]; message: string }[] {
   const own = (err.data as { issues?: { loc?: (string | number)[]; msg?: string }[] } | undefined)?.issues;

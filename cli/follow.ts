@@ -41,6 +41,11 @@ export interface FollowOptions {
   note(line: string): void;
 }
 
+/**
+ * Shows the conversation's events until it stops, reconnecting when the stream drops; the exit
+ * code says how it ended. Long: the subscription, the Ctrl-C handling and the lost-connection
+ * timer share the state of one follow, so they live in one closure.
+ */
 export function follow(o: FollowOptions): Promise<ExitCode> {
   let status = o.from.status;
   let pending = o.from.pending;
@@ -49,6 +54,7 @@ export function follow(o: FollowOptions): Promise<ExitCode> {
   let lost = false;
   let lostTimer: NodeJS.Timeout | null = null;
 
+  // long for the same reason as follow itself: one closure over the state of one follow
   return new Promise<ExitCode>((resolve, reject) => {
     let sub: { unsubscribe(): void } | null = null;
     let done = false;

@@ -232,7 +232,8 @@ async function list(client: ParleyClient, args: string[], flags: Flags, io: Io, 
       }
       const updated = c.updated_at.replace('T', ' ').slice(0, 16);
       io.stdout.write(
-        `${c.conversation_id}  ${c.execution_status.padEnd(24)}  ${updated.padEnd(16)}  ${(c.selected_repository ?? '-').padEnd(24)}  ${(c.title ?? '').replace(/\s+/g, ' ')}\n`,
+        `${c.conversation_id}  ${c.execution_status.padEnd(24)}  ${updated.padEnd(16)}  ` +
+          `${(c.selected_repository ?? '-').padEnd(24)}  ${(c.title ?? '').replace(/\s+/g, ' ')}\n`,
       );
     }
     page = flags.all ? res.next_page_id : null;

@@ -39,8 +39,16 @@ type Style = keyof typeof SGR;
 const MAX_OUTPUT_LINES = 16;
 /** Lines of each side of an edit shown at most. */
 const MAX_DIFF_LINES = 10;
+/** How a task list shows each task's status. */
+const TASK_MARK: Record<string, string> = { done: '[x]', in_progress: '[~]' };
+const taskLine = (t: { status: string; title: string }) => `${TASK_MARK[t.status] ?? '[ ]'} ${t.title}`;
 const SPINNER = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
 
+/**
+ * The sink for people: each event as a line or a block, colored on a TTY, the answer streamed, a
+ * spinner while the agent works. Long: one closure over the sink's state (the spinner, the streamed
+ * text), with a branch per event kind; split, each part would take that state as arguments.
+ */
 export function textSink(out: Output): EventSink {
   const tty = (out as NodeJS.WriteStream).isTTY === true;
   const colors = tty && (out as NodeJS.WriteStream).hasColors?.() === true;
@@ -107,9 +115,7 @@ export function textSink(out: Output): EventSink {
       case 'FileEditorAction':
         return line(fileEdit(a));
       case 'TaskTrackerAction':
-        return line(
-          `${paint('magenta', '☰')} tasks ${a.command}${a.task_list ? `\n${indent(a.task_list.map((t) => `${t.status === 'done' ? '[x]' : t.status === 'in_progress' ? '[~]' : '[ ]'} ${t.title}`).join('\n'))}` : ''}`,
-        );
+        return line(`${paint('magenta', '☰')} tasks ${a.command}${a.task_list ? `\n${indent(a.task_list.map(taskLine).join('\n'))}` : ''}`);
       case 'ThinkAction':
         return line(paint('dim', `… ${a.thought}`));
       case 'FinishAction':
@@ -276,7 +282,7 @@ function cap(ls: string[], max: number, paint: (style: Style, s: string) => stri
 }
 
 /** The lines an edit changes: what is left of old and new once their common first and last lines are dropped. */
-export function changedLines(oldText: string, newText: string): { removed: string[]; added: string[] } {
+function changedLines(oldText: string, newText: string): { removed: string[]; added: string[] } {
   const a = oldText === '' ? [] : oldText.split('\n');
   const b = newText === '' ? [] : newText.split('\n');
   let start = 0;

@@ -391,7 +391,10 @@ const pct = (x: number) => `${(x * 100).toFixed(0)} %`;
 
 function windowLine(w: Window): string {
   const c = w.cores;
-  return `| ${w.label} | ${f0(w.rate)} | ${f1(w.eventsPerStatement)} | ${f0(w.statementsPerSec)} | ${f0(w.xactPerSec)} | ${c.nodes.map(f2).join(' + ')} | ${f2(c.pg)} | ${f2(c.nats)} | ${f2(c.gen + c.subs)} | ${f2(c.other)} |`;
+  return (
+    `| ${w.label} | ${f0(w.rate)} | ${f1(w.eventsPerStatement)} | ${f0(w.statementsPerSec)} | ${f0(w.xactPerSec)} | ` +
+    `${c.nodes.map(f2).join(' + ')} | ${f2(c.pg)} | ${f2(c.nats)} | ${f2(c.gen + c.subs)} | ${f2(c.other)} |`
+  );
 }
 
 async function main(): Promise<number> {
@@ -404,7 +407,8 @@ async function main(): Promise<number> {
   const load0 = loadavg();
   const cpus = os.cpus();
   process.stdout.write(
-    `parley capacity model: ${opts.conversations} conversations, ${opts.warmup} s warmup + ${opts.duration} s per window; ${cpus.length} × ${cpus[0]?.model.trim()}, Node ${process.version}; load average ${load0}\n`,
+    `parley capacity model: ${opts.conversations} conversations, ${opts.warmup} s warmup + ${opts.duration} s per window; ${cpus.length} × ` +
+      `${cpus[0]?.model.trim()}, Node ${process.version}; load average ${load0}\n`,
   );
   try {
     const natsServer = await startNats((fn) => ends.push(fn));
@@ -511,7 +515,8 @@ async function main(): Promise<number> {
     for (const w of [...calib, ...check1, ...check2, ...check3]) p(windowLine(w));
     p();
     p(
-      `With no load (${opts.conversations} conversations subscribed, ${IDLE_MS / 1000} s): nodes ${f2(fixed.node)} cores together, PostgreSQL backends ${f2(fixed.pg)}, NATS ${f2(fixed.nats)}; subtracted below.`,
+      `With no load (${opts.conversations} conversations subscribed, ${IDLE_MS / 1000} s): nodes ${f2(fixed.node)} cores together, PostgreSQL ` +
+        `backends ${f2(fixed.pg)}, NATS ${f2(fixed.nats)}; subtracted below.`,
     );
     p();
     p('Per-part costs, CPU per append (calibration: A takes the writes, B delivers them; a statement is one append transaction):');
@@ -523,13 +528,16 @@ async function main(): Promise<number> {
     p(`| node, delivery (NATS receive, WebSocket send) | ${f1(D)} µs | ${f1(loadUs(lo, 'B'))} µs | | |`);
     p(`| PostgreSQL backends | ${f1(loadUs(hi, 'pg'))} µs | ${f1(loadUs(lo, 'pg'))} µs | ${split(P)} |`);
     p(
-      `| PostgreSQL background (walwriter, checkpointer, bgwriter; shared with other databases) | ${f1(us(hi.cores.pgBg, hi))} µs | ${f1(us(lo.cores.pgBg, lo))} µs | | |`,
+      `| PostgreSQL background (walwriter, checkpointer, bgwriter; shared with other databases) | ${f1(us(hi.cores.pgBg, hi))} µs | ` +
+        `${f1(us(lo.cores.pgBg, lo))} µs | | |`,
     );
     p(`| nats-server, per delivery to one other node | ${f1(Q)} µs | ${f1(loadUs(lo, 'nats'))} µs | | |`);
     p(`| generator + subscribers (the clients) | ${f1(G)} µs | ${f1(us(lo.cores.gen + lo.cores.subs, lo))} µs | | |`);
     p();
     p(
-      `PostgreSQL transactions per append: ${f2(hi.xactPerSec / hi.rate)} at ${hi.concurrency} connections, ${f2(lo.xactPerSec / lo.rate)} at ${lo.concurrency} (append statements plus reads); the node's one append statement in flight takes ${f2(stmtUs / 1000)} ms at ${hi.concurrency} connections; events per statement per connection ${f2(batchPerClient)}.`,
+      `PostgreSQL transactions per append: ${f2(hi.xactPerSec / hi.rate)} at ${hi.concurrency} connections, ${f2(lo.xactPerSec / lo.rate)} at ` +
+        `${lo.concurrency} (append statements plus reads); the node's one append statement in flight takes ${f2(stmtUs / 1000)} ms at ` +
+        `${hi.concurrency} connections; events per statement per connection ${f2(batchPerClient)}.`,
     );
 
     // ---- prediction, separate machines ----
@@ -537,7 +545,9 @@ async function main(): Promise<number> {
     const c = cost(e);
     p();
     p(
-      `Predicted on separate machines (each node ${opts.nodeCores} core for its event loop, PostgreSQL ${opts.pgCores} cores, NATS ${opts.natsCores} cores, the clients elsewhere; ${opts.clientsPerNode} client connections per node, so ${f1(e)} events per statement; per append: node ${f1(c.node)} µs, PostgreSQL ${f1(c.pg)} µs, NATS ${f1(c.nats)} µs; plus the fixed cost above):`,
+      `Predicted on separate machines (each node ${opts.nodeCores} core for its event loop, PostgreSQL ${opts.pgCores} cores, NATS ` +
+        `${opts.natsCores} cores, the clients elsewhere; ${opts.clientsPerNode} client connections per node, so ${f1(e)} events per statement; per ` +
+        `append: node ${f1(c.node)} µs, PostgreSQL ${f1(c.pg)} µs, NATS ${f1(c.nats)} µs; plus the fixed cost above):`,
     );
     p();
     p('| nodes | appends/s | node CPU (each) | PostgreSQL CPU | NATS CPU | statements/s | saturates first |');
@@ -551,7 +561,8 @@ async function main(): Promise<number> {
       const [first, x] = Object.entries(bounds).sort((a, b) => a[1] - b[1])[0]!;
       const util = (fx: number, per: number, cores: number) => pct((fx + (x * per) / 1e6) / cores);
       p(
-        `| ${n} | ${f0(x)} | ${util(fixed.node / n, c.node / n, opts.nodeCores)} | ${util(fixed.pg, c.pg, opts.pgCores)} | ${util(fixed.nats, c.nats, opts.natsCores)} | ${f0(x / e)} | ${first} |`,
+        `| ${n} | ${f0(x)} | ${util(fixed.node / n, c.node / n, opts.nodeCores)} | ${util(fixed.pg, c.pg, opts.pgCores)} | ` +
+          `${util(fixed.nats, c.nats, opts.natsCores)} | ${f0(x / e)} | ${first} |`,
       );
     }
 
@@ -560,7 +571,8 @@ async function main(): Promise<number> {
     p('Check on this machine (2 cores; what a part can have = its core(s) less what other work used during the window, split evenly over the two cores):');
     p();
     p(
-      '| window | predicted appends/s | measured | error | limit | from the CPU the parts got: predicted | error | node µs/append predicted / measured | PostgreSQL µs predicted / measured |',
+      '| window | predicted appends/s | measured | error | limit | from the CPU the parts got: predicted | error | node µs/append predicted ' +
+        '/ measured | PostgreSQL µs predicted / measured |',
     );
     p('|---|---:|---:|---:|---|---:|---:|---:|---:|');
     for (const w of [...check1, ...check2, ...check3]) {
@@ -590,7 +602,8 @@ async function main(): Promise<number> {
       const xGot = (got * 1e6) / (cw.node + rest);
       const err = (pred: number) => `${w.rate >= pred ? '+' : ''}${((w.rate / pred - 1) * 100).toFixed(0)} %`;
       p(
-        `| ${w.label} | ${f0(x)} | ${f0(w.rate)} | ${err(x)} | ${limit} | ${f0(xGot)} | ${err(xGot)} | ${f1(cw.node)} / ${f1(nodeUs)} | ${f1(cw.pg)} / ${f1(us(w.cores.pg - w.idle.pg, w))} |`,
+        `| ${w.label} | ${f0(x)} | ${f0(w.rate)} | ${err(x)} | ${limit} | ${f0(xGot)} | ${err(xGot)} | ${f1(cw.node)} / ${f1(nodeUs)} | ` +
+          `${f1(cw.pg)} / ${f1(us(w.cores.pg - w.idle.pg, w))} |`,
       );
     }
     process.stdout.write(`${out.join('\n')}\n`);

@@ -60,7 +60,8 @@ const line = (name: string, xs: number[]) =>
     .toFixed(1)
     .padStart(7)} ms`;
 console.log(
-  `npx tsx scripts/bench-egress.ts --rounds ${ROUNDS}   (${root ? `root, sandboxes as uid ${uid}` : `uid ${uid}`}; load average before ${loadBefore}, after ${load()}; ${os.cpus().length} cpus)`,
+  `npx tsx scripts/bench-egress.ts --rounds ${ROUNDS}   (${root ? `root, sandboxes as uid ${uid}` : `uid ${uid}`}; load average before ` +
+    `${loadBefore}, after ${load()}; ${os.cpus().length} cpus)`,
 );
 console.log(line('holder', times.holder));
 console.log(line('attach', times.attach));

@@ -130,7 +130,8 @@ async function main(): Promise<void> {
     const b = times.before![op]!;
     const s = times.sandbox![op]!;
     console.log(
-      `${op.padEnd(14)} ${`${median(b).toFixed(2)} ms (p90 ${p90(b).toFixed(2)})`.padEnd(24)} ${`${median(s).toFixed(2)} ms (p90 ${p90(s).toFixed(2)})`.padEnd(24)} +${(median(s) - median(b)).toFixed(2)} ms`,
+      `${op.padEnd(14)} ${`${median(b).toFixed(2)} ms (p90 ${p90(b).toFixed(2)})`.padEnd(24)} ` +
+        `${`${median(s).toFixed(2)} ms (p90 ${p90(s).toFixed(2)})`.padEnd(24)} +${(median(s) - median(b)).toFixed(2)} ms`,
     );
   }
 }
@@ -219,7 +220,8 @@ async function transfers(): Promise<void> {
     for (const k of ['read', 'download', 'upload'] as const) {
       const m = median(t[k]);
       console.log(
-        `${k.padEnd(9)} median ${m.toFixed(1).padStart(8)} ms   ${(m / base).toFixed(1).padStart(6)}× reading the file   (${t[k].map((x) => x.toFixed(0)).join(', ')} ms)`,
+        `${k.padEnd(9)} median ${m.toFixed(1).padStart(8)} ms   ${(m / base).toFixed(1).padStart(6)}× reading the file   ` +
+          `(${t[k].map((x) => x.toFixed(0)).join(', ')} ms)`,
       );
     }
     console.log(

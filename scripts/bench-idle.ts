@@ -119,7 +119,8 @@ try {
   await waitFor(() => tree(daemon).processes <= base.processes + 2, 'the idle sandboxes closed', 120_000).catch(() => {});
   const idle = tree(daemon);
   const per = (t: { processes: number; pssKiB: number }) =>
-    `${((t.processes - base.processes) / N).toFixed(2)} processes, ${((t.pssKiB - base.pssKiB) / 1024 / N).toFixed(2)} MiB PSS per conversation (${t.processes} processes, ${(t.pssKiB / 1024).toFixed(0)} MiB in all)`;
+    `${((t.processes - base.processes) / N).toFixed(2)} processes, ${((t.pssKiB - base.pssKiB) / 1024 / N).toFixed(2)} MiB PSS per conversation ` +
+    `(${t.processes} processes, ${(t.pssKiB / 1024).toFixed(0)} MiB in all)`;
   // the next turn: shell idle-closed (the sandbox starts again) against a shell that is up
   const restart: number[] = [];
   const live: number[] = [];
@@ -140,7 +141,8 @@ try {
   console.log(`  right after the turns:   ${per(busy)}`);
   console.log(`  after the idle close:    ${per(idle)}`);
   console.log(
-    `  next turn: shell restored ${median(restart).toFixed(1)} ms, shell up ${median(live).toFixed(1)} ms (median of ${restart.length}): +${(median(restart) - median(live)).toFixed(1)} ms`,
+    `  next turn: shell restored ${median(restart).toFixed(1)} ms, shell up ${median(live).toFixed(1)} ms (median of ${restart.length}): ` +
+      `+${(median(restart) - median(live)).toFixed(1)} ms`,
   );
   const partsOf = (ps: Parts[]) => (['toLlm', 'step', 'toAnswer'] as const).map((k) => `${k} ${median(ps.map((p) => p[k])).toFixed(0)}`).join(', ');
   console.log(`  medians (ms), restored: ${partsOf(restartParts)}; up: ${partsOf(liveParts)}`);

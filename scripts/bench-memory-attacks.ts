@@ -99,7 +99,7 @@ const rss = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc
  * Runs `attack` while sampling the daemon's RSS; prints before / peak / after. With `capMiB`, a daemon
  * that grows past it is killed (the attack then sees its connections fail) and the line says so.
  */
-async function measure(name: string, d: Daemon, attack: () => Promise<string | void>, capMiB = Infinity) {
+async function measure(name: string, d: Daemon, attack: () => Promise<unknown>, capMiB = Infinity) {
   await new Promise((r) => setTimeout(r, 1000));
   const before = rss(d.pid);
   const heapBefore = await heapUsed(d);
@@ -117,7 +117,8 @@ async function measure(name: string, d: Daemon, attack: () => Promise<string | v
   if (killed) {
     clearInterval(timer);
     console.log(
-      `${name.padEnd(11)} RSS before ${before.toFixed(0)} MiB, passed +${capMiB} MiB (${peak.toFixed(0)} MiB): daemon killed by the bench${note ? `; ${note}` : ''}`,
+      `${name.padEnd(11)} RSS before ${before.toFixed(0)} MiB, passed +${capMiB} MiB (${peak.toFixed(0)} MiB): daemon killed by the ` +
+        `bench${note ? `; ${note}` : ''}`,
     );
     return;
   }
@@ -127,7 +128,8 @@ async function measure(name: string, d: Daemon, attack: () => Promise<string | v
   const heapAfter = await heapUsed(d);
   peak = Math.max(peak, after);
   console.log(
-    `${name.padEnd(11)} RSS before ${before.toFixed(0)} MiB, peak ${peak.toFixed(0)} MiB (+${(peak - before).toFixed(0)}), after 3 s ${after.toFixed(0)} MiB (+${(after - before).toFixed(0)}); ` +
+    `${name.padEnd(11)} RSS before ${before.toFixed(0)} MiB, peak ${peak.toFixed(0)} MiB (+${(peak - before).toFixed(0)}), after 3 s ` +
+      `${after.toFixed(0)} MiB (+${(after - before).toFixed(0)}); ` +
       `heap used ${heapBefore.toFixed(0)} → ${heapAfter.toFixed(0)} MiB${note ? `; ${note}` : ''}`,
   );
 }
@@ -154,7 +156,8 @@ function rawSocket(d: Daemon, p: string, headers = '', localAddress?: string): P
     const s = net.connect({ port: d.port, host: '127.0.0.1', localAddress });
     s.on('error', () => {});
     s.write(
-      `GET ${p} HTTP/1.1\r\nHost: 127.0.0.1:${d.port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n${headers}\r\n`,
+      `GET ${p} HTTP/1.1\r\nHost: 127.0.0.1:${d.port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: ` +
+        `dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n${headers}\r\n`,
     );
     s.once('data', (c: Buffer) => (c.toString('latin1').startsWith('HTTP/1.1 101') ? resolve(s) : reject(new Error(c.toString('latin1').split('\r\n')[0]))));
   });
@@ -169,7 +172,8 @@ async function slowReplay(d: Daemon, id: string, messages: number): Promise<numb
   s.on('error', () => {});
   s.pause();
   s.write(
-    `GET /sockets/events/${id}?resend_mode=all HTTP/1.1\r\nHost: 127.0.0.1:${d.port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`,
+    `GET /sockets/events/${id}?resend_mode=all HTTP/1.1\r\nHost: 127.0.0.1:${d.port}\r\nUpgrade: websocket\r\nConnection: ` +
+      `Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`,
   );
   await new Promise((r) => setTimeout(r, 3000));
   const reader = new FrameReader();
@@ -312,7 +316,10 @@ const attacks: Record<string, () => Promise<void>> = {
           const closed = Promise.all(held.map((s) => new Promise<void>((r) => s.once('close', () => r()))));
           await Promise.all(held.map((s) => new Promise<void>((r) => s.write(auth.subarray(0, auth.length - 1), () => r()))));
           await closed;
-          return `${held.length} sockets held (${refused} refused at the upgrade), each sent ${(body / MiB).toFixed(1)} MiB of an auth frame but its last byte; all closed by the auth timeout`;
+          return (
+            `${held.length} sockets held (${refused} refused at the upgrade), each sent ${(body / MiB).toFixed(1)} MiB of an auth frame but ` +
+            `its last byte; all closed by the auth timeout`
+          );
         });
       },
       { 'x-session-api-key': KEY },

@@ -258,7 +258,10 @@ async function measureDaemon(label: string, cwd: string): Promise<void> {
 
 const bareRss = median(rows.get('bare node:http server')!.map((r) => r.rss));
 console.log(
-  `memory at rest (VmRSS ${SETTLE} ms after each step, median of ${RUNS} runs, each a fresh process); load average ${load0} at the start, ${load()} at the end (command: npx tsx scripts/bench-memory.ts --runs ${RUNS}${SETTLE !== 3000 ? ` --settle-ms ${SETTLE}` : ''}${CONVERSATIONS !== 1000 ? ` --conversations ${CONVERSATIONS}` : ''}${values.compare.map((c) => ` --compare ${c}`).join('')})`,
+  `memory at rest (VmRSS ${SETTLE} ms after each step, median of ${RUNS} runs, each a fresh process); load average ${load0} at the start, ` +
+    `${load()} at the end (command: npx tsx scripts/bench-memory.ts --runs ` +
+    `${RUNS}${SETTLE !== 3000 ? ` --settle-ms ${SETTLE}` : ''}${CONVERSATIONS !== 1000 ? ` --conversations ${CONVERSATIONS}` : ''}` +
+    `${values.compare.map((c) => ` --compare ${c}`).join('')})`,
 );
 console.log('| | RSS MiB | anonymous MiB | file-backed MiB | RSS / the bare server |');
 console.log('|---|---:|---:|---:|---:|');
@@ -296,11 +299,14 @@ async function modules(): Promise<void> {
     if (!esm.test(src) || !cjs.test(src)) throw new Error("the bundle's module wrappers are not esbuild's as this script knows them");
     // each module's first evaluation is measured: a full GC, the heap, the evaluation, a full GC, the heap
     // (less what the modules it loaded hold: they are measured as themselves)
-    const probe = `var __mods=[],__stack=[];function __measure(name,run){gc();const h0=process.memoryUsage().heapUsed,r0=process.memoryUsage.rss(),t0=performance.now(),frame={inner:0,innerRss:0};__stack.push(frame);try{return run()}finally{__stack.pop();gc();const all=process.memoryUsage().heapUsed-h0,allRss=process.memoryUsage.rss()-r0;__mods.push({name,heap:all-frame.inner,rss:allRss-frame.innerRss,ms:performance.now()-t0});if(__stack.length){__stack[__stack.length-1].inner+=all;__stack[__stack.length-1].innerRss+=allRss}}}process.on('SIGUSR2',()=>{process.stderr.write('parley-modules '+JSON.stringify(__mods.splice(0))+'\\n')});`;
+    const probe =
+      `var __mods=[],__stack=[];function __measure(name,run){gc();const ` +
+      `h0=process.memoryUsage().heapUsed,r0=process.memoryUsage.rss(),t0=performance.now(),frame={inner:0,innerRss:0};__stack.push(frame);try{return run()}finally{__stack.pop();gc();const all=process.memoryUsage().heapUsed-h0,allRss=process.memoryUsage.rss()-r0;__mods.push({name,heap:all-frame.inner,rss:allRss-frame.innerRss,ms:performance.now()-t0});if(__stack.length){__stack[__stack.length-1].inner+=all;__stack[__stack.length-1].innerRss+=allRss}}}process.on('SIGUSR2',()=>{process.stderr.write('parley-modules '+JSON.stringify(__mods.splice(0))+'\\n')});`;
     const patched = src
       .replace(
         esm,
-        `${probe}var __esm=(fn,res,err)=>function(){if(err)throw err[0];try{if(fn){const name=__getOwnPropNames(fn)[0],f=fn;fn=0;res=__measure(name,()=>(0,f[name])())}return res}catch(e){throw err=[e],e}};`,
+        `${probe}var __esm=(fn,res,err)=>function(){if(err)throw err[0];try{if(fn){const ` +
+          `name=__getOwnPropNames(fn)[0],f=fn;fn=0;res=__measure(name,()=>(0,f[name])())}return res}catch(e){throw err=[e],e}};`,
       )
       .replace(
         cjs,
@@ -308,7 +314,11 @@ async function modules(): Promise<void> {
       );
     fs.writeFileSync(path.join(dir, 'daemon.cjs'), patched);
     // runs the copy as dist/main.mjs runs the bundle: paths beside it (the writer thread, the console) are dist/'s
-    const runner = `const {createRequire}=require('node:module');const vm=require('node:vm');const fs=require('node:fs');const dist=${JSON.stringify(path.join(ROOT, 'dist'))};const code=fs.readFileSync(${JSON.stringify(path.join(dir, 'daemon.cjs'))},'utf8');const m={exports:{}};new vm.Script('(function (exports, require, module, __filename, __dirname, __parleyMetaUrl) {'+code+'\\n})',{filename:dist+'/daemon.cjs'}).runInThisContext()(m.exports,createRequire(dist+'/daemon.cjs'),m,dist+'/daemon.cjs',dist,require('node:url').pathToFileURL(dist+'/main.mjs').href);`;
+    const runner =
+      `const {createRequire}=require('node:module');const vm=require('node:vm');const fs=require('node:fs');const ` +
+      `dist=${JSON.stringify(path.join(ROOT, 'dist'))};const code=fs.readFileSync(${JSON.stringify(path.join(dir, 'daemon.cjs'))},'utf8');const ` +
+      `m={exports:{}};new vm.Script('(function (exports, require, module, __filename, __dirname, __parleyMetaUrl) ` +
+      `{'+code+'\\n})',{filename:dist+'/daemon.cjs'}).runInThisContext()(m.exports,createRequire(dist+'/daemon.cjs'),m,dist+'/daemon.cjs',dist,require('node:url').pathToFileURL(dist+'/main.mjs').href);`;
     fs.writeFileSync(path.join(dir, 'run.cjs'), runner);
     const d = await start([process.execPath, '--expose-gc', '--max-semi-space-size=4', path.join(dir, 'run.cjs')], daemonEnv, daemonReady);
     const take = async (): Promise<Measured[]> => {

@@ -162,6 +162,9 @@ for (const [name, r] of [
   );
 }
 console.log(
-  `  added by the sandbox: first turn +${ms(median(tb.firstApart) - median(tn.firstApart))} ms apart, +${ms(median(tb.first) - median(tn.first))} ms back to back; ` +
-    `later turns ${ms(median(tb.later) - median(tn.later))} ms (ratio bwrap/none: first ${(median(tb.firstApart) / median(tn.firstApart)).toFixed(2)} / ${(median(tb.first) / median(tn.first)).toFixed(2)}, later ${(median(tb.later) / median(tn.later)).toFixed(2)})`,
+  `  added by the sandbox: first turn +${ms(median(tb.firstApart) - median(tn.firstApart))} ms apart, +${ms(median(tb.first) - median(tn.first))} ` +
+    `ms back to back; ` +
+    `later turns ${ms(median(tb.later) - median(tn.later))} ms (ratio bwrap/none: first ` +
+    `${(median(tb.firstApart) / median(tn.firstApart)).toFixed(2)} / ${(median(tb.first) / median(tn.first)).toFixed(2)}, later ` +
+    `${(median(tb.later) / median(tn.later)).toFixed(2)})`,
 );

@@ -136,15 +136,18 @@ if (roots[1] === HERE) throw new Error('--compare names this checkout: give anot
 const results = new Map<string, Result[]>(roots.map((r) => [r, []]));
 for (let run = 0; run < RUNS; run++) for (const r of roots) results.get(r)!.push(child(r));
 const best = (rs: Result[], k: keyof Result) => (k === 'perSecond' ? Math.max(...rs.map((r) => r[k])) : Math.min(...rs.map((r) => r[k])));
+const loadNow = os
+  .loadavg()
+  .map((l) => l.toFixed(1))
+  .join(' ');
 console.log(
-  `sendMessage in process (no HTTP): ${MESSAGES} messages over ${CONVERSATIONS} conversations, ${BATCH} per event-loop turn, one subscriber each; best of ${RUNS} runs${roots.length > 1 ? ', alternating' : ''}; load average ${os
-    .loadavg()
-    .map((l) => l.toFixed(1))
-    .join(' ')}`,
+  `sendMessage in process (no HTTP): ${MESSAGES} messages over ${CONVERSATIONS} conversations, ${BATCH} per event-loop turn, one subscriber each; ` +
+    `best of ${RUNS} runs${roots.length > 1 ? ', alternating' : ''}; load average ${loadNow}`,
 );
 for (const r of roots) {
   const rs = results.get(r)!;
   console.log(
-    `  ${r === HERE ? 'this checkout' : r}: event loop ${best(rs, 'busyUs').toFixed(2)} µs/message busy, all threads ${best(rs, 'cpuUs').toFixed(2)} µs/message (until indexed), ${Math.round(best(rs, 'perSecond')).toLocaleString('en-US')} messages/s`,
+    `  ${r === HERE ? 'this checkout' : r}: event loop ${best(rs, 'busyUs').toFixed(2)} µs/message busy, all threads ` +
+      `${best(rs, 'cpuUs').toFixed(2)} µs/message (until indexed), ${Math.round(best(rs, 'perSecond')).toLocaleString('en-US')} messages/s`,
   );
 }

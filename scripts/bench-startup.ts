@@ -267,7 +267,8 @@ for (const r of rows) {
   const base = against[r.label] ?? (r.cmd[0] === node && r.label !== 'bare node:http server (floor)' ? 'bare node:http server (floor)' : undefined);
   const vs = base ? `${ratio(r.label, base)} ${base === against['npm start'] ? "npm's floor" : 'the bare server'}` : '';
   console.log(
-    `  ${r.label.padEnd(44)} ${m.toFixed(0).padStart(6)} ms  (min ${min.toFixed(0).padStart(5)} ms)  ${vs.padEnd(24)}  ${c.toFixed(0).padStart(5)} ms${base ? ` (${cpuRatio(r.label, base)})` : ''}`,
+    `  ${r.label.padEnd(44)} ${m.toFixed(0).padStart(6)} ms  (min ${min.toFixed(0).padStart(5)} ms)  ${vs.padEnd(24)}  ${c.toFixed(0).padStart(5)} ` +
+      `ms${base ? ` (${cpuRatio(r.label, base)})` : ''}`,
   );
 }
 console.log(`load average after: ${load()}`);
@@ -280,7 +281,8 @@ try {
   const reserveSince = performance.now();
   while (!fs.existsSync(reserve) && performance.now() - reserveSince < 30_000) await sleep(5);
   console.log(
-    `\njournal reserve (DISK_RESERVE_MB, 32 MiB) on disk ${(performance.now() - reserveSince).toFixed(0)} ms after the first 200 (written in the background, from 1 s after start)`,
+    `\njournal reserve (DISK_RESERVE_MB, 32 MiB) on disk ${(performance.now() - reserveSince).toFixed(0)} ms after the first 200 (written in the ` +
+      `background, from 1 s after start)`,
   );
   const pid = Number(fs.readFileSync(path.join(s.dataDir, 'parley.pid'), 'utf8'));
   await sleep(SETTLE);
@@ -318,10 +320,12 @@ try {
   console.log(`\nmemory (VmRSS of the daemon started by npm start; read ${SETTLE} ms after each step):`);
   console.log(`  idle                                   ${(idle / MiB).toFixed(1).padStart(7)} MiB`);
   console.log(
-    `  + ${CONVERSATIONS} idle conversations              ${(withConversations / MiB).toFixed(1).padStart(7)} MiB  (+${((withConversations - idle) / MiB).toFixed(1)} MiB)`,
+    `  + ${CONVERSATIONS} idle conversations              ${(withConversations / MiB).toFixed(1).padStart(7)} MiB  ` +
+      `(+${((withConversations - idle) / MiB).toFixed(1)} MiB)`,
   );
   console.log(
-    `  + ${TURNS} scripted agent turns             ${(afterTurns / MiB).toFixed(1).padStart(7)} MiB  (+${((afterTurns - withConversations) / MiB).toFixed(1)} MiB; AI SDK loaded, ${Math.ceil(TURNS / 4)} shells)`,
+    `  + ${TURNS} scripted agent turns             ${(afterTurns / MiB).toFixed(1).padStart(7)} MiB  ` +
+      `(+${((afterTurns - withConversations) / MiB).toFixed(1)} MiB; AI SDK loaded, ${Math.ceil(TURNS / 4)} shells)`,
   );
   console.log(`  (npm's own process, the daemon's parent under npm start: ${(npmRss / MiB).toFixed(1)} MiB)`);
 } finally {

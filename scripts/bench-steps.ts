@@ -121,7 +121,8 @@ try {
   for (const p of points) console.log(`${String(p).padStart(4)} | ${at(p).toFixed(2).padStart(13)} | ${(at(p) / base).toFixed(2)}`);
 } catch (err) {
   console.error(
-    `the benchmark failed: ${(err as Error).message} (${String((err as Error).cause)}; daemon exit ${d.proc.exitCode} ${d.proc.signalCode})\nlast daemon lines:\n${d.output.slice(-20).join('\n')}`,
+    `the benchmark failed: ${(err as Error).message} (${String((err as Error).cause)}; daemon exit ${d.proc.exitCode} ${d.proc.signalCode})\nlast ` +
+      `daemon lines:\n${d.output.slice(-20).join('\n')}`,
   );
   process.exitCode = 1;
 } finally {
@@ -390,13 +391,17 @@ async function helloBench(turns: number, profile: boolean): Promise<number> {
   const f = (x: number) => (Number.isFinite(x) ? x.toFixed(2) : '—');
   const load1 = os.loadavg();
   console.log(
-    `hello turn × ${turns} (after ${warm} warm-up turns), load average ${load0.map((l) => l.toFixed(2)).join(' ')} at the start, ${load1.map((l) => l.toFixed(2)).join(' ')} at the end (command: npx tsx scripts/bench-steps.ts --hello --turns ${turns}${profile ? '' : ' --no-profile'})`,
+    `hello turn × ${turns} (after ${warm} warm-up turns), load average ${load0.map((l) => l.toFixed(2)).join(' ')} at the start, ` +
+      `${load1.map((l) => l.toFixed(2)).join(' ')} at the end (command: npx tsx scripts/bench-steps.ts --hello --turns ` +
+      `${turns}${profile ? '' : ' --no-profile'})`,
   );
   console.log(`POST of the user message (run:true) → first LLM request: median ${f(median(first))} ms`);
   console.log('');
   console.log('medians in ms; "created" is the event\'s own timestamp (1 ms resolution: its columns are means)');
   console.log(
-    "| step | last observation at the subscriber → LLM request | LLM (scripted) request → answer sent | answer sent → action at the subscriber | action created → at the subscriber (mean) | tool: action created → observation created (mean) | observation created → at the subscriber (mean) | daemon's own time (step less LLM less tool) |",
+    '| step | last observation at the subscriber → LLM request | LLM (scripted) request → answer sent | answer sent → action at the ' +
+      'subscriber | action created → at the subscriber (mean) | tool: action created → observation created (mean) | observation created → at ' +
+      "the subscriber (mean) | daemon's own time (step less LLM less tool) |",
   );
   console.log('|---|---:|---:|---:|---:|---:|---:|---:|');
   for (let k = 0; k < 4; k++) {
@@ -404,7 +409,8 @@ async function helloBench(turns: number, profile: boolean): Promise<number> {
     const med = (key: keyof Col) => median(c.map((x) => x[key]));
     const avg = (key: keyof Col) => mean(c.map((x) => x[key]).filter(Number.isFinite));
     console.log(
-      `| ${names[k]} | ${f(med('build'))} | ${f(med('llm'))} | ${f(med('toAction'))} | ${f(avg('actionPublish'))} | ${f(avg('tool'))} | ${f(avg('obsPublish'))} | ${f(med('own'))} |`,
+      `| ${names[k]} | ${f(med('build'))} | ${f(med('llm'))} | ${f(med('toAction'))} | ${f(avg('actionPublish'))} | ${f(avg('tool'))} | ` +
+        `${f(avg('obsPublish'))} | ${f(med('own'))} |`,
     );
   }
 
@@ -419,7 +425,11 @@ async function helloBench(turns: number, profile: boolean): Promise<number> {
   if (main && main.totalMs > 0) {
     // the profiler's sample intervals are wall time: on a busy machine they include time the thread waited for a core
     console.log(
-      `daemon profile (main thread, --cpu-prof at 1 ms; sample intervals are wall time while not idle, so a busy machine inflates them) over the ${turns} measured turns (from the POST of the message to the end of the turn; conversation creation and workspace preparation excluded): ${f(main.totalMs / turns)} ms per turn, ${f(main.totalMs / stepsRun)} ms per step; by the nearest src/ frame on the stack (else the nearest frame of the AI SDK, zod, web streams, undici or node:http's client: LLM client; of the worker channel or better-sqlite3: store; of the WebSocket server: publish):`,
+      `daemon profile (main thread, --cpu-prof at 1 ms; sample intervals are wall time while not idle, so a busy machine inflates them) over the ` +
+        `${turns} measured turns (from the POST of the message to the end of the turn; conversation creation and workspace preparation excluded): ` +
+        `${f(main.totalMs / turns)} ms per turn, ${f(main.totalMs / stepsRun)} ms per step; by the nearest src/ frame on the stack (else the ` +
+        `nearest frame of the AI SDK, zod, web streams, undici or node:http's client: LLM client; of the worker channel or better-sqlite3: store; ` +
+        `of the WebSocket server: publish):`,
     );
     console.log('| part | ms per step | share |');
     console.log('|---|---:|---:|');
@@ -522,13 +532,16 @@ async function llmClientBench(rounds: number, turns: number): Promise<number> {
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
   const load1 = os.loadavg();
   console.log(
-    `LLM client alone: ${rounds} rounds × ${turns} hello turns (4 steps each, history growing) per client, alternating; load average ${load0.map((l) => l.toFixed(2)).join(' ')} at the start, ${load1.map((l) => l.toFixed(2)).join(' ')} at the end (command: npx tsx scripts/bench-steps.ts --llm-client --rounds ${rounds} --turns ${turns})`,
+    `LLM client alone: ${rounds} rounds × ${turns} hello turns (4 steps each, history growing) per client, alternating; load average ` +
+      `${load0.map((l) => l.toFixed(2)).join(' ')} at the start, ${load1.map((l) => l.toFixed(2)).join(' ')} at the end (command: npx tsx ` +
+      `scripts/bench-steps.ts --llm-client --rounds ${rounds} --turns ${turns})`,
   );
   console.log('| client | answer sent → complete() resolved, median ms | CPU per step (this process, scripted LLM included), median ms |');
   console.log('|---|---:|---:|');
   for (const client of clients) console.log(`| ${client} | ${median(after[client]).toFixed(3)} | ${median(cpu[client]).toFixed(3)} |`);
   console.log(
-    `ratio own / AI SDK: ${(median(after.own) / median(after['ai-sdk'])).toFixed(2)} (after the answer), ${(median(cpu.own) / median(cpu['ai-sdk'])).toFixed(2)} (CPU per step)`,
+    `ratio own / AI SDK: ${(median(after.own) / median(after['ai-sdk'])).toFixed(2)} (after the answer), ` +
+      `${(median(cpu.own) / median(cpu['ai-sdk'])).toFixed(2)} (CPU per step)`,
   );
   return 0;
 }

@@ -355,9 +355,15 @@ const kept = p50Of('kept');
 const fetched = p50Of('fetched');
 // the turn is set against the round trip of the same client as its POST
 const baseline = values.client === 'fetch' ? fetched : kept;
-const command = `npx tsx scripts/bench-turn.ts --turns ${TURNS} --warmup ${WARMUP}${values.sandbox ? ` --sandbox ${values.sandbox}` : ''}${values.trace ? ' --trace' : ''}${SETTLE_MS !== 100 ? ` --settle-ms ${SETTLE_MS}` : ''}${values.client !== 'http' ? ` --client ${values.client}` : ''}${values.compare.map((c) => ` --compare ${c}`).join('')}`;
+const command =
+  `npx tsx scripts/bench-turn.ts --turns ${TURNS} --warmup ` +
+  `${WARMUP}${values.sandbox ? ` --sandbox ${values.sandbox}` : ''}${values.trace ? ' --trace' : ''}` +
+  `${SETTLE_MS !== 100 ? ` --settle-ms ${SETTLE_MS}` : ''}${values.client !== 'http' ? ` --client ${values.client}` : ''}` +
+  `${values.compare.map((c) => ` --compare ${c}`).join('')}`;
 console.log(
-  `text turn × ${TURNS} per daemon (after ${WARMUP} warm-up turns), each in a new conversation with one WebSocket subscriber, instant scripted LLM${values.sandbox ? `, SANDBOX=${values.sandbox}` : ''}, the POST sent with ${values.client === 'fetch' ? 'fetch' : 'node:http'}; load average ${load0} at the start, ${load()} at the end (command: ${command})`,
+  `text turn × ${TURNS} per daemon (after ${WARMUP} warm-up turns), each in a new conversation with one WebSocket subscriber, instant scripted ` +
+    `LLM${values.sandbox ? `, SANDBOX=${values.sandbox}` : ''}, the POST sent with ${values.client === 'fetch' ? 'fetch' : 'node:http'}; load ` +
+    `average ${load0} at the start, ${load()} at the end (command: ${command})`,
 );
 console.log(
   `| | p50 ms | p90 ms | p50 / the ${values.client === 'fetch' ? 'fetch' : 'kept-alive'} round trip | the daemon's CPU per turn, all threads (median ms) |`,
@@ -367,7 +373,8 @@ for (const d of daemons) {
   const ms = results.get(d)!.map((t) => t.ms);
   const cpu = median(results.get(d)!.map((t) => t.cpu));
   console.log(
-    `| text turn, ${d.label}${d.traced ? ' (traced)' : ''}: POST …/events {run:true} → terminal execution_status on the socket | ${f(median(ms))} | ${f(quantile(ms, 0.9))} | ${(median(ms) / baseline).toFixed(2)} | ${f(cpu)} |`,
+    `| text turn, ${d.label}${d.traced ? ' (traced)' : ''}: POST …/events {run:true} → terminal execution_status on the socket | ${f(median(ms))} ` +
+      `| ${f(quantile(ms, 0.9))} | ${(median(ms) / baseline).toFixed(2)} | ${f(cpu)} |`,
   );
 }
 console.log(
@@ -449,7 +456,8 @@ if (traced) {
   };
   console.log('');
   console.log(
-    `where a turn's time goes (${traced.label}, traced; medians per phase; wall: on one clock for the daemon's marks and this process's; CPU: the daemon's, all threads, between two of its own marks):`,
+    `where a turn's time goes (${traced.label}, traced; medians per phase; wall: on one clock for the daemon's marks and this process's; CPU: the ` +
+      `daemon's, all threads, between two of its own marks):`,
   );
   console.log('| phase | from → to | wall ms | daemon CPU ms | turns |');
   console.log('|---|---|---:|---:|---:|');
@@ -463,7 +471,8 @@ if (traced) {
   }
   console.log(`| (sum of the medians) | | ${f(sum)} | ${f(cpuSum)} | |`);
   console.log(
-    `| the traced turn (median) | POST sent → socket: execution_status=finished | ${f(median(turns.map((t) => t.ms)))} | ${f(median(turns.map((t) => t.cpu)))} (all of it) | ${turns.length} |`,
+    `| the traced turn (median) | POST sent → socket: execution_status=finished | ${f(median(turns.map((t) => t.ms)))} | ` +
+      `${f(median(turns.map((t) => t.cpu)))} (all of it) | ${turns.length} |`,
   );
   for (const [name, from, to] of beside) {
     const r = row(from, to);
@@ -515,7 +524,8 @@ if (profDir) {
   if (best) {
     console.log('');
     console.log(
-      `the daemon's main thread during the turns (--cpu-prof samples, wall time while not idle: a busy machine inflates them): ${f(best.total / turns.length)} ms per turn; the functions with the most self time, ms per turn:`,
+      `the daemon's main thread during the turns (--cpu-prof samples, wall time while not idle: a busy machine inflates them): ` +
+        `${f(best.total / turns.length)} ms per turn; the functions with the most self time, ms per turn:`,
     );
     for (const [name, ms] of [...best.fns.entries()].sort((a, b) => b[1] - a[1]).slice(0, 30)) console.log(`  ${f(ms / turns.length).padStart(6)}  ${name}`);
     console.log("the project's functions with the most time on the stack (inclusive), ms per turn:");

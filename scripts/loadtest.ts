@@ -289,10 +289,11 @@ async function measureSetup(
       for (const n of nodes) {
         if (n.child.proc.exitCode !== null || n.child.proc.signalCode !== null)
           throw new Error(
-            `${n.child.name} died during the load (${n.child.proc.signalCode ?? `exit code ${n.child.proc.exitCode}`}); ${stats.errors} errors: ${stats.errorDetail}`,
+            `${n.child.name} died during the load (${n.child.proc.signalCode ?? `exit code ${n.child.proc.exitCode}`}); ${stats.errors} errors: ` +
+              `${stats.errorDetail}`,
           );
       }
-      stats.okPerConv.forEach((n, i) => (expected[i]! += n));
+      for (const [i, n] of stats.okPerConv.entries()) expected[i]! += n;
       rounds.push({ parley: stats, bare: await bareRun(ids) });
     }
     const totalOk = expected.reduce((a, b) => a + b, 0);
@@ -362,7 +363,8 @@ async function main(): Promise<number> {
   const subsText = opts.subscribers === 'all' ? opts.conversations : opts.subscribers;
   process.stdout.write(
     `parley load test: ${opts.conversations} conversations, ${opts.concurrency} connections, ${opts.warmup} s warmup + ${opts.duration} s, ` +
-      `${subsText} subscribers${opts.fanout > 1 ? ` × ${opts.fanout} per conversation` : ''}, ${opts.genProcs} generator process(es), auth ${opts.auth ? 'on' : 'off'}${opts.profile ? ', daemon profiled' : ''}` +
+      `${subsText} subscribers${opts.fanout > 1 ? ` × ${opts.fanout} per conversation` : ''}, ${opts.genProcs} generator process(es), auth ` +
+      `${opts.auth ? 'on' : 'off'}${opts.profile ? ', daemon profiled' : ''}` +
       `${opts.setups.length > 1 || opts.setups[0]!.name !== 'sqlite' ? `; setups: ${opts.setups.map((s) => s.label).join(' | ')}` : ''}\n` +
       `daemon: ${opts.daemonEntry ? `entry ${opts.daemonEntry}` : `node ${NPM_START.join(' ')} (as \`npm start\` runs it, without npm)`}\n` +
       `machine: ${cpus.length} × ${cpus[0]?.model.trim() ?? '?'}, Node ${process.version}, load average ${os.loadavg()[0]!.toFixed(2)}, temp dir ${tmpDir}\n`,

@@ -215,7 +215,8 @@ function sandboxIds(
   if (self !== 0) {
     if (uid !== undefined && uid !== self) {
       throw new ConfigError(
-        `invalid configuration: SANDBOX_UID: sandboxes can run as another user only when the daemon runs as root (it runs as uid ${self}, and its sandboxes run as that uid)`,
+        'invalid configuration: SANDBOX_UID: sandboxes can run as another user only when the daemon runs as root ' +
+          `(it runs as uid ${self}, and its sandboxes run as that uid)`,
       );
     }
     return null;
@@ -224,7 +225,8 @@ function sandboxIds(
   const serviceAs = { uid: serviceUid ?? DEFAULT_SERVICE_ID, gid: serviceGid ?? serviceUid ?? DEFAULT_SERVICE_ID };
   if (serviceAs.uid === runAs.uid || serviceAs.gid === runAs.gid) {
     throw new ConfigError(
-      `invalid configuration: SANDBOX_SERVICE_UID: the file service's ids (${serviceAs.uid}:${serviceAs.gid}) must differ from the sandbox's (${runAs.uid}:${runAs.gid}), which its agent's processes have`,
+      `invalid configuration: SANDBOX_SERVICE_UID: the file service's ids (${serviceAs.uid}:${serviceAs.gid}) ` +
+        `must differ from the sandbox's (${runAs.uid}:${runAs.gid}), which its agent's processes have`,
     );
   }
   return { runAs, serviceAs };
@@ -263,7 +265,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (e.SANDBOX === 'bwrap' && e.SANDBOX_NETWORK === 'host' && keys.length === 0) {
     // the sandboxes share the host's loopback, and a keyless daemon answers every loopback request
     throw new ConfigError(
-      "invalid configuration: SESSION_API_KEY: required with SANDBOX=bwrap and SANDBOX_NETWORK=host (agents' sandboxed processes would reach this keyless API on loopback: every conversation, every file); set a key or SANDBOX_NETWORK=none",
+      'invalid configuration: SESSION_API_KEY: required with SANDBOX=bwrap and SANDBOX_NETWORK=host ' +
+        "(agents' sandboxed processes would reach this keyless API on loopback: every conversation, every file); set a key or SANDBOX_NETWORK=none",
     );
   }
   const dataDir = path.resolve(e.DATA_DIR);

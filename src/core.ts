@@ -65,7 +65,7 @@ export interface Core {
   close(): Promise<void>;
 }
 
-export interface ServerFeatures {
+interface ServerFeatures {
   settings: AgentServerSettings;
   llmProfiles: LlmProfiles;
   agentProfiles: AgentProfiles;

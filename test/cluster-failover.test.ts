@@ -10,7 +10,8 @@ import { allEvents, statusOf } from './support/conversation-api.js';
 import { send, create, agentCluster, readyConversation } from './support/cluster-api.js';
 
 describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
-  test('SIGKILL of the owner mid-run with writes in flight: its lease expires, another node takes over (error, NodeLost), every acknowledged message is kept, the agent runs again elsewhere; the killed node rejoins without duplicating anything', {
+  test('SIGKILL of the owner mid-run with writes in flight: its lease expires, another node takes over (error, NodeLost), every acknowledged ' +
+    'message is kept, the agent runs again elsewhere; the killed node rejoins without duplicating anything', {
     timeout: 180_000,
   }, async (t) => {
     const { llm, c } = await agentCluster((f) => t.after(f), 2000);

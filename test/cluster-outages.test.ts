@@ -57,7 +57,8 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     s1.close();
   });
 
-  test('tRPC events across nodes: a subscriber through node 2 gets what is written through nodes 1 and 3 once each, in seq order; lastEventId resumes on node 3. Deleting through node 1: 404 on every node, subscribers on the others (WebSocket and tRPC) are closed', {
+  test('tRPC events across nodes: a subscriber through node 2 gets what is written through nodes 1 and 3 once each, in seq order; lastEventId ' +
+    'resumes on node 3. Deleting through node 1: 404 on every node, subscribers on the others (WebSocket and tRPC) are closed', {
     timeout: 180_000,
   }, async (t) => {
     const c = await startCluster((f) => t.after(f), 3);

@@ -10,7 +10,8 @@ import { allEvents, statusOf } from './support/conversation-api.js';
 import { send, agentCluster, readyConversation } from './support/cluster-api.js';
 
 describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
-  test('an owner stalled (SIGSTOP) past its lease: a command that must reach it answers 503 with the reason; another node takes over; resumed (SIGCONT), it stops its loop and writes nothing as the owner', {
+  test('an owner stalled (SIGSTOP) past its lease: a command that must reach it answers 503 with the reason; another node takes over; resumed ' +
+    '(SIGCONT), it stops its loop and writes nothing as the owner', {
     timeout: 180_000,
   }, async (t) => {
     const { llm, c } = await agentCluster((f) => t.after(f), 4000, 2);
@@ -59,7 +60,8 @@ describe('cluster mode: PostgreSQL + NATS', { timeout: 900_000 }, () => {
     );
   });
 
-  test('ownership: the node that runs the loop is shown everywhere; run, interrupt and messages through other nodes reach it; the lease goes when the loop stops', {
+  test('ownership: the node that runs the loop is shown everywhere; run, interrupt and messages through other nodes reach it; the lease goes when ' +
+    'the loop stops', {
     timeout: 180_000,
   }, async (t) => {
     const { llm, c } = await agentCluster((f) => t.after(f), 3000);

@@ -205,10 +205,14 @@ describe('web console: 10,000 events', { timeout: 180_000 }, () => {
     assert.equal(scroll.firstRow, '0', 'scrolled to the first event');
     await page.locator('.events [data-seq="1"]').waitFor({ state: 'attached' });
     console.log(
-      `${last}-event conversation: first paint ${firstPaint} ms (navigation to the last event shown; ${smallPaint} ms for a conversation of one message, same run), all ${last} events in ${allLoaded} ms; ` +
-        `wheel scroll 300 × 120 px: ${scroll.wheelMs.toFixed(0)} ms, frame median ${scroll.wheelMedian.toFixed(1)} / p95 ${scroll.wheelP95.toFixed(1)} / max ${scroll.wheelMax.toFixed(1)} ms ` +
-        `(a static page as tall, same run: ${scroll.staticMs.toFixed(0)} ms, median ${scroll.staticMedian.toFixed(1)} / p95 ${scroll.staticP95.toFixed(1)} ms; ratio ${(scroll.wheelMs / scroll.staticMs).toFixed(2)}); ` +
-        `jump end → top in 100 steps: ${scroll.jumpMs.toFixed(0)} ms, frame median ${scroll.jumpMedian.toFixed(1)} / p95 ${scroll.jumpP95.toFixed(1)} / max ${scroll.jumpMax.toFixed(1)} ms; ${inDom} rows in the DOM`,
+      `${last}-event conversation: first paint ${firstPaint} ms (navigation to the last event shown; ${smallPaint} ms for a conversation of one ` +
+        `message, same run), all ${last} events in ${allLoaded} ms; ` +
+        `wheel scroll 300 × 120 px: ${scroll.wheelMs.toFixed(0)} ms, frame median ${scroll.wheelMedian.toFixed(1)} / p95 ` +
+        `${scroll.wheelP95.toFixed(1)} / max ${scroll.wheelMax.toFixed(1)} ms ` +
+        `(a static page as tall, same run: ${scroll.staticMs.toFixed(0)} ms, median ${scroll.staticMedian.toFixed(1)} / p95 ` +
+        `${scroll.staticP95.toFixed(1)} ms; ratio ${(scroll.wheelMs / scroll.staticMs).toFixed(2)}); ` +
+        `jump end → top in 100 steps: ${scroll.jumpMs.toFixed(0)} ms, frame median ${scroll.jumpMedian.toFixed(1)} / p95 ` +
+        `${scroll.jumpP95.toFixed(1)} / max ${scroll.jumpMax.toFixed(1)} ms; ${inDom} rows in the DOM`,
     );
     assert.deepEqual(w.errors, []);
   });

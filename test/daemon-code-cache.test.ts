@@ -146,7 +146,8 @@ describe('the built daemon’s code cache', () => {
     const preload = path.join(path.dirname(dist), 'record-builtins.cjs');
     fs.writeFileSync(
       preload,
-      `process.once('parley:listening', () => require('node:fs').writeFileSync(${JSON.stringify(seen)}, JSON.stringify(process.moduleLoadList.filter((m) => m.startsWith('NativeModule ')).map((m) => m.slice(13)))));`,
+      `process.once('parley:listening', () => require('node:fs').writeFileSync(${JSON.stringify(seen)}, ` +
+        `JSON.stringify(process.moduleLoadList.filter((m) => m.startsWith('NativeModule ')).map((m) => m.slice(13)))));`,
     );
     await startAndStop(['--require', preload]);
     const loaded: string[] = JSON.parse(fs.readFileSync(seen, 'utf8'));

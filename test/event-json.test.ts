@@ -71,7 +71,7 @@ test('every shape near it falls back to JSON.stringify and gives the same text',
       'a class instance',
     ],
     [message([text('x'), null]), 'a null item'],
-    // eslint-disable-next-line no-sparse-arrays
+    // biome-ignore lint/suspicious/noSparseArray: the hole is what is tested
     [message([, text('x')] as unknown[]), 'a hole'],
     [message([{ text: 1, type: 'text', cache_prompt: false }]), 'a number text'],
     [message([{ text: 'x', type: 'text', cache_prompt: 'no' }]), 'a string cache_prompt'],

@@ -187,7 +187,8 @@ function slowReader(port: number, p: string) {
   sock.on('error', () => {});
   sock.pause();
   sock.write(
-    `GET ${p} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`,
+    `GET ${p} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: ` +
+      `dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`,
   );
   const reader = new FrameReader();
   return {
@@ -270,7 +271,8 @@ test('attack 12.4: sockets waiting for their auth frame are capped by a byte bud
         sock.on('error', () => resolve(0));
         const closed = new Promise<void>((r) => sock.once('close', () => r()));
         sock.write(
-          `GET ${p} HTTP/1.1\r\nHost: 127.0.0.1:${w.port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`,
+          `GET ${p} HTTP/1.1\r\nHost: 127.0.0.1:${w.port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: ` +
+            `dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`,
         );
         sock.once('data', (c: Buffer) => {
           const status = Number(c.toString('latin1').split(' ')[1]);
@@ -388,7 +390,8 @@ test("attack 12.4: an events/search page is streamed as it is read: clients that
       assert.equal(page.next_page_id, String(page.items.at(-1).seq + 1));
     }
     console.log(
-      `${CLIENTS} clients not reading a 4 MiB events/search page: RSS +${held.toFixed(0)} MiB while they did not read, peak +${(rss.peak() - before).toFixed(0)} MiB`,
+      `${CLIENTS} clients not reading a 4 MiB events/search page: RSS +${held.toFixed(0)} MiB while they did not read, peak ` +
+        `+${(rss.peak() - before).toFixed(0)} MiB`,
     );
     assert.ok(held < 96, `the daemon held +${held.toFixed(0)} MiB for ${CLIENTS} clients that did not read`);
   } finally {
@@ -442,7 +445,8 @@ test('attack 12.4: loaded conversations: the least recently used idle one is evi
     // is V8's and malloc's choice: the RSS is printed, not bounded
     const after = await liveMiB(m);
     console.log(
-      `16 creates with 8 MiB instructions and 1 MiB image URLs: ${loadedBytes} bytes of records resident; live heap and buffers ${before.live.toFixed(1)} → ${after.live.toFixed(1)} MiB, RSS ${before.rss.toFixed(0)} → ${after.rss.toFixed(0)} MiB`,
+      `16 creates with 8 MiB instructions and 1 MiB image URLs: ${loadedBytes} bytes of records resident; live heap and buffers ` +
+        `${before.live.toFixed(1)} → ${after.live.toFixed(1)} MiB, RSS ${before.rss.toFixed(0)} → ${after.rss.toFixed(0)} MiB`,
     );
     assert.ok(after.live - before.live < 16, `live heap and buffers ${before.live.toFixed(1)} → ${after.live.toFixed(1)} MiB after 16 creates of 9 MiB`);
     // and each is still whole when read from the store

@@ -543,7 +543,8 @@ function rawSocket(port: number, p: string, headers = ''): Promise<{ sock: net.S
     const closed = new Promise<void>((r) => sock.once('close', () => r()));
     sock.on('error', () => {});
     sock.write(
-      `GET ${p} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n${headers}\r\n`,
+      `GET ${p} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: ` +
+        `dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n${headers}\r\n`,
     );
     sock.once('data', (c: Buffer) => {
       if (!c.toString('latin1').startsWith('HTTP/1.1 101')) return reject(new Error(`handshake: ${c.toString('latin1').split('\r\n')[0]}`));

@@ -172,7 +172,8 @@ describe('fork through the client', { timeout: 180_000 }, () => {
     await settled(source, 'finished');
     await sh(
       source.id,
-      'mkdir -p .agents/skills/fork-skill && printf -- "---\\nname: fork-skill\\ndescription: A skill.\\n---\\nUse it.\\n" > .agents/skills/fork-skill/SKILL.md',
+      'mkdir -p .agents/skills/fork-skill && printf -- "---\\nname: fork-skill\\ndescription: A skill.\\n---\\nUse it.\\n" > ' +
+        '.agents/skills/fork-skill/SKILL.md',
     );
     const events = await allEvents(source);
     const firstAnswer = events.find((e) => e.kind === 'MessageEvent' && e.source === 'agent');

@@ -126,7 +126,8 @@ test('the routes of OpenHands client a fresh daemon serves', { timeout: 180_000 
   await waitFor(async () => (await d.req('GET', '/health')).status === 200, 'health');
 });
 
-test('the server-wide routes and the conversation features take hostile input without a 5xx (but the 501s of what is not offered): wrong types, arrays, nulls, deep nesting, odd path values', {
+test('the server-wide routes and the conversation features take hostile input without a 5xx (but the 501s of what is not offered): wrong types, ' +
+  'arrays, nulls, deep nesting, odd path values', {
   timeout: 180_000,
 }, async () => {
   const sections = await Promise.all([

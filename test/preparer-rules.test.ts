@@ -67,7 +67,7 @@ describe('WorkspacePreparer (no daemon)', { timeout: 60_000 }, () => {
     const id = await conversation(p, {});
     await p.preparer.prepare(id);
     assert.deepEqual(setupOf(p, id), { phase: 'ready' });
-    assert.deepEqual(((await p.store.getConversation(id))?.data as { setup?: unknown }).setup, { phase: 'ready' });
+    assert.deepEqual(((await p.store.getConversation(id))!.data as { setup?: unknown }).setup, { phase: 'ready' });
     assert.deepEqual(await p.events.after(id, 0), []);
     assert.equal(fs.existsSync(workspacePath(p.config.workspaceRoot, id)), false, 'the directory is made when something needs it');
     assert.equal(p.runtime.isRunning(id), false);

@@ -19,7 +19,6 @@ import { allEvents } from './support/conversation-api.js';
 import { ROOT, startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
 import { ATTACKS, writeStandIn } from './support/hostile-file-service.js';
 
-const MiB = 1024 * 1024;
 const ATTACKED = 4;
 const ROUNDS = 40;
 

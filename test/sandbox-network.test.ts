@@ -384,7 +384,7 @@ describe('SANDBOX_NETWORK=egress, attacked from inside the sandbox', { skip: not
     const r = await sb.run(['/bin/sh', '-c', script.map((c) => `(${c}) >/dev/null 2>&1; echo "$?"`).join('; ')]);
     const codes = r.stdout.trim().split('\n');
     assert.equal(codes.length, script.length, r.stdout + r.stderr);
-    script.forEach((c, i) => assert.notEqual(codes[i], '0', `${c} succeeded`));
+    for (const [i, c] of script.entries()) assert.notEqual(codes[i], '0', `${c} succeeded`);
     const p = await sb.probe([
       { id: 'metadata', kind: 'tcp', host: world.blocked.metadata, port: 7001 },
       { id: 'public', kind: 'tcp', host: world.public, port: 7001 },
@@ -782,7 +782,7 @@ async function startHostServers(): Promise<HostServers> {
   await new Promise<void>((r) => loopback.listen(0, '127.0.0.1', r));
   await new Promise<void>((r) => any.listen({ port: 0, host: '::', ipv6Only: false }, r));
   const udp = dgram.createSocket({ type: 'udp6', ipv6Only: false });
-  udp.on('message', (m, from) => {
+  udp.on('message', (_m, from) => {
     seen.push({ server: 'udp', remote: from.address.replace(/^::ffff:/, '') });
     udp.send('host udp\n', from.port, from.address);
   });

@@ -111,7 +111,8 @@ describe('systemd: scripts/parley.service under a real systemd (PID 1 of private
     for (const s of SYSCTLS) assert.equal(fs.readFileSync(`/proc/sys/${s}`, 'utf8'), hostSysctls[s], s);
   });
 
-  test('systemctl start: the daemon answers with sandbox mode bwrap, as the unprivileged user with no capabilities, no_new_privs, the seccomp filters, ProtectProc and PrivateDevices, in a delegated cgroup', {
+  test('systemctl start: the daemon answers with sandbox mode bwrap, as the unprivileged user with no capabilities, no_new_privs, the seccomp ' +
+    'filters, ProtectProc and PrivateDevices, in a delegated cgroup', {
     timeout: 60_000,
   }, async () => {
     const started = await systemctl('start', 'parley');

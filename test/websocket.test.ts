@@ -31,7 +31,7 @@ describe('auth and addressing', () => {
     await c.opened;
     c.send({ type: 'auth', session_api_key: KEY });
     for (const s of [a, b, c]) {
-      const first = await s.next((f) => true, 'first frame');
+      const first = await s.next(() => true, 'first frame');
       assert.equal(first.kind, 'ConversationStateUpdateEvent');
       assert.equal(first.key, 'full_state');
       s.close();

@@ -26,6 +26,10 @@ const SCRIPT = `let cookie; try { cookie = JSON.stringify(document.cookie); } ca
 document.title = 'origin=' + self.origin + ' cookie=' + cookie;
 fetch('/api/conversations').then((r) => (document.body.dataset.api = String(r.status))).catch(() => (document.body.dataset.api = 'refused'));`;
 
+// …and tries to make a conversation
+const MAKE = `fetch('/api/conversations', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })
+  .then((r) => (document.body.dataset.made = String(r.status)), () => (document.body.dataset.made = 'refused'));`;
+
 let d: DaemonHandle;
 let a: { id: string; key: string };
 let b: { id: string; key: string };
@@ -172,7 +176,7 @@ describe('a page the agent wrote, in Chromium', { timeout: 120_000 }, () => {
     const r = await open.req('POST', '/api/bash/execute_bash_command', {
       command: `mkdir -p site && printf '%s' '${PAGE}' > site/index.html && printf '%s' '${SVG}' > site/pic.svg && cat > site/app.js <<'EOF'
 ${SCRIPT}
-fetch('/api/conversations', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' }).then((r) => (document.body.dataset.made = String(r.status)), () => (document.body.dataset.made = 'refused'));
+${MAKE}
 EOF`,
       conversation_id: id,
       timeout: 60,

@@ -284,7 +284,7 @@ describe('cloneRepository against a real smart-HTTP git server', () => {
     process.env.HOME = fakeHome;
     const before = server.requests.length;
     const ws = await createWorkspace(root, newId());
-    let r;
+    let r: Awaited<ReturnType<typeof cloneRepository>>;
     try {
       r = await cloneRepository({
         workspaceDir: ws,

@@ -92,7 +92,7 @@ function EventList({ rows, status, shown }: { rows: Rows; status: ExecutionStatu
         </div>
       </div>
       {!atEnd && list.length > 0 && (
-        <button class="to-end" onClick={() => v.scrollToEnd()}>
+        <button type="button" class="to-end" onClick={() => v.scrollToEnd()}>
           ↓ Latest
         </button>
       )}
@@ -119,10 +119,10 @@ function Confirmation({ id, rows }: { id: string; rows: Rows }) {
         <span class="muted"> {pending.map((r) => (r.event.kind === 'ActionEvent' ? r.event.tool_name : '')).join(', ')}</span>
       </div>
       <input placeholder="Reason (if you reject)" value={reason} onInput={(e) => setReason(e.currentTarget.value)} />
-      <button class="danger" disabled={busy} onClick={() => respond(false)}>
+      <button type="button" class="danger" disabled={busy} onClick={() => respond(false)}>
         Reject
       </button>
-      <button class="primary" disabled={busy} onClick={() => respond(true)}>
+      <button type="button" class="primary" disabled={busy} onClick={() => respond(true)}>
         Accept
       </button>
       <ErrorNote error={error} />
@@ -184,18 +184,19 @@ function FileDiff({ id, workdir, change, onClose }: { id: string; workdir: strin
     void run(async () => setDiff(await call(parley.gitDiff.query({ path: full, conversation_id: id }))));
   }, [full]);
   return (
-    <div class="overlay" onClick={(e) => e.target === e.currentTarget && onClose()}>
+    // biome-ignore lint/a11y/noStaticElementInteractions: the backdrop; a click beside the dialog closes it, as Escape does from inside it
+    <div class="overlay" onClick={(e) => e.target === e.currentTarget && onClose()} onKeyDown={(e) => e.key === 'Escape' && onClose()}>
       <div class="card dialog wide" role="dialog" aria-label={`Changes of ${change.path}`}>
         <div class="dialog-head">
           <span class={`change-status c-${change.status}`}>{change.status}</span>
           <code class="path">{change.path}</code>
           <div class="spacer" />
           {change.status !== 'DELETED' && (
-            <button class="small" disabled={busy} onClick={() => void run(() => downloadFile(id, full))}>
+            <button type="button" class="small" disabled={busy} onClick={() => void run(() => downloadFile(id, full))}>
               Download
             </button>
           )}
-          <button class="ghost small" onClick={onClose}>
+          <button type="button" class="ghost small" onClick={onClose}>
             Close
           </button>
         </div>
@@ -227,7 +228,7 @@ function Changes({ id, workdir, tick }: { id: string; workdir: string; tick: num
       <div class="panel-tools">
         <span class="muted small">{changes ? `${changes.length} changed file${changes.length === 1 ? '' : 's'}` : ''}</span>
         <div class="spacer" />
-        <button class="ghost small" disabled={busy} onClick={load}>
+        <button type="button" class="ghost small" disabled={busy} onClick={load}>
           Refresh
         </button>
       </div>
@@ -242,12 +243,13 @@ function Changes({ id, workdir, tick }: { id: string; workdir: string; tick: num
       <ul class="changes">
         {changes?.map((c) => (
           <li key={c.path}>
-            <button class="change" onClick={() => setOpen(c)} title="Show the diff">
+            <button type="button" class="change" onClick={() => setOpen(c)} title="Show the diff">
               <span class={`change-status c-${c.status}`}>{c.status[0]}</span>
               <span class="path">{c.path}</span>
             </button>
             {c.status !== 'DELETED' && (
               <button
+                type="button"
                 class="ghost small icon"
                 title={`Download ${c.path}`}
                 aria-label={`Download ${c.path}`}
@@ -274,7 +276,7 @@ function Mcp({ id }: { id: string }) {
       <div class="panel-tools">
         <span class="muted small">MCP servers of this conversation</span>
         <div class="spacer" />
-        <button class="ghost small" disabled={busy} onClick={load}>
+        <button type="button" class="ghost small" disabled={busy} onClick={load}>
           Refresh
         </button>
       </div>
@@ -335,7 +337,7 @@ function Details({ info, onRenamed }: { info: ConversationInfo; onRenamed: (titl
         }}
       >
         <input name="title" placeholder="Title" value={title} onInput={(e) => setTitle(e.currentTarget.value)} />
-        <button class="small" disabled={busy || !title.trim()}>
+        <button type="submit" class="small" disabled={busy || !title.trim()}>
           Rename
         </button>
       </form>
@@ -376,6 +378,7 @@ function Controls({ id, status, policy }: { id: string; status: ExecutionStatus 
       {active ? (
         <>
           <button
+            type="button"
             disabled={busy || status !== 'running'}
             onClick={() => act(() => parley.pause.mutate({ conversation_id: id }))}
             title="Stop after the current step"
@@ -383,6 +386,7 @@ function Controls({ id, status, policy }: { id: string; status: ExecutionStatus 
             Pause
           </button>
           <button
+            type="button"
             class="danger"
             disabled={busy}
             onClick={() => act(() => parley.interrupt.mutate({ conversation_id: id }))}
@@ -392,7 +396,7 @@ function Controls({ id, status, policy }: { id: string; status: ExecutionStatus 
           </button>
         </>
       ) : (
-        <button class="primary" disabled={busy || !status} onClick={() => act(() => parley.run.mutate({ conversation_id: id }))}>
+        <button type="button" class="primary" disabled={busy || !status} onClick={() => act(() => parley.run.mutate({ conversation_id: id }))}>
           Run
         </button>
       )}
@@ -538,7 +542,7 @@ export function ConversationPage({ id }: { id: string }) {
         <aside class="side">
           <div class="tabs" role="tablist">
             {(['changes', 'mcp', 'details'] as const).map((t) => (
-              <button key={t} role="tab" aria-selected={tab === t} class={tab === t ? 'active' : ''} onClick={() => setTab(t)}>
+              <button type="button" key={t} role="tab" aria-selected={tab === t} class={tab === t ? 'active' : ''} onClick={() => setTab(t)}>
                 {t === 'changes' ? 'Changes' : t === 'mcp' ? 'MCP' : 'Details'}
               </button>
             ))}

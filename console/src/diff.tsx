@@ -65,7 +65,7 @@ export function Diff({ before, after, context = 3 }: { before: string; after: st
         </tbody>
       </table>
       {lines.length > shown.length && (
-        <button class="link" onClick={() => setAll(true)}>
+        <button type="button" class="link" onClick={() => setAll(true)}>
           Show {lines.length - shown.length} more lines
         </button>
       )}

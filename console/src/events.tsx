@@ -51,7 +51,7 @@ function Clipped({ text, lines, render }: { text: string; lines: number; render:
     <>
       {render(shown)}
       {hidden > 0 && (
-        <button class="link" onClick={() => setAll(true)}>
+        <button type="button" class="link" onClick={() => setAll(true)}>
           Show {hidden} more lines
         </button>
       )}

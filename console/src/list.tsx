@@ -157,7 +157,7 @@ export function ConversationList() {
         <h1>Conversations</h1>
         <div class="spacer" />
         {!creating && (
-          <button class="primary" onClick={() => setCreating(true)}>
+          <button type="button" class="primary" onClick={() => setCreating(true)}>
             New conversation
           </button>
         )}
@@ -168,7 +168,7 @@ export function ConversationList() {
         <div class="empty card">
           <p>No conversations yet.</p>
           {!creating && (
-            <button class="primary" onClick={() => setCreating(true)}>
+            <button type="button" class="primary" onClick={() => setCreating(true)}>
               Start one
             </button>
           )}
@@ -192,11 +192,16 @@ export function ConversationList() {
             </tbody>
           </table>
           <div class="pager">
-            <button class="ghost small" disabled={pages.length === 1} onClick={() => setPages((p) => p.slice(0, -1))}>
+            <button type="button" class="ghost small" disabled={pages.length === 1} onClick={() => setPages((p) => p.slice(0, -1))}>
               ← Newer
             </button>
             <span class="muted small">Page {pages.length}</span>
-            <button class="ghost small" disabled={!page?.next_page_id} onClick={() => page?.next_page_id && setPages((p) => [...p, page.next_page_id])}>
+            <button
+              type="button"
+              class="ghost small"
+              disabled={!page?.next_page_id}
+              onClick={() => page?.next_page_id && setPages((p) => [...p, page.next_page_id])}
+            >
               Older →
             </button>
           </div>

@@ -11,6 +11,8 @@ import { ConversationList } from './list.js';
 import { SettingsPage } from './settings.js';
 import { ErrorNote, href, Link, usePath } from './ui.js';
 import './styles.css';
+import './conversation.css';
+import './parts.css';
 
 // first of all: the start-up link's key leaves the address bar and the history entry
 takeKeyFromUrl();
@@ -84,6 +86,7 @@ function Shell({ keyed, children }: { keyed: boolean; children: ComponentChildre
         <div class="spacer" />
         {keyed ? (
           <button
+            type="button"
             class="ghost small"
             onClick={() => {
               clearSessionKey();
@@ -134,7 +137,9 @@ function App() {
     return (
       <div class="center">
         <ErrorNote error={gate.message} />
-        <button onClick={() => void check(null)}>Retry</button>
+        <button type="button" onClick={() => void check(null)}>
+          Retry
+        </button>
       </div>
     );
   if (gate.state === 'signin') return <SignIn key={gate.message ?? ''} message={gate.message} onDone={() => setGate({ state: 'ready', keyed: true })} />;

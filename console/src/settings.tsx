@@ -209,6 +209,7 @@ function SecretsSection() {
             {s.description && <span class="muted small"> {s.description}</span>}
             <div class="spacer" />
             <button
+              type="button"
               class="ghost small"
               disabled={busy}
               onClick={() => void run(async () => (await call(parley.deleteSecret.mutate({ name: s.name })), await load()))}
@@ -239,7 +240,7 @@ function SecretsSection() {
           value={value}
           onInput={(e) => setValue(e.currentTarget.value)}
         />
-        <button class="small" disabled={busy || !name.trim() || !value}>
+        <button type="submit" class="small" disabled={busy || !name.trim() || !value}>
           Add
         </button>
       </form>

@@ -8,7 +8,7 @@ import type { ExecutionStatus } from './api.js';
  * (WEB_APP_DIR). The pages name their routes from the base (`/`, `/conversations/:id`, `/settings`);
  * links and the address bar carry the base.
  */
-export const BASE = /^\/console(\/|$)/.test(location.pathname) ? '/console' : '';
+const BASE = /^\/console(\/|$)/.test(location.pathname) ? '/console' : '';
 
 /** A route of the console as its address: the base in front. */
 export const href = (to: string) => (BASE && to === '/' ? `${BASE}/` : BASE + to);
@@ -127,17 +127,17 @@ export function ConfirmButton({
   const [asking, setAsking] = useState(false);
   if (!asking)
     return (
-      <button class={`ghost small ${cls}`} title={title} onClick={() => setAsking(true)}>
+      <button type="button" class={`ghost small ${cls}`} title={title} onClick={() => setAsking(true)}>
         {label}
       </button>
     );
   return (
     <>
       {question && <span class="small">{question}</span>}
-      <button class="danger small" disabled={busy} onClick={onConfirm}>
+      <button type="button" class="danger small" disabled={busy} onClick={onConfirm}>
         Delete
       </button>
-      <button class="ghost small" onClick={() => setAsking(false)}>
+      <button type="button" class="ghost small" onClick={() => setAsking(false)}>
         Keep
       </button>
     </>

@@ -22,7 +22,10 @@ export interface GenConfig {
   body: string;
   headers: Record<string, string>;
   connections: number;
-  /** This process's connections are index, index + stride, ... of all; connection g targets targets[g % targets.length] and round-robins over its conversations. */
+  /**
+   * This process's connections are index, index + stride, ... of all; connection g targets
+   * targets[g % targets.length] and round-robins over its conversations.
+   */
   index: number;
   stride: number;
   timeoutMs: number;
@@ -298,7 +301,7 @@ class Conn {
   }
 }
 
-export async function generatorMain(): Promise<void> {
+async function generatorMain(): Promise<void> {
   const send = (msg: unknown) => new Promise<void>((r) => process.send!(msg, () => r()));
   process.on('disconnect', () => process.exit(3)); // the orchestrator went away: stop at once
   const inbox: ((m: { type: string; [k: string]: unknown }) => void)[] = [];

@@ -9,7 +9,10 @@ import path from 'node:path';
 import { fmtInt, fmtMs, ROOT } from './common.js';
 import type { RunStats } from './runner.js';
 
-export const fmtCores = (n: number) => (Number.isFinite(n) ? `${(n * 100).toFixed(0)} %` : 'n/a');
+const fmtCores = (n: number) => (Number.isFinite(n) ? `${(n * 100).toFixed(0)} %` : 'n/a');
+
+const roundsNote = (rounds: number) =>
+  rounds === 1 ? 'one round (Parley, then the bare route)' : `${rounds} rounds of Parley then the bare route, the table shows the round with the median ratio`;
 
 export const BARE_LABEL = 'bare uWS route (read body, JSON.parse, 200)';
 
@@ -81,16 +84,20 @@ const RATIO_FLOOR = 0.28;
 export function report(h: ReportHeader, setups: SetupResult[]): string {
   const cpus = os.cpus();
   const row = (s: RunStats) =>
-    `| ${s.label.padEnd(44)} | ${fmtInt(s.rps).padStart(8)} | ${fmtMs(s.p50).padStart(6)} | ${fmtMs(s.p95).padStart(6)} | ${fmtMs(s.p99).padStart(6)} | ${String(s.errors).padStart(6)} | ${fmtCores(s.serverCores).padStart(10)} | ${fmtCores(s.genCores).padStart(13)} | ${fmtCores(s.otherCores).padStart(9)} |`;
+    `| ${s.label.padEnd(44)} | ${fmtInt(s.rps).padStart(8)} | ${fmtMs(s.p50).padStart(6)} | ${fmtMs(s.p95).padStart(6)} | ` +
+    `${fmtMs(s.p99).padStart(6)} | ${String(s.errors).padStart(6)} | ${fmtCores(s.serverCores).padStart(10)} | ` +
+    `${fmtCores(s.genCores).padStart(13)} | ${fmtCores(s.otherCores).padStart(9)} |`;
   const subscribers = setups.map((s) => s.subscribers * s.fanout).join('/');
   const lines = [
     '',
     `### Load test: POST /api/conversations/{id}/events (${h.started.toISOString().slice(0, 16).replace('T', ' ')} UTC)`,
     '',
     `${cpus.length} × ${cpus[0]?.model.trim() ?? '?'}, Node ${process.version}, ${os.platform()} ${os.arch()}; ` +
-      `${h.conversations} conversations, ${h.concurrency} keep-alive connections (${h.genProcs} generator process${h.genProcs > 1 ? 'es' : ''}, no pipelining), ` +
-      `${h.duration} s measured after ${h.warmup} s warmup, ${subscribers} WebSocket subscribers, auth ${h.auth ? 'on' : 'off'}${h.profile ? ', daemon under --cpu-prof' : ''}; ` +
-      `${h.rounds === 1 ? 'one round (Parley, then the bare route)' : `${h.rounds} rounds of Parley then the bare route, the table shows the round with the median ratio`}.`,
+      `${h.conversations} conversations, ${h.concurrency} keep-alive connections (${h.genProcs} generator process${h.genProcs > 1 ? 'es' : ''}, no ` +
+      `pipelining), ` +
+      `${h.duration} s measured after ${h.warmup} s warmup, ${subscribers} WebSocket subscribers, auth ` +
+      `${h.auth ? 'on' : 'off'}${h.profile ? ', daemon under --cpu-prof' : ''}; ` +
+      `${roundsNote(h.rounds)}.`,
     '',
     '| target                                       |    req/s | p50 ms | p95 ms | p99 ms | errors | server CPU | generator CPU | other CPU |',
     '|----------------------------------------------|---------:|-------:|-------:|-------:|-------:|-----------:|--------------:|----------:|',
@@ -106,8 +113,11 @@ export function report(h: ReportHeader, setups: SetupResult[]): string {
     const each = r.rounds.length > 1 ? `median of ${r.rounds.length} rounds, ` : '';
     lines.push(`real/bare${of}: ${ratio.toFixed(3)} (${each}floor >= ${RATIO_FLOOR.toFixed(2)}: ${ratio >= RATIO_FLOOR ? 'held' : 'BELOW'})`);
     if (r.rounds.length > 1) {
+      const each = r.rounds.map(
+        (x, i) => `${i + 1}: ${fmtInt(x.parley.rps)} / ${fmtInt(x.bare.rps)} = ${ratioOf(x).toFixed(3)} (${cpuPerRequest(x.parley)} µs)`,
+      );
       lines.push(
-        `  rounds (Parley / bare req/s = ratio, daemon CPU per request): ${r.rounds.map((x, i) => `${i + 1}: ${fmtInt(x.parley.rps)} / ${fmtInt(x.bare.rps)} = ${ratioOf(x).toFixed(3)} (${cpuPerRequest(x.parley)} µs)`).join('; ')}; ` +
+        `  rounds (Parley / bare req/s = ratio, daemon CPU per request): ${each.join('; ')}; ` +
           `${r.rounds.filter((x) => ratioOf(x) >= RATIO_FLOOR).length} of ${r.rounds.length} at or above the floor`,
       );
     }
@@ -115,7 +125,9 @@ export function report(h: ReportHeader, setups: SetupResult[]): string {
     if (r.stats.rps > 0) lines.push(`  daemon CPU per request${of}: ${cpuPerRequest(r.stats)} µs (all its threads, from /proc)`);
     lines.push(
       `committed: ${r.committed}/${r.totalOk}, published: ${r.published}/${r.publishedExpected} ` +
-        `(${r.subscribers} of ${r.conversations} conversations subscribed${r.fanout > 1 ? `, ${r.fanout} sockets each` : ''}${r.nodes > 1 ? ', each on another node than its writer' : ''}; seq order ${r.orderViolations === 0 ? 'gap-free' : `VIOLATED ${r.orderViolations}×`})`,
+        `(${r.subscribers} of ${r.conversations} conversations ` +
+        `subscribed${r.fanout > 1 ? `, ${r.fanout} sockets each` : ''}${r.nodes > 1 ? ', each on another node than its writer' : ''}; seq order ` +
+        `${r.orderViolations === 0 ? 'gap-free' : `VIOLATED ${r.orderViolations}×`})`,
     );
     if (Number.isFinite(r.eventsPerCommit)) lines.push(`  events per store commit: ${r.eventsPerCommit.toFixed(1)}`);
     if (r.committedBad) lines.push(`  ${r.committedBad} conversation(s) whose committed count differs from their 200 responses`);
@@ -127,9 +139,12 @@ export function report(h: ReportHeader, setups: SetupResult[]): string {
   const bare = setups[0]!.bare;
   lines.push(
     '',
-    'CPU = cores used during the measured window (100 % = one core): server from /proc/<pid>/stat (all Parley nodes of the setup), generator from its process.cpuUsage(),',
-    '"other" = whole machine minus server, generator and the orchestrator (WebSocket subscribers): other processes on the machine (PostgreSQL and NATS included).',
-    `generator event-loop utilisation: bare ${bare.genElu.toFixed(2)}, ${setups.map((r) => `${one ? 'real' : r.label} ${r.stats.genElu.toFixed(2)}`).join(', ')}; ` +
+    'CPU = cores used during the measured window (100 % = one core): server from /proc/<pid>/stat (all Parley nodes of the setup), generator ' +
+      'from its process.cpuUsage(),',
+    '"other" = whole machine minus server, generator and the orchestrator (WebSocket subscribers): other processes on the machine ' +
+      '(PostgreSQL and NATS included).',
+    `generator event-loop utilisation: bare ${bare.genElu.toFixed(2)}, ` +
+      `${setups.map((r) => `${one ? 'real' : r.label} ${r.stats.genElu.toFixed(2)}`).join(', ')}; ` +
       `orchestrator (subscribers) CPU ${setups.map((r) => fmtCores(r.stats.orchestratorCores)).join('/')}; ` +
       `daemon log lines after start-up: ${setups.reduce((n, r) => n + r.warnLines, 0)} warn, ${setups.reduce((n, r) => n + r.errorLines, 0)} error.`,
   );

@@ -52,7 +52,7 @@ export function useTmpDir(dir: string, keep: boolean): void {
   keepTmp = keep;
 }
 
-export function startChild(name: string, args: string[], env: NodeJS.ProcessEnv, ipc = false): Child {
+function startChild(name: string, args: string[], env: NodeJS.ProcessEnv, ipc = false): Child {
   const proc = spawn(process.execPath, args, {
     cwd: ROOT,
     env,
@@ -142,7 +142,7 @@ export function installCleanup(): void {
   process.on('SIGTERM', () => onSignal('SIGTERM'));
 }
 
-export function freePort(): Promise<number> {
+function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const srv = net.createServer();
     srv.once('error', reject);
@@ -153,7 +153,7 @@ export function freePort(): Promise<number> {
   });
 }
 
-export function childFailure(child: Child, what: string): Error {
+function childFailure(child: Child, what: string): Error {
   return new Error(`${child.name} ${what}\n--- last output of ${child.name} ---\n${child.tail.join('\n')}`);
 }
 
@@ -229,7 +229,7 @@ export async function startBare(): Promise<Server> {
 
 // ---- REST helpers and WebSocket subscribers ----
 
-export async function api(port: number, headers: Record<string, string>, method: string, p: string, body?: unknown): Promise<unknown> {
+async function api(port: number, headers: Record<string, string>, method: string, p: string, body?: unknown): Promise<unknown> {
   const r = await fetch(`http://${HOST}:${port}${p}`, {
     method,
     headers: { ...headers, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
@@ -241,7 +241,7 @@ export async function api(port: number, headers: Record<string, string>, method:
   return JSON.parse(text);
 }
 
-export async function mapLimited<T, R>(items: T[], limit: number, fn: (x: T, i: number) => Promise<R>): Promise<R[]> {
+async function mapLimited<T, R>(items: T[], limit: number, fn: (x: T, i: number) => Promise<R>): Promise<R[]> {
   const out = new Array<R>(items.length);
   let next = 0;
   await Promise.all(
@@ -547,7 +547,7 @@ export async function runLoad(
   let genElu = 0;
   let windowMs = 0;
   for (const r of all) {
-    r.okPerConv.forEach((n, i) => (okPerConv[i]! += n));
+    for (const [i, n] of r.okPerConv.entries()) okPerConv[i]! += n;
     for (const [s, n] of Object.entries(r.statuses)) statuses[s] = (statuses[s] ?? 0) + n;
     measured += r.measured;
     measuredOk += r.measuredOk;

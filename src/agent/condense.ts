@@ -72,7 +72,8 @@ export async function condenseHistory(
   const transcript = JSON.stringify(messages).slice(0, Math.floor(llm.contextWindow * 2));
   const res = await llm.complete({
     system:
-      'You summarise the history of a coding agent session. Keep: the user goals and requirements, decisions made, files changed, commands run and their important results, and what remains to do. Be concise and factual.',
+      'You summarise the history of a coding agent session. Keep: the user goals and requirements, decisions made, files changed, ' +
+      'commands run and their important results, and what remains to do. Be concise and factual.',
     messages: [{ role: 'user', content: [{ type: 'text', text: `Summarise this session history:\n${transcript}` }] }],
     tools: [],
     signal,

@@ -44,7 +44,7 @@ export const RESUME_TEXT =
   'verified progress toward the objective; finish only when all of it is shown to be done.';
 
 /** The transcript as plain lines (`role: text`), tool calls and results included; the system prompt is left out. */
-export function transcriptOf(events: ParleyEvent[]): string {
+function transcriptOf(events: ParleyEvent[]): string {
   const { messages } = eventsToMessages(events);
   const text = messages.map(render).filter(Boolean).join('\n\n');
   return text.length > MAX_TRANSCRIPT_CHARS ? `[…earlier turns left out]\n${text.slice(-MAX_TRANSCRIPT_CHARS)}` : text;
@@ -74,7 +74,7 @@ export async function judgeGoal(llm: LlmClient, objective: string, events: Parle
 }
 
 /** The judge's answer, read leniently (the JSON may come inside other text); anything else is "not done". */
-export function parseVerdict(raw: string): GoalVerdict {
+function parseVerdict(raw: string): GoalVerdict {
   const candidates = [raw.trim()];
   const block = /\{[\s\S]*\}/.exec(raw);
   if (block) candidates.push(block[0]);

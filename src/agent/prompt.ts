@@ -17,7 +17,8 @@ export function buildSystemPrompt(ctx: SystemContext): string {
   const date = (ctx.date ?? new Date()).toISOString().slice(0, 10);
   const parts = [
     ctx.sandboxed
-      ? 'You are Parley, an autonomous AI software engineer working in a sandboxed workspace: your commands only see this workspace, a private /tmp and home, and the system read-only.'
+      ? 'You are Parley, an autonomous AI software engineer working in a sandboxed workspace: ' +
+        'your commands only see this workspace, a private /tmp and home, and the system read-only.'
       : 'You are Parley, an autonomous AI software engineer working in a workspace on the host machine.',
     `Your working directory is ${ctx.workspaceDir}. Use absolute paths with file_editor.`,
     `Today's date is ${date}.`,

@@ -400,7 +400,8 @@ export class AgentRuntime {
       }
       if (!parsed.success) {
         await error(
-          `Invalid arguments for ${call.name}: ${parsed.error.issues.map((x) => `${x.path.join('.') || '(root)'}: ${x.message}`).join('; ')}. Fix the arguments and call the tool again.`,
+          `Invalid arguments for ${call.name}: ${parsed.error.issues.map((x) => `${x.path.join('.') || '(root)'}: ${x.message}`).join('; ')}. ` +
+            'Fix the arguments and call the tool again.',
         );
         continue;
       }

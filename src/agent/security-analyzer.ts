@@ -11,7 +11,7 @@
  */
 import { z } from 'zod';
 
-export const SECURITY_RISKS = ['UNKNOWN', 'LOW', 'MEDIUM', 'HIGH'] as const;
+const SECURITY_RISKS = ['UNKNOWN', 'LOW', 'MEDIUM', 'HIGH'] as const;
 export type SecurityRisk = (typeof SECURITY_RISKS)[number];
 
 /** The analyzer Parley runs. */

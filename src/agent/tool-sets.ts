@@ -19,7 +19,7 @@ import { withRiskArgument } from './security-analyzer.js';
 export const readOnly = (t: Tool) => t.actionKind === 'FinishAction' || t.actionKind === 'ThinkAction';
 
 /** A `SystemPromptEvent`'s description of one tool. */
-export interface ToolDefinition {
+interface ToolDefinition {
   kind: string;
   name: string;
   title: string;

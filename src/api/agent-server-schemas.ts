@@ -37,12 +37,12 @@ const WorkspaceSpec = z
   .meta({ id: 'AgentServerWorkspace', description: 'working_dir is recorded as the client names the workspace; it is never used as a host path.' });
 
 /** `{kind:"StaticSecret", value}`; a LookupSecret (a URL the server would fetch) is refused. */
-export const StaticSecret = z.strictObject({
+const StaticSecret = z.strictObject({
   kind: z.literal('StaticSecret').default('StaticSecret'),
   value: SecretValue,
   description: z.string().max(1000).nullish(),
 });
-export const SecretName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, { error: 'name must be a valid environment variable name' });
+const SecretName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, { error: 'name must be a valid environment variable name' });
 const SecretsMap = z.record(SecretName, z.union([StaticSecret, SecretValue]));
 
 const Tags = z.record(z.string().max(200), z.string().max(2000));

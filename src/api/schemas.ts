@@ -11,9 +11,6 @@ import { CreateMicroagent, SuggestedTask } from '../workspace/tasks.js';
 import { imageUrlProblem } from '../llm/image-url-rule.js';
 import { EventFilterExtras } from './event-filters.js';
 
-// shapes the core defines (the API validates with them or documents them)
-export { ConversationInfo, McpConfig, SuggestedTask };
-
 const UUID_RE = /^(?:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|[0-9a-fA-F]{32})$/;
 
 /** A conversation id in dashed or 32-hex form, normalised to lowercase dashed. */
@@ -26,7 +23,7 @@ export const ConversationId = z
   })
   .meta({ format: 'uuid', description: 'Conversation id (dashed or 32-hex UUID)' });
 
-export const TextContent = z
+const TextContent = z
   .strictObject({
     text: z.string(),
     type: z.literal('text').default('text'),
@@ -40,7 +37,7 @@ const ImageUrl = z.string().superRefine((url, ctx) => {
   if (problem) ctx.addIssue({ code: 'custom', message: problem });
 });
 
-export const ImageContent = z
+const ImageContent = z
   .strictObject({
     image_urls: z.array(ImageUrl),
     type: z.literal('image').default('image'),
@@ -48,7 +45,7 @@ export const ImageContent = z
   })
   .meta({ id: 'ImageContent', title: 'ImageContent' });
 
-export const ContentItem = z.union([TextContent, ImageContent]);
+const ContentItem = z.union([TextContent, ImageContent]);
 
 export const SendMessageRequest = z
   .object({
@@ -63,7 +60,10 @@ export const SendMessageRequest = z
   });
 export type SendMessageRequest = z.output<typeof SendMessageRequest>;
 
-export const Success = z.object({ success: z.boolean().default(true) }).meta({ id: 'Success', title: 'Success' });
+// The response shapes that nothing imports are named by their meta id in the OpenAPI document
+// (bridge/openapi.ts refers to them): registering them is what this module's loading does.
+// biome-ignore lint/correctness/noUnusedVariables: named by its meta id in the OpenAPI document
+const Success = z.object({ success: z.boolean().default(true) }).meta({ id: 'Success', title: 'Success' });
 
 const ValidationErrorSchema = z
   .object({
@@ -73,9 +73,11 @@ const ValidationErrorSchema = z
   })
   .meta({ id: 'ValidationError', title: 'ValidationError' });
 
-export const HTTPValidationError = z.object({ detail: z.array(ValidationErrorSchema) }).meta({ id: 'HTTPValidationError', title: 'HTTPValidationError' });
+// biome-ignore lint/correctness/noUnusedVariables: named by its meta id in the OpenAPI document
+const HTTPValidationError = z.object({ detail: z.array(ValidationErrorSchema) }).meta({ id: 'HTTPValidationError', title: 'HTTPValidationError' });
 
-export const ErrorDetail = z.object({ detail: z.string() }).meta({ id: 'ErrorDetail', title: 'ErrorDetail' });
+// biome-ignore lint/correctness/noUnusedVariables: named by its meta id in the OpenAPI document
+const ErrorDetail = z.object({ detail: z.string() }).meta({ id: 'ErrorDetail', title: 'ErrorDetail' });
 
 export const NewConversationRequest = z
   .strictObject({
@@ -95,7 +97,8 @@ export const NewConversationRequest = z
 export type NewConversationRequest = z.output<typeof NewConversationRequest>;
 
 // referenced by name only: its meta id registers it for the OpenAPI document (bridge/openapi.ts)
-export const NewConversationResponse = z
+// biome-ignore lint/correctness/noUnusedVariables: named by its meta id in the OpenAPI document
+const NewConversationResponse = z
   .object({
     status: z.string(),
     conversation_id: z.string(),
@@ -120,7 +123,8 @@ export const AddGitProvidersRequest = z
   })
   .meta({ id: 'POSTProviderModel', title: 'POSTProviderModel' });
 export type AddGitProvidersRequest = z.output<typeof AddGitProvidersRequest>;
-export const MessageResponse = z.object({ message: z.string() }).meta({ id: 'MessageResponse' });
+// biome-ignore lint/correctness/noUnusedVariables: named by its meta id in the OpenAPI document
+const MessageResponse = z.object({ message: z.string() }).meta({ id: 'MessageResponse' });
 
 const Limit = z.coerce.number().int().min(1).max(100).default(100);
 
@@ -129,12 +133,14 @@ export const ListConversationsInput = z.object({
   limit: Limit,
 });
 
-export const ConversationPage = z.object({ items: z.array(ConversationInfo), next_page_id: z.string().nullable() }).meta({ id: 'ConversationPage' });
+// biome-ignore lint/correctness/noUnusedVariables: named by its meta id in the OpenAPI document
+const ConversationPage = z.object({ items: z.array(ConversationInfo), next_page_id: z.string().nullable() }).meta({ id: 'ConversationPage' });
 
-export const EventPage = z.object({ items: z.array(Event), next_page_id: z.string().nullable() }).meta({ id: 'EventPage' });
+// biome-ignore lint/correctness/noUnusedVariables: named by its meta id in the OpenAPI document
+const EventPage = z.object({ items: z.array(Event), next_page_id: z.string().nullable() }).meta({ id: 'EventPage' });
 
 // strict: a query parameter Parley does not know is a 422, never silently ignored
-export const SearchEventsQuery = z.strictObject({
+const SearchEventsQuery = z.strictObject({
   page_id: z.string().nullish(),
   limit: Limit,
   kind: z.string().max(200).nullish(),
@@ -143,7 +149,7 @@ export const SearchEventsQuery = z.strictObject({
   after_seq: z.coerce.number().int().min(0).nullish(),
   ...EventFilterExtras,
 });
-export const CountEventsQuery = SearchEventsQuery.pick({ kind: true, source: true, after_seq: true, body: true, timestamp__gte: true, timestamp__lt: true });
+const CountEventsQuery = SearchEventsQuery.pick({ kind: true, source: true, after_seq: true, body: true, timestamp__gte: true, timestamp__lt: true });
 
 /** The input of an operation that takes none. */
 export const NoInput = z.void();
@@ -159,7 +165,8 @@ export const SubscribeInput = z.object({
   lastEventId: z.string().max(40).nullish(),
 });
 
-export const ServerInfo = z
+// biome-ignore lint/correctness/noUnusedVariables: named by its meta id in the OpenAPI document
+const ServerInfo = z
   .object({
     /** The OpenHands agent-server API version Parley implements (its client's feature gates read it). */
     version: z.string(),
@@ -195,7 +202,7 @@ export const SettingsUpdate = z
   .meta({ id: 'SettingsUpdate' });
 /** Shorter values would be redacted from every output as ordinary words, so they are refused. */
 export const SecretValue = z.string().min(8, { error: 'a secret value must be at least 8 characters' });
-export const SecretName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, { error: 'name must be a valid environment variable name' });
+const SecretName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, { error: 'name must be a valid environment variable name' });
 export const CreateSecretInput = z
   .strictObject({ name: SecretName, value: SecretValue, description: z.string().max(1000).nullish() })
   .meta({ id: 'CreateSecret' });
@@ -203,7 +210,8 @@ const UpdateSecretBody = z.strictObject({ value: SecretValue.nullish(), descript
 export const UpdateSecretInput = UpdateSecretBody.extend({ name: SecretName });
 export const SecretNameInput = z.object({ name: SecretName });
 
-export const SettingsView = z
+// biome-ignore lint/correctness/noUnusedVariables: named by its meta id in the OpenAPI document
+const SettingsView = z
   .object({
     llm_model: z.string().nullable(),
     llm_base_url: z.string().nullable(),
@@ -220,11 +228,10 @@ export const SettingsView = z
     id: 'SettingsView',
     description: "The LLM settings (the key itself is never returned) and, beside them, OpenHands agent-server's SettingsResponse.",
   });
-export const SecretInfo = z.object({ name: z.string(), description: z.string().nullable() }).meta({ id: 'SecretInfo' });
-export const SecretList = z
-  .object({ secrets: z.array(SecretInfo) })
-  .meta({ id: 'SecretList', description: 'Names and descriptions; values are never returned.' });
-export const McpServerStatus = z
+const SecretInfo = z.object({ name: z.string(), description: z.string().nullable() }).meta({ id: 'SecretInfo' });
+// biome-ignore lint/correctness/noUnusedVariables: named by its meta id in the OpenAPI document
+const SecretList = z.object({ secrets: z.array(SecretInfo) }).meta({ id: 'SecretList', description: 'Names and descriptions; values are never returned.' });
+const McpServerStatus = z
   .object({
     name: z.string(),
     transport: z.enum(['stdio', 'sse', 'shttp']),
@@ -233,6 +240,7 @@ export const McpServerStatus = z
     tools: z.array(z.string()),
   })
   .meta({ id: 'McpServerStatus' });
-export const McpStatusView = z
+// biome-ignore lint/correctness/noUnusedVariables: named by its meta id in the OpenAPI document
+const McpStatusView = z
   .object({ config: McpConfig, servers: z.array(McpServerStatus) })
   .meta({ id: 'McpStatusView', description: "The effective MCP config (api_key and env values redacted) and each server's state." });

@@ -88,7 +88,9 @@ export async function* eventStream(
       if (end === 'too_slow') {
         throw new TRPCError({
           code: 'TOO_MANY_REQUESTS',
-          message: `The subscriber fell more than ${maxQueuedBytes} bytes of events behind; subscribe again with lastEventId (or after_seq) ${lastSeq ?? 0} to resume`,
+          message:
+            `The subscriber fell more than ${maxQueuedBytes} bytes of events behind; ` +
+            `subscribe again with lastEventId (or after_seq) ${lastSeq ?? 0} to resume`,
         });
       }
       await new Promise<void>((r) => (wake = r));

@@ -13,7 +13,7 @@ const FLOAT_FIELDS = new Set(['timeout']);
 const SECRET_KEYS = new Set(['api_key', 'token', 'env', 'llm_api_key', 'value', 'session_api_key', 'password', 'headers', 'auth']);
 
 /** Copy of `v` with every value under a secret-looking key replaced. */
-export function scrubSecrets(v: unknown, depth = 0): unknown {
+function scrubSecrets(v: unknown, depth = 0): unknown {
   if (depth > 20) return undefined;
   if (Array.isArray(v)) return v.map((x) => scrubSecrets(x, depth + 1));
   if (v && typeof v === 'object') {

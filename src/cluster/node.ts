@@ -6,9 +6,10 @@
  * Routing: `run`, `pause`, `interrupt`, a message with `run`, a create that joins an existing
  * conversation, `delete`, `confirm`, `condense` and `ask` go to the lease holder as a NATS request on
  * `<prefix>.node.<node>`; the holder runs the same operation locally and answers with its result
- * or error. `routedOps` below is the one list of them, typed by the service's own signatures. With no holder, the receiving node takes the lease when the operation may start the
- * loop, and runs it. The lease is kept while the loop runs or the workspace is being prepared
- * (a preparation ends by starting the loop when one was requested), and released after.
+ * or error. `routedOps` below is the one list of them, typed by the service's own signatures. With
+ * no holder, the receiving node takes the lease when the operation may start the loop, and runs it.
+ * The lease is kept while the loop runs or the workspace is being prepared (a preparation ends by
+ * starting the loop when one was requested), and released after.
  *
  * Fail-over: every LEASE_TTL_MS / 2 each node looks for conversations shown `running` without a
  * live lease; the node that takes such a lease applies the crash-recovery rule (an error event,
@@ -20,7 +21,10 @@ import type { ConversationOps } from '../conversation/service.js';
 import { errorFromWire, errorToWire, UnavailableError, type WireError } from '../errors.js';
 import type { Leases } from './leases.js';
 
-/** The operations routed to a conversation's lease holder: every operation of the service but resuming preparations (each node resumes those whose lease it takes). */
+/**
+ * The operations routed to a conversation's lease holder: every operation of the service but
+ * resuming preparations (each node resumes those whose lease it takes).
+ */
 type Ops = Omit<ConversationOps, 'resumePreparations'>;
 type OpName = keyof Ops;
 /** Each operation as a function of its own parameters (what lets `route` call the one it names with its arguments). */

@@ -76,7 +76,7 @@ export async function switchAcpModel(c: Pick<FeatureParts, 'conversations'>, id:
 }
 
 /** Why navigate is not offered (see docs/api.md). */
-export const NAVIGATE_REASON =
+const NAVIGATE_REASON =
   'Parley keeps one linear event log per conversation (no event tree to move a HEAD in): fork from the event instead (POST …/fork with from_event_id).';
 
 /** `POST …/navigate`: not offered (501 with the reason), after the conversation is known. */

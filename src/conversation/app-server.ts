@@ -150,7 +150,7 @@ const WORKSPACE = '/workspace';
  * `/workspace/project/<repository name>` are the workspace itself, and so is `/workspace` (an
  * upload's default is `/workspace/<file name>`); any other path is taken as it is.
  */
-export function workspacePathOf(appPath: string, repository: string | null | undefined): string {
+function workspacePathOf(appPath: string, repository: string | null | undefined): string {
   const p = appPath.startsWith('/') ? appPath : `/${appPath}`;
   const name = repository?.split('/').pop();
   for (const root of name ? [`${APP_ROOT}/${name}`, APP_ROOT, WORKSPACE] : [APP_ROOT, WORKSPACE]) {

@@ -34,6 +34,7 @@ export function assertFitsEvent(value: unknown, maxBytes: number, where: string)
   const room = maxBytes - EVENT_ENVELOPE_BYTES;
   if (fitsEvent(value, room)) return;
   throw new PayloadTooLargeError(
-    `${where} has ${jsonBytes(value)} bytes of JSON; one event may hold at most ${maxBytes} (MAX_EVENT_BYTES), ${EVENT_ENVELOPE_BYTES} of them for the event's own fields`,
+    `${where} has ${jsonBytes(value)} bytes of JSON; one event may hold at most ${maxBytes} (MAX_EVENT_BYTES), ` +
+      `${EVENT_ENVELOPE_BYTES} of them for the event's own fields`,
   );
 }

@@ -26,7 +26,7 @@ import { BUILTIN_TOOLS } from '../events/tool-catalog.js';
 import type { ReplayContent, ReplayPlan, ReplayStep, ReplayToolName } from '../agent/replay-plan.js';
 import { imageUrlProblem } from '../llm/image-url-rule.js';
 
-export type { ReplayPlan, ReplayStep } from '../agent/replay-plan.js';
+export type { ReplayPlan } from '../agent/replay-plan.js';
 export { mapReplayCommand, mapReplayPath } from '../agent/replay-plan.js';
 
 type ReplayParseResult = { ok: true; plan: ReplayPlan } | { ok: false; issues: ValidationIssue[] };

@@ -70,7 +70,8 @@ function refused(err: unknown): never {
       case 'UNAVAILABLE':
       case 'EBADF':
         throw new UnavailableError(
-          `The conversation's files cannot be reached right now (${err.code === 'TIMEOUT' ? 'an operation ran out of time' : 'its sandbox is not running'}); try again.`,
+          `The conversation's files cannot be reached right now (${err.code === 'TIMEOUT' ? 'an operation ran out of time' : 'its sandbox is not running'}); ` +
+            'try again.',
         );
       default:
         throw new RequestValidationError([{ type: 'value_error', loc: ['query', 'path'], msg: `Value error, ${err.message}`, input: null }]);

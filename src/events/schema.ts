@@ -91,7 +91,7 @@ const common = {
 const event = <K extends string, S extends z.ZodRawShape>(kind: K, fields: S, description: string) =>
   z.object({ kind: z.literal(kind), ...common, ...fields }).meta({ id: kind, description });
 
-export const MessageEvent = event(
+const MessageEvent = event(
   'MessageEvent',
   {
     llm_message: z.object({ role: z.enum(MESSAGE_ROLES), content: z.array(ContentItem) }),
@@ -101,12 +101,12 @@ export const MessageEvent = event(
   },
   'A message from the user, the agent or the environment.',
 );
-export const SystemPromptEvent = event(
+const SystemPromptEvent = event(
   'SystemPromptEvent',
   { system_prompt: TextContentItem, tools: z.array(ToolDefinition) },
   'The system prompt and the tools of the first step of a run.',
 );
-export const ActionEvent = event(
+const ActionEvent = event(
   'ActionEvent',
   {
     tool_name: z.string(),
@@ -122,12 +122,12 @@ export const ActionEvent = event(
   },
   'A tool call of the agent.',
 );
-export const ObservationEvent = event(
+const ObservationEvent = event(
   'ObservationEvent',
   { tool_name: z.string(), tool_call_id: z.string(), action_id: z.string(), observation: Observation },
   'The result of a tool call.',
 );
-export const AgentErrorEvent = event(
+const AgentErrorEvent = event(
   'AgentErrorEvent',
   {
     /** Present when the error answers a tool call; absent for a note to the agent (e.g. a stuck hint). */
@@ -137,12 +137,12 @@ export const AgentErrorEvent = event(
   },
   'An error the agent can correct: a failed or invalid tool call, or a hint from the environment.',
 );
-export const ConversationErrorEvent = event(
+const ConversationErrorEvent = event(
   'ConversationErrorEvent',
   { code: z.string(), detail: z.string(), server: z.string().optional() },
   'An error that stopped the run or a part of the conversation (code + human detail).',
 );
-export const ConversationStateUpdateEvent = event(
+const ConversationStateUpdateEvent = event(
   'ConversationStateUpdateEvent',
   { key: z.string(), value: z.unknown() },
   '`key:"execution_status"` when the status changes; also `setup`, `setup_script`, `mcp`, `llm_retry`, `goal`, and the socket-only `full_state`.',
@@ -170,9 +170,9 @@ type StateUpdateValues = { [K in keyof typeof STATE_UPDATE_SCHEMAS]: z.output<(t
 export type StateUpdateKey = keyof StateUpdateValues;
 export type StateUpdateValue<K extends StateUpdateKey> = StateUpdateValues[K];
 // (as a mapped type, a schema looked up by a generic key is known to parse into that key's value)
-export const STATE_UPDATE_VALUES: { [K in StateUpdateKey]: z.ZodType<StateUpdateValues[K]> } = STATE_UPDATE_SCHEMAS;
+const STATE_UPDATE_VALUES: { [K in StateUpdateKey]: z.ZodType<StateUpdateValues[K]> } = STATE_UPDATE_SCHEMAS;
 
-export const UserRejectObservation = event(
+const UserRejectObservation = event(
   'UserRejectObservation',
   {
     tool_name: z.string(),
@@ -183,16 +183,16 @@ export const UserRejectObservation = event(
   },
   'An action waiting for confirmation that the user rejected (it did not run); answers its tool call.',
 );
-export const PauseEvent = event('PauseEvent', {}, 'The run was paused.');
-export const InterruptEvent = event('InterruptEvent', {}, 'The run was interrupted (its in-flight call cancelled); the conversation is paused.');
-export const Condensation = event(
+const PauseEvent = event('PauseEvent', {}, 'The run was paused.');
+const InterruptEvent = event('InterruptEvent', {}, 'The run was interrupted (its in-flight call cancelled); the conversation is paused.');
+const Condensation = event(
   'Condensation',
   { forgotten_event_ids: z.array(z.string()), summary: z.string().nullable() },
   'Older events replaced by a summary in the prompt.',
 );
-export const StreamingDeltaEvent = event('StreamingDeltaEvent', { content: z.string() }, 'Live only (no seq): streamed text of the answer being written.');
-export const SetupOutputEvent = event('SetupOutputEvent', { output: z.string() }, 'Live only (no seq): output of the setup script.');
-export const ServerErrorEvent = event('ServerErrorEvent', { code: z.string(), detail: z.string() }, 'Socket only: a client frame that could not be handled.');
+const StreamingDeltaEvent = event('StreamingDeltaEvent', { content: z.string() }, 'Live only (no seq): streamed text of the answer being written.');
+const SetupOutputEvent = event('SetupOutputEvent', { output: z.string() }, 'Live only (no seq): output of the setup script.');
+const ServerErrorEvent = event('ServerErrorEvent', { code: z.string(), detail: z.string() }, 'Socket only: a client frame that could not be handled.');
 
 export const Event = z
   .discriminatedUnion('kind', [

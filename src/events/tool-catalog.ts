@@ -38,7 +38,7 @@ export const terminalParameters = z.object({
     .describe('If true, kill the shell (and everything it runs) and start a fresh one in the workspace before running `command`.'),
 });
 
-export const TerminalAction = actionSchema('TerminalAction', terminalParameters);
+const TerminalAction = actionSchema('TerminalAction', terminalParameters);
 export const TerminalObservation = observationSchema('TerminalObservation', {
   command: z.string(),
   /** -1 while the command is still running (it went quiet and keeps running); null when it never ran. */
@@ -75,7 +75,7 @@ export const fileEditorParameters = z.object({
     .describe('Optional for `view` on a file: [start_line, end_line], 1-based and inclusive; end_line -1 means the end of the file.'),
 });
 
-export const FileEditorAction = actionSchema('FileEditorAction', fileEditorParameters);
+const FileEditorAction = actionSchema('FileEditorAction', fileEditorParameters);
 export const FileEditorObservation = observationSchema('FileEditorObservation', {
   command: z.string(),
   path: z.string(),
@@ -86,10 +86,10 @@ export type FileEditorObservation = z.output<typeof FileEditorObservation>;
 
 // ---- task_tracker ---------------------------------------------------------------------------------
 
-export const TASK_STATUSES = ['todo', 'in_progress', 'done'] as const;
+const TASK_STATUSES = ['todo', 'in_progress', 'done'] as const;
 export type TaskStatus = (typeof TASK_STATUSES)[number];
 
-export const taskSchema = z.object({
+const taskSchema = z.object({
   id: z.union([z.string(), z.number()]).describe('A short unique id for the task, e.g. "1" or "tests". Keep ids stable between updates.'),
   title: z.string().describe('What the task is, in a few words.'),
   status: z.enum(TASK_STATUSES).describe('`todo`, `in_progress` (at most one at a time) or `done`.'),
@@ -101,7 +101,7 @@ export const taskTrackerParameters = z.object({
   task_list: z.array(taskSchema).optional().describe('Required for `plan`: the COMPLETE new task list (it replaces the old one), in order.'),
 });
 
-export const TaskTrackerAction = actionSchema('TaskTrackerAction', taskTrackerParameters);
+const TaskTrackerAction = actionSchema('TaskTrackerAction', taskTrackerParameters);
 export const TaskTrackerObservation = observationSchema('TaskTrackerObservation', {
   command: z.string(),
   task_list: z.array(z.object({ id: z.string(), title: z.string(), status: z.enum(TASK_STATUSES), notes: z.string().optional() })),
@@ -114,7 +114,7 @@ export const thinkParameters = z.object({
   thought: z.string().describe('Your thought: analysis, a plan, hypotheses about a bug, options to compare.'),
 });
 
-export const ThinkAction = actionSchema('ThinkAction', thinkParameters);
+const ThinkAction = actionSchema('ThinkAction', thinkParameters);
 export const ThinkObservation = observationSchema('ThinkObservation', {});
 export type ThinkObservation = z.output<typeof ThinkObservation>;
 
@@ -124,7 +124,7 @@ export const finishParameters = z.object({
   message: z.string().describe('The final message to the user: what was done, and anything they should know.'),
 });
 
-export const FinishAction = actionSchema('FinishAction', finishParameters);
+const FinishAction = actionSchema('FinishAction', finishParameters);
 export const FinishObservation = observationSchema('FinishObservation', { message: z.string() });
 export type FinishObservation = z.output<typeof FinishObservation>;
 
@@ -165,7 +165,7 @@ export const FINISH = builtin('finish', 'FinishTool', finishParameters, FinishAc
 
 /** The built-in tools, in the order they are offered to the LLM. */
 export const BUILTIN_TOOLS = [TERMINAL, FILE_EDITOR, TASK_TRACKER, THINK, FINISH] as const;
-export type BuiltinTool = (typeof BUILTIN_TOOLS)[number];
+type BuiltinTool = (typeof BUILTIN_TOOLS)[number];
 export type BuiltinToolName = BuiltinTool['name'];
 export const BUILTIN_TOOL_NAMES: readonly BuiltinToolName[] = BUILTIN_TOOLS.map((t) => t.name);
 

@@ -11,7 +11,7 @@
  */
 
 /** A phase, when it happened (ms, the wall clock) and the process's CPU time then (ms, all threads). */
-export type TraceMark = [phase: string, at: number, cpu: number];
+type TraceMark = [phase: string, at: number, cpu: number];
 
 export type TraceSink = (conversationId: string, marks: TraceMark[]) => void;
 

@@ -1,7 +1,7 @@
 import { pack } from 'msgpackr';
 import type { ParleyEvent } from './schema.js';
 
-export type { EventDraft, EventKind, EventOf, EventSource, ParleyEvent } from './schema.js';
+export type { EventDraft, ParleyEvent } from './schema.js';
 
 /** Events read with `EventQuery.keepJson`: the stored JSON text they were parsed from (exactly their JSON). */
 const storedJson = new WeakMap<object, string>();

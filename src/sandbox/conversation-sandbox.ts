@@ -64,7 +64,7 @@ export interface SandboxHost {
 }
 
 /** A name for per-conversation directories: the id's 32 hex digits, or a safe form of other ids (probes, tests). */
-export function stateName(conversationId: string): string {
+function stateName(conversationId: string): string {
   try {
     return conversationIdHex(conversationId);
   } catch {

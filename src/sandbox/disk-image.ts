@@ -35,9 +35,9 @@ export interface DiskTools {
 }
 
 /** What an image holds: the directories bound into the sandbox. */
-export const IMAGE_DIRS = ['workspace', 'tmp', 'home'] as const;
+const IMAGE_DIRS = ['workspace', 'tmp', 'home'] as const;
 
-export const imageFile = (state: string) => path.join(state, 'disk.img');
+const imageFile = (state: string) => path.join(state, 'disk.img');
 export const imageMount = (state: string) => path.join(state, 'disk');
 
 /** The tools, or why images cannot be used here (then the disk bound is measured). */
@@ -70,7 +70,7 @@ async function run(argv: string[], timeoutMs?: number): Promise<void> {
 }
 
 /** Mount points under `dir` (from /proc/self/mountinfo, deepest first). */
-export function mountsUnder(dir: string): string[] {
+function mountsUnder(dir: string): string[] {
   let info: string;
   try {
     info = fs.readFileSync('/proc/self/mountinfo', 'utf8');
@@ -88,7 +88,7 @@ export function mountsUnder(dir: string): string[] {
   return out.sort((a, b) => b.length - a.length);
 }
 
-export function isMounted(mountPoint: string): boolean {
+function isMounted(mountPoint: string): boolean {
   return mountsUnder(mountPoint).includes(path.resolve(mountPoint));
 }
 
@@ -108,7 +108,7 @@ export function imageBytes(state: string): number {
  * Makes a new image of `sizeMb` in `state` and mounts it, its directories the sandbox uid's
  * (`owner`; null: the daemon's). Nothing is left behind when it fails.
  */
-export async function createImage(tools: DiskTools, state: string, sizeMb: number, owner: { uid: number; gid: number } | null): Promise<void> {
+async function createImage(tools: DiskTools, state: string, sizeMb: number, owner: { uid: number; gid: number } | null): Promise<void> {
   const file = imageFile(state);
   fs.mkdirSync(state, { recursive: true, mode: 0o700 });
   const fd = fs.openSync(file, fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_RDWR, 0o600);
@@ -132,7 +132,7 @@ export async function createImage(tools: DiskTools, state: string, sizeMb: numbe
  * (`check`: an image that was unmounted, by a stop or a crash), and makes the directories it must
  * hold (a new image's, or one an agent emptied).
  */
-export async function mountImage(tools: DiskTools, state: string, owner: { uid: number; gid: number } | null, check = true): Promise<void> {
+async function mountImage(tools: DiskTools, state: string, owner: { uid: number; gid: number } | null, check = true): Promise<void> {
   const mnt = imageMount(state);
   fs.mkdirSync(mnt, { recursive: true, mode: 0o700 });
   if (!isMounted(mnt)) {
@@ -190,7 +190,7 @@ function attached(file: string): boolean {
  * host still uses (a shell whose directory is in it) is detached lazily: the kernel ends it when that
  * is gone, and a later mount of the same file reuses its loop device (util-linux), never a second one.
  */
-export async function unmountImage(tools: DiskTools, state: string): Promise<void> {
+async function unmountImage(tools: DiskTools, state: string): Promise<void> {
   const mnt = imageMount(state);
   if (!isMounted(mnt)) return;
   await run([tools.umount, mnt]).catch(() => run([tools.umount, '-l', mnt]));

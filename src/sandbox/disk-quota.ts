@@ -19,7 +19,7 @@
 import fs from 'node:fs';
 import type { FileChannel } from './files.js';
 
-export const POLL_MS = 2_000;
+const POLL_MS = 2_000;
 const IDLE_POLL_MS = 30_000;
 const WALK_FACTOR = 10;
 /** A walk that takes longer answers what it counted so far (incomplete, still counted against the bound). */

@@ -24,7 +24,7 @@ import { jsonShapeError } from '../body-shape.js';
 import { checkAnswer, checkReady, failureOf, FileOpError, HEADER_SHAPE, MAX_HEADER, ProtocolViolation, type FileOpCode } from './file-protocol.js';
 
 /** A request the service has not answered by then ends the channel. */
-export const FILE_OP_TIMEOUT_MS = 30_000;
+const FILE_OP_TIMEOUT_MS = 30_000;
 
 /** A checked answer: its header (every field as the operation's schema allows) and its data. */
 export interface Answer {

@@ -24,6 +24,21 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
+import {
+  C,
+  checkOpened,
+  info,
+  MAX_CHUNK,
+  MAX_DATA,
+  MAX_DIR_NAMES,
+  MAX_HANDLES,
+  MAX_HEADER,
+  notRegular,
+  OpError,
+  realRoot,
+  resolve,
+  typeOf,
+} from './file-paths.mjs';
 
 // what it creates is as private as what the conversation's shell creates (bwrap ran with 022)
 process.umask(0o077);
@@ -37,127 +52,6 @@ if (asArg > 0) {
     .map(Number);
   process.setegid(/** @type {number} */ (g));
   process.seteuid(/** @type {number} */ (u));
-}
-const rootArg = process.argv.indexOf('--root');
-const ROOT = path.resolve(rootArg > 0 ? (process.argv[rootArg + 1] ?? '/workspace') : '/workspace');
-const C = fs.constants;
-const MAX_HEADER = 1 << 20;
-const MAX_DATA = 256 << 20;
-/** A chunk of a streamed read or write at most (the daemon asks for 1 MiB). */
-const MAX_CHUNK = 4 << 20;
-/** Files open for streamed transfers at once. */
-const MAX_HANDLES = 32;
-/** Names read from one directory at most (a listing sorts them first). */
-const MAX_DIR_NAMES = 100_000;
-
-class OpError extends Error {
-  /** @param {string} code @param {string} message @param {{type?: string, size?: number}} [detail] what the daemon may tell apart */
-  constructor(code, message, detail) {
-    super(message);
-    this.code = code;
-    this.detail = detail;
-  }
-}
-
-/** `child` relative to `root` ('' for root itself), or null when outside. @param {string} root @param {string} child */
-function inside(root, child) {
-  if (child === root) return '';
-  const rel = path.relative(root, child);
-  if (rel === '' || rel.startsWith('..') || path.isAbsolute(rel)) return null;
-  return rel;
-}
-
-/** The workspace's real path (it is a mount point in a sandbox; a directory of the host without). */
-function realRoot() {
-  try {
-    return fs.realpathSync(ROOT);
-  } catch {
-    throw new OpError('ENOENT', `The workspace ${ROOT} does not exist yet.`);
-  }
-}
-
-/**
- * The path with every existing component resolved; refused when it is outside the workspace
- * before or after resolution (the agent is told so: "outside the workspace", in its own terms).
- * @param {string} p
- */
-function resolve(p) {
-  if (typeof p !== 'string' || !path.isAbsolute(p)) throw new OpError('EINVAL', `The path ${String(p)} is not absolute.`);
-  const abs = path.resolve(p);
-  if (inside(ROOT, abs) === null) throw new OpError('OUTSIDE', `The path ${p} is outside the workspace: only files under ${ROOT} can be read or written.`);
-  const base = realRoot();
-  const rel = inside(ROOT, abs) ?? '';
-  const parts = rel === '' ? [] : rel.split(path.sep);
-  let real = base;
-  let i = 0;
-  for (; i < parts.length; i++) {
-    const next = path.join(real, /** @type {string} */ (parts[i]));
-    let resolved;
-    try {
-      resolved = fs.realpathSync(next);
-    } catch (err) {
-      const code = /** @type {NodeJS.ErrnoException} */ (err).code;
-      if (code === 'ENOENT') {
-        // a link whose target is missing is refused as a link, not taken as a name to create
-        if (fs.lstatSync(next, { throwIfNoEntry: false })?.isSymbolicLink()) throw outside(p, parts.slice(0, i + 1));
-        break;
-      }
-      if (code === 'ENOTDIR') break;
-      throw err;
-    }
-    if (inside(base, resolved) === null) throw outside(p, parts.slice(0, i + 1));
-    real = resolved;
-  }
-  return path.join(real, ...parts.slice(i));
-}
-
-/** @param {string} p @param {string[]} parts */
-function outside(p, parts) {
-  const at = path.join(ROOT, ...parts);
-  return new OpError(
-    'OUTSIDE',
-    `The path ${p} leads outside the workspace (${at} is a symbolic link pointing outside ${ROOT}); it was not opened. Only files inside the workspace can be read or written.`,
-  );
-}
-
-/** The file an fd names must still be inside the workspace (a directory swapped for a link between resolve and open). @param {number} fd @param {string} p */
-function checkOpened(fd, p) {
-  let real;
-  try {
-    real = fs.readlinkSync(`/proc/self/fd/${fd}`);
-  } catch {
-    return;
-  }
-  if (inside(realRoot(), real) === null) {
-    fs.closeSync(fd);
-    throw new OpError('OUTSIDE', `The path ${p} led outside the workspace while it was opened; it was not read or written.`);
-  }
-}
-
-/** @param {fs.Stats} st */
-function typeOf(st) {
-  if (st.isFile()) return 'file';
-  if (st.isDirectory()) return 'dir';
-  if (st.isSymbolicLink()) return 'symlink';
-  if (st.isFIFO()) return 'fifo';
-  if (st.isSocket()) return 'socket';
-  if (st.isCharacterDevice()) return 'char';
-  if (st.isBlockDevice()) return 'block';
-  return 'other';
-}
-
-/** @param {fs.Stats} st */
-function info(st) {
-  return { type: typeOf(st), size: st.size, mode: st.mode & 0o7777, mtimeMs: st.mtimeMs };
-}
-
-/** @param {string} p @param {string} type */
-function notRegular(p, type) {
-  return new OpError(
-    'NOT_REGULAR',
-    `The path ${p} is not a regular file (it is a ${type === 'dir' ? 'directory' : type === 'fifo' ? 'named pipe (FIFO)' : type === 'char' || type === 'block' ? 'device' : type}); only regular files can be read or written.`,
-    { type },
-  );
 }
 
 const ops = {

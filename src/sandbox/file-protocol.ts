@@ -162,7 +162,7 @@ export function failureOf(header: unknown): FileOpError {
 }
 
 /** `p` is a normalised absolute path at or under `dir` (both as the conversation sees them). */
-export function isUnder(dir: string, p: string): boolean {
+function isUnder(dir: string, p: string): boolean {
   if (p.length > MAX_PATH || !p.startsWith('/') || p.includes('\0') || path.posix.normalize(p) !== p) return false;
   if (p === dir) return true;
   return p.startsWith(dir.endsWith('/') ? dir : `${dir}/`);

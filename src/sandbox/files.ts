@@ -12,10 +12,10 @@ import type { PathView } from './path-view.js';
 import type { FileChannel, Answer } from './file-channel.js';
 import { CHUNK_BYTES, checkPathUnder, FileOpError, LIST_MAX_BYTES, parseListing, ProtocolViolation, type FileInfo } from './file-protocol.js';
 
-export { FileChannel, FILE_OP_TIMEOUT_MS } from './file-channel.js';
-export { FileOpError, type FileInfo, type FileOpCode } from './file-protocol.js';
+export { FileChannel } from './file-channel.js';
+export { FileOpError, type FileInfo } from './file-protocol.js';
 
-export interface ListEntry {
+interface ListEntry {
   /** The path as the conversation sees it. */
   path: string;
   dir: boolean;

@@ -16,7 +16,7 @@ import { adoptDirs, adoptImageDirs, adoptWithContents, imageDirs, makeStateDirs,
 import { VISIBLE_WORKSPACE } from './settings.js';
 import { plainDirs } from './view.js';
 
-export { Holder, type HolderFds, type HolderSetup } from './holder-launch.js';
+export { Holder, type HolderSetup } from './holder-launch.js';
 
 /**
  * How long after a spare was taken the next one starts. A holder's start is a node (the file

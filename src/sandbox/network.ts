@@ -178,7 +178,7 @@ export function needsRouteLocalnet(allow: readonly AllowedNet[]): boolean {
 }
 
 /** Every address of the host's interfaces, as this process sees them now. */
-export function hostAddresses(): string[] {
+function hostAddresses(): string[] {
   return Object.values(os.networkInterfaces()).flatMap((list) => (list ?? []).map((i) => i.address));
 }
 
@@ -258,7 +258,7 @@ export async function probeEgress(opts: { runAs?: RunAs; timeoutMs?: number } = 
 }
 
 /** The tools and slirp4netns's version, or one line saying what is missing or too old. */
-export async function findEgressTools(): Promise<EgressTools | string> {
+async function findEgressTools(): Promise<EgressTools | string> {
   const tools = locateEgressTools();
   if (typeof tools === 'string') return tools;
   const out = await new Promise<string>((resolve) => {

@@ -11,13 +11,6 @@ export class PathOutsideError extends Error {
   override name = 'PathOutsideError';
 }
 
-export interface ResolvedPath {
-  /** The host path to open (symlinks inside the workspace resolved). */
-  host: string;
-  /** The path as the agent sees it (what observations show). */
-  visible: string;
-}
-
 export class PathView {
   /**
    * @param hostRoot the workspace directory on the host

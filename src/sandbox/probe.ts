@@ -40,7 +40,7 @@ export interface ProbedTools {
 }
 
 /** The one line a bwrap daemon without cgroups stops with (SANDBOX_LIMITS=enforced). */
-export const NO_CGROUP =
+const NO_CGROUP =
   "no cgroup can be made for the sandboxes' limits (memory, processes, CPU): run the daemon as root, give it a delegated cgroup (systemd: Delegate=yes), or set SANDBOX_LIMITS=unenforced to run without them";
 
 /**

@@ -55,16 +55,6 @@ export function closeFd(fd: number): void {
   }
 }
 
-/** The only child of `pid` (host pid namespace), or null. */
-export function firstChild(pid: number): number | null {
-  try {
-    const first = fs.readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/)[0];
-    return first ? Number(first) : null;
-  } catch {
-    return null;
-  }
-}
-
 /** The line of a failed process's stderr that says why: the last error line (node prints its version after the error), else the last line. */
 export function lastError(stderr: string): string {
   const lines = stderr

@@ -8,7 +8,7 @@ import type { Logger } from 'pino';
 
 // SandboxSettings is declared in the base layer (src/sandbox-settings.ts), where config.ts builds it from the environment.
 import type { SandboxModeSetting, SandboxNetwork, SandboxSettings } from '../sandbox-settings.js';
-export type { SandboxModeSetting, SandboxNetwork, SandboxSettings };
+export type { SandboxSettings };
 
 export const DEFAULT_SANDBOX_SETTINGS: SandboxSettings = {
   mode: 'none',
@@ -109,8 +109,8 @@ export const VISIBLE_OUTPUTS = '/parley/outputs';
 export const STATE_DIRS = ['tmp', 'home', 'io', 'outputs'];
 
 /** The host ids a root daemon's sandboxes run as when none are configured: ids no Debian account uses. */
-export const DEFAULT_SANDBOX_UID = 65533;
-export const DEFAULT_SERVICE_UID = 65532;
+const DEFAULT_SANDBOX_UID = 65533;
+const DEFAULT_SERVICE_UID = 65532;
 
 /** A root daemon's sandbox ids: the agent's processes, and each sandbox's file service (holder-launch.ts). */
 export interface SandboxIds {

@@ -17,6 +17,8 @@ export const FILE_HELPER =
   (process.env.NODE_ENV === 'test' && process.env.PARLEY_TEST_FILE_SERVICE) || fileURLToPath(new URL('./file-helper.mjs', import.meta.url));
 /** Where a sandbox sees it. */
 export const FILE_HELPER_INSIDE = '/parley/file-helper.mjs';
+/** The module file-helper.mjs imports (its paths): bound beside it. */
+const FILE_PATHS = fileURLToPath(new URL('./file-paths.mjs', import.meta.url));
 
 /** The file service's node: small heaps (what it holds is one request's bytes, outside the heap). */
 export const HELPER_NODE_FLAGS = ['--max-old-space-size=64', '--max-semi-space-size=1'];
@@ -42,7 +44,7 @@ function programArgs(): string[] {
 }
 
 /** Where /etc/resolv.conf leads on the host (systemd-resolved's stub in /run, usually); null without one (nothing to cover). */
-export function resolvConfTarget(): string | null {
+function resolvConfTarget(): string | null {
   try {
     return fs.realpathSync('/etc/resolv.conf');
   } catch {
@@ -118,7 +120,7 @@ const MOUNT_OPS: Record<string, number> = { '--ro-bind': 2, '--bind': 2, '--syml
  * bwrap makes missing ones 0700 and the daemon's (root's) when it runs as root, which the
  * sandbox's uid could not enter (/parley, /home, the parents of a SANDBOX_RO_BINDS directory).
  */
-export function withParentDirs(ops: string[]): string[] {
+function withParentDirs(ops: string[]): string[] {
   const made = new Set<string>(['/']);
   const out: string[] = [];
   for (let i = 0; i < ops.length; ) {
@@ -190,6 +192,7 @@ export function viewArgs(
   ];
   for (const m of o.mapped) if (fs.existsSync(m.host)) a.push('--ro-bind', m.host, m.inside);
   a.push('--ro-bind', o.fileHelper ?? FILE_HELPER, FILE_HELPER_INSIDE);
+  a.push('--ro-bind', FILE_PATHS, '/parley/file-paths.mjs');
   // egress: the tool's DNS forwarder (on the host's resolv.conf's target, when it is a link into /run)
   const resolv = resolvConfTarget();
   if (o.resolvConf && resolv) a.push('--ro-bind', o.resolvConf, resolv);

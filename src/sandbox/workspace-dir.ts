@@ -7,7 +7,7 @@ import { basename, join, resolve } from 'node:path';
 const UUID_RE = /^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32})$/i;
 const HEX32 = /^[0-9a-f]{32}$/;
 
-export class InvalidConversationIdError extends Error {
+class InvalidConversationIdError extends Error {
   override name = 'InvalidConversationIdError';
 }
 

@@ -13,8 +13,9 @@ import type { Settings } from '../secrets/settings.js';
 import type { LlmProfiles } from './llm-profiles.js';
 import { AGENT_PROFILE_KIND as KIND, type JsonRecords } from './records.js';
 
-export const MAX_AGENT_PROFILES = 50;
+const MAX_AGENT_PROFILES = 50;
 
+/** @public named in parley/client's declarations (lib/types: what the API answers), so it stays exported. */
 export interface AgentProfile {
   id: string;
   name: string;

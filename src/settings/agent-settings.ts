@@ -23,7 +23,7 @@ import type { JsonRecords, ServerSettingsDoc } from './records.js';
 
 const MASKED = '**********';
 /** The agent settings' schema version Parley's document has (OpenHands' AgentSettings has one too). */
-export const AGENT_SETTINGS_SCHEMA_VERSION = 1;
+const AGENT_SETTINGS_SCHEMA_VERSION = 1;
 /** The conversation settings Parley keeps (a client reads them back when it starts a conversation). */
 export const CONVERSATION_SETTING_KEYS = ['max_iterations', 'confirmation_mode', 'security_analyzer'] as const;
 /** The most `misc_settings` (a client's own data) may hold, as JSON. */

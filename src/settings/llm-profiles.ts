@@ -15,7 +15,7 @@ import { llmProfileReferrers, renameLlmProfileRefs, type JsonRecords } from './r
 
 const KIND = 'llm_profile';
 /** As many as OpenHands keeps (a save past it is a 409). */
-export const MAX_PROFILES = 50;
+const MAX_PROFILES = 50;
 /** OpenHands' profile names. */
 export const PROFILE_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 

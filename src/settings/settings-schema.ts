@@ -51,7 +51,8 @@ export function agentSettingsSchema() {
           key: 'llm.model',
           label: 'Model',
           description:
-            'provider/model: openai/… (with a base URL: any OpenAI-compatible server) or anthropic/…; a bare claude-… name is Anthropic’s, any other bare name OpenAI’s.',
+            'provider/model: openai/… (with a base URL: any OpenAI-compatible server) or anthropic/…; ' +
+            'a bare claude-… name is Anthropic’s, any other bare name OpenAI’s.',
           value_type: 'string',
           prominence: 'critical',
         },

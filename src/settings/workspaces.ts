@@ -25,7 +25,7 @@ export interface Saved {
 }
 
 /** As many of each as a picker shows (more is a 422 from the wire schema's list bound, or here once stored). */
-export const MAX_SAVED = 1000;
+const MAX_SAVED = 1000;
 
 export class SavedWorkspaces {
   constructor(

@@ -15,7 +15,7 @@
 import fs from 'node:fs';
 import type { Logger } from 'pino';
 
-export interface DiskPressure {
+interface DiskPressure {
   /** true while DATA_DIR's filesystem is short of space (repeated at every sample); false once when it has room again. */
   full: boolean;
   /** Bytes free to unprivileged users on that filesystem at this report (statfs f_bavail × f_bsize; null before the first sample). */

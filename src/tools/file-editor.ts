@@ -37,9 +37,11 @@ type FileEditorParams = z.output<typeof fileEditorParameters>;
 export type { FileEditorObservation };
 
 const DESCRIPTION = `View, create and edit files.
-* \`view\`: a file is shown with line numbers like \`cat -n\` (use \`view_range\` for part of a long file); a directory lists its files and directories up to 2 levels deep (hidden ones left out). Images are returned as images.
+* \`view\`: a file is shown with line numbers like \`cat -n\` (use \`view_range\` for part of a long file); \
+a directory lists its files and directories up to 2 levels deep (hidden ones left out). Images are returned as images.
 * \`create\`: writes \`file_text\` to a new file (parent directories are created). It refuses to overwrite an existing file.
-* \`str_replace\`: replaces \`old_str\` with \`new_str\`. \`old_str\` must match EXACTLY ONE place in the file, including whitespace and indentation; include enough surrounding lines to make it unique.
+* \`str_replace\`: replaces \`old_str\` with \`new_str\`. \`old_str\` must match EXACTLY ONE place in the file, \
+including whitespace and indentation; include enough surrounding lines to make it unique.
 * \`insert\`: inserts \`new_str\` after line \`insert_line\` (0 = top of the file).
 * \`undo_edit\`: reverts the last edit made with this tool to the file.
 Paths must be absolute. Binary files and files over 10 MiB are refused: use the terminal for those.`;
@@ -390,7 +392,9 @@ class FileEditor {
     text += out.length ? `${out.join('\n')}\n` : '(empty directory)\n';
     if (listing.truncated) text += `[Listing stopped after ${out.length} entries. View a subdirectory to see more.]\n`;
     if (hidden > 0) {
-      text += `\n${hidden} hidden file${hidden === 1 ? '' : 's'}/director${hidden === 1 ? 'y' : 'ies'} in this directory ${hidden === 1 ? 'is' : 'are'} excluded. You can use 'ls -la ${abs}' to see them.\n`;
+      const one = hidden === 1;
+      text += `\n${hidden} hidden file${one ? '' : 's'}/director${one ? 'y' : 'ies'} in this directory ${one ? 'is' : 'are'} excluded. `;
+      text += `You can use 'ls -la ${abs}' to see them.\n`;
     }
     return text;
   }
@@ -484,7 +488,8 @@ class FileEditor {
       if (hits.length > 0) {
         const ranges = hits.map((h) => (want.length === 1 ? `${h}` : `${h}-${h + want.length - 1}`));
         msg +=
-          ` A match that differs only in whitespace or indentation was found at line${hits.length === 1 && want.length === 1 ? '' : 's'} ${ranges.join(', ')}: ` +
+          ' A match that differs only in whitespace or indentation was found at ' +
+          `line${hits.length === 1 && want.length === 1 ? '' : 's'} ${ranges.join(', ')}: ` +
           'view those lines and copy the text exactly, including indentation.';
       }
     }

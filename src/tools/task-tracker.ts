@@ -22,7 +22,8 @@ type TaskTrackerParams = z.output<typeof taskTrackerParameters>;
 export type { TaskTrackerObservation };
 
 const DESCRIPTION = `Keep a task list for multi-step work.
-* \`plan\` replaces the whole list with \`task_list\` (each task: id, title, status todo|in_progress|done, optional notes). Send the complete list every time, with updated statuses.
+* \`plan\` replaces the whole list with \`task_list\` (each task: id, title, status todo|in_progress|done, optional notes). \
+Send the complete list every time, with updated statuses.
 * \`view\` shows the current list.
 Use it for work with several steps: plan first, mark one task in_progress while you work on it, and done when it is finished.`;
 

@@ -24,7 +24,7 @@ import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { GIT_PROVIDERS, TOKEN_ENV_VARS, TOKEN_USERNAMES, providerBaseUrl, type GitProvider, type ProviderCredential } from './providers.js';
 
-export const ASKPASS_SCRIPT_NAME = 'parley-git-askpass.sh';
+const ASKPASS_SCRIPT_NAME = 'parley-git-askpass.sh';
 
 function askpassScript(): string {
   const cases = GIT_PROVIDERS.map((p) => {

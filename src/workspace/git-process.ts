@@ -101,7 +101,7 @@ export function daemonGitShellPrelude(): string {
 }
 
 /** git's argv as the daemon runs it (see the file comment). */
-export function daemonGitArgv(args: string[], clone = false): string[] {
+function daemonGitArgv(args: string[], clone = false): string[] {
   const config = [...DAEMON_GIT_CONFIG, ...(clone ? [] : ['protocol.allow=never'])].flatMap((c) => ['-c', c]);
   const git = ['git', '--no-pager', ...config, ...args];
   return clone ? git : ['prlimit', '--nproc=0:0', '--', ...git];

@@ -31,7 +31,7 @@ import type { ProcessLauncher } from '../sandbox/types.js';
 import { runGit, type GitResult } from './git-process.js';
 import { GIT_PROVIDERS, InvalidHostError, providerBaseUrl, tokenCredentials, type GitProvider, type ProviderCredential } from './providers.js';
 
-export type ClonePhase = 'cloning' | 'checking_out' | 'ready';
+type ClonePhase = 'cloning' | 'checking_out' | 'ready';
 
 export type CloneErrorCode =
   | 'invalid_repository'
@@ -110,7 +110,7 @@ export interface CloneResult {
   reused: boolean;
 }
 
-export const DEFAULT_GIT_IDENTITY = { name: 'Parley Agent', email: 'agent@parley.local' };
+const DEFAULT_GIT_IDENTITY = { name: 'Parley Agent', email: 'agent@parley.local' };
 
 const SEGMENT = /^[A-Za-z0-9_.][A-Za-z0-9_.-]*$/;
 
@@ -134,7 +134,7 @@ export function normalizeRepository(repository: string): string {
  * `git check-ref-format --branch` must accept it (rejects `..`, `~`, `^`, `:`, `?`, `*`, `[`, `\`,
  * a trailing `.lock` or `/`, …). Throws CloneError `invalid_branch`.
  */
-export async function validateBranchName(name: string): Promise<void> {
+async function validateBranchName(name: string): Promise<void> {
   const shown = JSON.stringify(name.slice(0, 200));
   if (!name || name.length > 255 || name.startsWith('-') || /[\s\x00-\x1f\x7f]/.test(name) || name.includes('@{') || name === '@' || name === 'HEAD') {
     throw new CloneError(`Invalid branch name ${shown}`, 'invalid_branch');
@@ -234,9 +234,8 @@ function classify(r: GitResult, source: Source, repo: string): { code: CloneErro
   if (r.timedOut) return { code: 'timeout', reason: `the clone from ${where} timed out` };
   const e = r.stderr;
   if (
-    /Authentication failed|could not read (Username|Password)|terminal prompts disabled|HTTP Basic: Access denied|Invalid username or password|returned error: 40[13]/i.test(
-      e,
-    )
+    /Authentication failed|could not read (Username|Password)|terminal prompts disabled|HTTP Basic: Access denied|Invalid username or password/i.test(e) ||
+    /returned error: 40[13]/i.test(e)
   ) {
     return source.token
       ? { code: 'auth_failed', reason: `${where} rejected the stored ${source.provider} token` }
@@ -246,9 +245,8 @@ function classify(r: GitResult, source: Source, repo: string): { code: CloneErro
         };
   }
   if (
-    /Could not resolve host|Failed to connect|Connection refused|Connection timed out|Operation timed out|Couldn't connect|Network is unreachable|No route to host|SSL certificate problem|schannel|gnutls_handshake/i.test(
-      e,
-    )
+    /Could not resolve host|Failed to connect|Connection refused|Connection timed out|Operation timed out|Couldn't connect/i.test(e) ||
+    /Network is unreachable|No route to host|SSL certificate problem|schannel|gnutls_handshake/i.test(e)
   ) {
     return { code: 'unreachable', reason: `could not reach ${source.baseUrl} (${lastFatalLine(e)})` };
   }
@@ -343,6 +341,12 @@ export async function cloneRepository(opts: CloneOptions): Promise<CloneResult> 
   }
 }
 
+/** The error when no source could be cloned: each attempt's reason. */
+function cloneFailed(repo: string, attempts: CloneAttempt[]): CloneError {
+  const detail = attempts.length === 1 ? attempts[0]!.reason : attempts.map((a, i) => `(${i + 1}) ${a.reason}`).join('; ');
+  return new CloneError(`Could not clone ${repo}: ${detail}`, summaryCode(attempts), attempts);
+}
+
 async function cloneInner(opts: CloneOptions, scrub: (s: string) => string): Promise<CloneResult> {
   const repo = normalizeRepository(opts.repository);
   const branch = opts.branch?.trim() ? opts.branch.trim() : null;
@@ -353,9 +357,7 @@ async function cloneInner(opts: CloneOptions, scrub: (s: string) => string): Pro
   const dir = resolve(opts.workspaceDir);
   if (!opts.helperDir) throw new CloneError('helperDir is required', 'invalid_options');
   const helperDir = resolve(opts.helperDir);
-  if (isInside(dir, helperDir)) {
-    throw new CloneError('helperDir must be outside the workspace', 'invalid_options');
-  }
+  if (isInside(dir, helperDir)) throw new CloneError('helperDir must be outside the workspace', 'invalid_options');
   const files = opts.files;
   const st = await files.stat(files.root).catch(() => null);
   if (st?.type !== 'dir') throw new CloneError(`Workspace directory ${files.root} does not exist`, 'invalid_options');
@@ -421,11 +423,7 @@ async function cloneInner(opts: CloneOptions, scrub: (s: string) => string): Pro
     attempts.push({ provider: source.provider, baseUrl: source.baseUrl, authenticated: !!source.token, code, reason });
     if (code === 'aborted' || code === 'timeout') break;
   }
-  if (!chosen) {
-    const code = summaryCode(attempts);
-    const detail = attempts.length === 1 ? attempts[0]!.reason : attempts.map((a, i) => `(${i + 1}) ${a.reason}`).join('; ');
-    throw new CloneError(`Could not clone ${repo}: ${detail}`, code, attempts);
-  }
+  if (!chosen) throw cloneFailed(repo, attempts);
 
   const remoteUrl = `${chosen.baseUrl}/${repo}.git`;
   try {

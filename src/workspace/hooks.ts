@@ -40,7 +40,7 @@ export type HookConfig = z.output<typeof HookConfig>;
 const snake = (k: string) => k.replace(/([a-z0-9])([A-Z])/g, '$1_$2').toLowerCase();
 
 /** The configuration from a hooks.json text: null and the reason when it is not one. */
-export function parseHookConfig(text: string): { config: HookConfig | null; problem?: string } {
+function parseHookConfig(text: string): { config: HookConfig | null; problem?: string } {
   let data: unknown;
   try {
     data = JSON.parse(text);

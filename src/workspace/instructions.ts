@@ -19,7 +19,7 @@ import { posix } from 'node:path';
 import { FileOpError, type WorkspaceFiles } from '../sandbox/files.js';
 import { parseFrontMatter, type FrontMatterValue } from './front-matter.js';
 
-export interface AlwaysInstruction {
+interface AlwaysInstruction {
   name: string;
   /** Path relative to the repository root. */
   source: string;
@@ -44,7 +44,7 @@ interface LoadInstructionsOptions {
   maxFiles?: number;
 }
 
-export const DEFAULT_MAX_INSTRUCTION_BYTES = 64 * 1024;
+const DEFAULT_MAX_INSTRUCTION_BYTES = 64 * 1024;
 const DEFAULT_MAX_FILES = 200;
 const MAX_DEPTH = 8;
 

@@ -19,7 +19,7 @@ export interface ProviderCredential {
 }
 
 /** Default host per provider. `enterprise_sso` has none: it is only usable with a stored host. */
-export const DEFAULT_HOSTS: Record<GitProvider, string | null> = {
+const DEFAULT_HOSTS: Record<GitProvider, string | null> = {
   github: 'github.com',
   gitlab: 'gitlab.com',
   bitbucket: 'bitbucket.org',

@@ -19,7 +19,7 @@ import { signalGroup } from '../process-group.js';
 import { baseChildEnv } from '../sandbox/child-env.js';
 import type { ProcessLauncher } from '../sandbox/types.js';
 
-export const SETUP_SCRIPT_PATH = '.openhands/setup.sh';
+const SETUP_SCRIPT_PATH = '.openhands/setup.sh';
 
 export interface SetupScriptOptions {
   env?: Record<string, string>;
@@ -43,7 +43,7 @@ export interface SetupScriptResult {
   output: string;
 }
 
-export const DEFAULT_SETUP_TIMEOUT_MS = 600_000;
+const DEFAULT_SETUP_TIMEOUT_MS = 600_000;
 
 /**
  * Runs the workspace's setup script. `files`: the conversation's file service (the script is looked
@@ -64,12 +64,7 @@ export async function runSetupScript(files: WorkspaceFiles, opts: SetupScriptOpt
   return new Promise((resolvePromise, reject) => {
     const child = opts.launch
       ? opts.launch.spawn(['bash', SETUP_SCRIPT_PATH], { cwd: root, env: opts.launch.env(opts.env ?? {}), stdio: ['ignore', 'pipe', 'pipe'] })
-      : childProcess().spawn('bash', [SETUP_SCRIPT_PATH], {
-          cwd: root,
-          env: baseChildEnv(opts.env ?? {}),
-          detached: true,
-          stdio: ['ignore', 'pipe', 'pipe'],
-        });
+      : childProcess().spawn('bash', [SETUP_SCRIPT_PATH], { cwd: root, env: baseChildEnv(opts.env ?? {}), detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
     let output = '';
     let dropped = false;
     let pending = '';
@@ -134,14 +129,7 @@ export async function runSetupScript(files: WorkspaceFiles, opts: SetupScriptOpt
       pending = '';
       if (dropped) output = `[earlier output dropped]\n${output}`;
       if (timedOut) output += `\n[setup script timed out after ${timeoutMs} ms and was killed]\n`;
-      resolvePromise({
-        ran: true,
-        exitCode: exit.code,
-        signal: exit.signal,
-        timedOut,
-        aborted,
-        output,
-      });
+      resolvePromise({ ran: true, exitCode: exit.code, signal: exit.signal, timedOut, aborted, output });
     };
     child.on('error', (err) => {
       clearTimeout(timer);

@@ -37,7 +37,7 @@ const THIRD_PARTY: Record<string, string> = {
   'gemini.md': 'gemini',
   '.cursorrules': 'cursorrules',
 };
-export const SKILL_FOLDERS = ['.agents/skills', '.openhands/skills', '.openhands/microagents'];
+const SKILL_FOLDERS = ['.agents/skills', '.openhands/skills', '.openhands/microagents'];
 const MAX_BYTES = 64 * 1024;
 const MAX_FILES = 500;
 const MAX_DEPTH = 6;

@@ -10,7 +10,7 @@ import { posix } from 'node:path';
 import { FileOpError, type WorkspaceFiles } from '../sandbox/files.js';
 import { parseFrontMatter, type FrontMatterValue } from './front-matter.js';
 
-export const AGENT_FOLDERS = ['.agents/agents', '.openhands/agents'];
+const AGENT_FOLDERS = ['.agents/agents', '.openhands/agents'];
 const MAX_BYTES = 64 * 1024;
 const MAX_FILES = 200;
 

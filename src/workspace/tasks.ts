@@ -16,8 +16,8 @@
 import { z } from 'zod';
 import { GIT_PROVIDERS, isGitProvider, TOKEN_ENV_VARS, type GitProvider } from './providers.js';
 
-export const TASK_TYPES = ['MERGE_CONFLICTS', 'FAILING_CHECKS', 'UNRESOLVED_COMMENTS', 'OPEN_ISSUE'] as const;
-export type TaskType = (typeof TASK_TYPES)[number];
+const TASK_TYPES = ['MERGE_CONFLICTS', 'FAILING_CHECKS', 'UNRESOLVED_COMMENTS', 'OPEN_ISSUE'] as const;
+type TaskType = (typeof TASK_TYPES)[number];
 
 /** A suggested task as a create asks for it (the API's request schema) and the conversation's record keeps it. */
 export const SuggestedTask = z.strictObject({

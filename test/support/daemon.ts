@@ -165,7 +165,7 @@ export async function startDaemon(
     };
     const feed = (chunk: Buffer) => {
       buf += chunk.toString('utf8');
-      let i;
+      let i: number;
       while ((i = buf.indexOf('\n')) >= 0) {
         onLine(buf.slice(0, i));
         buf = buf.slice(i + 1);

@@ -89,7 +89,7 @@ if (mode === 'probe') {
   const kinds = { tcp, udp, dns: lookup };
   const results = await Promise.all(attempts.map((a) => kinds[a.kind](a)));
   const out = {};
-  attempts.forEach((a, i) => (out[a.id] = results[i]));
+  for (const [i, a] of attempts.entries()) out[a.id] = results[i];
   process.stdout.write(`${JSON.stringify(out)}\n`);
 } else if (mode === 'serve') {
   const [host, port] = args;
@@ -110,7 +110,7 @@ if (mode === 'probe') {
   }
   for (const [host, port] of config.udp) {
     const s = dgram.createSocket(net.isIPv6(host) ? 'udp6' : 'udp4');
-    s.on('message', (m, from) => {
+    s.on('message', (_m, from) => {
       log('udp', hostPort(host, port), from.address);
       s.send(`world ${hostPort(host, port)}\n`, from.port, from.address);
     });

@@ -19,7 +19,8 @@ async function admin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
     await c.connect();
   } catch (err) {
     throw new Error(
-      `PostgreSQL is unreachable at ${PG_ADMIN_URL.replace(/\/\/[^@]*@/, '//')} (${(err as Error).message}); these tests need it running (set PARLEY_TEST_PG to use another server)`,
+      `PostgreSQL is unreachable at ${PG_ADMIN_URL.replace(/\/\/[^@]*@/, '//')} (${(err as Error).message}); these tests need it running (set ` +
+        `PARLEY_TEST_PG to use another server)`,
     );
   }
   try {

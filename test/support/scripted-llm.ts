@@ -573,7 +573,7 @@ async function sendDroppedStream(dialect: Dialect, res: http.ServerResponse, id:
 // ---------------------------------------------------------------------------------------------------------
 // Errors
 
-function errorBody(dialect: Dialect, status: number, message: string, type: string, code?: string) {
+function errorBody(dialect: Dialect, _status: number, message: string, type: string, code?: string) {
   if (dialect === 'anthropic') return { type: 'error', error: { type, message } };
   return { error: { message, type, param: null, code: code ?? null } };
 }

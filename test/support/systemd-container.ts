@@ -101,7 +101,8 @@ export function systemdContainerUnsupported(): string | null {
 function stubUnits(): Record<string, string> {
   const units: Record<string, string> = {
     'sysinit.target':
-      '[Unit]\nDescription=System Initialization (container stub)\nDefaultDependencies=no\nWants=systemd-journald.socket systemd-journald-dev-log.socket systemd-journald.service\nAfter=systemd-journald.socket systemd-journald-dev-log.socket\n',
+      '[Unit]\nDescription=System Initialization (container stub)\nDefaultDependencies=no\nWants=systemd-journald.socket ' +
+      'systemd-journald-dev-log.socket systemd-journald.service\nAfter=systemd-journald.socket systemd-journald-dev-log.socket\n',
     'basic.target': '[Unit]\nDescription=Basic System (container stub)\nRequires=sysinit.target\nAfter=sysinit.target\n',
     'container-boot.target': '[Unit]\nDescription=Container boot (test)\nRequires=basic.target\nAfter=basic.target\n',
   };
@@ -278,7 +279,8 @@ export async function bootSystemdContainer(opts: BootOptions): Promise<SystemdCo
     'sh',
     [
       '-c',
-      'echo $$ > "$0/cgroup.procs" && exec unshare --pid --fork --kill-child --mount --uts --ipc --cgroup --propagation private sh -c "$1" sh "$2" "$3" "$4" "$5" "$6"',
+      'echo $$ > "$0/cgroup.procs" && exec unshare --pid --fork --kill-child --mount --uts --ipc --cgroup --propagation private sh -c "$1" sh "$2" ' +
+        '"$3" "$4" "$5" "$6"',
       cgroup,
       INNER,
       work,

@@ -16,8 +16,6 @@ import { cleanTerminalOutput } from './output.js';
 import { envPrefix, secondsText, type ShellContext, ShellPool } from './pool.js';
 import type { ShellSession } from './session.js';
 
-export type { ShellContext };
-
 interface TerminalToolOptions {
   /** Return (exit_code -1) when a command prints nothing new for this long. Default 30 s. */
   noOutputTimeoutMs?: number;
