@@ -65,8 +65,11 @@ interface StoreOptions {
 interface Pending {
   conversationId: string;
   drafts: EventDraft[];
-  resolve: (evs: ParleyEvent[]) => void;
+  /** `append`'s one event (`one`), else every event of `drafts`. */
+  resolve: (value: ParleyEvent[] & ParleyEvent) => void;
   reject: (err: unknown) => void;
+  /** An `append`: it resolves to its event (no array made for it, no function wrapped around its promise's resolve). */
+  one?: boolean;
 }
 
 /** A batch of appends encoded as one journal frame, seq assigned (and given back if the frame is not committed). */
@@ -218,11 +221,11 @@ export class SqliteStore implements Store {
 
   append(conversationId: string, draft: EventDraft): Promise<ParleyEvent> {
     // one promise, not appendMany's and a second one to pick its only event: this is the hot path
-    return new Promise((resolve, reject) => this.enqueue({ conversationId, drafts: [draft], resolve: (evs) => resolve(evs[0]!), reject }));
+    return new Promise((resolve, reject) => this.enqueue({ conversationId, drafts: [draft], resolve, reject, one: true }));
   }
 
   appendMany(conversationId: string, drafts: EventDraft[]): Promise<ParleyEvent[]> {
-    return new Promise((resolve, reject) => this.enqueue({ conversationId, drafts, resolve, reject }));
+    return new Promise((resolve, reject) => this.enqueue({ conversationId, drafts, resolve: resolve as Pending['resolve'], reject }));
   }
 
   /** Queues an append for the next flush (one per event-loop turn: every append of the turn in one frame). */
@@ -359,7 +362,8 @@ export class SqliteStore implements Store {
     this.toIndex(framePayload(frame.bytes), pos, newest);
     batch.forEach((p, i) => {
       this.commits.emit(p.conversationId, results[i]!);
-      p.resolve(results[i]!.map((e) => e.event));
+      const encoded = results[i]!;
+      p.resolve((p.one ? encoded[0]!.event : encoded.map((e) => e.event)) as ParleyEvent[] & ParleyEvent);
     });
   }
 
