@@ -21,8 +21,22 @@ export function isJsonContentType(contentType: string): boolean {
   return JSON_TYPE.test(contentType);
 }
 
+/**
+ * The last Host found loopback: a client sends the same Host on every request, so the usual
+ * request compares one string instead of lowering, cutting and matching it again. (Only a loopback
+ * answer is kept: a refused Host costs its request the whole check.)
+ */
+let lastLoopbackHost: string | null = null;
+
 /** localhost, 127.0.0.0/8 and ::1, with or without a port. */
 function isLoopbackHost(host: string): boolean {
+  if (host === lastLoopbackHost) return true;
+  if (!checkLoopbackHost(host)) return false;
+  lastLoopbackHost = host;
+  return true;
+}
+
+function checkLoopbackHost(host: string): boolean {
   let h = host.toLowerCase();
   if (h.startsWith('[')) {
     const end = h.indexOf(']');

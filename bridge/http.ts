@@ -50,27 +50,25 @@ export function watchAbort(res: HttpResponse, metric: ResState['metric'] = null)
  * so none can make the daemon build more than a small multiple of its bytes. The usual single-chunk
  * body is decoded straight from uWS's buffer (no copy); uWS reuses that memory after the callback, so
  * a longer body is copied, into one buffer of its declared length (`Content-Length`) when it has one.
+ * `done` is called once: with the text, or with the BodyTooLarge that refused it. (A callback, not a
+ * promise: REST's hot path reads its body here, and a promise and its reactions per request are
+ * garbage the event loop collects; readJsonBody is the promise.)
  */
-export function readJsonBody(res: HttpResponse, limit: number, declared = 0): Promise<string> {
-  return new Promise((resolve, reject) => {
-    let whole: Buffer | null = null;
-    let chunks: Buffer[] | null = null;
-    let size = 0;
-    let failed = false;
-    const done = (text: string) => {
-      const refused = jsonShapeError(text);
-      if (refused) reject(new BodyTooLarge(refused.detail));
-      else resolve(text);
-    };
-    res.onData((ab, isLast) => {
-      if (failed) return;
-      const n = ab.byteLength;
-      if (size + n > limit) {
-        failed = true;
-        reject(new BodyTooLarge(`Request body exceeds ${limit} bytes`));
-        return;
-      }
-      if (isLast && size === 0) return done(Buffer.from(ab).toString('utf8'));
+export function onJsonBody(res: HttpResponse, limit: number, declared: number, done: (err: BodyTooLarge | null, text: string) => void): void {
+  let whole: Buffer | null = null;
+  let chunks: Buffer[] | null = null;
+  let size = 0;
+  let failed = false;
+  res.onData((ab, isLast) => {
+    if (failed) return;
+    const n = ab.byteLength;
+    if (size + n > limit) {
+      failed = true;
+      return done(new BodyTooLarge(`Request body exceeds ${limit} bytes`), '');
+    }
+    let text: string;
+    if (isLast && size === 0) text = Buffer.from(ab).toString('utf8');
+    else {
       if (declared > 0 && declared <= limit && size + n <= declared) {
         whole ??= Buffer.allocUnsafe(declared);
         whole.set(new Uint8Array(ab), size);
@@ -81,9 +79,17 @@ export function readJsonBody(res: HttpResponse, limit: number, declared = 0): Pr
       }
       size += n;
       if (!isLast) return;
-      done(whole ? whole.toString('utf8', 0, size) : Buffer.concat(chunks!, size).toString('utf8'));
-    });
+      text = whole ? whole.toString('utf8', 0, size) : Buffer.concat(chunks!, size).toString('utf8');
+    }
+    const refused = jsonShapeError(text);
+    if (refused) done(new BodyTooLarge(refused.detail), '');
+    else done(null, text);
   });
+}
+
+/** onJsonBody as a promise (/trpc's body). */
+export function readJsonBody(res: HttpResponse, limit: number, declared = 0): Promise<string> {
+  return new Promise((resolve, reject) => onJsonBody(res, limit, declared, (err, text) => (err ? reject(err) : resolve(text))));
 }
 
 export function send(

@@ -14,7 +14,7 @@ import { EventPage } from '../src/events/page.js';
 import { eventJson } from '../src/events/types.js';
 import type { Door, Principal } from './admission.js';
 import { toHttpError } from './errors.js';
-import { BodyTooLarge, jsonErrorPosition, parseQuery, readJsonBody, type ResState, send, sendJson, streamBytes, streamPage, watchAbort } from './http.js';
+import { jsonErrorPosition, onJsonBody, parseQuery, type ResState, send, sendJson, streamBytes, streamPage, watchAbort } from './http.js';
 import { RouteMetric, unmatchedMetric } from './metrics.js';
 import { sendFile } from './file-transfer.js';
 import { multipartUpload } from './multipart.js';
@@ -37,6 +37,9 @@ interface RestOptions {
   inFlight: InFlight;
 }
 
+/** A body that was answered with its 422. */
+const REFUSED = Symbol('refused');
+
 export function mountRest(app: TemplatedApp, { core, log, door, routes, inFlight }: RestOptions): void {
   // requests are counted by route template (GET /metrics): one cached metric per route
   const routeMetrics = new Map(routes.routes.map((r) => [r, new RouteMetric(r.method, r.path)]));
@@ -44,7 +47,6 @@ export function mountRest(app: TemplatedApp, { core, log, door, routes, inFlight
   // an upload streams to its sandbox, so memory does not bound it: its own limit (or the body limit, when larger)
   const maxFileBytes = Math.max(maxBody, MAX_UPLOAD_BYTES);
   const upload = { maxFileBytes, maxBodyBytes: maxFileBytes + 1024 * 1024 };
-  const done = () => inFlight.done();
 
   app.any('/*', (res, req) => {
     const state = watchAbort(res);
@@ -76,36 +78,39 @@ export function mountRest(app: TemplatedApp, { core, log, door, routes, inFlight
     const r: RouteRequest = { params, query: parseQuery(rawQuery), rawQuery, body: undefined };
     if (keyConversation && !r.query.conversation_id) r.query.conversation_id = keyConversation;
     inFlight.begin();
-    if (!route.body) return void dispatch(res, state, route, r).finally(done);
+    if (!route.body) return void dispatch(res, state, route, r);
     // the upload's file part goes to the operation as it arrives (bridge/multipart.ts)
     if (route.body === 'multipart') {
       r.body = multipartUpload(res, state, req.getHeader('content-type'), upload);
-      return void dispatch(res, state, route, r).finally(done);
+      return void dispatch(res, state, route, r);
     }
-    readJsonBody(res, maxBody, Number(req.getHeader('content-length') || 0))
-      .then((text) => {
-        if (text.trim() === '') {
-          return sendJson(res, state, 422, { detail: [{ type: 'missing', loc: ['body'], msg: 'Field required', input: null }] });
-        }
-        let body: unknown;
-        try {
-          body = JSON.parse(text);
-        } catch (err) {
-          return sendJson(res, state, 422, {
-            detail: [
-              { type: 'json_invalid', loc: ['body', jsonErrorPosition(err, text)], msg: 'JSON decode error', input: {}, ctx: { error: 'Invalid JSON' } },
-            ],
-          });
-        }
-        r.body = body;
-        return dispatch(res, state, route, r);
-      })
-      .catch((err) => {
-        if (err instanceof BodyTooLarge) sendJson(res, state, 413, { detail: err.message });
-        else sendJson(res, state, 500, toHttpError(err, undefined, route.loc, log, core.redactor).body);
-      })
-      .finally(done);
+    onJsonBody(res, maxBody, Number(req.getHeader('content-length') || 0), (err, text) => {
+      if (err) {
+        sendJson(res, state, 413, { detail: err.message });
+        return inFlight.done();
+      }
+      const body = parseBody(res, state, text);
+      if (body === REFUSED) return inFlight.done();
+      r.body = body;
+      void dispatch(res, state, route, r);
+    });
   });
+
+  /** The JSON body, or REFUSED once the 422 is sent (empty, or not JSON). */
+  function parseBody(res: HttpResponse, state: ResState, text: string): unknown {
+    if (text.trim() === '') {
+      sendJson(res, state, 422, { detail: [{ type: 'missing', loc: ['body'], msg: 'Field required', input: null }] });
+      return REFUSED;
+    }
+    try {
+      return JSON.parse(text);
+    } catch (err) {
+      sendJson(res, state, 422, {
+        detail: [{ type: 'json_invalid', loc: ['body', jsonErrorPosition(err, text)], msg: 'JSON decode error', input: {}, ctx: { error: 'Invalid JSON' } }],
+      });
+      return REFUSED;
+    }
+  }
 
   /**
    * The conversation of a caller of a runtime route: the one its conversation key opens. A keyless
@@ -116,10 +121,12 @@ export function mountRest(app: TemplatedApp, { core, log, door, routes, inFlight
     return principal.kind === 'conversation' ? principal.conversationId : door.conversationOf(presented);
   }
 
+  /** Runs the route's operation and answers; the request is done (inFlight) when this settles, which it always does. */
   async function dispatch(res: HttpResponse, state: ResState, route: Route, r: RouteRequest) {
     let input: unknown;
-    const target: RouteTarget = route.pick(r);
+    let target: RouteTarget | null = null;
     try {
+      target = route.pick(r);
       input = target.input(r);
       const out = await runOperation(core, target.operation, input);
       // events/search: written as it is read
@@ -135,8 +142,10 @@ export function mountRest(app: TemplatedApp, { core, log, door, routes, inFlight
         });
       sendJson(res, state, target.status, out);
     } catch (err) {
-      const e = toHttpError(err, input, target.loc, log, core.redactor);
+      const e = toHttpError(err, input, (target ?? route).loc, log, core.redactor);
       sendJson(res, state, e.status, e.body);
+    } finally {
+      inFlight.done();
     }
   }
 }

@@ -22,8 +22,8 @@ function itemBytes(item: Item): number {
 
 /** Throws PayloadTooLargeError when one of `items`, or all of them together, are over what one event may hold. */
 export function assertItemsFit(items: Item[], maxBytes: number, where: string): void {
-  for (const [i, item] of items.entries()) {
-    const n = itemBytes(item);
+  for (let i = 0; i < items.length; i++) {
+    const n = itemBytes(items[i]);
     if (n > maxBytes) throw new PayloadTooLargeError(`${where}[${i}] has ${n} bytes; one content item may have at most ${maxBytes} (MAX_EVENT_BYTES)`);
   }
   assertFitsEvent(items, maxBytes, where);

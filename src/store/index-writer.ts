@@ -54,13 +54,16 @@ export class IndexWriter {
     this.worker.unref();
   }
 
-  /** Sends a request; resolves when its transaction has committed. The thread keeps the process alive only while a request waits. */
-  ask(req: IndexRequest): Promise<void> {
+  /**
+   * Sends a request (`transfer`: buffers it hands over, no longer usable here); resolves when its
+   * transaction has committed. The thread keeps the process alive only while a request waits.
+   */
+  ask(req: IndexRequest, transfer?: ArrayBuffer[]): Promise<void> {
     const n = ++this.requestNo;
     return new Promise<void>((resolve, reject) => {
       this.waiting.set(n, { resolve, reject });
       this.worker.ref();
-      this.worker.postMessage({ ...req, n } as WriterRequest);
+      this.worker.postMessage({ ...req, n } as WriterRequest, transfer);
     }).finally(() => {
       if (this.waiting.size === 0) this.worker.unref();
     });

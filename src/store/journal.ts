@@ -68,6 +68,28 @@ function parseLines(payload: string): IndexRow[] {
   return rows;
 }
 
+/**
+ * A frame as the journal writes it: header (length, CRC-32) then the payload's UTF-8 bytes, in an
+ * ArrayBuffer of its own (never Node's shared pool): once written, the store hands its payload to the
+ * writer thread by transfer, without copying it or keeping it in the JS heap while it waits.
+ */
+export function journalFrame(payload: string): Buffer {
+  const len = Buffer.byteLength(payload);
+  const frame = Buffer.allocUnsafeSlow(HEADER_BYTES + len);
+  frame.write(payload, HEADER_BYTES, 'utf8');
+  frame.writeUInt32LE(len, 0);
+  frame.writeUInt32LE(zlib.crc32(frame.subarray(HEADER_BYTES)), 4);
+  return frame;
+}
+
+/** A frame's payload (its bytes after the header, the same memory). */
+export const framePayload = (frame: Buffer): Buffer => frame.subarray(HEADER_BYTES);
+
+/** A payload given as text or as its UTF-8 bytes (a written frame's, sent to the writer thread). */
+export type FramePayload = string | Uint8Array;
+
+const payloadText = (p: FramePayload): string => (typeof p === 'string' ? p : Buffer.from(p.buffer, p.byteOffset, p.byteLength).toString('utf8'));
+
 export const journalFile = (dir: string, gen: number) => path.join(dir, `${String(gen).padStart(12, '0')}.log`);
 
 /** The generations present in `dir` (regular files only), oldest first. */
@@ -159,13 +181,8 @@ export class Journal {
     return this.reserveSize > 0;
   }
 
-  /** Writes one frame; when this returns the payload is committed. On failure nothing of it remains. */
-  append(payload: string): JournalPosition {
-    const len = Buffer.byteLength(payload);
-    const frame = Buffer.allocUnsafe(HEADER_BYTES + len);
-    frame.write(payload, HEADER_BYTES, 'utf8');
-    frame.writeUInt32LE(len, 0);
-    frame.writeUInt32LE(zlib.crc32(frame.subarray(HEADER_BYTES)), 4);
+  /** Writes one frame (`journalFrame`); when this returns its payload is committed. On failure nothing of it remains. */
+  append(frame: Buffer): JournalPosition {
     try {
       if (this.offset > 0 && (this.offset >= this.opts.rotateBytes || this.offset + frame.length > this.capacity)) this.rotate(false);
       this.write(frame);
@@ -294,18 +311,18 @@ export class Journal {
  * execution_status from its last status event, which a crash between the journal write and the
  * status update (sqlite.ts `flush`) may have left behind.
  */
-export function journalIndexer(db: Database.Database, opts: { statuses?: boolean } = {}): (frames: { payload: string; pos: JournalPosition }[]) => void {
+export function journalIndexer(db: Database.Database, opts: { statuses?: boolean } = {}): (frames: { payload: FramePayload; pos: JournalPosition }[]) => void {
   const insert = db.prepare('INSERT OR IGNORE INTO events (conversation_id, seq, id, kind, timestamp, source, body) VALUES (?, ?, ?, ?, ?, ?, ?)');
   const touch = db.prepare('UPDATE conversations SET updated_at = ? WHERE id = ? AND updated_at < ?');
   const setStatus = db.prepare('UPDATE conversations SET execution_status = ? WHERE id = ?');
   const state = db.prepare(
     'INSERT INTO journal_state (k, gen, offset) VALUES (0, ?, ?) ON CONFLICT (k) DO UPDATE SET gen = excluded.gen, offset = excluded.offset',
   );
-  return db.transaction((frames: { payload: string; pos: JournalPosition }[]) => {
+  return db.transaction((frames: { payload: FramePayload; pos: JournalPosition }[]) => {
     const newest = new Map<string, string>();
     const statuses = new Map<string, string>();
     for (const f of frames) {
-      for (const r of parseLines(f.payload)) {
+      for (const r of parseLines(payloadText(f.payload))) {
         insert.run(r[0], r[1], r[2], r[3], r[4], r[5], r[6]);
         newest.set(r[0], r[4]);
         if (opts.statuses && r[3] === 'ConversationStateUpdateEvent') {

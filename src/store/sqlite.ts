@@ -35,7 +35,7 @@ import { metrics } from '../metrics.js';
 import { DiskWatch, errorText, isDiskFull } from './disk-watch.js';
 import { IndexWriter, type IndexRequest } from './index-writer.js';
 import { lockDataDir } from './lock.js';
-import { type Journal, journalEvents, journalLine, type JournalPosition } from './journal.js';
+import { framePayload, type Journal, journalEvents, journalFrame, journalLine, type JournalPosition } from './journal.js';
 import { countEvents, decodeBody, queryEvents } from './sqlite-reads.js';
 import { recoverJournal } from './sqlite-recovery.js';
 import { SqliteRecords } from './sqlite-records.js';
@@ -65,15 +65,19 @@ interface StoreOptions {
 interface Pending {
   conversationId: string;
   drafts: EventDraft[];
-  resolve: (evs: ParleyEvent[]) => void;
+  /** `append`'s one event (`one`), else every event of `drafts`. */
+  resolve: (value: ParleyEvent[] & ParleyEvent) => void;
   reject: (err: unknown) => void;
+  /** An `append`: it resolves to its event (no array made for it, no function wrapped around its promise's resolve). */
+  one?: boolean;
 }
 
 /** A batch of appends encoded as one journal frame, seq assigned (and given back if the frame is not committed). */
 interface Frame {
   batch: Pending[];
   results: EncodedEvent[][];
-  payload: string;
+  /** The journal frame (journal.ts `journalFrame`): its payload goes on to the writer thread. */
+  bytes: Buffer;
   /** Each conversation's last seq before the frame. */
   seqBefore: Map<string, number>;
 }
@@ -90,7 +94,7 @@ export class SqliteStore implements Store {
   private readonly records: SqliteRecords;
   private writer: IndexWriter;
   /** Committed frames gathered for the writer's next transaction (sent as one message: a message per frame woke the writer's thread ~600 times a second under load). */
-  private indexQueue: { payload: string; pos: JournalPosition; newest: Map<string, number> }[] = [];
+  private indexQueue: { payload: Uint8Array; pos: JournalPosition; newest: Map<string, number> }[] = [];
   private indexTimer: NodeJS.Timeout | null = null;
   private readonly indexDelayMs: number;
   private closed = false;
@@ -173,7 +177,7 @@ export class SqliteStore implements Store {
       const status = executionStatusOf(event);
       if (status) this.statusBehind.set(conversationId, [status, event.timestamp]);
     }
-    this.toIndex(payload, pos, newest);
+    this.toIndex(framePayload(journalFrame(payload)), pos, newest);
   }
 
   /** The writer tells how the index is doing. */
@@ -207,21 +211,21 @@ export class SqliteStore implements Store {
   }
 
   /** Sends a request to the writer; resolves when its transaction has committed. */
-  private ask(req: IndexRequest): Promise<void> {
+  private ask(req: IndexRequest, transfer?: ArrayBuffer[]): Promise<void> {
     if (req.type !== 'index') this.sendIndex(); // a delete or close is ordered after every frame committed before it
     if (this.writerError) return Promise.reject(this.writerError);
-    return this.writer.ask(req);
+    return this.writer.ask(req, transfer);
   }
 
   // ---- events -------------------------------------------------------------------------------
 
   append(conversationId: string, draft: EventDraft): Promise<ParleyEvent> {
     // one promise, not appendMany's and a second one to pick its only event: this is the hot path
-    return new Promise((resolve, reject) => this.enqueue({ conversationId, drafts: [draft], resolve: (evs) => resolve(evs[0]!), reject }));
+    return new Promise((resolve, reject) => this.enqueue({ conversationId, drafts: [draft], resolve, reject, one: true }));
   }
 
   appendMany(conversationId: string, drafts: EventDraft[]): Promise<ParleyEvent[]> {
-    return new Promise((resolve, reject) => this.enqueue({ conversationId, drafts, resolve, reject }));
+    return new Promise((resolve, reject) => this.enqueue({ conversationId, drafts, resolve: resolve as Pending['resolve'], reject }));
   }
 
   /** Queues an append for the next flush (one per event-loop turn: every append of the turn in one frame). */
@@ -305,7 +309,7 @@ export class SqliteStore implements Store {
       this.lastSeqCache.set(p.conversationId, seq);
       results.push(out);
     }
-    return { batch, results, payload: lines.join('\n'), seqBefore };
+    return { batch, results, bytes: journalFrame(lines.join('\n')), seqBefore };
   }
 
   /**
@@ -315,13 +319,13 @@ export class SqliteStore implements Store {
    */
   private commitFrame(frame: Frame, alongside?: () => void): JournalPosition {
     try {
-      const pos = this.journal.append(frame.payload);
+      const pos = this.journal.append(frame.bytes);
       if (alongside) {
         try {
           alongside();
         } catch (err) {
           try {
-            this.journal.retract(pos, 8 + Buffer.byteLength(frame.payload));
+            this.journal.retract(pos, frame.bytes.length);
           } catch {
             // the frame stays in the journal: its seqs stay taken, so that no later frame reuses them
             frame.seqBefore.clear();
@@ -355,16 +359,22 @@ export class SqliteStore implements Store {
       this.tail.add(p.conversationId, results[i]!);
       newest.set(p.conversationId, this.lastSeqCache.get(p.conversationId)!);
     });
-    this.toIndex(frame.payload, pos, newest);
+    this.toIndex(framePayload(frame.bytes), pos, newest);
     batch.forEach((p, i) => {
       this.commits.emit(p.conversationId, results[i]!);
-      p.resolve(results[i]!.map((e) => e.event));
+      const encoded = results[i]!;
+      p.resolve((p.one ? encoded[0]!.event : encoded.map((e) => e.event)) as ParleyEvent[] & ParleyEvent);
     });
   }
 
-  /** Hands a committed frame to the writer (with the others of the next `indexDelayMs`); once it is indexed its events leave the tail. */
-  private toIndex(payload: string, pos: JournalPosition, newest: Map<string, number>): void {
-    this.tail.frameSent(payload.length);
+  /**
+   * Hands a committed frame's payload to the writer (with the others of the next `indexDelayMs`);
+   * once it is indexed its events leave the tail. The payload is the written frame's own bytes, which
+   * go to the thread by transfer (journal.ts `journalFrame`): no copy, and nothing of it waits in the
+   * JS heap, where ~250 ms of frames would outlive young-generation collections and be copied by each.
+   */
+  private toIndex(payload: Uint8Array, pos: JournalPosition, newest: Map<string, number>): void {
+    this.tail.frameSent(payload.byteLength);
     this.indexQueue.push({ payload, pos, newest });
     this.indexTimer ??= setTimeout(() => this.sendIndex(), this.indexDelayMs);
   }
@@ -376,7 +386,10 @@ export class SqliteStore implements Store {
     const frames = this.indexQueue;
     if (frames.length === 0) return;
     this.indexQueue = [];
-    this.ask({ type: 'index', frames: frames.map(({ payload, pos }) => ({ payload, pos })) }).then(
+    this.ask(
+      { type: 'index', frames: frames.map(({ payload, pos }) => ({ payload, pos })) },
+      frames.map((f) => f.payload.buffer as ArrayBuffer),
+    ).then(
       () => {
         for (const f of frames) this.indexed(f.pos, f.newest);
       },

@@ -15,11 +15,11 @@ import fs from 'node:fs';
 import os from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
 import Database from 'better-sqlite3';
-import { journalIndexer, type JournalPosition } from './journal.js';
+import { type FramePayload, journalIndexer, type JournalPosition } from './journal.js';
 import { STOP, WAKE } from './writer-control.js';
 
 export type WriterRequest =
-  | { type: 'index'; n: number; frames: { payload: string; pos: JournalPosition }[] }
+  | { type: 'index'; n: number; frames: { payload: FramePayload; pos: JournalPosition }[] }
   | { type: 'delete'; n: number; conversationId: string }
   | { type: 'close'; n: number };
 export type WriterReply = { n: number; error?: string };
