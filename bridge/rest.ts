@@ -40,6 +40,22 @@ interface RestOptions {
 /** A body that was answered with its 422. */
 const REFUSED = Symbol('refused');
 
+/** The JSON body, or REFUSED once the 422 is sent (empty, or not JSON). */
+function parseBody(res: HttpResponse, state: ResState, text: string): unknown {
+  if (text.trim() === '') {
+    sendJson(res, state, 422, { detail: [{ type: 'missing', loc: ['body'], msg: 'Field required', input: null }] });
+    return REFUSED;
+  }
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    sendJson(res, state, 422, {
+      detail: [{ type: 'json_invalid', loc: ['body', jsonErrorPosition(err, text)], msg: 'JSON decode error', input: {}, ctx: { error: 'Invalid JSON' } }],
+    });
+    return REFUSED;
+  }
+}
+
 export function mountRest(app: TemplatedApp, { core, log, door, routes, inFlight }: RestOptions): void {
   // requests are counted by route template (GET /metrics): one cached metric per route
   const routeMetrics = new Map(routes.routes.map((r) => [r, new RouteMetric(r.method, r.path)]));
@@ -95,22 +111,6 @@ export function mountRest(app: TemplatedApp, { core, log, door, routes, inFlight
       void dispatch(res, state, route, r);
     });
   });
-
-  /** The JSON body, or REFUSED once the 422 is sent (empty, or not JSON). */
-  function parseBody(res: HttpResponse, state: ResState, text: string): unknown {
-    if (text.trim() === '') {
-      sendJson(res, state, 422, { detail: [{ type: 'missing', loc: ['body'], msg: 'Field required', input: null }] });
-      return REFUSED;
-    }
-    try {
-      return JSON.parse(text);
-    } catch (err) {
-      sendJson(res, state, 422, {
-        detail: [{ type: 'json_invalid', loc: ['body', jsonErrorPosition(err, text)], msg: 'JSON decode error', input: {}, ctx: { error: 'Invalid JSON' } }],
-      });
-      return REFUSED;
-    }
-  }
 
   /**
    * The conversation of a caller of a runtime route: the one its conversation key opens. A keyless

@@ -15,7 +15,10 @@ const TEXT_KEYS = ['text', 'type', 'cache_prompt'];
 /** No character JSON escapes: no quote, backslash, control character or surrogate (a lone one is escaped). */
 const VERBATIM = /^[^"\\\u0000-\u001f\ud800-\udfff]*$/;
 
-/** `JSON.stringify(s)` for a string: quoted as it is when nothing in it needs escaping (most ids, kinds, texts), at a fraction of the cost of a call into the serialiser. */
+/**
+ * `JSON.stringify(s)` for a string: quoted as it is when nothing in it needs escaping (most ids, kinds, texts), at a fraction of
+ * the cost of a call into the serialiser.
+ */
 export const jsonString = (s: string): string => (VERBATIM.test(s) ? `"${s}"` : JSON.stringify(s));
 
 /** `JSON.stringify(n)` for a number. */
@@ -47,7 +50,10 @@ function textMessageJson(ev: Record<string, unknown>): string | undefined {
     if (typeof text !== 'string' || type !== 'text' || typeof cache_prompt !== 'boolean') return undefined;
     items += `${i === 0 ? '' : ','}{"text":${jsonString(text)},"type":"text","cache_prompt":${cache_prompt}}`;
   }
-  return `{"kind":"MessageEvent","source":${jsonString(source)},"llm_message":{"role":${jsonString(role)},"content":[${items}]},"id":${jsonString(id)},"seq":${jsonNumber(seq)},"timestamp":${jsonString(timestamp)}}`;
+  return (
+    `{"kind":"MessageEvent","source":${jsonString(source)},"llm_message":{"role":${jsonString(role)},"content":[${items}]},` +
+    `"id":${jsonString(id)},"seq":${jsonNumber(seq)},"timestamp":${jsonString(timestamp)}}`
+  );
 }
 
 /** Exactly `JSON.stringify(event)`. */

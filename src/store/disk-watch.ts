@@ -45,7 +45,10 @@ export function isDiskFull(err: unknown): boolean {
   return code === 'ENOSPC' || code === 'EDQUOT' || code === 'SQLITE_FULL';
 }
 
-/** An error's text without the path a Node fs error ends with ("ENOSPC: no space left on device, open '/…'" → "ENOSPC: no space left on device"): error details name no host path. */
+/**
+ * An error's text without the path a Node fs error ends with ("ENOSPC: no space left on device, open '/…'" → "ENOSPC: no space
+ * left on device"): error details name no host path.
+ */
 export function errorText(err: unknown): string {
   const e = err as { code?: unknown; syscall?: unknown; message?: unknown };
   const message = typeof e?.message === 'string' ? e.message : String(err);

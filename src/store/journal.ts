@@ -48,7 +48,8 @@ export interface JournalPosition {
 const headerValue = (v: unknown): string => (typeof v === 'string' ? jsonString(v) : typeof v === 'number' ? jsonNumber(v) : JSON.stringify(v ?? null));
 
 export const journalLine = (conversationId: string, ev: ParleyEvent, json: string): string =>
-  `[${headerValue(conversationId)},${headerValue(ev.seq)},${headerValue(ev.id)},${headerValue(ev.kind)},${headerValue(ev.timestamp)},${headerValue(ev.source)}]\t${json}`;
+  `[${headerValue(conversationId)},${headerValue(ev.seq)},${headerValue(ev.id)},${headerValue(ev.kind)},` +
+  `${headerValue(ev.timestamp)},${headerValue(ev.source)}]\t${json}`;
 
 type IndexRow = [conversationId: string, seq: number, id: string, kind: string, timestamp: string, source: string, body: string];
 
@@ -208,7 +209,10 @@ export class Journal {
     this.offset += frame.length;
   }
 
-  /** Whatever follows `at` is no frame: a file of its own is cut there; in a reserve's allocated blocks the header is zeroed instead (cutting would give them back). */
+  /**
+   * Whatever follows `at` is no frame: a file of its own is cut there; in a reserve's allocated blocks the header is zeroed
+   * instead (cutting would give them back).
+   */
   private cut(at: number): boolean {
     try {
       if (this.capacity === Infinity) fs.ftruncateSync(this.fd, at);

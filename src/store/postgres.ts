@@ -406,7 +406,9 @@ export class PostgresStore implements Store {
     if (q.maxBytes !== undefined) {
       // memory bound (EventQuery.maxBytes): keep rows up to the one at which the running size reaches maxBytes
       args.push(q.maxBytes);
-      sql = `SELECT seq, body FROM (SELECT seq, body, sum(octet_length(body)) OVER (${order}) - octet_length(body) AS before FROM (${sql}) page) sized WHERE before < $${args.length} ${order}`;
+      sql =
+        `SELECT seq, body FROM (SELECT seq, body, sum(octet_length(body)) OVER (${order}) - octet_length(body) AS before ` +
+        `FROM (${sql}) page) sized WHERE before < $${args.length} ${order}`;
     }
     const res = await this.q<{ body: string; seq: string }>(sql, args);
     return res.rows.map(rowToEvent);
@@ -506,7 +508,8 @@ export class PostgresStore implements Store {
 
   async conversationsWithUnfinishedSetup(): Promise<string[]> {
     const res = await this.q<{ id: string }>(
-      "SELECT id FROM conversations WHERE execution_status <> 'error' AND data->'setup'->>'phase' IS NOT NULL AND data->'setup'->>'phase' NOT IN ('ready', 'error')",
+      "SELECT id FROM conversations WHERE execution_status <> 'error' " +
+        "AND data->'setup'->>'phase' IS NOT NULL AND data->'setup'->>'phase' NOT IN ('ready', 'error')",
     );
     return res.rows.map((r) => r.id);
   }
@@ -526,7 +529,8 @@ export class PostgresStore implements Store {
   // ---- secrets ------------------------------------------------------------------------------
 
   private static readonly PUT_SECRET =
-    'INSERT INTO secrets (kind, name, sealed, meta) VALUES ($1, $2, $3, $4) ON CONFLICT (kind, name) DO UPDATE SET sealed = excluded.sealed, meta = excluded.meta';
+    'INSERT INTO secrets (kind, name, sealed, meta) VALUES ($1, $2, $3, $4) ' +
+    'ON CONFLICT (kind, name) DO UPDATE SET sealed = excluded.sealed, meta = excluded.meta';
 
   async putSecret(v: SealedValue): Promise<void> {
     await this.q(PostgresStore.PUT_SECRET, [v.kind, v.name, v.sealed, JSON.stringify(v.meta)]);

@@ -83,7 +83,8 @@ export class SqliteRecords {
   conversationsWithUnfinishedSetup(): string[] {
     return this.db
       .prepare(
-        "SELECT id FROM conversations WHERE execution_status <> 'error' AND json_extract(data, '$.setup.phase') IS NOT NULL AND json_extract(data, '$.setup.phase') NOT IN ('ready', 'error')",
+        "SELECT id FROM conversations WHERE execution_status <> 'error' " +
+          "AND json_extract(data, '$.setup.phase') IS NOT NULL AND json_extract(data, '$.setup.phase') NOT IN ('ready', 'error')",
       )
       .pluck()
       .all() as string[];

@@ -72,13 +72,15 @@ export function prepareStatements(db: Database.Database): Record<StatementName, 
     getEvent: db.prepare('SELECT body FROM events WHERE id = ? AND conversation_id = ?').pluck(),
     getConv: db.prepare('SELECT * FROM conversations WHERE id = ?'),
     insertConv: db.prepare(
-      'INSERT INTO conversations (id, title, created_at, updated_at, execution_status, data) VALUES (@id, @title, @created_at, @updated_at, @execution_status, @data)',
+      'INSERT INTO conversations (id, title, created_at, updated_at, execution_status, data) ' +
+        'VALUES (@id, @title, @created_at, @updated_at, @execution_status, @data)',
     ),
     deleteConv: db.prepare('DELETE FROM conversations WHERE id = ?'),
     setStatus: db.prepare('UPDATE conversations SET execution_status = ?, updated_at = ? WHERE id = ?'),
     countByStatus: db.prepare('SELECT execution_status AS s, COUNT(*) AS n FROM conversations GROUP BY execution_status'),
     putSecret: db.prepare(
-      'INSERT INTO secrets (kind, name, sealed, meta) VALUES (?, ?, ?, ?) ON CONFLICT (kind, name) DO UPDATE SET sealed = excluded.sealed, meta = excluded.meta',
+      'INSERT INTO secrets (kind, name, sealed, meta) VALUES (?, ?, ?, ?) ' +
+        'ON CONFLICT (kind, name) DO UPDATE SET sealed = excluded.sealed, meta = excluded.meta',
     ),
     getSecret: db.prepare('SELECT * FROM secrets WHERE kind = ? AND name = ?'),
     listSecrets: db.prepare('SELECT * FROM secrets WHERE kind = ? ORDER BY name'),

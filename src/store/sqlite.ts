@@ -93,7 +93,10 @@ export class SqliteStore implements Store {
   /** Conversations' rows and secrets. */
   private readonly records: SqliteRecords;
   private writer: IndexWriter;
-  /** Committed frames gathered for the writer's next transaction (sent as one message: a message per frame woke the writer's thread ~600 times a second under load). */
+  /**
+   * Committed frames gathered for the writer's next transaction (sent as one message: a message per frame woke the writer's
+   * thread ~600 times a second under load).
+   */
   private indexQueue: { payload: Uint8Array; pos: JournalPosition; newest: Map<string, number> }[] = [];
   private indexTimer: NodeJS.Timeout | null = null;
   private readonly indexDelayMs: number;
@@ -167,7 +170,10 @@ export class SqliteStore implements Store {
     this.keepReserve(opts.reserveDelayMs ?? 1000);
   }
 
-  /** A frame committed before this start that the index has not seen: its events join the tail and it goes to the writer, as if just committed (not published again). */
+  /**
+   * A frame committed before this start that the index has not seen: its events join the tail and it goes to the writer, as if
+   * just committed (not published again).
+   */
   private readmit(payload: string, pos: JournalPosition): void {
     const newest = new Map<string, number>();
     for (const { conversationId, event } of journalEvents(payload)) {

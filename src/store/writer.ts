@@ -51,7 +51,10 @@ const index = journalIndexer(db);
 const remove = db.prepare('DELETE FROM events WHERE conversation_id = ?');
 
 let stalled = false;
-/** Set when the store closed while a run could not be indexed: no later frame is indexed, or the index would skip that run (it stays in the journal for the next start). */
+/**
+ * Set when the store closed while a run could not be indexed: no later frame is indexed, or the index would skip that run (it
+ * stays in the journal for the next start).
+ */
 let abandoned: string | null = null;
 
 const notify = (n: WriterNotice) => parentPort!.postMessage(n);
