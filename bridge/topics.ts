@@ -17,6 +17,15 @@
  * Direct sends on a subscribed socket (the replay before, error frames after) keep their place:
  * uWS writes a socket's pending topic messages before any direct send.
  *
+ * Coalescing: uWS writes a subscriber's topic messages once per event-loop iteration, and under load
+ * an iteration commits about one event per conversation, so each event cost every subscriber a
+ * send() of its own. A topic therefore publishes at once only when its last publication is at least
+ * COALESCE_MS old; events that come sooner are held, in seq order, and published together when the
+ * window ends (one timer for every topic), so a busy conversation costs its subscribers one write per
+ * window. A quiet conversation's event goes out at once; no event waits more than COALESCE_MS. `seq`
+ * is what has been published, so the hand-off below is unchanged: a member whose cursor is a held
+ * event's waits for its publication like any member ahead of the topic.
+ *
  * Back-pressure: uWS's own limit (maxBackpressure) would drop a frame silently and then send the
  * next one (a gap the client cannot see), so it is off (bridge/ws.ts) and the limit is enforced here:
  * every `checkEvery` bytes published to a topic, each live member whose buffer is over
@@ -42,29 +51,50 @@ export interface TopicMember {
   ended(): void;
 }
 
+/** The coalescing window (above): how long a topic's events may be held after its last publication. */
+export const COALESCE_MS = 4;
+
 /** How a topic follows its conversation: `core.events.follow`. */
 export type Follow = (conversationId: string, sink: FeedSink, opts: { afterSeq: number }) => EventFeed;
 
 export class LiveTopics {
   private readonly topics = new Map<string, LiveTopic>();
+  /** Topics holding events until the window's end, and the one timer that publishes them. */
+  private readonly holding = new Set<LiveTopic>();
+  private timer: NodeJS.Timeout | null = null;
 
   constructor(
     private readonly app: TemplatedApp,
     private readonly follow: Follow,
     /** WS_MAX_BUFFERED_BYTES: a live member past it is closed (1013). */
     private readonly maxBufferedBytes: number,
+    /** The coalescing window (a test's may be longer). */
+    readonly coalesceMs = COALESCE_MS,
   ) {}
 
   /** The conversation's topic, created (following from `startSeq`, a seq already committed) if it has none. */
   join(conversationId: string, member: TopicMember, startSeq: number): LiveTopic {
     let topic = this.topics.get(conversationId);
     if (!topic) {
-      topic = new LiveTopic(this.app, conversationId, startSeq, this.maxBufferedBytes, () => this.topics.delete(conversationId));
+      topic = new LiveTopic(this.app, conversationId, startSeq, this.maxBufferedBytes, this, () => this.topics.delete(conversationId));
       this.topics.set(conversationId, topic);
       topic.start(this.follow);
     }
     topic.members.add(member);
     return topic;
+  }
+
+  /** A topic holds events: they are published when the window ends. */
+  hold(topic: LiveTopic): void {
+    this.holding.add(topic);
+    this.timer ??= setTimeout(() => this.release(), this.coalesceMs);
+  }
+
+  private release(): void {
+    this.timer = null;
+    const due = [...this.holding];
+    this.holding.clear();
+    for (const t of due) t.release();
   }
 }
 
@@ -82,6 +112,9 @@ export class LiveTopic {
   private readonly checkEvery: number;
   private feed: EventFeed | null = null;
   private closed = false;
+  /** Events held until the window ends (seq order), and when the last publication was. */
+  private held: EncodedEvent[] = [];
+  private lastPublished = Number.NEGATIVE_INFINITY;
 
   constructor(
     private readonly app: TemplatedApp,
@@ -89,6 +122,7 @@ export class LiveTopic {
     /** The last seq published to the topic (its start: a seq already committed). */
     public seq: number,
     private readonly maxBufferedBytes: number,
+    private readonly window: { readonly coalesceMs: number; hold(topic: LiveTopic): void },
     private readonly onClosed: () => void,
   ) {
     this.jsonTopic = `j:${conversationId}`;
@@ -100,7 +134,7 @@ export class LiveTopic {
     this.feed = follow(
       this.conversationId,
       {
-        send: (ev) => this.publish(ev),
+        send: (ev) => this.take(ev),
         drained: () => Promise.resolve(),
         // held too many events while reading a gap, or the store failed: every member resumes
         overflow: () => this.close((m) => m.tooSlow()),
@@ -151,9 +185,37 @@ export class LiveTopic {
     m.subscribed();
   }
 
-  /** One committed event (or a live-only one), in seq order: one publish per encoding with subscribers. */
-  private publish(ev: EncodedEvent): boolean {
+  /** One committed event (or a live-only one), in seq order: published now, or held until the window ends (above). */
+  private take(ev: EncodedEvent): boolean {
     if (this.closed) return true;
+    if (this.held.length > 0) {
+      this.held.push(ev);
+      return true;
+    }
+    const now = performance.now();
+    if (now - this.lastPublished >= this.window.coalesceMs) {
+      this.lastPublished = now;
+      this.publish(ev);
+    } else {
+      this.held.push(ev);
+      this.window.hold(this);
+    }
+    return true;
+  }
+
+  /** The window ended: the held events go out, in order. */
+  release(): void {
+    const held = this.held;
+    this.held = [];
+    this.lastPublished = performance.now();
+    for (const ev of held) {
+      if (this.closed) return;
+      this.publish(ev);
+    }
+  }
+
+  /** One event: one publish per encoding with subscribers. */
+  private publish(ev: EncodedEvent): void {
     let bytes = 0;
     if (this.jsonLive > 0) {
       const json = ev.json;
@@ -181,11 +243,13 @@ export class LiveTopic {
       for (const m of this.live) if (m.ws.getBufferedAmount() > this.maxBufferedBytes) slow.push(m);
       for (const m of slow) m.tooSlow();
     }
-    return true;
   }
 
   private close(each: (m: TopicMember) => void): void {
     if (this.closed) return;
+    // events held are committed before whatever ends the topic: they go out before its members close
+    if (this.held.length > 0) this.release();
+    if (this.closed) return; // (the last member left meanwhile)
     this.closed = true;
     this.feed?.close();
     this.onClosed();
