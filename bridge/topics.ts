@@ -52,7 +52,7 @@ export interface TopicMember {
 }
 
 /** The coalescing window (above): how long a topic's events may be held after its last publication. */
-export const COALESCE_MS = 4;
+const COALESCE_MS = 4;
 
 /** How a topic follows its conversation: `core.events.follow`. */
 export type Follow = (conversationId: string, sink: FeedSink, opts: { afterSeq: number }) => EventFeed;
