@@ -51,8 +51,12 @@ export interface TopicMember {
   ended(): void;
 }
 
-/** The coalescing window (above): how long a topic's events may be held after its last publication. */
-const COALESCE_MS = 4;
+/**
+ * The coalescing window (above): how long a topic's events may be held after its last publication.
+ * Load test, sendto() per committed request (one is the response): 1.81 without, 1.36-1.42 with 4 ms,
+ * 1.13-1.14 with 10 ms; 10 ms is below what a person watching the stream can tell.
+ */
+const COALESCE_MS = 10;
 
 /** How a topic follows its conversation: `core.events.follow`. */
 export type Follow = (conversationId: string, sink: FeedSink, opts: { afterSeq: number }) => EventFeed;
