@@ -22,7 +22,7 @@
  * send() of its own. A topic therefore publishes at once only when its last publication is at least
  * COALESCE_MS old; events that come sooner are held, in seq order, and published together when the
  * window ends (one timer for every topic), so a busy conversation costs its subscribers one write per
- * window. A quiet conversation's event goes out at once; no event waits more than COALESCE_MS. `seq`
+ * window. A quiet conversation's event goes out at once; none is held past the window's timer. `seq`
  * is what has been published, so the hand-off below is unchanged: a member whose cursor is a held
  * event's waits for its publication like any member ahead of the topic.
  *
