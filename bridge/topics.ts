@@ -17,12 +17,13 @@
  * Direct sends on a subscribed socket (the replay before, error frames after) keep their place:
  * uWS writes a socket's pending topic messages before any direct send.
  *
- * Coalescing: uWS writes a subscriber's topic messages once per event-loop iteration, and under load
- * an iteration commits about one event per conversation, so each event cost every subscriber a
- * send() of its own. A topic therefore publishes at once only when its last publication is at least
- * COALESCE_MS old; events that come sooner are held, in seq order, and published together when the
- * window ends (one timer for every topic), so a busy conversation costs its subscribers one write per
- * window. A quiet conversation's event goes out at once; none is held past the window's timer. `seq`
+ * Coalescing, under load only: uWS writes a subscriber's topic messages once per event-loop iteration,
+ * and under load an iteration commits about one event per conversation, so each event cost every
+ * subscriber a send() of its own. While the daemon publishes many events (BUSY_EVENTS in the last
+ * COALESCE_MS), a topic publishes at once only when its last publication is at least COALESCE_MS old;
+ * events that come sooner are held, in seq order, and published together when the window ends (one
+ * timer for every topic), so a busy conversation costs its subscribers one write per window. Otherwise
+ * (a daemon serving a few turns) every event goes out at once: the window would be the turn's latency. `seq`
  * is what has been published, so the hand-off below is unchanged: a member whose cursor is a held
  * event's waits for its publication like any member ahead of the topic.
  *
@@ -58,6 +59,14 @@ export interface TopicMember {
  */
 const COALESCE_MS = 10;
 
+/**
+ * Events the whole daemon must have published in the last window for any topic to hold one: the
+ * window is a cost of latency paid only under load. A text turn publishes ~6 events in ~5 ms (each
+ * goes out at once: holding the last one would add the window to the turn, ~5 → ~14 ms); the load
+ * test's 50 conversations publish ~200 per window.
+ */
+const BUSY_EVENTS = 40;
+
 /** How a topic follows its conversation: `core.events.follow`. */
 export type Follow = (conversationId: string, sink: FeedSink, opts: { afterSeq: number }) => EventFeed;
 
@@ -74,7 +83,26 @@ export class LiveTopics {
     private readonly maxBufferedBytes: number,
     /** The coalescing window (a test's may be longer). */
     readonly coalesceMs = COALESCE_MS,
+    /** Events per window above which topics coalesce (a test's may be 0: always). */
+    private readonly busyEvents = BUSY_EVENTS,
   ) {}
+
+  /** The current window (of the whole daemon's publications): when it began and what it counted; the last window's count. */
+  private windowStart = Number.NEGATIVE_INFINITY;
+  private inWindow = 0;
+  private lastWindow = 0;
+
+  /** Counts one event about to be published; whether the daemon is busy enough for topics to coalesce. */
+  busy(now: number): boolean {
+    if (now - this.windowStart >= this.coalesceMs) {
+      // a window with nothing in between counts as quiet
+      this.lastWindow = now - this.windowStart < 2 * this.coalesceMs ? this.inWindow : 0;
+      this.inWindow = 0;
+      this.windowStart = now;
+    }
+    this.inWindow += 1;
+    return this.lastWindow >= this.busyEvents;
+  }
 
   /** The conversation's topic, created (following from `startSeq`, a seq already committed) if it has none. */
   join(conversationId: string, member: TopicMember, startSeq: number): LiveTopic {
@@ -126,7 +154,7 @@ export class LiveTopic {
     /** The last seq published to the topic (its start: a seq already committed). */
     public seq: number,
     private readonly maxBufferedBytes: number,
-    private readonly window: { readonly coalesceMs: number; hold(topic: LiveTopic): void },
+    private readonly window: { readonly coalesceMs: number; busy(now: number): boolean; hold(topic: LiveTopic): void },
     private readonly onClosed: () => void,
   ) {
     this.jsonTopic = `j:${conversationId}`;
@@ -197,7 +225,7 @@ export class LiveTopic {
       return true;
     }
     const now = performance.now();
-    if (now - this.lastPublished >= this.window.coalesceMs) {
+    if (!this.window.busy(now) || now - this.lastPublished >= this.window.coalesceMs) {
       this.lastPublished = now;
       this.publish(ev);
     } else {

@@ -17,7 +17,8 @@ import { waitFor } from './support/daemon.js';
 /** What the stand-in app saw: each publish (topic, seq) and each subscription, in order. */
 type Seen = ['publish', string, number] | ['subscribe', string, string];
 
-function setup(coalesceMs: number) {
+/** `busyEvents`: the load gate (0: always coalesce, as the window's own tests want; 'default': the daemon's). */
+function setup(coalesceMs: number, busyEvents: number | 'default' = 0) {
   const seen: Seen[] = [];
   const app = {
     publish: (topic: string, message: string) => {
@@ -34,6 +35,7 @@ function setup(coalesceMs: number) {
     },
     1 << 30,
     coalesceMs,
+    busyEvents === 'default' ? undefined : busyEvents,
   );
   const member = (name: string, cursor: number): TopicMember & { cursor: number; live: boolean } => {
     const ws = { subscribe: (topic: string) => seen.push(['subscribe', name, topic]), getBufferedAmount: () => 0 } as unknown as WebSocket<unknown>;
@@ -53,6 +55,35 @@ function setup(coalesceMs: number) {
     sink!.send(new EncodedEvent({ kind: 'MessageEvent', source: 'user', id: `e${seq}`, seq, timestamp: 't' } as unknown as ParleyEvent));
   return { seen, topics, member, commit };
 }
+
+test('a daemon publishing few events holds none: each goes out as it is committed, however close together', { timeout: 30_000 }, () => {
+  // the default load gate, a long window: six events in a row, as a text turn commits them
+  const { seen, topics, member, commit } = setup(300, 'default');
+  const a = member('a', 0);
+  topics.join('c3', a, 0).offer(a);
+  for (let seq = 1; seq <= 6; seq++) {
+    commit(seq);
+    assert.deepEqual(seen.at(-1), ['publish', 'j:c3', seq], `event ${seq} published at once`);
+  }
+});
+
+test('under load (more events in the last window than the gate), topics coalesce', { timeout: 30_000 }, async () => {
+  const { seen, topics, member, commit } = setup(1000, 3);
+  const publishes = () => seen.filter((s) => s[0] === 'publish').map((s) => s[2]);
+  const a = member('a', 0);
+  topics.join('c4', a, 0).offer(a);
+  // the first window: quiet so far, every event at once
+  for (let seq = 1; seq <= 4; seq++) commit(seq);
+  assert.deepEqual(publishes(), [1, 2, 3, 4]);
+  // the next window sees the last one's 4 events: busy. The topic's last publication is a window old: 5 goes out, 6 is held
+  const since = performance.now();
+  while (performance.now() - since < 1010) await new Promise((r) => setImmediate(r));
+  commit(5);
+  commit(6);
+  assert.deepEqual(publishes(), [1, 2, 3, 4, 5], 'held under load');
+  await waitFor(() => publishes().length === 6, 'published when the window ended', 20_000);
+  assert.deepEqual(publishes(), [1, 2, 3, 4, 5, 6]);
+});
 
 test('a busy topic publishes its first event at once and holds the next ones until the window ends, in seq order', { timeout: 30_000 }, async () => {
   // a window far longer than the synchronous calls below take, so what is held does not depend on the machine's speed
