@@ -463,7 +463,12 @@ export class Sandbox implements ShellSandbox, SandboxHost {
     return n;
   }
 
-  /** Starts the spare holder if there is none; resolves once it is ready (benchmarks wait for it). */
+  /** bwrap mode: the spare holders, alive and of those ready (tests, benchmarks). */
+  get spares(): { alive: number; ready: number } {
+    return { alive: this.holders?.spareCount ?? 0, ready: this.holders?.readySpares ?? 0 };
+  }
+
+  /** Starts a spare holder if there is none; resolves once it is ready (benchmarks wait for it). */
   async warm(): Promise<void> {
     if (this.closed) return;
     await this.holders?.warm();
