@@ -72,6 +72,8 @@ export class Holders {
   private refillTimer: NodeJS.Timeout | null = null;
   /** When each spare became ready (performance.now): an extra one is closed QUIET_MS after, unused. */
   private readonly readyAt = new WeakMap<Holder, number>();
+  /** Spares killed while the daemon runs (no longer needed, or retired), until they are gone. */
+  private readonly retiring = new Set<Holder>();
   private quietTimer: NodeJS.Timeout | null = null;
   /** The conversations' holders that have not exited yet, by workspace (see mayMoveInto). */
   private readonly running = new Map<string, Holder>();
@@ -154,20 +156,28 @@ export class Holders {
   }
 
   /**
-   * How many spares the arrivals need: a holder's start over the time between takes (at least one),
-   * bounded by MAX_SPARES, by SANDBOX_MAX_LIVE less the live conversations' holders, and by the free
-   * memory. Arrivals that stop are seen by `quiet`, which forgets the rate.
+   * How many spares the arrivals need. Conversations that come further apart than a holder's start
+   * (with a margin: the starts compete with the conversations on the CPU) find the one spare ready, it
+   * being started at once after a take in a burst (`bursting`). Closer together, one spare is in the
+   * making per interval of a holder's start (`startMs / interval`), and one more is ready, so a take
+   * that comes a little early still finds one; bounded by MAX_SPARES, by SANDBOX_MAX_LIVE less the
+   * live conversations' holders, and by the free memory. Arrivals that stop are seen by `quiet`,
+   * which forgets the rate.
    */
   private spareTarget(): number {
-    if (this.interval === null) return 1;
-    const want = Math.ceil(this.startMs / Math.max(this.interval, 1));
+    if (this.interval === null || this.interval >= 1.5 * this.startMs) return 1;
+    const want = Math.ceil(this.startMs / Math.max(this.interval, 1)) + 1;
     const byMemory = Math.floor(os.freemem() / 4 / (SPARE_MB * 1024 * 1024));
     return Math.max(1, Math.min(want, MAX_SPARES, this.s.settings.maxLive - this.running.size, byMemory));
   }
 
-  /** Conversations come faster than REFILL_MS would give them spares. */
+  private get refillMs(): number {
+    return this.s.settings.spareRefillMs ?? REFILL_MS;
+  }
+
+  /** Conversations come faster than a spare refilled REFILL_MS after a take would be ready for them. */
   private bursting(now: number): boolean {
-    return now - this.lastCold < BURST_MS || this.spareTarget() > 1;
+    return now - this.lastCold < BURST_MS || (this.interval !== null && this.interval < this.refillMs + this.startMs);
   }
 
   /**
@@ -186,7 +196,7 @@ export class Holders {
         const since = this.readyAt.get(h);
         if (h === keep || since === undefined || now - since < q) continue;
         this.spares.splice(this.spares.indexOf(h), 1);
-        h.kill();
+        this.retire(h);
       }
     }
     if (this.spares.length <= 1) {
@@ -200,6 +210,13 @@ export class Holders {
     if (this.quietTimer || this.closed) return;
     this.quietTimer = setTimeout(() => this.quiet(), Math.max(100, this.quietMs / 4));
     this.quietTimer.unref();
+  }
+
+  /** Kills a spare no conversation will get; a stop waits for it to be gone too (close). */
+  private retire(h: Holder): void {
+    this.retiring.add(h);
+    void h.released.then(() => this.retiring.delete(h));
+    h.kill();
   }
 
   private dropDead(): void {
@@ -239,7 +256,7 @@ export class Holders {
    * The spares the arrivals need, `delayMs` from now (default REFILL_MS, or the spareRefillMs setting:
    * the conversation that took the last one goes first); a refill already due is moved to this time.
    */
-  private refill(delayMs = this.s.settings.spareRefillMs ?? REFILL_MS): void {
+  private refill(delayMs = this.refillMs): void {
     if (this.refillTimer) clearTimeout(this.refillTimer);
     this.refillTimer = setTimeout(() => {
       this.refillTimer = null;
@@ -267,7 +284,7 @@ export class Holders {
     } catch {
       /* stays as it is */
     }
-    spare.kill();
+    this.retire(spare);
     this.refill();
     return false;
   }
@@ -392,7 +409,7 @@ export class Holders {
     this.closed = true;
     if (this.refillTimer) clearTimeout(this.refillTimer);
     if (this.quietTimer) clearTimeout(this.quietTimer);
-    const spares = this.spares.splice(0);
+    const spares = [...this.spares.splice(0), ...this.retiring];
     for (const h of spares) h.kill();
     await Promise.all(
       spares.map(async (h) => {
