@@ -126,7 +126,8 @@ export class Holders {
    */
   take(workspace: string, state: string): Holder {
     const now = performance.now();
-    this.arrived(now);
+    // (the probe's holder, before any spare, is no arrival)
+    if (this.spareSeq > 0) this.arrived(now);
     this.dropDead();
     const spare = this.spares.find((h) => h.fds !== null);
     if (spare && this.adopt(spare, workspace, state)) {
@@ -262,8 +263,12 @@ export class Holders {
       this.refillTimer = null;
       if (!this.sparesOn) return;
       this.dropDead();
-      for (let n = this.spareTarget() - this.spares.length; n > 0; n--) this.spares.push(this.startSpare());
+      if (this.spares.length >= this.spareTarget()) return;
+      this.spares.push(this.startSpare());
       if (this.spares.length > 1) this.armQuiet();
+      // one at a time, the loop's I/O in between: a start's spawns and cgroup writes block the main
+      // thread for some milliseconds each, which would otherwise add up inside one conversation's step
+      if (this.spares.length < this.spareTarget()) this.refill(0);
     }, delayMs);
     this.refillTimer.unref();
   }

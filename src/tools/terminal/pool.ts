@@ -241,13 +241,18 @@ export class ShellPool {
       restore: idle?.state,
       // built from scratch, never the daemon's environment (its keys stay out of the shell)
       env: sandbox.env({ TERM: 'dumb', PAGER: 'cat', GIT_PAGER: 'cat', PYTHONUNBUFFERED: '1', ...ctx.env }),
-      launch: (argv, o) =>
-        sandbox.spawn(ctx.conversationId, argv, {
+      launch: (argv, o) => {
+        const child = sandbox.spawn(ctx.conversationId, argv, {
           workspaceDir: ctx.workspaceDir,
           cwd: o.cwd,
           env: o.env,
           stdio: ['pipe', 'pipe', 'pipe'],
-        }),
+        });
+        // (plain processes: the file service starts beside bash, which is starting anyway, rather than
+        // at the conversation's first file operation, which often comes next; a sandbox's is its holder's)
+        sandbox.prewarmFiles?.(ctx.conversationId, ctx.workspaceDir);
+        return child;
+      },
       io,
     });
     e.starting = startP;
