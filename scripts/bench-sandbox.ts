@@ -307,7 +307,10 @@ async function coldBursts(): Promise<void> {
     );
   }
   console.log(`  ratio bwrap / none (p50): ${(p50(bw) / p50(no)).toFixed(2)}`);
-  for (const b of daemons) console.log(`  ${b.mode} turns in order (ms): ${turnsOf.get(b)!.map((t) => t.ms.toFixed(0)).join(' ')}`);
+  for (const b of daemons) {
+    const order = turnsOf.get(b)!.map((t) => t.ms.toFixed(0));
+    console.log(`  ${b.mode} turns in order (ms): ${order.join(' ')}`);
+  }
   console.log('  where a cold turn goes (median ms between consecutive marks):');
   const names = turnsOf.get(bw)![0]!.marks.map((m) => m[0]);
   console.log(`  | from → to | ${daemons.map((b) => b.mode).join(' | ')} |`);
