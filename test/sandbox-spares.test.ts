@@ -12,6 +12,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { describe, test } from 'node:test';
 import { startDaemon, tempDir, waitFor } from './support/daemon.js';
+import { fileServices } from './support/holders.js';
 import { descendants, livingProcesses } from './support/processes.js';
 import { Sandbox, DEFAULT_SANDBOX_SETTINGS } from '../src/sandbox/launcher.js';
 
@@ -57,6 +58,46 @@ describe('sandbox: spare holders kept ahead of a burst (in-process launcher, rea
       for (const id of second) assert.equal(fs.readFileSync(path.join(root, id.replace(/-/g, ''), 'who'), 'utf8').trim(), id);
       // no arrivals for spareQuietMs: back to one spare, on the host too
       await waitFor(() => sb.spares.alive === 1 && spareDirs(root).length === 1, 'the spares back to one once the arrivals stopped', 60_000);
+    } finally {
+      await sb.close();
+      fs.rmSync(root, { recursive: true, force: true });
+    }
+  });
+});
+
+/** The nice values of a process's threads (field 19 of /proc/<pid>/task/<tid>/stat). */
+const niceOf = (pid: number) =>
+  fs.readdirSync(`/proc/${pid}/task`).map((t) => {
+    const st = fs.readFileSync(`/proc/${pid}/task/${t}/stat`, 'utf8');
+    return Number(st.slice(st.lastIndexOf(')') + 2).split(' ')[16]);
+  });
+
+describe('sandbox: a spare waits at a lower CPU priority (root daemon)', { timeout: 170_000, skip: process.getuid?.() !== 0 && 'needs root' }, () => {
+  test('the spare starts niced; the conversation that takes it gets the normal priority back, every thread of its file service', async () => {
+    const root = tempDir();
+    const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap' }, { workspaceRoot: root });
+    try {
+      await sb.warm();
+      const [spare] = fileServices(process.pid);
+      assert.ok(spare, 'the spare holder runs');
+      assert.ok(
+        niceOf(spare!).every((n) => n === 10),
+        `the spare's file service is niced: ${niceOf(spare!).join(' ')}`,
+      );
+      const id = crypto.randomUUID();
+      const c = sb.spawn(id, ['sh', '-c', 'cut -d" " -f19 /proc/self/stat'], {
+        workspaceDir: path.join(root, id.replace(/-/g, '')),
+        env: sb.env(),
+        stdio: ['ignore', 'pipe', 'inherit'],
+      });
+      let out = '';
+      c.stdout!.on('data', (d: Buffer) => (out += d.toString('utf8')));
+      await new Promise((r) => c.on('close', r));
+      assert.equal(out.trim(), '0', "the conversation's process runs at the normal priority");
+      assert.ok(
+        niceOf(spare!).every((n) => n === 0),
+        `the taken holder's file service is back to the normal priority: ${niceOf(spare!).join(' ')}`,
+      );
     } finally {
       await sb.close();
       fs.rmSync(root, { recursive: true, force: true });

@@ -11,6 +11,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { Disks } from './disk-image.js';
+import { canRenice, SPARE_NICE, setNice } from './priority.js';
 import { allEnded } from './processes.js';
 import { Holder, type HolderSetup } from './holder-launch.js';
 import { adoptDirs, adoptImageDirs, adoptWithContents, imageDirs, makeStateDirs, ownWorkspace, removeStaleSpares } from './holder-dirs.js';
@@ -132,6 +133,10 @@ export class Holders {
     const spare = this.spares.find((h) => h.fds !== null);
     if (spare && this.adopt(spare, workspace, state)) {
       this.spares.splice(this.spares.indexOf(spare), 1);
+      if (spare.nice !== 0) {
+        spare.nice = 0;
+        setNice(spare.pids(), 0);
+      }
       this.refill(this.bursting(now) ? 0 : undefined);
       return this.track(workspace, spare);
     }
@@ -353,6 +358,7 @@ export class Holders {
   private startSpare(): Holder {
     const dir = path.join(this.s.workspaceRoot, '.sandbox', `.spare-${process.pid}-${++this.spareSeq}`);
     const h = this.launch(path.join(dir, 'workspace'), path.join(dir, 'state'), this.disks ? { link: null } : null);
+    if (canRenice()) h.nice = SPARE_NICE;
     h.ready.then(
       () => {
         this.readyAt.set(h, performance.now());

@@ -6,6 +6,7 @@
  * with its shell (timeouts, input, observations) is the tool's (tool.ts).
  */
 import fs from 'node:fs';
+import { mark } from '../../events/turn-trace.js';
 import type { ShellSandbox } from '../../sandbox/types.js';
 import type { ToolContext } from '../types.js';
 import { ShellSession, shellQuote, type ShellState } from './session.js';
@@ -226,6 +227,8 @@ export class ShellPool {
     // workspaces are created on first use (with the sandbox on, by the sandbox: its spare's moved in)
     if (!sandbox.enabled) await fs.promises.mkdir(ctx.workspaceDir, { recursive: true, mode: 0o700 });
     const dirs = sandbox.enabled ? sandbox.prepare(ctx.conversationId) : null;
+    // (the turn trace, LOG_LEVEL=trace: where a first shell's start goes)
+    mark(ctx.conversationId, 'shell: sandbox taken');
     const io = dirs ? { ...dirs.io, owner: dirs.owner } : undefined;
     const idle = e.idleClosed;
     e.idleClosed = null;
@@ -250,6 +253,7 @@ export class ShellPool {
         });
         // (plain processes: the file service starts beside bash, which is starting anyway, rather than
         // at the conversation's first file operation, which often comes next; a sandbox's is its holder's)
+        mark(ctx.conversationId, 'shell: spawned');
         sandbox.prewarmFiles?.(ctx.conversationId, ctx.workspaceDir);
         return child;
       },
@@ -258,6 +262,7 @@ export class ShellPool {
     e.starting = startP;
     try {
       const session = await startP;
+      mark(ctx.conversationId, 'shell: ready');
       session.appliedEnv = { ...ctx.env };
       if (e.starting !== startP) {
         // close() ran while the shell was starting.
