@@ -1,14 +1,14 @@
 /**
  * What the bubblewrap sandbox costs, measured against plain processes in the same run.
  *
- *   npx tsx scripts/bench-sandbox.ts [--shells 40] [--turns 20]
+ *   npx tsx scripts/bench-sandbox.ts [--shells 40] [--turns 20] [--burst 20] [--rounds 1] [--only burst] [--trace] [--dump N]
  *
  * 1. Shell creation: `ShellSession.start` (the terminal's persistent bash: spawn, init script, ready
  *    marker) for a NEW conversation each time, through the launcher in bwrap mode (the conversation's
  *    sandbox from the spare holder, then cgroup join + sh + bwrap joining it + sh + bash) and in none
  *    mode (bash alone), `--shells` times each, alternating; median and min in ms, and the added ms.
- *    Before each, the spare holder is let come up (the daemon starts the next one 50 ms after a
- *    conversation took one), so the figure is what a conversation's first shell costs. "cold":
+ *    Before each, a spare holder is let come up (`warm`), so the figure is what a conversation's
+ *    first shell costs when it finds one. "cold":
  *    the same without a spare (conversations created in a burst): holder, then the joining bwrap.
  * 2. Agent turns: a real daemon (SANDBOX=bwrap, then SANDBOX=none) and the scripted LLM; each turn
  *    is a user message → a terminal tool call (`echo`) → an answer, timed from the POST until the
@@ -24,7 +24,9 @@
  *    SANDBOX=none) runs beside the other; the bursts alternate between them `--rounds` times (after one
  *    uncounted conversation each). Prints the p50 and p90 of each mode, their ratio, and where the time
  *    of a turn goes (medians of the intervals between what this process sees: the LLM server's request
- *    arrivals and answers, the events arriving on the socket).
+ *    arrivals and answers, the events arriving on the socket). `--trace --dump N`: the daemons run with
+ *    LOG_LEVEL=trace and the first N turns of each are printed mark by mark with the daemon's own
+ *    (src/events/turn-trace.ts; a first shell's: sandbox taken, spawned, ready).
  *    `--only burst` runs this part alone.
  * The machine's load average is printed: absolute figures move with it, the ratios less.
  */

@@ -1,6 +1,7 @@
 /**
- * The holders' pool: the spare holder started ahead for the next conversation, taking it, the
- * refill and burst rules. How one holder is started and what keeps the agent off it:
+ * The holders' pool: the spare holders started ahead for the next conversations (as many as the
+ * recent arrivals need), taking one, the refill, burst and quiet rules, a spare's lower CPU priority
+ * (priority.ts). How one holder is started and what keeps the agent off it:
  * holder-launch.ts; their directories on the host: holder-dirs.ts.
  *
  * A holder has a cgroup of its own (cgroup.ts), named after it: every process of it joins it before
