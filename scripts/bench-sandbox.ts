@@ -1,14 +1,14 @@
 /**
  * What the bubblewrap sandbox costs, measured against plain processes in the same run.
  *
- *   npx tsx scripts/bench-sandbox.ts [--shells 40] [--turns 20]
+ *   npx tsx scripts/bench-sandbox.ts [--shells 40] [--turns 20] [--burst 20] [--rounds 1] [--only burst] [--trace] [--dump N]
  *
  * 1. Shell creation: `ShellSession.start` (the terminal's persistent bash: spawn, init script, ready
  *    marker) for a NEW conversation each time, through the launcher in bwrap mode (the conversation's
  *    sandbox from the spare holder, then cgroup join + sh + bwrap joining it + sh + bash) and in none
  *    mode (bash alone), `--shells` times each, alternating; median and min in ms, and the added ms.
- *    Before each, the spare holder is let come up (the daemon starts the next one 50 ms after a
- *    conversation took one), so the figure is what a conversation's first shell costs. "cold":
+ *    Before each, a spare holder is let come up (`warm`), so the figure is what a conversation's
+ *    first shell costs when it finds one. "cold":
  *    the same without a spare (conversations created in a burst): holder, then the joining bwrap.
  * 2. Agent turns: a real daemon (SANDBOX=bwrap, then SANDBOX=none) and the scripted LLM; each turn
  *    is a user message → a terminal tool call (`echo`) → an answer, timed from the POST until the
@@ -16,6 +16,18 @@
  *    A first conversation warms the daemon up and is not counted; then 6 conversations begun back to
  *    back, then 6 begun 1.5 s apart (one turn each: with the spare holder ready, as conversations
  *    begun seconds apart find it).
+ * 3. Cold first turns (`--burst 20`): `--burst` conversations created back to back, each as soon as the
+ *    one before has finished its turn, each running one `hello` turn as soon as its workspace is
+ *    ready: four LLM calls (a terminal `echo`, a file_editor create, a str_replace edit, finish), timed
+ *    from `POST …/events {run:true}` to the terminal `execution_status` (finished) on the conversation's
+ *    WebSocket, as `bench-steps.ts --hello` times it. One daemon per mode (SANDBOX=bwrap and
+ *    SANDBOX=none) runs beside the other; the bursts alternate between them `--rounds` times (after one
+ *    uncounted conversation each). Prints the p50 and p90 of each mode, their ratio, and where the time
+ *    of a turn goes (medians of the intervals between what this process sees: the LLM server's request
+ *    arrivals and answers, the events arriving on the socket). `--trace --dump N`: the daemons run with
+ *    LOG_LEVEL=trace and the first N turns of each are printed mark by mark with the daemon's own
+ *    (src/events/turn-trace.ts; a first shell's: sandbox taken, spawned, ready).
+ *    `--only burst` runs this part alone.
  * The machine's load average is printed: absolute figures move with it, the ratios less.
  */
 import crypto from 'node:crypto';
@@ -23,14 +35,27 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
+import WebSocket from 'ws';
 import { Sandbox, DEFAULT_SANDBOX_SETTINGS } from '../src/sandbox/launcher.js';
 import { ShellSession } from '../src/tools/terminal/session.js';
 import { startDaemon, waitFor } from '../test/support/daemon.js';
 import { startScriptedLlm } from '../test/support/scripted-llm.js';
 
-const { values: args } = parseArgs({ options: { shells: { type: 'string', default: '40' }, turns: { type: 'string', default: '20' } } });
+const { values: args } = parseArgs({
+  options: {
+    shells: { type: 'string', default: '40' },
+    turns: { type: 'string', default: '20' },
+    burst: { type: 'string', default: '20' },
+    rounds: { type: 'string', default: '1' },
+    only: { type: 'string' },
+    trace: { type: 'boolean', default: false },
+    dump: { type: 'string', default: '0' },
+  },
+});
 const SHELLS = Number(args.shells);
 const TURNS = Number(args.turns);
+const BURST = Number(args.burst);
+const ROUNDS = Number(args.rounds);
 
 const median = (xs: number[]) => {
   const s = [...xs].sort((a, b) => a - b);
@@ -142,12 +167,192 @@ async function turns(mode: 'bwrap' | 'none'): Promise<{ first: number[]; firstAp
   return { first, firstApart, later };
 }
 
+// ---- 3. cold first turns: a burst of new conversations, one hello turn each ----
+
+interface Seen {
+  kind: string;
+  key?: string;
+  value?: unknown;
+  at: number;
+}
+
+interface BurstDaemon {
+  mode: 'bwrap' | 'none';
+  d: Awaited<ReturnType<typeof startDaemon>>;
+  llm: Awaited<ReturnType<typeof startScriptedLlm>>;
+  key: string;
+}
+
+async function burstDaemon(mode: 'bwrap' | 'none'): Promise<BurstDaemon> {
+  const llm = await startScriptedLlm();
+  const key = 'bench-sandbox-session-key';
+  const d = await startDaemon({
+    LLM_MODEL: 'openai/scripted',
+    LLM_BASE_URL: llm.url,
+    LLM_API_KEY: 'bench',
+    SANDBOX: mode,
+    LOG_LEVEL: args.trace ? 'trace' : 'info',
+    SESSION_API_KEY: key,
+  });
+  return { mode, d, llm, key };
+}
+
+const wallNow = () => performance.timeOrigin + performance.now();
+
+/** One conversation created, its workspace ready (untimed), then its hello turn timed: the turn's marks. */
+async function coldTurn(b: BurstDaemon): Promise<{ ms: number; marks: [string, number][] }> {
+  const { d, llm, key } = b;
+  const req = (m: string, p: string, body?: unknown) => d.req(m, p, body, { 'X-Session-API-Key': key });
+  const created = (await req('POST', '/api/conversations', {})).body.conversation_id as string;
+  for (let i = 0; ; i++) {
+    const phase = (await req('GET', `/api/conversations/${created}`)).body.setup?.phase;
+    if (phase !== 'pending' && phase !== 'preparing') break;
+    if (i > 2000) throw new Error(`the workspace of ${created} is still ${phase}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  const ws = path.join(d.dataDir, 'workspaces', created.replace(/-/g, ''));
+  llm.push(
+    { toolCalls: [{ name: 'terminal', arguments: { command: 'echo hello' } }] },
+    { toolCalls: [{ name: 'file_editor', arguments: { command: 'create', path: `${ws}/hello.txt`, file_text: 'hello\n' } }] },
+    { toolCalls: [{ name: 'file_editor', arguments: { command: 'str_replace', path: `${ws}/hello.txt`, old_str: 'hello', new_str: 'hello, world' } }] },
+    { toolCalls: [{ name: 'finish', arguments: { message: 'said hello' } }] },
+  );
+  const seen: Seen[] = [];
+  const sock = new WebSocket(`ws://127.0.0.1:${d.port}/sockets/events/${created}`, { perMessageDeflate: false, headers: { 'X-Session-API-Key': key } });
+  let onEnd: (v: unknown) => void = () => {};
+  const ended = new Promise((r) => (onEnd = r));
+  await new Promise<void>((resolve, reject) => {
+    let first = true;
+    sock.on('message', (data: Buffer) => {
+      const at = wallNow();
+      if (first) {
+        first = false;
+        return resolve();
+      }
+      const ev = JSON.parse(data.toString('utf8'));
+      seen.push({ kind: ev.kind, key: ev.key, value: ev.value, at });
+      if (ev.kind === 'ConversationStateUpdateEvent' && ev.key === 'execution_status' && ['finished', 'error', 'stuck'].includes(ev.value)) onEnd(ev.value);
+    });
+    sock.once('error', reject);
+  });
+  const base = llm.requests.length;
+  const posted = wallNow();
+  const r = await req('POST', `/api/conversations/${created}/events`, {
+    role: 'user',
+    content: [{ type: 'text', text: 'say hello, then write it to hello.txt' }],
+    run: true,
+  });
+  if (r.status !== 200) throw new Error(`POST events: ${r.status} ${r.text}`);
+  let timer: NodeJS.Timeout | undefined;
+  const how = await Promise.race([ended, new Promise((_, reject) => (timer = setTimeout(() => reject(new Error('the turn did not end in 60 s')), 60_000)))]);
+  clearTimeout(timer);
+  sock.close();
+  if (how !== 'finished') throw new Error(`the turn ended ${String(how)}`);
+  const reqs = llm.requests.slice(base);
+  if (reqs.length !== 4) throw new Error(`${reqs.length} LLM requests, expected 4`);
+  const done = seen.find((e) => e.key === 'execution_status' && e.value === 'finished')!.at;
+  const actions = seen.filter((e) => e.kind === 'ActionEvent');
+  const obs = seen.filter((e) => e.kind === 'ObservationEvent');
+  const names = ['shell', 'create', 'edit', 'finish'];
+  const marks: [string, number][] = [['POST sent', posted]];
+  for (let k = 0; k < 4; k++) {
+    marks.push([`${names[k]}: LLM request arrived`, performance.timeOrigin + reqs[k]!.receivedAt]);
+    marks.push([`${names[k]}: LLM answer sent`, performance.timeOrigin + reqs[k]!.answeredAt!]);
+    if (actions[k]) marks.push([`${names[k]}: action at the subscriber`, actions[k]!.at]);
+    if (obs[k]) marks.push([`${names[k]}: observation at the subscriber`, obs[k]!.at]);
+  }
+  marks.push(['finished at the subscriber', done]);
+  for (const q of llm.requests) q.body = undefined;
+  if (args.trace) {
+    // the daemon's own marks (LOG_LEVEL=trace: src/events/turn-trace.ts), for --dump
+    const line = await waitFor(() => [...d.output].reverse().find((l) => l.includes('"turn trace"') && l.includes(created)), 'the turn trace');
+    for (const [name, at] of (JSON.parse(line as string) as { marks: [string, number][] }).marks) marks.push([`  daemon: ${name}`, at]);
+  }
+  return { ms: done - posted, marks };
+}
+
+const quantile = (xs: number[], q: number) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor(q * s.length))]!;
+};
+
+async function coldBursts(): Promise<void> {
+  const daemons = [await burstDaemon('bwrap'), await burstDaemon('none')];
+  const turnsOf = new Map<BurstDaemon, { ms: number; marks: [string, number][] }[]>(daemons.map((b) => [b, []]));
+  const load0 = os.loadavg();
+  try {
+    for (const b of daemons) await coldTurn(b); // the daemon's first conversation (first LLM client, first tool calls): not counted
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const b of round % 2 ? [...daemons].reverse() : daemons) {
+        for (let i = 0; i < BURST; i++) turnsOf.get(b)!.push(await coldTurn(b));
+      }
+    }
+  } finally {
+    for (const b of daemons) {
+      await b.d.stop();
+      await b.llm.close();
+      fs.rmSync(b.d.dataDir, { recursive: true, force: true });
+    }
+  }
+  const load1 = os.loadavg();
+  const p50 = (b: BurstDaemon) => median(turnsOf.get(b)!.map((t) => t.ms));
+  const [bw, no] = daemons as [BurstDaemon, BurstDaemon];
+  console.log(
+    `cold first turns: ${BURST} conversations back to back × ${ROUNDS} round(s) per mode, each one hello turn (shell, create, edit, finish: 4 LLM calls), ` +
+      `POST …/events {run:true} → finished on its socket; load average ${load0.map((x) => x.toFixed(2)).join(' ')} at the start, ${load1.map((x) => x.toFixed(2)).join(' ')} at the end ` +
+      `(command: npx tsx scripts/bench-sandbox.ts --only burst --burst ${BURST} --rounds ${ROUNDS})`,
+  );
+  for (const b of daemons) {
+    const ms = turnsOf.get(b)!.map((t) => t.ms);
+    console.log(
+      `  ${b.mode.padEnd(5)}  p50 ${ms.length ? ms_(median(ms)) : '—'} ms  p90 ${ms_(quantile(ms, 0.9))} ms  min ${ms_(Math.min(...ms))} ms  (${ms.length})`,
+    );
+  }
+  console.log(`  ratio bwrap / none (p50): ${(p50(bw) / p50(no)).toFixed(2)}`);
+  for (const b of daemons) {
+    const order = turnsOf.get(b)!.map((t) => t.ms.toFixed(0));
+    console.log(`  ${b.mode} turns in order (ms): ${order.join(' ')}`);
+  }
+  console.log('  where a cold turn goes (median ms between consecutive marks):');
+  const names = turnsOf.get(bw)![0]!.marks.map((m) => m[0]);
+  console.log(`  | from → to | ${daemons.map((b) => b.mode).join(' | ')} |`);
+  console.log(`  |---|${daemons.map(() => '---:').join('|')}|`);
+  for (let i = 1; i < names.length; i++) {
+    if (names[i]!.startsWith('  daemon:')) break;
+    const cells = daemons.map((b) =>
+      ms_(
+        median(
+          turnsOf.get(b)!.map((t) => {
+            const a = t.marks.find((m) => m[0] === names[i - 1]);
+            const z = t.marks.find((m) => m[0] === names[i]);
+            return a && z ? z[1] - a[1] : Number.NaN;
+          }),
+        ),
+      ),
+    );
+    console.log(`  | ${names[i - 1]} → ${names[i]} | ${cells.join(' | ')} |`);
+  }
+  // --dump N: the first N turns of each mode, every mark in order (ms from the POST)
+  for (const b of daemons) {
+    for (const t of turnsOf.get(b)!.slice(0, Number(args.dump))) {
+      console.log(`  ${b.mode} turn of ${ms_(t.ms)} ms:`);
+      const t0 = t.marks[0]![1];
+      for (const [name, at] of [...t.marks].sort((x, y) => x[1] - y[1])) console.log(`    ${ms_(at - t0).padStart(7)}  ${name}`);
+    }
+  }
+}
+const ms_ = (x: number) => (Number.isFinite(x) ? x.toFixed(1) : '—');
+
 console.log(
   `machine: ${os.cpus().length} CPUs, load average ${os
     .loadavg()
     .map((x) => x.toFixed(1))
     .join(' ')}`,
 );
+if (args.only === 'burst') {
+  await coldBursts();
+  process.exit(0);
+}
 await shellCreation();
 const tb = await turns('bwrap');
 const tn = await turns('none');
@@ -168,3 +373,4 @@ console.log(
     `${(median(tb.firstApart) / median(tn.firstApart)).toFixed(2)} / ${(median(tb.first) / median(tn.first)).toFixed(2)}, later ` +
     `${(median(tb.later) / median(tn.later)).toFixed(2)})`,
 );
+await coldBursts();

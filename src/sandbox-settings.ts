@@ -32,6 +32,8 @@ export interface SandboxSettings {
   spareHolder?: boolean;
   /** How long after a spare was taken the next one starts, outside a burst (default 1 s: src/sandbox/holders.ts REFILL_MS). */
   spareRefillMs?: number;
+  /** With no take for this long, the spares beyond one are closed (default 5 s: src/sandbox/holders.ts QUIET_MS). */
+  spareQuietMs?: number;
   /** The bwrap binary (BWRAP_PATH), else `bwrap` from PATH. */
   bwrapPath?: string;
   /** Extra host directories mounted read-only at the same path (SANDBOX_RO_BINDS). */

@@ -77,7 +77,7 @@ describe('sandbox: a holder whose bwrap dies early', { timeout: 60_000 }, () => 
     }
   });
 
-  test('conversations begun faster than spares come: once one had to start a holder of its own, the next spare starts as soon as that one is ready, and the next conversation takes it', async () => {
+  test('conversations begun faster than spares come: once one had to start a holder of its own, the next spares start as soon as that one is ready, and the next conversation takes one', async () => {
     const dir = tempDir();
     const fake = path.join(dir, 'bwrap');
     // counts bwrap's starts; the refill delay outside a burst is ten minutes, so only the burst rule can start a spare here
@@ -89,30 +89,27 @@ describe('sandbox: a holder whose bwrap dies early', { timeout: 60_000 }, () => 
         const c = sb.spawn(id, ['true'], { workspaceDir: path.join(dir, id.replace(/-/g, '')), env: sb.env(), stdio: 'ignore' });
         c.on('close', resolve);
       });
-    const spareWorkspace = () => {
-      const spares = fs.readdirSync(path.join(dir, '.sandbox')).filter((n) => n.startsWith('.spare-'));
-      assert.equal(spares.length, 1, `one spare: ${spares.join(', ')}`);
-      return fs.statSync(path.join(dir, '.sandbox', spares[0]!, 'workspace')).ino;
-    };
+    /** The spares' workspaces (inodes): a conversation that took a spare has one of them as its workspace. */
+    const spareWorkspaces = () =>
+      fs
+        .readdirSync(path.join(dir, '.sandbox'))
+        .filter((n) => n.startsWith('.spare-'))
+        .map((n) => fs.statSync(path.join(dir, '.sandbox', n, 'workspace')).ino);
     try {
       await sb.warm();
       const s0 = starts();
       assert.equal(await run(crypto.randomUUID()), 0, 'the first conversation runs in the spare');
       assert.equal(starts(), s0, 'it took the spare: no bwrap started for it');
       assert.equal(await run(crypto.randomUUID()), 0, 'the second, with no spare, runs in a holder of its own');
-      await waitFor(() => starts() === s0 + 2, 'the next spare to start without waiting the refill delay (a burst)', 30_000);
-      await sb.warm(); // it is there: warm only waits for it
-      assert.equal(starts(), s0 + 2);
-      const spare = spareWorkspace();
+      await waitFor(() => starts() >= s0 + 2, 'the next spares to start without waiting the refill delay (a burst)', 30_000);
+      await sb.warm(); // the oldest is ready: warm only waits for it
+      const spares = spareWorkspaces();
       const third = crypto.randomUUID();
       assert.equal(await run(third), 0);
-      assert.equal(
-        fs.statSync(path.join(dir, third.replace(/-/g, ''))).ino,
-        spare,
-        "the third conversation took the spare (its workspace is the spare's directory)",
-      );
-      // still a burst: the next spare starts right after that take
-      await waitFor(() => starts() === s0 + 3, 'the spare after it', 30_000);
+      const ino = fs.statSync(path.join(dir, third.replace(/-/g, ''))).ino;
+      assert.ok(spares.includes(ino), `the third conversation took a spare (its workspace is a spare's directory): ${ino} of ${spares.join(' ')}`);
+      // still a burst: the spares after it are there or starting, without the refill delay
+      await waitFor(() => sb.spares.alive >= 1, 'a spare after it', 30_000);
     } finally {
       await sb.close();
       fs.rmSync(dir, { recursive: true, force: true });

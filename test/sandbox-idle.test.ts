@@ -108,8 +108,11 @@ describe('an idle conversation costs no process; its shell comes back as it was'
         .sort((a, b) => Number(a.split('-').pop()) - Number(b.split('-').pop()));
     const kept = fifos();
     assert.ok(kept.length > 0 && kept.every((n) => fs.lstatSync(path.join(io, n)).isFIFO()), `the old shell's unused FIFOs are kept (${kept.join(' ')})`);
-    const spare = (await waitFor(readySpare, 'a spare holder ready', 60_000))!;
-    // it comes back in the spare holder: the same process now has the conversation's workspace
+    await waitFor(readySpare, 'a spare holder ready', 60_000);
+    // (the daemon may keep more than one spare when holders start slower than conversations come: it
+    // takes one of them; every holder running before the command is a spare, this conversation's was closed)
+    const spares = fileServices();
+    // it comes back in a spare holder: the same process now has the conversation's workspace
     const next = await sh(
       id,
       `pwd; echo "[$RETURN_VAR]"; cat /workspace/d/e/f /workspace/top.txt /tmp/keep ~/keep "/workspace/$(printf 'n\\377')"; echo; readlink /workspace/link; stat -c %a /workspace`,
@@ -124,13 +127,14 @@ describe('an idle conversation costs no process; its shell comes back as it was'
     assert.match(next, /^inner\ntop\nt\nh\nraw$/m, 'the files came back (one whose name is not UTF-8 too)');
     assert.match(next, /^\/etc$/m, 'the link moved as a link');
     assert.match(next, /^751$/m, "the workspace directory's mode came with it");
-    assert.deepEqual(workspaceOf(spare), ['d', 'link', 'n\ufffd', 'top.txt'], 'the spare holder was taken, with the files moved in');
+    const spare = spares.find((p) => workspaceOf(p)?.join('/') === ['d', 'link', 'n\ufffd', 'top.txt'].join('/'));
+    assert.ok(spare, `a spare holder was taken, with the files moved in (${spares.map((p) => workspaceOf(p)?.join(' ')).join('; ')})`);
     assert.ok(fs.existsSync('/etc/passwd') && fs.lstatSync('/etc').isDirectory(), 'nothing the link names was moved');
     // another spare is started for the next conversation; the returning one costs its holder and shell
     const refill = await waitFor(readySpare, 'a new spare holder', 60_000);
     assert.notEqual(refill, spare);
     const holders = fileServices();
-    assert.equal(holders.length, 2, "the conversation's holder (the old spare) and the new spare");
+    assert.ok(holders.length >= 2, "the conversation's holder (the old spare) and the spares");
   });
 
   test('a workspace with more top-level entries than are moved at once gets a holder of its own; the spare keeps nothing of it', async () => {

@@ -38,6 +38,7 @@ import { baseChildEnv, SANDBOX_PATH } from './child-env.js';
 import { FileChannel } from './files.js';
 import { wrapCommand, type JoinTools } from './join.js';
 import { attachEgress, needsRouteLocalnet, type EgressHandle, type EgressTools } from './network.js';
+import { setNice } from './priority.js';
 import { closeFd, helper, killTree, lastError, signalPid } from './processes.js';
 import { VISIBLE_WORKSPACE, type MappedDir, type SandboxIds, type SandboxSettings } from './settings.js';
 import { FILE_HELPER_INSIDE, HELPER_NODE_FLAGS, viewArgs, type ViewDirs } from './view.js';
@@ -115,6 +116,8 @@ export class Holder {
   released: Promise<void>;
   /** Its workspace, /tmp and HOME are on a disk of the conversation's own (disk-image.ts). */
   image = false;
+  /** The nice value its processes start with (a spare's: priority.ts). */
+  nice = 0;
   /** Root daemon: the daemon's fds on the user and network namespaces made for it. */
   private ns: { user: number; net: number | null } | null = null;
 
@@ -286,6 +289,7 @@ export class Holder {
       detached: true,
     });
     this.proc = proc;
+    if (this.nice !== 0 && proc.pid) setNice([proc.pid], this.nice);
     const stdio = proc.stdio as unknown as (Readable & Writable)[];
     // as root, bwrap enters the first process's directory with its capabilities dropped: the workspace is the sandbox uid's
     const options = [

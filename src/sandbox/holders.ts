@@ -1,6 +1,7 @@
 /**
- * The holders' pool: the spare holder started ahead for the next conversation, taking it, the
- * refill and burst rules. How one holder is started and what keeps the agent off it:
+ * The holders' pool: the spare holders started ahead for the next conversations (as many as the
+ * recent arrivals need), taking one, the refill, burst and quiet rules, a spare's lower CPU priority
+ * (priority.ts). How one holder is started and what keeps the agent off it:
  * holder-launch.ts; their directories on the host: holder-dirs.ts.
  *
  * A holder has a cgroup of its own (cgroup.ts), named after it: every process of it joins it before
@@ -8,8 +9,10 @@
  * disks (disk-image.ts) a spare comes with a new image of its own, which becomes its conversation's.
  */
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import type { Disks } from './disk-image.js';
+import { canRenice, SPARE_NICE, setNice } from './priority.js';
 import { allEnded } from './processes.js';
 import { Holder, type HolderSetup } from './holder-launch.js';
 import { adoptDirs, adoptImageDirs, adoptWithContents, imageDirs, makeStateDirs, ownWorkspace, removeStaleSpares } from './holder-dirs.js';
@@ -19,35 +22,61 @@ import { plainDirs } from './view.js';
 export { Holder, type HolderSetup } from './holder-launch.js';
 
 /**
- * How long after a spare was taken the next one starts. A holder's start is a node (the file
- * service), bwrap, slirp4netns and nft, started from the daemon's main thread (a spawn blocks it
- * until the child has exec'd): begun 50 ms after the take, as it was, it competed on a 2-core
- * machine with what the conversation that took the spare does next — its shell's start, its first
- * command, the LLM's answer taken up, some 20–60 ms. A conversation that comes back (or begins)
- * within this plus a holder's start of another starts a holder of its own, as it would find the
- * spare still starting anyway.
+ * How long after a spare was taken the next one starts, outside a burst. A holder's start is a node
+ * (the file service), bwrap, slirp4netns and nft, started from the daemon's main thread (a spawn
+ * blocks it until the child has exec'd): begun 50 ms after the take, as it was, it competed on a
+ * 2-core machine with what the conversation that took the spare does next — its shell's start, its
+ * first command, the LLM's answer taken up, some 20–60 ms.
  */
 const REFILL_MS = 1000;
 
 /**
  * A burst: conversations begun faster than spares come. After a conversation had to start a holder of
- * its own (no spare ready), for this long the next spare starts as soon as that holder is ready and
+ * its own (no spare ready), for this long the next spares start as soon as that holder is ready and
  * again right after each take, rather than REFILL_MS later: the next conversation is likely to come
- * sooner, and a spare's start (~0.2 s) is then shorter than its wait would be. Conversations begun back
- * to back took a holder of their own each (first turn 178 vs 66 ms with a ready spare, bench-sandbox).
+ * sooner, and a spare's start (~0.2 s) is then shorter than its wait would be.
  */
 const BURST_MS = 10_000;
 
+/**
+ * Arrivals (takes) further apart than this are no burst: the arrival rate is forgotten, and the spares
+ * beyond the first are closed once no conversation took one for this long.
+ */
+const QUIET_MS = 5000;
+
+/** Spares at most, whatever the arrival rate. */
+const MAX_SPARES = 6;
+
+/**
+ * What a spare is reckoned to hold of the memory (its file service's node, bwrap, the egress tool):
+ * spares beyond the first take at most a quarter of the free memory at this much each.
+ */
+const SPARE_MB = 64;
+
 export class Holders {
-  /** A holder started ahead for the next conversation (see take). */
-  private spare: Holder | null = null;
+  /**
+   * Holders started ahead for the next conversations, oldest first (see take). As many as the
+   * arrivals need (spareTarget): conversations begun every `interval` ms while a holder takes
+   * `startMs` to start need that many in the making for each to find one ready.
+   */
+  private readonly spares: Holder[] = [];
   private spareSeq = 0;
   /** Numbers the holders' cgroups. */
   private holderSeq = 0;
   private closed = false;
   /** When (performance.now) a conversation last started a holder of its own for want of a spare. */
   private lastCold = -Infinity;
+  /** When a conversation last took a holder, and the mean time between takes (EWMA; null: no recent burst). */
+  private lastTake = -Infinity;
+  private interval: number | null = null;
+  /** How long a holder takes to start (EWMA of the last ones, ms). */
+  private startMs = 250;
   private refillTimer: NodeJS.Timeout | null = null;
+  /** When each spare became ready (performance.now): an extra one is closed QUIET_MS after, unused. */
+  private readonly readyAt = new WeakMap<Holder, number>();
+  /** Spares killed while the daemon runs (no longer needed, or retired), until they are gone. */
+  private readonly retiring = new Set<Holder>();
+  private quietTimer: NodeJS.Timeout | null = null;
   /** The conversations' holders that have not exited yet, by workspace (see mayMoveInto). */
   private readonly running = new Map<string, Holder>();
   /**
@@ -65,15 +94,26 @@ export class Holders {
     this.tmpMounts = new Set(s.settings.roBinds.map((d) => /^\/(?:var\/)?tmp\/([^/]+)/.exec(path.resolve(d))?.[1]).filter((n): n is string => n !== undefined));
   }
 
-  /** Starts the spare holder if there is none; resolves once it is ready (benchmarks wait for it). */
+  /** Starts a spare holder if there is none; resolves once the oldest is ready (benchmarks wait for it). */
   async warm(): Promise<void> {
-    if (this.closed || this.s.settings.spareHolder === false) return;
-    if (this.needsSpare()) this.spare = this.startSpare();
-    await this.spare!.ready.catch(() => {});
+    if (!this.sparesOn) return;
+    this.dropDead();
+    if (this.spares.length === 0) this.spares.push(this.startSpare());
+    await this.spares[0]!.ready.catch(() => {});
+  }
+
+  /** Spares alive (ready or starting): what the daemon holds ahead of demand. */
+  get spareCount(): number {
+    return this.spares.filter((h) => !h.dead).length;
+  }
+
+  /** Spares ready to be taken. */
+  get readySpares(): number {
+    return this.spares.filter((h) => !h.dead && h.fds !== null).length;
   }
 
   /**
-   * A holder for a conversation. The spare one (started ahead, ready by now, so a new conversation's
+   * A holder for a conversation. A spare (started ahead, ready by now, so a new conversation's
    * first process only waits for its own join) binds directories of its own under
    * `.sandbox/.spare-<pid>-<n>/`: it is adopted by renaming them to the conversation's workspace and
    * state directory — bind mounts follow the directory, not its name (adoptDirs: the workspace is
@@ -83,23 +123,115 @@ export class Holders {
    * or the daemon restarted) takes it too when it has no disk: their top-level entries are moved into
    * the spare's directories (adoptWithContents). Otherwise (a conversation with its own disk, a
    * workspace elsewhere, too many entries, a rename refused) a new holder binds the conversation's
-   * directories, and the spare waits for the next one.
+   * directories, and the spare waits for the next one. A spare leaves the list before it is given:
+   * no two conversations ever get the same one.
    */
   take(workspace: string, state: string): Holder {
-    const spare = this.spare && !this.spare.dead && this.spare.fds ? this.spare : null;
+    const now = performance.now();
+    // (the probe's holder, before any spare, is no arrival)
+    if (this.spareSeq > 0) this.arrived(now);
+    this.dropDead();
+    const spare = this.spares.find((h) => h.fds !== null);
     if (spare && this.adopt(spare, workspace, state)) {
-      this.spare = null;
-      this.refill(performance.now() - this.lastCold < BURST_MS ? 0 : undefined);
+      this.spares.splice(this.spares.indexOf(spare), 1);
+      if (spare.nice !== 0) {
+        spare.nice = 0;
+        setNice(spare.pids(), 0);
+      }
+      this.refill(this.bursting(now) ? 0 : undefined);
       return this.track(workspace, spare);
     }
     const own = this.startOwn(workspace, state);
-    if (this.spareSeq > 0 && this.needsSpare()) {
-      // the spare was taken and the next is not started yet: a burst (BURST_MS); the next spare starts
+    if (this.spareSeq > 0 && this.sparesOn && this.spareCount < this.spareTarget()) {
+      // the spares were taken and the next are not ready: a burst (BURST_MS); the next spares start
       // once this holder is ready, not beside its start (the probe's holder, before any spare, is none)
-      this.lastCold = performance.now();
+      this.lastCold = now;
       void own.ready.catch(() => {}).then(() => this.refill(0));
     }
     return this.track(workspace, own);
+  }
+
+  /** A take at `now`: the time between takes (EWMA) while they come closer than QUIET_MS. */
+  private arrived(now: number): void {
+    const gap = now - this.lastTake;
+    this.interval = gap > this.quietMs ? null : this.interval === null ? gap : 0.5 * this.interval + 0.5 * gap;
+    this.lastTake = now;
+  }
+
+  private get quietMs(): number {
+    return this.s.settings.spareQuietMs ?? QUIET_MS;
+  }
+
+  /**
+   * How many spares the arrivals need. Conversations that come further apart than a holder's start
+   * (with a margin: the starts compete with the conversations on the CPU) find the one spare ready, it
+   * being started at once after a take in a burst (`bursting`). Closer together, one spare is in the
+   * making per interval of a holder's start (`startMs / interval`), and one more is ready, so a take
+   * that comes a little early still finds one; bounded by MAX_SPARES, by SANDBOX_MAX_LIVE less the
+   * live conversations' holders, and by the free memory. Arrivals that stop are seen by `quiet`,
+   * which forgets the rate.
+   */
+  private spareTarget(): number {
+    if (this.interval === null || this.interval >= 1.5 * this.startMs) return 1;
+    const want = Math.ceil(this.startMs / Math.max(this.interval, 1)) + 1;
+    const byMemory = Math.floor(os.freemem() / 4 / (SPARE_MB * 1024 * 1024));
+    return Math.max(1, Math.min(want, MAX_SPARES, this.s.settings.maxLive - this.running.size, byMemory));
+  }
+
+  private get refillMs(): number {
+    return this.s.settings.spareRefillMs ?? REFILL_MS;
+  }
+
+  /** Conversations come faster than a spare refilled REFILL_MS after a take would be ready for them. */
+  private bursting(now: number): boolean {
+    return now - this.lastCold < BURST_MS || (this.interval !== null && this.interval < this.refillMs + this.startMs);
+  }
+
+  /**
+   * The arrivals stopped: with no take for QUIET_MS, a spare beyond the first ready one is closed once
+   * it has been ready for QUIET_MS (one still starting is let finish: its start is paid for already);
+   * down to one, the rate is forgotten. Looked at again while there are more than one.
+   */
+  private quiet(): void {
+    this.quietTimer = null;
+    this.dropDead();
+    const now = performance.now();
+    const q = this.quietMs;
+    if (this.spares.length > 1 && now - this.lastTake >= q) {
+      const keep = this.spares.find((h) => h.fds !== null) ?? this.spares[0]!;
+      for (const h of [...this.spares]) {
+        const since = this.readyAt.get(h);
+        if (h === keep || since === undefined || now - since < q) continue;
+        this.spares.splice(this.spares.indexOf(h), 1);
+        this.retire(h);
+      }
+    }
+    if (this.spares.length <= 1) {
+      this.interval = null;
+      return;
+    }
+    this.armQuiet();
+  }
+
+  private armQuiet(): void {
+    if (this.quietTimer || this.closed) return;
+    this.quietTimer = setTimeout(() => this.quiet(), Math.max(100, this.quietMs / 4));
+    this.quietTimer.unref();
+  }
+
+  /** Kills a spare no conversation will get; a stop waits for it to be gone too (close). */
+  private retire(h: Holder): void {
+    this.retiring.add(h);
+    void h.released.then(() => this.retiring.delete(h));
+    h.kill();
+  }
+
+  private dropDead(): void {
+    for (let i = this.spares.length - 1; i >= 0; i--) if (this.spares[i]!.dead) this.spares.splice(i, 1);
+  }
+
+  private get sparesOn(): boolean {
+    return !this.closed && this.s.settings.spareHolder !== false;
   }
 
   /** Gives the spare to the conversation, when its directories allow (see take). */
@@ -128,21 +260,23 @@ export class Holders {
   }
 
   /**
-   * The next spare, `delayMs` from now (default REFILL_MS, or the spareRefillMs setting: the
-   * conversation that took the last one goes first); a refill already due is moved to this time.
+   * The spares the arrivals need, `delayMs` from now (default REFILL_MS, or the spareRefillMs setting:
+   * the conversation that took the last one goes first); a refill already due is moved to this time.
    */
-  private refill(delayMs = this.s.settings.spareRefillMs ?? REFILL_MS): void {
+  private refill(delayMs = this.refillMs): void {
     if (this.refillTimer) clearTimeout(this.refillTimer);
     this.refillTimer = setTimeout(() => {
       this.refillTimer = null;
-      if (this.needsSpare()) this.spare = this.startSpare();
+      if (!this.sparesOn) return;
+      this.dropDead();
+      if (this.spares.length >= this.spareTarget()) return;
+      this.spares.push(this.startSpare());
+      if (this.spares.length > 1) this.armQuiet();
+      // one at a time, the loop's I/O in between: a start's spawns and cgroup writes block the main
+      // thread for some milliseconds each, which would otherwise add up inside one conversation's step
+      if (this.spares.length < this.spareTarget()) this.refill(0);
     }, delayMs);
     this.refillTimer.unref();
-  }
-
-  /** Spares are on and there is none alive (taken, never made, or dead). */
-  private needsSpare(): boolean {
-    return !this.closed && this.s.settings.spareHolder !== false && (!this.spare || this.spare.dead);
   }
 
   /**
@@ -154,14 +288,14 @@ export class Holders {
     const r = adoptWithContents(spare, workspace, state, this.tmpMounts);
     if (r !== 'stuck') return r === 'adopted';
     const dir = path.dirname(spare.state);
-    this.spare = null;
+    this.spares.splice(this.spares.indexOf(spare), 1);
     spare.state = '';
     try {
       fs.renameSync(dir, path.join(path.dirname(dir), `.kept${path.basename(dir)}`));
     } catch {
       /* stays as it is */
     }
-    spare.kill();
+    this.retire(spare);
     this.refill();
     return false;
   }
@@ -204,6 +338,11 @@ export class Holders {
     };
     const h = new Holder(this.s, disk ? imageDirs(state) : plainDirs(workspace, state), state, cgroup, prepare);
     h.image = disk !== null;
+    const t0 = performance.now();
+    h.ready.then(
+      () => (this.startMs = 0.7 * this.startMs + 0.3 * (performance.now() - t0)),
+      () => {},
+    );
     h.released = h.gone.then(async () => {
       if (cgroup) await this.removeCgroup(h);
       else await allEnded(h.killed, 5000);
@@ -220,8 +359,12 @@ export class Holders {
   private startSpare(): Holder {
     const dir = path.join(this.s.workspaceRoot, '.sandbox', `.spare-${process.pid}-${++this.spareSeq}`);
     const h = this.launch(path.join(dir, 'workspace'), path.join(dir, 'state'), this.disks ? { link: null } : null);
+    if (canRenice()) h.nice = SPARE_NICE;
     h.ready.then(
-      () => warmService(h),
+      () => {
+        this.readyAt.set(h, performance.now());
+        warmService(h);
+      },
       () => {},
     );
     // a spare that dies or is closed before a conversation adopted it leaves nothing behind (its image unmounted first)
@@ -273,16 +416,19 @@ export class Holders {
     }
   }
 
-  /** Kills the spare (the live ones are the launcher's to close) and waits for it to be gone. */
+  /** Kills the spares (the live ones are the launcher's to close) and waits for them to be gone. */
   async close(): Promise<void> {
     this.closed = true;
     if (this.refillTimer) clearTimeout(this.refillTimer);
-    const spare = this.spare;
-    this.spare = null;
-    if (!spare) return;
-    spare.kill();
-    await spare.released;
-    await spare.egress?.close();
+    if (this.quietTimer) clearTimeout(this.quietTimer);
+    const spares = [...this.spares.splice(0), ...this.retiring];
+    for (const h of spares) h.kill();
+    await Promise.all(
+      spares.map(async (h) => {
+        await h.released;
+        await h.egress?.close();
+      }),
+    );
   }
 }
 

@@ -30,10 +30,10 @@ import { DiskQuota, unlinkedBytes, walkedBytes, type QuotaTarget } from './disk-
 import { evictionVictims, liveCap, type EvictionCandidate } from './eviction.js';
 import { ChannelFiles, FileOpError, translatingFiles, type WorkspaceFiles } from './files.js';
 import type { Holders } from './holders.js';
-import { EGRESS_NET, formatAllowedNet } from './network.js';
 import { PathView } from './path-view.js';
 import { PlainFileServices } from './plain-files.js';
 import { endHelpers } from './processes.js';
+import { sandboxInfo } from './info.js';
 import { probeTools, type ProbedTools } from './probe.js';
 import {
   DEFAULT_SANDBOX_SETTINGS,
@@ -273,41 +273,7 @@ export class Sandbox implements ShellSandbox, SandboxHost {
   }
 
   info(): SandboxInfo {
-    const on = this.enabled;
-    const f = this.found;
-    const by = !on ? 'none' : f?.cgroups ? f.cgroups.kind : 'rlimit';
-    return {
-      mode: this.decided ? this.mode : 'probing',
-      requested: this.settings.mode,
-      network: on || this.mode === 'probing' ? this.settings.network : 'host',
-      ...(on && f?.egressVersion
-        ? {
-            egress: {
-              tool: 'slirp4netns',
-              version: f.egressVersion,
-              allow: (this.settings.allowNets ?? []).map(formatAllowedNet),
-              dns: EGRESS_NET.dns,
-              ipv6: false as const,
-            },
-          }
-        : {}),
-      workspace: on ? VISIBLE_WORKSPACE : 'host path',
-      user: on ? (f?.ids?.agent ?? { uid: process.getuid?.() ?? -1, gid: process.getgid?.() ?? -1 }) : null,
-      limits: {
-        enforced_by: by,
-        memory_mb: by === 'none' ? null : this.settings.memoryMb,
-        total_memory_mb: f?.cgroups ? totalMemoryMb(this.settings) : null,
-        // RLIMIT_NPROC counts every process of the user, not of the conversation: not a pids limit
-        pids: f?.cgroups ? this.settings.pids : null,
-        cpus: f?.cgroups?.cpu ? (this.settings.cpus ?? null) : null,
-        file_size_mb: on ? this.settings.fileSizeMb : null,
-        disk_mb: on && this.settings.diskMb ? this.settings.diskMb : null,
-        disk: on && this.settings.diskMb ? (f?.disks ? 'image' : 'measured') : null,
-        ...(on && f?.unenforced ? { unenforced: f.unenforced } : {}),
-        max_live: this.maxLive,
-      },
-      ...(this.warning ? { warning: this.warning } : {}),
-    };
+    return sandboxInfo({ mode: this.mode, decided: this.decided, settings: this.settings, found: this.found, warning: this.warning, maxLive: this.maxLive });
   }
 
   // ------------------------------------------------------------------ conversations
@@ -413,6 +379,11 @@ export class Sandbox implements ShellSandbox, SandboxHost {
     await this.live.get(conversationId)?.closeIfIdle();
   }
 
+  /** SANDBOX=none (the daemon's, not `none()`'s): starts the conversation's file service while its shell starts, not at its first file operation. */
+  prewarmFiles(conversationId: string, workspaceDir: string): void {
+    if (this.mode === 'none' && this.opts && !this.closed) this.plain.channel(conversationId, workspaceDir).catch(() => {});
+  }
+
   /** Starts the conversation's sandbox in the background when it has none (a run begins). */
   prewarm(conversationId: string): void {
     if (!this.enabled || this.closed || this.live.get(conversationId)?.holder) return;
@@ -463,7 +434,12 @@ export class Sandbox implements ShellSandbox, SandboxHost {
     return n;
   }
 
-  /** Starts the spare holder if there is none; resolves once it is ready (benchmarks wait for it). */
+  /** bwrap mode: the spare holders, alive and of those ready (tests, benchmarks). */
+  get spares(): { alive: number; ready: number } {
+    return { alive: this.holders?.spareCount ?? 0, ready: this.holders?.readySpares ?? 0 };
+  }
+
+  /** Starts a spare holder if there is none; resolves once it is ready (benchmarks wait for it). */
   async warm(): Promise<void> {
     if (this.closed) return;
     await this.holders?.warm();

@@ -42,6 +42,8 @@ export interface ShellSandbox {
   /** A built environment (never the daemon's) plus `extra`. */
   env(extra?: Record<string, string | undefined>): Record<string, string>;
   spawn(conversationId: string, argv: string[], opts: SandboxSpawnOptions): ChildProcess;
+  /** Starts the conversation's file service in the background when it has none (plain processes: a file operation often follows the first shell). */
+  prewarmFiles?(conversationId: string, workspaceDir: string): void;
   setBusy(conversationId: string, busy: boolean): void;
   /** Closes the conversation's sandbox if nothing of it runs. */
   closeIfIdle(conversationId: string): Promise<void>;

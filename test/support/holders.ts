@@ -36,11 +36,16 @@ export function workspaceOf(pid: number): string[] | null {
  * every holder's slirp4netns running.
  */
 export function readySpare(daemon: number, egress = false): number | undefined {
+  return readySpares(daemon, egress)[0];
+}
+
+/** Every ready spare's file service (the daemon keeps more than one while conversations come faster than holders start). */
+export function readySpares(daemon: number, egress = false): number[] {
   if (egress) {
     const tools = descendants(daemon).filter((p) => /\/slirp4netns$/.test(argv(p)[0] ?? '')).length;
-    if (tools < fileServices(daemon).length) return undefined;
+    if (tools < fileServices(daemon).length) return [];
   }
-  return fileServices(daemon).find((p) => {
+  return fileServices(daemon).filter((p) => {
     if (workspaceOf(p)?.length !== 0) return false;
     try {
       return fs

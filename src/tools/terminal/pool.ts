@@ -6,6 +6,7 @@
  * with its shell (timeouts, input, observations) is the tool's (tool.ts).
  */
 import fs from 'node:fs';
+import { mark } from '../../events/turn-trace.js';
 import type { ShellSandbox } from '../../sandbox/types.js';
 import type { ToolContext } from '../types.js';
 import { ShellSession, shellQuote, type ShellState } from './session.js';
@@ -226,6 +227,8 @@ export class ShellPool {
     // workspaces are created on first use (with the sandbox on, by the sandbox: its spare's moved in)
     if (!sandbox.enabled) await fs.promises.mkdir(ctx.workspaceDir, { recursive: true, mode: 0o700 });
     const dirs = sandbox.enabled ? sandbox.prepare(ctx.conversationId) : null;
+    // (the turn trace, LOG_LEVEL=trace: where a first shell's start goes)
+    mark(ctx.conversationId, 'shell: sandbox taken');
     const io = dirs ? { ...dirs.io, owner: dirs.owner } : undefined;
     const idle = e.idleClosed;
     e.idleClosed = null;
@@ -241,18 +244,25 @@ export class ShellPool {
       restore: idle?.state,
       // built from scratch, never the daemon's environment (its keys stay out of the shell)
       env: sandbox.env({ TERM: 'dumb', PAGER: 'cat', GIT_PAGER: 'cat', PYTHONUNBUFFERED: '1', ...ctx.env }),
-      launch: (argv, o) =>
-        sandbox.spawn(ctx.conversationId, argv, {
+      launch: (argv, o) => {
+        const child = sandbox.spawn(ctx.conversationId, argv, {
           workspaceDir: ctx.workspaceDir,
           cwd: o.cwd,
           env: o.env,
           stdio: ['pipe', 'pipe', 'pipe'],
-        }),
+        });
+        // (plain processes: the file service starts beside bash, which is starting anyway, rather than
+        // at the conversation's first file operation, which often comes next; a sandbox's is its holder's)
+        mark(ctx.conversationId, 'shell: spawned');
+        sandbox.prewarmFiles?.(ctx.conversationId, ctx.workspaceDir);
+        return child;
+      },
       io,
     });
     e.starting = startP;
     try {
       const session = await startP;
+      mark(ctx.conversationId, 'shell: ready');
       session.appliedEnv = { ...ctx.env };
       if (e.starting !== startP) {
         // close() ran while the shell was starting.

@@ -1,0 +1,139 @@
+/**
+ * The spare holders (src/sandbox/holders.ts): a burst of conversations makes the launcher keep more
+ * than one spare; conversations begun at the same moment never get the same one (each runs in a pid
+ * namespace of its own, and writes into its own workspace on the host); the extra spares are closed
+ * once the arrivals stop; and none outlives the daemon's SIGTERM (judged from the host: every process
+ * the daemon started, recorded before the signal, is gone at its exit, and no spare's directory is
+ * left).
+ */
+import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import { describe, test } from 'node:test';
+import { startDaemon, tempDir, waitFor } from './support/daemon.js';
+import { fileServices } from './support/holders.js';
+import { descendants, livingProcesses } from './support/processes.js';
+import { Sandbox, DEFAULT_SANDBOX_SETTINGS } from '../src/sandbox/launcher.js';
+
+/** The spares' directories under WORKSPACE_ROOT/.sandbox, seen from the host. */
+const spareDirs = (root: string) => {
+  try {
+    return fs.readdirSync(path.join(root, '.sandbox')).filter((n) => n.startsWith('.spare-'));
+  } catch {
+    return [];
+  }
+};
+
+describe('sandbox: spare holders kept ahead of a burst (in-process launcher, real bwrap)', { timeout: 170_000 }, () => {
+  test('a burst raises the spares; conversations begun at once each get a holder of their own; the extras are closed once the arrivals stop', async () => {
+    const root = tempDir();
+    const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', spareQuietMs: 1500 }, { workspaceRoot: root });
+    const run = (id: string, script: string) =>
+      new Promise<{ code: number | null; out: string }>((resolve) => {
+        const c = sb.spawn(id, ['sh', '-c', script], { workspaceDir: path.join(root, id.replace(/-/g, '')), env: sb.env(), stdio: ['ignore', 'pipe', 'pipe'] });
+        let out = '';
+        c.stdout!.on('data', (d: Buffer) => (out += d.toString('utf8')));
+        c.stderr!.on('data', (d: Buffer) => (out += d.toString('utf8')));
+        c.on('close', (code) => resolve({ code, out }));
+      });
+    try {
+      await sb.warm();
+      assert.equal(sb.spares.alive, 1, 'one spare before any conversation');
+      // six conversations' sandboxes asked for at the same moment: the first takes the spare, the
+      // others start holders of their own, and the rate of arrivals asks for more than one spare
+      const first = Array.from({ length: 6 }, () => crypto.randomUUID());
+      for (const id of first) sb.prepare(id);
+      await waitFor(() => sb.spares.ready >= 2, 'two spares or more ready after the burst', 120_000);
+      // as many conversations as there are spares ready, and one more, begun in the same tick
+      const n = sb.spares.ready;
+      const readyDirs = spareDirs(root).length;
+      assert.ok(readyDirs >= n, `the spares' directories on the host: ${readyDirs}`);
+      const second = Array.from({ length: n + 1 }, () => crypto.randomUUID());
+      const results = await Promise.all(second.map((id) => run(id, `echo ${id} > /workspace/who && readlink /proc/self/ns/pid`)));
+      for (const r of results) assert.equal(r.code, 0, r.out);
+      const namespaces = results.map((r) => r.out.trim());
+      assert.equal(new Set(namespaces).size, second.length, `one pid namespace per conversation: ${namespaces.join(', ')}`);
+      // judged from the host: each conversation wrote into its own workspace, none into another's
+      for (const id of second) assert.equal(fs.readFileSync(path.join(root, id.replace(/-/g, ''), 'who'), 'utf8').trim(), id);
+      // no arrivals for spareQuietMs: back to one spare, on the host too
+      await waitFor(() => sb.spares.alive === 1 && spareDirs(root).length === 1, 'the spares back to one once the arrivals stopped', 60_000);
+    } finally {
+      await sb.close();
+      fs.rmSync(root, { recursive: true, force: true });
+    }
+  });
+});
+
+/** The nice values of a process's threads (field 19 of /proc/<pid>/task/<tid>/stat). */
+const niceOf = (pid: number) =>
+  fs.readdirSync(`/proc/${pid}/task`).map((t) => {
+    const st = fs.readFileSync(`/proc/${pid}/task/${t}/stat`, 'utf8');
+    return Number(st.slice(st.lastIndexOf(')') + 2).split(' ')[16]);
+  });
+
+describe('sandbox: a spare waits at a lower CPU priority (root daemon)', { timeout: 170_000, skip: process.getuid?.() !== 0 && 'needs root' }, () => {
+  test('the spare starts niced; the conversation that takes it gets the normal priority back, every thread of its file service', async () => {
+    const root = tempDir();
+    const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap' }, { workspaceRoot: root });
+    try {
+      await sb.warm();
+      const [spare] = fileServices(process.pid);
+      assert.ok(spare, 'the spare holder runs');
+      assert.ok(
+        niceOf(spare!).every((n) => n === 10),
+        `the spare's file service is niced: ${niceOf(spare!).join(' ')}`,
+      );
+      const id = crypto.randomUUID();
+      const c = sb.spawn(id, ['sh', '-c', 'cut -d" " -f19 /proc/self/stat'], {
+        workspaceDir: path.join(root, id.replace(/-/g, '')),
+        env: sb.env(),
+        stdio: ['ignore', 'pipe', 'inherit'],
+      });
+      let out = '';
+      c.stdout!.on('data', (d: Buffer) => (out += d.toString('utf8')));
+      await new Promise((r) => c.on('close', r));
+      assert.equal(out.trim(), '0', "the conversation's process runs at the normal priority");
+      assert.ok(
+        niceOf(spare!).every((n) => n === 0),
+        `the taken holder's file service is back to the normal priority: ${niceOf(spare!).join(' ')}`,
+      );
+    } finally {
+      await sb.close();
+      fs.rmSync(root, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('sandbox: no spare outlives the daemon', { timeout: 170_000 }, () => {
+  test('SIGTERM after a burst of conversations: exit 0, no spare holder process and no spare directory left', async () => {
+    const key = 'spares-test-session-key';
+    const d = await startDaemon({ SANDBOX: 'bwrap', SESSION_API_KEY: key, LOG_LEVEL: 'info' });
+    const req = (m: string, p: string, body?: unknown) => d.req(m, p, body, { 'X-Session-API-Key': key });
+    const root = path.join(d.dataDir, 'workspaces');
+    try {
+      // eight conversations begun at once, each running a command in its sandbox
+      const outs = await Promise.all(
+        Array.from({ length: 8 }, async () => {
+          const id = (await req('POST', '/api/conversations', {})).body.conversation_id as string;
+          const r = await req('POST', '/api/bash/execute_bash_command', { command: 'readlink /proc/self/ns/pid', conversation_id: id, timeout: 120 });
+          assert.equal(r.status, 200, r.text);
+          return String(r.body.stdout).trim();
+        }),
+      );
+      assert.equal(new Set(outs).size, 8, `one pid namespace per conversation: ${outs.join(', ')}`);
+      // the burst asked for spares ahead of the next conversations
+      await waitFor(() => spareDirs(root).length >= 2, 'more than one spare after the burst', 120_000);
+      const before = descendants(d.proc.pid!);
+      const code = await d.stop('SIGTERM');
+      assert.equal(code, 0);
+      const now = livingProcesses();
+      const left = before.filter((p) => now.has(p));
+      assert.deepEqual(left, [], 'no process the daemon started (its spares included) is alive once it exited');
+      assert.deepEqual(spareDirs(root), [], "no spare's directory is left");
+    } finally {
+      await d.stop('SIGKILL');
+      fs.rmSync(d.dataDir, { recursive: true, force: true });
+    }
+  });
+});
