@@ -299,7 +299,8 @@ async function coldBursts(): Promise<void> {
   const [bw, no] = daemons as [BurstDaemon, BurstDaemon];
   console.log(
     `cold first turns: ${BURST} conversations back to back × ${ROUNDS} round(s) per mode, each one hello turn (shell, create, edit, finish: 4 LLM calls), ` +
-      `POST …/events {run:true} → finished on its socket; load average ${load0.map((x) => x.toFixed(2)).join(' ')} at the start, ${load1.map((x) => x.toFixed(2)).join(' ')} at the end ` +
+      `POST …/events {run:true} → finished on its socket; ` +
+      `load average ${load0.map((x) => x.toFixed(2)).join(' ')} at the start, ${load1.map((x) => x.toFixed(2)).join(' ')} at the end ` +
       `(command: npx tsx scripts/bench-sandbox.ts --only burst --burst ${BURST} --rounds ${ROUNDS})`,
   );
   for (const b of daemons) {
