@@ -326,7 +326,11 @@ const ops = {
     }
   },
 
-  /** The next bytes of an opened file, at most the answer's `dataMax` (none at its end, or past the size it was opened with). @param {{handle: number, dataMax: number}} h */
+  /**
+   * The next bytes of an opened file, at most the answer's `dataMax` (none at its end, or past the size it was
+   * opened with).
+   * @param {{handle: number, dataMax: number}} h
+   */
   chunk(h) {
     const e = handleOf(h.handle, false);
     const want = Math.min(Math.max(0, Number(h.dataMax) || 0), MAX_CHUNK, e.left);
@@ -407,7 +411,10 @@ const ops = {
   },
 };
 
-/** The real path a write goes to, its parents made first when asked (then resolved again: one may have been a link). @param {{path: string, mkdirs?: boolean}} h */
+/**
+ * The real path a write goes to, its parents made first when asked (then resolved again: one may have been a link).
+ * @param {{path: string, mkdirs?: boolean}} h
+ */
 function writeTarget(h) {
   let real = resolve(h.path);
   if (h.mkdirs) {

@@ -85,7 +85,8 @@ function outside(p, parts) {
   const at = path.join(ROOT, ...parts);
   return new OpError(
     'OUTSIDE',
-    `The path ${p} leads outside the workspace (${at} is a symbolic link pointing outside ${ROOT}); it was not opened. Only files inside the workspace can be read or written.`,
+    `The path ${p} leads outside the workspace (${at} is a symbolic link pointing outside ${ROOT}); it was not opened. ` +
+      'Only files inside the workspace can be read or written.',
   );
 }
 
@@ -122,9 +123,6 @@ export function info(st) {
 
 /** @param {string} p @param {string} type */
 export function notRegular(p, type) {
-  return new OpError(
-    'NOT_REGULAR',
-    `The path ${p} is not a regular file (it is a ${type === 'dir' ? 'directory' : type === 'fifo' ? 'named pipe (FIFO)' : type === 'char' || type === 'block' ? 'device' : type}); only regular files can be read or written.`,
-    { type },
-  );
+  const kind = type === 'dir' ? 'directory' : type === 'fifo' ? 'named pipe (FIFO)' : type === 'char' || type === 'block' ? 'device' : type;
+  return new OpError('NOT_REGULAR', `The path ${p} is not a regular file (it is a ${kind}); only regular files can be read or written.`, { type });
 }

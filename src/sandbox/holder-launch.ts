@@ -526,14 +526,16 @@ function seal(s: HolderSetup, init: number, ns: { user: string; net: string | nu
   const j = s.join;
   const limit = 'echo 0 > /proc/sys/user/max_user_namespaces';
   const mounts =
-    'for p in /proc/sys /proc/sysrq-trigger; do [ -e "$p" ] || continue; mount -n -c --bind "$p" "$p" && mount -n -c -o remount,bind,ro,nosuid,nodev,noexec "$p" || exit 1; done';
+    'for p in /proc/sys /proc/sysrq-trigger; do [ -e "$p" ] || continue; ' +
+    'mount -n -c --bind "$p" "$p" && mount -n -c -o remount,bind,ro,nosuid,nodev,noexec "$p" || exit 1; done';
   const q = (a: string[]) => a.map((x) => `'${x}'`).join(' ');
   // as root the network namespace is the daemon's making: its loopback is down
   const lo = ns?.net ? ` && ${q([j.ip!, 'link', 'set', 'lo', 'up'])}` : '';
   // egress with a 127.0.0.1:PORT entry: packets from the sandbox's loopback address may leave (network.ts)
   const localnet = s.egress && needsRouteLocalnet(s.settings.allowNets ?? []) ? ' && echo 1 > /proc/sys/net/ipv4/conf/all/route_localnet' : '';
   const script = ns
-    ? `${q([j.nsenter, `--user=${ns.user}`, ...(ns.net ? [`--net=${ns.net}`] : []), '--', '/bin/sh', '-c', limit + lo + localnet])} && ${q([j.nsenter, `--mount=/proc/${init}/ns/mnt`, '--', '/bin/sh', '-c', mounts])}`
+    ? `${q([j.nsenter, `--user=${ns.user}`, ...(ns.net ? [`--net=${ns.net}`] : []), '--', '/bin/sh', '-c', limit + lo + localnet])} && ` +
+      q([j.nsenter, `--mount=/proc/${init}/ns/mnt`, '--', '/bin/sh', '-c', mounts])
     : q([
         j.nsenter,
         `--user=/proc/${init}/ns/user`,

@@ -233,7 +233,8 @@ export class Sandbox implements ShellSandbox, SandboxHost {
     if (opts.apiOpenOnLoopback && this.settings.network === 'host') {
       opts.log?.warn(
         { sandbox: 'api-reachable' },
-        "no SESSION_API_KEY and SANDBOX_NETWORK=host: agents' sandboxed processes can call this daemon's API on loopback (every conversation, every file); set SESSION_API_KEY or SANDBOX_NETWORK=none",
+        "no SESSION_API_KEY and SANDBOX_NETWORK=host: agents' sandboxed processes can call this daemon's API on loopback " +
+          '(every conversation, every file); set SESSION_API_KEY or SANDBOX_NETWORK=none',
       );
     }
   }
@@ -260,7 +261,8 @@ export class Sandbox implements ShellSandbox, SandboxHost {
           let hint = '';
           if (/user namespace|Operation not permitted|setting up uid map|No permissions|Permission denied/i.test(line)) {
             hint =
-              ' (unprivileged user namespaces are disabled or blocked: sysctl kernel.unprivileged_userns_clone=1, or an AppArmor profile for bwrap on Ubuntu 24.04+, or systemd RestrictNamespaces)';
+              ' (unprivileged user namespaces are disabled or blocked: sysctl kernel.unprivileged_userns_clone=1, ' +
+              'or an AppArmor profile for bwrap on Ubuntu 24.04+, or systemd RestrictNamespaces)';
           }
           resolve(`the bwrap probe failed: ${line || `exit code ${code}`}${hint}`);
         });

@@ -41,7 +41,8 @@ export interface ProbedTools {
 
 /** The one line a bwrap daemon without cgroups stops with (SANDBOX_LIMITS=enforced). */
 const NO_CGROUP =
-  "no cgroup can be made for the sandboxes' limits (memory, processes, CPU): run the daemon as root, give it a delegated cgroup (systemd: Delegate=yes), or set SANDBOX_LIMITS=unenforced to run without them";
+  "no cgroup can be made for the sandboxes' limits (memory, processes, CPU): run the daemon as root, " +
+  'give it a delegated cgroup (systemd: Delegate=yes), or set SANDBOX_LIMITS=unenforced to run without them';
 
 /**
  * Runs the checks; `{ fail }` names what is missing and how to fix it. The caller owns what it gets
@@ -150,7 +151,8 @@ function probeLimits(
   const unenforced =
     settings.limits === 'unenforced'
       ? 'SANDBOX_LIMITS=unenforced: no cgroup, so no per-conversation memory, process or CPU limit and no total (only per-process rlimits)'
-      : 'SANDBOX=auto without a cgroup: no per-conversation memory, process or CPU limit and no total (only per-process rlimits); run as root, give the daemon a delegated cgroup (systemd: Delegate=yes), or set SANDBOX_LIMITS=unenforced to accept this';
+      : 'SANDBOX=auto without a cgroup: no per-conversation memory, process or CPU limit and no total (only per-process rlimits); ' +
+        'run as root, give the daemon a delegated cgroup (systemd: Delegate=yes), or set SANDBOX_LIMITS=unenforced to accept this';
   warn('limits-unenforced', unenforced);
   return { cgroups: null, unenforced };
 }

@@ -84,9 +84,15 @@ export interface SandboxOpenOptions {
   /** Host paths never visible inside, even under a mounted system directory (DATA_DIR: e.g. /opt/parley/data would otherwise show through the /opt mount). */
   hidden?: string[];
   log?: Logger;
-  /** The probe waits for `startProbe()` or the first use of `ready` (the daemon starts it shortly after its port opens, so the probe's process starts do not delay the first requests). */
+  /**
+   * The probe waits for `startProbe()` or the first use of `ready` (the daemon starts it shortly after its port opens,
+   * so the probe's process starts do not delay the first requests).
+   */
   deferProbe?: boolean;
-  /** The daemon answers loopback requests without a key: with the host network a sandboxed agent can call it too (docs/security.md, "Without a session key"), which is logged once. */
+  /**
+   * The daemon answers loopback requests without a key: with the host network a sandboxed agent can call it too
+   * (docs/security.md, "Without a session key"), which is logged once.
+   */
   apiOpenOnLoopback?: boolean;
   /** WORKSPACE_ROOT is shared with other nodes (cluster mode): no per-conversation disk images (each node could mount one). */
   sharedWorkspaceRoot?: boolean;

@@ -46,8 +46,12 @@ export type { TerminalObservation };
 function describe(noOutputMs: number, maxChars: number): string {
   return `Run a bash command in a persistent shell (one per conversation, started in the workspace).
 * State persists between calls: working directory, exported variables, functions, an activated Python venv.
-* There is no terminal (TTY): programs that insist on one may not work; prefer non-interactive flags (e.g. \`-y\`, \`--no-pager\`). A plain \`python3\` or \`python\` starts a REPL that reads the lines you send with is_input=true.
-* Long-running commands: a call returns when the command finishes, or (with exit_code -1) after ${secondsText(noOutputMs)} without new output, or earlier when the program seems to wait for input. The command keeps running: send "" to wait for more output, is_input=true to type into it, or "C-c" with is_input=true to interrupt it. Only one command can run at a time. Use \`timeout\` for a hard limit, and run servers in the background (\`cmd > log 2>&1 &\`).
+* There is no terminal (TTY): programs that insist on one may not work; prefer non-interactive flags (e.g. \`-y\`, \`--no-pager\`). \
+A plain \`python3\` or \`python\` starts a REPL that reads the lines you send with is_input=true.
+* Long-running commands: a call returns when the command finishes, or (with exit_code -1) after ${secondsText(noOutputMs)} without new output, \
+or earlier when the program seems to wait for input. The command keeps running: send "" to wait for more output, \
+is_input=true to type into it, or "C-c" with is_input=true to interrupt it. Only one command can run at a time. \
+Use \`timeout\` for a hard limit, and run servers in the background (\`cmd > log 2>&1 &\`).
 * Output longer than ${maxChars} characters is cut in the middle; the full output is saved to a file whose path is given.`;
 }
 
