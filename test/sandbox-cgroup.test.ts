@@ -53,11 +53,15 @@ describe('every process of a sandbox is in its cgroup', { skip: !ROOT_RUN && 'ne
       standIn,
       [
         "import { spawn } from 'node:child_process';",
+        "import { existsSync } from 'node:fs';",
+        // not in the start-up probe's sandbox (its forks would fill the limit the probe's own joiners need), only in A's
+        "if (existsSync('/workspace/.arm-forks')) {",
         '// forks as a file service an attacker had taken over would, then serves as the real one',
         `for (let i = 0; i < 3; i++) spawn('sleep', ['${marker}'], { stdio: 'ignore' }).on('error', () => {});`,
         `spawn('/bin/sh', ['-c', '(setsid sleep ${marker}1 > /dev/null 2>&1 &); exit 0'], { stdio: 'ignore' }).on('error', () => {});`,
         `let n = 0; const more = () => { try { spawn('sleep', ['${marker}2'], { stdio: 'ignore' }).on('error', () => {}); } catch {} if (++n < 150) setTimeout(more, 2); };`,
         'more();',
+        '}',
         // (the real service's effective ids first: its code may be where only the conversation's uid can go, a checkout under /tmp)
         "const as = process.argv.indexOf('--as'); if (as > 0) { const [u, g] = process.argv[as + 1].split(':').map(Number); process.setegid(g); process.seteuid(u); }",
         `await import(${JSON.stringify(FILE_HELPER)});`,
@@ -72,6 +76,9 @@ describe('every process of a sandbox is in its cgroup', { skip: !ROOT_RUN && 'ne
     );
     const a = crypto.randomUUID();
     const b = crypto.randomUUID();
+    // A's workspace arms the stand-in's forks
+    fs.mkdirSync(path.join(dir, 'ws', a.replace(/-/g, '')), { mode: 0o755 });
+    fs.writeFileSync(path.join(dir, 'ws', a.replace(/-/g, ''), '.arm-forks'), '');
     const run = (id: string, script: string) =>
       new Promise<string>((resolve) => {
         const c = sb.spawn(id, ['sh', '-c', script], {
