@@ -10,13 +10,14 @@
  *     script, the build brought up to date first), `--settle-ms` after it listens (idle);
  *   - the same daemon after its first conversation: created, its socket opened, one text turn against
  *     the scripted LLM (test/support/scripted-llm.ts), the socket closed, then `--settle-ms`;
- *   - the same once the store's index writer thread has exited (it does after 30 s without a
- *     request, src/store/index-writer.ts): the daemon at rest after its first conversation;
+ *   - each of these two again 32 s later: at rest (V8's memory reducer has run; the store's index
+ *     writer thread, started by the turn, has exited after its 30 s without a request);
  *   - after one turn that runs a shell command and edits a file (the sandbox's default mode);
  *   - after `--conversations` more conversations created (the growth per 1,000).
  * and the floors of a start (scripts/start-floor.ts, built and started as the daemon is, as
  * `scripts/bench-startup.ts --floors` does): what the configuration, the logger and the port hold, and
- * that plus the data directory (the SQLite store with its journal and writer thread).
+ * that plus the data directory (the SQLite store with its journal; its index writer thread starts with
+ * the first write).
  * `--compare DIR` measures another checkout's daemon (its build) the same way in each round.
  * Each of `--runs` rounds starts every process afresh; the medians are printed with the ratio of each
  * RSS to the bare server's.
@@ -172,8 +173,13 @@ function startFlags(dir: string): string[] {
   const start = (JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start;
   return start.split(/\s+/).filter((a) => a.startsWith('--'));
 }
-/** How long the store's index writer thread stays without a request (src/store/index-writer.ts), and a margin. */
-const WRITER_IDLE_MS = 30_000 + 2_000;
+/**
+ * At rest: how long the store's index writer thread stays without a request (src/store/index-writer.ts),
+ * and a margin. By then V8's memory reducer has also run its collections (it starts ~8 s after the heap
+ * grew and repeats while the daemon allocates little), which give back young generation and
+ * fragmented pages a start or a turn left.
+ */
+const AT_REST_MS = 30_000 + 2_000;
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const mib = (b: number) => (b / MiB).toFixed(1);
@@ -234,11 +240,13 @@ async function measureDaemon(label: string, cwd: string): Promise<void> {
     const pid = d.proc.pid!;
     await sleep(SETTLE);
     push(`${label}daemon, idle after start`, rssOf(pid));
+    await sleep(Math.max(0, AT_REST_MS - SETTLE));
+    push(`${label}the same, ${AT_REST_MS / 1000} s after the start (V8's memory reducer has run)`, rssOf(pid));
     await conversationTurn(d.port, llm, [{ text: 'hello' }], 'say hello');
     await sleep(SETTLE);
     push(`${label}after its first conversation (a text turn)`, rssOf(pid));
-    await sleep(Math.max(0, WRITER_IDLE_MS - SETTLE));
-    push(`${label}the same, ${WRITER_IDLE_MS / 1000} s after the turn (the index writer thread exited)`, rssOf(pid));
+    await sleep(Math.max(0, AT_REST_MS - SETTLE));
+    push(`${label}the same, ${AT_REST_MS / 1000} s after the turn (the index writer thread exited)`, rssOf(pid));
     await conversationTurn(
       d.port,
       llm,
