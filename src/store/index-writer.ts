@@ -18,7 +18,7 @@ import type { WriterNotice, WriterReply, WriterRequest } from './writer.js';
 type WithoutN<T> = T extends unknown ? Omit<T, 'n'> : never;
 export type IndexRequest = WithoutN<WriterRequest>;
 
-/** How long the thread stays after its last request was answered. */
+/** How long the thread stays after its last request was answered (by default). */
 // Long enough that a conversation's turns seconds apart keep it: a restart (a V8 isolate, the writer's
 // code, the connection) landed beside the next turn and slowed it (a text turn 2.6 s after the last:
 // p50 11.6 vs 7.7 ms with 2 s, scripts/bench-turn.ts --settle-ms 2600, load ~6).
@@ -47,7 +47,13 @@ export class IndexWriter {
     private readonly file: string,
     private readonly synchronous: 'NORMAL' | 'FULL',
     private readonly hooks: IndexWriterHooks,
+    private readonly idleExitMs = IDLE_EXIT_MS,
   ) {}
+
+  /** Whether a thread runs now (one that is exiting after its idle period does not count). */
+  get running(): boolean {
+    return this.worker !== null;
+  }
 
   private start(): Worker {
     const workerData = { file: this.file, synchronous: this.synchronous, control: this.control.buffer };
@@ -95,13 +101,13 @@ export class IndexWriter {
       if (this.waiting.size > 0) return;
       worker.unref();
       if (!this.closing && this.worker === worker && !this.idleTimer) {
-        this.idleTimer = setTimeout(() => this.retire(worker), IDLE_EXIT_MS);
+        this.idleTimer = setTimeout(() => this.retire(worker), this.idleExitMs);
         this.idleTimer.unref();
       }
     });
   }
 
-  /** The thread has been idle for IDLE_EXIT_MS: it checkpoints, closes its connection and exits; the next request starts another. */
+  /** The thread has been idle for `idleExitMs`: it checkpoints, closes its connection and exits; the next request starts another. */
   private retire(worker: Worker): void {
     this.idleTimer = null;
     if (this.closing || this.worker !== worker || this.waiting.size > 0) return;
@@ -111,6 +117,8 @@ export class IndexWriter {
     worker.on('message', (r: WriterReply | WriterNotice) => {
       if (!('notice' in r) && r.n === n) void worker.terminate();
     });
+    // held by the event loop until it exits: a store closing meanwhile waits for that exit
+    worker.ref();
     worker.postMessage({ type: 'close', n } satisfies WriterRequest);
   }
 

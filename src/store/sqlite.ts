@@ -58,6 +58,8 @@ interface StoreOptions {
   reserveBytes?: number;
   /** How long after start a missing reserve is written (default 1 s: not on the way to the first answer). */
   reserveDelayMs?: number;
+  /** How long the index writer thread stays without a request before it exits (default 30 s; index-writer.ts). */
+  writerIdleMs?: number;
   /** The watch of DATA_DIR's free space that writes meeting a full disk are reported to (default: one of the store's own). */
   disk?: DiskWatch;
 }
@@ -145,13 +147,18 @@ export class SqliteStore implements Store {
     );
     this.journal = journal;
     this.indexDelayMs = opts.indexDelayMs ?? 250;
-    this.writer = new IndexWriter(file, synchronous, {
-      onNotice: (n) => this.indexHealth(n),
-      onFailure: (err) => {
-        this.writerError ??= err;
-        if (this.pending.length) this.flush(true); // appends held back for the index fail now
+    this.writer = new IndexWriter(
+      file,
+      synchronous,
+      {
+        onNotice: (n) => this.indexHealth(n),
+        onFailure: (err) => {
+          this.writerError ??= err;
+          if (this.pending.length) this.flush(true); // appends held back for the index fail now
+        },
       },
-    });
+      opts.writerIdleMs,
+    );
     for (const f of unindexed) this.readmit(f.payload, f.pos);
     this.applyStatuses();
     this.unwatch = this.disk.subscribe((p) => {
@@ -161,6 +168,11 @@ export class SqliteStore implements Store {
       this.keepReserve(0);
     });
     this.keepReserve(opts.reserveDelayMs ?? 1000);
+  }
+
+  /** Whether the index writer thread runs now (it starts with the first frame to index and exits when idle). */
+  get writerRunning(): boolean {
+    return this.writer.running;
   }
 
   /** A frame committed before this start that the index has not seen: its events join the tail and it goes to the writer, as if just committed (not published again). */
