@@ -6,7 +6,7 @@
  *
  * The thread runs only while there is indexing to do: it starts with the first request and, once
  * no request has waited for `IDLE_EXIT_MS` (30 s), checkpoints, closes its connection and exits; the next
- * request starts a new one. A thread is a V8 isolate of its own (~8 MiB of an idle daemon's
+ * request starts a new one. A thread is a V8 isolate of its own (~10 MiB of an idle daemon's
  * RSS); an idle daemon holds none. Appends never wait for it (they are committed by the journal
  * and served from the tail), so its start (tens of ms) delays only the index.
  */
@@ -18,10 +18,12 @@ import type { WriterNotice, WriterReply, WriterRequest } from './writer.js';
 type WithoutN<T> = T extends unknown ? Omit<T, 'n'> : never;
 export type IndexRequest = WithoutN<WriterRequest>;
 
-/** How long the thread stays after its last request was answered (by default). */
-// Long enough that a conversation's turns seconds apart keep it: a restart (a V8 isolate, the writer's
-// code, the connection) landed beside the next turn and slowed it (a text turn 2.6 s after the last:
-// p50 11.6 vs 7.7 ms with 2 s, scripts/bench-turn.ts --settle-ms 2600, load ~6).
+/**
+ * How long the thread stays after its last request was answered (by default). Long enough that a
+ * conversation's turns seconds apart keep it: a restart (a V8 isolate, the writer's code, the
+ * connection) landed beside the next turn and slowed it (a text turn 2.6 s after the last: p50 11.6
+ * vs 7.7 ms with 2 s, scripts/bench-turn.ts --settle-ms 2600, load ~6).
+ */
 const IDLE_EXIT_MS = 30_000;
 
 interface IndexWriterHooks {
