@@ -6,23 +6,26 @@
  *
  * RSS (VmRSS, with its anonymous and file-backed parts, from /proc) of:
  *   - a bare node:http server answering 200 (the floor: Node itself);
- *   - the daemon as `npm start` runs it (`node --max-semi-space-size=4 dist/main.mjs`, the build
- *     brought up to date first), `--settle-ms` after it listens (idle);
+ *   - the daemon as `npm start` runs it (`node dist/main.mjs` with the flags of package.json's start
+ *     script, the build brought up to date first), `--settle-ms` after it listens (idle);
  *   - the same daemon after its first conversation: created, its socket opened, one text turn against
  *     the scripted LLM (test/support/scripted-llm.ts), the socket closed, then `--settle-ms`;
+ *   - each of these two again 32 s later: at rest (V8's memory reducer has run; the store's index
+ *     writer thread, started by the turn, has exited after its 30 s without a request);
  *   - after one turn that runs a shell command and edits a file (the sandbox's default mode);
  *   - after `--conversations` more conversations created (the growth per 1,000).
  * and the floors of a start (scripts/start-floor.ts, built and started as the daemon is, as
  * `scripts/bench-startup.ts --floors` does): what the configuration, the logger and the port hold, and
- * that plus the data directory (the SQLite store with its journal and writer thread).
+ * that plus the data directory (the SQLite store with its journal; its index writer thread starts with
+ * the first write).
  * `--compare DIR` measures another checkout's daemon (its build) the same way in each round.
  * Each of `--runs` rounds starts every process afresh; the medians are printed with the ratio of each
  * RSS to the bare server's.
  *
  * `--modules`: what each module of the bundle holds on the heap. The bundle (dist/daemon.cjs) is
- * copied with esbuild's module wrappers (`__esm`, `__commonJS`) instrumented: each module's first
- * evaluation is timed and its heap measured (after a full GC, before and after, less what the modules
- * it loads hold), then the daemon runs from that copy. Printed once it listens and settled, and again
+ * copied with esbuild's module wrappers (`__esm`, `__commonJS`) instrumented (test/support/module-probe.ts):
+ * each module's first evaluation is timed and its heap measured (after a full GC, before and after, less
+ * what the modules it loads hold), then the daemon runs from that copy. Printed once it listens and settled, and again
  * after its first text turn (what the turn loaded), by package (node_modules) and by directory of the
  * project, largest first.
  */
@@ -34,6 +37,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import WebSocket from 'ws';
 import { ensureBuilt, freePort, sleep, tempDir, waitFor } from '../test/support/daemon.js';
+import { instrumentedBundle, type EvaluatedModule } from '../test/support/module-probe.js';
 import { startScriptedLlm, type ScriptedLlm } from '../test/support/scripted-llm.js';
 
 const { values } = parseArgs({
@@ -164,6 +168,19 @@ async function conversationTurn(port: number, llm: ScriptedLlm, replies: Paramet
   ws.close();
 }
 
+/** The node flags `npm start` of the checkout `dir` runs its daemon with (its package.json's start script). */
+function startFlags(dir: string): string[] {
+  const start = (JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start;
+  return start.split(/\s+/).filter((a) => a.startsWith('--'));
+}
+/**
+ * At rest: how long the store's index writer thread stays without a request (src/store/index-writer.ts),
+ * and a margin. By then V8's memory reducer has also run its collections (it starts ~8 s after the heap
+ * grew and repeats while the daemon allocates little), which give back young generation and
+ * fragmented pages a start or a turn left.
+ */
+const AT_REST_MS = 30_000 + 2_000;
+
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const mib = (b: number) => (b / MiB).toFixed(1);
 const load = () =>
@@ -206,7 +223,7 @@ for (let run = 0; run < RUNS; run++) {
     ['floor: configuration, logger, port', { FLOOR: 'port' }],
     ['floor: configuration, logger, data directory, port', {}],
   ] as const) {
-    const floor = await start([process.execPath, '--max-semi-space-size=4', 'dist/main.mjs'], env, health, floorDir);
+    const floor = await start([process.execPath, ...startFlags(ROOT), 'dist/main.mjs'], env, health, floorDir);
     await sleep(SETTLE);
     push(row, rssOf(floor.proc.pid!));
     await floor.stop();
@@ -218,14 +235,18 @@ fs.rmSync(floorDir, { recursive: true, force: true });
 
 /** The daemon of the checkout `cwd` (its build): idle, after its first conversation, after a tool turn, after CONVERSATIONS more. */
 async function measureDaemon(label: string, cwd: string): Promise<void> {
-  const d = await start([process.execPath, '--max-semi-space-size=4', 'dist/main.mjs'], daemonEnv, daemonReady, cwd);
+  const d = await start([process.execPath, ...startFlags(cwd), 'dist/main.mjs'], daemonEnv, daemonReady, cwd);
   try {
     const pid = d.proc.pid!;
     await sleep(SETTLE);
     push(`${label}daemon, idle after start`, rssOf(pid));
+    await sleep(Math.max(0, AT_REST_MS - SETTLE));
+    push(`${label}the same, ${AT_REST_MS / 1000} s after the start (V8's memory reducer has run)`, rssOf(pid));
     await conversationTurn(d.port, llm, [{ text: 'hello' }], 'say hello');
     await sleep(SETTLE);
     push(`${label}after its first conversation (a text turn)`, rssOf(pid));
+    await sleep(Math.max(0, AT_REST_MS - SETTLE));
+    push(`${label}the same, ${AT_REST_MS / 1000} s after the turn (the index writer thread exited)`, rssOf(pid));
     await conversationTurn(
       d.port,
       llm,
@@ -270,6 +291,7 @@ for (const [name, rs] of rows) {
   console.log(`| ${name} | ${mib(rss)} | ${mib(median(rs.map((r) => r.anon)))} | ${mib(median(rs.map((r) => r.file)))} | ${(rss / bareRss).toFixed(2)} |`);
 }
 for (const [label, g] of growth) console.log(`| ${label}growth per 1,000 idle conversations (${CONVERSATIONS} created) | +${mib(median(g))} | | | |`);
+console.log(`the goal: idle ≤ 70 MiB and ≤ 1.6 × the bare server (${mib(1.6 * bareRss)} MiB in this run)`);
 
 /** scripts/start-floor.ts, built as the daemon is (scripts/build.mjs) into a directory of its own. */
 async function buildFloor(): Promise<string> {
@@ -290,38 +312,9 @@ async function buildFloor(): Promise<string> {
 async function modules(): Promise<void> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-bench-modules-'));
   try {
-    const src = fs.readFileSync(path.join(ROOT, 'dist', 'daemon.cjs'), 'utf8');
-    // esbuild's module wrappers (its minifier may rename their parameters)
-    const esm =
-      /var __esm=\((\w+),(\w+),(\w+)\)=>function\(\)\{if\(\3\)throw \3\[0\];try\{return \1&&\(\2=\(0,\1\[__getOwnPropNames\(\1\)\[0\]\]\)\(\1=0\)\),\2\}catch\((\w+)\)\{throw \3=\[\4\],\4\}\};/;
-    const cjs =
-      /var __commonJS=\((\w+),(\w+)\)=>function\(\)\{try\{return \2\|\|\(0,\1\[__getOwnPropNames\(\1\)\[0\]\]\)\(\(\2=\{exports:\{\}\}\)\.exports,\2\),\2\.exports\}catch\((\w+)\)\{throw \2=0,\3\}\};/;
-    if (!esm.test(src) || !cjs.test(src)) throw new Error("the bundle's module wrappers are not esbuild's as this script knows them");
-    // each module's first evaluation is measured: a full GC, the heap, the evaluation, a full GC, the heap
-    // (less what the modules it loaded hold: they are measured as themselves)
-    const probe =
-      `var __mods=[],__stack=[];function __measure(name,run){gc();const ` +
-      `h0=process.memoryUsage().heapUsed,r0=process.memoryUsage.rss(),t0=performance.now(),frame={inner:0,innerRss:0};__stack.push(frame);try{return run()}finally{__stack.pop();gc();const all=process.memoryUsage().heapUsed-h0,allRss=process.memoryUsage.rss()-r0;__mods.push({name,heap:all-frame.inner,rss:allRss-frame.innerRss,ms:performance.now()-t0});if(__stack.length){__stack[__stack.length-1].inner+=all;__stack[__stack.length-1].innerRss+=allRss}}}process.on('SIGUSR2',()=>{process.stderr.write('parley-modules '+JSON.stringify(__mods.splice(0))+'\\n')});`;
-    const patched = src
-      .replace(
-        esm,
-        `${probe}var __esm=(fn,res,err)=>function(){if(err)throw err[0];try{if(fn){const ` +
-          `name=__getOwnPropNames(fn)[0],f=fn;fn=0;res=__measure(name,()=>(0,f[name])())}return res}catch(e){throw err=[e],e}};`,
-      )
-      .replace(
-        cjs,
-        'var __commonJS=(cb,mod)=>function(){try{if(!mod){const name=__getOwnPropNames(cb)[0];mod={exports:{}};__measure(name,()=>(0,cb[name])(mod.exports,mod))}return mod.exports}catch(e){throw mod=0,e}};',
-      );
-    fs.writeFileSync(path.join(dir, 'daemon.cjs'), patched);
-    // runs the copy as dist/main.mjs runs the bundle: paths beside it (the writer thread, the console) are dist/'s
-    const runner =
-      `const {createRequire}=require('node:module');const vm=require('node:vm');const fs=require('node:fs');const ` +
-      `dist=${JSON.stringify(path.join(ROOT, 'dist'))};const code=fs.readFileSync(${JSON.stringify(path.join(dir, 'daemon.cjs'))},'utf8');const ` +
-      `m={exports:{}};new vm.Script('(function (exports, require, module, __filename, __dirname, __parleyMetaUrl) ` +
-      `{'+code+'\\n})',{filename:dist+'/daemon.cjs'}).runInThisContext()(m.exports,createRequire(dist+'/daemon.cjs'),m,dist+'/daemon.cjs',dist,require('node:url').pathToFileURL(dist+'/main.mjs').href);`;
-    fs.writeFileSync(path.join(dir, 'run.cjs'), runner);
-    const d = await start([process.execPath, '--expose-gc', '--max-semi-space-size=4', path.join(dir, 'run.cjs')], daemonEnv, daemonReady);
-    const take = async (): Promise<Measured[]> => {
+    const runner = instrumentedBundle(path.join(ROOT, 'dist'), dir);
+    const d = await start([process.execPath, '--expose-gc', ...startFlags(ROOT), runner], daemonEnv, daemonReady);
+    const take = async (): Promise<EvaluatedModule[]> => {
       const at = d.output.length;
       d.proc.kill('SIGUSR2');
       const line = await waitFor(() => d.output.slice(at).find((l) => l.startsWith('parley-modules ')), 'the module report');
@@ -343,17 +336,8 @@ async function modules(): Promise<void> {
   }
 }
 
-interface Measured {
-  name: string;
-  /** heap held after a full GC, less what the modules it loaded hold (bytes) */
-  heap: number;
-  /** RSS grown meanwhile (bytes; native memory too, and whatever else the process did meanwhile) */
-  rss: number;
-  ms: number;
-}
-
 /** Modules grouped by package (node_modules/<name>) or directory of the project, largest heap first. */
-function report(title: string, mods: Measured[]): void {
+function report(title: string, mods: EvaluatedModule[]): void {
   const groups = new Map<string, { heap: number; rss: number; ms: number; n: number }>();
   for (const m of mods) {
     const pkg = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(m.name)?.[1];

@@ -4,7 +4,7 @@
  *   npx tsx scripts/bench-turn.ts [--turns 40] [--warmup 5] [--sandbox bwrap|none] [--client http|fetch] [--trace] [--compare DIR]...
  *                                 [--cpu-prof DIR] [--settle-ms 100] [--dump N] [--dump-slowest N]
  *
- * The daemon runs as `npm start` runs it (`node --max-semi-space-size=4 dist/main.mjs`, rebuilt first
+ * The daemon runs as `npm start` runs it (`node dist/main.mjs` with the flags of package.json's start script, rebuilt first
  * when a source is newer) against the scripted OpenAI-compatible LLM (test/support/scripted-llm.ts),
  * which answers at once with the text `hello`. Each turn is a new conversation: it is created, its
  * workspace prepared and its WebSocket opened (one subscriber), untimed; then the time from
@@ -95,10 +95,16 @@ interface Daemon {
   stop(): Promise<void>;
 }
 
-/** `node --max-semi-space-size=4 dist/main.mjs` of the checkout `dir`, as `npm start` runs it, on a new DATA_DIR. */
+/** The node flags `npm start` of the checkout `dir` runs its daemon with (its package.json's start script). */
+function startFlags(dir: string): string[] {
+  const start = (JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start;
+  return start.split(/\s+/).filter((a) => a.startsWith('--'));
+}
+
+/** `node <npm start's flags> dist/main.mjs` of the checkout `dir`, as `npm start` runs it, on a new DATA_DIR. */
 async function startBuilt(label: string, dir: string, env: Record<string, string>, nodeArgs: string[]): Promise<Daemon> {
   const dataDir = tempDir('parley-bench-turn-');
-  const proc = spawn(process.execPath, ['--max-semi-space-size=4', ...nodeArgs, 'dist/main.mjs'], {
+  const proc = spawn(process.execPath, [...startFlags(dir), ...nodeArgs, 'dist/main.mjs'], {
     cwd: dir,
     env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? os.tmpdir(), PORT: '0', DATA_DIR: dataDir, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -58,6 +58,8 @@ interface StoreOptions {
   reserveBytes?: number;
   /** How long after start a missing reserve is written (default 1 s: not on the way to the first answer). */
   reserveDelayMs?: number;
+  /** How long the index writer thread stays without a request before it exits (default 30 s; index-writer.ts). */
+  writerIdleMs?: number;
   /** The watch of DATA_DIR's free space that writes meeting a full disk are reported to (default: one of the store's own). */
   disk?: DiskWatch;
 }
@@ -152,13 +154,18 @@ export class SqliteStore implements Store {
     );
     this.journal = journal;
     this.indexDelayMs = opts.indexDelayMs ?? 250;
-    this.writer = new IndexWriter(file, synchronous, {
-      onNotice: (n) => this.indexHealth(n),
-      onFailure: (err) => {
-        this.writerError ??= err;
-        if (this.pending.length) this.flush(true); // appends held back for the index fail now
+    this.writer = new IndexWriter(
+      file,
+      synchronous,
+      {
+        onNotice: (n) => this.indexHealth(n),
+        onFailure: (err) => {
+          this.writerError ??= err;
+          if (this.pending.length) this.flush(true); // appends held back for the index fail now
+        },
       },
-    });
+      opts.writerIdleMs,
+    );
     for (const f of unindexed) this.readmit(f.payload, f.pos);
     this.applyStatuses();
     this.unwatch = this.disk.subscribe((p) => {
@@ -168,6 +175,11 @@ export class SqliteStore implements Store {
       this.keepReserve(0);
     });
     this.keepReserve(opts.reserveDelayMs ?? 1000);
+  }
+
+  /** Whether the index writer thread runs now (it starts with the first frame to index and exits when idle). */
+  get writerRunning(): boolean {
+    return this.writer.running;
   }
 
   /**

@@ -1,0 +1,137 @@
+/**
+ * What the built daemon (dist/daemon.cjs, as `npm start` runs it) evaluates before its first turn:
+ * none of the packages it loads on first use (the AI SDK, the MCP SDK, tRPC, NATS, PostgreSQL's
+ * client). Each is a large share of the heap of an idle daemon once evaluated; a static import of
+ * one from a module the start evaluates would load it again, unnoticed by every other test.
+ *
+ * How it sees: a copy of the bundle whose esbuild module wrappers record each module's name (its
+ * source path) when first evaluated (scripts/bench-memory.ts `--modules` measures with the same
+ * copy), run as dist/main.mjs runs the bundle. The list is read once the daemon listens and its
+ * sandbox probe has decided, and again after a first text turn, which must have evaluated the AI
+ * SDK: a copy that recorded nothing would otherwise pass.
+ */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import { ensureBuilt, freePort, ROOT, removeDir, tempDir, waitFor } from './support/daemon.js';
+import { instrumentedBundle } from './support/module-probe.js';
+import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
+
+/** Packages the daemon evaluates on first use only (paths of the bundle's modules). */
+const ON_FIRST_USE = [
+  /^node_modules\/ai\//,
+  /^node_modules\/@ai-sdk\//,
+  /^node_modules\/@modelcontextprotocol\//,
+  /^node_modules\/@trpc\//,
+  /^node_modules\/@nats-io\//,
+  /^node_modules\/pg\//,
+];
+
+let llm: ScriptedLlm;
+let dir: string;
+before(async () => {
+  await ensureBuilt();
+  llm = await startScriptedLlm();
+  dir = tempDir('parley-lazy-modules-');
+});
+after(async () => {
+  await llm?.close();
+  if (dir) removeDir(dir);
+});
+
+test('the start evaluates none of the packages loaded on first use; the first turn evaluates the AI SDK', async () => {
+  const runner = instrumentedBundle(path.join(ROOT, 'dist'), dir);
+  // each package is in the bundle behind a module wrapper, which the copy records: a package only ever
+  // imported statically would be evaluated inline, unseen (its first use can no longer be deferred then)
+  const wrapped = [...fs.readFileSync(path.join(ROOT, 'dist', 'daemon.cjs'), 'utf8').matchAll(/__(?:esm|commonJS)\(\{"([^"]+)"/g)].map((m) => m[1]!);
+  for (const pkg of ON_FIRST_USE)
+    assert.ok(
+      wrapped.some((m) => pkg.test(m)),
+      `${pkg} is in the bundle behind a module wrapper`,
+    );
+  const port = await freePort();
+  const dataDir = path.join(dir, 'data');
+  const proc = spawn(process.execPath, [runner], {
+    env: {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      HOME: dir,
+      PORT: String(port),
+      DATA_DIR: dataDir,
+      LOG_LEVEL: 'warn',
+      SANDBOX: 'none',
+      LLM_MODEL: 'openai/scripted',
+      LLM_BASE_URL: llm.url,
+      LLM_API_KEY: 'sk-test',
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const lines: string[] = [];
+  let partial = '';
+  const feed = (c: Buffer) => {
+    const l = (partial + c.toString('utf8')).split('\n');
+    partial = l.pop()!;
+    lines.push(...l);
+  };
+  proc.stdout.on('data', feed);
+  proc.stderr.on('data', feed);
+  const exited = new Promise<void>((r) => proc.once('exit', () => r()));
+  const base = `http://127.0.0.1:${port}`;
+  /** The names of the modules evaluated so far. */
+  const evaluated = async (): Promise<string[]> => {
+    const at = lines.length;
+    proc.kill('SIGUSR2');
+    const line = await waitFor(() => lines.slice(at).find((l) => l.startsWith('parley-modules ')), 'the list of evaluated modules', 30_000);
+    return (JSON.parse(line!.slice('parley-modules '.length)) as { name: string }[]).map((m) => m.name);
+  };
+  try {
+    await waitFor(
+      async () => {
+        if (proc.exitCode !== null) throw new Error(`the daemon exited with ${proc.exitCode}:\n${lines.join('\n')}`);
+        const r = await fetch(`${base}/server_info`).catch(() => null);
+        return r?.status === 200 && ((await r.json()) as { sandbox?: { mode?: string } }).sandbox?.mode !== 'probing';
+      },
+      'the daemon to listen and its sandbox probe to decide',
+      90_000,
+    );
+    const atStart = await evaluated();
+    assert.ok(
+      atStart.some((m) => m.startsWith('src/')),
+      `the project's modules are seen: ${atStart.slice(0, 5).join(' ')}`,
+    );
+    for (const pkg of ON_FIRST_USE) {
+      const early = atStart.filter((m) => pkg.test(m));
+      assert.deepEqual(early, [], `evaluated by the start: ${early.join(' ')}`);
+    }
+
+    llm.push({ text: 'hello' });
+    const id = (
+      (await (await fetch(`${base}/api/conversations`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })).json()) as {
+        conversation_id: string;
+      }
+    ).conversation_id;
+    const sent = await fetch(`${base}/api/conversations/${id}/events`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ role: 'user', content: [{ type: 'text', text: 'say hello' }], run: true }),
+    });
+    assert.equal(sent.status, 200);
+    await waitFor(
+      async () => {
+        const r = await fetch(`${base}/api/conversations/${id}`);
+        return ((await r.json()) as { execution_status?: string }).execution_status === 'finished';
+      },
+      'the first turn to finish',
+      90_000,
+    );
+    const byTurn = await evaluated();
+    assert.ok(
+      byTurn.some((m) => ON_FIRST_USE[0]!.test(m)),
+      'the first turn evaluated the AI SDK (the copy records what it evaluates)',
+    );
+  } finally {
+    proc.kill('SIGTERM');
+    await exited;
+  }
+});

@@ -1,0 +1,50 @@
+/**
+ * The SQLite store's index writer thread runs only while there is indexing to do
+ * (src/store/index-writer.ts): none at open when the journal holds nothing unindexed, one started by
+ * the first frame to index, gone after its idle period (its connection checkpointed and closed), a
+ * new one for the next frame. What each thread indexed is in the index: a reopened store finds nothing
+ * in the journal left to index, and every event in order.
+ */
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import { test } from 'node:test';
+import { SqliteStore } from '../src/store/sqlite.js';
+import { tempDir, waitFor } from './support/daemon.js';
+
+const C = '11111111-1111-4111-8111-111111111111';
+const msg = (text: string) => ({
+  kind: 'MessageEvent' as const,
+  source: 'user' as const,
+  llm_message: { role: 'user' as const, content: [{ type: 'text' as const, text }] },
+});
+
+test('SQLite: the index writer thread starts with the first frame, exits when idle, and a new one indexes the next', { timeout: 120_000 }, async (t) => {
+  const dir = tempDir();
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const opts = { indexDelayMs: 20, writerIdleMs: 300 };
+  let store = new SqliteStore(dir, opts);
+  assert.equal(store.writerRunning, false, 'no thread at open: nothing to index');
+
+  for (let i = 0; i < 50; i++) await store.append(C, msg(`a${i}`));
+  // the frames go to the thread `indexDelayMs` after their commit
+  await waitFor(() => store.writerRunning, 'the first frames to start a thread', 60_000);
+  await waitFor(() => store.unindexed === 0, 'the first frames indexed', 60_000);
+  await waitFor(() => !store.writerRunning, 'the thread to exit once idle', 60_000);
+
+  for (let i = 0; i < 50; i++) await store.append(C, msg(`b${i}`));
+  await waitFor(() => store.writerRunning, 'a frame after the exit to start another', 60_000);
+  await waitFor(() => store.unindexed === 0, 'the later frames indexed', 60_000);
+  await waitFor(() => !store.writerRunning, 'that thread to exit too', 60_000);
+  // closing with no thread running starts none
+  await store.close();
+  assert.equal(store.writerRunning, false);
+
+  store = new SqliteStore(dir, opts);
+  t.after(() => store.close());
+  assert.equal(store.unindexed, 0, 'the journal holds nothing the index lacks');
+  assert.equal(store.writerRunning, false);
+  assert.deepEqual(
+    (await store.query(C, { limit: 1000 })).map((e) => e.seq),
+    Array.from({ length: 100 }, (_, i) => i + 1),
+  );
+});
