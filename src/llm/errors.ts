@@ -34,8 +34,17 @@ export function scrubSecrets(text: string, apiKey?: string): string {
 // ---------------------------------------------------------------------------------------------------------
 // Classification
 
-const CONTEXT_PATTERN =
-  /context[_ ]length|context window|maximum context|too many tokens|prompt is too long|context_length_exceeded|input is too long|exceeds? (the )?(model'?s? )?(maximum )?context|maximum prompt length|reduce the length of the (messages|prompt)|input tokens exceed/i;
+const CONTEXT_PATTERN = new RegExp(
+  [
+    'context[_ ]length|context window|maximum context|too many tokens|prompt is too long|context_length_exceeded',
+    "input is too long|exceeds? (the )?(model'?s? )?(maximum )?context|maximum prompt length",
+    'reduce the length of the (messages|prompt)|input tokens exceed',
+  ].join('|'),
+  'i',
+);
+/** The AI SDK's errors about the request we built (the prompt, its arguments), by `error.name`. */
+const SDK_BAD_REQUEST_ERROR =
+  /^AI_(InvalidPromptError|InvalidArgumentError|InvalidMessageRoleError|UnsupportedFunctionalityError|MessageConversionError|InvalidDataContentError)$/;
 const QUOTA_PATTERN = /insufficient_quota|exceeded your current quota|billing|credit balance is too low/i;
 
 const LABELS: Record<ProviderErrorCode, string> = {
@@ -242,11 +251,7 @@ export function classifyError(error: unknown, ctx: ClassifyContext): ClassifiedE
   if (error instanceof Error) {
     const name = error.name;
     if (name === 'TimeoutError') return make('Timeout', true, error.message, ctx);
-    if (
-      /^AI_(InvalidPromptError|InvalidArgumentError|InvalidMessageRoleError|UnsupportedFunctionalityError|MessageConversionError|InvalidDataContentError)$/.test(
-        name,
-      )
-    ) {
+    if (SDK_BAD_REQUEST_ERROR.test(name)) {
       return make('BadRequest', false, error.message, ctx);
     }
     if (name === 'AI_InvalidResponseDataError' && /without a finish reason/i.test(error.message)) {

@@ -6,7 +6,8 @@
 import { BlockList, isIP } from 'node:net';
 
 const IMAGE_URL_RULE =
-  'image URLs must be https://, http:// or data:image/…;base64 URLs of a public host (not localhost, *.local, *.internal, a loopback, private or link-local address)';
+  'image URLs must be https://, http:// or data:image/…;base64 URLs of a public host ' +
+  '(not localhost, *.local, *.internal, a loopback, private or link-local address)';
 
 // built on the first check, not while the daemon starts
 let blockList: BlockList | undefined;

@@ -22,7 +22,8 @@ interface ProviderModelOptions {
 
 /**
  * The provider table: one entry per supported `<provider>/` prefix (named in catalog.ts's list too, which
- * the daemon reads without loading the SDKs). Adding another AI SDK provider is one line here, e.g. `google: (o) => createGoogleGenerativeAI({ apiKey: o.apiKey, baseURL: o.baseUrl })(o.modelId)`.
+ * the daemon reads without loading the SDKs). Adding another AI SDK provider is one line here, e.g.
+ * `google: (o) => createGoogleGenerativeAI({ apiKey: o.apiKey, baseURL: o.baseUrl })(o.modelId)`.
  */
 export const PROVIDERS = {
   // Without baseUrl: OpenAI itself (Responses API). With baseUrl: any OpenAI-compatible Chat Completions

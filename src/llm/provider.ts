@@ -145,6 +145,159 @@ class CallbackFailure {
   constructor(readonly error: unknown) {}
 }
 
+/** Where a client streams its steps, and what every attempt sends and waits for. */
+interface StepTarget {
+  readonly sdkModel: SdkLanguageModel;
+  /** The own Chat Completions client, when it streams this model's steps instead of the SDK provider. */
+  readonly chat: ReturnType<typeof createChatCompletions> | undefined;
+  readonly settings: LlmSettings;
+  readonly apiKey: string | undefined;
+  readonly timeoutMs: number;
+}
+
+/**
+ * The idle timer of one attempt: `touch()` at every sign of life; after `timeoutMs` without one, `controller`
+ * is aborted and `timedOut()` is true. `settle()` ends it (later touches are ignored).
+ */
+function idleTimer(controller: AbortController, timeoutMs: number): { touch(): void; timedOut(): boolean; settle(): void } {
+  let timedOut = false;
+  let settled = false;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  return {
+    touch() {
+      if (settled) return; // the background stream may still deliver parts after we gave up on it
+      // one timer per attempt, restarted by every sign of life (a new timer per stream chunk cost more)
+      if (timer) timer.refresh();
+      else {
+        timer = setTimeout(() => {
+          timedOut = true;
+          controller.abort(new Error('idle timeout'));
+        }, timeoutMs);
+      }
+    },
+    timedOut: () => timedOut,
+    settle() {
+      settled = true;
+      clearTimeout(timer);
+    },
+  };
+}
+
+/**
+ * Opens one step through the own Chat Completions client, or straight through the provider's LanguageModelV3
+ * `doStream`: no SDK retries, no SDK tool execution, no re-validation of the prompt (it was converted
+ * message by message, see PromptConverter).
+ */
+async function openStep(
+  target: StepTarget,
+  req: LlmRequest,
+  prompt: SdkPrompt,
+  tools: SdkTools | undefined,
+  signal: AbortSignal,
+  touch: () => void,
+): Promise<AsyncIterable<StepPart>> {
+  const { chat, sdkModel, settings } = target;
+  if (chat) return chat.open({ prompt, ...(tools ? { tools } : {}), signal, alive: touch, phase: req.onPhase });
+  const { stream } = await sdkModel.doStream({
+    prompt,
+    ...(tools ? { tools, toolChoice: { type: 'auto' as const } } : {}),
+    abortSignal: signal,
+    ...(settings.maxOutputTokens !== undefined ? { maxOutputTokens: settings.maxOutputTokens } : {}),
+    ...(settings.headers ? { headers: settings.headers } : {}),
+  });
+  return sdkParts(stream);
+}
+
+/**
+ * Reads a step's parts into a response, passing text deltas to `req.onTextDelta` (an exception there comes
+ * out as a CallbackFailure). A stream that ends without a finish reason is a retryable StreamInterrupted.
+ */
+async function readStep(parts: AsyncIterable<StepPart>, req: LlmRequest, tools: SdkTools | undefined, touch: () => void): Promise<LlmResponse> {
+  let text = '';
+  const toolCalls: LlmToolCall[] = [];
+  let finishReason: string | undefined;
+  let usage: LlmResponse['usage'] = {};
+  let responseId: string | undefined;
+  const offered = tools ? tools.map((t) => t.name) : [];
+
+  for await (const part of parts) {
+    touch();
+    if (part.type === 'text') {
+      text += part.delta;
+      if (req.onTextDelta) {
+        try {
+          req.onTextDelta(part.delta);
+        } catch (e) {
+          throw new CallbackFailure(e);
+        }
+      }
+    } else if (part.type === 'tool-call') {
+      toolCalls.push(toolCall(part.id, part.name, part.input, offered));
+    } else if (part.type === 'response-id') {
+      responseId = part.id;
+    } else {
+      finishReason = part.finishReason;
+      usage = part.usage;
+    }
+  }
+  req.onPhase?.('LLM answer parsed');
+  if (finishReason === undefined) {
+    throw new ProviderError({
+      code: 'StreamInterrupted',
+      retryable: true,
+      detail: 'LLM response stream was interrupted: it ended without a finish reason',
+    });
+  }
+  return { text, toolCalls, finishReason, usage, ...(responseId ? { responseId } : {}) };
+}
+
+/**
+ * One attempt at a step, bounded by the idle timeout and the caller's signal. Failures come out as a
+ * ProviderError (classified), an LlmAbortError, or a CallbackFailure.
+ */
+async function attempt(target: StepTarget, req: LlmRequest, prompt: SdkPrompt, tools: SdkTools | undefined): Promise<LlmResponse> {
+  const { timeoutMs } = target;
+  const controller = new AbortController();
+  const idle = idleTimer(controller, timeoutMs);
+  const onUserAbort = () => controller.abort(req.signal?.reason);
+  req.signal?.addEventListener('abort', onUserAbort, { once: true });
+
+  let streamStarted = false;
+  const stopped = new Promise<never>((_, reject) => {
+    controller.signal.addEventListener('abort', () => reject(new Error('stopped')), { once: true });
+  });
+  stopped.catch(() => {});
+
+  const consume = async (): Promise<LlmResponse> => {
+    const parts = await openStep(target, req, prompt, tools, controller.signal, idle.touch);
+    streamStarted = true;
+    idle.touch();
+    return readStep(parts, req, tools, idle.touch);
+  };
+  const run = consume();
+  run.catch(() => {});
+  try {
+    idle.touch();
+    return await Promise.race([run, stopped]);
+  } catch (error) {
+    if (error instanceof CallbackFailure) throw error;
+    if (req.signal?.aborted) throw new LlmAbortError();
+    if (idle.timedOut()) {
+      throw new ProviderError({
+        code: 'Timeout',
+        retryable: true,
+        detail: `LLM request timed out: no data from the provider for ${timeoutMs} ms`,
+      });
+    }
+    throw new ProviderError(classifyError(error, { apiKey: target.apiKey, streamStarted }));
+  } finally {
+    idle.settle();
+    req.signal?.removeEventListener('abort', onUserAbort);
+    // Release the connection if the stream is still open (no-op when it completed).
+    if (!controller.signal.aborted) controller.abort(new Error('done'));
+  }
+}
+
 interface LlmClientExtras {
   readonly provider: ProviderName;
   /** Model id without the provider prefix. */
@@ -176,114 +329,7 @@ export function createLlmClient(settings: LlmSettings): LlmClient & LlmClientExt
     provider === 'openai' && settings.baseUrl && settings.chatCompletionsClient !== 'ai-sdk'
       ? createChatCompletions({ baseUrl: settings.baseUrl, modelId, apiKey, headers: settings.headers, maxOutputTokens: settings.maxOutputTokens })
       : undefined;
-
-  async function attempt(req: LlmRequest, prompt: SdkPrompt, tools: SdkTools | undefined): Promise<LlmResponse> {
-    const controller = new AbortController();
-    let timedOut = false;
-    let settled = false;
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const touch = () => {
-      if (settled) return; // the background stream may still deliver parts after we gave up on it
-      // one timer per attempt, restarted by every sign of life (a new timer per stream chunk cost more)
-      if (timer) timer.refresh();
-      else {
-        timer = setTimeout(() => {
-          timedOut = true;
-          controller.abort(new Error('idle timeout'));
-        }, timeoutMs);
-      }
-    };
-    const onUserAbort = () => controller.abort(req.signal?.reason);
-    req.signal?.addEventListener('abort', onUserAbort, { once: true });
-
-    let streamStarted = false;
-    const stopped = new Promise<never>((_, reject) => {
-      controller.signal.addEventListener('abort', () => reject(new Error('stopped')), { once: true });
-    });
-    stopped.catch(() => {});
-
-    const run = consume();
-    run.catch(() => {});
-    try {
-      touch();
-      return await Promise.race([run, stopped]);
-    } catch (error) {
-      if (error instanceof CallbackFailure) throw error;
-      if (req.signal?.aborted) throw new LlmAbortError();
-      if (timedOut) {
-        throw new ProviderError({
-          code: 'Timeout',
-          retryable: true,
-          detail: `LLM request timed out: no data from the provider for ${timeoutMs} ms`,
-        });
-      }
-      throw new ProviderError(classifyError(error, { apiKey, streamStarted }));
-    } finally {
-      settled = true;
-      clearTimeout(timer);
-      req.signal?.removeEventListener('abort', onUserAbort);
-      // Release the connection if the stream is still open (no-op when it completed).
-      if (!controller.signal.aborted) controller.abort(new Error('done'));
-    }
-
-    // One step through the own Chat Completions client, or straight through the provider's LanguageModelV3
-    // `doStream`: no SDK retries, no SDK tool execution, no re-validation of the prompt (it was converted
-    // message by message, see PromptConverter).
-    async function open(): Promise<AsyncIterable<StepPart>> {
-      if (chat) return chat.open({ prompt, ...(tools ? { tools } : {}), signal: controller.signal, alive: touch, phase: req.onPhase });
-      const { stream } = await sdkModel.doStream({
-        prompt,
-        ...(tools ? { tools, toolChoice: { type: 'auto' as const } } : {}),
-        abortSignal: controller.signal,
-        ...(settings.maxOutputTokens !== undefined ? { maxOutputTokens: settings.maxOutputTokens } : {}),
-        ...(settings.headers ? { headers: settings.headers } : {}),
-      });
-      return sdkParts(stream);
-    }
-
-    async function consume(): Promise<LlmResponse> {
-      const parts = await open();
-      streamStarted = true;
-      touch();
-
-      let text = '';
-      const toolCalls: LlmToolCall[] = [];
-      let finishReason: string | undefined;
-      let usage: LlmResponse['usage'] = {};
-      let responseId: string | undefined;
-      const offered = tools ? tools.map((t) => t.name) : [];
-
-      for await (const part of parts) {
-        touch();
-        if (part.type === 'text') {
-          text += part.delta;
-          if (req.onTextDelta) {
-            try {
-              req.onTextDelta(part.delta);
-            } catch (e) {
-              throw new CallbackFailure(e);
-            }
-          }
-        } else if (part.type === 'tool-call') {
-          toolCalls.push(toolCall(part.id, part.name, part.input, offered));
-        } else if (part.type === 'response-id') {
-          responseId = part.id;
-        } else {
-          finishReason = part.finishReason;
-          usage = part.usage;
-        }
-      }
-      req.onPhase?.('LLM answer parsed');
-      if (finishReason === undefined) {
-        throw new ProviderError({
-          code: 'StreamInterrupted',
-          retryable: true,
-          detail: 'LLM response stream was interrupted: it ended without a finish reason',
-        });
-      }
-      return { text, toolCalls, finishReason, usage, ...(responseId ? { responseId } : {}) };
-    }
-  }
+  const target: StepTarget = { sdkModel, chat, settings, apiKey, timeoutMs };
 
   return {
     model: settings.model,
@@ -300,7 +346,7 @@ export function createLlmClient(settings: LlmSettings): LlmClient & LlmClientExt
       req.onPhase?.('LLM prompt converted');
       for (let n = 1; ; n++) {
         try {
-          return await attempt(req, prompt, tools);
+          return await attempt(target, req, prompt, tools);
         } catch (error) {
           if (error instanceof CallbackFailure) throw error.error;
           if (req.signal?.aborted || error instanceof LlmAbortError) throw new LlmAbortError();
