@@ -125,7 +125,7 @@ const within = (what: string, mib: number, n = 1) =>
     `${what}: +${mib.toFixed(0)} MiB RSS; a legitimate 9 MiB message costs +${legit.toFixed(0)} MiB, the bound is ${bound(n).toFixed(0)}`,
   );
 
-test("a 10 MiB [[],[],…] as initial_user_msg and as a message's content: 413 with the reason, alone and four at once; RSS growth bounded; the daemon serves the next request", async () => {
+test('a 10 MiB [[],[],…] as initial_user_msg or message content: 413 with the reason, alone and 4 at once; RSS bounded; the next request served', async () => {
   const cases: [string, Target, (id: string) => string, string][] = [
     ['initial_user_msg', rest, () => '/api/conversations', dense('{"initial_user_msg":[', '[]', ']}')],
     ['content', rest, (id) => `/api/conversations/${id}/events`, dense('{"role":"user","content":[', '[]', ']}')],
@@ -143,7 +143,7 @@ test("a 10 MiB [[],[],…] as initial_user_msg and as a message's content: 413 w
   }
 });
 
-test('{"a":0,"a":0,…}, [0,0,…] and [[[[…]]]] nesting of 10 MiB: 413 with the reason, RSS bounded, the daemon serves the next request; every JSON route has the limits', async () => {
+test('{"a":0,"a":0,…}, [0,0,…], [[[[…]]]] of 10 MiB: 413 with the reason, RSS bounded, the next request served; every JSON route has the limits', async () => {
   const { d, id } = plain;
   const cases: [string, string, RegExp][] = [
     ['{"a":0,…}', dense('{"role":"user",', '"a":0', '}'), REASON],

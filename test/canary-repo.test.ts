@@ -51,7 +51,8 @@ test('canary token in a cloned repository: shell has it masked, push works, it a
             name: 'terminal',
             arguments: {
               command:
-                'git checkout -q -b agent-push && echo pushed > pushed.txt && git add pushed.txt && git commit -qm "agent push" && git push -q origin agent-push 2>&1; echo "PUSH_EXIT=$?"',
+                'git checkout -q -b agent-push && echo pushed > pushed.txt && git add pushed.txt && git commit -qm "agent push" && ' +
+                'git push -q origin agent-push 2>&1; echo "PUSH_EXIT=$?"',
             },
           },
         ],

@@ -185,7 +185,13 @@ await new Promise<void>((resolve, reject) => {
 });
 const info: ConversationInfo = await parley.getConversation.query({ conversation_id: id });
 const answer = seen.find((e) => e.kind === 'MessageEvent' && e.source === 'agent');
-console.log(JSON.stringify({ status: info.execution_status, seqs: seen.flatMap((e) => (e.seq === undefined ? [] : [e.seq])), answer: answer?.kind === 'MessageEvent' ? answer.llm_message.content : null }));
+console.log(
+  JSON.stringify({
+    status: info.execution_status,
+    seqs: seen.flatMap((e) => (e.seq === undefined ? [] : [e.seq])),
+    answer: answer?.kind === 'MessageEvent' ? answer.llm_message.content : null,
+  }),
+);
 `;
 
 const BAD = `
@@ -212,7 +218,15 @@ for await (const item of await parley.caller.events({ conversation_id, after_seq
 const info = await parley.caller.getConversation({ conversation_id });
 const file = path.join(dataDir, 'workspaces', conversation_id.replaceAll('-', ''), 'hello.txt');
 await parley.close();
-console.log(JSON.stringify({ status: info.execution_status, last_seq: info.last_seq, seqs: seen.flatMap((e) => (e.seq === undefined ? [] : [e.seq])), kinds: seen.map((e) => e.kind), file: fs.readFileSync(file, 'utf8') }));
+console.log(
+  JSON.stringify({
+    status: info.execution_status,
+    last_seq: info.last_seq,
+    seqs: seen.flatMap((e) => (e.seq === undefined ? [] : [e.seq])),
+    kinds: seen.map((e) => e.kind),
+    file: fs.readFileSync(file, 'utf8'),
+  }),
+);
 `;
 
 describe('the packed package', () => {
@@ -247,7 +261,10 @@ describe('the packed package', () => {
     assert.equal(errors.length, 1, errors.join('\n'));
     assert.match(
       errors[0]!,
-      /^bad\.ts\(\d+,\d+\): error TS(2353|2561): Object literal may only specify known properties, (and|but) 'repositroy' does not exist in type '\{ repository\?: string/,
+      new RegExp(
+        /^bad\.ts\(\d+,\d+\): error TS(2353|2561): Object literal may only specify known properties, /.source +
+          /(and|but) 'repositroy' does not exist in type '\{ repository\?: string/.source,
+      ),
     );
     assert.ok(fs.existsSync(path.join(project, 'out', 'good.js')) && fs.existsSync(path.join(project, 'out', 'embedded.js')));
   });

@@ -1,7 +1,8 @@
 /**
- * Cluster mode against the real servers (the owner killed mid-run, shared settings, confirmation through another node): in each test, daemons on random ports sharing one
- * PostgreSQL database of the test's own (created, then dropped), one WORKSPACE_ROOT, and a
- * nats-server of the test's own with a subject prefix of its own (stopped after).
+ * Cluster mode against the real servers (the owner killed mid-run, shared settings, confirmation
+ * through another node): in each test, daemons on random ports sharing one PostgreSQL database of the
+ * test's own (created, then dropped), one WORKSPACE_ROOT, and a nats-server of the test's own with a
+ * subject prefix of its own (stopped after).
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';

@@ -152,7 +152,7 @@ describe('ClusterNode (two nodes in this process)', { timeout: 180_000 }, () => 
     await noHolder(held(a), id);
   });
 
-  test('while node-a runs the loop, node-b routes to it: a run is answered by node-a (a conflict), a message with run reaches its loop, an interrupt stops it there', async (t) => {
+  test("while node-a runs the loop, node-b forwards: a run gets node-a's conflict, a message with run reaches its loop, an interrupt stops it", async (t) => {
     const id = await unheld();
     const first = heldReply();
     const second = heldReply();
@@ -187,7 +187,7 @@ describe('ClusterNode (two nodes in this process)', { timeout: 180_000 }, () => 
     await noHolder(held(a), id);
   });
 
-  test("deleted through another node: what this node still runs of the conversation (its shell's background job) ends here, and its workspace here goes", async () => {
+  test("deleted via another node: what this node still runs of the conversation (its shell's background job) ends here, its workspace here goes", async () => {
     const id = await unheld();
     // a command line of its own, to find the background job among the host's processes
     const seconds = 600 + crypto.randomInt(1000);

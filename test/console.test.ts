@@ -97,7 +97,7 @@ after(async () => {
 });
 
 describe('web console', { timeout: 180_000 }, () => {
-  test('served at / from the daemon: content types, ETag and cache headers, gzip, CSP, 404s; the API, /docs and health unchanged; ≤ 150 KB gzipped', async () => {
+  test('served at / by the daemon: content types, ETag and cache headers, gzip, CSP, 404s; the API, /docs and health unchanged; ≤ 150 KB gzipped', async () => {
     const page = await rawGet(`${d.url}/`, { 'accept-encoding': 'gzip' });
     assert.equal(page.status, 200);
     assert.equal(page.headers['content-type'], 'text/html; charset=utf-8');
@@ -180,7 +180,7 @@ describe('web console', { timeout: 180_000 }, () => {
     assert.deepEqual([...w.errors, ...other.w.errors], []);
   });
 
-  test('the page calls the API through the typed client (/trpc): the key in a header on every call, never in a URL; a key refused later sends it back to sign-in', async () => {
+  test('the page uses the typed client (/trpc): the key in a header of every call, never in a URL; a key refused later sends it back to sign-in', async () => {
     const id = (await api('POST', '/api/conversations', {})).body.conversation_id as string;
     const { page, w } = await browser.signedInPage(d.url, KEY);
     const calls: { url: string; method: string; key: string | undefined; type: string | undefined }[] = [];

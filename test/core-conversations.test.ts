@@ -98,7 +98,7 @@ describe('Conversations (no daemon)', { timeout: 60_000 }, () => {
     await parts.store.close();
   });
 
-  test('over the resident limit, a conversation still being prepared stays loaded; one whose preparation ended goes, a run request left in the store or not', async () => {
+  test('over the resident limit, a conversation still being prepared stays loaded; once prepared it goes, a run request left in the store or not', async () => {
     const parts = open(newDir(), { count: 1 });
     const make = async (data: Record<string, unknown>) => {
       const id = crypto.randomUUID();
@@ -115,7 +115,7 @@ describe('Conversations (no daemon)', { timeout: 60_000 }, () => {
     await parts.store.close();
   });
 
-  test('over the resident limit, a conversation whose shell runs stays loaded (one object, the one its close reaches); once its shell has ended it may go', async () => {
+  test('past the resident limit, a conversation whose shell runs stays loaded (the one object its close reaches); once the shell ends it can go', async () => {
     const dir = newDir();
     const parts = open(dir, { count: 1 });
     const make = async () => {
@@ -156,7 +156,7 @@ describe('Conversations (no daemon)', { timeout: 60_000 }, () => {
     await parts.store.close();
   });
 
-  test('a restart pays its debts: unanswered tool calls get an error answer in call order, before DaemonRestarted; answered ones and other conversations are left alone', async () => {
+  test('on restart, unanswered tool calls get errors in call order, before DaemonRestarted; answered ones and other conversations are untouched', async () => {
     const dir = newDir();
     let parts = open(dir);
     const running = crypto.randomUUID();

@@ -239,7 +239,7 @@ describe('a full disk under DATA_DIR (tmpfs)', { skip: noRoot, timeout: 240_000 
     );
   });
 
-  test('SIGKILL on the full disk: the restart serves every acknowledged event, answers 503 while full, recovers by itself once freed, and re-indexes everything', {
+  test('SIGKILL on a full disk: the restart serves every acknowledged event, answers 503 while full, recovers by itself once freed, re-indexes everything', {
     timeout: 180_000,
   }, async (t) => {
     const { dataDir, workspaces, start, id, acknowledged, ...setUp } = await daemonOnTmpfs(t);

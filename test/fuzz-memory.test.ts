@@ -51,7 +51,7 @@ test('attack 12.4: loaded conversations are bounded (idle ones evicted, least re
   }
 });
 
-test("attack 12.4: every appended event fits MAX_EVENT_BYTES: the agent's huge tool arguments and text are cut with a marker; client data beyond it is 413, replay_json images follow the image rule", async () => {
+test('attack 12.4: events fit MAX_EVENT_BYTES: huge agent args/text cut (marked); larger client data 413; replay_json images obey the image rule', async () => {
   const MAX = 65_536;
   const llm = await startScriptedLlm([]);
   const m = await startDaemon({ MAX_EVENT_BYTES: String(MAX), LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'sk-scripted-key' });
@@ -258,7 +258,7 @@ test('attack 12.4: a WebSocket replay of large events to a client that reads slo
   }
 });
 
-test('attack 12.4: sockets waiting for their auth frame are capped by a byte budget over MAX_BODY_BYTES, from many addresses too: what uWS buffers for them stays bounded', async () => {
+test('attack 12.4: sockets awaiting auth frames have a byte budget over MAX_BODY_BYTES, from many addresses too: their uWS buffers stay bounded', async () => {
   const KEY = 'attack-test-key-preauth';
   const MiB = 1024 * 1024;
   const w = await startDaemon({ SESSION_API_KEY: KEY, MAX_BODY_BYTES: String(8 * MiB), SANDBOX: 'none' });
@@ -329,7 +329,7 @@ function dechunk(b: Buffer): Buffer {
   }
 }
 
-test("attack 12.4: an events/search page is streamed as it is read: clients that do not read hold little of the daemon's memory, and each still gets the whole page", async () => {
+test('attack 12.4: an events/search page streams as it is read: clients not reading hold little daemon memory; each still gets the whole page', async () => {
   const KiB = 1024;
   const N = 80;
   const CLIENTS = 30;
@@ -400,7 +400,7 @@ test("attack 12.4: an events/search page is streamed as it is read: clients that
   }
 });
 
-test('attack 12.4: loaded conversations: the least recently used idle one is evicted first (seen from the store), large fields are not resident, and nothing of creates with 8 MiB instructions stays reachable (after a full collection)', async () => {
+test('attack 12.4: LRU idle conversation evicted first (per store), large fields not resident, 8 MiB-instruction creates freed by a full GC', async () => {
   const MiB = 1024 * 1024;
   const m = await startDaemon({ MAX_LOADED_CONVERSATIONS: '3', MAX_BODY_BYTES: String(10 * MiB), SANDBOX: 'none' }, undefined, {
     nodeArgs: ['--inspect=127.0.0.1:0'],

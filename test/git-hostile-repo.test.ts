@@ -103,7 +103,8 @@ git config core.alternateRefsCommand "$(m alternate-refs)"
 git config core.preloadIndex true
 printf '[core]\\n\\tfsmonitor = /workspace/mark include-fsmonitor\\n' > /workspace/evil.inc
 git config include.path /workspace/evil.inc
-printf '[core]\\n\\thooksPath = /workspace/hooks\\n\\tfsmonitor = "/workspace/mark includeif-fsmonitor; python3 /workspace/crash.py"\\n' > /workspace/evil-if.inc
+printf '[core]\\n\\thooksPath = /workspace/hooks\\n' > /workspace/evil-if.inc
+printf '\\tfsmonitor = "/workspace/mark includeif-fsmonitor; python3 /workspace/crash.py"\\n' >> /workspace/evil-if.inc
 git config includeIf.gitdir:/workspace/.path /workspace/evil-if.inc
 printf '[core]\\n\\tfsmonitor = /workspace/mark global-fsmonitor\\n\\tpager = /workspace/mark global-pager\\n' > "$HOME/.gitconfig"
 printf 'one\\nmore\\n' > a.txt && printf 'new\\n' > c.txt

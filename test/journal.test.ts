@@ -171,7 +171,7 @@ test('a journal write that fails (disk full) rejects the append with a clear err
   await reopened.close();
 });
 
-test('when indexing fails, committed events stay readable, appends go on up to the bound then fail with the reason, and indexing resumes by itself once it can', async (t) => {
+test('indexing fails: committed events stay readable; appends go to the bound then fail with the reason; indexing resumes by itself once it can', async (t) => {
   // the store's writer thread does not keep a process alive (unref'd): this test's awaits on it must
   const keepAlive = setInterval(() => {}, 1000);
   t.after(() => clearInterval(keepAlive));

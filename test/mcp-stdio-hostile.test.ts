@@ -47,7 +47,8 @@ describe('a hostile stdio MCP server', { timeout: 60_000 }, () => {
   for (const [what, body, reason] of [
     [
       'a line that never ends (12 MiB)',
-      `const c = 'x'.repeat(65536); let n = 0; const w = () => { while (n < 192 && process.stdout.write(c)) n++; if (n < 192) process.stdout.once('drain', () => { n++; w(); }); }; w();`,
+      `const c = 'x'.repeat(65536); let n = 0; const w = () => { while (n < 192 && process.stdout.write(c)) n++; ` +
+        `if (n < 192) process.stdout.once('drain', () => { n++; w(); }); }; w();`,
       /line longer than 10485760 bytes/,
     ],
     ['a dense line of 9 MiB', `process.stdout.write('[' + '[],'.repeat(3 * 1024 * 1024) + '[]]\\n');`, /more structure than the limit/],

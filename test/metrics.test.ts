@@ -66,7 +66,7 @@ describe('GET /metrics', { timeout: 90_000 }, () => {
     assert.equal((await fetch(`http://127.0.0.1:${metricsPort}/api/conversations`)).status, 404, 'the metrics port serves no API');
   });
 
-  test('counters move with real traffic: HTTP by route template and status, events, subscribers, runs, steps, LLM, tools, store, conversations, processes', async () => {
+  test('real traffic counted: HTTP by route template, status, events, subscribers, runs, steps, LLM, tools, store, conversations, processes', async () => {
     const before = await scrape();
     const route = { method: 'POST', route: '/api/conversations/{conversation_id}/events', status: '200' };
 

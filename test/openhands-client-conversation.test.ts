@@ -299,7 +299,7 @@ const verdict = (complete: boolean, missing = '') => ({ text: JSON.stringify({ s
 const isJudge = (r: ScriptedRequest) => !r.body.tools?.length && /audit whether an AI software agent/.test(said(r));
 
 describe('the /goal loop through the client', { timeout: 180_000 }, () => {
-  test('re-prompts with what the judge found missing until it is done; its state is in the info and the events; 409 while active, 400 when empty', async (t) => {
+  test('re-prompts with what the judge found missing until done; its state is in the info and the events; 409 while active, 400 when empty', async (t) => {
     const conv = await started(t, '/workspace/goal');
     const ws = hostWorkspace(conv.id);
     const from = llmA.requests.length;

@@ -528,7 +528,7 @@ describe('attacks on what these routes reach, judged from the host', { timeout: 
     assert.equal(hostPid(`ns:${marker}`), 0, 'the server was killed with its sandbox');
   });
 
-  test('a race: the agent swaps a directory for a link to / while the browser and the skill reader read it (200 tries); nothing outside the workspace is answered', async () => {
+  test('race: the agent swaps a dir for a link to / while the browser and skill reader read it (200 tries); nothing outside the workspace served', async () => {
     const c = await conversation('/workspace/race');
     const marker = `host-only-${crypto.randomUUID()}`;
     fs.mkdirSync(path.join(d.dataDir, marker));

@@ -10,7 +10,7 @@ import { startScriptedLlm } from './support/scripted-llm.js';
 import { allEvents, waitStatus } from './support/conversation-api.js';
 
 describe('restart debts', { timeout: 170_000 }, () => {
-  test('a daemon killed (SIGKILL) while two tool calls run: after the restart each action has an error answer, in order, and the agent runs again', async (t) => {
+  test('a daemon SIGKILLed while two tool calls run: after the restart each action has an error answer, in order, and the agent runs again', async (t) => {
     const llm = await startScriptedLlm([]);
     t.after(() => llm.close());
     const dir = tempDir();

@@ -151,7 +151,7 @@ describe('AgentRuntime (no daemon)', { timeout: 60_000 }, () => {
     assert.deepEqual(await statusTrail(p.events, id), ['running', 'finished'], 'one run, not two');
   });
 
-  test('interrupt during a tool call: the command is killed and answers; the next call of the step is never recorded; then InterruptEvent and paused', async (t) => {
+  test("interrupt during a tool call: the command is killed and answers; the step's next call is not recorded; then InterruptEvent and paused", async (t) => {
     const p = await parts(t);
     const id = await conversation(p);
     llm.push({

@@ -48,7 +48,7 @@ describe('file_editor against a swapping agent (the tool over a real bwrap sandb
   const ed = (params: Record<string, unknown>) => tool.execute(tool.parameters.parse(params), ctx);
   const text = (o: { content: { type: string; text?: string }[] }) => o.content.map((c) => c.text ?? '').join('');
 
-  test(`${TRIES}× each of view (directory and file), create, str_replace, insert and undo_edit through the swapped directory: no canary read, listed, created or removed`, async () => {
+  test(`${TRIES}× each of view (dir, file), create, str_replace, insert, undo_edit via the swapped dir: no canary read, listed, created, removed`, async () => {
     const outcomes = new Map<string, number>();
     const note = (k: string) => outcomes.set(k, (outcomes.get(k) ?? 0) + 1);
     for (let i = 0; i < TRIES; i++) {

@@ -23,7 +23,7 @@ describe("git, bash and the conversation's directories against a swapping agent"
 
   // git starts a process in the sandbox for each call (no file of it is read by the daemon but the
   // diff's current side, through the file service as the downloads are): a quarter as many tries
-  test(`${TRIES / 4}× each of git changes, git diff (by the conversation's path and by the host's), a bash cwd, through the swapped directory: no canary, no 5xx, no host path`, async () => {
+  test(`${TRIES / 4}× each of git changes, git diff (conversation or host path), bash cwd, via the swapped dir: no canary, no 5xx, no host path`, async () => {
     for (let i = 0; i < TRIES / 4; i++) {
       c.check(await c.d.req('GET', `/api/git/changes?${c.q('/workspace/d')}`, undefined, c.H), 'git changes');
       c.check(await c.d.req('GET', `/api/git/diff?${c.q('/workspace/d/secret.txt')}`, undefined, c.H), 'git diff');

@@ -45,7 +45,7 @@ const cmd = (pid: number) => {
 };
 
 describe('every process of a sandbox is in its cgroup', { skip: !ROOT_RUN && 'needs root: a writable cgroup hierarchy', timeout: 120_000 }, () => {
-  test("init, the file service and what it forks (a hostile stand-in), shells and their jobs: all in the sandbox's cgroup, bounded by its process limit; another conversation has its own", async () => {
+  test("init, file service and its forks (hostile stand-in), shells, jobs: in the sandbox's cgroup, under its process limit; others have theirs", async () => {
     const dir = tempDir();
     const marker = `3737${process.pid % 1000}`;
     const standIn = path.join(dir, 'stand-in.mjs');
@@ -59,11 +59,13 @@ describe('every process of a sandbox is in its cgroup', { skip: !ROOT_RUN && 'ne
         '// forks as a file service an attacker had taken over would, then serves as the real one',
         `for (let i = 0; i < 3; i++) spawn('sleep', ['${marker}'], { stdio: 'ignore' }).on('error', () => {});`,
         `spawn('/bin/sh', ['-c', '(setsid sleep ${marker}1 > /dev/null 2>&1 &); exit 0'], { stdio: 'ignore' }).on('error', () => {});`,
-        `let n = 0; const more = () => { try { spawn('sleep', ['${marker}2'], { stdio: 'ignore' }).on('error', () => {}); } catch {} if (++n < 150) setTimeout(more, 2); };`,
+        `let n = 0; const more = () => { try { spawn('sleep', ['${marker}2'], { stdio: 'ignore' }).on('error', () => {}); } catch {} ` +
+          `if (++n < 150) setTimeout(more, 2); };`,
         'more();',
         '}',
         // (the real service's effective ids first: its code may be where only the conversation's uid can go, a checkout under /tmp)
-        "const as = process.argv.indexOf('--as'); if (as > 0) { const [u, g] = process.argv[as + 1].split(':').map(Number); process.setegid(g); process.seteuid(u); }",
+        "const as = process.argv.indexOf('--as'); if (as > 0) { " +
+          "const [u, g] = process.argv[as + 1].split(':').map(Number); process.setegid(g); process.seteuid(u); }",
         `await import(${JSON.stringify(FILE_HELPER)});`,
       ].join('\n'),
       { mode: 0o644 },

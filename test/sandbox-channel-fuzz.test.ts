@@ -71,7 +71,7 @@ describe('the file channel attacked from inside real sandboxes', { timeout: 175_
   after(() => d?.stop());
 
   for (const kind of ['null-late', 'empty-late'] as const) {
-    test(`${kind === 'null-late' ? 'the 12 bytes of a `null` frame' : 'a frame of `{}`'} while no request waits: that sandbox closes with an event, the daemon goes on`, async () => {
+    test(`${kind === 'null-late' ? 'a 12-byte `null` frame' : 'a `{}` frame'} unrequested: that sandbox closes with an event, the daemon goes on`, async () => {
       const id = await conversation();
       const other = await conversation();
       await works(id, 'before');

@@ -184,7 +184,7 @@ describe('disk bounds count what a sandbox holds', { skip: !ROOT_RUN && 'needs r
     }
   });
 
-  test('a full data disk: relief stops the conversation holding it in unlinked files, not an innocent one with more visible files; the daemon keeps its reserve', async () => {
+  test('full data disk: relief stops the conversation holding it in unlinked files, not one with more visible files; the daemon keeps a reserve', async () => {
     const mnt = smallDisk(112);
     const d = await startDaemon(
       { LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, SANDBOX: 'bwrap', SANDBOX_NETWORK: 'none', SANDBOX_DISK_MB: '0', DISK_RESERVE_MB: '4' },
@@ -213,7 +213,7 @@ describe('disk bounds count what a sandbox holds', { skip: !ROOT_RUN && 'needs r
     }
   });
 
-  test('a conversation on its disk: its files come back after its sandbox closed (the image mounted again); a workspace made before disks stays a directory, measured; DELETE with KEEP_WORKSPACES leaves a plain directory', async () => {
+  test('disk image: files survive the sandbox (remounted); pre-disk workspaces stay measured dirs; DELETE+KEEP_WORKSPACES leaves a plain dir', async () => {
     const mnt = smallDisk(192);
     const d = await startDaemon(
       {

@@ -21,7 +21,8 @@ const SANDBOX_UID = 65533;
 
 /** A TCP connection from the agent's shell: `OPEN <first line>` or `REFUSED`. */
 const tcp = (host: string, port: number) =>
-  `(exec 3<>/dev/tcp/${host}/${port} && printf 'x\\n' >&3 && timeout 5 head -c 200 <&3 | head -1 | sed 's/^/OPEN /' ; true) 2>/dev/null | grep . || echo REFUSED`;
+  `(exec 3<>/dev/tcp/${host}/${port} && printf 'x\\n' >&3 && ` +
+  `timeout 5 head -c 200 <&3 | head -1 | sed 's/^/OPEN /' ; true) 2>/dev/null | grep . || echo REFUSED`;
 
 async function shell(d: DaemonHandle, llm: ScriptedLlm, id: string, command: string): Promise<string> {
   const before = (await allEvents(d.req, id)).length;
@@ -108,7 +109,7 @@ describe('sandbox: egress by default; no host privilege', {
     );
   });
 
-  test('no host privilege: every sysctl write fails (even to its current value), /proc/sys and /sys are read-only mounts, no user namespace can be made; uid and capabilities read from the host', async () => {
+  test('no host privilege: sysctl writes fail (even same value), /proc/sys and /sys read-only, no user namespace; uid and caps from the host', async () => {
     const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
     const sysctls = [
       'kernel/core_pattern',

@@ -77,7 +77,7 @@ describe('sandbox: a holder whose bwrap dies early', { timeout: 60_000 }, () => 
     }
   });
 
-  test('conversations begun faster than spares come: once one had to start a holder of its own, the next spares start as soon as that one is ready, and the next conversation takes one', async () => {
+  test('conversations outpacing spares: after one started its own holder, the next spares start once it is ready, the next conversation gets one', async () => {
     const dir = tempDir();
     const fake = path.join(dir, 'bwrap');
     // counts bwrap's starts; the refill delay outside a burst is ten minutes, so only the burst rule can start a spare here
@@ -125,7 +125,8 @@ describe('sandbox: a holder whose bwrap dies early', { timeout: 60_000 }, () => 
     const fake = path.join(dir, 'bwrap');
     fs.writeFileSync(
       fake,
-      `#!/bin/sh\nn=$(cat ${dir}/count 2>/dev/null || echo 0); echo $((n + 1)) > ${dir}/count\nif [ "$n" -ge 1 ]; then sleep ${marker} & exit 1; fi\nexec /usr/bin/bwrap "$@"\n`,
+      `#!/bin/sh\nn=$(cat ${dir}/count 2>/dev/null || echo 0); echo $((n + 1)) > ${dir}/count\n` +
+        `if [ "$n" -ge 1 ]; then sleep ${marker} & exit 1; fi\nexec /usr/bin/bwrap "$@"\n`,
       { mode: 0o755 },
     );
     const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', bwrapPath: fake, spareHolder: false }, { workspaceRoot: dir });
@@ -150,7 +151,7 @@ describe('sandbox: a holder whose bwrap dies early', { timeout: 60_000 }, () => 
 });
 
 describe('sandbox: one set of namespaces per conversation (in-process launcher, real bwrap)', { timeout: 60_000 }, () => {
-  test('SANDBOX_NETWORK=none: a server one process starts on the loopback is reached by the next one, System V IPC is shared; another conversation reaches neither', async () => {
+  test("SANDBOX_NETWORK=none: one process's loopback server is reached by the next, System V IPC is shared; another conversation reaches neither", async () => {
     const root = tempDir();
     // a mapped directory (as the askpass helper's) that nothing has written to yet
     const helpers = path.join(root, 'helpers');
@@ -169,7 +170,10 @@ describe('sandbox: one set of namespaces per conversation (in-process launcher, 
         c.stderr!.on('data', (d: Buffer) => (text += d.toString('utf8')));
         c.on('close', () => resolve(text));
       });
-    const connect = `node -e "require('net').connect(${port}, '127.0.0.1').on('data', (d) => console.log(String(d))).on('error', (e) => console.log('ERR', e.code))"`;
+    const connect =
+      `node -e "require('net').connect(${port}, '127.0.0.1')` +
+      `.on('data', (d) => console.log(String(d)))` +
+      `.on('error', (e) => console.log('ERR', e.code))"`;
     try {
       // like setup.sh starting a dev server: the script ends, the server stays
       await out(
@@ -219,7 +223,8 @@ describe('sandbox: SANDBOX_NETWORK=none and kill -9 of the daemon', { timeout: 1
       const id = await h.create();
       const r = await h.sh(
         id,
-        `(exec 3<>/dev/tcp/127.0.0.1/${h.d.port}) 2>/dev/null && echo CONNECTED || echo REFUSED; ip -o link 2>/dev/null | grep -v ' lo:' | wc -l; cat /proc/net/dev | tail -n +3 | cut -d: -f1`,
+        `(exec 3<>/dev/tcp/127.0.0.1/${h.d.port}) 2>/dev/null && echo CONNECTED || echo REFUSED; ` +
+          `ip -o link 2>/dev/null | grep -v ' lo:' | wc -l; cat /proc/net/dev | tail -n +3 | cut -d: -f1`,
       );
       assert.match(r.text, /REFUSED/);
       assert.doesNotMatch(r.text, /CONNECTED/);

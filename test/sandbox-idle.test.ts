@@ -65,7 +65,8 @@ describe('an idle conversation costs no process; its shell comes back as it was'
     const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
     const first = await sh(
       id,
-      `mkdir -p sub/dir && cd sub/dir && export PARLEY_IDLE_VAR='a b "c"' && export PATH="/workspace/bin:$PATH" && (sleep ${marker} > /dev/null 2>&1 &) && echo set`,
+      `mkdir -p sub/dir && cd sub/dir && export PARLEY_IDLE_VAR='a b "c"' && export PATH="/workspace/bin:$PATH" && ` +
+        `(sleep ${marker} > /dev/null 2>&1 &) && echo set`,
     );
     assert.match(first, /^set$/m);
     const daemon = d.proc.pid!;
@@ -92,7 +93,8 @@ describe('an idle conversation costs no process; its shell comes back as it was'
     const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
     const first = await sh(
       id,
-      `mkdir -p d/e && echo inner > d/e/f && echo top > top.txt && ln -s /etc link && printf raw > "$(printf 'n\\377')" && echo t > /tmp/keep && echo h > ~/keep && chmod 751 /workspace && cd d/e && export RETURN_VAR=back && echo set`,
+      `mkdir -p d/e && echo inner > d/e/f && echo top > top.txt && ln -s /etc link && printf raw > "$(printf 'n\\377')" && ` +
+        `echo t > /tmp/keep && echo h > ~/keep && chmod 751 /workspace && cd d/e && export RETURN_VAR=back && echo set`,
     );
     assert.match(first, /^set$/m);
     // idle: the conversation costs no process (the daemon's tree is what it was before it, a spare holder)
@@ -115,7 +117,8 @@ describe('an idle conversation costs no process; its shell comes back as it was'
     // it comes back in a spare holder: the same process now has the conversation's workspace
     const next = await sh(
       id,
-      `pwd; echo "[$RETURN_VAR]"; cat /workspace/d/e/f /workspace/top.txt /tmp/keep ~/keep "/workspace/$(printf 'n\\377')"; echo; readlink /workspace/link; stat -c %a /workspace`,
+      `pwd; echo "[$RETURN_VAR]"; cat /workspace/d/e/f /workspace/top.txt /tmp/keep ~/keep "/workspace/$(printf 'n\\377')"; ` +
+        `echo; readlink /workspace/link; stat -c %a /workspace`,
     );
     const after = fifos();
     assert.ok(

@@ -73,7 +73,7 @@ describe('sandbox limits over all conversations', {
     await llm?.close();
   });
 
-  test("SANDBOX_TOTAL_MEMORY_MB: the sandboxes' parent cgroup has the total as its limit; two conversations that together want more than it cannot both hold it", async () => {
+  test("SANDBOX_TOTAL_MEMORY_MB: the limit of the sandboxes' parent cgroup; two conversations wanting more together cannot both hold it", async () => {
     const d = await startDaemon({
       LLM_MODEL: 'openai/scripted',
       LLM_BASE_URL: llm.url,
@@ -90,7 +90,8 @@ describe('sandbox limits over all conversations', {
       const b = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
       // each holds 120 MiB (within its own 160): together 240, over the 200 of all sandboxes
       const hold = (tag: string) =>
-        `python3 -c "import time; a = bytearray(120 * 1024 * 1024); a[::4096] = b'x' * len(a[::4096]); print('HELD-${tag}', flush=True); time.sleep(${tag === 'a' ? 60 : 61})" 2>&1; echo "exit=$?"`;
+        `python3 -c "import time; a = bytearray(120 * 1024 * 1024); a[::4096] = b'x' * len(a[::4096]); ` +
+        `print('HELD-${tag}', flush=True); time.sleep(${tag === 'a' ? 60 : 61})" 2>&1; echo "exit=$?"`;
       const first = await turn(
         d,
         llm,
@@ -154,7 +155,7 @@ describe('sandbox limits over all conversations', {
     }
   });
 
-  test('SANDBOX_DISK_MB measured (SANDBOX_DISK=measured) on a small tmpfs: a conversation that writes past it is stopped, the event and the observation say why, the daemon and another conversation go on', async () => {
+  test('SANDBOX_DISK=measured: writing past SANDBOX_DISK_MB stops a conversation, event and observation say why; the daemon and others go on', async () => {
     const mnt = tempDir('parley-disk-');
     execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=96m', 'tmpfs', mnt]);
     let d: DaemonHandle | null = null;
@@ -196,7 +197,7 @@ describe('sandbox limits over all conversations', {
     }
   });
 
-  test("an agent that fills the disk the daemon shares (no disk bound) is stopped as the largest user; the daemon's appends go on, and after the space returns everything does", async () => {
+  test("an agent filling the shared disk (no disk bound) is stopped as its largest user; the daemon's appends go on; once space returns, all do", async () => {
     const mnt = tempDir('parley-full-');
     execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=96m', 'tmpfs', mnt]);
     let d: DaemonHandle | null = null;

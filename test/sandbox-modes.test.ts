@@ -19,7 +19,8 @@ const ROOT_RUN = process.getuid?.() === 0;
 
 describe('sandbox: the daemon API from inside a sandbox without a session key', { timeout: 180_000 }, () => {
   const httpGet = (port: number, url: string) =>
-    `exec 3<>/dev/tcp/127.0.0.1/${port} && printf 'GET ${url} HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\nConnection: close\\r\\n\\r\\n' >&3 && cat <&3 || echo NO-CONNECTION`;
+    `exec 3<>/dev/tcp/127.0.0.1/${port} && printf 'GET ${url} HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\n` +
+    `Connection: close\\r\\n\\r\\n' >&3 && cat <&3 || echo NO-CONNECTION`;
 
   test('SANDBOX_NETWORK=none: another conversation cannot be read through the keyless API', async () => {
     const h = await harness({ SESSION_API_KEY: '', SANDBOX_NETWORK: 'none' });
@@ -39,7 +40,7 @@ describe('sandbox: the daemon API from inside a sandbox without a session key', 
     }
   });
 
-  test('SANDBOX=auto, SANDBOX_NETWORK=host without a key: the daemon warns at start that agents reach its API (the documented gap; SANDBOX=bwrap refuses it, see "modes at start")', async () => {
+  test('SANDBOX=auto, SANDBOX_NETWORK=host, no key: warns at start that agents reach the API (documented gap; bwrap refuses, "modes at start")', async () => {
     const h = await harness({ SESSION_API_KEY: '', SANDBOX: 'auto', SANDBOX_NETWORK: 'host' });
     try {
       // logged when the probe decides (after the port opened), once
@@ -248,7 +249,7 @@ describe('sandbox: modes at start', { timeout: 170_000 }, () => {
     assert.match(r.stderr, /bwrap was not found on PATH/);
   });
 
-  test('SANDBOX=bwrap with the host network and no session key exits 1 with one line (agents would reach the keyless API); with SANDBOX_NETWORK=none it starts', async () => {
+  test('SANDBOX=bwrap, host network, no key: exits 1 with one line (agents would reach the keyless API); with SANDBOX_NETWORK=none it starts', async () => {
     const r = await run({ SANDBOX: 'bwrap', SESSION_API_KEY: '', SANDBOX_NETWORK: 'host' }, true);
     assert.equal(r.code, 1);
     assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);

@@ -106,7 +106,10 @@ describe('SANDBOX_ALLOW_NETS', () => {
     }
     assert.match(
       rules,
-      /set blocked4 \{[^}]*elements = \{ 0\.0\.0\.0\/8, 10\.0\.0\.0\/8, 100\.64\.0\.0\/10, 127\.0\.0\.0\/8, 169\.254\.0\.0\/16, 172\.16\.0\.0\/12, 192\.168\.0\.0\/16, 224\.0\.0\.0\/4, 240\.0\.0\.0\/4, 192\.0\.2\.9 \}/,
+      new RegExp(
+        /set blocked4 \{[^}]*elements = \{ 0\.0\.0\.0\/8, 10\.0\.0\.0\/8, 100\.64\.0\.0\/10, 127\.0\.0\.0\/8, 169\.254\.0\.0\/16, /.source +
+          /172\.16\.0\.0\/12, 192\.168\.0\.0\/16, 224\.0\.0\.0\/4, 240\.0\.0\.0\/4, 192\.0\.2\.9 \}/.source,
+      ),
     );
     assert.match(rules, /set blocked6 \{[^}]*elements = \{[^}]*fc00::\/7, fe80::\/10, ff00::\/8, fe80::1 \}/);
     assert.match(rules, /policy accept/);
@@ -322,7 +325,9 @@ describe('SANDBOX_NETWORK=egress, attacked from inside the sandbox', { skip: not
       'perl',
       '-MSocket',
       '-e',
-      'for my $s ([PF_INET, SOCK_RAW, 255], [PF_INET6, SOCK_RAW, 255], [PF_INET, SOCK_RAW, 1], [17, SOCK_RAW, 0], [17, SOCK_DGRAM, 0], [PF_INET, SOCK_DGRAM, 1], [PF_INET6, SOCK_DGRAM, 58]) { print(socket(my $fh, $s->[0], $s->[1], $s->[2]) ? "open\\n" : "refused: $!\\n") }',
+      'for my $s ([PF_INET, SOCK_RAW, 255], [PF_INET6, SOCK_RAW, 255], [PF_INET, SOCK_RAW, 1], ' +
+        '[17, SOCK_RAW, 0], [17, SOCK_DGRAM, 0], [PF_INET, SOCK_DGRAM, 1], [PF_INET6, SOCK_DGRAM, 58]) ' +
+        '{ print(socket(my $fh, $s->[0], $s->[1], $s->[2]) ? "open\\n" : "refused: $!\\n") }',
     ]);
     assert.equal(r.code, 0, r.stderr);
     const lines = r.stdout.trim().split('\n');
@@ -649,7 +654,12 @@ describe('SANDBOX_NETWORK=egress, attacked from inside the sandbox', { skip: not
     sandboxes.push(own);
     const script = `
       import { attachEgress } from ${JSON.stringify(`${ROOT}/src/sandbox/network.ts`)};
-      const e = await attachEgress({ userns: ${JSON.stringify(own.userns)}, netns: ${JSON.stringify(own.netns)}, runAs: { uid: ${uid}, gid: ${uid} }, allow: [] });
+      const e = await attachEgress({
+        userns: ${JSON.stringify(own.userns)},
+        netns: ${JSON.stringify(own.netns)},
+        runAs: { uid: ${uid}, gid: ${uid} },
+        allow: [],
+      });
       process.stdout.write('attached ' + e.pid + '\\n');
       setInterval(() => {}, 1000);
     `;

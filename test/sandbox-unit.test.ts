@@ -137,7 +137,7 @@ describe('sandbox: an unprivileged daemon (as under the systemd unit)', {
   timeout: 120_000,
   skip: process.getuid?.() !== 0 && 'needs root to switch to nobody',
 }, () => {
-  test('as nobody without a cgroup it could make, SANDBOX=bwrap refuses to start with one line naming the fixes (limits are refused, not dropped)', async () => {
+  test('as nobody without a cgroup it can make, SANDBOX=bwrap refuses to start with one line naming the fixes (limits are refused, not dropped)', async () => {
     const d = await nobodyDaemon({});
     try {
       assert.equal(await d.exited, 1, d.out());
@@ -145,7 +145,10 @@ describe('sandbox: an unprivileged daemon (as under the systemd unit)', {
       assert.equal(lines.length, 1, d.stderr());
       assert.match(
         lines[0]!,
-        /^parley: SANDBOX=bwrap but no cgroup can be made for the sandboxes' limits .*run the daemon as root, give it a delegated cgroup \(systemd: Delegate=yes\), or set SANDBOX_LIMITS=unenforced/,
+        new RegExp(
+          /^parley: SANDBOX=bwrap but no cgroup can be made for the sandboxes' limits .*/.source +
+            /run the daemon as root, give it a delegated cgroup \(systemd: Delegate=yes\), or set SANDBOX_LIMITS=unenforced/.source,
+        ),
       );
     } finally {
       await d.close();
@@ -171,7 +174,7 @@ describe('sandbox: an unprivileged daemon (as under the systemd unit)', {
     }
   });
 
-  test("as nobody with SANDBOX_LIMITS=unenforced: bwrap works, limits fall back to rlimits (said at start and in /server_info), files stay the user's; its file service is out of the ptrace family's reach, not of signals", async () => {
+  test("nobody, SANDBOX_LIMITS=unenforced: bwrap runs on rlimits (reported), files stay the user's; file service ptrace-proof, not signal-proof", async () => {
     const d = await nobodyDaemon({ SANDBOX_LIMITS: 'unenforced' });
     const { llm, data } = d;
     try {
@@ -444,7 +447,7 @@ describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
     };
   };
 
-  test("under the unit's emulated restrictions (nobody, no capabilities, no_new_privs, UMask, read-only system, private /tmp, ProtectHome, ProtectProc=invisible) the sandbox works", {
+  test('the sandbox works in the emulated unit (nobody, no caps, no_new_privs, UMask, ProtectSystem, PrivateTmp, ProtectHome, ProtectProc=invisible)', {
     skip: process.getuid?.() !== 0 && 'needs root to emulate the unit',
   }, async () => {
     const u = await emulated('no');
@@ -467,7 +470,8 @@ describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
               name: 'terminal',
               arguments: {
                 command:
-                  'id -u; pwd; echo shared > /tmp/t; touch mine.txt; mkdir -p /tmp/locked/in locked/in; touch /tmp/locked/in/f locked/in/f; chmod 0 /tmp/locked/in /tmp/locked locked/in locked',
+                  'id -u; pwd; echo shared > /tmp/t; touch mine.txt; mkdir -p /tmp/locked/in locked/in; ' +
+                  'touch /tmp/locked/in/f locked/in/f; chmod 0 /tmp/locked/in /tmp/locked locked/in locked',
               },
             },
           ],

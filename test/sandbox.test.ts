@@ -35,7 +35,7 @@ describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
     assert.match(r.body.sandbox.limits.enforced_by, /^(cgroup-v1|cgroup-v2|rlimit)$/);
   });
 
-  test("the shell sees its workspace at /workspace; files are the sandbox uid's on the host (the daemon's when it is not root); no capability, no_new_privs", async () => {
+  test("the shell sees its workspace at /workspace; files are the sandbox uid's on the host (the daemon's if not root); no caps, no_new_privs", async () => {
     const m = `6464${process.pid % 1000}`;
     const r = await h.sh(a, `pwd; echo hi > mine.txt; id -u; (sleep ${m} >/dev/null 2>&1 &)`);
     assert.match(r.text, /^\/workspace$/m);
@@ -60,7 +60,8 @@ describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
   test("another conversation's workspace and DATA_DIR are not visible", async () => {
     const r = await h.sh(
       a,
-      `cat ${h.ws(b)}/secret.txt; ls ${h.ws(b)}; ls ${h.d.dataDir}; cat ${h.d.dataDir}/*.db; ls ${path.dirname(h.ws(b))}; cat /workspace/../${path.basename(h.ws(b))}/secret.txt; echo END`,
+      `cat ${h.ws(b)}/secret.txt; ls ${h.ws(b)}; ls ${h.d.dataDir}; cat ${h.d.dataDir}/*.db; ` +
+        `ls ${path.dirname(h.ws(b))}; cat /workspace/../${path.basename(h.ws(b))}/secret.txt; echo END`,
     );
     assert.doesNotMatch(r.text, /B-PRIVATE-CONTENT/);
     assert.match(r.text, /No such file or directory/);
@@ -72,7 +73,8 @@ describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
     const pid = h.d.proc.pid!;
     const r = await h.sh(
       a,
-      `cat /proc/${pid}/environ; ls /proc | grep -c '^[0-9]'; env | rev > env-rev.txt; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | rev >> env-rev.txt; env | sort > env.txt`,
+      `cat /proc/${pid}/environ; ls /proc | grep -c '^[0-9]'; env | rev > env-rev.txt; ` +
+        `cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | rev >> env-rev.txt; env | sort > env.txt`,
     );
     assert.match(r.text, /No such file or directory/);
     // judged from the host: the files the shell wrote hold no daemon secret, not even reversed
@@ -133,7 +135,8 @@ describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
     const other = h.ws(b);
     await h.sh(
       a,
-      `ln -sfn ${other} /workspace/other; ln -sfn ${h.d.dataDir} /workspace/data; ln -sfn ${other}/secret.txt /workspace/s.txt; ln -sfn /nonexistent/x /workspace/dangling; echo ok`,
+      `ln -sfn ${other} /workspace/other; ln -sfn ${h.d.dataDir} /workspace/data; ` +
+        `ln -sfn ${other}/secret.txt /workspace/s.txt; ln -sfn /nonexistent/x /workspace/dangling; echo ok`,
     );
     // the links exist on the host, pointing outside
     assert.equal(fs.readlinkSync(path.join(h.ws(a), 'other')), other);
@@ -229,7 +232,7 @@ describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
 });
 
 describe('sandbox: one sandbox per conversation', { timeout: 180_000 }, () => {
-  test('the shell, setup.sh and a stdio MCP server share one set of namespaces (user, pid, mount, ipc, uts) and one /tmp; another conversation does not; DELETE ends it; a dead sandbox is recreated', async () => {
+  test("shell, setup.sh, stdio MCP: shared namespaces (user, pid, mount, ipc, uts) and /tmp, not another's; DELETE ends it; recreated when dead", async () => {
     const h = await harness();
     const git = await startGitServer({ token: 'gh-SANDBOX-token-5678' });
     const m = `9191${process.pid % 1000}`;
@@ -266,7 +269,8 @@ describe('sandbox: one sandbox per conversation', { timeout: 180_000 }, () => {
       assert.ok(mcpPid > 0, JSON.stringify(pidObs));
       const shell = await h.sh(
         a,
-        `cat /tmp/setup-${m}; cat ~/.cache-${m}; (sleep ${m}2 >/dev/null 2>&1 &); ps -eo pid,args; echo "NSFDS $(ls -l /proc/$$/fd | grep -cE '(user|pid):\\[')"`,
+        `cat /tmp/setup-${m}; cat ~/.cache-${m}; (sleep ${m}2 >/dev/null 2>&1 &); ` +
+          `ps -eo pid,args; echo "NSFDS $(ls -l /proc/$$/fd | grep -cE '(user|pid):\\[')"`,
       );
       assert.match(shell.text, /^NSFDS 0$/m, "the shell closed the sandbox's namespace fds");
       assert.match(shell.text, new RegExp(`FROM-SETUP-${m}`), 'the shell reads what setup.sh wrote to /tmp');

@@ -343,7 +343,7 @@ describe('terminal tool: timeouts, interrupts, outputs, shells', () => {
     await t.closeAll();
   });
 
-  it('prewarm: a shell closed for being idle starts again before any command, with its directory and variables; the idle note goes with the first command', async () => {
+  it('prewarm: a shell closed when idle starts again before any command, with its directory and variables; the first command gets the idle note', async () => {
     // (long enough that the shell started ahead is still up when the command comes on a busy machine)
     const t = createTerminalTool({ sandbox: Sandbox.none(), idleCloseMs: 2000 });
     const ctx = makeCtx();
