@@ -39,7 +39,7 @@ import WebSocket from 'ws';
 import { Sandbox, DEFAULT_SANDBOX_SETTINGS } from '../src/sandbox/launcher.js';
 import { ShellSession } from '../src/tools/terminal/session.js';
 import { startDaemon, waitFor } from '../test/support/daemon.js';
-import { startScriptedLlm } from '../test/support/scripted-llm.js';
+import { helloTurn, startScriptedLlm } from '../test/support/scripted-llm.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -211,12 +211,7 @@ async function coldTurn(b: BurstDaemon): Promise<{ ms: number; marks: [string, n
     await new Promise((r) => setTimeout(r, 5));
   }
   const ws = path.join(d.dataDir, 'workspaces', created.replace(/-/g, ''));
-  llm.push(
-    { toolCalls: [{ name: 'terminal', arguments: { command: 'echo hello' } }] },
-    { toolCalls: [{ name: 'file_editor', arguments: { command: 'create', path: `${ws}/hello.txt`, file_text: 'hello\n' } }] },
-    { toolCalls: [{ name: 'file_editor', arguments: { command: 'str_replace', path: `${ws}/hello.txt`, old_str: 'hello', new_str: 'hello, world' } }] },
-    { toolCalls: [{ name: 'finish', arguments: { message: 'said hello' } }] },
-  );
+  llm.push(...helloTurn(ws));
   const seen: Seen[] = [];
   const sock = new WebSocket(`ws://127.0.0.1:${d.port}/sockets/events/${created}`, { perMessageDeflate: false, headers: { 'X-Session-API-Key': key } });
   let onEnd: (v: unknown) => void = () => {};

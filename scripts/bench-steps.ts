@@ -34,7 +34,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { startDaemon } from '../test/support/daemon.js';
-import { startScriptedLlm, type ScriptedReply } from '../test/support/scripted-llm.js';
+import { helloTurn, startScriptedLlm } from '../test/support/scripted-llm.js';
 import type { LlmToolSpec } from '../src/llm/types.js';
 import type { ModelMessage } from 'ai';
 import WebSocket from 'ws';
@@ -264,12 +264,7 @@ async function helloBench(turns: number, profile: boolean): Promise<number> {
         if (i > 300) throw new Error(`workspace of ${id} still ${phase}`);
         await new Promise((r) => setTimeout(r, 50));
       }
-      llm.push(
-        { toolCalls: [{ name: 'terminal', arguments: { command: 'echo hello' } }] },
-        { toolCalls: [{ name: 'file_editor', arguments: { command: 'create', path: `${ws}/hello.txt`, file_text: 'hello\n' } }] },
-        { toolCalls: [{ name: 'file_editor', arguments: { command: 'str_replace', path: `${ws}/hello.txt`, old_str: 'hello', new_str: 'hello, world' } }] },
-        { toolCalls: [{ name: 'finish', arguments: { message: 'said hello' } }] },
-      );
+      llm.push(...helloTurn(ws));
       const seen: Seen[] = [];
       const sock = new WebSocket(`ws://127.0.0.1:${d.port}/sockets/events/${id}`, { perMessageDeflate: false });
       let first = true;
@@ -483,12 +478,7 @@ async function llmClientBench(rounds: number, turns: number): Promise<number> {
       properties: { command: { type: 'string' }, path: { type: 'string' }, file_text: { type: 'string' }, message: { type: 'string' } },
     },
   }));
-  const answers: ScriptedReply[] = [
-    { toolCalls: [{ name: 'terminal', arguments: { command: 'echo hello' } }] },
-    { toolCalls: [{ name: 'file_editor', arguments: { command: 'create', path: '/workspace/hello.txt', file_text: 'hello\n' } }] },
-    { toolCalls: [{ name: 'file_editor', arguments: { command: 'str_replace', path: '/workspace/hello.txt', old_str: 'hello', new_str: 'hello, world' } }] },
-    { toolCalls: [{ name: 'finish', arguments: { message: 'said hello' } }] },
-  ];
+  const answers = helloTurn('/workspace');
   const clients = ['own', 'ai-sdk'] as const;
   const after: Record<(typeof clients)[number], number[]> = { own: [], 'ai-sdk': [] };
   const cpu: Record<(typeof clients)[number], number[]> = { own: [], 'ai-sdk': [] };

@@ -119,6 +119,19 @@ export interface ScriptedRequest {
   answeredAt?: number;
 }
 
+/**
+ * The benchmarks' hello turn, as the scripted LLM answers it: a shell command, a file created in `dir`, edited,
+ * then finish (four LLM calls).
+ */
+export function helloTurn(dir: string): ScriptedReply[] {
+  return [
+    { toolCalls: [{ name: 'terminal', arguments: { command: 'echo hello' } }] },
+    { toolCalls: [{ name: 'file_editor', arguments: { command: 'create', path: `${dir}/hello.txt`, file_text: 'hello\n' } }] },
+    { toolCalls: [{ name: 'file_editor', arguments: { command: 'str_replace', path: `${dir}/hello.txt`, old_str: 'hello', new_str: 'hello, world' } }] },
+    { toolCalls: [{ name: 'finish', arguments: { message: 'said hello' } }] },
+  ];
+}
+
 export interface ScriptedLlmOptions {
   /** Names listed by GET /v1/models (default ['scripted']). */
   models?: string[];
