@@ -251,6 +251,8 @@ describe('ClusterNode (two nodes in this process)', { timeout: 180_000 }, () => 
     await a.ops.run(id);
     await llm.waitForRequests(before + 1, 20_000);
     assert.equal(a.runtime.isRunning(id), true);
+    // the run's status and system prompt are committed beside its first LLM request, while the lease is still node-a's
+    await waitFor(async () => (await a.events.after(id, 0)).some((e) => e.kind === 'SystemPromptEvent'), 'the first step written', 20_000);
     const count = (await a.events.after(id, 0)).length;
     // another node took the lease over (node-a's renewal came too late)
     await store.pool.query(`UPDATE leases SET node_id = 'node-thief', expires_at = now() + interval '1 hour' WHERE conversation_id = $1`, [id]);
