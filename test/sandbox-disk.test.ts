@@ -53,7 +53,11 @@ function used(dir: string): number {
   return (s.blocks - s.bfree) * s.bsize;
 }
 
-async function turn(d: DaemonHandle, llm: ScriptedLlm, id: string, command: string, timeout = 120): Promise<string> {
+/**
+ * One turn running `command`: its output. `toEnd: false` returns once the command answered, without waiting for the
+ * run to end (a run whose last append waits for disk relief to free the space its own processes hold).
+ */
+async function turn(d: DaemonHandle, llm: ScriptedLlm, id: string, command: string, timeout = 120, toEnd = true): Promise<string> {
   const before = (await allEvents(d.req, id)).length;
   llm.push({ toolCalls: [{ name: 'terminal', arguments: { command, timeout } }] }, { text: 'done' });
   assert.equal((await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true })).status, 200);
@@ -62,7 +66,7 @@ async function turn(d: DaemonHandle, llm: ScriptedLlm, id: string, command: stri
     'the command answered',
     150_000,
   );
-  await waitFor(async () => (await d.req('GET', `/api/conversations/${id}`)).body.execution_status !== 'running', 'the turn ended', 60_000);
+  if (toEnd) await waitFor(async () => (await d.req('GET', `/api/conversations/${id}`)).body.execution_status !== 'running', 'the turn ended', 120_000);
   return (obs.content as { text?: string }[]).map((c) => c.text ?? '').join('');
 }
 
@@ -195,13 +199,15 @@ describe('disk bounds count what a sandbox holds', { skip: !ROOT_RUN && 'needs r
       const culprit = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
       assert.match(await turn(d, llm, innocent, 'for i in $(seq 30); do head -c 1048576 /dev/zero > big-$i; done; du -sm . | cut -f1'), /^3\d$/m);
       // the culprit's three writers fill what is left of the disk with deleted files, and hold them
-      assert.match(await turn(d, llm, culprit, writers(0, 400)), /writing/);
+      assert.match(await turn(d, llm, culprit, writers(0, 400), 120, false), /writing/);
       const ev = await waitFor(
         async () => (await allEvents(d.req, culprit)).find((e) => e.kind === 'ConversationErrorEvent' && e.code === 'DiskFull'),
         'relief to stop the culprit',
         90_000,
       );
       assert.ok(ev);
+      // its run ends too (its answer took the scripted 'done' before the disk was full; its appends waited for the relief)
+      await waitFor(async () => (await d.req('GET', `/api/conversations/${culprit}`)).body.execution_status !== 'running', "the culprit's run ended", 120_000);
       const errors = (await allEvents(d.req, innocent)).filter((e) => e.kind === 'ConversationErrorEvent');
       assert.deepEqual(errors, [], 'the innocent conversation was not stopped');
       // the daemon's own appends went on (its reserve), and the space came back once the culprit's processes were gone
