@@ -32,7 +32,7 @@ import { ChannelFiles, FileOpError, translatingFiles, type WorkspaceFiles } from
 import type { Holders } from './holders.js';
 import { PathView } from './path-view.js';
 import { PlainFileServices } from './plain-files.js';
-import { endHelpers } from './processes.js';
+import { allEnded, descendantsOfSelf, endHelpers } from './processes.js';
 import { sandboxInfo } from './info.js';
 import { probeTools, type ProbedTools } from './probe.js';
 import {
@@ -556,6 +556,8 @@ export class Sandbox implements ShellSandbox, SandboxHost {
 
   /** Stops everything it started and waits until it is gone: the sandboxes, the spare, the plain file services; then unmounts the disks. */
   async close(): Promise<void> {
+    // every process started so far, however: the stop ends when each has finished exiting
+    const started = descendantsOfSelf();
     this.closed = true;
     this.startProbe(); // a deferred probe that never started ends at once (ready resolves: nothing to run)
     this.diskQuota?.stop();
@@ -569,5 +571,6 @@ export class Sandbox implements ShellSandbox, SandboxHost {
     await this.disks?.unmountStale();
     this.holders?.removeSpareDirs();
     this.cgroups?.close();
+    await allEnded(started, 5000);
   }
 }

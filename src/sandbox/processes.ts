@@ -88,6 +88,40 @@ export async function endHelpers(ms: number): Promise<void> {
   await Promise.all(running.map((p) => exited(p, ms)));
 }
 
+/**
+ * This process's descendants on the host now (parent links of /proc/<pid>/stat): what a stop waits for
+ * at its end, whatever path each was started by and whichever cgroup it was in (a process that left its
+ * cgroup on its way out is still exiting).
+ */
+export function descendantsOfSelf(): number[] {
+  const parent = new Map<number, number>();
+  let names: string[] = [];
+  try {
+    names = fs.readdirSync('/proc');
+  } catch {
+    return [];
+  }
+  for (const d of names) {
+    if (d.charCodeAt(0) > 57) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
+      parent.set(Number(d), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const out: number[] = [];
+  for (const pid of parent.keys()) {
+    for (let p = parent.get(pid), hops = 0; p !== undefined && p > 1 && hops < 64; p = parent.get(p), hops++) {
+      if (p === process.pid) {
+        out.push(pid);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
 /** Whether `pid` is gone or a zombie (it has exited; its parent has not reaped it yet). */
 function ended(pid: number): boolean {
   try {
