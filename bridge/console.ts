@@ -24,12 +24,12 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Door, STATIC_FILES } from './admission.js';
-import { send, sendJson, watchAbort, type ResState } from './http.js';
+import { sendJson, watchAbort, type ResState } from './http.js';
 import { RouteMetric } from './metrics.js';
 import type { BrowserSessions } from './sessions.js';
 import { isSignIn, signIn } from './sign-in.js';
 import type { HttpRequest, HttpResponse, TemplatedApp } from './uws.js';
-import { contentTypeOf } from './content-types.js';
+import { contentTypeOf, type ServedFile, serveFile } from './content-types.js';
 
 /** Where the build puts the console: next to the bundled daemon, or `dist/console` when run from source. */
 function defaultDir(): string {
@@ -48,12 +48,7 @@ const PAGE_HEADERS = {
 };
 const ASSET_HEADERS = { 'x-content-type-options': 'nosniff', 'cache-control': 'public, max-age=31536000, immutable' };
 
-interface ConsoleFile {
-  type: string;
-  body: Buffer;
-  gzip: Buffer | null;
-  etag: string;
-}
+type ConsoleFile = ServedFile;
 
 /** Where the console's pages are: `/` by default, `/console` when a web app takes `/`. */
 export type ConsoleBase = '' | '/console';
@@ -86,26 +81,8 @@ export function mountConsole(app: TemplatedApp, door: Door, sessions: BrowserSes
     return file;
   };
 
-  const serve = (res: HttpResponse, req: HttpRequest, state: ResState, file: ConsoleFile, headers: Record<string, string>) => {
-    if (req.getHeader('if-none-match') === file.etag) {
-      if (state.aborted) return;
-      res.cork(() => {
-        res.writeStatus('304 Not Modified').writeHeader('etag', file.etag).writeHeader('vary', 'accept-encoding');
-        for (const [k, v] of Object.entries(headers)) res.writeHeader(k, v);
-        res.endWithoutBody();
-      });
-      state.aborted = true;
-      state.metric?.end(304, state.t0!);
-      return;
-    }
-    const gzip = file.gzip && /\bgzip\b/.test(req.getHeader('accept-encoding')) ? file.gzip : null;
-    send(res, state, 200, gzip ?? file.body, file.type, {
-      ...headers,
-      etag: file.etag,
-      vary: 'accept-encoding',
-      ...(gzip ? { 'content-encoding': 'gzip' } : {}),
-    });
-  };
+  const serve = (res: HttpResponse, req: HttpRequest, state: ResState, file: ConsoleFile, headers: Record<string, string>) =>
+    serveFile(res, state, file, headers, req.getHeader('if-none-match'), /\bgzip\b/.test(req.getHeader('accept-encoding')));
 
   const refused = (res: HttpResponse, req: HttpRequest, state: ResState) => {
     const admission = door.admit(req, STATIC_FILES);

@@ -29,13 +29,13 @@ import fs from 'node:fs';
 import path from 'node:path';
 import zlib from 'node:zlib';
 import { type Door, STATIC_FILES } from './admission.js';
-import { send, sendJson, watchAbort, type ResState } from './http.js';
+import { sendJson, watchAbort } from './http.js';
 import { RouteMetric } from './metrics.js';
 import { safeDecode } from './routes.js';
 import type { BrowserSessions } from './sessions.js';
 import { isSignIn, signIn } from './sign-in.js';
-import type { HttpResponse, TemplatedApp } from './uws.js';
-import { contentTypeOf } from './content-types.js';
+import type { TemplatedApp } from './uws.js';
+import { contentTypeOf, type ServedFile, serveFile } from './content-types.js';
 
 /** Paths the REST routes answer (their 404 included): never the app's. */
 const NOT_THE_APP = /^\/(api|trpc|sockets)(\/|$)/;
@@ -88,12 +88,7 @@ const PAGE_HEADERS = { 'x-content-type-options': 'nosniff', 'x-frame-options': '
 const FILE_HEADERS = { 'x-content-type-options': 'nosniff', 'cache-control': 'no-cache' };
 const HASHED_HEADERS = { 'x-content-type-options': 'nosniff', 'cache-control': 'public, max-age=31536000, immutable' };
 
-interface AppFile {
-  type: string;
-  body: Buffer;
-  gzip: Buffer | null;
-  etag: string;
-}
+type AppFile = ServedFile;
 
 const gzip = (b: Buffer) => new Promise<Buffer>((resolve, reject) => zlib.gzip(b, { level: 9 }, (err, out) => (err ? reject(err) : resolve(out))));
 
@@ -187,27 +182,11 @@ export function mountWebApp(app: TemplatedApp, door: Door, sessions: BrowserSess
     const answer = async () => {
       if (name === null) return sendJson(res, state, 404, { detail: 'Not Found' });
       const file = name === 'index.html' ? null : await files.get(name);
-      if (file) return serve(res, state, file, name.startsWith('assets/') ? HASHED_HEADERS : FILE_HEADERS, ifNoneMatch, acceptsGzip);
+      if (file) return serveFile(res, state, file, name.startsWith('assets/') ? HASHED_HEADERS : FILE_HEADERS, ifNoneMatch, acceptsGzip);
       if (name !== 'index.html' && isFileName(name)) return sendJson(res, state, 404, { detail: 'Not Found' });
       const page = await files.index();
-      serve(res, state, page.file, { ...PAGE_HEADERS, 'content-security-policy': page.csp }, ifNoneMatch, acceptsGzip);
+      serveFile(res, state, page.file, { ...PAGE_HEADERS, 'content-security-policy': page.csp }, ifNoneMatch, acceptsGzip);
     };
     answer().catch(() => sendJson(res, state, 503, { detail: 'The web app cannot be read (WEB_APP_DIR)' }));
   });
-}
-
-function serve(res: HttpResponse, state: ResState, file: AppFile, headers: Record<string, string>, ifNoneMatch: string, acceptsGzip: boolean): void {
-  if (state.aborted) return;
-  if (ifNoneMatch === file.etag) {
-    res.cork(() => {
-      res.writeStatus('304 Not Modified').writeHeader('etag', file.etag).writeHeader('vary', 'accept-encoding');
-      for (const [k, v] of Object.entries(headers)) res.writeHeader(k, v);
-      res.endWithoutBody();
-    });
-    state.aborted = true;
-    state.metric?.end(304, state.t0!);
-    return;
-  }
-  const z = acceptsGzip ? file.gzip : null;
-  send(res, state, 200, z ?? file.body, file.type, { ...headers, etag: file.etag, vary: 'accept-encoding', ...(z ? { 'content-encoding': 'gzip' } : {}) });
 }
