@@ -2,10 +2,10 @@
  * Every process of a sandbox lives in that sandbox's cgroup, judged from the host's /proc: bwrap's
  * init, the file service, the processes joined to it (shells and their background jobs), and
  * everything those start — also when the file service itself forks, as one an attacker had taken
- * over would (a hostile stand-in for file-helper.mjs: children, a detached grandchild, and as many
- * more as it can start). The conversation's process limit then bounds all of it, nothing of it is
- * charged to the daemon's cgroup, and two conversations never share one. The in-process launcher
- * with real bwrap, as root (cgroups).
+ * over would (a hostile stand-in for file-helper.mjs, set off from the host: children, a detached
+ * grandchild, and as many more as it can start). The conversation's process limit then bounds all
+ * of it, nothing of it is charged to the daemon's cgroup, and two conversations never share one.
+ * The in-process launcher with real bwrap, as root (cgroups).
  */
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
@@ -53,16 +53,15 @@ describe('every process of a sandbox is in its cgroup', { skip: !ROOT_RUN && 'ne
       standIn,
       [
         "import { spawn } from 'node:child_process';",
-        "import { existsSync } from 'node:fs';",
-        // not in the start-up probe's sandbox (its forks would fill the limit the probe's own joiners need), only in A's
-        "if (existsSync('/workspace/.arm-forks')) {",
-        '// forks as a file service an attacker had taken over would, then serves as the real one',
+        // forks as a file service an attacker had taken over would, once the test signals it from the host
+        // (only A's, and only once A's own commands have run: the forks fill the limit its joiners need)
+        "process.once('SIGUSR2', () => {",
         `for (let i = 0; i < 3; i++) spawn('sleep', ['${marker}'], { stdio: 'ignore' }).on('error', () => {});`,
         `spawn('/bin/sh', ['-c', '(setsid sleep ${marker}1 > /dev/null 2>&1 &); exit 0'], { stdio: 'ignore' }).on('error', () => {});`,
         `let n = 0; const more = () => { try { spawn('sleep', ['${marker}2'], { stdio: 'ignore' }).on('error', () => {}); } catch {} ` +
           `if (++n < 150) setTimeout(more, 2); };`,
         'more();',
-        '}',
+        '});',
         // (the real service's effective ids first: its code may be where only the conversation's uid can go, a checkout under /tmp)
         "const as = process.argv.indexOf('--as'); if (as > 0) { " +
           "const [u, g] = process.argv[as + 1].split(':').map(Number); process.setegid(g); process.seteuid(u); }",
@@ -78,9 +77,6 @@ describe('every process of a sandbox is in its cgroup', { skip: !ROOT_RUN && 'ne
     );
     const a = crypto.randomUUID();
     const b = crypto.randomUUID();
-    // A's workspace arms the stand-in's forks
-    fs.mkdirSync(path.join(dir, 'ws', a.replace(/-/g, '')), { mode: 0o755 });
-    fs.writeFileSync(path.join(dir, 'ws', a.replace(/-/g, ''), '.arm-forks'), '');
     const run = (id: string, script: string) =>
       new Promise<string>((resolve) => {
         const c = sb.spawn(id, ['sh', '-c', script], {
@@ -110,6 +106,7 @@ describe('every process of a sandbox is in its cgroup', { skip: !ROOT_RUN && 'ne
       assert.equal(pidsCgroup(initA), cgA, "bwrap's init is in the conversation's cgroup");
       assert.equal(pidsCgroup(serviceA), cgA, "the file service is in the conversation's cgroup");
       // the stand-in's children of A's sandbox, and its forks up to the limit
+      process.kill(serviceA, 'SIGUSR2');
       await waitFor(() => hostProcesses(`sleep ${marker}1`).length >= 1, 'the forks run', 30_000);
       assert.notEqual(cgA, pidsCgroup(process.pid), "not the daemon's");
       assert.equal(Number(fs.readFileSync(path.join(pidsDir(cgA), 'pids.max'), 'utf8')), PIDS);

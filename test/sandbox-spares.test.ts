@@ -12,7 +12,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { describe, test } from 'node:test';
 import { startDaemon, tempDir, waitFor } from './support/daemon.js';
-import { fileServices } from './support/holders.js';
+import { fileServices, readySpares } from './support/holders.js';
 import { descendants, livingProcesses } from './support/processes.js';
 import { Sandbox, DEFAULT_SANDBOX_SETTINGS } from '../src/sandbox/launcher.js';
 
@@ -78,7 +78,9 @@ describe('sandbox: a spare waits at a lower CPU priority (root daemon)', { timeo
     const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap' }, { workspaceRoot: root });
     try {
       await sb.warm();
-      const [spare] = fileServices(process.pid);
+      // the start-up probe's holder may still be on its way out: the spare is then the one file service left
+      await waitFor(() => fileServices(process.pid).length === 1 && readySpares(process.pid).length === 1, 'the spare alone, ready', 60_000);
+      const [spare] = readySpares(process.pid);
       assert.ok(spare, 'the spare holder runs');
       assert.ok(
         niceOf(spare!).every((n) => n === 10),

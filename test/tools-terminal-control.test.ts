@@ -14,6 +14,7 @@ import { waitFor } from './support/daemon.js';
 import {
   SECRET,
   alive,
+  interrupt,
   makeCtx,
   pgrep,
   pidFrom,
@@ -46,9 +47,9 @@ describe('terminal tool: timeouts, interrupts, outputs, shells', () => {
     const more = await run(ctx, { command: '' });
     assert.equal(more.exit_code, -1);
     assert.ok(!textOf(more).includes('started'), 'output is not repeated');
-    const stop = await run(ctx, { command: 'C-c', is_input: true });
-    assert.equal(stop.exit_code, 130);
-    assert.ok(!textOf(stop).includes('never'), 'C-c aborts the rest of the command line');
+    const stop = await interrupt(ctx);
+    assert.equal(stop.last.exit_code, 130);
+    assert.ok(!stop.text.includes('never'), 'C-c aborts the rest of the command line');
   });
 
   it('does not let a command that keeps printing block the call forever', async () => {
@@ -66,8 +67,8 @@ describe('terminal tool: timeouts, interrupts, outputs, shells', () => {
       assert.ok(Date.now() - t0 < 4000);
       assert.equal(obs.exit_code, -1);
       assert.match(textOf(obs), /still printing/);
-      const stop = await run(ctx, { command: 'C-c', is_input: true }, t);
-      assert.equal(stop.exit_code, 130);
+      const stop = await interrupt(ctx, t);
+      assert.equal(stop.last.exit_code, 130);
     } finally {
       await t.closeAll();
     }
@@ -99,8 +100,8 @@ describe('terminal tool: timeouts, interrupts, outputs, shells', () => {
     await run(ctx, { command: 'cd / && export LOOPVAR=1' });
     const loop = await run(ctx, { command: 'while true; do sleep 0.1; done' });
     assert.equal(loop.exit_code, -1);
-    const stop = await run(ctx, { command: 'C-c', is_input: true });
-    assert.equal(stop.exit_code, 130);
+    const stop = await interrupt(ctx);
+    assert.equal(stop.last.exit_code, 130);
     const state = await run(ctx, { command: 'echo "$PWD $LOOPVAR"' });
     assert.match(textOf(state), /^\/ 1\n/);
   });
@@ -114,8 +115,8 @@ describe('terminal tool: timeouts, interrupts, outputs, shells', () => {
     assert.match(textOf(refused), /sleep 20.13/);
     assert.match(textOf(refused), /is_input/);
     assert.match(textOf(refused), /C-c/);
-    const stop = await run(ctx, { command: 'C-c', is_input: true });
-    assert.equal(stop.exit_code, 130);
+    const stop = await interrupt(ctx);
+    assert.equal(stop.last.exit_code, 130);
     const ok = await run(ctx, { command: 'echo other' });
     assert.match(textOf(ok), /^other/);
   });
@@ -176,8 +177,8 @@ describe('terminal tool: timeouts, interrupts, outputs, shells', () => {
     const z1 = await run(ctx, { command: 'C-z', is_input: true });
     assert.match(textOf(z1), /job control/);
     assert.ok(await waitUntil(() => procState(pid) === 'T'), 'process is stopped');
-    const c = await run(ctx, { command: 'C-c', is_input: true });
-    assert.equal(c.exit_code, 130);
+    const c = await interrupt(ctx);
+    assert.equal(c.last.exit_code, 130);
     assert.ok(await waitUntil(() => !alive(pid)));
   });
 

@@ -48,6 +48,21 @@ export async function run(ctx: ToolContext, call: Call, t: TerminalTool = tool):
   return obs;
 }
 
+/**
+ * Sends C-c, then waits with "" until the tool reports the command's end (on a busy machine the shell
+ * may report it after the call's no-output wait). Returns the last observation and every text seen.
+ */
+export async function interrupt(ctx: ToolContext, t: TerminalTool = tool): Promise<{ last: ToolObservation; text: string }> {
+  let last = await run(ctx, { command: 'C-c', is_input: true }, t);
+  let text = textOf(last);
+  const deadline = Date.now() + 30_000;
+  while (last.exit_code === -1 && Date.now() < deadline) {
+    last = await run(ctx, { command: '' }, t);
+    text += textOf(last);
+  }
+  return { last, text };
+}
+
 export function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
