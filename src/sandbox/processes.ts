@@ -89,12 +89,16 @@ export async function endHelpers(ms: number): Promise<void> {
 }
 
 /**
- * This process's descendants on the host now (parent links of /proc/<pid>/stat): what a stop waits for
- * at its end, whatever path each was started by and whichever cgroup it was in (a process that left its
- * cgroup on its way out is still exiting).
+ * This process's descendants on the host now (parent links of /proc/<pid>/stat) below the children it
+ * started detached (each the leader of a session of its own, as every spawn of the sandbox, the
+ * terminal, git and MCP is): what a stop waits for at its end, whatever path each was started by and
+ * whichever cgroup it was in (a process that left its cgroup on its way out is still exiting). A child
+ * in this process's own session is someone else's (a host that embeds the daemon: a test runner's
+ * compiler service) and is not waited for.
  */
 export function descendantsOfSelf(): number[] {
   const parent = new Map<number, number>();
+  const leaders = new Set<number>();
   let names: string[] = [];
   try {
     names = fs.readdirSync('/proc');
@@ -105,16 +109,20 @@ export function descendantsOfSelf(): number[] {
     if (d.charCodeAt(0) > 57) continue;
     try {
       const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
-      parent.set(Number(d), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      parent.set(Number(d), Number(f[1]));
+      if (Number(f[3]) === Number(d)) leaders.add(Number(d));
     } catch {
       // gone meanwhile
     }
   }
   const out: number[] = [];
   for (const pid of parent.keys()) {
-    for (let p = parent.get(pid), hops = 0; p !== undefined && p > 1 && hops < 64; p = parent.get(p), hops++) {
+    // up to this process's child: one of ours when it leads a session
+    let child = pid;
+    for (let p = parent.get(pid), hops = 0; p !== undefined && p > 1 && hops < 64; child = p, p = parent.get(p), hops++) {
       if (p === process.pid) {
-        out.push(pid);
+        if (leaders.has(child)) out.push(pid);
         break;
       }
     }
