@@ -54,7 +54,10 @@ function parameters(op: AnyOperation): Json[] {
     schema: name === 'conversation_id' ? { type: 'string', format: 'uuid', title: 'Conversation Id' } : { type: 'string', title: name },
   }));
   if (!rest.query) return out;
-  const qs = z.toJSONSchema(rest.doc?.query ?? op.input, { io: 'input', unrepresentable: 'any' }) as { properties?: Record<string, Json>; required?: string[] };
+  const qs = z.toJSONSchema(rest.doc?.query?.() ?? op.input, { io: 'input', unrepresentable: 'any' }) as {
+    properties?: Record<string, Json>;
+    required?: string[];
+  };
   const notQuery = new Set([...names, ...(typeof rest.body === 'object' ? [rest.body.field] : [])]);
   for (const [name, schema] of Object.entries(qs.properties ?? {})) {
     if (!notQuery.has(name)) out.push({ name, in: 'query', required: qs.required?.includes(name) ?? false, schema });
@@ -112,6 +115,8 @@ function operationDoc(name: string, op: AnyOperation, alternatives: [string, Any
 export function buildOpenApi(version: string, authEnabled: boolean): Json {
   const paths: Record<string, Json> = {};
   const entries = Object.entries(operations) as [string, AnyOperation][];
+  // every operation's input is read here, which builds every schema module (src/api/lazy-schemas.ts):
+  // the components they register, those named only in `doc` too, are in the registry before it is read
   for (const [name, op] of entries) {
     const { rest } = op;
     if (rest.when) continue;

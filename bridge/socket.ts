@@ -19,7 +19,7 @@ import crypto from 'node:crypto';
 import { pack, unpack } from 'msgpackr';
 import type { Logger } from 'pino';
 import { resumePoint, type ResumePoint } from '../src/api/resume.js';
-import { SendMessageRequest } from '../src/api/schemas.js';
+import { ApiSchemas } from '../src/api/schemas.js';
 import { BODY_SHAPE_LIMITS, jsonShapeError, msgpackShapeError } from '../src/body-shape.js';
 import type { Core } from '../src/core.js';
 import { EncodedEvent, nowIso } from '../src/events/types.js';
@@ -279,7 +279,7 @@ export class EventSocket implements TopicMember {
     const body: Record<string, unknown> = { ...obj };
     if (typeof body.content === 'string') body.content = [{ type: 'text', text: body.content }];
     body.run = true;
-    const parsed = SendMessageRequest.safeParse(body);
+    const parsed = ApiSchemas.SendMessageRequest.safeParse(body);
     if (!parsed.success) {
       const first = parsed.error.issues[0];
       return this.invalidFrame('ValidationError', `${first?.path.join('.') || 'frame'}: ${first?.message ?? 'invalid'}`);

@@ -4,7 +4,7 @@
  * and uWS's handlers, each handing its socket to the EventSocket it belongs to (socket.ts).
  */
 import type { Logger } from 'pino';
-import { ConversationId } from '../src/api/schemas.js';
+import { ApiSchemas } from '../src/api/schemas.js';
 import type { Core } from '../src/core.js';
 import { metrics } from '../src/metrics.js';
 import type { Door } from './admission.js';
@@ -99,7 +99,7 @@ export function mountEventSockets(app: TemplatedApp, core: Core, log: Logger, op
       const secProtocol = req.getHeader('sec-websocket-protocol');
       const secExt = req.getHeader('sec-websocket-extensions');
       const state = { aborted: false };
-      const parsedId = ConversationId.safeParse(safeDecode(url.slice('/sockets/events/'.length).replace(/\/$/, '')));
+      const parsedId = ApiSchemas.ConversationId.safeParse(safeDecode(url.slice('/sockets/events/'.length).replace(/\/$/, '')));
       const conversationId = parsedId.success ? parsedId.data : null;
       const admission = opts.door.admit(req, { ...UPGRADE, conversationId }, query.session_api_key);
       if (!admission.ok) return send(res, state, admission.status, JSON.stringify({ detail: admission.detail }));

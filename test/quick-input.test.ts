@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { operations, runOperation } from '../src/api/operations.js';
 import { quickSendMessageInput } from '../src/api/quick-input.js';
-import { SendMessageInput } from '../src/api/schemas.js';
+import { ApiSchemas } from '../src/api/schemas.js';
 
 const ID = '0192f0a1-7b2c-7d3e-8f40-123456789abc';
 
@@ -60,7 +60,7 @@ test('the usual inputs take the quick path and give exactly what the schema give
   for (const raw of usual) {
     const quick = quickSendMessageInput(raw);
     assert.notEqual(quick, undefined, JSON.stringify(raw));
-    assert.equal(JSON.stringify(quick), JSON.stringify(SendMessageInput.parse(raw)), JSON.stringify(raw));
+    assert.equal(JSON.stringify(quick), JSON.stringify(ApiSchemas.SendMessageInput.parse(raw)), JSON.stringify(raw));
   }
 });
 
@@ -85,7 +85,7 @@ test('random variations: the quick path never accepts what the schema refuses, n
     const quick = quickSendMessageInput(base);
     if (quick === undefined) continue;
     quickTaken += 1;
-    const schema = SendMessageInput.safeParse(base);
+    const schema = ApiSchemas.SendMessageInput.safeParse(base);
     assert.ok(schema.success, `quick accepted what the schema refuses: ${JSON.stringify(base)}`);
     assert.equal(JSON.stringify(quick), JSON.stringify(schema.data), JSON.stringify(base));
   }

@@ -66,16 +66,17 @@ export interface RestRoute {
    * schema's, or the body field's, when it is registered), the query parameters (default: the
    * input's fields not in the path), the response (a component name or a JSON Schema; default `Success`).
    */
-  doc?: { body?: string; query?: z.ZodObject; response?: string | Json };
+  doc?: { body?: string; query?: () => z.ZodObject; response?: string | Json };
 }
 
 export interface Operation<T extends OperationType, I extends z.ZodType, O, JI extends z.ZodType = I, JO = O> {
   type: T;
-  input: I;
+  /** The input schema, built when first read (lazy-schemas.ts). */
+  readonly input: I;
   handler: Handler<I, O>;
   rest: RestRoute;
   /** The operation as a JSON door (tRPC) serves it. */
-  json: { input: JI; handler: Handler<JI, JO> };
+  json: { readonly input: JI; handler: Handler<JI, JO> };
   /** A check of the usual input without the schema (the hot path): its output, or undefined to let the schema decide. */
   quick?: (raw: unknown) => z.output<I> | undefined;
 }
@@ -84,15 +85,51 @@ export interface Operation<T extends OperationType, I extends z.ZodType, O, JI e
 export type AnyOperation = Operation<OperationType, z.ZodType, unknown, z.ZodType, unknown>;
 
 interface Spec<I extends z.ZodType, O> {
-  input: I;
+  /** The input schema, given as a function: schemas are built when an operation is first used, not as the table loads. */
+  input: () => I;
   rest: RestRoute;
   handler: Handler<I, O>;
   quick?: (raw: unknown) => z.output<I> | undefined;
 }
 
+/** An operation whose input schemas are built from `input` and `jsonInput` on first read. */
+function make<T extends OperationType, I extends z.ZodType, O, JI extends z.ZodType, JO>(
+  type: T,
+  spec: Spec<I, O>,
+  json: { input: () => JI; handler: Handler<JI, JO> },
+): Operation<T, I, O, JI, JO> {
+  let input: I | undefined;
+  let jsonInput: JI | undefined;
+  const op: Operation<T, I, O, JI, JO> = {
+    type,
+    get input() {
+      return (input ??= spec.input());
+    },
+    handler: spec.handler,
+    rest: spec.rest,
+    json: {
+      get input() {
+        return (jsonInput ??= json.input());
+      },
+      handler: json.handler,
+    },
+  };
+  if (spec.quick) op.quick = spec.quick;
+  return op;
+}
+
+/** The spec back from an operation (its input read lazily through the operation). */
+const specOf = <T extends OperationType, I extends z.ZodType, O>(op: Operation<T, I, O>): Spec<I, O> => ({
+  input: () => op.input,
+  rest: op.rest,
+  handler: op.handler,
+  ...(op.quick ? { quick: op.quick } : {}),
+});
+
 const operation =
   <T extends OperationType>(type: T) =>
-  <I extends z.ZodType, O>(spec: Spec<I, O>): Operation<T, I, O> => ({ type, ...spec, json: { input: spec.input, handler: spec.handler } });
+  <I extends z.ZodType, O>(spec: Spec<I, O>): Operation<T, I, O> =>
+    make(type, spec, { input: spec.input, handler: spec.handler });
 export const query = operation('query');
 export const mutation = operation('mutation');
 
@@ -101,13 +138,13 @@ export function jsonOutput<T extends OperationType, I extends z.ZodType, O, J>(
   op: Operation<T, I, O>,
   toJson: (o: O) => J | Promise<J>,
 ): Operation<T, I, O, I, J> {
-  return { ...op, json: { input: op.input, handler: async (c, i) => toJson(await op.handler(c, i)) } };
+  return make(op.type, specOf(op), { input: () => op.input, handler: async (c, i) => toJson(await op.handler(c, i)) });
 }
 
 /** Over JSON, another input schema that gives the same input (bytes as base64). */
 export function jsonInput<T extends OperationType, I extends z.ZodType, O, JI extends z.ZodType<z.output<I>>>(
   op: Operation<T, I, O>,
-  input: JI,
+  input: () => JI,
 ): Operation<T, I, O, JI, O> {
-  return { ...op, json: { input, handler: op.handler as unknown as Handler<JI, O> } };
+  return make(op.type, specOf(op), { input, handler: op.handler as unknown as Handler<JI, O> });
 }

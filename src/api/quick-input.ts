@@ -10,9 +10,9 @@
  */
 import { isPlain } from '../events/event-json.js';
 import { MESSAGE_ROLES } from '../events/schema.js';
-import type { SendMessageInput } from './schemas.js';
+import type { ApiSchemas } from './schemas.js';
 
-type Input = import('zod').output<typeof SendMessageInput>;
+type Input = import('zod').output<typeof ApiSchemas.SendMessageInput>;
 
 const CANONICAL_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const ROLES: ReadonlySet<unknown> = new Set(MESSAGE_ROLES);

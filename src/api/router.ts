@@ -3,7 +3,7 @@
  * plus the `events` subscription. REST (the bridge) runs the same table.
  */
 import type { z } from 'zod';
-import { SubscribeInput } from './schemas.js';
+import { ApiSchemas } from './schemas.js';
 import { eventStream } from './subscription.js';
 import { procedure, router } from './trpc.js';
 import type { AnyOperation, Handler, Operation } from './operation.js';
@@ -31,7 +31,7 @@ const procedures = Object.fromEntries(Object.entries(operations).map(([name, op]
 export const appRouter = router({
   ...procedures,
   /** The conversation's events (replay from lastEventId / after_seq, then live): see subscription.ts. */
-  events: procedure.input(SubscribeInput).subscription(({ ctx, input, signal }) => eventStream(ctx.core, input, signal, ctx.maxQueuedBytes)),
+  events: procedure.input(ApiSchemas.SubscribeInput).subscription(({ ctx, input, signal }) => eventStream(ctx.core, input, signal, ctx.maxQueuedBytes)),
 });
 
 export type AppRouter = typeof appRouter;

@@ -6,21 +6,21 @@
  */
 import * as agentServer from '../../conversation/agent-server.js';
 import { launchAgentProfile } from '../../conversation/agent-server-features.js';
-import * as AS from '../agent-server-schemas.js';
+import { AGENT_SERVER_CREATE_KEYS, AgentServerSchemas as AS } from '../agent-server-schemas.js';
 import { mutation, query } from '../operation.js';
-import { ConversationIdInput } from '../schemas.js';
+import { ApiSchemas as A } from '../schemas.js';
 
 const ONE = '/api/conversations/{conversation_id}';
 const RESPONSE = { type: 'object', properties: { response: { type: 'string' } } };
 
 export const agentServerOperations = {
   startConversation: mutation({
-    input: AS.StartConversationRequest,
+    input: () => AS.StartConversationRequest,
     rest: {
       method: 'POST',
       path: '/api/conversations',
       body: 'input',
-      when: { bodyHasAnyKey: AS.AGENT_SERVER_CREATE_KEYS },
+      when: { bodyHasAnyKey: AGENT_SERVER_CREATE_KEYS },
       summary: 'Start Conversation',
       tag: 'Conversations',
       doc: { response: 'ConversationInfo' },
@@ -28,7 +28,7 @@ export const agentServerOperations = {
     handler: (c, i) => agentServer.startConversation({ ...c, launch: (id) => launchAgentProfile({ ...c.server, settings: c.settings }, id) }, i),
   }),
   searchConversations: query({
-    input: AS.ConversationSearchQuery,
+    input: () => AS.ConversationSearchQuery,
     rest: {
       method: 'GET',
       path: '/api/conversations/search',
@@ -40,7 +40,7 @@ export const agentServerOperations = {
     handler: (c, i) => agentServer.searchConversations(c.conversations, i),
   }),
   countConversations: query({
-    input: AS.ConversationCountQuery,
+    input: () => AS.ConversationCountQuery,
     rest: {
       method: 'GET',
       path: '/api/conversations/count',
@@ -53,7 +53,7 @@ export const agentServerOperations = {
   }),
   /** `GET /api/conversations?ids=a,b` (or `ids=a&ids=b`): the infos in that order; without `ids` the path is the listing. */
   getConversations: query({
-    input: AS.ConversationIdsInput,
+    input: () => AS.ConversationIdsInput,
     rest: {
       method: 'GET',
       path: '/api/conversations',
@@ -66,33 +66,33 @@ export const agentServerOperations = {
     handler: (c, i) => agentServer.getConversations(c.conversations, i.ids),
   }),
   updateConversation: mutation({
-    input: AS.UpdateConversationInput,
+    input: () => AS.UpdateConversationInput,
     rest: { method: 'PATCH', path: ONE, body: 'fields', summary: 'Update Conversation', tag: 'Conversations', doc: { body: 'UpdateConversationRequest' } },
     handler: (c, i) => agentServer.updateConversation(c, i.conversation_id, i),
   }),
   agentFinalResponse: query({
-    input: ConversationIdInput,
+    input: () => A.ConversationIdInput,
     rest: { method: 'GET', path: `${ONE}/agent_final_response`, summary: 'Agent Final Response', tag: 'Conversations', doc: { response: RESPONSE } },
     handler: (c, i) => agentServer.agentFinalResponse(c, i.conversation_id),
   }),
   setConfirmationPolicy: mutation({
-    input: AS.SetConfirmationPolicyInput,
+    input: () => AS.SetConfirmationPolicyInput,
     rest: { method: 'POST', path: `${ONE}/confirmation_policy`, body: 'fields', summary: 'Set Confirmation Policy', tag: 'Conversations' },
     // where the loop runs: the run under way reads it at its next step
     handler: (c, i) => c.service.updateAgentSettings(i.conversation_id, { confirmation_policy: i.policy }),
   }),
   updateConversationSecrets: mutation({
-    input: AS.UpdateSecretsInput,
+    input: () => AS.UpdateSecretsInput,
     rest: { method: 'POST', path: `${ONE}/secrets`, body: 'fields', summary: 'Update Conversation Secrets', tag: 'Conversations' },
     handler: (c, i) => agentServer.setConversationSecrets(c, i.conversation_id, i.secrets),
   }),
   condense: mutation({
-    input: ConversationIdInput,
+    input: () => A.ConversationIdInput,
     rest: { method: 'POST', path: `${ONE}/condense`, summary: 'Condense Conversation', tag: 'Conversations' },
     handler: async (c, i) => ({ success: await c.service.condense(i.conversation_id) }),
   }),
   askAgent: mutation({
-    input: AS.AskAgentInput,
+    input: () => AS.AskAgentInput,
     rest: { method: 'POST', path: `${ONE}/ask_agent`, body: 'fields', summary: 'Ask Agent', tag: 'Conversations', doc: { response: RESPONSE } },
     handler: async (c, i) => ({ response: await c.service.ask(i.conversation_id, i.question) }),
   }),

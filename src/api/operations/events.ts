@@ -2,16 +2,16 @@
 import * as agentServer from '../../conversation/agent-server.js';
 import { countEventsFiltered, eventPredicate, hasExtraFilters } from '../../conversation/event-search.js';
 import { NotFoundError } from '../../errors.js';
-import { ConfirmationResponseInput } from '../agent-server-schemas.js';
+import { AgentServerSchemas as AS } from '../agent-server-schemas.js';
 import { jsonOutput, mutation, query } from '../operation.js';
 import { quickSendMessageInput } from '../quick-input.js';
-import { CountEventsInput, GetEventInput, SearchEventsInput, SendMessageInput } from '../schemas.js';
+import { ApiSchemas as A } from '../schemas.js';
 
 const EVENTS = '/api/conversations/{conversation_id}/events';
 
 export const eventOperations = {
   sendMessage: mutation({
-    input: SendMessageInput,
+    input: () => A.SendMessageInput,
     rest: {
       method: 'POST',
       path: EVENTS,
@@ -26,7 +26,7 @@ export const eventOperations = {
   /** REST streams the page as it is read; tRPC, which serialises its answers whole, gets it collected. */
   searchEvents: jsonOutput(
     query({
-      input: SearchEventsInput,
+      input: () => A.SearchEventsInput,
       rest: { method: 'GET', path: `${EVENTS}/search`, query: true, summary: 'Search Events', tag: 'Events', doc: { response: 'EventPage' } },
       handler: async (c, i) => {
         await c.conversations.require(i.conversation_id);
@@ -36,7 +36,7 @@ export const eventOperations = {
     (page) => page.collect(),
   ),
   countEvents: query({
-    input: CountEventsInput,
+    input: () => A.CountEventsInput,
     rest: { method: 'GET', path: `${EVENTS}/count`, query: true, summary: 'Count Events', tag: 'Events', doc: { response: { type: 'integer' } } },
     handler: async (c, i) => {
       await c.conversations.require(i.conversation_id);
@@ -44,7 +44,7 @@ export const eventOperations = {
     },
   }),
   getEvent: query({
-    input: GetEventInput,
+    input: () => A.GetEventInput,
     rest: { method: 'GET', path: `${EVENTS}/{event_id}`, summary: 'Get Event', tag: 'Events', doc: { response: 'Event' } },
     handler: async (c, i) => {
       await c.conversations.require(i.conversation_id);
@@ -54,7 +54,7 @@ export const eventOperations = {
     },
   }),
   respondToConfirmation: mutation({
-    input: ConfirmationResponseInput,
+    input: () => AS.ConfirmationResponseInput,
     rest: { method: 'POST', path: `${EVENTS}/respond_to_confirmation`, body: 'fields', summary: 'Respond To Confirmation', tag: 'Events' },
     handler: (c, i) => agentServer.respondToConfirmation(c, i.conversation_id, i.accept, i.reason ?? null),
   }),

@@ -26,7 +26,7 @@ export const QUERY = { query: true } as const;
 /** An operation Parley does not offer: every call is a 501 with the reason. */
 export function unavailable<T extends 'query' | 'mutation', I extends z.ZodType>(
   type: T,
-  input: I,
+  input: () => I,
   rest: RestRoute,
   why: string,
 ): Operation<T, I, { detail: string }> {

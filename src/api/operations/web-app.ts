@@ -8,31 +8,36 @@
 import { z } from 'zod';
 import * as app from '../../conversation/app-server.js';
 import type { Core } from '../../core.js';
-import * as AS from '../agent-server-schemas.js';
+import { AgentServerSchemas as AS } from '../agent-server-schemas.js';
+import { builtOnFirstUse } from '../lazy-schemas.js';
 import { jsonInput, jsonOutput, mutation, query } from '../operation.js';
-import { ConversationId, ConversationIdInput, NoInput } from '../schemas.js';
+import { ApiSchemas as A } from '../schemas.js';
 
 const parts = (c: Core): app.AppServerParts => ({ conversations: c.conversations, events: c.events, service: c.service, keys: c.conversationKeys });
 
-const Ids = z.strictObject({ ids: z.array(ConversationId).min(1).max(100) });
-const SandboxIds = z.strictObject({ id: z.array(ConversationId).min(1).max(100) });
-const SandboxIdInput = z.object({ sandbox_id: ConversationId });
-const EventCountQuery = z.object({ conversation_id__eq: ConversationId });
-/** The path is the route's last segment, URL-encoded as the app sends it (`/api/git/changes/%2Fworkspace%2Fproject`). */
-const PathChanges = AS.WorkspacePathQuery.omit({ ref: true });
-
 /** Keys of the app's settings object that Parley's own `SettingsUpdate` lacks: a body with any of them is the app's. */
 const APP_SETTINGS_KEYS = ['agent', 'language', 'confirmation_mode', 'security_analyzer', 'enable_default_condenser', 'user_consents_to_analytics'] as const;
-const AppSettings = z
-  .looseObject({
-    llm_model: z.string().max(300).nullish(),
-    llm_base_url: z.string().max(2000).nullish(),
-    llm_api_key: z.string().max(10_000).nullish(),
-  })
-  .meta({
-    id: 'AppSettings',
-    description: "OpenHands' app's settings object: its LLM model, base URL and key are kept; its other fields are accepted and ignored.",
-  });
+
+/** The web app's own input schemas, built on first use (lazy-schemas.ts). */
+const W = builtOnFirstUse(() => {
+  const Ids = z.strictObject({ ids: z.array(A.ConversationId).min(1).max(100) });
+  const SandboxIds = z.strictObject({ id: z.array(A.ConversationId).min(1).max(100) });
+  const SandboxIdInput = z.object({ sandbox_id: A.ConversationId });
+  const EventCountQuery = z.object({ conversation_id__eq: A.ConversationId });
+  /** The path is the route's last segment, URL-encoded as the app sends it (`/api/git/changes/%2Fworkspace%2Fproject`). */
+  const PathChanges = AS.WorkspacePathQuery.omit({ ref: true });
+  const AppSettings = z
+    .looseObject({
+      llm_model: z.string().max(300).nullish(),
+      llm_base_url: z.string().max(2000).nullish(),
+      llm_api_key: z.string().max(10_000).nullish(),
+    })
+    .meta({
+      id: 'AppSettings',
+      description: "OpenHands' app's settings object: its LLM model, base URL and key are kept; its other fields are accepted and ignored.",
+    });
+  return { Ids, SandboxIds, SandboxIdInput, EventCountQuery, PathChanges, AppSettings };
+});
 
 const STRINGS = { type: 'array', items: { type: 'string' } };
 const OBJECT = (description: string) => ({ type: 'object', description });
@@ -40,27 +45,27 @@ const LIST = (description: string) => ({ type: 'array', items: { anyOf: [{ type:
 
 export const webAppOperations = {
   appConfig: query({
-    input: NoInput,
+    input: () => A.NoInput,
     rest: { method: 'GET', path: '/api/options/config', summary: 'App Config', tag: 'Web app', doc: { response: OBJECT('{APP_MODE, FEATURE_FLAGS, …}') } },
     handler: async () => app.appConfig(),
   }),
   appModels: query({
-    input: NoInput,
+    input: () => A.NoInput,
     rest: { method: 'GET', path: '/api/options/models', summary: 'App Models', tag: 'Web app', doc: { response: STRINGS } },
     handler: (c) => app.appModels(c.settings),
   }),
   appAgents: query({
-    input: NoInput,
+    input: () => A.NoInput,
     rest: { method: 'GET', path: '/api/options/agents', summary: 'App Agents', tag: 'Web app', doc: { response: STRINGS } },
     handler: async () => ['CodeActAgent'],
   }),
   appSecurityAnalyzers: query({
-    input: NoInput,
+    input: () => A.NoInput,
     rest: { method: 'GET', path: '/api/options/security-analyzers', summary: 'App Security Analyzers', tag: 'Web app', doc: { response: STRINGS } },
     handler: async () => [] as string[],
   }),
   appConversations: query({
-    input: Ids,
+    input: () => W.Ids,
     rest: {
       method: 'GET',
       path: '/api/v1/app-conversations',
@@ -72,27 +77,27 @@ export const webAppOperations = {
     handler: (c, i) => app.appConversations(parts(c), i.ids),
   }),
   sandboxes: query({
-    input: SandboxIds,
+    input: () => W.SandboxIds,
     rest: { method: 'GET', path: '/api/v1/sandboxes', query: { lists: ['id'] }, summary: 'Sandboxes', tag: 'Web app', doc: { response: LIST('sandbox') } },
     handler: (c, i) => app.sandboxes(parts(c), i.id),
   }),
   pauseSandbox: mutation({
-    input: SandboxIdInput,
+    input: () => W.SandboxIdInput,
     rest: { method: 'POST', path: '/api/v1/sandboxes/{sandbox_id}/pause', summary: 'Pause Sandbox', tag: 'Web app' },
     handler: (c, i) => app.pauseSandbox(parts(c), i.sandbox_id),
   }),
   resumeSandbox: mutation({
-    input: SandboxIdInput,
+    input: () => W.SandboxIdInput,
     rest: { method: 'POST', path: '/api/v1/sandboxes/{sandbox_id}/resume', summary: 'Resume Sandbox', tag: 'Web app' },
     handler: (c, i) => app.resumeSandbox(parts(c), i.sandbox_id),
   }),
   appEventCount: query({
-    input: EventCountQuery,
+    input: () => W.EventCountQuery,
     rest: { method: 'GET', path: '/api/v1/events/count', query: true, summary: 'App Event Count', tag: 'Web app', doc: { response: { type: 'integer' } } },
     handler: (c, i) => app.appEventCount(parts(c), i.conversation_id__eq),
   }),
   conversationConfig: query({
-    input: ConversationIdInput,
+    input: () => A.ConversationIdInput,
     rest: {
       method: 'GET',
       path: '/api/conversations/{conversation_id}/config',
@@ -103,19 +108,19 @@ export const webAppOperations = {
     handler: (c, i) => app.conversationConfig(parts(c), i.conversation_id),
   }),
   gitChangesAt: query({
-    input: PathChanges,
+    input: () => W.PathChanges,
     rest: { method: 'GET', path: '/api/git/changes/{path}', query: true, byConversationKey: true, summary: 'Git Changes At', tag: 'Git' },
     handler: async (c, i) => c.sideChannels.gitChanges(await app.runtimePath(c, i)),
   }),
   gitDiffAt: query({
-    input: AS.WorkspacePathQuery,
+    input: () => AS.WorkspacePathQuery,
     rest: { method: 'GET', path: '/api/git/diff/{path}', query: true, byConversationKey: true, summary: 'Git Diff At', tag: 'Git' },
     handler: async (c, i) => c.sideChannels.gitDiff({ ...(await app.runtimePath(c, i)), ref: i.ref }),
   }),
   /** REST reads the bytes from a multipart body; tRPC takes them as base64. */
   uploadFileAt: jsonInput(
     mutation({
-      input: AS.WorkspaceUploadInput,
+      input: () => AS.WorkspaceUploadInput,
       rest: {
         method: 'POST',
         path: '/api/file/upload/{path}',
@@ -127,12 +132,12 @@ export const webAppOperations = {
       },
       handler: async (c, i) => c.sideChannels.upload({ ...(await app.runtimePath(c, i)), content: i.content }),
     }),
-    AS.WorkspaceUploadJsonInput,
+    () => AS.WorkspaceUploadJsonInput,
   ),
   /** REST answers the bytes raw; tRPC as base64. */
   downloadFileAt: jsonOutput(
     query({
-      input: PathChanges,
+      input: () => W.PathChanges,
       rest: {
         method: 'GET',
         path: '/api/file/download/{path}',
@@ -147,7 +152,7 @@ export const webAppOperations = {
     async (f) => ({ name: f.name, content_base64: (await f.collect()).toString('base64') }),
   ),
   saveAppSettings: mutation({
-    input: AppSettings,
+    input: () => W.AppSettings,
     rest: {
       method: 'POST',
       path: '/api/settings',
@@ -160,7 +165,7 @@ export const webAppOperations = {
     handler: (c, i) => app.saveAppSettings(c.settings, i),
   }),
   unsetProviderTokens: mutation({
-    input: NoInput,
+    input: () => A.NoInput,
     rest: { method: 'POST', path: '/api/unset-provider-tokens', summary: 'Unset Provider Tokens', tag: 'Git', doc: { response: 'MessageResponse' } },
     handler: (c) => app.unsetProviderTokens(c.settings),
   }),

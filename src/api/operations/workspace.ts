@@ -4,13 +4,13 @@
  * the path: the core's locator finds it from `conversation_id`, the path or the cwd.
  */
 import { TOOL_NAMES } from '../../conversation/side-channels.js';
-import * as AS from '../agent-server-schemas.js';
+import { AgentServerSchemas as AS } from '../agent-server-schemas.js';
 import { jsonInput, jsonOutput, mutation, query } from '../operation.js';
-import { NoInput } from '../schemas.js';
+import { ApiSchemas as A } from '../schemas.js';
 
 const BASH_EVENTS = '/api/bash/bash_events';
 /** A workspace path (and conversation), as the file and changes routes document it (`ref` is the diff's). */
-const PATH_QUERY = AS.WorkspacePathQuery.omit({ ref: true });
+const PATH_QUERY = () => AS.WorkspacePathQuery.omit({ ref: true });
 
 /**
  * The workspace's files for a browser to show (a page the agent made, with its scripts and images),
@@ -20,7 +20,7 @@ const PATH_QUERY = AS.WorkspacePathQuery.omit({ ref: true });
 const serveWorkspaceFile = (path: string, summary: string) =>
   jsonOutput(
     query({
-      input: AS.ServeWorkspaceFileInput,
+      input: () => AS.ServeWorkspaceFileInput,
       rest: { method: 'GET', path, tail: true, workspaceSession: true, summary, tag: 'Files', doc: { response: { type: 'string', format: 'binary' } } },
       handler: (c, i) => c.sideChannels.serveWorkspaceFile(i),
     }),
@@ -29,7 +29,7 @@ const serveWorkspaceFile = (path: string, summary: string) =>
 
 export const workspaceOperations = {
   executeBash: mutation({
-    input: AS.ExecuteBashRequest,
+    input: () => AS.ExecuteBashRequest,
     rest: {
       method: 'POST',
       path: '/api/bash/execute_bash_command',
@@ -41,7 +41,7 @@ export const workspaceOperations = {
     handler: (c, i) => c.sideChannels.executeBash(i),
   }),
   startBash: mutation({
-    input: AS.ExecuteBashRequest,
+    input: () => AS.ExecuteBashRequest,
     rest: {
       method: 'POST',
       path: '/api/bash/start_bash_command',
@@ -53,7 +53,7 @@ export const workspaceOperations = {
     handler: (c, i) => c.sideChannels.startBash(i),
   }),
   searchBashEvents: query({
-    input: AS.BashEventSearchQuery,
+    input: () => AS.BashEventSearchQuery,
     rest: {
       method: 'GET',
       path: `${BASH_EVENTS}/search`,
@@ -65,25 +65,25 @@ export const workspaceOperations = {
     handler: async (c, i) => c.sideChannels.searchBash(i),
   }),
   getBashEvent: query({
-    input: AS.BashEventIdInput,
+    input: () => AS.BashEventIdInput,
     rest: { method: 'GET', path: `${BASH_EVENTS}/{event_id}`, summary: 'Get Bash Event', tag: 'Bash' },
     handler: async (c, i) => c.sideChannels.getBashEvent(i.event_id),
   }),
   /** The client's batch: a JSON array of ids as the body of a GET. */
   batchGetBashEvents: query({
-    input: AS.BashEventIdsInput,
+    input: () => AS.BashEventIdsInput,
     rest: { method: 'GET', path: BASH_EVENTS, body: 'input', summary: 'Batch Get Bash Events', tag: 'Bash' },
     handler: async (c, i) => i.map((id) => c.sideChannels.bash.get(id)),
   }),
   clearBashEvents: mutation({
-    input: NoInput,
+    input: () => A.NoInput,
     rest: { method: 'DELETE', path: BASH_EVENTS, summary: 'Clear Bash Events', tag: 'Bash' },
     handler: async (c) => c.sideChannels.bash.clear(),
   }),
   /** REST reads the bytes from a multipart body; tRPC takes them as base64. */
   uploadFile: jsonInput(
     mutation({
-      input: AS.WorkspaceUploadInput,
+      input: () => AS.WorkspaceUploadInput,
       rest: {
         method: 'POST',
         path: '/api/file/upload',
@@ -95,12 +95,12 @@ export const workspaceOperations = {
       },
       handler: (c, i) => c.sideChannels.upload(i),
     }),
-    AS.WorkspaceUploadJsonInput,
+    () => AS.WorkspaceUploadJsonInput,
   ),
   /** REST answers the bytes raw; tRPC as base64. */
   downloadFile: jsonOutput(
     query({
-      input: AS.WorkspacePathQuery,
+      input: () => AS.WorkspacePathQuery,
       rest: {
         method: 'GET',
         path: '/api/file/download',
@@ -117,7 +117,7 @@ export const workspaceOperations = {
   serveWorkspaceRoot: serveWorkspaceFile('/api/conversations/{conversation_id}/workspace', 'Serve Workspace Root'),
   serveWorkspaceFile: serveWorkspaceFile('/api/conversations/{conversation_id}/workspace/{file_path}', 'Serve Workspace File'),
   gitChanges: query({
-    input: AS.WorkspacePathQuery,
+    input: () => AS.WorkspacePathQuery,
     rest: {
       method: 'GET',
       path: '/api/git/changes',
@@ -136,7 +136,7 @@ export const workspaceOperations = {
     handler: (c, i) => c.sideChannels.gitChanges(i),
   }),
   gitDiff: query({
-    input: AS.WorkspacePathQuery,
+    input: () => AS.WorkspacePathQuery,
     rest: {
       method: 'GET',
       path: '/api/git/diff',
@@ -149,7 +149,7 @@ export const workspaceOperations = {
     handler: (c, i) => c.sideChannels.gitDiff(i),
   }),
   listTools: query({
-    input: NoInput,
+    input: () => A.NoInput,
     rest: { method: 'GET', path: '/api/tools', summary: 'List Tools', tag: 'Tools', doc: { response: { type: 'array', items: { type: 'string' } } } },
     handler: async () => TOOL_NAMES,
   }),
