@@ -7,8 +7,11 @@
  * How it sees: a copy of the bundle whose esbuild module wrappers record each module's name (its
  * source path) when first evaluated (scripts/bench-memory.ts `--modules` measures with the same
  * copy), run as dist/main.mjs runs the bundle. The list is read once the daemon listens and its
- * sandbox probe has decided, and again after a first text turn, which must have evaluated the AI
- * SDK: a copy that recorded nothing would otherwise pass.
+ * sandbox probe has decided; again after a first turn (a tool call, then a text answer) against an
+ * OpenAI-compatible server, which the project's own Chat Completions client streams: that turn
+ * evaluates the client (a copy that recorded nothing would otherwise pass) and still none of the
+ * AI SDK; and again after a turn of a model only the AI SDK serves (Anthropic's), which evaluates
+ * the SDK and that one provider's package, not the others.
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -17,7 +20,7 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { ensureBuilt, freePort, ROOT, removeDir, tempDir, waitFor } from './support/daemon.js';
 import { instrumentedBundle } from './support/module-probe.js';
-import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
+import { startScriptedAnthropic, startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
 
 /** Packages the daemon evaluates on first use only (paths of the bundle's modules). */
 const ON_FIRST_USE = [
@@ -29,19 +32,27 @@ const ON_FIRST_USE = [
   /^node_modules\/pg\//,
 ];
 
+/** The AI SDK's packages (the first two of ON_FIRST_USE). */
+const AI_SDK = ON_FIRST_USE.slice(0, 2);
+/** The module of the own Chat Completions client, which streams an OpenAI-compatible server's turns. */
+const OWN_CLIENT = 'src/llm/chat-completions.ts';
+
 let llm: ScriptedLlm;
+let anthropic: ScriptedLlm;
 let dir: string;
 before(async () => {
   await ensureBuilt();
   llm = await startScriptedLlm();
+  anthropic = await startScriptedAnthropic();
   dir = tempDir('parley-lazy-modules-');
 });
 after(async () => {
   await llm?.close();
+  await anthropic?.close();
   if (dir) removeDir(dir);
 });
 
-test('the start evaluates none of the packages loaded on first use; the first turn evaluates the AI SDK', async () => {
+test('the start evaluates none of the packages loaded on first use; a turn evaluates the AI SDK only for a model it serves', async () => {
   const runner = instrumentedBundle(path.join(ROOT, 'dist'), dir);
   // each package is in the bundle behind a module wrapper, which the copy records: a package only ever
   // imported statically would be evaluated inline, unseen (its first use can no longer be deferred then)
@@ -105,31 +116,63 @@ test('the start evaluates none of the packages loaded on first use; the first tu
       assert.deepEqual(early, [], `evaluated by the start: ${early.join(' ')}`);
     }
 
-    llm.push({ text: 'hello' });
+    assert.ok(!atStart.includes(OWN_CLIENT), `${OWN_CLIENT} is not evaluated by the start`);
+
     const id = (
       (await (await fetch(`${base}/api/conversations`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })).json()) as {
         conversation_id: string;
       }
     ).conversation_id;
-    const sent = await fetch(`${base}/api/conversations/${id}/events`, {
+    /** Sends a message and waits for the run it starts to finish. */
+    const turn = async (text: string) => {
+      const sent = await fetch(`${base}/api/conversations/${id}/events`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ role: 'user', content: [{ type: 'text', text }], run: true }),
+      });
+      assert.equal(sent.status, 200);
+      await waitFor(
+        async () => {
+          const r = await fetch(`${base}/api/conversations/${id}`);
+          return ((await r.json()) as { execution_status?: string }).execution_status === 'finished';
+        },
+        'the turn to finish',
+        90_000,
+      );
+    };
+
+    // a tool step and a text step through the own client
+    llm.push({ toolCalls: [{ name: 'terminal', arguments: { command: 'echo hello' } }] }, { text: 'hello' });
+    await turn('say hello');
+    assert.equal(llm.requests.length, 2, 'both steps reached the OpenAI-compatible server');
+    const byTurn = await evaluated();
+    assert.ok(byTurn.includes(OWN_CLIENT), `the first turn evaluated ${OWN_CLIENT} (the copy records what it evaluates)`);
+    for (const pkg of AI_SDK) {
+      const sdk = byTurn.filter((m) => pkg.test(m));
+      assert.deepEqual(sdk, [], `evaluated by a turn of the own client: ${sdk.join(' ')}`);
+    }
+
+    // a model only the AI SDK serves: the SDK and that model's provider package load then
+    const switched = await fetch(`${base}/api/conversations/${id}/switch_llm`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ role: 'user', content: [{ type: 'text', text: 'say hello' }], run: true }),
+      body: JSON.stringify({ llm: { model: 'anthropic/claude-scripted', base_url: anthropic.url, api_key: 'sk-ant-test' } }),
     });
-    assert.equal(sent.status, 200);
-    await waitFor(
-      async () => {
-        const r = await fetch(`${base}/api/conversations/${id}`);
-        return ((await r.json()) as { execution_status?: string }).execution_status === 'finished';
-      },
-      'the first turn to finish',
-      90_000,
-    );
-    const byTurn = await evaluated();
+    assert.equal(switched.status, 200, await switched.text());
+    anthropic.push({ text: 'hello again' });
+    await turn('once more');
+    assert.equal(anthropic.requests.length, 1, 'the step reached the Anthropic server');
+    const bySdkTurn = await evaluated();
     assert.ok(
-      byTurn.some((m) => ON_FIRST_USE[0]!.test(m)),
-      'the first turn evaluated the AI SDK (the copy records what it evaluates)',
+      bySdkTurn.some((m) => /^node_modules\/ai\//.test(m)),
+      'a turn of an AI SDK model evaluated the AI SDK',
     );
+    assert.ok(
+      bySdkTurn.some((m) => m.startsWith('node_modules/@ai-sdk/anthropic/')),
+      'a turn of an Anthropic model evaluated its provider package',
+    );
+    const others = bySdkTurn.filter((m) => /^node_modules\/@ai-sdk\/openai(-compatible)?\//.test(m));
+    assert.deepEqual(others, [], "a turn of an Anthropic model evaluated no other provider's package");
   } finally {
     proc.kill('SIGTERM');
     await exited;

@@ -5,7 +5,6 @@
  * converter (prompt.ts) hands in the same message objects step after step, so a step serialises only
  * what is new.
  */
-import { UnsupportedFunctionalityError } from 'ai';
 import type { SdkPrompt, SdkTools } from './prompt.js';
 
 type SdkMessage = SdkPrompt[number];
@@ -16,6 +15,20 @@ type FilePart = Extract<UserPart, { type: 'file' }>;
 function extraFields(o: { providerOptions?: Record<string, unknown> } | undefined): Record<string, unknown> {
   const extra = o?.providerOptions?.openaiCompatible;
   return extra && typeof extra === 'object' ? (extra as Record<string, unknown>) : {};
+}
+
+/**
+ * A prompt part Chat Completions cannot carry: the error the SDK's provider throws for it, by name and
+ * message (errors.ts classifies it as a bad request by its name), without loading the SDK for it.
+ */
+class UnsupportedFunctionalityError extends Error {
+  override readonly name = 'AI_UnsupportedFunctionalityError';
+  readonly functionality: string;
+
+  constructor({ functionality }: { functionality: string }) {
+    super(`'${functionality}' functionality not supported.`);
+    this.functionality = functionality;
+  }
 }
 
 function base64(data: Uint8Array | string): string {

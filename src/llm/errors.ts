@@ -3,12 +3,12 @@
  * client, chat-completions.ts) throws into a `ProviderErrorInfo` (code, retryable, status, detail) with a
  * clear detail that never holds the API key.
  */
-import { APICallError, LoadAPIKeyError, RetryError } from 'ai';
 import type { ProviderErrorCode, ProviderErrorInfo } from './types.js';
 
 export { LlmAbortError, ProviderError } from './provider-error.js';
 import { ProviderError } from './provider-error.js';
 import { SECRET_PLACEHOLDER } from '../secrets/redact.js';
+import { loadedAi } from './sdk.js';
 
 // ---------------------------------------------------------------------------------------------------------
 // Scrubbing
@@ -226,9 +226,11 @@ export function classifyError(error: unknown, ctx: ClassifyContext): ClassifiedE
   if (error instanceof ProviderError) {
     return { ...error.toInfo(), ...(error.retryAfterMs !== undefined ? { retryAfterMs: error.retryAfterMs } : {}) };
   }
-  if (RetryError.isInstance(error)) return classifyError(error.lastError, ctx);
+  // the AI SDK's errors, when the SDK was loaded (a step through the own client never loads it)
+  const sdk = loadedAi();
+  if (sdk?.RetryError.isInstance(error)) return classifyError(error.lastError, ctx);
 
-  if (APICallError.isInstance(error)) {
+  if (sdk?.APICallError.isInstance(error)) {
     if (error.statusCode !== undefined && error.statusCode < 400) {
       // The response started fine (2xx) and then its body broke off: a dropped stream.
       const causes = errorChain(error.cause)
@@ -246,7 +248,7 @@ export function classifyError(error: unknown, ctx: ClassifyContext): ClassifiedE
     }
     return make('ProviderError', false, error.message, ctx);
   }
-  if (LoadAPIKeyError.isInstance(error)) return make('AuthenticationFailed', false, error.message, ctx);
+  if (sdk?.LoadAPIKeyError.isInstance(error)) return make('AuthenticationFailed', false, error.message, ctx);
 
   if (error instanceof Error) {
     const name = error.name;

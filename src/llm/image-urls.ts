@@ -12,7 +12,8 @@
  *   private address) by a short text note, so the conversation keeps working. Failures are
  *   remembered (bounded) so a dead URL is not retried for every message that holds it.
  */
-import { createDownload, type ModelMessage } from 'ai';
+import type { createDownload, ModelMessage } from 'ai';
+import { loadAi } from './sdk.js';
 
 /** Largest image the daemon downloads for a model (the SDK's default is 2 GiB). */
 const MAX_IMAGE_BYTES = 20 * 1024 * 1024;
@@ -22,7 +23,8 @@ type SupportedUrls = Record<string, RegExp[]> | PromiseLike<Record<string, RegEx
 
 export class ImageResolver {
   private readonly failed = new Map<string, string>();
-  private readonly download = createDownload({ maxBytes: MAX_IMAGE_BYTES });
+  /** The SDK's download (its checks of addresses and sizes), made when the first image is downloaded. */
+  private download: ReturnType<typeof createDownload> | undefined;
 
   constructor(private readonly supportedUrls: () => SupportedUrls) {}
 
@@ -58,6 +60,7 @@ export class ImageResolver {
   private async fetch(url: string, signal?: AbortSignal): Promise<{ data: Uint8Array; mediaType?: string } | string> {
     const known = this.failed.get(url);
     if (known) return known;
+    this.download ??= (await loadAi()).createDownload({ maxBytes: MAX_IMAGE_BYTES });
     try {
       return await this.download({ url: new URL(url), abortSignal: signal });
     } catch (err) {

@@ -4,11 +4,9 @@
  * A model string is `<provider>/<model id>`; everything after the first slash is the provider's model id
  * (so `openai/meta-llama/Llama-3.3-70B-Instruct` is provider `openai`, model `meta-llama/Llama-3.3-70B-Instruct`).
  */
-import { createAnthropic } from '@ai-sdk/anthropic';
-import { createOpenAI } from '@ai-sdk/openai';
-import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import type { wrapLanguageModel } from 'ai';
 import type { LlmProviderName } from './catalog.js';
+import { loadAi } from './sdk.js';
 
 /** The AI SDK language model object (LanguageModelV3) that providers hand out. */
 export type SdkLanguageModel = Parameters<typeof wrapLanguageModel>[0]['model'];
@@ -22,21 +20,42 @@ interface ProviderModelOptions {
 
 /**
  * The provider table: one entry per supported `<provider>/` prefix (named in catalog.ts's list too, which
- * the daemon reads without loading the SDKs). Adding another AI SDK provider is one line here, e.g.
- * `google: (o) => createGoogleGenerativeAI({ apiKey: o.apiKey, baseURL: o.baseUrl })(o.modelId)`.
+ * the daemon reads without loading the SDKs). Each entry loads the one AI SDK provider package its model
+ * needs, when first asked for a model. Adding another AI SDK provider is one entry here, e.g.
+ * `google: async (o) => (await import('@ai-sdk/google')).createGoogleGenerativeAI({ apiKey: o.apiKey, baseURL: o.baseUrl })(o.modelId)`.
  */
 export const PROVIDERS = {
   // Without baseUrl: OpenAI itself (Responses API). With baseUrl: any OpenAI-compatible Chat Completions
   // server (vLLM, Ollama, LiteLLM, OpenRouter, …) through the openai-compatible provider, whose streaming
   // tool-call assembly copes with the variations those servers produce; `includeUsage` asks for usage numbers.
-  openai: (o: ProviderModelOptions): SdkLanguageModel =>
+  openai: async (o: ProviderModelOptions): Promise<SdkLanguageModel> =>
     o.baseUrl
-      ? createOpenAICompatible({ name: 'openai-compatible', baseURL: o.baseUrl, apiKey: o.apiKey, includeUsage: true }).chatModel(o.modelId)
-      : createOpenAI({ apiKey: o.apiKey }).responses(o.modelId),
+      ? (await import('@ai-sdk/openai-compatible'))
+          .createOpenAICompatible({ name: 'openai-compatible', baseURL: o.baseUrl, apiKey: o.apiKey, includeUsage: true })
+          .chatModel(o.modelId)
+      : (await import('@ai-sdk/openai')).createOpenAI({ apiKey: o.apiKey }).responses(o.modelId),
   // Anthropic Messages API; baseUrl (if any) replaces https://api.anthropic.com/v1 and should end in /v1.
-  anthropic: (o: ProviderModelOptions): SdkLanguageModel =>
-    createAnthropic({ apiKey: o.apiKey, ...(o.baseUrl ? { baseURL: o.baseUrl } : {}) }).messages(o.modelId),
-} satisfies Record<LlmProviderName, (o: ProviderModelOptions) => SdkLanguageModel>;
+  anthropic: async (o: ProviderModelOptions): Promise<SdkLanguageModel> =>
+    (await import('@ai-sdk/anthropic')).createAnthropic({ apiKey: o.apiKey, ...(o.baseUrl ? { baseURL: o.baseUrl } : {}) }).messages(o.modelId),
+} satisfies Record<LlmProviderName, (o: ProviderModelOptions) => Promise<SdkLanguageModel>>;
+
+/**
+ * The AI SDK model of a provider, its package loaded on first use with the SDK itself: the errors the
+ * provider throws are classified by the SDK's own `isInstance` (errors.ts), asked once the SDK is loaded.
+ */
+export async function loadSdkModel(provider: ProviderName, o: ProviderModelOptions): Promise<SdkLanguageModel> {
+  const [model] = await Promise.all([PROVIDERS[provider](o), loadAi()]);
+  return model;
+}
+
+/**
+ * Whether a provider's model (the AI SDK's, or the own client that streams it instead) speaks Chat
+ * Completions, whose tool messages hold only text: the openai-compatible provider's, the one model with a
+ * base URL. Known without loading the SDK (the loaded model's `provider` is then `openai-compatible.chat`).
+ */
+export function speaksChatCompletions(provider: ProviderName, baseUrl: string | undefined): boolean {
+  return provider === 'openai' && !!baseUrl;
+}
 
 export type ProviderName = keyof typeof PROVIDERS;
 

@@ -12,14 +12,15 @@
  * - for Chat Completions (a `tool` message holds only text), images of tool results move into one
  *   user message placed after the run of tool messages, and text-only rich outputs become text;
  * - image URLs the model cannot fetch itself are downloaded (or replaced by a note, see ImageResolver).
- * Messages with media go through the AI SDK's own converter (one message at a time); plain text,
- * tool calls and text tool results, nearly every message of a conversation, are converted here.
+ * Messages with media go through the AI SDK's own converter (one message at a time, the SDK loaded on
+ * the first); plain text, tool calls and text tool results, nearly every message of a conversation,
+ * are converted here.
  */
 import type { ModelMessage } from 'ai';
-import { convertToLanguageModelPrompt } from 'ai/internal';
 import type { ImageResolver } from './image-urls.js';
 import type { SdkLanguageModel } from './models.js';
 import type { LlmToolSpec } from './types.js';
+import { loadAiInternal } from './sdk.js';
 
 type CallOptions = Parameters<SdkLanguageModel['doStream']>[0];
 export type SdkPrompt = CallOptions['prompt'];
@@ -312,6 +313,7 @@ export class PromptConverter {
 
   /** A message with media, by the SDK's converter (data URLs, bytes, media types, downloads). */
   private async viaSdk(message: ModelMessage, signal?: AbortSignal): Promise<SdkMessage[]> {
+    const { convertToLanguageModelPrompt } = await loadAiInternal();
     return convertToLanguageModelPrompt({
       prompt: { messages: [message] },
       supportedUrls: await this.o.supportedUrls(),

@@ -7,6 +7,8 @@
  *   re-validated the whole prompt at every call). Tools are only described; the agent loop runs them.
  * - OpenAI-compatible Chat Completions servers (`openai/…` with a base URL) are streamed by this project's
  *   own client (src/llm/chat-completions.ts, whose header says why) instead of the SDK provider's `doStream`.
+ * - The AI SDK and the one provider package a model needs are loaded on first use (models.ts, sdk.ts): a
+ *   model the own client streams loads neither for its text and tool steps.
  * - Unusable tool calls (arguments that are not JSON, unknown tool names) come back as ordinary tool calls
  *   with `error` set (and `input` = the raw string when it did not parse); nothing is thrown.
  * - `complete()` retries rate limits, 5xx, timeouts, network errors and dropped streams with jittered
@@ -16,7 +18,15 @@ import type { ModelMessage } from 'ai';
 import { LlmAbortError, ProviderError, classifyError } from './errors.js';
 import { cacheControlProviderOptions } from './cache-control.js';
 import { ImageResolver } from './image-urls.js';
-import { PROVIDERS, defaultContextWindow, defaultSupportsImages, parseModelString, type ProviderName, type SdkLanguageModel } from './models.js';
+import {
+  defaultContextWindow,
+  defaultSupportsImages,
+  loadSdkModel,
+  parseModelString,
+  speaksChatCompletions,
+  type ProviderName,
+  type SdkLanguageModel,
+} from './models.js';
 import { DEFAULT_BACKOFF, retryDelayMs, sleep, type BackoffSettings } from './retry.js';
 import { PromptConverter, safeToolInput, type SdkPrompt, type SdkTools } from './prompt.js';
 import { createChatCompletions, type StepPart } from './chat-completions.js';
@@ -147,7 +157,8 @@ class CallbackFailure {
 
 /** Where a client streams its steps, and what every attempt sends and waits for. */
 interface StepTarget {
-  readonly sdkModel: SdkLanguageModel;
+  /** The AI SDK provider's model, loaded on first use (never, for a model the own client streams). */
+  readonly sdkModel: () => Promise<SdkLanguageModel>;
   /** The own Chat Completions client, when it streams this model's steps instead of the SDK provider. */
   readonly chat: ReturnType<typeof createChatCompletions> | undefined;
   readonly settings: LlmSettings;
@@ -198,7 +209,7 @@ async function openStep(
 ): Promise<AsyncIterable<StepPart>> {
   const { chat, sdkModel, settings } = target;
   if (chat) return chat.open({ prompt, ...(tools ? { tools } : {}), signal, alive: touch, phase: req.onPhase });
-  const { stream } = await sdkModel.doStream({
+  const { stream } = await (await sdkModel()).doStream({
     prompt,
     ...(tools ? { tools, toolChoice: { type: 'auto' as const } } : {}),
     abortSignal: signal,
@@ -307,7 +318,8 @@ interface LlmClientExtras {
 /** Creates an `LlmClient` for `settings.model`. Throws (synchronously) on an unusable model string. */
 export function createLlmClient(settings: LlmSettings): LlmClient & LlmClientExtras {
   const { provider, modelId } = parseModelString(settings.model);
-  const sdkModel: SdkLanguageModel = PROVIDERS[provider]({ modelId, apiKey: settings.apiKey, baseUrl: settings.baseUrl });
+  let loaded: Promise<SdkLanguageModel> | undefined;
+  const sdkModel = () => (loaded ??= loadSdkModel(provider, { modelId, apiKey: settings.apiKey, baseUrl: settings.baseUrl }));
   const maxAttempts = Math.max(1, Math.floor(settings.maxAttempts ?? DEFAULT_MAX_ATTEMPTS));
   const backoff: BackoffSettings = {
     baseDelayMs: settings.baseDelayMs ?? DEFAULT_BACKOFF.baseDelayMs,
@@ -318,17 +330,20 @@ export function createLlmClient(settings: LlmSettings): LlmClient & LlmClientExt
   const supportsImages = settings.supportsImages ?? defaultSupportsImages(modelId);
   const contextWindow = settings.contextWindow ?? defaultContextWindow(modelId);
   const cacheSystem = provider === 'anthropic' && settings.cacheSystemPrompt !== false;
-  // Chat Completions models ('openai-compatible.chat', 'openai.chat') cannot take images in tool results.
-  const textOnlyToolResults = /\.chat$/.test(sdkModel.provider);
+  // Chat Completions models cannot take images in tool results.
+  const textOnlyToolResults = speaksChatCompletions(provider, settings.baseUrl);
   const apiKey = settings.apiKey;
-  // image URLs the model cannot fetch are downloaded before the step; a failed one becomes a note
-  const images = new ImageResolver(() => sdkModel.supportedUrls);
-  const converter = new PromptConverter({ supportsImages, textOnlyToolResults, images, supportedUrls: () => sdkModel.supportedUrls });
-  const systemOptions = cacheSystem ? cacheControlProviderOptions() : undefined;
   const chat =
     provider === 'openai' && settings.baseUrl && settings.chatCompletionsClient !== 'ai-sdk'
       ? createChatCompletions({ baseUrl: settings.baseUrl, modelId, apiKey, headers: settings.headers, maxOutputTokens: settings.maxOutputTokens })
       : undefined;
+  // The URLs the model fetches itself. The own client stands in for the openai-compatible provider's model,
+  // which fetches none: asking it would load the SDK for nothing.
+  const supportedUrls = chat ? () => ({}) : () => sdkModel().then((m) => m.supportedUrls);
+  // image URLs the model cannot fetch are downloaded before the step; a failed one becomes a note
+  const images = new ImageResolver(supportedUrls);
+  const converter = new PromptConverter({ supportsImages, textOnlyToolResults, images, supportedUrls });
+  const systemOptions = cacheSystem ? cacheControlProviderOptions() : undefined;
   const target: StepTarget = { sdkModel, chat, settings, apiKey, timeoutMs };
 
   return {
