@@ -1,7 +1,7 @@
 /**
  * The LLM a conversation's run talks to: its own (agent.llm of an agent-server create), field by
  * field over the run-time settings (POST /api/settings) over the environment's. One client per
- * model, key and server, made on first use (the AI SDK loads then: a daemon starts without it).
+ * model, key and server, made on first use (the AI SDK loads on its first use, for the models it serves).
  */
 import type { Config } from '../config.js';
 import type { LlmClient } from '../llm/types.js';
