@@ -10,7 +10,7 @@
  * The daemon starts faster and smaller built: no TypeScript transpilation at run time (tsx compiles
  * every module on load, in a loader thread with its own V8 isolate), one file instead of hundreds to
  * resolve, and the writer thread without tsx. Code that is only needed later (the AI SDK, the MCP
- * SDK, prom-client) is evaluated on first use.
+ * SDK, tRPC, NATS, pg, prom-client) stays in node_modules and is loaded on first use.
  */
 import * as esbuild from 'esbuild';
 import fs from 'node:fs';
@@ -18,6 +18,14 @@ import { builtinModules, createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import zlib from 'node:zlib';
+
+/**
+ * Packages a daemon loads on first use only, if ever: the AI SDK (models the own Chat Completions
+ * client does not serve), the MCP SDK (a conversation with MCP servers), tRPC (the first /trpc
+ * call), NATS and pg (cluster mode). Each is required from node_modules when first needed, from
+ * its CommonJS build (compiled then, without the code cache: tens of ms once per process).
+ */
+const ON_FIRST_USE = ['ai', '@ai-sdk/*', '@modelcontextprotocol/sdk', '@modelcontextprotocol/sdk/*', '@trpc/server', '@trpc/server/*', '@nats-io/*', 'pg'];
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 export const DIST = path.join(ROOT, 'dist');
@@ -49,12 +57,14 @@ export async function build(dist = DIST, { entry = 'bridge/main.ts', withConsole
     logLevel: 'warning',
   };
   // The daemon: one CommonJS body that dist/main.mjs (scripts/daemon-entry.mjs) compiles with V8's
-  // code cache, which Node 20 offers for scripts only. Code loaded on first use (the AI SDK, the MCP
-  // SDK, NATS) is in it too, behind esbuild's lazy module wrappers: compiled when first called,
-  // never evaluated before. `import()` becomes `require()` (a script has no module loader of its
-  // own) and `import.meta.url` the entry's URL, which the script is handed as `__parleyMetaUrl`.
+  // code cache, which Node 20 offers for scripts only. The packages only some daemons ever load
+  // (ON_FIRST_USE) stay in node_modules, required on first use: bundled, their 1.5 MB of source
+  // were held in every daemon's heap as part of the bundle's. `import()` becomes `require()` (a
+  // script has no module loader of its own) and `import.meta.url` the entry's URL, which the script
+  // is handed as `__parleyMetaUrl`.
   await esbuild.build({
     ...common,
+    external: [...common.external, ...ON_FIRST_USE],
     entryPoints: { daemon: entry },
     outExtension: { '.js': '.cjs' },
     format: 'cjs',
