@@ -48,8 +48,21 @@ export function instrumentedBundle(dist: string, dir: string): string {
     );
   fs.writeFileSync(path.join(dir, 'daemon.cjs'), patched);
   // the bundle's require: a package it left out (a bare name, not a built-in) is measured when first required
-  const requireProbe = `const __req=createRequire(dist+'/daemon.cjs'),__seen=new Set();const __require=Object.assign((id)=>{if(__seen.has(id)||id.startsWith('node:')||id.startsWith('.')||id.startsWith('/')||require('node:module').isBuiltin(id))return __req(id);__seen.add(id);const p=id.startsWith('@')?id.split('/').slice(0,2).join('/'):id.split('/')[0];return __measure('node_modules/'+(id===p?p+'/':id),()=>__req(id))},__req);`;
-  const runner = `${probe}const {createRequire}=require('node:module');const vm=require('node:vm');const fs=require('node:fs');const dist=${JSON.stringify(dist)};${requireProbe}const code=fs.readFileSync(${JSON.stringify(path.join(dir, 'daemon.cjs'))},'utf8');const m={exports:{}};new vm.Script('(function (exports, require, module, __filename, __dirname, __parleyMetaUrl) {'+code+'\\n})',{filename:dist+'/daemon.cjs'}).runInThisContext()(m.exports,__require,m,dist+'/daemon.cjs',dist,require('node:url').pathToFileURL(dist+'/main.mjs').href);`;
+  const requireProbe = [
+    "const __req=createRequire(dist+'/daemon.cjs'),__seen=new Set();",
+    'const __left=(id)=>!__seen.has(id)&&!/^(node:|[./])/.test(id)&&!require("node:module").isBuiltin(id);',
+    "const __pkg=(id)=>id.split('/').slice(0,id.startsWith('@')?2:1).join('/');",
+    'const __require=Object.assign((id)=>{if(!__left(id))return __req(id);__seen.add(id);',
+    "return __measure('node_modules/'+(id===__pkg(id)?id+'/':id),()=>__req(id))},__req);",
+  ].join('');
+  const run = [
+    "const {createRequire}=require('node:module');const vm=require('node:vm');const fs=require('node:fs');",
+    `const dist=${JSON.stringify(dist)};${requireProbe}`,
+    `const code=fs.readFileSync(${JSON.stringify(path.join(dir, 'daemon.cjs'))},'utf8');const m={exports:{}};`,
+    "new vm.Script('(function (exports, require, module, __filename, __dirname, __parleyMetaUrl) {'+code+'\\n})',{filename:dist+'/daemon.cjs'})",
+    ".runInThisContext()(m.exports,__require,m,dist+'/daemon.cjs',dist,require('node:url').pathToFileURL(dist+'/main.mjs').href);",
+  ].join('');
+  const runner = `${probe}${run}`;
   const file = path.join(dir, 'run.cjs');
   fs.writeFileSync(file, runner);
   return file;
