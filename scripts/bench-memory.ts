@@ -36,7 +36,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import WebSocket from 'ws';
-import { ensureBuilt, freePort, sleep, tempDir, waitFor } from '../test/support/daemon.js';
+import { ensureBuilt, startFlags, freePort, sleep, tempDir, waitFor } from '../test/support/daemon.js';
 import { instrumentedBundle, type EvaluatedModule } from '../test/support/module-probe.js';
 import { startScriptedLlm, type ScriptedLlm } from '../test/support/scripted-llm.js';
 
@@ -168,11 +168,6 @@ async function conversationTurn(port: number, llm: ScriptedLlm, replies: Paramet
   ws.close();
 }
 
-/** The node flags `npm start` of the checkout `dir` runs its daemon with (its package.json's start script). */
-function startFlags(dir: string): string[] {
-  const start = (JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start;
-  return start.split(/\s+/).filter((a) => a.startsWith('--'));
-}
 /**
  * At rest: how long the store's index writer thread stays without a request (src/store/index-writer.ts),
  * and a margin. By then V8's memory reducer has also run its collections (it starts ~8 s after the heap

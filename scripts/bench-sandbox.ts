@@ -38,7 +38,7 @@ import { parseArgs } from 'node:util';
 import WebSocket from 'ws';
 import { Sandbox, DEFAULT_SANDBOX_SETTINGS } from '../src/sandbox/launcher.js';
 import { ShellSession } from '../src/tools/terminal/session.js';
-import { startDaemon, waitFor } from '../test/support/daemon.js';
+import { startDaemon, startFlags, tempDir, waitFor } from '../test/support/daemon.js';
 import { helloTurn, startScriptedLlm } from '../test/support/scripted-llm.js';
 
 const { values: args } = parseArgs({
@@ -186,14 +186,18 @@ interface BurstDaemon {
 async function burstDaemon(mode: 'bwrap' | 'none'): Promise<BurstDaemon> {
   const llm = await startScriptedLlm();
   const key = 'bench-sandbox-session-key';
-  const d = await startDaemon({
-    LLM_MODEL: 'openai/scripted',
-    LLM_BASE_URL: llm.url,
-    LLM_API_KEY: 'bench',
-    SANDBOX: mode,
-    LOG_LEVEL: args.trace ? 'trace' : 'info',
-    SESSION_API_KEY: key,
-  });
+  const d = await startDaemon(
+    {
+      LLM_MODEL: 'openai/scripted',
+      LLM_BASE_URL: llm.url,
+      LLM_API_KEY: 'bench',
+      SANDBOX: mode,
+      LOG_LEVEL: args.trace ? 'trace' : 'info',
+      SESSION_API_KEY: key,
+    },
+    tempDir(),
+    { nodeArgs: startFlags() },
+  );
   return { mode, d, llm, key };
 }
 

@@ -41,7 +41,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import WebSocket from 'ws';
-import { ensureBuilt, tempDir, waitFor } from '../test/support/daemon.js';
+import { ensureBuilt, startFlags, tempDir, waitFor } from '../test/support/daemon.js';
 import { startScriptedLlm, type ScriptedLlm } from '../test/support/scripted-llm.js';
 
 const { values } = parseArgs({
@@ -95,11 +95,6 @@ interface Daemon {
   stop(): Promise<void>;
 }
 
-/** The node flags `npm start` of the checkout `dir` runs its daemon with (its package.json's start script). */
-function startFlags(dir: string): string[] {
-  const start = (JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start;
-  return start.split(/\s+/).filter((a) => a.startsWith('--'));
-}
 
 /** `node <npm start's flags> dist/main.mjs` of the checkout `dir`, as `npm start` runs it, on a new DATA_DIR. */
 async function startBuilt(label: string, dir: string, env: Record<string, string>, nodeArgs: string[]): Promise<Daemon> {

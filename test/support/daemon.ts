@@ -72,6 +72,12 @@ export async function buildWhenStale(output: string, sources: string[], name: st
   }
 }
 
+/** The node flags `npm start` of the checkout `dir` runs its daemon with (its package.json's start script). */
+export function startFlags(dir: string = ROOT): string[] {
+  const start = (JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start;
+  return start.split(/\s+/).filter((a) => a.startsWith('--'));
+}
+
 /** The node arguments that run the daemon from the cwd ROOT (after node's own flags), the build brought up to date first. */
 export async function daemonArgs(): Promise<string[]> {
   if (process.env.PARLEY_TEST_FROM_SOURCE === '1') return ['--import', 'tsx', 'bridge/main.ts'];
