@@ -95,7 +95,6 @@ interface Daemon {
   stop(): Promise<void>;
 }
 
-
 /** `node <npm start's flags> dist/main.mjs` of the checkout `dir`, as `npm start` runs it, on a new DATA_DIR. */
 async function startBuilt(label: string, dir: string, env: Record<string, string>, nodeArgs: string[]): Promise<Daemon> {
   const dataDir = tempDir('parley-bench-turn-');
