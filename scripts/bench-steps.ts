@@ -18,7 +18,8 @@
  *
  *   npx tsx scripts/bench-steps.ts --hello [--turns 30] [--no-profile]   (--no-profile: the times without the profiler)
  *
- * The daemon is the one the tests start (test/support/daemon.ts): the build, `dist/main.mjs`; with
+ * The daemon is the one the tests start (test/support/daemon.ts): the build, `dist/main.mjs`, with the node flags
+ * of `npm start` (package.json's start script); with
  * PARLEY_TEST_FROM_SOURCE=1 the sources through tsx, whose profile frames name src/ modules (the split by part).
  *
  * `--llm-client` measures the LLM client alone, in this process, in the same run: the four answers of a
@@ -33,7 +34,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { startDaemon } from '../test/support/daemon.js';
+import { startDaemon, startFlags } from '../test/support/daemon.js';
 import { helloTurn, startScriptedLlm } from '../test/support/scripted-llm.js';
 import type { LlmToolSpec } from '../src/llm/types.js';
 import type { ModelMessage } from 'ai';
@@ -76,7 +77,7 @@ const d = await startDaemon(
   },
   undefined,
   {
-    nodeArgs: values['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${values['cpu-prof']}`] : [],
+    nodeArgs: [...startFlags(), ...(values['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${values['cpu-prof']}`] : [])],
   },
 );
 try {
@@ -240,7 +241,7 @@ async function helloBench(turns: number, profile: boolean): Promise<number> {
   const profDir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-hello-prof-'));
   const llm = await startScriptedLlm();
   const d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, LLM_API_KEY: 'k', LOG_LEVEL: 'info' }, undefined, {
-    nodeArgs: profile ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`, '--cpu-prof-interval=1000'] : [],
+    nodeArgs: [...startFlags(), ...(profile ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`, '--cpu-prof-interval=1000'] : [])],
   });
   const load0 = os.loadavg();
   const rows: { reqAt: number[]; ansAt: number[]; posted: number; seen: Seen[] }[] = [];
