@@ -82,6 +82,8 @@ describe('sandbox: a spare waits at a lower CPU priority (root daemon)', { timeo
       await waitFor(() => fileServices(process.pid).length === 1 && readySpares(process.pid).length === 1, 'the spare alone, ready', 60_000);
       const [spare] = readySpares(process.pid);
       assert.ok(spare, 'the spare holder runs');
+      // (niced as it starts, and every process of it again once it is ready)
+      await waitFor(() => niceOf(spare!).every((n) => n === 10), "the spare's file service niced", 30_000).catch(() => {});
       assert.ok(
         niceOf(spare!).every((n) => n === 10),
         `the spare's file service is niced: ${niceOf(spare!).join(' ')}`,

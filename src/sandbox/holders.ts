@@ -362,6 +362,8 @@ export class Holders {
     if (canRenice()) h.nice = SPARE_NICE;
     h.ready.then(
       () => {
+        // every process it started: one forked before the nice value was set at its spawn did not inherit it
+        if (h.nice !== 0) setNice(h.pids(), h.nice);
         this.readyAt.set(h, performance.now());
         warmService(h);
       },
