@@ -39,6 +39,7 @@ import { FileChannel } from './files.js';
 import { wrapCommand, type JoinTools } from './join.js';
 import { attachEgress, needsRouteLocalnet, type EgressHandle, type EgressTools } from './network.js';
 import { setNice } from './priority.js';
+import { hostCommand, lastLine, shellCommand } from './host-commands.js';
 import { closeFd, helper, killTree, lastError, signalPid } from './processes.js';
 import { VISIBLE_WORKSPACE, type MappedDir, type SandboxIds, type SandboxSettings } from './settings.js';
 import { FILE_HELPER_INSIDE, HELPER_NODE_FLAGS, viewArgs, type ViewDirs } from './view.js';
@@ -528,7 +529,7 @@ function seal(s: HolderSetup, init: number, ns: { user: string; net: string | nu
   const mounts =
     'for p in /proc/sys /proc/sysrq-trigger; do [ -e "$p" ] || continue; ' +
     'mount -n -c --bind "$p" "$p" && mount -n -c -o remount,bind,ro,nosuid,nodev,noexec "$p" || exit 1; done';
-  const q = (a: string[]) => a.map((x) => `'${x}'`).join(' ');
+  const q = shellCommand;
   // as root the network namespace is the daemon's making: its loopback is down
   const lo = ns?.net ? ` && ${q([j.ip!, 'link', 'set', 'lo', 'up'])}` : '';
   // egress with a 127.0.0.1:PORT entry: packets from the sandbox's loopback address may leave (network.ts)
@@ -547,16 +548,8 @@ function seal(s: HolderSetup, init: number, ns: { user: string; net: string | nu
         '-c',
         `${limit}${localnet} && ${mounts}`,
       ]);
-  return new Promise<void>((resolve, reject) => {
-    const p = helper(
-      childProcess().spawn('/bin/sh', ['-c', script], { env: { PATH: baseChildEnv().PATH! }, stdio: ['ignore', 'ignore', 'pipe'], detached: true }),
-    );
-    let err = '';
-    p.stderr!.on('data', (d: Buffer) => (err = (err + d.toString('utf8')).slice(-1000)));
-    p.once('error', (e) => reject(e));
-    p.once('close', (code) =>
-      code === 0 ? resolve() : reject(new Error(`the conversation's sandbox could not be sealed (${err.trim().split('\n').pop() || `exit code ${code}`})`)),
-    );
+  return hostCommand(script, USERNS_MS).then((r) => {
+    if (r.code !== 0) throw new Error(`the conversation's sandbox could not be sealed (${lastLine(r.stderr) || `exit code ${r.code}`})`);
   });
 }
 
