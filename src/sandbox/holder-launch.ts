@@ -34,13 +34,13 @@ import { childProcess } from '../builtins.js';
 import fs from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
 import type { CgroupBackend, ConversationCgroup } from './cgroup.js';
-import { baseChildEnv, SANDBOX_PATH } from './child-env.js';
+import { SANDBOX_PATH } from './child-env.js';
 import { FileChannel } from './files.js';
 import { wrapCommand, type JoinTools } from './join.js';
 import { attachEgress, needsRouteLocalnet, type EgressHandle, type EgressTools } from './network.js';
 import { setNice } from './priority.js';
 import { hostCommand, lastLine, shellCommand } from './host-commands.js';
-import { closeFd, helper, killTree, lastError, signalPid } from './processes.js';
+import { closeFd, killTree, lastError, signalPid } from './processes.js';
 import { VISIBLE_WORKSPACE, type MappedDir, type SandboxIds, type SandboxSettings } from './settings.js';
 import { FILE_HELPER_INSIDE, HELPER_NODE_FLAGS, viewArgs, type ViewDirs } from './view.js';
 
@@ -455,50 +455,42 @@ const USERNS_MS = 10_000;
 
 /**
  * Root daemon: a new user namespace (and network namespace, unless the host's) made by `unshare`
- * as the sandbox uid, which therefore owns them; the daemon opens both and writes the two-id maps
- * (one write each: the kernel takes a map in one write(2) only), then ends the process: its fds
+ * as the sandbox uid, which therefore owns them, started by the host command runner; its shell says
+ * its pid (host-commands.ts, fd 9) and sleeps. The daemon opens both namespaces and writes the
+ * two-id maps (one write each: the kernel takes a map in one write(2) only), then kills it: its fds
  * keep the namespaces.
  */
 function userNamespace(s: HolderSetup): Promise<{ user: number; net: number | null }> {
   const { agent, service } = s.ids!;
   const net = s.settings.network !== 'host';
-  const p = helper(
-    childProcess().spawn(s.join.unshare, ['--user', ...(net ? ['--net'] : []), '--', '/bin/sh', '-c', 'echo; exec cat'], {
-      uid: agent.uid,
-      gid: agent.gid,
-      env: { PATH: baseChildEnv().PATH! },
-      stdio: ['pipe', 'pipe', 'pipe'],
-      detached: true,
-    }),
-  );
+  const argv = [s.join.setpriv, `--reuid=${agent.uid}`, `--regid=${agent.gid}`, '--clear-groups', '--', s.join.unshare, '--user', ...(net ? ['--net'] : [])];
+  const command = `${shellCommand([...argv, '--', '/bin/sh', '-c', 'echo "$1 m $$" >&9; exec 9>&-; exec sleep 60', 'sh'])} "$i"`;
   return new Promise((resolve, reject) => {
-    let stderr = '';
-    const opened: number[] = [];
-    const timer = setTimeout(() => done(new Error('the user namespace was not made in time')), USERNS_MS);
-    const done = (err: Error | null) => {
-      clearTimeout(timer);
-      killTree(p);
-      if (err) {
+    let settled = false;
+    const mapped = (text: string) => {
+      if (settled) return;
+      settled = true;
+      const pid = Number(text);
+      const opened: number[] = [];
+      try {
+        opened.push(fs.openSync(`/proc/${pid}/ns/user`, 'r'));
+        if (net) opened.push(fs.openSync(`/proc/${pid}/ns/net`, 'r'));
+        fs.writeFileSync(`/proc/${pid}/uid_map`, `0 ${agent.uid} 1\n1 ${service.uid} 1\n`);
+        fs.writeFileSync(`/proc/${pid}/gid_map`, `0 ${agent.gid} 1\n1 ${service.gid} 1\n`);
+        resolve({ user: opened[0]!, net: net ? opened[1]! : null });
+      } catch (e) {
         for (const fd of opened) closeFd(fd);
-        reject(err);
+        reject(new Error(`the user namespace could not be mapped (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`));
+      } finally {
+        signalPid(pid);
       }
     };
-    p.stdin!.on('error', () => {});
-    p.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString('utf8')).slice(-1000)));
-    p.once('error', (e) => done(new Error(`unshare could not be started (${e.message})`)));
-    p.once('exit', (code) => done(new Error(lastError(stderr) || `unshare exited (${code})`)));
-    p.stdout!.once('data', () => {
-      try {
-        opened.push(fs.openSync(`/proc/${p.pid}/ns/user`, 'r'));
-        if (net) opened.push(fs.openSync(`/proc/${p.pid}/ns/net`, 'r'));
-        fs.writeFileSync(`/proc/${p.pid}/uid_map`, `0 ${agent.uid} 1\n1 ${service.uid} 1\n`);
-        fs.writeFileSync(`/proc/${p.pid}/gid_map`, `0 ${agent.gid} 1\n1 ${service.gid} 1\n`);
-      } catch (e) {
-        return done(new Error(`the user namespace could not be mapped (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`));
-      }
-      p.removeAllListeners('exit');
-      done(null);
-      resolve({ user: opened[0]!, net: net ? opened[1]! : null });
+    void hostCommand(command, USERNS_MS, mapped).then((r) => {
+      if (settled) return;
+      settled = true;
+      reject(
+        new Error(r.code === -1 && r.stderr === 'timed out' ? 'the user namespace was not made in time' : lastError(r.stderr) || `unshare exited (${r.code})`),
+      );
     });
   });
 }

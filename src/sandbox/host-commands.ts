@@ -13,7 +13,9 @@
  * discarded) and writes `<id> p <pid>`, then once it has ended `<id> <exit status>`, followed for a
  * failure by the end of its stderr (newlines as \x01). A command with a newline in it could not be
  * one line: it is spawned directly, as before. A command past its timeout is killed with everything
- * it started (the processes below its pid) and reported with exit code -1.
+ * it started (the processes below its pid) and reported with exit code -1. A command that says
+ * something while it runs (`onMessage`: the daemon writes `+<id>`) has the runner's stdout as fd 9
+ * and its id as `$i`, and writes `<id> m <text>` lines there; no other command has that fd.
  */
 import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -28,8 +30,8 @@ export interface HostResult {
 
 const RUNNER =
   // biome-ignore lint/suspicious/noTemplateCurlyInString: the shell's own parameter expansions
-  'while IFS= read -r l; do i=${l%% *}; c=${l#* }; ' +
-  '{ e=$(eval "$c" 2>&1 >/dev/null); r=$?; ' +
+  'while IFS= read -r l; do i=${l%% *}; c=${l#* }; w=; case $i in +*) i=${i#+}; w=1;; esac; ' +
+  '{ [ -z "$w" ] || exec 9>&1; e=$(eval "$c" 2>&1 >/dev/null); r=$?; ' +
   'if [ "$r" = 0 ]; then echo "$i 0"; else m=$(printf %s "$e" | tail -c 1000 | tr "\\n" "\\001"); echo "$i $r $m"; fi; } & ' +
   'echo "$i p $!"; done; wait';
 
@@ -43,6 +45,7 @@ export function shellCommand(argv: string[]): string {
 interface Pending {
   resolve: (r: HostResult) => void;
   timer: NodeJS.Timeout;
+  onMessage?: (text: string) => void;
 }
 
 let runner: { proc: ChildProcess; pending: Map<number, Pending> } | null = null;
@@ -92,6 +95,7 @@ function answer(pending: Map<number, Pending>, line: string): void {
     return;
   }
   if (!p) return;
+  if (rest.startsWith('m ')) return p.onMessage?.(rest.slice(2));
   const sp2 = rest.indexOf(' ');
   const code = Number(sp2 < 0 ? rest : rest.slice(0, sp2));
   finish(pending, id, p, { code, stderr: sp2 < 0 ? '' : rest.slice(sp2 + 1).replaceAll('\x01', '\n') });
@@ -104,9 +108,12 @@ function finish(pending: Map<number, Pending>, id: number, p: Pending, r: HostRe
   p.resolve(r);
 }
 
-/** Runs a shell command (`shellCommand`) on the host to its end; never rejects. */
-export function hostCommand(command: string, timeoutMs = 60_000): Promise<HostResult> {
-  if (command.includes('\n') || command.includes('\0')) return spawnDirect(command, timeoutMs);
+/** Runs a shell command (`shellCommand`) on the host to its end; never rejects. `onMessage`: what it says on fd 9 (see above). */
+export function hostCommand(command: string, timeoutMs = 60_000, onMessage?: (text: string) => void): Promise<HostResult> {
+  if (command.includes('\n') || command.includes('\0')) {
+    if (onMessage) return Promise.resolve({ code: -1, stderr: 'a command that says something while it runs must be one line' });
+    return spawnDirect(command, timeoutMs);
+  }
   runner ??= startRunner();
   const r = runner;
   const id = ++seq;
@@ -117,9 +124,9 @@ export function hostCommand(command: string, timeoutMs = 60_000): Promise<HostRe
       else overdue.add(id);
       finish(r.pending, id, p, { code: -1, stderr: 'timed out' });
     }, timeoutMs);
-    const p: Pending = { resolve, timer };
+    const p: Pending = { resolve, timer, onMessage };
     r.pending.set(id, p);
-    r.proc.stdin!.write(`${id} ${command}\n`);
+    r.proc.stdin!.write(`${onMessage ? '+' : ''}${id} ${command}\n`);
   });
 }
 
