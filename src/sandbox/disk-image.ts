@@ -20,9 +20,10 @@
  * ahead of the conversation that takes it; mounting an existing one ~70 ms (e2fsck and mount), when a
  * conversation's sandbox starts again; unmounting ~60 ms, when it closes.
  */
+import { childProcess } from '../builtins.js';
 import fs from 'node:fs';
 import path from 'node:path';
-import { hostCommand, lastLine, shellCommand } from './host-commands.js';
+import { helper } from './processes.js';
 import { findProgram } from './programs.js';
 
 /** The programs images are made, checked and mounted with (e2fsprogs, util-linux). */
@@ -51,10 +52,16 @@ export function findDiskTools(): DiskTools | string {
   return { mkfs, e2fsck: findProgram('e2fsck'), mount, umount };
 }
 
-/** Runs a program to its end (on the host command runner): its exit code (-1: it could not run or was killed) and its last line of stderr. */
-async function exec(argv: string[], timeoutMs = 60_000): Promise<{ code: number; why: string }> {
-  const r = await hostCommand(shellCommand(argv), timeoutMs);
-  return { code: r.code, why: `${path.basename(argv[0]!)}: ${lastLine(r.stderr) || (r.code === -1 ? 'timed out' : 'failed')}` };
+/** Runs a program to its end: its exit code (-1: it could not run or was killed) and its last line of stderr. */
+function exec(argv: string[], timeoutMs = 60_000): Promise<{ code: number; why: string }> {
+  return new Promise((resolve) => {
+    helper(
+      childProcess().execFile(argv[0]!, argv.slice(1), { env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' }, timeout: timeoutMs }, (err, _out, stderr) => {
+        const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
+        resolve({ code, why: `${path.basename(argv[0]!)}: ${String(stderr).trim().split('\n').pop() || err?.message || 'failed'}` });
+      }),
+    );
+  });
 }
 
 async function run(argv: string[], timeoutMs?: number): Promise<void> {

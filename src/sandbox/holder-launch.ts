@@ -34,13 +34,12 @@ import { childProcess } from '../builtins.js';
 import fs from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
 import type { CgroupBackend, ConversationCgroup } from './cgroup.js';
-import { SANDBOX_PATH } from './child-env.js';
+import { baseChildEnv, SANDBOX_PATH } from './child-env.js';
 import { FileChannel } from './files.js';
 import { wrapCommand, type JoinTools } from './join.js';
 import { attachEgress, needsRouteLocalnet, type EgressHandle, type EgressTools } from './network.js';
 import { setNice } from './priority.js';
-import { hostCommand, lastLine, shellCommand } from './host-commands.js';
-import { closeFd, killTree, lastError, signalPid } from './processes.js';
+import { closeFd, helper, killTree, lastError, signalPid } from './processes.js';
 import { VISIBLE_WORKSPACE, type MappedDir, type SandboxIds, type SandboxSettings } from './settings.js';
 import { FILE_HELPER_INSIDE, HELPER_NODE_FLAGS, viewArgs, type ViewDirs } from './view.js';
 
@@ -455,42 +454,50 @@ const USERNS_MS = 10_000;
 
 /**
  * Root daemon: a new user namespace (and network namespace, unless the host's) made by `unshare`
- * as the sandbox uid, which therefore owns them, started by the host command runner; its shell says
- * its pid (host-commands.ts, fd 9) and sleeps. The daemon opens both namespaces and writes the
- * two-id maps (one write each: the kernel takes a map in one write(2) only), then kills it: its fds
+ * as the sandbox uid, which therefore owns them; the daemon opens both and writes the two-id maps
+ * (one write each: the kernel takes a map in one write(2) only), then ends the process: its fds
  * keep the namespaces.
  */
 function userNamespace(s: HolderSetup): Promise<{ user: number; net: number | null }> {
   const { agent, service } = s.ids!;
   const net = s.settings.network !== 'host';
-  const argv = [s.join.setpriv, `--reuid=${agent.uid}`, `--regid=${agent.gid}`, '--clear-groups', '--', s.join.unshare, '--user', ...(net ? ['--net'] : [])];
-  const command = `${shellCommand([...argv, '--', '/bin/sh', '-c', 'echo "$1 m $$" >&9; exec 9>&-; exec sleep 60', 'sh'])} "$i"`;
+  const p = helper(
+    childProcess().spawn(s.join.unshare, ['--user', ...(net ? ['--net'] : []), '--', '/bin/sh', '-c', 'echo; exec cat'], {
+      uid: agent.uid,
+      gid: agent.gid,
+      env: { PATH: baseChildEnv().PATH! },
+      stdio: ['pipe', 'pipe', 'pipe'],
+      detached: true,
+    }),
+  );
   return new Promise((resolve, reject) => {
-    let settled = false;
-    const mapped = (text: string) => {
-      if (settled) return;
-      settled = true;
-      const pid = Number(text);
-      const opened: number[] = [];
-      try {
-        opened.push(fs.openSync(`/proc/${pid}/ns/user`, 'r'));
-        if (net) opened.push(fs.openSync(`/proc/${pid}/ns/net`, 'r'));
-        fs.writeFileSync(`/proc/${pid}/uid_map`, `0 ${agent.uid} 1\n1 ${service.uid} 1\n`);
-        fs.writeFileSync(`/proc/${pid}/gid_map`, `0 ${agent.gid} 1\n1 ${service.gid} 1\n`);
-        resolve({ user: opened[0]!, net: net ? opened[1]! : null });
-      } catch (e) {
+    let stderr = '';
+    const opened: number[] = [];
+    const timer = setTimeout(() => done(new Error('the user namespace was not made in time')), USERNS_MS);
+    const done = (err: Error | null) => {
+      clearTimeout(timer);
+      killTree(p);
+      if (err) {
         for (const fd of opened) closeFd(fd);
-        reject(new Error(`the user namespace could not be mapped (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`));
-      } finally {
-        signalPid(pid);
+        reject(err);
       }
     };
-    void hostCommand(command, USERNS_MS, mapped).then((r) => {
-      if (settled) return;
-      settled = true;
-      reject(
-        new Error(r.code === -1 && r.stderr === 'timed out' ? 'the user namespace was not made in time' : lastError(r.stderr) || `unshare exited (${r.code})`),
-      );
+    p.stdin!.on('error', () => {});
+    p.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString('utf8')).slice(-1000)));
+    p.once('error', (e) => done(new Error(`unshare could not be started (${e.message})`)));
+    p.once('exit', (code) => done(new Error(lastError(stderr) || `unshare exited (${code})`)));
+    p.stdout!.once('data', () => {
+      try {
+        opened.push(fs.openSync(`/proc/${p.pid}/ns/user`, 'r'));
+        if (net) opened.push(fs.openSync(`/proc/${p.pid}/ns/net`, 'r'));
+        fs.writeFileSync(`/proc/${p.pid}/uid_map`, `0 ${agent.uid} 1\n1 ${service.uid} 1\n`);
+        fs.writeFileSync(`/proc/${p.pid}/gid_map`, `0 ${agent.gid} 1\n1 ${service.gid} 1\n`);
+      } catch (e) {
+        return done(new Error(`the user namespace could not be mapped (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`));
+      }
+      p.removeAllListeners('exit');
+      done(null);
+      resolve({ user: opened[0]!, net: net ? opened[1]! : null });
     });
   });
 }
@@ -521,7 +528,7 @@ function seal(s: HolderSetup, init: number, ns: { user: string; net: string | nu
   const mounts =
     'for p in /proc/sys /proc/sysrq-trigger; do [ -e "$p" ] || continue; ' +
     'mount -n -c --bind "$p" "$p" && mount -n -c -o remount,bind,ro,nosuid,nodev,noexec "$p" || exit 1; done';
-  const q = shellCommand;
+  const q = (a: string[]) => a.map((x) => `'${x}'`).join(' ');
   // as root the network namespace is the daemon's making: its loopback is down
   const lo = ns?.net ? ` && ${q([j.ip!, 'link', 'set', 'lo', 'up'])}` : '';
   // egress with a 127.0.0.1:PORT entry: packets from the sandbox's loopback address may leave (network.ts)
@@ -540,8 +547,16 @@ function seal(s: HolderSetup, init: number, ns: { user: string; net: string | nu
         '-c',
         `${limit}${localnet} && ${mounts}`,
       ]);
-  return hostCommand(script, USERNS_MS).then((r) => {
-    if (r.code !== 0) throw new Error(`the conversation's sandbox could not be sealed (${lastLine(r.stderr) || `exit code ${r.code}`})`);
+  return new Promise<void>((resolve, reject) => {
+    const p = helper(
+      childProcess().spawn('/bin/sh', ['-c', script], { env: { PATH: baseChildEnv().PATH! }, stdio: ['ignore', 'ignore', 'pipe'], detached: true }),
+    );
+    let err = '';
+    p.stderr!.on('data', (d: Buffer) => (err = (err + d.toString('utf8')).slice(-1000)));
+    p.once('error', (e) => reject(e));
+    p.once('close', (code) =>
+      code === 0 ? resolve() : reject(new Error(`the conversation's sandbox could not be sealed (${err.trim().split('\n').pop() || `exit code ${code}`})`)),
+    );
   });
 }
 

@@ -32,7 +32,6 @@ import { ChannelFiles, FileOpError, translatingFiles, type WorkspaceFiles } from
 import type { Holders } from './holders.js';
 import { PathView } from './path-view.js';
 import { PlainFileServices } from './plain-files.js';
-import { endHostCommands } from './host-commands.js';
 import { allEnded, descendantsOfSelf, endHelpers } from './processes.js';
 import { sandboxInfo } from './info.js';
 import { probeTools, type ProbedTools } from './probe.js';
@@ -568,11 +567,10 @@ export class Sandbox implements ShellSandbox, SandboxHost {
     await Promise.all([...new Set([...this.live.keys(), ...this.plain.ids()])].map((id) => this.closeConversation(id)));
     await spare;
     // what a holder's start in progress was running (mkfs, mount, unshare…): ended, then its disk unmounted
-    await Promise.all([endHelpers(5000), endHostCommands(5000)]);
+    await endHelpers(5000);
     await this.disks?.unmountStale();
     this.holders?.removeSpareDirs();
     this.cgroups?.close();
-    await endHostCommands(5000, true);
     await allEnded(started, 5000);
   }
 }

@@ -69,7 +69,6 @@ import os from 'node:os';
 import type { Readable, Writable } from 'node:stream';
 import { childProcess } from '../builtins.js';
 import { signalGroup, trackGroup, untrackGroup } from '../process-group.js';
-import { hostCommand, shellCommand } from './host-commands.js';
 import { helper } from './processes.js';
 import { findProgram } from './programs.js';
 import type { AllowedNet } from '../sandbox-settings.js';
@@ -193,7 +192,6 @@ export interface EgressTools {
   nft: string;
   nsenter: string;
   unshare: string;
-  setpriv: string;
 }
 
 /** The uid and gid the sandbox's user namespace belongs to (SANDBOX_UID/SANDBOX_GID when the daemon is root). */
@@ -278,12 +276,12 @@ function locateEgressTools(): EgressTools | string {
   if (!slirp4netns) return 'slirp4netns was not found (apt-get install slirp4netns)';
   const nft = findProgram('nft');
   if (!nft) return 'nft was not found (apt-get install nftables)';
-  const util = { nsenter: findProgram('nsenter'), unshare: findProgram('unshare'), setpriv: findProgram('setpriv') };
+  const util = { nsenter: findProgram('nsenter'), unshare: findProgram('unshare') };
   const missing = Object.entries(util)
     .filter(([, p]) => !p)
     .map(([n]) => n);
   if (missing.length > 0) return `${missing.join(', ')} (util-linux) not found (apt-get install util-linux)`;
-  return { slirp4netns, version: '', nft, ...(util as { nsenter: string; unshare: string; setpriv: string }) };
+  return { slirp4netns, version: '', nft, ...(util as { nsenter: string; unshare: string }) };
 }
 
 /** null: run as the daemon's own (unprivileged) uid; a RunAs to switch to; a string: why not. */
@@ -490,12 +488,10 @@ class Tool {
 }
 
 /**
- * Loads the ruleset in the namespace as the user namespace's root (as `as`, the sandbox's uid): one
- * nft transaction, started by the host command runner (host-commands.ts), which opens the two
- * namespaces of the daemon's fds as fds 3 and 4 before setpriv becomes the sandbox's uid; the
- * ruleset comes on nft's stdin (printf's %b: backslashes and newlines escaped).
+ * Loads the ruleset in the namespace as the user namespace's root (started as `as`, the sandbox's
+ * uid): one process, one nft transaction.
  */
-async function installFilter(
+function installFilter(
   tools: EgressTools,
   as: { uid?: number; gid?: number },
   userFd: number,
@@ -503,17 +499,33 @@ async function installFilter(
   ruleset: string,
   deadline: number,
 ): Promise<void> {
-  const d = `/proc/${process.pid}/fd`;
-  const ids = as.uid === undefined ? [] : [tools.setpriv, `--reuid=${as.uid}`, `--regid=${as.gid}`, '--clear-groups', '--'];
-  const nft = [...ids, tools.nsenter, '--preserve-credentials', '--user=/proc/self/fd/3', '--net=/proc/self/fd/4', '--', tools.nft, '-f', '-'];
-  const input = ruleset.replaceAll('\\', '\\\\').replaceAll('\n', '\\n');
-  const r = await hostCommand(
-    `${shellCommand(['printf', '%b', input])} | ${shellCommand(nft)} 3<${d}/${userFd} 4<${d}/${netFd}`,
-    Math.max(0, deadline - Date.now()),
-  );
-  if (r.code === 0) return;
-  if (r.code === -1 && r.stderr === 'timed out') throw new Error('the filter was not installed in time');
-  throw new Error(`the filter could not be installed in the sandbox (${lastLine(r.stderr) || `exit code ${r.code}`})`);
+  const argv = ['--preserve-credentials', '--user=/proc/self/fd/3', '--net=/proc/self/fd/4', '--', tools.nft, '-f', '-'];
+  const proc = helper(childProcess().spawn(tools.nsenter, argv, { stdio: ['pipe', 'ignore', 'pipe', userFd, netFd], env: {}, detached: true, ...as }));
+  return new Promise<void>((resolve, reject) => {
+    let stderr = '';
+    let late = false;
+    // killed, then reported once it is gone: an attach that failed leaves no process
+    const timer = setTimeout(
+      () => {
+        late = true;
+        if (!signalGroup(proc.pid)) proc.kill('SIGKILL');
+      },
+      Math.max(0, deadline - Date.now()),
+    );
+    proc.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString('utf8')).slice(-2000)));
+    proc.stdin!.on('error', () => {});
+    proc.stdin!.end(ruleset);
+    proc.once('error', (e) => {
+      clearTimeout(timer);
+      reject(new Error(`nsenter could not be started (${e.message})`));
+    });
+    proc.once('close', (code, signal) => {
+      clearTimeout(timer);
+      if (code === 0) return resolve();
+      if (late) return reject(new Error('the filter was not installed in time'));
+      reject(new Error(`the filter could not be installed in the sandbox (${lastLine(stderr) || signal || `exit code ${code}`})`));
+    });
+  });
 }
 
 function lastLine(text: string): string {

@@ -6,8 +6,11 @@
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { runOnHost } from '../../sandbox/host-commands.js';
+import { promisify } from 'node:util';
+import { childProcess } from '../../builtins.js';
 import type { KeptFifo } from './shell-script.js';
+
+const execFileAsync = (file: string, args: string[]) => promisify(childProcess().execFile)(file, args);
 
 /** FIFOs made at once for the stdin of the next commands (see `next`). */
 const FIFO_BATCH = 16;
@@ -54,8 +57,8 @@ export class CommandFifos {
 
   /**
    * A fresh FIFO for the next command's stdin, already opened. They are made FIFO_BATCH at a time:
-   * one `mkfifo` process for that many commands, started by the host command runner (a spawn from
-   * the daemon stalls its event loop for milliseconds). Each is opened when made (O_RDWR: opening does not block, and the shell's
+   * one `mkfifo` process for that many commands (spawning from the daemon costs milliseconds, most
+   * of an `echo` step). Each is opened when made (O_RDWR: opening does not block, and the shell's
    * `<fifo` open finds a writer at once), so whatever a command does to the directory later (it is
    * the shell's too) cannot change what we write to. The directory is named by the daemon (no
    * component the sandbox can replace); in it only the last component is the sandbox's to touch,
@@ -80,7 +83,7 @@ export class CommandFifos {
       const paths = Array.from({ length: FIFO_BATCH }, () => path.join(this.dir, `${this.prefix}${++this.seq}`));
       for (const p of paths) this.made.add(p);
       try {
-        await runOnHost(['mkfifo', '-m', '600', ...paths.map((p) => path.resolve(p))]);
+        await execFileAsync('mkfifo', ['-m', '600', ...paths]);
         for (const p of paths) {
           const fd = fs.openSync(p, fs.constants.O_RDWR | fs.constants.O_NONBLOCK | fs.constants.O_NOFOLLOW);
           if (!fs.fstatSync(fd).isFIFO()) {
