@@ -115,7 +115,7 @@ const FRAME_HOLD = `(() => {
   window.cancelAnimationFrame = (id) => { held.delete(id); if (real.has(id)) cancel(real.get(id)); real.delete(id); };
 })()`;
 
-describe('web console: 10,000 events', { timeout: 180_000 }, () => {
+describe('web console: 10,000 events', { timeout: 420_000 }, () => {
   test('the list is virtualised; first paint and scroll are measured', async () => {
     const { id, last } = await conversation();
     const { page, w } = await signedInPage();

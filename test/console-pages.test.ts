@@ -46,7 +46,7 @@ after(async () => {
   await git?.close();
 });
 
-describe('web console: the pages at work', { timeout: 180_000 }, () => {
+describe('web console: the pages at work', { timeout: 420_000 }, () => {
   test('settings: LLM model, base URL and key (never shown back), git-provider tokens, default MCP servers, secrets', async () => {
     const { page, w } = await signedInPage();
     const read = page.waitForResponse((r) => r.request().method() === 'GET' && new URL(r.url()).pathname === '/trpc/getSettings');

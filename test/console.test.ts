@@ -96,7 +96,7 @@ after(async () => {
   await llm?.close();
 });
 
-describe('web console', { timeout: 180_000 }, () => {
+describe('web console', { timeout: 420_000 }, () => {
   test('served at / by the daemon: content types, ETag and cache headers, gzip, CSP, 404s; the API, /docs and health unchanged; ≤ 150 KB gzipped', async () => {
     const page = await rawGet(`${d.url}/`, { 'accept-encoding': 'gzip' });
     assert.equal(page.status, 200);

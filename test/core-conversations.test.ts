@@ -60,7 +60,7 @@ const action = (callId: string) => ({
   tool_call: { id: callId, name: 'terminal', arguments: '{}', origin: 'completion' as const },
 });
 
-describe('Conversations (no daemon)', { timeout: 60_000 }, () => {
+describe('Conversations (no daemon)', { timeout: 180_000 }, () => {
   test('current() answers without a store read only what is loaded here, the same object require() gives', async () => {
     const dir = newDir();
     let parts = open(dir);

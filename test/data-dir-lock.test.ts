@@ -49,7 +49,7 @@ const killGroup = (p: ChildProcess, signal: NodeJS.Signals) => {
   }
 };
 
-describe('DATA_DIR lock', { timeout: 120_000 }, () => {
+describe('DATA_DIR lock', { timeout: 300_000 }, () => {
   test('npm start, SIGKILL of its process group, start again at once on the same DATA_DIR: it starts and has the data', async () => {
     const dir = tempDir();
     const first = await npmStart(dir);

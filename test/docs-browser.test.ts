@@ -26,7 +26,7 @@ after(async () => {
   await d?.stop();
 });
 
-describe('/docs in headless Chromium', { timeout: 120_000 }, () => {
+describe('/docs in headless Chromium', { timeout: 300_000 }, () => {
   test('Swagger UI loads offline from the daemon, authorizes with the session key and sends a request from the page', async () => {
     const created = await d.req('POST', '/api/conversations', {}, { 'x-session-api-key': KEY });
     assert.equal(created.status, 200);

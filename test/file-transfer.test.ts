@@ -53,7 +53,7 @@ async function bash(command: string): Promise<string> {
   return String(r.body.stdout);
 }
 
-describe('downloads and uploads stream', { timeout: 175_000 }, () => {
+describe('downloads and uploads stream', { timeout: 420_000 }, () => {
   before(async () => {
     d = await startDaemon({ SANDBOX: 'bwrap', SANDBOX_NETWORK: 'none' });
     id = (await d.req('POST', '/api/conversations', {})).body.conversation_id as string;

@@ -85,7 +85,7 @@ function regularFiles(dir: string): { file: string; text: string }[] {
 }
 const messageTexts = (events: any[]) => events.filter((e) => e.kind === 'MessageEvent').map((e) => e.llm_message.content.map((c: any) => c.text).join(''));
 
-describe('fork through the client', { timeout: 180_000 }, () => {
+describe('fork through the client', { timeout: 420_000 }, () => {
   test('the fork has the history, the settings, the title, tags and metrics asked for, its own workspace; the two are independent after', async (t) => {
     const source = new Conversation(agent(), workspace('/workspace/source'));
     t.after(() => source.close());
@@ -200,7 +200,7 @@ describe('fork through the client', { timeout: 180_000 }, () => {
   });
 });
 
-describe('attacks on the workspace copy, judged from the host', { timeout: 180_000 }, () => {
+describe('attacks on the workspace copy, judged from the host', { timeout: 420_000 }, () => {
   test('links in the source to a host canary are copied as links: the fork holds no byte of the canary and its processes cannot read it', async (t) => {
     const source = new Conversation(agent(), workspace('/workspace/links'));
     t.after(() => source.close());

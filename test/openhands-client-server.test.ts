@@ -84,7 +84,7 @@ after(async () => {
   }
 });
 
-describe('server-wide features through the OpenHands client', { timeout: 180_000 }, () => {
+describe('server-wide features through the OpenHands client', { timeout: 420_000 }, () => {
   test('server_info names agent-server 1.30.0: the gates up to it pass, MCP OAuth (1.31.0) is refused by the client', async () => {
     const info: any = seen(await new C.ServerClient(opts()).getServerInfo());
     assert.equal(info.version, '1.30.0');
@@ -516,7 +516,7 @@ describe('server-wide features through the OpenHands client', { timeout: 180_000
   });
 });
 
-describe('attacks on what these routes reach, judged from the host', { timeout: 180_000 }, () => {
+describe('attacks on what these routes reach, judged from the host', { timeout: 420_000 }, () => {
   test('a stdio server under test cannot write DATA_DIR or the host /tmp, and none of its processes outlives the test', async (t) => {
     if (!sandboxed) return t.skip('the sandbox is off on this machine (bwrap unavailable): the server runs as a plain process by design');
     const marker = `mcp-test-pwned-${crypto.randomUUID()}`;

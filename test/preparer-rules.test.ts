@@ -61,7 +61,7 @@ const stateValue = async (p: CoreParts, id: string, key: string) =>
   (await p.events.after(id, 0)).find((e) => e.kind === 'ConversationStateUpdateEvent' && e.key === key) as any;
 const finished = (p: CoreParts, id: string) => waitFor(() => p.conversations.status(id) === 'finished' && !p.runtime.isRunning(id), 'status finished', 20_000);
 
-describe('WorkspacePreparer (no daemon)', { timeout: 60_000 }, () => {
+describe('WorkspacePreparer (no daemon)', { timeout: 180_000 }, () => {
   test('no repository: preparing → ready in the data only; no event, no directory, no run', async (t) => {
     const p = await parts(t);
     const id = await conversation(p, {});

@@ -9,7 +9,7 @@ import { startDaemon, tempDir, waitFor } from './support/daemon.js';
 import { startScriptedLlm } from './support/scripted-llm.js';
 import { allEvents, waitStatus } from './support/conversation-api.js';
 
-describe('restart debts', { timeout: 170_000 }, () => {
+describe('restart debts', { timeout: 420_000 }, () => {
   test('a daemon SIGKILLed while two tool calls run: after the restart each action has an error answer, in order, and the agent runs again', async (t) => {
     const llm = await startScriptedLlm([]);
     t.after(() => llm.close());

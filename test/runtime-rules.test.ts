@@ -71,7 +71,7 @@ const kinds = async (p: CoreParts, id: string) => (await p.events.after(id, 0)).
 const errorCodes = async (p: CoreParts, id: string) =>
   (await p.events.after(id, 0)).filter((e) => e.kind === 'ConversationErrorEvent').map((e) => (e as any).code);
 
-describe('AgentRuntime (no daemon)', { timeout: 60_000 }, () => {
+describe('AgentRuntime (no daemon)', { timeout: 180_000 }, () => {
   test('a plain answer: idle → running → finished; one run at a time; isRunning follows the run; a second start runs again', async (t) => {
     const p = await parts(t);
     const id = await conversation(p);

@@ -14,7 +14,7 @@ import fs from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { CANARY, ROOT_RUN, TRIES, swappingConversation, type SwappingConversation } from './support/attack.js';
 
-describe("git, bash and the conversation's directories against a swapping agent", { timeout: 170_000 }, () => {
+describe("git, bash and the conversation's directories against a swapping agent", { timeout: 420_000 }, () => {
   let c: SwappingConversation;
   before(async () => {
     c = await swappingConversation();

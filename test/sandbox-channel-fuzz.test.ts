@@ -56,7 +56,7 @@ async function works(id: string, tag: string): Promise<void> {
   assert.ok(down.bytes.equals(content), `${tag}: the bytes that went up came down`);
 }
 
-describe('the file channel attacked from inside real sandboxes', { timeout: 175_000 }, () => {
+describe('the file channel attacked from inside real sandboxes', { timeout: 420_000 }, () => {
   before(async () => {
     const dir = tempDir('parley-stand-in-');
     const standIn = writeStandIn(dir);

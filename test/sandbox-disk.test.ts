@@ -75,7 +75,7 @@ const writers = (pace: number, most: number) =>
   `echo ${Buffer.from(WRITER).toString('base64')} | base64 -d > /tmp/w.py && ` +
   `for i in 1 2 3; do (python3 /tmp/w.py /tmp/held-$i /workspace/res-$i ${pace} ${most} > /dev/null 2>&1 &); done; echo writing`;
 
-describe('disk bounds count what a sandbox holds', { skip: !ROOT_RUN && 'needs root: a tmpfs of its own, disk images', timeout: 170_000 }, () => {
+describe('disk bounds count what a sandbox holds', { skip: !ROOT_RUN && 'needs root: a tmpfs of its own, disk images', timeout: 420_000 }, () => {
   let llm: ScriptedLlm;
   const mounts: string[] = [];
   before(async () => {

@@ -13,7 +13,7 @@ import { Sandbox, DEFAULT_SANDBOX_SETTINGS } from '../src/sandbox/launcher.js';
 
 import { hostProcesses, nsOf, holdNs, pidsInNs, descendants, alive, harness } from './support/sandbox-harness.js';
 
-describe('sandbox: the launcher (in-process, real bwrap)', { timeout: 60_000 }, () => {
+describe('sandbox: the launcher (in-process, real bwrap)', { timeout: 300_000 }, () => {
   test('background jobs outlive the process that started them until the idle sandbox is closed; joined processes keep no namespace fds', async () => {
     const root = tempDir();
     const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', idleCloseMs: 1500 }, { workspaceRoot: root });
@@ -51,7 +51,7 @@ describe('sandbox: the launcher (in-process, real bwrap)', { timeout: 60_000 }, 
   });
 });
 
-describe('sandbox: a holder whose bwrap dies early', { timeout: 60_000 }, () => {
+describe('sandbox: a holder whose bwrap dies early', { timeout: 300_000 }, () => {
   test('a deferred probe starts nothing until startProbe() or a use of `ready`; waiting on `outcome` does not start it', async () => {
     // the daemon defers its probe until shortly after it listens (its forks would delay the first
     // requests), unless something needs the sandbox first: `ready` is what every user awaits
@@ -150,7 +150,7 @@ describe('sandbox: a holder whose bwrap dies early', { timeout: 60_000 }, () => 
   });
 });
 
-describe('sandbox: one set of namespaces per conversation (in-process launcher, real bwrap)', { timeout: 60_000 }, () => {
+describe('sandbox: one set of namespaces per conversation (in-process launcher, real bwrap)', { timeout: 300_000 }, () => {
   test("SANDBOX_NETWORK=none: one process's loopback server is reached by the next, System V IPC is shared; another conversation reaches neither", async () => {
     const root = tempDir();
     // a mapped directory (as the askpass helper's) that nothing has written to yet
@@ -215,7 +215,7 @@ describe('sandbox: one set of namespaces per conversation (in-process launcher, 
   });
 });
 
-describe('sandbox: SANDBOX_NETWORK=none and kill -9 of the daemon', { timeout: 120_000 }, () => {
+describe('sandbox: SANDBOX_NETWORK=none and kill -9 of the daemon', { timeout: 300_000 }, () => {
   test('no network: not even the daemon port is reachable', async () => {
     const h = await harness({ SANDBOX_NETWORK: 'none' });
     try {

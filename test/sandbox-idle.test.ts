@@ -24,7 +24,7 @@ const cmdline = (pid: number) => {
   }
 };
 
-describe('an idle conversation costs no process; its shell comes back as it was', { timeout: 170_000 }, () => {
+describe('an idle conversation costs no process; its shell comes back as it was', { timeout: 420_000 }, () => {
   let d: DaemonHandle;
   let llm: ScriptedLlm;
   before(async () => {

@@ -63,7 +63,7 @@ async function turn(d: DaemonHandle, llm: ScriptedLlm, id: string, command: stri
 
 describe('sandbox limits over all conversations', {
   skip: !ROOT_RUN && "needs root: a writable cgroup hierarchy and a tmpfs of the test's own",
-  timeout: 170_000,
+  timeout: 420_000,
 }, () => {
   let llm: ScriptedLlm;
   before(async () => {

@@ -17,7 +17,7 @@ import { SESSION, LLM_KEY, CANARIES, rev, hostProcesses, harness } from './suppo
 
 const ROOT_RUN = process.getuid?.() === 0;
 
-describe('sandbox: the daemon API from inside a sandbox without a session key', { timeout: 180_000 }, () => {
+describe('sandbox: the daemon API from inside a sandbox without a session key', { timeout: 300_000 }, () => {
   const httpGet = (port: number, url: string) =>
     `exec 3<>/dev/tcp/127.0.0.1/${port} && printf 'GET ${url} HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\n` +
     `Connection: close\\r\\n\\r\\n' >&3 && cat <&3 || echo NO-CONNECTION`;
@@ -58,7 +58,7 @@ describe('sandbox: the daemon API from inside a sandbox without a session key', 
   });
 });
 
-describe('sandbox: setup.sh and the system prompt', { timeout: 120_000 }, () => {
+describe('sandbox: setup.sh and the system prompt', { timeout: 300_000 }, () => {
   test('a cloned repository\'s setup.sh runs in the sandbox; the prompt says "sandboxed"', async () => {
     const git = await startGitServer({ token: 'gh-SANDBOX-token-1234' });
     // the agent's own git reaches the git server on the host's loopback: that one port is allowed
@@ -131,7 +131,7 @@ describe('sandbox: setup.sh and the system prompt', { timeout: 120_000 }, () => 
   });
 });
 
-describe('sandbox: DATA_DIR under a directory the sandbox shows', { timeout: 120_000 }, () => {
+describe('sandbox: DATA_DIR under a directory the sandbox shows', { timeout: 300_000 }, () => {
   test('DATA_DIR inside a SANDBOX_RO_BINDS directory stays invisible (masked), the rest of it is shown', async () => {
     const outer = tempDir('parley-sbx-outer-');
     // a directory shown to the sandboxes is readable by their uid (as a toolchain under /opt is)
@@ -177,7 +177,7 @@ describe('sandbox: DATA_DIR under a directory the sandbox shows', { timeout: 120
   });
 });
 
-describe('sandbox: SANDBOX_MAX_LIVE', { timeout: 120_000 }, () => {
+describe('sandbox: SANDBOX_MAX_LIVE', { timeout: 300_000 }, () => {
   test('beyond the cap the least recently used idle sandbox is closed; its shell comes back on the next command', async () => {
     const h = await harness({ SANDBOX_MAX_LIVE: '2', METRICS_PORT: '0' });
     try {
@@ -203,7 +203,7 @@ describe('sandbox: SANDBOX_MAX_LIVE', { timeout: 120_000 }, () => {
   });
 });
 
-describe('sandbox: modes at start', { timeout: 170_000 }, () => {
+describe('sandbox: modes at start', { timeout: 300_000 }, () => {
   /**
    * Starts the daemon; once it listens (or prints `stopAt`) it is stopped (SIGTERM), unless `failing`: the probe that
    * decides SANDBOX=bwrap cannot be honoured runs after the port is open, so such a daemon is left

@@ -134,7 +134,7 @@ async function nobodyDaemon(env: Record<string, string>) {
 }
 
 describe('sandbox: an unprivileged daemon (as under the systemd unit)', {
-  timeout: 120_000,
+  timeout: 420_000,
   skip: process.getuid?.() !== 0 && 'needs root to switch to nobody',
 }, () => {
   test('as nobody without a cgroup it can make, SANDBOX=bwrap refuses to start with one line naming the fixes (limits are refused, not dropped)', async () => {
@@ -279,7 +279,7 @@ umask 077
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 exec setpriv --reuid=65534 --regid=65534 --clear-groups --bounding-set=-all --inh-caps=-all --no-new-privs "$@"`;
 
-describe('sandbox: scripts/parley.service', { timeout: 180_000 }, () => {
+describe('sandbox: scripts/parley.service', { timeout: 420_000 }, () => {
   const unitFile = path.join(ROOT, 'scripts/parley.service');
   const unit = fs.readFileSync(unitFile, 'utf8');
   const run = (cmd: string, args: string[]) =>

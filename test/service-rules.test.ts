@@ -68,7 +68,7 @@ function heldReply() {
   return g;
 }
 
-describe('ConversationService (no daemon)', { timeout: 60_000 }, () => {
+describe('ConversationService (no daemon)', { timeout: 180_000 }, () => {
   test('create without a message: STARTING, the record idle, prepared to ready with no visible phase, no run', async (t) => {
     const p = await parts(t);
     const res = await p.service.createConversation({});

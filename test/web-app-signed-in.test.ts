@@ -32,7 +32,7 @@ after(async () => {
   await browser?.close();
 });
 
-describe("OpenHands' web app on Parley, with a key (signed in through /?token=)", { timeout: 180_000 }, () => {
+describe("OpenHands' web app on Parley, with a key (signed in through /?token=)", { timeout: 420_000 }, () => {
   let d: DaemonHandle;
   let llm: ScriptedLlm;
   let run: AppRun;

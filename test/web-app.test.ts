@@ -37,7 +37,7 @@ after(async () => {
   await browser?.close();
 });
 
-describe("OpenHands' web app on Parley, without a key (loopback)", { timeout: 180_000 }, () => {
+describe("OpenHands' web app on Parley, without a key (loopback)", { timeout: 420_000 }, () => {
   let d: DaemonHandle;
   let llm: ScriptedLlm;
   let run: AppRun;
