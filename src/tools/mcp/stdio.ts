@@ -117,14 +117,19 @@ export class StdioProcessTransport implements Transport {
       });
       child.once('exit', (code, signal) => {
         this.exitInfo = { code, signal };
-        // Stdout may still be draining; deliver the close after it (or shortly after exit if a
-        // grandchild keeps the pipe open).
-        const t = setTimeout(() => this.finish(), 100);
+        // stdout and stderr may still be draining: the close comes after both (its reason holds the
+        // end of stderr), or a second after the exit when a grandchild keeps a pipe open
+        const t = setTimeout(() => this.finish(), 1000);
         t.unref();
-        child.stdout?.once('close', () => {
+        let open = [child.stdout, child.stderr].filter((p) => p && !p.closed).length;
+        const closed = () => {
+          if (--open > 0) return;
           clearTimeout(t);
           this.finish();
-        });
+        };
+        if (open === 0) closed();
+        child.stdout?.once('close', closed);
+        child.stderr?.once('close', closed);
       });
       child.stdout?.on('data', (chunk: Buffer) => this.receive(chunk));
       child.stderr?.on('data', (chunk: Buffer) => {
