@@ -12,7 +12,7 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { allEvents } from './support/conversation-api.js';
 import { startDaemon, waitFor, type DaemonHandle } from './support/daemon.js';
-import { fileServices as fileServicesOf, readySpare as readySpareOf, workspaceOf } from './support/holders.js';
+import { fileServices as fileServicesOf, readySpare as readySpareOf, readySpares as readySparesOf, workspaceOf } from './support/holders.js';
 import { descendants } from './support/processes.js';
 import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
 
@@ -133,11 +133,10 @@ describe('an idle conversation costs no process; its shell comes back as it was'
     const spare = spares.find((p) => workspaceOf(p)?.join('/') === ['d', 'link', 'n\ufffd', 'top.txt'].join('/'));
     assert.ok(spare, `a spare holder was taken, with the files moved in (${spares.map((p) => workspaceOf(p)?.join(' ')).join('; ')})`);
     assert.ok(fs.existsSync('/etc/passwd') && fs.lstatSync('/etc').isDirectory(), 'nothing the link names was moved');
-    // another spare is started for the next conversation; the returning one costs its holder and shell
-    const refill = await waitFor(readySpare, 'a new spare holder', 60_000);
-    assert.notEqual(refill, spare);
-    const holders = fileServices();
-    assert.ok(holders.length >= 2, "the conversation's holder (the old spare) and the spares");
+    // another spare is started for the next conversation: a holder that was not running before the
+    // command (the conversation's own, the old spare, may already have closed again when it idles
+    // SANDBOX_IDLE_CLOSE_MS on a busy machine, so it is not counted here)
+    await waitFor(() => readySparesOf(d.proc.pid!).find((p) => !spares.includes(p)), 'a new spare holder started after the spare was taken', 60_000);
   });
 
   test('a workspace with more top-level entries than are moved at once gets a holder of its own; the spare keeps nothing of it', async () => {
