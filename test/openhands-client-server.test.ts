@@ -48,6 +48,8 @@ const seen = <T>(v: T): T => {
   return v;
 };
 const opts = () => ({ host: d.url, apiKey: SESSION_KEY });
+/** The MCP test's timeout (seconds) where it is meant to succeed: room for a sandbox to start on a busy machine. */
+const LONG = 90;
 const H = { 'x-session-api-key': SESSION_KEY };
 /** A rejection of the client's call: its HTTP status (and the error's body). */
 const status = (s: number, detail?: RegExp) => (e: any) => {
@@ -291,21 +293,21 @@ describe('server-wide features through the OpenHands client', { timeout: 420_000
     const workspaces = () => fs.readdirSync(path.join(d.dataDir, 'workspaces')).sort();
     const before = workspaces();
     const server = { type: 'stdio', command: process.execPath, args: [...STDIO_SERVER, 'probe'], env: { PROBE_ENV: ENV_SECRET } };
-    const ok: any = seen(await m.testServer({ server, tool_call: { name: 'echo', arguments: { text: 'hi' } } } as never));
+    const ok: any = seen(await m.testServer({ server, tool_call: { name: 'echo', arguments: { text: 'hi' } }, timeout: LONG } as never));
     assert.equal(ok.ok, true, JSON.stringify(ok));
     assert.ok(
       ['echo', 'pid', 'cwd', 'env'].every((t) => ok.tools.includes(t)),
       ok.tools.join(),
     );
     assert.deepEqual(ok.tool_result, { is_error: false, text: 'echo: hi' });
-    const env: any = seen(await m.testServer({ server, tool_call: { name: 'env', arguments: { name: 'PROBE_ENV' } } } as never));
+    const env: any = seen(await m.testServer({ server, tool_call: { name: 'env', arguments: { name: 'PROBE_ENV' } }, timeout: LONG } as never));
     assert.equal(env.tool_result.text, 'PROBE_ENV=<secret_hidden>', 'the env reaches the server, its value is not answered');
-    const child: any = await m.testServer({ server, tool_call: { name: 'spawn_child', arguments: {} } } as never);
+    const child: any = await m.testServer({ server, tool_call: { name: 'spawn_child', arguments: {} }, timeout: LONG } as never);
     if (sandboxed) {
       // in a pid namespace of its own, and everything it started is gone once the test answered
       assert.match(child.tool_result.text, /^ns:/);
       assert.equal(hostPid(child.tool_result.text), 0, 'the sandbox of the test is removed with its processes');
-      assert.equal(((await m.testServer({ server, tool_call: { name: 'cwd', arguments: {} } } as never)) as any).tool_result.text, '/workspace');
+      assert.equal(((await m.testServer({ server, tool_call: { name: 'cwd', arguments: {} }, timeout: LONG } as never)) as any).tool_result.text, '/workspace');
       assert.deepEqual(workspaces(), before, "no test's workspace is left behind");
     } else {
       assert.ok(true, 'sandbox off: the server ran as a plain process');
@@ -314,19 +316,33 @@ describe('server-wide features through the OpenHands client', { timeout: 420_000
       await m.testServer({
         server: { type: 'http', url: shttp.url, auth: { strategy: 'bearer', value: BEARER } },
         tool_call: { name: 'auth_header', arguments: {} },
+        timeout: LONG,
       } as never),
     );
     assert.equal(remote.ok, true, JSON.stringify(remote));
     assert.equal(remote.tool_result.text, 'authorization: Bearer <secret_hidden>');
     assert.ok(shttp.authHeaders.includes(`Bearer ${BEARER}`));
-    const missing: any = await m.testServer({ server: { type: 'stdio', command: '/nonexistent/mcp-server' }, timeout: 10 } as never);
+    const missing: any = await m.testServer({ server: { type: 'stdio', command: '/nonexistent/mcp-server' }, timeout: LONG } as never);
     assert.deepEqual([missing.ok, missing.error_kind], [false, 'connection']);
     const silent: any = await m.testServer({ server: { type: 'stdio', command: 'sleep', args: ['30'] }, timeout: 1 } as never);
     assert.deepEqual([silent.ok, silent.error_kind], [false, 'timeout']);
     const refused: any = await m.testServer({ server: { type: 'http', url: `http://127.0.0.1:${await freePort()}/mcp` }, timeout: 5 } as never);
     assert.deepEqual([refused.ok, refused.error_kind], [false, 'connection']);
-    const noTool: any = await m.testServer({ server, tool_call: { name: 'nope', arguments: {} } } as never);
+    const noTool: any = await m.testServer({ server, tool_call: { name: 'nope', arguments: {} }, timeout: LONG } as never);
     assert.equal(noTool.tool_result.is_error, true);
+  });
+
+  test("the MCP test's timeout bounds the whole test (the client gives up five seconds after it): a slow start and a slow call in one", async () => {
+    // the server takes 12 of the 20 s to start, then its tool sleeps a minute: a test that gave the call its own
+    // 20 s would answer after about 32 s, past the client's 25 s
+    const slowStart = { type: 'stdio', command: 'bash', args: ['-c', 'sleep 12; exec "$0" "$@"', process.execPath, ...STDIO_SERVER, 'probe'] };
+    const r: any = await new C.MCPClient(opts()).testServer({
+      server: slowStart,
+      tool_call: { name: 'slow', arguments: { ms: 60_000 } },
+      timeout: 20,
+    } as never);
+    const timedOut = (r.ok === false && r.error_kind === 'timeout') || (r.ok === true && r.tool_result.is_error && /timed out/.test(r.tool_result.text));
+    assert.ok(timedOut, JSON.stringify(r));
   });
 
   test("the file browser shows a conversation's sandbox view: its workspace, pages of subdirectories, nothing outside it", async () => {

@@ -4,6 +4,9 @@
  * close everything. Nothing is stored. The answer is OpenHands' shape: `{ok: true, tools, tool_result}`,
  * or `{ok: false, error, error_kind}` where `error_kind` is `timeout` (it did not connect and list within
  * the request's timeout), `connection` (it could not be reached or started, or broke off) or `unknown`.
+ * The request's timeout bounds the whole test (the sandbox's start, connecting and listing, the tool
+ * call): OpenHands' client gives up five seconds after it, so a test that used it twice would never be
+ * answered.
  *
  * Where a stdio server runs: in a sandbox of its own, made for this one test and removed after it (the
  * same bubblewrap sandbox a conversation gets, with an empty workspace as its cwd and no view of
@@ -32,7 +35,7 @@ export interface McpTestRequest {
   name: string;
   /** One server in the config's shape (exactly one list holds one entry). */
   config: McpConfig;
-  /** Seconds to connect and list its tools (and, separately, for the tool call). */
+  /** Seconds for the whole test: the sandbox, connecting and listing its tools, and the tool call. */
   timeout: number;
   tool_call?: { name: string; arguments: Record<string, unknown> } | null;
 }
@@ -47,9 +50,12 @@ export async function testMcpServer(
 ): Promise<McpTestResult> {
   const stdio = (req.config.stdio_servers?.length ?? 0) > 0;
   const id = crypto.randomUUID();
+  const deadline = Date.now() + Math.round(req.timeout * 1000);
+  // what is left of the request's time (a floor of 100 ms: a step that starts late still fails by its timeout, not by a zero)
+  const left = () => Math.max(100, deadline - Date.now());
   const box = stdio ? await deps.sandbox.open(id) : null;
   const { McpManager } = await import('./manager.js');
-  const ms = Math.round(req.timeout * 1000);
+  const ms = left();
   const manager = new McpManager({
     config: req.config,
     workspaceDir: box?.workspaceDir ?? '/',
@@ -81,7 +87,7 @@ export async function testMcpServer(
         const obs = await tool.execute(req.tool_call.arguments, {
           conversationId: id,
           workspaceDir: box?.workspaceDir ?? '/',
-          signal: AbortSignal.timeout(ms + 1000),
+          signal: AbortSignal.timeout(left()),
           env: {},
           redact: deps.redact,
         });
@@ -91,6 +97,9 @@ export async function testMcpServer(
     }
     return { ok: true, tools: tools.map((t) => t.mcpName), tool_result: toolResult };
   } catch (err) {
+    if ((err as Error)?.name === 'TimeoutError') {
+      return { ok: false, error: `The test of MCP server '${req.name}' did not finish within ${req.timeout} s`, error_kind: 'timeout' };
+    }
     return { ok: false, error: deps.redact(String((err as Error)?.message ?? err)), error_kind: 'unknown' };
   } finally {
     await manager.close();
