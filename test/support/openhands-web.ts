@@ -80,8 +80,14 @@ export class AppRun {
     );
     page.on('response', (r) => {
       const u = new URL(r.url());
-      if (u.origin === origin && /^\/(api|sockets)\//.test(u.pathname) && r.status() >= 400)
-        run.failures.push(`${r.status()} ${r.request().method()} ${u.pathname}`);
+      if (u.origin === origin && /^\/(api|sockets)\//.test(u.pathname) && r.status() >= 400) {
+        // the answer's body says why (its place is taken at once, so the order is the answers' order)
+        const at = run.failures.push(`${r.status()} ${r.request().method()} ${u.pathname}`) - 1;
+        r.text().then(
+          (body) => (run.failures[at] += `: ${body.slice(0, 300)}`),
+          () => {},
+        );
+      }
     });
     page.on('websocket', (ws) => ws.on('socketerror', (e) => run.failures.push(`socket ${ws.url()}: ${e}`)));
     page.on('pageerror', (e) => run.pageErrors.push(String(e)));
