@@ -39,6 +39,13 @@ const REFILL_MS = 1000;
 const BURST_MS = 10_000;
 
 /**
+ * In a burst, how long after a take the next spare starts: the start's spawns block the main thread
+ * (each until its child has exec'd) and its processes take a core, so begun at once they land in the
+ * first steps of the conversation that took the spare.
+ */
+const BURST_REFILL_MS = 60;
+
+/**
  * Arrivals (takes) further apart than this are no burst: the arrival rate is forgotten, and the spares
  * beyond the first are closed once no conversation took one for this long.
  */
@@ -72,6 +79,8 @@ export class Holders {
   /** How long a holder takes to start (EWMA of the last ones, ms). */
   private startMs = 250;
   private refillTimer: NodeJS.Timeout | null = null;
+  /** When (performance.now) the pending refill fires. */
+  private refillDue = 0;
   /** When each spare became ready (performance.now): an extra one is closed QUIET_MS after, unused. */
   private readonly readyAt = new WeakMap<Holder, number>();
   /** Spares killed while the daemon runs (no longer needed, or retired), until they are gone. */
@@ -138,7 +147,7 @@ export class Holders {
         spare.nice = 0;
         setNice(spare.pids(), 0);
       }
-      this.refill(this.bursting(now) ? 0 : undefined);
+      this.refill(this.bursting(now) ? BURST_REFILL_MS : undefined);
       return this.track(workspace, spare);
     }
     const own = this.startOwn(workspace, state);
@@ -173,7 +182,7 @@ export class Holders {
    */
   private spareTarget(): number {
     if (this.interval === null || this.interval >= 1.5 * this.startMs) return 1;
-    const want = Math.ceil(this.startMs / Math.max(this.interval, 1)) + 1;
+    const want = Math.ceil((this.startMs + BURST_REFILL_MS) / Math.max(this.interval, 1)) + 1;
     const byMemory = Math.floor(os.freemem() / 4 / (SPARE_MB * 1024 * 1024));
     return Math.max(1, Math.min(want, MAX_SPARES, this.s.settings.maxLive - this.running.size, byMemory));
   }
@@ -261,10 +270,14 @@ export class Holders {
 
   /**
    * The spares the arrivals need, `delayMs` from now (default REFILL_MS, or the spareRefillMs setting:
-   * the conversation that took the last one goes first); a refill already due is moved to this time.
+   * the conversation that took the last one goes first); a refill already due sooner stays as it is.
    */
   private refill(delayMs = this.refillMs): void {
+    // (takes coming closer together than the delay must not keep putting it off)
+    const due = performance.now() + delayMs;
+    if (this.refillTimer && this.refillDue <= due) return;
     if (this.refillTimer) clearTimeout(this.refillTimer);
+    this.refillDue = due;
     this.refillTimer = setTimeout(() => {
       this.refillTimer = null;
       if (!this.sparesOn) return;
