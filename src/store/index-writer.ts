@@ -9,10 +9,15 @@
  * request starts a new one. A thread is a V8 isolate of its own (~10 MiB of an idle daemon's
  * RSS); an idle daemon holds none. Appends never wait for it (they are committed by the journal
  * and served from the tail), so its start (tens of ms) delays only the index.
+ *
+ * A few frames while no thread is about are indexed on the event loop instead (`indexHere`): a
+ * turn's events take a fraction of a millisecond to insert, where a thread started for them would
+ * hold its isolate for the next `IDLE_EXIT_MS`. Under load the batches are larger and go to the thread.
  */
 import { Worker } from 'node:worker_threads';
 import { UnavailableError } from '../errors.js';
 import { CONTROL_SLOTS, STOP, WAKE } from './writer-control.js';
+import type { JournalPosition } from './journal.js';
 import type { WriterNotice, WriterReply, WriterRequest } from './writer.js';
 
 type WithoutN<T> = T extends unknown ? Omit<T, 'n'> : never;
@@ -25,6 +30,15 @@ export type IndexRequest = WithoutN<WriterRequest>;
  * vs 7.7 ms with 2 s, scripts/bench-turn.ts --settle-ms 2600, load ~6).
  */
 const IDLE_EXIT_MS = 30_000;
+
+/** The frames' bytes at most that are indexed on the event loop (a few ms of inserts at most). */
+export const INLINE_INDEX_BYTES = 64 * 1024;
+
+/** Indexing on the event loop: the store's own connection's indexer, made on first use, and how much it takes. */
+export interface InlineIndex {
+  indexer: () => (frames: { payload: Uint8Array; pos: JournalPosition }[]) => void;
+  maxBytes: number;
+}
 
 interface IndexWriterHooks {
   /** How the index is doing (it cannot write, or it writes again). */
@@ -44,17 +58,38 @@ export class IndexWriter {
   private idleTimer: NodeJS.Timeout | null = null;
   /** The exit of a thread retiring after its idle period (its checkpoint may still run). */
   private retiring: Promise<unknown> = Promise.resolve();
+  /** A retiring thread has not exited yet (it may still write). */
+  private retiringNow = false;
+  private inlineIndexer: ReturnType<InlineIndex['indexer']> | null = null;
 
   constructor(
     private readonly file: string,
     private readonly synchronous: 'NORMAL' | 'FULL',
     private readonly hooks: IndexWriterHooks,
     private readonly idleExitMs = IDLE_EXIT_MS,
+    private readonly inline: InlineIndex | null = null,
   ) {}
 
-  /** Whether a thread runs now (one that is exiting after its idle period does not count). */
+  /**
+   * Indexes `frames` (`bytes` in all) here, on the event loop, when they are few and no thread is
+   * about (none running, retiring or with a request): nothing else writes the index then, so the
+   * order holds. False: they go to the thread (too many, a thread about, or the write failed here:
+   * the thread retries it and says when the index stalls).
+   */
+  indexHere(frames: { payload: Uint8Array; pos: JournalPosition }[], bytes: number): boolean {
+    if (!this.inline || bytes > this.inline.maxBytes || this.worker || this.retiringNow || this.waiting.size > 0 || this.closing) return false;
+    try {
+      this.inlineIndexer ??= this.inline.indexer();
+      this.inlineIndexer(frames);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** Whether a thread runs now (one exiting after its idle period too, until it has exited). */
   get running(): boolean {
-    return this.worker !== null;
+    return this.worker !== null || this.retiringNow;
   }
 
   private start(): Worker {
@@ -117,7 +152,10 @@ export class IndexWriter {
     this.idleTimer = null;
     if (this.closing || this.worker !== worker || this.waiting.size > 0) return;
     this.worker = null;
-    this.retiring = new Promise((resolve) => worker.once('exit', resolve));
+    this.retiringNow = true;
+    this.retiring = new Promise((resolve) => worker.once('exit', resolve)).finally(() => {
+      this.retiringNow = false;
+    });
     const n = ++this.requestNo;
     worker.on('message', (r: WriterReply | WriterNotice) => {
       if (!('notice' in r) && r.n === n) void worker.terminate();

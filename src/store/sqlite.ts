@@ -33,9 +33,9 @@ import { EncodedEvent, nowIso, type EventDraft, type ParleyEvent } from '../even
 import { serializeEvent } from '../events/event-json.js';
 import { metrics } from '../metrics.js';
 import { DiskWatch, errorText, isDiskFull } from './disk-watch.js';
-import { IndexWriter, type IndexRequest } from './index-writer.js';
+import { INLINE_INDEX_BYTES, IndexWriter, type IndexRequest } from './index-writer.js';
 import { lockDataDir } from './lock.js';
-import { framePayload, type Journal, journalEvents, journalFrame, journalLine, type JournalPosition } from './journal.js';
+import { framePayload, type Journal, journalEvents, journalFrame, journalIndexer, journalLine, type JournalPosition } from './journal.js';
 import { countEvents, decodeBody, queryEvents } from './sqlite-reads.js';
 import { recoverJournal } from './sqlite-recovery.js';
 import { SqliteRecords } from './sqlite-records.js';
@@ -60,6 +60,8 @@ interface StoreOptions {
   reserveDelayMs?: number;
   /** How long the index writer thread stays without a request before it exits (default 30 s; index-writer.ts). */
   writerIdleMs?: number;
+  /** Batches of at most this many bytes are indexed on the event loop while no thread is about (default 64 KiB; 0: never). */
+  inlineIndexBytes?: number;
   /** The watch of DATA_DIR's free space that writes meeting a full disk are reported to (default: one of the store's own). */
   disk?: DiskWatch;
 }
@@ -165,6 +167,7 @@ export class SqliteStore implements Store {
         },
       },
       opts.writerIdleMs,
+      { indexer: () => journalIndexer(this.db), maxBytes: opts.inlineIndexBytes ?? INLINE_INDEX_BYTES },
     );
     for (const f of unindexed) this.readmit(f.payload, f.pos);
     this.applyStatuses();
@@ -404,6 +407,15 @@ export class SqliteStore implements Store {
     const frames = this.indexQueue;
     if (frames.length === 0) return;
     this.indexQueue = [];
+    if (
+      this.writer.indexHere(
+        frames,
+        frames.reduce((n, f) => n + f.payload.byteLength, 0),
+      )
+    ) {
+      for (const f of frames) this.indexed(f.pos, f.newest);
+      return;
+    }
     this.ask(
       { type: 'index', frames: frames.map(({ payload, pos }) => ({ payload, pos })) },
       frames.map((f) => f.payload.buffer as ArrayBuffer),
