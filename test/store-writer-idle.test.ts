@@ -4,7 +4,7 @@
  * the first frame to index, gone after its idle period (its connection checkpointed and closed), a
  * new one for the next frame. What each thread indexed is in the index: a reopened store finds nothing
  * in the journal left to index, and every event in order. A few frames while no thread is about are
- * indexed on the event loop, and start none.
+ * indexed on the event loop, and start none (unless every commit waits for its fsync).
  */
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -82,4 +82,14 @@ test('SQLite: a few frames are indexed on the event loop without a thread; a bat
     (await store.query(C, { limit: 1000 })).map((e) => e.seq),
     Array.from({ length: 50 }, (_, i) => i + 1),
   );
+});
+
+test('SQLite: with SQLITE_SYNCHRONOUS=FULL even a few frames go to the thread (an index commit there waits for its fsync)', { timeout: 120_000 }, async (t) => {
+  const dir = tempDir();
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const store = new SqliteStore(dir, { indexDelayMs: 20, writerIdleMs: 300, synchronous: 'FULL' });
+  t.after(() => store.close());
+  for (let i = 0; i < 3; i++) await store.append(C, msg(`a${i}`));
+  await waitFor(() => store.writerRunning, 'a thread for the few frames', 60_000);
+  await waitFor(() => store.unindexed === 0, 'the frames indexed', 60_000);
 });

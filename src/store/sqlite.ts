@@ -60,7 +60,7 @@ interface StoreOptions {
   reserveDelayMs?: number;
   /** How long the index writer thread stays without a request before it exits (default 30 s; index-writer.ts). */
   writerIdleMs?: number;
-  /** Batches of at most this many bytes are indexed on the event loop while no thread is about (default 64 KiB; 0: never). */
+  /** Batches of at most this many bytes are indexed on the event loop while no thread is about (default 64 KiB; 0: never; FULL: never). */
   inlineIndexBytes?: number;
   /** The watch of DATA_DIR's free space that writes meeting a full disk are reported to (default: one of the store's own). */
   disk?: DiskWatch;
@@ -167,7 +167,8 @@ export class SqliteStore implements Store {
         },
       },
       opts.writerIdleMs,
-      { indexer: () => journalIndexer(this.db), maxBytes: opts.inlineIndexBytes ?? INLINE_INDEX_BYTES },
+      // (FULL: an index commit on the event loop would wait for its fsync there)
+      { indexer: () => journalIndexer(this.db), maxBytes: synchronous === 'FULL' ? 0 : (opts.inlineIndexBytes ?? INLINE_INDEX_BYTES) },
     );
     for (const f of unindexed) this.readmit(f.payload, f.pos);
     this.applyStatuses();
