@@ -121,15 +121,15 @@ export class StdioProcessTransport implements Transport {
         // end of stderr), or a second after the exit when a grandchild keeps a pipe open
         const t = setTimeout(() => this.finish(), 1000);
         t.unref();
-        let open = [child.stdout, child.stderr].filter((p) => p && !p.closed).length;
+        const pipes = [child.stdout, child.stderr].filter((p) => p !== null && !p.closed);
+        let open = pipes.length;
         const closed = () => {
           if (--open > 0) return;
           clearTimeout(t);
           this.finish();
         };
-        if (open === 0) closed();
-        child.stdout?.once('close', closed);
-        child.stderr?.once('close', closed);
+        if (open === 0) return closed();
+        for (const p of pipes) p!.once('close', closed);
       });
       child.stdout?.on('data', (chunk: Buffer) => this.receive(chunk));
       child.stderr?.on('data', (chunk: Buffer) => {
