@@ -71,13 +71,16 @@ export class IndexWriter {
   ) {}
 
   /**
-   * Indexes `frames` (`bytes` in all) here, on the event loop, when they are few and no thread is
+   * Indexes `frames` here, on the event loop, when they are few and no thread is
    * about (none running, retiring or with a request): nothing else writes the index then, so the
    * order holds. False: they go to the thread (too many, a thread about, or the write failed here:
    * the thread retries it and says when the index stalls).
    */
-  indexHere(frames: { payload: Uint8Array; pos: JournalPosition }[], bytes: number): boolean {
-    if (!this.inline || bytes > this.inline.maxBytes || this.worker || this.retiringNow || this.waiting.size > 0 || this.closing) return false;
+  indexHere(frames: { payload: Uint8Array; pos: JournalPosition }[]): boolean {
+    if (!this.inline || this.worker || this.retiringNow || this.waiting.size > 0 || this.closing) return false;
+    let bytes = 0;
+    for (const f of frames) bytes += f.payload.byteLength;
+    if (bytes > this.inline.maxBytes) return false;
     try {
       this.inlineIndexer ??= this.inline.indexer();
       this.inlineIndexer(frames);

@@ -408,12 +408,7 @@ export class SqliteStore implements Store {
     const frames = this.indexQueue;
     if (frames.length === 0) return;
     this.indexQueue = [];
-    if (
-      this.writer.indexHere(
-        frames,
-        frames.reduce((n, f) => n + f.payload.byteLength, 0),
-      )
-    ) {
+    if (this.writer.indexHere(frames)) {
       for (const f of frames) this.indexed(f.pos, f.newest);
       return;
     }
