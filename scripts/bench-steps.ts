@@ -14,7 +14,8 @@
  * `--hello` instead profiles the turn of a `hello` task end to end : four LLM
  * calls (shell, create, edit, finish), repeated over --turns conversations, timed from outside (the scripted
  * LLM's request arrival and answer times, a WebSocket subscriber's event arrival times, the events' own
- * timestamps) and with the daemon under `--cpu-prof` for the split of its CPU time per step.
+ * timestamps) and with the daemon under `--cpu-prof` for the split of its CPU time per step; the CPU time of the
+ * daemon's sandbox spawner (src/sandbox/spawner.ts: the process that starts the holders' programs) is printed apart.
  *
  *   npx tsx scripts/bench-steps.ts --hello [--turns 30] [--no-profile]   (--no-profile: the times without the profiler)
  *
@@ -249,10 +250,31 @@ async function helloBench(turns: number, profile: boolean): Promise<number> {
   const windows: [number, number][] = [];
   /** the daemon's CPU time (all its threads, /proc/<pid>/stat utime+stime, 10 ms ticks) over the same turns */
   let cpuTicks = 0;
-  const ticks = () => {
-    const st = fs.readFileSync(`/proc/${d.proc.pid}/stat`, 'utf8');
-    const fl = st.slice(st.lastIndexOf(')') + 2).split(' ');
-    return Number(fl[11]) + Number(fl[12]);
+  const ticksOf = (pid: number | undefined) => {
+    if (!pid) return 0;
+    try {
+      const st = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const fl = st.slice(st.lastIndexOf(')') + 2).split(' ');
+      return Number(fl[11]) + Number(fl[12]);
+    } catch {
+      return 0;
+    }
+  };
+  const ticks = () => ticksOf(d.proc.pid);
+  /** the sandbox's spawner (src/sandbox/spawner.ts: the daemon's process that starts the holders' programs), counted apart */
+  let spawnerTicks = 0;
+  const spawnerPid = (): number | undefined => {
+    for (const p of fs.readdirSync('/proc')) {
+      if (!/^\d+$/.test(p)) continue;
+      try {
+        const stat = fs.readFileSync(`/proc/${p}/stat`, 'utf8');
+        if (stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1] !== String(d.proc.pid)) continue;
+        if (fs.readFileSync(`/proc/${p}/cmdline`, 'utf8').includes('spawner-process.mjs')) return Number(p);
+      } catch {
+        // gone meanwhile
+      }
+    }
+    return undefined;
   };
   try {
     for (let turn = 0; turn < warm + turns; turn++) {
@@ -294,6 +316,8 @@ async function helloBench(turns: number, profile: boolean): Promise<number> {
       const base = llm.requests.length;
       const postedUs = monoUs();
       const ticks0 = ticks();
+      const sp = spawnerPid();
+      const spawnerTicks0 = ticksOf(sp);
       const posted = wallNow();
       const r = await d.req('POST', `/api/conversations/${id}/events`, {
         role: 'user',
@@ -312,6 +336,7 @@ async function helloBench(turns: number, profile: boolean): Promise<number> {
       if (turn >= warm) {
         windows.push([postedUs, monoUs()]);
         cpuTicks += ticks() - ticks0;
+        spawnerTicks += ticksOf(sp) - spawnerTicks0;
       }
       sock.close();
       const reqs = llm.requests.slice(base);
@@ -418,6 +443,7 @@ async function helloBench(turns: number, profile: boolean): Promise<number> {
   const stepsRun = turns * 4;
   console.log('');
   console.log(`daemon CPU time (/proc, all threads) over the measured turns: ${f(cpuMs / turns)} ms per turn, ${f(cpuMs / stepsRun)} ms per step`);
+  console.log(`its sandbox spawner's CPU time (the process that starts the holders' programs; none before it): ${f((spawnerTicks * 10) / turns)} ms per turn`);
   if (main && main.totalMs > 0) {
     // the profiler's sample intervals are wall time: on a busy machine they include time the thread waited for a core
     console.log(

@@ -25,6 +25,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { helper } from './processes.js';
 import { findProgram } from './programs.js';
+import { runToEnd, type Spawner } from './spawner.js';
 
 /** The programs images are made, checked and mounted with (e2fsprogs, util-linux). */
 export interface DiskTools {
@@ -32,6 +33,8 @@ export interface DiskTools {
   e2fsck: string | null;
   mount: string;
   umount: string;
+  /** What runs them (off the daemon's event loop). */
+  spawner: Spawner;
 }
 
 /** What an image holds: the directories bound into the sandbox. */
@@ -41,7 +44,7 @@ const imageFile = (state: string) => path.join(state, 'disk.img');
 export const imageMount = (state: string) => path.join(state, 'disk');
 
 /** The tools, or why images cannot be used here (then the disk bound is measured). */
-export function findDiskTools(): DiskTools | string {
+export function findDiskTools(spawner: Spawner): DiskTools | string {
   if (process.getuid?.() !== 0) return 'the daemon is not root (mounting a per-conversation disk needs root)';
   if (!fs.existsSync('/dev/loop-control')) return 'there is no /dev/loop-control (loop devices)';
   const mkfs = findProgram('mkfs.ext4');
@@ -49,14 +52,19 @@ export function findDiskTools(): DiskTools | string {
   const mount = findProgram('mount');
   const umount = findProgram('umount');
   if (!mount || !umount) return 'mount and umount (util-linux) were not found';
-  return { mkfs, e2fsck: findProgram('e2fsck'), mount, umount };
+  return { mkfs, e2fsck: findProgram('e2fsck'), mount, umount, spawner };
 }
 
 /** Runs a program to its end: its exit code (-1: it could not run or was killed) and its last line of stderr. */
-function exec(argv: string[], timeoutMs = 60_000): Promise<{ code: number; why: string }> {
+async function exec(spawner: Spawner | null, argv: string[], timeoutMs = 60_000): Promise<{ code: number; why: string }> {
+  const env = { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' };
+  if (spawner) {
+    const r = await runToEnd(spawner, argv[0]!, argv.slice(1), { env, timeoutMs });
+    return { code: r.code, why: `${path.basename(argv[0]!)}: ${r.stderr.trim().split('\n').pop() || r.signal || 'failed'}` };
+  }
   return new Promise((resolve) => {
     helper(
-      childProcess().execFile(argv[0]!, argv.slice(1), { env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' }, timeout: timeoutMs }, (err, _out, stderr) => {
+      childProcess().execFile(argv[0]!, argv.slice(1), { env, timeout: timeoutMs }, (err, _out, stderr) => {
         const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
         resolve({ code, why: `${path.basename(argv[0]!)}: ${String(stderr).trim().split('\n').pop() || err?.message || 'failed'}` });
       }),
@@ -64,8 +72,8 @@ function exec(argv: string[], timeoutMs = 60_000): Promise<{ code: number; why: 
   });
 }
 
-async function run(argv: string[], timeoutMs?: number): Promise<void> {
-  const r = await exec(argv, timeoutMs);
+async function run(spawner: Spawner | null, argv: string[], timeoutMs?: number): Promise<void> {
+  const r = await exec(spawner, argv, timeoutMs);
   if (r.code !== 0) throw new Error(r.why);
 }
 
@@ -119,7 +127,7 @@ async function createImage(tools: DiskTools, state: string, sizeMb: number, owne
   }
   try {
     // -m 0: no blocks reserved for root (no process of the sandbox is root); no journal: see the header
-    await run([tools.mkfs, '-q', '-F', '-m', '0', '-O', '^has_journal', '-E', 'root_owner=0:0,lazy_itable_init=1', file]);
+    await run(tools.spawner, [tools.mkfs, '-q', '-F', '-m', '0', '-O', '^has_journal', '-E', 'root_owner=0:0,lazy_itable_init=1', file]);
     await mountImage(tools, state, owner, false);
   } catch (e) {
     fs.rmSync(file, { force: true });
@@ -140,13 +148,13 @@ async function mountImage(tools: DiskTools, state: string, owner: { uid: number;
     // ended): never checked then, and mount takes that device again (util-linux), not a second one
     if (check && tools.e2fsck && !attached(imageFile(state))) {
       // 0: clean, 1: errors corrected; anything else: it is not mounted
-      const r = await exec([tools.e2fsck, '-p', imageFile(state)]);
+      const r = await exec(tools.spawner, [tools.e2fsck, '-p', imageFile(state)]);
       if (r.code !== 0 && r.code !== 1) throw new Error(r.why);
     }
     // under the mount point, hidden while the image is mounted: an empty directory the workspace's
     // link leads to while it is not (the conversation has a workspace, its files are in the image)
     fs.mkdirSync(path.join(mnt, 'workspace'), { recursive: true, mode: 0o700 });
-    await run([tools.mount, '-o', 'loop,nodev,nosuid,discard', imageFile(state), mnt]);
+    await run(tools.spawner, [tools.mount, '-o', 'loop,nodev,nosuid,discard', imageFile(state), mnt]);
   }
   for (const d of IMAGE_DIRS) {
     const p = path.join(mnt, d);
@@ -193,14 +201,14 @@ function attached(file: string): boolean {
 async function unmountImage(tools: DiskTools, state: string): Promise<void> {
   const mnt = imageMount(state);
   if (!isMounted(mnt)) return;
-  await run([tools.umount, mnt]).catch(() => run([tools.umount, '-l', mnt]));
+  await run(tools.spawner, [tools.umount, mnt]).catch(() => run(tools.spawner, [tools.umount, '-l', mnt]));
 }
 
 /** Unmounts every mount under `dir` (a daemon that was killed left its images mounted). */
 export async function unmountAll(tools: DiskTools, dir: string): Promise<void> {
   const points = mountsUnder(dir);
   if (points.length === 0) return;
-  await run([tools.umount, ...points]).catch(() => run([tools.umount, '-l', ...mountsUnder(dir)]).catch(() => {}));
+  await run(tools.spawner, [tools.umount, ...points]).catch(() => run(tools.spawner, [tools.umount, '-l', ...mountsUnder(dir)]).catch(() => {}));
 }
 
 /**
@@ -208,7 +216,7 @@ export async function unmountAll(tools: DiskTools, dir: string): Promise<void> {
  * as they are (KEEP_WORKSPACES: a deleted conversation's workspace stays a plain directory).
  */
 export function copyWorkspaceOut(state: string, dest: string): Promise<void> {
-  return run(['cp', '-a', '--', `${path.join(imageMount(state), 'workspace')}/.`, `${dest}/`], 600_000);
+  return run(null, ['cp', '-a', '--', `${path.join(imageMount(state), 'workspace')}/.`, `${dest}/`], 600_000);
 }
 
 /** Whether images work here: a small one made, mounted and removed (the probe). */

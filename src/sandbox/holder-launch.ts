@@ -30,16 +30,16 @@
  *   there (its /proc/self/cgroup names neither the daemon nor the conversation).
  */
 import type { ChildProcess } from 'node:child_process';
-import { childProcess } from '../builtins.js';
 import fs from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
 import type { CgroupBackend, ConversationCgroup } from './cgroup.js';
 import { baseChildEnv, SANDBOX_PATH } from './child-env.js';
 import { FileChannel } from './files.js';
+import { userNamespace } from './user-namespace.js';
 import { wrapCommand, type JoinTools } from './join.js';
 import { attachEgress, needsRouteLocalnet, type EgressHandle, type EgressTools } from './network.js';
-import { setNice } from './priority.js';
-import { closeFd, helper, killTree, lastError, signalPid } from './processes.js';
+import { closeFd, killTree, lastError, signalPid, type ProcessLike } from './processes.js';
+import { runToEnd, type Spawner } from './spawner.js';
 import { VISIBLE_WORKSPACE, type MappedDir, type SandboxIds, type SandboxSettings } from './settings.js';
 import { FILE_HELPER_INSIDE, HELPER_NODE_FLAGS, viewArgs, type ViewDirs } from './view.js';
 
@@ -72,6 +72,8 @@ export interface HolderSetup {
   egress: { tools: EgressTools; version: string; resolvConf: string } | null;
   /** The file service's script on the host (default file-helper.mjs; a test's stand-in). */
   fileHelper?: string;
+  /** What starts its host-side programs, off the daemon's event loop (spawner.ts). */
+  spawner: Spawner;
 }
 
 export interface HolderFds {
@@ -91,7 +93,7 @@ export interface HolderFds {
 /** The long-lived bwrap whose namespaces every process of a conversation joins. */
 export class Holder {
   /** The supervising `sh` (bwrap runs under it); null until what bwrap needs is made (the user namespace, the disk). */
-  proc: ChildProcess | null = null;
+  proc: ProcessLike | null = null;
   /** SANDBOX_NETWORK=egress: the user-mode network of its namespace (closed with it). */
   egress: EgressHandle | null = null;
   /** The conversation's file service (its first process); null until bwrap is started. */
@@ -195,7 +197,7 @@ export class Holder {
     try {
       await step(prepare());
       if (this.s.ids) {
-        const made = userNamespace(this.s);
+        const made = userNamespace(this.s.spawner, this.s.join.unshare, this.s.ids, this.s.settings.network !== 'host');
         try {
           this.ns = await step(made);
         } catch (e) {
@@ -211,7 +213,17 @@ export class Holder {
         }
       }
       if (why !== null) throw new Error(why);
-      this.spawn();
+      const spawning = this.spawn();
+      try {
+        await step(spawning);
+      } catch (e) {
+        // stopped meanwhile: a bwrap that starts later is ended at once
+        void spawning.then(
+          () => this.proc && killTree(this.proc),
+          () => {},
+        );
+        throw e;
+      }
       await step(this.up());
       await step(seal(this.s, this.init!, this.nsPaths()));
       this.fds = openHolder(this.init!, this.ns, this.ownNetwork);
@@ -273,24 +285,29 @@ export class Holder {
    * → bwrap with its options on fd 4 (as pid 1 of the sandbox its command line is what `ps` shows
    * inside, and the host paths of the conversation's directories are none of the agent's business).
    */
-  private spawn(): void {
+  private async spawn(): Promise<void> {
     const s = this.s;
-    const argv = wrapCommand(
-      { settings: s.settings, join: s.join, hasCgroups: s.cgroups !== null },
-      this.cgroup,
-      [s.bwrap, '--args', String(FD.args), '--', ...serviceCommand(s)],
-      'supervise',
-    );
     const ns = this.ns;
-    const proc = childProcess().spawn(argv[0]!, argv.slice(1), {
-      // (what the file service is started with: the sandbox's PATH, nothing else)
-      env: { PATH: SANDBOX_PATH },
-      stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', ns ? ns.user : 'ignore', ns?.net ?? 'ignore'],
-      detached: true,
+    const proc = await s.spawner.spawn((parent) => {
+      const argv = wrapCommand(
+        { settings: s.settings, join: s.join, hasCgroups: s.cgroups !== null },
+        this.cgroup,
+        [s.bwrap, '--args', String(FD.args), '--', ...serviceCommand(s)],
+        'supervise',
+        parent,
+      );
+      return {
+        file: argv[0]!,
+        args: argv.slice(1),
+        // (what the file service is started with: the sandbox's PATH, nothing else)
+        env: { PATH: SANDBOX_PATH },
+        // the channel is a socket of the daemon's own: the service's requests and answers pass nothing else
+        stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe', 'pipe', 'direct', ns ? ns.user : 'ignore', ns?.net ?? 'ignore'],
+        nice: this.nice || undefined,
+      };
     });
     this.proc = proc;
-    if (this.nice !== 0 && proc.pid) setNice([proc.pid], this.nice);
-    const stdio = proc.stdio as unknown as (Readable & Writable)[];
+    const stdio = proc.stdio as (Readable & Writable)[];
     // as root, bwrap enters the first process's directory with its capabilities dropped: the workspace is the sandbox uid's
     const options = [
       ...namespaceArgs(s),
@@ -449,59 +466,6 @@ function namespaceArgs(s: HolderSetup): string[] {
   ];
 }
 
-/** How long the process that makes a conversation's user namespace may take. */
-const USERNS_MS = 10_000;
-
-/**
- * Root daemon: a new user namespace (and network namespace, unless the host's) made by `unshare`
- * as the sandbox uid, which therefore owns them; the daemon opens both and writes the two-id maps
- * (one write each: the kernel takes a map in one write(2) only), then ends the process: its fds
- * keep the namespaces.
- */
-function userNamespace(s: HolderSetup): Promise<{ user: number; net: number | null }> {
-  const { agent, service } = s.ids!;
-  const net = s.settings.network !== 'host';
-  const p = helper(
-    childProcess().spawn(s.join.unshare, ['--user', ...(net ? ['--net'] : []), '--', '/bin/sh', '-c', 'echo; exec cat'], {
-      uid: agent.uid,
-      gid: agent.gid,
-      env: { PATH: baseChildEnv().PATH! },
-      stdio: ['pipe', 'pipe', 'pipe'],
-      detached: true,
-    }),
-  );
-  return new Promise((resolve, reject) => {
-    let stderr = '';
-    const opened: number[] = [];
-    const timer = setTimeout(() => done(new Error('the user namespace was not made in time')), USERNS_MS);
-    const done = (err: Error | null) => {
-      clearTimeout(timer);
-      killTree(p);
-      if (err) {
-        for (const fd of opened) closeFd(fd);
-        reject(err);
-      }
-    };
-    p.stdin!.on('error', () => {});
-    p.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString('utf8')).slice(-1000)));
-    p.once('error', (e) => done(new Error(`unshare could not be started (${e.message})`)));
-    p.once('exit', (code) => done(new Error(lastError(stderr) || `unshare exited (${code})`)));
-    p.stdout!.once('data', () => {
-      try {
-        opened.push(fs.openSync(`/proc/${p.pid}/ns/user`, 'r'));
-        if (net) opened.push(fs.openSync(`/proc/${p.pid}/ns/net`, 'r'));
-        fs.writeFileSync(`/proc/${p.pid}/uid_map`, `0 ${agent.uid} 1\n1 ${service.uid} 1\n`);
-        fs.writeFileSync(`/proc/${p.pid}/gid_map`, `0 ${agent.gid} 1\n1 ${service.gid} 1\n`);
-      } catch (e) {
-        return done(new Error(`the user namespace could not be mapped (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`));
-      }
-      p.removeAllListeners('exit');
-      done(null);
-      resolve({ user: opened[0]!, net: net ? opened[1]! : null });
-    });
-  });
-}
-
 /** Attaches the egress network to a sandbox's namespaces (the daemon's fds on them). */
 function attachNetwork(s: HolderSetup, fds: HolderFds): Promise<EgressHandle> {
   return attachEgress({
@@ -510,6 +474,7 @@ function attachNetwork(s: HolderSetup, fds: HolderFds): Promise<EgressHandle> {
     runAs: s.ids?.agent,
     allow: s.settings.allowNets ?? [],
     tools: s.egress!.tools,
+    spawner: s.spawner,
   });
 }
 
@@ -522,7 +487,7 @@ function attachNetwork(s: HolderSetup, fds: HolderFds): Promise<EgressHandle> {
  * in the mount namespace with the host's rights (bwrap made it as root); otherwise both as the owner
  * of the user namespace that owns the mount namespace.
  */
-function seal(s: HolderSetup, init: number, ns: { user: string; net: string | null } | null): Promise<void> {
+async function seal(s: HolderSetup, init: number, ns: { user: string; net: string | null } | null): Promise<void> {
   const j = s.join;
   const limit = 'echo 0 > /proc/sys/user/max_user_namespaces';
   const mounts =
@@ -547,17 +512,9 @@ function seal(s: HolderSetup, init: number, ns: { user: string; net: string | nu
         '-c',
         `${limit}${localnet} && ${mounts}`,
       ]);
-  return new Promise<void>((resolve, reject) => {
-    const p = helper(
-      childProcess().spawn('/bin/sh', ['-c', script], { env: { PATH: baseChildEnv().PATH! }, stdio: ['ignore', 'ignore', 'pipe'], detached: true }),
-    );
-    let err = '';
-    p.stderr!.on('data', (d: Buffer) => (err = (err + d.toString('utf8')).slice(-1000)));
-    p.once('error', (e) => reject(e));
-    p.once('close', (code) =>
-      code === 0 ? resolve() : reject(new Error(`the conversation's sandbox could not be sealed (${err.trim().split('\n').pop() || `exit code ${code}`})`)),
-    );
-  });
+  const r = await runToEnd(s.spawner, '/bin/sh', ['-c', script], { env: { PATH: baseChildEnv().PATH! }, timeoutMs: HOLDER_START_MS });
+  if (r.code !== 0)
+    throw new Error(`the conversation's sandbox could not be sealed (${r.stderr.trim().split('\n').pop() || r.signal || `exit code ${r.code}`})`);
 }
 
 /**

@@ -42,7 +42,7 @@ const DROP_ALL = ['--no-new-privs', '--inh-caps=-all', '--ambient-caps=-all', '-
  * process group: bwrap's first child waits on an eventfd until bwrap's parent has set it up, so a
  * bwrap parent that dies early (SIGKILL by its --die-with-parent when the daemon dies, SIGPIPE
  * writing --info-fd to a dead daemon) leaves that child blocked forever, with a pid namespace and
- * no parent. The supervisor gets SIGTERM when the daemon dies (setpriv --pdeathsig; a daemon gone
+ * no parent. The supervisor gets SIGTERM when its parent dies (setpriv --pdeathsig; a parent gone
  * before that was set shows as a changed $PPID), and when bwrap exits for any reason it kills the
  * whole group, that child included (before its setsid it is in the group).
  */
@@ -51,6 +51,8 @@ export function wrapCommand(
   cgroup: ConversationCgroup | null,
   argv: string[],
   mode: 'join' | 'join-host-network' | 'supervise',
+  /** The pid that starts it (a holder's: the spawner's). */
+  parent = process.pid,
 ): string[] {
   let script = `ulimit -f ${s.settings.fileSizeMb * 2048} || exit 125; `;
   if (!s.hasCgroups) script += `ulimit -d ${s.settings.memoryMb * 1024} || exit 125; `;
@@ -66,7 +68,7 @@ export function wrapCommand(
     // (umask 022 for bwrap: the directories it makes on the way to a mount point must be enterable
     // by the sandbox's uid; the conversation's own processes keep the daemon's 077; the supervisor
     // keeps no copy of bwrap's fds, its channel to the file service above all: see holder-launch.ts)
-    script += `[ "$PPID" = ${process.pid} ] || exit 125; trap 'kill -KILL 0' TERM; umask 022; "$@" & exec 3<&- 4<&- 5<&- 6<&- 7<&- 8<&-; wait $!; kill -KILL 0`;
+    script += `[ "$PPID" = ${parent} ] || exit 125; trap 'kill -KILL 0' TERM; umask 022; "$@" & exec 3<&- 4<&- 5<&- 6<&- 7<&- 8<&-; wait $!; kill -KILL 0`;
   }
   const files = cgroup?.procsFiles ?? [];
   const sh = ['/bin/sh', '-c', script, 'sh', String(files.length), ...files, ...argv];

@@ -207,6 +207,7 @@ export class Sandbox implements ShellSandbox, SandboxHost {
         this.state = 'probing';
         await found.holders.close();
         found.cgroups?.close();
+        await found.spawner.close();
         this.found = null;
         return fail(err);
       }
@@ -571,6 +572,7 @@ export class Sandbox implements ShellSandbox, SandboxHost {
     await this.disks?.unmountStale();
     this.holders?.removeSpareDirs();
     this.cgroups?.close();
+    await this.found?.spawner.close();
     await allEnded(started, 5000);
   }
 }

@@ -62,14 +62,14 @@
  * Why one file of this size: the egress tool's arguments, the nft filter and the parsing of
  * SANDBOX_ALLOW_NETS describe one boundary; most of the length is this comment and the rule set.
  */
-import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import { isIPv4, isIPv6 } from 'node:net';
 import os from 'node:os';
 import type { Readable, Writable } from 'node:stream';
 import { childProcess } from '../builtins.js';
 import { signalGroup, trackGroup, untrackGroup } from '../process-group.js';
-import { helper } from './processes.js';
+import { helper, type ProcessLike } from './processes.js';
+import { launch, type Spawner } from './spawner.js';
 import { findProgram } from './programs.js';
 import type { AllowedNet } from '../sandbox-settings.js';
 
@@ -209,7 +209,7 @@ export type EgressProbe = { usable: true; tool: 'slirp4netns'; version: string; 
  * closed. `reason` is one line; the launcher then falls back to SANDBOX_NETWORK=none with it as the
  * warning.
  */
-export async function probeEgress(opts: { runAs?: RunAs; timeoutMs?: number } = {}): Promise<EgressProbe> {
+export async function probeEgress(opts: { runAs?: RunAs; timeoutMs?: number; spawner?: Spawner } = {}): Promise<EgressProbe> {
   const tools = await findEgressTools();
   if (typeof tools === 'string') return { usable: false, reason: tools };
   if (!fs.existsSync('/dev/net/tun'))
@@ -246,6 +246,7 @@ export async function probeEgress(opts: { runAs?: RunAs; timeoutMs?: number } = 
       allow: [],
       tools,
       timeoutMs: opts.timeoutMs,
+      spawner: opts.spawner,
     });
     await egress.close();
     return { usable: true, tool: 'slirp4netns', version: tools.version, tools, ...(warning ? { warning } : {}) };
@@ -319,6 +320,8 @@ export interface AttachEgressOptions {
   tools?: EgressTools;
   /** For the whole attach (default 10 s). */
   timeoutMs?: number;
+  /** What starts the tool and the filter (none: this process). */
+  spawner?: Spawner | null;
 }
 
 export interface EgressHandle {
@@ -383,11 +386,23 @@ export async function attachEgress(opts: AttachEgressOptions): Promise<EgressHan
     ];
     // the filter goes in while the tool starts (it names no interface but lo): no agent process
     // runs before both are done, and the two process starts, the bulk of the cost, overlap
-    const filter = installFilter(tools, as, userFd, netFd, egressRuleset(opts.allow, hostAddresses()), deadline);
-    // (a helper until it is ready: a stop while it attaches ends it; then its handle's close does)
-    const proc = helper(
-      childProcess().spawn(tools.nsenter, argv, { stdio: ['ignore', 'ignore', 'pipe', userFd, netFd, 'pipe', 'pipe'], env: {}, detached: true, ...as }),
-    );
+    const spawner = opts.spawner ?? null;
+    const filter = installFilter(spawner, tools, as, userFd, netFd, egressRuleset(opts.allow, hostAddresses()), deadline);
+    // (it may fail while the tool is still being started: read below either way)
+    filter.catch(() => {});
+    let proc: ProcessLike;
+    try {
+      // (a helper until it is ready: a stop while it attaches ends it; then its handle's close does)
+      proc = helper(
+        await launch(spawner, { file: tools.nsenter, args: argv, stdio: ['ignore', 'ignore', 'pipe', userFd, netFd, 'pipe', 'pipe'], env: {}, ...as }),
+      );
+    } catch (e) {
+      await filter.then(
+        () => {},
+        () => {},
+      );
+      throw fail(`nsenter could not be started (${(e as Error).message})`);
+    }
     const tool = new Tool(proc);
     const [up, filtered] = await Promise.allSettled([tool.ready(deadline), filter]);
     if (up.status === 'rejected' || filtered.status === 'rejected') {
@@ -406,22 +421,19 @@ class Tool {
   readonly exited: Promise<void>;
   private stderr = '';
   private closing: Promise<void> | null = null;
-  private startError: string | null = null;
 
   /** fd 5 of the tool (--ready-fd) and fd 6 (--exit-fd), the daemon's ends. */
   private readonly readyEnd: Readable | null;
   private readonly exitEnd: Writable | null;
 
-  constructor(private readonly proc: ChildProcess) {
+  constructor(private readonly proc: ProcessLike) {
     this.pid = proc.pid ?? 0;
-    const stdio = proc.stdio as unknown as Array<Readable | Writable | null | undefined>;
+    const stdio = proc.stdio as Array<Readable | Writable | null | undefined>;
     this.readyEnd = (stdio[5] as Readable | undefined) ?? null;
     this.exitEnd = (stdio[6] as Writable | undefined) ?? null;
-    if (this.pid) trackGroup(this.pid);
+    trackGroup(this.pid);
     proc.stderr!.on('data', (d: Buffer) => (this.stderr = (this.stderr + d.toString('utf8')).slice(-2000)));
-    proc.once('error', (e) => (this.startError = e.message));
     this.exited = new Promise<void>((resolve) => {
-      if (!this.pid) return resolve();
       proc.once('exit', () => {
         untrackGroup(this.pid);
         resolve();
@@ -437,8 +449,6 @@ class Tool {
    * and libslirp, the DNS forwarder included, runs: no second look from inside is needed.
    */
   ready(deadline: number): Promise<void> {
-    // a failed spawn says why on 'error', on the next tick
-    if (!this.pid) return new Promise((_, reject) => setImmediate(() => reject(new Error(`nsenter could not be started (${this.startError ?? 'no pid'})`))));
     const readyFd = this.readyEnd;
     if (!readyFd) return Promise.reject(new Error('slirp4netns has no --ready-fd'));
     return new Promise<void>((resolve, reject) => {
@@ -476,7 +486,6 @@ class Tool {
 
   close(): Promise<void> {
     this.closing ??= (async () => {
-      if (!this.pid) return;
       if (this.proc.exitCode === null && this.proc.signalCode === null) {
         if (!signalGroup(this.pid)) this.proc.kill('SIGKILL');
       }
@@ -491,7 +500,8 @@ class Tool {
  * Loads the ruleset in the namespace as the user namespace's root (started as `as`, the sandbox's
  * uid): one process, one nft transaction.
  */
-function installFilter(
+async function installFilter(
+  spawner: Spawner | null,
   tools: EgressTools,
   as: { uid?: number; gid?: number },
   userFd: number,
@@ -500,7 +510,12 @@ function installFilter(
   deadline: number,
 ): Promise<void> {
   const argv = ['--preserve-credentials', '--user=/proc/self/fd/3', '--net=/proc/self/fd/4', '--', tools.nft, '-f', '-'];
-  const proc = helper(childProcess().spawn(tools.nsenter, argv, { stdio: ['pipe', 'ignore', 'pipe', userFd, netFd], env: {}, detached: true, ...as }));
+  let proc: ProcessLike;
+  try {
+    proc = helper(await launch(spawner, { file: tools.nsenter, args: argv, stdio: ['pipe', 'ignore', 'pipe', userFd, netFd], env: {}, ...as }));
+  } catch (e) {
+    throw new Error(`nsenter could not be started (${(e as Error).message})`);
+  }
   return new Promise<void>((resolve, reject) => {
     let stderr = '';
     let late = false;
@@ -515,10 +530,6 @@ function installFilter(
     proc.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString('utf8')).slice(-2000)));
     proc.stdin!.on('error', () => {});
     proc.stdin!.end(ruleset);
-    proc.once('error', (e) => {
-      clearTimeout(timer);
-      reject(new Error(`nsenter could not be started (${e.message})`));
-    });
     proc.once('close', (code, signal) => {
       clearTimeout(timer);
       if (code === 0) return resolve();

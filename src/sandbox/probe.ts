@@ -14,6 +14,7 @@ import { EGRESS_RESOLV_CONF, probeEgress, type EgressTools } from './network.js'
 import { which } from './processes.js';
 import { findProgram } from './programs.js';
 import { seccompProgram, seccompSupported } from './seccomp.js';
+import { Spawner } from './spawner.js';
 import { sandboxIds, totalMemoryMb, type MappedDir, type SandboxIds, type SandboxOpenOptions, type SandboxSettings } from './settings.js';
 import { extraArgs, HIDDEN_PATHS, systemArgs } from './view.js';
 
@@ -27,6 +28,8 @@ export interface ProbedTools {
   /** Per-conversation disks (root daemon, not cluster mode, SANDBOX_DISK=image): null when measured. */
   disks: Disks | null;
   holders: Holders;
+  /** What starts the holders' host-side programs (spawner.ts). */
+  spawner: Spawner;
   /** The agent's seccomp filter, as joined processes load it (hex). */
   filterHex: string;
   /** slirp4netns's version when egress is in force. */
@@ -46,7 +49,7 @@ const NO_CGROUP =
 
 /**
  * Runs the checks; `{ fail }` names what is missing and how to fix it. The caller owns what it gets
- * (closes `holders` and `cgroups` when its own probe of a real holder fails).
+ * (closes `holders`, `cgroups` and `spawner` when its own probe of a real holder fails).
  */
 export async function probeTools(settings: SandboxSettings, opts: SandboxOpenOptions, mapped: MappedDir[]): Promise<ProbedTools | { fail: string }> {
   const bwrap = which(settings.bwrapPath ?? 'bwrap');
@@ -86,12 +89,14 @@ export async function probeTools(settings: SandboxSettings, opts: SandboxOpenOpt
   const limits = probeLimits(settings, warn);
   if ('fail' in limits) return limits;
   const { cgroups, unenforced } = limits;
-  const disks = await probeDisks(settings, opts, ids, warn);
+  // (from here on the caller owns what is made: the spawner's process starts with its first program)
+  const spawner = new Spawner(tools.setpriv);
+  const disks = await probeDisks(settings, opts, ids, spawner, warn);
   const hidden = [...(opts.hidden ?? []), opts.workspaceRoot, ...HIDDEN_PATHS];
   // a holder mounts what exists when it starts (the spare: at start-up), and a mapped directory
   // (the askpass helper's) may be written to only later
   for (const m of mapped) fs.mkdirSync(m.host, { recursive: true, mode: 0o700 });
-  const egress = await probeNetwork(settings, opts, ids, warn);
+  const egress = await probeNetwork(settings, opts, ids, spawner, warn);
   const inForce = settings.network === 'egress' && !egress ? { ...settings, network: 'none' as const } : settings;
   const join: JoinTools = {
     ...(tools as Omit<JoinTools, 'ip' | 'inside'>),
@@ -113,6 +118,7 @@ export async function probeTools(settings: SandboxSettings, opts: SandboxOpenOpt
       mapped,
       egress,
       fileHelper: opts.fileHelper,
+      spawner,
     },
     disks,
   );
@@ -123,6 +129,7 @@ export async function probeTools(settings: SandboxSettings, opts: SandboxOpenOpt
     cgroups,
     disks,
     holders,
+    spawner,
     filterHex: agent.toString('hex'),
     egressVersion: egress?.version ?? null,
     settings: inForce,
@@ -162,10 +169,11 @@ async function probeNetwork(
   settings: SandboxSettings,
   opts: SandboxOpenOptions,
   ids: SandboxIds | null,
+  spawner: Spawner,
   warn: (tag: string, line: string) => void,
 ): Promise<{ tools: EgressTools; version: string; resolvConf: string } | null> {
   if (settings.network !== 'egress') return null;
-  const probe = await probeEgress({ runAs: ids?.agent });
+  const probe = await probeEgress({ runAs: ids?.agent, spawner });
   if (!probe.usable) {
     warn('network-none', `SANDBOX_NETWORK=egress: ${probe.reason}; sandboxes get no network (none)`);
     return null;
@@ -187,6 +195,7 @@ async function probeDisks(
   settings: SandboxSettings,
   opts: SandboxOpenOptions,
   ids: SandboxIds | null,
+  spawner: Spawner,
   warn: (tag: string, line: string) => void,
 ): Promise<Disks | null> {
   if (settings.disk === 'measured' || !settings.diskMb) return null;
@@ -197,7 +206,7 @@ async function probeDisks(
     );
     return null;
   }
-  const tools = findDiskTools();
+  const tools = findDiskTools(spawner);
   if (typeof tools === 'string') {
     warn('disk-measured', `SANDBOX_DISK_MB is measured, not enforced by the kernel: ${tools}`);
     return null;

@@ -1,8 +1,23 @@
 /** Small process and fd chores of the sandbox launcher (host side). */
-import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { signalGroup } from '../process-group.js';
+import type { Readable, Writable } from 'node:stream';
+
+/** What the code that starts a sandbox's program uses of a child process (a ChildProcess is one). */
+export interface ProcessLike {
+  readonly pid?: number | undefined;
+  readonly exitCode: number | null;
+  readonly signalCode: NodeJS.Signals | null;
+  readonly stdio: ReadonlyArray<unknown>;
+  readonly stdin: Writable | null;
+  readonly stdout: Readable | null;
+  readonly stderr: Readable | null;
+  kill(signal?: NodeJS.Signals): boolean;
+  once(event: 'exit' | 'close', listener: (code: number | null, signal: NodeJS.Signals | null) => void): this;
+  once(event: 'error', listener: (err: Error) => void): this;
+  removeListener(event: 'exit', listener: (code: number | null, signal: NodeJS.Signals | null) => void): this;
+}
 
 export function which(name: string): string | null {
   if (name.includes('/')) return fs.existsSync(name) ? path.resolve(name) : null;
@@ -19,7 +34,7 @@ export function which(name: string): string | null {
   return null;
 }
 
-export function killTree(p: ChildProcess): void {
+export function killTree(p: ProcessLike): void {
   if (!p.pid || signalGroup(p.pid, 'SIGKILL')) return;
   try {
     process.kill(p.pid, 'SIGKILL');
@@ -36,7 +51,7 @@ export function signalPid(pid: number): void {
   }
 }
 
-export function exited(p: ChildProcess, ms: number): Promise<void> {
+export function exited(p: ProcessLike, ms: number): Promise<void> {
   return new Promise<void>((resolve) => {
     if (p.exitCode !== null || p.signalCode !== null) return resolve();
     const t = setTimeout(resolve, ms);
@@ -70,9 +85,9 @@ export function lastError(stderr: string): string {
  * nft…), while they run: a stop ends those a start in progress left running, and waits for them,
  * so the daemon exits only once every process it started is gone.
  */
-const helpers = new Set<ChildProcess>();
+const helpers = new Set<ProcessLike>();
 
-export function helper<T extends ChildProcess>(p: T): T {
+export function helper<T extends ProcessLike>(p: T): T {
   if (p.exitCode !== null || p.signalCode !== null) return p;
   helpers.add(p);
   const done = () => helpers.delete(p);

@@ -1,0 +1,294 @@
+/**
+ * The daemon's side of the spawner (spawner-process.mjs, whose header says why it is a process of its own
+ * and what its protocol is): the sandboxes' host-side programs are started there, off the daemon's
+ * event loop, and each comes back as a `RemoteChild`, which behaves as the ChildProcess the code
+ * that starts it used before (pid, stdio streams, kill, 'exit' and 'close').
+ *
+ * The spawner is started with the sandbox's probe and ends with the launcher's close, or with the
+ * daemon: its channel's end, or the SIGTERM of setpriv's --pdeathsig when the daemon dies, makes it
+ * kill what it started and exit. Should it end first, every process it started is
+ * killed (their groups) and reported as killed, and the next spawn starts a new spawner.
+ */
+import type { ChildProcess } from 'node:child_process';
+import { EventEmitter } from 'node:events';
+import os from 'node:os';
+import { fileURLToPath } from 'node:url';
+import type { Socket } from 'node:net';
+import { Duplex } from 'node:stream';
+import { childProcess } from '../builtins.js';
+import { signalGroup } from '../process-group.js';
+import { helper, type ProcessLike } from './processes.js';
+
+/** spawner-process.mjs in the checkout, or next to the build (scripts/build.mjs copies it into dist/). */
+const SPAWNER = fileURLToPath(new URL('./spawner-process.mjs', import.meta.url));
+
+/** Its node: small heaps (it holds a few messages at a time). */
+const SPAWNER_NODE_FLAGS = ['--max-old-space-size=32', '--max-semi-space-size=1', '--v8-pool-size=1'];
+
+/** A stdio slot (spawner-process.mjs): no stream, a stream relayed by the spawner, a socket of the daemon's own, or an fd of the daemon. */
+export type Slot = 'ignore' | 'pipe' | 'direct' | number;
+
+export interface SpawnSpec {
+  file: string;
+  args: string[];
+  env: Record<string, string>;
+  stdio: Slot[];
+  cwd?: string;
+  uid?: number;
+  gid?: number;
+  /** Its nice value, set as soon as it exists. */
+  nice?: number;
+}
+
+/** A relayed slot: what is written goes to the child's end, what it writes is read here. */
+class Relayed extends Duplex {
+  constructor(private readonly out: (t: 'write' | 'end' | 'destroy', data?: Buffer) => void) {
+    // (each slot is used one way: its end read, or the child's exit, ends the other side too)
+    super({ allowHalfOpen: false });
+  }
+
+  override _read(): void {}
+
+  override _write(chunk: Buffer, _enc: BufferEncoding, done: (err?: Error | null) => void): void {
+    this.out('write', chunk);
+    done();
+  }
+
+  override _final(done: (err?: Error | null) => void): void {
+    this.out('end');
+    done();
+  }
+
+  override _destroy(err: Error | null, done: (err?: Error | null) => void): void {
+    this.out('destroy');
+    done(err);
+  }
+}
+
+/** A process the spawner started. */
+export class RemoteChild extends EventEmitter implements ProcessLike {
+  exitCode: number | null = null;
+  signalCode: NodeJS.Signals | null = null;
+  readonly stdio: Array<Duplex | Socket | null>;
+
+  constructor(
+    readonly pid: number,
+    slots: Slot[],
+    direct: Socket | null,
+    send: (m: object) => void,
+    id: number,
+  ) {
+    super();
+    this.stdio = slots.map((s, slot) => {
+      if (s === 'direct') return direct;
+      if (s !== 'pipe') return null;
+      return new Relayed((t, data) => send({ t, id, slot, data }));
+    });
+  }
+
+  get stdin(): Duplex | Socket | null {
+    return this.stdio[0] ?? null;
+  }
+
+  get stdout(): Duplex | Socket | null {
+    return this.stdio[1] ?? null;
+  }
+
+  get stderr(): Duplex | Socket | null {
+    return this.stdio[2] ?? null;
+  }
+
+  kill(signal: NodeJS.Signals = 'SIGTERM'): boolean {
+    if (this.exitCode !== null || this.signalCode !== null) return false;
+    try {
+      process.kill(this.pid, signal);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** From the spawner: what the child wrote on `slot` (null: its end). */
+  received(slot: number, data: Buffer | null): void {
+    const s = this.stdio[slot];
+    if (s instanceof Relayed) s.push(data);
+  }
+
+  exited(code: number | null, signal: NodeJS.Signals | null): void {
+    if (this.exitCode !== null || this.signalCode !== null) return;
+    this.exitCode = code;
+    this.signalCode = signal;
+    this.emit('exit', code, signal);
+  }
+
+  closed(): void {
+    for (const s of this.stdio) if (s instanceof Relayed && !s.readableEnded) s.push(null);
+    this.emit('close', this.exitCode, this.signalCode);
+  }
+}
+
+type Message =
+  | { t: 'ready'; pid: number }
+  | { t: 'spawned'; id: number; pid: number }
+  | { t: 'failed'; id: number; code: string | null; message: string }
+  | { t: 'data'; id: number; slot: number; data: Uint8Array }
+  | { t: 'eof'; id: number; slot: number }
+  | { t: 'exit'; id: number; code: number | null; signal: NodeJS.Signals | null }
+  | { t: 'close'; id: number };
+
+interface Pending {
+  spec: SpawnSpec;
+  resolve: (c: RemoteChild) => void;
+  reject: (e: Error) => void;
+}
+
+export class Spawner {
+  private proc: ChildProcess | null = null;
+  private seq = 0;
+  private readonly pending = new Map<number, Pending>();
+  private readonly live = new Map<number, RemoteChild>();
+  private closed = false;
+
+  /** `setpriv`: util-linux's, for --pdeathsig (null: none, the channel's end alone ends it). */
+  constructor(private readonly setpriv: string | null) {}
+
+  /** The spawner's pid (started when there is none): the parent of every process it starts. */
+  get pid(): number {
+    return this.process().pid!;
+  }
+
+  /** Starts `spec` (a function: made with the spawner's pid); resolves once it runs, rejects when it could not be started. */
+  spawn(spec: SpawnSpec | ((spawnerPid: number) => SpawnSpec)): Promise<RemoteChild> {
+    if (this.closed) return Promise.reject(new Error('the sandbox launcher is closed'));
+    const proc = this.process();
+    const s = typeof spec === 'function' ? spec(proc.pid!) : spec;
+    const id = ++this.seq;
+    return new Promise<RemoteChild>((resolve, reject) => {
+      if (!proc.connected) return reject(new Error('the sandbox spawner is not running'));
+      this.pending.set(id, { spec: s, resolve, reject });
+      proc.send({ t: 'spawn', id, ...s });
+    });
+  }
+
+  /** Ends it (every process it started still running is killed with it); resolves once it has exited. */
+  async close(): Promise<void> {
+    this.closed = true;
+    const p = this.proc;
+    if (!p || p.exitCode !== null || p.signalCode !== null) return;
+    const gone = new Promise<void>((r) => p.once('exit', () => r()));
+    p.disconnect();
+    const timer = setTimeout(() => p.kill('SIGKILL'), 3000);
+    await gone;
+    clearTimeout(timer);
+  }
+
+  private process(): ChildProcess {
+    if (this.proc) return this.proc;
+    if (this.closed) throw new Error('the sandbox launcher is closed');
+    const node = [process.execPath, ...SPAWNER_NODE_FLAGS, SPAWNER, String(process.pid)];
+    const argv = this.setpriv ? [this.setpriv, '--pdeathsig', 'TERM', '--', ...node] : node;
+    const proc = childProcess().spawn(argv[0]!, argv.slice(1), {
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
+      stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
+      serialization: 'advanced',
+      detached: true,
+    });
+    this.proc = proc;
+    proc.on('message', (m: Message, handle?: Socket) => this.message(m, handle ?? null));
+    // (one that could not be started says so here, and no 'exit' follows)
+    proc.on('error', () => proc.pid === undefined && this.lost(proc));
+    proc.once('exit', () => this.lost(proc));
+    return proc;
+  }
+
+  private message(m: Message, handle: Socket | null): void {
+    if (m.t === 'ready') return;
+    if (m.t === 'spawned' || m.t === 'failed') {
+      const p = this.pending.get(m.id);
+      if (!p) return void handle?.destroy();
+      this.pending.delete(m.id);
+      if (m.t === 'failed') return p.reject(Object.assign(new Error(m.message), { code: m.code }));
+      if (p.spec.stdio.includes('direct') && !handle) {
+        signalGroup(m.pid, 'SIGKILL');
+        return p.reject(new Error("the spawner did not hand over the process's channel"));
+      }
+      const send = (x: object) => {
+        if (this.proc?.connected) this.proc.send(x);
+      };
+      const child = new RemoteChild(m.pid, p.spec.stdio, handle, send, m.id);
+      this.live.set(m.id, child);
+      return p.resolve(child);
+    }
+    const child = this.live.get(m.id);
+    if (!child) return;
+    if (m.t === 'data') child.received(m.slot, Buffer.from(m.data.buffer, m.data.byteOffset, m.data.byteLength));
+    else if (m.t === 'eof') child.received(m.slot, null);
+    // (the end comes a turn of the event loop later: its 'spawned' may have come in the same read,
+    // and the code that awaited the spawn attaches its listeners only after this message)
+    else if (m.t === 'exit') setImmediate(() => child.exited(m.code, m.signal));
+    else {
+      this.live.delete(m.id);
+      setImmediate(() => child.closed());
+    }
+  }
+
+  /** The spawner ended: what it started is killed, those waiting are told; the next spawn starts another. */
+  private lost(proc: ChildProcess): void {
+    if (this.proc === proc) this.proc = null;
+    for (const p of this.pending.values()) p.reject(new Error('the sandbox spawner ended'));
+    this.pending.clear();
+    for (const c of this.live.values()) {
+      signalGroup(c.pid, 'SIGKILL');
+      c.exited(null, 'SIGKILL');
+      c.closed();
+    }
+    this.live.clear();
+  }
+}
+
+/**
+ * Runs a program to its end through `spawner` (a helper while it runs: a stop ends it): its exit code
+ * (-1: it could not be started, or was killed at `timeoutMs`) and the end of its stderr.
+ */
+export async function runToEnd(
+  spawner: Spawner,
+  file: string,
+  args: string[],
+  opts: { env: Record<string, string>; timeoutMs: number; uid?: number; gid?: number },
+): Promise<{ code: number; signal: NodeJS.Signals | null; stderr: string }> {
+  let child: RemoteChild;
+  try {
+    child = helper(await spawner.spawn({ file, args, env: opts.env, uid: opts.uid, gid: opts.gid, stdio: ['ignore', 'ignore', 'pipe'] }));
+  } catch (e) {
+    return { code: -1, signal: null, stderr: (e as Error).message };
+  }
+  let stderr = '';
+  child.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString('utf8')).slice(-2000)));
+  const timer = setTimeout(() => signalGroup(child.pid, 'SIGKILL'), opts.timeoutMs);
+  timer.unref();
+  return new Promise((resolve) =>
+    child.once('close', (code: number | null, signal: NodeJS.Signals | null) => {
+      clearTimeout(timer);
+      resolve({ code: code ?? -1, signal, stderr });
+    }),
+  );
+}
+
+/**
+ * Starts `spec` through `spawner`, or with none in this process (a 'direct' slot is then a plain
+ * pipe, a number the fd itself); resolves once it runs, rejects with why it could not be started.
+ */
+export function launch(spawner: Spawner | null, spec: SpawnSpec): Promise<ProcessLike> {
+  if (spawner) return spawner.spawn(spec);
+  const stdio = spec.stdio.map((s) => (s === 'direct' ? 'pipe' : s));
+  const child = childProcess().spawn(spec.file, spec.args, { env: spec.env, cwd: spec.cwd, uid: spec.uid, gid: spec.gid, stdio, detached: true });
+  if (child.pid === undefined) return new Promise((_, reject) => child.once('error', reject));
+  if (spec.nice) {
+    try {
+      os.setPriority(child.pid, spec.nice);
+    } catch {
+      /* gone already */
+    }
+  }
+  return Promise.resolve(child);
+}

@@ -1,0 +1,171 @@
+/**
+ * The spawner (src/sandbox/spawner.ts, spawner-process.mjs): the process that starts the sandboxes'
+ * host-side programs off the daemon's event loop. What it starts behaves as a child process would
+ * (stdio both ways, exit codes and signals, a failed start); a program that ends at once is still
+ * reported; many programs started at once with a channel each get their own; a daemon's fd reaches
+ * the program; nothing it started outlives it, nor it the process that owns it (judged from the
+ * host); and in a real daemon every holder's processes are its children, not the daemon's.
+ */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import type { Socket } from 'node:net';
+import { describe, test } from 'node:test';
+import { ROOT, startDaemon, waitFor } from './support/daemon.js';
+import { readySpare } from './support/holders.js';
+import { isAlive, livingProcesses } from './support/processes.js';
+import { which } from '../src/sandbox/processes.js';
+import { Spawner, type RemoteChild } from '../src/sandbox/spawner.js';
+
+const setpriv = which('setpriv');
+
+/** What a program wrote on stdout and stderr, and how it ended. */
+function outcome(c: RemoteChild): Promise<{ out: string; err: string; code: number | null; signal: NodeJS.Signals | null }> {
+  let out = '';
+  let err = '';
+  c.stdout?.on('data', (d: Buffer) => (out += d.toString('utf8')));
+  c.stderr?.on('data', (d: Buffer) => (err += d.toString('utf8')));
+  return new Promise((resolve) => c.once('close', (code: number | null, signal: NodeJS.Signals | null) => resolve({ out, err, code, signal })));
+}
+
+const cmdline = (pid: number): string[] => {
+  try {
+    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+  } catch {
+    return [];
+  }
+};
+
+describe('sandbox: the spawner', { timeout: 120_000 }, () => {
+  test('stdio both ways, exit codes and signals, a failed start, a fd of this process', async () => {
+    const s = new Spawner(setpriv);
+    try {
+      const c = await s.spawn({
+        file: '/bin/sh',
+        args: ['-c', 'read x; echo "out $x"; echo err >&2; exit 7'],
+        env: { PATH: '/usr/bin:/bin' },
+        stdio: ['pipe', 'pipe', 'pipe'],
+      });
+      c.stdin!.end('hello\n');
+      assert.deepEqual(await outcome(c), { out: 'out hello\n', err: 'err\n', code: 7, signal: null });
+      assert.equal(c.exitCode, 7);
+
+      const killed = await s.spawn({ file: '/bin/sleep', args: ['60'], env: {}, stdio: ['ignore', 'pipe', 'pipe'] });
+      const ended = outcome(killed);
+      assert.ok(isAlive(killed.pid));
+      assert.equal(killed.kill('SIGKILL'), true);
+      assert.deepEqual(await ended, { out: '', err: '', code: null, signal: 'SIGKILL' });
+
+      await assert.rejects(s.spawn({ file: '/nonexistent/program', args: [], env: {}, stdio: ['ignore', 'ignore', 'ignore'] }), (e: NodeJS.ErrnoException) => {
+        assert.equal(e.code, 'ENOENT');
+        return true;
+      });
+
+      // a fd of this process (a namespace file) is the program's fd 3: the same namespace
+      const fd = fs.openSync('/proc/self/ns/uts', 'r');
+      try {
+        const r = await s.spawn({ file: '/bin/readlink', args: ['/proc/self/fd/3'], env: {}, stdio: ['ignore', 'pipe', 'pipe', fd] });
+        assert.equal((await outcome(r)).out.trim(), fs.readlinkSync('/proc/self/ns/uts'));
+      } finally {
+        fs.closeSync(fd);
+      }
+    } finally {
+      await s.close();
+    }
+  });
+
+  test('programs that end at once are reported, and each of many started at once gets its own channel', async () => {
+    const s = new Spawner(setpriv);
+    try {
+      // (their 'spawned' and their end can arrive in one read: the end must still reach the listener attached after the await)
+      const quick = await Promise.all(
+        Array.from({ length: 40 }, () => s.spawn({ file: '/bin/true', args: [], env: {}, stdio: ['ignore', 'ignore', 'pipe'] }).then(outcome)),
+      );
+      assert.ok(quick.every((q) => q.code === 0));
+      // a channel is a socket of this process's own: what each program says on fd 3 and what it reads back
+      const talks = await Promise.all(
+        Array.from({ length: 12 }, async (_, i) => {
+          const c = await s.spawn({
+            file: '/bin/sh',
+            args: ['-c', `echo "hi ${i}" >&3; read y <&3; echo "$y"`],
+            env: { PATH: '/usr/bin:/bin' },
+            stdio: ['ignore', 'pipe', 'pipe', 'direct'],
+          });
+          const channel = c.stdio[3] as Socket;
+          channel.once('data', (d: Buffer) => channel.write(`back ${d.toString('utf8').trim()}\n`));
+          return (await outcome(c)).out.trim();
+        }),
+      );
+      assert.deepEqual(
+        talks,
+        Array.from({ length: 12 }, (_, i) => `back hi ${i}`),
+      );
+    } finally {
+      await s.close();
+    }
+  });
+
+  test('its end kills what it started; the next spawn starts another; closing it ends both', async () => {
+    const s = new Spawner(setpriv);
+    try {
+      const first = s.pid;
+      const c = await s.spawn({ file: '/bin/sleep', args: ['600'], env: {}, stdio: ['ignore', 'ignore', 'ignore'] });
+      const ended = outcome(c);
+      process.kill(first, 'SIGKILL');
+      assert.deepEqual(await ended, { out: '', err: '', code: null, signal: 'SIGKILL' });
+      await waitFor(() => !isAlive(c.pid), 'the program killed with its spawner', 10_000);
+      const again = await s.spawn({ file: '/bin/sleep', args: ['600'], env: {}, stdio: ['ignore', 'ignore', 'ignore'] });
+      assert.notEqual(s.pid, first, 'a new spawner');
+      await s.close();
+      await waitFor(() => !isAlive(again.pid), 'closing the spawner ended its program', 10_000);
+    } finally {
+      await s.close();
+    }
+  });
+
+  test('a daemon killed with SIGKILL leaves neither its spawner nor what that started', async () => {
+    const owner = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'test/support/spawner-owner.ts')], {
+      cwd: ROOT,
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    try {
+      const line = await new Promise<string>((resolve, reject) => {
+        let text = '';
+        owner.stdout!.on('data', (d: Buffer) => {
+          text += d.toString('utf8');
+          if (text.includes('\n')) resolve(text.trim());
+        });
+        owner.once('exit', (code) => reject(new Error(`the owner exited (${code}) before it said its pids`)));
+      });
+      const [spawnerPid, childPid] = line.split(' ').map(Number) as [number, number];
+      assert.ok(isAlive(spawnerPid) && isAlive(childPid));
+      owner.kill('SIGKILL');
+      await waitFor(() => !isAlive(spawnerPid) && !isAlive(childPid), 'the spawner and its program gone with their owner', 15_000);
+    } finally {
+      owner.kill('SIGKILL');
+    }
+  });
+
+  test("in a daemon, a holder's processes are the spawner's children; the daemon's only child is the spawner", async () => {
+    const d = await startDaemon({ SANDBOX: 'bwrap' });
+    try {
+      const daemon = d.proc.pid!;
+      const service = await waitFor(() => readySpare(daemon, true), 'a spare holder ready', 60_000);
+      const parent = livingProcesses();
+      const children = [...parent].filter(([, pp]) => pp === daemon).map(([p]) => p);
+      assert.equal(children.length, 1, `the daemon's children: ${children.map((p) => cmdline(p).join(' ')).join(' | ')}`);
+      const spawner = children[0]!;
+      assert.ok(
+        cmdline(spawner).some((a) => a.endsWith('/spawner-process.mjs')),
+        cmdline(spawner).join(' '),
+      );
+      // the file service's line of ancestors reaches the spawner before the daemon
+      const line: number[] = [];
+      for (let p = parent.get(service!); p !== undefined && p > 1 && line.length < 16; p = parent.get(p)) line.push(p);
+      assert.ok(line.indexOf(spawner) >= 0 && line.indexOf(spawner) === line.indexOf(daemon) - 1, `ancestors: ${line.join(' ')}`);
+    } finally {
+      await d.stop();
+    }
+  });
+});
