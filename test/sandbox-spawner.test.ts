@@ -62,6 +62,20 @@ describe('sandbox: the spawner', { timeout: 120_000 }, () => {
         return true;
       });
 
+      // bytes given with the start: the program reads them, then their end
+      const fed = await s.spawn({ file: '/bin/cat', args: [], env: {}, stdio: [{ data: Buffer.from('fed at the start') }, 'pipe', 'pipe'] });
+      assert.equal((await outcome(fed)).out, 'fed at the start');
+
+      // the nice value asked for, else 0, whatever the spawner's own (a root daemon raises its priority)
+      const niceOf = (pid: number) => Number(fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')[16]);
+      const plain = await s.spawn({ file: '/bin/sleep', args: ['60'], env: {}, stdio: ['ignore', 'ignore', 'ignore'] });
+      const low = await s.spawn({ file: '/bin/sleep', args: ['60'], env: {}, stdio: ['ignore', 'ignore', 'ignore'], nice: 7 });
+      assert.equal(niceOf(plain.pid), 0);
+      assert.equal(niceOf(low.pid), 7);
+      if (process.getuid?.() === 0) assert.equal(niceOf(s.pid), -5, "the spawner's own priority");
+      plain.kill('SIGKILL');
+      low.kill('SIGKILL');
+
       // a fd of this process (a namespace file) is the program's fd 3: the same namespace
       const fd = fs.openSync('/proc/self/ns/uts', 'r');
       try {

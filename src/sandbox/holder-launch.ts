@@ -288,6 +288,19 @@ export class Holder {
   private async spawn(): Promise<void> {
     const s = this.s;
     const ns = this.ns;
+    // as root, bwrap enters the first process's directory with its capabilities dropped: the workspace is the sandbox uid's
+    const options = [
+      ...namespaceArgs(s),
+      '--seccomp',
+      String(FD.seccomp),
+      '--info-fd',
+      String(FD.info),
+      ...viewArgs({ system: s.system, extra: s.extra, mapped: s.mapped, resolvConf: s.egress?.resolvConf ?? null, fileHelper: s.fileHelper }, this.dirs),
+      '--chdir',
+      s.ids ? '/' : VISIBLE_WORKSPACE,
+    ];
+    const args = { data: Buffer.from(options.map((o) => `${o}\0`).join('')) };
+    const seccomp = { data: s.ids ? s.seccomp.holder : s.seccomp.agent };
     const proc = await s.spawner.spawn((parent) => {
       const argv = wrapCommand(
         { settings: s.settings, join: s.join, hasCgroups: s.cgroups !== null },
@@ -302,26 +315,12 @@ export class Holder {
         // (what the file service is started with: the sandbox's PATH, nothing else)
         env: { PATH: SANDBOX_PATH },
         // the channel is a socket of the daemon's own: the service's requests and answers pass nothing else
-        stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe', 'pipe', 'direct', ns ? ns.user : 'ignore', ns?.net ?? 'ignore'],
-        nice: this.nice || undefined,
+        stdio: ['ignore', 'ignore', 'pipe', 'pipe', args, seccomp, 'direct', ns ? ns.user : 'ignore', ns?.net ?? 'ignore'],
+        nice: this.nice,
       };
     });
     this.proc = proc;
     const stdio = proc.stdio as (Readable & Writable)[];
-    // as root, bwrap enters the first process's directory with its capabilities dropped: the workspace is the sandbox uid's
-    const options = [
-      ...namespaceArgs(s),
-      '--seccomp',
-      String(FD.seccomp),
-      '--info-fd',
-      String(FD.info),
-      ...viewArgs({ system: s.system, extra: s.extra, mapped: s.mapped, resolvConf: s.egress?.resolvConf ?? null, fileHelper: s.fileHelper }, this.dirs),
-      '--chdir',
-      s.ids ? '/' : VISIBLE_WORKSPACE,
-    ];
-    for (const fd of [FD.args, FD.seccomp]) stdio[fd]?.on('error', () => {});
-    stdio[FD.args]?.end(options.map((o) => `${o}\0`).join(''));
-    stdio[FD.seccomp]?.end(s.ids ? s.seccomp.holder : s.seccomp.agent);
     const channel = stdio[FD.channel]!;
     // a service that hangs or lies ends its sandbox (the next use starts a new one)
     this.files = new FileChannel(channel, channel, () => {

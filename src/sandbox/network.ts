@@ -512,7 +512,9 @@ async function installFilter(
   const argv = ['--preserve-credentials', '--user=/proc/self/fd/3', '--net=/proc/self/fd/4', '--', tools.nft, '-f', '-'];
   let proc: ProcessLike;
   try {
-    proc = helper(await launch(spawner, { file: tools.nsenter, args: argv, stdio: ['pipe', 'ignore', 'pipe', userFd, netFd], env: {}, ...as }));
+    proc = helper(
+      await launch(spawner, { file: tools.nsenter, args: argv, stdio: [{ data: Buffer.from(ruleset) }, 'ignore', 'pipe', userFd, netFd], env: {}, ...as }),
+    );
   } catch (e) {
     throw new Error(`nsenter could not be started (${(e as Error).message})`);
   }
@@ -528,8 +530,6 @@ async function installFilter(
       Math.max(0, deadline - Date.now()),
     );
     proc.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString('utf8')).slice(-2000)));
-    proc.stdin!.on('error', () => {});
-    proc.stdin!.end(ruleset);
     proc.once('close', (code, signal) => {
       clearTimeout(timer);
       if (code === 0) return resolve();

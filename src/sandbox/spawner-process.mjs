@@ -14,7 +14,7 @@
  * Plain JavaScript with node's built-ins only, run as it is. argv: the daemon's pid.
  *
  * Protocol: Node's IPC channel with the daemon (advanced serialization: buffers travel as they are).
- *   in:  {t:'spawn', id, file, args, env, cwd?, uid?, gid?, nice?, stdio}   each stdio slot one of
+ *   in:  {t:'spawn', id, file, args, env, cwd?, uid?, gid?, nice? (default 0), stdio}   each slot one of
  *          'ignore';
  *          'pipe'    relayed: what the child writes comes out as 'data' and 'eof', 'write' and 'end'
  *                    go to it;
@@ -22,6 +22,7 @@
  *                    the file service's channel, which must not pass through here);
  *          a number  that fd of the daemon, opened again through /proc/<daemon>/fd/<n> (the
  *                    namespace files a process enters: a socket cannot be opened so);
+ *          {data}    a pipe the bytes are written into, then closed, as the program starts;
  *        {t:'write', id, slot, data}  {t:'end', id, slot}  {t:'destroy', id, slot}
  *   out: {t:'spawned', id, pid} (with the direct slot's socket)  {t:'failed', id, code, message}
  *        {t:'data', id, slot, data}  {t:'eof', id, slot}  {t:'exit', id, code, signal}  {t:'close', id}
@@ -72,18 +73,22 @@ function start(m) {
     return;
   }
   children.set(id, child);
-  if (m.nice) {
-    try {
-      os.setPriority(child.pid, m.nice);
-    } catch {
-      /* gone already */
-    }
+  // (this process runs at a higher priority than the conversations: what it starts does not)
+  try {
+    os.setPriority(child.pid, m.nice ?? 0);
+  } catch {
+    /* gone already */
   }
   const streams = /** @type {Array<import('node:net').Socket | null>} */ (/** @type {unknown} */ (child.stdio));
   let handOver = null;
   streams.forEach((s, slot) => {
     if (!s) return;
     s.on('error', () => {});
+    const given = m.stdio[slot];
+    if (typeof given === 'object' && given !== null) {
+      s.end(given.data);
+      return;
+    }
     if (slot === direct) {
       // not one byte is read here: the socket (reading since the spawn, in this same turn of the
       // event loop, so nothing yet) stops before the next turn and goes to the daemon as it is

@@ -14,19 +14,27 @@ import { EventEmitter } from 'node:events';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import type { Socket } from 'node:net';
-import { Duplex } from 'node:stream';
+import { Duplex, type Writable } from 'node:stream';
 import { childProcess } from '../builtins.js';
 import { signalGroup } from '../process-group.js';
+import { canRenice } from './priority.js';
 import { helper, type ProcessLike } from './processes.js';
 
 /** spawner-process.mjs in the checkout, or next to the build (scripts/build.mjs copies it into dist/). */
 const SPAWNER = fileURLToPath(new URL('./spawner-process.mjs', import.meta.url));
 
+/** Its nice value (a root daemon's): a holder's start waits on it at every step. */
+const SPAWNER_NICE = -5;
+
 /** Its node: small heaps (it holds a few messages at a time). */
 const SPAWNER_NODE_FLAGS = ['--max-old-space-size=32', '--max-semi-space-size=1', '--v8-pool-size=1'];
 
-/** A stdio slot (spawner-process.mjs): no stream, a stream relayed by the spawner, a socket of the daemon's own, or an fd of the daemon. */
-export type Slot = 'ignore' | 'pipe' | 'direct' | number;
+/**
+ * A stdio slot (spawner-process.mjs): no stream, a stream relayed by the spawner, a socket of the
+ * daemon's own, an fd of the daemon, or bytes the program reads there (written with its start: no
+ * round trip before it can read them).
+ */
+export type Slot = 'ignore' | 'pipe' | 'direct' | number | { data: Uint8Array };
 
 export interface SpawnSpec {
   file: string;
@@ -36,7 +44,7 @@ export interface SpawnSpec {
   cwd?: string;
   uid?: number;
   gid?: number;
-  /** Its nice value, set as soon as it exists. */
+  /** Its nice value, set as soon as it exists (default 0: not the spawner's own). */
   nice?: number;
 }
 
@@ -193,6 +201,15 @@ export class Spawner {
       serialization: 'advanced',
       detached: true,
     });
+    // its wake-ups are on every holder's start: before the conversations' processes on a busy machine
+    // (only a root daemon may raise a priority; what it starts gets 0 or the nice value asked for)
+    if (canRenice() && proc.pid) {
+      try {
+        os.setPriority(proc.pid, SPAWNER_NICE);
+      } catch {
+        /* gone already */
+      }
+    }
     this.proc = proc;
     proc.on('message', (m: Message, handle?: Socket) => this.message(m, handle ?? null));
     // (one that could not be started says so here, and no 'exit' follows)
@@ -280,9 +297,15 @@ export async function runToEnd(
  */
 export function launch(spawner: Spawner | null, spec: SpawnSpec): Promise<ProcessLike> {
   if (spawner) return spawner.spawn(spec);
-  const stdio = spec.stdio.map((s) => (s === 'direct' ? 'pipe' : s));
+  const stdio = spec.stdio.map((s) => (s === 'direct' || typeof s === 'object' ? 'pipe' : s));
   const child = childProcess().spawn(spec.file, spec.args, { env: spec.env, cwd: spec.cwd, uid: spec.uid, gid: spec.gid, stdio, detached: true });
   if (child.pid === undefined) return new Promise((_, reject) => child.once('error', reject));
+  spec.stdio.forEach((s, i) => {
+    if (typeof s !== 'object') return;
+    const w = child.stdio[i] as Writable;
+    w.on('error', () => {});
+    w.end(s.data);
+  });
   if (spec.nice) {
     try {
       os.setPriority(child.pid, spec.nice);
