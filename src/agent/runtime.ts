@@ -459,6 +459,9 @@ export class AgentRuntime {
   ): Promise<'ok' | 'finished' | 'error' | 'aborted'> {
     const { events } = this.p;
     try {
+      // the action reaches its subscribers before the tool starts: what a tool does synchronously at its
+      // start (a sandbox's first process is a fork of the daemon) would otherwise hold it back
+      await afterDelivery();
       const observation = await timedTool(action.tool_name, ctx.signal, () => tool.execute(input, ctx));
       await events.append(conv.id, {
         kind: 'ObservationEvent',
@@ -537,4 +540,13 @@ export class AgentRuntime {
     if (!llm) throw new ConflictError('No LLM is configured');
     return llm;
   }
+}
+
+/**
+ * Resolves in the event loop's next turn. What was published is written to the sockets at the end of
+ * a turn (the server's writes are batched per turn): a promise or one setImmediate still runs in the
+ * same turn, before that.
+ */
+export function afterDelivery(): Promise<void> {
+  return new Promise((resolve) => setImmediate(() => setImmediate(resolve)));
 }
