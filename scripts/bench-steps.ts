@@ -417,6 +417,7 @@ async function helloBench(turns: number, profile: boolean): Promise<number> {
       `${turns}${profile ? '' : ' --no-profile'})`,
   );
   console.log(`POST of the user message (run:true) → first LLM request: median ${f(median(first))} ms`);
+  console.log(`whole turn (POST of the message → the end at the subscriber): median ${f(median(windows.map(([a, b]) => (b - a) / 1000)))} ms`);
   console.log('');
   console.log('medians in ms; "created" is the event\'s own timestamp (1 ms resolution: its columns are means)');
   console.log(
