@@ -201,6 +201,32 @@ describe('file channel: the daemon does not trust the service', () => {
     assert.equal(frameOf(null).length, 12);
   });
 
+  test("a sandbox that ends in the middle of an answer is a fault, whether its end or its pipe's end comes first", async () => {
+    for (const first of ['sandbox', 'pipe'] as const) {
+      const f = fake();
+      const faults: string[] = [];
+      f.channel.onFault = (why) => faults.push(why);
+      await f.channel.ready;
+      const pending = stat(f.channel).catch((e: Error) => e);
+      const whole = frameOf({ id: 1, ok: true, info });
+      f.toDaemon.write(whole.subarray(0, whole.length - 3));
+      await new Promise((r) => setImmediate(r));
+      if (first === 'sandbox') f.channel.ended('the sandbox ended');
+      f.toDaemon.end();
+      await new Promise((r) => setImmediate(r));
+      assert.ok((await pending) instanceof Error, first);
+      assert.deepEqual(faults, ['the file service ended in the middle of an answer'], first);
+    }
+    // an end between answers is no fault
+    const f = fake();
+    const faults: string[] = [];
+    f.channel.onFault = (why) => faults.push(why);
+    await f.channel.ready;
+    f.channel.ended('the sandbox ended');
+    assert.deepEqual(faults, []);
+    assert.equal(f.channel.usable, false);
+  });
+
   test('every malformed, out-of-order, oversized or replayed answer is one fault with a reason; legal answers pass, however split', async () => {
     const bad: [string, Buffer | Buffer[], (c: FileChannel) => Promise<unknown>, RegExp][] = [
       ['null as the answer', frameOf(null), stat, /out of order/],

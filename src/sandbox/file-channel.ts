@@ -128,8 +128,11 @@ export class FileChannel {
     this.onBroken(why);
   }
 
-  /** The service's pipes closed: it broke the protocol when that was in the middle of an answer, else it was stopped. */
-  private ended(why: string): void {
+  /**
+   * The service's pipes closed, or its sandbox ended (whichever the daemon learns first): it broke the
+   * protocol when that was in the middle of an answer, else it was stopped.
+   */
+  ended(why: string): void {
     if (this.have > 0 || this.frame) this.fault('ended in the middle of an answer');
     else this.break(why);
   }

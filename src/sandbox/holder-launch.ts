@@ -337,7 +337,7 @@ export class Holder {
         if (done) return;
         done = true;
         this.fail(lastError(stderr) || `the sandbox ended (${signal ?? `exit code ${code}`})`);
-        this.files?.break('the sandbox ended');
+        this.files?.ended('the sandbox ended');
         this.releaseNamespaces();
         void this.egress?.close();
         this.endedResolve();

@@ -42,7 +42,7 @@ export class PlainFileServices {
       };
       proc.once('error', () => entry.channel.break('the file service could not be started'));
       proc.once('exit', () => {
-        entry.channel.break('the file service ended');
+        entry.channel.ended('the file service ended');
         if (this.entries.get(conversationId) === entry) this.entries.delete(conversationId);
       });
       this.entries.set(conversationId, entry);
