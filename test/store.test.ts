@@ -270,7 +270,7 @@ test('SQLite: reads see events before and after the writer thread indexes them',
   };
   assert.ok(store.unindexed > 0, 'read from memory before the index has them');
   await check();
-  await waitFor(() => store.unindexed === 0, 'the index');
+  await waitFor(() => store.unindexed === 0, 'the index', 45_000);
   await check();
   await store.close();
 });
