@@ -25,21 +25,32 @@ const rssKiB = () => Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${d.pro
 const sha = (b: Buffer | string) => crypto.createHash('sha256').update(b).digest('hex');
 const q = (p: string) => `conversation_id=${id}&path=${encodeURIComponent(p)}`;
 
-/** Runs `fn` while sampling the daemon's VmRSS and asking /health every 20 ms; the peak growth and how many /health answered 200. */
-async function watched<T>(fn: () => Promise<T>): Promise<{ result: T; grewMiB: number; healthy: number }> {
+/**
+ * Runs `fn` while sampling the daemon's VmRSS and asking /health every 20 ms; the peak growth and how many
+ * /health answered 200 (a request that failed on its connection counts as not answered: the loop goes on).
+ */
+async function watched<T>(fn: () => Promise<T>): Promise<{ result: T; grewMiB: number; healthy: number; failed: string[] }> {
   const base = rssKiB();
   let peak = base;
   let healthy = 0;
+  const failed: string[] = [];
   let done = false;
   const sampler = setInterval(() => (peak = Math.max(peak, rssKiB())), 10);
   const health = (async () => {
     while (!done) {
-      if ((await fetch(`${d.url}/health`)).status === 200) healthy++;
+      const status = await fetch(`${d.url}/health`).then(
+        (r) => r.status,
+        (e: Error) => {
+          failed.push(String((e.cause as Error | undefined)?.message ?? e.message));
+          return 0;
+        },
+      );
+      if (status === 200) healthy++;
       await new Promise((r) => setTimeout(r, 20));
     }
   })();
   try {
-    return { result: await fn(), grewMiB: (peak - base) / 1024, healthy };
+    return { result: await fn(), grewMiB: (peak - base) / 1024, healthy, failed };
   } finally {
     done = true;
     clearInterval(sampler);
@@ -76,7 +87,9 @@ describe('downloads and uploads stream', { timeout: 420_000 }, () => {
       }
       return { n, hash: h.digest('hex') };
     });
-    t.diagnostic(`VmRSS grew ${w.grewMiB.toFixed(1)} MiB; /health answered ${w.healthy} times meanwhile`);
+    t.diagnostic(
+      `VmRSS grew ${w.grewMiB.toFixed(1)} MiB; /health answered ${w.healthy} times meanwhile${w.failed.length ? `; failed: ${w.failed.join(', ')}` : ''}`,
+    );
     assert.equal(w.result.n, 64 * MiB);
     assert.equal(w.result.hash, want);
     assert.ok(w.healthy > 0, '/health answered during the download');
@@ -91,7 +104,9 @@ describe('downloads and uploads stream', { timeout: 420_000 }, () => {
       const r = await fetch(`${d.url}/api/file/upload?${q('/workspace/up/up.bin')}`, { method: 'POST', body: form });
       return { status: r.status, body: await r.json() };
     });
-    t.diagnostic(`VmRSS grew ${w.grewMiB.toFixed(1)} MiB; /health answered ${w.healthy} times meanwhile`);
+    t.diagnostic(
+      `VmRSS grew ${w.grewMiB.toFixed(1)} MiB; /health answered ${w.healthy} times meanwhile${w.failed.length ? `; failed: ${w.failed.join(', ')}` : ''}`,
+    );
     assert.equal(w.result.status, 200, JSON.stringify(w.result.body));
     assert.equal(w.result.body.file_size, 64 * MiB);
     assert.equal(sha(fs.readFileSync(path.join(ws, 'up/up.bin'))), sha(content));
