@@ -166,8 +166,9 @@ describe('disk bounds count what a sandbox holds', { skip: !ROOT_RUN && 'needs r
       let peak = 0;
       const watch = setInterval(() => (peak = Math.max(peak, used(mnt) - base)), 20);
       try {
-        // three writers at 10 MiB/s each, in the background: nothing the walk of names can see
-        assert.match(await turn(d, llm, id, writers(0.1, 60)), /writing/);
+        // three writers at 5 MiB/s each, in the background: nothing the walk of names can see (together they
+        // reach the 180 MiB below in 12 s: the time the bound has to stop them on a busy machine)
+        assert.match(await turn(d, llm, id, writers(0.2, 60)), /writing/);
         const ev = await waitFor(
           async () => (await allEvents(d.req, id)).find((e) => e.kind === 'ConversationErrorEvent' && e.code === 'DiskQuotaExceeded'),
           'the bound to stop the conversation',
