@@ -106,6 +106,24 @@ describe('terminal tool: timeouts, interrupts, outputs, shells', () => {
     assert.match(textOf(state), /^\/ 1\n/);
   });
 
+  it('C-c ends a loop of short commands every time, though bash takes an exit that races the signal as handled (100 tries)', async () => {
+    // without the signal sent again, about one C-c in five left this loop running
+    const t = createTerminalTool({ sandbox: Sandbox.none(), noOutputTimeoutMs: 200, outputDir: (id) => path.join(root, 'outputs', id) });
+    try {
+      const ctx = makeCtx();
+      for (let i = 0; i < 100; i++) {
+        const loop = await run(ctx, { command: 'while true; do /bin/true; done' }, t);
+        assert.equal(loop.exit_code, -1);
+        const stop = await interrupt(ctx, t);
+        assert.equal(stop.last.exit_code, 130, `try ${i}: ${stop.text.slice(-300)}`);
+      }
+      const state = await run(ctx, { command: 'echo still-here' }, t);
+      assert.match(textOf(state), /^still-here\n/);
+    } finally {
+      await t.closeAll();
+    }
+  });
+
   it('refuses a new command while one is running, saying what runs and what to do', async () => {
     const ctx = makeCtx();
     await run(ctx, { command: 'sleep 20.13' });

@@ -463,10 +463,31 @@ export class ShellSession {
 
   // ---------------------------------------------------------------- signals
 
-  /** C-c: SIGINT to the shell's process group (bash aborts the command line), and wake stopped processes. */
-  interrupt(): void {
+  /**
+   * C-c: SIGINT to the shell's process group (bash aborts the command line), and wake stopped processes.
+   *
+   * bash takes a child that exits normally as the signal reaches the shell for one that handled the
+   * signal, and carries on with the line; in a loop of short commands that race is hit often (one C-c in
+   * five with `while true; do /bin/true; done`). So with `rc` given, while it runs and for two seconds: when
+   * everything that had the signal has ended and other processes run in its place, the shell carried on,
+   * and the signal is sent again. A program that handles SIGINT and keeps running is left alone.
+   */
+  interrupt(rc?: RunningCommand): void {
+    const foreground = foregroundProcesses(this.shellPid);
     signalGroup(this.groupPid, 'SIGINT');
-    for (const p of foregroundProcesses(this.shellPid)) if (p.state === 'T' || p.state === 't') signalPid(p.pid, 'SIGCONT');
+    for (const p of foreground) if (p.state === 'T' || p.state === 't') signalPid(p.pid, 'SIGCONT');
+    const signalled = new Set(foreground.map((p) => p.pid));
+    if (rc) void this.interruptAgain(rc, signalled);
+  }
+
+  private async interruptAgain(rc: RunningCommand, signalled: Set<number>): Promise<void> {
+    const until = Date.now() + 2000;
+    while (Date.now() < until && !(await this.waitDone(rc, 100)) && this.exited === null) {
+      const now = foregroundProcesses(this.shellPid);
+      if (now.length === 0 || now.some((p) => signalled.has(p.pid))) continue;
+      for (const p of now) signalled.add(p.pid);
+      signalGroup(this.groupPid, 'SIGINT');
+    }
   }
 
   /** Sends `signal` to the foreground command's processes (not the shell, not background jobs). */

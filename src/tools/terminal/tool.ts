@@ -253,7 +253,7 @@ class TerminalCalls {
   private sendInput(session: ShellSession, rc: RunningCommand, input: string, notes: string[]): string | null {
     switch (input) {
       case 'C-c':
-        session.interrupt();
+        session.interrupt(rc);
         return null;
       case 'C-d':
         if (!session.closeStdin(rc)) notes.push('The standard input of the command was already closed.');
