@@ -119,6 +119,13 @@ describe('terminal tool: timeouts, interrupts, outputs, shells', () => {
       }
       const state = await run(ctx, { command: 'echo still-here' }, t);
       assert.match(textOf(state), /^still-here\n/);
+      // a program that handles SIGINT and keeps running gets it once
+      const handler = `let n = 0; process.on('SIGINT', () => console.log('int', ++n)); console.log('ready'); setTimeout(() => console.log('count', n), 1500)`;
+      let seen = textOf(await run(ctx, { command: `${JSON.stringify(process.execPath)} -e "${handler}"` }, t));
+      await waitFor(async () => /ready/.test((seen += textOf(await run(ctx, { command: '' }, t)))), 'the handler to start');
+      const handled = await interrupt(ctx, t);
+      assert.equal(handled.last.exit_code, 0, handled.text);
+      assert.match(handled.text, /int 1\n[\s\S]*count 1\n/);
     } finally {
       await t.closeAll();
     }

@@ -12,6 +12,8 @@ interface ProcInfo {
   session: number;
   /** Single-letter state from /proc/<pid>/stat (R, S, T, Z, ...). */
   state: string;
+  /** When it started (clock ticks after boot): with the pid, names one process though pids are reused. */
+  start: string;
 }
 
 /** Reads /proc/<pid>/stat. The command name may contain spaces and parentheses, so parse after the last ')'. */
@@ -30,7 +32,7 @@ function readStat(pid: number): ProcInfo | null {
   const pgrp = Number(fields[2]);
   const session = Number(fields[3]);
   if (!Number.isFinite(ppid) || !Number.isFinite(pgrp)) return null;
-  return { pid, ppid, pgrp, session, state: fields[0] ?? '?' };
+  return { pid, ppid, pgrp, session, state: fields[0] ?? '?', start: fields[19] ?? '' };
 }
 
 function listProcesses(): ProcInfo[] {
@@ -102,7 +104,7 @@ export function shellProcesses(leaderPid: number): ProcInfo[] {
  * True when the process ignores both SIGINT and SIGQUIT: bash starts background jobs (`cmd &`)
  * like that when job control is off, and their children inherit it.
  */
-function isBackgroundJob(pid: number): boolean {
+export function isBackgroundJob(pid: number): boolean {
   try {
     const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
     const m = /^SigIgn:\s*([0-9a-fA-F]+)/m.exec(status);
@@ -119,6 +121,17 @@ function isBackgroundJob(pid: number): boolean {
  */
 export function foregroundProcesses(shellPid: number): ProcInfo[] {
   return descendantsOf(shellPid).filter((p) => p.state !== 'Z' && !isBackgroundJob(p.pid));
+}
+
+/** The process's start time (see ProcInfo.start), or null when there is none. */
+export function startOf(pid: number): string | null {
+  return readStat(pid)?.start ?? null;
+}
+
+/** True while the process that started at `start` as `pid` exists and is not a zombie. */
+export function isRunning(pid: number, start: string): boolean {
+  const info = readStat(pid);
+  return info !== null && info.start === start && info.state !== 'Z';
 }
 
 export function signalPid(pid: number, signal: NodeJS.Signals): boolean {

@@ -35,7 +35,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
 import { isAlive, signalGroup, trackGroup, untrackGroup } from '../../process-group.js';
-import { childrenOf, foregroundProcesses, shellProcesses, signalPid } from './procs.js';
+import { childrenOf, foregroundProcesses, isBackgroundJob, isRunning, shellProcesses, signalPid, startOf } from './procs.js';
 import { childProcess } from '../../builtins.js';
 import { RunningCommand } from './command.js';
 import { CommandFifos } from './fifos.js';
@@ -468,25 +468,35 @@ export class ShellSession {
    *
    * bash takes a child that exits normally as the signal reaches the shell for one that handled the
    * signal, and carries on with the line; in a loop of short commands that race is hit often (one C-c in
-   * five with `while true; do /bin/true; done`). So with `rc` given, while it runs and for two seconds: when
-   * everything that had the signal has ended and other processes run in its place, the shell carried on,
-   * and the signal is sent again. A program that handles SIGINT and keeps running is left alone.
+   * five with `while true; do /bin/true; done`, one in three on a loaded machine). So with `rc` given,
+   * while it runs (ten seconds at most): once everything that had the signal has ended, a child the shell
+   * starts after it shows that the shell carried on, and the group gets SIGINT again. (bash breaks the
+   * line only when both it and its child have the signal: SIGINT to the child alone does not.) The
+   * shell's prompt, which reports the command's end, starts no process, so it is not cut short. A
+   * program that handles SIGINT and keeps running is left alone.
    */
   interrupt(rc?: RunningCommand): void {
     const foreground = foregroundProcesses(this.shellPid);
     signalGroup(this.groupPid, 'SIGINT');
     for (const p of foreground) if (p.state === 'T' || p.state === 't') signalPid(p.pid, 'SIGCONT');
-    const signalled = new Set(foreground.map((p) => p.pid));
-    if (rc) void this.interruptAgain(rc, signalled);
+    if (rc) void this.interruptAgain(rc, new Map(foreground.map((p) => [p.pid, p.start])));
   }
 
-  private async interruptAgain(rc: RunningCommand, signalled: Set<number>): Promise<void> {
-    const until = Date.now() + 2000;
-    while (Date.now() < until && !(await this.waitDone(rc, 100)) && this.exited === null) {
-      const now = foregroundProcesses(this.shellPid);
-      if (now.length === 0 || now.some((p) => signalled.has(p.pid))) continue;
-      for (const p of now) signalled.add(p.pid);
-      signalGroup(this.groupPid, 'SIGINT');
+  /** `signalled`: the processes that had the signal, by pid, with their start times (a loop's forks reuse pids fast). */
+  private async interruptAgain(rc: RunningCommand, signalled: Map<number, string>): Promise<void> {
+    const until = Date.now() + 10_000;
+    // the shell's children are read from one /proc file every 20 ms: a loop's short commands live a
+    // millisecond or less, and a scan of all of /proc would seldom find one
+    while (Date.now() < until && !(await this.waitDone(rc, 20)) && this.exited === null) {
+      if ([...signalled].some(([pid, start]) => isRunning(pid, start))) continue;
+      let carriedOn = false;
+      for (const pid of childrenOf(this.shellPid)) {
+        const start = startOf(pid);
+        if (start === null || signalled.get(pid) === start || isBackgroundJob(pid)) continue;
+        signalled.set(pid, start);
+        carriedOn = true;
+      }
+      if (carriedOn) signalGroup(this.groupPid, 'SIGINT');
     }
   }
 
