@@ -9,12 +9,12 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { allEvents } from './support/conversation-api.js';
-import { startDaemon, waitFor, type DaemonHandle } from './support/daemon.js';
+import { waitFor } from './support/daemon.js';
 import { fileServices as fileServicesOf, readySpare as readySpareOf, readySpares as readySparesOf, workspaceOf } from './support/holders.js';
 import { descendants } from './support/processes.js';
-import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
+import { useScriptedDaemon } from './support/scripted-daemon.js';
 
 const cmdline = (pid: number) => {
   try {
@@ -25,51 +25,40 @@ const cmdline = (pid: number) => {
 };
 
 describe('an idle conversation costs no process; its shell comes back as it was', { timeout: 420_000 }, () => {
-  let d: DaemonHandle;
-  let llm: ScriptedLlm;
-  before(async () => {
-    llm = await startScriptedLlm();
-    // (measured disks: a conversation with a disk image of its own comes back in a holder of its own, sandbox-disk.test.ts)
-    d = await startDaemon({
-      LLM_MODEL: 'openai/scripted',
-      LLM_BASE_URL: llm.url,
-      SANDBOX: 'bwrap',
-      SANDBOX_NETWORK: 'none',
-      SANDBOX_IDLE_CLOSE_MS: '3000',
-      SANDBOX_DISK: 'measured',
-    });
-  });
-  after(async () => {
-    await d?.stop();
-    await llm?.close();
+  // (measured disks: a conversation with a disk image of its own comes back in a holder of its own, sandbox-disk.test.ts)
+  const s = useScriptedDaemon({
+    SANDBOX: 'bwrap',
+    SANDBOX_NETWORK: 'none',
+    SANDBOX_IDLE_CLOSE_MS: '3000',
+    SANDBOX_DISK: 'measured',
   });
 
-  const fileServices = () => fileServicesOf(d.proc.pid!);
-  const readySpare = () => readySpareOf(d.proc.pid!);
+  const fileServices = () => fileServicesOf(s.d.proc.pid!);
+  const readySpare = () => readySpareOf(s.d.proc.pid!);
 
   async function sh(id: string, command: string): Promise<string> {
-    const before = (await allEvents(d.req, id)).length;
-    llm.push({ toolCalls: [{ name: 'terminal', arguments: { command } }] }, { text: 'done' });
-    assert.equal((await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true })).status, 200);
+    const before = (await allEvents(s.d.req, id)).length;
+    s.llm.push({ toolCalls: [{ name: 'terminal', arguments: { command } }] }, { text: 'done' });
+    assert.equal((await s.d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true })).status, 200);
     const obs = await waitFor(
-      async () => (await allEvents(d.req, id)).slice(before).find((e) => e.kind === 'ObservationEvent'),
+      async () => (await allEvents(s.d.req, id)).slice(before).find((e) => e.kind === 'ObservationEvent'),
       'the command answered',
       120_000,
     );
-    await waitFor(async () => (await d.req('GET', `/api/conversations/${id}`)).body.execution_status !== 'running', 'the turn ended', 60_000);
+    await waitFor(async () => (await s.d.req('GET', `/api/conversations/${id}`)).body.execution_status !== 'running', 'the turn ended', 60_000);
     return obs.observation.content.map((c: { text?: string }) => c.text ?? '').join('');
   }
 
   test('after SANDBOX_IDLE_CLOSE_MS without a command nothing of the conversation runs; the next command finds its directory and exports', async () => {
     const marker = `8181${process.pid % 1000}`;
-    const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
+    const id = (await s.d.req('POST', '/api/conversations', {})).body.conversation_id;
     const first = await sh(
       id,
       `mkdir -p sub/dir && cd sub/dir && export PARLEY_IDLE_VAR='a b "c"' && export PATH="/workspace/bin:$PATH" && ` +
         `(sleep ${marker} > /dev/null 2>&1 &) && echo set`,
     );
     assert.match(first, /^set$/m);
-    const daemon = d.proc.pid!;
+    const daemon = s.d.proc.pid!;
     const job = await waitFor(() => descendants(daemon).find((p) => cmdline(p).includes(`sleep ${marker}`)), 'the background job runs', 20_000);
     // idle: the shell, the job and the conversation's holder go; the spare holder (no conversation's) stays
     await waitFor(() => !fs.existsSync(`/proc/${job}`), 'the background job was stopped with the idle sandbox', 60_000);
@@ -87,10 +76,10 @@ describe('an idle conversation costs no process; its shell comes back as it was'
   });
 
   test('a returning conversation takes the spare holder with its files moved in: workspace, /tmp, HOME and shell state come back, links as links', async () => {
-    const daemon = d.proc.pid!;
+    const daemon = s.d.proc.pid!;
     await waitFor(readySpare, 'a spare holder', 60_000);
     const base = descendants(daemon).length;
-    const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
+    const id = (await s.d.req('POST', '/api/conversations', {})).body.conversation_id;
     const first = await sh(
       id,
       `mkdir -p d/e && echo inner > d/e/f && echo top > top.txt && ln -s /etc link && printf raw > "$(printf 'n\\377')" && ` +
@@ -102,7 +91,7 @@ describe('an idle conversation costs no process; its shell comes back as it was'
     await waitFor(() => fileServices().every((p) => workspaceOf(p)?.length === 0), "the conversation's holder closed", 60_000);
     await waitFor(() => descendants(daemon).length <= base, `no process of the idle conversation (${base} before it)`, 60_000);
     // the FIFOs the old shell made for later commands stay for the next one (no mkfifo when it starts)
-    const io = path.join(d.dataDir, 'workspaces', '.sandbox', id.replace(/-/g, ''), 'io');
+    const io = path.join(s.d.dataDir, 'workspaces', '.sandbox', id.replace(/-/g, ''), 'io');
     const fifos = () =>
       fs
         .readdirSync(io)
@@ -136,11 +125,11 @@ describe('an idle conversation costs no process; its shell comes back as it was'
     // another spare is started for the next conversation: a holder that was not running before the
     // command (the conversation's own, the old spare, may already have closed again when it idles
     // SANDBOX_IDLE_CLOSE_MS on a busy machine, so it is not counted here)
-    await waitFor(() => readySparesOf(d.proc.pid!).find((p) => !spares.includes(p)), 'a new spare holder started after the spare was taken', 60_000);
+    await waitFor(() => readySparesOf(s.d.proc.pid!).find((p) => !spares.includes(p)), 'a new spare holder started after the spare was taken', 60_000);
   });
 
   test('a workspace with more top-level entries than are moved at once gets a holder of its own; the spare keeps nothing of it', async () => {
-    const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
+    const id = (await s.d.req('POST', '/api/conversations', {})).body.conversation_id;
     // 2,001 top-level entries: more than MOVE_MAX_ENTRIES (holders.ts), so the conversation's holder binds its own directories
     assert.match(await sh(id, 'touch $(seq -f n%g 2001) && echo t > /tmp/keep && ls | wc -l'), /^2001$/m);
     await waitFor(() => fileServices().every((p) => workspaceOf(p)?.length === 0), "the conversation's holder closed", 60_000);
@@ -156,11 +145,11 @@ describe('an idle conversation costs no process; its shell comes back as it was'
   });
 
   test('a move refused halfway is undone: the workspace is whole in a holder of its own, the spare keeps nothing of it', async () => {
-    const id: string = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
+    const id: string = (await s.d.req('POST', '/api/conversations', {})).body.conversation_id;
     assert.match(await sh(id, 'mkdir -p a/b && echo 1 > a/b/c && echo 2 > d && echo made'), /^made$/m);
     await waitFor(() => fileServices().every((p) => workspaceOf(p)?.length === 0), "the conversation's holder closed", 60_000);
     // something in its state directory that is none of the four (holders.ts): refused after the workspace's entries were moved
-    const state = path.join(d.dataDir, 'workspaces', '.sandbox', id.replace(/-/g, ''));
+    const state = path.join(s.d.dataDir, 'workspaces', '.sandbox', id.replace(/-/g, ''));
     fs.writeFileSync(path.join(state, 'stray'), 'x');
     const spare = (await waitFor(readySpare, 'a spare holder ready', 60_000))!;
     const next = await sh(id, 'ls /workspace; cat /workspace/a/b/c');

@@ -4,33 +4,24 @@
  * new conversation still runs and downloads still answer. Judged from the daemon's answers and the host.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { allEvents } from './support/conversation-api.js';
-import { startDaemon, waitFor, type DaemonHandle } from './support/daemon.js';
-import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
+import { waitFor } from './support/daemon.js';
+import { useScriptedDaemon } from './support/scripted-daemon.js';
 
 describe('nothing stalls the daemon: FIFOs and endless files behind the file editor', { timeout: 600_000 }, () => {
-  let d: DaemonHandle;
-  let llm: ScriptedLlm;
-  before(async () => {
-    llm = await startScriptedLlm();
-    d = await startDaemon({ LLM_MODEL: 'openai/scripted', LLM_BASE_URL: llm.url, SANDBOX: 'bwrap', SANDBOX_NETWORK: 'none' });
-  });
-  after(async () => {
-    await d?.stop();
-    await llm?.close();
-  });
+  const s = useScriptedDaemon({ SANDBOX: 'bwrap', SANDBOX_NETWORK: 'none' });
 
   async function turn(id: string, calls: { name: string; arguments: object }[]): Promise<any[]> {
-    const before = (await allEvents(d.req, id)).length;
-    llm.push(...calls.map((c) => ({ toolCalls: [c] })), { text: 'done' });
-    assert.equal((await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true })).status, 200);
+    const before = (await allEvents(s.d.req, id)).length;
+    s.llm.push(...calls.map((c) => ({ toolCalls: [c] })), { text: 'done' });
+    assert.equal((await s.d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true })).status, 200);
     await waitFor(
-      async () => (await allEvents(d.req, id)).slice(before).some((e) => e.kind === 'MessageEvent' && e.source === 'agent'),
+      async () => (await allEvents(s.d.req, id)).slice(before).some((e) => e.kind === 'MessageEvent' && e.source === 'agent'),
       'the turn ended',
       120_000,
     );
-    return (await allEvents(d.req, id))
+    return (await allEvents(s.d.req, id))
       .slice(before)
       .filter((e) => e.kind === 'ObservationEvent')
       .map((e) => e.observation);
@@ -38,7 +29,7 @@ describe('nothing stalls the daemon: FIFOs and endless files behind the file edi
 
   test('FIFO (read or not) or endless file behind undo_edit and view: error observations; a new conversation still runs and downloads answer', async () => {
     const ids: string[] = [];
-    for (let i = 0; i < 4; i++) ids.push((await d.req('POST', '/api/conversations', {})).body.conversation_id);
+    for (let i = 0; i < 4; i++) ids.push((await s.d.req('POST', '/api/conversations', {})).body.conversation_id);
     // one after the other: the scripted LLM answers whichever conversation asks first
     const stuck: any[][] = [];
     for (const [i, id] of ids.entries()) {
@@ -73,15 +64,15 @@ describe('nothing stalls the daemon: FIFOs and endless files behind the file edi
       assert.match(texts[5]!, /not a regular file/);
     }
     // the daemon still serves everything: a new conversation runs, a download answers
-    const fresh = (await d.req('POST', '/api/conversations', {})).body.conversation_id;
+    const fresh = (await s.d.req('POST', '/api/conversations', {})).body.conversation_id;
     const obs = await turn(fresh, [
       { name: 'file_editor', arguments: { command: 'create', path: '/workspace/hello.txt', file_text: 'hello\n' } },
       { name: 'terminal', arguments: { command: 'cat hello.txt' } },
     ]);
     assert.match(obs[1].content[0].text, /hello/);
-    const dl = await d.req('GET', `/api/file/download?conversation_id=${fresh}&path=/workspace/hello.txt`);
+    const dl = await s.d.req('GET', `/api/file/download?conversation_id=${fresh}&path=/workspace/hello.txt`);
     assert.equal(dl.status, 200);
     assert.equal(dl.text, 'hello\n');
-    for (const id of ids) await d.req('DELETE', `/api/conversations/${id}`);
+    for (const id of ids) await s.d.req('DELETE', `/api/conversations/${id}`);
   });
 });

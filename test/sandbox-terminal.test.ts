@@ -3,39 +3,28 @@
  * (the shell is found and signalled through its host pids from outside the sandbox's namespaces).
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { allEvents } from './support/conversation-api.js';
-import { startDaemon, waitFor, type DaemonHandle } from './support/daemon.js';
-import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
+import { waitFor } from './support/daemon.js';
+import { useScriptedDaemon } from './support/scripted-daemon.js';
 
 describe('the terminal in the bwrap sandbox', { timeout: 600_000 }, () => {
-  let d: DaemonHandle;
-  let llm: ScriptedLlm;
-  before(async () => {
-    llm = await startScriptedLlm();
-    d = await startDaemon({
-      LLM_MODEL: 'openai/scripted',
-      LLM_BASE_URL: llm.url,
-      SANDBOX: 'bwrap',
-      SANDBOX_NETWORK: 'none',
-      TERMINAL_NO_OUTPUT_TIMEOUT_MS: '500',
-      MAX_ITERATIONS: '500',
-    });
-  });
-  after(async () => {
-    await d?.stop();
-    await llm?.close();
+  const s = useScriptedDaemon({
+    SANDBOX: 'bwrap',
+    SANDBOX_NETWORK: 'none',
+    TERMINAL_NO_OUTPUT_TIMEOUT_MS: '500',
+    MAX_ITERATIONS: '500',
   });
 
   test('C-c ends a loop of short commands every time (25 tries in one turn); the shell keeps its state', async () => {
-    const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id as string;
+    const id = (await s.d.req('POST', '/api/conversations', {})).body.conversation_id as string;
     const terminal = (args: object) => ({ toolCalls: [{ name: 'terminal', arguments: args }] });
     const tries = 25;
-    llm.push(terminal({ command: 'export KEPT=yes' }));
+    s.llm.push(terminal({ command: 'export KEPT=yes' }));
     for (let i = 0; i < tries; i++) {
       // C-c, then up to two waits for its end (on a busy machine it may come after the call's wait),
       // then a command that the shell refuses while the loop still runs
-      llm.push(
+      s.llm.push(
         terminal({ command: 'while true; do /bin/true; done' }),
         terminal({ command: 'C-c', is_input: true }),
         terminal({ command: '' }),
@@ -43,12 +32,12 @@ describe('the terminal in the bwrap sandbox', { timeout: 600_000 }, () => {
         terminal({ command: `echo "after-${i} $KEPT"` }),
       );
     }
-    llm.push({ text: 'done' });
-    assert.equal((await d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true })).status, 200);
+    s.llm.push({ text: 'done' });
+    assert.equal((await s.d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true })).status, 200);
     // the turn ends with the agent's answer (or an error, shown by the assertions below)
     const ended = (e: { kind: string; source: string }) => (e.kind === 'MessageEvent' && e.source === 'agent') || e.kind === 'ConversationErrorEvent';
-    await waitFor(async () => (await allEvents(d.req, id)).some(ended), 'the turn ended', 300_000);
-    const texts = (await allEvents(d.req, id))
+    await waitFor(async () => (await allEvents(s.d.req, id)).some(ended), 'the turn ended', 300_000);
+    const texts = (await allEvents(s.d.req, id))
       .filter((e) => e.kind === 'ObservationEvent')
       .map((e) => ({ text: e.observation.content.map((c: { text?: string }) => c.text ?? '').join(''), exit: e.observation.exit_code }));
     assert.equal(texts.length, 1 + tries * 5);
@@ -61,6 +50,6 @@ describe('the terminal in the bwrap sandbox', { timeout: 600_000 }, () => {
       );
       assert.match(echo!.text, new RegExp(`^after-${i} yes\\n`), `try ${i}`);
     }
-    await d.req('DELETE', `/api/conversations/${id}`);
+    await s.d.req('DELETE', `/api/conversations/${id}`);
   });
 });
