@@ -29,6 +29,7 @@
  *   it before bwrap starts (join.ts), and bwrap's --unshare-cgroup roots the sandbox's cgroup view
  *   there (its /proc/self/cgroup names neither the daemon nor the conversation).
  */
+import { HOLDER_START_MS } from './types.js';
 import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
@@ -42,12 +43,6 @@ import { closeFd, killTree, lastError, signalPid, type ProcessLike } from './pro
 import { runToEnd, type Spawner } from './spawner.js';
 import { VISIBLE_WORKSPACE, type MappedDir, type SandboxIds, type SandboxSettings } from './settings.js';
 import { FILE_HELPER_INSIDE, HELPER_NODE_FLAGS, viewArgs, type ViewDirs } from './view.js';
-
-/**
- * A holder not ready by then is killed (its joiners get an error). Generous: on a machine at load
- * 20, ten holders starting at once (node, slirp4netns and nft each) took several seconds apiece.
- */
-const HOLDER_START_MS = 30_000;
 
 /** bwrap's fds: the info it writes, its options, the seccomp program, the service's channel, the namespaces it enters. */
 const FD = { info: 3, args: 4, seccomp: 5, channel: 6, userns: 7, netns: 8 } as const;

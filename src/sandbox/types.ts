@@ -2,6 +2,13 @@ import type { ChildProcess, StdioOptions } from 'node:child_process';
 import type { SandboxDir, SandboxSpawnOptions } from './settings.js';
 
 /**
+ * A holder not ready by then is killed (its joiners get an error). Generous: on a machine at load
+ * 20, ten holders starting at once (node, slirp4netns and nft each) took several seconds apiece.
+ * A process that joins the holder waits for it, so a shell's start allows this much more.
+ */
+export const HOLDER_START_MS = 30_000;
+
+/**
  * Starts processes for one conversation (its sandbox, or plain processes): what setup.sh, git and
  * MCP servers are given instead of `child_process.spawn`. `cwd` is a host path inside the workspace.
  */

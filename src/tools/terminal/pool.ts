@@ -7,9 +7,16 @@
  */
 import fs from 'node:fs';
 import { mark } from '../../events/turn-trace.js';
-import type { ShellSandbox } from '../../sandbox/types.js';
+import { HOLDER_START_MS, type ShellSandbox } from '../../sandbox/types.js';
 import type { ToolContext } from '../types.js';
 import { ShellSession, shellQuote, type ShellState } from './session.js';
+
+/**
+ * How long bash may take to start. A sandboxed shell joins its conversation's holder, which may still be
+ * starting (HOLDER_START_MS), and its time counts from the spawn: on a loaded machine 37 of 40 holders
+ * started at once took longer than this alone, and their shells failed while the holders were still in time.
+ */
+const SHELL_START_MS = 10_000;
 
 /** What starting a conversation's shell needs of a tool call's context. */
 export type ShellContext = Pick<ToolContext, 'conversationId' | 'workspaceDir' | 'env'>;
@@ -238,27 +245,30 @@ export class ShellPool {
           'a new shell started in the same working directory with the same exported variables.',
       );
     }
-    const startP = ShellSession.start({
-      conversationId: ctx.conversationId,
-      cwd: ctx.workspaceDir,
-      restore: idle?.state,
-      // built from scratch, never the daemon's environment (its keys stay out of the shell)
-      env: sandbox.env({ TERM: 'dumb', PAGER: 'cat', GIT_PAGER: 'cat', PYTHONUNBUFFERED: '1', ...ctx.env }),
-      launch: (argv, o) => {
-        const child = sandbox.spawn(ctx.conversationId, argv, {
-          workspaceDir: ctx.workspaceDir,
-          cwd: o.cwd,
-          env: o.env,
-          stdio: ['pipe', 'pipe', 'pipe'],
-        });
-        // (plain processes: the file service starts beside bash, which is starting anyway, rather than
-        // at the conversation's first file operation, which often comes next; a sandbox's is its holder's)
-        mark(ctx.conversationId, 'shell: spawned');
-        sandbox.prewarmFiles?.(ctx.conversationId, ctx.workspaceDir);
-        return child;
+    const startP = ShellSession.start(
+      {
+        conversationId: ctx.conversationId,
+        cwd: ctx.workspaceDir,
+        restore: idle?.state,
+        // built from scratch, never the daemon's environment (its keys stay out of the shell)
+        env: sandbox.env({ TERM: 'dumb', PAGER: 'cat', GIT_PAGER: 'cat', PYTHONUNBUFFERED: '1', ...ctx.env }),
+        launch: (argv, o) => {
+          const child = sandbox.spawn(ctx.conversationId, argv, {
+            workspaceDir: ctx.workspaceDir,
+            cwd: o.cwd,
+            env: o.env,
+            stdio: ['pipe', 'pipe', 'pipe'],
+          });
+          // (plain processes: the file service starts beside bash, which is starting anyway, rather than
+          // at the conversation's first file operation, which often comes next; a sandbox's is its holder's)
+          mark(ctx.conversationId, 'shell: spawned');
+          sandbox.prewarmFiles?.(ctx.conversationId, ctx.workspaceDir);
+          return child;
+        },
+        io,
       },
-      io,
-    });
+      sandbox.enabled ? HOLDER_START_MS + SHELL_START_MS : SHELL_START_MS,
+    );
     e.starting = startP;
     try {
       const session = await startP;
