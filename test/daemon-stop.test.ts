@@ -110,8 +110,12 @@ describe('stop: nothing the daemon started outlives it', { timeout: 420_000 }, (
       for (const id of ids) {
         await waitFor(async () => (await d.req('GET', `/api/conversations/${id}`)).body.execution_status === 'finished', 'the turn ended', 120_000);
         // its command ran: its sandbox and the background job are there to be stopped
-        const items = (await d.req('GET', `/api/conversations/${id}/events/search?kind=ObservationEvent&limit=10`)).body.items as unknown[];
-        assert.match(JSON.stringify(items), /started/, `the command of ${id} ran`);
+        // (the observation's output, not the whole event: the event also carries the command, which says "started")
+        const items = (await d.req('GET', `/api/conversations/${id}/events/search?kind=ObservationEvent&limit=10`)).body.items as {
+          observation: { content: { text?: string }[] };
+        }[];
+        const output = items.map((e) => e.observation.content.map((c) => c.text ?? '').join('')).join('\n');
+        assert.match(output, /^started$/m, `the command of ${id} ran: ${output}`);
       }
       await stop(d, 'SIGTERM', 40);
     } finally {
