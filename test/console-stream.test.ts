@@ -115,6 +115,52 @@ describe('web console: a conversation live', { timeout: 420_000 }, () => {
     }
   });
 
+  test('older pages that fail are asked again until they come; a page the daemon refuses is said, not loaded forever', async () => {
+    const items = Array.from({ length: 350 }, (_, i) => ({
+      kind: 'MessageEvent',
+      source: i % 2 ? 'agent' : 'user',
+      llm_message: { role: i % 2 ? 'assistant' : 'user', content: [{ type: 'text', text: `history ${i + 1}` }] },
+    }));
+    const id = (await api('POST', '/api/conversations', { replay_json: JSON.stringify(items) })).body.conversation_id as string;
+    await waitFor(async () => (await info(id)).last_seq >= 350, 'the replay');
+    const last = (await info(id)).last_seq as number;
+
+    // each older page: first the connection fails, then the daemon answers 503, then it is read
+    const asked = new Map<number, number>();
+    const { page } = await signedInPage();
+    await page.route(/\/trpc\/searchEvents\?/, async (route) => {
+      const after = afterSeq(route.request().url());
+      if (after >= last - 100) return route.continue();
+      const n = (asked.get(after) ?? 0) + 1;
+      asked.set(after, n);
+      if (n === 1) return route.abort('failed');
+      if (n === 2) return route.fulfill({ status: 503, contentType: 'application/json', body: '{"detail":"Service Unavailable"}' });
+      return route.continue();
+    });
+    await page.goto(`${d.url}/conversations/${id}`);
+    await everyEventOnce(page, id);
+    assert.ok(asked.size >= 2 && [...asked.values()].every((n) => n === 3), `every older page asked three times: ${JSON.stringify([...asked])}`);
+    assert.equal(await page.locator('.older-error').count(), 0);
+
+    // refused (a 400 is not a blip): the page says which events are missing and stops loading
+    const refused = await signedInPage();
+    await refused.page.route(/\/trpc\/searchEvents\?/, (route) =>
+      afterSeq(route.request().url()) >= last - 100
+        ? route.continue()
+        : route.fulfill({
+            status: 400,
+            contentType: 'application/json',
+            body: JSON.stringify({ error: { message: 'refused by the test', code: -32600, data: { code: 'BAD_REQUEST', httpStatus: 400 } } }),
+          }),
+    );
+    await refused.page.goto(`${d.url}/conversations/${id}`);
+    const note = refused.page.locator('.older-error');
+    await note.waitFor();
+    assert.match(await note.innerText(), /Events before #\d+ could not be read: refused by the test\. Reload the page to try again\./);
+    assert.equal(await refused.page.locator('.loading-older').count(), 0, 'no endless loading note');
+    await refused.page.locator(`.events [data-seq="${last}"]`).waitFor();
+  });
+
   test('confirmation: created with "ask me", an action waits; accept runs it, reject answers it with the reason', async () => {
     llm.clear();
     llm.push(terminal('echo accepted > accepted.txt && cat accepted.txt'), terminal('echo nope > rejected.txt'));

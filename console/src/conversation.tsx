@@ -520,7 +520,12 @@ export function ConversationPage({ id }: { id: string }) {
               <span class="spinner" /> Loading events…
             </div>
           )}
-          {stream.shown && stream.base > 0 && (
+          {stream.shown && stream.base > 0 && stream.olderError && (
+            <div class="alert older-error" role="alert">
+              Events before #{stream.base + 1} could not be read: {stream.olderError}. Reload the page to try again.
+            </div>
+          )}
+          {stream.shown && stream.base > 0 && !stream.olderError && (
             <div class="loading-older">
               <span class="spinner" /> Loading earlier events… {(stream.lastSeq - stream.base).toLocaleString()} of {stream.lastSeq.toLocaleString()}
             </div>

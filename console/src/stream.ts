@@ -21,7 +21,7 @@
  *
  * The key goes in the socket's first frame (`{"type":"auth"}`), not in its URL.
  */
-import { call, type ConversationInfo, type ExecutionStatus, keyRefused, type ParleyEvent, parley, sessionKey } from './api.js';
+import { ApiError, call, type ConversationInfo, type ExecutionStatus, keyRefused, type ParleyEvent, parley, sessionKey } from './api.js';
 
 const CACHE_PREFIX = 'parley.events.';
 /** Characters of events kept in sessionStorage (its quota is about 5 M characters an origin). */
@@ -58,6 +58,8 @@ export class ConversationStream {
   ended: StreamEnd = null;
   /** Last socket-level error (ServerErrorEvent), shown to the user. */
   serverError: string | null = null;
+  /** Why the events before `base` will not come (a refusal, not a failure asked again): shown instead of the loading note. */
+  olderError: string | null = null;
 
   private ws: WebSocket | null = null;
   private retries = 0;
@@ -136,7 +138,7 @@ export class ConversationStream {
         const upTo = next;
         const from = Math.max(kept.length, upTo - PAGE);
         next = from;
-        done.set(upTo, await this.page(from, upTo));
+        done.set(upTo, await this.olderPage(from, upTo));
         for (let chunk = done.get(this.base); chunk; chunk = done.get(this.base)) {
           done.delete(this.base);
           this.prepend(chunk);
@@ -146,8 +148,28 @@ export class ConversationStream {
     try {
       await Promise.all(Array.from({ length: PAGES_AT_ONCE }, worker));
       if (kept.length === this.base) this.prepend(kept);
-    } catch {
-      // a page that could not be read: the events before it stay out (the reload of the page reads them)
+    } catch (err) {
+      // refused: the events before the page stay out, and the page says why instead of loading on
+      if (this.closed) return;
+      this.olderError = (err as Error).message;
+      this.changed();
+    }
+  }
+
+  /**
+   * A page of older events, asked again with the socket's backoff while the failure is one the
+   * daemon gets over (it cannot be reached, is restarting, answered 5xx or 429), as long as the
+   * page is open: a blip does not leave a hole in the history.
+   */
+  private async olderPage(from: number, upTo: number): Promise<ParleyEvent[]> {
+    for (let tries = 0; ; tries++) {
+      try {
+        return await this.page(from, upTo);
+      } catch (err) {
+        const status = err instanceof ApiError ? err.status : -1;
+        if (this.closed || !(status === 0 || status === 429 || status >= 500)) throw err;
+        await new Promise((r) => setTimeout(r, RETRY_MS[Math.min(tries, RETRY_MS.length - 1)]));
+      }
     }
   }
 
