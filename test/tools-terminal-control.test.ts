@@ -3,7 +3,7 @@
  * runs, long outputs cut and saved, reset, shells that exit, abort, idle close and prewarm, and that
  * nothing is left behind. Part one: tools-terminal.test.ts.
  */
-import { describe, it } from 'node:test';
+import { describe, it, mock } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -409,6 +409,26 @@ describe('terminal tool: timeouts, interrupts, outputs, shells', () => {
     await t.closeAll();
     assert.ok(await waitUntil(() => pids.every((p) => !alive(p))), 'all shells are gone');
     assert.ok(await waitUntil(() => pgrep('sleep 4[456][.]1[789]').length === 0), 'no orphaned children');
+  });
+
+  it('closeAll of 30 shells leaves nothing behind, with fewer scans of /proc than shells (they end together and share them)', async () => {
+    const t = createTerminalTool({ sandbox: Sandbox.none(), noOutputTimeoutMs: 500 });
+    const ctxs = Array.from({ length: 30 }, () => makeCtx());
+    await Promise.all(ctxs.map((ctx) => run(ctx, { command: 'sleep 47.21 & echo started' }, t)));
+    const pids = ctxs.map((ctx) => t.pool.session(ctx.conversationId)!.pid);
+    assert.equal(pgrep('sleep 47[.]21').length, 30);
+    const scans = mock.method(fs, 'readdirSync');
+    try {
+      await t.closeAll();
+      const ofProc = scans.mock.calls.filter((c) => c.arguments[0] === '/proc').length;
+      console.log(`/proc listed ${ofProc} times for 30 shells`);
+      // each shell's end kills what it left in up to four passes: one scan each would be 120
+      assert.ok(ofProc > 0 && ofProc < 30, `/proc listed ${ofProc} times for 30 shells`);
+    } finally {
+      scans.mock.restore();
+    }
+    assert.ok(await waitUntil(() => pids.every((p) => !alive(p))), 'all shells are gone');
+    assert.ok(await waitUntil(() => pgrep('sleep 47[.]21').length === 0), 'no background job left');
   });
 
   it('leaves no process behind after closeAll', async () => {
