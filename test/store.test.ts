@@ -6,7 +6,9 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import path from 'node:path';
 import { test, type TestContext } from 'node:test';
+import Database from 'better-sqlite3';
 import pg from 'pg';
 import { UnavailableError } from '../src/errors.js';
 import { LeaseLostError, PostgresStore } from '../src/store/postgres.js';
@@ -168,12 +170,13 @@ for (const backend of backends) {
       rest.map((c) => c.id),
       [ids[2], ids[1], ids[0]],
     );
-    await store.updateConversation(ids[1]!, { execution_status: 'error', title: 'T', data: { a: 1 } });
+    await store.updateConversation(ids[1]!, { title: 'T', data: { a: 1 } });
     const updated = await store.getConversation(ids[1]!);
-    assert.equal(updated?.execution_status, 'error');
+    assert.equal(updated?.execution_status, 'running', 'a patch leaves the status (its log sets it)');
     assert.equal(updated?.title, 'T');
     assert.deepEqual(updated?.data, { a: 1 });
     assert.notEqual(updated?.updated_at, updated?.created_at, 'updated_at follows a patch');
+    await store.append(ids[1]!, status('error'));
     assert.deepEqual(
       (await store.conversationsWithStatus(['running'])).map((c) => c.id),
       [ids[3]],
@@ -272,6 +275,59 @@ test('SQLite: reads see events before and after the writer thread indexes them',
   await check();
   await waitFor(() => store.unindexed === 0, 'the index', 45_000);
   await check();
+  await store.close();
+});
+
+test('SQLite: a status is stored by the index, not by the commit; a read of the conversations before the index stores what is behind first', {
+  timeout: 60_000,
+}, async (t) => {
+  const dir = tempDir();
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  // what another connection (another process) reads from the database file
+  const stored = (id: string) => {
+    const db = new Database(path.join(dir, 'parley.db'), { readonly: true });
+    try {
+      return (db.prepare('SELECT execution_status AS s FROM conversations WHERE id = ?').get(id) as { s: string }).s;
+    } finally {
+      db.close();
+    }
+  };
+  // an index that does not run during the test: the commit alone
+  const slow = new SqliteStore(dir, { indexDelayMs: 600_000 });
+  await slow.createConversation(conv(C, 'a'));
+  await slow.createConversation(conv(D, 'b'));
+  await slow.append(C, status('running'));
+  await slow.append(D, status('running'));
+  assert.equal(stored(C), 'idle', 'the commit did not write the conversation row');
+  // each read sees the log's status, and what was behind is stored by then
+  assert.equal((await slow.getConversation(C))?.execution_status, 'running');
+  assert.equal(stored(C), 'running');
+  assert.equal(stored(D), 'running');
+  await slow.append(C, status('finished'));
+  assert.deepEqual(
+    (await slow.conversationsWithStatus(['finished'])).map((c) => c.id),
+    [C],
+  );
+  await slow.append(D, status('paused'));
+  assert.deepEqual(Object.fromEntries(slow.countByStatus()), { finished: 1, paused: 1 });
+  await slow.append(C, status('error'));
+  // a patch meanwhile: the status stored after it does not take its updated_at back
+  await slow.updateConversation(C, { title: 'patched', updated_at: '2999-01-01T00:00:00.000Z' });
+  assert.equal(stored(C), 'finished', 'the patch left the status behind');
+  assert.deepEqual(
+    (await slow.listConversations(10)).map((c) => [c.id, c.execution_status]),
+    [
+      [D, 'paused'],
+      [C, 'error'],
+    ],
+  );
+  assert.equal((await slow.getConversation(C))?.updated_at, '2999-01-01T00:00:00.000Z');
+  await slow.close();
+
+  // the index stores it by itself, with no read of this store's
+  const store = new SqliteStore(dir, { indexDelayMs: 50 });
+  await store.append(C, status('stuck'));
+  await waitFor(() => store.unindexed === 0 && stored(C) === 'stuck', 'the index stored the status', 30_000);
   await store.close();
 });
 

@@ -309,13 +309,13 @@ export class Journal {
 
 /**
  * Indexes journal payloads into SQLite: rows go to `events` (a row already there, from a frame
- * indexed before a crash, is kept), each conversation's `updated_at` follows its newest event,
- * and `journal_state` records the position, all in one transaction. Used by the writer thread
- * and by start-up recovery; recovery (`statuses`) also sets each conversation's stored
- * execution_status from its last status event, which a crash between the journal write and the
- * status update (sqlite.ts `flush`) may have left behind.
+ * indexed before a crash, is kept), each conversation's `updated_at` follows its newest event, its
+ * stored execution_status follows its last status event, and `journal_state` records the position,
+ * all in one transaction. Used by the writer thread, the event loop's inline index and start-up
+ * recovery. (Until then the store holds a committed status in memory and stores it itself before a
+ * read of the conversations: sqlite.ts `statusBehind`.)
  */
-export function journalIndexer(db: Database.Database, opts: { statuses?: boolean } = {}): (frames: { payload: FramePayload; pos: JournalPosition }[]) => void {
+export function journalIndexer(db: Database.Database): (frames: { payload: FramePayload; pos: JournalPosition }[]) => void {
   const insert = db.prepare('INSERT OR IGNORE INTO events (conversation_id, seq, id, kind, timestamp, source, body) VALUES (?, ?, ?, ?, ?, ?, ?)');
   const touch = db.prepare('UPDATE conversations SET updated_at = ? WHERE id = ? AND updated_at < ?');
   const setStatus = db.prepare('UPDATE conversations SET execution_status = ? WHERE id = ?');
@@ -329,7 +329,7 @@ export function journalIndexer(db: Database.Database, opts: { statuses?: boolean
       for (const r of parseLines(payloadText(f.payload))) {
         insert.run(r[0], r[1], r[2], r[3], r[4], r[5], r[6]);
         newest.set(r[0], r[4]);
-        if (opts.statuses && r[3] === 'ConversationStateUpdateEvent') {
+        if (r[3] === 'ConversationStateUpdateEvent') {
           const status = executionStatusOf(JSON.parse(r[6]) as Record<string, unknown>);
           if (status) statuses.set(r[0], status);
         }

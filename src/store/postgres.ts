@@ -33,6 +33,7 @@ import { metrics } from '../metrics.js';
 import {
   conversationFromRow,
   executionStatusOf,
+  type ConversationPatch,
   type ConversationRecord,
   type EventQuery,
   type SealedValue,
@@ -479,11 +480,11 @@ export class PostgresStore implements Store {
     return res.rows.map(rowToConv);
   }
 
-  async updateConversation(id: string, patch: Partial<Omit<ConversationRecord, 'id' | 'created_at'>>): Promise<void> {
+  async updateConversation(id: string, patch: ConversationPatch): Promise<void> {
     const sets: string[] = [];
     const args: unknown[] = [];
     for (const [k, v] of Object.entries(patch)) {
-      if (!['title', 'updated_at', 'execution_status', 'data'].includes(k)) continue;
+      if (!['title', 'updated_at', 'data'].includes(k)) continue;
       args.push(k === 'data' ? JSON.stringify(v) : v);
       sets.push(`${k} = $${args.length}`);
     }

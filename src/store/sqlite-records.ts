@@ -10,7 +10,7 @@ import { UnavailableError } from '../errors.js';
 import { nowIso } from '../events/types.js';
 import { type DiskWatch, errorText, isDiskFull } from './disk-watch.js';
 import { cannotWrite, type prepareStatements } from './sqlite-schema.js';
-import { type ConversationRecord, conversationFromRow, type SealedValue } from './types.js';
+import { type ConversationPatch, type ConversationRecord, conversationFromRow, type SealedValue } from './types.js';
 
 type Statements = ReturnType<typeof prepareStatements>;
 
@@ -63,11 +63,11 @@ export class SqliteRecords {
     return (rows as Record<string, unknown>[]).map(rowToConv);
   }
 
-  updateConversation(id: string, patch: Partial<Omit<ConversationRecord, 'id' | 'created_at'>>): void {
+  updateConversation(id: string, patch: ConversationPatch): void {
     const sets: string[] = [];
     const args: unknown[] = [];
     for (const [k, v] of Object.entries(patch)) {
-      if (!['title', 'updated_at', 'execution_status', 'data'].includes(k)) continue;
+      if (!['title', 'updated_at', 'data'].includes(k)) continue;
       sets.push(`${k} = ?`);
       args.push(k === 'data' ? JSON.stringify(v) : v);
     }

@@ -33,7 +33,7 @@ export function recoverJournal(
   }
   const next = Math.max(state.gen, ...gens) + 1;
   try {
-    if (frames.length) journalIndexer(db, { statuses: true })(frames);
+    if (frames.length) journalIndexer(db)(frames);
     db.prepare('INSERT INTO journal_state (k, gen, offset) VALUES (0, ?, 0) ON CONFLICT (k) DO UPDATE SET gen = excluded.gen, offset = 0').run(next);
   } catch (err) {
     if (!cannotWrite(err)) throw err;

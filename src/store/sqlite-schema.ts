@@ -76,7 +76,8 @@ export function prepareStatements(db: Database.Database): Record<StatementName, 
         'VALUES (@id, @title, @created_at, @updated_at, @execution_status, @data)',
     ),
     deleteConv: db.prepare('DELETE FROM conversations WHERE id = ?'),
-    setStatus: db.prepare('UPDATE conversations SET execution_status = ?, updated_at = ? WHERE id = ?'),
+    // (stored after a patch of the record perhaps: updated_at does not go back)
+    setStatus: db.prepare('UPDATE conversations SET execution_status = ?, updated_at = MAX(updated_at, ?) WHERE id = ?'),
     countByStatus: db.prepare('SELECT execution_status AS s, COUNT(*) AS n FROM conversations GROUP BY execution_status'),
     putSecret: db.prepare(
       'INSERT INTO secrets (kind, name, sealed, meta) VALUES (?, ?, ?, ?) ' +

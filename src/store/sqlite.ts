@@ -41,7 +41,9 @@ import { recoverJournal } from './sqlite-recovery.js';
 import { SqliteRecords } from './sqlite-records.js';
 import { cannotWrite, openDatabase, prepareStatements } from './sqlite-schema.js';
 import { UnindexedEvents } from './unindexed.js';
-import { executionStatusOf, type ConversationRecord, type EventQuery, type SealedValue, type Store, CommitListeners, type CommitListener } from './types.js';
+import { StatusesBehind } from './statuses-behind.js';
+import { CommitListeners } from './types.js';
+import type { CommitListener, ConversationPatch, ConversationRecord, EventQuery, SealedValue, Store } from './types.js';
 import type { WriterNotice } from './writer.js';
 
 interface StoreOptions {
@@ -118,8 +120,8 @@ export class SqliteStore implements Store {
   private journal: Journal;
   /** The committed events not yet indexed (the tail), which reads merge with the database. */
   private readonly tail: UnindexedEvents;
-  /** Per conversation, the status (and its time) its last committed status event set, until stored. */
-  private statusBehind = new Map<string, [string, string]>();
+  /** Committed statuses the conversations table does not have yet (stored before a read). */
+  private readonly statuses: StatusesBehind;
   private readonly unlock: () => void;
   /** When the oldest append waiting for the next frame was queued (performance.now()). */
   private pendingSince = 0;
@@ -137,6 +139,7 @@ export class SqliteStore implements Store {
     const synchronous = opts.synchronous ?? 'NORMAL';
     this.db = openDatabase(file, synchronous);
     this.stmts = prepareStatements(this.db);
+    this.statuses = new StatusesBehind((status, ts, id) => this.stmts.setStatus.run(status, ts, id));
     this.tail = new UnindexedEvents(opts.maxUnindexed ?? 50_000, opts.maxUnindexedBytes ?? 256 * 1024 * 1024);
     this.ownsDisk = !opts.disk;
     this.disk = opts.disk ?? new DiskWatch(dataDir);
@@ -171,7 +174,6 @@ export class SqliteStore implements Store {
       { indexer: () => journalIndexer(this.db), maxBytes: synchronous === 'FULL' ? 0 : (opts.inlineIndexBytes ?? INLINE_INDEX_BYTES) },
     );
     for (const f of unindexed) this.readmit(f.payload, f.pos);
-    this.applyStatuses();
     this.unwatch = this.disk.subscribe((p) => {
       if (p.full) return;
       // room again: the writer's backoff ends now, and the reserve is made again
@@ -196,8 +198,7 @@ export class SqliteStore implements Store {
       this.tail.add(conversationId, [{ event }]);
       newest.set(conversationId, event.seq!);
       this.lastSeqCache.set(conversationId, event.seq!);
-      const status = executionStatusOf(event);
-      if (status) this.statusBehind.set(conversationId, [status, event.timestamp]);
+      this.statuses.note(conversationId, event);
     }
     this.toIndex(framePayload(journalFrame(payload)), pos, newest);
   }
@@ -206,7 +207,6 @@ export class SqliteStore implements Store {
   private indexHealth(n: WriterNotice): void {
     if (n.notice === 'resumed') {
       this.indexStall = null;
-      this.applyStatuses();
       return;
     }
     this.indexStall = n.reason;
@@ -367,15 +367,10 @@ export class SqliteStore implements Store {
   /** After the commit: statuses, tail, index, publish and resolve, in seq order. */
   private committed(frame: Frame, pos: JournalPosition): void {
     const { batch, results } = frame;
-    // a status event sets the stored status in the same commit: the frame is the commit, and a
-    // crash before this update is made up for by recovery (journalIndexer `statuses`)
+    // a status event sets the stored status in the same commit: the frame is the commit (statuses-behind.ts)
     batch.forEach((p, i) => {
-      for (const e of results[i]!) {
-        const status = executionStatusOf(e.event);
-        if (status) this.statusBehind.set(p.conversationId, [status, e.event.timestamp]);
-      }
+      for (const e of results[i]!) this.statuses.note(p.conversationId, e.event);
     });
-    this.applyStatuses();
     const newest = new Map<string, number>();
     batch.forEach((p, i) => {
       this.tail.add(p.conversationId, results[i]!);
@@ -428,20 +423,9 @@ export class SqliteStore implements Store {
     );
   }
 
-  /** Stores the statuses of committed status events (one that failed, e.g. a busy database, goes again at the next commit). */
-  private applyStatuses(): void {
-    for (const [id, [status, ts]] of this.statusBehind) {
-      try {
-        this.stmts.setStatus.run(status, ts, id);
-      } catch {
-        return;
-      }
-      this.statusBehind.delete(id);
-    }
-  }
-
-  /** The index holds a frame: its events leave the tail (up to `newest` seq per conversation). */
+  /** The index holds a frame: its events leave the tail (up to `newest` seq per conversation), and the statuses it stored are no longer behind. */
   private indexed(pos: JournalPosition, newest: Map<string, number>): void {
+    this.statuses.indexed(newest);
     this.tail.frameIndexed(newest);
     this.journal.indexed(pos);
     if (this.pending.length && !this.flushScheduled && !this.tail.full) {
@@ -519,22 +503,26 @@ export class SqliteStore implements Store {
   }
 
   async getConversation(id: string): Promise<ConversationRecord | null> {
+    this.statuses.apply();
     return this.records.getConversation(id);
   }
   async listConversations(limit: number, cursor?: { created_at: string; id: string } | null): Promise<ConversationRecord[]> {
+    this.statuses.apply();
     return this.records.listConversations(limit, cursor);
   }
-  async updateConversation(id: string, patch: Partial<Omit<ConversationRecord, 'id' | 'created_at'>>): Promise<void> {
+  async updateConversation(id: string, patch: ConversationPatch): Promise<void> {
     this.records.updateConversation(id, patch);
   }
   async conversationsWithUnfinishedSetup(): Promise<string[]> {
     return this.records.conversationsWithUnfinishedSetup();
   }
   async conversationsWithStatus(statuses: string[]): Promise<ConversationRecord[]> {
+    this.statuses.apply();
     return this.records.conversationsWithStatus(statuses);
   }
   /** Conversations per execution status. */
   countByStatus(): [string, number][] {
+    this.statuses.apply();
     return this.records.countByStatus();
   }
 

@@ -21,6 +21,12 @@ export interface ConversationRecord<Data = StoredData> {
   data: Data;
 }
 
+/**
+ * What a patch of a conversation's record may change. Not its execution_status: that follows its
+ * log, set by the commit of a status event (`executionStatusOf`), in both stores.
+ */
+export type ConversationPatch = Partial<Pick<ConversationRecord, 'title' | 'data' | 'updated_at'>>;
+
 /** A conversations row of either store, its `data` column already decoded. */
 export function conversationFromRow(r: Record<string, unknown>, data: StoredData): ConversationRecord {
   return {
@@ -70,7 +76,7 @@ export interface ConversationStore {
   getConversation(id: string): Promise<ConversationRecord | null>;
   /** Newest first; with `cursor` (created_at, id), from that record on (it included). */
   listConversations(limit: number, cursor?: { created_at: string; id: string } | null): Promise<ConversationRecord[]>;
-  updateConversation(id: string, patch: Partial<Omit<ConversationRecord, 'id' | 'created_at'>>): Promise<void>;
+  updateConversation(id: string, patch: ConversationPatch): Promise<void>;
   deleteConversation(id: string): Promise<boolean>;
   /** Conversations whose status is one of `statuses` (crash recovery at start). */
   conversationsWithStatus(statuses: string[]): Promise<ConversationRecord[]>;
