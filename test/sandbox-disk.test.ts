@@ -25,14 +25,20 @@ const MiB = 1024 * 1024;
  * A writer (python3 in the sandbox): opens a file, unlinks it, writes 1 MiB at a time (`pace`
  * seconds apart, at most `max`) until a write fails, writes what happened over the start of
  * `result` (made first: once the disk is full no new block can be had), and keeps the file open.
+ * It starts writing once each of the `n` writers has made its result file (`res-*` beside its
+ * own): on a loaded machine one that started late found the disk filled by the others and could
+ * not make its own.
  */
 const WRITER = String.raw`
 import errno, os, sys, time
-path, result, pace, most = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+path, result, pace, most, writers = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 r = open(result, 'wb', buffering=0)
 r.write(b' ' * 64)
 f = open(path, 'wb', buffering=0)
 os.unlink(path)
+here = os.path.dirname(result)
+while len([n for n in os.listdir(here) if n.startswith('res-')]) < writers:
+    time.sleep(0.01)
 chunk, n, what = b'x' * (1 << 20), 0, 'NOLIMIT'
 try:
     while n < most:
@@ -73,7 +79,7 @@ async function turn(d: DaemonHandle, llm: ScriptedLlm, id: string, command: stri
 /** Three writers started in the background (results in /workspace/res-N), the script written first. */
 const writers = (pace: number, most: number) =>
   `echo ${Buffer.from(WRITER).toString('base64')} | base64 -d > /tmp/w.py && ` +
-  `for i in 1 2 3; do (python3 /tmp/w.py /tmp/held-$i /workspace/res-$i ${pace} ${most} > /dev/null 2>&1 &); done; echo writing`;
+  `for i in 1 2 3; do (python3 /tmp/w.py /tmp/held-$i /workspace/res-$i ${pace} ${most} 3 > /dev/null 2>&1 &); done; echo writing`;
 
 describe('disk bounds count what a sandbox holds', { skip: !ROOT_RUN && 'needs root: a tmpfs of its own, disk images', timeout: 420_000 }, () => {
   let llm: ScriptedLlm;
