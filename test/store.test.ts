@@ -322,6 +322,10 @@ test('SQLite: a status is stored by the index, not by the commit; a read of the 
     ],
   );
   assert.equal((await slow.getConversation(C))?.updated_at, '2999-01-01T00:00:00.000Z');
+  const E = '33333333-3333-4333-8333-333333333333';
+  await slow.createConversation(conv(E, 'c', 'idle', { setup: { phase: 'cloning' } }));
+  await slow.append(E, status('error'));
+  assert.deepEqual(await slow.conversationsWithUnfinishedSetup(), [], 'a setup that ended in error is not unfinished');
   await slow.close();
 
   // the index stores it by itself, with no read of this store's

@@ -514,6 +514,7 @@ export class SqliteStore implements Store {
     this.records.updateConversation(id, patch);
   }
   async conversationsWithUnfinishedSetup(): Promise<string[]> {
+    this.statuses.apply();
     return this.records.conversationsWithUnfinishedSetup();
   }
   async conversationsWithStatus(statuses: string[]): Promise<ConversationRecord[]> {
