@@ -313,7 +313,7 @@ export class Journal {
  * stored execution_status follows its last status event, and `journal_state` records the position,
  * all in one transaction. Used by the writer thread, the event loop's inline index and start-up
  * recovery. (Until then the store holds a committed status in memory and stores it itself before a
- * read of the conversations: sqlite.ts `statusBehind`.)
+ * read of the conversations: statuses-behind.ts.)
  */
 export function journalIndexer(db: Database.Database): (frames: { payload: FramePayload; pos: JournalPosition }[]) => void {
   const insert = db.prepare('INSERT OR IGNORE INTO events (conversation_id, seq, id, kind, timestamp, source, body) VALUES (?, ?, ?, ?, ?, ?, ?)');
