@@ -118,12 +118,12 @@ export function imageBytes(state: string): number {
  */
 async function createImage(tools: DiskTools, state: string, sizeMb: number, owner: { uid: number; gid: number } | null): Promise<void> {
   const file = imageFile(state);
-  fs.mkdirSync(state, { recursive: true, mode: 0o700 });
-  const fd = fs.openSync(file, fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_RDWR, 0o600);
+  await fs.promises.mkdir(state, { recursive: true, mode: 0o700 });
+  const fh = await fs.promises.open(file, fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_RDWR, 0o600);
   try {
-    fs.ftruncateSync(fd, sizeMb * 1024 * 1024);
+    await fh.truncate(sizeMb * 1024 * 1024);
   } finally {
-    fs.closeSync(fd);
+    await fh.close();
   }
   try {
     // -m 0: no blocks reserved for root (no process of the sandbox is root); no journal: see the header
@@ -142,7 +142,9 @@ async function createImage(tools: DiskTools, state: string, sizeMb: number, owne
  */
 async function mountImage(tools: DiskTools, state: string, owner: { uid: number; gid: number } | null, check = true): Promise<void> {
   const mnt = imageMount(state);
-  fs.mkdirSync(mnt, { recursive: true, mode: 0o700 });
+  // (off the event loop, as every file operation here: the data disk's and a new image's first
+  // metadata writes can wait milliseconds, beside other conversations' turns)
+  await fs.promises.mkdir(mnt, { recursive: true, mode: 0o700 });
   if (!isMounted(mnt)) {
     // an image still attached to a loop device is in use (a lazy unmount whose last user has not
     // ended): never checked then, and mount takes that device again (util-linux), not a second one
@@ -153,14 +155,18 @@ async function mountImage(tools: DiskTools, state: string, owner: { uid: number;
     }
     // under the mount point, hidden while the image is mounted: an empty directory the workspace's
     // link leads to while it is not (the conversation has a workspace, its files are in the image)
-    fs.mkdirSync(path.join(mnt, 'workspace'), { recursive: true, mode: 0o700 });
+    await fs.promises.mkdir(path.join(mnt, 'workspace'), { recursive: true, mode: 0o700 });
     await run(tools.spawner, [tools.mount, '-o', 'loop,nodev,nosuid,discard', imageFile(state), mnt]);
   }
   for (const d of IMAGE_DIRS) {
     const p = path.join(mnt, d);
-    if (fs.existsSync(p)) continue;
-    fs.mkdirSync(p, { mode: 0o700 });
-    if (owner) fs.lchownSync(p, owner.uid, owner.gid);
+    try {
+      await fs.promises.mkdir(p, { mode: 0o700 });
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'EEXIST') continue;
+      throw e;
+    }
+    if (owner) await fs.promises.lchown(p, owner.uid, owner.gid);
   }
 }
 

@@ -339,13 +339,16 @@ export class Holders {
    */
   private launch(workspace: string, state: string, disk: { link: string | null } | null): Holder {
     const owner = this.s.ids?.agent ?? null;
-    makeStateDirs(state, owner, disk !== null);
-    if (!disk) ownWorkspace(workspace, owner);
     const cgroup = this.s.cgroups?.create(`sandbox-${++this.holderSeq}`) ?? null;
     const disks = this.disks;
     let key: string | null = null;
+    // the directories are made off the event loop: a mkdir on the data disk can wait milliseconds for
+    // the file system's journal (the event log's commits keep it busy), and a spare's start runs beside
+    // the turns of the conversations that took the ones before it
     const prepare = async () => {
-      if (!disk || !disks) return;
+      await makeStateDirs(state, owner, disk !== null);
+      if (!disk) await ownWorkspace(workspace, owner);
+      if (!disks || !disk) return;
       key = await disks.acquire(state);
       if (disk.link) disks.linkWorkspace(disk.link, state);
     };
