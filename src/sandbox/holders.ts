@@ -13,6 +13,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { Disks } from './disk-image.js';
 import { canRenice, SPARE_NICE, setNice } from './priority.js';
+import { Arrivals } from './arrivals.js';
 import { allEnded } from './processes.js';
 import { Holder, type HolderSetup } from './holder-launch.js';
 import { adoptDirs, adoptImageDirs, adoptWithContents, imageDirs, makeStateDirs, ownWorkspace, removeStaleSpares } from './holder-dirs.js';
@@ -51,6 +52,9 @@ const BURST_REFILL_MS = 60;
  */
 const QUIET_MS = 5000;
 
+/** The most time between the starts of spares started to make up the number the arrivals need. */
+const STAGGER_MS = 100;
+
 /** Spares at most, whatever the arrival rate. */
 const MAX_SPARES = 6;
 
@@ -63,7 +67,7 @@ const SPARE_MB = 64;
 export class Holders {
   /**
    * Holders started ahead for the next conversations, oldest first (see take). As many as the
-   * arrivals need (spareTarget): conversations begun every `interval` ms while a holder takes
+   * arrivals need (spareTarget): conversations begun every `arrivals.interval` ms while a holder takes
    * `startMs` to start need that many in the making for each to find one ready.
    */
   private readonly spares: Holder[] = [];
@@ -71,11 +75,8 @@ export class Holders {
   /** Numbers the holders' cgroups. */
   private holderSeq = 0;
   private closed = false;
-  /** When (performance.now) a conversation last started a holder of its own for want of a spare. */
-  private lastCold = -Infinity;
-  /** When a conversation last took a holder, and the mean time between takes (EWMA; null: no recent burst). */
-  private lastTake = -Infinity;
-  private interval: number | null = null;
+  /** How often conversations take a holder (the time between takes, the last take, the last that found no spare). */
+  private readonly arrivals = new Arrivals(() => this.quietMs);
   /** How long a holder takes to start (EWMA of the last ones, ms). */
   private startMs = 250;
   private refillTimer: NodeJS.Timeout | null = null;
@@ -138,7 +139,7 @@ export class Holders {
   take(workspace: string, state: string): Holder {
     const now = performance.now();
     // (the probe's holder, before any spare, is no arrival)
-    if (this.spareSeq > 0) this.arrived(now);
+    if (this.spareSeq > 0) this.arrivals.take(now);
     this.dropDead();
     const spare = this.spares.find((h) => h.fds !== null);
     if (spare && this.adopt(spare, workspace, state)) {
@@ -154,17 +155,10 @@ export class Holders {
     if (this.spareSeq > 0 && this.sparesOn && this.spareCount < this.spareTarget()) {
       // the spares were taken and the next are not ready: a burst (BURST_MS); the next spares start
       // once this holder is ready, not beside its start (the probe's holder, before any spare, is none)
-      this.lastCold = now;
+      this.arrivals.cold(now);
       void own.ready.catch(() => {}).then(() => this.refill(0));
     }
     return this.track(workspace, own);
-  }
-
-  /** A take at `now`: the time between takes (EWMA) while they come closer than QUIET_MS. */
-  private arrived(now: number): void {
-    const gap = now - this.lastTake;
-    this.interval = gap > this.quietMs ? null : this.interval === null ? gap : 0.5 * this.interval + 0.5 * gap;
-    this.lastTake = now;
   }
 
   private get quietMs(): number {
@@ -181,8 +175,9 @@ export class Holders {
    * which forgets the rate.
    */
   private spareTarget(): number {
-    if (this.interval === null || this.interval >= 1.5 * this.startMs) return 1;
-    const want = Math.ceil((this.startMs + BURST_REFILL_MS) / Math.max(this.interval, 1)) + 1;
+    const interval = this.arrivals.interval;
+    if (interval === null || interval >= 1.5 * this.startMs) return 1;
+    const want = Math.ceil((this.startMs + BURST_REFILL_MS) / Math.max(interval, 1)) + 1;
     const byMemory = Math.floor(os.freemem() / 4 / (SPARE_MB * 1024 * 1024));
     return Math.max(1, Math.min(want, MAX_SPARES, this.s.settings.maxLive - this.running.size, byMemory));
   }
@@ -193,7 +188,8 @@ export class Holders {
 
   /** Conversations come faster than a spare refilled REFILL_MS after a take would be ready for them. */
   private bursting(now: number): boolean {
-    return now - this.lastCold < BURST_MS || (this.interval !== null && this.interval < this.refillMs + this.startMs);
+    const interval = this.arrivals.interval;
+    return now - this.arrivals.lastCold < BURST_MS || (interval !== null && interval < this.refillMs + this.startMs);
   }
 
   /**
@@ -206,7 +202,7 @@ export class Holders {
     this.dropDead();
     const now = performance.now();
     const q = this.quietMs;
-    if (this.spares.length > 1 && now - this.lastTake >= q) {
+    if (this.spares.length > 1 && now - this.arrivals.lastTake >= q) {
       const keep = this.spares.find((h) => h.fds !== null) ?? this.spares[0]!;
       for (const h of [...this.spares]) {
         const since = this.readyAt.get(h);
@@ -216,7 +212,7 @@ export class Holders {
       }
     }
     if (this.spares.length <= 1) {
-      this.interval = null;
+      this.arrivals.forget();
       return;
     }
     this.armQuiet();
@@ -285,9 +281,8 @@ export class Holders {
       if (this.spares.length >= this.spareTarget()) return;
       this.spares.push(this.startSpare());
       if (this.spares.length > 1) this.armQuiet();
-      // one at a time, the loop's I/O in between: a start's spawns and cgroup writes block the main
-      // thread for some milliseconds each, which would otherwise add up inside one conversation's step
-      if (this.spares.length < this.spareTarget()) this.refill(0);
+      // the next one the time between arrivals later (staggered: Arrivals.staggerMs)
+      if (this.spares.length < this.spareTarget()) this.refill(this.arrivals.staggerMs(STAGGER_MS));
     }, delayMs);
     this.refillTimer.unref();
   }
