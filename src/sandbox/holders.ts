@@ -334,19 +334,18 @@ export class Holders {
    */
   private launch(workspace: string, state: string, disk: { link: string | null } | null): Holder {
     const owner = this.s.ids?.agent ?? null;
+    makeStateDirs(state, owner, disk !== null);
+    if (!disk) ownWorkspace(workspace, owner);
     const cgroup = this.s.cgroups?.create(`sandbox-${++this.holderSeq}`) ?? null;
     const disks = this.disks;
     let key: string | null = null;
-    // the directories are made off the event loop: a mkdir on the data disk can wait milliseconds for
-    // the file system's journal (the event log's commits keep it busy), and a spare's start runs beside
-    // the turns of the conversations that took the ones before it
-    const prepare = async () => {
-      await makeStateDirs(state, owner, disk !== null);
-      if (!disk) await ownWorkspace(workspace, owner);
-      if (!disks || !disk) return;
-      key = await disks.acquire(state);
-      if (disk.link) disks.linkWorkspace(disk.link, state);
-    };
+    let preparing: Promise<void> = Promise.resolve();
+    const prepare = () =>
+      (preparing = (async () => {
+        if (!disk || !disks) return;
+        key = await disks.acquire(state);
+        if (disk.link) disks.linkWorkspace(disk.link, state);
+      })());
     const h = new Holder(this.s, disk ? imageDirs(state) : plainDirs(workspace, state), state, cgroup, prepare);
     h.image = disk !== null;
     const t0 = performance.now();
@@ -355,6 +354,9 @@ export class Holders {
       () => {},
     );
     h.released = h.gone.then(async () => {
+      // a start stopped during its preparation: the disk it was making or mounting is there (and
+      // released below) once that has settled, and nothing of it is made after its directory is removed
+      await preparing.catch(() => {});
       if (cgroup) await this.removeCgroup(h);
       else await allEnded(h.killed, 5000);
       if (key) await disks!.release(key, h.state);
