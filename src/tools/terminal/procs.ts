@@ -144,6 +144,20 @@ export function foregroundProcesses(shellPid: number): ProcInfo[] {
 }
 
 /** The process's start time (see ProcInfo.start), or null when there is none. */
+/**
+ * The page faults of the children `pid` has waited for (cminflt, field 11 of its stat): it grows with
+ * each child the process reaps, however short-lived (one that a scan of its children never sees).
+ */
+export function reapedFaultsOf(pid: number): number | null {
+  try {
+    const raw = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const n = Number(raw.slice(raw.lastIndexOf(')') + 2).split(' ')[8]);
+    return Number.isFinite(n) ? n : null;
+  } catch {
+    return null;
+  }
+}
+
 export function startOf(pid: number): string | null {
   return readStat(pid)?.start ?? null;
 }

@@ -35,7 +35,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
 import { isAlive, signalGroup, trackGroup, untrackGroup } from '../../process-group.js';
-import { childrenOf, foregroundProcesses, isBackgroundJob, isRunning, shellProcesses, signalPid, startOf } from './procs.js';
+import { childrenOf, foregroundProcesses, isBackgroundJob, isRunning, reapedFaultsOf, shellProcesses, signalPid, startOf } from './procs.js';
 import { childProcess } from '../../builtins.js';
 import { RunningCommand } from './command.js';
 import { CommandFifos } from './fifos.js';
@@ -470,7 +470,8 @@ export class ShellSession {
    * signal, and carries on with the line; in a loop of short commands that race is hit often (one C-c in
    * five with `while true; do /bin/true; done`, one in three on a loaded machine). So with `rc` given,
    * while it runs (ten seconds at most): once everything that had the signal has ended, a child the shell
-   * starts after it shows that the shell carried on, and the group gets SIGINT again. (bash breaks the
+   * starts after it (or, where the scans miss such children, the shell reaping children scan after scan)
+   * shows that the shell carried on, and the group gets SIGINT again. (bash breaks the
    * line only when both it and its child have the signal: SIGINT to the child alone does not.) The
    * shell's prompt, which reports the command's end, starts no process, so it is not cut short. A
    * program that handles SIGINT and keeps running is left alone.
@@ -485,18 +486,36 @@ export class ShellSession {
   /** `signalled`: the processes that had the signal, by pid, with their start times (a loop's forks reuse pids fast). */
   private async interruptAgain(rc: RunningCommand, signalled: Map<number, string>): Promise<void> {
     const until = Date.now() + 10_000;
+    // children the shell reaped, seen by the faults it counts for them: the count when it had none
+    // left in the foreground, and how many scans in a row found it grown since
+    let reaped: number | null = null;
+    let grown = 0;
     // the shell's children are read from one /proc file every 20 ms: a loop's short commands live a
     // millisecond or less, and a scan of all of /proc would seldom find one
     while (Date.now() < until && !(await this.waitDone(rc, 20)) && this.exited === null) {
       if ([...signalled].some(([pid, start]) => isRunning(pid, start))) continue;
       let carriedOn = false;
+      let foreground = 0;
       for (const pid of childrenOf(this.shellPid)) {
         const start = startOf(pid);
-        if (start === null || signalled.get(pid) === start || isBackgroundJob(pid)) continue;
+        if (start === null || isBackgroundJob(pid)) continue;
+        foreground++;
+        if (signalled.get(pid) === start) continue;
         signalled.set(pid, start);
         carriedOn = true;
       }
-      if (carriedOn) signalGroup(this.groupPid, 'SIGINT');
+      // On a loaded machine the scan can miss every one of a loop's short commands for the whole wait.
+      // Children the shell started and reaped between two scans still show in its fault count: grown in
+      // two scans in a row, each after one that found no child of it in the foreground (not the last
+      // one that had the signal, reaped once, nor a background job that ends: each grows it once).
+      const faults = reapedFaultsOf(this.shellPid);
+      grown = reaped !== null && faults !== null && faults > reaped ? grown + 1 : 0;
+      reaped = foreground === 0 ? faults : null;
+      if (grown >= 2) carriedOn = true;
+      if (carriedOn) {
+        grown = 0;
+        signalGroup(this.groupPid, 'SIGINT');
+      }
     }
   }
 
