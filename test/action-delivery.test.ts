@@ -52,7 +52,11 @@ test('a message published before afterDelivery() is on the wire before the code 
       '-e',
       `const WebSocket = require('ws'); const fs = require('fs');
        const ws = new WebSocket('ws://127.0.0.1:${port}/');
-       ws.on('message', (m) => { fs.writeFileSync(${JSON.stringify(got)}, String(m)); ws.close(); });`,
+       ws.on('message', (m) => {
+         fs.writeFileSync(${JSON.stringify(`${got}.part`)}, String(m));
+         fs.renameSync(${JSON.stringify(`${got}.part`)}, ${JSON.stringify(got)});
+         ws.close();
+       });`,
     ],
     { cwd: ROOT, stdio: 'inherit' },
   );
