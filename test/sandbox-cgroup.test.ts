@@ -44,6 +44,16 @@ const cmd = (pid: number) => {
   }
 };
 
+/** What a process is, for a failure's message: its command line, state, parent and pids in each namespace. */
+const described = (pid: number) => {
+  try {
+    const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8').split('\n');
+    return `${pid} ${cmd(pid)} [${status.filter((l) => /^(State|PPid|NSpid|Threads):/.test(l)).join('; ')}]`;
+  } catch {
+    return `${pid} (gone)`;
+  }
+};
+
 describe('every process of a sandbox is in its cgroup', { skip: !ROOT_RUN && 'needs root: a writable cgroup hierarchy', timeout: 120_000 }, () => {
   test("init, file service and its forks (hostile stand-in), shells, jobs: in the sandbox's cgroup, under its process limit; others have theirs", async () => {
     const dir = tempDir();
@@ -134,11 +144,7 @@ describe('every process of a sandbox is in its cgroup', { skip: !ROOT_RUN && 'ne
       assert.ok(hostProcesses(`sleep ${marker}2`).length < 150, 'not every fork succeeded');
       // closing the conversation ends all of it, the cgroup goes
       await sb.closeConversation(a);
-      assert.deepEqual(
-        alive(ours(nsA)).map((p) => `${p} ${cmd(p)}`),
-        [],
-        'nothing of it is alive (a zombie reparented to the host init is not)',
-      );
+      assert.deepEqual(alive(ours(nsA)).map(described), [], 'nothing of it is alive (a zombie reparented to the host init is not)');
       await waitFor(() => !fs.existsSync(pidsDir(cgA)), 'the cgroup removed', 10_000);
     } finally {
       await sb.close();
