@@ -228,7 +228,9 @@ describe('terminal tool: timeouts, interrupts, outputs, shells', () => {
   it('by default keeps full outputs under os.tmpdir()/parley-output/<conversation>', async () => {
     const t = createTerminalTool({ sandbox: Sandbox.none(), maxOutputChars: 300 });
     const ctx = makeCtx();
-    const dir = path.join(os.tmpdir(), 'parley-output', ctx.conversationId);
+    const parent = path.join(os.tmpdir(), 'parley-output');
+    const parentWasThere = fs.existsSync(parent);
+    const dir = path.join(parent, ctx.conversationId);
     try {
       const obs = await run(ctx, { command: 'seq 1 1000' }, t);
       const file = obs.full_output_path as string;
@@ -238,6 +240,14 @@ describe('terminal tool: timeouts, interrupts, outputs, shells', () => {
     } finally {
       await t.closeAll();
       fs.rmSync(dir, { recursive: true, force: true });
+      // the directory this test made (one that another test or daemon uses meanwhile is not empty: left)
+      if (!parentWasThere) {
+        try {
+          fs.rmdirSync(parent);
+        } catch {
+          /* not empty */
+        }
+      }
     }
   });
 
