@@ -14,6 +14,11 @@ interface ProcInfo {
   state: string;
   /** When it started (clock ticks after boot): with the pid, names one process though pids are reused. */
   start: string;
+  /**
+   * The page faults of the children it has waited for (cminflt): it grows with each child the process
+   * reaps, however short-lived (one that a scan of its children never sees).
+   */
+  reapedFaults: number;
 }
 
 /** Reads /proc/<pid>/stat. The command name may contain spaces and parentheses, so parse after the last ')'. */
@@ -27,12 +32,12 @@ function readStat(pid: number): ProcInfo | null {
   const close = raw.lastIndexOf(')');
   if (close < 0) return null;
   const fields = raw.slice(close + 2).split(' ');
-  // fields[0] = state, [1] = ppid, [2] = pgrp, [3] = session
+  // fields[0] = state, [1] = ppid, [2] = pgrp, [3] = session, [8] = cminflt, [19] = starttime
   const ppid = Number(fields[1]);
   const pgrp = Number(fields[2]);
   const session = Number(fields[3]);
   if (!Number.isFinite(ppid) || !Number.isFinite(pgrp)) return null;
-  return { pid, ppid, pgrp, session, state: fields[0] ?? '?', start: fields[19] ?? '' };
+  return { pid, ppid, pgrp, session, state: fields[0] ?? '?', start: fields[19] ?? '', reapedFaults: Number(fields[8]) };
 }
 
 /**
@@ -143,21 +148,13 @@ export function foregroundProcesses(shellPid: number): ProcInfo[] {
   return descendantsOf(shellPid).filter((p) => p.state !== 'Z' && !isBackgroundJob(p.pid));
 }
 
-/** The process's start time (see ProcInfo.start), or null when there is none. */
-/**
- * The page faults of the children `pid` has waited for (cminflt, field 11 of its stat): it grows with
- * each child the process reaps, however short-lived (one that a scan of its children never sees).
- */
+/** The faults of the children `pid` has reaped (see ProcInfo.reapedFaults), or null when it is gone. */
 export function reapedFaultsOf(pid: number): number | null {
-  try {
-    const raw = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const n = Number(raw.slice(raw.lastIndexOf(')') + 2).split(' ')[8]);
-    return Number.isFinite(n) ? n : null;
-  } catch {
-    return null;
-  }
+  const n = readStat(pid)?.reapedFaults;
+  return n !== undefined && Number.isFinite(n) ? n : null;
 }
 
+/** The process's start time (see ProcInfo.start), or null when there is none. */
 export function startOf(pid: number): string | null {
   return readStat(pid)?.start ?? null;
 }
