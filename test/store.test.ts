@@ -278,6 +278,37 @@ test('SQLite: reads see events before and after the writer thread indexes them',
   await store.close();
 });
 
+test('SQLite: events not indexed yet are read back as they were committed: by range, kind and id, each read a copy of its own', {
+  timeout: 60_000,
+}, async (t) => {
+  const dir = tempDir();
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  // an index that does not run during the test: every read below comes from memory
+  const store = new SqliteStore(dir, { indexDelayMs: 600_000 });
+  const first = await store.append(C, msg('first'));
+  // an event whose text names another one's id: a read by that id still finds the event with it
+  await store.append(C, msg(`see ${first.id}`));
+  await store.append(C, status('running'));
+  await store.append(C, msg('ünïcødé \u2028 "quoted"'));
+  assert.equal(store.unindexed, 4);
+  assert.deepEqual(
+    (await store.query(C, { limit: 10, afterSeq: 1, beforeSeq: 4 })).map((e) => e.seq),
+    [2, 3],
+  );
+  assert.deepEqual(
+    (await store.query(C, { limit: 10, kind: 'ConversationStateUpdateEvent' })).map((e) => e.seq),
+    [3],
+  );
+  assert.equal(await store.count(C, { afterSeq: 2 }), 2);
+  assert.equal((await store.get(C, first.id))?.seq, 1);
+  const [last] = await store.query(C, { limit: 1, desc: true });
+  assert.deepEqual(last?.kind === 'MessageEvent' && last.llm_message.content, [{ type: 'text', text: 'ünïcødé \u2028 "quoted"' }]);
+  // what a reader does with its copy is not what the next reader gets
+  (last as { source: string }).source = 'agent';
+  assert.equal((await store.query(C, { limit: 1, desc: true }))[0]?.source, 'user');
+  await store.close();
+});
+
 test('SQLite: a status is stored by the index, not by the commit; a read of the conversations before the index stores what is behind first', {
   timeout: 60_000,
 }, async (t) => {

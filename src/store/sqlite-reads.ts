@@ -7,12 +7,16 @@
 import type Database from 'better-sqlite3';
 import { unpack } from 'msgpackr';
 import { upgradeEvent } from '../events/legacy.js';
-import { eventJson, keepStoredJson, type ParleyEvent } from '../events/types.js';
+import { keepStoredJson, type ParleyEvent } from '../events/types.js';
+import type { TailRead } from './tail.js';
 import type { EventQuery } from './types.js';
 
-/** A conversation's unindexed events, oldest first, and the seq below which SQLite answers (null: no event waits). */
+/**
+ * A conversation's unindexed events in the read's seq range, parsed one by one as `read` is iterated
+ * (oldest first, or newest first with `desc`), and the seq below which SQLite answers (null: no event waits).
+ */
 export interface TailView {
-  events: ParleyEvent[];
+  read(desc: boolean): Iterable<TailRead>;
   below: number | null;
 }
 
@@ -72,35 +76,33 @@ export function queryEvents(db: Database.Database, conversationId: string, q: Ev
   const order = q.desc ? 'DESC' : 'ASC';
   const skip = noneStored(q.afterSeq, below);
   const stmt = statement(db, `SELECT body FROM events WHERE ${where.join(' AND ')} ORDER BY seq ${order} LIMIT ?`);
-  if (q.maxBytes === undefined) {
-    const events = skip ? [] : (stmt.all(...args, q.limit) as { body: string | Buffer }[]).map((r) => decodeBody(r.body));
-    // unindexed events all come after the stored ones
-    for (const ev of t.events) if (matches(ev, q)) events.push(ev);
-    events.sort((a, b) => (q.desc ? b.seq! - a.seq! : a.seq! - b.seq!));
-    return events.slice(0, q.limit);
-  }
-  // bounded by bytes: rows are read one at a time, so a page of large events is never held whole, and
-  // the unindexed events (newer than every stored one) count as well: first in descending order, last in ascending
-  const max = q.maxBytes;
+  // the unindexed events are all newer than every stored one: they come first in descending order and
+  // last in ascending, and are read (parsed) only until the page is full, by count or (maxBytes) by bytes
+  const max = q.maxBytes ?? Number.POSITIVE_INFINITY;
   const events: ParleyEvent[] = [];
   let bytes = 0;
   const full = () => events.length >= q.limit || bytes >= max;
   const unindexed = () => {
-    const tail = t.events.filter((ev) => matches(ev, q));
-    if (q.desc) tail.reverse();
-    for (const ev of tail) {
+    if (full()) return;
+    for (const { event, bytes: n } of t.read(q.desc === true)) {
+      if (!matches(event, q)) continue;
+      events.push(event);
+      bytes += n;
       if (full()) return;
-      events.push(ev);
-      bytes += eventJson(ev).length;
     }
   };
   if (q.desc) unindexed();
   if (!full() && !skip) {
-    const decode = q.keepJson ? decodeKeepingJson : decodeBody;
-    for (const r of stmt.iterate(...args, q.limit - events.length) as IterableIterator<{ body: string | Buffer }>) {
-      events.push(decode(r.body));
-      bytes += r.body.length;
-      if (full()) break;
+    if (q.maxBytes === undefined) {
+      for (const r of stmt.all(...args, q.limit - events.length) as { body: string | Buffer }[]) events.push(decodeBody(r.body));
+    } else {
+      // bounded by bytes: rows are read one at a time, so a page of large events is never held whole
+      const decode = q.keepJson ? decodeKeepingJson : decodeBody;
+      for (const r of stmt.iterate(...args, q.limit - events.length) as IterableIterator<{ body: string | Buffer }>) {
+        events.push(decode(r.body));
+        bytes += r.body.length;
+        if (full()) break;
+      }
     }
   }
   if (!q.desc) unindexed();
@@ -116,6 +118,6 @@ export function countEvents(db: Database.Database, conversationId: string, q: Om
   if (q.source) where.push('source = ?'), args.push(q.source);
   const stored = noneStored(q.afterSeq, t.below) ? 0 : (statement(db, `SELECT COUNT(*) FROM events WHERE ${where.join(' AND ')}`, true).get(...args) as number);
   let unindexed = 0;
-  for (const ev of t.events) if (matches(ev, q)) unindexed += 1;
+  for (const { event } of t.read(false)) if (matches(event, q)) unindexed += 1;
   return stored + unindexed;
 }

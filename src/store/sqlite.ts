@@ -194,8 +194,8 @@ export class SqliteStore implements Store {
    */
   private readmit(payload: string, pos: JournalPosition): void {
     const newest = new Map<string, number>();
-    for (const { conversationId, event } of journalEvents(payload)) {
-      this.tail.add(conversationId, [{ event }]);
+    for (const { conversationId, event, json } of journalEvents(payload)) {
+      this.tail.add(conversationId, [{ event, json }]);
       newest.set(conversationId, event.seq!);
       this.lastSeqCache.set(conversationId, event.seq!);
       this.statuses.note(conversationId, event);
@@ -445,11 +445,11 @@ export class SqliteStore implements Store {
   }
 
   async query(conversationId: string, q: EventQuery): Promise<ParleyEvent[]> {
-    return queryEvents(this.db, conversationId, q, this.tail.of(conversationId));
+    return queryEvents(this.db, conversationId, q, this.tail.of(conversationId, q));
   }
 
   async count(conversationId: string, q: Omit<EventQuery, 'limit' | 'desc'>): Promise<number> {
-    return countEvents(this.db, conversationId, q, this.tail.of(conversationId));
+    return countEvents(this.db, conversationId, q, this.tail.of(conversationId, q));
   }
 
   async get(conversationId: string, eventId: string): Promise<ParleyEvent | null> {

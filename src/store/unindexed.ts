@@ -33,11 +33,11 @@ export class UnindexedEvents {
     return oldest === undefined ? 0 : (performance.now() - oldest.at) / 1000;
   }
 
-  /** A committed frame's events of one conversation, in seq order (as the frame encoded them: no copy on the way to the append's answer). */
-  add(conversationId: string, encoded: readonly { event: ParleyEvent }[]): void {
+  /** A committed frame's events of one conversation, in seq order, with the JSON text the frame encoded each as (what is kept). */
+  add(conversationId: string, encoded: readonly { event: ParleyEvent; json: string }[]): void {
     let t = this.byConversation.get(conversationId);
     if (!t) this.byConversation.set(conversationId, (t = new TailQueue()));
-    for (const e of encoded) t.push(e.event);
+    for (const e of encoded) t.push(e.event.seq!, e.json);
     this.size += encoded.length;
   }
 
@@ -58,14 +58,18 @@ export class UnindexedEvents {
     this.bytes -= this.frames.shift()?.bytes ?? 0;
   }
 
-  /** The conversation's events, and the seq below which the database answers. */
-  of(conversationId: string): TailView {
+  /**
+   * The conversation's events (those of `q`'s seq range, read lazily in the order asked, with their JSON
+   * text kept when `q` asks), and the seq below which the database answers.
+   */
+  of(conversationId: string, q: { afterSeq?: number | null; beforeSeq?: number | null; keepJson?: boolean } = {}): TailView {
     const t = this.byConversation.get(conversationId);
-    return t ? { events: t.events(), below: t.first!.seq! } : { events: [], below: null };
+    if (!t) return { read: () => [], below: null };
+    return { read: (desc) => t.events(q.afterSeq ?? null, q.beforeSeq ?? null, q.keepJson === true, desc), below: t.firstSeq! };
   }
 
   find(conversationId: string, eventId: string): ParleyEvent | undefined {
-    return this.byConversation.get(conversationId)?.find((e) => e.id === eventId);
+    return this.byConversation.get(conversationId)?.find(eventId);
   }
 
   /** A deleted conversation: whatever of it still waits is not to be seen. */
