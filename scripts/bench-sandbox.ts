@@ -304,8 +304,10 @@ async function coldBursts(): Promise<void> {
   );
   for (const b of daemons) {
     const ms = turnsOf.get(b)!.map((t) => t.ms);
+    const mean = ms.reduce((a, x) => a + x, 0) / ms.length;
     console.log(
-      `  ${b.mode.padEnd(5)}  p50 ${ms.length ? ms_(median(ms)) : '—'} ms  p90 ${ms_(quantile(ms, 0.9))} ms  min ${ms_(Math.min(...ms))} ms  (${ms.length})`,
+      `  ${b.mode.padEnd(5)}  p50 ${ms.length ? ms_(median(ms)) : '—'} ms  p90 ${ms_(quantile(ms, 0.9))} ms  mean ${ms_(mean)} ms  ` +
+        `min ${ms_(Math.min(...ms))} ms  (${ms.length})`,
     );
   }
   console.log(`  ratio bwrap / none (p50): ${(p50(bw) / p50(no)).toFixed(2)}`);

@@ -10,11 +10,10 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, test } from 'node:test';
-import { allEvents } from './support/conversation-api.js';
 import { waitFor } from './support/daemon.js';
-import { fileServices as fileServicesOf, readySpare as readySpareOf, readySpares as readySparesOf, workspaceOf } from './support/holders.js';
+import { fileServices as fileServicesOf, readySpare as readySpareOf, readySpares as readySparesOf, spareShells, workspaceOf } from './support/holders.js';
 import { descendants } from './support/processes.js';
-import { useScriptedDaemon } from './support/scripted-daemon.js';
+import { terminalTurn, useScriptedDaemon } from './support/scripted-daemon.js';
 
 const cmdline = (pid: number) => {
   try {
@@ -36,18 +35,7 @@ describe('an idle conversation costs no process; its shell comes back as it was'
   const fileServices = () => fileServicesOf(s.d.proc.pid!);
   const readySpare = () => readySpareOf(s.d.proc.pid!);
 
-  async function sh(id: string, command: string): Promise<string> {
-    const before = (await allEvents(s.d.req, id)).length;
-    s.llm.push({ toolCalls: [{ name: 'terminal', arguments: { command } }] }, { text: 'done' });
-    assert.equal((await s.d.req('POST', `/api/conversations/${id}/events`, { content: [{ text: 'go' }], run: true })).status, 200);
-    const obs = await waitFor(
-      async () => (await allEvents(s.d.req, id)).slice(before).find((e) => e.kind === 'ObservationEvent'),
-      'the command answered',
-      120_000,
-    );
-    await waitFor(async () => (await s.d.req('GET', `/api/conversations/${id}`)).body.execution_status !== 'running', 'the turn ended', 60_000);
-    return obs.observation.content.map((c: { text?: string }) => c.text ?? '').join('');
-  }
+  const sh = (id: string, command: string) => terminalTurn(s, id, command);
 
   test('after SANDBOX_IDLE_CLOSE_MS without a command nothing of the conversation runs; the next command finds its directory and exports', async () => {
     const marker = `8181${process.pid % 1000}`;
@@ -62,8 +50,10 @@ describe('an idle conversation costs no process; its shell comes back as it was'
     const job = await waitFor(() => descendants(daemon).find((p) => cmdline(p).includes(`sleep ${marker}`)), 'the background job runs', 20_000);
     // idle: the shell, the job and the conversation's holder go; the spare holder (no conversation's) stays
     await waitFor(() => !fs.existsSync(`/proc/${job}`), 'the background job was stopped with the idle sandbox', 60_000);
-    // (a joined process is an nsenter; a holder's command line names nsenter too, in its file service's start)
-    await waitFor(() => descendants(daemon).every((p) => !/bash --norc|^(\S*\/)?nsenter /.test(cmdline(p))), 'no shell or joined process left', 60_000);
+    // (a joined process is an nsenter; a holder's command line names nsenter too, in its file service's start;
+    // the spare's shell, started ahead for the next conversation, is no conversation's)
+    const ours = (p: number) => /bash --norc|^(\S*\/)?nsenter /.test(cmdline(p)) && !spareShells(daemon).includes(p);
+    await waitFor(() => !descendants(daemon).some(ours), 'no shell or joined process left', 60_000);
     await waitFor(() => fileServices().length <= 1, "the conversation's holder closed (only the spare's file service left)", 60_000);
     const left = fileServices().map(workspaceOf);
     assert.deepEqual(left.flat(), [], "what is left is the spare's (an empty workspace), not the conversation's");
@@ -78,6 +68,8 @@ describe('an idle conversation costs no process; its shell comes back as it was'
   test('a returning conversation takes the spare holder with its files moved in: workspace, /tmp, HOME and shell state come back, links as links', async () => {
     const daemon = s.d.proc.pid!;
     await waitFor(readySpare, 'a spare holder', 60_000);
+    // (and the shell it starts ahead for its conversation)
+    await waitFor(() => spareShells(daemon).length === 2, "the spare's shell", 60_000);
     const base = descendants(daemon).length;
     const id = (await s.d.req('POST', '/api/conversations', {})).body.conversation_id;
     const first = await sh(
@@ -87,7 +79,7 @@ describe('an idle conversation costs no process; its shell comes back as it was'
     );
     assert.match(first, /^set$/m);
     // idle: the conversation costs no process (the daemon's tree is what it was before it, a spare holder)
-    await waitFor(() => descendants(daemon).every((p) => !/bash --norc/.test(cmdline(p))), 'the shell closed', 60_000);
+    await waitFor(() => descendants(daemon).every((p) => !/bash --norc/.test(cmdline(p)) || spareShells(daemon).includes(p)), 'the shell closed', 60_000);
     await waitFor(() => fileServices().every((p) => workspaceOf(p)?.length === 0), "the conversation's holder closed", 60_000);
     await waitFor(() => descendants(daemon).length <= base, `no process of the idle conversation (${base} before it)`, 60_000);
     // the FIFOs the old shell made for later commands stay for the next one (no mkfifo when it starts)

@@ -7,6 +7,7 @@
  * left).
  */
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -15,6 +16,7 @@ import { startDaemon, tempDir, waitFor } from './support/daemon.js';
 import { fileServices, readySpares } from './support/holders.js';
 import { descendants, livingProcesses } from './support/processes.js';
 import { Sandbox, DEFAULT_SANDBOX_SETTINGS } from '../src/sandbox/launcher.js';
+import { niceNewSession, parseGroup } from '../src/sandbox/priority.js';
 
 /** The spares' directories under WORKSPACE_ROOT/.sandbox, seen from the host. */
 const spareDirs = (root: string) => {
@@ -65,6 +67,23 @@ describe('sandbox: spare holders kept ahead of a burst (in-process launcher, rea
   });
 });
 
+/** Runs `fn` with an in-process bwrap sandbox whose one spare is ready (its file service's pid), then closes it. */
+async function withSpare(fn: (sb: Sandbox, root: string, spare: number) => Promise<void>): Promise<void> {
+  const root = tempDir();
+  const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap' }, { workspaceRoot: root });
+  try {
+    await sb.warm();
+    // the start-up probe's holder may still be on its way out: the spare is then the one file service left
+    await waitFor(() => fileServices(process.pid).length === 1 && readySpares(process.pid).length === 1, 'the spare alone, ready', 60_000);
+    const [spare] = readySpares(process.pid);
+    assert.ok(spare, 'the spare holder runs');
+    await fn(sb, root, spare);
+  } finally {
+    await sb.close();
+    fs.rmSync(root, { recursive: true, force: true });
+  }
+}
+
 /** The nice values of a process's threads (field 19 of /proc/<pid>/task/<tid>/stat). */
 const niceOf = (pid: number) =>
   fs.readdirSync(`/proc/${pid}/task`).map((t) => {
@@ -74,19 +93,12 @@ const niceOf = (pid: number) =>
 
 describe('sandbox: a spare waits at a lower CPU priority (root daemon)', { timeout: 170_000, skip: process.getuid?.() !== 0 && 'needs root' }, () => {
   test('the spare starts niced; the conversation that takes it gets the normal priority back, every thread of its file service', async () => {
-    const root = tempDir();
-    const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap' }, { workspaceRoot: root });
-    try {
-      await sb.warm();
-      // the start-up probe's holder may still be on its way out: the spare is then the one file service left
-      await waitFor(() => fileServices(process.pid).length === 1 && readySpares(process.pid).length === 1, 'the spare alone, ready', 60_000);
-      const [spare] = readySpares(process.pid);
-      assert.ok(spare, 'the spare holder runs');
+    await withSpare(async (sb, root, spare) => {
       // (niced as it starts, and every process of it again once it is ready)
-      await waitFor(() => niceOf(spare!).every((n) => n === 10), "the spare's file service niced", 30_000).catch(() => {});
+      await waitFor(() => niceOf(spare).every((n) => n === 10), "the spare's file service niced", 30_000).catch(() => {});
       assert.ok(
-        niceOf(spare!).every((n) => n === 10),
-        `the spare's file service is niced: ${niceOf(spare!).join(' ')}`,
+        niceOf(spare).every((n) => n === 10),
+        `the spare's file service is niced: ${niceOf(spare).join(' ')}`,
       );
       const id = crypto.randomUUID();
       const c = sb.spawn(id, ['sh', '-c', 'cut -d" " -f19 /proc/self/stat'], {
@@ -99,12 +111,78 @@ describe('sandbox: a spare waits at a lower CPU priority (root daemon)', { timeo
       await new Promise((r) => c.on('close', r));
       assert.equal(out.trim(), '0', "the conversation's process runs at the normal priority");
       assert.ok(
-        niceOf(spare!).every((n) => n === 0),
-        `the taken holder's file service is back to the normal priority: ${niceOf(spare!).join(' ')}`,
+        niceOf(spare).every((n) => n === 0),
+        `the taken holder's file service is back to the normal priority: ${niceOf(spare).join(' ')}`,
       );
+    });
+  });
+});
+
+/** The session group (autogroup) a process is in: its name and nice value ('root': the root group, an empty file). */
+const groupOf = (pid: number | 'self') => parseGroup(fs.readFileSync(`/proc/${pid}/autogroup`, 'utf8'));
+const niceOfGroup = (pid: number) => {
+  const g = groupOf(pid);
+  return g === 'root' ? null : g.nice;
+};
+
+test("a process's session group as /proc/<pid>/autogroup says it; an empty file is the root group (no session group of its own)", () => {
+  assert.deepEqual(parseGroup('/autogroup-3104 nice 10\n'), { name: '/autogroup-3104', nice: 10 });
+  assert.deepEqual(parseGroup('/autogroup-7 nice -5\n'), { name: '/autogroup-7', nice: -5 });
+  assert.equal(parseGroup(''), 'root');
+});
+
+const noAutogroups = (() => {
+  if (process.getuid?.() !== 0) return 'needs root';
+  try {
+    if (fs.readFileSync('/proc/sys/kernel/sched_autogroup_enabled', 'utf8').trim() === '1') return false;
+  } catch {
+    /* a kernel without them */
+  }
+  return 'the kernel does not group processes by session (sched_autogroup_enabled is not 1)';
+})();
+
+describe('sandbox: a spare waits at a lower CPU priority where the kernel weighs sessions (autogroups)', { timeout: 170_000, skip: noAutogroups }, () => {
+  test("the spare's session groups are niced, given back to 0 when taken; the daemon's own group is never touched", async () => {
+    await withSpare(async (sb, root, spare) => {
+      // every sandbox process leads a session of its own: its own nice value only orders it within
+      // that session, the group's is what counts against the daemon's
+      // (the daemon may be in a session group of its own, or in the root group: started by an init that
+      // gave it no session, as some CI runners do; /proc/self/autogroup is then empty)
+      const own = groupOf('self');
+      assert.notDeepEqual(groupOf(spare), own, "the spare's file service is in a session of its own");
+      await waitFor(() => niceOfGroup(spare) === 10, "the spare's session group niced", 30_000).catch(() => {});
+      assert.equal(niceOfGroup(spare), 10, "the spare's session group is niced");
+      const id = crypto.randomUUID();
+      const c = sb.spawn(id, ['true'], { workspaceDir: path.join(root, id.replace(/-/g, '')), env: sb.env(), stdio: ['ignore', 'ignore', 'inherit'] });
+      await new Promise((r) => c.on('close', r));
+      assert.equal(niceOfGroup(spare), 0, "the taken holder's session group is back to the normal priority");
+      assert.deepEqual(groupOf('self'), own, "the daemon's own group is untouched");
+    });
+  });
+});
+
+describe('sandbox: a spare starts at its priority where the kernel weighs sessions (autogroups)', { timeout: 60_000, skip: noAutogroups }, () => {
+  test('the session a process makes after its pid is known (as bwrap --new-session does) is niced as soon as it exists', async () => {
+    // not a group leader: setsid(1) then makes the new session in place (the same pid), as bwrap's init does
+    const c = spawn('sh', ['-c', 'sleep 0.2; exec setsid sleep 30'], { stdio: 'ignore' });
+    let stop = false;
+    try {
+      const own = groupOf('self');
+      niceNewSession(c.pid!, process.pid, 10, () => stop);
+      await waitFor(
+        () => {
+          const g = groupOf(c.pid!);
+          return g !== 'root' && (own === 'root' || g.name !== own.name);
+        },
+        'the new session',
+        10_000,
+      );
+      await waitFor(() => niceOfGroup(c.pid!) === 10, "the new session's group niced", 10_000).catch(() => {});
+      assert.equal(niceOfGroup(c.pid!), 10, "the new session's group is niced");
+      assert.deepEqual(groupOf('self'), own, "this process's own group is untouched");
     } finally {
-      await sb.close();
-      fs.rmSync(root, { recursive: true, force: true });
+      stop = true;
+      c.kill('SIGKILL');
     }
   });
 });

@@ -13,7 +13,7 @@ import path from 'node:path';
 import type { Socket } from 'node:net';
 import { describe, test } from 'node:test';
 import { ROOT, startDaemon, waitFor } from './support/daemon.js';
-import { readySpare } from './support/holders.js';
+import { readySpare, spareShells } from './support/holders.js';
 import { isAlive, livingProcesses } from './support/processes.js';
 import { which } from '../src/sandbox/processes.js';
 import { Spawner, type RemoteChild } from '../src/sandbox/spawner.js';
@@ -166,6 +166,8 @@ describe('sandbox: the spawner', { timeout: 120_000 }, () => {
     try {
       const daemon = d.proc.pid!;
       const service = await waitFor(() => readySpare(daemon, true), 'a spare holder ready', 60_000);
+      // (and the shell a spare starts ahead for its conversation, the spawner's too)
+      await waitFor(() => spareShells(daemon).length === 2, "the spare's shell", 60_000);
       const parent = livingProcesses();
       const children = [...parent].filter(([, pp]) => pp === daemon).map(([p]) => p);
       assert.equal(children.length, 1, `the daemon's children: ${children.map((p) => cmdline(p).join(' ')).join(' | ')}`);

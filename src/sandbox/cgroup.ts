@@ -16,6 +16,10 @@
  * sandbox joins it before it execs anything (join.ts), so everything it starts is counted from the
  * first fork. When neither is writable, detect() returns null (the launcher then refuses to start
  * unless SANDBOX_LIMITS=unenforced).
+ *
+ * A sandbox's cgroup is made and removed off the event loop (`make`, `remove`): a cgroup's mkdir,
+ * its limits' writes and its rmdir take the kernel a millisecond or more each, and a spare's start
+ * comes in the middle of other conversations' turns.
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -38,20 +42,23 @@ export interface ConversationCgroup {
   dir: string;
   /** `cgroup.procs` files a process writes its pid into to join (one per hierarchy). */
   procsFiles: string[];
+  /** Makes its directories and sets its limits (before any process joins it); rejects when it cannot. */
+  make(): Promise<void>;
   /** Moves a running process (and its threads) into it; false when it is gone or cannot be moved. */
-  add(pid: number): boolean;
+  add(pid: number): Promise<boolean>;
   /** Pids currently in the cgroup (host pid namespace). */
   pids(): number[];
   /** SIGKILL to every process in it. */
   killAll(): void;
   /** Removes the cgroup directories; false while processes are still leaving it (retry). */
-  remove(): boolean;
+  remove(): Promise<boolean>;
 }
 
 export interface CgroupBackend {
   kind: 'cgroup-v2' | 'cgroup-v1';
   /** Whether a CPU quota is enforced (the cpu controller is there and writable). */
   cpu: boolean;
+  /** One named `name`, not made yet (`make`). */
   create(name: string): ConversationCgroup;
   /** Removes the daemon's own (empty) directories at shutdown. */
   close(): void;
@@ -122,9 +129,38 @@ function tryWrite(file: string, value: string): boolean {
   }
 }
 
+/** Writes every [file, value] in turn, off the event loop; one whose file the kernel lacks (`optional`) is skipped. */
+async function writeAll(writes: [string, string, optional?: boolean][]): Promise<void> {
+  for (const [file, value, optional] of writes) {
+    try {
+      await fs.promises.writeFile(file, value);
+    } catch (e) {
+      if (!optional) throw e;
+    }
+  }
+}
+
+async function tryWriteAsync(file: string, value: string): Promise<boolean> {
+  try {
+    await fs.promises.writeFile(file, value);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 function rmdirQuiet(dir: string): boolean {
   try {
     fs.rmdirSync(dir);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'ENOENT';
+  }
+}
+
+async function rmdirQuietAsync(dir: string): Promise<boolean> {
+  try {
+    await fs.promises.rmdir(dir);
     return true;
   } catch (err) {
     return (err as NodeJS.ErrnoException).code === 'ENOENT';
@@ -163,14 +199,12 @@ function safeName(name: string): string {
   return name.replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 64);
 }
 
-/** memory.limit_in_bytes and (with swap accounting) memory.memsw.limit_in_bytes: no swap beyond the limit. */
-function limitMemoryV1(dir: string, bytes: number): void {
-  write(path.join(dir, 'memory.limit_in_bytes'), String(bytes));
-  try {
-    write(path.join(dir, 'memory.memsw.limit_in_bytes'), String(bytes));
-  } catch {
-    /* no swap accounting */
-  }
+/** memory.limit_in_bytes and (with swap accounting, else skipped) memory.memsw.limit_in_bytes: no swap beyond the limit. */
+function memoryLimitsV1(dir: string, bytes: number): [file: string, value: string, optional: boolean][] {
+  return [
+    [path.join(dir, 'memory.limit_in_bytes'), String(bytes), false],
+    [path.join(dir, 'memory.memsw.limit_in_bytes'), String(bytes), true],
+  ];
 }
 
 class V1Backend implements CgroupBackend {
@@ -185,7 +219,9 @@ class V1Backend implements CgroupBackend {
     this.cpu = cpuBase !== null && limits.cpus !== null;
     fs.mkdirSync(memoryBase, { recursive: true });
     // every sandbox together (hierarchical accounting: the children are charged to it)
-    limitMemoryV1(memoryBase, limits.totalMemoryBytes);
+    const [limit, memsw] = memoryLimitsV1(memoryBase, limits.totalMemoryBytes);
+    write(limit![0], limit![1]);
+    tryWrite(memsw![0], memsw![1]);
   }
 
   close(): void {
@@ -198,21 +234,29 @@ class V1Backend implements CgroupBackend {
     const mem = path.join(this.memoryBase, safeName(name));
     const pids = path.join(this.pidsBase, safeName(name));
     const cpu = this.cpu ? path.join(this.cpuBase!, safeName(name)) : null;
-    fs.mkdirSync(mem, { recursive: true });
-    fs.mkdirSync(pids, { recursive: true });
-    limitMemoryV1(mem, this.limits.memoryBytes);
-    write(path.join(pids, 'pids.max'), String(this.limits.pids));
-    if (cpu) {
-      fs.mkdirSync(cpu, { recursive: true });
-      write(path.join(cpu, 'cpu.cfs_period_us'), String(CPU_PERIOD_US));
-      write(path.join(cpu, 'cpu.cfs_quota_us'), String(Math.round(this.limits.cpus! * CPU_PERIOD_US)));
-    }
+    const limits = this.limits;
     const files = [path.join(mem, 'cgroup.procs'), path.join(pids, 'cgroup.procs'), ...(cpu ? [path.join(cpu, 'cgroup.procs')] : [])];
     const list = () => [...new Set([...readPids(files[0]!), ...readPids(files[1]!)])];
     return {
       dir: mem,
       procsFiles: files,
-      add: (pid) => files.every((f) => tryWrite(f, String(pid))),
+      async make() {
+        for (const d of [mem, pids, ...(cpu ? [cpu] : [])]) await fs.promises.mkdir(d, { recursive: true });
+        await writeAll([
+          ...memoryLimitsV1(mem, limits.memoryBytes),
+          [path.join(pids, 'pids.max'), String(limits.pids)],
+          ...(cpu
+            ? ([
+                [path.join(cpu, 'cpu.cfs_period_us'), String(CPU_PERIOD_US)],
+                [path.join(cpu, 'cpu.cfs_quota_us'), String(Math.round(limits.cpus! * CPU_PERIOD_US))],
+              ] as [string, string][])
+            : []),
+        ]);
+      },
+      add: async (pid) => {
+        for (const f of files) if (!(await tryWriteAsync(f, String(pid)))) return false;
+        return true;
+      },
       pids: list,
       killAll() {
         // a fork bomb forks while we kill: repeat until the pids cgroup is empty (bounded)
@@ -222,10 +266,10 @@ class V1Backend implements CgroupBackend {
           killPids(p);
         }
       },
-      remove() {
-        const a = rmdirQuiet(mem);
-        const b = rmdirQuiet(pids);
-        const c = cpu ? rmdirQuiet(cpu) : true;
+      async remove() {
+        const a = await rmdirQuietAsync(mem);
+        const b = await rmdirQuietAsync(pids);
+        const c = cpu ? await rmdirQuietAsync(cpu) : true;
         return a && b && c;
       },
     };
@@ -271,20 +315,22 @@ class V2Backend implements CgroupBackend {
 
   create(name: string): ConversationCgroup {
     const dir = path.join(this.base, safeName(name));
-    fs.mkdirSync(dir, { recursive: true });
-    write(path.join(dir, 'memory.max'), String(this.limits.memoryBytes));
-    try {
-      write(path.join(dir, 'memory.swap.max'), '0');
-    } catch {
-      /* no swap controller */
-    }
-    write(path.join(dir, 'pids.max'), String(this.limits.pids));
-    if (this.cpu) write(path.join(dir, 'cpu.max'), `${Math.round(this.limits.cpus! * CPU_PERIOD_US)} ${CPU_PERIOD_US}`);
+    const { limits, cpu } = this;
     const procs = path.join(dir, 'cgroup.procs');
     return {
       dir,
       procsFiles: [procs],
-      add: (pid) => tryWrite(procs, String(pid)),
+      async make() {
+        await fs.promises.mkdir(dir, { recursive: true });
+        await writeAll([
+          [path.join(dir, 'memory.max'), String(limits.memoryBytes)],
+          // (optional: no swap controller)
+          [path.join(dir, 'memory.swap.max'), '0', true],
+          [path.join(dir, 'pids.max'), String(limits.pids)],
+          ...(cpu ? ([[path.join(dir, 'cpu.max'), `${Math.round(limits.cpus! * CPU_PERIOD_US)} ${CPU_PERIOD_US}`]] as [string, string][]) : []),
+        ]);
+      },
+      add: (pid) => tryWriteAsync(procs, String(pid)),
       pids: () => readPids(procs),
       killAll() {
         try {
@@ -297,9 +343,7 @@ class V2Backend implements CgroupBackend {
           }
         }
       },
-      remove() {
-        return rmdirQuiet(dir);
-      },
+      remove: () => rmdirQuietAsync(dir),
     };
   }
 
@@ -348,7 +392,7 @@ class V2Backend implements CgroupBackend {
  * The first usable backend (v2 with memory+pids delegated, else writable v1), proven by creating
  * and removing a probe cgroup; null when the daemon cannot manage cgroups.
  */
-export function detectCgroups(limits: CgroupLimits): CgroupBackend | null {
+export async function detectCgroups(limits: CgroupLimits): Promise<CgroupBackend | null> {
   const all = mounts();
   const own = ownCgroups();
   for (const detect of [V2Backend.detect, V1Backend.detect]) {
@@ -356,7 +400,8 @@ export function detectCgroups(limits: CgroupLimits): CgroupBackend | null {
       const b = detect(limits, all, own);
       if (!b) continue;
       const probe = b.create(`probe-${process.pid}`);
-      probe.remove();
+      await probe.make();
+      await probe.remove();
       return b;
     } catch {
       /* not writable: try the next */

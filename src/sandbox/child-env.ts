@@ -98,3 +98,11 @@ export function sandboxChildEnv(extra: Record<string, string | undefined>, roBin
   }
   return env;
 }
+
+/** What turns environment `from` into `to`: each variable to set, and null for each to unset. */
+export function envChanges(from: Record<string, string>, to: Record<string, string>): Record<string, string | null> {
+  const out: Record<string, string | null> = {};
+  for (const [k, v] of Object.entries(to)) if (from[k] !== v) out[k] = v;
+  for (const k of Object.keys(from)) if (!(k in to)) out[k] = null;
+  return out;
+}

@@ -14,18 +14,18 @@
  * no; once none does (and no command is marked running), it is closed after SANDBOX_IDLE_CLOSE_MS,
  * its background jobs with it.
  */
-import type { ChildProcess, StdioOptions } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import type { Writable } from 'node:stream';
 import type { Logger } from 'pino';
 import { childProcess } from '../builtins.js';
-import { sandboxChildEnv, baseChildEnv } from './child-env.js';
+import { sandboxChildEnv, baseChildEnv, envChanges } from './child-env.js';
 import { FileOpError, type FileChannel } from './files.js';
 import type { Holder, Holders } from './holders.js';
-import { joinArgs, wrapCommand, type JoinTools } from './join.js';
+import { joinHolder, translateEnv } from './join.js';
 import { PathView } from './path-view.js';
-import { exited, killTree } from './processes.js';
+import { exited, killTree, type ProcessLike } from './processes.js';
+import { runToEnd, type Spawner } from './spawner.js';
 import {
   VISIBLE_HOME,
   VISIBLE_IO,
@@ -36,7 +36,7 @@ import {
   type SandboxSettings,
   type SandboxSpawnOptions,
 } from './settings.js';
-import type { ProcessLauncher, ShellDirs } from './types.js';
+import type { ProcessLauncher, ShellDirs, StartedProcess } from './types.js';
 import { conversationIdHex, workspacePath } from './workspace-dir.js';
 
 /** How long a sandbox with no process started through it stays up (its background jobs with it). */
@@ -56,7 +56,7 @@ export interface SandboxHost {
   /** The probe's outcome (what starts a process or touches a file waits for it). */
   readonly ready: Promise<void>;
   /** bwrap mode, once probed: how processes join a holder, and the holders. */
-  readonly bwrap: { join: JoinTools; holders: Holders; ids: SandboxIds | null; hasCgroups: boolean; filterHex: string } | null;
+  readonly bwrap: { holders: Holders; ids: SandboxIds | null; spawner: Spawner } | null;
   /** The handle has nothing left to close (no process, no holder): the host may forget it. */
   forget(h: ConversationSandbox): void;
   /** Its file service broke the protocol or missed a deadline: the conversation is told, the sandbox closed. */
@@ -90,20 +90,21 @@ export function shellDirs(host: Pick<SandboxHost, 'workspaceRoot' | 'bwrap'>, co
     io: { host: path.join(state, 'io'), inside: VISIBLE_IO },
     outputs: { host: path.join(state, 'outputs'), inside: VISIBLE_OUTPUTS },
     owner: host.bwrap?.ids?.agent ?? null,
+    ...(host.bwrap ? { makeFifos: mkfifoBy(host.bwrap.spawner) } : {}),
   };
 }
 
-/** The stdio of a joiner: the caller's three, then fd 3 = the pipe that carries the holder's fd numbers. */
-function joinerStdio(stdio: StdioOptions | undefined): StdioOptions {
-  if (Array.isArray(stdio) && stdio.length > 3) throw new Error('a sandboxed process gets stdin, stdout and stderr only (fd 3 carries the sandbox)');
-  const base = stdio === undefined || typeof stdio === 'string' ? [stdio ?? 'pipe', stdio ?? 'pipe', stdio ?? 'pipe'] : [...stdio];
-  while (base.length < 3) base.push('pipe');
-  return [...base, 'pipe'] as StdioOptions;
+/** `mkfifo` run by the spawner: forked by the daemon, it held the event loop 1–12 ms at a conversation's first command. */
+function mkfifoBy(spawner: Spawner): (paths: string[]) => Promise<void> {
+  return async (paths) => {
+    const r = await runToEnd(spawner, 'mkfifo', ['-m', '600', ...paths], { env: { PATH: baseChildEnv().PATH! }, timeoutMs: 10_000 });
+    if (r.code !== 0) throw new Error(`mkfifo failed: ${r.stderr.trim()}`);
+  };
 }
 
 export class ConversationSandbox implements ProcessLauncher {
   /** Processes started through it that have not exited (their children not counted). */
-  readonly procs = new Set<ChildProcess>();
+  readonly procs = new Set<ProcessLike>();
   /** A command runs (the terminal says so): never closed to make room for another. */
   busy = false;
   lastUsed = Date.now();
@@ -164,6 +165,12 @@ export class ConversationSandbox implements ProcessLauncher {
     if (argv.length === 0) throw new Error('empty command');
     const host = opts.workspaceDir ?? this.hostWorkspace;
     const child = this.host.enabled ? this.join(argv, opts, host) : this.plainProcess(argv, opts, host);
+    this.own(child);
+    return child;
+  }
+
+  /** A process of the conversation's: the sandbox is not idle while it runs. */
+  private own(child: ProcessLike): void {
     this.procs.add(child);
     this.clearIdle();
     const forget = () => {
@@ -173,7 +180,6 @@ export class ConversationSandbox implements ProcessLauncher {
     };
     child.once('exit', forget);
     child.once('error', forget);
-    return child;
   }
 
   private plainProcess(argv: string[], opts: SandboxSpawnOptions, host: string): ChildProcess {
@@ -184,38 +190,40 @@ export class ConversationSandbox implements ProcessLauncher {
 
   /** A process that joins the holder: it waits in its `sh` for the holder's fd numbers (written once the holder is ready). */
   private join(argv: string[], opts: SandboxSpawnOptions, host: string): ChildProcess {
-    const b = this.host.bwrap!;
     const holder = this.holderFor(host);
     const cwd = opts.cwd ? this.pathView(host).toVisible(opts.cwd) : VISIBLE_WORKSPACE;
     // joiners start in /workspace (the holder's); elsewhere a `cd` resolved inside the sandbox
     const inner = cwd === VISIBLE_WORKSPACE ? argv : ['/bin/sh', '-c', 'cd -- "$0" || exit 125; exec "$@"', cwd, ...argv];
-    const full = wrapCommand(
-      { settings: this.host.settings, join: b.join, hasCgroups: b.hasCgroups },
-      holder.cgroup,
-      [...joinArgs(b.join, b.ids !== null, b.filterHex), ...inner],
-      opts.hostNetwork ? 'join-host-network' : 'join',
-    );
-    const child = childProcess().spawn(full[0]!, full.slice(1), { env: this.translateEnv(opts.env), stdio: joinerStdio(opts.stdio), detached: true });
-    holder.users.add(child);
-    const control = child.stdio[3] as Writable | null;
-    control?.on('error', () => {
-      /* the child is gone */
+    return joinHolder(this.host.bwrap!.holders.joining, holder, inner, {
+      env: translateEnv(opts.env, this.host.mapped),
+      stdio: opts.stdio,
+      hostNetwork: opts.hostNetwork,
     });
-    holder.ready.then(
-      () => {
-        const f = holder.fds;
-        if (!f) return control?.end();
-        control?.end(`${f.user} ${f.pid} ${f.mnt} ${f.ipc} ${f.uts} ${f.root} ${f.cwd} ${f.cgroup ?? 'x'} ${f.net ?? 'x'}\n`);
-      },
-      () => control?.end(),
-    );
-    const release = () => {
-      holder.users.delete(child);
-      holder.release();
-    };
-    child.once('exit', release);
-    child.once('error', release);
-    return child;
+  }
+
+  /**
+   * The process its holder started ahead (a spare's: Holders.prestartWith), when that is `argv` in the
+   * workspace, still alive, and `accept` takes the variables it lacks of `env` (null: to unset): it
+   * becomes one of the sandbox's processes, as if spawned now. Null otherwise, the process killed: the
+   * caller spawns.
+   */
+  takeStarted(argv: string[], opts: SandboxSpawnOptions, accept: (missing: Record<string, string | null>) => boolean): StartedProcess | null {
+    const h = this.holder;
+    const s = h?.started;
+    if (!h || !s) return null;
+    h.started = null;
+    const missing = envChanges(s.env, translateEnv(opts.env, this.host.mapped));
+    const host = opts.workspaceDir ?? this.hostWorkspace;
+    const inWorkspace = !opts.cwd || this.pathView(host).toVisible(opts.cwd) === VISIBLE_WORKSPACE;
+    // (one still being started is killed once it is: Holders.startAhead)
+    const proc = s.proc;
+    const alive = !h.dead && proc !== null && proc.exitCode === null && proc.signalCode === null;
+    if (!alive || !inWorkspace || argv.join('\0') !== s.argv.join('\0') || !accept(missing)) {
+      if (proc) killTree(proc);
+      return null;
+    }
+    this.own(proc);
+    return { proc, missing };
   }
 
   /** The live holder, or a new one (taken from the spare, or started for its directories). */
@@ -320,17 +328,5 @@ export class ConversationSandbox implements ProcessLauncher {
       await h?.egress?.close();
     })();
     return this.closing;
-  }
-
-  private translateEnv(env: Record<string, string>): Record<string, string> {
-    const mapped = this.host.mapped;
-    if (mapped.length === 0) return env;
-    const out: Record<string, string> = {};
-    for (const [k, v] of Object.entries(env)) {
-      let val = v;
-      for (const m of mapped) if (val === m.host || val.startsWith(`${m.host}/`)) val = m.inside + val.slice(m.host.length);
-      out[k] = val;
-    }
-    return out;
   }
 }

@@ -16,7 +16,7 @@
  * shared by several nodes, each of which could mount the same image) and workspaces made before
  * images (a directory with files, kept as it is) are measured instead (disk-quota.ts).
  *
- * Costs (2-core machine, load ~2): a new 10 GiB image ~110 ms (mkfs), made with the spare holder
+ * Costs (2-core machine, load ~2): a new 10 GiB image ~10–20 ms (mkfs), made with the spare holder
  * ahead of the conversation that takes it; mounting an existing one ~70 ms (e2fsck and mount), when a
  * conversation's sandbox starts again; unmounting ~60 ms, when it closes.
  */

@@ -24,12 +24,12 @@ type Owner = { uid: number; gid: number } | null;
  * root), /tmp and HOME are that uid's; the FIFO and output directories stay the daemon's, which the
  * sandbox may only enter (it cannot put anything there).
  */
-export function makeStateDirs(state: string, owner: Owner, image: boolean): void {
+export async function makeStateDirs(state: string, owner: Owner, image: boolean): Promise<void> {
   const own = image ? [] : ['tmp', 'home'];
-  for (const d of ['', 'io', 'outputs', ...own]) fs.mkdirSync(path.join(state, d), { recursive: true, mode: 0o700 });
+  for (const d of ['', 'io', 'outputs', ...own]) await fs.promises.mkdir(path.join(state, d), { recursive: true, mode: 0o700 });
   if (!owner) return;
-  for (const d of own) fs.lchownSync(path.join(state, d), owner.uid, owner.gid);
-  for (const d of ['io', 'outputs']) fs.chmodSync(path.join(state, d), 0o711);
+  for (const d of own) await fs.promises.lchown(path.join(state, d), owner.uid, owner.gid);
+  for (const d of ['io', 'outputs']) await fs.promises.chmod(path.join(state, d), 0o711);
 }
 
 /** The directories of a holder whose workspace, /tmp and HOME are on the conversation's disk (mounted at `state/disk`). */
@@ -45,9 +45,9 @@ export function imageDirs(state: string): ViewDirs {
 }
 
 /** The workspace directory (not what is in it) belongs to the sandbox uid, so its processes can write there. */
-export function ownWorkspace(dir: string, owner: Owner): void {
-  fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
-  if (owner) fs.lchownSync(dir, owner.uid, owner.gid);
+export async function ownWorkspace(dir: string, owner: Owner): Promise<void> {
+  await fs.promises.mkdir(dir, { recursive: true, mode: 0o700 });
+  if (owner) await fs.promises.lchown(dir, owner.uid, owner.gid);
 }
 
 /**

@@ -30,14 +30,14 @@
  *   there (its /proc/self/cgroup names neither the daemon nor the conversation).
  */
 import { HOLDER_START_MS } from './types.js';
-import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
 import type { CgroupBackend, ConversationCgroup } from './cgroup.js';
 import { baseChildEnv, SANDBOX_PATH } from './child-env.js';
 import { FileChannel } from './files.js';
+import { niceNewSession } from './priority.js';
 import { userNamespace } from './user-namespace.js';
-import { wrapCommand, type JoinTools } from './join.js';
+import { wrapCommand, type HolderFds, type JoinTools } from './join.js';
 import { attachEgress, needsRouteLocalnet, type EgressHandle, type EgressTools } from './network.js';
 import { closeFd, killTree, lastError, signalPid, type ProcessLike } from './processes.js';
 import { runToEnd, type Spawner } from './spawner.js';
@@ -71,20 +71,6 @@ export interface HolderSetup {
   spawner: Spawner;
 }
 
-export interface HolderFds {
-  user: number;
-  pid: number;
-  mnt: number;
-  ipc: number;
-  uts: number;
-  /** Only when the holder's differs from the daemon's (--unshare-cgroup-try). */
-  cgroup: number | null;
-  /** Only when the sandbox has a network of its own (egress, none). */
-  net: number | null;
-  root: number;
-  cwd: number;
-}
-
 /** The long-lived bwrap whose namespaces every process of a conversation joins. */
 export class Holder {
   /** The supervising `sh` (bwrap runs under it); null until what bwrap needs is made (the user namespace, the disk). */
@@ -101,7 +87,7 @@ export class Holder {
   readonly ready: Promise<void>;
   dead = false;
   /** Joiners started against this holder and not yet exited: the fds stay open while any is alive. */
-  readonly users = new Set<ChildProcess>();
+  readonly users = new Set<object>();
   /** Called once it has ended (after `ready` rejected, or its bwrap exited). */
   onDead: (() => void) | null = null;
   /** Its file service broke the protocol or missed a deadline (file-channel.ts), once: set by whoever knows its conversation. */
@@ -115,6 +101,8 @@ export class Holder {
   image = false;
   /** The nice value its processes start with (a spare's: priority.ts). */
   nice = 0;
+  /** A spare's process started ahead for its conversation's first use (Holders.prestartWith), until taken. */
+  started: { proc: ProcessLike | null; argv: string[]; env: Record<string, string> } | null = null;
   /** Root daemon: the daemon's fds on the user and network namespaces made for it. */
   private ns: { user: number; net: number | null } | null = null;
 
@@ -236,7 +224,7 @@ export class Holder {
           throw e;
         }
         // the tool's memory and CPU are the conversation's (what it costs follows the agent's traffic)
-        if (this.cgroup && this.egress.pid) this.cgroup.add(this.egress.pid);
+        if (this.cgroup && this.egress.pid) await this.cgroup.add(this.egress.pid);
       }
       if (why !== null) throw new Error(why);
     } catch (e) {
@@ -355,6 +343,8 @@ export class Holder {
         const m = /"child-pid":\s*(\d+)/.exec(text);
         if (m && this.init === null) {
           this.init = Number(m[1]);
+          // a spare's file service starts in that session: at the spare's priority, not a running conversation's
+          if (this.proc?.pid) niceNewSession(this.init, this.proc.pid, this.nice, () => this.fds !== null || this.dead);
           resolve();
         }
       });

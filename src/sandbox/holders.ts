@@ -17,6 +17,8 @@ import { Arrivals } from './arrivals.js';
 import { allEnded } from './processes.js';
 import { Holder, type HolderSetup } from './holder-launch.js';
 import { adoptDirs, adoptImageDirs, adoptWithContents, imageDirs, makeStateDirs, ownWorkspace, removeStaleSpares } from './holder-dirs.js';
+import { fdLine, joinerArgv, translateEnv, type JoinSetup } from './join.js';
+import { signalGroup } from '../process-group.js';
 import { VISIBLE_WORKSPACE } from './settings.js';
 import { plainDirs } from './view.js';
 
@@ -94,12 +96,17 @@ export class Holders {
    * SANDBOX_RO_BINDS directory under /tmp or /var/tmp: not the conversation's, and in every spare's.
    */
   private readonly tmpMounts: Set<string>;
+  /** What every ready spare starts ahead for its conversation (prestartWith), as the sandbox sees its environment. */
+  private ahead: { argv: string[]; env: Record<string, string> } | null = null;
+  /** How a process joins a holder (join.ts): the same for every holder of this daemon. */
+  readonly joining: JoinSetup;
 
   constructor(
     private readonly s: HolderSetup,
     /** Per-conversation disks (null: everything on the data disk, measured). */
     private readonly disks: Disks | null,
   ) {
+    this.joining = { settings: s.settings, join: s.join, hasCgroups: s.cgroups !== null, asRoot: s.ids !== null, filterHex: s.seccomp.agent.toString('hex') };
     removeStaleSpares(path.join(s.workspaceRoot, '.sandbox'));
     this.tmpMounts = new Set(s.settings.roBinds.map((d) => /^\/(?:var\/)?tmp\/([^/]+)/.exec(path.resolve(d))?.[1]).filter((n): n is string => n !== undefined));
   }
@@ -110,6 +117,56 @@ export class Holders {
     this.dropDead();
     if (this.spares.length === 0) this.spares.push(this.startSpare());
     await this.spares[0]!.ready.catch(() => {});
+  }
+
+  /**
+   * Every ready spare starts `argv` in its /workspace with `env` (the terminal's shell, for its
+   * conversation's first command: Sandbox.takeStarted), those ready now too. Its start (the joiner's
+   * fork, sh, nsenter, setsid, setpriv, perl loading the filter, bash: 11–30 ms on a busy machine) then
+   * falls before the conversation exists, at the spare's priority, instead of in its first command.
+   */
+  prestartWith(spec: { argv: string[]; env: Record<string, string> }): void {
+    this.ahead = { argv: spec.argv, env: translateEnv(spec.env, this.s.mapped) };
+    for (const h of this.spares) if (h.fds !== null) this.startAhead(h);
+  }
+
+  /**
+   * Through the spawner, as a holder's programs are (the daemon's event loop does not wait on the
+   * fork), its stdio handed over to the daemon as sockets. (Also for a spare taken while its network
+   * was still being attached: a take counts a spare with its fds open as ready, and its joiners wait
+   * for it. Not once a process has joined it: its conversation's shell, if it had a first command, is
+   * one of them.)
+   */
+  private startAhead(h: Holder): void {
+    const spec = this.ahead;
+    const fds = h.fds;
+    if (!spec || !fds || h.dead || h.started || this.closed || h.users.size > 0) return;
+    const full = joinerArgv(this.joining, h, spec.argv);
+    const started: NonNullable<Holder['started']> = { proc: null, argv: spec.argv, env: spec.env };
+    h.started = started;
+    // the holder's fds stay open from now until the joiner has exited (it opens them by number)
+    const token = {};
+    h.users.add(token);
+    const release = () => {
+      h.users.delete(token);
+      h.release();
+    };
+    const nice = h.nice;
+    this.s.spawner
+      .spawn({ file: full[0]!, args: full.slice(1), env: spec.env, stdio: ['direct', 'direct', 'direct', { data: Buffer.from(fdLine(fds)) }], nice })
+      .then(
+        (child) => {
+          child.once('exit', release);
+          if (h.started !== started || h.dead) return signalGroup(child.pid, 'SIGKILL');
+          started.proc = child;
+          // taken while it was being started: the priority the take gave the spare's processes
+          if (h.nice !== nice) setNice(h.pids(), h.nice);
+        },
+        () => {
+          if (h.started === started) h.started = null;
+          release();
+        },
+      );
   }
 
   /** Spares alive (ready or starting): what the daemon holds ahead of demand. */
@@ -334,14 +391,17 @@ export class Holders {
    */
   private launch(workspace: string, state: string, disk: { link: string | null } | null): Holder {
     const owner = this.s.ids?.agent ?? null;
-    makeStateDirs(state, owner, disk !== null);
-    if (!disk) ownWorkspace(workspace, owner);
     const cgroup = this.s.cgroups?.create(`sandbox-${++this.holderSeq}`) ?? null;
     const disks = this.disks;
     let key: string | null = null;
     let preparing: Promise<void> = Promise.resolve();
+    // (off the event loop: the directories' and the cgroup's making take the kernel milliseconds,
+    // and a spare starts in the middle of other conversations' turns)
     const prepare = () =>
       (preparing = (async () => {
+        await makeStateDirs(state, owner, disk !== null);
+        if (!disk) await ownWorkspace(workspace, owner);
+        await cgroup?.make();
         if (!disk || !disks) return;
         key = await disks.acquire(state);
         if (disk.link) disks.linkWorkspace(disk.link, state);
@@ -379,6 +439,7 @@ export class Holders {
         if (h.nice !== 0) setNice(h.pids(), h.nice);
         this.readyAt.set(h, performance.now());
         warmService(h);
+        this.startAhead(h);
       },
       () => {},
     );
@@ -405,7 +466,7 @@ export class Holders {
     for (let i = 0; i < 60; i++) {
       for (const p of cg.pids()) seen.add(p);
       if (i >= 20 && cg.pids().length > 0) cg.killAll();
-      if (cg.remove()) break;
+      if (await cg.remove()) break;
       await new Promise((r) => setTimeout(r, 50));
     }
     // a process leaves its cgroup before it has finished exiting: gone only once it has

@@ -4,9 +4,12 @@
  * util-linux `nsenter` into the holder's namespaces, `setsid`, and `setpriv` with every capability
  * dropped — or (a holder) bwrap run under that `sh` as the supervisor of its process group.
  */
+import type { ChildProcess, StdioOptions } from 'node:child_process';
+import type { Writable } from 'node:stream';
+import { childProcess } from '../builtins.js';
 import type { ConversationCgroup } from './cgroup.js';
 import { seccompLoader } from './seccomp.js';
-import type { SandboxSettings } from './settings.js';
+import type { MappedDir, SandboxSettings } from './settings.js';
 
 /** How a process joins its conversation's sandbox (util-linux, iproute2). */
 export interface JoinTools {
@@ -29,14 +32,118 @@ export interface JoinTools {
 /** setpriv's options that leave a process no capability and no way to gain one. */
 const DROP_ALL = ['--no-new-privs', '--inh-caps=-all', '--ambient-caps=-all', '--bounding-set=-all', '--'];
 
+/** The daemon's fds on a holder's namespace files, its root and /workspace (a joiner opens /proc/<daemon>/fd/<n>). */
+export interface HolderFds {
+  user: number;
+  pid: number;
+  mnt: number;
+  ipc: number;
+  uts: number;
+  /** Only when the holder's differs from the daemon's (--unshare-cgroup-try). */
+  cgroup: number | null;
+  /** Only when the sandbox has a network of its own (egress, none). */
+  net: number | null;
+  root: number;
+  cwd: number;
+}
+
+/** What joining needs of the daemon's sandbox: the settings in force, the tools, the seccomp filter. */
+export interface JoinSetup {
+  settings: SandboxSettings;
+  join: JoinTools;
+  hasCgroups: boolean;
+  /** A root daemon: nsenter sets the sandbox's ids itself. */
+  asRoot: boolean;
+  /** The agent's seccomp program, in hex (seccomp.ts). */
+  filterHex: string;
+}
+
+/** What a joiner needs of its holder (holder-launch.ts). */
+export interface JoinTarget {
+  readonly cgroup: ConversationCgroup | null;
+  readonly ready: Promise<void>;
+  readonly fds: HolderFds | null;
+  /** Its joiners not yet exited (or a token for one being started): its fds stay open while any is. */
+  readonly users: Set<object>;
+  /** Closes its fds once it is dead and no joiner is left. */
+  release(): void;
+}
+
+/** The stdio of a joiner: the caller's three, then fd 3 = the pipe that carries the holder's fd numbers. */
+function joinerStdio(stdio: StdioOptions | undefined): StdioOptions {
+  if (Array.isArray(stdio) && stdio.length > 3) throw new Error('a sandboxed process gets stdin, stdout and stderr only (fd 3 carries the sandbox)');
+  const base = stdio === undefined || typeof stdio === 'string' ? [stdio ?? 'pipe', stdio ?? 'pipe', stdio ?? 'pipe'] : [...stdio];
+  while (base.length < 3) base.push('pipe');
+  return [...base, 'pipe'] as StdioOptions;
+}
+
+/**
+ * Starts `argv` in a holder's sandbox, in its /workspace, with `env` as the sandbox sees it (translateEnv):
+ * the `sh` of wrapCommand waits on fd 3 for the holder's fd numbers, written once the holder is ready
+ * (nothing when it failed: the joiner says so and exits). The joiner is one of the holder's users until it exits.
+ */
+export function joinHolder(
+  b: JoinSetup,
+  holder: JoinTarget,
+  argv: string[],
+  opts: { env: Record<string, string>; stdio?: StdioOptions; hostNetwork?: boolean },
+): ChildProcess {
+  const full = joinerArgv(b, holder, argv, opts.hostNetwork);
+  const child = childProcess().spawn(full[0]!, full.slice(1), { env: opts.env, stdio: joinerStdio(opts.stdio), detached: true });
+  holder.users.add(child);
+  const control = child.stdio[3] as Writable | null;
+  control?.on('error', () => {
+    /* the child is gone */
+  });
+  holder.ready.then(
+    () => {
+      const f = holder.fds;
+      if (!f) return control?.end();
+      control?.end(fdLine(f));
+    },
+    () => control?.end(),
+  );
+  const release = () => {
+    holder.users.delete(child);
+    holder.release();
+  };
+  child.once('exit', release);
+  child.once('error', release);
+  return child;
+}
+
+/** The whole command line of a joiner of `holder` running `argv` (the `sh` of wrapCommand first). */
+export function joinerArgv(b: JoinSetup, holder: Pick<JoinTarget, 'cgroup'>, argv: string[], hostNetwork = false): string[] {
+  return wrapCommand(b, holder.cgroup, [...joinArgs(b.join, b.asRoot, b.filterHex), ...argv], hostNetwork ? 'join-host-network' : 'join');
+}
+
+/** What a joiner's `sh` reads on fd 3: the numbers of the daemon's fds on the holder. */
+export function fdLine(f: HolderFds): string {
+  return `${f.user} ${f.pid} ${f.mnt} ${f.ipc} ${f.uts} ${f.root} ${f.cwd} ${f.cgroup ?? 'x'} ${f.net ?? 'x'}\n`;
+}
+
+/** An environment as the sandbox sees it: values naming a mapped host directory name it where the sandbox shows it. */
+export function translateEnv(env: Record<string, string>, mapped: MappedDir[]): Record<string, string> {
+  if (mapped.length === 0) return env;
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(env)) {
+    let val = v;
+    for (const m of mapped) if (val === m.host || val.startsWith(`${m.host}/`)) val = m.inside + val.slice(m.host.length);
+    out[k] = val;
+  }
+  return out;
+}
+
 /**
  * One `sh` around a joiner or a holder: the file size limit (ulimit -f, 512-byte blocks in POSIX sh), the
  * data limit when there is no cgroup (ulimit -d, KiB), and the cgroup join before exec, so every
- * process of the sandbox is counted from its first fork. A joiner (`join`) then reads the numbers of
+ * process of the sandbox is counted from its first fork. A joiner (`join`) reads the numbers of
  * the daemon's fds on the holder from fd 3 (written once the holder is ready; nothing when it
- * failed) and execs `nsenter` with them (/proc/<daemon>/fd/<n>: the holder's pid is never looked up
- * again, so a reused pid cannot put a process in another sandbox); `join-host-network` leaves out the
- * network namespace (the clone: the daemon's network, before any process of the conversation runs).
+ * failed) first, and joins the cgroup after that (a holder's cgroup is made as the holder starts, and
+ * a joiner may be spawned before), then execs `nsenter` with them (/proc/<daemon>/fd/<n>: the
+ * holder's pid is never looked up again, so a reused pid cannot put a process in another sandbox);
+ * `join-host-network` leaves out the network namespace (the clone: the daemon's network, before any
+ * process of the conversation runs).
  *
  * A holder (`supervise`) is not exec'd but run under the `sh`, which stays as the supervisor of its
  * process group: bwrap's first child waits on an eventfd until bwrap's parent has set it up, so a
@@ -56,11 +163,13 @@ export function wrapCommand(
 ): string[] {
   let script = `ulimit -f ${s.settings.fileSizeMb * 2048} || exit 125; `;
   if (!s.hasCgroups) script += `ulimit -d ${s.settings.memoryMb * 1024} || exit 125; `;
-  script += 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; ';
+  // (k, not n: the joiner's $n is the network namespace's fd by then)
+  const joinCgroup = 'k=$1; shift; while [ "$k" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; k=$((k-1)); done; ';
   if (mode !== 'supervise') {
     const d = `/proc/${process.pid}/fd`;
     script +=
       'read -r u p m i t r w c n <&3 || { echo "parley: the conversation\'s sandbox is not running" >&2; exit 125; }; exec 3<&-; ' +
+      joinCgroup +
       `o="--user=${d}/$u --pid=${d}/$p --mount=${d}/$m --ipc=${d}/$i --uts=${d}/$t --root=${d}/$r --wd=${d}/$w"; ` +
       `[ "$c" = x ] || o="$o --cgroup=${d}/$c"; ${mode === 'join' ? `[ "$n" = x ] || o="$o --net=${d}/$n"; ` : ''}` +
       `exec ${s.join.nsenter} $o "$@"`;
@@ -68,6 +177,7 @@ export function wrapCommand(
     // (umask 022 for bwrap: the directories it makes on the way to a mount point must be enterable
     // by the sandbox's uid; the conversation's own processes keep the daemon's 077; the supervisor
     // keeps no copy of bwrap's fds, its channel to the file service above all: see holder-launch.ts)
+    script += joinCgroup;
     script += `[ "$PPID" = ${parent} ] || exit 125; trap 'kill -KILL 0' TERM; umask 022; "$@" & exec 3<&- 4<&- 5<&- 6<&- 7<&- 8<&-; wait $!; kill -KILL 0`;
   }
   const files = cgroup?.procsFiles ?? [];
@@ -84,7 +194,7 @@ export function wrapCommand(
  * namespace gave (uid 0 would keep them across exec); last, perl loads the sandbox's seccomp filter
  * (seccomp.ts: a joined process does not inherit the holder's) and execs the command.
  */
-export function joinArgs(j: JoinTools, asRoot: boolean, filterHex: string): string[] {
+function joinArgs(j: JoinTools, asRoot: boolean, filterHex: string): string[] {
   const creds = asRoot ? [] : ['--preserve-credentials'];
   loader ??= seccompLoader();
   return [...creds, '--', j.setsid, j.setpriv, '--pdeathsig', 'KILL', ...DROP_ALL, j.inside.perl, '-e', loader, '--', filterHex];

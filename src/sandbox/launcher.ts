@@ -47,7 +47,7 @@ import {
   type SandboxSettings,
   type SandboxSpawnOptions,
 } from './settings.js';
-import type { ProcessLauncher, ShellDirs, ShellSandbox } from './types.js';
+import type { ProcessLauncher, ShellDirs, ShellSandbox, StartedProcess } from './types.js';
 import { removeTree, workspacePath } from './workspace-dir.js';
 
 export * from './settings.js';
@@ -165,7 +165,7 @@ export class Sandbox implements ShellSandbox, SandboxHost {
   get bwrap(): SandboxHost['bwrap'] {
     const f = this.found;
     if (!f || this.state !== 'bwrap') return null;
-    return { join: f.join, holders: f.holders, ids: f.ids, hasCgroups: f.cgroups !== null, filterHex: f.filterHex };
+    return { holders: f.holders, ids: f.ids, spawner: f.spawner };
   }
 
   private get holders(): Holders | null {
@@ -380,6 +380,22 @@ export class Sandbox implements ShellSandbox, SandboxHost {
   /** Closes the conversation's sandbox now when no process started through it runs (the terminal's shell was closed for being idle). */
   async closeIfIdle(conversationId: string): Promise<void> {
     await this.live.get(conversationId)?.closeIfIdle();
+  }
+
+  prestart(argv: string[], extra: Record<string, string>): void {
+    // (once the probe has decided, without starting a deferred one)
+    const apply = () => this.enabled && !this.closed && this.holders?.prestartWith({ argv, env: this.env(extra) });
+    this.outcome.then(apply, () => {});
+  }
+
+  takeStarted(
+    conversationId: string,
+    argv: string[],
+    opts: SandboxSpawnOptions,
+    accept: (missing: Record<string, string | null>) => boolean,
+  ): StartedProcess | null {
+    if (!this.enabled || this.closed) return null;
+    return this.live.get(conversationId)?.takeStarted(argv, opts, accept) ?? null;
   }
 
   /** SANDBOX=none (the daemon's, not `none()`'s): starts the conversation's file service while its shell starts, not at its first file operation. */

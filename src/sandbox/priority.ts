@@ -4,6 +4,12 @@
  * tool) takes the CPU the running turns leave, not theirs; its processes get the normal priority back
  * when a conversation takes it. Giving it back (lowering a nice value) needs CAP_SYS_NICE: only a
  * root daemon lowers it in the first place.
+ *
+ * Where the kernel groups processes by session (autogroups, /proc/sys/kernel/sched_autogroup_enabled,
+ * on by default in many kernels), a process's nice value only orders it among the processes of its
+ * own session, and the sessions are weighed against one another by the group's nice value. Every
+ * sandbox process starts a session of its own, so a spare at nice 10 in a group at nice 0 took as much
+ * CPU beside the daemon as at nice 0: the group's value is set with the processes' (`setGroupNice`).
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -16,9 +22,60 @@ export function canRenice(): boolean {
   return process.getuid?.() === 0;
 }
 
-/** Sets the nice value of every thread of each process (Linux keeps one per thread); gone ones are skipped. */
+/**
+ * The daemon's own session's group ("/autogroup-N"), never reniced from here; '' when the daemon is in
+ * the root group (no session group of its own: started by an init without a session of its own, as
+ * under some supervisors and CI runners); null where the kernel has no autogroups.
+ */
+let ownGroup: string | null | undefined;
+
+/**
+ * What /proc/<pid>/autogroup says: the session group's name and nice value; 'root' when the file is
+ * empty (the process is in the root group, which has no nice value of its own to set).
+ */
+export function parseGroup(text: string): { name: string; nice: number } | 'root' {
+  const m = /^(\S+) nice (-?\d+)/.exec(text);
+  return m ? { name: m[1]!, nice: Number(m[2]) } : 'root';
+}
+
+/** A group's name; '' for the root group, which no session group is named. */
+const nameOf = (g: { name: string } | 'root'): string => (g === 'root' ? '' : g.name);
+
+/** The group of `pid`; null when it cannot be read (gone, or a kernel without autogroups). */
+function groupOf(pid: number | 'self'): ReturnType<typeof parseGroup> | null {
+  try {
+    return parseGroup(fs.readFileSync(`/proc/${pid}/autogroup`, 'utf8'));
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Sets the nice value of the session group (autogroup) `pid` belongs to, unless it is the daemon's own
+ * group; nothing where the kernel has none, or the process is gone.
+ */
+export function setGroupNice(pid: number, nice: number): void {
+  if (ownGroup === undefined) {
+    const own = groupOf('self');
+    ownGroup = own === null ? null : nameOf(own);
+  }
+  if (ownGroup === null) return;
+  const g = groupOf(pid);
+  if (!g || g === 'root' || g.name === ownGroup || g.nice === nice) return;
+  try {
+    fs.writeFileSync(`/proc/${pid}/autogroup`, String(nice));
+  } catch {
+    /* gone, or not ours to set */
+  }
+}
+
+/**
+ * Sets the nice value of every thread of each process (Linux keeps one per thread), and of each one's
+ * session group (`setGroupNice`); gone ones are skipped.
+ */
 export function setNice(pids: number[], nice: number): void {
   for (const pid of pids) {
+    setGroupNice(pid, nice);
     let tids: string[];
     try {
       tids = fs.readdirSync(`/proc/${pid}/task`);
@@ -33,4 +90,22 @@ export function setNice(pids: number[], nice: number): void {
       }
     }
   }
+}
+
+/**
+ * Gives `nice` to the session group `pid` makes once it leads a session other than `outer`'s (bwrap's
+ * --new-session makes one for the sandbox's init a few ms after its pid is known, and a new group is at
+ * nice 0 whatever its processes' nice values). Looks every 2 ms until then, or until `done()`.
+ */
+export function niceNewSession(pid: number, outer: number, nice: number, done: () => boolean): void {
+  const from = groupOf(outer);
+  if (from === null || nice === 0) return;
+  const look = () => {
+    if (done()) return;
+    const g = groupOf(pid);
+    if (g === null) return;
+    if (g !== 'root' && g.name !== nameOf(from)) return setGroupNice(pid, nice);
+    setTimeout(look, 2).unref();
+  };
+  look();
 }

@@ -30,8 +30,6 @@ export interface ProbedTools {
   holders: Holders;
   /** What starts the holders' host-side programs (spawner.ts). */
   spawner: Spawner;
-  /** The agent's seccomp filter, as joined processes load it (hex). */
-  filterHex: string;
   /** slirp4netns's version when egress is in force. */
   egressVersion: string | null;
   /** The settings in force: egress falls back to none when it cannot work. */
@@ -86,7 +84,7 @@ export async function probeTools(settings: SandboxSettings, opts: SandboxOpenOpt
     warnings.push(line);
     opts.log?.warn({ sandbox: tag }, line);
   };
-  const limits = probeLimits(settings, warn);
+  const limits = await probeLimits(settings, warn);
   if ('fail' in limits) return limits;
   const { cgroups, unenforced } = limits;
   // (from here on the caller owns what is made: the spawner's process starts with its first program)
@@ -130,7 +128,6 @@ export async function probeTools(settings: SandboxSettings, opts: SandboxOpenOpt
     disks,
     holders,
     spawner,
-    filterHex: agent.toString('hex'),
     egressVersion: egress?.version ?? null,
     settings: inForce,
     ...(unenforced ? { unenforced } : {}),
@@ -143,11 +140,11 @@ export async function probeTools(settings: SandboxSettings, opts: SandboxOpenOpt
  * enforced, the default), or it is said (SANDBOX_LIMITS=unenforced, SANDBOX=auto): limits are never
  * dropped in silence.
  */
-function probeLimits(
+async function probeLimits(
   settings: SandboxSettings,
   warn: (tag: string, line: string) => void,
-): { cgroups: CgroupBackend | null; unenforced?: string } | { fail: string } {
-  const cgroups = detectCgroups({
+): Promise<{ cgroups: CgroupBackend | null; unenforced?: string } | { fail: string }> {
+  const cgroups = await detectCgroups({
     memoryBytes: settings.memoryMb * 1024 * 1024,
     pids: settings.pids,
     totalMemoryBytes: totalMemoryMb(settings) * 1024 * 1024,

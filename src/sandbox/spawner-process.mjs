@@ -18,13 +18,14 @@
  *          'ignore';
  *          'pipe'    relayed: what the child writes comes out as 'data' and 'eof', 'write' and 'end'
  *                    go to it;
- *          'direct'  a socket pair whose other end goes to the daemon with 'spawned' (at most one:
- *                    the file service's channel, which must not pass through here);
+ *          'direct'  a socket pair whose other end goes to the daemon (the file service's channel, which
+ *                    must not pass through here; a shell's stdio, started ahead of its conversation):
+ *                    each with a 'direct' message before 'spawned';
  *          a number  that fd of the daemon, opened again through /proc/<daemon>/fd/<n> (the
  *                    namespace files a process enters: a socket cannot be opened so);
  *          {data}    a pipe the bytes are written into, then closed, as the program starts;
  *        {t:'write', id, slot, data}  {t:'end', id, slot}  {t:'destroy', id, slot}
- *   out: {t:'spawned', id, pid} (with the direct slot's socket)  {t:'failed', id, code, message}
+ *   out: {t:'direct', id, slot} (with that slot's socket)  {t:'spawned', id, pid}  {t:'failed', id, code, message}
  *        {t:'data', id, slot, data}  {t:'eof', id, slot}  {t:'exit', id, code, signal}  {t:'close', id}
  * Every child leads a process group of its own. When the daemon goes (the channel ends, or SIGTERM
  * from --pdeathsig when it died), every group still running gets SIGKILL and this process exits.
@@ -50,15 +51,13 @@ function send(m, handle, sent = () => {}) {
 /** @param {any} m */
 function start(m) {
   const opened = [];
-  let direct = -1;
   /** @type {import('node:child_process').StdioOptions} */
-  const stdio = m.stdio.map((/** @type {any} */ s, /** @type {number} */ i) => {
+  const stdio = m.stdio.map((/** @type {any} */ s) => {
     if (typeof s === 'number') {
       const fd = fs.openSync(`/proc/${daemon}/fd/${s}`, 'r');
       opened.push(fd);
       return fd;
     }
-    if (s === 'direct') direct = i;
     return s === 'ignore' ? 'ignore' : 'pipe';
   });
   let child;
@@ -73,14 +72,16 @@ function start(m) {
     return;
   }
   children.set(id, child);
-  // (this process runs at a higher priority than the conversations: what it starts does not)
+  // (this process runs at a higher priority than the conversations: what it starts does not). The
+  // child leads a session of its own, and where the kernel weighs sessions as groups (autogroups) its
+  // group's nice value is what counts against the daemon's: both are set
   try {
     os.setPriority(child.pid, m.nice ?? 0);
+    if (m.nice) fs.writeFileSync(`/proc/${child.pid}/autogroup`, String(m.nice));
   } catch {
-    /* gone already */
+    /* gone already, or no autogroups */
   }
   const streams = /** @type {Array<import('node:net').Socket | null>} */ (/** @type {unknown} */ (child.stdio));
-  let handOver = null;
   streams.forEach((s, slot) => {
     if (!s) return;
     s.on('error', () => {});
@@ -89,19 +90,19 @@ function start(m) {
       s.end(given.data);
       return;
     }
-    if (slot === direct) {
+    if (given === 'direct') {
       // not one byte is read here: the socket (reading since the spawn, in this same turn of the
-      // event loop, so nothing yet) stops before the next turn and goes to the daemon as it is
+      // event loop, so nothing yet) stops before the next turn and goes to the daemon as it is; once
+      // sent (a message with a socket waits for the one before it to be taken), the handle has left
+      // with it: the empty socket is closed then, which the child's 'close' counts
       /** @type {any} */ (s)._handle?.readStop();
-      handOver = s;
+      send({ t: 'direct', id, slot }, s, () => s.destroy());
       return;
     }
     s.on('data', (data) => send({ t: 'data', id, slot, data }));
     s.on('end', () => send({ t: 'eof', id, slot }));
   });
-  // once sent (a message with a socket waits for the one before it to be taken), the handle has left
-  // with it: the empty socket is closed then, which the child's 'close' counts
-  send({ t: 'spawned', id, pid: child.pid }, handOver, () => /** @type {any} */ (handOver)?.destroy());
+  send({ t: 'spawned', id, pid: child.pid });
   child.on('error', () => {});
   child.once('exit', (code, signal) => send({ t: 'exit', id, code, signal }));
   child.once('close', () => {

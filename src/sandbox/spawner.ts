@@ -17,7 +17,7 @@ import type { Socket } from 'node:net';
 import { Duplex, type Writable } from 'node:stream';
 import { childProcess } from '../builtins.js';
 import { signalGroup } from '../process-group.js';
-import { canRenice } from './priority.js';
+import { canRenice, setGroupNice } from './priority.js';
 import { helper, type ProcessLike } from './processes.js';
 
 /** spawner-process.mjs in the checkout, or next to the build (scripts/build.mjs copies it into dist/). */
@@ -82,13 +82,14 @@ export class RemoteChild extends EventEmitter implements ProcessLike {
   constructor(
     readonly pid: number,
     slots: Slot[],
-    direct: Socket | null,
+    /** The sockets of its 'direct' slots, by slot. */
+    direct: Map<number, Socket>,
     send: (m: object) => void,
     id: number,
   ) {
     super();
     this.stdio = slots.map((s, slot) => {
-      if (s === 'direct') return direct;
+      if (s === 'direct') return direct.get(slot) ?? null;
       if (s !== 'pipe') return null;
       return new Relayed((t, data) => send({ t, id, slot, data }));
     });
@@ -137,6 +138,7 @@ export class RemoteChild extends EventEmitter implements ProcessLike {
 
 type Message =
   | { t: 'ready'; pid: number }
+  | { t: 'direct'; id: number; slot: number }
   | { t: 'spawned'; id: number; pid: number }
   | { t: 'failed'; id: number; code: string | null; message: string }
   | { t: 'data'; id: number; slot: number; data: Uint8Array }
@@ -148,6 +150,8 @@ interface Pending {
   spec: SpawnSpec;
   resolve: (c: RemoteChild) => void;
   reject: (e: Error) => void;
+  /** Its 'direct' slots' sockets, as they came. */
+  direct: Map<number, Socket>;
 }
 
 export class Spawner {
@@ -173,7 +177,7 @@ export class Spawner {
     const id = ++this.seq;
     return new Promise<RemoteChild>((resolve, reject) => {
       if (!proc.connected) return reject(new Error('the sandbox spawner is not running'));
-      this.pending.set(id, { spec: s, resolve, reject });
+      this.pending.set(id, { spec: s, resolve, reject, direct: new Map() });
       proc.send({ t: 'spawn', id, ...s });
     });
   }
@@ -209,6 +213,7 @@ export class Spawner {
       } catch {
         /* gone already */
       }
+      setGroupNice(proc.pid, SPAWNER_NICE);
     }
     this.proc = proc;
     proc.on('message', (m: Message, handle?: Socket) => this.message(m, handle ?? null));
@@ -220,19 +225,29 @@ export class Spawner {
 
   private message(m: Message, handle: Socket | null): void {
     if (m.t === 'ready') return;
+    if (m.t === 'direct') {
+      const p = this.pending.get(m.id);
+      if (!p || !handle || p.spec.stdio[m.slot] !== 'direct') return void handle?.destroy();
+      p.direct.set(m.slot, handle);
+      return;
+    }
     if (m.t === 'spawned' || m.t === 'failed') {
       const p = this.pending.get(m.id);
-      if (!p) return void handle?.destroy();
+      if (!p) return;
       this.pending.delete(m.id);
-      if (m.t === 'failed') return p.reject(Object.assign(new Error(m.message), { code: m.code }));
-      if (p.spec.stdio.includes('direct') && !handle) {
+      if (m.t === 'failed') {
+        for (const sock of p.direct.values()) sock.destroy();
+        return p.reject(Object.assign(new Error(m.message), { code: m.code }));
+      }
+      if (p.spec.stdio.some((s, slot) => s === 'direct' && !p.direct.has(slot))) {
         signalGroup(m.pid, 'SIGKILL');
+        for (const sock of p.direct.values()) sock.destroy();
         return p.reject(new Error("the spawner did not hand over the process's channel"));
       }
       const send = (x: object) => {
         if (this.proc?.connected) this.proc.send(x);
       };
-      const child = new RemoteChild(m.pid, p.spec.stdio, handle, send, m.id);
+      const child = new RemoteChild(m.pid, p.spec.stdio, p.direct, send, m.id);
       this.live.set(m.id, child);
       return p.resolve(child);
     }
@@ -312,6 +327,7 @@ export function launch(spawner: Spawner | null, spec: SpawnSpec): Promise<Proces
     } catch {
       /* gone already */
     }
+    setGroupNice(child.pid, spec.nice);
   }
   return Promise.resolve(child);
 }

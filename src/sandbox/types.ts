@@ -1,4 +1,5 @@
 import type { ChildProcess, StdioOptions } from 'node:child_process';
+import type { ProcessLike } from './processes.js';
 import type { SandboxDir, SandboxSpawnOptions } from './settings.js';
 
 /**
@@ -31,6 +32,15 @@ export interface ShellDirs {
   outputs: SandboxDir;
   /** The host uid and gid of the sandbox when the daemon is root; null when it runs as the daemon. */
   owner: { uid: number; gid: number } | null;
+  /** Makes FIFOs in `io` (mode 600) off the daemon's event loop, by the sandbox's spawner (bwrap mode). */
+  makeFifos?: (paths: string[]) => Promise<void>;
+}
+
+/** A process a spare sandbox started ahead (ShellSandbox.prestart), taken by its conversation's first use. */
+export interface StartedProcess {
+  proc: ProcessLike;
+  /** The variables to set in it (null: to unset) for it to have the environment it was asked with. */
+  missing: Record<string, string | null>;
 }
 
 /**
@@ -49,6 +59,22 @@ export interface ShellSandbox {
   /** A built environment (never the daemon's) plus `extra`. */
   env(extra?: Record<string, string | undefined>): Record<string, string>;
   spawn(conversationId: string, argv: string[], opts: SandboxSpawnOptions): ChildProcess;
+  /**
+   * bwrap: every spare sandbox, once ready, starts `argv` in its /workspace with `env(extra)`, for its
+   * conversation's first `takeStarted`: a new conversation's shell is then already running. Takes
+   * effect once the start-up probe has decided (it does not start a deferred probe).
+   */
+  prestart?(argv: string[], extra: Record<string, string>): void;
+  /**
+   * The process the conversation's sandbox started ahead (`prestart`), when it is `argv` in the
+   * workspace and `accept` takes the variables it lacks of `opts.env`; null: spawn.
+   */
+  takeStarted?(
+    conversationId: string,
+    argv: string[],
+    opts: SandboxSpawnOptions,
+    accept: (missing: Record<string, string | null>) => boolean,
+  ): StartedProcess | null;
   /** Starts the conversation's file service in the background when it has none (plain processes: a file operation often follows the first shell). */
   prewarmFiles?(conversationId: string, workspaceDir: string): void;
   setBusy(conversationId: string, busy: boolean): void;

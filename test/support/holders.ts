@@ -3,7 +3,7 @@
  * services, what each has at /workspace, and whether a spare one is ready to be taken.
  */
 import fs from 'node:fs';
-import { descendants } from './processes.js';
+import { descendants, livingProcesses } from './processes.js';
 
 const argv = (pid: number): string[] => {
   try {
@@ -56,4 +56,29 @@ export function readySpares(daemon: number, egress = false): number[] {
       return false;
     }
   });
+}
+
+const pidNamespace = (pid: number): string | null => {
+  try {
+    return fs.readlinkSync(`/proc/${pid}/ns/pid`);
+  } catch {
+    return null;
+  }
+};
+
+/**
+ * The shells the daemon's ready spares started ahead for their conversations (bash in a spare's pid
+ * namespace), each with the nsenter on the host it runs under: processes of no conversation yet.
+ */
+export function spareShells(daemon: number): number[] {
+  const spares = new Set(readySpares(daemon).map(pidNamespace));
+  const parent = livingProcesses();
+  const out: number[] = [];
+  for (const p of descendants(daemon)) {
+    if (argv(p).slice(0, 2).join(' ') !== 'bash --norc' || !spares.has(pidNamespace(p))) continue;
+    out.push(p);
+    const up = parent.get(p);
+    if (up !== undefined && /(^|\/)nsenter$/.test(argv(up)[0] ?? '')) out.push(up);
+  }
+  return out;
 }

@@ -48,6 +48,8 @@ export class CommandFifos {
     private readonly owner: { uid: number; gid: number } | null,
     /** The shell has ended: no FIFO is made for it any more. */
     private readonly ended: () => boolean,
+    /** Makes FIFOs (mode 600) at these paths: a sandbox's spawner's `mkfifo`, or one forked by the daemon. */
+    private readonly mkfifo: (paths: string[]) => Promise<unknown> = (paths) => execFileAsync('mkfifo', ['-m', '600', ...paths]),
   ) {}
 
   /** FIFOs made and not handed out yet. */
@@ -58,7 +60,7 @@ export class CommandFifos {
   /**
    * A fresh FIFO for the next command's stdin, already opened. They are made FIFO_BATCH at a time:
    * one `mkfifo` process for that many commands (spawning from the daemon costs milliseconds, most
-   * of an `echo` step). Each is opened when made (O_RDWR: opening does not block, and the shell's
+   * of an `echo` step; a sandbox's spawner starts it off the daemon's event loop). Each is opened when made (O_RDWR: opening does not block, and the shell's
    * `<fifo` open finds a writer at once), so whatever a command does to the directory later (it is
    * the shell's too) cannot change what we write to. The directory is named by the daemon (no
    * component the sandbox can replace); in it only the last component is the sandbox's to touch,
@@ -83,7 +85,7 @@ export class CommandFifos {
       const paths = Array.from({ length: FIFO_BATCH }, () => path.join(this.dir, `${this.prefix}${++this.seq}`));
       for (const p of paths) this.made.add(p);
       try {
-        await execFileAsync('mkfifo', ['-m', '600', ...paths]);
+        await this.mkfifo(paths);
         for (const p of paths) {
           const fd = fs.openSync(p, fs.constants.O_RDWR | fs.constants.O_NONBLOCK | fs.constants.O_NOFOLLOW);
           if (!fs.fstatSync(fd).isFIFO()) {

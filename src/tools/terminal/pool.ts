@@ -8,8 +8,13 @@
 import fs from 'node:fs';
 import { mark } from '../../events/turn-trace.js';
 import { HOLDER_START_MS, type ShellSandbox } from '../../sandbox/types.js';
+import type { SandboxSpawnOptions } from '../../sandbox/settings.js';
 import type { ToolContext } from '../types.js';
-import { ShellSession, shellQuote, type ShellState } from './session.js';
+import { SHELL_ARGV, ShellSession, shellQuote, type ShellState } from './session.js';
+import { settableEnv } from './shell-script.js';
+
+/** Every shell's environment, besides the sandbox's own and the conversation's (its secrets, its git credentials). */
+const SHELL_ENV = { TERM: 'dumb', PAGER: 'cat', GIT_PAGER: 'cat', PYTHONUNBUFFERED: '1' };
 
 /**
  * How long bash may take to start. A sandboxed shell joins its conversation's holder, which may still be
@@ -77,6 +82,8 @@ export class ShellPool {
   constructor(opts: ShellPoolOptions) {
     this.sandbox = opts.sandbox;
     this.idleCloseMs = opts.idleCloseMs ?? 10 * 60_000;
+    // a spare sandbox starts the shell of its conversation ahead (its conversation's variables are set at the take)
+    opts.sandbox.prestart?.(SHELL_ARGV, SHELL_ENV);
   }
 
   /** The live shell of a conversation, if any. */
@@ -236,7 +243,7 @@ export class ShellPool {
     const dirs = sandbox.enabled ? sandbox.prepare(ctx.conversationId) : null;
     // (the turn trace, LOG_LEVEL=trace: where a first shell's start goes)
     mark(ctx.conversationId, 'shell: sandbox taken');
-    const io = dirs ? { ...dirs.io, owner: dirs.owner } : undefined;
+    const io = dirs ? { ...dirs.io, owner: dirs.owner, makeFifos: dirs.makeFifos } : undefined;
     const idle = e.idleClosed;
     e.idleClosed = null;
     if (idle) {
@@ -251,14 +258,16 @@ export class ShellPool {
         cwd: ctx.workspaceDir,
         restore: idle?.state,
         // built from scratch, never the daemon's environment (its keys stay out of the shell)
-        env: sandbox.env({ TERM: 'dumb', PAGER: 'cat', GIT_PAGER: 'cat', PYTHONUNBUFFERED: '1', ...ctx.env }),
+        env: sandbox.env({ ...SHELL_ENV, ...ctx.env }),
         launch: (argv, o) => {
-          const child = sandbox.spawn(ctx.conversationId, argv, {
-            workspaceDir: ctx.workspaceDir,
-            cwd: o.cwd,
-            env: o.env,
-            stdio: ['pipe', 'pipe', 'pipe'],
-          });
+          const spawn: SandboxSpawnOptions = { workspaceDir: ctx.workspaceDir, cwd: o.cwd, env: o.env, stdio: ['pipe', 'pipe', 'pipe'] };
+          // (the turn trace: a spare's shell, started ahead)
+          const started = sandbox.takeStarted?.(ctx.conversationId, argv, spawn, settableEnv);
+          if (started) {
+            mark(ctx.conversationId, 'shell: taken ready');
+            return started;
+          }
+          const child = sandbox.spawn(ctx.conversationId, argv, spawn);
           // (plain processes: the file service starts beside bash, which is starting anyway, rather than
           // at the conversation's first file operation, which often comes next; a sandbox's is its holder's)
           mark(ctx.conversationId, 'shell: spawned');

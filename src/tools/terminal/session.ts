@@ -39,13 +39,23 @@ import { childrenOf, foregroundProcesses, isBackgroundJob, isRunning, reapedFaul
 import { childProcess } from '../../builtins.js';
 import { RunningCommand } from './command.js';
 import { CommandFifos } from './fifos.js';
-import { BEGIN, END, INIT_SCRIPT, MARK, OUT_FD, restoreScript, shellQuote, type ShellState } from './shell-script.js';
+import { BEGIN, END, envScript, INIT_SCRIPT, MARK, OUT_FD, restoreScript, shellQuote, type ShellState } from './shell-script.js';
+import type { StartedProcess } from '../../sandbox/types.js';
 
 export { RunningCommand } from './command.js';
 export { shellQuote, type ShellState } from './shell-script.js';
 
-/** Starts the shell: `argv` with the given environment (sandbox/launcher.ts). */
-type ShellLauncher = (argv: string[], opts: { cwd: string; env: Record<string, string> }) => ChildProcess;
+/**
+ * How bash is started. --noediting: no readline, which reads our lines a byte at a time and echoes each
+ * to stderr (7–18 ms of a new shell's start, its init script being 1.6 KB; no terminal to edit on anyway).
+ */
+export const SHELL_ARGV = ['bash', '--norc', '--noprofile', '--noediting', '-i'];
+
+/**
+ * Starts the shell: `argv` with the given environment (sandbox/launcher.ts), or gives one started ahead
+ * with another environment (a spare sandbox's) and the variables it lacks of this one.
+ */
+type ShellLauncher = (argv: string[], opts: { cwd: string; env: Record<string, string> }) => ChildProcess | StartedProcess;
 
 interface ShellSessionOptions {
   conversationId: string;
@@ -61,7 +71,7 @@ interface ShellSessionOptions {
    * sandbox's, when it is not the daemon's). Default: a new directory under os.tmpdir(), seen at its
    * host path.
    */
-  io?: { host: string; inside: string; owner?: { uid: number; gid: number } | null };
+  io?: { host: string; inside: string; owner?: { uid: number; gid: number } | null; makeFifos?: (paths: string[]) => Promise<void> };
   /** A previous shell's state to take up (ShellSession.snapshot): its exported variables and directory. */
   restore?: ShellState;
 }
@@ -102,27 +112,28 @@ export class ShellSession {
   private exitPromise: Promise<void>;
 
   private readonly ioDir: string;
-  /** The environment the shell started with. */
+  /** The environment the shell started with (or is given first: envLines). */
   private readonly startEnv: Record<string, string>;
+  /** A shell started ahead: the lines that give it the environment it lacks, run before anything else of ours. */
+  private readonly envLines: string;
 
   private constructor(opts: ShellSessionOptions, fifoDir: string) {
     this.conversationId = opts.conversationId;
     this.cwd = opts.cwd;
-    this.fifos = new CommandFifos(fifoDir, !opts.io, opts.io?.owner ?? null, () => !this.alive);
+    this.fifos = new CommandFifos(fifoDir, !opts.io, opts.io?.owner ?? null, () => !this.alive, opts.io?.makeFifos);
     this.ioDir = opts.io ? opts.io.inside : fifoDir;
     this.bufferCap = opts.bufferCap ?? 20_000_000;
     const env: Record<string, string> = {};
     for (const [k, v] of Object.entries(opts.env)) if (v !== undefined) env[k] = v;
     this.startEnv = env;
     for (const k of ['PROMPT_COMMAND', 'PS0', 'PS1', 'PS2', 'BASH_ENV', 'ENV', 'HISTFILE']) delete env[k];
-    // --noediting: no readline, which reads our lines a byte at a time and echoes each to stderr
-    // (7–18 ms of a new shell's start, its init script being 1.6 KB; no terminal to edit on anyway)
-    const argv = ['bash', '--norc', '--noprofile', '--noediting', '-i'];
-    this.proc = (
-      opts.launch
-        ? opts.launch(argv, { cwd: opts.cwd, env })
-        : childProcess().spawn(argv[0]!, argv.slice(1), { cwd: opts.cwd, env, stdio: ['pipe', 'pipe', 'pipe'], detached: true })
-    ) as ChildProcessWithoutNullStreams;
+    const argv = SHELL_ARGV;
+    const launched = opts.launch
+      ? opts.launch(argv, { cwd: opts.cwd, env })
+      : childProcess().spawn(argv[0]!, argv.slice(1), { cwd: opts.cwd, env, stdio: ['pipe', 'pipe', 'pipe'], detached: true });
+    const started = 'missing' in launched ? launched : null;
+    this.proc = (started ? started.proc : launched) as ChildProcessWithoutNullStreams;
+    this.envLines = started ? envScript(started.missing) : '';
     if (this.proc.pid === undefined) throw new Error('failed to start bash');
     this.pid = this.proc.pid;
     this.groupPid = this.pid;
@@ -177,7 +188,7 @@ export class ShellSession {
       session.readyResolve = resolve;
     });
     const restore = opts.restore ? `${restoreScript(opts.restore, session.startEnv)}\n` : '';
-    session.proc.stdin.write(`${INIT_SCRIPT}\n${restore}__parley_n=${session.readyNonce}\n`);
+    session.proc.stdin.write(`${INIT_SCRIPT}\n${session.envLines}${restore}__parley_n=${session.readyNonce}\n`);
     // the first commands' FIFOs: those the old shell left (opened again, no process), or a batch
     // made while bash starts (the first command waits for it; one that failed is made again then)
     if (opts.io) session.fifos.take(opts.restore?.fifos ?? []);
@@ -470,8 +481,9 @@ export class ShellSession {
    * signal, and carries on with the line; in a loop of short commands that race is hit often (one C-c in
    * five with `while true; do /bin/true; done`, one in three on a loaded machine). So with `rc` given,
    * while it runs (ten seconds at most): once everything that had the signal has ended, a child the shell
-   * starts after it (or, where the scans miss such children, the shell reaping children scan after scan)
-   * shows that the shell carried on, and the group gets SIGINT again. (bash breaks the
+   * starts after it (or, where the scans miss such children, the shell reaping children scan after scan,
+   * or half a second in which the command has not ended) shows that the shell carried on, and the group
+   * gets SIGINT again. (bash breaks the
    * line only when both it and its child have the signal: SIGINT to the child alone does not.) The
    * shell's prompt, which reports the command's end, starts no process, so it is not cut short. A
    * program that handles SIGINT and keeps running is left alone.
@@ -490,6 +502,7 @@ export class ShellSession {
     // left in the foreground, and how many scans in a row found it grown since
     let reaped: number | null = null;
     let grown = 0;
+    let sent = Date.now(); // failing both, half a second without the command's end does (scans far apart under load)
     // the shell's children are read from one /proc file every 20 ms: a loop's short commands live a
     // millisecond or less, and a scan of all of /proc would seldom find one
     while (Date.now() < until && !(await this.waitDone(rc, 20)) && this.exited === null) {
@@ -511,9 +524,10 @@ export class ShellSession {
       const faults = reapedFaultsOf(this.shellPid);
       grown = reaped !== null && faults !== null && faults > reaped ? grown + 1 : 0;
       reaped = foreground === 0 ? faults : null;
-      if (grown >= 2) carriedOn = true;
+      if (grown >= 2 || Date.now() - sent >= 500) carriedOn = true;
       if (carriedOn) {
         grown = 0;
+        sent = Date.now();
         signalGroup(this.groupPid, 'SIGINT');
       }
     }

@@ -16,6 +16,25 @@ export function shellQuote(s: string): string {
   return `'${s.replace(/'/g, `'\\''`)}'`;
 }
 
+/**
+ * Names a shell started with another environment (a spare sandbox's: pool.ts) cannot be given as its
+ * start would have: bash reads them only when it starts, or they are its own and read-only.
+ */
+const SET_AT_START = new Set(['SHELLOPTS', 'BASHOPTS', 'POSIXLY_CORRECT', 'BASH_ENV', 'ENV', 'BASH_XTRACEFD', 'SHLVL', 'PWD', 'OLDPWD']);
+const READ_ONLY = new Set(['BASHPID', 'BASH_VERSINFO', 'EUID', 'UID', 'PPID', 'GROUPS']);
+
+/** Whether envScript gives a running shell these variables as its start with them would have. */
+export function settableEnv(missing: Record<string, string | null>): boolean {
+  return Object.keys(missing).every((k) => /^[A-Za-z_][A-Za-z0-9_]*$/.test(k) && !SET_AT_START.has(k) && !READ_ONLY.has(k));
+}
+
+/** The lines that give a running shell the environment it lacks: each variable exported, or unset (null). */
+export function envScript(missing: Record<string, string | null>): string {
+  let out = '';
+  for (const [k, v] of Object.entries(missing)) out += v === null ? `unset -v ${k}\n` : `export ${k}=${shellQuote(v)}\n`;
+  return out;
+}
+
 export const INIT_SCRIPT = String.raw`
 set +H +o history 2>/dev/null; unset HISTFILE MAILCHECK PROMPT_COMMAND; PS1=''; PS2=''; PS0=''; PS4='+ '
 exec ${OUT_FD}>&1
