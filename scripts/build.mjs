@@ -194,8 +194,8 @@ export async function buildPackage({ types = true } = {}) {
     // --noCheck: declarations only (`npm run typecheck` checks the code); a third of tsc's time
     if (tsc)
       execFileSync(process.execPath, [tsc, '-p', 'tsconfig.types.json', '--noCheck', '--outDir', path.join(tmp, 'types')], { cwd: ROOT, stdio: 'inherit' });
-  } else if (fs.existsSync(path.join(LIB, 'types'))) {
-    fs.cpSync(path.join(LIB, 'types'), path.join(tmp, 'types'), { recursive: true });
+  } else {
+    keepDeclarations(tmp);
   }
   fs.rmSync(LIB, { recursive: true, force: true });
   try {
@@ -204,6 +204,23 @@ export async function buildPackage({ types = true } = {}) {
     // another build (a second `parley` started at the same moment) put its lib/ in place first
     fs.rmSync(tmp, { recursive: true, force: true });
     if (!fs.existsSync(LIB)) throw err;
+  }
+}
+
+/**
+ * The last full build's declarations, copied into the new lib/. Another build (a second `parley`
+ * started at the same moment) may be putting its lib/ in place while they are copied: they are
+ * copied again from that one (its declarations are as good), and without them when none comes.
+ */
+function keepDeclarations(tmp) {
+  for (let attempt = 0; attempt < 40; attempt++) {
+    fs.rmSync(path.join(tmp, 'types'), { recursive: true, force: true });
+    try {
+      if (fs.existsSync(path.join(LIB, 'types'))) fs.cpSync(path.join(LIB, 'types'), path.join(tmp, 'types'), { recursive: true });
+      return;
+    } catch {
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 25);
+    }
   }
 }
 

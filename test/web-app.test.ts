@@ -158,7 +158,10 @@ describe("OpenHands' web app on Parley, without a key (loopback)", { timeout: 42
     await menu.click();
     await page.locator('[data-testid="rename-button"]').click();
     await page.locator('[data-testid="conversation-name-input"]').fill('Renamed in the app');
+    // the app shows the new title before its PATCH is answered, so the answer is what is awaited
+    const renamed = run.answer('PATCH', `/api/conversations/${conversationId}`);
     await page.keyboard.press('Enter');
+    assert.equal((await renamed).status(), 200);
     await page.locator('[data-testid="conversation-name-title"]', { hasText: 'Renamed in the app' }).waitFor();
     assert.equal((await api('GET', `/api/conversations/${conversationId}`)).body.title, 'Renamed in the app');
 
