@@ -114,10 +114,10 @@ describe('an idle conversation costs no process; its shell comes back as it was'
     const spare = spares.find((p) => workspaceOf(p)?.join('/') === ['d', 'link', 'n\ufffd', 'top.txt'].join('/'));
     assert.ok(spare, `a spare holder was taken, with the files moved in (${spares.map((p) => workspaceOf(p)?.join(' ')).join('; ')})`);
     assert.ok(fs.existsSync('/etc/passwd') && fs.lstatSync('/etc').isDirectory(), 'nothing the link names was moved');
-    // another spare is started for the next conversation: a holder that was not running before the
-    // command (the conversation's own, the old spare, may already have closed again when it idles
-    // SANDBOX_IDLE_CLOSE_MS on a busy machine, so it is not counted here)
-    await waitFor(() => readySparesOf(s.d.proc.pid!).find((p) => !spares.includes(p)), 'a new spare holder started after the spare was taken', 60_000);
+    // and a spare is ready for the next conversation: a new one, or one that was already starting beside the
+    // taken one (the daemon keeps two when holders start slower than conversations came, as on a busy
+    // machine; it then starts none, the other being enough). The taken one, with the files, is never it.
+    await waitFor(() => readySparesOf(daemon).some((p) => p !== spare), 'a spare holder ready for the next conversation after the take', 60_000);
   });
 
   test('a workspace with more top-level entries than are moved at once gets a holder of its own; the spare keeps nothing of it', async () => {
