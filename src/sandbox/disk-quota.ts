@@ -8,7 +8,10 @@
  * sandbox's processes). A conversation over the bound has every process stopped (its sandbox is
  * closed) and is told why. It may then delete files and go on: while it stays over the bound it is
  * stopped again whenever its use has grown since it was last stopped (a `rm` that frees space is
- * let through; more writing is not). Stopping it also frees what its processes held unlinked.
+ * let through; more writing is not). Stopping it also frees what its processes held unlinked. What
+ * it held when stopped is its first measure once its processes are gone (`settle`), not the measure
+ * that found it over: they kept writing until their end (a loaded machine takes a while to stop
+ * them), and counting that as growth stopped the conversation's next sandbox as it started.
  *
  * How often: every POLL_MS while the sandbox has a process the daemon started (a command, setup,
  * an MCP server), every IDLE_POLL_MS otherwise (what background jobs write), and never more often
@@ -78,6 +81,8 @@ export class DiskQuota {
   private readonly next = new Map<string, number>();
   /** What a conversation used when it was last stopped (kept across its sandbox's restarts). */
   private readonly stoppedAt = new Map<string, number>();
+  /** Stopped, and not measured since: its next measure is what it held once stopped (`stoppedAt`), not a new stop. */
+  private readonly settling = new Set<string>();
   private stopped = false;
 
   constructor(
@@ -102,10 +107,16 @@ export class DiskQuota {
     this.next.delete(id);
   }
 
+  /** A conversation stopped over the bound has no process left: its next measure is what it holds now. */
+  settle(id: string): void {
+    if (this.stoppedAt.has(id)) this.settling.add(id);
+  }
+
   /** A conversation was deleted: nothing of it is kept. */
   remove(id: string): void {
     this.next.delete(id);
     this.stoppedAt.delete(id);
+    this.settling.delete(id);
   }
 
   private schedule(): void {
@@ -131,9 +142,12 @@ export class DiskQuota {
         const took = Date.now() - started;
         this.next.set(t.id, Date.now() + Math.max(t.active ? POLL_MS : IDLE_POLL_MS, took * WALK_FACTOR));
         const before = this.stoppedAt.get(t.id);
+        const settled = this.settling.delete(t.id);
         if (used <= this.limitBytes) this.stoppedAt.delete(t.id);
+        else if (settled && before !== undefined) this.stoppedAt.set(t.id, Math.max(before, used));
         else if (before === undefined || used > before) {
           this.stoppedAt.set(t.id, used);
+          this.settling.add(t.id);
           this.next.delete(t.id);
           this.onOver(t.id, used);
         }

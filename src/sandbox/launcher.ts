@@ -518,7 +518,7 @@ export class Sandbox implements ShellSandbox, SandboxHost {
   /** A conversation over SANDBOX_DISK_MB (or the largest on a full disk): its listeners are told why, then every process of it is stopped. */
   private overQuota(conversationId: string, usedBytes: number, why: DiskStop = 'quota'): Promise<void> {
     for (const fn of this.quotaListeners) fn(conversationId, usedBytes, why);
-    return this.closeConversation(conversationId);
+    return this.closeConversation(conversationId).then(() => this.diskQuota?.settle(conversationId));
   }
 
   /** What a live sandbox holds of the data disk, measured (walk inside, unlinked files from the host). */
