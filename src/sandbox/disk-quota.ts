@@ -11,7 +11,10 @@
  * let through; more writing is not). Stopping it also frees what its processes held unlinked. What
  * it held when stopped is its first measure once its processes are gone (`settle`), not the measure
  * that found it over: they kept writing until their end (a loaded machine takes a while to stop
- * them), and counting that as growth stopped the conversation's next sandbox as it started.
+ * them), and counting that as growth stopped the conversation's next sandbox as it started. That
+ * measure comes within one interval of the next sandbox's start, so what it writes meanwhile goes into
+ * the mark too: each stop lets a conversation keep about one interval's writing more, the same as
+ * the overshoot every stop has (a hard bound is the kernel's, with an image per conversation).
  *
  * How often: every POLL_MS while the sandbox has a process the daemon started (a command, setup,
  * an MCP server), every IDLE_POLL_MS otherwise (what background jobs write), and never more often
