@@ -34,6 +34,11 @@ export interface SandboxSettings {
   spareRefillMs?: number;
   /** With no take for this long, the spares beyond one are closed (default 5 s: src/sandbox/holders.ts QUIET_MS). */
   spareQuietMs?: number;
+  /**
+   * A spare that died before a conversation took it is replaced after this long, doubled for each
+   * one after it that died young too (default 1 s: src/sandbox/holders.ts RETRY_MS).
+   */
+  spareRetryMs?: number;
   /** The bwrap binary (BWRAP_PATH), else `bwrap` from PATH. */
   bwrapPath?: string;
   /** Extra host directories mounted read-only at the same path (SANDBOX_RO_BINDS). */

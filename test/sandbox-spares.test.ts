@@ -2,7 +2,8 @@
  * The spare holders (src/sandbox/holders.ts): a burst of conversations makes the launcher keep more
  * than one spare; conversations begun at the same moment never get the same one (each runs in a pid
  * namespace of its own, and writes into its own workspace on the host); the extra spares are closed
- * once the arrivals stop; and none outlives the daemon's SIGTERM (judged from the host: every process
+ * once the arrivals stop; a spare killed from the host is replaced without a conversation asking,
+ * each replacement later than the last while they keep dying young; and none outlives the daemon's SIGTERM (judged from the host: every process
  * the daemon started, recorded before the signal, is gone at its exit, and no spare's directory is
  * left).
  */
@@ -183,6 +184,44 @@ describe('sandbox: a spare starts at its priority where the kernel weighs sessio
     } finally {
       stop = true;
       c.kill('SIGKILL');
+    }
+  });
+});
+
+/** A process's parent, from the host's /proc. */
+const parentOf = (pid: number) => {
+  const st = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return Number(st.slice(st.lastIndexOf(')') + 2).split(' ')[1]);
+};
+
+describe('sandbox: a spare that dies untaken is replaced (in-process launcher, real bwrap)', { timeout: 170_000 }, () => {
+  test('a spare killed from the host is replaced with no conversation asking; while they keep dying young, each replacement starts later', async () => {
+    const root = tempDir();
+    const retryMs = 400;
+    const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', spareRetryMs: retryMs }, { workspaceRoot: root });
+    try {
+      await sb.warm();
+      await waitFor(() => fileServices(process.pid).length === 1 && readySpares(process.pid).length === 1, 'the spare alone, ready', 60_000);
+      let spare = readySpares(process.pid)[0]!;
+      const gaps: number[] = [];
+      for (let i = 0; i < 4; i++) {
+        const killed = spare;
+        const killedAt = performance.now();
+        // its bwrap inside, the first process of its pid namespace: everything of the spare dies with it
+        process.kill(parentOf(killed), 'SIGKILL');
+        await waitFor(() => fileServices(process.pid).some((p) => p !== killed), `a new spare after kill ${i + 1}`, 60_000);
+        gaps.push(performance.now() - killedAt);
+        await waitFor(() => readySpares(process.pid).some((p) => p !== killed), `the new spare ready after kill ${i + 1}`, 60_000);
+        spare = readySpares(process.pid).find((p) => p !== killed)!;
+      }
+      // each died young (ready less than 10 s): the replacements came after 400, 800, 1600, 3200 ms at the least
+      for (const [i, g] of gaps.entries()) {
+        assert.ok(g >= retryMs * 2 ** i * 0.95, `replacement ${i + 1} started ${g.toFixed(0)} ms after the kill: ${gaps.map((x) => x.toFixed(0))}`);
+      }
+      assert.equal(sb.spares.alive, 1, 'one spare, as before the kills');
+    } finally {
+      await sb.close();
+      fs.rmSync(root, { recursive: true, force: true });
     }
   });
 });

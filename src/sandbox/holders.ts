@@ -57,6 +57,15 @@ const QUIET_MS = 5000;
 /** The most time between the starts of spares started to make up the number the arrivals need. */
 const STAGGER_MS = 100;
 
+/**
+ * A spare that died untaken (killed from outside, or it never started: bwrap or its disk failing) is
+ * replaced after RETRY_MS, and after twice as long for each spare after it that died young too (not
+ * ready for STABLE_MS), up to RETRY_MAX_MS: spares that cannot start are not restarted in a loop.
+ */
+const RETRY_MS = 1000;
+const RETRY_MAX_MS = 60_000;
+const STABLE_MS = 10_000;
+
 /** Spares at most, whatever the arrival rate. */
 const MAX_SPARES = 6;
 
@@ -89,6 +98,10 @@ export class Holders {
   /** Spares killed while the daemon runs (no longer needed, or retired), until they are gone. */
   private readonly retiring = new Set<Holder>();
   private quietTimer: NodeJS.Timeout | null = null;
+  /** Spares that died young, one after another (see RETRY_MS); 0 once one lived or was taken. */
+  private failures = 0;
+  /** Spares the daemon took off the list itself (taken by a conversation, or retired): their end is no loss. */
+  private readonly letGo = new WeakSet<Holder>();
   /** The conversations' holders that have not exited yet, by workspace (see mayMoveInto). */
   private readonly running = new Map<string, Holder>();
   /**
@@ -201,6 +214,8 @@ export class Holders {
     const spare = this.spares.find((h) => h.fds !== null);
     if (spare && this.adopt(spare, workspace, state)) {
       this.spares.splice(this.spares.indexOf(spare), 1);
+      this.letGo.add(spare);
+      this.failures = 0;
       if (spare.nice !== 0) {
         spare.nice = 0;
         setNice(spare.pids(), 0);
@@ -283,6 +298,7 @@ export class Holders {
 
   /** Kills a spare no conversation will get; a stop waits for it to be gone too (close). */
   private retire(h: Holder): void {
+    this.letGo.add(h);
     this.retiring.add(h);
     void h.released.then(() => this.retiring.delete(h));
     h.kill();
@@ -443,6 +459,7 @@ export class Holders {
       },
       () => {},
     );
+    void h.gone.then(() => this.lost(h));
     // a spare that dies or is closed before a conversation adopted it leaves nothing behind (its image unmounted first)
     void h.released.then(() => {
       if (path.dirname(h.state) !== dir) return;
@@ -453,6 +470,20 @@ export class Holders {
       }
     });
     return h;
+  }
+
+  /**
+   * A spare ended: when no conversation took it and the daemon did not retire or close it, it died —
+   * its replacement starts RETRY_MS later, or later still after other spares that died young (back to
+   * RETRY_MS once one was ready for STABLE_MS before it ended, or one was taken).
+   */
+  private lost(h: Holder): void {
+    if (this.letGo.has(h) || !this.sparesOn) return;
+    this.dropDead();
+    const since = this.readyAt.get(h);
+    this.failures = since !== undefined && performance.now() - since >= STABLE_MS ? 0 : this.failures + 1;
+    const base = this.s.settings.spareRetryMs ?? RETRY_MS;
+    this.refill(Math.min(RETRY_MAX_MS, base * 2 ** Math.max(0, this.failures - 1)));
   }
 
   /**
