@@ -56,6 +56,10 @@ test('a read of unindexed events parses only those its page takes, by count and 
   assert.deepEqual(read({ limit: 100, afterSeq: 3 }), [4, 5]);
   assert.deepEqual(read({ limit: 100, beforeSeq: 3, desc: true }), [2, 1]);
   assert.equal(countEvents(db, C, { afterSeq: 3 }, tail.of(C, { afterSeq: 3 })), 2);
+  // a count by seq alone parses none of them; one by kind parses each
+  assert.equal(countEvents(db, C, {}, tail.of(C, {})), 5);
+  assert.equal(countEvents(db, C, { afterSeq: 1 }, tail.of(C, { afterSeq: 1 })), 4);
+  assert.throws(() => countEvents(db, C, { kind: 'MessageEvent' }, tail.of(C, {})), SyntaxError);
   // and a read that does reach it parses it (the test's premise)
   assert.throws(() => read({ limit: 3 }), SyntaxError);
 });

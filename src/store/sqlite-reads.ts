@@ -17,6 +17,8 @@ import type { EventQuery } from './types.js';
  */
 export interface TailView {
   read(desc: boolean): Iterable<TailRead>;
+  /** How many of them there are (in the read's seq range), none parsed. */
+  count(): number;
   below: number | null;
 }
 
@@ -117,6 +119,8 @@ export function countEvents(db: Database.Database, conversationId: string, q: Om
   if (q.kind) where.push('kind = ?'), args.push(q.kind);
   if (q.source) where.push('source = ?'), args.push(q.source);
   const stored = noneStored(q.afterSeq, t.below) ? 0 : (statement(db, `SELECT COUNT(*) FROM events WHERE ${where.join(' AND ')}`, true).get(...args) as number);
+  // a count by seq alone (the usual one) parses none of the waiting events
+  if (!q.kind && !q.source && !q.sinceTimestamp) return stored + t.count();
   let unindexed = 0;
   for (const { event } of t.read(false)) if (matches(event, q)) unindexed += 1;
   return stored + unindexed;

@@ -93,6 +93,16 @@ export class TailQueue {
     }
   }
 
+  /** How many waiting events have a seq above `after` and below `before` (null: no bound); none is parsed. */
+  count(after: number | null, before: number | null): number {
+    let n = 0;
+    for (let i = this.head; i < this.items.length; i++) {
+      const { seq } = this.items[i]!;
+      if ((after === null || seq > after) && (before === null || seq < before)) n += 1;
+    }
+    return n;
+  }
+
   /** The waiting event whose id is `id` (parsed), if any. */
   find(id: string): ParleyEvent | undefined {
     for (let i = this.head; i < this.items.length; i++) {

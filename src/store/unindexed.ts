@@ -64,8 +64,10 @@ export class UnindexedEvents {
    */
   of(conversationId: string, q: { afterSeq?: number | null; beforeSeq?: number | null; keepJson?: boolean } = {}): TailView {
     const t = this.byConversation.get(conversationId);
-    if (!t) return { read: () => [], below: null };
-    return { read: (desc) => t.events(q.afterSeq ?? null, q.beforeSeq ?? null, q.keepJson === true, desc), below: t.firstSeq! };
+    if (!t) return { read: () => [], count: () => 0, below: null };
+    const after = q.afterSeq ?? null;
+    const before = q.beforeSeq ?? null;
+    return { read: (desc) => t.events(after, before, q.keepJson === true, desc), count: () => t.count(after, before), below: t.firstSeq! };
   }
 
   find(conversationId: string, eventId: string): ParleyEvent | undefined {
