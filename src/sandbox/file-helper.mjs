@@ -20,7 +20,8 @@
  * (open/chunk/close, create/append/commit), so neither side holds a whole file. What the daemon
  * receives is bounded and checked by it again (it does not trust this process).
  *
- * argv: `--root <dir>`: the workspace as this process sees it (/workspace in a sandbox).
+ * argv: `--root <dir>`: the workspace as this process sees it (/workspace in a sandbox); `--root-later`:
+ * none yet, the first request (`root`) gives it (SANDBOX=none's service started ahead of its conversation).
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -37,6 +38,7 @@ import {
   OpError,
   realRoot,
   resolve,
+  setRoot,
   typeOf,
 } from './file-paths.mjs';
 
@@ -55,6 +57,12 @@ if (asArg > 0) {
 }
 
 const ops = {
+  /** The workspace of a service started ahead of its conversation (`--root-later`), once. @param {{path: string}} h */
+  root(h) {
+    setRoot(h.path);
+    return {};
+  },
+
   /** @param {{path: string}} h */
   stat(h) {
     const real = resolve(h.path);

@@ -8,7 +8,26 @@
 import fs from 'node:fs';
 import path from 'node:path';
 const rootArg = process.argv.indexOf('--root');
-const ROOT = path.resolve(rootArg > 0 ? (process.argv[rootArg + 1] ?? '/workspace') : '/workspace');
+/**
+ * The workspace: given at the start (`--root`, /workspace when absent), or, for a service started
+ * ahead of its conversation (`--root-later`: SANDBOX=none's spare), by its first request (`setRoot`),
+ * once. Nothing is served before.
+ * @type {string | null}
+ */
+let ROOT = rootArg > 0 ? path.resolve(process.argv[rootArg + 1] ?? '/workspace') : process.argv.includes('--root-later') ? null : '/workspace';
+
+/** The workspace of a service started with `--root-later`: an absolute path, set once. @param {unknown} dir */
+export function setRoot(dir) {
+  if (ROOT !== null) throw new OpError('EINVAL', 'The workspace of this file service is set already.');
+  if (typeof dir !== 'string' || !path.isAbsolute(dir) || dir.includes('\0')) throw new OpError('EINVAL', 'The workspace must be an absolute path.');
+  ROOT = path.resolve(dir);
+}
+
+/** The workspace as given; refused until it is. */
+function root() {
+  if (ROOT === null) throw new OpError('ENOENT', 'This file service has no workspace yet.');
+  return ROOT;
+}
 export const C = fs.constants;
 export const MAX_HEADER = 1 << 20;
 export const MAX_DATA = 256 << 20;
@@ -39,8 +58,9 @@ function inside(root, child) {
 /** The workspace's real path (it is a mount point in a sandbox; a directory of the host without). */
 export function realRoot() {
   try {
-    return fs.realpathSync(ROOT);
-  } catch {
+    return fs.realpathSync(root());
+  } catch (err) {
+    if (err instanceof OpError) throw err;
     throw new OpError('ENOENT', `The workspace ${ROOT} does not exist yet.`);
   }
 }
@@ -53,9 +73,10 @@ export function realRoot() {
 export function resolve(p) {
   if (typeof p !== 'string' || !path.isAbsolute(p)) throw new OpError('EINVAL', `The path ${String(p)} is not absolute.`);
   const abs = path.resolve(p);
-  if (inside(ROOT, abs) === null) throw new OpError('OUTSIDE', `The path ${p} is outside the workspace: only files under ${ROOT} can be read or written.`);
+  const top = root();
+  if (inside(top, abs) === null) throw new OpError('OUTSIDE', `The path ${p} is outside the workspace: only files under ${top} can be read or written.`);
   const base = realRoot();
-  const rel = inside(ROOT, abs) ?? '';
+  const rel = inside(top, abs) ?? '';
   const parts = rel === '' ? [] : rel.split(path.sep);
   let real = base;
   let i = 0;
@@ -82,10 +103,11 @@ export function resolve(p) {
 
 /** @param {string} p @param {string[]} parts */
 function outside(p, parts) {
-  const at = path.join(ROOT, ...parts);
+  const top = root();
+  const at = path.join(top, ...parts);
   return new OpError(
     'OUTSIDE',
-    `The path ${p} leads outside the workspace (${at} is a symbolic link pointing outside ${ROOT}); it was not opened. ` +
+    `The path ${p} leads outside the workspace (${at} is a symbolic link pointing outside ${top}); it was not opened. ` +
       'Only files inside the workspace can be read or written.',
   );
 }

@@ -110,6 +110,7 @@ const answer = <S extends z.ZodRawShape>(shape: S) => z.strictObject({ id: z.num
 
 /** The answer each operation may give when it succeeds (every key checked; none more allowed). */
 const ANSWERS: Record<string, z.ZodType> = {
+  root: answer({}),
   stat: answer({ info: Info.nullable() }),
   realpath: answer({ path: Path }),
   read: answer({ info: Info.optional(), listing: z.strictObject({ hidden: Size, truncated: z.boolean(), count: Size }).optional() }),

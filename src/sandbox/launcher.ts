@@ -82,7 +82,7 @@ export class Sandbox implements ShellSandbox, SandboxHost {
   /** Opens the gate of a deferred probe. */
   private releaseProbe: (() => void) | null = null;
   /** SANDBOX=none: a file service per conversation as a plain process. */
-  readonly plain = new PlainFileServices((id, why) => this.sandboxFault(id, why));
+  readonly plain: PlainFileServices;
   private relieving = false;
 
   private constructor(
@@ -93,6 +93,8 @@ export class Sandbox implements ShellSandbox, SandboxHost {
   ) {
     this.settings = settings;
     this.log = opts?.log;
+    // a daemon's (not `none()`'s) starts a file service ahead for the next conversation
+    this.plain = new PlainFileServices((id, why) => this.sandboxFault(id, why), opts ? path.join(workspaceRoot, '.sandbox') : null);
     if (!opts || settings.mode === 'none') {
       this.state = 'none';
       this.decided = true;
@@ -461,6 +463,7 @@ export class Sandbox implements ShellSandbox, SandboxHost {
   /** Starts a spare holder if there is none; resolves once it is ready (benchmarks wait for it). */
   async warm(): Promise<void> {
     if (this.closed) return;
+    if (this.mode === 'none') await this.plain.warm();
     await this.holders?.warm();
   }
 
@@ -581,8 +584,9 @@ export class Sandbox implements ShellSandbox, SandboxHost {
     await this.probed.catch(() => {});
     this.disks?.stop();
     const spare = this.holders?.close();
+    const plainSpare = this.plain.stop();
     await Promise.all([...new Set([...this.live.keys(), ...this.plain.ids()])].map((id) => this.closeConversation(id)));
-    await spare;
+    await Promise.all([spare, plainSpare]);
     // what a holder's start in progress was running (mkfs, mount, unshare…): ended, then its disk unmounted
     await endHelpers(5000);
     await this.disks?.unmountStale();
