@@ -27,7 +27,11 @@ const finish = (message: string) => ({ toolCalls: [{ name: 'finish', arguments: 
 const signedInPage = (origin = d.url) => browser.signedInPage(origin, KEY);
 /** The `after_seq` of a page of history the console asked for (`/trpc/searchEvents?input=<the input as JSON>`). */
 const afterSeq = (url: string) => Number(JSON.parse(new URL(url).searchParams.get('input') ?? '{}').after_seq);
-const everyEventOnce = async (page: Page, id: string) => assertEveryEventOnce(page, (await info(id)).last_seq);
+/** Every event of the conversation on the page once, read once its run has ended: the page may show its last step before the log has its last events. */
+const everyEventOnce = async (page: Page, id: string) => {
+  await waitFor(async () => (await info(id)).execution_status !== 'running', 'the run ended', 60_000);
+  await assertEveryEventOnce(page, (await info(id)).last_seq);
+};
 
 before(async () => {
   llm = await startScriptedLlm();
