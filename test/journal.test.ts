@@ -310,3 +310,55 @@ test('a journal line’s header is the JSON of its six values, also for values t
     }
   }
 });
+
+test('the index takes a batch of frames whole; rows already indexed (a crash before its position was stored) are kept as they are', async (t) => {
+  const { journalIndexer, journalLine } = await import('../src/store/journal.js');
+  const { openDatabase } = await import('../src/store/sqlite-schema.js');
+  const dir = tempDir();
+  const db = openDatabase(path.join(dir, 'parley.db'), 'NORMAL');
+  t.after(() => {
+    db.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+  const line = (conversation: string, seq: number, text: string) => {
+    const ev = { ...msg(text), seq, id: `${conversation.slice(0, 8)}-${seq}`, timestamp: `2026-11-30T00:00:${String(seq).padStart(2, '0')}.000Z` };
+    return journalLine(conversation, ev as never, JSON.stringify(ev));
+  };
+  const frame = (lines: string[], offset: number) => ({ payload: lines.join('\n'), pos: { gen: 1, offset } });
+  const index = journalIndexer(db);
+  // 37 events in two frames, in one transaction
+  index([
+    frame(
+      Array.from({ length: 20 }, (_, i) => line(C, i + 1, `first ${i + 1}`)),
+      100,
+    ),
+    frame(
+      Array.from({ length: 17 }, (_, i) => line(D, i + 1, `first ${i + 1}`)),
+      200,
+    ),
+  ]);
+  const rows = () =>
+    db.prepare('SELECT conversation_id AS c, seq, body FROM events ORDER BY conversation_id, seq').all() as { c: string; seq: number; body: string }[];
+  assert.deepEqual(
+    rows().map((r) => `${r.c.slice(0, 1)}${r.seq}`),
+    [...Array.from({ length: 20 }, (_, i) => `1${i + 1}`), ...Array.from({ length: 17 }, (_, i) => `2${i + 1}`)],
+  );
+  // a crash before the index's position was stored: the same frames again, with new text, and one more event
+  index([
+    frame(
+      Array.from({ length: 21 }, (_, i) => line(C, i + 1, `again ${i + 1}`)),
+      300,
+    ),
+  ]);
+  const after = rows();
+  assert.equal(after.length, 38);
+  assert.equal(
+    after
+      .filter((r) => r.body.includes('"again'))
+      .map((r) => `${r.c.slice(0, 1)}${r.seq}`)
+      .join(),
+    '121',
+    'only the new event is taken',
+  );
+  assert.deepEqual(db.prepare('SELECT gen, offset FROM journal_state').get(), { gen: 1, offset: 300 });
+});
