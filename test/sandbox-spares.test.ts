@@ -162,6 +162,34 @@ describe('sandbox: a spare waits at a lower CPU priority where the kernel weighs
   });
 });
 
+describe('sandbox: what a spare starts ahead waits at its priority where the kernel weighs sessions (autogroups)', {
+  timeout: 170_000,
+  skip: noAutogroups,
+}, () => {
+  test('the process a spare starts ahead leads a session of its own, whose group is niced too; given back to 0 when taken', async () => {
+    await withSpare(async (sb, root, spare) => {
+      const marker = String(4000 + Math.floor(Math.random() * 1000));
+      const argv = (pid: number) => {
+        try {
+          return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+        } catch {
+          return '';
+        }
+      };
+      sb.prestart(['sleep', marker], {});
+      const ahead = await waitFor(() => descendants(process.pid).find((p) => argv(p) === `sleep\0${marker}\0`), 'the process started ahead', 30_000);
+      const group = groupOf(ahead!);
+      assert.ok(group !== 'root' && group.name !== (groupOf(spare) as { name: string }).name, 'it leads a session (a group) of its own');
+      await waitFor(() => niceOfGroup(ahead!) === 10, 'its session group niced', 30_000).catch(() => {});
+      assert.equal(niceOfGroup(ahead!), 10, "the group of the process started ahead is niced as the spare's are");
+      const id = crypto.randomUUID();
+      const c = sb.spawn(id, ['true'], { workspaceDir: path.join(root, id.replace(/-/g, '')), env: sb.env(), stdio: ['ignore', 'ignore', 'inherit'] });
+      await new Promise((r) => c.on('close', r));
+      assert.equal(niceOfGroup(ahead!), 0, 'taken: its group is back to the normal priority');
+    });
+  });
+});
+
 describe('sandbox: a spare starts at its priority where the kernel weighs sessions (autogroups)', { timeout: 60_000, skip: noAutogroups }, () => {
   test('the session a process makes after its pid is known (as bwrap --new-session does) is niced as soon as it exists', async () => {
     // not a group leader: setsid(1) then makes the new session in place (the same pid), as bwrap's init does

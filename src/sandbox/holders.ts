@@ -12,7 +12,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { Disks } from './disk-image.js';
-import { canRenice, SPARE_NICE, setNice } from './priority.js';
+import { canRenice, niceJoinedSession, SPARE_NICE, setNice } from './priority.js';
 import { Arrivals } from './arrivals.js';
 import { allEnded } from './processes.js';
 import { Holder, type HolderSetup } from './holder-launch.js';
@@ -174,6 +174,13 @@ export class Holders {
           started.proc = child;
           // taken while it was being started: the priority the take gave the spare's processes
           if (h.nice !== nice) setNice(h.pids(), h.nice);
+          // its sessions (setsid) are groups of their own, at nice 0 until given the spare's
+          else
+            niceJoinedSession(
+              () => h.pids(),
+              nice,
+              () => h.started !== started || h.dead || h.nice !== nice,
+            );
         },
         () => {
           if (h.started === started) h.started = null;

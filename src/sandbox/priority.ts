@@ -109,3 +109,32 @@ export function niceNewSession(pid: number, outer: number, nice: number, done: (
   };
   look();
 }
+
+/** Whether `pid` leads its session (/proc/<pid>/stat's session is its own pid); false when it is gone. */
+function leadsSession(pid: number): boolean {
+  try {
+    const st = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return Number(st.slice(st.lastIndexOf(')') + 2).split(' ')[3]) === pid;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Gives `nice` to the session groups of `pids()` that lead a session at another value: a process that
+ * joins a holder makes sessions of its own (setsid) as it starts, each a group at nice 0 whatever its
+ * processes' values. Looked at after 2 ms, then twice as long each time, for `ms`, or until `done()`.
+ */
+export function niceJoinedSession(pids: () => number[], nice: number, done: () => boolean, ms = 1000): void {
+  if (nice === 0) return;
+  const until = performance.now() + ms;
+  const look = (wait: number) => {
+    if (done()) return;
+    for (const pid of pids()) {
+      const g = groupOf(pid);
+      if (g !== null && g !== 'root' && g.nice !== nice && leadsSession(pid)) setGroupNice(pid, nice);
+    }
+    if (performance.now() + wait <= until) setTimeout(() => look(wait * 2), wait).unref();
+  };
+  setTimeout(() => look(4), 2).unref();
+}
