@@ -13,6 +13,7 @@
  */
 import fs from 'node:fs';
 import os from 'node:os';
+import { statFields } from './processes.js';
 
 /** A spare's nice value while no conversation has it. */
 export const SPARE_NICE = 10;
@@ -110,15 +111,8 @@ export function niceNewSession(pid: number, outer: number, nice: number, done: (
   look();
 }
 
-/** Whether `pid` leads its session (/proc/<pid>/stat's session is its own pid); false when it is gone. */
-function leadsSession(pid: number): boolean {
-  try {
-    const st = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return Number(st.slice(st.lastIndexOf(')') + 2).split(' ')[3]) === pid;
-  } catch {
-    return false;
-  }
-}
+/** Whether `pid` leads its session (its session is its own pid); false when it is gone. */
+const leadsSession = (pid: number): boolean => Number(statFields(pid)?.[3]) === pid;
 
 /**
  * Gives `nice` to the session groups of `pids()` that lead a session at another value: a process that

@@ -122,14 +122,10 @@ export function descendantsOfSelf(): number[] {
   }
   for (const d of names) {
     if (d.charCodeAt(0) > 57) continue;
-    try {
-      const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      parent.set(Number(d), Number(f[1]));
-      if (Number(f[3]) === Number(d)) leaders.add(Number(d));
-    } catch {
-      // gone meanwhile
-    }
+    const f = statFields(d);
+    if (!f) continue; // gone meanwhile
+    parent.set(Number(d), Number(f[1]));
+    if (Number(f[3]) === Number(d)) leaders.add(Number(d));
   }
   const out: number[] = [];
   for (const pid of parent.keys()) {
@@ -145,15 +141,23 @@ export function descendantsOfSelf(): number[] {
   return out;
 }
 
-/** Whether `pid` is gone or a zombie (it has exited; its parent has not reaped it yet). */
-function ended(pid: number): boolean {
+/**
+ * The fields of /proc/<pid>/stat after the command name (which may hold spaces and parentheses):
+ * [0] state, [1] ppid, [2] pgrp, [3] session, …; null when it is gone.
+ */
+export function statFields(pid: number | string): string[] | null {
   try {
     const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const state = stat.slice(stat.lastIndexOf(')') + 2)[0];
-    return state === 'Z' || state === 'X';
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   } catch {
-    return true;
+    return null;
   }
+}
+
+/** Whether `pid` is gone or a zombie (it has exited; its parent has not reaped it yet). */
+function ended(pid: number): boolean {
+  const state = statFields(pid)?.[0];
+  return state === undefined || state === 'Z' || state === 'X';
 }
 
 /**
