@@ -164,7 +164,8 @@ describe('sandbox: DATA_DIR under a directory the sandbox shows', { timeout: 300
       await waitStatus(d.req, id, 'finished');
       const evs = await allEvents(d.req, id);
       const text = evs.find((e) => e.kind === 'ObservationEvent').observation.content[0].text as string;
-      assert.match(text, /^SHOWN$/m);
+      // (what the daemon warned of says why, should a sandbox not have started)
+      assert.match(text, /^SHOWN$/m, d.output.filter((l) => /"level":(40|50)/.test(l)).join('\n'));
       assert.match(text, /^0$/m, 'DATA_DIR is an empty directory inside');
       assert.match(text, /No such file or directory/);
       assert.ok(fs.existsSync(path.join(dataDir, 'parley.pid')), 'the host DATA_DIR is intact');

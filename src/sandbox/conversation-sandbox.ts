@@ -61,6 +61,8 @@ export interface SandboxHost {
   forget(h: ConversationSandbox): void;
   /** Its file service broke the protocol or missed a deadline: the conversation is told, the sandbox closed. */
   sandboxFault(conversationId: string, reason: string): void;
+  /** Conversations whose sandbox ended without the daemon closing it (its start failed, or it died), until they get another. */
+  readonly lost: Set<string>;
 }
 
 /** A name for per-conversation directories: the id's 32 hex digits, or a safe form of other ids (probes, tests). */
@@ -231,13 +233,16 @@ export class ConversationSandbox implements ProcessLauncher {
     if (this.holder && !this.holder.dead) return this.holder;
     const h = this.host.bwrap!.holders.take(workspace, this.stateDir);
     this.holder = h;
+    this.host.lost.delete(this.id);
     // (also once the holder died: a service that ended in the middle of an answer is told after its exit)
     h.onFault = (why) => {
       if (this.holder === h) this.host.sandboxFault(this.id, why);
     };
     // everything that joined it dies with the namespace
     h.onDead = () => {
-      if (this.holder === h) this.scheduleIdle();
+      if (this.holder !== h) return;
+      if (!h.stopped && !this.closing) this.host.lost.add(this.id);
+      this.scheduleIdle();
     };
     if (h.dead) h.onDead();
     return h;

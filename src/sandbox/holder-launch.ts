@@ -41,7 +41,7 @@ import { wrapCommand, type HolderFds, type JoinTools } from './join.js';
 import { attachEgress, needsRouteLocalnet, type EgressHandle, type EgressTools } from './network.js';
 import { closeFd, killTree, lastError, signalPid, type ProcessLike } from './processes.js';
 import { runToEnd, type Spawner } from './spawner.js';
-import { VISIBLE_WORKSPACE, type MappedDir, type SandboxIds, type SandboxSettings } from './settings.js';
+import { VISIBLE_WORKSPACE, type MappedDir, type SandboxIds, type SandboxOpenOptions, type SandboxSettings } from './settings.js';
 import { FILE_HELPER_INSIDE, HELPER_NODE_FLAGS, viewArgs, type ViewDirs } from './view.js';
 
 /** bwrap's fds: the info it writes, its options, the seccomp program, the service's channel, the namespaces it enters. */
@@ -69,6 +69,8 @@ export interface HolderSetup {
   fileHelper?: string;
   /** What starts its host-side programs, off the daemon's event loop (spawner.ts). */
   spawner: Spawner;
+  /** Where a holder that could not start says why (the reason may name host paths: never the client's). */
+  log?: SandboxOpenOptions['log'];
 }
 
 /** The long-lived bwrap whose namespaces every process of a conversation joins. */
@@ -133,8 +135,12 @@ export class Holder {
   /** Host pids of its processes when it was killed (the pool waits for them to have ended). */
   readonly killed = new Set<number>();
 
+  /** kill() was called: its end, or its start's failure, is the daemon's doing. */
+  stopped = false;
+
   /** SIGKILL to everything of it (a start in progress stops where it is); `exited()` says when it is gone. */
   kill(): void {
+    this.stopped = true;
     this.fail('the sandbox was closed');
     for (const p of this.pids()) this.killed.add(p);
     if (this.proc) {

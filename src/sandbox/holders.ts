@@ -412,7 +412,7 @@ export class Holders {
    * it once it is mounted, or null for a spare's), the image in its state directory is mounted (made
    * when there is none) before its bwrap starts, and unmounted once it has ended.
    */
-  private launch(workspace: string, state: string, disk: { link: string | null } | null): Holder {
+  private launch(workspace: string, state: string, disk: { link: string | null } | null, spare = false): Holder {
     const owner = this.s.ids?.agent ?? null;
     const cgroup = this.s.cgroups?.create(`sandbox-${++this.holderSeq}`) ?? null;
     const disks = this.disks;
@@ -434,7 +434,9 @@ export class Holders {
     const t0 = performance.now();
     h.ready.then(
       () => (this.startMs = 0.7 * this.startMs + 0.3 * (performance.now() - t0)),
-      () => {},
+      (e: Error) => {
+        if (!h.stopped) this.s.log?.warn({ holder: spare ? 'spare' : 'conversation', err: e.message }, 'a sandbox could not start');
+      },
     );
     h.released = h.gone.then(async () => {
       // a start stopped during its preparation: the disk it was making or mounting is there (and
@@ -454,7 +456,7 @@ export class Holders {
 
   private startSpare(): Holder {
     const dir = path.join(this.s.workspaceRoot, '.sandbox', `.spare-${process.pid}-${++this.spareSeq}`);
-    const h = this.launch(path.join(dir, 'workspace'), path.join(dir, 'state'), this.disks ? { link: null } : null);
+    const h = this.launch(path.join(dir, 'workspace'), path.join(dir, 'state'), this.disks ? { link: null } : null, true);
     if (canRenice()) h.nice = SPARE_NICE;
     h.ready.then(
       () => {

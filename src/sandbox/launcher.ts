@@ -35,18 +35,8 @@ import { PlainFileServices } from './plain-files.js';
 import { allEnded, descendantsOfSelf, endHelpers } from './processes.js';
 import { sandboxInfo } from './info.js';
 import { probeTools, type ProbedTools } from './probe.js';
-import {
-  DEFAULT_SANDBOX_SETTINGS,
-  SandboxUnavailableError,
-  VISIBLE_HOME,
-  VISIBLE_WORKSPACE,
-  totalMemoryMb,
-  type MappedDir,
-  type SandboxInfo,
-  type SandboxOpenOptions,
-  type SandboxSettings,
-  type SandboxSpawnOptions,
-} from './settings.js';
+import { DEFAULT_SANDBOX_SETTINGS, SandboxUnavailableError, VISIBLE_HOME, VISIBLE_WORKSPACE, totalMemoryMb } from './settings.js';
+import type { MappedDir, SandboxInfo, SandboxOpenOptions, SandboxSettings, SandboxSpawnOptions } from './settings.js';
 import type { ProcessLauncher, ShellDirs, ShellSandbox, StartedProcess } from './types.js';
 import { removeTree, workspacePath } from './workspace-dir.js';
 
@@ -83,6 +73,8 @@ export class Sandbox implements ShellSandbox, SandboxHost {
   private releaseProbe: (() => void) | null = null;
   /** SANDBOX=none: a file service per conversation as a plain process. */
   readonly plain: PlainFileServices;
+  /** Conversations whose sandbox ended without the daemon closing it, until they get another (see sandboxLost). */
+  readonly lost = new Set<string>();
   private relieving = false;
 
   private constructor(
@@ -375,6 +367,7 @@ export class Sandbox implements ShellSandbox, SandboxHost {
   /** Kills every process of the conversation (background ones included) and waits until they are gone. */
   async closeConversation(conversationId: string): Promise<void> {
     this.diskQuota?.forget(conversationId);
+    this.lost.delete(conversationId);
     await this.plain.close(conversationId);
     await this.live.get(conversationId)?.close();
   }
@@ -398,6 +391,11 @@ export class Sandbox implements ShellSandbox, SandboxHost {
   ): StartedProcess | null {
     if (!this.enabled || this.closed) return null;
     return this.live.get(conversationId)?.takeStarted(argv, opts, accept) ?? null;
+  }
+
+  /** Whether the conversation's sandbox ended without the daemon closing it (its start failed, or it died) and was not started again yet. */
+  sandboxLost(conversationId: string): boolean {
+    return this.enabled && !this.closed && this.lost.has(conversationId);
   }
 
   /** SANDBOX=none (the daemon's, not `none()`'s): starts the conversation's file service while its shell starts, not at its first file operation. */

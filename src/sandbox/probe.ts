@@ -117,6 +117,7 @@ export async function probeTools(settings: SandboxSettings, opts: SandboxOpenOpt
       egress,
       fileHelper: opts.fileHelper,
       spawner,
+      log: opts.log,
     },
     disks,
   );

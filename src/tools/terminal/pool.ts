@@ -238,12 +238,6 @@ export class ShellPool {
     }
     const sandbox = this.sandbox;
     await sandbox.ready;
-    // workspaces are created on first use (with the sandbox on, by the sandbox: its spare's moved in)
-    if (!sandbox.enabled) await fs.promises.mkdir(ctx.workspaceDir, { recursive: true, mode: 0o700 });
-    const dirs = sandbox.enabled ? sandbox.prepare(ctx.conversationId) : null;
-    // (the turn trace, LOG_LEVEL=trace: where a first shell's start goes)
-    mark(ctx.conversationId, 'shell: sandbox taken');
-    const io = dirs ? { ...dirs.io, owner: dirs.owner, makeFifos: dirs.makeFifos } : undefined;
     const idle = e.idleClosed;
     e.idleClosed = null;
     if (idle) {
@@ -252,47 +246,67 @@ export class ShellPool {
           'a new shell started in the same working directory with the same exported variables.',
       );
     }
-    const startP = ShellSession.start(
-      {
-        conversationId: ctx.conversationId,
-        cwd: ctx.workspaceDir,
-        restore: idle?.state,
-        // built from scratch, never the daemon's environment (its keys stay out of the shell)
-        env: sandbox.env({ ...SHELL_ENV, ...ctx.env }),
-        launch: (argv, o) => {
-          const spawn: SandboxSpawnOptions = { workspaceDir: ctx.workspaceDir, cwd: o.cwd, env: o.env, stdio: ['pipe', 'pipe', 'pipe'] };
-          // (the turn trace: a spare's shell, started ahead)
-          const started = sandbox.takeStarted?.(ctx.conversationId, argv, spawn, settableEnv);
-          if (started) {
-            mark(ctx.conversationId, 'shell: taken ready');
-            return started;
-          }
-          const child = sandbox.spawn(ctx.conversationId, argv, spawn);
-          // (plain processes: the file service starts beside bash, which is starting anyway, rather than
-          // at the conversation's first file operation, which often comes next; a sandbox's is its holder's)
-          mark(ctx.conversationId, 'shell: spawned');
-          sandbox.prewarmFiles?.(ctx.conversationId, ctx.workspaceDir);
-          return child;
-        },
-        io,
-      },
-      sandbox.enabled ? HOLDER_START_MS + SHELL_START_MS : SHELL_START_MS,
-    );
-    e.starting = startP;
-    try {
-      const session = await startP;
-      mark(ctx.conversationId, 'shell: ready');
-      session.appliedEnv = { ...ctx.env };
-      if (e.starting !== startP) {
-        // close() ran while the shell was starting.
-        await session.terminate('closed');
-        throw new Error('The terminal was closed while it was starting.');
+    for (let attempt = 0; ; attempt++) {
+      const startP = this.startShell(ctx, idle?.state);
+      e.starting = startP;
+      try {
+        const session = await startP;
+        mark(ctx.conversationId, 'shell: ready');
+        session.appliedEnv = { ...ctx.env };
+        if (e.starting !== startP) {
+          // close() ran while the shell was starting.
+          await session.terminate('closed');
+          throw new Error('The terminal was closed while it was starting.');
+        }
+        e.session = session;
+        return { session, notes };
+      } catch (err) {
+        // a sandbox that failed to start (or died) under the shell, not closed by the daemon: a new one, once
+        if (attempt > 0 || e.starting !== startP || !sandbox.sandboxLost?.(ctx.conversationId)) throw err;
+        mark(ctx.conversationId, 'shell: sandbox lost, started again');
+      } finally {
+        if (e.starting === startP) e.starting = null;
       }
-      e.session = session;
-      return { session, notes };
-    } finally {
-      if (e.starting === startP) e.starting = null;
     }
+  }
+
+  /** Starts the conversation's shell (in its sandbox, started or taken when it has none): once it has run its setup. */
+  private startShell(ctx: ShellContext, restore: ShellState | undefined): Promise<ShellSession> {
+    const sandbox = this.sandbox;
+    // workspaces are created on first use (with the sandbox on, by the sandbox: its spare's moved in)
+    const made = sandbox.enabled ? Promise.resolve() : fs.promises.mkdir(ctx.workspaceDir, { recursive: true, mode: 0o700 });
+    return made.then(() => {
+      const dirs = sandbox.enabled ? sandbox.prepare(ctx.conversationId) : null;
+      // (the turn trace, LOG_LEVEL=trace: where a first shell's start goes)
+      mark(ctx.conversationId, 'shell: sandbox taken');
+      const io = dirs ? { ...dirs.io, owner: dirs.owner, makeFifos: dirs.makeFifos } : undefined;
+      return ShellSession.start(
+        {
+          conversationId: ctx.conversationId,
+          cwd: ctx.workspaceDir,
+          restore,
+          // built from scratch, never the daemon's environment (its keys stay out of the shell)
+          env: sandbox.env({ ...SHELL_ENV, ...ctx.env }),
+          launch: (argv, o) => {
+            const spawn: SandboxSpawnOptions = { workspaceDir: ctx.workspaceDir, cwd: o.cwd, env: o.env, stdio: ['pipe', 'pipe', 'pipe'] };
+            // (the turn trace: a spare's shell, started ahead)
+            const started = sandbox.takeStarted?.(ctx.conversationId, argv, spawn, settableEnv);
+            if (started) {
+              mark(ctx.conversationId, 'shell: taken ready');
+              return started;
+            }
+            const child = sandbox.spawn(ctx.conversationId, argv, spawn);
+            // (plain processes: the file service starts beside bash, which is starting anyway, rather than
+            // at the conversation's first file operation, which often comes next; a sandbox's is its holder's)
+            mark(ctx.conversationId, 'shell: spawned');
+            sandbox.prewarmFiles?.(ctx.conversationId, ctx.workspaceDir);
+            return child;
+          },
+          io,
+        },
+        sandbox.enabled ? HOLDER_START_MS + SHELL_START_MS : SHELL_START_MS,
+      );
+    });
   }
 }
 
