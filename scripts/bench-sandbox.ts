@@ -1,7 +1,7 @@
 /**
  * What the bubblewrap sandbox costs, measured against plain processes in the same run.
  *
- *   npx tsx scripts/bench-sandbox.ts [--shells 40] [--turns 20] [--burst 20] [--rounds 1] [--only burst] [--trace] [--dump N]
+ *   npx tsx scripts/bench-sandbox.ts [--shells 40] [--turns 20] [--burst 20] [--rounds 1] [--only burst|shells] [--trace] [--dump N]
  *
  * 1. Shell creation: `ShellSession.start` (the terminal's persistent bash: spawn, init script, ready
  *    marker) for a NEW conversation each time, through the launcher in bwrap mode (the conversation's
@@ -10,6 +10,7 @@
  *    Before each, a spare holder is let come up (`warm`), so the figure is what a conversation's
  *    first shell costs when it finds one. "cold":
  *    the same without a spare (conversations created in a burst): holder, then the joining bwrap.
+ *    `--only shells` runs this part alone.
  * 2. Agent turns: a real daemon (SANDBOX=bwrap, then SANDBOX=none) and the scripted LLM; each turn
  *    is a user message → a terminal tool call (`echo`) → an answer, timed from the POST until the
  *    agent's MessageEvent. The first turn of a conversation starts its shell; the others reuse it.
@@ -353,6 +354,10 @@ console.log(
 );
 if (args.only === 'burst') {
   await coldBursts();
+  process.exit(0);
+}
+if (args.only === 'shells') {
+  await shellCreation();
   process.exit(0);
 }
 await shellCreation();

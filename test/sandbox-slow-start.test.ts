@@ -3,8 +3,9 @@
  * its conversation's holder, which may still be starting on a loaded machine: the shell's own start
  * allowance (10 s) must not run out first. Made slow from the host: the spawner that starts holders is
  * stopped (SIGSTOP) when a conversation's first command comes, and let go 12 s later (past the shell's
- * allowance, within the holder's 30 s). And a sandbox that fails to start under the shell: the shell
- * is started once more, in a new one. Real bwrap, the in-process launcher, no spare holder.
+ * allowance, within the holder's 30 s). A conversation's processes do not wait for its file service's
+ * start, which its file operations do. And a sandbox that fails to start under the shell: the shell is
+ * started once more, in a new one. Real bwrap, the in-process launcher, no spare holder.
  */
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
@@ -12,9 +13,10 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { describe, test } from 'node:test';
 import { DEFAULT_SANDBOX_SETTINGS, Sandbox } from '../src/sandbox/launcher.js';
+import { stateDirOf } from '../src/sandbox/conversation-sandbox.js';
 import { FILE_HELPER } from '../src/sandbox/view.js';
 import { createTerminalTool } from '../src/tools/terminal/tool.js';
-import { removeDir, ROOT, tempDir } from './support/daemon.js';
+import { removeDir, ROOT, tempDir, waitFor } from './support/daemon.js';
 
 /** The sandbox's spawner (spawner-process.mjs): a process of this test's, found in the host's /proc. */
 function spawnerPid(): number {
@@ -80,12 +82,61 @@ describe('a sandboxed shell and a sandbox slow to start', { timeout: 180_000 }, 
 });
 
 describe('a sandbox that fails to start under the shell', { timeout: 180_000 }, () => {
-  test("the shell is started once more in a new sandbox; the failure is logged with bwrap's reason", async () => {
+  test('the shell is started once more in a new sandbox; the failure is logged with its reason', async () => {
     const dir = tempDir();
     const workspaceRoot = path.join(dir, 'ws');
     fs.mkdirSync(workspaceRoot, { recursive: true });
-    // a file service that ends before its first answer when its workspace holds the marker, which it
-    // removes first: the conversation's first sandbox fails to start, the next one starts
+    const warnings: { obj: Record<string, unknown>; msg: string }[] = [];
+    let obstacle = '';
+    const noop = () => {};
+    const log = {
+      warn: (obj: Record<string, unknown>, msg: string) => {
+        warnings.push({ obj, msg });
+        // the first failure logged: what made it is taken away, so that the next sandbox can start
+        if (obstacle) fs.rmSync(obstacle);
+        obstacle = '';
+      },
+      info: noop,
+      debug: noop,
+      error: noop,
+      trace: noop,
+    };
+    const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', network: 'none', spareHolder: false }, { workspaceRoot, log: log as never });
+    const t = createTerminalTool({ sandbox: sb, noOutputTimeoutMs: 30_000 });
+    const ctx = newConversation(workspaceRoot);
+    // a file where the sandbox's /tmp is made on the host: its first sandbox cannot start
+    const state = stateDirOf(workspaceRoot, ctx.conversationId);
+    fs.mkdirSync(state, { recursive: true, mode: 0o700 });
+    obstacle = path.join(state, 'tmp');
+    fs.writeFileSync(obstacle, '');
+    try {
+      const obs = await t.execute(t.parameters.parse({ command: 'echo "joined $((6 * 7))"' }), ctx);
+      const text = obs.content.map((c) => (c.type === 'text' ? c.text : '')).join('');
+      assert.equal(obs.exit_code, 0, text);
+      assert.match(text, /^joined 42$/m);
+      const failed = warnings.filter((w) => w.msg === 'a sandbox could not start');
+      assert.equal(failed.length, 1, JSON.stringify(warnings));
+      assert.equal(failed[0]!.obj.holder, 'conversation');
+      assert.match(String(failed[0]!.obj.err), /EEXIST/);
+      assert.ok(fs.statSync(path.join(state, 'tmp')).isDirectory(), "the second sandbox's /tmp");
+      // the next command runs in the same (second) sandbox's shell
+      const again = await t.execute(t.parameters.parse({ command: 'echo "still $((6 * 7))"' }), ctx);
+      assert.match(again.content.map((c) => (c.type === 'text' ? c.text : '')).join(''), /^still 42$/m);
+      assert.equal(warnings.length, 1, JSON.stringify(warnings));
+    } finally {
+      await t.closeAll();
+      await sb.close();
+      removeDir(dir);
+    }
+  });
+});
+
+describe("a sandbox's file service still starting", { timeout: 180_000 }, () => {
+  test('the shell joins and runs before the service answers; a file operation waits for it', async () => {
+    const dir = tempDir();
+    const workspaceRoot = path.join(dir, 'ws');
+    fs.mkdirSync(workspaceRoot, { recursive: true });
+    // a file service that, in a workspace holding `hold`, says it runs, then starts the real one only once the workspace holds `release`
     const standIn = path.join(dir, 'stand-in.mjs');
     fs.writeFileSync(
       standIn,
@@ -93,38 +144,36 @@ describe('a sandbox that fails to start under the shell', { timeout: 180_000 }, 
         "import fs from 'node:fs';",
         "const as = process.argv.indexOf('--as'); if (as > 0) { " +
           "const [u, g] = process.argv[as + 1].split(':').map(Number); process.setegid(g); process.seteuid(u); }",
-        "if (fs.existsSync('/workspace/fail-once')) { fs.rmSync('/workspace/fail-once'); process.stderr.write('stand-in: failing once\\n'); process.exit(3); }",
+        "if (fs.existsSync('/workspace/hold')) { fs.writeFileSync('/workspace/held', '');",
+        "while (!fs.existsSync('/workspace/release')) await new Promise((r) => setTimeout(r, 20)); }",
         `await import(${JSON.stringify(FILE_HELPER)});`,
       ].join('\n'),
       { mode: 0o644 },
     );
     fs.chmodSync(dir, 0o755);
-    const warnings: { obj: Record<string, unknown>; msg: string }[] = [];
-    const noop = () => {};
-    const log = { warn: (obj: Record<string, unknown>, msg: string) => warnings.push({ obj, msg }), info: noop, debug: noop, error: noop, trace: noop };
     const sb = await Sandbox.open(
       // (the real service, which the stand-in imports, is in this checkout: shown read-only)
       { ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', network: 'none', spareHolder: false, roBinds: [ROOT] },
-      { workspaceRoot, fileHelper: standIn, log: log as never },
+      { workspaceRoot, fileHelper: standIn },
     );
     const t = createTerminalTool({ sandbox: sb, noOutputTimeoutMs: 30_000 });
     const ctx = newConversation(workspaceRoot);
-    const marker = path.join(ctx.workspaceDir, 'fail-once');
-    fs.writeFileSync(marker, '');
+    fs.writeFileSync(path.join(ctx.workspaceDir, 'hold'), '');
     try {
-      const obs = await t.execute(t.parameters.parse({ command: 'echo "joined $((6 * 7))"; ls -A /workspace | wc -l' }), ctx);
+      const obs = await t.execute(t.parameters.parse({ command: 'echo "joined $((6 * 7))"' }), ctx);
       const text = obs.content.map((c) => (c.type === 'text' ? c.text : '')).join('');
       assert.equal(obs.exit_code, 0, text);
       assert.match(text, /^joined 42$/m);
-      assert.match(text, /^0$/m, 'the marker is gone: the first sandbox started its service and failed');
-      assert.ok(!fs.existsSync(marker), 'removed on the host');
-      const failed = warnings.filter((w) => w.msg === 'a sandbox could not start');
-      assert.equal(failed.length, 1, JSON.stringify(warnings));
-      assert.equal(failed[0]!.obj.holder, 'conversation');
-      assert.match(String(failed[0]!.obj.err), /stand-in: failing once|exit code 3/);
-      // the next command runs in the same (second) sandbox's shell
-      const again = await t.execute(t.parameters.parse({ command: 'echo "still $((6 * 7))"' }), ctx);
-      assert.match(again.content.map((c) => (c.type === 'text' ? c.text : '')).join(''), /^still 42$/m);
+      // the service was held all along: it has not started the real one
+      await waitFor(() => fs.existsSync(path.join(ctx.workspaceDir, 'held')), 'the stand-in runs', 30_000);
+      const files = sb.files(ctx.conversationId, ctx.workspaceDir);
+      let answered = false;
+      const wrote = files.write('/workspace/hello.txt', 'hi', { mode: 'exclusive' }).then(() => (answered = true));
+      await new Promise((r) => setTimeout(r, 300));
+      assert.equal(answered, false, 'a file operation waits for the service');
+      fs.writeFileSync(path.join(ctx.workspaceDir, 'release'), '');
+      await wrote;
+      assert.equal(fs.readFileSync(path.join(ctx.workspaceDir, 'hello.txt'), 'utf8'), 'hi');
     } finally {
       await t.closeAll();
       await sb.close();

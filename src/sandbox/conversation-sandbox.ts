@@ -258,6 +258,8 @@ export class ConversationSandbox implements ProcessLauncher {
       const holder = this.holderFor(workspaceDir);
       try {
         await holder.ready;
+        // (its service starts after the holder is ready: one that ended first is a holder that failed)
+        await holder.files!.ready;
       } catch (e) {
         if (attempt === 0 && !this.host.isClosed) continue;
         // (what bwrap said may name host paths: the log has it, not the caller)

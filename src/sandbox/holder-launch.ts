@@ -21,7 +21,11 @@
  *   still reach it: an agent can end its own file service (its sandbox then restarts).
  * - The service's channel to the daemon is a socket on fd 6 of bwrap, made its stdin and stdout by
  *   the first `sh`: bwrap's pid 1 closes every fd but 0-2 (here /dev/null and the stderr pipe), so
- *   the sandbox's init, the agent's uid when the daemon is not root, holds nothing of it.
+ *   the sandbox's init, the agent's uid when the daemon is not root, holds nothing of it. That `sh`
+ *   first writes a byte on fd 9 (bwrap has set the sandbox up: its root and mounts are the sandbox's)
+ *   and closes it with the channel's copy: a conversation's own holder is then sealed and opened, and
+ *   joiners start, while the service's node starts (a spare's, once the service has answered); the
+ *   daemon sends the service nothing before the seal either.
  * - Every process of the sandbox runs under seccomp.ts's filter: bwrap installs it on its init and
  *   first process (--seccomp; with a root daemon the variant that still lets the first process enter
  *   the conversation's user namespace), and each joined process loads it itself (join.ts).
@@ -44,8 +48,11 @@ import { runToEnd, type Spawner } from './spawner.js';
 import { VISIBLE_WORKSPACE, type MappedDir, type SandboxIds, type SandboxOpenOptions, type SandboxSettings } from './settings.js';
 import { FILE_HELPER_INSIDE, HELPER_NODE_FLAGS, viewArgs, type ViewDirs } from './view.js';
 
-/** bwrap's fds: the info it writes, its options, the seccomp program, the service's channel, the namespaces it enters. */
-const FD = { info: 3, args: 4, seccomp: 5, channel: 6, userns: 7, netns: 8 } as const;
+/**
+ * bwrap's fds: the info it writes, its options, the seccomp program, the service's channel, the
+ * namespaces it enters, and where its command says that bwrap has set the sandbox up (`setUp`).
+ */
+const FD = { info: 3, args: 4, seccomp: 5, channel: 6, userns: 7, netns: 8, setUp: 9 } as const;
 
 /** What the probe found, that every holder is built with. */
 export interface HolderSetup {
@@ -120,6 +127,11 @@ export class Holder {
     public state: string,
     readonly cgroup: ConversationCgroup | null,
     prepare: () => Promise<void>,
+    /**
+     * A spare's: ready once its file service has answered too (nothing waits on a spare, and one taken is
+     * then whole). A conversation's own is ready once sealed: its first processes start beside its service's.
+     */
+    private readonly whole = false,
   ) {
     this.gone = new Promise((r) => (this.endedResolve = r));
     this.released = this.gone;
@@ -137,6 +149,10 @@ export class Holder {
 
   /** kill() was called: its end, or its start's failure, is the daemon's doing. */
   stopped = false;
+  /** Its file service answered its first frame. */
+  served = false;
+  /** Why it ended (its start's failure, or bwrap's last words): for the log, it may name host paths. */
+  endReason: string | null = null;
 
   /** SIGKILL to everything of it (a start in progress stops where it is); `exited()` says when it is gone. */
   kill(): void {
@@ -180,17 +196,21 @@ export class Holder {
       };
     });
     failure.catch(() => {});
-    const timer = setTimeout(() => this.fail(`the conversation's sandbox did not start within ${HOLDER_START_MS / 1000} s`), HOLDER_START_MS);
+    const t0 = performance.now();
+    const late = `the conversation's sandbox did not start within ${HOLDER_START_MS / 1000} s`;
+    const timer = setTimeout(() => this.fail(late), HOLDER_START_MS);
     timer.unref();
     const step = <T>(p: Promise<T>) => Promise.race([p, failure]);
     try {
-      await step(prepare());
-      if (this.s.ids) {
-        const made = userNamespace(this.s.spawner, this.s.join.unshare, this.s.ids, this.s.settings.network !== 'host');
+      // (root daemon: the user namespace is made while the directories and the cgroup are)
+      const made = this.s.ids ? userNamespace(this.s.spawner, this.s.join.unshare, this.s.ids, this.s.settings.network !== 'host') : null;
+      made?.catch(() => {});
+      if (made) {
         try {
+          await step(prepare());
           this.ns = await step(made);
         } catch (e) {
-          // stopped meanwhile: what it makes later is closed
+          // failed or stopped meanwhile: what it makes later is closed
           void made.then(
             (ns) => {
               closeFd(ns.user);
@@ -200,7 +220,7 @@ export class Holder {
           );
           throw e;
         }
-      }
+      } else await step(prepare());
       if (why !== null) throw new Error(why);
       const spawning = this.spawn();
       try {
@@ -213,7 +233,8 @@ export class Holder {
         );
         throw e;
       }
-      await step(this.up());
+      await step(this.setUp());
+      if (this.whole) await step(this.files!.ready.catch(() => new Promise<never>(() => {})));
       await step(seal(this.s, this.init!, this.nsPaths()));
       this.fds = openHolder(this.init!, this.ns, this.ownNetwork);
       this.releaseNamespaces();
@@ -233,8 +254,16 @@ export class Holder {
         if (this.cgroup && this.egress.pid) await this.cgroup.add(this.egress.pid);
       }
       if (why !== null) throw new Error(why);
+      // ready: its file service's first frame is still part of its start (`late` ends a service that never answers)
+      const rest = setTimeout(() => this.served || this.dead || this.endUnserved(late), HOLDER_START_MS - (performance.now() - t0));
+      rest.unref();
+      this.files!.ready.then(
+        () => clearTimeout(rest),
+        () => clearTimeout(rest),
+      );
     } catch (e) {
       why ??= (e as Error).message;
+      this.endReason ??= why;
       if (this.proc) {
         // the exit ends it (`gone`), once bwrap is gone; joiners waiting for it are told and exit
         if (this.init) signalPid(this.init);
@@ -248,6 +277,14 @@ export class Holder {
       clearTimeout(timer);
       this.fail = () => {};
     }
+  }
+
+  /** Ends a ready holder whose file service has not answered: its start failed (not the daemon's doing: `stopped` stays false). */
+  private endUnserved(why: string): void {
+    this.endReason ??= why;
+    this.files?.break(why);
+    if (this.init) signalPid(this.init);
+    if (this.proc) killTree(this.proc);
   }
 
   /** The paths a process of the daemon opens the namespaces it made by (root daemon). */
@@ -304,7 +341,7 @@ export class Holder {
         // (what the file service is started with: the sandbox's PATH, nothing else)
         env: { PATH: SANDBOX_PATH },
         // the channel is a socket of the daemon's own: the service's requests and answers pass nothing else
-        stdio: ['ignore', 'ignore', 'pipe', 'pipe', args, seccomp, 'direct', ns ? ns.user : 'ignore', ns?.net ?? 'ignore'],
+        stdio: ['ignore', 'ignore', 'pipe', 'pipe', args, seccomp, 'direct', ns ? ns.user : 'ignore', ns?.net ?? 'ignore', 'pipe'],
         nice: this.nice,
       };
     });
@@ -317,6 +354,10 @@ export class Holder {
       killTree(proc);
     });
     this.files.onFault = (why) => this.onFault?.(why);
+    this.files.ready.then(
+      () => (this.served = true),
+      () => {},
+    );
     let stderr = '';
     proc.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString('utf8')).slice(-2000)));
     proc.once('error', (e) => this.fail(`bwrap could not be started (${e.message})`));
@@ -325,7 +366,8 @@ export class Holder {
       const end = () => {
         if (done) return;
         done = true;
-        this.fail(lastError(stderr) || `the sandbox ended (${signal ?? `exit code ${code}`})`);
+        this.endReason ??= lastError(stderr) || `the sandbox ended (${signal ?? `exit code ${code}`})`;
+        this.fail(this.endReason);
         this.files?.ended('the sandbox ended');
         this.releaseNamespaces();
         void this.egress?.close();
@@ -339,8 +381,13 @@ export class Holder {
     });
   }
 
-  /** Resolves once bwrap said its init's pid and the file service its first frame. */
-  private up(): Promise<void> {
+  /**
+   * Resolves once bwrap said its init's pid and its command that the sandbox is set up (its mounts
+   * made, the root pivoted: what is sealed and opened next is the sandbox's). The file service starts
+   * from there: its node is its own start, which joiners do not wait for (its first frame is
+   * `files.ready`; a request written before waits in the channel).
+   */
+  private setUp(): Promise<void> {
     const info = this.proc!.stdio[FD.info] as Readable;
     const pid = new Promise<void>((resolve) => {
       let text = '';
@@ -350,14 +397,15 @@ export class Holder {
         if (m && this.init === null) {
           this.init = Number(m[1]);
           // a spare's file service starts in that session: at the spare's priority, not a running conversation's
-          if (this.proc?.pid) niceNewSession(this.init, this.proc.pid, this.nice, () => this.fds !== null || this.dead);
+          const nice = this.nice;
+          if (this.proc?.pid) niceNewSession(this.init, this.proc.pid, nice, () => this.dead || this.nice !== nice);
           resolve();
         }
       });
     });
-    // a service that ended before its first frame: its bwrap's exit says why (`fail`, with bwrap's words)
-    const served = this.files!.ready.catch(() => new Promise<never>(() => {}));
-    return Promise.all([pid, served]).then(() => {});
+    // (a command that ended before saying so: its bwrap's exit says why, `fail` with bwrap's words)
+    const setUp = new Promise<void>((resolve) => (this.proc!.stdio[FD.setUp] as Readable).once('data', () => resolve()));
+    return Promise.all([pid, setUp]).then(() => {});
   }
 
   /** Host pids of its processes: its cgroup's, or without one its pid namespace's. */
@@ -400,7 +448,7 @@ export class Holder {
  */
 function serviceCommand(s: HolderSetup): string[] {
   const service = [process.execPath, ...HELPER_NODE_FLAGS, FILE_HELPER_INSIDE, '--root', VISIBLE_WORKSPACE];
-  const channel = ['/bin/sh', '-c', `exec "$@" <&${FD.channel} >&${FD.channel} ${FD.channel}<&-`, 'sh'];
+  const channel = ['/bin/sh', '-c', `printf . >&${FD.setUp} && exec "$@" <&${FD.channel} >&${FD.channel} ${FD.channel}<&- ${FD.setUp}>&-`, 'sh'];
   if (!s.ids) return [...channel, ...service];
   const j = s.join.inside;
   const { agent } = s.ids;

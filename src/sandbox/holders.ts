@@ -429,15 +429,20 @@ export class Holders {
         key = await disks.acquire(state);
         if (disk.link) disks.linkWorkspace(disk.link, state);
       })());
-    const h = new Holder(this.s, disk ? imageDirs(state) : plainDirs(workspace, state), state, cgroup, prepare);
+    const h = new Holder(this.s, disk ? imageDirs(state) : plainDirs(workspace, state), state, cgroup, prepare, spare);
     h.image = disk !== null;
     const t0 = performance.now();
     h.ready.then(
       () => (this.startMs = 0.7 * this.startMs + 0.3 * (performance.now() - t0)),
-      (e: Error) => {
-        if (!h.stopped) this.s.log?.warn({ holder: spare ? 'spare' : 'conversation', err: e.message }, 'a sandbox could not start');
-      },
+      () => {},
     );
+    // (a conversation's file service may still be starting once its holder is ready: one that ended before it answered did not start either)
+    void h.gone.then(() => {
+      if (h.stopped) return;
+      const what = { holder: spare ? 'spare' : 'conversation', err: h.endReason };
+      if (h.served) this.s.log?.info(what, 'a sandbox ended');
+      else this.s.log?.warn(what, 'a sandbox could not start');
+    });
     h.released = h.gone.then(async () => {
       // a start stopped during its preparation: the disk it was making or mounting is there (and
       // released below) once that has settled, and nothing of it is made after its directory is removed

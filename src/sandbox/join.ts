@@ -178,7 +178,7 @@ export function wrapCommand(
     // by the sandbox's uid; the conversation's own processes keep the daemon's 077; the supervisor
     // keeps no copy of bwrap's fds, its channel to the file service above all: see holder-launch.ts)
     script += joinCgroup;
-    script += `[ "$PPID" = ${parent} ] || exit 125; trap 'kill -KILL 0' TERM; umask 022; "$@" & exec 3<&- 4<&- 5<&- 6<&- 7<&- 8<&-; wait $!; kill -KILL 0`;
+    script += `[ "$PPID" = ${parent} ] || exit 125; trap 'kill -KILL 0' TERM; umask 022; "$@" & exec 3<&- 4<&- 5<&- 6<&- 7<&- 8<&- 9<&-; wait $!; kill -KILL 0`;
   }
   const files = cgroup?.procsFiles ?? [];
   const sh = ['/bin/sh', '-c', script, 'sh', String(files.length), ...files, ...argv];

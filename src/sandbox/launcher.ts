@@ -235,8 +235,8 @@ export class Sandbox implements ShellSandbox, SandboxHost {
   }
 
   /**
-   * Starts a holder and runs `true` joined to it, built exactly like the real ones (with a cgroup and
-   * the seccomp filter: the probe proves both can be had); an error line or null.
+   * Starts a holder, runs `true` joined to it and waits for its file service, built exactly like the
+   * real ones (with a cgroup and the seccomp filter: the probe proves both can be had); an error line or null.
    */
   private async probe(dir: string): Promise<string | null> {
     const id = `probe-${process.pid}`;
@@ -244,15 +244,19 @@ export class Sandbox implements ShellSandbox, SandboxHost {
       const child = this.spawn(id, ['true'], { env: { PATH: baseChildEnv().PATH! }, stdio: ['ignore', 'ignore', 'pipe'], workspaceDir: dir });
       let stderr = '';
       child.stderr!.on('data', (d: Buffer) => (stderr += d.toString('utf8')));
-      const holderFailed = this.live.get(id)?.holder?.ready.then(
-        () => null,
-        (e: Error) => e.message,
-      );
+      const holder = this.live.get(id)?.holder;
+      const holderFailed = holder?.ready
+        .then(() => holder.files!.ready)
+        .then(
+          () => null,
+          (e: Error) => holder.gone.then(() => holder.endReason ?? e.message),
+        );
       return await new Promise<string | null>((resolve) => {
         child.on('error', (e) => resolve(`bwrap could not be started (${e.message})`));
         child.on('close', async (code) => {
-          if (code === 0) return resolve(null);
-          const line = (await holderFailed) ?? stderr.trim().split('\n').pop() ?? '';
+          const failed = await holderFailed;
+          if (code === 0 && !failed) return resolve(null);
+          const line = failed ?? stderr.trim().split('\n').pop() ?? '';
           let hint = '';
           if (/user namespace|Operation not permitted|setting up uid map|No permissions|Permission denied/i.test(line)) {
             hint =

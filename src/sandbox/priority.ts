@@ -96,13 +96,14 @@ export function setNice(pids: number[], nice: number): void {
 /**
  * Gives `nice` to the session group `pid` makes once it leads a session other than `outer`'s (bwrap's
  * --new-session makes one for the sandbox's init a few ms after its pid is known, and a new group is at
- * nice 0 whatever its processes' nice values). Looks every 2 ms until then, or until `done()`.
+ * nice 0 whatever its processes' nice values). Looks every 2 ms until then, for at most `ms`, or until `done()`.
  */
-export function niceNewSession(pid: number, outer: number, nice: number, done: () => boolean): void {
+export function niceNewSession(pid: number, outer: number, nice: number, done: () => boolean, ms = 2000): void {
   const from = groupOf(outer);
   if (from === null || nice === 0) return;
+  const until = performance.now() + ms;
   const look = () => {
-    if (done()) return;
+    if (done() || performance.now() > until) return;
     const g = groupOf(pid);
     if (g === null) return;
     if (g !== 'root' && g.name !== nameOf(from)) return setGroupNice(pid, nice);
