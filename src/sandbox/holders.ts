@@ -432,10 +432,13 @@ export class Holders {
     const h = new Holder(this.s, disk ? imageDirs(state) : plainDirs(workspace, state), state, cgroup, prepare, spare);
     h.image = disk !== null;
     const t0 = performance.now();
-    h.ready.then(
-      () => (this.startMs = 0.7 * this.startMs + 0.3 * (performance.now() - t0)),
-      () => {},
-    );
+    // (the whole start, its file service up: a conversation's own holder is ready before, a spare not)
+    h.ready
+      .then(() => h.files!.ready)
+      .then(
+        () => (this.startMs = 0.7 * this.startMs + 0.3 * (performance.now() - t0)),
+        () => {},
+      );
     // (a conversation's file service may still be starting once its holder is ready: one that ended before it answered did not start either)
     void h.gone.then(() => {
       if (h.stopped) return;
