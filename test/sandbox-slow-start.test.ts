@@ -17,6 +17,7 @@ import { stateDirOf } from '../src/sandbox/conversation-sandbox.js';
 import { FILE_HELPER } from '../src/sandbox/view.js';
 import { createTerminalTool } from '../src/tools/terminal/tool.js';
 import { removeDir, ROOT, tempDir, waitFor } from './support/daemon.js';
+import { fileServices } from './support/holders.js';
 
 /** The sandbox's spawner (spawner-process.mjs): a process of this test's, found in the host's /proc. */
 function spawnerPid(): number {
@@ -131,31 +132,38 @@ describe('a sandbox that fails to start under the shell', { timeout: 180_000 }, 
   });
 });
 
+/**
+ * An in-process launcher whose file service, in a workspace holding `hold`, takes it away, says it runs
+ * (`held`), and starts the real service only once the workspace holds `release`.
+ */
+async function holdingSandbox(dir: string, workspaceRoot: string, log?: unknown): Promise<Sandbox> {
+  const standIn = path.join(dir, 'stand-in.mjs');
+  fs.writeFileSync(
+    standIn,
+    [
+      "import fs from 'node:fs';",
+      "const as = process.argv.indexOf('--as'); if (as > 0) { " +
+        "const [u, g] = process.argv[as + 1].split(':').map(Number); process.setegid(g); process.seteuid(u); }",
+      "if (fs.existsSync('/workspace/hold')) { fs.rmSync('/workspace/hold'); fs.writeFileSync('/workspace/held', '');",
+      "while (!fs.existsSync('/workspace/release')) await new Promise((r) => setTimeout(r, 20)); }",
+      `await import(${JSON.stringify(FILE_HELPER)});`,
+    ].join('\n'),
+    { mode: 0o644 },
+  );
+  fs.chmodSync(dir, 0o755);
+  return Sandbox.open(
+    // (the real service, which the stand-in imports, is in this checkout: shown read-only)
+    { ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', network: 'none', spareHolder: false, roBinds: [ROOT] },
+    { workspaceRoot, fileHelper: standIn, log: log as never },
+  );
+}
+
 describe("a sandbox's file service still starting", { timeout: 180_000 }, () => {
   test('the shell joins and runs before the service answers; a file operation waits for it', async () => {
     const dir = tempDir();
     const workspaceRoot = path.join(dir, 'ws');
     fs.mkdirSync(workspaceRoot, { recursive: true });
-    // a file service that, in a workspace holding `hold`, says it runs, then starts the real one only once the workspace holds `release`
-    const standIn = path.join(dir, 'stand-in.mjs');
-    fs.writeFileSync(
-      standIn,
-      [
-        "import fs from 'node:fs';",
-        "const as = process.argv.indexOf('--as'); if (as > 0) { " +
-          "const [u, g] = process.argv[as + 1].split(':').map(Number); process.setegid(g); process.seteuid(u); }",
-        "if (fs.existsSync('/workspace/hold')) { fs.writeFileSync('/workspace/held', '');",
-        "while (!fs.existsSync('/workspace/release')) await new Promise((r) => setTimeout(r, 20)); }",
-        `await import(${JSON.stringify(FILE_HELPER)});`,
-      ].join('\n'),
-      { mode: 0o644 },
-    );
-    fs.chmodSync(dir, 0o755);
-    const sb = await Sandbox.open(
-      // (the real service, which the stand-in imports, is in this checkout: shown read-only)
-      { ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', network: 'none', spareHolder: false, roBinds: [ROOT] },
-      { workspaceRoot, fileHelper: standIn },
-    );
+    const sb = await holdingSandbox(dir, workspaceRoot);
     const t = createTerminalTool({ sandbox: sb, noOutputTimeoutMs: 30_000 });
     const ctx = newConversation(workspaceRoot);
     fs.writeFileSync(path.join(ctx.workspaceDir, 'hold'), '');
@@ -176,6 +184,35 @@ describe("a sandbox's file service still starting", { timeout: 180_000 }, () => 
       assert.equal(fs.readFileSync(path.join(ctx.workspaceDir, 'hello.txt'), 'utf8'), 'hi');
     } finally {
       await t.closeAll();
+      await sb.close();
+      removeDir(dir);
+    }
+  });
+
+  test("a service that never answers ends its sandbox within the start's 30 s; the next one serves the file operation", async () => {
+    const dir = tempDir();
+    const workspaceRoot = path.join(dir, 'ws');
+    fs.mkdirSync(workspaceRoot, { recursive: true });
+    const warnings: { obj: Record<string, unknown>; msg: string }[] = [];
+    const noop = () => {};
+    const log = { warn: (obj: Record<string, unknown>, msg: string) => warnings.push({ obj, msg }), info: noop, debug: noop, error: noop, trace: noop };
+    const sb = await holdingSandbox(dir, workspaceRoot, log);
+    const ctx = newConversation(workspaceRoot);
+    // the first sandbox's service is held and never released; the next one's finds no `hold`
+    fs.writeFileSync(path.join(ctx.workspaceDir, 'hold'), '');
+    try {
+      await sb.files(ctx.conversationId, ctx.workspaceDir).write('/workspace/hello.txt', 'hi', { mode: 'exclusive' });
+      assert.equal(fs.readFileSync(path.join(ctx.workspaceDir, 'hello.txt'), 'utf8'), 'hi');
+      assert.ok(fs.existsSync(path.join(ctx.workspaceDir, 'held')), 'the first service was held');
+      const failed = warnings.filter((w) => w.msg === 'a sandbox could not start');
+      assert.equal(failed.length, 1, JSON.stringify(warnings));
+      assert.match(String(failed[0]!.obj.err), /did not start within 30 s/);
+      // the second sandbox is the conversation's: closing the conversation ends it (judged from the host)
+      assert.equal(sb.liveCount, 1);
+      assert.equal(fileServices(process.pid).length, 1, 'the second sandbox runs, the first is gone');
+      await sb.closeConversation(ctx.conversationId);
+      await waitFor(() => fileServices(process.pid).length === 0, "the conversation's sandbox ended", 30_000);
+    } finally {
       await sb.close();
       removeDir(dir);
     }

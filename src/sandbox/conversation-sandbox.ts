@@ -59,6 +59,8 @@ export interface SandboxHost {
   readonly bwrap: { holders: Holders; ids: SandboxIds | null; spawner: Spawner } | null;
   /** The handle has nothing left to close (no process, no holder): the host may forget it. */
   forget(h: ConversationSandbox): void;
+  /** The handle has a holder again (one that failed was replaced): the host knows it, unless it has another by now. */
+  remember(h: ConversationSandbox): void;
   /** Its file service broke the protocol or missed a deadline: the conversation is told, the sandbox closed. */
   sandboxFault(conversationId: string, reason: string): void;
   /** Conversations whose sandbox ended without the daemon closing it (its start failed, or it died), until they get another. */
@@ -234,6 +236,7 @@ export class ConversationSandbox implements ProcessLauncher {
     const h = this.host.bwrap!.holders.take(workspace, this.stateDir);
     this.holder = h;
     this.host.lost.delete(this.id);
+    this.host.remember(this);
     // (also once the holder died: a service that ended in the middle of an answer is told after its exit)
     h.onFault = (why) => {
       if (this.holder === h) this.host.sandboxFault(this.id, why);

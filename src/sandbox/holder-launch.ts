@@ -282,6 +282,8 @@ export class Holder {
   /** Ends a ready holder whose file service has not answered: its start failed (not the daemon's doing: `stopped` stays false). */
   private endUnserved(why: string): void {
     this.endReason ??= why;
+    // (dead before its channel says so: whoever waits on the service starts another holder, not this one)
+    this.markDead();
     this.files?.break(why);
     if (this.init) signalPid(this.init);
     if (this.proc) killTree(this.proc);

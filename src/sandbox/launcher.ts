@@ -296,6 +296,10 @@ export class Sandbox implements ShellSandbox, SandboxHost {
     if (this.live.get(c.id) === c) this.live.delete(c.id);
   }
 
+  remember(c: ConversationSandbox): void {
+    if (!this.live.has(c.id) && !this.closed) this.live.set(c.id, c);
+  }
+
   /** The workspace on the host. */
   hostWorkspace(conversationId: string): string {
     return workspacePath(this.workspaceRoot, conversationId);
@@ -445,16 +449,12 @@ export class Sandbox implements ShellSandbox, SandboxHost {
 
   /** Number of conversations with a live sandbox (its holder, or processes in none mode; metrics). */
   get liveCount(): number {
-    let n = 0;
-    for (const c of this.live.values()) if (c.active) n++;
-    return n;
+    return [...this.live.values()].filter((c) => c.active).length;
   }
 
   /** Number of live sandboxed processes started through the launcher (their children not counted). */
   get processCount(): number {
-    let n = 0;
-    for (const c of this.live.values()) n += c.procs.size;
-    return n;
+    return [...this.live.values()].reduce((n, c) => n + c.procs.size, 0);
   }
 
   /** bwrap mode: the spare holders, alive and of those ready (tests, benchmarks). */
