@@ -4,8 +4,8 @@
  * allowance (10 s) must not run out first. Made slow from the host: the spawner that starts holders is
  * stopped (SIGSTOP) when a conversation's first command comes, and let go 12 s later (past the shell's
  * allowance, within the holder's 30 s). A conversation's processes do not wait for its file service's
- * start, which its file operations do. And a sandbox that fails to start under the shell: the shell is
- * started once more, in a new one. Real bwrap, the in-process launcher, no spare holder.
+ * start, which its file operations do. And a sandbox that fails to start under its first processes:
+ * they join the conversation's next one, once. Real bwrap, the in-process launcher, no spare holder.
  */
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
@@ -82,43 +82,67 @@ describe('a sandboxed shell and a sandbox slow to start', { timeout: 180_000 }, 
   });
 });
 
-describe('a sandbox that fails to start under the shell', { timeout: 180_000 }, () => {
-  test('the shell is started once more in a new sandbox; the failure is logged with its reason', async () => {
-    const dir = tempDir();
-    const workspaceRoot = path.join(dir, 'ws');
-    fs.mkdirSync(workspaceRoot, { recursive: true });
-    const warnings: { obj: Record<string, unknown>; msg: string }[] = [];
-    let obstacle = '';
-    const noop = () => {};
-    const log = {
-      warn: (obj: Record<string, unknown>, msg: string) => {
-        warnings.push({ obj, msg });
-        // the first failure logged: what made it is taken away, so that the next sandbox can start
-        if (obstacle) fs.rmSync(obstacle);
-        obstacle = '';
-      },
-      info: noop,
-      debug: noop,
-      error: noop,
-      trace: noop,
-    };
-    const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', network: 'none', spareHolder: false }, { workspaceRoot, log: log as never });
+/**
+ * An in-process launcher (no spare) and a new conversation of it whose sandbox cannot start: a file sits
+ * on the host where its /tmp is made. The log keeps the warnings; with `clearAtFirst` the first warning
+ * takes the file away, so that the conversation's next sandbox can start.
+ */
+async function blockedConversation(clearAtFirst: boolean) {
+  const dir = tempDir();
+  const workspaceRoot = path.join(dir, 'ws');
+  fs.mkdirSync(workspaceRoot, { recursive: true });
+  const warnings: { obj: Record<string, unknown>; msg: string }[] = [];
+  let obstacle = '';
+  const noop = () => {};
+  const log = {
+    warn: (obj: Record<string, unknown>, msg: string) => {
+      warnings.push({ obj, msg });
+      if (obstacle && clearAtFirst) fs.rmSync(obstacle);
+      obstacle = '';
+    },
+    info: noop,
+    debug: noop,
+    error: noop,
+    trace: noop,
+  };
+  const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', network: 'none', spareHolder: false }, { workspaceRoot, log: log as never });
+  const ctx = newConversation(workspaceRoot);
+  const state = stateDirOf(workspaceRoot, ctx.conversationId);
+  fs.mkdirSync(state, { recursive: true, mode: 0o700 });
+  obstacle = path.join(state, 'tmp');
+  fs.writeFileSync(obstacle, '');
+  const failed = () => warnings.filter((w) => w.msg === 'a sandbox could not start');
+  return { dir, sb, ctx, state, warnings, failed };
+}
+
+/** Runs a process joined to the conversation's sandbox: `done` gives its exit code and output. */
+function runJoined(sb: Sandbox, ctx: { conversationId: string; workspaceDir: string }, script: string) {
+  const c = sb.spawn(ctx.conversationId, ['sh', '-c', script], { env: sb.env(), stdio: ['ignore', 'pipe', 'pipe'], workspaceDir: ctx.workspaceDir });
+  let out = '';
+  c.stdout!.on('data', (d: Buffer) => (out += d.toString('utf8')));
+  c.stderr!.on('data', (d: Buffer) => (out += d.toString('utf8')));
+  const done = new Promise<{ code: number | null; out: string }>((resolve) => c.on('close', (code) => resolve({ code, out })));
+  return { done };
+}
+
+/** A process's cgroup in the v1 `pids` hierarchy (or the v2 one), as the host's /proc names it. */
+function pidsCgroup(pid: number): string | undefined {
+  const lines = fs.readFileSync(`/proc/${pid}/cgroup`, 'utf8').split('\n');
+  return (lines.find((l) => /^\d+:[^:]*\bpids\b[^:]*:/.test(l)) ?? lines.find((l) => l.startsWith('0::')))?.split(':')[2];
+}
+
+describe('a sandbox that fails to start under its first processes', { timeout: 180_000 }, () => {
+  test("the shell waiting for it joins the conversation's next sandbox; the failure is logged with its reason", async () => {
+    const { dir, sb, ctx, state, warnings, failed } = await blockedConversation(true);
     const t = createTerminalTool({ sandbox: sb, noOutputTimeoutMs: 30_000 });
-    const ctx = newConversation(workspaceRoot);
-    // a file where the sandbox's /tmp is made on the host: its first sandbox cannot start
-    const state = stateDirOf(workspaceRoot, ctx.conversationId);
-    fs.mkdirSync(state, { recursive: true, mode: 0o700 });
-    obstacle = path.join(state, 'tmp');
-    fs.writeFileSync(obstacle, '');
     try {
       const obs = await t.execute(t.parameters.parse({ command: 'echo "joined $((6 * 7))"' }), ctx);
       const text = obs.content.map((c) => (c.type === 'text' ? c.text : '')).join('');
       assert.equal(obs.exit_code, 0, text);
       assert.match(text, /^joined 42$/m);
-      const failed = warnings.filter((w) => w.msg === 'a sandbox could not start');
-      assert.equal(failed.length, 1, JSON.stringify(warnings));
-      assert.equal(failed[0]!.obj.holder, 'conversation');
-      assert.match(String(failed[0]!.obj.err), /EEXIST/);
+      assert.equal(failed().length, 1, JSON.stringify(warnings));
+      assert.equal(failed()[0]!.obj.holder, 'conversation');
+      assert.match(String(failed()[0]!.obj.err), /EEXIST/);
       assert.ok(fs.statSync(path.join(state, 'tmp')).isDirectory(), "the second sandbox's /tmp");
       // the next command runs in the same (second) sandbox's shell
       const again = await t.execute(t.parameters.parse({ command: 'echo "still $((6 * 7))"' }), ctx);
@@ -130,7 +154,74 @@ describe('a sandbox that fails to start under the shell', { timeout: 180_000 }, 
       removeDir(dir);
     }
   });
+
+  test("any joined process (an MCP server's, git's) joins the next sandbox, inside its namespaces and cgroup, as seen from the host", async (t) => {
+    const { dir, sb, ctx, warnings, failed } = await blockedConversation(true);
+    try {
+      // three processes wait for the first sandbox together; each joins the second, the same one
+      // (a sleep of a length only this test uses: found among the host's processes by its command line)
+      const secs = (i: number) => 400_000 + (process.pid % 10_000) * 10 + i;
+      const runs = [0, 1, 2].map((i) => runJoined(sb, ctx, `echo "in $$"; exec sleep ${secs(i)}`));
+      const started = await Promise.all(runs.map(async (_, i) => (await waitFor(() => hostPid(`sleep ${secs(i)}`), `joined process ${i} runs`, 30_000))!));
+      assert.equal(failed().length, 1, JSON.stringify(warnings));
+      const ns = started.map((p) => fs.readlinkSync(`/proc/${p}/ns/pid`));
+      assert.equal(new Set(ns).size, 1, `one sandbox: ${ns.join(' ')}`);
+      assert.notEqual(ns[0], fs.readlinkSync('/proc/self/ns/pid'), "in the sandbox's pid namespace, not the host's");
+      assert.notEqual(fs.readlinkSync(`/proc/${started[0]}/ns/mnt`), fs.readlinkSync('/proc/self/ns/mnt'));
+      // in the second sandbox's cgroup (its init's), when the sandbox limits by cgroup
+      if (sb.info().limits.pids !== null) {
+        const init = fs
+          .readdirSync('/proc')
+          .filter((n) => /^\d+$/.test(n))
+          .map(Number)
+          .find((p) => {
+            try {
+              return fs.readlinkSync(`/proc/${p}/ns/pid`) === ns[0] && /^NSpid:\s+\d+\s+1$/m.test(fs.readFileSync(`/proc/${p}/status`, 'utf8'));
+            } catch {
+              return false;
+            }
+          })!;
+        const cg = pidsCgroup(init);
+        assert.ok(cg && cg !== pidsCgroup(process.pid), `the sandbox's own cgroup: ${cg}`);
+        for (const p of started) assert.equal(pidsCgroup(p), cg, `joined process ${p}`);
+      } else t.diagnostic('the sandbox limits without cgroups here: no cgroup to check');
+      for (const p of started) process.kill(p, 'SIGKILL');
+      for (const r of runs) assert.match((await r.done).out, /^in \d+$/m);
+    } finally {
+      await sb.close();
+      removeDir(dir);
+    }
+  });
+
+  test('a joined process whose next sandbox fails too exits, saying so: no third sandbox is started', async () => {
+    // (the file stays: every sandbox of the conversation fails)
+    const { dir, sb, ctx, warnings, failed } = await blockedConversation(false);
+    try {
+      const r = await runJoined(sb, ctx, 'echo "ran"').done;
+      assert.equal(r.code, 125, r.out);
+      assert.match(r.out, /parley: the conversation's sandbox is not running/);
+      assert.doesNotMatch(r.out, /ran/);
+      assert.equal(failed().length, 2, JSON.stringify(warnings));
+      assert.ok(failed().every((w) => /EEXIST/.test(String(w.obj.err))));
+    } finally {
+      await sb.close();
+      removeDir(dir);
+    }
+  });
 });
+
+/** The host pid of the one process whose command line is `cmdline` (spaces for NULs), if it runs. */
+function hostPid(cmdline: string): number | undefined {
+  for (const name of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      if (fs.readFileSync(`/proc/${name}/cmdline`, 'utf8').replace(/\0/g, ' ').trim() === cmdline) return Number(name);
+    } catch {
+      /* gone meanwhile */
+    }
+  }
+  return undefined;
+}
 
 /**
  * An in-process launcher whose file service, in a workspace holding `hold`, takes it away, says it runs

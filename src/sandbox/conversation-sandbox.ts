@@ -63,8 +63,6 @@ export interface SandboxHost {
   remember(h: ConversationSandbox): void;
   /** Its file service broke the protocol or missed a deadline: the conversation is told, the sandbox closed. */
   sandboxFault(conversationId: string, reason: string): void;
-  /** Conversations whose sandbox ended without the daemon closing it (its start failed, or it died), until they get another. */
-  readonly lost: Set<string>;
 }
 
 /** A name for per-conversation directories: the id's 32 hex digits, or a safe form of other ids (probes, tests). */
@@ -198,11 +196,14 @@ export class ConversationSandbox implements ProcessLauncher {
     const cwd = opts.cwd ? this.pathView(host).toVisible(opts.cwd) : VISIBLE_WORKSPACE;
     // joiners start in /workspace (the holder's); elsewhere a `cd` resolved inside the sandbox
     const inner = cwd === VISIBLE_WORKSPACE ? argv : ['/bin/sh', '-c', 'cd -- "$0" || exit 125; exec "$@"', cwd, ...argv];
-    return joinHolder(this.host.bwrap!.holders.joining, holder, inner, {
-      env: translateEnv(opts.env, this.host.mapped),
-      stdio: opts.stdio,
-      hostNetwork: opts.hostNetwork,
-    });
+    return joinHolder(
+      this.host.bwrap!.holders.joining,
+      holder,
+      inner,
+      { env: translateEnv(opts.env, this.host.mapped), stdio: opts.stdio, hostNetwork: opts.hostNetwork },
+      // a holder that failed to start: the joiner, which has entered nothing yet, joins the next one
+      () => (this.host.isClosed || this.closing ? null : this.holderFor(host)),
+    );
   }
 
   /**
@@ -235,7 +236,6 @@ export class ConversationSandbox implements ProcessLauncher {
     if (this.holder && !this.holder.dead) return this.holder;
     const h = this.host.bwrap!.holders.take(workspace, this.stateDir);
     this.holder = h;
-    this.host.lost.delete(this.id);
     this.host.remember(this);
     // (also once the holder died: a service that ended in the middle of an answer is told after its exit)
     h.onFault = (why) => {
@@ -243,9 +243,7 @@ export class ConversationSandbox implements ProcessLauncher {
     };
     // everything that joined it dies with the namespace
     h.onDead = () => {
-      if (this.holder !== h) return;
-      if (!h.stopped && !this.closing) this.host.lost.add(this.id);
-      this.scheduleIdle();
+      if (this.holder === h) this.scheduleIdle();
     };
     if (h.dead) h.onDead();
     return h;

@@ -154,7 +154,7 @@ export class Holders {
     const spec = this.ahead;
     const fds = h.fds;
     if (!spec || !fds || h.dead || h.started || this.closed || h.users.size > 0) return;
-    const full = joinerArgv(this.joining, h, spec.argv);
+    const full = joinerArgv(this.joining, spec.argv);
     const started: NonNullable<Holder['started']> = { proc: null, argv: spec.argv, env: spec.env };
     h.started = started;
     // the holder's fds stay open from now until the joiner has exited (it opens them by number)
@@ -166,7 +166,7 @@ export class Holders {
     };
     const nice = h.nice;
     this.s.spawner
-      .spawn({ file: full[0]!, args: full.slice(1), env: spec.env, stdio: ['direct', 'direct', 'direct', { data: Buffer.from(fdLine(fds)) }], nice })
+      .spawn({ file: full[0]!, args: full.slice(1), env: spec.env, stdio: ['direct', 'direct', 'direct', { data: Buffer.from(fdLine(fds, h.cgroup)) }], nice })
       .then(
         (child) => {
           child.once('exit', release);

@@ -63,6 +63,8 @@ export interface JoinTarget {
   readonly cgroup: ConversationCgroup | null;
   readonly ready: Promise<void>;
   readonly fds: HolderFds | null;
+  /** The daemon ended it (closed, evicted, stopping): a joiner waiting for it is not given another. */
+  readonly stopped: boolean;
   /** Its joiners not yet exited (or a token for one being started): its fds stay open while any is. */
   readonly users: Set<object>;
   /** Closes its fds once it is dead and no joiner is left. */
@@ -79,47 +81,64 @@ function joinerStdio(stdio: StdioOptions | undefined): StdioOptions {
 
 /**
  * Starts `argv` in a holder's sandbox, in its /workspace, with `env` as the sandbox sees it (translateEnv):
- * the `sh` of wrapCommand waits on fd 3 for the holder's fd numbers, written once the holder is ready
- * (nothing when it failed: the joiner says so and exits). The joiner is one of the holder's users until it exits.
+ * the `sh` of wrapCommand waits on fd 3 for the holder's fd numbers and cgroup, written once the holder is
+ * ready. A holder whose start fails is replaced once by `replace` (the conversation's next holder: the
+ * joiner has not entered anything yet, so it joins that one instead); with none, or when that one fails
+ * too, nothing is written: the joiner says so and exits. The joiner is one of its holder's users until it exits.
  */
 export function joinHolder(
   b: JoinSetup,
   holder: JoinTarget,
   argv: string[],
   opts: { env: Record<string, string>; stdio?: StdioOptions; hostNetwork?: boolean },
+  replace: () => JoinTarget | null = () => null,
 ): ChildProcess {
-  const full = joinerArgv(b, holder, argv, opts.hostNetwork);
+  const full = joinerArgv(b, argv, opts.hostNetwork);
   const child = childProcess().spawn(full[0]!, full.slice(1), { env: opts.env, stdio: joinerStdio(opts.stdio), detached: true });
-  holder.users.add(child);
+  let target = holder;
+  target.users.add(child);
   const control = child.stdio[3] as Writable | null;
   control?.on('error', () => {
     /* the child is gone */
   });
-  holder.ready.then(
-    () => {
-      const f = holder.fds;
-      if (!f) return control?.end();
-      control?.end(fdLine(f));
-    },
-    () => control?.end(),
-  );
+  const exited = () => child.exitCode !== null || child.signalCode !== null;
+  const hand = (h: JoinTarget, again: boolean) =>
+    h.ready.then(
+      () => {
+        const f = h.fds;
+        control?.end(f ? fdLine(f, h.cgroup) : undefined);
+      },
+      () => {
+        const next = again && !h.stopped && !exited() ? replace() : null;
+        if (!next || next === h) return control?.end();
+        next.users.add(child);
+        h.users.delete(child);
+        h.release();
+        target = next;
+        hand(next, false);
+      },
+    );
+  hand(holder, true);
   const release = () => {
-    holder.users.delete(child);
-    holder.release();
+    target.users.delete(child);
+    target.release();
   };
   child.once('exit', release);
   child.once('error', release);
   return child;
 }
 
-/** The whole command line of a joiner of `holder` running `argv` (the `sh` of wrapCommand first). */
-export function joinerArgv(b: JoinSetup, holder: Pick<JoinTarget, 'cgroup'>, argv: string[], hostNetwork = false): string[] {
-  return wrapCommand(b, holder.cgroup, [...joinArgs(b.join, b.asRoot, b.filterHex), ...argv], hostNetwork ? 'join-host-network' : 'join');
+/** The whole command line of a joiner running `argv` (the `sh` of wrapCommand first; the holder it joins comes on its fd 3). */
+export function joinerArgv(b: JoinSetup, argv: string[], hostNetwork = false): string[] {
+  return wrapCommand(b, null, [...joinArgs(b.join, b.asRoot, b.filterHex), ...argv], hostNetwork ? 'join-host-network' : 'join');
 }
 
-/** What a joiner's `sh` reads on fd 3: the numbers of the daemon's fds on the holder. */
-export function fdLine(f: HolderFds): string {
-  return `${f.user} ${f.pid} ${f.mnt} ${f.ipc} ${f.uts} ${f.root} ${f.cwd} ${f.cgroup ?? 'x'} ${f.net ?? 'x'}\n`;
+/** What a joiner's `sh` reads on fd 3: the numbers of the daemon's fds on the holder, then its cgroup's procs files. */
+export function fdLine(f: HolderFds, cgroup: ConversationCgroup | null): string {
+  const files = cgroup?.procsFiles ?? [];
+  // (the joiner splits the line on spaces; the daemon names its cgroups without any)
+  if (files.some((p) => /\s/.test(p))) throw new Error(`a cgroup path with a space: ${JSON.stringify(files)}`);
+  return `${f.user} ${f.pid} ${f.mnt} ${f.ipc} ${f.uts} ${f.root} ${f.cwd} ${f.cgroup ?? 'x'} ${f.net ?? 'x'} ${files.join(' ')}\n`;
 }
 
 /** An environment as the sandbox sees it: values naming a mapped host directory name it where the sandbox shows it. */
@@ -138,10 +157,11 @@ export function translateEnv(env: Record<string, string>, mapped: MappedDir[]): 
  * One `sh` around a joiner or a holder: the file size limit (ulimit -f, 512-byte blocks in POSIX sh), the
  * data limit when there is no cgroup (ulimit -d, KiB), and the cgroup join before exec, so every
  * process of the sandbox is counted from its first fork. A joiner (`join`) reads the numbers of
- * the daemon's fds on the holder from fd 3 (written once the holder is ready; nothing when it
- * failed) first, and joins the cgroup after that (a holder's cgroup is made as the holder starts, and
- * a joiner may be spawned before), then execs `nsenter` with them (/proc/<daemon>/fd/<n>: the
- * holder's pid is never looked up again, so a reused pid cannot put a process in another sandbox);
+ * the daemon's fds on the holder and the procs files of the holder's cgroup from fd 3 (written once
+ * the holder is ready: the joiner may be spawned before, and the holder it joins may be another than
+ * the one it was spawned for, see joinHolder; nothing when it failed), joins the cgroup, then execs
+ * `nsenter` with them (/proc/<daemon>/fd/<n>: the holder's pid is never looked up again, so a reused
+ * pid cannot put a process in another sandbox);
  * `join-host-network` leaves out the network namespace (the clone: the daemon's network, before any
  * process of the conversation runs).
  *
@@ -151,7 +171,8 @@ export function translateEnv(env: Record<string, string>, mapped: MappedDir[]): 
  * writing --info-fd to a dead daemon) leaves that child blocked forever, with a pid namespace and
  * no parent. The supervisor gets SIGTERM when its parent dies (setpriv --pdeathsig; a parent gone
  * before that was set shows as a changed $PPID), and when bwrap exits for any reason it kills the
- * whole group, that child included (before its setsid it is in the group).
+ * whole group, that child included (before its setsid it is in the group). Its cgroup, `cgroup`, is
+ * made before it starts.
  */
 export function wrapCommand(
   s: { settings: SandboxSettings; join: JoinTools; hasCgroups: boolean },
@@ -163,13 +184,12 @@ export function wrapCommand(
 ): string[] {
   let script = `ulimit -f ${s.settings.fileSizeMb * 2048} || exit 125; `;
   if (!s.hasCgroups) script += `ulimit -d ${s.settings.memoryMb * 1024} || exit 125; `;
-  // (k, not n: the joiner's $n is the network namespace's fd by then)
-  const joinCgroup = 'k=$1; shift; while [ "$k" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; k=$((k-1)); done; ';
   if (mode !== 'supervise') {
     const d = `/proc/${process.pid}/fd`;
+    // (the cgroup's procs files are the rest of the line: split on spaces, never globbed)
     script +=
-      'read -r u p m i t r w c n <&3 || { echo "parley: the conversation\'s sandbox is not running" >&2; exit 125; }; exec 3<&-; ' +
-      joinCgroup +
+      'read -r u p m i t r w c n g <&3 || { echo "parley: the conversation\'s sandbox is not running" >&2; exit 125; }; exec 3<&-; ' +
+      'set -f; for f in $g; do echo $$ > "$f" || exit 125; done; set +f; ' +
       `o="--user=${d}/$u --pid=${d}/$p --mount=${d}/$m --ipc=${d}/$i --uts=${d}/$t --root=${d}/$r --wd=${d}/$w"; ` +
       `[ "$c" = x ] || o="$o --cgroup=${d}/$c"; ${mode === 'join' ? `[ "$n" = x ] || o="$o --net=${d}/$n"; ` : ''}` +
       `exec ${s.join.nsenter} $o "$@"`;
@@ -177,12 +197,12 @@ export function wrapCommand(
     // (umask 022 for bwrap: the directories it makes on the way to a mount point must be enterable
     // by the sandbox's uid; the conversation's own processes keep the daemon's 077; the supervisor
     // keeps no copy of bwrap's fds, its channel to the file service above all: see holder-launch.ts)
-    script += joinCgroup;
+    script += 'k=$1; shift; while [ "$k" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; k=$((k-1)); done; ';
     script += `[ "$PPID" = ${parent} ] || exit 125; trap 'kill -KILL 0' TERM; umask 022; "$@" & exec 3<&- 4<&- 5<&- 6<&- 7<&- 8<&- 9<&-; wait $!; kill -KILL 0`;
   }
+  if (mode !== 'supervise') return ['/bin/sh', '-c', script, 'sh', ...argv];
   const files = cgroup?.procsFiles ?? [];
-  const sh = ['/bin/sh', '-c', script, 'sh', String(files.length), ...files, ...argv];
-  return mode === 'supervise' ? [s.join.setpriv, '--pdeathsig', 'TERM', '--', ...sh] : sh;
+  return [s.join.setpriv, '--pdeathsig', 'TERM', '--', '/bin/sh', '-c', script, 'sh', String(files.length), ...files, ...argv];
 }
 
 /**

@@ -73,8 +73,6 @@ export class Sandbox implements ShellSandbox, SandboxHost {
   private releaseProbe: (() => void) | null = null;
   /** SANDBOX=none: a file service per conversation as a plain process. */
   readonly plain: PlainFileServices;
-  /** Conversations whose sandbox ended without the daemon closing it, until they get another (see sandboxLost). */
-  readonly lost = new Set<string>();
   private relieving = false;
 
   private constructor(
@@ -296,8 +294,11 @@ export class Sandbox implements ShellSandbox, SandboxHost {
     if (this.live.get(c.id) === c) this.live.delete(c.id);
   }
 
+  /** A handle that took a holder again after it was forgotten: the conversation's again, counted against SANDBOX_MAX_LIVE. */
   remember(c: ConversationSandbox): void {
-    if (!this.live.has(c.id) && !this.closed) this.live.set(c.id, c);
+    if (this.live.has(c.id) || this.closed) return;
+    this.live.set(c.id, c);
+    this.evictIfNeeded(c.id);
   }
 
   /** The workspace on the host. */
@@ -375,7 +376,6 @@ export class Sandbox implements ShellSandbox, SandboxHost {
   /** Kills every process of the conversation (background ones included) and waits until they are gone. */
   async closeConversation(conversationId: string): Promise<void> {
     this.diskQuota?.forget(conversationId);
-    this.lost.delete(conversationId);
     await this.plain.close(conversationId);
     await this.live.get(conversationId)?.close();
   }
@@ -399,11 +399,6 @@ export class Sandbox implements ShellSandbox, SandboxHost {
   ): StartedProcess | null {
     if (!this.enabled || this.closed) return null;
     return this.live.get(conversationId)?.takeStarted(argv, opts, accept) ?? null;
-  }
-
-  /** Whether the conversation's sandbox ended without the daemon closing it (its start failed, or it died) and was not started again yet. */
-  sandboxLost(conversationId: string): boolean {
-    return this.enabled && !this.closed && this.lost.has(conversationId);
   }
 
   /** SANDBOX=none (the daemon's, not `none()`'s): starts the conversation's file service while its shell starts, not at its first file operation. */

@@ -75,11 +75,6 @@ export interface ShellSandbox {
     opts: SandboxSpawnOptions,
     accept: (missing: Record<string, string | null>) => boolean,
   ): StartedProcess | null;
-  /**
-   * bwrap: whether the conversation's sandbox ended without being closed (its start failed, or it
-   * died) and was not started again: a shell that could not start in it may be started once more.
-   */
-  sandboxLost?(conversationId: string): boolean;
   /** Starts the conversation's file service in the background when it has none (plain processes: a file operation often follows the first shell). */
   prewarmFiles?(conversationId: string, workspaceDir: string): void;
   setBusy(conversationId: string, busy: boolean): void;

@@ -246,27 +246,21 @@ export class ShellPool {
           'a new shell started in the same working directory with the same exported variables.',
       );
     }
-    for (let attempt = 0; ; attempt++) {
-      const startP = this.startShell(ctx, idle?.state);
-      e.starting = startP;
-      try {
-        const session = await startP;
-        mark(ctx.conversationId, 'shell: ready');
-        session.appliedEnv = { ...ctx.env };
-        if (e.starting !== startP) {
-          // close() ran while the shell was starting.
-          await session.terminate('closed');
-          throw new Error('The terminal was closed while it was starting.');
-        }
-        e.session = session;
-        return { session, notes };
-      } catch (err) {
-        // a sandbox that failed to start (or died) under the shell, not closed by the daemon: a new one, once
-        if (attempt > 0 || e.starting !== startP || !sandbox.sandboxLost?.(ctx.conversationId)) throw err;
-        mark(ctx.conversationId, 'shell: sandbox lost, started again');
-      } finally {
-        if (e.starting === startP) e.starting = null;
+    const startP = this.startShell(ctx, idle?.state);
+    e.starting = startP;
+    try {
+      const session = await startP;
+      mark(ctx.conversationId, 'shell: ready');
+      session.appliedEnv = { ...ctx.env };
+      if (e.starting !== startP) {
+        // close() ran while the shell was starting.
+        await session.terminate('closed');
+        throw new Error('The terminal was closed while it was starting.');
       }
+      e.session = session;
+      return { session, notes };
+    } finally {
+      if (e.starting === startP) e.starting = null;
     }
   }
 
