@@ -106,6 +106,29 @@ describe('terminal tool: timeouts, interrupts, outputs, shells', () => {
     assert.match(textOf(state), /^\/ 1\n/);
   });
 
+  it('C-c sent while the shell still reads and parses a long command line: the command is interrupted, and its end reported', async () => {
+    // (a C-c that aborted the line before it set the command's nonce left the terminal waiting for an end
+    // that never came: every later command was refused as one already running)
+    const t = createTerminalTool({ sandbox: Sandbox.none(), noOutputTimeoutMs: 1, outputDir: (id) => path.join(root, 'outputs', id) });
+    try {
+      const ctx = makeCtx();
+      for (const mib of [1, 4, 8]) {
+        const loop = await run(ctx, { command: `: '${'x'.repeat(mib * 1024 * 1024)}'; while true; do /bin/true; done` }, t);
+        assert.equal(loop.exit_code, -1);
+        const stop = await interrupt(ctx, t);
+        assert.equal(stop.last.exit_code, 130, `a ${mib} MiB line: ${stop.text.slice(-300)}`);
+        // the shell takes the next command (polled: the tool answers after 1 ms without output)
+        let next = await run(ctx, { command: 'echo next' }, t);
+        let text = textOf(next);
+        await waitFor(async () => next.exit_code !== -1 || ((text += textOf((next = await run(ctx, { command: '' }, t)))), false), 'the next command');
+        assert.equal(next.exit_code, 0, text);
+        assert.match(text, /^next$/m);
+      }
+    } finally {
+      await t.closeAll();
+    }
+  });
+
   it('C-c ends a loop of short commands every time, though bash takes an exit that races the signal as handled (100 tries)', async () => {
     // without the signal sent again, about one C-c in five left this loop running
     const t = createTerminalTool({ sandbox: Sandbox.none(), noOutputTimeoutMs: 200, outputDir: (id) => path.join(root, 'outputs', id) });

@@ -35,7 +35,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
 import { isAlive, signalGroup, trackGroup, untrackGroup } from '../../process-group.js';
-import { childrenOf, foregroundProcesses, isBackgroundJob, isRunning, reapedFaultsOf, shellProcesses, signalPid, startOf } from './procs.js';
+import { childrenOf, foregroundProcesses, shellProcesses, signalPid } from './procs.js';
+import { interrupt } from './interrupt.js';
 import { childProcess } from '../../builtins.js';
 import { RunningCommand } from './command.js';
 import { CommandFifos } from './fifos.js';
@@ -474,63 +475,9 @@ export class ShellSession {
 
   // ---------------------------------------------------------------- signals
 
-  /**
-   * C-c: SIGINT to the shell's process group (bash aborts the command line), and wake stopped processes.
-   *
-   * bash takes a child that exits normally as the signal reaches the shell for one that handled the
-   * signal, and carries on with the line; in a loop of short commands that race is hit often (one C-c in
-   * five with `while true; do /bin/true; done`, one in three on a loaded machine). So with `rc` given,
-   * while it runs (ten seconds at most): once everything that had the signal has ended, a child the shell
-   * starts after it (or, where the scans miss such children, the shell reaping children scan after scan,
-   * or half a second in which the command has not ended) shows that the shell carried on, and the group
-   * gets SIGINT again. (bash breaks the
-   * line only when both it and its child have the signal: SIGINT to the child alone does not.) The
-   * shell's prompt, which reports the command's end, starts no process, so it is not cut short. A
-   * program that handles SIGINT and keeps running is left alone.
-   */
+  /** C-c (see interrupt.ts); with `rc`, the running command, it is sent again while the shell carries on with it. */
   interrupt(rc?: RunningCommand): void {
-    const foreground = foregroundProcesses(this.shellPid);
-    signalGroup(this.groupPid, 'SIGINT');
-    for (const p of foreground) if (p.state === 'T' || p.state === 't') signalPid(p.pid, 'SIGCONT');
-    if (rc) void this.interruptAgain(rc, new Map(foreground.map((p) => [p.pid, p.start])));
-  }
-
-  /** `signalled`: the processes that had the signal, by pid, with their start times (a loop's forks reuse pids fast). */
-  private async interruptAgain(rc: RunningCommand, signalled: Map<number, string>): Promise<void> {
-    const until = Date.now() + 10_000;
-    // children the shell reaped, seen by the faults it counts for them: the count when it had none
-    // left in the foreground, and how many scans in a row found it grown since
-    let reaped: number | null = null;
-    let grown = 0;
-    let sent = Date.now(); // failing both, half a second without the command's end does (scans far apart under load)
-    // the shell's children are read from one /proc file every 20 ms: a loop's short commands live a
-    // millisecond or less, and a scan of all of /proc would seldom find one
-    while (Date.now() < until && !(await this.waitDone(rc, 20)) && this.exited === null) {
-      if ([...signalled].some(([pid, start]) => isRunning(pid, start))) continue;
-      let carriedOn = false;
-      let foreground = 0;
-      for (const pid of childrenOf(this.shellPid)) {
-        const start = startOf(pid);
-        if (start === null || isBackgroundJob(pid)) continue;
-        foreground++;
-        if (signalled.get(pid) === start) continue;
-        signalled.set(pid, start);
-        carriedOn = true;
-      }
-      // On a loaded machine the scan can miss every one of a loop's short commands for the whole wait.
-      // Children the shell started and reaped between two scans still show in its fault count: grown in
-      // two scans in a row, each after one that found no child of it in the foreground (not the last
-      // one that had the signal, reaped once, nor a background job that ends: each grows it once).
-      const faults = reapedFaultsOf(this.shellPid);
-      grown = reaped !== null && faults !== null && faults > reaped ? grown + 1 : 0;
-      reaped = foreground === 0 ? faults : null;
-      if (grown >= 2 || Date.now() - sent >= 500) carriedOn = true;
-      if (carriedOn) {
-        grown = 0;
-        sent = Date.now();
-        signalGroup(this.groupPid, 'SIGINT');
-      }
-    }
+    interrupt(this, rc);
   }
 
   /** Sends `signal` to the foreground command's processes (not the shell, not background jobs). */

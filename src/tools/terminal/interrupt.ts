@@ -1,0 +1,101 @@
+/**
+ * C-c for a shell session (session.ts): SIGINT to the shell's process group (bash aborts the command
+ * line), and stopped processes woken.
+ *
+ * bash takes a child that exits normally as the signal reaches the shell for one that handled the
+ * signal, and carries on with the line; in a loop of short commands that race is hit often (one C-c in
+ * five with `while true; do /bin/true; done`, one in three on a loaded machine). So with the running
+ * command given, while it runs (ten seconds at most): once everything that had the signal has ended, a
+ * child the shell starts after it (or, where the scans miss such children, the shell reaping children
+ * scan after scan, or half a second in which the command has not ended) shows that the shell carried
+ * on, and the group gets SIGINT again. (bash breaks the line only when both it and its child have the
+ * signal: SIGINT to the child alone does not.) The shell's prompt, which reports the command's end,
+ * starts no process, so it is not cut short. A program that handles SIGINT and keeps running is left
+ * alone.
+ *
+ * A command the shell has not begun yet (its line still on its way, or being read and parsed: a long
+ * line, a loaded machine) is interrupted once it has: a SIGINT then would abort the line before the
+ * line sets the command's nonce, so the command would run no more but its end would never be reported
+ * (the prompt reports only a command whose nonce is set), and the terminal would wait for it forever.
+ */
+import { signalGroup } from '../../process-group.js';
+import type { RunningCommand } from './command.js';
+import { childrenOf, foregroundProcesses, isBackgroundJob, isRunning, reapedFaultsOf, signalPid, startOf } from './procs.js';
+
+/** How long C-c waits for the shell to begin a command before it interrupts it all the same. */
+const BEGIN_WAIT_MS = 10_000;
+
+/** How long C-c goes on sending SIGINT again while the shell carries on with the command. */
+const AGAIN_MS = 10_000;
+
+/** What C-c needs of a shell session. */
+export interface Interruptible {
+  /** The shell's process group. */
+  readonly groupPid: number;
+  /** bash itself: the foreground command's processes are its descendants. */
+  readonly shellPid: number;
+  readonly exited: object | null;
+  /** Whether `rc` is done within `ms`. */
+  waitDone(rc: RunningCommand, ms: number): Promise<boolean>;
+  /** Resolves at the session's next change (output, a mark, its exit), or after `ms`. */
+  waitForChange(ms: number): Promise<void>;
+}
+
+/** C-c: now, or once the shell has begun `rc` (see above); with `rc`, sent again while the shell carries on with it. */
+export function interrupt(s: Interruptible, rc?: RunningCommand): void {
+  if (!rc || rc.began) return signalNow(s, rc);
+  void untilBegun(s, rc).then(() => {
+    if (!rc.done && s.exited === null) signalNow(s, rc);
+  });
+}
+
+/** Waits until the shell has begun `rc` (its begin mark came), `rc` is done or the shell exited; BEGIN_WAIT_MS at most. */
+async function untilBegun(s: Interruptible, rc: RunningCommand): Promise<void> {
+  const until = Date.now() + BEGIN_WAIT_MS;
+  while (!rc.began && !rc.done && s.exited === null && Date.now() < until) await s.waitForChange(until - Date.now());
+}
+
+function signalNow(s: Interruptible, rc?: RunningCommand): void {
+  const foreground = foregroundProcesses(s.shellPid);
+  signalGroup(s.groupPid, 'SIGINT');
+  for (const p of foreground) if (p.state === 'T' || p.state === 't') signalPid(p.pid, 'SIGCONT');
+  if (rc) void interruptAgain(s, rc, new Map(foreground.map((p) => [p.pid, p.start])));
+}
+
+/** `signalled`: the processes that had the signal, by pid, with their start times (a loop's forks reuse pids fast). */
+async function interruptAgain(s: Interruptible, rc: RunningCommand, signalled: Map<number, string>): Promise<void> {
+  const until = Date.now() + AGAIN_MS;
+  // children the shell reaped, seen by the faults it counts for them: the count when it had none
+  // left in the foreground, and how many scans in a row found it grown since
+  let reaped: number | null = null;
+  let grown = 0;
+  let sent = Date.now(); // failing both, half a second without the command's end does (scans far apart under load)
+  // the shell's children are read from one /proc file every 20 ms: a loop's short commands live a
+  // millisecond or less, and a scan of all of /proc would seldom find one
+  while (Date.now() < until && !(await s.waitDone(rc, 20)) && s.exited === null) {
+    if ([...signalled].some(([pid, start]) => isRunning(pid, start))) continue;
+    let carriedOn = false;
+    let foreground = 0;
+    for (const pid of childrenOf(s.shellPid)) {
+      const start = startOf(pid);
+      if (start === null || isBackgroundJob(pid)) continue;
+      foreground++;
+      if (signalled.get(pid) === start) continue;
+      signalled.set(pid, start);
+      carriedOn = true;
+    }
+    // On a loaded machine the scan can miss every one of a loop's short commands for the whole wait.
+    // Children the shell started and reaped between two scans still show in its fault count: grown in
+    // two scans in a row, each after one that found no child of it in the foreground (not the last
+    // one that had the signal, reaped once, nor a background job that ends: each grows it once).
+    const faults = reapedFaultsOf(s.shellPid);
+    grown = reaped !== null && faults !== null && faults > reaped ? grown + 1 : 0;
+    reaped = foreground === 0 ? faults : null;
+    if (grown >= 2 || Date.now() - sent >= 500) carriedOn = true;
+    if (carriedOn) {
+      grown = 0;
+      sent = Date.now();
+      signalGroup(s.groupPid, 'SIGINT');
+    }
+  }
+}
