@@ -130,6 +130,28 @@ describe('terminal tool: timeouts, interrupts, outputs, shells', () => {
     }
   });
 
+  it('a run stopped while the shell still parses the command line: the command is interrupted once begun, and the shell kept', async () => {
+    const t = createTerminalTool({ sandbox: Sandbox.none(), noOutputTimeoutMs: 30_000, outputDir: (id) => path.join(root, 'outputs', id) });
+    try {
+      const ctx = makeCtx();
+      await run(ctx, { command: 'cd / && export KEPT=1' }, t);
+      const session = t.pool.session(ctx.conversationId)!;
+      const stop = new AbortController();
+      const call = run({ ...ctx, signal: stop.signal }, { command: `: '${'x'.repeat(8 * 1024 * 1024)}'; while true; do /bin/true; done` }, t);
+      // the run is stopped as soon as the command is on its way to the shell, before the shell began it
+      const deadline = Date.now() + 30_000;
+      while (!session.running && Date.now() < deadline) await new Promise((r) => setImmediate(r));
+      assert.ok(session.running && !session.running.began, 'stopped before the shell began the command');
+      stop.abort();
+      const obs = await call;
+      assert.match(textOf(obs), /interrupted because the run was stopped, and was killed \(SIGINT\)/);
+      const after = await run(ctx, { command: 'echo "$PWD $KEPT"' }, t);
+      assert.match(textOf(after), /^\/ 1$/m, 'the same shell, its directory and variables kept');
+    } finally {
+      await t.closeAll();
+    }
+  });
+
   it('C-c ends a loop of short commands every time, though bash takes an exit that races the signal as handled (100 tries)', async () => {
     // without the signal sent again, about one C-c in five left this loop running
     const t = createTerminalTool({ sandbox: Sandbox.none(), noOutputTimeoutMs: 200, outputDir: (id) => path.join(root, 'outputs', id) });

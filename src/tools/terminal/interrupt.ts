@@ -41,12 +41,16 @@ export interface Interruptible {
   waitForChange(ms: number): Promise<void>;
 }
 
-/** C-c: now, or once the shell has begun `rc` (see above); with `rc`, sent again while the shell carries on with it. */
-export function interrupt(s: Interruptible, rc?: RunningCommand): void {
-  if (!rc || rc.began) return signalNow(s, rc);
-  void untilBegun(s, rc).then(() => {
-    if (!rc.done && s.exited === null) signalNow(s, rc);
-  });
+/**
+ * C-c: now, or once the shell has begun `rc` (see above); with `rc`, sent again while the shell carries on
+ * with it. Resolves once the first SIGINT is sent (or is not needed: `rc` done, the shell gone).
+ */
+export async function interrupt(s: Interruptible, rc?: RunningCommand): Promise<void> {
+  if (rc && !rc.began) {
+    await untilBegun(s, rc);
+    if (rc.done || s.exited !== null) return;
+  }
+  signalNow(s, rc);
 }
 
 /** Waits until the shell has begun `rc` (its begin mark came), `rc` is done or the shell exited; BEGIN_WAIT_MS at most. */

@@ -476,8 +476,8 @@ export class ShellSession {
   // ---------------------------------------------------------------- signals
 
   /** C-c (see interrupt.ts); with `rc`, the running command, it is sent again while the shell carries on with it. */
-  interrupt(rc?: RunningCommand): void {
-    interrupt(this, rc);
+  interrupt(rc?: RunningCommand): Promise<void> {
+    return interrupt(this, rc);
   }
 
   /** Sends `signal` to the foreground command's processes (not the shell, not background jobs). */

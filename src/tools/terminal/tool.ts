@@ -253,7 +253,7 @@ class TerminalCalls {
   private sendInput(session: ShellSession, rc: RunningCommand, input: string, notes: string[]): string | null {
     switch (input) {
       case 'C-c':
-        session.interrupt(rc);
+        void session.interrupt(rc);
         return null;
       case 'C-d':
         if (!session.closeStdin(rc)) notes.push('The standard input of the command was already closed.');
@@ -380,7 +380,8 @@ class TerminalCalls {
    */
   private async killCommand(session: ShellSession, rc: RunningCommand, fast: boolean): Promise<string> {
     if (rc.done) return '';
-    session.interrupt();
+    // (once the shell has begun the command: see interrupt.ts)
+    await session.interrupt(rc);
     if (await session.waitDone(rc, fast ? 300 : 1000)) return ' (SIGINT)';
     session.killForeground();
     if (await session.waitDone(rc, fast ? 500 : 1500)) return ' (SIGKILL)';
