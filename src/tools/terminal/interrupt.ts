@@ -17,6 +17,8 @@
  * line, a loaded machine) is interrupted once it has: a SIGINT then would abort the line before the
  * line sets the command's nonce, so the command would run no more but its end would never be reported
  * (the prompt reports only a command whose nonce is set), and the terminal would wait for it forever.
+ * For the same reason the shell's next command waits until the shell has taken every SIGINT sent
+ * (ShellSession.settle): one sent as the command was ending may reach bash only with the next line.
  */
 import { signalGroup } from '../../process-group.js';
 import type { RunningCommand } from './command.js';
@@ -35,6 +37,8 @@ export interface Interruptible {
   /** bash itself: the foreground command's processes are its descendants. */
   readonly shellPid: number;
   readonly exited: object | null;
+  /** Set at each SIGINT sent: the shell's next command waits until the shell has taken them (ShellSession.settle). */
+  interruptSent: boolean;
   /** Whether `rc` is done within `ms`. */
   waitDone(rc: RunningCommand, ms: number): Promise<boolean>;
   /** Resolves at the session's next change (output, a mark, its exit), or after `ms`. */
@@ -61,6 +65,7 @@ async function untilBegun(s: Interruptible, rc: RunningCommand): Promise<void> {
 
 function signalNow(s: Interruptible, rc?: RunningCommand): void {
   const foreground = foregroundProcesses(s.shellPid);
+  s.interruptSent = true;
   signalGroup(s.groupPid, 'SIGINT');
   for (const p of foreground) if (p.state === 'T' || p.state === 't') signalPid(p.pid, 'SIGCONT');
   if (rc) void interruptAgain(s, rc, new Map(foreground.map((p) => [p.pid, p.start])));
@@ -99,6 +104,7 @@ async function interruptAgain(s: Interruptible, rc: RunningCommand, signalled: M
     if (carriedOn) {
       grown = 0;
       sent = Date.now();
+      s.interruptSent = true;
       signalGroup(s.groupPid, 'SIGINT');
     }
   }

@@ -108,6 +108,10 @@ export class ShellSession {
   private stderrTail = '';
   /** bash's stderr after its last complete line (begin marks are whole lines). */
   private stderrLine = '';
+  /** A SIGINT was sent to the shell's group (interrupt.ts) since it last settled: the next command waits for it (settle). */
+  interruptSent = false;
+  /** The token of the settling line sent last, until bash prints it. */
+  private settleToken: string | null = null;
   /** bash's stderr has ended: every writer is gone and all it wrote has been read. */
   private stderrEnded = false;
   private exitPromise: Promise<void>;
@@ -226,6 +230,11 @@ export class ShellSession {
     this.stderrTail = (this.stderrTail + text).slice(-4000);
     const lines = (this.stderrLine + text).split('\n');
     this.stderrLine = lines.pop()!.slice(-1000);
+    const token = this.settleToken;
+    if (token !== null && lines.some((l) => l.endsWith(`${BEGIN}${token}`))) {
+      this.settleToken = null;
+      this.notify();
+    }
     const rc = this.running;
     if (rc && !rc.began && lines.some((l) => l.endsWith(`${BEGIN}${rc.nonce}`))) {
       rc.began = true;
@@ -395,6 +404,7 @@ export class ShellSession {
     if (this.running && !this.running.done) throw new Error('a command is already running');
     const nonce = randomBytes(8).toString('hex');
     const { path: fifoPath, fd } = await this.fifos.next();
+    if (this.interruptSent) await this.settle();
     const rc = new RunningCommand(command, nonce, fifoPath, fd, this.bufferCap);
     this.running = rc;
     this.scanTail = '';
@@ -407,6 +417,26 @@ export class ShellSession {
       `{ eval ${shellQuote(command.replace(/\0/g, ''))}; } <"$__parley_fifo" >&${OUT_FD} 2>&${OUT_FD}\n`;
     this.proc.stdin.write(line);
     return rc;
+  }
+
+  /**
+   * Waits until the shell has taken every SIGINT sent to it (interrupt.ts) before the next command goes. One
+   * sent as a command was ending (C-c's later ones; a loaded machine) may reach bash only as it reads or
+   * parses the next line, which it then aborts before the line begins: that command would run no more and
+   * its end never be reported. So a line that prints a token on bash's stderr goes first, again until bash
+   * prints one (a SIGINT aborts one line at most); once it has, bash has taken them all.
+   */
+  private async settle(): Promise<void> {
+    this.interruptSent = false;
+    for (let i = 1; i <= 5 && this.exited === null; i++) {
+      const token = `S${randomBytes(6).toString('hex')}`;
+      this.settleToken = token;
+      this.proc.stdin.write(`printf '\\036B%s\\n' ${token} >&2\n`);
+      const until = Date.now() + 500 * i;
+      while (this.settleToken === token && this.exited === null && Date.now() < until) await this.waitForChange(until - Date.now());
+      if (this.settleToken !== token) return;
+    }
+    this.settleToken = null;
   }
 
   /**
