@@ -220,6 +220,27 @@ describe('terminal tool: timeouts, interrupts, outputs, shells', () => {
     assert.match(textOf(next), /^yes/);
   });
 
+  it("a copy of the last command's end mark (a late SIGINT makes the prompt print it again) is not output", async () => {
+    const t = createTerminalTool({ sandbox: Sandbox.none(), noOutputTimeoutMs: 1, outputDir: (id) => path.join(root, 'outputs', id) });
+    try {
+      const ctx = makeCtx();
+      // the nonce of a command, read from its session while it runs
+      const first = await run(ctx, { command: 'sleep 0.3' }, t);
+      assert.equal(first.exit_code, -1);
+      const nonce = t.pool.session(ctx.conversationId)!.running!.nonce;
+      await waitFor(async () => (await run(ctx, { command: '' }, t)).exit_code !== -1, 'the first command to end', 30_000);
+      // what the prompt prints again when a SIGINT cut it short after the end mark
+      let obs = await run(ctx, { command: `printf '\\036PARLEY:${nonce}:130:/x\\037\\n'; echo after` }, t);
+      let text = textOf(obs);
+      await waitFor(async () => obs.exit_code !== -1 || ((text += textOf((obs = await run(ctx, { command: '' }, t)))), false), 'the second command', 30_000);
+      assert.equal(obs.exit_code, 0, text);
+      assert.match(text, /(^|\])after\n/);
+      assert.ok(!text.includes(nonce) && !text.includes('PARLEY'), text);
+    } finally {
+      await t.closeAll();
+    }
+  });
+
   it('hard timeout escalates to SIGKILL for a program that ignores SIGINT, sparing background jobs', async () => {
     const ctx = makeCtx();
     const bg = await run(ctx, { command: `sleep 41.14 & echo PID=$!` });

@@ -46,15 +46,15 @@ export interface Interruptible {
 }
 
 /**
- * C-c: now, or once the shell has begun `rc` (see above); with `rc`, sent again while the shell carries on
- * with it. Resolves once the first SIGINT is sent (or is not needed: `rc` done, the shell gone).
+ * C-c: now, or once the shell has begun `rc` (see above); with `rc` and `again`, sent again while the shell
+ * carries on with it. Resolves once the first SIGINT is sent (or is not needed: `rc` done, the shell gone).
  */
-export async function interrupt(s: Interruptible, rc?: RunningCommand): Promise<void> {
+export async function interrupt(s: Interruptible, rc?: RunningCommand, again = true): Promise<void> {
   if (rc && !rc.began) {
     await untilBegun(s, rc);
     if (rc.done || s.exited !== null) return;
   }
-  signalNow(s, rc);
+  signalNow(s, again ? rc : undefined);
 }
 
 /** Waits until the shell has begun `rc` (its begin mark came), `rc` is done or the shell exited; BEGIN_WAIT_MS at most. */

@@ -112,6 +112,8 @@ export class ShellSession {
   interruptSent = false;
   /** The token of the settling line sent last, until bash prints it. */
   private settleToken: string | null = null;
+  /** The nonce of the command that ended last: a copy of its end mark is dropped (feed). */
+  private endedNonce: string | null = null;
   /** bash's stderr has ended: every writer is gone and all it wrote has been read. */
   private stderrEnded = false;
   private exitPromise: Promise<void>;
@@ -243,7 +245,9 @@ export class ShellSession {
   }
 
   private feed(text: string): void {
-    let rest = text;
+    // a SIGINT that cuts the prompt's function short after it printed a command's end has it print that end
+    // again (a C-c's later SIGINTs can reach the shell then): the copy is not output
+    let rest = this.endedNonce === null ? text : withoutMarks(text, `${MARK}${this.endedNonce}:`);
     while (rest.length > 0) {
       if (this.sentinel !== null) {
         this.sentinel += rest;
@@ -302,6 +306,7 @@ export class ShellSession {
       return;
     }
     const rc = this.running;
+    this.endedNonce = this.expectedNonce;
     this.expectedNonce = null;
     if (rc && !rc.done) {
       rc.done = { exitCode: Number.isFinite(exitCode) ? exitCode : -1, cwd: this.cwd };
@@ -505,9 +510,9 @@ export class ShellSession {
 
   // ---------------------------------------------------------------- signals
 
-  /** C-c (see interrupt.ts); with `rc`, the running command, it is sent again while the shell carries on with it. */
-  interrupt(rc?: RunningCommand): Promise<void> {
-    return interrupt(this, rc);
+  /** C-c (see interrupt.ts); with `rc`, the running command, and `again`, it is sent again while the shell carries on with it. */
+  interrupt(rc?: RunningCommand, again = true): Promise<void> {
+    return interrupt(this, rc, again);
   }
 
   /** Sends `signal` to the foreground command's processes (not the shell, not background jobs). */
@@ -574,4 +579,16 @@ export class ShellSession {
     this.fifos.closeSpare();
     await this.fifos.remove();
   }
+}
+
+/** `text` without the marks that begin with `start` (each to its END and the newline after it). */
+function withoutMarks(text: string, start: string): string {
+  let out = text;
+  for (let i = out.indexOf(start); i >= 0; i = out.indexOf(start, i)) {
+    const end = out.indexOf(END, i + start.length);
+    if (end < 0) break;
+    const stop = end + END.length + (out[end + END.length] === '\n' ? 1 : 0);
+    out = out.slice(0, i) + out.slice(stop);
+  }
+  return out;
 }

@@ -380,8 +380,8 @@ class TerminalCalls {
    */
   private async killCommand(session: ShellSession, rc: RunningCommand, fast: boolean): Promise<string> {
     if (rc.done) return '';
-    // (once the shell has begun the command: see interrupt.ts)
-    await session.interrupt(rc);
+    // (once the shell has begun the command: see interrupt.ts; not again: SIGKILL follows)
+    await session.interrupt(rc, false);
     if (await session.waitDone(rc, fast ? 300 : 1000)) return ' (SIGINT)';
     session.killForeground();
     if (await session.waitDone(rc, fast ? 500 : 1500)) return ' (SIGKILL)';
