@@ -149,6 +149,35 @@ describe('sandbox: a holder whose bwrap dies early', { timeout: 300_000 }, () =>
       fs.rmSync(dir, { recursive: true, force: true });
     }
   });
+
+  test("the start-up probe judges one holder's start: a bwrap that cannot start one is tried once, not twice", async () => {
+    const dir = tempDir();
+    const fake = path.join(dir, 'bwrap');
+    fs.writeFileSync(
+      fake,
+      `#!/bin/sh\nn=$(cat ${dir}/count 2>/dev/null || echo 0); echo $((n + 1)) > ${dir}/count\n` +
+        `echo 'bwrap: No permissions to create new namespace' >&2\nexit 1\n`,
+      { mode: 0o755 },
+    );
+    try {
+      await assert.rejects(
+        Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', bwrapPath: fake, spareHolder: false }, { workspaceRoot: dir }),
+        /SANDBOX=bwrap but .*No permissions/,
+      );
+      assert.equal(fs.readFileSync(path.join(dir, 'count'), 'utf8').trim(), '1', 'bwrap was started once');
+      fs.rmSync(path.join(dir, 'count'));
+      const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'auto', bwrapPath: fake, spareHolder: false }, { workspaceRoot: dir });
+      try {
+        assert.equal(sb.enabled, false, 'auto fell back to plain processes');
+        assert.match(sb.info().warning ?? '', /SANDBOX=auto: .*No permissions/);
+        assert.equal(fs.readFileSync(path.join(dir, 'count'), 'utf8').trim(), '1', 'bwrap was started once');
+      } finally {
+        await sb.close();
+      }
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
 });
 
 describe('sandbox: one set of namespaces per conversation (in-process launcher, real bwrap)', { timeout: 300_000 }, () => {

@@ -202,7 +202,7 @@ export class ConversationSandbox implements ProcessLauncher {
       inner,
       { env: translateEnv(opts.env, this.host.mapped), stdio: opts.stdio, hostNetwork: opts.hostNetwork },
       // a holder that failed to start: the joiner, which has entered nothing yet, joins the next one
-      () => (this.host.isClosed || this.closing ? null : this.holderFor(host)),
+      () => (opts.firstHolderOnly || this.host.isClosed || this.closing ? null : this.holderFor(host)),
     );
   }
 

@@ -239,7 +239,12 @@ export class Sandbox implements ShellSandbox, SandboxHost {
   private async probe(dir: string): Promise<string | null> {
     const id = `probe-${process.pid}`;
     try {
-      const child = this.spawn(id, ['true'], { env: { PATH: baseChildEnv().PATH! }, stdio: ['ignore', 'ignore', 'pipe'], workspaceDir: dir });
+      const child = this.spawn(id, ['true'], {
+        env: { PATH: baseChildEnv().PATH! },
+        stdio: ['ignore', 'ignore', 'pipe'],
+        workspaceDir: dir,
+        firstHolderOnly: true,
+      });
       let stderr = '';
       child.stderr!.on('data', (d: Buffer) => (stderr += d.toString('utf8')));
       const holder = this.live.get(id)?.holder;

@@ -36,6 +36,11 @@ export interface SandboxSpawnOptions {
   workspaceDir?: string;
   /** Keep the daemon's network namespace (ProcessLauncher.spawn). */
   hostNetwork?: boolean;
+  /**
+   * The first holder only: when it fails to start, the process is not moved to the next one (the
+   * start-up probe, which judges that start, not whether a second one works).
+   */
+  firstHolderOnly?: boolean;
 }
 
 /** A per-conversation host directory and where the conversation's processes see it. */
