@@ -3,6 +3,7 @@
  * shutdown and kill -9 of the daemon, judged from the host.
  */
 import assert from 'node:assert/strict';
+import type { ChildProcess } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -147,6 +148,43 @@ describe('sandbox: a holder whose bwrap dies early', { timeout: 300_000 }, () =>
       for (const p of hostProcesses(`sleep ${marker}`)) process.kill(p, 'SIGKILL');
       await sb.close();
       fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('a handle that takes a sandbox again after it was let go counts against SANDBOX_MAX_LIVE: the least recently used idle one is closed', async () => {
+    const root = tempDir();
+    const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', maxLive: 1, spareHolder: false }, { workspaceRoot: root });
+    const [a, b] = [crypto.randomUUID(), crypto.randomUUID()];
+    const [ma, mb] = [`5151${process.pid % 1000}`, `5252${process.pid % 1000}`];
+    type Opts = Parameters<typeof sb.spawn>[2];
+    const run = (spawn: (argv: string[], opts: Opts) => ChildProcess, argv: string[]) =>
+      new Promise<number | null>((resolve) => spawn(argv, { env: sb.env(), stdio: 'ignore' }).on('close', resolve));
+    // (a process of the namespace may be gone by the time it is killed: its init was killed first)
+    const kill = (pid: number) => {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {}
+    };
+    const job = (m: string) => ['sh', '-c', `(sleep ${m} >/dev/null 2>&1 &); true`];
+    try {
+      assert.equal(await run((argv, o) => sb.spawn(a, argv, o), job(ma)), 0);
+      const handleA = sb.conversation(a);
+      // A's sandbox killed from the host: nothing of A is left, so its handle is let go
+      const [jobA] = (await waitFor(() => (hostProcesses(`sleep ${ma}`).length === 1 ? hostProcesses(`sleep ${ma}`) : null), "A's job runs", 10_000))!;
+      for (const p of pidsInNs(nsOf(jobA!)!)) kill(p);
+      await waitFor(() => sb.liveCount === 0, "A's handle let go", 10_000);
+      // B becomes the one live sandbox, idle, its job running
+      assert.equal(await run((argv, o) => sb.spawn(b, argv, o), job(mb)), 0);
+      const [jobB] = (await waitFor(() => (hostProcesses(`sleep ${mb}`).length === 1 ? hostProcesses(`sleep ${mb}`) : null), "B's job runs", 10_000))!;
+      assert.equal(sb.liveCount, 1);
+      // A's old handle starts a process: it takes a sandbox again, and B, over the cap, is closed
+      assert.equal(await run((argv, o) => handleA.spawn(argv, o), ['true']), 0);
+      await waitFor(() => alive([jobB!]).length === 0, "B's sandbox closed (its job gone, judged from the host)", 20_000);
+      assert.equal(sb.liveCount, 1, 'one live sandbox: A');
+    } finally {
+      for (const p of [...hostProcesses(`sleep ${ma}`), ...hostProcesses(`sleep ${mb}`)]) kill(p);
+      await sb.close();
+      fs.rmSync(root, { recursive: true, force: true });
     }
   });
 
