@@ -40,7 +40,7 @@ import { interrupt } from './interrupt.js';
 import { childProcess } from '../../builtins.js';
 import { RunningCommand } from './command.js';
 import { CommandFifos } from './fifos.js';
-import { BEGIN, END, envScript, INIT_SCRIPT, MARK, OUT_FD, restoreScript, shellQuote, type ShellState } from './shell-script.js';
+import { BEGIN, END, envScript, INIT_SCRIPT, MARK, OUT_FD, printBegin, restoreScript, shellQuote, type ShellState } from './shell-script.js';
 import type { StartedProcess } from '../../sandbox/types.js';
 
 export { RunningCommand } from './command.js';
@@ -418,7 +418,7 @@ export class ShellSession {
     // having printed it never began the command (neverBegan)
     const line =
       `${envPrefix}__parley_fifo=${shellQuote(path.join(this.ioDir, path.basename(fifoPath)))}; __parley_n=${nonce}; ` +
-      `printf '\\036B%s\\n' "$__parley_n" >&2; ` +
+      `${printBegin('"$__parley_n"')}; ` +
       `{ eval ${shellQuote(command.replace(/\0/g, ''))}; } <"$__parley_fifo" >&${OUT_FD} 2>&${OUT_FD}\n`;
     this.proc.stdin.write(line);
     return rc;
@@ -436,7 +436,7 @@ export class ShellSession {
     for (let i = 1; i <= 5 && this.exited === null; i++) {
       const token = `S${randomBytes(6).toString('hex')}`;
       this.settleToken = token;
-      this.proc.stdin.write(`printf '\\036B%s\\n' ${token} >&2\n`);
+      this.proc.stdin.write(`${printBegin(token)}\n`);
       const until = Date.now() + 500 * i;
       while (this.settleToken === token && this.exited === null && Date.now() < until) await this.waitForChange(until - Date.now());
       if (this.settleToken !== token) return;

@@ -11,6 +11,8 @@ export const MARK = '\x1ePARLEY:';
 export const END = '\x1f';
 /** A command's begin mark, on bash's own stderr: BEGIN, the command's nonce, a newline (ShellSession.run). */
 export const BEGIN = '\x1eB';
+/** Shell code that prints a begin mark for `word` (a nonce, quoted as the shell needs it) on bash's stderr. */
+export const printBegin = (word: string) => `printf '\\036B%s\\n' ${word} >&2`;
 
 export function shellQuote(s: string): string {
   return `'${s.replace(/'/g, `'\\''`)}'`;
