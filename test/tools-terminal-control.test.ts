@@ -144,7 +144,8 @@ describe('terminal tool: timeouts, interrupts, outputs, shells', () => {
       assert.ok(session.running && !session.running.began, 'stopped before the shell began the command');
       stop.abort();
       const obs = await call;
-      assert.match(textOf(obs), /interrupted because the run was stopped, and was killed \(SIGINT\)/);
+      // SIGINT, or SIGKILL for the command's processes when the SIGINT's end came late (a loaded machine): never the shell
+      assert.match(textOf(obs), /interrupted because the run was stopped, and was killed \((SIGINT|SIGKILL)\)/);
       const after = await run(ctx, { command: 'echo "$PWD $KEPT"' }, t);
       assert.match(textOf(after), /^\/ 1$/m, 'the same shell, its directory and variables kept');
     } finally {
