@@ -187,10 +187,12 @@ export class EventSocket implements TopicMember {
   private async stream(): Promise<void> {
     const { core } = this.hub;
     const id = this.conversationId;
-    if (!id || !(await core.conversations.load(id))) return this.end(4004, 'Conversation not found');
+    const conv = id ? await core.conversations.load(id) : null;
+    if (!id || !conv) return this.end(4004, 'Conversation not found');
     if (this.gone) return;
     if (!this.hub.admitSubscriber(id)) return this.end(1013, 'Too many connections for this conversation');
     this.counted = true;
+    core.conversations.watched(conv);
     const snapshot = await core.conversations.fullState(id);
     if (this.gone) return;
     const lastSeq = snapshot.value.last_seq as number;

@@ -4,19 +4,21 @@
  *
  *   npx tsx scripts/bench-idle.ts [--conversations 40] [--idle-ms 5000] [--llm-ms 0]
  *
- * 1. `--conversations` one-turn conversations (a terminal call `echo hi | tee hello.txt` in the
+ * 1. `--conversations` one-turn conversations (a terminal call `echo hi | tee hello-<i>.txt` in the
  *    conversation's shell, then an answer; scripted instant LLM), one after the other.
  * 2. Right after the last turn ended: the daemon's descendant processes and their summed PSS
  *    (from /proc/<pid>/smaps_rollup), per conversation — the shell and the sandbox are still up.
  * 3. After SANDBOX_IDLE_CLOSE_MS (`--idle-ms`, plus a margin): the same — the idle shells and their
  *    sandboxes are closed (only the spare holder, no conversation's, is left).
  * 4. The next turn: for 10 conversations, a turn whose shell was idle-closed (its sandbox comes back
- *    — the spare holder with the conversation's files moved in — and a new shell takes up its
- *    state) against a turn whose shell is still up, alternating; median of the time from the user's
- *    message to the agent's answer (the timestamps the daemon gives them), and what the restart adds. Each restart turn starts once the spare
- *    holder that replaced the one the previous took is ready (seen from /proc: an empty workspace,
- *    its view sealed, its egress tool up), as for conversations that come back further apart than a holder takes to
- *    start; conversations coming back faster than that find it starting and start their own.
+ *    and a new shell takes up its state) against a turn whose shell is still up, alternating; median
+ *    of the time from the user's message to the agent's answer (the timestamps the daemon gives
+ *    them), and what the restart adds. Two ways back: the message sent at once, with no socket open
+ *    (its first step waits for the sandbox: with a disk image per conversation, the root daemon's
+ *    default, a holder of its own starts; with measured disks the spare takes its files), and the
+ *    client's socket opened first, the message sent once the sandbox the socket started is up (seen
+ *    from /proc), as a user who opens a conversation and then types. Each restart turn starts once
+ *    the spare holder is ready (an empty workspace, its view sealed, its egress tool up).
  * `--llm-ms`: the scripted LLM takes that long to answer the step that asks for the command (a
  * real LLM's time to its first tool call; default 0, an instant one). A returning conversation's
  * shell starts while the LLM answers (the terminal's prewarm), so this is what that hides.
@@ -27,9 +29,10 @@ import os from 'node:os';
 import { parseArgs } from 'node:util';
 import { allEvents } from '../test/support/conversation-api.js';
 import { startDaemon, waitFor, type DaemonHandle } from '../test/support/daemon.js';
-import { readySpare } from '../test/support/holders.js';
+import { readyHolderWith, readySpare } from '../test/support/holders.js';
 import { descendants } from '../test/support/processes.js';
 import { startScriptedLlm, type ScriptedLlm } from '../test/support/scripted-llm.js';
+import { connect } from '../test/support/ws-client.js';
 
 const { values: args } = parseArgs({
   options: { conversations: { type: 'string', default: '40' }, 'idle-ms': { type: 'string', default: '5000' }, 'llm-ms': { type: 'string', default: '0' } },
@@ -112,7 +115,7 @@ try {
   for (let i = 0; i < N; i++) {
     const id = (await d.req('POST', '/api/conversations', {})).body.conversation_id as string;
     ids.push(id);
-    await turn(d, llm, id, 'echo hi | tee hello.txt');
+    await turn(d, llm, id, `echo hi | tee hello-${i}.txt`);
   }
   const busy = tree(daemon);
   await new Promise((r) => setTimeout(r, IDLE_MS + 5000));
@@ -123,13 +126,27 @@ try {
     `(${t.processes} processes, ${(t.pssKiB / 1024).toFixed(0)} MiB in all)`;
   // the next turn: shell idle-closed (the sandbox starts again) against a shell that is up
   const restart: number[] = [];
+  const watched: number[] = [];
   const live: number[] = [];
   const restartParts: Parts[] = [];
+  const watchedParts: Parts[] = [];
   const liveParts: Parts[] = [];
-  for (const id of ids.slice(0, Math.min(10, N))) {
+  const rounds = Math.min(10, Math.floor(N / 2));
+  for (let i = 0; i < rounds; i++) {
     await waitFor(() => readySpare(daemon, true), 'the spare holder is ready', 60_000);
-    restart.push(await turn(d, llm, id, 'echo again', restartParts)); // its sandbox was closed while idle
-    live.push(await turn(d, llm, id, 'echo again', liveParts)); // its shell is up
+    restart.push(await turn(d, llm, ids[i]!, 'echo again', restartParts)); // its sandbox was closed while idle
+    live.push(await turn(d, llm, ids[i]!, 'echo again', liveParts)); // its shell is up
+    // its client comes back first: the socket starts the sandbox, the message follows once it is up
+    await waitFor(() => readySpare(daemon, true), 'the spare holder is ready', 60_000);
+    const id = ids[rounds + i]!;
+    const ws = connect(`ws://127.0.0.1:${d.port}/sockets/events/${id}`);
+    try {
+      await ws.opened;
+      await waitFor(() => readyHolderWith(daemon, `hello-${rounds + i}.txt`), 'its sandbox with its files', 60_000);
+      watched.push(await turn(d, llm, id, 'echo again', watchedParts));
+    } finally {
+      ws.close();
+    }
   }
   console.log(
     `bench-idle: ${N} one-turn conversations, SANDBOX_IDLE_CLOSE_MS=${IDLE_MS}, LLM ${LLM_MS} ms to the command, load average ${os
@@ -144,8 +161,12 @@ try {
     `  next turn: shell restored ${median(restart).toFixed(1)} ms, shell up ${median(live).toFixed(1)} ms (median of ${restart.length}): ` +
       `+${(median(restart) - median(live)).toFixed(1)} ms`,
   );
+  console.log(
+    `  next turn after its socket opened (the sandbox started then): ${median(watched).toFixed(1)} ms (median of ${watched.length}): ` +
+      `+${(median(watched) - median(live)).toFixed(1)} ms`,
+  );
   const partsOf = (ps: Parts[]) => (['toLlm', 'step', 'toAnswer'] as const).map((k) => `${k} ${median(ps.map((p) => p[k])).toFixed(0)}`).join(', ');
-  console.log(`  medians (ms), restored: ${partsOf(restartParts)}; up: ${partsOf(liveParts)}`);
+  console.log(`  medians (ms), restored: ${partsOf(restartParts)}; socket first: ${partsOf(watchedParts)}; up: ${partsOf(liveParts)}`);
 } finally {
   await d.stop();
   await llm.close();

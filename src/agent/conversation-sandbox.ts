@@ -20,6 +20,8 @@ export interface ConversationSandbox {
   visibleWorkspace(hostWorkspaceDir: string): string;
   /** Starts its sandbox in the background when it has none (a run begins: it comes up while the LLM answers). */
   prewarm(): void;
+  /** The same, only when one more sandbox fits under SANDBOX_MAX_LIVE without another's being closed (a client came back to it). */
+  prewarmIfRoom(): void;
   /** Kills every process of it, background ones included. */
   close(): Promise<void>;
   /** Closes it and removes its /tmp and HOME from the host (the conversation is deleted). */
@@ -39,6 +41,7 @@ export function sandboxOf(sandbox: Sandbox, id: string): ConversationSandbox {
     launcher: () => sandbox.forConversation(id),
     visibleWorkspace: (dir) => sandbox.visibleWorkspace(dir),
     prewarm: () => sandbox.prewarm(id),
+    prewarmIfRoom: () => sandbox.prewarm(id, { ifRoom: true }),
     close: () => sandbox.closeConversation(id),
     remove: () => sandbox.removeConversation(id),
   };

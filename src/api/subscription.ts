@@ -27,7 +27,7 @@ export async function* eventStream(
   maxQueuedBytes = DEFAULT_MAX_QUEUED_BYTES,
 ) {
   const id = input.conversation_id;
-  await core.conversations.require(id);
+  core.conversations.watched(await core.conversations.require(id));
   const from = resumePoint(input);
   const resumeAt = from.kind === 'after' ? from.seq : null;
   const since = from.kind === 'since' ? from.timestamp : null;

@@ -243,6 +243,18 @@ export class Conversations {
     return this.live.values();
   }
 
+  /**
+   * A client began watching the conversation (its event socket or subscription opened): a sandbox
+   * closed while it sat idle starts again now, in the background, so that the next message's first
+   * step, which reads the repository's instructions through it, does not wait for its start. Only
+   * when one more fits under SANDBOX_MAX_LIVE without another's being closed; in cluster mode only
+   * where its loop runs (the node that runs its next turn is not known before it).
+   */
+  watched(conv: LiveConversation): void {
+    if (conv.gone || (this.shared && !conv.lease)) return;
+    conv.sandbox.prewarmIfRoom();
+  }
+
   /** Whether the conversation's loop runs in this process (a run, or a goal loop between its runs). */
   isRunning(id: string): boolean {
     const conv = this.live.get(id);

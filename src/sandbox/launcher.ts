@@ -232,10 +232,7 @@ export class Sandbox implements ShellSandbox, SandboxHost {
     }
   }
 
-  /**
-   * Starts a holder, runs `true` joined to it and waits for its file service, built exactly like the
-   * real ones (with a cgroup and the seccomp filter: the probe proves both can be had); an error line or null.
-   */
+  /** Starts a holder, runs `true` joined to it and waits for its file service, built like the real ones (cgroup, seccomp filter); an error line or null. */
   private async probe(dir: string): Promise<string | null> {
     const id = `probe-${process.pid}`;
     try {
@@ -411,10 +408,12 @@ export class Sandbox implements ShellSandbox, SandboxHost {
     if (this.mode === 'none' && this.opts && !this.closed) this.plain.channel(conversationId, workspaceDir).catch(() => {});
   }
 
-  /** Starts the conversation's sandbox in the background when it has none (a run begins). */
-  prewarm(conversationId: string): void {
-    if (!this.enabled || this.closed || this.live.get(conversationId)?.holder) return;
-    this.conversation(conversationId).prewarm();
+  /** Starts the conversation's sandbox in the background when it has none (a run begins); `ifRoom`: only if one more fits under SANDBOX_MAX_LIVE. */
+  prewarm(conversationId: string, opts: { ifRoom?: boolean } = {}): void {
+    const full = opts.ifRoom && this.maxLive > 0 && this.liveCount >= this.maxLive;
+    if (!this.enabled || this.closed || full || this.live.get(conversationId)?.holder) return;
+    // (a conversation that never ran anything has no workspace: its first command takes the spare; no handle is made for it)
+    if (this.live.has(conversationId) || fs.existsSync(this.hostWorkspace(conversationId))) this.conversation(conversationId).prewarm();
   }
 
   /**

@@ -45,17 +45,35 @@ export function readySpares(daemon: number, egress = false): number[] {
     const tools = descendants(daemon).filter((p) => /\/slirp4netns$/.test(argv(p)[0] ?? '')).length;
     if (tools < fileServices(daemon).length) return [];
   }
-  return fileServices(daemon).filter((p) => {
-    if (workspaceOf(p)?.length !== 0) return false;
-    try {
-      return fs
-        .readFileSync(`/proc/${p}/mountinfo`, 'utf8')
-        .split('\n')
-        .some((l) => l.split(' ')[4] === '/proc/sys' && /(^|,)ro(,|$)/.test(l.split(' ')[5] ?? ''));
-    } catch {
-      return false;
-    }
-  });
+  return fileServices(daemon).filter((p) => workspaceOf(p)?.length === 0 && sealed(p));
+}
+
+/** A holder's view is sealed (/proc/sys read-only): the last step of its start before the daemon opens it. */
+function sealed(fileService: number): boolean {
+  try {
+    return fs
+      .readFileSync(`/proc/${fileService}/mountinfo`, 'utf8')
+      .split('\n')
+      .some((l) => l.split(' ')[4] === '/proc/sys' && /(^|,)ro(,|$)/.test(l.split(' ')[5] ?? ''));
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The file service of a holder whose /workspace holds `name` (a conversation's own), once its view is
+ * sealed and the service has started: its event loop waits (its main thread sleeps in epoll_wait).
+ */
+export function readyHolderWith(daemon: number, name: string): number | undefined {
+  return fileServices(daemon).find((p) => workspaceOf(p)?.includes(name) && sealed(p) && waiting(p));
+}
+
+function waiting(pid: number): boolean {
+  try {
+    return fs.readFileSync(`/proc/${pid}/wchan`, 'utf8').includes('epoll_wait');
+  } catch {
+    return false;
+  }
 }
 
 const pidNamespace = (pid: number): string | null => {
