@@ -556,6 +556,38 @@ describe('repository instructions', () => {
     }
   });
 
+  test('many microagents, read ahead of one another: each keeps its own text, in the listing order (a later name replaces an earlier)', async () => {
+    const d = await mkdtemp(join(tmpdir(), 'parley-instr3-'));
+    try {
+      const m = join(d, '.openhands', 'microagents');
+      await mkdir(m, { recursive: true });
+      const names = Array.from({ length: 30 }, (_, i) => `m${String(i).padStart(2, '0')}`);
+      for (const n of names) {
+        // m07 and m23 share a name; m12 is binary
+        const name = n === 'm07' || n === 'm23' ? 'shared' : n;
+        await writeFile(
+          join(m, `${n}.md`),
+          n === 'm12' ? Buffer.from([0, 1, 2]) : `---\nname: ${name}\n---\ntext of ${n} ${'y'.repeat(Number(n.slice(1)) * 97)}\n`,
+        );
+      }
+      const r = await loadRepoInstructions(filesOf(d));
+      for (const a of r.always)
+        assert.equal(a.content, `text of ${a.source.slice(-6, -3)} ${'y'.repeat(Number(a.source.slice(-5, -3)) * 97)}`.trim(), a.source);
+      const sources = r.always.map((a) => a.source.slice(-6, -3));
+      assert.deepEqual(
+        [...sources].sort(),
+        names.filter((n) => n !== 'm07' && n !== 'm12'),
+      );
+      assert.equal(r.always.find((a) => a.name === 'shared')!.source, '.openhands/microagents/m23.md');
+      assert.deepEqual(r.warnings, [
+        '.openhands/microagents/m12.md: ignored (binary file)',
+        '.openhands/microagents/m23.md: replaces the earlier instructions named "shared"',
+      ]);
+    } finally {
+      await rm(d, { recursive: true, force: true });
+    }
+  });
+
   test('selectTriggered matches trigger words case-insensitively', async () => {
     const { triggered } = await loadRepoInstructions(filesOf(repo));
     const names = (text: string) =>

@@ -50,9 +50,13 @@ export class Instructions {
     if (!cached || reload) {
       // (no workspace yet: nothing to read, and no sandbox started for it)
       const hasWorkspace = fs.existsSync(workspacePath(this.workspaceRoot, conv.record.id));
-      const loaded = hasWorkspace ? await loadRepoInstructions(conv.sandbox.files()).catch(() => null) : null;
-      const user = await this.userSkills().catch(() => []);
-      const skills = hasWorkspace || user.length ? await loadSkills(hasWorkspace ? conv.sandbox.files() : null, user).catch(() => null) : null;
+      // the repository's instructions and the skills at once: their requests to the file service travel together
+      const [loaded, skills] = await Promise.all([
+        hasWorkspace ? loadRepoInstructions(conv.sandbox.files()).catch(() => null) : null,
+        this.userSkills()
+          .catch(() => [])
+          .then((user) => (hasWorkspace || user.length ? loadSkills(hasWorkspace ? conv.sandbox.files() : null, user).catch(() => null) : null)),
+      ]);
       const merged = loaded || skills ? { always: [], warnings: [], ...loaded, triggered: [...(loaded?.triggered ?? []), ...(skills?.triggered ?? [])] } : null;
       conv.instructions = cached = { loaded: merged, skills: skills?.always ?? [], users: -1, texts: [] };
     }

@@ -42,6 +42,8 @@ export interface RepoInstructions {
 interface LoadInstructionsOptions {
   maxBytes?: number;
   maxFiles?: number;
+  /** Files asked for before the one being handled is answered (READ_AHEAD; 1: one request at a time). */
+  readAhead?: number;
 }
 
 const DEFAULT_MAX_INSTRUCTION_BYTES = 64 * 1024;
@@ -96,6 +98,7 @@ function asString(v: FrontMatterValue | undefined): string | null {
 export async function loadRepoInstructions(files: WorkspaceFiles, opts: LoadInstructionsOptions = {}): Promise<RepoInstructions> {
   const maxBytes = opts.maxBytes ?? DEFAULT_MAX_INSTRUCTION_BYTES;
   const maxFiles = opts.maxFiles ?? DEFAULT_MAX_FILES;
+  const window = Math.max(1, opts.readAhead ?? READ_AHEAD);
   const result: RepoInstructions = { always: [], triggered: [], warnings: [] };
   const root = files.root;
   const byName = new Map<string, AlwaysInstruction | TriggeredInstruction>();
@@ -106,6 +109,13 @@ export async function loadRepoInstructions(files: WorkspaceFiles, opts: LoadInst
     }
     byName.set(item.name, item);
   };
+
+  // asked with the root's listing, not after it: the service answers the two back to back, not a round trip each
+  const microDir = posix.join(root, '.openhands', 'microagents');
+  const microStat = files.stat(microDir).then(
+    (st) => ({ st }),
+    (err: unknown) => ({ err }),
+  );
 
   // Root files.
   let rootEntries: string[];
@@ -119,8 +129,9 @@ export async function loadRepoInstructions(files: WorkspaceFiles, opts: LoadInst
   if (agentFiles[0]) rootFiles.push(['agents', agentFiles[0]]);
   if (rootEntries.includes('.cursorrules')) rootFiles.push(['cursorrules', '.cursorrules']);
   if (rootEntries.includes('.openhands_instructions')) rootFiles.push(['openhands_instructions', '.openhands_instructions']);
+  const rootReads = ahead(rootFiles, window, ([, file]) => readInside(files, posix.join(root, file), file, maxBytes));
   for (const [name, file] of rootFiles) {
-    const r = await readInside(files, posix.join(root, file), file, maxBytes);
+    const r = (await rootReads.next()).value!;
     if (!r.ok) {
       if (r.warning) result.warnings.push(r.warning);
       continue;
@@ -131,19 +142,21 @@ export async function loadRepoInstructions(files: WorkspaceFiles, opts: LoadInst
   }
 
   // Microagents: `.md` files under .openhands/microagents (links to directories are not followed).
-  const microDir = posix.join(root, '.openhands', 'microagents');
   let micro: { path: string; dir: boolean }[] | null = null;
   try {
-    const st = await files.stat(microDir);
-    if (st?.type === 'dir') micro = (await files.list(microDir, { depth: MAX_DEPTH, hidden: true, max: maxFiles * 20 })).entries;
+    const stat = await microStat;
+    if ('err' in stat) throw stat.err;
+    if (stat.st?.type === 'dir') micro = (await files.list(microDir, { depth: MAX_DEPTH, hidden: true, max: maxFiles * 20 })).entries;
   } catch (err) {
     if (err instanceof FileOpError && err.code === 'OUTSIDE') result.warnings.push('.openhands/microagents: ignored (links outside the repository)');
   }
   const mdFiles = (micro ?? []).filter((e) => !e.dir && /\.md$/i.test(e.path) && posix.basename(e.path).toLowerCase() !== 'readme.md').map((e) => e.path);
   if (mdFiles.length > maxFiles) result.warnings.push(`.openhands/microagents: more than ${maxFiles} files; the rest were ignored`);
-  for (const file of mdFiles.slice(0, maxFiles)) {
+  const chosen = mdFiles.slice(0, maxFiles);
+  const reads = ahead(chosen, window, (file) => readInside(files, file, posix.relative(root, file), maxBytes));
+  for (const file of chosen) {
     const source = posix.relative(root, file);
-    const r = await readInside(files, file, source, maxBytes);
+    const r = (await reads.next()).value!;
     if (!r.ok) {
       if (r.warning) result.warnings.push(r.warning);
       continue;
@@ -168,6 +181,23 @@ export async function loadRepoInstructions(files: WorkspaceFiles, opts: LoadInst
     else result.always.push(item);
   }
   return result;
+}
+
+/** Reads asked before the one being handled is answered (each holds at most the byte limit). */
+const READ_AHEAD = 8;
+
+/**
+ * `read(item)` for each item, in order, with up to `window` asked ahead of the one consumed: the
+ * service answers queued requests back to back instead of waiting a round trip for each. `read`
+ * must not reject (readInside does not).
+ */
+async function* ahead<T, R>(items: readonly T[], window: number, read: (item: T) => Promise<R>): AsyncGenerator<R, void> {
+  const asked: Promise<R>[] = [];
+  for (let i = 0; i < items.length; i++) {
+    while (asked.length < items.length && asked.length < i + window) asked.push(read(items[asked.length]!));
+    yield await asked[i]!;
+    delete asked[i];
+  }
 }
 
 function rank(fileName: string): number {
