@@ -32,7 +32,8 @@ try {
   // the files written inside the sandbox, as the agent or a clone would: they are the sandbox uid's
   const write =
     'echo "Use pnpm." > AGENTS.md && echo "Small functions." > .cursorrules && mkdir -p .openhands/microagents && ' +
-    `for i in $(seq 1 ${N}); do printf -- "---\\nname: m$i\\ntriggers: [word$i]\\n---\\n%s\\n" "$(head -c 600 /dev/zero | tr '\\0' x)" > .openhands/microagents/m$i.md; done`;
+    `for i in $(seq 1 ${N}); do printf -- "---\\nname: m$i\\ntriggers: [word$i]\\n---\\n%s\\n" "$(head -c 600 /dev/zero | tr '\\0' x)" ` +
+    '> .openhands/microagents/m$i.md; done';
   const sh = sb.spawn(id, ['/bin/sh', '-c', write], { env: sb.env(), stdio: 'ignore' });
   await new Promise((r) => sh.on('close', r));
   const files = sb.files(id, sb.hostWorkspace(id));
