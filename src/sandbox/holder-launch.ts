@@ -180,10 +180,15 @@ export class Holder {
   /** Ends a start that has not finished yet, with the reason (nothing once it is ready). */
   private fail: (why: string) => void = () => {};
 
-  /** It is ending (its start failed, or its bwrap exited): once. */
+  /**
+   * It is ending (its start failed, or its bwrap exited): once. Its fds go now unless a joiner still
+   * may open them (then when the last one exits): the one on its /workspace holds the conversation's
+   * disk image mounted, its loop device attached and a deleted image's blocks allocated.
+   */
   private markDead(): void {
     if (this.dead) return;
     this.dead = true;
+    this.release();
     this.onDead?.();
   }
 
