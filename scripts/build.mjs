@@ -105,7 +105,7 @@ export async function build(dist = DIST, { entry = 'bridge/main.ts', withConsole
   });
   if (withConsole) await buildConsole(path.join(tmp, 'console'));
   // the sandbox's file service runs as it is (plain JavaScript) next to the code that starts it
-  for (const f of ['file-helper.mjs', 'file-paths.mjs', 'spawner-process.mjs']) fs.copyFileSync(path.join(ROOT, 'src/sandbox', f), path.join(tmp, f));
+  for (const f of ['file-service.pl', 'file-service-lib.pl', 'spawner-process.mjs']) fs.copyFileSync(path.join(ROOT, 'src/sandbox', f), path.join(tmp, f));
   fs.rmSync(dist, { recursive: true, force: true });
   fs.renameSync(tmp, dist);
 }
@@ -181,7 +181,7 @@ export async function buildPackage({ types = true } = {}) {
     logLevel: 'warning',
   });
   // the embedded core starts the sandbox's file service too: next to it, as in dist/
-  for (const f of ['file-helper.mjs', 'file-paths.mjs', 'spawner-process.mjs']) fs.copyFileSync(path.join(ROOT, 'src/sandbox', f), path.join(tmp, f));
+  for (const f of ['file-service.pl', 'file-service-lib.pl', 'spawner-process.mjs']) fs.copyFileSync(path.join(ROOT, 'src/sandbox', f), path.join(tmp, f));
   if (types) {
     const { execFileSync } = await import('node:child_process');
     let tsc;

@@ -35,7 +35,7 @@ for pid in filter(str.isdigit, os.listdir('/proc')):
         cmd = open('/proc/%s/cmdline' % pid, 'rb').read()
     except Exception:
         continue
-    if b'file-helper.mjs' not in cmd:
+    if b'file-service.pl' not in cmd:
         continue
     pidfd = libc.syscall(434, int(pid), 0)
     fd = libc.syscall(438, pidfd, 1, 0) if pidfd >= 0 else -1

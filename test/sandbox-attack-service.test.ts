@@ -51,7 +51,7 @@ describe("the sandbox's file service and init are out of the agent's reach", {
     service = hostPidOf(ns, 2)!;
     init = hostPidOf(ns, 1)!;
     assert.ok(service && init, 'the sandbox has its init and file service');
-    assert.match(fs.readFileSync(`/proc/${service}/cmdline`, 'utf8'), /file-helper\.mjs/);
+    assert.match(fs.readFileSync(`/proc/${service}/cmdline`, 'utf8'), /file-service\.pl/);
   });
   after(async () => {
     await h?.close();

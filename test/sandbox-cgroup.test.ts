@@ -2,7 +2,7 @@
  * Every process of a sandbox lives in that sandbox's cgroup, judged from the host's /proc: bwrap's
  * init, the file service, the processes joined to it (shells and their background jobs), and
  * everything those start — also when the file service itself forks, as one an attacker had taken
- * over would (a hostile stand-in for file-helper.mjs, set off from the host: children, a detached
+ * over would (a hostile stand-in for file-service.pl, set off from the host: children, a detached
  * grandchild, and as many more as it can start). The conversation's process limit then bounds all
  * of it, nothing of it is charged to the daemon's cgroup, and two conversations never share one.
  * The in-process launcher with real bwrap, as root (cgroups).
@@ -13,8 +13,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { describe, test } from 'node:test';
 import { DEFAULT_SANDBOX_SETTINGS, Sandbox } from '../src/sandbox/launcher.js';
-import { FILE_HELPER } from '../src/sandbox/view.js';
 import { ROOT, removeDir, tempDir, waitFor } from './support/daemon.js';
+import { RUN_REAL_SERVICE_JS } from './support/real-file-service.js';
 import { alive, descendants, hostProcesses, nsOf, pidsInNs } from './support/sandbox-harness.js';
 
 const ROOT_RUN = process.getuid?.() === 0;
@@ -63,6 +63,7 @@ describe('every process of a sandbox is in its cgroup', { skip: !ROOT_RUN && 'ne
       standIn,
       [
         "import { spawn } from 'node:child_process';",
+        "import fs from 'node:fs';",
         // forks as a file service an attacker had taken over would, once the test signals it from the host
         // (only A's, and only once A's own commands have run: the forks fill the limit its joiners need)
         "process.once('SIGUSR2', () => {",
@@ -75,7 +76,7 @@ describe('every process of a sandbox is in its cgroup', { skip: !ROOT_RUN && 'ne
         // (the real service's effective ids first: its code may be where only the conversation's uid can go, a checkout under /tmp)
         "const as = process.argv.indexOf('--as'); if (as > 0) { " +
           "const [u, g] = process.argv[as + 1].split(':').map(Number); process.setegid(g); process.seteuid(u); }",
-        `await import(${JSON.stringify(FILE_HELPER)});`,
+        RUN_REAL_SERVICE_JS,
       ].join('\n'),
       { mode: 0o644 },
     );
@@ -83,7 +84,7 @@ describe('every process of a sandbox is in its cgroup', { skip: !ROOT_RUN && 'ne
     fs.mkdirSync(path.join(dir, 'ws'), { mode: 0o700 });
     const sb = await Sandbox.open(
       { ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', network: 'none', pids: PIDS, spareHolder: false, roBinds: [ROOT] },
-      { workspaceRoot: path.join(dir, 'ws'), fileHelper: standIn },
+      { workspaceRoot: path.join(dir, 'ws'), fileService: standIn },
     );
     const a = crypto.randomUUID();
     const b = crypto.randomUUID();

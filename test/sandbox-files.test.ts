@@ -1,5 +1,5 @@
 /**
- * The file service (src/sandbox/file-helper.mjs through src/sandbox/files.ts) as a plain process
+ * The file service (src/sandbox/file-service.pl through src/sandbox/files.ts) as a plain process
  * (SANDBOX=none): its rules and bounds. What it must never do with links it follows is what the
  * sandbox enforces; test/sandbox-attacks.test.ts attacks that from inside a real sandbox.
  */
@@ -12,6 +12,8 @@ import { after, before, describe, test } from 'node:test';
 import { ChannelFiles, FileChannel, FileOpError, type WorkspaceFiles } from '../src/sandbox/files.js';
 import { Sandbox } from '../src/sandbox/launcher.js';
 import { PathOutsideError, PathView } from '../src/sandbox/path-view.js';
+import { findProgram } from '../src/sandbox/programs.js';
+import { FILE_SERVICE } from '../src/sandbox/view.js';
 import { tempDir } from './support/daemon.js';
 
 let root: string;
@@ -137,6 +139,35 @@ describe('file service (plain process)', () => {
     await files.clear(d);
     assert.deepEqual(fs.readdirSync(d), []);
     assert.deepEqual(fs.readdirSync(outside), ['secret.txt']);
+  });
+
+  test('names with quotes, backslashes, control characters, non-ASCII and astral characters keep every byte both ways', async () => {
+    const names = ['q"uote', 'back\\slash', 'tab\there', 'new\nline', 'bell\u0007', 'ünï-çødé', '漢字', 'emoji-😀', 'slash\\u0041'];
+    const d = path.join(ws, 'names');
+    for (const [i, name] of names.entries()) {
+      const p = path.join(d, name, `${name}.txt`);
+      await files.write(p, `text ${i} ${name}`, { mode: 'create', mkdirs: true });
+      // the host sees the very name the request gave, and the service reads it back by it
+      assert.equal(fs.readFileSync(path.join(d, name, `${name}.txt`), 'utf8'), `text ${i} ${name}`);
+      assert.equal((await files.read(p, 1000)).toString(), `text ${i} ${name}`);
+      assert.equal((await files.stat(p))?.size, Buffer.byteLength(`text ${i} ${name}`));
+      assert.equal(await files.realpath(p), p);
+    }
+    const listed = (await files.list(d, { depth: 2, max: 100 })).entries.map((e) => e.path);
+    assert.deepEqual(new Set(listed), new Set(names.flatMap((n) => [path.join(d, n), path.join(d, n, `${n}.txt`)])));
+    // an error names the path as the request gave it
+    await assert.rejects(files.read(path.join(d, names[0]!), 100), (e: unknown) => e instanceof FileOpError && e.message.includes(names[0]!));
+  });
+
+  test("the service needs perl-base's modules only (every Debian system has them)", () => {
+    // the service run with only perl-base's directory to load modules from, its stdin at its end:
+    // it says it is ready and ends
+    const out = execFileSync(
+      findProgram('perl')!,
+      ['-e', 'BEGIN { @INC = grep { m{/perl-base$} } @INC; die "no perl-base in \\@INC" unless @INC } do $ARGV[0] or die $@ || $!', FILE_SERVICE],
+      { input: '', env: { PATH: process.env.PATH } },
+    );
+    assert.match(out.subarray(8).toString(), /^\{"id":0,"ok":true,"ready":true\}$/);
   });
 });
 

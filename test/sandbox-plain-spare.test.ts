@@ -12,7 +12,8 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { FileChannel, FileOpError } from '../src/sandbox/files.js';
 import { DEFAULT_SANDBOX_SETTINGS, Sandbox } from '../src/sandbox/launcher.js';
-import { FILE_HELPER, HELPER_NODE_FLAGS } from '../src/sandbox/view.js';
+import { findProgram } from '../src/sandbox/programs.js';
+import { FILE_SERVICE, serviceCommand } from '../src/sandbox/view.js';
 import { tempDir, waitFor } from './support/daemon.js';
 import { descendants, livingProcesses } from './support/processes.js';
 
@@ -20,7 +21,8 @@ const code = (c: string) => (e: unknown) => e instanceof FileOpError && e.code =
 
 /** A file service of its own, spoken to through a channel as the daemon does. */
 function service(args: string[], cwd: string) {
-  const proc = spawn(process.execPath, [...HELPER_NODE_FLAGS, FILE_HELPER, ...args], { cwd, stdio: ['pipe', 'pipe', 'ignore'] });
+  const [program, ...first] = serviceCommand(findProgram('perl')!, FILE_SERVICE);
+  const proc = spawn(program!, [...first, ...args], { cwd, stdio: ['pipe', 'pipe', 'ignore'] });
   const channel = new FileChannel(proc.stdin, proc.stdout, () => proc.kill('SIGKILL'));
   const ask = (header: Record<string, unknown>) => channel.request(header, null).then((a) => a.header);
   return { ask, end: () => proc.kill('SIGKILL') };
@@ -66,7 +68,7 @@ test("a daemon's none launcher: the next conversation's first file operation is 
     if (!sb.isClosed) await sb.close();
     fs.rmSync(root, { recursive: true, force: true });
   });
-  const services = () => descendants(process.pid).filter((p) => cmdline(p).some((a) => a.endsWith('/file-helper.mjs')));
+  const services = () => descendants(process.pid).filter((p) => cmdline(p).some((a) => a.endsWith('/file-service.pl')));
   const wsA = path.join(root, 'a');
   const wsB = path.join(root, 'b');
   await sb.files('conversation-a', wsA).write(path.join(wsA, 'a.txt'), 'A', { mode: 'create' });

@@ -14,9 +14,9 @@ import path from 'node:path';
 import { describe, test } from 'node:test';
 import { DEFAULT_SANDBOX_SETTINGS, Sandbox } from '../src/sandbox/launcher.js';
 import { stateDirOf } from '../src/sandbox/conversation-sandbox.js';
-import { FILE_HELPER } from '../src/sandbox/view.js';
 import { createTerminalTool } from '../src/tools/terminal/tool.js';
 import { removeDir, ROOT, tempDir, waitFor } from './support/daemon.js';
+import { RUN_REAL_SERVICE_JS } from './support/real-file-service.js';
 import { fileServices } from './support/holders.js';
 
 /** The sandbox's spawner (spawner-process.mjs): a process of this test's, found in the host's /proc. */
@@ -233,11 +233,12 @@ async function holdingSandbox(dir: string, workspaceRoot: string, log?: unknown)
     standIn,
     [
       "import fs from 'node:fs';",
+      "import { spawn } from 'node:child_process';",
       "const as = process.argv.indexOf('--as'); if (as > 0) { " +
         "const [u, g] = process.argv[as + 1].split(':').map(Number); process.setegid(g); process.seteuid(u); }",
       "if (fs.existsSync('/workspace/hold')) { fs.rmSync('/workspace/hold'); fs.writeFileSync('/workspace/held', '');",
       "while (!fs.existsSync('/workspace/release')) await new Promise((r) => setTimeout(r, 20)); }",
-      `await import(${JSON.stringify(FILE_HELPER)});`,
+      RUN_REAL_SERVICE_JS,
     ].join('\n'),
     { mode: 0o644 },
   );
@@ -245,7 +246,7 @@ async function holdingSandbox(dir: string, workspaceRoot: string, log?: unknown)
   return Sandbox.open(
     // (the real service, which the stand-in imports, is in this checkout: shown read-only)
     { ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', network: 'none', spareHolder: false, roBinds: [ROOT] },
-    { workspaceRoot, fileHelper: standIn, log: log as never },
+    { workspaceRoot, fileService: standIn, log: log as never },
   );
 }
 

@@ -1,5 +1,5 @@
 /**
- * What the daemon and a conversation's file service (file-helper.mjs, inside its sandbox) say to
+ * What the daemon and a conversation's file service (file-service.pl, inside its sandbox) say to
  * each other, and what the daemon accepts back. The service runs where the agent may reach it, so
  * every answer is hostile input: its size is bounded before it is read (a frame's header and data
  * have limits), its header is counted before it is parsed (src/body-shape.ts: a dense header cannot

@@ -1,5 +1,5 @@
 /**
- * The daemon's side of a conversation's file service (file-helper.mjs, which runs inside the
+ * The daemon's side of a conversation's file service (file-service.pl, which runs inside the
  * conversation's sandbox): every file operation for the conversation is a request on a pipe, so
  * the daemon never opens, lists, creates or removes a workspace path on the host, and no request
  * can block a thread of the daemon (it waits for a frame, with a deadline).

@@ -1,6 +1,6 @@
 /**
  * Starting one holder: the long-lived bwrap whose namespaces every process of one conversation
- * joins, its first process the conversation's file service (file-helper.mjs). holders.ts keeps the
+ * joins, its first process the conversation's file service (file-service.pl). holders.ts keeps the
  * pool (the spare, takes, refills); this file says how one is made and what keeps the agent off it.
  *
  * What the agent cannot reach, and by which rule of the kernel:
@@ -10,7 +10,7 @@
  *   CAP_SETUID over the parent namespace may map two ids): uid and gid 0 inside are SANDBOX_UID and
  *   SANDBOX_GID outside (the agent, as before), 1 inside is SANDBOX_SERVICE_UID/GID. The service starts
  *   as 1 with CAP_SETUID and CAP_SETGID (ambient, nothing else) and sets only its effective ids to 0
- *   (file-helper.mjs): it reads and writes as the agent does, while its real and saved ids stay 1.
+ *   (file-service.pl): it reads and writes as the agent does, while its real and saved ids stay 1.
  *   The kernel then refuses the agent ptrace, pidfd_getfd, process_vm_* and /proc/<pid>/mem and
  *   /fd (its ids are not all the agent's; it holds capabilities the agent lacks; changing its
  *   effective id made it non-dumpable) and every signal (neither its real nor its saved uid is the
@@ -24,7 +24,7 @@
  *   the sandbox's init, the agent's uid when the daemon is not root, holds nothing of it. That `sh`
  *   first writes a byte on fd 9 (bwrap has set the sandbox up: its root and mounts are the sandbox's)
  *   and closes it with the channel's copy: a conversation's own holder is then sealed and opened, and
- *   joiners start, while the service's node starts (a spare's, once the service has answered); the
+ *   joiners start, while the service's perl starts (a spare's, once the service has answered); the
  *   daemon sends the service nothing before the seal either.
  * - Every process of the sandbox runs under seccomp.ts's filter: bwrap installs it on its init and
  *   first process (--seccomp; with a root daemon the variant that still lets the first process enter
@@ -46,7 +46,7 @@ import { attachEgress, needsRouteLocalnet, type EgressHandle, type EgressTools }
 import { closeFd, killTree, lastError, signalPid, type ProcessLike } from './processes.js';
 import { runToEnd, type Spawner } from './spawner.js';
 import { VISIBLE_WORKSPACE, type MappedDir, type SandboxIds, type SandboxOpenOptions, type SandboxSettings } from './settings.js';
-import { FILE_HELPER_INSIDE, HELPER_NODE_FLAGS, viewArgs, type ViewDirs } from './view.js';
+import { FILE_SERVICE, serviceCommand as runService, serviceInside, viewArgs, type ViewDirs } from './view.js';
 
 /**
  * bwrap's fds: the info it writes, its options, the seccomp program, the service's channel, the
@@ -72,8 +72,8 @@ export interface HolderSetup {
   mapped: MappedDir[];
   /** SANDBOX_NETWORK=egress in force: the tools network.ts found, and the sandbox's resolv.conf. */
   egress: { tools: EgressTools; version: string; resolvConf: string } | null;
-  /** The file service's script on the host (default file-helper.mjs; a test's stand-in). */
-  fileHelper?: string;
+  /** The file service's script on the host (default file-service.pl; a test's stand-in). */
+  fileService?: string;
   /** What starts its host-side programs, off the daemon's event loop (spawner.ts). */
   spawner: Spawner;
   /** Where a holder that could not start says why (the reason may name host paths: never the client's). */
@@ -328,7 +328,7 @@ export class Holder {
       String(FD.seccomp),
       '--info-fd',
       String(FD.info),
-      ...viewArgs({ system: s.system, extra: s.extra, mapped: s.mapped, resolvConf: s.egress?.resolvConf ?? null, fileHelper: s.fileHelper }, this.dirs),
+      ...viewArgs({ system: s.system, extra: s.extra, mapped: s.mapped, resolvConf: s.egress?.resolvConf ?? null, fileService: s.fileService }, this.dirs),
       '--chdir',
       s.ids ? '/' : VISIBLE_WORKSPACE,
     ];
@@ -391,7 +391,7 @@ export class Holder {
   /**
    * Resolves once bwrap said its init's pid and its command that the sandbox is set up (its mounts
    * made, the root pivoted: what is sealed and opened next is the sandbox's). The file service starts
-   * from there: its node is its own start, which joiners do not wait for (its first frame is
+   * from there: its perl is its own start, which joiners do not wait for (its first frame is
    * `files.ready`; a request written before waits in the channel).
    */
   private setUp(): Promise<void> {
@@ -450,11 +450,12 @@ export class Holder {
  * setpriv becomes the sandbox uid, which owns the conversation's user namespace, nsenter enters it
  * and its network namespace (fds 7 and 8; uid 0 there, every capability there), and setpriv becomes
  * uid 1, keeping CAP_SETUID and CAP_SETGID only (ambient, so they survive the exec; bounding set and
- * no_new_privs: nothing else can come back); then node runs the service, which sets its effective
+ * no_new_privs: nothing else can come back); then perl runs the service, which sets its effective
  * ids to 0 (`--as`). A daemon that is not root: bwrap gives the service those two capabilities.
  */
 function serviceCommand(s: HolderSetup): string[] {
-  const service = [process.execPath, ...HELPER_NODE_FLAGS, FILE_HELPER_INSIDE, '--root', VISIBLE_WORKSPACE];
+  const script = s.fileService ?? FILE_SERVICE;
+  const service = [...runService(s.join.inside.perl, serviceInside(script)), '--root', VISIBLE_WORKSPACE];
   const channel = ['/bin/sh', '-c', `printf . >&${FD.setUp} && exec "$@" <&${FD.channel} >&${FD.channel} ${FD.channel}<&- ${FD.setUp}>&-`, 'sh'];
   if (!s.ids) return [...channel, ...service];
   const j = s.join.inside;

@@ -70,7 +70,7 @@ const STABLE_MS = 10_000;
 const MAX_SPARES = 6;
 
 /**
- * What a spare is reckoned to hold of the memory (its file service's node, bwrap, the egress tool):
+ * What a spare is reckoned to hold of the memory (its file service, bwrap, the egress tool):
  * spares beyond the first take at most a quarter of the free memory at this much each.
  */
 const SPARE_MB = 64;

@@ -1,9 +1,9 @@
 /**
  * SANDBOX=none: each conversation's file service is a plain process of the daemon's user (the same
- * file-helper.mjs a holder runs as its pid 2), kept while used and ended after a minute unused.
+ * file-service.pl a holder runs as its pid 2), kept while used and ended after a minute unused.
  *
- * A node process takes tens of milliseconds to start, which a conversation's first file operation
- * waited for (its first turn's file create: ~60–70 ms). In a daemon, once a conversation has used
+ * A process's start is a wait a conversation's first file operation would see (a node service's
+ * took its first turn's file create to ~60–70 ms). In a daemon, once a conversation has used
  * its service, one more is started ahead without a workspace (`--root-later`): the next
  * conversation takes it, and its first request gives it its workspace, once (the service refuses
  * another). The next is started as soon as one is taken: conversations begun back to back found none
@@ -15,7 +15,11 @@ import fs from 'node:fs';
 import { baseChildEnv } from './child-env.js';
 import { FileChannel, FileOpError } from './files.js';
 import { exited, killTree } from './processes.js';
-import { FILE_HELPER, HELPER_NODE_FLAGS } from './view.js';
+import { findProgram } from './programs.js';
+import { FILE_SERVICE, serviceCommand } from './view.js';
+
+/** The perl that runs the services (perl-base: every Debian system has it), found at the first start. */
+let perl: string | null = null;
 
 /** A conversation's file service process ends after this long unused. */
 const PLAIN_FILES_IDLE_MS = 60_000;
@@ -71,7 +75,9 @@ export class PlainFileServices {
 
   /** A service process: `args` name its workspace (`--root`) or leave it for later (`--root-later`). */
   private start(args: string[], cwd: string): Entry {
-    const proc = childProcess().spawn(process.execPath, [...HELPER_NODE_FLAGS, FILE_HELPER, ...args], {
+    perl ??= findProgram('perl') ?? 'perl';
+    const [program, ...first] = serviceCommand(perl, FILE_SERVICE);
+    const proc = childProcess().spawn(program!, [...first, ...args], {
       cwd,
       env: { PATH: baseChildEnv().PATH! },
       stdio: ['pipe', 'pipe', 'ignore'],
@@ -82,7 +88,9 @@ export class PlainFileServices {
     channel.onFault = (why) => {
       if (entry.id && this.entries.get(entry.id) === entry) this.onFault(entry.id, why);
     };
-    proc.once('error', () => channel.break('the file service could not be started'));
+    proc.once('error', (e: NodeJS.ErrnoException) =>
+      channel.break(`the file service could not be started${e.code === 'ENOENT' ? ': perl was not found (apt-get install perl-base)' : ''}`),
+    );
     proc.once('exit', () => {
       channel.ended('the file service ended');
       if (this.spare === entry) this.spare = null;

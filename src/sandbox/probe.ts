@@ -115,7 +115,7 @@ export async function probeTools(settings: SandboxSettings, opts: SandboxOpenOpt
       extra: extraArgs(settings.roBinds, hidden),
       mapped,
       egress,
-      fileHelper: opts.fileHelper,
+      fileService: opts.fileService,
       spawner,
       log: opts.log,
     },

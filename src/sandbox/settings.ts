@@ -103,8 +103,8 @@ export interface SandboxOpenOptions {
   sharedWorkspaceRoot?: boolean;
   /** KEEP_WORKSPACES: a deleted conversation's workspace stays (copied out of its disk image, as a plain directory). */
   keepWorkspaces?: boolean;
-  /** The file service's script (default src/sandbox/file-helper.mjs): tests give a hostile stand-in. */
-  fileHelper?: string;
+  /** The file service's script (default src/sandbox/file-service.pl): tests give a hostile stand-in, a node program (`.mjs`). */
+  fileService?: string;
 }
 
 export class SandboxUnavailableError extends Error {

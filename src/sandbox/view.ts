@@ -9,19 +9,22 @@ import { fileURLToPath } from 'node:url';
 import { VISIBLE_HOME, VISIBLE_IO, VISIBLE_OUTPUTS, VISIBLE_WORKSPACE, type MappedDir } from './settings.js';
 
 /**
- * file-helper.mjs in the checkout, or next to the build (scripts/build.mjs copies it into dist/).
+ * file-service.pl in the checkout, or next to the build (scripts/build.mjs copies it into dist/).
  * The channel's tests put a hostile stand-in in its place (PARLEY_TEST_FILE_SERVICE, honoured only
- * with NODE_ENV=test): what comes out of a sandbox is attacked from inside a real one.
+ * with NODE_ENV=test, a node program: `.mjs`): what comes out of a sandbox is attacked from inside a real one.
  */
-export const FILE_HELPER =
-  (process.env.NODE_ENV === 'test' && process.env.PARLEY_TEST_FILE_SERVICE) || fileURLToPath(new URL('./file-helper.mjs', import.meta.url));
-/** Where a sandbox sees it. */
-export const FILE_HELPER_INSIDE = '/parley/file-helper.mjs';
-/** The module file-helper.mjs imports (its paths): bound beside it. */
-const FILE_PATHS = fileURLToPath(new URL('./file-paths.mjs', import.meta.url));
+export const FILE_SERVICE =
+  (process.env.NODE_ENV === 'test' && process.env.PARLEY_TEST_FILE_SERVICE) || fileURLToPath(new URL('./file-service.pl', import.meta.url));
+/** The file service's paths, errors and JSON, which it loads from beside itself. */
+export const FILE_SERVICE_LIB = fileURLToPath(new URL('./file-service-lib.pl', import.meta.url));
+/** Where a sandbox sees the service (or a test's stand-in, by its extension) and its library. */
+export const serviceInside = (script: string) => (script.endsWith('.mjs') ? '/parley/file-service.mjs' : '/parley/file-service.pl');
+const FILE_SERVICE_LIB_INSIDE = '/parley/file-service-lib.pl';
 
-/** The file service's node: small heaps (what it holds is one request's bytes, outside the heap). */
-export const HELPER_NODE_FLAGS = ['--max-old-space-size=64', '--max-semi-space-size=1'];
+/** The command that runs a file service `script` (as `perl` names perl): perl, or node for a test's stand-in. */
+export function serviceCommand(perl: string, script: string): string[] {
+  return script.endsWith('.mjs') ? [process.execPath, '--max-old-space-size=64', script] : [perl, script];
+}
 
 /** /usr and the /bin, /lib… entries as they are on the host. */
 function programArgs(): string[] {
@@ -161,7 +164,7 @@ export function plainDirs(workspace: string, state: string): ViewDirs {
  * and with egress the sandbox's resolv.conf.
  */
 export function viewArgs(
-  o: { system: string[]; extra: string[]; mapped: MappedDir[]; resolvConf: string | null; fileHelper?: string },
+  o: { system: string[]; extra: string[]; mapped: MappedDir[]; resolvConf: string | null; fileService?: string },
   dirs: ViewDirs,
 ): string[] {
   const a = [
@@ -191,8 +194,8 @@ export function viewArgs(
     VISIBLE_WORKSPACE,
   ];
   for (const m of o.mapped) if (fs.existsSync(m.host)) a.push('--ro-bind', m.host, m.inside);
-  a.push('--ro-bind', o.fileHelper ?? FILE_HELPER, FILE_HELPER_INSIDE);
-  a.push('--ro-bind', FILE_PATHS, '/parley/file-paths.mjs');
+  const service = o.fileService ?? FILE_SERVICE;
+  a.push('--ro-bind', service, serviceInside(service), '--ro-bind', FILE_SERVICE_LIB, FILE_SERVICE_LIB_INSIDE);
   // egress: the tool's DNS forwarder (on the host's resolv.conf's target, when it is a link into /run)
   const resolv = resolvConfTarget();
   if (o.resolvConf && resolv) a.push('--ro-bind', o.resolvConf, resolv);

@@ -13,11 +13,14 @@ const argv = (pid: number): string[] => {
   }
 };
 
-/** The file services of the daemon's holders (bwrap's and its supervisor's command lines name it too: the node process is it). */
+/** The file services of the daemon's holders (bwrap's and its supervisor's command lines name it too: the perl process is it). */
 export function fileServices(daemon: number): number[] {
   return descendants(daemon).filter((p) => {
     const a = argv(p);
-    return /\/node$/.test(a[0] ?? '') && a.some((x) => x.endsWith('/file-helper.mjs'));
+    // (or a test's stand-in for it, a node program)
+    return (
+      (/\/perl$/.test(a[0] ?? '') && a.some((x) => x.endsWith('/file-service.pl'))) || (/\/node$/.test(a[0] ?? '') && a.includes('/parley/file-service.mjs'))
+    );
   });
 }
 
@@ -62,7 +65,8 @@ function sealed(fileService: number): boolean {
 
 /**
  * The file service of a holder whose /workspace holds `name` (a conversation's own), once its view is
- * sealed and the service has started: its event loop waits (its main thread sleeps in epoll_wait).
+ * sealed and the service has started: it waits for a request (asleep reading its channel, a socket; a
+ * node stand-in's event loop in epoll_wait).
  */
 export function readyHolderWith(daemon: number, name: string): number | undefined {
   return fileServices(daemon).find((p) => workspaceOf(p)?.includes(name) && sealed(p) && waiting(p));
@@ -70,7 +74,7 @@ export function readyHolderWith(daemon: number, name: string): number | undefine
 
 function waiting(pid: number): boolean {
   try {
-    return fs.readFileSync(`/proc/${pid}/wchan`, 'utf8').includes('epoll_wait');
+    return /^(unix_stream_read_generic|pipe_read|.*epoll_wait)/.test(fs.readFileSync(`/proc/${pid}/wchan`, 'utf8'));
   } catch {
     return false;
   }

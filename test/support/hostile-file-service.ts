@@ -10,7 +10,7 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { ROOT } from './daemon.js';
+import { REAL_SERVICE_JS } from './real-file-service.js';
 
 /** Each kind and whether the daemon must see a violation in it. */
 export const ATTACKS: Record<string, { fault: boolean }> = {
@@ -44,12 +44,9 @@ export const ATTACKS: Record<string, { fault: boolean }> = {
 
 const STAND_IN = String.raw`
 import { spawn } from 'node:child_process';
-// a root daemon's file service starts as its own uid and takes the conversation's as its effective one
-// (--as): first, so the real service's code is reached where only that uid can go (a checkout under /tmp)
-const as = process.argv.indexOf('--as');
-if (as > 0) { const [u, g] = process.argv[as + 1].split(':').map(Number); process.setegid(g); process.seteuid(u); }
-const REAL = __REAL__;
-const real = spawn(process.execPath, ['--max-old-space-size=64', REAL, ...process.argv.slice(2)], { stdio: ['pipe', 'pipe', 'inherit'] });
+import fs from 'node:fs';
+${REAL_SERVICE_JS}
+const real = realService(['pipe', 'pipe', 'inherit']);
 real.on('exit', () => process.exit(0));
 process.stdin.on('end', () => process.exit(0));
 process.stdout.on('error', () => process.exit(0));
@@ -172,7 +169,7 @@ process.stdin.on('data', (c) => {
 /** Writes the stand-in into `dir` (which the sandbox must show: SANDBOX_RO_BINDS) and returns its path. */
 export function writeStandIn(dir: string): string {
   const file = path.join(dir, 'hostile-file-service.mjs');
-  fs.writeFileSync(file, STAND_IN.replace('__REAL__', JSON.stringify(path.join(ROOT, 'src/sandbox/file-helper.mjs'))), { mode: 0o644 });
+  fs.writeFileSync(file, STAND_IN, { mode: 0o644 });
   fs.chmodSync(dir, 0o755);
   return file;
 }
