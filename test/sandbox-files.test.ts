@@ -80,7 +80,19 @@ describe('file service (plain process)', () => {
     fs.symlinkSync(path.join(outside, 'secret.txt'), path.join(ws, 'filelink'));
     fs.symlinkSync('/nonexistent/target', path.join(ws, 'dangling'));
     assert.equal((await files.read(path.join(ws, 'inner/in.txt'), 100)).toString(), 'inside');
-    for (const p of ['dirlink/secret.txt', 'filelink', 'dangling', 'dirlink']) {
+    // chains of links, relative ones, `..` in a target, out of the workspace and back in: followed to where they end
+    fs.symlinkSync('chain2', path.join(ws, 'chain1'));
+    fs.symlinkSync('inner/../src', path.join(ws, 'chain2'));
+    fs.symlinkSync(`../${path.basename(ws)}/src`, path.join(ws, 'outandback'));
+    for (const p of ['chain1/in.txt', 'outandback/in.txt', 'chain1/../src/in.txt'])
+      assert.equal((await files.read(path.join(ws, p), 100)).toString(), 'inside', p);
+    assert.equal(await files.realpath(path.join(ws, 'chain1/in.txt')), path.join(ws, 'src/in.txt'));
+    // links that loop are refused, not followed for ever
+    fs.symlinkSync('loop2', path.join(ws, 'loop1'));
+    fs.symlinkSync('loop1', path.join(ws, 'loop2'));
+    await assert.rejects(files.read(path.join(ws, 'loop1/x'), 100), code('ELOOP'));
+    fs.symlinkSync('..', path.join(ws, 'up'));
+    for (const p of ['dirlink/secret.txt', 'filelink', 'dangling', 'dirlink', `up/${path.basename(ws)}/src/in.txt`, 'up/outside/secret.txt']) {
       for (const op of [
         () => files.read(path.join(ws, p), 100),
         () => files.write(path.join(ws, p), 'pwned', { mode: 'create' }),

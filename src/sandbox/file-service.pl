@@ -26,9 +26,7 @@
 # none yet, the first request (`root`) gives it (SANDBOX=none's service started ahead of its conversation);
 # `--as U:G`: read and write with these effective ids (below).
 use strict;
-use warnings;
-no warnings 'recursion';
-use Fcntl qw(:DEFAULT :mode);
+use Fcntl qw(O_RDONLY O_WRONLY O_CREAT O_EXCL O_NONBLOCK O_NOFOLLOW S_ISREG S_ISDIR S_ISLNK S_ISFIFO S_ISSOCK S_ISCHR S_ISBLK);
 # the paths, errors and JSON: beside this file
 our $ROOT;
 BEGIN { my $dir = __FILE__ =~ s{[^/]*$}{}r; require(($dir =~ m{^/} ? $dir : "./$dir") . 'file-service-lib.pl') }
