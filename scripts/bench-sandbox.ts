@@ -1,7 +1,8 @@
 /**
  * What the bubblewrap sandbox costs, measured against plain processes in the same run.
  *
- *   npx tsx scripts/bench-sandbox.ts [--shells 40] [--turns 20] [--burst 20] [--rounds 1] [--only burst|shells] [--trace] [--dump N]
+ *   npx tsx scripts/bench-sandbox.ts [--shells 40] [--turns 20] [--burst 20] [--rounds 1] [--only burst|shells|memory] [--trace]
+ *     [--dump N | --dump-over MS] [--sandboxes 8]
  *
  * 1. Shell creation: `ShellSession.start` (the terminal's persistent bash: spawn, init script, ready
  *    marker) for a NEW conversation each time, through the launcher in bwrap mode (the conversation's
@@ -27,8 +28,13 @@
  *    of a turn goes (medians of the intervals between what this process sees: the LLM server's request
  *    arrivals and answers, the events arriving on the socket). `--trace --dump N`: the daemons run with
  *    LOG_LEVEL=trace and the first N turns of each are printed mark by mark with the daemon's own
- *    (src/events/turn-trace.ts; a first shell's: sandbox taken, spawned, ready).
- *    `--only burst` runs this part alone.
+ *    (src/events/turn-trace.ts; a first shell's: sandbox taken, spawned, ready); `--dump-over MS`
+ *    prints the turns slower than MS instead. `--only burst` runs this part alone.
+ * 4. What a live sandbox holds (`--only memory`, not part of the whole run): `--sandboxes` conversations'
+ *    sandboxes started by a file write each (SANDBOX=bwrap, the default settings, no spare), then the
+ *    PSS of every process they run (from /proc: the holder's supervisor, bwrap, the file service,
+ *    the egress tool), per sandbox and for the file services alone, beside the PSS of an idle node
+ *    process and an idle perl in the same run.
  * The machine's load average is printed: absolute figures move with it, the ratios less.
  */
 import crypto from 'node:crypto';
@@ -38,8 +44,12 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import WebSocket from 'ws';
 import { Sandbox, DEFAULT_SANDBOX_SETTINGS } from '../src/sandbox/launcher.js';
+import { findProgram } from '../src/sandbox/programs.js';
 import { ShellSession } from '../src/tools/terminal/session.js';
+import { spawn } from 'node:child_process';
 import { startDaemon, startFlags, tempDir, waitFor } from '../test/support/daemon.js';
+import { fileServices } from '../test/support/holders.js';
+import { descendants } from '../test/support/processes.js';
 import { helloTurn, startScriptedLlm } from '../test/support/scripted-llm.js';
 
 const { values: args } = parseArgs({
@@ -51,6 +61,8 @@ const { values: args } = parseArgs({
     only: { type: 'string' },
     trace: { type: 'boolean', default: false },
     dump: { type: 'string', default: '0' },
+    'dump-over': { type: 'string', default: '' },
+    sandboxes: { type: 'string', default: '8' },
   },
 });
 const SHELLS = Number(args.shells);
@@ -110,6 +122,50 @@ async function shellCreation(): Promise<void> {
   console.log(`  none   median ${ms(n)} ms  min ${ms(Math.min(...times.none!))} ms`);
   console.log(`  added by the sandbox: ${ms(b - n)} ms (ratio ${(b / n).toFixed(2)})`);
   console.log(`  cold (no spare holder: the conversation's holder starts first) median ${ms(c)} ms, added ${ms(c - n)} ms`);
+}
+
+/** A process's memory in MiB from /proc: its proportional share (PSS) and what is its own (USS: private pages); 0 when gone. */
+function memMiB(pid: number): { pss: number; uss: number } {
+  try {
+    const t = fs.readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8');
+    const kb = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+) kB`, 'm').exec(t)?.[1] ?? 0);
+    return { pss: kb('Pss') / 1024, uss: (kb('Private_Clean') + kb('Private_Dirty')) / 1024 };
+  } catch {
+    return { pss: 0, uss: 0 };
+  }
+}
+
+async function sandboxMemory(): Promise<void> {
+  const n = Number(args.sandboxes);
+  const root = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-bench-sandbox-'));
+  const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', spareHolder: false }, { workspaceRoot: root });
+  // the baselines: an idle node and an idle perl, each its one process
+  const idle = [spawn(process.execPath, ['-e', 'setInterval(() => {}, 1e6)']), spawn(findProgram('perl')!, ['-e', 'sleep 1e6'])];
+  try {
+    const before = new Set([...descendants(process.pid), ...idle.map((p) => p.pid!)]);
+    for (let i = 0; i < n; i++) {
+      const id = crypto.randomUUID();
+      const ws = path.join(root, id.replace(/-/g, ''));
+      fs.mkdirSync(ws);
+      await sb.files(id, ws).write(path.join(ws, 'x.txt'), 'x', { mode: 'create' });
+    }
+    await new Promise((r) => setTimeout(r, 1000));
+    const theirs = descendants(process.pid).filter((p) => !before.has(p));
+    const services = fileServices(process.pid);
+    // each figure the total of those processes, divided by `count`
+    const sum = (pids: number[], count: number) => {
+      const m = pids.map(memMiB);
+      return `${ms(m.reduce((a, x) => a + x.pss, 0) / count)} MiB PSS, ${ms(m.reduce((a, x) => a + x.uss, 0) / count)} MiB USS`;
+    };
+    console.log(`  per sandbox (${ms(theirs.length / n)} processes): ${sum(theirs, n)}`);
+    console.log(`  its file service (${services.length} services): ${sum(services, Math.max(1, services.length))}`);
+    const one = (pid: number) => `${ms(memMiB(pid).pss)} MiB PSS, ${ms(memMiB(pid).uss)} MiB USS`;
+    console.log(`  beside: an idle node process ${one(idle[0]!.pid!)}; an idle perl ${one(idle[1]!.pid!)}`);
+  } finally {
+    for (const p of idle) p.kill();
+    await sb.close();
+    fs.rmSync(root, { recursive: true, force: true });
+  }
 }
 
 /**
@@ -335,9 +391,11 @@ async function coldBursts(): Promise<void> {
     );
     console.log(`  | ${names[i - 1]} → ${names[i]} | ${cells.join(' | ')} |`);
   }
-  // --dump N: the first N turns of each mode, every mark in order (ms from the POST)
+  // --dump N: the first N turns of each mode, every mark in order (ms from the POST); --dump-over MS: the turns slower than MS
   for (const b of daemons) {
-    for (const t of turnsOf.get(b)!.slice(0, Number(args.dump))) {
+    const all = turnsOf.get(b)!;
+    const over = args['dump-over'] ? Number(args['dump-over']) : Number.NaN;
+    for (const t of Number.isFinite(over) ? all.filter((x) => x.ms > over) : all.slice(0, Number(args.dump))) {
       console.log(`  ${b.mode} turn of ${ms_(t.ms)} ms:`);
       const t0 = t.marks[0]![1];
       for (const [name, at] of [...t.marks].sort((x, y) => x[1] - y[1])) console.log(`    ${ms_(at - t0).padStart(7)}  ${name}`);
@@ -358,6 +416,10 @@ if (args.only === 'burst') {
 }
 if (args.only === 'shells') {
   await shellCreation();
+  process.exit(0);
+}
+if (args.only === 'memory') {
+  await sandboxMemory();
   process.exit(0);
 }
 await shellCreation();
