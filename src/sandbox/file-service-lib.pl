@@ -220,7 +220,8 @@ sub names_in {
   while (defined(my $n = readdir $d)) {
     next if $n eq '.' || $n eq '..';
     # a huge directory is read up to a bound (names are sorted before they are shown)
-    if ($bound && (@names >= MAX_DIR_NAMES || now_ms() > $deadline)) { $cut = 1; last }
+    # (the clock read every 256 names: a system call each time)
+    if ($bound && (@names >= MAX_DIR_NAMES || (@names % 256 == 255 && now_ms() > $deadline))) { $cut = 1; last }
     push @names, $n;
   }
   closedir $d;
