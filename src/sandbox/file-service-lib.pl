@@ -120,7 +120,8 @@ sub resolve {
   my $real = $base;
   my $i = 0;
   for (; $i < @parts; $i++) {
-    my $next = join_path($real, $parts[$i]);
+    # ($real is a real path, a part a plain name: joined as they are)
+    my $next = $real eq '/' ? "/$parts[$i]" : "$real/$parts[$i]";
     my @st = lstat $next;
     if (!@st) {
       last if $!{ENOENT} || $!{ENOTDIR};
@@ -139,7 +140,7 @@ sub resolve {
     outside($p, @parts[0 .. $i]) unless defined inside($base, $resolved) && lstat $resolved;
     $real = $resolved;
   }
-  return join_path($real, @parts[$i .. $#parts]);
+  return $i > $#parts ? $real : join('/', $real eq '/' ? '' : $real, @parts[$i .. $#parts]);
 }
 
 # The file an open handle names must still be inside the workspace (a directory swapped for a link

@@ -131,7 +131,12 @@ my %ops;
     op_error('TOO_LARGE', "The file $h->{path} has $st[7] bytes; at most $max can be read.", { size => num($st[7]) }) if $st[7] > $max;
     # a file that grows while it is read stops at the limit too
     my $buf = '';
-    while (length $buf <= $max) { (sysread($fh, $buf, $max + 1 - length $buf, length $buf) // sys_error()) or last }
+    while (length $buf <= $max) {
+      # as much as it said it holds, and a little more (it may have grown), up to the limit and one byte
+      my $want = $st[7] + 65536 - length $buf;
+      $want = $max + 1 - length $buf if $want > $max + 1 - length $buf;
+      (sysread($fh, $buf, $want, length $buf) // sys_error()) or last;
+    }
     op_error('TOO_LARGE', "The file $h->{path} grew past $max bytes while it was read.") if length $buf > $max;
     return { data => $buf, info => info(@st) };
   },
