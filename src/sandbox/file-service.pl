@@ -41,10 +41,10 @@ for (my $i = 0; $i < @ARGV; $i++) {
   elsif ($ARGV[$i] eq '--as') {
     # a root daemon's sandbox: the conversation's uid and gid as the effective ids, while the real
     # and saved ids stay this process's own, which keeps the agent off it (holder-launch.ts)
-    my ($u, $g) = split /:/, $ARGV[$i + 1] // '';
-    $) = int($g);
-    $> = int($u);
-    die "the effective ids could not be set\n" if $> != int($u) || (split / /, $))[0] != int($g);
+    my ($u, $g) = ($ARGV[$i + 1] // '') =~ /^(\d+):(\d+)$/ or die "--as takes UID:GID\n";
+    $) = $g;
+    $> = $u;
+    die "the effective ids could not be set\n" if $> != $u || (split / /, $))[0] != $g;
   }
 }
 
