@@ -90,12 +90,18 @@ describe('sandbox: a holder whose bwrap dies early', { timeout: 300_000 }, () =>
         const c = sb.spawn(id, ['true'], { workspaceDir: path.join(dir, id.replace(/-/g, '')), env: sb.env(), stdio: 'ignore' });
         c.on('close', resolve);
       });
-    /** The spares' workspaces (inodes): a conversation that took a spare has one of them as its workspace. */
+    /**
+     * The spares' workspaces (inodes): a conversation that took a spare has one of them as its workspace. (A spare
+     * still being made, its directory there before its workspace, is not one yet: the burst starts the next ones.)
+     */
     const spareWorkspaces = () =>
       fs
         .readdirSync(path.join(dir, '.sandbox'))
         .filter((n) => n.startsWith('.spare-'))
-        .map((n) => fs.statSync(path.join(dir, '.sandbox', n, 'workspace')).ino);
+        .flatMap((n) => {
+          const st = fs.statSync(path.join(dir, '.sandbox', n, 'workspace'), { throwIfNoEntry: false });
+          return st ? [st.ino] : [];
+        });
     try {
       await sb.warm();
       const s0 = starts();
