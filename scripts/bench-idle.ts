@@ -24,13 +24,12 @@
  * shell starts while the LLM answers (the terminal's prewarm), so this is what that hides.
  * Figures move with the machine's load (printed).
  */
-import fs from 'node:fs';
 import os from 'node:os';
 import { parseArgs } from 'node:util';
 import { allEvents } from '../test/support/conversation-api.js';
 import { startDaemon, waitFor, type DaemonHandle } from '../test/support/daemon.js';
 import { readyHolderWith, readySpare } from '../test/support/holders.js';
-import { descendants } from '../test/support/processes.js';
+import { descendants, memoryKiB } from '../test/support/processes.js';
 import { startScriptedLlm, type ScriptedLlm } from '../test/support/scripted-llm.js';
 import { connect } from '../test/support/ws-client.js';
 
@@ -49,11 +48,7 @@ function tree(root: number): { processes: number; pssKiB: number } {
   let pssKiB = 0;
   for (const pid of descendants(root)) {
     processes++;
-    try {
-      pssKiB += Number(/^Pss:\s+(\d+) kB/m.exec(fs.readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8'))?.[1] ?? 0);
-    } catch {
-      /* gone */
-    }
+    pssKiB += memoryKiB(pid).pss;
   }
   return { processes, pssKiB };
 }

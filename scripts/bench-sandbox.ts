@@ -49,7 +49,7 @@ import { ShellSession } from '../src/tools/terminal/session.js';
 import { spawn } from 'node:child_process';
 import { startDaemon, startFlags, tempDir, waitFor } from '../test/support/daemon.js';
 import { fileServices } from '../test/support/holders.js';
-import { descendants } from '../test/support/processes.js';
+import { descendants, memoryKiB } from '../test/support/processes.js';
 import { helloTurn, startScriptedLlm } from '../test/support/scripted-llm.js';
 
 const { values: args } = parseArgs({
@@ -124,15 +124,10 @@ async function shellCreation(): Promise<void> {
   console.log(`  cold (no spare holder: the conversation's holder starts first) median ${ms(c)} ms, added ${ms(c - n)} ms`);
 }
 
-/** A process's memory in MiB from /proc: its proportional share (PSS) and what is its own (USS: private pages); 0 when gone. */
+/** A process's memory in MiB (memoryKiB's). */
 function memMiB(pid: number): { pss: number; uss: number } {
-  try {
-    const t = fs.readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8');
-    const kb = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+) kB`, 'm').exec(t)?.[1] ?? 0);
-    return { pss: kb('Pss') / 1024, uss: (kb('Private_Clean') + kb('Private_Dirty')) / 1024 };
-  } catch {
-    return { pss: 0, uss: 0 };
-  }
+  const m = memoryKiB(pid);
+  return { pss: m.pss / 1024, uss: m.uss / 1024 };
 }
 
 async function sandboxMemory(): Promise<void> {

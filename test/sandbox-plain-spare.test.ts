@@ -13,7 +13,7 @@ import { test } from 'node:test';
 import { FileChannel, FileOpError } from '../src/sandbox/files.js';
 import { DEFAULT_SANDBOX_SETTINGS, Sandbox } from '../src/sandbox/launcher.js';
 import { findProgram } from '../src/sandbox/programs.js';
-import { FILE_SERVICE, serviceCommand } from '../src/sandbox/view.js';
+import { FILE_SERVICE, serviceProgram } from '../src/sandbox/view.js';
 import { tempDir, waitFor } from './support/daemon.js';
 import { descendants, livingProcesses } from './support/processes.js';
 
@@ -21,7 +21,7 @@ const code = (c: string) => (e: unknown) => e instanceof FileOpError && e.code =
 
 /** A file service of its own, spoken to through a channel as the daemon does. */
 function service(args: string[], cwd: string) {
-  const [program, ...first] = serviceCommand(findProgram('perl')!, FILE_SERVICE);
+  const [program, ...first] = serviceProgram(findProgram('perl')!, FILE_SERVICE);
   const proc = spawn(program!, [...first, ...args], { cwd, stdio: ['pipe', 'pipe', 'ignore'] });
   const channel = new FileChannel(proc.stdin, proc.stdout, () => proc.kill('SIGKILL'));
   const ask = (header: Record<string, unknown>) => channel.request(header, null).then((a) => a.header);

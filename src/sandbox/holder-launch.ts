@@ -46,7 +46,7 @@ import { attachEgress, needsRouteLocalnet, type EgressHandle, type EgressTools }
 import { closeFd, killTree, lastError, signalPid, type ProcessLike } from './processes.js';
 import { runToEnd, type Spawner } from './spawner.js';
 import { VISIBLE_WORKSPACE, type MappedDir, type SandboxIds, type SandboxOpenOptions, type SandboxSettings } from './settings.js';
-import { FILE_SERVICE, serviceCommand as runService, serviceInside, viewArgs, type ViewDirs } from './view.js';
+import { FILE_SERVICE, serviceInside, serviceProgram, viewArgs, type ViewDirs } from './view.js';
 
 /**
  * bwrap's fds: the info it writes, its options, the seccomp program, the service's channel, the
@@ -455,7 +455,7 @@ export class Holder {
  */
 function serviceCommand(s: HolderSetup): string[] {
   const script = s.fileService ?? FILE_SERVICE;
-  const service = [...runService(s.join.inside.perl, serviceInside(script)), '--root', VISIBLE_WORKSPACE];
+  const service = [...serviceProgram(s.join.inside.perl, serviceInside(script)), '--root', VISIBLE_WORKSPACE];
   const channel = ['/bin/sh', '-c', `printf . >&${FD.setUp} && exec "$@" <&${FD.channel} >&${FD.channel} ${FD.channel}<&- ${FD.setUp}>&-`, 'sh'];
   if (!s.ids) return [...channel, ...service];
   const j = s.join.inside;

@@ -16,7 +16,7 @@ import { baseChildEnv } from './child-env.js';
 import { FileChannel, FileOpError } from './files.js';
 import { exited, killTree } from './processes.js';
 import { findProgram } from './programs.js';
-import { FILE_SERVICE, serviceCommand } from './view.js';
+import { FILE_SERVICE, serviceProgram } from './view.js';
 
 /** The perl that runs the services (perl-base: every Debian system has it), found at the first start. */
 let perl: string | null = null;
@@ -76,7 +76,7 @@ export class PlainFileServices {
   /** A service process: `args` name its workspace (`--root`) or leave it for later (`--root-later`). */
   private start(args: string[], cwd: string): Entry {
     perl ??= findProgram('perl') ?? 'perl';
-    const [program, ...first] = serviceCommand(perl, FILE_SERVICE);
+    const [program, ...first] = serviceProgram(perl, FILE_SERVICE);
     const proc = childProcess().spawn(program!, [...first, ...args], {
       cwd,
       env: { PATH: baseChildEnv().PATH! },

@@ -21,8 +21,8 @@ export const FILE_SERVICE_LIB = fileURLToPath(new URL('./file-service-lib.pl', i
 export const serviceInside = (script: string) => (script.endsWith('.mjs') ? '/parley/file-service.mjs' : '/parley/file-service.pl');
 const FILE_SERVICE_LIB_INSIDE = '/parley/file-service-lib.pl';
 
-/** The command that runs a file service `script` (as `perl` names perl): perl, or node for a test's stand-in. */
-export function serviceCommand(perl: string, script: string): string[] {
+/** The program and arguments that run a file service `script` (as `perl` names perl): perl, or node for a test's stand-in. */
+export function serviceProgram(perl: string, script: string): string[] {
   return script.endsWith('.mjs') ? [process.execPath, '--max-old-space-size=64', script] : [perl, script];
 }
 

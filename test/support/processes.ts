@@ -57,3 +57,15 @@ export function descendants(root: number): number[] {
     return false;
   });
 }
+
+/** A process's memory in KiB from /proc: its proportional share (PSS) and what is its own (USS: private pages); 0 when gone. */
+export function memoryKiB(pid: number): { pss: number; uss: number } {
+  let t: string;
+  try {
+    t = readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8');
+  } catch {
+    return { pss: 0, uss: 0 };
+  }
+  const kb = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+) kB`, 'm').exec(t)?.[1] ?? 0);
+  return { pss: kb('Pss'), uss: kb('Private_Clean') + kb('Private_Dirty') };
+}
