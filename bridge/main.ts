@@ -1,6 +1,7 @@
 /** The daemon: `npm start`. Exits 1 with one clear line for a bad configuration or a busy port. */
 import { loadConfig, type Config } from '../src/config.js';
 import { createCore } from '../src/core.js';
+import { closeInheritedFds } from '../src/inherited-fds.js';
 import { createLogger } from '../src/logger.js';
 import { Redactor } from '../src/secrets/redact.js';
 import { DATA_DIR_UMASK } from '../src/store/permissions.js';
@@ -13,6 +14,8 @@ import { loadTrpc } from './trpc.js';
 const PROBE_AFTER_LISTEN_MS = 250;
 
 async function main() {
+  // no process the daemon starts (a sandbox's above all) gets an fd of its parent's: only a forking parent's channel stays
+  const inherited = closeInheritedFds(process.channel ? [(process.channel as unknown as { fd: number }).fd] : []);
   // every file the daemon creates (database, WAL, journal, key file, outputs) is 0600, directories 0700
   process.umask(DATA_DIR_UMASK);
   let config: Config;
@@ -24,6 +27,7 @@ async function main() {
   }
   const redactor = new Redactor();
   const log = createLogger(config.logLevel, redactor);
+  if (inherited.length > 0) log.info({ fds: inherited }, 'closed the file descriptors inherited open from the parent process');
   if (config.sessionApiKeys.length === 0) {
     log.warn({ host: config.host }, 'no SESSION_API_KEY configured: every route is open; listening on loopback only unless HOST is set');
   }

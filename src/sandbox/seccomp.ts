@@ -121,13 +121,17 @@ export function seccompProgram(opts: { holder?: boolean; arch?: string } = {}): 
 /**
  * The loader, a perl program (perl-base is part of every Debian system; the syscall numbers are
  * this machine's), run as the last step before a joined process's command: `perl -e LOADER HEX
- * argv…` sets no_new_privs (setpriv did already), loads the filter (hex of seccompProgram()) and
- * execs argv (PATH searched): 127 when the command is not found, 126 when it cannot be run, as
- * setpriv and shells answer.
+ * argv…` closes every fd past stderr (a joined process gets stdin, stdout and stderr only: whatever
+ * else the chain that started it held open across exec is the host's; close_range, 436 on every
+ * arch, or one by one where the kernel is older than 5.9), sets no_new_privs (setpriv did already),
+ * loads the filter (hex of seccompProgram()) and execs argv (PATH searched): 127 when the command is
+ * not found, 126 when it cannot be run, as setpriv and shells answer.
  */
 export function seccompLoader(name: string = process.arch): string {
   const t = ARCHES[archOf(name)];
   return [
+    'syscall(436, 3, ~0, 0) == 0 or do { opendir(my $d, q(/proc/self/fd)) or die "parley: /proc/self/fd: $!\\n";',
+    'for (grep { /^\\d+$/ && $_ > 2 && $_ != fileno($d) } readdir $d) { open(my $h, q(<&=), $_) and close $h } };',
     'my $f = pack q(H*), shift @ARGV;',
     `syscall(${t.prctl}, 38, 1, 0, 0, 0) == 0 or die "parley: no_new_privs: $!\n";`,
     'my $p = pack q(S x![J] J), length($f) / 8, unpack(q(J), pack(q(p), $f));',

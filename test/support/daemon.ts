@@ -139,7 +139,13 @@ export function removeDir(dir: string): void {
 export async function startDaemon(
   env: Record<string, string> = {},
   dataDir = tempDir(),
-  opts: { startTimeoutMs?: number /** Extra node flags (e.g. `--cpu-prof`). */; nodeArgs?: string[] } = {},
+  opts: {
+    startTimeoutMs?: number;
+    /** Extra node flags (e.g. `--cpu-prof`). */
+    nodeArgs?: string[];
+    /** bash redirections the daemon starts with (`77<file`: an fd its parent left open across exec). */
+    redirects?: string;
+  } = {},
 ): Promise<DaemonHandle> {
   const fullEnv: Record<string, string> = {
     PATH: process.env.PATH ?? '/usr/bin:/bin',
@@ -155,7 +161,9 @@ export async function startDaemon(
   // the daemon (and with it its sandboxes) gets SIGKILL when this test process dies: a test file
   // killed at its time limit must not leave daemons behind (setpriv execs node: proc.pid is the daemon)
   const node = [process.execPath, ...(opts.nodeArgs ?? []), ...(await daemonArgs())];
-  const argv = fs.existsSync('/usr/bin/setpriv') ? ['/usr/bin/setpriv', '--pdeathsig', 'KILL', '--', ...node] : node;
+  const guarded = fs.existsSync('/usr/bin/setpriv') ? ['/usr/bin/setpriv', '--pdeathsig', 'KILL', '--', ...node] : node;
+  // (exec keeps the pid: proc.pid is still the daemon's)
+  const argv = opts.redirects ? ['/bin/bash', '-c', `exec ${opts.redirects} "$@"`, 'bash', ...guarded] : guarded;
   const proc = spawn(argv[0]!, argv.slice(1), { cwd: ROOT, env: fullEnv, stdio: ['ignore', 'pipe', 'pipe'] });
   const output: string[] = [];
   const exited = new Promise<number | null>((resolve) => proc.on('exit', (code) => resolve(code)));

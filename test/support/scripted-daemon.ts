@@ -8,7 +8,7 @@ import { allEvents } from './conversation-api.js';
 import { startDaemon, waitFor, type DaemonHandle } from './daemon.js';
 import { startScriptedLlm, type ScriptedLlm } from './scripted-llm.js';
 
-export function useScriptedDaemon(env: Record<string, string>, opts: { nodeArgs?: string[] } = {}): { d: DaemonHandle; llm: ScriptedLlm } {
+export function useScriptedDaemon(env: Record<string, string>, opts: Parameters<typeof startDaemon>[2] = {}): { d: DaemonHandle; llm: ScriptedLlm } {
   const parts = {} as { d: DaemonHandle; llm: ScriptedLlm };
   before(async () => {
     parts.llm = await startScriptedLlm();
