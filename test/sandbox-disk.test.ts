@@ -14,6 +14,9 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { Disks, type DiskTools, findDiskTools, imageBytes, imageMount } from '../src/sandbox/disk-image.js';
+import { findProgram } from '../src/sandbox/programs.js';
+import { Spawner } from '../src/sandbox/spawner.js';
 import { allEvents } from './support/conversation-api.js';
 import { removeDir, startDaemon, tempDir, waitFor, type DaemonHandle } from './support/daemon.js';
 import { startScriptedLlm, type ScriptedLlm } from './support/scripted-llm.js';
@@ -283,5 +286,32 @@ describe('disk bounds count what a sandbox holds', { skip: !ROOT_RUN && 'needs r
       [],
       'the stop left no image mounted',
     );
+  });
+});
+
+describe('a new disk image', { skip: !ROOT_RUN && 'needs root: disk images', timeout: 120_000 }, () => {
+  test('of 10 GiB takes under 1 MiB of the host once made and mounted (no journal, no blocks kept to grow it), and holds 10 GiB', async () => {
+    const root = tempDir('parley-image-');
+    const spawner = new Spawner(findProgram('setpriv'));
+    const tools = findDiskTools(spawner);
+    assert.equal(typeof tools, 'object', String(tools));
+    const disks = new Disks(tools as DiskTools, 10240, null, root);
+    const state = path.join(root, 'state');
+    let key: string | null = null;
+    try {
+      key = await disks.acquire(state);
+      const bytes = imageBytes(state);
+      assert.ok(bytes > 0 && bytes < 1024 * 1024, `the image holds ${bytes} bytes of the host`);
+      const total = Number(
+        execFileSync('df', ['-k', '--output=size', imageMount(state)], { encoding: 'utf8' })
+          .trim()
+          .split('\n')[1],
+      );
+      assert.ok(total > 10_000_000 && total <= 10_485_760, `its filesystem: ${total} KiB`);
+    } finally {
+      if (key) await disks.release(key, state);
+      await spawner.close();
+      removeDir(root);
+    }
   });
 });
