@@ -37,14 +37,15 @@ import { HOLDER_START_MS } from './types.js';
 import fs from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
 import type { CgroupBackend, ConversationCgroup } from './cgroup.js';
-import { baseChildEnv, SANDBOX_PATH } from './child-env.js';
+import { SANDBOX_PATH } from './child-env.js';
 import { FileChannel } from './files.js';
 import { niceNewSession } from './priority.js';
+import { seal } from './seal.js';
 import { userNamespace } from './user-namespace.js';
 import { wrapCommand, type HolderFds, type JoinTools } from './join.js';
 import { attachEgress, needsRouteLocalnet, type EgressHandle, type EgressTools } from './network.js';
 import { closeFd, killTree, lastError, signalPid, type ProcessLike } from './processes.js';
-import { runToEnd, type Spawner } from './spawner.js';
+import type { Spawner } from './spawner.js';
 import { VISIBLE_WORKSPACE, type MappedDir, type SandboxIds, type SandboxOpenOptions, type SandboxSettings } from './settings.js';
 import { FILE_SERVICE, serviceInside, serviceProgram, viewArgs, type ViewDirs } from './view.js';
 
@@ -240,7 +241,16 @@ export class Holder {
       }
       await step(this.setUp());
       if (this.whole) await step(this.files!.ready.catch(() => new Promise<never>(() => {})));
-      await step(seal(this.s, this.init!, this.nsPaths()));
+      await step(
+        seal({
+          spawner: this.s.spawner,
+          perl: this.s.join.inside.perl,
+          init: this.init!,
+          ns: this.nsPaths(),
+          ownNetwork: this.s.settings.network !== 'host',
+          localnet: !!this.s.egress && needsRouteLocalnet(this.s.settings.allowNets ?? []),
+        }),
+      );
       this.fds = openHolder(this.init!, this.ns, this.ownNetwork);
       this.releaseNamespaces();
       // egress (the filter in, the tool up) before any process of the conversation can run
@@ -522,45 +532,6 @@ function attachNetwork(s: HolderSetup, fds: HolderFds): Promise<EgressHandle> {
     tools: s.egress!.tools,
     spawner: s.spawner,
   });
-}
-
-/**
- * Seals a new sandbox before anything of the conversation runs in it: no process in it may make
- * a user namespace (user.max_user_namespaces=0 in the conversation's own, which only a process
- * with CAP_SYS_RESOURCE there could raise again: none has one), and /proc/sys and
- * /proc/sysrq-trigger are read-only mounts (a sysctl cannot be written, not even to its current
- * value). Done from outside: as root, the limit from inside the user namespace only and the mounts
- * in the mount namespace with the host's rights (bwrap made it as root); otherwise both as the owner
- * of the user namespace that owns the mount namespace.
- */
-async function seal(s: HolderSetup, init: number, ns: { user: string; net: string | null } | null): Promise<void> {
-  const j = s.join;
-  const limit = 'echo 0 > /proc/sys/user/max_user_namespaces';
-  const mounts =
-    'for p in /proc/sys /proc/sysrq-trigger; do [ -e "$p" ] || continue; ' +
-    'mount -n -c --bind "$p" "$p" && mount -n -c -o remount,bind,ro,nosuid,nodev,noexec "$p" || exit 1; done';
-  const q = (a: string[]) => a.map((x) => `'${x}'`).join(' ');
-  // as root the network namespace is the daemon's making: its loopback is down
-  const lo = ns?.net ? ` && ${q([j.ip!, 'link', 'set', 'lo', 'up'])}` : '';
-  // egress with a 127.0.0.1:PORT entry: packets from the sandbox's loopback address may leave (network.ts)
-  const localnet = s.egress && needsRouteLocalnet(s.settings.allowNets ?? []) ? ' && echo 1 > /proc/sys/net/ipv4/conf/all/route_localnet' : '';
-  const script = ns
-    ? `${q([j.nsenter, `--user=${ns.user}`, ...(ns.net ? [`--net=${ns.net}`] : []), '--', '/bin/sh', '-c', limit + lo + localnet])} && ` +
-      q([j.nsenter, `--mount=/proc/${init}/ns/mnt`, '--', '/bin/sh', '-c', mounts])
-    : q([
-        j.nsenter,
-        `--user=/proc/${init}/ns/user`,
-        '--preserve-credentials',
-        ...(s.settings.network !== 'host' ? [`--net=/proc/${init}/ns/net`] : []),
-        `--mount=/proc/${init}/ns/mnt`,
-        '--',
-        '/bin/sh',
-        '-c',
-        `${limit}${localnet} && ${mounts}`,
-      ]);
-  const r = await runToEnd(s.spawner, '/bin/sh', ['-c', script], { env: { PATH: baseChildEnv().PATH! }, timeoutMs: HOLDER_START_MS });
-  if (r.code !== 0)
-    throw new Error(`the conversation's sandbox could not be sealed (${r.stderr.trim().split('\n').pop() || r.signal || `exit code ${r.code}`})`);
 }
 
 /**
