@@ -269,7 +269,7 @@ describe('sandbox: modes at start', { timeout: 300_000 }, () => {
       const r = await run({ SANDBOX: 'bwrap', PATH: dir }, true);
       assert.equal(r.code, 1);
       assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
-      assert.match(r.stderr, /^parley: SANDBOX=bwrap but nsenter, setsid, setpriv, unshare \(util-linux\) not found on PATH/);
+      assert.match(r.stderr, /^parley: SANDBOX=bwrap but nsenter, setpriv, unshare \(util-linux\) not found on PATH/);
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }

@@ -54,6 +54,12 @@ describe('sandbox (bwrap, host network)', { timeout: 300_000 }, () => {
     assert.match(status, /^Groups:\s*$/m, "no supplementary group (not root's)");
     for (const set of ['CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb']) assert.match(status, new RegExp(`^${set}:\\s+0+$`, 'm'), set);
     assert.match(status, /^NoNewPrivs:\s+1$/m);
+    // a session of its own, led by the conversation's shell (no terminal of the host's to inject into)
+    const stat = (pid: number | string) => fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    const [sid, tty] = [Number(stat(job!)[3]), Number(stat(job!)[4])];
+    assert.notEqual(sid, Number(stat(h.d.proc.pid!)[3]), "not the daemon's session");
+    assert.equal(fs.readFileSync(`/proc/${sid}/comm`, 'utf8').trim(), 'bash', 'the shell leads it');
+    assert.equal(tty, 0, 'no controlling terminal');
     process.kill(job!, 'SIGKILL');
   });
 

@@ -6,8 +6,8 @@
  *
  * bwrap mode: the conversation's processes all join one holder (holders.ts, holder-launch.ts), taken
  * from the spare or started on first use, which owns its namespaces, cgroup and (root daemon) disk.
- * A process joins with util-linux nsenter on the daemon's fds on the holder (join.ts), setsid,
- * setpriv with every capability dropped, and the seccomp filter loaded last. none mode: plain
+ * A process joins with util-linux nsenter on the daemon's fds on the holder (join.ts), then perl's
+ * loader: its own session, every capability dropped, and the seccomp filter loaded last. none mode: plain
  * processes in their own process group, with the same built environment.
  *
  * Whether it may be closed for idleness follows its processes: while one started through it runs,

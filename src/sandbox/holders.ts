@@ -135,7 +135,7 @@ export class Holders {
   /**
    * Every ready spare starts `argv` in its /workspace with `env` (the terminal's shell, for its
    * conversation's first command: Sandbox.takeStarted), those ready now too. Its start (the joiner's
-   * fork, sh, nsenter, setsid, setpriv, perl loading the filter, bash: 11–30 ms on a busy machine) then
+   * fork, sh, nsenter, perl dropping every capability and loading the filter, bash: 11–30 ms on a busy machine) then
    * falls before the conversation exists, at the spare's priority, instead of in its first command.
    */
   prestartWith(spec: { argv: string[]; env: Record<string, string> }): void {

@@ -1,8 +1,9 @@
 /**
  * How a process enters a conversation's sandbox, and how a holder is supervised: the `sh` that
  * sets the rlimits and joins the conversation's cgroup before anything else runs, then (a joiner)
- * util-linux `nsenter` into the holder's namespaces, `setsid`, and `setpriv` with every capability
- * dropped — or (a holder) bwrap run under that `sh` as the supervisor of its process group.
+ * util-linux `nsenter` into the holder's namespaces and perl's loader (its session, every capability
+ * dropped, the seccomp filter) — or (a holder) bwrap run under that `sh` as the supervisor of its
+ * process group.
  */
 import type { ChildProcess, StdioOptions } from 'node:child_process';
 import type { Writable } from 'node:stream';
@@ -11,15 +12,12 @@ import type { ConversationCgroup } from './cgroup.js';
 import { seccompLoader } from './seccomp.js';
 import type { MappedDir, SandboxSettings } from './settings.js';
 
-/** How a process joins its conversation's sandbox (util-linux, iproute2). */
+/** How a process joins its conversation's sandbox (util-linux, perl). */
 export interface JoinTools {
   nsenter: string;
-  setsid: string;
   setpriv: string;
   /** As root: the holder makes the conversation's user namespace with it. */
   unshare: string;
-  /** As root with a network of the sandbox's own: its loopback is brought up with it (iproute2). */
-  ip: string | null;
   /**
    * What runs inside a sandbox, found in the system's directories (which every sandbox shows):
    * perl loads the seccomp filter in a joined process (seccomp.ts); setpriv and nsenter start a
@@ -28,9 +26,6 @@ export interface JoinTools {
    */
   inside: { perl: string; setpriv: string; nsenter: string };
 }
-
-/** setpriv's options that leave a process no capability and no way to gain one. */
-const DROP_ALL = ['--no-new-privs', '--inh-caps=-all', '--ambient-caps=-all', '--bounding-set=-all', '--'];
 
 /** The daemon's fds on a holder's namespace files, its root and /workspace (a joiner opens /proc/<daemon>/fd/<n>). */
 export interface HolderFds {
@@ -209,14 +204,14 @@ export function wrapCommand(
  * nsenter's arguments after the namespaces, then the command. As root nsenter clears the groups and
  * becomes uid 0 of the user namespace (the sandbox uid on the host); otherwise the daemon's uid,
  * which is 0 inside (--preserve-credentials: nsenter could not set groups in an unprivileged user
- * namespace). `setsid` starts a new session (no terminal of the host's to inject into), `setpriv`
- * sets no_new_privs, SIGKILL when nsenter dies, and drops every capability entering the user
- * namespace gave (uid 0 would keep them across exec); last, perl loads the sandbox's seccomp filter
- * (seccomp.ts: a joined process does not inherit the holder's) and execs the command.
+ * namespace). Then perl runs the loader (seccomp.ts): its own session, SIGKILL when nsenter dies,
+ * every capability entering the user namespace gave dropped (uid 0 would keep them across exec),
+ * no_new_privs, the sandbox's seccomp filter (a joined process does not inherit the holder's), and
+ * the command.
  */
 function joinArgs(j: JoinTools, asRoot: boolean, filterHex: string): string[] {
   const creds = asRoot ? [] : ['--preserve-credentials'];
   loader ??= seccompLoader();
-  return [...creds, '--', j.setsid, j.setpriv, '--pdeathsig', 'KILL', ...DROP_ALL, j.inside.perl, '-e', loader, '--', filterHex];
+  return [...creds, '--', j.inside.perl, '-e', loader, '--', filterHex];
 }
 let loader: string | undefined;

@@ -69,13 +69,10 @@ export async function probeTools(settings: SandboxSettings, opts: SandboxOpenOpt
   const inside = { perl: findProgram('perl', ''), setpriv: findProgram('setpriv', ''), nsenter: findProgram('nsenter', '') };
   if (!inside.perl)
     return { fail: 'perl was not found in the system directories: every process of a sandbox loads its seccomp filter with it (apt-get install perl-base)' };
-  const tools = { nsenter: which('nsenter'), setsid: which('setsid'), setpriv: which('setpriv'), unshare: which('unshare') };
+  const tools = { nsenter: which('nsenter'), setpriv: which('setpriv'), unshare: which('unshare') };
   const missing = Object.entries(tools)
     .filter(([, p]) => !p)
     .map(([name]) => name);
-  const ip = findProgram('ip');
-  if (ids && settings.network !== 'host' && !ip)
-    return { fail: "ip (iproute2) not found: a sandbox's own network is set up with it (apt-get install iproute2)" };
   if (missing.length > 0) {
     return { fail: `${missing.join(', ')} (util-linux) not found on PATH: processes join their conversation's sandbox with them (apt-get install util-linux)` };
   }
@@ -97,8 +94,7 @@ export async function probeTools(settings: SandboxSettings, opts: SandboxOpenOpt
   const egress = await probeNetwork(settings, opts, ids, spawner, warn);
   const inForce = settings.network === 'egress' && !egress ? { ...settings, network: 'none' as const } : settings;
   const join: JoinTools = {
-    ...(tools as Omit<JoinTools, 'ip' | 'inside'>),
-    ip,
+    ...(tools as Omit<JoinTools, 'inside'>),
     inside: { perl: inside.perl!, setpriv: inside.setpriv ?? tools.setpriv!, nsenter: inside.nsenter ?? tools.nsenter! },
   };
   const agent = seccompProgram();

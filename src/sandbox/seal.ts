@@ -18,20 +18,17 @@
  * - Otherwise: all of it as the owner of the user namespace that owns the mount namespace.
  */
 import { baseChildEnv } from './child-env.js';
+import { callNumbers } from './seccomp.js';
 import { runToEnd, type Spawner } from './spawner.js';
 import { HOLDER_START_MS } from './types.js';
-
-/** setns and mount per architecture (the others' are in seccomp.ts's table). */
-const CALLS: Record<string, { setns: number; mount: number }> = { x64: { setns: 308, mount: 165 }, arm64: { setns: 268, mount: 40 } };
 
 /**
  * The program: `perl -e SEAL ROOT USER NET MNT LO LOCALNET`. ROOT 1: USER and NET (or '') are the
  * daemon's namespaces, entered after MNT's child is forked; 0: USER, NET (or '') and MNT entered in
  * turn. LO 1: the loopback brought up; LOCALNET 1: route_localnet set. Exit 0 once all of it held.
  */
-function program(arch: string): string {
-  const n = CALLS[arch];
-  if (!n) throw new Error(`no sandbox for the architecture ${arch}`);
+function program(): string {
+  const n = callNumbers();
   return [
     'my ($root, $user, $net, $mnt, $lo, $localnet) = @ARGV;',
     // every namespace file opened first: once in the sandbox's user namespace, the daemon's fds are out of reach
@@ -73,7 +70,7 @@ export interface SealSpec {
 }
 
 export async function seal(s: SealSpec): Promise<void> {
-  cached ??= program(process.arch === 'x64' || process.arch === 'arm64' ? process.arch : 'other');
+  cached ??= program();
   const at = (kind: string) => `/proc/${s.init}/ns/${kind}`;
   const args = s.ns ? ['1', s.ns.user, s.ns.net ?? '', at('mnt'), s.ns.net ? '1' : '0'] : ['0', at('user'), s.ownNetwork ? at('net') : '', at('mnt'), '0'];
   const r = await runToEnd(s.spawner, s.perl, ['-e', cached, ...args, s.localnet ? '1' : '0'], {

@@ -34,7 +34,12 @@ const ARCHES = {
     x32: true,
     clone: 56,
     deny: [101, 310, 311, 312, 298, 321, 323, 250, 248, 249, 272, 308, 165, 166, 155, 161, 304, 246, 320],
-    prctl: 157, // the loader's
+    // the loader's (seccompLoader), and the seal's (seal.ts)
+    prctl: 157,
+    setsid: 112,
+    capset: 126,
+    setns: 308,
+    mount: 165,
   },
   arm64: {
     audit: 0xc00000b7,
@@ -42,6 +47,10 @@ const ARCHES = {
     clone: 220,
     deny: [117, 270, 271, 272, 241, 280, 282, 219, 217, 218, 97, 268, 40, 39, 41, 51, 265, 104, 294],
     prctl: 167,
+    setsid: 157,
+    capset: 91,
+    setns: 268,
+    mount: 40,
   },
 } as const;
 
@@ -118,25 +127,44 @@ export function seccompProgram(opts: { holder?: boolean; arch?: string } = {}): 
   return out;
 }
 
+/** This machine's numbers of the calls the loader and the seal (seal.ts) make. */
+export function callNumbers(name: string = process.arch): { prctl: number; setsid: number; capset: number; setns: number; mount: number } {
+  return ARCHES[archOf(name)];
+}
+
 /**
  * The loader, a perl program (perl-base is part of every Debian system; the syscall numbers are
- * this machine's), run as the last step before a joined process's command: `perl -e LOADER HEX
- * argv…` closes every fd past stderr (a joined process gets stdin, stdout and stderr only: whatever
- * else the chain that started it held open across exec is the host's; close_range, 436 on every
- * arch, or one by one where the kernel is older than 5.9), sets no_new_privs (setpriv did already),
- * loads the filter (hex of seccompProgram()) and execs argv (PATH searched): 127 when the command is
- * not found, 126 when it cannot be run, as setpriv and shells answer.
+ * this machine's), run as the last step before a joined process's command, right after nsenter:
+ * `perl -e LOADER HEX argv…`
+ * - closes every fd past stderr (a joined process gets stdin, stdout and stderr only: whatever else
+ *   the chain that started it held open across exec is the host's; close_range, 436 on every arch,
+ *   or one by one where the kernel is older than 5.9);
+ * - starts a session of its own (setsid: no terminal of the host's to inject into; nsenter forked
+ *   it, so it leads no group) and asks for SIGKILL when nsenter, its parent, dies;
+ * - drops every capability entering the user namespace gave: the bounding set (uid 0 would get it
+ *   back at exec), the ambient set, then effective, permitted and inheritable;
+ * - sets no_new_privs, loads the filter (hex of seccompProgram());
+ * - execs argv (PATH searched): 127 when the command is not found, 126 when it cannot be run, as
+ *   shells answer.
+ * It does what util-linux setsid and setpriv did before it in two processes fewer (~2 ms of CPU
+ * each in every joined process).
  */
 export function seccompLoader(name: string = process.arch): string {
   const t = ARCHES[archOf(name)];
   return [
     'syscall(436, 3, ~0, 0) == 0 or do { opendir(my $d, q(/proc/self/fd)) or die "parley: /proc/self/fd: $!\\n";',
     'for (grep { /^\\d+$/ && $_ > 2 && $_ != fileno($d) } readdir $d) { open(my $h, q(<&=), $_) and close $h } };',
+    `syscall(${t.setsid}) > 0 or die "parley: setsid: $!\\n";`,
+    `syscall(${t.prctl}, 1, 9, 0, 0, 0) == 0 or die "parley: pdeathsig: $!\\n";`,
+    // PR_CAPBSET_DROP for every capability the kernel has (EINVAL past the last), PR_CAP_AMBIENT_CLEAR_ALL, capset of zeros (version 3)
+    `for my $c (0 .. 63) { next if syscall(${t.prctl}, 24, $c, 0, 0, 0) == 0; last if $! + 0 == 22; die "parley: capability $c: $!\\n" }`,
+    `syscall(${t.prctl}, 47, 4, 0, 0, 0) == 0 or die "parley: ambient capabilities: $!\\n";`,
+    `my $h = pack(q(L l), 0x20080522, 0); my $z = pack(q(L6), 0, 0, 0, 0, 0, 0); syscall(${t.capset}, $h, $z) == 0 or die "parley: capabilities: $!\\n";`,
     'my $f = pack q(H*), shift @ARGV;',
-    `syscall(${t.prctl}, 38, 1, 0, 0, 0) == 0 or die "parley: no_new_privs: $!\n";`,
+    `syscall(${t.prctl}, 38, 1, 0, 0, 0) == 0 or die "parley: no_new_privs: $!\\n";`,
     'my $p = pack q(S x![J] J), length($f) / 8, unpack(q(J), pack(q(p), $f));',
-    `syscall(${t.prctl}, 22, 2, $p, 0, 0) == 0 or die "parley: seccomp: $!\n";`,
-    '@ARGV or die "parley: no command\n";',
-    'exec { $ARGV[0] } @ARGV; print STDERR "parley: $ARGV[0]: $!\n"; exit(($! + 0) == 2 ? 127 : 126);',
+    `syscall(${t.prctl}, 22, 2, $p, 0, 0) == 0 or die "parley: seccomp: $!\\n";`,
+    '@ARGV or die "parley: no command\\n";',
+    'exec { $ARGV[0] } @ARGV; print STDERR "parley: $ARGV[0]: $!\\n"; exit(($! + 0) == 2 ? 127 : 126);',
   ].join(' ');
 }
