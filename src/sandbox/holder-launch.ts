@@ -209,7 +209,7 @@ export class Holder {
     const step = <T>(p: Promise<T>) => Promise.race([p, failure]);
     try {
       // (root daemon: the user namespace is made while the directories and the cgroup are)
-      const made = this.s.ids ? userNamespace(this.s.spawner, this.s.join.unshare, this.s.ids, this.s.settings.network !== 'host') : null;
+      const made = this.s.ids ? userNamespace(this.s.spawner, this.s.join.inside.perl, this.s.ids, this.s.settings.network !== 'host') : null;
       made?.catch(() => {});
       if (made) {
         try {

@@ -16,8 +16,6 @@ import type { MappedDir, SandboxSettings } from './settings.js';
 export interface JoinTools {
   nsenter: string;
   setpriv: string;
-  /** As root: the holder makes the conversation's user namespace with it. */
-  unshare: string;
   /**
    * What runs inside a sandbox, found in the system's directories (which every sandbox shows):
    * perl loads the seccomp filter in a joined process (seccomp.ts); setpriv and nsenter start a

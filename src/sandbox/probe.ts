@@ -69,6 +69,7 @@ export async function probeTools(settings: SandboxSettings, opts: SandboxOpenOpt
   const inside = { perl: findProgram('perl', ''), setpriv: findProgram('setpriv', ''), nsenter: findProgram('nsenter', '') };
   if (!inside.perl)
     return { fail: 'perl was not found in the system directories: every process of a sandbox loads its seccomp filter with it (apt-get install perl-base)' };
+  // (unshare: what the egress probe makes its throwaway namespaces with)
   const tools = { nsenter: which('nsenter'), setpriv: which('setpriv'), unshare: which('unshare') };
   const missing = Object.entries(tools)
     .filter(([, p]) => !p)
@@ -94,7 +95,8 @@ export async function probeTools(settings: SandboxSettings, opts: SandboxOpenOpt
   const egress = await probeNetwork(settings, opts, ids, spawner, warn);
   const inForce = settings.network === 'egress' && !egress ? { ...settings, network: 'none' as const } : settings;
   const join: JoinTools = {
-    ...(tools as Omit<JoinTools, 'inside'>),
+    nsenter: tools.nsenter!,
+    setpriv: tools.setpriv!,
     inside: { perl: inside.perl!, setpriv: inside.setpriv ?? tools.setpriv!, nsenter: inside.nsenter ?? tools.nsenter! },
   };
   const agent = seccompProgram();

@@ -34,12 +34,13 @@ const ARCHES = {
     x32: true,
     clone: 56,
     deny: [101, 310, 311, 312, 298, 321, 323, 250, 248, 249, 272, 308, 165, 166, 155, 161, 304, 246, 320],
-    // the loader's (seccompLoader), and the seal's (seal.ts)
+    // the loader's (seccompLoader), the seal's (seal.ts) and user-namespace.ts's
     prctl: 157,
     setsid: 112,
     capset: 126,
     setns: 308,
     mount: 165,
+    unshare: 272,
   },
   arm64: {
     audit: 0xc00000b7,
@@ -51,6 +52,7 @@ const ARCHES = {
     capset: 91,
     setns: 268,
     mount: 40,
+    unshare: 97,
   },
 } as const;
 
@@ -127,8 +129,8 @@ export function seccompProgram(opts: { holder?: boolean; arch?: string } = {}): 
   return out;
 }
 
-/** This machine's numbers of the calls the loader and the seal (seal.ts) make. */
-export function callNumbers(name: string = process.arch): { prctl: number; setsid: number; capset: number; setns: number; mount: number } {
+/** This machine's numbers of the calls the loader, the seal (seal.ts) and user-namespace.ts make. */
+export function callNumbers(name: string = process.arch): { prctl: number; setsid: number; capset: number; setns: number; mount: number; unshare: number } {
   return ARCHES[archOf(name)];
 }
 

@@ -2,6 +2,7 @@
 import fs from 'node:fs';
 import { baseChildEnv } from './child-env.js';
 import { closeFd, helper, killTree, lastError, type ProcessLike } from './processes.js';
+import { callNumbers } from './seccomp.js';
 import type { SandboxIds } from './settings.js';
 import type { Spawner } from './spawner.js';
 
@@ -9,19 +10,25 @@ import type { Spawner } from './spawner.js';
 const USERNS_MS = 10_000;
 
 /**
- * Root daemon: a new user namespace (and network namespace, unless the host's) made by `unshare`
- * as the sandbox uid, which therefore owns them; the daemon opens both and writes the two-id maps
- * (one write each: the kernel takes a map in one write(2) only), then ends the process: its fds
- * keep the namespaces.
+ * Root daemon: a new user namespace (and network namespace, unless the host's) made by a perl
+ * process as the sandbox uid, which therefore owns them (unshare(2), then a line on its stdout, then
+ * it waits on its stdin: one program where util-linux unshare, sh and cat were three); the daemon
+ * opens both and writes the two-id maps (one write each: the kernel takes a map in one write(2)
+ * only), then ends the process: its fds keep the namespaces.
  */
-export async function userNamespace(spawner: Spawner, unshare: string, ids: SandboxIds, net: boolean): Promise<{ user: number; net: number | null }> {
+export async function userNamespace(spawner: Spawner, perl: string, ids: SandboxIds, net: boolean): Promise<{ user: number; net: number | null }> {
   const { agent, service } = ids;
+  // CLONE_NEWUSER, CLONE_NEWNET
+  const flags = 0x10000000 + (net ? 0x40000000 : 0);
+  const program =
+    `syscall(${callNumbers().unshare}, ${flags}) == 0 or die "parley: unshare: $!\n"; ` +
+    'syswrite(STDOUT, "\n") == 1 or die "parley: $!\n"; sysread(STDIN, my $b, 1)';
   let p: ProcessLike;
   try {
     p = helper(
       await spawner.spawn({
-        file: unshare,
-        args: ['--user', ...(net ? ['--net'] : []), '--', '/bin/sh', '-c', 'echo; exec cat'],
+        file: perl,
+        args: ['-e', program],
         uid: agent.uid,
         gid: agent.gid,
         env: { PATH: baseChildEnv().PATH! },
@@ -29,7 +36,7 @@ export async function userNamespace(spawner: Spawner, unshare: string, ids: Sand
       }),
     );
   } catch (e) {
-    throw new Error(`unshare could not be started (${(e as Error).message})`);
+    throw new Error(`the user namespace's process could not be started (${(e as Error).message})`);
   }
   return new Promise((resolve, reject) => {
     let stderr = '';
@@ -45,7 +52,7 @@ export async function userNamespace(spawner: Spawner, unshare: string, ids: Sand
     };
     p.stdin!.on('error', () => {});
     p.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString('utf8')).slice(-1000)));
-    const early = (code: number | null) => done(new Error(lastError(stderr) || `unshare exited (${code})`));
+    const early = (code: number | null) => done(new Error(lastError(stderr) || `the user namespace's process exited (${code})`));
     p.once('exit', early);
     p.stdout!.once('data', () => {
       try {
