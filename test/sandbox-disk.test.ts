@@ -10,7 +10,8 @@
  * Root only (mounting the tmpfs, images, cgroups).
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { once } from 'node:events';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -310,6 +311,42 @@ describe('a new disk image', { skip: !ROOT_RUN && 'needs root: disk images', tim
       assert.ok(total > 10_000_000 && total <= 10_485_760, `its filesystem: ${total} KiB`);
     } finally {
       if (key) await disks.release(key, state);
+      await spawner.close();
+      removeDir(root);
+    }
+  });
+
+  test('unmounted while a copy of its mount lives on in another namespace (a holder still ending), it holds the files written to it', async () => {
+    const root = tempDir('parley-image-');
+    const spawner = new Spawner(findProgram('setpriv'));
+    const tools = findDiskTools(spawner) as DiskTools;
+    const disks = new Disks(tools, 64, null, root);
+    const states = [path.join(root, '.sandbox', 'a'), path.join(root, '.sandbox', 'b')];
+    const keepers: ChildProcess[] = [];
+    try {
+      for (const [i, state] of states.entries()) {
+        const key = await disks.acquire(state);
+        fs.writeFileSync(path.join(imageMount(state), 'workspace', 'f'), `written ${i}\n`);
+        // a mount namespace of its own (private: the host's unmount does not reach it) keeps the file system alive
+        const keeper = spawn('unshare', ['-m', '--propagation', 'private', 'sh', '-c', 'echo; exec sleep 600'], { stdio: ['ignore', 'pipe', 'ignore'] });
+        keepers.push(keeper);
+        await once(keeper.stdout!, 'data');
+        // the first released as a conversation's sandbox closes, the second at the daemon's stop
+        if (i === 0) await disks.release(key, state);
+      }
+      disks.stop();
+      await disks.unmountStale();
+      for (const [i, state] of states.entries()) {
+        assert.ok(!fs.readFileSync('/proc/self/mountinfo', 'utf8').includes(imageMount(state)), 'unmounted on the host');
+        const inImage = execFileSync('debugfs', ['-R', 'cat /workspace/f', path.join(state, 'disk.img')], {
+          encoding: 'utf8',
+          stdio: ['ignore', 'pipe', 'ignore'],
+        });
+        assert.equal(inImage, `written ${i}\n`, 'the file is in the image on the host');
+      }
+    } finally {
+      for (const k of keepers) k.kill('SIGKILL');
+      await Promise.all(keepers.map((k) => (k.exitCode === null && k.signalCode === null ? once(k, 'exit') : null)));
       await spawner.close();
       removeDir(root);
     }

@@ -35,6 +35,8 @@ export interface DiskTools {
   e2fsck: string | null;
   mount: string;
   umount: string;
+  /** coreutils' sync (`sync -f`: syncfs(2) on a mount before it is unmounted). */
+  sync: string | null;
   /** What runs them (off the daemon's event loop). */
   spawner: Spawner;
 }
@@ -54,7 +56,7 @@ export function findDiskTools(spawner: Spawner): DiskTools | string {
   const mount = findProgram('mount');
   const umount = findProgram('umount');
   if (!mount || !umount) return 'mount and umount (util-linux) were not found';
-  return { mkfs, e2fsck: findProgram('e2fsck'), mount, umount, spawner };
+  return { mkfs, e2fsck: findProgram('e2fsck'), mount, umount, sync: findProgram('sync'), spawner };
 }
 
 /** Runs a program to its end: its exit code (-1: it could not run or was killed) and its last line of stderr. */
@@ -211,13 +213,25 @@ function attached(file: string): boolean {
 async function unmountImage(tools: DiskTools, state: string): Promise<void> {
   const mnt = imageMount(state);
   if (!isMounted(mnt)) return;
+  await writeOut(tools, [mnt]);
   await run(tools.spawner, [tools.umount, mnt]).catch(() => run(tools.spawner, [tools.umount, '-l', mnt]));
+}
+
+/**
+ * Writes out the file systems mounted at `points` (syncfs(2), by `sync -f`). An unmount writes a
+ * file system out only when it removes its last mount: a copy of the mount in a namespace not yet
+ * gone (a holder still ending after its wait ran out, or a process that made a namespace of its
+ * own) keeps it alive, its new files in memory, the image on the host without them.
+ */
+async function writeOut(tools: DiskTools, points: string[]): Promise<void> {
+  if (tools.sync) await run(tools.spawner, [tools.sync, '-f', '--', ...points]).catch(() => {});
 }
 
 /** Unmounts every mount under `dir` (a daemon that was killed left its images mounted). */
 export async function unmountAll(tools: DiskTools, dir: string): Promise<void> {
   const points = mountsUnder(dir);
   if (points.length === 0) return;
+  await writeOut(tools, points);
   await run(tools.spawner, [tools.umount, ...points]).catch(() => run(tools.spawner, [tools.umount, '-l', ...mountsUnder(dir)]).catch(() => {}));
 }
 
