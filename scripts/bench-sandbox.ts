@@ -1,8 +1,8 @@
 /**
  * What the bubblewrap sandbox costs, measured against plain processes in the same run.
  *
- *   npx tsx scripts/bench-sandbox.ts [--shells 40] [--turns 20] [--burst 20] [--rounds 1] [--only burst|shells|memory] [--trace]
- *     [--dump N | --dump-over MS] [--sandboxes 8]
+ *   npx tsx scripts/bench-sandbox.ts [--shells 40] [--turns 20] [--burst 20] [--rounds 1] [--only burst|shells|memory|cpu] [--trace]
+ *     [--dump N | --dump-over MS] [--sandboxes 8] [--conversations 10]
  *
  * 1. Shell creation: `ShellSession.start` (the terminal's persistent bash: spawn, init script, ready
  *    marker) for a NEW conversation each time, through the launcher in bwrap mode (the conversation's
@@ -35,6 +35,13 @@
  *    PSS of every process they run (from /proc: the holder's supervisor, bwrap, the file service,
  *    the egress tool), per sandbox and for the file services alone, beside the PSS of an idle node
  *    process and an idle perl in the same run.
+ * 5. The machine's CPU per new conversation (`--only cpu`, not part of the whole run): a bwrap daemon
+ *    and a none daemon, each running `--conversations` conversations begun 1.5 s apart (the spares
+ *    made again between them, as conversations begun seconds apart find them), each one hello turn;
+ *    the CPU time of every core (user, nice, system, irq, softirq: /proc/stat) over that series, less
+ *    what the machine took over as long a quiet window measured right after it, per conversation.
+ *    The modes alternate `--rounds` times; the difference is what a sandbox's start costs the
+ *    machine (the holder, its disk, network and file service, the first shell joining it).
  * The machine's load average is printed: absolute figures move with it, the ratios less.
  */
 import crypto from 'node:crypto';
@@ -63,6 +70,7 @@ const { values: args } = parseArgs({
     dump: { type: 'string', default: '0' },
     'dump-over': { type: 'string', default: '' },
     sandboxes: { type: 'string', default: '8' },
+    conversations: { type: 'string', default: '10' },
   },
 });
 const SHELLS = Number(args.shells);
@@ -253,6 +261,14 @@ async function burstDaemon(mode: 'bwrap' | 'none'): Promise<BurstDaemon> {
   return { mode, d, llm, key };
 }
 
+async function stopDaemons(daemons: BurstDaemon[]): Promise<void> {
+  for (const b of daemons) {
+    await b.d.stop();
+    await b.llm.close();
+    fs.rmSync(b.d.dataDir, { recursive: true, force: true });
+  }
+}
+
 const wallNow = () => performance.timeOrigin + performance.now();
 
 /** One conversation created, its workspace ready (untimed), then its hello turn timed: the turn's marks. */
@@ -339,11 +355,7 @@ async function coldBursts(): Promise<void> {
       }
     }
   } finally {
-    for (const b of daemons) {
-      await b.d.stop();
-      await b.llm.close();
-      fs.rmSync(b.d.dataDir, { recursive: true, force: true });
-    }
+    await stopDaemons(daemons);
   }
   const load1 = os.loadavg();
   const p50 = (b: BurstDaemon) => median(turnsOf.get(b)!.map((t) => t.ms));
@@ -397,6 +409,60 @@ async function coldBursts(): Promise<void> {
     }
   }
 }
+/** CPU time every core has spent busy since boot (user, nice, system, irq, softirq), in ms. */
+function machineCpuMs(): number {
+  const f = fs.readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]!.trim().split(/\s+/).slice(1).map(Number);
+  // (USER_HZ: 100 ticks a second on Linux)
+  return (f[0]! + f[1]! + f[2]! + f[5]! + f[6]!) * 10;
+}
+
+async function cpuPerConversation(): Promise<void> {
+  const n = Number(args.conversations);
+  const apart = 1500;
+  const daemons = [await burstDaemon('bwrap'), await burstDaemon('none')];
+  const perConversation = new Map<BurstDaemon, number[]>(daemons.map((b) => [b, []]));
+  const load0 = os.loadavg();
+  const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  try {
+    for (const b of daemons) await coldTurn(b); // not counted
+    await pause(apart);
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const b of round % 2 ? [...daemons].reverse() : daemons) {
+        const t0 = performance.now();
+        const c0 = machineCpuMs();
+        for (let i = 0; i < n; i++) {
+          const at = performance.now();
+          await coldTurn(b);
+          await pause(Math.max(0, apart - (performance.now() - at)));
+        }
+        const busy = machineCpuMs() - c0;
+        const span = performance.now() - t0;
+        const q0 = machineCpuMs();
+        await pause(span);
+        const quiet = machineCpuMs() - q0;
+        perConversation.get(b)!.push((busy - quiet) / n);
+      }
+    }
+  } finally {
+    await stopDaemons(daemons);
+  }
+  const load1 = os.loadavg();
+  console.log(
+    `machine CPU per new conversation: ${n} conversations begun ${apart} ms apart per round and mode, each one hello turn, ` +
+      `${ROUNDS} round(s) alternating; all cores, less a quiet window as long; ` +
+      `load average ${load0.map((x) => x.toFixed(2)).join(' ')} at the start, ${load1.map((x) => x.toFixed(2)).join(' ')} at the end ` +
+      `(command: npx tsx scripts/bench-sandbox.ts --only cpu --conversations ${n} --rounds ${ROUNDS})`,
+  );
+  for (const b of daemons) {
+    const xs = perConversation.get(b)!;
+    console.log(`  ${b.mode.padEnd(5)}  median ${ms_(median(xs))} ms  (rounds: ${xs.map(ms_).join(' / ')})`);
+  }
+  const [bw, no] = daemons as [BurstDaemon, BurstDaemon];
+  console.log(
+    `  a sandbox's start costs the machine ${ms_(median(perConversation.get(bw)!) - median(perConversation.get(no)!))} ms of CPU (median bwrap − median none)`,
+  );
+}
+
 const ms_ = (x: number) => (Number.isFinite(x) ? x.toFixed(1) : '—');
 
 console.log(
@@ -411,6 +477,10 @@ if (args.only === 'burst') {
 }
 if (args.only === 'shells') {
   await shellCreation();
+  process.exit(0);
+}
+if (args.only === 'cpu') {
+  await cpuPerConversation();
   process.exit(0);
 }
 if (args.only === 'memory') {
