@@ -18,7 +18,7 @@
  * - Otherwise: all of it as the owner of the user namespace that owns the mount namespace.
  */
 import { baseChildEnv } from './child-env.js';
-import { callNumbers } from './seccomp.js';
+import { callNumbers, NS_FLAGS } from './seccomp.js';
 import { runToEnd, type Spawner } from './spawner.js';
 import { HOLDER_START_MS } from './types.js';
 
@@ -29,6 +29,7 @@ import { HOLDER_START_MS } from './types.js';
  */
 function program(): string {
   const n = callNumbers();
+  const f = NS_FLAGS;
   return [
     'my ($root, $user, $net, $mnt, $lo, $localnet) = @ARGV;',
     // every namespace file opened first: once in the sandbox's user namespace, the daemon's fds are out of reach
@@ -47,10 +48,10 @@ function program(): string {
     `  syscall(${n.mount}, $p, $p, 0, 4096, 0) == 0 or die "parley: bind $p: $!\\n";`,
     `  syscall(${n.mount}, 0, $p, 0, 4143, 0) == 0 or die "parley: read-only $p: $!\\n" } }`,
     'if ($root) { my $pid = fork() // die "parley: fork: $!\\n";',
-    '  if ($pid == 0) { ns($mnt, 0x20000); ro(); exit 0 }',
-    '  my $ok = eval { ns($user, 0x10000000); ns($net, 0x40000000) if length $net; inside(); 1 };',
+    `  if ($pid == 0) { ns($mnt, ${f.mnt}); ro(); exit 0 }`,
+    `  my $ok = eval { ns($user, ${f.user}); ns($net, ${f.net}) if length $net; inside(); 1 };`,
     '  waitpid($pid, 0); die $@ unless $ok; exit($? == 0 ? 0 : 1) }',
-    'ns($user, 0x10000000); ns($net, 0x40000000) if length $net; ns($mnt, 0x20000); inside(); ro();',
+    `ns($user, ${f.user}); ns($net, ${f.net}) if length $net; ns($mnt, ${f.mnt}); inside(); ro();`,
   ].join(' ');
 }
 

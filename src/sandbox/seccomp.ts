@@ -61,6 +61,8 @@ const DENY_COMMON = [438, 428, 429, 430, 431, 432, 433, 442, 467, 425, 426, 427,
 const CLONE3 = 435;
 /** setns: what a holder's own start needs (a root daemon's: its first process enters the conversation's user namespace). */
 const HOLDER_CALLS = { x64: [308], arm64: [268] } as const;
+/** The namespace flags the seal (setns) and user-namespace.ts (unshare) pass: CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET. */
+export const NS_FLAGS = { mnt: 0x20000, user: 0x10000000, net: 0x40000000 } as const;
 /** CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET. */
 const CLONE_NEW_ANY = 0x7e020000;
 

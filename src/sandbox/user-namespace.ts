@@ -2,7 +2,7 @@
 import fs from 'node:fs';
 import { baseChildEnv } from './child-env.js';
 import { closeFd, helper, killTree, lastError, type ProcessLike } from './processes.js';
-import { callNumbers } from './seccomp.js';
+import { callNumbers, NS_FLAGS } from './seccomp.js';
 import type { SandboxIds } from './settings.js';
 import type { Spawner } from './spawner.js';
 
@@ -18,8 +18,7 @@ const USERNS_MS = 10_000;
  */
 export async function userNamespace(spawner: Spawner, perl: string, ids: SandboxIds, net: boolean): Promise<{ user: number; net: number | null }> {
   const { agent, service } = ids;
-  // CLONE_NEWUSER, CLONE_NEWNET
-  const flags = 0x10000000 + (net ? 0x40000000 : 0);
+  const flags = NS_FLAGS.user | (net ? NS_FLAGS.net : 0);
   const program =
     `syscall(${callNumbers().unshare}, ${flags}) == 0 or die "parley: unshare: $!\n"; ` +
     'syswrite(STDOUT, "\n") == 1 or die "parley: $!\n"; sysread(STDIN, my $b, 1)';
