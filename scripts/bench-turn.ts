@@ -2,7 +2,7 @@
  * A text turn, end to end, against a direct round trip to the same LLM server in the same run.
  *
  *   npx tsx scripts/bench-turn.ts [--turns 40] [--warmup 5] [--sandbox bwrap|none] [--client http|fetch] [--trace] [--compare DIR]...
- *                                 [--cpu-prof DIR] [--settle-ms 100] [--dump N] [--dump-slowest N]
+ *                                 [--cpu-prof DIR] [--syscalls] [--settle-ms 100] [--dump N] [--dump-slowest N]
  *
  * The daemon runs as `npm start` runs it (`node dist/main.mjs` with the flags of package.json's start script, rebuilt first
  * when a source is newer) against the scripted OpenAI-compatible LLM (test/support/scripted-llm.ts),
@@ -13,7 +13,8 @@
  * daemon's (its body, streamed, read to its end): over node:http on a kept-alive connection, as the
  * daemon's own client does (the direct round trip), on a new connection, and with fetch (undici, kept
  * alive). It prints the p50 (and p90) of each and the turn's ratio to the round trip of the client the
- * turn's POST was sent with (`--client http`, the default, or `--client fetch`).
+ * turn's POST was sent with (`--client http`, the default, or `--client fetch`), with the daemon's CPU
+ * (all threads, /proc/<pid>/task/<tid>/schedstat) and its minor page faults (/proc/<pid>/stat) over the turn.
  *
  * Before each turn the daemons are left alone for `--settle-ms` (100): what a turn started in the
  * background (a sandbox's processes, the index) does not land in the next one's time.
@@ -32,14 +33,19 @@
  * little; the turn times to quote are those of a run without it.
  *
  * `--cpu-prof DIR`: the daemon runs under --cpu-prof; its main thread's busiest functions during the
- * measured turns are printed.
+ * measured turns are printed, each named by its source line (through the bundle's source map).
+ *
+ * `--syscalls`: `perf stat` (root, or a perf_event_paranoid that allows it) counts this checkout's daemon's system calls,
+ * all threads, by call, during the measured turns only (enabled at each POST, disabled when the turn has ended). On a
+ * machine where a system call costs microseconds (a VM that traps them), their number is much of a turn's time.
  */
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
+import { originalPositionFor, TraceMap } from '@jridgewell/trace-mapping';
 import WebSocket from 'ws';
 import { ensureBuilt, startFlags, tempDir, waitFor } from '../test/support/daemon.js';
 import { startScriptedLlm, type ScriptedLlm } from '../test/support/scripted-llm.js';
@@ -56,6 +62,7 @@ const { values } = parseArgs({
     dump: { type: 'string', default: '0' },
     'dump-slowest': { type: 'string', default: '0' },
     client: { type: 'string', default: 'http' },
+    syscalls: { type: 'boolean', default: false },
   },
 });
 const TURNS = Number(values.turns);
@@ -163,6 +170,8 @@ interface Turn {
   trace: [string, number, number][] | null;
   /** the daemon's CPU time over the turn, all threads (ms) */
   cpu: number;
+  /** the daemon's minor page faults over the turn, all threads */
+  faults: number;
 }
 
 const ENDS = new Set(['finished', 'error', 'stuck', 'paused']);
@@ -199,6 +208,12 @@ function traceOf(d: Daemon, id: string): [string, number, number][] | null {
   return null;
 }
 
+/** A process's minor page faults so far, all its threads (/proc/<pid>/stat's minflt). */
+function faultsOf(pid: number): number {
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[7]);
+}
+
 /** The CPU time of a process's threads so far (ms, from /proc/<pid>/task/<tid>/schedstat: ns). */
 function cpuOf(pid: number): number {
   let ns = 0;
@@ -211,6 +226,57 @@ function cpuOf(pid: number): number {
   }
   return ns / 1e6;
 }
+
+/** `perf stat` on a process's system calls, counting only between `enable` and `disable` (its control FIFOs). */
+class SyscallCount {
+  private readonly dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-turn-perf-'));
+  private readonly out = path.join(this.dir, 'stat.csv');
+  private readonly proc;
+  private ctl = -1;
+  private ack = -1;
+
+  constructor(pid: number) {
+    for (const f of ['ctl', 'ack']) execFileSync('mkfifo', [path.join(this.dir, f)]);
+    this.proc = spawn(
+      'perf',
+      ['stat', '-e', 'syscalls:sys_enter_*', '-p', String(pid), '-x', ',', '-o', this.out, '-D', '-1', `--control=fifo:${this.dir}/ctl,${this.dir}/ack`],
+      { stdio: ['ignore', 'ignore', 'pipe'] },
+    );
+  }
+
+  private async command(c: 'enable' | 'disable'): Promise<void> {
+    if (this.ctl < 0) {
+      // (opened read-write: neither open waits for perf's side)
+      this.ctl = fs.openSync(path.join(this.dir, 'ctl'), fs.constants.O_RDWR);
+      this.ack = fs.openSync(path.join(this.dir, 'ack'), fs.constants.O_RDWR);
+    }
+    fs.writeSync(this.ctl, `${c}\n`);
+    const buf = Buffer.alloc(16);
+    await new Promise<void>((resolve, reject) =>
+      fs.read(this.ack, buf, 0, 16, null, (err) => (err ? reject(new Error(`perf stat did not answer ${c}: ${err.message}`)) : resolve())),
+    );
+  }
+
+  enable = () => this.command('enable');
+  disable = () => this.command('disable');
+
+  /** Ends perf; the calls counted, by name, most first. */
+  async counts(): Promise<[string, number][]> {
+    const ended = new Promise((r) => this.proc.once('exit', r));
+    this.proc.kill('SIGINT');
+    await ended;
+    for (const fd of [this.ctl, this.ack]) if (fd >= 0) fs.closeSync(fd);
+    const out: [string, number][] = [];
+    for (const line of fs.readFileSync(this.out, 'utf8').split('\n')) {
+      const [count, , event] = line.split(',');
+      const n = Number(count);
+      if (event?.startsWith('syscalls:sys_enter_') && Number.isFinite(n) && n > 0) out.push([event.slice('syscalls:sys_enter_'.length), n]);
+    }
+    fs.rmSync(this.dir, { recursive: true, force: true });
+    return out.sort((a, b) => b[1] - a[1]);
+  }
+}
+let syscalls: SyscallCount | null = null;
 
 async function turn(d: Daemon, llm: ScriptedLlm): Promise<Turn> {
   const id = JSON.parse((await request(`${d.url}/api/conversations`, 'POST', '{}')).text).conversation_id as string;
@@ -225,7 +291,10 @@ async function turn(d: Daemon, llm: ScriptedLlm): Promise<Turn> {
   llm.push({ text: 'hello' });
   const before = llm.requests.length;
   const body = JSON.stringify({ role: 'user', content: [{ type: 'text', text: 'say hello' }], run: true });
+  const counted = syscalls !== null && d === daemons[0] && measuring;
+  if (counted) await syscalls!.enable();
   const cpu0 = cpuOf(d.pid);
+  const faults0 = faultsOf(d.pid);
   const postedMono = monoUs();
   const posted = wallNow();
   const res = await post(`${d.url}/api/conversations/${id}/events`, body);
@@ -238,6 +307,8 @@ async function turn(d: Daemon, llm: ScriptedLlm): Promise<Turn> {
   ]);
   clearTimeout(timer);
   const cpu = cpuOf(d.pid) - cpu0;
+  const faults = faultsOf(d.pid) - faults0;
+  if (counted) await syscalls!.disable();
   sub.close();
   const end = sub.frames.find((f) => f.kind === 'ConversationStateUpdateEvent' && f.key === 'execution_status' && ENDS.has(f.value as string))!;
   if (end.value !== 'finished') throw new Error(`${d.label}: the turn of ${id} ended ${String(end.value)}`);
@@ -254,6 +325,7 @@ async function turn(d: Daemon, llm: ScriptedLlm): Promise<Turn> {
     llmAnswered: performance.timeOrigin + q.answeredAt!,
     trace,
     cpu,
+    faults,
   };
 }
 
@@ -309,6 +381,9 @@ const env = {
 const profDir = values['cpu-prof'] ? path.resolve(values['cpu-prof']) : null;
 const daemons: Daemon[] = [];
 const results = new Map<Daemon, Turn[]>();
+/** Past the warm-up turns. */
+let measuring = false;
+let syscallCounts: [string, number][] | null = null;
 const directs: { kept: number; fresh: number; fetched: number }[] = [];
 const load0 = load();
 let failed = false;
@@ -323,7 +398,9 @@ try {
   );
   for (const dir of values.compare) daemons.push(await startBuilt(path.resolve(dir), path.resolve(dir), env, []));
   for (const d of daemons) results.set(d, []);
+  if (values.syscalls) syscalls = new SyscallCount(daemons[0]!.pid);
   for (let round = 0; round < WARMUP + TURNS; round++) {
+    measuring = round >= WARMUP;
     // alternating which daemon goes first
     for (const d of round % 2 ? [...daemons].reverse() : daemons) {
       const t = await turn(d, llm);
@@ -334,6 +411,7 @@ try {
       directs.push(dr);
     }
   }
+  syscallCounts = syscalls ? await syscalls.counts() : null;
 } catch (err) {
   console.error(`the benchmark failed: ${(err as Error).stack}`);
   for (const d of daemons) console.error(`last lines of ${d.label}:\n${d.output.slice(-10).join('\n')}`);
@@ -359,30 +437,41 @@ const command =
   `npx tsx scripts/bench-turn.ts --turns ${TURNS} --warmup ` +
   `${WARMUP}${values.sandbox ? ` --sandbox ${values.sandbox}` : ''}${values.trace ? ' --trace' : ''}` +
   `${SETTLE_MS !== 100 ? ` --settle-ms ${SETTLE_MS}` : ''}${values.client !== 'http' ? ` --client ${values.client}` : ''}` +
-  `${values.compare.map((c) => ` --compare ${c}`).join('')}`;
+  `${values.compare.map((c) => ` --compare ${c}`).join('')}${values.syscalls ? ' --syscalls' : ''}`;
 console.log(
   `text turn × ${TURNS} per daemon (after ${WARMUP} warm-up turns), each in a new conversation with one WebSocket subscriber, instant scripted ` +
     `LLM${values.sandbox ? `, SANDBOX=${values.sandbox}` : ''}, the POST sent with ${values.client === 'fetch' ? 'fetch' : 'node:http'}; load ` +
     `average ${load0} at the start, ${load()} at the end (command: ${command})`,
 );
 console.log(
-  `| | p50 ms | p90 ms | p50 / the ${values.client === 'fetch' ? 'fetch' : 'kept-alive'} round trip | the daemon's CPU per turn, all threads (median ms) |`,
+  `| | p50 ms | p90 ms | p50 / the ${values.client === 'fetch' ? 'fetch' : 'kept-alive'} round trip ` +
+    "| the daemon's CPU per turn, all threads (median ms) | its minor page faults per turn (median) |",
 );
-console.log('|---|---:|---:|---:|---:|');
+console.log('|---|---:|---:|---:|---:|---:|');
 for (const d of daemons) {
   const ms = results.get(d)!.map((t) => t.ms);
   const cpu = median(results.get(d)!.map((t) => t.cpu));
+  const faults = median(results.get(d)!.map((t) => t.faults));
   console.log(
     `| text turn, ${d.label}${d.traced ? ' (traced)' : ''}: POST …/events {run:true} → terminal execution_status on the socket | ${f(median(ms))} ` +
-      `| ${f(quantile(ms, 0.9))} | ${(median(ms) / baseline).toFixed(2)} | ${f(cpu)} |`,
+      `| ${f(quantile(ms, 0.9))} | ${(median(ms) / baseline).toFixed(2)} | ${f(cpu)} | ${faults} |`,
   );
 }
 console.log(
   "| direct round trip: the daemon's request from this process to the same LLM server, node:http, kept-alive connection (as the daemon's client) |" +
-    ` ${f(kept)} | ${f(p90Of('kept'))} | ${(kept / baseline).toFixed(2)} | |`,
+    ` ${f(kept)} | ${f(p90Of('kept'))} | ${(kept / baseline).toFixed(2)} | | |`,
 );
-console.log(`| the same, node:http, a new connection | ${f(p50Of('fresh'))} | ${f(p90Of('fresh'))} | ${(p50Of('fresh') / baseline).toFixed(2)} | |`);
-console.log(`| the same with fetch (undici, kept alive) | ${f(fetched)} | ${f(p90Of('fetched'))} | ${(fetched / baseline).toFixed(2)} | |`);
+console.log(`| the same, node:http, a new connection | ${f(p50Of('fresh'))} | ${f(p90Of('fresh'))} | ${(p50Of('fresh') / baseline).toFixed(2)} | | |`);
+console.log(`| the same with fetch (undici, kept alive) | ${f(fetched)} | ${f(p90Of('fetched'))} | ${(fetched / baseline).toFixed(2)} | | |`);
+
+// ---- --syscalls: what the daemon asked of the kernel during the turns ----
+if (syscallCounts) {
+  const n = results.get(daemons[0]!)!.length;
+  const total = syscallCounts.reduce((a, [, c]) => a + c, 0);
+  console.log('');
+  console.log(`the daemon's system calls during the turns (perf stat, all threads): ${(total / n).toFixed(1)} per turn; by call, per turn:`);
+  for (const [name, c] of syscallCounts.slice(0, 25)) console.log(`  ${(c / n).toFixed(1).padStart(7)}  ${name}`);
+}
 
 // ---- where the time goes: phases between named marks, on one clock ----
 const traced = daemons.find((d) => d.traced);
@@ -485,9 +574,24 @@ if (profDir) {
   const turns = results.get(daemons[0]!)!;
   const windows = turns.map((t) => [t.postedMono, t.postedMono + t.ms * 1000] as const);
   let best: { total: number; fns: Map<string, number>; inclusive: Map<string, number> } | null = null;
+  // The daemon runs from a minified bundle: each frame is named by the source line its bundle position maps to.
+  const maps = new Map<string, TraceMap | null>();
+  const where = (cf: { url: string; lineNumber: number; columnNumber: number }): string => {
+    if (!maps.has(cf.url)) {
+      let map: TraceMap | null = null;
+      try {
+        if (cf.url.startsWith('file://')) map = new TraceMap(fs.readFileSync(`${new URL(cf.url).pathname}.map`, 'utf8'));
+      } catch {}
+      maps.set(cf.url, map);
+    }
+    const map = maps.get(cf.url);
+    const pos = map ? originalPositionFor(map, { line: cf.lineNumber + 1, column: cf.columnNumber }) : null;
+    if (pos?.source) return `${pos.source.replace(/^(\.\.\/)+/, '')}:${pos.line}`;
+    return `${cf.url.replace(/^.*\/(node_modules|src|bridge|dist)\//, '$1/')}:${cf.lineNumber + 1}`;
+  };
   for (const file of fs.readdirSync(profDir).filter((x) => x.endsWith('.cpuprofile'))) {
     const prof = JSON.parse(fs.readFileSync(path.join(profDir, file), 'utf8')) as {
-      nodes: { id: number; callFrame: { functionName: string; url: string; lineNumber: number } }[];
+      nodes: { id: number; callFrame: { functionName: string; url: string; lineNumber: number; columnNumber: number } }[];
       startTime: number;
       samples: number[];
       timeDeltas: number[];
@@ -505,7 +609,7 @@ if (profDir) {
       const cf = byId.get(prof.samples[i]!)!.callFrame;
       if (cf.functionName === '(idle)') continue;
       const dt = (prof.timeDeltas[i] ?? 0) / 1000;
-      const name = `${cf.functionName || '(anonymous)'} ${cf.url.replace(/^.*\/(node_modules|src|bridge|dist)\//, '$1/')}:${cf.lineNumber + 1}`;
+      const name = `${cf.functionName || '(anonymous)'} ${where(cf)}`;
       fns.set(name, (fns.get(name) ?? 0) + dt);
       total += dt;
       // inclusive: every function of the project on the stack, once
@@ -513,8 +617,8 @@ if (profDir) {
       for (let id: number | undefined = prof.samples[i]!; id !== undefined; id = parent.get(id)) {
         const c = byId.get(id)!.callFrame;
         if (!/\/(dist|src|bridge)\//.test(c.url)) continue;
-        const fn = `${c.functionName || '(anonymous)'} ${c.url.replace(/^.*\/(src|bridge|dist)\//, '$1/')}:${c.lineNumber + 1}`;
-        if (seen.has(fn)) continue;
+        const fn = `${c.functionName || '(anonymous)'} ${where(c)}`;
+        if (fn.includes('node_modules/') || seen.has(fn)) continue;
         seen.add(fn);
         inclusive.set(fn, (inclusive.get(fn) ?? 0) + dt);
       }
