@@ -41,7 +41,10 @@
  *    the CPU time of every core (user, nice, system, irq, softirq: /proc/stat) over that series, less
  *    what the machine took over as long a quiet window measured right after it, per conversation.
  *    The modes alternate `--rounds` times; the difference is what a sandbox's start costs the
- *    machine (the holder, its disk, network and file service, the first shell joining it).
+ *    machine (the holder, its disk, network and file service, the first shell joining it). Printed with
+ *    it, per conversation: the daemon's own CPU (all its threads) and its spawner's (the process that
+ *    starts the sandboxes' host-side programs: every program costs it a fork of a node process); the
+ *    rest is the programs' own and the kernel's.
  * The machine's load average is printed: absolute figures move with it, the ratios less.
  */
 import crypto from 'node:crypto';
@@ -416,11 +419,45 @@ function machineCpuMs(): number {
   return (f[0]! + f[1]! + f[2]! + f[5]! + f[6]!) * 10;
 }
 
+/** A process's CPU time so far, all its threads (ms, from /proc/<pid>/task/<tid>/schedstat: ns); 0 once it is gone. */
+function processCpuMs(pid: number): number {
+  let ns = 0;
+  try {
+    for (const t of fs.readdirSync(`/proc/${pid}/task`)) {
+      try {
+        ns += Number(fs.readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' ')[0]);
+      } catch {
+        // the thread ended
+      }
+    }
+  } catch {
+    // the process ended
+  }
+  return ns / 1e6;
+}
+
+/** The daemon's spawner (src/sandbox/spawner.ts): its child running spawner-process.mjs; null when it has none. */
+function spawnerOf(daemon: number): number | null {
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
+      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) !== daemon) continue;
+      if (fs.readFileSync(`/proc/${d}/cmdline`, 'utf8').includes('spawner-process.mjs')) return Number(d);
+    } catch {
+      // gone, or not ours to look at
+    }
+  }
+  return null;
+}
+
 async function cpuPerConversation(): Promise<void> {
   const n = Number(args.conversations);
   const apart = 1500;
   const daemons = [await burstDaemon('bwrap'), await burstDaemon('none')];
   const perConversation = new Map<BurstDaemon, number[]>(daemons.map((b) => [b, []]));
+  /** Of each series, per conversation: the daemon's own CPU (all its threads) and its spawner's. */
+  const ownParts = new Map<BurstDaemon, { daemon: number; spawner: number }[]>(daemons.map((b) => [b, []]));
   const load0 = os.loadavg();
   const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
   try {
@@ -429,6 +466,9 @@ async function cpuPerConversation(): Promise<void> {
     for (let round = 0; round < ROUNDS; round++) {
       for (const b of round % 2 ? [...daemons].reverse() : daemons) {
         const t0 = performance.now();
+        const spawner = spawnerOf(b.d.proc.pid!);
+        const d0 = processCpuMs(b.d.proc.pid!);
+        const s0 = spawner === null ? 0 : processCpuMs(spawner);
         const c0 = machineCpuMs();
         for (let i = 0; i < n; i++) {
           const at = performance.now();
@@ -436,6 +476,10 @@ async function cpuPerConversation(): Promise<void> {
           await pause(Math.max(0, apart - (performance.now() - at)));
         }
         const busy = machineCpuMs() - c0;
+        ownParts.get(b)!.push({
+          daemon: (processCpuMs(b.d.proc.pid!) - d0) / n,
+          spawner: spawner === null ? 0 : (processCpuMs(spawner) - s0) / n,
+        });
         const span = performance.now() - t0;
         const q0 = machineCpuMs();
         await pause(span);
@@ -455,7 +499,11 @@ async function cpuPerConversation(): Promise<void> {
   );
   for (const b of daemons) {
     const xs = perConversation.get(b)!;
-    console.log(`  ${b.mode.padEnd(5)}  median ${ms_(median(xs))} ms  (rounds: ${xs.map(ms_).join(' / ')})`);
+    const parts = ownParts.get(b)!;
+    console.log(
+      `  ${b.mode.padEnd(5)}  median ${ms_(median(xs))} ms  (rounds: ${xs.map(ms_).join(' / ')}); of it the daemon's own ` +
+        `${ms_(median(parts.map((x) => x.daemon)))} ms, its spawner's ${ms_(median(parts.map((x) => x.spawner)))} ms`,
+    );
   }
   const [bw, no] = daemons as [BurstDaemon, BurstDaemon];
   console.log(
