@@ -64,10 +64,11 @@ const PERL_CPU =
   `sub cpu { my $b = "\\0" x 144; syscall(${process.arch === 'arm64' ? 165 : 98}, $_[0], $b) == 0 or die "getrusage: $!";` +
   ' my ($us, $uu, $ss, $su) = unpack("q4", $b); return ($us + $ss) * 1e3 + ($uu + $su) / 1e3 }';
 
-/** ms of a program's own CPU per start (user + system of the children, all their threads), N starts. */
+/** ms of a program's start per start: the child's CPU from the fork to its exit (all its threads), N starts. */
 function startCpuMs(argv: string[], n = 20): number {
   const out = perl(
-    `${PERL_CPU} my $n = shift; my $c0 = cpu(-1); for (1..$n) { my $p = fork; if (!$p) { open STDOUT, ">", "/dev/null"; exec { $ARGV[0] } @ARGV; exit 127 } waitpid $p, 0 }` +
+    `${PERL_CPU} my $n = shift; my $c0 = cpu(-1);` +
+      ' for (1..$n) { my $p = fork; if (!$p) { open STDOUT, ">", "/dev/null"; exec { $ARGV[0] } @ARGV; exit 127 } waitpid $p, 0 }' +
       ' print((cpu(-1) - $c0) / $n)',
     String(n),
     ...argv,
