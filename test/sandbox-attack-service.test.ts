@@ -68,6 +68,16 @@ describe("the sandbox's file service and init are out of the agent's reach", {
     assert.match(status(init), /^Seccomp:\s+2$/m, "bwrap's init runs under a filter too");
   });
 
+  test('the file service holds its channel (stdin and stdout) and stderr only: not the namespaces it was started into', () => {
+    const fds = fs
+      .readdirSync(`/proc/${service}/fd`)
+      .map(Number)
+      .sort((a, b) => a - b);
+    assert.deepEqual(fds, [0, 1, 2], fds.map((fd) => `${fd} ${fs.readlinkSync(`/proc/${service}/fd/${fd}`)}`).join(', '));
+    assert.equal(fs.readlinkSync(`/proc/${service}/fd/0`), fs.readlinkSync(`/proc/${service}/fd/1`), 'one socket, both ways');
+    assert.match(fs.readlinkSync(`/proc/${service}/fd/0`), /^socket:/);
+  });
+
   test('every attempt on the file service and on init is refused; its own child is reached where the filter allows; nothing happened to either', async () => {
     const r = reachResult((await h.sh(id, 'python3 /tmp/reach.py --hard 2 1 2>&1')).text);
     for (const target of ['2', '1']) {

@@ -20,12 +20,12 @@
  *   which alone denies the ptrace family and /proc/<pid>/mem to a process without them. Signals
  *   still reach it: an agent can end its own file service (its sandbox then restarts).
  * - The service's channel to the daemon is a socket on fd 6 of bwrap, made its stdin and stdout by
- *   the first `sh`: bwrap's pid 1 closes every fd but 0-2 (here /dev/null and the stderr pipe), so
- *   the sandbox's init, the agent's uid when the daemon is not root, holds nothing of it. That `sh`
- *   first writes a byte on fd 9 (bwrap has set the sandbox up: its root and mounts are the sandbox's)
- *   and closes it with the channel's copy: a conversation's own holder is then sealed and opened, and
- *   joiners start, while the service's perl starts (a spare's, once the service has answered); the
- *   daemon sends the service nothing before the seal either.
+ *   bwrap's first process (service-start.ts): bwrap's pid 1 closes every fd but 0-2 (here /dev/null
+ *   and the stderr pipe), so the sandbox's init, the agent's uid when the daemon is not root, holds
+ *   nothing of it. That process first writes a byte on fd 9 (bwrap has set the sandbox up: its root
+ *   and mounts are the sandbox's) and closes it with the channel's copy: a conversation's own holder
+ *   is then sealed and opened, and joiners start, while the service starts (a spare's, once the
+ *   service has answered); the daemon sends the service nothing before the seal either.
  * - Every process of the sandbox runs under seccomp.ts's filter: bwrap installs it on its init and
  *   first process (--seccomp; with a root daemon the variant that still lets the first process enter
  *   the conversation's user namespace), and each joined process loads it itself (join.ts).
@@ -41,6 +41,7 @@ import { SANDBOX_PATH } from './child-env.js';
 import { FileChannel } from './files.js';
 import { niceNewSession } from './priority.js';
 import { seal } from './seal.js';
+import { serviceStart } from './service-start.js';
 import { userNamespace } from './user-namespace.js';
 import { wrapCommand, type HolderFds, type JoinTools } from './join.js';
 import { attachEgress, needsRouteLocalnet, type EgressHandle, type EgressTools } from './network.js';
@@ -456,46 +457,25 @@ export class Holder {
 }
 
 /**
- * What bwrap runs: `sh` makes the channel (fd 6) the service's stdin and stdout, then (root daemon)
- * setpriv becomes the sandbox uid, which owns the conversation's user namespace, nsenter enters it
- * and its network namespace (fds 7 and 8; uid 0 there, every capability there), and setpriv becomes
- * uid 1, keeping CAP_SETUID and CAP_SETGID only (ambient, so they survive the exec; bounding set and
- * no_new_privs: nothing else can come back); then perl runs the service, which sets its effective
- * ids to 0 (`--as`). A daemon that is not root: bwrap gives the service those two capabilities.
+ * What bwrap runs: perl (service-start.ts) signals on fd 9, makes the channel (fd 6) the service's
+ * stdin and stdout and, for a root daemon, becomes the agent's uid (the owner of the conversation's
+ * user namespace), enters that namespace and its network namespace (fds 7 and 8), and becomes uid 1
+ * keeping CAP_SETUID and CAP_SETGID only (ambient, so they survive the exec; bounding set and
+ * no_new_privs: nothing else can come back); then the service runs and sets its effective ids to 0
+ * (`--as`). A daemon that is not root: bwrap gives the service those two capabilities.
  */
 function serviceCommand(s: HolderSetup): string[] {
   const script = s.fileService ?? FILE_SERVICE;
   const service = [...serviceProgram(s.join.inside.perl, serviceInside(script)), '--root', VISIBLE_WORKSPACE];
-  const channel = ['/bin/sh', '-c', `printf . >&${FD.setUp} && exec "$@" <&${FD.channel} >&${FD.channel} ${FD.channel}<&- ${FD.setUp}>&-`, 'sh'];
-  if (!s.ids) return [...channel, ...service];
-  const j = s.join.inside;
+  const start = [s.join.inside.perl, '-e', serviceStartProgram()];
+  if (!s.ids) return [...start, '', '', '0', ...service];
   const { agent } = s.ids;
-  const keep = '-all,+setuid,+setgid';
-  return [
-    ...channel,
-    j.setpriv,
-    `--reuid=${agent.uid}`,
-    `--regid=${agent.gid}`,
-    '--clear-groups',
-    '--',
-    j.nsenter,
-    `--user=/proc/self/fd/${FD.userns}`,
-    ...(s.settings.network !== 'host' ? [`--net=/proc/self/fd/${FD.netns}`] : []),
-    '--',
-    j.setpriv,
-    '--reuid=1',
-    '--regid=1',
-    '--clear-groups',
-    `--inh-caps=${keep}`,
-    `--ambient-caps=${keep}`,
-    `--bounding-set=${keep}`,
-    '--no-new-privs',
-    '--',
-    ...service,
-    '--as',
-    '0:0',
-  ];
+  return [...start, String(agent.uid), String(agent.gid), s.settings.network !== 'host' ? '1' : '0', ...service, '--as', '0:0'];
 }
+
+let startProgram: string | null = null;
+/** service-start.ts's program, made once. */
+const serviceStartProgram = () => (startProgram ??= serviceStart());
 
 /**
  * bwrap's namespaces. A root daemon's bwrap makes no user namespace (it mounts with the host's

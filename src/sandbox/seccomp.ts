@@ -34,13 +34,19 @@ const ARCHES = {
     x32: true,
     clone: 56,
     deny: [101, 310, 311, 312, 298, 321, 323, 250, 248, 249, 272, 308, 165, 166, 155, 161, 304, 246, 320],
-    // the loader's (seccompLoader), the seal's (seal.ts) and user-namespace.ts's
+    // the loader's (seccompLoader), the seal's (seal.ts), user-namespace.ts's and the service's start (service-start.ts)
     prctl: 157,
     setsid: 112,
     capset: 126,
     setns: 308,
     mount: 165,
     unshare: 272,
+    write: 1,
+    close: 3,
+    dup3: 292,
+    setgroups: 116,
+    setresuid: 117,
+    setresgid: 119,
   },
   arm64: {
     audit: 0xc00000b7,
@@ -53,6 +59,12 @@ const ARCHES = {
     setns: 268,
     mount: 40,
     unshare: 97,
+    write: 64,
+    close: 57,
+    dup3: 24,
+    setgroups: 159,
+    setresuid: 147,
+    setresgid: 149,
   },
 } as const;
 
@@ -131,8 +143,8 @@ export function seccompProgram(opts: { holder?: boolean; arch?: string } = {}): 
   return out;
 }
 
-/** This machine's numbers of the calls the loader, the seal (seal.ts) and user-namespace.ts make. */
-export function callNumbers(name: string = process.arch): { prctl: number; setsid: number; capset: number; setns: number; mount: number; unshare: number } {
+/** This machine's numbers of the calls the loader, the seal (seal.ts), user-namespace.ts and the service's start (service-start.ts) make. */
+export function callNumbers(name: string = process.arch): (typeof ARCHES)[Arch] {
   return ARCHES[archOf(name)];
 }
 
