@@ -17,12 +17,11 @@ export interface JoinTools {
   nsenter: string;
   setpriv: string;
   /**
-   * What runs inside a sandbox, found in the system's directories (which every sandbox shows):
-   * perl loads the seccomp filter in a joined process (seccomp.ts); setpriv and nsenter start a
-   * root daemon's file service (holder-launch.ts). The daemon's PATH may name others first that the
-   * sandbox does not show.
+   * What runs inside a sandbox, found in the system's directories (which every sandbox shows): perl
+   * loads the seccomp filter in a joined process (seccomp.ts) and starts the file service
+   * (service-start.ts). The daemon's PATH may name another first that the sandbox does not show.
    */
-  inside: { perl: string; setpriv: string; nsenter: string };
+  inside: { perl: string };
 }
 
 /** The daemon's fds on a holder's namespace files, its root and /workspace (a joiner opens /proc/<daemon>/fd/<n>). */

@@ -66,7 +66,7 @@ export async function probeTools(settings: SandboxSettings, opts: SandboxOpenOpt
     return { fail: (e as Error).message };
   }
   // what runs inside a sandbox: in the system's directories, which it shows (not the daemon's PATH)
-  const inside = { perl: findProgram('perl', ''), setpriv: findProgram('setpriv', ''), nsenter: findProgram('nsenter', '') };
+  const inside = { perl: findProgram('perl', '') };
   if (!inside.perl)
     return { fail: 'perl was not found in the system directories: every process of a sandbox loads its seccomp filter with it (apt-get install perl-base)' };
   // (unshare: what the egress probe makes its throwaway namespaces with)
@@ -97,7 +97,7 @@ export async function probeTools(settings: SandboxSettings, opts: SandboxOpenOpt
   const join: JoinTools = {
     nsenter: tools.nsenter!,
     setpriv: tools.setpriv!,
-    inside: { perl: inside.perl!, setpriv: inside.setpriv ?? tools.setpriv!, nsenter: inside.nsenter ?? tools.nsenter! },
+    inside: { perl: inside.perl! },
   };
   const agent = seccompProgram();
   const holders = new Holders(
