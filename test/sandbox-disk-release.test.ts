@@ -43,6 +43,23 @@ function fdsOn(pid: number, dev: string): string[] {
   return out;
 }
 
+/**
+ * The daemon's fds on the filesystem the loop device `loop` held, once that device was detached. A detached
+ * device is attached again for the next image made (a spare's, a conversation's beside this one): its number
+ * is then another filesystem's, and the fds on it are that one's. (The old filesystem held the device while
+ * anything held it, so its detach already says that nothing did.)
+ */
+function fdsOnDetached(pid: number, loop: { name: string; backing: string; dev: string }): string[] {
+  let now: string | null = null;
+  try {
+    now = fs.readFileSync(`/sys/block/${loop.name}/loop/backing_file`, 'utf8').trim();
+  } catch {
+    /* not attached */
+  }
+  if (now !== null && now.replace(/ \(deleted\)$/, '') !== loop.backing.replace(/ \(deleted\)$/, '')) return [];
+  return fdsOn(pid, loop.dev);
+}
+
 describe("a conversation's disk image is let go with its sandbox", { timeout: 300_000 }, () => {
   const s = useScriptedDaemon({ SANDBOX: 'bwrap', SANDBOX_NETWORK: 'none', SANDBOX_DISK: 'image', SANDBOX_IDLE_CLOSE_MS: '2000' });
   const stateOf = (id: string) => path.join(s.d.dataDir, 'workspaces', '.sandbox', id.replace(/-/g, ''));
@@ -54,7 +71,7 @@ describe("a conversation's disk image is let go with its sandbox", { timeout: 30
     const [loop] = ours(id);
     assert.ok(loop, 'the image is on a loop device while the sandbox runs');
     await waitFor(() => ours(id).length === 0, `the loop device detached after the idle close (${loop.name})`, 60_000);
-    assert.deepEqual(fdsOn(s.d.proc.pid!, loop.dev), [], "no fd of the daemon on the image's filesystem");
+    assert.deepEqual(fdsOnDetached(s.d.proc.pid!, loop), [], "no fd of the daemon on the image's filesystem");
     // and it comes back with its files
     assert.match(await terminalTurn(s, id, 'cat kept.txt'), /^kept$/m);
   });
@@ -69,6 +86,6 @@ describe("a conversation's disk image is let go with its sandbox", { timeout: 30
     await waitFor(() => ours(id).length === 0, `the deleted image's loop device detached (${loop.name})`, 60_000);
     // (its file unlinked, the image's blocks are freed with the last reference to it, which was the loop device;
     // the data disk's free space itself is not asked: the tests running beside this one move it too)
-    assert.deepEqual(fdsOn(s.d.proc.pid!, loop.dev), [], "no fd of the daemon on the image's filesystem");
+    assert.deepEqual(fdsOnDetached(s.d.proc.pid!, loop), [], "no fd of the daemon on the image's filesystem");
   });
 });
