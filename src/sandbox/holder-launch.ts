@@ -475,7 +475,7 @@ function serviceCommand(s: HolderSetup): string[] {
 
 let startProgram: string | null = null;
 /** service-start.ts's program, made once. */
-const serviceStartProgram = () => (startProgram ??= serviceStart());
+const serviceStartProgram = () => (startProgram ??= serviceStart(FD));
 
 /**
  * bwrap's namespaces. A root daemon's bwrap makes no user namespace (it mounts with the host's
