@@ -59,7 +59,7 @@ import { ShellSession } from '../src/tools/terminal/session.js';
 import { spawn } from 'node:child_process';
 import { startDaemon, startFlags, tempDir, waitFor } from '../test/support/daemon.js';
 import { fileServices } from '../test/support/holders.js';
-import { descendants, memoryKiB } from '../test/support/processes.js';
+import { descendants, memoryKiB, threadsCpuMs } from '../test/support/processes.js';
 import { helloTurn, startScriptedLlm } from '../test/support/scripted-llm.js';
 
 const { values: args } = parseArgs({
@@ -419,31 +419,14 @@ function machineCpuMs(): number {
   return (f[0]! + f[1]! + f[2]! + f[5]! + f[6]!) * 10;
 }
 
-/** A process's CPU time so far, all its threads (ms, from /proc/<pid>/task/<tid>/schedstat: ns); 0 once it is gone. */
-function processCpuMs(pid: number): number {
-  let ns = 0;
-  try {
-    for (const t of fs.readdirSync(`/proc/${pid}/task`)) {
-      try {
-        ns += Number(fs.readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' ')[0]);
-      } catch {
-        // the thread ended
-      }
-    }
-  } catch {
-    // the process ended
-  }
-  return ns / 1e6;
-}
-
-/** The daemon's spawner (src/sandbox/spawner.ts): its child running spawner-process.mjs; null when it has none. */
+/** The daemon's spawner (src/sandbox/spawner.ts): its child running spawner-process.pl; null when it has none. */
 function spawnerOf(daemon: number): number | null {
   for (const d of fs.readdirSync('/proc')) {
     if (!/^\d+$/.test(d)) continue;
     try {
       const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
       if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) !== daemon) continue;
-      if (fs.readFileSync(`/proc/${d}/cmdline`, 'utf8').includes('spawner-process.mjs')) return Number(d);
+      if (fs.readFileSync(`/proc/${d}/cmdline`, 'utf8').includes('spawner-process.pl')) return Number(d);
     } catch {
       // gone, or not ours to look at
     }
@@ -467,8 +450,8 @@ async function cpuPerConversation(): Promise<void> {
       for (const b of round % 2 ? [...daemons].reverse() : daemons) {
         const t0 = performance.now();
         const spawner = spawnerOf(b.d.proc.pid!);
-        const d0 = processCpuMs(b.d.proc.pid!);
-        const s0 = spawner === null ? 0 : processCpuMs(spawner);
+        const d0 = threadsCpuMs(b.d.proc.pid!);
+        const s0 = spawner === null ? 0 : threadsCpuMs(spawner);
         const c0 = machineCpuMs();
         for (let i = 0; i < n; i++) {
           const at = performance.now();
@@ -477,8 +460,8 @@ async function cpuPerConversation(): Promise<void> {
         }
         const busy = machineCpuMs() - c0;
         ownParts.get(b)!.push({
-          daemon: (processCpuMs(b.d.proc.pid!) - d0) / n,
-          spawner: spawner === null ? 0 : (processCpuMs(spawner) - s0) / n,
+          daemon: (threadsCpuMs(b.d.proc.pid!) - d0) / n,
+          spawner: spawner === null ? 0 : (threadsCpuMs(spawner) - s0) / n,
         });
         const span = performance.now() - t0;
         const q0 = machineCpuMs();

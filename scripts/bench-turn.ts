@@ -48,6 +48,7 @@ import { parseArgs } from 'node:util';
 import { originalPositionFor, TraceMap } from '@jridgewell/trace-mapping';
 import WebSocket from 'ws';
 import { ensureBuilt, startFlags, tempDir, waitFor } from '../test/support/daemon.js';
+import { threadsCpuMs } from '../test/support/processes.js';
 import { startScriptedLlm, type ScriptedLlm } from '../test/support/scripted-llm.js';
 
 const { values } = parseArgs({
@@ -214,19 +215,6 @@ function faultsOf(pid: number): number {
   return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[7]);
 }
 
-/** The CPU time of a process's threads so far (ms, from /proc/<pid>/task/<tid>/schedstat: ns). */
-function cpuOf(pid: number): number {
-  let ns = 0;
-  for (const t of fs.readdirSync(`/proc/${pid}/task`)) {
-    try {
-      ns += Number(fs.readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' ')[0]);
-    } catch {
-      // the thread ended
-    }
-  }
-  return ns / 1e6;
-}
-
 /** `perf stat` on a process's system calls, counting only between `enable` and `disable` (its control FIFOs). */
 class SyscallCount {
   private readonly dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-turn-perf-'));
@@ -293,7 +281,7 @@ async function turn(d: Daemon, llm: ScriptedLlm): Promise<Turn> {
   const body = JSON.stringify({ role: 'user', content: [{ type: 'text', text: 'say hello' }], run: true });
   const counted = syscalls !== null && d === daemons[0] && measuring;
   if (counted) await syscalls!.enable();
-  const cpu0 = cpuOf(d.pid);
+  const cpu0 = threadsCpuMs(d.pid);
   const faults0 = faultsOf(d.pid);
   const postedMono = monoUs();
   const posted = wallNow();
@@ -306,7 +294,7 @@ async function turn(d: Daemon, llm: ScriptedLlm): Promise<Turn> {
     new Promise((_, reject) => (timer = setTimeout(() => reject(new Error(`${d.label}: the turn of ${id} did not end in 30 s`)), 30_000))),
   ]);
   clearTimeout(timer);
-  const cpu = cpuOf(d.pid) - cpu0;
+  const cpu = threadsCpuMs(d.pid) - cpu0;
   const faults = faultsOf(d.pid) - faults0;
   if (counted) await syscalls!.disable();
   sub.close();

@@ -69,3 +69,20 @@ export function memoryKiB(pid: number): { pss: number; uss: number } {
   const kb = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+) kB`, 'm').exec(t)?.[1] ?? 0);
   return { pss: kb('Pss'), uss: kb('Private_Clean') + kb('Private_Dirty') };
 }
+
+/** A process's CPU time so far, all its threads (ms, from /proc/<pid>/task/<tid>/schedstat: ns); 0 once it is gone. */
+export function threadsCpuMs(pid: number): number {
+  let ns = 0;
+  try {
+    for (const t of readdirSync(`/proc/${pid}/task`)) {
+      try {
+        ns += Number(readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' ')[0]);
+      } catch {
+        // the thread ended
+      }
+    }
+  } catch {
+    // the process ended
+  }
+  return ns / 1e6;
+}
