@@ -118,9 +118,11 @@ const leadsSession = (pid: number): boolean => Number(statFields(pid)?.[3]) === 
 /**
  * Gives `nice` to the session groups of `pids()` that lead a session at another value: a process that
  * joins a holder makes sessions of its own (setsid) as it starts, each a group at nice 0 whatever its
- * processes' values. Looked at after 2 ms, then twice as long each time, for `ms`, or until `done()`.
+ * processes' values. Looked at after 2 ms, then twice as long each time, for `ms`, or until `done()`
+ * (ten seconds: on a machine busy with other sandboxes' starts, a joined process's chain of programs can
+ * take more than one before its session exists; the looks past the first second are a dozen).
  */
-export function niceJoinedSession(pids: () => number[], nice: number, done: () => boolean, ms = 1000): void {
+export function niceJoinedSession(pids: () => number[], nice: number, done: () => boolean, ms = 10_000): void {
   if (nice === 0) return;
   const until = performance.now() + ms;
   const look = (wait: number) => {
