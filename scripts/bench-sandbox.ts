@@ -42,8 +42,8 @@
  *    what the machine took over as long a quiet window measured right after it, per conversation.
  *    The modes alternate `--rounds` times; the difference is what a sandbox's start costs the
  *    machine (the holder, its disk, network and file service, the first shell joining it). Printed with
- *    it, per conversation: the daemon's own CPU (all its threads) and its spawner's (the process that
- *    starts the sandboxes' host-side programs: every program costs it a fork of a node process); the
+ *    it, per conversation: the daemon's own CPU (all its threads) and its spawner's (the processes that
+ *    start the sandboxes' host-side programs: every program costs them a fork and a few messages); the
  *    rest is the programs' own and the kernel's.
  * The machine's load average is printed: absolute figures move with it, the ratios less.
  */
@@ -419,19 +419,28 @@ function machineCpuMs(): number {
   return (f[0]! + f[1]! + f[2]! + f[5]! + f[6]!) * 10;
 }
 
-/** The daemon's spawner (src/sandbox/spawner.ts): its child running spawner-process.pl; null when it has none. */
-function spawnerOf(daemon: number): number | null {
-  for (const d of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
-      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) !== daemon) continue;
-      if (fs.readFileSync(`/proc/${d}/cmdline`, 'utf8').includes('spawner-process.pl')) return Number(d);
-    } catch {
-      // gone, or not ours to look at
+/**
+ * The daemon's spawner (src/sandbox/spawner.ts): its child running spawner-process.pl, and that one's
+ * forker (spawner-forker.pl); empty when it has none.
+ */
+function spawnerOf(daemon: number): number[] {
+  const childOf = (parent: number, script: string): number | null => {
+    for (const d of fs.readdirSync('/proc')) {
+      if (!/^\d+$/.test(d)) continue;
+      try {
+        const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
+        if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) !== parent) continue;
+        if (fs.readFileSync(`/proc/${d}/cmdline`, 'utf8').includes(script)) return Number(d);
+      } catch {
+        // gone, or not ours to look at
+      }
     }
-  }
-  return null;
+    return null;
+  };
+  const spawner = childOf(daemon, 'spawner-process.pl');
+  if (spawner === null) return [];
+  const forker = childOf(spawner, 'spawner-forker.pl');
+  return forker === null ? [spawner] : [spawner, forker];
 }
 
 async function cpuPerConversation(): Promise<void> {
@@ -451,7 +460,8 @@ async function cpuPerConversation(): Promise<void> {
         const t0 = performance.now();
         const spawner = spawnerOf(b.d.proc.pid!);
         const d0 = threadsCpuMs(b.d.proc.pid!);
-        const s0 = spawner === null ? 0 : threadsCpuMs(spawner);
+        const spawnerCpu = () => spawner.reduce((sum, p) => sum + threadsCpuMs(p), 0);
+        const s0 = spawnerCpu();
         const c0 = machineCpuMs();
         for (let i = 0; i < n; i++) {
           const at = performance.now();
@@ -461,7 +471,7 @@ async function cpuPerConversation(): Promise<void> {
         const busy = machineCpuMs() - c0;
         ownParts.get(b)!.push({
           daemon: (threadsCpuMs(b.d.proc.pid!) - d0) / n,
-          spawner: spawner === null ? 0 : (threadsCpuMs(spawner) - s0) / n,
+          spawner: (spawnerCpu() - s0) / n,
         });
         const span = performance.now() - t0;
         const q0 = machineCpuMs();

@@ -269,7 +269,7 @@ async function helloBench(turns: number, profile: boolean): Promise<number> {
       try {
         const stat = fs.readFileSync(`/proc/${p}/stat`, 'utf8');
         if (stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1] !== String(d.proc.pid)) continue;
-        if (fs.readFileSync(`/proc/${p}/cmdline`, 'utf8').includes('spawner-process.mjs')) return Number(p);
+        if (fs.readFileSync(`/proc/${p}/cmdline`, 'utf8').includes('spawner-process.pl')) return Number(p);
       } catch {
         // gone meanwhile
       }

@@ -19,6 +19,9 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import zlib from 'node:zlib';
 
+/** The sandbox's perl programs, run as they are next to the code that starts them (the file service, the spawner). */
+const PERL_PROGRAMS = ['file-service.pl', 'file-service-lib.pl', 'spawner-process.pl', 'spawner-forker.pl'];
+
 /**
  * Packages a daemon loads on first use only, if ever: the AI SDK (models the own Chat Completions
  * client does not serve), the MCP SDK (a conversation with MCP servers), tRPC (the first /trpc
@@ -104,8 +107,8 @@ export async function build(dist = DIST, { entry = 'bridge/main.ts', withConsole
     banner: { js: "import { createRequire as __parleyRequire } from 'node:module'; const require = __parleyRequire(import.meta.url);" },
   });
   if (withConsole) await buildConsole(path.join(tmp, 'console'));
-  // the sandbox's file service runs as it is (plain JavaScript) next to the code that starts it
-  for (const f of ['file-service.pl', 'file-service-lib.pl', 'spawner-process.mjs']) fs.copyFileSync(path.join(ROOT, 'src/sandbox', f), path.join(tmp, f));
+  // the sandbox's perl programs next to the code that starts them
+  for (const f of PERL_PROGRAMS) fs.copyFileSync(path.join(ROOT, 'src/sandbox', f), path.join(tmp, f));
   fs.rmSync(dist, { recursive: true, force: true });
   fs.renameSync(tmp, dist);
 }
@@ -180,8 +183,8 @@ export async function buildPackage({ types = true } = {}) {
     sourcemap: 'linked',
     logLevel: 'warning',
   });
-  // the embedded core starts the sandbox's file service too: next to it, as in dist/
-  for (const f of ['file-service.pl', 'file-service-lib.pl', 'spawner-process.mjs']) fs.copyFileSync(path.join(ROOT, 'src/sandbox', f), path.join(tmp, f));
+  // the embedded core starts the sandbox's perl programs too: next to it, as in dist/
+  for (const f of PERL_PROGRAMS) fs.copyFileSync(path.join(ROOT, 'src/sandbox', f), path.join(tmp, f));
   if (types) {
     const { execFileSync } = await import('node:child_process');
     let tsc;

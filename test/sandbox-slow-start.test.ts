@@ -19,7 +19,7 @@ import { removeDir, ROOT, tempDir, waitFor } from './support/daemon.js';
 import { RUN_REAL_SERVICE_JS } from './support/real-file-service.js';
 import { fileServices } from './support/holders.js';
 
-/** The sandbox's spawner (spawner-process.mjs): a process of this test's, found in the host's /proc. */
+/** The sandbox's spawner (spawner-process.pl): a process of this test's, found in the host's /proc. */
 function spawnerPid(): number {
   for (const name of fs.readdirSync('/proc')) {
     if (!/^\d+$/.test(name)) continue;

@@ -1,10 +1,11 @@
 /**
- * The spawner (src/sandbox/spawner.ts, spawner-process.mjs): the process that starts the sandboxes'
+ * The spawner (src/sandbox/spawner.ts, spawner-process.pl): the process that starts the sandboxes'
  * host-side programs off the daemon's event loop. What it starts behaves as a child process would
  * (stdio both ways, exit codes and signals, a failed start); a program that ends at once is still
  * reported; many programs started at once with a channel each get their own; a daemon's fd reaches
- * the program; nothing it started outlives it, nor it the process that owns it (judged from the
- * host); and in a real daemon every holder's processes are its children, not the daemon's.
+ * the program; a program holds no fd but its slots'; nothing it started outlives it, nor it the
+ * process that owns it (judged from the host); and in a real daemon every holder's processes are its
+ * forker's children, not the daemon's.
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -16,7 +17,7 @@ import { ROOT, startDaemon, waitFor } from './support/daemon.js';
 import { readySpare, spareShells } from './support/holders.js';
 import { isAlive, livingProcesses } from './support/processes.js';
 import { which } from '../src/sandbox/processes.js';
-import { Spawner, type RemoteChild } from '../src/sandbox/spawner.js';
+import { Spawner, type RemoteChild, type Slot } from '../src/sandbox/spawner.js';
 
 const setpriv = which('setpriv');
 
@@ -120,6 +121,35 @@ describe('sandbox: the spawner', { timeout: 120_000 }, () => {
     }
   });
 
+  test("a program holds its slots' fds and no other (not the channel, not another program's, not the spawner's) and no signal ignored", async () => {
+    const s = new Spawner(setpriv);
+    try {
+      // others running with sockets of every kind, and a fd of this process
+      const ns = fs.openSync('/proc/self/ns/uts', 'r');
+      const busy = await Promise.all(
+        Array.from({ length: 3 }, () => s.spawn({ file: '/bin/sleep', args: ['60'], env: {}, stdio: ['pipe', 'pipe', 'pipe', 'direct', ns] })),
+      );
+      fs.closeSync(ns);
+      try {
+        const fdsOf = async (stdio: Slot[]) => {
+          // (the shell's fds, listed by another program: a listing holds its own)
+          const c = await s.spawn({ file: '/bin/sh', args: ['-c', 'ls /proc/$$/fd'], env: { PATH: '/usr/bin:/bin' }, stdio });
+          return (await outcome(c)).out.trim().split('\n').join(' ');
+        };
+        assert.equal(await fdsOf(['ignore', 'pipe', 'pipe']), '0 1 2');
+        // slots past stderr, 'ignore' among them: closed there, whatever this process has at that number
+        assert.equal(await fdsOf(['ignore', 'pipe', 'pipe', 'ignore', 'direct', { data: Buffer.from('x') }]), '0 1 2 4 5');
+        // no signal ignored nor blocked by what started it (the spawner ignores SIGPIPE)
+        const sigs = await s.spawn({ file: '/bin/grep', args: ['^Sig\\(Ign\\|Blk\\)', '/proc/self/status'], env: {}, stdio: ['ignore', 'pipe', 'pipe'] });
+        assert.deepEqual((await outcome(sigs)).out.trim().split('\n'), ['SigBlk:\t0000000000000000', 'SigIgn:\t0000000000000000']);
+      } finally {
+        for (const b of busy) b.kill('SIGKILL');
+      }
+    } finally {
+      await s.close();
+    }
+  });
+
   test('its end kills what it started; the next spawn starts another; closing it ends both', async () => {
     const s = new Spawner(setpriv);
     try {
@@ -161,7 +191,7 @@ describe('sandbox: the spawner', { timeout: 120_000 }, () => {
     }
   });
 
-  test("in a daemon, a holder's processes are the spawner's children; the daemon's only child is the spawner", async () => {
+  test("in a daemon, a holder's processes are the spawner's forker's children; the daemon's only child is the spawner", async () => {
     const d = await startDaemon({ SANDBOX: 'bwrap' });
     try {
       const daemon = d.proc.pid!;
@@ -173,13 +203,18 @@ describe('sandbox: the spawner', { timeout: 120_000 }, () => {
       assert.equal(children.length, 1, `the daemon's children: ${children.map((p) => cmdline(p).join(' ')).join(' | ')}`);
       const spawner = children[0]!;
       assert.ok(
-        cmdline(spawner).some((a) => a.endsWith('/spawner-process.mjs')),
+        cmdline(spawner).some((a) => a.endsWith('/spawner-process.pl')),
         cmdline(spawner).join(' '),
       );
-      // the file service's line of ancestors reaches the spawner before the daemon
+      // the file service's line of ancestors reaches the spawner's forker, then the spawner, then the daemon
       const line: number[] = [];
       for (let p = parent.get(service!); p !== undefined && p > 1 && line.length < 16; p = parent.get(p)) line.push(p);
-      assert.ok(line.indexOf(spawner) >= 0 && line.indexOf(spawner) === line.indexOf(daemon) - 1, `ancestors: ${line.join(' ')}`);
+      const at = line.indexOf(spawner);
+      assert.ok(at >= 1 && at === line.indexOf(daemon) - 1, `ancestors: ${line.join(' ')}`);
+      assert.ok(
+        cmdline(line[at - 1]!).some((a) => a.endsWith('/spawner-forker.pl')),
+        `the spawner's forker: ${cmdline(line[at - 1]!).join(' ')}`,
+      );
     } finally {
       await d.stop();
     }

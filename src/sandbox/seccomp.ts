@@ -47,6 +47,11 @@ const ARCHES = {
     setgroups: 116,
     setresuid: 117,
     setresgid: 119,
+    // the spawner's and its forker's (spawner-process.pl, spawner-forker.pl)
+    sendmsg: 46,
+    recvmsg: 47,
+    pidfd_open: 434,
+    exit_group: 231,
   },
   arm64: {
     audit: 0xc00000b7,
@@ -65,6 +70,10 @@ const ARCHES = {
     setgroups: 159,
     setresuid: 147,
     setresgid: 149,
+    sendmsg: 211,
+    recvmsg: 212,
+    pidfd_open: 434,
+    exit_group: 94,
   },
 } as const;
 

@@ -1,6 +1,6 @@
 /**
- * The daemon's side of the spawner (spawner-process.mjs, whose header says why it is a process of its own
- * and what its protocol is): the sandboxes' host-side programs are started there, off the daemon's
+ * The daemon's side of the spawner (spawner-process.pl, whose header says why it is a process of its own,
+ * why perl, and what its protocol is): the sandboxes' host-side programs are started there, off the daemon's
  * event loop, and each comes back as a `RemoteChild`, which behaves as the ChildProcess the code
  * that starts it used before (pid, stdio streams, kill, 'exit' and 'close').
  *
@@ -19,18 +19,17 @@ import { childProcess } from '../builtins.js';
 import { signalGroup } from '../process-group.js';
 import { canRenice, setGroupNice } from './priority.js';
 import { helper, type ProcessLike } from './processes.js';
+import { findProgram } from './programs.js';
+import { callNumbers } from './seccomp.js';
 
-/** spawner-process.mjs in the checkout, or next to the build (scripts/build.mjs copies it into dist/). */
-const SPAWNER = fileURLToPath(new URL('./spawner-process.mjs', import.meta.url));
+/** spawner-process.pl in the checkout, or next to the build (scripts/build.mjs copies it into dist/). */
+const SPAWNER = fileURLToPath(new URL('./spawner-process.pl', import.meta.url));
 
 /** Its nice value (a root daemon's): a holder's start waits on it at every step. */
 const SPAWNER_NICE = -5;
 
-/** Its node: small heaps (it holds a few messages at a time). */
-const SPAWNER_NODE_FLAGS = ['--max-old-space-size=32', '--max-semi-space-size=1', '--v8-pool-size=1'];
-
 /**
- * A stdio slot (spawner-process.mjs): no stream, a stream relayed by the spawner, a socket of the
+ * A stdio slot (spawner-process.pl): no stream, a stream relayed by the spawner, a socket of the
  * daemon's own, an fd of the daemon, or bytes the program reads there (written with its start: no
  * round trip before it can read them).
  */
@@ -91,7 +90,7 @@ export class RemoteChild extends EventEmitter implements ProcessLike {
     this.stdio = slots.map((s, slot) => {
       if (s === 'direct') return direct.get(slot) ?? null;
       if (s !== 'pipe') return null;
-      return new Relayed((t, data) => send({ t, id, slot, data }));
+      return new Relayed((t, data) => send({ t, id, slot, data: data?.toString('hex') }));
     });
   }
 
@@ -137,11 +136,13 @@ export class RemoteChild extends EventEmitter implements ProcessLike {
 }
 
 type Message =
-  | { t: 'ready'; pid: number }
+  /** `forker`: the parent of every program it starts. */
+  | { t: 'ready'; pid: number; forker: number }
   | { t: 'direct'; id: number; slot: number }
   | { t: 'spawned'; id: number; pid: number }
   | { t: 'failed'; id: number; code: string | null; message: string }
-  | { t: 'data'; id: number; slot: number; data: Uint8Array }
+  /** `data`: hex. */
+  | { t: 'data'; id: number; slot: number; data: string }
   | { t: 'eof'; id: number; slot: number }
   | { t: 'exit'; id: number; code: number | null; signal: NodeJS.Signals | null }
   | { t: 'close'; id: number };
@@ -160,25 +161,43 @@ export class Spawner {
   private readonly pending = new Map<number, Pending>();
   private readonly live = new Map<number, RemoteChild>();
   private closed = false;
+  /** The spawner's forker's pid, once it said it ('ready'). */
+  private forker: Promise<number> = Promise.resolve(0);
+  private forkerKnown: { resolve: (pid: number) => void; reject: (e: Error) => void } | null = null;
 
-  /** `setpriv`: util-linux's, for --pdeathsig (null: none, the channel's end alone ends it). */
-  constructor(private readonly setpriv: string | null) {}
+  /**
+   * `setpriv`: util-linux's, for --pdeathsig (null: none, the channel's end alone ends it); `perl`:
+   * perl-base's, which runs it.
+   */
+  constructor(
+    private readonly setpriv: string | null,
+    private readonly perl: string | null = findProgram('perl', ''),
+  ) {}
 
   /** The spawner's pid (started when there is none): the parent of every process it starts. */
   get pid(): number {
     return this.process().pid!;
   }
 
-  /** Starts `spec` (a function: made with the spawner's pid); resolves once it runs, rejects when it could not be started. */
-  spawn(spec: SpawnSpec | ((spawnerPid: number) => SpawnSpec)): Promise<RemoteChild> {
-    if (this.closed) return Promise.reject(new Error('the sandbox launcher is closed'));
+  /**
+   * Starts `spec` (a function: made with the pid of the process whose child the program will be, once
+   * the spawner says it); resolves once it runs, rejects when it could not be started.
+   */
+  async spawn(spec: SpawnSpec | ((parentPid: number) => SpawnSpec)): Promise<RemoteChild> {
+    if (this.closed) throw new Error('the sandbox launcher is closed');
     const proc = this.process();
-    const s = typeof spec === 'function' ? spec(proc.pid!) : spec;
+    let s: SpawnSpec;
+    if (typeof spec === 'function') {
+      const forker = await this.forker;
+      if (this.proc !== proc) throw new Error('the sandbox spawner ended');
+      s = spec(forker);
+    } else s = spec;
     const id = ++this.seq;
     return new Promise<RemoteChild>((resolve, reject) => {
       if (!proc.connected) return reject(new Error('the sandbox spawner is not running'));
       this.pending.set(id, { spec: s, resolve, reject, direct: new Map() });
-      proc.send({ t: 'spawn', id, ...s });
+      const stdio = s.stdio.map((slot) => (typeof slot === 'object' ? { data: Buffer.from(slot.data).toString('hex') } : slot));
+      proc.send({ t: 'spawn', id, ...s, stdio });
     });
   }
 
@@ -197,12 +216,15 @@ export class Spawner {
   private process(): ChildProcess {
     if (this.proc) return this.proc;
     if (this.closed) throw new Error('the sandbox launcher is closed');
-    const node = [process.execPath, ...SPAWNER_NODE_FLAGS, SPAWNER, String(process.pid)];
-    const argv = this.setpriv ? [this.setpriv, '--pdeathsig', 'TERM', '--', ...node] : node;
+    if (!this.perl) throw new Error('perl was not found in the system directories: the sandbox spawner runs on it (apt-get install perl-base)');
+    const n = callNumbers();
+    const forker = [n.recvmsg, n.pidfd_open, n.dup3, n.close, n.setsid, n.setgroups, n.setresgid, n.setresuid, n.exit_group];
+    const perl = [this.perl, SPAWNER, String(process.pid), String(n.sendmsg), ...forker.map(String)];
+    const argv = this.setpriv ? [this.setpriv, '--pdeathsig', 'TERM', '--', ...perl] : perl;
     const proc = childProcess().spawn(argv[0]!, argv.slice(1), {
       env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
       stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
-      serialization: 'advanced',
+      serialization: 'json',
       detached: true,
     });
     // its wake-ups are on every holder's start: before the conversations' processes on a busy machine
@@ -216,6 +238,11 @@ export class Spawner {
       setGroupNice(proc.pid, SPAWNER_NICE);
     }
     this.proc = proc;
+    this.forker = new Promise<number>((resolve, reject) => {
+      this.forkerKnown = { resolve, reject };
+    });
+    // (none may be waiting for it)
+    this.forker.catch(() => {});
     proc.on('message', (m: Message, handle?: Socket) => this.message(m, handle ?? null));
     // (one that could not be started says so here, and no 'exit' follows)
     proc.on('error', () => proc.pid === undefined && this.lost(proc));
@@ -224,7 +251,17 @@ export class Spawner {
   }
 
   private message(m: Message, handle: Socket | null): void {
-    if (m.t === 'ready') return;
+    if (m.t === 'ready') {
+      // (it was forked at the spawner's start, perhaps before the spawner's priority was raised)
+      if (canRenice()) {
+        try {
+          os.setPriority(m.forker, SPAWNER_NICE);
+        } catch {
+          /* gone already */
+        }
+      }
+      return this.forkerKnown?.resolve(m.forker);
+    }
     if (m.t === 'direct') {
       const p = this.pending.get(m.id);
       if (!p || !handle || p.spec.stdio[m.slot] !== 'direct') return void handle?.destroy();
@@ -253,7 +290,7 @@ export class Spawner {
     }
     const child = this.live.get(m.id);
     if (!child) return;
-    if (m.t === 'data') child.received(m.slot, Buffer.from(m.data.buffer, m.data.byteOffset, m.data.byteLength));
+    if (m.t === 'data') child.received(m.slot, Buffer.from(m.data, 'hex'));
     else if (m.t === 'eof') child.received(m.slot, null);
     // (the end comes a turn of the event loop later: its 'spawned' may have come in the same read,
     // and the code that awaited the spawn attaches its listeners only after this message)
@@ -266,7 +303,9 @@ export class Spawner {
 
   /** The spawner ended: what it started is killed, those waiting are told; the next spawn starts another. */
   private lost(proc: ChildProcess): void {
-    if (this.proc === proc) this.proc = null;
+    if (this.proc !== proc) return;
+    this.proc = null;
+    this.forkerKnown?.reject(new Error('the sandbox spawner ended'));
     for (const p of this.pending.values()) p.reject(new Error('the sandbox spawner ended'));
     this.pending.clear();
     for (const c of this.live.values()) {
