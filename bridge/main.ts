@@ -88,12 +88,18 @@ async function main() {
     if (stopping) return;
     stopping = true;
     log.info({ signal }, 'shutting down');
-    const hard = setTimeout(() => process.exit(1), 9500);
+    const t0 = performance.now();
+    let closing = 'the server';
+    const hard = setTimeout(() => {
+      log.error({ closing, ms: Math.round(performance.now() - t0) }, `the stop passed its deadline while closing ${closing}: exit 1`);
+      log.flush?.();
+      process.exit(1);
+    }, 9500);
     hard.unref();
     metricsServer?.stop();
     await daemon.stop(7000);
-    await core.close();
-    log.info('stopped');
+    await core.close((part) => (closing = part));
+    log.info({ ms: Math.round(performance.now() - t0) }, 'stopped');
     log.flush?.();
     setTimeout(() => process.exit(0), 50).unref();
   };

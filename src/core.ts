@@ -62,7 +62,8 @@ export interface Core {
   /** DATA_DIR's free space; `disk.subscribe` hears of disk pressure (src/store/disk-watch.ts). */
   disk: DiskWatch;
   startedAt: number;
-  close(): Promise<void>;
+  /** Closes every part in order (`onPart`: each as its close begins; how long each took is logged). */
+  close(onPart?: (part: string) => void): Promise<void>;
 }
 
 interface ServerFeatures {
@@ -206,17 +207,27 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
     redactor,
     disk,
     startedAt,
-    async close() {
+    async close(onPart = () => {}) {
       // every loaded conversation's run, shell and MCP servers end; then any shell or MCP server left, and the sandboxes
-      await conversations.closeAll('shutdown');
-      await builtins.closeAll();
-      await closeAllMcp();
-      await sandbox.close();
+      const ms: Record<string, number> = {};
+      let at = performance.now();
+      const part = async (name: string, close: () => Promise<unknown>) => {
+        onPart(name);
+        await close();
+        const now = performance.now();
+        ms[name] = Math.round(now - at);
+        at = now;
+      };
+      await part('conversations', () => conversations.closeAll('shutdown'));
+      await part('shells', () => builtins.closeAll());
+      await part('mcp servers', closeAllMcp);
+      await part('sandboxes', () => sandbox.close());
       for (const u of unread) u();
-      await closeNode();
-      await closeBus();
-      await store.close();
+      await part('cluster node', closeNode);
+      await part('bus', closeBus);
+      await part('store', () => store.close());
       disk.close();
+      log.info({ ms }, 'closed');
     },
   };
 }

@@ -59,8 +59,16 @@ async function stop(d: DaemonHandle, signal: NodeJS.Signals, n: number): Promise
   const code = await d.stop(signal);
   const took = Date.now() - t0;
   const left = alive(before);
-  console.log(`${signal} with ${n} live sandboxes (${before.length} processes): exit ${code} after ${took} ms, ${left.length} left`);
+  // (what the daemon says its stop's parts took, or which part it was closing at its deadline)
+  const parts = d.output
+    .filter((l) => /"msg":"(closed"|stopped"|the stop passed)/.test(l))
+    .map((l) => {
+      const { msg, ms, closing } = JSON.parse(l) as { msg: string; ms?: unknown; closing?: string };
+      return `${closing ? `closing ${closing}` : msg} ${JSON.stringify(ms)}`;
+    });
+  console.log(`${signal} with ${n} live sandboxes (${before.length} processes): exit ${code} after ${took} ms, ${left.length} left; ${parts.join('; ')}`);
   assert.equal(code, 0);
+  assert.ok(parts.some((p) => /^closed \{.*"sandboxes":\d+/.test(p)) && parts.some((p) => /^stopped \d+$/.test(p)), `the stop's parts: ${parts.join('; ')}`);
   assert.deepEqual(
     left.map((p) => `${p} ${fs.existsSync(`/proc/${p}/cmdline`) ? fs.readFileSync(`/proc/${p}/cmdline`, 'utf8').replace(/\0/g, ' ') : ''}`),
     [],
