@@ -63,6 +63,12 @@ describe('sandbox: the spawner', { timeout: 120_000 }, () => {
         return true;
       });
 
+      // an environment too large for one request is refused with why; the spawner goes on (100 KiB is not)
+      const big = (kib: number) => ({ BIG: 'x'.repeat(kib << 10) });
+      await assert.rejects(s.spawn({ file: '/bin/true', args: [], env: big(300), stdio: ['ignore', 'ignore', 'ignore'] }), /more than 200 KiB/);
+      const env = await s.spawn({ file: '/bin/sh', args: ['-c', 'echo ${#BIG}'], env: big(100), stdio: ['ignore', 'pipe', 'pipe'] });
+      assert.equal((await outcome(env)).out.trim(), String(100 << 10));
+
       // bytes given with the start: the program reads them, then their end
       const fed = await s.spawn({ file: '/bin/cat', args: [], env: {}, stdio: [{ data: Buffer.from('fed at the start') }, 'pipe', 'pipe'] });
       assert.equal((await outcome(fed)).out, 'fed at the start');

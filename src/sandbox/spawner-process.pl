@@ -75,7 +75,7 @@ sub write_all {
 }
 
 # the bytes with fds on one sendmsg (msghdr, iovec and a cmsghdr of SOL_SOCKET, SCM_RIGHTS: LP64
-# layouts, the same on x86-64 and AArch64); on a stream socket the rest of the bytes after it
+# layouts, the same on x86-64 and AArch64): how many were sent, -1 when none could be ($!)
 sub send_fds {
   my ($sock, $bytes, @fds) = @_;
   my $iov = pack('Q Q', address($bytes), length $bytes);
@@ -84,6 +84,13 @@ sub send_fds {
   my $msg = pack('Q L x4 Q Q Q Q l x4', 0, 0, address($iov), 1, @fds ? address($cmsg) : 0, length $cmsg, 0);
   my $n;
   do { $n = syscall($SENDMSG + 0, fileno($sock), $msg, 0) } while $n < 0 && $!{EINTR};
+  return $n;
+}
+
+# a message with a handle on the channel (a stream: the rest of its bytes after the first part)
+sub send_handle {
+  my ($bytes, $fh) = @_;
+  my $n = send_fds($CHAN, $bytes, fileno $fh);
   end_all() if $n < 0;
   write_all(substr($bytes, $n)) if $n < length $bytes;
 }
@@ -92,7 +99,7 @@ sub flush_queue {
   while (@queue && !$awaiting) {
     my ($bytes, $fh) = @{ shift @queue };
     if (!$fh) { write_all($bytes); next }
-    send_fds($CHAN, $bytes, fileno $fh);
+    send_handle($bytes, $fh);
     $awaiting = [$bytes, $fh];
     $retries = 0;
   }
@@ -110,7 +117,7 @@ sub out {
 sub acknowledged {
   my ($taken) = @_;
   return unless $awaiting;
-  if (!$taken && $retries++ < 3) { send_fds($CHAN, $awaiting->[0], fileno $awaiting->[1]); return }
+  if (!$taken && $retries++ < 3) { send_handle(@$awaiting); return }
   close $awaiting->[1];
   $awaiting = undef;
   flush_queue();
@@ -169,7 +176,9 @@ sub start {
   my $request = join "\0", $id, ($m->{nice} // 0) + 0, $m->{uid} // '', $m->{gid} // '', $m->{cwd} // '', join(',', @map), $m->{file},
     scalar @args, @args, map { "$_=$env->{$_}" } sort keys %$env;
   die "a program's arguments or environment hold a NUL byte\n" if grep { /\0/ } @args, %$env, $m->{file}, $m->{cwd} // '';
-  send_fds($FORKER, $request, map { fileno $_ } @theirs);
+  # (one message to the forker, which reads at most 256 KiB)
+  die "a program's arguments and environment take more than 200 KiB\n" if length $request > 200 << 10;
+  send_fds($FORKER, $request, map { fileno $_ } @theirs) == length $request or die "the forker: $!\n";
   $starting{$id} = [$m, \%ours];
 }
 
