@@ -174,7 +174,7 @@ export class Spawner {
     private readonly perl: string | null = findProgram('perl', ''),
   ) {}
 
-  /** The spawner's pid (started when there is none): the parent of every process it starts. */
+  /** The spawner's pid (started when there is none); its forker is the parent of every process it starts. */
   get pid(): number {
     return this.process().pid!;
   }
