@@ -316,6 +316,23 @@ describe('a new disk image', { skip: !ROOT_RUN && 'needs root: disk images', tim
     }
   });
 
+  test('once the launcher is stopping, no image is made or mounted (its stop unmounts what is, and nothing comes after)', async () => {
+    const root = tempDir('parley-image-');
+    const spawner = new Spawner(findProgram('setpriv'));
+    const tools = findDiskTools(spawner) as DiskTools;
+    const disks = new Disks(tools, 64, null, root);
+    try {
+      disks.stop();
+      const state = path.join(root, '.sandbox', 'late');
+      await assert.rejects(disks.acquire(state), /stopping/);
+      assert.ok(!fs.readFileSync('/proc/self/mountinfo', 'utf8').includes(root), 'nothing mounted under it');
+    } finally {
+      await disks.unmountStale();
+      await spawner.close();
+      fs.rmSync(root, { recursive: true, force: true });
+    }
+  });
+
   test('unmounted while a copy of its mount lives on in another namespace (a holder still ending), it holds the files written to it', async () => {
     const root = tempDir('parley-image-');
     const spawner = new Spawner(findProgram('setpriv'));

@@ -156,6 +156,30 @@ describe('sandbox: the spawner', { timeout: 120_000 }, () => {
     }
   });
 
+  test('answered: every spawn asked for has been answered (and what it started can be registered) when it resolves', async () => {
+    const s = new Spawner(setpriv);
+    try {
+      const settled: boolean[] = [];
+      const asked = Array.from({ length: 8 }, (_, i) =>
+        s.spawn({ file: i % 2 ? '/nonexistent/program' : '/bin/sleep', args: ['60'], env: {}, stdio: ['ignore', 'ignore', 'ignore'] }).then(
+          (c) => {
+            settled[i] = true;
+            return c;
+          },
+          () => {
+            settled[i] = true;
+            return null;
+          },
+        ),
+      );
+      await s.answered(30_000);
+      assert.deepEqual(settled, Array(8).fill(true));
+      for (const c of await Promise.all(asked)) c?.kill('SIGKILL');
+    } finally {
+      await s.close();
+    }
+  });
+
   test('its end kills what it started; the next spawn starts another; closing it ends both', async () => {
     const s = new Spawner(setpriv);
     try {

@@ -39,6 +39,8 @@ export interface DiskTools {
   sync: string | null;
   /** What runs them (off the daemon's event loop). */
   spawner: Spawner;
+  /** The launcher is stopping: no image is made or mounted any more (its stop unmounts what is). */
+  stopping?: boolean;
 }
 
 /** What an image holds: the directories bound into the sandbox. */
@@ -132,6 +134,7 @@ async function createImage(tools: DiskTools, state: string, sizeMb: number, owne
   try {
     // -m 0: no blocks reserved for root (no process of the sandbox is root); no journal, no blocks
     // reserved to grow it while mounted: see the header
+    if (tools.stopping) throw new Error('the sandbox launcher is stopping');
     await run(tools.spawner, [tools.mkfs, '-q', '-F', '-m', '0', '-O', '^has_journal,^resize_inode', '-E', 'root_owner=0:0,lazy_itable_init=1', file]);
     await mountImage(tools, state, owner, false);
   } catch (e) {
@@ -162,6 +165,7 @@ async function mountImage(tools: DiskTools, state: string, owner: { uid: number;
     // link leads to while it is not (the conversation has a workspace, its files are in the image)
     await fs.promises.mkdir(path.join(mnt, 'workspace'), { recursive: true, mode: 0o700 });
     // (-t: mount need not probe the image for its type, ~2 ms of CPU a mount)
+    if (tools.stopping) throw new Error('the sandbox launcher is stopping');
     await run(tools.spawner, [tools.mount, '-t', 'ext4', '-o', 'loop,nodev,nosuid,discard', imageFile(state), mnt]);
   }
   for (const d of IMAGE_DIRS) {
@@ -317,6 +321,7 @@ export class Disks {
   private stopping = false;
   stop(): void {
     this.stopping = true;
+    this.tools.stopping = true;
   }
 
   /**

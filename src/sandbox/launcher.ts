@@ -588,7 +588,8 @@ export class Sandbox implements ShellSandbox, SandboxHost {
     const plainSpare = this.plain.stop();
     await Promise.all([...new Set([...this.live.keys(), ...this.plain.ids()])].map((id) => this.closeConversation(id)));
     await Promise.all([spare, plainSpare]);
-    // what a holder's start in progress was running (mkfs, mount, unshare…): ended, then its disk unmounted
+    // what a holder's start in progress runs (mkfs, mount, unshare…), even asked for and not yet started: ended, then its disk unmounted
+    await this.found?.spawner.answered(5000);
     await endHelpers(5000);
     await this.disks?.unmountStale();
     this.holders?.removeSpareDirs();

@@ -201,6 +201,17 @@ export class Spawner {
     });
   }
 
+  /**
+   * Resolves once every spawn asked for so far has been answered (started or failed), or after `ms`:
+   * a stop that ends the programs a start in progress left running must know them all first.
+   */
+  async answered(ms: number): Promise<void> {
+    const until = performance.now() + ms;
+    while (this.pending.size > 0 && performance.now() < until) await new Promise((r) => setTimeout(r, 5));
+    // (the code that awaited each spawn registers what it started in the turn after)
+    await new Promise((r) => setImmediate(r));
+  }
+
   /** Ends it (every process it started still running is killed with it); resolves once it has exited. */
   async close(): Promise<void> {
     this.closed = true;
