@@ -73,18 +73,38 @@ describe('DATA_DIR lock', { timeout: 300_000 }, () => {
     // npm may exit before its daemon; and what the killed daemon had started (its sandbox probe runs
     // after the port opens) ends by itself: the directory is removed once nothing writes in it
     await waitFor(() => !newPid || !isAlive(newPid), 'the second daemon to exit', 30_000);
+    let why = '';
     await waitFor(
       () => {
         try {
           fs.rmSync(dir, { recursive: true, force: true });
           return true;
-        } catch {
+        } catch (e) {
+          why = String(e);
           return false;
         }
       },
       'the data directory to be removable',
       30_000,
-    );
+    ).catch((e: Error) => {
+      // what still holds it: the error, the mounts under it, the processes with a file in it
+      const mounts = fs
+        .readFileSync('/proc/self/mountinfo', 'utf8')
+        .split('\n')
+        .filter((l) => l.includes(dir));
+      const holders = fs
+        .readdirSync('/proc')
+        .filter((p) => /^\d+$/.test(p))
+        .filter((p) => {
+          try {
+            return fs.readdirSync(`/proc/${p}/fd`).some((f) => fs.readlinkSync(`/proc/${p}/fd/${f}`).startsWith(dir));
+          } catch {
+            return false;
+          }
+        });
+      const named = holders.map((p) => `${p} ${fs.readFileSync(`/proc/${p}/cmdline`, 'utf8').replace(/\0/g, ' ').slice(0, 120)}`);
+      throw new Error(`${e.message}: ${why}; mounts: ${mounts.join(' | ')}; processes: ${named.join(' | ')}`);
+    });
   });
 
   test('a stale parley.pid naming a live unrelated process does not block a start', async () => {
