@@ -64,7 +64,7 @@ my $retries = 0;
 
 sub address { return unpack('Q', pack('p', $_[0])) }
 
-sub write_all {
+sub write_channel {
   my ($bytes) = @_;
   my $off = 0;
   while ($off < length $bytes) {
@@ -92,13 +92,13 @@ sub send_handle {
   my ($bytes, $fh) = @_;
   my $n = send_fds($CHAN, $bytes, fileno $fh);
   end_all() if $n < 0;
-  write_all(substr($bytes, $n)) if $n < length $bytes;
+  write_channel(substr($bytes, $n)) if $n < length $bytes;
 }
 
 sub flush_queue {
   while (@queue && !$awaiting) {
     my ($bytes, $fh) = @{ shift @queue };
-    if (!$fh) { write_all($bytes); next }
+    if (!$fh) { write_channel($bytes); next }
     send_handle($bytes, $fh);
     $awaiting = [$bytes, $fh];
     $retries = 0;
