@@ -492,11 +492,15 @@ describe('terminal tool: timeouts, interrupts, outputs, shells', () => {
   it('closeAll of 30 shells leaves nothing behind, with fewer scans of /proc than shells (they end together and share them)', async () => {
     const t = createTerminalTool({ sandbox: Sandbox.none(), noOutputTimeoutMs: 500 });
     const ctxs = Array.from({ length: 30 }, () => makeCtx());
-    await Promise.all(ctxs.map((ctx) => run(ctx, { command: 'sleep 47.21 & echo started' }, t)));
-    const pids = ctxs.map((ctx) => t.pool.session(ctx.conversationId)!.pid);
-    assert.equal(pgrep('sleep 47[.]21').length, 30);
     const scans = mock.method(fs, 'readdirSync');
+    let pids: number[] = [];
     try {
+      const obs = await Promise.all(ctxs.map((ctx) => run(ctx, { command: 'sleep 47.21 & echo started' }, t)));
+      // a shell that did not start or did not stay says why (its observation), instead of failing on its pid
+      for (const [i, o] of obs.entries()) assert.ok(t.pool.session(ctxs[i]!.conversationId), `shell ${i} is live after: ${JSON.stringify(o)}`);
+      pids = ctxs.map((ctx) => t.pool.session(ctx.conversationId)!.pid);
+      assert.equal(pgrep('sleep 47[.]21').length, 30);
+      scans.mock.resetCalls();
       await t.closeAll();
       const ofProc = scans.mock.calls.filter((c) => c.arguments[0] === '/proc').length;
       console.log(`/proc listed ${ofProc} times for 30 shells`);
@@ -504,6 +508,8 @@ describe('terminal tool: timeouts, interrupts, outputs, shells', () => {
       assert.ok(ofProc > 0 && ofProc < 30, `/proc listed ${ofProc} times for 30 shells`);
     } finally {
       scans.mock.restore();
+      // (once more after a failure above, so that no shell of this case outlives it)
+      await t.closeAll();
     }
     assert.ok(await waitUntil(() => pids.every((p) => !alive(p))), 'all shells are gone');
     assert.ok(await waitUntil(() => pgrep('sleep 47[.]21').length === 0), 'no background job left');
