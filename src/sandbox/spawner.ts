@@ -159,6 +159,8 @@ export class Spawner {
   private proc: ChildProcess | null = null;
   private seq = 0;
   private readonly pending = new Map<number, Pending>();
+  /** Those waiting until no spawn is pending (`answered`). */
+  private idleWaiters: (() => void)[] = [];
   private readonly live = new Map<number, RemoteChild>();
   private closed = false;
   /** The spawner's forker's pid, once it said it ('ready'). */
@@ -206,8 +208,14 @@ export class Spawner {
    * a stop that ends the programs a start in progress left running must know them all first.
    */
   async answered(ms: number): Promise<void> {
-    const until = performance.now() + ms;
-    while (this.pending.size > 0 && performance.now() < until) await new Promise((r) => setTimeout(r, 5));
+    if (this.pending.size > 0) {
+      let timer: NodeJS.Timeout | undefined;
+      await new Promise<void>((resolve) => {
+        this.idleWaiters.push(resolve);
+        timer = setTimeout(resolve, ms);
+      });
+      clearTimeout(timer);
+    }
     // (the code that awaited each spawn registers what it started in the turn after)
     await new Promise((r) => setImmediate(r));
   }
@@ -282,7 +290,7 @@ export class Spawner {
     if (m.t === 'spawned' || m.t === 'failed') {
       const p = this.pending.get(m.id);
       if (!p) return;
-      this.pending.delete(m.id);
+      this.settle(m.id);
       if (m.t === 'failed') {
         for (const sock of p.direct.values()) sock.destroy();
         return p.reject(Object.assign(new Error(m.message), { code: m.code }));
@@ -312,13 +320,24 @@ export class Spawner {
     }
   }
 
+  /** A spawn was answered: once none is pending, those waiting for that (`answered`) go on. */
+  private settle(id: number): void {
+    this.pending.delete(id);
+    if (this.pending.size > 0) return;
+    const waiters = this.idleWaiters;
+    this.idleWaiters = [];
+    for (const w of waiters) w();
+  }
+
   /** The spawner ended: what it started is killed, those waiting are told; the next spawn starts another. */
   private lost(proc: ChildProcess): void {
     if (this.proc !== proc) return;
     this.proc = null;
     this.forkerKnown?.reject(new Error('the sandbox spawner ended'));
-    for (const p of this.pending.values()) p.reject(new Error('the sandbox spawner ended'));
-    this.pending.clear();
+    for (const [id, p] of this.pending) {
+      this.settle(id);
+      p.reject(new Error('the sandbox spawner ended'));
+    }
     for (const c of this.live.values()) {
       signalGroup(c.pid, 'SIGKILL');
       c.exited(null, 'SIGKILL');
