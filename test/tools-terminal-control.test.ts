@@ -162,7 +162,10 @@ describe('terminal tool: timeouts, interrupts, outputs, shells', () => {
         const loop = await run(ctx, { command: 'while true; do /bin/true; done' }, t);
         assert.equal(loop.exit_code, -1);
         const stop = await interrupt(ctx, t);
-        assert.equal(stop.last.exit_code, 130, `try ${i}: ${stop.text.slice(-300)}`);
+        // or, once in thousands of C-c, bash wedged by the signal (terminal-wedge.test.ts) and killed
+        if (!/could not be stopped, so the whole shell was killed/.test(stop.text)) {
+          assert.equal(stop.last.exit_code, 130, `try ${i}: ${stop.text.slice(-300)}`);
+        }
       }
       const state = await run(ctx, { command: 'echo still-here' }, t);
       assert.match(textOf(state), /^still-here\n/);

@@ -19,16 +19,27 @@
  * (the prompt reports only a command whose nonce is set), and the terminal would wait for it forever.
  * For the same reason the shell's next command waits until the shell has taken every SIGINT sent
  * (ShellSession.settle): one sent as the command was ending may reach bash only with the next line.
+ *
+ * A SIGINT can also wedge bash for good (seen with bash 5.2 about once in two thousand C-c of that
+ * loop): one that comes while bash swaps in the handler it waits for a child with, before it has noted
+ * the handler to put back, makes that handler raise SIGINT again for ever. bash then spins at full CPU
+ * with SIGCHLD blocked, and its child that ended stays a zombie it never reaps. After C-c, a shell seen
+ * like that for WEDGED_MS is killed (the session ends as `restart`: the next command gets a new shell).
  */
 import { signalGroup } from '../../process-group.js';
 import type { RunningCommand } from './command.js';
-import { childrenOf, foregroundProcesses, isBackgroundJob, isRunning, reapedFaultsOf, signalPid, startOf } from './procs.js';
+import { blocksChildSignal, childrenOf, foregroundProcesses, isBackgroundJob, isRunning, procInfo, reapedFaultsOf, signalPid, startOf } from './procs.js';
 
 /** How long C-c waits for the shell to begin a command before it interrupts it all the same. */
 const BEGIN_WAIT_MS = 10_000;
 
 /** How long C-c goes on sending SIGINT again while the shell carries on with the command. */
 const AGAIN_MS = 10_000;
+
+/** How long after C-c a shell may spin with a zombie child it does not reap before it is taken as wedged (see above). */
+const WEDGED_MS = 1000;
+/** The least share of a CPU the shell used meanwhile, for spinning (it is given less on a loaded machine). */
+const WEDGED_CPU = 0.25;
 
 /** What C-c needs of a shell session. */
 export interface Interruptible {
@@ -43,6 +54,8 @@ export interface Interruptible {
   waitDone(rc: RunningCommand, ms: number): Promise<boolean>;
   /** Resolves at the session's next change (output, a mark, its exit), or after `ms`. */
   waitForChange(ms: number): Promise<void>;
+  /** The shell is wedged (see above): it is killed with all it started. */
+  wedged(): void;
 }
 
 /**
@@ -79,10 +92,13 @@ async function interruptAgain(s: Interruptible, rc: RunningCommand, signalled: M
   let reaped: number | null = null;
   let grown = 0;
   let sent = Date.now(); // failing both, half a second without the command's end does (scans far apart under load)
+  const wedge = new WedgeWatch(s.shellPid);
   // the shell's children are read from one /proc file every 20 ms: a loop's short commands live a
-  // millisecond or less, and a scan of all of /proc would seldom find one
-  while (Date.now() < until && !(await s.waitDone(rc, 20)) && s.exited === null) {
-    if ([...signalled].some(([pid, start]) => isRunning(pid, start))) continue;
+  // millisecond or less, and a scan of all of /proc would seldom find one; a wedge that the last
+  // SIGINT caused is watched for until WEDGED_MS after it
+  while (Date.now() < Math.max(until, sent + 2 * WEDGED_MS) && !(await s.waitDone(rc, 20)) && s.exited === null) {
+    if (wedge.seen()) return s.wedged();
+    if (Date.now() >= until || [...signalled].some(([pid, start]) => isRunning(pid, start))) continue;
     let carriedOn = false;
     let foreground = 0;
     for (const pid of childrenOf(s.shellPid)) {
@@ -107,5 +123,41 @@ async function interruptAgain(s: Interruptible, rc: RunningCommand, signalled: M
       s.interruptSent = true;
       signalGroup(s.groupPid, 'SIGINT');
     }
+  }
+}
+
+/**
+ * Watches a shell for the wedge described above: a child of it a zombie, the same one at every look,
+ * while the shell blocks SIGCHLD and uses the CPU, for WEDGED_MS. A shell that waits for its child
+ * reaps it at once; one busy with a builtin while a child ends is told of it by SIGCHLD.
+ */
+class WedgeWatch {
+  private zombie: { pid: number; start: string; since: number; ticks: number } | null = null;
+
+  constructor(private readonly shellPid: number) {}
+
+  /** Looks again: true once the shell is wedged. */
+  seen(): boolean {
+    const now = Date.now();
+    const shell = procInfo(this.shellPid);
+    const z = shell && blocksChildSignal(this.shellPid) ? this.unreaped() : null;
+    if (!shell || !z) {
+      this.zombie = null;
+      return false;
+    }
+    if (this.zombie?.pid !== z.pid || this.zombie.start !== z.start) {
+      this.zombie = { ...z, since: now, ticks: shell.cpuTicks };
+      return false;
+    }
+    const ms = now - this.zombie.since;
+    return ms >= WEDGED_MS && (shell.cpuTicks - this.zombie.ticks) * 10 >= ms * WEDGED_CPU;
+  }
+
+  private unreaped(): { pid: number; start: string } | null {
+    for (const pid of childrenOf(this.shellPid)) {
+      const p = procInfo(pid);
+      if (p?.state === 'Z') return { pid, start: p.start };
+    }
+    return null;
   }
 }

@@ -230,10 +230,14 @@ export class ShellPool {
     if (current) {
       if (current.alive) return { session: current, notes };
       e.detach(current);
+      // (killed as `restart`: by C-c, when the shell was wedged, after the call that sent it had returned)
+      const killed = current.killReason === 'restart';
       await current.terminate('gone');
       notes.push(
-        'The previous shell had exited, so a new shell was started in the workspace: the working directory and ' +
-          'environment variables from before are gone.',
+        (killed
+          ? `The previous command "${current.running?.command ?? ''}" could not be stopped, so the whole shell was killed and a new one was started`
+          : 'The previous shell had exited, so a new shell was started') +
+          ' in the workspace: the working directory and environment variables from before are gone.',
       );
     }
     const sandbox = this.sandbox;

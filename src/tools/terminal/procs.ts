@@ -19,6 +19,8 @@ interface ProcInfo {
    * reaps, however short-lived (one that a scan of its children never sees).
    */
   reapedFaults: number;
+  /** The CPU time it has used, user and system, in clock ticks (100 a second). */
+  cpuTicks: number;
 }
 
 /** Reads /proc/<pid>/stat. The command name may contain spaces and parentheses, so parse after the last ')'. */
@@ -32,12 +34,13 @@ function readStat(pid: number): ProcInfo | null {
   const close = raw.lastIndexOf(')');
   if (close < 0) return null;
   const fields = raw.slice(close + 2).split(' ');
-  // fields[0] = state, [1] = ppid, [2] = pgrp, [3] = session, [8] = cminflt, [19] = starttime
+  // fields[0] = state, [1] = ppid, [2] = pgrp, [3] = session, [8] = cminflt, [11] = utime, [12] = stime, [19] = starttime
   const ppid = Number(fields[1]);
   const pgrp = Number(fields[2]);
   const session = Number(fields[3]);
   if (!Number.isFinite(ppid) || !Number.isFinite(pgrp)) return null;
-  return { pid, ppid, pgrp, session, state: fields[0] ?? '?', start: fields[19] ?? '', reapedFaults: Number(fields[8]) };
+  const cpuTicks = Number(fields[11]) + Number(fields[12]);
+  return { pid, ppid, pgrp, session, state: fields[0] ?? '?', start: fields[19] ?? '', reapedFaults: Number(fields[8]), cpuTicks };
 }
 
 /**
@@ -123,6 +126,26 @@ export function shellProcesses(leaderPid: number): ProcInfo[] {
     if (p.pid !== leaderPid && (p.pgrp === leaderPid || p.session === leaderPid)) byPid.set(p.pid, p);
   }
   return [...byPid.values()];
+}
+
+/** What /proc/<pid>/stat says of the process (its state, start, CPU time...), or null when it is gone. */
+export function procInfo(pid: number): ProcInfo | null {
+  return readStat(pid);
+}
+
+/** The signals the process blocks, as a mask (bit n-1 for signal n), or null when it is gone. */
+function blockedSignals(pid: number): bigint | null {
+  try {
+    const m = /^SigBlk:\s*([0-9a-fA-F]+)/m.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? BigInt(`0x${m[1]}`) : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Whether the process blocks SIGCHLD: it is not told of its children's ends, and reaps them only when it waits for them. */
+export function blocksChildSignal(pid: number): boolean {
+  return ((blockedSignals(pid) ?? 0n) & (1n << 16n)) !== 0n; // SIGCHLD is 17
 }
 
 /**

@@ -515,6 +515,11 @@ export class ShellSession {
     return interrupt(this, rc, again);
   }
 
+  /** bash is wedged by a SIGINT (interrupt.ts): killed, its command ends as the shell's restart. */
+  wedged(): void {
+    void this.terminate('restart');
+  }
+
   /** Sends `signal` to the foreground command's processes (not the shell, not background jobs). */
   signalForeground(signal: NodeJS.Signals): number {
     let n = 0;

@@ -202,7 +202,8 @@ class TerminalCalls {
       if (retried) prefix = retried.prefix + prefix;
       if (isEmpty) {
         if (prefix) return this.observations.result(base, { output: prefix, notes, exitCode: null, cwd: session.cwd });
-        return this.errorObs(base, 'No command is running, so there is no output to wait for.', session.cwd);
+        // (with what the shell's start said: the one before was killed, say, once this call's came back)
+        return this.errorObs(base, [...notes, 'No command is running, so there is no output to wait for.'].join('\n'), session.cwd);
       }
       let started: RunningCommand;
       try {
