@@ -28,7 +28,7 @@
  */
 import { signalGroup } from '../../process-group.js';
 import type { RunningCommand } from './command.js';
-import { blocksChildSignal, childrenOf, foregroundProcesses, isBackgroundJob, isRunning, procInfo, reapedFaultsOf, signalPid, startOf } from './procs.js';
+import { blocksChildSignal, childrenOf, foregroundProcesses, isBackgroundJob, isRunning, reapedFaultsOf, readStat, signalPid, startOf } from './procs.js';
 
 /** How long C-c waits for the shell to begin a command before it interrupts it all the same. */
 const BEGIN_WAIT_MS = 10_000;
@@ -139,7 +139,7 @@ class WedgeWatch {
   /** Looks again: true once the shell is wedged. */
   seen(): boolean {
     const now = Date.now();
-    const shell = procInfo(this.shellPid);
+    const shell = readStat(this.shellPid);
     const z = shell && blocksChildSignal(this.shellPid) ? this.unreaped() : null;
     if (!shell || !z) {
       this.zombie = null;
@@ -155,7 +155,7 @@ class WedgeWatch {
 
   private unreaped(): { pid: number; start: string } | null {
     for (const pid of childrenOf(this.shellPid)) {
-      const p = procInfo(pid);
+      const p = readStat(pid);
       if (p?.state === 'Z') return { pid, start: p.start };
     }
     return null;

@@ -23,8 +23,8 @@ interface ProcInfo {
   cpuTicks: number;
 }
 
-/** Reads /proc/<pid>/stat. The command name may contain spaces and parentheses, so parse after the last ')'. */
-function readStat(pid: number): ProcInfo | null {
+/** Reads /proc/<pid>/stat (null when the process is gone). The command name may contain spaces and parentheses, so parse after the last ')'. */
+export function readStat(pid: number): ProcInfo | null {
   let raw: string;
   try {
     raw = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
@@ -128,24 +128,21 @@ export function shellProcesses(leaderPid: number): ProcInfo[] {
   return [...byPid.values()];
 }
 
-/** What /proc/<pid>/stat says of the process (its state, start, CPU time...), or null when it is gone. */
-export function procInfo(pid: number): ProcInfo | null {
-  return readStat(pid);
-}
+const MASK_LINES = { SigIgn: /^SigIgn:\s*([0-9a-fA-F]+)/m, SigBlk: /^SigBlk:\s*([0-9a-fA-F]+)/m };
 
-/** The signals the process blocks, as a mask (bit n-1 for signal n), or null when it is gone. */
-function blockedSignals(pid: number): bigint | null {
+/** A signal mask of the process from /proc/<pid>/status (bit n-1 for signal n); 0 when it is gone. */
+function signalMask(pid: number, field: keyof typeof MASK_LINES): bigint {
   try {
-    const m = /^SigBlk:\s*([0-9a-fA-F]+)/m.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
-    return m ? BigInt(`0x${m[1]}`) : null;
+    const m = MASK_LINES[field].exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? BigInt(`0x${m[1]}`) : 0n;
   } catch {
-    return null;
+    return 0n;
   }
 }
 
 /** Whether the process blocks SIGCHLD: it is not told of its children's ends, and reaps them only when it waits for them. */
 export function blocksChildSignal(pid: number): boolean {
-  return ((blockedSignals(pid) ?? 0n) & (1n << 16n)) !== 0n; // SIGCHLD is 17
+  return (signalMask(pid, 'SigBlk') & (1n << 16n)) !== 0n; // SIGCHLD is 17
 }
 
 /**
@@ -153,14 +150,7 @@ export function blocksChildSignal(pid: number): boolean {
  * like that when job control is off, and their children inherit it.
  */
 export function isBackgroundJob(pid: number): boolean {
-  try {
-    const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
-    const m = /^SigIgn:\s*([0-9a-fA-F]+)/m.exec(status);
-    if (!m) return false;
-    return (BigInt(`0x${m[1]}`) & 6n) === 6n; // bits for signals 2 (SIGINT) and 3 (SIGQUIT)
-  } catch {
-    return false;
-  }
+  return (signalMask(pid, 'SigIgn') & 6n) === 6n; // bits for signals 2 (SIGINT) and 3 (SIGQUIT)
 }
 
 /**
