@@ -10,6 +10,7 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import type { Socket } from 'node:net';
 import { describe, test } from 'node:test';
@@ -177,6 +178,46 @@ describe('sandbox: the spawner', { timeout: 120_000 }, () => {
       for (const c of await Promise.all(asked)) c?.kill('SIGKILL');
     } finally {
       await s.close();
+    }
+  });
+
+  test('mkfifo: FIFOs of mode 600 made by the spawner itself; a name taken (a symlink, a file) fails it without following it', async () => {
+    const s = new Spawner(setpriv);
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-spawner-fifo-'));
+    try {
+      const paths = ['a', 'b', 'c'].map((n) => path.join(dir, n));
+      await s.mkfifo(paths);
+      for (const p of paths) {
+        const st = fs.lstatSync(p);
+        assert.ok(st.isFIFO(), `${p} is a FIFO`);
+        assert.equal(st.mode & 0o777, 0o600);
+        assert.equal(st.uid, process.getuid!());
+      }
+      // a hostile name in the directory: a symlink to where a FIFO must not appear, a file
+      const target = path.join(dir, 'target');
+      fs.symlinkSync(target, path.join(dir, 'link'));
+      fs.writeFileSync(path.join(dir, 'file'), 'x');
+      const asked = ['link', 'd', 'file', 'e'].map((n) => path.join(dir, n));
+      await assert.rejects(s.mkfifo(asked), (e: Error) => /cannot create fifo '.*link': File exists/.test(e.message));
+      assert.equal(fs.existsSync(target), false, 'the symlink was not followed');
+      assert.ok(fs.lstatSync(path.join(dir, 'link')).isSymbolicLink());
+      assert.equal(fs.readFileSync(path.join(dir, 'file'), 'utf8'), 'x');
+      for (const n of ['d', 'e']) assert.ok(fs.lstatSync(path.join(dir, n)).isFIFO(), `${n} was made all the same`);
+      // no program was started for them: the spawner's forker has no child left, and none was reported
+      const forkerChildren = fs.readFileSync(`/proc/${s.pid}/task/${s.pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean);
+      assert.equal(forkerChildren.length, 1, 'the spawner has its forker only');
+      const grandchildren = fs.readFileSync(`/proc/${forkerChildren[0]}/task/${forkerChildren[0]}/children`, 'utf8').trim();
+      assert.equal(grandchildren, '', 'the forker started nothing');
+      // its end rejects a request still waiting
+      const pending = s.mkfifo([path.join(dir, 'f')]);
+      process.kill(s.pid, 'SIGKILL');
+      await pending.then(
+        () => {},
+        (e: Error) => assert.match(e.message, /spawner ended/),
+      );
+    } finally {
+      await s.close();
+      fs.rmSync(dir, { recursive: true, force: true });
     }
   });
 

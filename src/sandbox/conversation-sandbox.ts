@@ -25,7 +25,7 @@ import type { Holder, Holders } from './holders.js';
 import { joinHolder, translateEnv } from './join.js';
 import { PathView } from './path-view.js';
 import { exited, killTree, type ProcessLike } from './processes.js';
-import { runToEnd, type Spawner } from './spawner.js';
+import type { Spawner } from './spawner.js';
 import {
   VISIBLE_HOME,
   VISIBLE_IO,
@@ -96,12 +96,13 @@ export function shellDirs(host: Pick<SandboxHost, 'workspaceRoot' | 'bwrap'>, co
   };
 }
 
-/** `mkfifo` run by the spawner: forked by the daemon, it held the event loop 1–12 ms at a conversation's first command. */
+/**
+ * FIFOs made by the spawner itself: `mkfifo` forked by the daemon held the event loop 1–12 ms at a
+ * conversation's first command, and a program started by the spawner kept the command waiting for its
+ * fork and exec.
+ */
 function mkfifoBy(spawner: Spawner): (paths: string[]) => Promise<void> {
-  return async (paths) => {
-    const r = await runToEnd(spawner, 'mkfifo', ['-m', '600', ...paths], { env: { PATH: baseChildEnv().PATH! }, timeoutMs: 10_000 });
-    if (r.code !== 0) throw new Error(`mkfifo failed: ${r.stderr.trim()}`);
-  };
+  return (paths) => spawner.mkfifo(paths);
 }
 
 export class ConversationSandbox implements ProcessLauncher {

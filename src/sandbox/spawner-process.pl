@@ -27,9 +27,11 @@
 #                    namespace files a process enters: a socket cannot be opened so);
 #          {data}    a socket the bytes are written into, then shut, as the program starts;
 #        {t:'write', id, slot, data}  {t:'end', id, slot}  {t:'destroy', id, slot}
+#        {t:'mkfifo', id, paths}   FIFOs (mode 600) made by this process itself
 #   out: {t:'ready', pid, forker} (the forker: the parent of every program started here)
 #        {t:'direct', id, slot} (with that slot's socket)  {t:'spawned', id, pid}  {t:'failed', id, code, message}
 #        {t:'data', id, slot, data}  {t:'eof', id, slot}  {t:'exit', id, code, signal}  {t:'close', id}
+#        {t:'made', id, error?} (the FIFOs asked for, or the first that could not be made)
 # A socket travels as Node sends one: {cmd:'NODE_HANDLE', type:'net.Socket', msg} with the fd
 # (SCM_RIGHTS) on the same sendmsg; nothing more is sent until the daemon's NODE_HANDLE_ACK, since
 # Node delivers a handle's message a tick after the plain messages read with it.
@@ -273,6 +275,20 @@ sub stream {
   }
 }
 
+# FIFOs for a shell's commands, mode 600, made here rather than by a `mkfifo` program: a fork and
+# an exec less before a new shell's first command. The directory is the daemon's to name, and
+# mkfifo(2) never follows a symlink at the last component (it fails on anything there). Every path
+# is tried; the first failure is told.
+sub make_fifos {
+  my ($m) = @_;
+  my $error;
+  for my $p (@{ ref $m->{paths} eq 'ARRAY' ? $m->{paths} : [] }) {
+    next if !ref $p && POSIX::mkfifo($p, 0600);
+    $error //= ref $p ? 'mkfifo: a path is not a string' : "mkfifo: cannot create fifo '$p': $!";
+  }
+  out({ t => 'made', id => num($m->{id} + 0), defined $error ? (error => $error) : () });
+}
+
 # ---- the loop ----------------------------------------------------------------------------------
 
 # the daemon is gone (its channel ended, or SIGTERM: setpriv's --pdeathsig when it died): so is
@@ -291,6 +307,7 @@ sub message {
   return acknowledged(1) if $cmd eq 'NODE_HANDLE_ACK';
   return acknowledged(0) if $cmd eq 'NODE_HANDLE_NACK';
   my $t = $m->{t} // '';
+  return make_fifos($m) if $t eq 'mkfifo';
   if ($t eq 'spawn') {
     my $ok = eval { start($m); 1 };
     return if $ok;

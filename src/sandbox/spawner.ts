@@ -145,7 +145,9 @@ type Message =
   | { t: 'data'; id: number; slot: number; data: string }
   | { t: 'eof'; id: number; slot: number }
   | { t: 'exit'; id: number; code: number | null; signal: NodeJS.Signals | null }
-  | { t: 'close'; id: number };
+  | { t: 'close'; id: number }
+  /** The FIFOs of a 'mkfifo' request made, or the first failure. */
+  | { t: 'made'; id: number; error?: string };
 
 interface Pending {
   spec: SpawnSpec;
@@ -162,6 +164,8 @@ export class Spawner {
   /** Those waiting until no spawn is pending (`answered`). */
   private idleWaiters: (() => void)[] = [];
   private readonly live = new Map<number, RemoteChild>();
+  /** 'mkfifo' requests not answered yet. */
+  private readonly fifoRequests = new Map<number, { resolve: () => void; reject: (e: Error) => void }>();
   private closed = false;
   /** The spawner's forker's pid, once it said it ('ready'). */
   private forker: Promise<number> = Promise.resolve(0);
@@ -200,6 +204,21 @@ export class Spawner {
       this.pending.set(id, { spec: s, resolve, reject, direct: new Map() });
       const stdio = s.stdio.map((slot) => (typeof slot === 'object' ? { data: Buffer.from(slot.data).toString('hex') } : slot));
       proc.send({ t: 'spawn', id, ...s, stdio });
+    });
+  }
+
+  /**
+   * Makes FIFOs (mode 600) at `paths`, in the spawner itself: no program is started for them. Rejects
+   * with the first that could not be made (the others are made all the same).
+   */
+  mkfifo(paths: string[]): Promise<void> {
+    if (this.closed) return Promise.reject(new Error('the sandbox launcher is closed'));
+    const proc = this.process();
+    const id = ++this.seq;
+    return new Promise<void>((resolve, reject) => {
+      if (!proc.connected) return reject(new Error('the sandbox spawner is not running'));
+      this.fifoRequests.set(id, { resolve, reject });
+      proc.send({ t: 'mkfifo', id, paths });
     });
   }
 
@@ -281,6 +300,11 @@ export class Spawner {
       }
       return this.forkerKnown?.resolve(m.forker);
     }
+    if (m.t === 'made') {
+      const r = this.fifoRequests.get(m.id);
+      this.fifoRequests.delete(m.id);
+      return m.error === undefined ? r?.resolve() : r?.reject(new Error(m.error));
+    }
     if (m.t === 'direct') {
       const p = this.pending.get(m.id);
       if (!p || !handle || p.spec.stdio[m.slot] !== 'direct') return void handle?.destroy();
@@ -338,6 +362,8 @@ export class Spawner {
       this.settle(id);
       p.reject(new Error('the sandbox spawner ended'));
     }
+    for (const r of this.fifoRequests.values()) r.reject(new Error('the sandbox spawner ended'));
+    this.fifoRequests.clear();
     for (const c of this.live.values()) {
       signalGroup(c.pid, 'SIGKILL');
       c.exited(null, 'SIGKILL');
