@@ -12,7 +12,8 @@
  *   CAP_SETGID, keeps its capabilities across the change of ids (PR_SET_KEEPCAPS), becomes uid and
  *   gid 1 of that namespace (the service's host ids) with no groups, and keeps those two capabilities
  *   only, inheritable and ambient, so that they survive the exec and nothing else comes back;
- * - closes the namespaces' fds and execs the service.
+ * - closes the namespaces' fds and runs the service: a perl script in this same perl (`do`: no second
+ *   start of perl), any other program by exec.
  * A daemon that is not root: only the first and the last step (bwrap's own user namespace gave the
  * service CAP_SETUID and CAP_SETGID). What the service ends with is judged from the host by
  * test/sandbox-attack-service.test.ts (its ids, capabilities, no_new_privs, seccomp).
@@ -67,6 +68,9 @@ export function serviceStart(fd: StartFds, arch: string = process.arch): string 
     `  for my $c (${KEPT.join(', ')}) { syscall(${n.prctl}, 47, 2, $c, 0, 0) == 0 or die "parley: ambient capability $c: $!\\n" }`,
     '}',
     `syscall(${n.close}, $_) for ${fd.userns}, ${fd.netns};`,
+    // a perl service runs in this perl (a second perl's start is ~10 ms of CPU): `do` compiles and runs
+    // it with the arguments after its path; it never returns but by dying (it ends with exit)
+    'if ($ARGV[0] eq $^X && $ARGV[1] =~ m{\\.pl\\z}) { shift @ARGV; my $f = shift @ARGV; do $f; die "parley: $f: ", $@ || $! || "returned", "\\n" }',
     'exec { $ARGV[0] } @ARGV; die "parley: $ARGV[0]: $!\\n";',
   ].join(' ');
 }
