@@ -19,6 +19,7 @@ import { readySpare, spareShells } from './support/holders.js';
 import { isAlive, livingProcesses } from './support/processes.js';
 import { which } from '../src/sandbox/processes.js';
 import { Spawner, type RemoteChild, type Slot } from '../src/sandbox/spawner.js';
+import { callNumbers } from '../src/sandbox/seccomp.js';
 
 const setpriv = which('setpriv');
 
@@ -93,6 +94,75 @@ describe('sandbox: the spawner', { timeout: 120_000 }, () => {
         fs.closeSync(fd);
       }
     } finally {
+      await s.close();
+    }
+  });
+
+  test('enter: the namespaces are entered after the change of ids, as that uid (a user namespace it does not own is refused); pdeathsig is set', {
+    skip: process.getuid?.() !== 0 && 'needs root (ids to change to)',
+  }, async () => {
+    const s = new Spawner(setpriv);
+    // a user and network namespace owned by uid 65534, held by a sleep
+    const holder = spawn(setpriv!, ['--reuid=65534', '--regid=65534', '--clear-groups', '--', 'unshare', '-Urn', 'sleep', '600'], { stdio: 'ignore' });
+    const fds: number[] = [];
+    try {
+      await waitFor(
+        () => holder.pid !== undefined && fs.readlinkSync(`/proc/${holder.pid}/ns/user`) !== fs.readlinkSync('/proc/self/ns/user'),
+        'the namespaces',
+      );
+      const user = fs.readlinkSync(`/proc/${holder.pid}/ns/user`);
+      const net = fs.readlinkSync(`/proc/${holder.pid}/ns/net`);
+      for (const kind of ['user', 'net']) fds.push(fs.openSync(`/proc/${holder.pid}/ns/${kind}`, 'r'));
+      // it says where it is, then waits: its ids are read from the host
+      const probe = 'readlink /proc/self/ns/user /proc/self/ns/net; id -u; exec sleep 600';
+      const c = await s.spawn({
+        file: '/bin/sh',
+        args: ['-c', probe],
+        env: { PATH: '/usr/bin:/bin' },
+        stdio: ['ignore', 'pipe', 'pipe', fds[0]!, fds[1]!],
+        uid: 65534,
+        gid: 65534,
+        enter: [
+          { fd: 3, ns: 'user' },
+          { fd: 4, ns: 'net' },
+        ],
+      });
+      const r = outcome(c);
+      let out = '';
+      c.stdout!.on('data', (d: Buffer) => (out += d.toString('utf8')));
+      await waitFor(() => out.split('\n').length > 3, 'what the program says');
+      assert.deepEqual(out.trim().split('\n'), [user, net, '0'], 'in both namespaces, uid 0 there');
+      const st = fs.readFileSync(`/proc/${c.pid}/status`, 'utf8');
+      assert.match(st, /^Uid:\s+65534\s+65534\s+65534\s+65534$/m, 'the host sees uid 65534: no host privilege kept');
+      assert.match(st, /^Groups:\s*$/m);
+      c.kill('SIGKILL');
+      await r;
+      // another uid does not own it: refused, nothing started
+      await assert.rejects(
+        s.spawn({
+          file: '/bin/true',
+          args: [],
+          env: {},
+          stdio: ['ignore', 'ignore', 'ignore', fds[0]!],
+          uid: 65533,
+          gid: 65533,
+          enter: [{ fd: 3, ns: 'user' }],
+        }),
+        (e: NodeJS.ErrnoException) => e.code === 'EPERM',
+      );
+      // the parent-death signal, read by the program itself after its ids changed (PR_GET_PDEATHSIG)
+      const prctl = callNumbers().prctl;
+      const read = `my $s = "\\0" x 4; syscall(${prctl}, 2, $s) == 0 or die $!; print unpack(q(l), $s)`;
+      for (const [pdeathsig, want] of [
+        ['SIGTERM', '15'],
+        [undefined, '0'],
+      ] as const) {
+        const p = await s.spawn({ file: '/usr/bin/perl', args: ['-e', read], env: {}, stdio: ['ignore', 'pipe', 'pipe'], uid: 65534, gid: 65534, pdeathsig });
+        assert.equal((await outcome(p)).out, want);
+      }
+    } finally {
+      for (const fd of fds) fs.closeSync(fd);
+      holder.kill('SIGKILL');
       await s.close();
     }
   });

@@ -325,7 +325,7 @@ export class Holder {
   }
 
   /**
-   * setpriv → `sh` (rlimits, the cgroup; stays as the supervisor of its process group, see join.ts)
+   * `sh` (rlimits, the cgroup; stays as the supervisor of its process group, see join.ts; SIGTERM when its parent dies)
    * → bwrap with its options on fd 4 (as pid 1 of the sandbox its command line is what `ps` shows
    * inside, and the host paths of the conversation's directories are none of the agent's business).
    */
@@ -361,6 +361,8 @@ export class Holder {
         // the channel is a socket of the daemon's own: the service's requests and answers pass nothing else
         stdio: ['ignore', 'ignore', 'pipe', 'pipe', args, seccomp, 'direct', ns ? ns.user : 'ignore', ns?.net ?? 'ignore', 'pipe'],
         nice: this.nice,
+        // the supervisor's SIGTERM when the forker dies (join.ts)
+        pdeathsig: 'SIGTERM',
       };
     });
     this.proc = proc;

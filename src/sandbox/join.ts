@@ -161,8 +161,8 @@ export function translateEnv(env: Record<string, string>, mapped: MappedDir[]): 
  * process group: bwrap's first child waits on an eventfd until bwrap's parent has set it up, so a
  * bwrap parent that dies early (SIGKILL by its --die-with-parent when the daemon dies, SIGPIPE
  * writing --info-fd to a dead daemon) leaves that child blocked forever, with a pid namespace and
- * no parent. The supervisor gets SIGTERM when its parent dies (setpriv --pdeathsig; a parent gone
- * before that was set shows as a changed $PPID), and when bwrap exits for any reason it kills the
+ * no parent. The supervisor gets SIGTERM when its parent dies (the spawner's `pdeathsig`, which the
+ * caller asks for; a parent gone before that was set shows as a changed $PPID), and when bwrap exits for any reason it kills the
  * whole group, that child included (before its setsid it is in the group). Its cgroup, `cgroup`, is
  * made before it starts.
  */
@@ -194,7 +194,7 @@ export function wrapCommand(
   }
   if (mode !== 'supervise') return ['/bin/sh', '-c', script, 'sh', ...argv];
   const files = cgroup?.procsFiles ?? [];
-  return [s.join.setpriv, '--pdeathsig', 'TERM', '--', '/bin/sh', '-c', script, 'sh', String(files.length), ...files, ...argv];
+  return ['/bin/sh', '-c', script, 'sh', String(files.length), ...files, ...argv];
 }
 
 /**

@@ -69,7 +69,7 @@ import type { Readable, Writable } from 'node:stream';
 import { childProcess } from '../builtins.js';
 import { signalGroup, trackGroup, untrackGroup } from '../process-group.js';
 import { helper, type ProcessLike } from './processes.js';
-import { launch, type Spawner } from './spawner.js';
+import { launch, type SpawnSpec, type Spawner } from './spawner.js';
 import { findProgram } from './programs.js';
 import type { AllowedNet } from '../sandbox-settings.js';
 
@@ -366,11 +366,7 @@ export async function attachEgress(opts: AttachEgressOptions): Promise<EgressHan
     const userFd = fdOf(opts.userns, 'user');
     const netFd = fdOf(opts.netns, 'network');
     const loopback = opts.allow.some(isHostLoopback);
-    const argv = [
-      '--preserve-credentials',
-      `--user=${ns}/3`,
-      '--',
-      tools.slirp4netns,
+    const args = [
       '--configure',
       `--mtu=${EGRESS_NET.mtu}`,
       `--cidr=${EGRESS_NET.cidr}`,
@@ -394,14 +390,20 @@ export async function attachEgress(opts: AttachEgressOptions): Promise<EgressHan
     try {
       // (a helper until it is ready: a stop while it attaches ends it; then its handle's close does)
       proc = helper(
-        await launch(spawner, { file: tools.nsenter, args: argv, stdio: ['ignore', 'ignore', 'pipe', userFd, netFd, 'pipe', 'pipe'], env: {}, ...as }),
+        await inUserNamespace(spawner, tools, false, {
+          file: tools.slirp4netns,
+          args,
+          stdio: ['ignore', 'ignore', 'pipe', userFd, netFd, 'pipe', 'pipe'],
+          env: {},
+          ...as,
+        }),
       );
     } catch (e) {
       await filter.then(
         () => {},
         () => {},
       );
-      throw fail(`nsenter could not be started (${(e as Error).message})`);
+      throw fail(`slirp4netns could not be started (${(e as Error).message})`);
     }
     const tool = new Tool(proc);
     const [up, filtered] = await Promise.allSettled([tool.ready(deadline), filter]);
@@ -497,6 +499,18 @@ class Tool {
 }
 
 /**
+ * Starts `spec` in the sandbox's user namespace (fd 3 of the program), and its network namespace (fd
+ * 4) when `net`, with its ids unchanged: uid 0 of the user namespace, which the sandbox's uid owns.
+ * The spawner's forker enters them before the exec; with no spawner (the egress probe's), util-linux
+ * `nsenter --preserve-credentials` does.
+ */
+function inUserNamespace(spawner: Spawner | null, tools: EgressTools, net: boolean, spec: SpawnSpec): Promise<ProcessLike> {
+  if (spawner) return spawner.spawn({ ...spec, enter: [{ fd: 3, ns: 'user' }, ...(net ? [{ fd: 4, ns: 'net' as const }] : [])] });
+  const nsenter = ['--preserve-credentials', '--user=/proc/self/fd/3', ...(net ? ['--net=/proc/self/fd/4'] : []), '--'];
+  return launch(null, { ...spec, file: tools.nsenter, args: [...nsenter, spec.file, ...spec.args] });
+}
+
+/**
  * Loads the ruleset in the namespace as the user namespace's root (started as `as`, the sandbox's
  * uid): one process, one nft transaction.
  */
@@ -509,14 +523,19 @@ async function installFilter(
   ruleset: string,
   deadline: number,
 ): Promise<void> {
-  const argv = ['--preserve-credentials', '--user=/proc/self/fd/3', '--net=/proc/self/fd/4', '--', tools.nft, '-f', '-'];
   let proc: ProcessLike;
   try {
     proc = helper(
-      await launch(spawner, { file: tools.nsenter, args: argv, stdio: [{ data: Buffer.from(ruleset) }, 'ignore', 'pipe', userFd, netFd], env: {}, ...as }),
+      await inUserNamespace(spawner, tools, true, {
+        file: tools.nft,
+        args: ['-f', '-'],
+        stdio: [{ data: Buffer.from(ruleset) }, 'ignore', 'pipe', userFd, netFd],
+        env: {},
+        ...as,
+      }),
     );
   } catch (e) {
-    throw new Error(`nsenter could not be started (${(e as Error).message})`);
+    throw new Error(`nft could not be started (${(e as Error).message})`);
   }
   return new Promise<void>((resolve, reject) => {
     let stderr = '';

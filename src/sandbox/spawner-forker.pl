@@ -3,17 +3,21 @@
 # forking process writes is copied and its mapping flushed (on a machine whose page faults are dear,
 # that was most of a spawn's cost in the spawner itself), and this loop writes few. No module is
 # loaded; the system calls it needs are made by their numbers, given in argv:
-#   recvmsg pidfd_open dup3 close setsid setgroups setresgid setresuid exit_group
+#   recvmsg pidfd_open dup3 close setsid setgroups setresgid setresuid exit_group setns prctl
 #
 # fd 3: a SOCK_SEQPACKET socket to the spawner. A request is one message: NUL-separated fields
-#   id nice uid gid cwd slots file argc argv… env("K=V")…
-# (uid, gid and cwd empty when not asked; `slots` a comma list, one entry per fd of the program:
+#   id nice pdeathsig enter uid gid cwd slots file argc argv… env("K=V")…
+# (uid, gid and cwd empty when not asked; `pdeathsig` the signal it gets when this process dies, 0
+# none; `enter` a comma list of FD:TYPE, namespaces it enters (setns) once it has its ids, FD one
+# of its own fds; `slots` a comma list, one entry per fd of the program:
 # the index of the message's fd that becomes it, or `-` for none) with the program's fds attached
 # (SCM_RIGHTS). Answers, one message each: `s ID PID ERRNO` (started, or ERRNO why not, PID 0) and,
 # later, `x PID STATUS` (the wait status of one that ended). Its socket's end ends it.
 use strict;
 
-my ($RECVMSG, $PIDFD_OPEN, $DUP3, $CLOSE, $SETSID, $SETGROUPS, $SETRESGID, $SETRESUID, $EXIT) = map { $_ + 0 } @ARGV;
+my $FORKER = $$;
+
+my ($RECVMSG, $PIDFD_OPEN, $DUP3, $CLOSE, $SETSID, $SETGROUPS, $SETRESGID, $SETRESUID, $EXIT, $SETNS, $PRCTL) = map { $_ + 0 } @ARGV;
 # (the spawner ignores SIGPIPE; what is started here must not inherit that)
 $SIG{PIPE} = 'DEFAULT';
 open(my $S, '+<&=', 3) or die "parley forker: no socket: $!\n";
@@ -70,7 +74,7 @@ sub start {
   my $pid = fork;
   return (0, $! + 0) unless defined $pid;
   if ($pid == 0) {
-    my (undef, $nice, $uid, $gid, $cwd, $slots, $file, $argc, @rest) = split /\0/, $request, -1;
+    my (undef, $nice, $pdeathsig, $enter, $uid, $gid, $cwd, $slots, $file, $argc, @rest) = split /\0/, $request, -1;
     my @args = splice(@rest, 0, $argc);
     my $map = [map { $_ eq '-' ? -1 : $fds->[$_] } split /,/, $slots];
     my $count = @$map;
@@ -103,6 +107,10 @@ sub start {
     if (length $uid || length $gid) { syscall($SETGROUPS, 0, 0) == 0 or $fail->() }
     if (length $gid) { syscall($SETRESGID, $gid + 0, $gid + 0, $gid + 0) == 0 or $fail->() }
     if (length $uid) { syscall($SETRESUID, $uid + 0, $uid + 0, $uid + 0) == 0 or $fail->() }
+    # (as util-linux nsenter --preserve-credentials did: the ids stay, a user namespace first)
+    for (split /,/, $enter) { my ($fd, $type) = split /:/; syscall($SETNS, $fd + 0, $type + 0) == 0 or $fail->() }
+    # PR_SET_PDEATHSIG, after the change of ids (which clears it); a parent gone before it is no parent
+    if ($pdeathsig) { syscall($PRCTL, 1, $pdeathsig + 0, 0, 0, 0) == 0 or $fail->(); getppid() == $FORKER or syscall($EXIT, 127) }
     if (length $cwd) { chdir $cwd or $fail->() }
     %ENV = map { split /=/, $_, 2 } @rest;
     { no warnings; exec { $file } $file, @args }

@@ -16,7 +16,8 @@
 #
 # Protocol: Node's IPC channel with the daemon (fd NODE_CHANNEL_FD, serialization 'json': one JSON
 # object per line; byte strings travel as hex).
-#   in:  {t:'spawn', id, file, args, env, cwd?, uid?, gid?, nice? (default 0), stdio}   each slot one of
+#   in:  {t:'spawn', id, file, args, env, cwd?, uid?, gid?, nice? (default 0), pdeathsig?, enter? ([{fd, type}]: setns
+#          once it has its ids), stdio}   each slot one of
 #          'ignore'  /dev/null for 0-2, closed past them;
 #          'pipe'    relayed: what the child writes comes out as 'data' and 'eof', 'write' and 'end'
 #                    go to it;
@@ -175,7 +176,9 @@ sub start {
   }
   my $env = $m->{env} // {};
   my @args = @{ $m->{args} // [] };
-  my $request = join "\0", $id, ($m->{nice} // 0) + 0, $m->{uid} // '', $m->{gid} // '', $m->{cwd} // '', join(',', @map), $m->{file},
+  my $enter = join ',', map { (($_->{fd} // -1) + 0) . ':' . (($_->{type} // 0) + 0) } @{ ref $m->{enter} eq 'ARRAY' ? $m->{enter} : [] };
+  my $request = join "\0", $id, ($m->{nice} // 0) + 0, ($m->{pdeathsig} // 0) + 0, $enter, $m->{uid} // '', $m->{gid} // '', $m->{cwd} // '',
+    join(',', @map), $m->{file},
     scalar @args, @args, map { "$_=$env->{$_}" } sort keys %$env;
   die "a program's arguments or environment hold a NUL byte\n" if grep { /\0/ } @args, %$env, $m->{file}, $m->{cwd} // '';
   # (one message to the forker, which reads at most 256 KiB)

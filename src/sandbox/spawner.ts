@@ -20,7 +20,7 @@ import { signalGroup } from '../process-group.js';
 import { canRenice, setGroupNice } from './priority.js';
 import { helper, type ProcessLike } from './processes.js';
 import { findProgram } from './programs.js';
-import { callNumbers } from './seccomp.js';
+import { callNumbers, NS_FLAGS } from './seccomp.js';
 
 /** spawner-process.pl in the checkout, or next to the build (scripts/build.mjs copies it into dist/). */
 const SPAWNER = fileURLToPath(new URL('./spawner-process.pl', import.meta.url));
@@ -45,6 +45,13 @@ export interface SpawnSpec {
   gid?: number;
   /** Its nice value, set as soon as it exists (default 0: not the spawner's own). */
   nice?: number;
+  /** The signal it gets when its parent (the spawner's forker) dies (PR_SET_PDEATHSIG), set once it has its ids. */
+  pdeathsig?: NodeJS.Signals;
+  /**
+   * Namespaces it enters before its exec, in this order, once it has its ids (as util-linux `nsenter
+   * --preserve-credentials` would): each one of its own fds (a slot) on a namespace file.
+   */
+  enter?: { fd: number; ns: keyof typeof NS_FLAGS }[];
 }
 
 /** A relayed slot: what is written goes to the child's end, what it writes is read here. */
@@ -203,7 +210,9 @@ export class Spawner {
       if (!proc.connected) return reject(new Error('the sandbox spawner is not running'));
       this.pending.set(id, { spec: s, resolve, reject, direct: new Map() });
       const stdio = s.stdio.map((slot) => (typeof slot === 'object' ? { data: Buffer.from(slot.data).toString('hex') } : slot));
-      proc.send({ t: 'spawn', id, ...s, stdio });
+      const pdeathsig = s.pdeathsig ? os.constants.signals[s.pdeathsig] : 0;
+      const enter = s.enter?.map((e) => ({ fd: e.fd, type: NS_FLAGS[e.ns] }));
+      proc.send({ t: 'spawn', id, ...s, stdio, pdeathsig, enter });
     });
   }
 
@@ -256,7 +265,7 @@ export class Spawner {
     if (this.closed) throw new Error('the sandbox launcher is closed');
     if (!this.perl) throw new Error('perl was not found in the system directories: the sandbox spawner runs on it (apt-get install perl-base)');
     const n = callNumbers();
-    const forker = [n.recvmsg, n.pidfd_open, n.dup3, n.close, n.setsid, n.setgroups, n.setresgid, n.setresuid, n.exit_group];
+    const forker = [n.recvmsg, n.pidfd_open, n.dup3, n.close, n.setsid, n.setgroups, n.setresgid, n.setresuid, n.exit_group, n.setns, n.prctl];
     const perl = [this.perl, SPAWNER, String(process.pid), String(n.sendmsg), ...forker.map(String)];
     const argv = this.setpriv ? [this.setpriv, '--pdeathsig', 'TERM', '--', ...perl] : perl;
     const proc = childProcess().spawn(argv[0]!, argv.slice(1), {
@@ -407,6 +416,7 @@ export async function runToEnd(
  */
 export function launch(spawner: Spawner | null, spec: SpawnSpec): Promise<ProcessLike> {
   if (spawner) return spawner.spawn(spec);
+  if (spec.enter?.length || spec.pdeathsig) return Promise.reject(new Error('namespaces to enter and a parent-death signal need the spawner'));
   const stdio = spec.stdio.map((s) => (s === 'direct' || typeof s === 'object' ? 'pipe' : s));
   const child = childProcess().spawn(spec.file, spec.args, { env: spec.env, cwd: spec.cwd, uid: spec.uid, gid: spec.gid, stdio, detached: true });
   if (child.pid === undefined) return new Promise((_, reject) => child.once('error', reject));
