@@ -5,7 +5,8 @@
  * conversation existed; that bash held none of the conversation's secrets while it was a spare's, and
  * its commands get them; it runs at the normal priority once taken; and its commands see the same
  * environment as those of a shell started for the conversation (after `exit`). The daemon forks
- * nothing for that first command: its shell is the spare's, its stdin's FIFOs are the spawner's `mkfifo`.
+ * nothing for that first command: its shell is the spare's, its stdin's FIFOs were made ahead with it
+ * (by the spawner), and one swapped for a file before the take is not used.
  */
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
@@ -47,14 +48,26 @@ describe("a spare sandbox's shell, started ahead, is its conversation's first sh
     // the spare's shell: bash in the spare's sandbox, under the nsenter that joined it
     const bash = Number(await waitFor(() => spareShells(daemon).find((p) => argv0(p) === 'bash'), "a spare's shell", 60_000));
     assert.ok(!fs.readFileSync(`/proc/${bash}/environ`, 'utf8').includes(secret), "a spare's shell holds no conversation's secret");
+    // the FIFOs made ahead for its first commands, in the spare's io directory (seen from the host through
+    // the sandbox's root); one swapped for a file: the terminal must not take it up (it checks the inode)
+    const io = `/proc/${bash}/root/parley/io`;
+    const fifos = (): string[] => fs.readdirSync(io).filter((n) => /^stdin-[0-9a-f]+-\d+$/.test(n) && fs.lstatSync(path.join(io, n)).isFIFO());
+    const ahead = (await waitFor(() => (fifos().length === 8 ? fifos() : null), 'the FIFOs made ahead', 60_000))!.sort(
+      (a, b) => Number(a.split('-').pop()) - Number(b.split('-').pop()),
+    );
+    fs.unlinkSync(path.join(io, ahead[0]!));
+    fs.writeFileSync(path.join(io, ahead[0]!), 'not a FIFO');
     const before = forked().length;
     const id = (await s.d.req('POST', '/api/conversations', {})).body.conversation_id;
 
     const first = await sh(
       id,
       'touch made-by-first-shell; printf %s "$SPARE_SECRET" | sha256sum | cut -d" " -f1; ' +
-        `sh -c 'printf "child %s\\n" "\${#SPARE_SECRET}"'; echo "nice $(cut -d' ' -f19 /proc/self/stat)"; env | sort > /tmp/first.env`,
+        `sh -c 'printf "child %s\\n" "\${#SPARE_SECRET}"'; echo "nice $(cut -d' ' -f19 /proc/self/stat)"; env | sort > /tmp/first.env; ` +
+        'echo "stdin $(readlink /proc/self/fd/0)"',
     );
+    assert.match(first, new RegExp(`^stdin /parley/io/${ahead[1]}$`, 'm'), 'its stdin is the next FIFO made ahead, not the swapped one');
+    assert.ok(!fs.existsSync(path.join(io, ahead[0]!)), 'what was swapped in was removed');
     assert.match(first, new RegExp(`^${digest}$`, 'm'), 'the shell has the secret');
     assert.match(first, new RegExp(`^child ${secret.length}$`, 'm'), "the shell's commands get the secret");
     assert.match(first, /^nice 0$/m, 'commands run at the normal priority');

@@ -224,12 +224,15 @@ export class ConversationSandbox implements ProcessLauncher {
     // (one still being started is killed once it is: Holders.startAhead)
     const proc = s.proc;
     const alive = !h.dead && proc !== null && proc.exitCode === null && proc.signalCode === null;
+    // (the spare's io directory is the conversation's now)
+    const fifos = s.fifos?.map((f) => ({ ...f, path: path.join(this.stateDir, 'io', path.basename(f.path)) }));
     if (!alive || !inWorkspace || argv.join('\0') !== s.argv.join('\0') || !accept(missing)) {
       if (proc) killTree(proc);
+      for (const f of fifos ?? []) fs.promises.unlink(f.path).catch(() => {});
       return null;
     }
     this.own(proc);
-    return { proc, missing };
+    return { proc, missing, fifos };
   }
 
   /** The live holder, or a new one (taken from the spare, or started for its directories). */

@@ -34,7 +34,9 @@
  *   there (its /proc/self/cgroup names neither the daemon nor the conversation).
  */
 import { HOLDER_START_MS } from './types.js';
+import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
+import path from 'node:path';
 import type { Readable, Writable } from 'node:stream';
 import type { CgroupBackend, ConversationCgroup } from './cgroup.js';
 import { SANDBOX_PATH } from './child-env.js';
@@ -47,6 +49,7 @@ import { wrapCommand, type HolderFds, type JoinTools } from './join.js';
 import { attachEgress, needsRouteLocalnet, type EgressHandle, type EgressTools } from './network.js';
 import { closeFd, killTree, lastError, signalPid, type ProcessLike } from './processes.js';
 import type { Spawner } from './spawner.js';
+import type { AheadFifo } from './types.js';
 import { VISIBLE_WORKSPACE, type MappedDir, type SandboxIds, type SandboxOpenOptions, type SandboxSettings } from './settings.js';
 import { FILE_SERVICE, serviceInside, serviceProgram, viewArgs, type ViewDirs } from './view.js';
 
@@ -112,8 +115,11 @@ export class Holder {
   image = false;
   /** The nice value its processes start with (a spare's: priority.ts). */
   nice = 0;
-  /** A spare's process started ahead for its conversation's first use (Holders.prestartWith), until taken. */
-  started: { proc: ProcessLike | null; argv: string[]; env: Record<string, string> } | null = null;
+  /**
+   * A spare's process started ahead for its conversation's first use (Holders.prestartWith), until taken;
+   * `fifos`: made for its first commands' stdin in the spare's io directory, by path and inode.
+   */
+  started: { proc: ProcessLike | null; argv: string[]; env: Record<string, string>; fifos?: AheadFifo[] } | null = null;
   /** Root daemon: the daemon's fds on the user and network namespaces made for it. */
   private ns: { user: number; net: number | null } | null = null;
 
@@ -549,4 +555,27 @@ function openHolder(init: number, ns: { user: number; net: number | null } | nul
     for (const fd of opened) closeFd(fd);
     throw new Error(`the conversation's sandbox could not be opened (${(e as Error).message})`);
   }
+}
+
+/**
+ * FIFOs (mode 600) for the stdin of a shell's first commands, made in `dir` by the spawner (off the
+ * event loop) and recorded by inode: the terminal opens each only while it is still that one
+ * (CommandFifos.take). None when they could not be made.
+ */
+export async function fifosAhead(spawner: Spawner, dir: string, count: number): Promise<AheadFifo[]> {
+  const tag = randomBytes(6).toString('hex');
+  const paths = Array.from({ length: count }, (_, i) => path.join(dir, `stdin-${tag}-${i + 1}`));
+  try {
+    await spawner.mkfifo(paths);
+  } catch {
+    return [];
+  }
+  return paths.flatMap((p) => {
+    try {
+      const st = fs.lstatSync(p);
+      return st.isFIFO() ? [{ path: p, dev: st.dev, ino: st.ino }] : [];
+    } catch {
+      return [];
+    }
+  });
 }

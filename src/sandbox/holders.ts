@@ -15,7 +15,7 @@ import type { Disks } from './disk-image.js';
 import { canRenice, niceJoinedSession, SPARE_NICE, setNice } from './priority.js';
 import { Arrivals } from './arrivals.js';
 import { allEnded } from './processes.js';
-import { Holder, type HolderSetup } from './holder-launch.js';
+import { fifosAhead, Holder, type HolderSetup } from './holder-launch.js';
 import { adoptDirs, adoptImageDirs, adoptWithContents, imageDirs, makeStateDirs, ownWorkspace, removeStaleSpares } from './holder-dirs.js';
 import { fdLine, joinerArgv, translateEnv, type JoinSetup } from './join.js';
 import { signalGroup } from '../process-group.js';
@@ -65,6 +65,9 @@ const STAGGER_MS = 100;
 const RETRY_MS = 1000;
 const RETRY_MAX_MS = 60_000;
 const STABLE_MS = 10_000;
+
+/** FIFOs made ahead for the first commands of a spare's shell. */
+const AHEAD_FIFOS = 8;
 
 /** Spares at most, whatever the arrival rate. */
 const MAX_SPARES = 6;
@@ -172,6 +175,10 @@ export class Holders {
           child.once('exit', release);
           if (h.started !== started || h.dead) return signalGroup(child.pid, 'SIGKILL');
           started.proc = child;
+          // FIFOs for its first commands: none to wait for then (no process of a conversation runs in a spare to swap them)
+          fifosAhead(this.s.spawner, h.dirs.io, AHEAD_FIFOS).then((made) => {
+            if (h.started === started && !h.dead) started.fifos = made;
+          });
           // taken while it was being started: the priority the take gave the spare's processes
           if (h.nice !== nice) setNice(h.pids(), h.nice);
           // its sessions (setsid) are groups of their own, at nice 0 until given the spare's
@@ -373,6 +380,8 @@ export class Holders {
    * under a name no clean-up removes (`.kept.spare-…`).
    */
   private adoptWithContents(spare: Holder, workspace: string, state: string): boolean {
+    // the FIFOs made ahead for its shell go: the conversation brings its own, and its io directory moves in
+    for (const f of spare.started?.fifos?.splice(0) ?? []) fs.rmSync(f.path, { force: true });
     const r = adoptWithContents(spare, workspace, state, this.tmpMounts);
     if (r !== 'stuck') return r === 'adopted';
     const dir = path.dirname(spare.state);

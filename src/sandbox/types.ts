@@ -41,6 +41,15 @@ export interface StartedProcess {
   proc: ProcessLike;
   /** The variables to set in it (null: to unset) for it to have the environment it was asked with. */
   missing: Record<string, string | null>;
+  /** FIFOs made ahead for its first commands' stdin, in the conversation's io directory (the terminal checks each). */
+  fifos?: AheadFifo[];
+}
+
+/** A FIFO made ahead: its path, and the inode it was made as (a taker opens it only when it is still that one). */
+export interface AheadFifo {
+  path: string;
+  dev: number;
+  ino: number;
 }
 
 /**

@@ -141,6 +141,7 @@ export class ShellSession {
     const started = 'missing' in launched ? launched : null;
     this.proc = (started ? started.proc : launched) as ChildProcessWithoutNullStreams;
     this.envLines = started ? envScript(started.missing) : '';
+    if (opts.io && started?.fifos) this.fifos.take(started.fifos); // made ahead for its first commands
     if (this.proc.pid === undefined) throw new Error('failed to start bash');
     this.pid = this.proc.pid;
     this.groupPid = this.pid;
