@@ -23,12 +23,12 @@
  * How it is attached. The sandbox's user and network namespaces are created by an unprivileged bwrap
  * (as the daemon's uid, or as SANDBOX_UID under setpriv when the daemon is root). slirp4netns runs as
  * that same uid (never host root: spawn sets the gid, clears the groups, sets the uid), joined to
- * the sandbox's USER namespace only (nsenter
- * --preserve-credentials: uid 0 there, no host privilege), so it may open the tap device in the
- * network namespace; its sockets stay in the host's network namespace. The namespaces are passed as
- * open fds (/proc/self/fd/N in the tool), never by pid: a reused pid cannot attach another namespace.
- * (slirp4netns 1.2.0 joins the user namespace itself only when given a pid: with --netns-type=path
- * its --enable-sandbox fails, hence the nsenter.)
+ * the sandbox's USER namespace only (by the spawner's forker before the exec, with its ids unchanged,
+ * as nsenter --preserve-credentials would: uid 0 there, no host privilege), so it may open the tap
+ * device in the network namespace; its sockets stay in the host's network namespace. The namespaces
+ * are passed as open fds (/proc/self/fd/N in the tool), never by pid: a reused pid cannot attach
+ * another namespace. (slirp4netns 1.2.0 joins the user namespace itself only when given a pid: with
+ * --netns-type=path its --enable-sandbox fails, hence the join before it starts.)
  *
  * A packet filter is installed INSIDE the namespace while the tool starts (nftables, table inet
  * parley_egress, by the same uid entering the user namespace as its root, so it has CAP_NET_ADMIN
