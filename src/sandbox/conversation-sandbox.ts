@@ -92,17 +92,9 @@ export function shellDirs(host: Pick<SandboxHost, 'workspaceRoot' | 'bwrap'>, co
     io: { host: path.join(state, 'io'), inside: VISIBLE_IO },
     outputs: { host: path.join(state, 'outputs'), inside: VISIBLE_OUTPUTS },
     owner: host.bwrap?.ids?.agent ?? null,
-    ...(host.bwrap ? { makeFifos: mkfifoBy(host.bwrap.spawner) } : {}),
+    // FIFOs made by the spawner itself (mkfifo(2)): no program forked by the daemon or the spawner
+    ...(host.bwrap ? { makeFifos: host.bwrap.spawner.mkfifo.bind(host.bwrap.spawner) } : {}),
   };
-}
-
-/**
- * FIFOs made by the spawner itself: `mkfifo` forked by the daemon held the event loop 1–12 ms at a
- * conversation's first command, and a program started by the spawner kept the command waiting for its
- * fork and exec.
- */
-function mkfifoBy(spawner: Spawner): (paths: string[]) => Promise<void> {
-  return (paths) => spawner.mkfifo(paths);
 }
 
 export class ConversationSandbox implements ProcessLauncher {
