@@ -16,7 +16,7 @@ import { descendants, livingProcesses } from './support/processes.js';
 
 /**
  * Every living descendant of the daemon: its sandboxes (supervisor, bwrap, the sandbox's init and what
- * runs in it, reparented there), joined processes (nsenter and its child), slirp4netns. (Not "every
+ * runs in it, reparented there), joined processes (the seccomp loader's parent and its child), slirp4netns. (Not "every
  * process of the sandbox uid": other test files' sandboxes run as that uid at the same time.)
  */
 const started = descendants;

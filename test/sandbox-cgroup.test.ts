@@ -136,7 +136,7 @@ describe('every process of a sandbox is in its cgroup', { skip: !ROOT_RUN && 'ne
         assert.deepEqual(outside, [], 'every process of the pid namespace is in the sandbox cgroup');
       }
       // what runs on the host for the sandboxes (supervisors, bwrap, joiners) is in theirs too
-      const hostSide = descendants(process.pid).filter((p) => /bwrap|nsenter/.test(cmd(p)));
+      const hostSide = descendants(process.pid).filter((p) => /bwrap|nsenter|parley: seccomp/.test(cmd(p)));
       assert.ok(hostSide.length >= 2, hostSide.map(cmd).join('\n'));
       for (const p of hostSide) assert.ok([cgA, cgB].includes(pidsCgroup(p)!), `${p} ${cmd(p)} in ${pidsCgroup(p)}`);
       // the stand-in's forks were held by the conversation's process limit (the sandbox counts them all)

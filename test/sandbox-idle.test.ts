@@ -11,17 +11,25 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { describe, test } from 'node:test';
 import { waitFor } from './support/daemon.js';
-import { fileServices as fileServicesOf, readySpare as readySpareOf, readySpares as readySparesOf, spareShells, workspaceOf } from './support/holders.js';
+import {
+  fileServices as fileServicesOf,
+  readySpare as readySpareOf,
+  readySpares as readySparesOf,
+  isJoiner,
+  spareShells,
+  workspaceOf,
+} from './support/holders.js';
 import { descendants } from './support/processes.js';
 import { terminalTurn, useScriptedDaemon } from './support/scripted-daemon.js';
 
-const cmdline = (pid: number) => {
+const argvOf = (pid: number): string[] => {
   try {
-    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ');
+    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
   } catch {
-    return '';
+    return [];
   }
 };
+const cmdline = (pid: number) => argvOf(pid).join(' ');
 
 describe('an idle conversation costs no process; its shell comes back as it was', { timeout: 420_000 }, () => {
   // (measured disks: a conversation with a disk image of its own comes back in a holder of its own, sandbox-disk.test.ts)
@@ -50,9 +58,9 @@ describe('an idle conversation costs no process; its shell comes back as it was'
     const job = await waitFor(() => descendants(daemon).find((p) => cmdline(p).includes(`sleep ${marker}`)), 'the background job runs', 20_000);
     // idle: the shell, the job and the conversation's holder go; the spare holder (no conversation's) stays
     await waitFor(() => !fs.existsSync(`/proc/${job}`), 'the background job was stopped with the idle sandbox', 60_000);
-    // (a joined process is an nsenter; a holder's command line names nsenter too, in its file service's start;
-    // the spare's shell, started ahead for the next conversation, is no conversation's)
-    const ours = (p: number) => /bash --norc|^(\S*\/)?nsenter /.test(cmdline(p)) && !spareShells(daemon).includes(p);
+    // (a joined process runs under a joiner; the spare's shell, started ahead for the next conversation, is no
+    // conversation's)
+    const ours = (p: number) => (/bash --norc/.test(cmdline(p)) || isJoiner(argvOf(p))) && !spareShells(daemon).includes(p);
     await waitFor(() => !descendants(daemon).some(ours), 'no shell or joined process left', 60_000);
     await waitFor(() => fileServices().length <= 1, "the conversation's holder closed (only the spare's file service left)", 60_000);
     const left = fileServices().map(workspaceOf);

@@ -45,7 +45,7 @@ describe("a spare sandbox's shell, started ahead, is its conversation's first sh
     const secret = `spare-shell-${crypto.randomBytes(8).toString('hex')}`;
     const digest = crypto.createHash('sha256').update(secret).digest('hex');
     assert.equal((await s.d.req('POST', '/api/secrets', { name: 'SPARE_SECRET', value: secret })).status, 201);
-    // the spare's shell: bash in the spare's sandbox, under the nsenter that joined it
+    // the spare's shell: bash in the spare's sandbox, under the joiner that started it
     const bash = Number(await waitFor(() => spareShells(daemon).find((p) => argv0(p) === 'bash'), "a spare's shell", 60_000));
     assert.ok(!fs.readFileSync(`/proc/${bash}/environ`, 'utf8').includes(secret), "a spare's shell holds no conversation's secret");
     // the FIFOs made ahead for its first commands, in the spare's io directory (seen from the host through

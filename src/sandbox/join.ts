@@ -153,7 +153,8 @@ export function translateEnv(env: Record<string, string>, mapped: MappedDir[]): 
  * the holder is ready: the joiner may be spawned before, and the holder it joins may be another than
  * the one it was spawned for, see joinHolder; nothing when it failed), joins the cgroup, then execs
  * `nsenter` with them (/proc/<daemon>/fd/<n>: the holder's pid is never looked up again, so a reused
- * pid cannot put a process in another sandbox);
+ * pid cannot put a process in another sandbox); nsenter does not fork into the pid namespace (it would
+ * wait for its child's stops too), the loader does: see seccompLoader;
  * `join-host-network` leaves out the network namespace (the clone: the daemon's network, before any
  * process of the conversation runs).
  *
@@ -182,7 +183,7 @@ export function wrapCommand(
     script +=
       'read -r u p m i t r w c n g <&3 || { echo "parley: the conversation\'s sandbox is not running" >&2; exit 125; }; exec 3<&-; ' +
       'set -f; for f in $g; do echo $$ > "$f" || exit 125; done; set +f; ' +
-      `o="--user=${d}/$u --pid=${d}/$p --mount=${d}/$m --ipc=${d}/$i --uts=${d}/$t --root=${d}/$r --wd=${d}/$w"; ` +
+      `o="--no-fork --user=${d}/$u --pid=${d}/$p --mount=${d}/$m --ipc=${d}/$i --uts=${d}/$t --root=${d}/$r --wd=${d}/$w"; ` +
       `[ "$c" = x ] || o="$o --cgroup=${d}/$c"; ${mode === 'join' ? `[ "$n" = x ] || o="$o --net=${d}/$n"; ` : ''}` +
       `exec ${s.join.nsenter} $o "$@"`;
   } else {
@@ -201,8 +202,9 @@ export function wrapCommand(
  * nsenter's arguments after the namespaces, then the command. As root nsenter clears the groups and
  * becomes uid 0 of the user namespace (the sandbox uid on the host); otherwise the daemon's uid,
  * which is 0 inside (--preserve-credentials: nsenter could not set groups in an unprivileged user
- * namespace). Then perl runs the loader (seccomp.ts): its own session, SIGKILL when nsenter dies,
- * every capability entering the user namespace gave dropped (uid 0 would keep them across exec),
+ * namespace). Then perl runs the loader (seccomp.ts): not dumpable, a fork into the pid namespace
+ * whose parent waits outside it; in the child its own session, SIGKILL when that parent dies, every
+ * capability entering the user namespace gave dropped (uid 0 would keep them across exec),
  * no_new_privs, the sandbox's seccomp filter (a joined process does not inherit the holder's), and
  * the command.
  */

@@ -159,13 +159,22 @@ export function callNumbers(name: string = process.arch): (typeof ARCHES)[Arch] 
 
 /**
  * The loader, a perl program (perl-base is part of every Debian system; the syscall numbers are
- * this machine's), run as the last step before a joined process's command, right after nsenter:
+ * this machine's), run as the last step before a joined process's command, right after nsenter
+ * (which entered the sandbox's namespaces, its pid namespace for the children it will have, and did
+ * not fork: --no-fork):
  * `perl -e LOADER HEX argv…`
+ * - makes itself not dumpable, first, while it still holds every capability of the sandbox's user
+ *   namespace: from here to its exec no process of the agent's may open its /proc/<pid>/mem (the
+ *   kernel's ptrace access rule), so none can step it and rewrite the filter it is about to load;
  * - closes every fd past stderr (a joined process gets stdin, stdout and stderr only: whatever else
  *   the chain that started it held open across exec is the host's; close_range, 436 on every arch,
- *   or one by one where the kernel is older than 5.9);
- * - starts a session of its own (setsid: no terminal of the host's to inject into; nsenter forked
- *   it, so it leads no group) and asks for SIGKILL when nsenter, its parent, dies;
+ *   or one by one where the kernel is older than 5.9), and forks into the pid namespace. The parent
+ *   stays outside it, out of the agent's sight, closes its stdio and waits for the child (never for
+ *   its stops: the agent may stop and resume its own processes, and a parent that stopped with its
+ *   child, as nsenter does, would stay stopped with nothing to resume it), then ends as the child
+ *   did: the same exit status, or killed by the same signal. The child, pid N of the sandbox:
+ * - starts a session of its own (setsid: no terminal of the host's to inject into) and asks for
+ *   SIGKILL when its parent dies;
  * - drops every capability entering the user namespace gave: the bounding set (uid 0 would get it
  *   back at exec), the ambient set, then effective, permitted and inheritable;
  * - sets no_new_privs, loads the filter (hex of seccompProgram());
@@ -177,8 +186,12 @@ export function callNumbers(name: string = process.arch): (typeof ARCHES)[Arch] 
 export function seccompLoader(name: string = process.arch): string {
   const t = ARCHES[archOf(name)];
   return [
+    `syscall(${t.prctl}, 4, 0, 0, 0, 0) == 0 or die "parley: dumpable: $!\\n";`,
     'syscall(436, 3, ~0, 0) == 0 or do { opendir(my $d, q(/proc/self/fd)) or die "parley: /proc/self/fd: $!\\n";',
     'for (grep { /^\\d+$/ && $_ > 2 && $_ != fileno($d) } readdir $d) { open(my $h, q(<&=), $_) and close $h } };',
+    'my $k = fork // die "parley: fork: $!\\n";',
+    'if ($k) { close STDIN; close STDOUT; close STDERR; waitpid($k, 0) == $k or exit 125;',
+    'my $s = $? & 127; kill $s, $$ if $s; exit($s ? 128 + $s : $? >> 8) }',
     `syscall(${t.setsid}) > 0 or die "parley: setsid: $!\\n";`,
     `syscall(${t.prctl}, 1, 9, 0, 0, 0) == 0 or die "parley: pdeathsig: $!\\n";`,
     // PR_CAPBSET_DROP for every capability the kernel has (EINVAL past the last), PR_CAP_AMBIENT_CLEAR_ALL, capset of zeros (version 3)

@@ -92,6 +92,14 @@ const pidNamespace = (pid: number): string | null => {
  * The shells the daemon's ready spares started ahead for their conversations (bash in a spare's pid
  * namespace), each with the nsenter on the host it runs under: processes of no conversation yet.
  */
+/**
+ * A joiner: what each process that enters a sandbox runs under on the host (util-linux nsenter, which
+ * execs perl's seccomp loader; the loader's parent stays, outside the sandbox's pid namespace).
+ */
+export function isJoiner(args: string[]): boolean {
+  return /(^|\/)perl$/.test(args[0] ?? '') && args[1] === '-e' && (args[2] ?? '').includes('parley: seccomp');
+}
+
 export function spareShells(daemon: number): number[] {
   const spares = new Set(readySpares(daemon).map(pidNamespace));
   const parent = livingProcesses();
@@ -100,7 +108,7 @@ export function spareShells(daemon: number): number[] {
     if (argv(p).slice(0, 2).join(' ') !== 'bash --norc' || !spares.has(pidNamespace(p))) continue;
     out.push(p);
     const up = parent.get(p);
-    if (up !== undefined && /(^|\/)nsenter$/.test(argv(up)[0] ?? '')) out.push(up);
+    if (up !== undefined && isJoiner(argv(up))) out.push(up);
   }
   return out;
 }
