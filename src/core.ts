@@ -168,6 +168,13 @@ export async function createCore(config: Config, log: Logger, redactor: Redactor
   unread.push(
     metrics.sandboxes.read(() => [[[sandbox.mode], sandbox.liveCount]]),
     metrics.sandboxProcesses.read(() => [[[sandbox.mode], sandbox.processCount]]),
+    metrics.sandboxSpares.read(() => {
+      const { alive, ready } = sandbox.spares;
+      return [
+        [['ready'], ready],
+        [['starting'], alive - ready],
+      ];
+    }),
     metrics.conversationsLoaded.read(() => [[[], conversations.resident.count]]),
     metrics.conversationsLoadedBytes.read(() => [[[], conversations.resident.bytes]]),
   );

@@ -202,6 +202,9 @@ export const metrics = {
     'command',
   ]),
   sandboxes: new Gauge('parley_sandboxes', 'Conversations with live sandboxed processes, by sandbox mode (bwrap or none)', ['mode']),
+  sandboxSpares: new Gauge('parley_sandbox_spares', 'Sandboxes started ahead for the next conversations (bwrap), by state: ready to be taken, or starting', [
+    'state',
+  ]),
   sandboxProcesses: new Gauge(
     'parley_sandbox_processes',
     'Processes started through the sandbox launcher (shells, setup.sh, git, MCP servers) alive now; their own children not counted',

@@ -32,8 +32,10 @@ export interface SandboxSettings {
   spareHolder?: boolean;
   /** How long after a spare was taken the next one starts, outside a burst (default 1 s: src/sandbox/holders.ts REFILL_MS). */
   spareRefillMs?: number;
-  /** With no take for this long, the spares beyond one are closed (default 5 s: src/sandbox/holders.ts QUIET_MS). */
+  /** With no take for this long, the spares beyond those held for the next burst are closed (default 5 s: src/sandbox/holders.ts QUIET_MS). */
   spareQuietMs?: number;
+  /** How long after a burst's last take as many spares as it had takes are held ready (default 5 min: src/sandbox/holders.ts HOLD_MS; 0: one). */
+  spareHoldMs?: number;
   /**
    * A spare that died before a conversation took it is replaced after this long, doubled for each
    * one after it that died young too (default 1 s: src/sandbox/holders.ts RETRY_MS).

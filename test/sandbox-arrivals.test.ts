@@ -1,7 +1,8 @@
 /**
  * The arrival rate the spare holders are sized from (src/sandbox/arrivals.ts): quick to follow a
  * burst, slow to relax, forgetting the rate after a quiet spell, not counting the gap after a take that
- * found no spare, and the stagger between the starts of spares needed at once.
+ * found no spare, the stagger between the starts of spares needed at once, and the spares held for the
+ * next burst once the arrivals stopped.
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
@@ -69,5 +70,18 @@ describe('sandbox: the arrival rate of conversations (spare sizing)', { timeout:
     a.forget();
     assert.equal(a.interval, null);
     assert.equal(a.staggerMs(100), 0);
+  });
+
+  test("once the arrivals stop, the latest burst's size is held for the time given, then none; a lone take holds one", () => {
+    const a = takes([0, 50, 100, 150, 200]);
+    assert.equal(a.held(200 + QUIET, 60_000), 5, 'five takes each within the quiet spell of the one before');
+    a.forget();
+    assert.equal(a.held(200 + 59_999, 60_000), 5, 'forgetting the rate keeps the size');
+    assert.equal(a.held(200 + 60_001, 60_000), 0, 'the hold is over');
+    // the next take after a quiet spell begins a new burst; a lone one holds one
+    a.take(200 + QUIET + 1);
+    assert.equal(a.held(200 + 2 * QUIET, 60_000), 1);
+    // a burst larger than the most held
+    assert.equal(takes(Array.from({ length: 100 }, (_, i) => i * 10)).held(1000 + QUIET, 60_000), 24);
   });
 });

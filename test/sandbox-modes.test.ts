@@ -195,6 +195,17 @@ describe('sandbox: SANDBOX_MAX_LIVE', { timeout: 300_000 }, () => {
       const port = Number(/"metrics_port":(\d+)/.exec(h.d.output.join('\n'))?.[1]);
       const metrics = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
       assert.match(metrics, /^parley_sandboxes\{mode="bwrap"\} 2$/m);
+      // the cap leaves room for no spare beyond one, which the gauge shows once it is ready
+      const spares = async () =>
+        (await (await fetch(`http://127.0.0.1:${port}/metrics`)).text())
+          .match(/^parley_sandbox_spares\{.*$/gm)
+          ?.sort()
+          .join('\n');
+      await waitFor(
+        async () => (await spares()) === 'parley_sandbox_spares{state="ready"} 1\nparley_sandbox_spares{state="starting"} 0',
+        'one spare ready',
+        60_000,
+      );
       const again = await h.sh(ids[0]!, 'echo back');
       assert.match(again.text, /back/);
       assert.match(again.text, /new shell was started/);

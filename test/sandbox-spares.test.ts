@@ -31,7 +31,8 @@ const spareDirs = (root: string) => {
 describe('sandbox: spare holders kept ahead of a burst (in-process launcher, real bwrap)', { timeout: 170_000 }, () => {
   test('a burst raises the spares; conversations begun at once each get a holder of their own; the extras are closed once the arrivals stop', async () => {
     const root = tempDir();
-    const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', spareQuietMs: 1500 }, { workspaceRoot: root });
+    // (spareHoldMs 0: no spares held for a next burst, tested below)
+    const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', spareQuietMs: 1500, spareHoldMs: 0 }, { workspaceRoot: root });
     const run = (id: string, script: string) =>
       new Promise<{ code: number | null; out: string }>((resolve) => {
         const c = sb.spawn(id, ['sh', '-c', script], { workspaceDir: path.join(root, id.replace(/-/g, '')), env: sb.env(), stdio: ['ignore', 'pipe', 'pipe'] });
@@ -61,6 +62,53 @@ describe('sandbox: spare holders kept ahead of a burst (in-process launcher, rea
       for (const id of second) assert.equal(fs.readFileSync(path.join(root, id.replace(/-/g, ''), 'who'), 'utf8').trim(), id);
       // no arrivals for spareQuietMs: back to one spare, on the host too
       await waitFor(() => sb.spares.alive === 1 && spareDirs(root).length === 1, 'the spares back to one once the arrivals stopped', 60_000);
+    } finally {
+      await sb.close();
+      fs.rmSync(root, { recursive: true, force: true });
+    }
+  });
+
+  test('once a burst stops, as many spares as it had conversations are held (made up if one dies); the next burst takes them all; then one', async () => {
+    const root = tempDir();
+    const burst = 5;
+    const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', spareQuietMs: 1000, spareHoldMs: 25_000 }, { workspaceRoot: root });
+    try {
+      await sb.warm();
+      const first = Array.from({ length: burst }, () => crypto.randomUUID());
+      for (const id of first) sb.prepare(id);
+      // (their holders closed: every ready holder left on the host is then a spare)
+      await Promise.all(first.map((id) => sb.closeConversation(id)));
+      // no conversation asks: the arrivals stopped, and spares for a burst of that size are held, judged
+      // from the host: that many ready holders (empty workspace, sealed view), one directory each
+      const held = () => sb.spares.ready === burst && readySpares(process.pid).length === burst && spareDirs(root).length === burst;
+      await waitFor(held, `${burst} spares ready after the burst`, 120_000);
+      // two of them killed from the host (their bwrap): made up again while the arrivals stay quiet
+      const killed = readySpares(process.pid).slice(0, 2);
+      for (const p of killed) process.kill(parentOf(p), 'SIGKILL');
+      await waitFor(() => killed.every((p) => !fs.existsSync(`/proc/${p}`)), 'the killed spares gone');
+      await waitFor(() => held() && readySpares(process.pid).every((p) => !killed.includes(p)), `${burst} spares held again after the kills`, 120_000);
+      // the next burst, all in one tick: each conversation takes a held spare (none starts a holder of its own)
+      const second = Array.from({ length: burst }, () => crypto.randomUUID());
+      for (const id of second) sb.prepare(id);
+      assert.equal(sb.spares.alive, 0, 'every held spare was taken, one by each conversation');
+      const ns = await Promise.all(
+        second.map(async (id) => {
+          const c = sb.spawn(id, ['readlink', '/proc/self/ns/pid'], {
+            workspaceDir: path.join(root, id.replace(/-/g, '')),
+            env: sb.env(),
+            stdio: ['ignore', 'pipe', 'pipe'],
+          });
+          let out = '';
+          c.stdout!.on('data', (d: Buffer) => (out += d.toString('utf8')));
+          await new Promise((r) => c.on('close', r));
+          return out.trim();
+        }),
+      );
+      assert.equal(new Set(ns).size, burst, `one pid namespace per conversation: ${ns.join(', ')}`);
+      // held again, then back to one spare once spareHoldMs has passed since the last take
+      await Promise.all(second.map((id) => sb.closeConversation(id)));
+      await waitFor(held, `${burst} spares held again`, 120_000);
+      await waitFor(() => sb.spares.alive === 1 && spareDirs(root).length === 1, 'one spare once the hold is over', 90_000);
     } finally {
       await sb.close();
       fs.rmSync(root, { recursive: true, force: true });

@@ -222,3 +222,21 @@ export function removeStaleSpares(dir: string): void {
     if (pid !== process.pid && !isAlive(pid)) fs.rmSync(path.join(dir, name), { recursive: true, force: true });
   }
 }
+
+/** Removes what is left of this daemon's spares' directories under `dir` (a stop, once their disks are unmounted). */
+export function removeOwnSpares(dir: string): void {
+  let names: string[] = [];
+  try {
+    names = fs.readdirSync(dir);
+  } catch {
+    return;
+  }
+  for (const n of names) {
+    if (!n.startsWith(`.spare-${process.pid}-`)) continue;
+    try {
+      fs.rmSync(path.join(dir, n), { recursive: true, force: true });
+    } catch {
+      /* removeStaleSpares, at the next start */
+    }
+  }
+}

@@ -16,7 +16,7 @@ import { canRenice, niceJoinedSession, SPARE_NICE, setNice } from './priority.js
 import { Arrivals } from './arrivals.js';
 import { allEnded } from './processes.js';
 import { fifosAhead, Holder, type HolderSetup } from './holder-launch.js';
-import { adoptDirs, adoptImageDirs, adoptWithContents, imageDirs, makeStateDirs, ownWorkspace, removeStaleSpares } from './holder-dirs.js';
+import { adoptDirs, adoptImageDirs, adoptWithContents, imageDirs, makeStateDirs, ownWorkspace, removeOwnSpares, removeStaleSpares } from './holder-dirs.js';
 import { fdLine, joinerArgv, translateEnv, type JoinSetup } from './join.js';
 import { signalGroup } from '../process-group.js';
 import { VISIBLE_WORKSPACE } from './settings.js';
@@ -103,6 +103,8 @@ export class Holders {
   private quietTimer: NodeJS.Timeout | null = null;
   /** Spares that died young, one after another (see RETRY_MS); 0 once one lived or was taken. */
   private failures = 0;
+  /** Not before then (performance.now) is a spare started while the arrivals are quiet (stock): one died (lost). */
+  private retryAt = 0;
   /** Spares the daemon took off the list itself (taken by a conversation, or retired): their end is no loss. */
   private readonly letGo = new WeakSet<Holder>();
   /** The conversations' holders that have not exited yet, by workspace (see mayMoveInto). */
@@ -256,16 +258,35 @@ export class Holders {
    * (with a margin: the starts compete with the conversations on the CPU) find the one spare ready, it
    * being started at once after a take in a burst (`bursting`). Closer together, one spare is in the
    * making per interval of a holder's start (`startMs / interval`), and one more is ready, so a take
-   * that comes a little early still finds one; bounded by MAX_SPARES, by SANDBOX_MAX_LIVE less the
-   * live conversations' holders, and by the free memory. Arrivals that stop are seen by `quiet`,
-   * which forgets the rate.
+   * that comes a little early still finds one, at most MAX_SPARES. Once they stopped (QUIET_MS), as
+   * many as the latest burst had takes, for a while (Arrivals.held). Bounded by SANDBOX_MAX_LIVE less
+   * the live conversations' holders, and by the free memory.
    */
-  private spareTarget(): number {
+  private spareTarget(now = performance.now()): number {
     const interval = this.arrivals.interval;
-    if (interval === null || interval >= 1.5 * this.startMs) return 1;
-    const want = Math.ceil((this.startMs + BURST_REFILL_MS) / Math.max(interval, 1)) + 1;
+    let want = 1;
+    if (this.isQuiet(now)) want = this.arrivals.held(now, this.s.settings.spareHoldMs);
+    else if (interval !== null && interval < 1.5 * this.startMs) want = Math.min(MAX_SPARES, Math.ceil((this.startMs + BURST_REFILL_MS) / interval) + 1);
+    if (want <= 1) return 1;
     const byMemory = Math.floor(os.freemem() / 4 / (SPARE_MB * 1024 * 1024));
-    return Math.max(1, Math.min(want, MAX_SPARES, this.s.settings.maxLive - this.running.size, byMemory));
+    return Math.max(1, Math.min(want, this.s.settings.maxLive - this.running.size, byMemory));
+  }
+
+  private isQuiet(now: number): boolean {
+    return now - this.arrivals.lastTake >= this.quietMs;
+  }
+
+  /**
+   * With the arrivals stopped, one more of the spares held for the next burst (spareTarget) starts
+   * when none is starting: each once the one before it is ready, at the spares' priority. Not before
+   * a spare that died young is due to be replaced (lost), unless this is that replacement (`due`).
+   */
+  private stock(due = false): void {
+    if (!this.sparesOn || (!due && performance.now() < this.retryAt) || !this.isQuiet(performance.now())) return;
+    this.dropDead();
+    if (this.spares.some((h) => h.fds === null) || this.spares.length >= this.spareTarget()) return;
+    this.spares.push(this.startSpare());
+    this.armQuiet();
   }
 
   private get refillMs(): number {
@@ -279,25 +300,29 @@ export class Holders {
   }
 
   /**
-   * The arrivals stopped: with no take for QUIET_MS, a spare beyond the first ready one is closed once
-   * it has been ready for QUIET_MS (one still starting is let finish: its start is paid for already);
-   * down to one, the rate is forgotten. Looked at again while there are more than one.
+   * The arrivals stopped: with no take for QUIET_MS, the spares held for the next burst are made up
+   * (stock), and a spare beyond them (beyond one, once HOLD_MS has passed) is closed once it has been
+   * ready for QUIET_MS (one still starting is let finish: its start is paid for already); down to one,
+   * the rate is forgotten. Looked at again while there are more than one.
    */
   private quiet(): void {
     this.quietTimer = null;
     this.dropDead();
     const now = performance.now();
     const q = this.quietMs;
-    if (this.spares.length > 1 && now - this.arrivals.lastTake >= q) {
-      const keep = this.spares.find((h) => h.fds !== null) ?? this.spares[0]!;
+    const target = this.spareTarget(now);
+    if (this.spares.length > target && this.isQuiet(now)) {
+      // the ready ones are kept first
+      const keep = new Set([...this.spares.filter((h) => h.fds !== null), ...this.spares].slice(0, target));
       for (const h of [...this.spares]) {
         const since = this.readyAt.get(h);
-        if (h === keep || since === undefined || now - since < q) continue;
+        if (keep.has(h) || since === undefined || now - since < q) continue;
         this.spares.splice(this.spares.indexOf(h), 1);
         this.retire(h);
       }
     }
-    if (this.spares.length <= 1) {
+    this.stock();
+    if (this.spares.length <= 1 && target <= 1) {
       this.arrivals.forget();
       return;
     }
@@ -365,6 +390,8 @@ export class Holders {
       this.refillTimer = null;
       if (!this.sparesOn) return;
       this.dropDead();
+      // (quiet: the spares held are made up one after another, not at once)
+      if (this.isQuiet(performance.now())) return this.stock(true);
       if (this.spares.length >= this.spareTarget()) return;
       this.spares.push(this.startSpare());
       if (this.spares.length > 1) this.armQuiet();
@@ -482,6 +509,7 @@ export class Holders {
         this.readyAt.set(h, performance.now());
         warmService(h);
         this.startAhead(h);
+        this.stock();
       },
       () => {},
     );
@@ -509,7 +537,9 @@ export class Holders {
     const since = this.readyAt.get(h);
     this.failures = since !== undefined && performance.now() - since >= STABLE_MS ? 0 : this.failures + 1;
     const base = this.s.settings.spareRetryMs ?? RETRY_MS;
-    this.refill(Math.min(RETRY_MAX_MS, base * 2 ** Math.max(0, this.failures - 1)));
+    const delay = Math.min(RETRY_MAX_MS, base * 2 ** Math.max(0, this.failures - 1));
+    this.retryAt = performance.now() + delay;
+    this.refill(delay);
   }
 
   /**
@@ -532,21 +562,7 @@ export class Holders {
 
   /** Removes what is left of this daemon's spares' directories (a stop, once their disks are unmounted). */
   removeSpareDirs(): void {
-    const dir = path.join(this.s.workspaceRoot, '.sandbox');
-    let names: string[] = [];
-    try {
-      names = fs.readdirSync(dir);
-    } catch {
-      return;
-    }
-    for (const n of names) {
-      if (!n.startsWith(`.spare-${process.pid}-`)) continue;
-      try {
-        fs.rmSync(path.join(dir, n), { recursive: true, force: true });
-      } catch {
-        /* removeStaleSpares, at the next start */
-      }
-    }
+    removeOwnSpares(path.join(this.s.workspaceRoot, '.sandbox'));
   }
 
   /** Kills the spares (the live ones are the launcher's to close) and waits for them to be gone. */
