@@ -24,7 +24,10 @@
  *    from `POST …/events {run:true}` to the terminal `execution_status` (finished) on the conversation's
  *    WebSocket, as `bench-steps.ts --hello` times it. One daemon per mode (SANDBOX=bwrap and
  *    SANDBOX=none) runs beside the other; the bursts alternate between them `--rounds` times (after one
- *    uncounted conversation each). Prints the p50 and p90 of each mode, their ratio, and where the time
+ *    uncounted conversation each), each burst after both daemons are at rest (8 s with no conversation,
+ *    then no spare starting: the spares a burst leaves held for the next are ready). Prints the p50 and
+ *    p90 of each mode, their ratio, the p50 of each burst (the first finds the spares of a daemon that
+ *    has seen no burst; a later one, those the burst before it left held), and where the time
  *    of a turn goes (medians of the intervals between what this process sees: the LLM server's request
  *    arrivals and answers, the events arriving on the socket). `--trace --dump N`: the daemons run with
  *    LOG_LEVEL=trace and the first N turns of each are printed mark by mark with the daemon's own
@@ -257,11 +260,34 @@ async function burstDaemon(mode: 'bwrap' | 'none'): Promise<BurstDaemon> {
       SANDBOX: mode,
       LOG_LEVEL: args.trace ? 'trace' : 'info',
       SESSION_API_KEY: key,
+      METRICS_PORT: '0',
     },
     tempDir(),
     { nodeArgs: startFlags() },
   );
   return { mode, d, llm, key };
+}
+
+/** Spares of the daemon starting now (its /metrics: parley_sandbox_spares). */
+async function sparesStarting(b: BurstDaemon): Promise<number> {
+  const port = Number(/"metrics_port":(\d+)/.exec(b.d.output.join('\n'))?.[1]);
+  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+  return Number(/^parley_sandbox_spares\{state="starting"\} (\d+)$/m.exec(text)?.[1] ?? 0);
+}
+
+/**
+ * Between bursts, every daemon at rest: REST_MS with no conversation (the arrivals have stopped:
+ * src/sandbox/holders.ts QUIET_MS), then until none starts a spare for a second, so no burst runs
+ * beside another daemon's spares starting (or its own, left from the burst before).
+ */
+const REST_MS = 8000;
+async function rest(daemons: BurstDaemon[]): Promise<void> {
+  await new Promise((r) => setTimeout(r, REST_MS));
+  for (let still = 0; still < 4; ) {
+    const starting = (await Promise.all(daemons.map(sparesStarting))).reduce((a, x) => a + x, 0);
+    still = starting === 0 ? still + 1 : 0;
+    await new Promise((r) => setTimeout(r, 250));
+  }
 }
 
 async function stopDaemons(daemons: BurstDaemon[]): Promise<void> {
@@ -354,6 +380,7 @@ async function coldBursts(): Promise<void> {
     for (const b of daemons) await coldTurn(b); // the daemon's first conversation (first LLM client, first tool calls): not counted
     for (let round = 0; round < ROUNDS; round++) {
       for (const b of round % 2 ? [...daemons].reverse() : daemons) {
+        await rest(daemons);
         for (let i = 0; i < BURST; i++) turnsOf.get(b)!.push(await coldTurn(b));
       }
     }
@@ -378,6 +405,12 @@ async function coldBursts(): Promise<void> {
     );
   }
   console.log(`  ratio bwrap / none (p50): ${(p50(bw) / p50(no)).toFixed(2)}`);
+  // the first burst's spares are sized from no arrivals; a later one finds those the burst before it left held
+  for (const b of daemons) {
+    const ms = turnsOf.get(b)!.map((t) => t.ms);
+    const rounds = Array.from({ length: ROUNDS }, (_, r) => ms_(median(ms.slice(r * BURST, (r + 1) * BURST))));
+    console.log(`  ${b.mode} p50 by burst: ${rounds.join(' / ')} ms`);
+  }
   for (const b of daemons) {
     const order = turnsOf.get(b)!.map((t) => t.ms.toFixed(0));
     console.log(`  ${b.mode} turns in order (ms): ${order.join(' ')}`);
