@@ -174,7 +174,8 @@ export function callNumbers(name: string = process.arch): (typeof ARCHES)[Arch] 
  *   child, as nsenter does, would stay stopped with nothing to resume it), then ends as the child
  *   did: the same exit status, or killed by the same signal. The child, pid N of the sandbox:
  * - starts a session of its own (setsid: no terminal of the host's to inject into) and asks for
- *   SIGKILL when its parent dies;
+ *   SIGKILL when its parent dies, then checks that it still has that parent (one that died before
+ *   the ask would not send it: the child would run its command with nothing waiting for it);
  * - drops every capability entering the user namespace gave: the bounding set (uid 0 would get it
  *   back at exec), the ambient set, then effective, permitted and inheritable;
  * - sets no_new_privs, loads the filter (hex of seccompProgram());
@@ -189,11 +190,13 @@ export function seccompLoader(name: string = process.arch): string {
     `syscall(${t.prctl}, 4, 0, 0, 0, 0) == 0 or die "parley: dumpable: $!\\n";`,
     'syscall(436, 3, ~0, 0) == 0 or do { opendir(my $d, q(/proc/self/fd)) or die "parley: /proc/self/fd: $!\\n";',
     'for (grep { /^\\d+$/ && $_ > 2 && $_ != fileno($d) } readdir $d) { open(my $h, q(<&=), $_) and close $h } };',
-    'my $k = fork // die "parley: fork: $!\\n";',
+    'my $me = $$; my $k = fork // die "parley: fork: $!\\n";',
     'if ($k) { close STDIN; close STDOUT; close STDERR; waitpid($k, 0) == $k or exit 125;',
     'my $s = $? & 127; kill $s, $$ if $s; exit($s ? 128 + $s : $? >> 8) }',
     `syscall(${t.setsid}) > 0 or die "parley: setsid: $!\\n";`,
     `syscall(${t.prctl}, 1, 9, 0, 0, 0) == 0 or die "parley: pdeathsig: $!\\n";`,
+    // (a parent outside the pid namespace reads as 0; one gone before the prctl, as the reaper that took the child)
+    'my $pp = getppid(); $pp == 0 || $pp == $me or die "parley: the process that started it is gone\\n";',
     // PR_CAPBSET_DROP for every capability the kernel has (EINVAL past the last), PR_CAP_AMBIENT_CLEAR_ALL, capset of zeros (version 3)
     `for my $c (0 .. 63) { next if syscall(${t.prctl}, 24, $c, 0, 0, 0) == 0; last if $! + 0 == 22; die "parley: capability $c: $!\\n" }`,
     `syscall(${t.prctl}, 47, 4, 0, 0, 0) == 0 or die "parley: ambient capabilities: $!\\n";`,
