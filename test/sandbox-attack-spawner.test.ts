@@ -23,6 +23,7 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { ROOT_RUN } from './support/attack.js';
 import { waitFor } from './support/daemon.js';
+import { fdHolders } from './support/processes.js';
 import { CANARIES, type Harness, harness, hostProcess, nsOf, pidsInNs, rev, sandboxTmp } from './support/sandbox-harness.js';
 
 /**
@@ -339,25 +340,8 @@ describe("the sandbox's helpers are out of the agent's reach", {
     assert.equal(links.get(255), links.get(2), shown);
     // (its joiner closed its own copies once it forked it)
     const allowed = new Set([pid('daemon'), ...pidsInNs(ns)]);
-    const targets = new Set(links.values());
-    for (const p of hostPids()) {
-      if (allowed.has(p)) continue;
-      let fds: string[] = [];
-      try {
-        fds = fs.readdirSync(`/proc/${p}/fd`);
-      } catch {
-        continue;
-      }
-      for (const fd of fds) {
-        let l = '';
-        try {
-          l = fs.readlinkSync(`/proc/${p}/fd/${fd}`);
-        } catch {
-          continue;
-        }
-        assert.ok(!targets.has(l), `${p} (${cmdline(p).slice(0, 80)}) holds the shell's ${l} on fd ${fd}`);
-      }
-    }
+    const outside = fdHolders(...new Set(links.values())).filter((h) => !allowed.has(Number(h.split(' ')[0])));
+    assert.deepEqual(outside, [], "no other process holds the shell's stdio");
   });
 
   test('the agent stops and resumes its own shell: its joiner on the host is not left stopped', async () => {

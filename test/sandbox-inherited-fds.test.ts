@@ -13,6 +13,7 @@ import { inheritedFds } from '../src/inherited-fds.js';
 import { findProgram } from '../src/sandbox/programs.js';
 import { seccompLoader, seccompProgram } from '../src/sandbox/seccomp.js';
 import { removeDir, tempDir } from './support/daemon.js';
+import { fdHolders as holders } from './support/processes.js';
 import { terminalTurn, useScriptedDaemon } from './support/scripted-daemon.js';
 
 const CANARY = 'HOST-ONLY-CANARY-4f1c2b';
@@ -22,37 +23,6 @@ const fifo = path.join(dir, 'host.fifo');
 fs.writeFileSync(secret, `${CANARY}\n`);
 execFileSync('mkfifo', [fifo]);
 after(() => removeDir(dir));
-
-/** Every process but this one that holds `file` open: "pid comm". */
-function holders(...files: string[]): string[] {
-  const found: string[] = [];
-  for (const pid of fs.readdirSync('/proc').filter((n) => /^\d+$/.test(n) && Number(n) !== process.pid)) {
-    let fds: string[];
-    try {
-      fds = fs.readdirSync(`/proc/${pid}/fd`);
-    } catch {
-      continue;
-    }
-    for (const fd of fds) {
-      let target = '';
-      try {
-        target = fs.readlinkSync(`/proc/${pid}/fd/${fd}`);
-      } catch {
-        continue;
-      }
-      if (files.includes(target)) {
-        let comm = '?';
-        try {
-          comm = fs.readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
-        } catch {
-          /* gone */
-        }
-        found.push(`${pid} ${comm} fd ${fd} → ${target}`);
-      }
-    }
-  }
-  return found;
-}
 
 for (const mode of ['bwrap', 'none'] as const) {
   describe(`SANDBOX=${mode}: a daemon started with the host's file on fd 77 and a FIFO on fd 240`, { timeout: 240_000 }, () => {

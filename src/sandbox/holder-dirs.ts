@@ -203,12 +203,15 @@ export function adoptWithContents(
 /** The adopted spare's emptied directory goes off the conversation's path (a removal takes ms under load). */
 function removeLater(dir: string): void {
   fs.promises.rm(dir, { recursive: true, force: true }).catch(() => {
-    /* removeStaleSpares, at the next start */
+    /* removeSpares, at the next start */
   });
 }
 
-/** Spare holders' directories of daemons that are gone (a crash leaves them). */
-export function removeStaleSpares(dir: string): void {
+/**
+ * Removes spare holders' directories under `dir`: `stale`, those of daemons that are gone (a crash leaves
+ * them; at a start); `own`, what is left of this daemon's (a stop, once their disks are unmounted).
+ */
+export function removeSpares(dir: string, whose: 'stale' | 'own'): void {
   let names: string[];
   try {
     names = fs.readdirSync(dir);
@@ -219,24 +222,11 @@ export function removeStaleSpares(dir: string): void {
     const m = /^\.spare-(\d+)-\d+$/.exec(name);
     if (!m) continue;
     const pid = Number(m[1]);
-    if (pid !== process.pid && !isAlive(pid)) fs.rmSync(path.join(dir, name), { recursive: true, force: true });
-  }
-}
-
-/** Removes what is left of this daemon's spares' directories under `dir` (a stop, once their disks are unmounted). */
-export function removeOwnSpares(dir: string): void {
-  let names: string[] = [];
-  try {
-    names = fs.readdirSync(dir);
-  } catch {
-    return;
-  }
-  for (const n of names) {
-    if (!n.startsWith(`.spare-${process.pid}-`)) continue;
+    if (whose === 'own' ? pid !== process.pid : pid === process.pid || isAlive(pid)) continue;
     try {
-      fs.rmSync(path.join(dir, n), { recursive: true, force: true });
+      fs.rmSync(path.join(dir, name), { recursive: true, force: true });
     } catch {
-      /* removeStaleSpares, at the next start */
+      /* a stale one at the next start */
     }
   }
 }

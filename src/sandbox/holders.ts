@@ -16,7 +16,7 @@ import { canRenice, niceJoinedSession, SPARE_NICE, setNice } from './priority.js
 import { Arrivals } from './arrivals.js';
 import { allEnded } from './processes.js';
 import { fifosAhead, Holder, type HolderSetup } from './holder-launch.js';
-import { adoptDirs, adoptImageDirs, adoptWithContents, imageDirs, makeStateDirs, ownWorkspace, removeOwnSpares, removeStaleSpares } from './holder-dirs.js';
+import { adoptDirs, adoptImageDirs, adoptWithContents, imageDirs, makeStateDirs, ownWorkspace, removeSpares } from './holder-dirs.js';
 import { fdLine, joinerArgv, translateEnv, type JoinSetup } from './join.js';
 import { signalGroup } from '../process-group.js';
 import { VISIBLE_WORKSPACE } from './settings.js';
@@ -125,7 +125,7 @@ export class Holders {
     private readonly disks: Disks | null,
   ) {
     this.joining = { settings: s.settings, join: s.join, hasCgroups: s.cgroups !== null, asRoot: s.ids !== null, filterHex: s.seccomp.agent.toString('hex') };
-    removeStaleSpares(path.join(s.workspaceRoot, '.sandbox'));
+    removeSpares(path.join(s.workspaceRoot, '.sandbox'), 'stale');
     this.tmpMounts = new Set(s.settings.roBinds.map((d) => /^\/(?:var\/)?tmp\/([^/]+)/.exec(path.resolve(d))?.[1]).filter((n): n is string => n !== undefined));
   }
 
@@ -313,7 +313,7 @@ export class Holders {
     const target = this.spareTarget(now);
     if (this.spares.length > target && this.isQuiet(now)) {
       // the ready ones are kept first
-      const keep = new Set([...this.spares.filter((h) => h.fds !== null), ...this.spares].slice(0, target));
+      const keep = new Set([...new Set([...this.spares.filter((h) => h.fds !== null), ...this.spares])].slice(0, target));
       for (const h of [...this.spares]) {
         const since = this.readyAt.get(h);
         if (keep.has(h) || since === undefined || now - since < q) continue;
@@ -562,7 +562,7 @@ export class Holders {
 
   /** Removes what is left of this daemon's spares' directories (a stop, once their disks are unmounted). */
   removeSpareDirs(): void {
-    removeOwnSpares(path.join(this.s.workspaceRoot, '.sandbox'));
+    removeSpares(path.join(this.s.workspaceRoot, '.sandbox'), 'own');
   }
 
   /** Kills the spares (the live ones are the launcher's to close) and waits for them to be gone. */

@@ -1,4 +1,4 @@
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 
 /** Alive = exists and is not a zombie (a reparented zombie may linger if PID 1 does not reap). */
 export function isAlive(pid: number): boolean {
@@ -85,4 +85,35 @@ export function threadsCpuMs(pid: number): number {
     // the process ended
   }
   return ns / 1e6;
+}
+
+/** Every process but this one that holds one of `files` (paths, or `pipe:[N]`-style fd targets) open: "pid comm fd N → target". */
+export function fdHolders(...files: string[]): string[] {
+  const found: string[] = [];
+  for (const pid of readdirSync('/proc').filter((n) => /^\d+$/.test(n) && Number(n) !== process.pid)) {
+    let fds: string[];
+    try {
+      fds = readdirSync(`/proc/${pid}/fd`);
+    } catch {
+      continue;
+    }
+    for (const fd of fds) {
+      let target = '';
+      try {
+        target = readlinkSync(`/proc/${pid}/fd/${fd}`);
+      } catch {
+        continue;
+      }
+      if (files.includes(target)) {
+        let comm = '?';
+        try {
+          comm = readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
+        } catch {
+          /* gone */
+        }
+        found.push(`${pid} ${comm} fd ${fd} → ${target}`);
+      }
+    }
+  }
+  return found;
 }
