@@ -28,19 +28,27 @@ const spareDirs = (root: string) => {
   }
 };
 
+/** Runs `argv` in conversation `id`'s sandbox: its exit code, its stdout and its stderr. */
+function runIn(sb: Sandbox, root: string, id: string, argv: string[]): Promise<{ code: number | null; out: string; err: string }> {
+  return new Promise((resolve) => {
+    const c = sb.spawn(id, argv, { workspaceDir: path.join(root, id.replace(/-/g, '')), env: sb.env(), stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    c.stdout!.on('data', (d: Buffer) => (out += d.toString('utf8')));
+    c.stderr!.on('data', (d: Buffer) => (err += d.toString('utf8')));
+    c.on('close', (code) => resolve({ code, out, err }));
+  });
+}
+
 describe('sandbox: spare holders kept ahead of a burst (in-process launcher, real bwrap)', { timeout: 170_000 }, () => {
   test('a burst raises the spares; conversations begun at once each get a holder of their own; the extras are closed once the arrivals stop', async () => {
     const root = tempDir();
     // (spareHoldMs 0: no spares held for a next burst, tested below)
     const sb = await Sandbox.open({ ...DEFAULT_SANDBOX_SETTINGS, mode: 'bwrap', spareQuietMs: 1500, spareHoldMs: 0 }, { workspaceRoot: root });
-    const run = (id: string, script: string) =>
-      new Promise<{ code: number | null; out: string }>((resolve) => {
-        const c = sb.spawn(id, ['sh', '-c', script], { workspaceDir: path.join(root, id.replace(/-/g, '')), env: sb.env(), stdio: ['ignore', 'pipe', 'pipe'] });
-        let out = '';
-        c.stdout!.on('data', (d: Buffer) => (out += d.toString('utf8')));
-        c.stderr!.on('data', (d: Buffer) => (out += d.toString('utf8')));
-        c.on('close', (code) => resolve({ code, out }));
-      });
+    const run = async (id: string, script: string) => {
+      const r = await runIn(sb, root, id, ['sh', '-c', script]);
+      return { code: r.code, out: r.out + r.err };
+    };
     try {
       await sb.warm();
       assert.equal(sb.spares.alive, 1, 'one spare before any conversation');
@@ -91,19 +99,7 @@ describe('sandbox: spare holders kept ahead of a burst (in-process launcher, rea
       const second = Array.from({ length: burst }, () => crypto.randomUUID());
       for (const id of second) sb.prepare(id);
       assert.equal(sb.spares.alive, 0, 'every held spare was taken, one by each conversation');
-      const ns = await Promise.all(
-        second.map(async (id) => {
-          const c = sb.spawn(id, ['readlink', '/proc/self/ns/pid'], {
-            workspaceDir: path.join(root, id.replace(/-/g, '')),
-            env: sb.env(),
-            stdio: ['ignore', 'pipe', 'pipe'],
-          });
-          let out = '';
-          c.stdout!.on('data', (d: Buffer) => (out += d.toString('utf8')));
-          await new Promise((r) => c.on('close', r));
-          return out.trim();
-        }),
-      );
+      const ns = await Promise.all(second.map(async (id) => (await runIn(sb, root, id, ['readlink', '/proc/self/ns/pid'])).out.trim()));
       assert.equal(new Set(ns).size, burst, `one pid namespace per conversation: ${ns.join(', ')}`);
       // held again, then back to one spare once spareHoldMs has passed since the last take
       await Promise.all(second.map((id) => sb.closeConversation(id)));
@@ -150,14 +146,7 @@ describe('sandbox: a spare waits at a lower CPU priority (root daemon)', { timeo
         `the spare's file service is niced: ${niceOf(spare).join(' ')}`,
       );
       const id = crypto.randomUUID();
-      const c = sb.spawn(id, ['sh', '-c', 'cut -d" " -f19 /proc/self/stat'], {
-        workspaceDir: path.join(root, id.replace(/-/g, '')),
-        env: sb.env(),
-        stdio: ['ignore', 'pipe', 'inherit'],
-      });
-      let out = '';
-      c.stdout!.on('data', (d: Buffer) => (out += d.toString('utf8')));
-      await new Promise((r) => c.on('close', r));
+      const { out } = await runIn(sb, root, id, ['sh', '-c', 'cut -d" " -f19 /proc/self/stat']);
       assert.equal(out.trim(), '0', "the conversation's process runs at the normal priority");
       assert.ok(
         niceOf(spare).every((n) => n === 0),
