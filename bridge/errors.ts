@@ -7,7 +7,7 @@ import type { Logger } from 'pino';
 import { toValidationIssues } from '../src/api/validation.js';
 import { ERROR_KINDS, errorKind, type RequestValidationError } from '../src/errors.js';
 import type { Redactor } from '../src/secrets/redact.js';
-import type { z } from 'zod';
+import type * as z from 'zod';
 
 interface HttpError {
   status: number;

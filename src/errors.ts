@@ -1,5 +1,5 @@
 /** Typed core errors, and the one table (ERROR_KINDS, below) of what each door answers for each. */
-import { z } from 'zod';
+import * as z from 'zod';
 
 export class NotFoundError extends Error {
   override name = 'NotFoundError';

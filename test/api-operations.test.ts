@@ -10,7 +10,7 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { after, before, describe, test } from 'node:test';
-import type { z } from 'zod';
+import type * as z from 'zod';
 import { buildOpenApi } from '../bridge/openapi.js';
 import { pathParams, type RouteRequest } from '../bridge/route.js';
 import { RouteTable, tableRoutes } from '../bridge/routes.js';

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { z } from 'zod';
+import * as z from 'zod';
 import { createFileEditorTool, type FileEditorTool } from '../src/tools/file-editor.js';
 import { Sandbox } from '../src/sandbox/launcher.js';
 import type { ToolContext } from '../src/tools/types.js';

@@ -1,7 +1,7 @@
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import { z } from 'zod';
+import * as z from 'zod';
 import { EventBus } from '../src/events/bus.js';
 import { EventLog } from '../src/events/log.js';
 import { Redactor } from '../src/secrets/redact.js';

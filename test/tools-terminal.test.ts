@@ -8,7 +8,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { z } from 'zod';
+import * as z from 'zod';
 import { Sandbox } from '../src/sandbox/launcher.js';
 import { createTerminalTool } from '../src/tools/terminal/tool.js';
 import type { ToolContext } from '../src/tools/types.js';

@@ -8,7 +8,7 @@
  * declared here because the agent sits below the conversation layer); src/conversation/record-data.ts
  * extends it into the one schema of everything a record holds, and parses each record it loads.
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import type { Settings } from '../secrets/settings.js';
 import type { ConversationRecord } from '../store/types.js';
 import { StoredAnalyzer } from './security-analyzer.js';

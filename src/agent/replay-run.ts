@@ -7,7 +7,7 @@
  * effect here: `create` for a new file, `str_replace` of the current content otherwise.
  */
 import crypto from 'node:crypto';
-import type { z } from 'zod';
+import type * as z from 'zod';
 import type { EventLog } from '../events/log.js';
 import { mapReplayCommand, mapReplayPath, type ReplayPlan, type ReplayStep } from './replay-plan.js';
 import { actionOf, type Tool, type ToolContext } from '../tools/types.js';

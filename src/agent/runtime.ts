@@ -7,7 +7,7 @@
  */
 import crypto from 'node:crypto';
 import type { Logger } from 'pino';
-import type { z } from 'zod';
+import type * as z from 'zod';
 import type { EventLog } from '../events/log.js';
 import { stateUpdate, type EventOf } from '../events/schema.js';
 import type { EventDraft } from '../events/types.js';

@@ -9,7 +9,7 @@
  * The model's word is the whole analysis: it is what the LLM analyzer is (a prompt injection can
  * make the model call a dangerous action LOW). The sandbox, not this, is the boundary.
  */
-import { z } from 'zod';
+import * as z from 'zod';
 
 const SECURITY_RISKS = ['UNKNOWN', 'LOW', 'MEDIUM', 'HIGH'] as const;
 export type SecurityRisk = (typeof SECURITY_RISKS)[number];

@@ -10,7 +10,7 @@
  * the built-in tools are the same objects for the daemon's life; a conversation's MCP tools make their
  * own lists, which go when their tools do.
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import type { LlmToolSpec } from '../llm/types.js';
 import type { Tool } from '../tools/types.js';
 import { withRiskArgument } from './security-analyzer.js';

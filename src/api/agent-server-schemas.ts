@@ -4,7 +4,7 @@
  * the workspace side channels. Kept apart from `schemas.ts`, whose `InitSessionRequest` and its 422s
  * are the interface's own and do not change for this client.
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import { builtOnFirstUse } from './lazy-schemas.js';
 import { ConfirmationPolicy } from '../conversation/agent-server.js';
 import { EXECUTION_STATUSES } from '../conversation/conversations.js';

@@ -1,5 +1,5 @@
 /** Event search filters beyond the interface's own (what OpenHands' client sends): a text match and a time window. */
-import { z } from 'zod';
+import * as z from 'zod';
 
 const Timestamp = z.iso.datetime({ offset: true, local: true });
 

@@ -9,7 +9,7 @@
  * the bridge reads requests and turns this description into the operation's input, and a failed
  * field back into the `loc` of a 422 (`["path", …]`, `["query", …]`, `["body", …]`).
  */
-import type { z } from 'zod';
+import type * as z from 'zod';
 import type { Core } from '../core.js';
 
 type OperationType = 'query' | 'mutation';

@@ -2,7 +2,7 @@
  * The typed core API: one tRPC procedure per operation of the table (operations.ts), generated,
  * plus the `events` subscription. REST (the bridge) runs the same table.
  */
-import type { z } from 'zod';
+import type * as z from 'zod';
 import { ApiSchemas } from './schemas.js';
 import { eventStream } from './subscription.js';
 import { procedure, router } from './trpc.js';

@@ -2,7 +2,7 @@
  * Every wire schema, in one place: validation, TypeScript types and the OpenAPI document
  * all come from these zod objects. Component names (`.meta({ id })`) follow the interface document.
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import { builtOnFirstUse } from './lazy-schemas.js';
 import { ConversationInfo } from '../conversation/conversations.js';
 import { Event, EventSource, MESSAGE_ROLES } from '../events/schema.js';

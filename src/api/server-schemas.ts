@@ -6,7 +6,7 @@
  * Parley does not use, they are accepted and dropped where the client always sends them, and a 422
  * where giving them would expect something Parley does not do.
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import { builtOnFirstUse } from './lazy-schemas.js';
 import { PROFILE_NAME } from '../settings/llm-profiles.js';
 import { McpServerKey } from '../settings/mcp-servers.js';

@@ -1,5 +1,5 @@
 import { initTRPC, TRPCError } from '@trpc/server';
-import type { z } from 'zod';
+import type * as z from 'zod';
 import { ERROR_KINDS, errorKind, type ValidationIssue } from '../errors.js';
 import type { Core } from '../core.js';
 import { toValidationIssues } from './validation.js';

@@ -3,7 +3,7 @@
  * pydantic `type` names, full `loc` paths, and an `input` that never echoes a secret and, in all,
  * at most ECHO_BUDGET bytes of the request.
  */
-import type { z } from 'zod';
+import type * as z from 'zod';
 import type { ValidationIssue } from '../errors.js';
 import { SECRET_PLACEHOLDER } from '../secrets/redact.js';
 

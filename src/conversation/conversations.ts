@@ -5,7 +5,7 @@
  */
 import crypto from 'node:crypto';
 import type { Logger } from 'pino';
-import { z } from 'zod';
+import * as z from 'zod';
 import { NotFoundError, RequestValidationError } from '../errors.js';
 import type { EventLog } from '../events/log.js';
 import { GoalState, stateUpdate, stateUpdateValue, type EventOf } from '../events/schema.js';

@@ -11,7 +11,7 @@
  * parsed data and reported, and a key this version does not know is carried through untouched.
  * Conversations keeps both in the store when it writes the record back (conversations.ts).
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import { AgentRecordData } from '../agent/conversation-data.js';
 import { GoalState } from '../events/schema.js';
 import type { ConversationRecord } from '../store/types.js';

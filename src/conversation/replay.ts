@@ -19,7 +19,7 @@
  * OpenHands) are mapped to the new workspace, in file paths and in terminal commands; relative
  * paths are taken relative to the workspace.
  */
-import type { z } from 'zod';
+import type * as z from 'zod';
 import type { ValidationIssue } from '../errors.js';
 import { jsonShapeError, REPLAY_JSON_LIMITS } from '../body-shape.js';
 import { BUILTIN_TOOLS } from '../events/tool-catalog.js';

@@ -3,7 +3,7 @@
  * an action's thought, an observation's output. The request schemas in src/api/ are stricter
  * (no unknown fields, defaults filled in); these describe what is stored and sent.
  */
-import { z } from 'zod';
+import * as z from 'zod';
 
 export const TextContentItem = z.object({
   type: z.literal('text'),

@@ -7,7 +7,7 @@
  * Nothing validates events on the hot path: producers are type-checked against `EventDraft`.
  * Events written by 0.1.0 are brought to this shape as they are read (`upgradeEvent`).
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import { ACTION_SCHEMAS, OBSERVATION_SCHEMAS } from './tool-catalog.js';
 import { ContentItem, TextContentItem } from './content.js';
 

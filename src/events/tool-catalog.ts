@@ -8,7 +8,7 @@
  * It sits with the event model, below the tools: the events describe what a tool call records,
  * and the tools (src/tools/, above) implement the executors against these schemas.
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import { actionSchema, observationSchema } from './content.js';
 
 // ---- terminal -------------------------------------------------------------------------------------

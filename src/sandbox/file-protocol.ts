@@ -12,7 +12,7 @@
  * there, and the daemon refuses a frame over it before reading it).
  */
 import path from 'node:path';
-import { z } from 'zod';
+import * as z from 'zod';
 import type { ShapeLimits } from '../body-shape.js';
 
 /** What the service reports of a path (symlinks followed). */

@@ -5,7 +5,7 @@
  * Validation (unknown fields → 422, http(s) urls, stdio name pattern) happens at the API with this schema;
  * the functions here accept any value of the type and never throw.
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import { SECRET_PLACEHOLDER } from './redact.js';
 
 /** An http(s) URL (a server's address). */

@@ -10,7 +10,7 @@
  * naming the field, never stored as if it worked. The enabled servers join the default MCP config every
  * new conversation gets (settings.ts).
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import { SECRET_PLACEHOLDER } from '../secrets/redact.js';
 import type { McpConfig } from '../secrets/mcp-config.js';
 

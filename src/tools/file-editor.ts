@@ -12,7 +12,7 @@
  */
 import path from 'node:path';
 import { FileOpError, type Listing, type WorkspaceFiles } from '../sandbox/files.js';
-import type { z } from 'zod';
+import type * as z from 'zod';
 import { FILE_EDITOR, FILE_EDITOR_COMMANDS as COMMANDS, fileEditorParameters, type FileEditorObservation } from '../events/tool-catalog.js';
 import type { ObservationContent, Tool, ToolContext } from './types.js';
 

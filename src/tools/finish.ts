@@ -1,5 +1,5 @@
 /** `finish` tool: the agent's final answer. The agent loop ends the run when it sees tool_name `finish`. */
-import type { z } from 'zod';
+import type * as z from 'zod';
 import { FINISH, finishParameters, type FinishObservation } from '../events/tool-catalog.js';
 import type { Tool } from './types.js';
 

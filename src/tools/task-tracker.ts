@@ -5,7 +5,7 @@
  * task_tracker observation, read from the log (`lastTaskList`) whenever the tool needs it. Nothing
  * is kept in memory: the list survives a restart, an eviction and a move to another node.
  */
-import type { z } from 'zod';
+import type * as z from 'zod';
 import type { ParleyEvent } from '../events/schema.js';
 import { TASK_TRACKER, taskTrackerParameters, type TaskStatus, type TaskTrackerObservation } from '../events/tool-catalog.js';
 import type { EventQuery } from '../store/types.js';

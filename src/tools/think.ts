@@ -1,5 +1,5 @@
 /** `think` tool: lets the agent write down its reasoning; it changes nothing. */
-import type { z } from 'zod';
+import type * as z from 'zod';
 import { THINK, thinkParameters, type ThinkObservation } from '../events/tool-catalog.js';
 import type { Tool } from './types.js';
 

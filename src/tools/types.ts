@@ -1,4 +1,4 @@
-import type { z } from 'zod';
+import type * as z from 'zod';
 import type { ContentItem } from '../events/content.js';
 import type { Action, Observation } from '../events/schema.js';
 

@@ -10,7 +10,7 @@
  * not used): the answer tells a client what the project declares.
  */
 import { posix } from 'node:path';
-import { z } from 'zod';
+import * as z from 'zod';
 import { FileOpError, type WorkspaceFiles } from '../sandbox/files.js';
 
 const MAX_BYTES = 256 * 1024;

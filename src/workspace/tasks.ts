@@ -13,7 +13,7 @@
  *   API and are refused by validateSuggestedTask; OPEN_ISSUE is allowed and written so that it
  *   works from the title alone (no API calls, the agent pushes a branch).
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import { GIT_PROVIDERS, isGitProvider, TOKEN_ENV_VARS, type GitProvider } from './providers.js';
 
 const TASK_TYPES = ['MERGE_CONFLICTS', 'FAILING_CHECKS', 'UNRESOLVED_COMMENTS', 'OPEN_ISSUE'] as const;

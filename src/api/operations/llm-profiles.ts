@@ -2,7 +2,7 @@
  * OpenHands agent-server's LLM catalog and subscription sign-in, LLM profiles, agent profiles (and
  * meta-profiles, which Parley has no tool for).
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import { llmModels, llmProviders, verifiedLlmModels } from '../../llm/catalog.js';
 import { mutation, query } from '../operation.js';
 import { ApiSchemas as A } from '../schemas.js';

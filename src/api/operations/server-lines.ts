@@ -4,7 +4,7 @@
  * Parley does not offer, each a 501 with its reason (what needs the internet or a third party Parley
  * does not reach, or a part of OpenHands Parley does not have).
  */
-import type { z } from 'zod';
+import type * as z from 'zod';
 import { NotImplementedError } from '../../errors.js';
 import { NO_INTERNET } from '../../conversation/project-extensions.js';
 import { mutation, type Operation, query, type RestRoute } from '../operation.js';

@@ -3,7 +3,7 @@
  * `GET` and `POST /api/settings` are settings.ts's, answering both shapes), the MCP test, `/api/init`,
  * and what Parley does not run (VS Code, a desktop, shared conversations).
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import { ConflictError, ForbiddenError, RequestValidationError } from '../../errors.js';
 import { checkMcpServer, toMcpConfig } from '../../settings/mcp-servers.js';
 import { agentSettingsSchema, conversationSettingsSchema } from '../../settings/settings-schema.js';

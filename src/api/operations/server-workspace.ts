@@ -2,7 +2,7 @@
  * OpenHands agent-server's file browser (a conversation's sandbox view), saved workspaces, skills,
  * hooks and sub-agents (and plugins, which Parley does not load).
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import type { FileBytes } from '../../conversation/side-channels.js';
 import { jsonOutput, mutation, query } from '../operation.js';
 import { ApiSchemas as A } from '../schemas.js';

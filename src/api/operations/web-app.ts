@@ -5,7 +5,7 @@
  * count, a conversation's runtime config, the runtime routes that carry a path in theirs, the app's
  * settings object and provider-token sign-out.
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import * as app from '../../conversation/app-server.js';
 import type { Core } from '../../core.js';
 import { AgentServerSchemas as AS } from '../agent-server-schemas.js';

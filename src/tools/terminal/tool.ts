@@ -6,7 +6,7 @@
  */
 import os from 'node:os';
 import path from 'node:path';
-import type { z } from 'zod';
+import type * as z from 'zod';
 import { TERMINAL, terminalParameters, type TerminalObservation } from '../../events/tool-catalog.js';
 import type { ShellSandbox } from '../../sandbox/types.js';
 import type { Tool, ToolContext } from '../types.js';
