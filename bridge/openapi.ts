@@ -3,10 +3,10 @@
  * operation's REST method, path, summary, tag and what its `doc` adds) and the zod schemas (the
  * components, the query parameters).
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import type { AnyOperation, RestRoute } from '../src/api/operation.js';
 import { operations } from '../src/api/operations.js';
-import { pathParams } from './route.js';
+import { alternativesByRoute, pathParams } from './route.js';
 
 type Json = Record<string, unknown>;
 const ref = (id: string) => ({ $ref: `#/components/schemas/${id}` });
@@ -117,10 +117,11 @@ export function buildOpenApi(version: string, authEnabled: boolean): Json {
   const entries = Object.entries(operations) as [string, AnyOperation][];
   // every operation's input is read here, which builds every schema module (src/api/lazy-schemas.ts):
   // the components they register, those named only in `doc` too, are in the registry before it is read
+  const byRoute = alternativesByRoute(entries);
   for (const [name, op] of entries) {
     const { rest } = op;
     if (rest.when) continue;
-    const alternatives = entries.filter(([, o]) => o.rest.when && o.rest.method === rest.method && o.rest.path === rest.path);
+    const alternatives = byRoute.get(`${rest.method} ${rest.path}`) ?? [];
     paths[rest.path] = { ...(paths[rest.path] as Json | undefined), [rest.method.toLowerCase()]: operationDoc(name, op, alternatives) };
   }
   const health = (summary: string, schema: Json) => ({

@@ -86,3 +86,18 @@ export function whenOf(rest: RestRoute): ((r: RouteRequest) => boolean) | undefi
     return !!b && typeof b === 'object' && !Array.isArray(b) && when.bodyHasAnyKey.some((k) => k in b);
   };
 }
+
+/**
+ * The operations with `when`, by the method and path they share with an operation without one
+ * (key: `GET /api/conversations`): one pass over the table, where a scan per route was ~8,000
+ * calls at every start, enough to have V8's optimizing compiler (and its memory) brought in then.
+ */
+export function alternativesByRoute<E extends [string, { rest: RestRoute }]>(entries: readonly E[]): Map<string, E[]> {
+  const byRoute = new Map<string, E[]>();
+  for (const e of entries) {
+    if (!e[1].rest.when) continue;
+    const key = `${e[1].rest.method} ${e[1].rest.path}`;
+    byRoute.set(key, [...(byRoute.get(key) ?? []), e]);
+  }
+  return byRoute;
+}

@@ -12,7 +12,7 @@
  */
 import { type OperationName, operations } from '../src/api/operations.js';
 import type { AnyOperation, HttpMethod } from '../src/api/operation.js';
-import { pathParams, type RouteRequest, type RouteTarget, routeTarget, whenOf } from './route.js';
+import { alternativesByRoute, pathParams, type RouteRequest, type RouteTarget, routeTarget, whenOf } from './route.js';
 
 export interface Route extends RouteTarget {
   method: HttpMethod;
@@ -35,12 +35,13 @@ export interface Route extends RouteTarget {
 /** Every route of the table (an operation with `when` is an alternative of the route of its method and path). */
 export function tableRoutes(): Route[] {
   const entries = Object.entries(operations) as [OperationName, AnyOperation][];
+  const byRoute = alternativesByRoute(entries);
   const routes: Route[] = [];
   for (const [name, { rest }] of entries) {
     if (rest.when) continue;
-    const alternatives = entries
-      .filter(([, o]) => o.rest.when && o.rest.method === rest.method && o.rest.path === rest.path)
-      .map(([n, o]) => ({ target: routeTarget(n, o.rest), when: whenOf(o.rest)! }));
+    const key = `${rest.method} ${rest.path}`;
+    const alternatives = (byRoute.get(key) ?? []).map(([n, o]) => ({ target: routeTarget(n, o.rest), when: whenOf(o.rest)! }));
+    byRoute.delete(key);
     const route: Route = {
       ...routeTarget(name, rest),
       method: rest.method,
@@ -58,7 +59,8 @@ export function tableRoutes(): Route[] {
     if (!alternatives.length) route.pick = () => route;
     routes.push(route);
   }
-  const orphan = entries.find(([, o]) => o.rest.when && !routes.some((r) => r.method === o.rest.method && r.path === o.rest.path));
+  // what is left has no operation without `when` to fall back to
+  const orphan = [...byRoute.values()][0]?.[0];
   if (orphan) throw new Error(`${orphan[0]}: \`when\` on ${orphan[1].rest.method} ${orphan[1].rest.path}, which no operation without \`when\` serves`);
   return routes;
 }
