@@ -17,7 +17,7 @@ import { describe, test } from 'node:test';
 import { ROOT, startDaemon, waitFor } from './support/daemon.js';
 import { readySpare, spareShells } from './support/holders.js';
 import { isAlive, livingProcesses } from './support/processes.js';
-import { which } from '../src/sandbox/processes.js';
+import { which } from '../src/sandbox/programs.js';
 import { Spawner, type RemoteChild, type Slot } from '../src/sandbox/spawner.js';
 import { callNumbers } from '../src/sandbox/seccomp.js';
 

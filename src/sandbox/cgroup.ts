@@ -116,6 +116,21 @@ function killPids(pids: number[]): void {
   }
 }
 
+/**
+ * SIGKILL to every process `list()` shows, again for those that appear meanwhile (a fork bomb forks
+ * while it is killed), until a look shows none not already sent one (bounded). A killed process stays
+ * listed until it has exited: looking until the list is empty spun through every round.
+ */
+function killUntilNoNew(list: () => number[]): void {
+  const sent = new Set<number>();
+  for (let i = 0; i < 50; i++) {
+    const fresh = list().filter((p) => !sent.has(p));
+    if (fresh.length === 0) return;
+    killPids(fresh);
+    for (const p of fresh) sent.add(p);
+  }
+}
+
 function write(file: string, value: string): void {
   fs.writeFileSync(file, value);
 }
@@ -258,14 +273,7 @@ class V1Backend implements CgroupBackend {
         return true;
       },
       pids: list,
-      killAll() {
-        // a fork bomb forks while we kill: repeat until the pids cgroup is empty (bounded)
-        for (let i = 0; i < 50; i++) {
-          const p = list();
-          if (p.length === 0) return;
-          killPids(p);
-        }
-      },
+      killAll: () => killUntilNoNew(list),
       async remove() {
         const a = await rmdirQuietAsync(mem);
         const b = await rmdirQuietAsync(pids);
@@ -336,11 +344,7 @@ class V2Backend implements CgroupBackend {
         try {
           write(path.join(dir, 'cgroup.kill'), '1');
         } catch {
-          for (let i = 0; i < 50; i++) {
-            const p = readPids(procs);
-            if (p.length === 0) return;
-            killPids(p);
-          }
+          killUntilNoNew(() => readPids(procs));
         }
       },
       remove: () => rmdirQuietAsync(dir),

@@ -1,6 +1,5 @@
 /** Small process and fd chores of the sandbox launcher (host side). */
 import fs from 'node:fs';
-import path from 'node:path';
 import { signalGroup } from '../process-group.js';
 import type { Readable, Writable } from 'node:stream';
 
@@ -17,21 +16,6 @@ export interface ProcessLike {
   once(event: 'exit' | 'close', listener: (code: number | null, signal: NodeJS.Signals | null) => void): this;
   once(event: 'error', listener: (err: Error) => void): this;
   removeListener(event: 'exit', listener: (code: number | null, signal: NodeJS.Signals | null) => void): this;
-}
-
-export function which(name: string): string | null {
-  if (name.includes('/')) return fs.existsSync(name) ? path.resolve(name) : null;
-  for (const dir of (process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin').split(':')) {
-    if (!dir) continue;
-    const p = path.join(dir, name);
-    try {
-      fs.accessSync(p, fs.constants.X_OK);
-      return p;
-    } catch {
-      /* next */
-    }
-  }
-  return null;
 }
 
 export function killTree(p: ProcessLike): void {

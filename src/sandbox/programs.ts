@@ -12,20 +12,36 @@ const SYSTEM_DIRS = ['/usr/local/sbin', '/usr/local/bin', '/usr/sbin', '/usr/bin
  * on PATH and then in the system directories; null when there is none.
  */
 export function findProgram(name: string, searchPath = process.env.PATH ?? ''): string | null {
+  return lookUp(name, [...searchPath.split(':'), ...SYSTEM_DIRS]);
+}
+
+/** The same on PATH alone (a shell's `command -v`), for tools the daemon's PATH must provide. */
+export function which(name: string): string | null {
+  return lookUp(name, (process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin').split(':'));
+}
+
+/**
+ * The directories are tried with a stat that returns nothing for a missing file rather than
+ * throwing: the start looks up a dozen programs in ~15 directories each, and an exception per miss
+ * was enough work to have V8 optimize Node's path and validation helpers before the first request.
+ */
+function lookUp(name: string, dirs: string[]): string | null {
   if (name.includes('/')) return isExecutable(name) ? path.resolve(name) : null;
-  for (const dir of [...searchPath.split(':'), ...SYSTEM_DIRS]) {
+  for (const dir of dirs) {
     if (!dir) continue;
-    const p = path.join(dir, name);
-    if (isExecutable(p)) return p;
+    const p = dir.endsWith('/') ? dir + name : `${dir}/${name}`;
+    if (isExecutable(p)) return path.normalize(p);
   }
   return null;
 }
 
 function isExecutable(p: string): boolean {
   try {
+    if (!fs.statSync(p, { throwIfNoEntry: false })?.isFile()) return false;
     fs.accessSync(p, fs.constants.X_OK);
-    return fs.statSync(p).isFile();
+    return true;
   } catch {
+    // not a directory, not searchable, not executable
     return false;
   }
 }
