@@ -13,7 +13,7 @@ import { findProgram, which } from '../src/sandbox/programs.js';
 import { tempDir, waitFor } from './support/daemon.js';
 
 describe('sandbox: finding programs', { timeout: 60_000 }, () => {
-  test('the first executable regular file on the path wins; a missing one, a directory, a non-executable file and a file as a path entry are passed over', () => {
+  test('the first executable file on the path wins; a missing one, a directory, a non-executable file and a file as a path entry are passed over', () => {
     const d = tempDir();
     const [a, b, c, notDir] = ['a', 'b', 'c', 'file'].map((n) => path.join(d, n));
     for (const x of [a!, b!, c!]) fs.mkdirSync(x);
