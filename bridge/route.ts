@@ -90,14 +90,16 @@ export function whenOf(rest: RestRoute): ((r: RouteRequest) => boolean) | undefi
 /**
  * The operations with `when`, by the method and path they share with an operation without one
  * (key: `GET /api/conversations`): one pass over the table, where a scan per route was ~8,000
- * calls at every start, enough to have V8's optimizing compiler (and its memory) brought in then.
+ * calls at every start, enough for V8 to optimize the scan before the first request.
  */
 export function alternativesByRoute<E extends [string, { rest: RestRoute }]>(entries: readonly E[]): Map<string, E[]> {
   const byRoute = new Map<string, E[]>();
   for (const e of entries) {
     if (!e[1].rest.when) continue;
     const key = `${e[1].rest.method} ${e[1].rest.path}`;
-    byRoute.set(key, [...(byRoute.get(key) ?? []), e]);
+    const list = byRoute.get(key);
+    if (list) list.push(e);
+    else byRoute.set(key, [e]);
   }
   return byRoute;
 }

@@ -22,15 +22,14 @@ export function which(name: string): string | null {
 
 /**
  * The directories are tried with a stat that returns nothing for a missing file rather than
- * throwing: the start looks up a dozen programs in ~15 directories each, and an exception per miss
- * was enough work to have V8 optimize Node's path and validation helpers before the first request.
+ * throwing: the start looks up a dozen programs in ~15 directories each, mostly misses.
  */
 function lookUp(name: string, dirs: string[]): string | null {
   if (name.includes('/')) return isExecutable(name) ? path.resolve(name) : null;
   for (const dir of dirs) {
     if (!dir) continue;
-    const p = dir.endsWith('/') ? dir + name : `${dir}/${name}`;
-    if (isExecutable(p)) return path.normalize(p);
+    const p = path.join(dir, name);
+    if (isExecutable(p)) return p;
   }
   return null;
 }
