@@ -12,9 +12,9 @@
 /** Layers from the bottom up; a module may import its own layer and the ones before it. */
 const LAYERS = [
   // config (and the sandbox settings it builds), domain errors, logger, metrics, process groups,
-  // body limits, and the one redaction function (redaction sits in base because every layer
+  // body limits, UTC timestamps, and the one redaction function (redaction sits in base because every layer
   // applies it at its exits).
-  ['base', '^src/(config|errors|logger|metrics|process-group|body-shape|sandbox-settings)\\.ts$|^src/secrets/redact\\.ts$'],
+  ['base', '^src/(config|errors|logger|metrics|process-group|body-shape|sandbox-settings|iso-time)\\.ts$|^src/secrets/redact\\.ts$'],
   // the Store interface and engines; the event model (with the tool payload schemas), log, bus, feed
   ['store-events', '^src/(store|events)/'],
   // how anything touches a conversation: bubblewrap, cgroups, in-sandbox file operations

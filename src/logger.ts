@@ -1,4 +1,5 @@
 import pino, { type Logger } from 'pino';
+import { isoTime } from './iso-time.js';
 import type { Redactor } from './secrets/redact.js';
 
 /** JSON logs on stdout (journald-friendly); every line passes through the redactor. */
@@ -7,7 +8,8 @@ export function createLogger(level: string, redactor: Redactor, destination?: pi
     {
       level,
       base: { service: 'parley' },
-      timestamp: pino.stdTimeFunctions.isoTime,
+      // pino's isoTime is toISOString, which sets up ICU's time zone (iso-time.ts)
+      timestamp: () => `,"time":"${isoTime()}"`,
       hooks: {
         streamWrite: (s: string) => redactor.redact(s),
       },

@@ -3,6 +3,7 @@ import type { ModelMessage } from 'ai';
 import type { ContentItem } from '../events/content.js';
 import { cacheControlProviderOptions } from '../llm/cache-control.js';
 import { unreachable, type EventOf, type Observation, type ParleyEvent } from '../events/schema.js';
+import { isoTime } from '../iso-time.js';
 
 interface SystemContext {
   workspaceDir: string;
@@ -14,7 +15,7 @@ interface SystemContext {
 }
 
 export function buildSystemPrompt(ctx: SystemContext): string {
-  const date = (ctx.date ?? new Date()).toISOString().slice(0, 10);
+  const date = isoTime(ctx.date?.getTime()).slice(0, 10);
   const parts = [
     ctx.sandboxed
       ? 'You are Parley, an autonomous AI software engineer working in a sandboxed workspace: ' +

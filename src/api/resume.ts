@@ -9,6 +9,7 @@
  * otherwise live only. A malformed `after_seq` is ignored as before (the socket never refused one);
  * a malformed `after_timestamp` is reported (`invalid`) and the stream goes live only.
  */
+import { isoTime } from '../iso-time.js';
 
 /** What a subscriber asked for; every field as it arrived (query strings are strings, tRPC input numbers). */
 export interface ResumeParams {
@@ -47,7 +48,7 @@ export function resumePoint(p: ResumeParams): ResumePoint {
   if (p.resend_mode === 'since' && p.after_timestamp) {
     const t = new Date(p.after_timestamp);
     if (Number.isNaN(t.getTime())) return { kind: 'live', invalid: 'after_timestamp is not an ISO 8601 timestamp' };
-    return { kind: 'since', timestamp: t.toISOString() };
+    return { kind: 'since', timestamp: isoTime(t.getTime()) };
   }
   return { kind: 'live' };
 }

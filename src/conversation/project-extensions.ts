@@ -21,6 +21,7 @@ import { loadProjectHooks } from '../workspace/hooks.js';
 import { loadProjectSkills, parseSkill, type SkillInfo } from '../workspace/skills.js';
 import { loadProjectAgents } from '../workspace/sub-agents.js';
 import type { WorkspaceBrowser } from './workspace-browser.js';
+import { isoTime } from '../iso-time.js';
 
 /** A source that is fetched over the network (OpenHands' git URLs and GitHub shorthands). */
 const REMOTE_SOURCE = /^(https?:|git@|ssh:|git:|github:|gitlab:)/i;
@@ -87,7 +88,7 @@ export class ProjectExtensions {
       source: req.source,
       resolved_ref: null,
       repo_path: req.repo_path ?? null,
-      installed_at: new Date().toISOString(),
+      installed_at: isoTime(),
       install_path: posix.join(dir, 'SKILL.md'),
       content,
       conversation_id: conversationId,

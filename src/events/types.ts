@@ -1,5 +1,6 @@
 import { pack } from 'msgpackr';
 import type { ParleyEvent } from './schema.js';
+import { isoTime } from '../iso-time.js';
 
 export type { EventDraft, ParleyEvent } from './schema.js';
 
@@ -39,4 +40,4 @@ export class EncodedEvent {
   }
 }
 
-export const nowIso = () => new Date().toISOString();
+export const nowIso = () => isoTime();

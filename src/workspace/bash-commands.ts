@@ -9,6 +9,7 @@
 import type { ChildProcess, StdioOptions } from 'node:child_process';
 import crypto from 'node:crypto';
 import { signalGroup } from '../process-group.js';
+import { isoTime } from '../iso-time.js';
 
 export interface CommandLauncher {
   spawn(argv: string[], opts: { cwd: string; env: Record<string, string>; stdio?: StdioOptions }): ChildProcess;
@@ -70,7 +71,7 @@ export class BashCommands {
     const command = this.record<BashCommand>({
       kind: 'BashCommand',
       id: crypto.randomUUID(),
-      timestamp: new Date().toISOString(),
+      timestamp: isoTime(),
       command: req.command,
       cwd: req.shownCwd,
       timeout: req.timeoutS,
@@ -90,7 +91,7 @@ export class BashCommands {
           this.record<BashOutput>({
             kind: 'BashOutput',
             id: crypto.randomUUID(),
-            timestamp: new Date().toISOString(),
+            timestamp: isoTime(),
             command_id: command.id,
             order: 0,
             exit_code: timedOut ? -1 : exitCode,

@@ -10,6 +10,7 @@ import { VISIBLE_OUTPUTS } from '../../sandbox/settings.js';
 import type { ShellSandbox } from '../../sandbox/types.js';
 import type { ToolContext } from '../types.js';
 import { truncateMiddle } from './output.js';
+import { isoTime } from '../../iso-time.js';
 
 /** The call an observation answers. */
 export interface CallBase {
@@ -43,7 +44,7 @@ export class Observations {
       const dirs = this.sandbox.enabled ? this.sandbox.dirs(conversationId) : null;
       const dir = dirs ? dirs.outputs.host : this.outputDirFor(conversationId);
       fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
-      const file = path.resolve(dir, `terminal-${new Date().toISOString().replace(/[:.]/g, '-')}-${process.pid}-${++this.outputSeq}.txt`);
+      const file = path.resolve(dir, `terminal-${isoTime().replace(/[:.]/g, '-')}-${process.pid}-${++this.outputSeq}.txt`);
       // the directory is read-only inside and the daemon's (the sandbox cannot put a link there);
       // the file is readable by the sandbox's uid
       const fd = fs.openSync(file, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600);
