@@ -25,7 +25,8 @@ export function isoTime(ms: number = Date.now()): string {
   const second = t - milli;
   if (second !== cachedSecond) {
     const d = new Date(second);
-    cachedPrefix = `${d.getUTCFullYear()}-${two(d.getUTCMonth() + 1)}-${two(d.getUTCDate())}T${two(d.getUTCHours())}:${two(d.getUTCMinutes())}:${two(d.getUTCSeconds())}.`;
+    const day = `${d.getUTCFullYear()}-${two(d.getUTCMonth() + 1)}-${two(d.getUTCDate())}`;
+    cachedPrefix = `${day}T${two(d.getUTCHours())}:${two(d.getUTCMinutes())}:${two(d.getUTCSeconds())}.`;
     cachedSecond = second;
   }
   return `${cachedPrefix}${milli < 10 ? '00' : milli < 100 ? '0' : ''}${milli}Z`;
