@@ -1,8 +1,8 @@
 /**
  * What the bubblewrap sandbox costs, measured against plain processes in the same run.
  *
- *   npx tsx scripts/bench-sandbox.ts [--shells 40] [--turns 20] [--burst 20] [--rounds 1] [--only burst|shells|memory|cpu] [--trace]
- *     [--dump N | --dump-over MS] [--sandboxes 8] [--conversations 10]
+ *   npx tsx scripts/bench-sandbox.ts [--shells 40] [--turns 20] [--burst 20] [--rounds 1] [--fresh] [--only burst|shells|memory|cpu]
+ *     [--trace] [--dump N | --dump-over MS] [--sandboxes 8] [--conversations 10]
  *
  * 1. Shell creation: `ShellSession.start` (the terminal's persistent bash: spawn, init script, ready
  *    marker) for a NEW conversation each time, through the launcher in bwrap mode (the conversation's
@@ -27,7 +27,8 @@
  *    uncounted conversation each), each burst after both daemons are at rest (8 s with no conversation,
  *    then no spare starting: the spares a burst leaves held for the next are ready). Prints the p50 and
  *    p90 of each mode, their ratio, the p50 of each burst (the first finds the spares of a daemon that
- *    has seen no burst; a later one, those the burst before it left held), and where the time
+ *    has seen no burst; a later one, those the burst before it left held; `--fresh`: both daemons are
+ *    started anew for each round, so every burst is a fresh daemon's first), and where the time
  *    of a turn goes (medians of the intervals between what this process sees: the LLM server's request
  *    arrivals and answers, the events arriving on the socket). `--trace --dump N`: the daemons run with
  *    LOG_LEVEL=trace and the first N turns of each are printed mark by mark with the daemon's own
@@ -73,6 +74,7 @@ const { values: args } = parseArgs({
     rounds: { type: 'string', default: '1' },
     only: { type: 'string' },
     trace: { type: 'boolean', default: false },
+    fresh: { type: 'boolean', default: false },
     dump: { type: 'string', default: '0' },
     'dump-over': { type: 'string', default: '' },
     sandboxes: { type: 'string', default: '8' },
@@ -373,31 +375,38 @@ const quantile = (xs: number[], q: number) => {
 };
 
 async function coldBursts(): Promise<void> {
-  const daemons = [await burstDaemon('bwrap'), await burstDaemon('none')];
-  const turnsOf = new Map<BurstDaemon, { ms: number; marks: [string, number][] }[]>(daemons.map((b) => [b, []]));
+  let daemons = [await burstDaemon('bwrap'), await burstDaemon('none')];
+  // the turns by mode (with --fresh the daemons of each round are new ones)
+  const turnsOf = new Map<BurstDaemon['mode'], { ms: number; marks: [string, number][] }[]>(daemons.map((b) => [b.mode, []]));
   const load0 = os.loadavg();
   try {
-    for (const b of daemons) await coldTurn(b); // the daemon's first conversation (first LLM client, first tool calls): not counted
     for (let round = 0; round < ROUNDS; round++) {
+      if (round > 0 && args.fresh) {
+        await stopDaemons(daemons);
+        daemons = [];
+        daemons.push(await burstDaemon('bwrap'), await burstDaemon('none'));
+      }
+      // the daemon's first conversation (first LLM client, first tool calls): not counted
+      if (round === 0 || args.fresh) for (const b of daemons) await coldTurn(b);
       for (const b of round % 2 ? [...daemons].reverse() : daemons) {
         await rest(daemons);
-        for (let i = 0; i < BURST; i++) turnsOf.get(b)!.push(await coldTurn(b));
+        for (let i = 0; i < BURST; i++) turnsOf.get(b.mode)!.push(await coldTurn(b));
       }
     }
   } finally {
     await stopDaemons(daemons);
   }
   const load1 = os.loadavg();
-  const p50 = (b: BurstDaemon) => median(turnsOf.get(b)!.map((t) => t.ms));
+  const p50 = (b: BurstDaemon) => median(turnsOf.get(b.mode)!.map((t) => t.ms));
   const [bw, no] = daemons as [BurstDaemon, BurstDaemon];
   console.log(
     `cold first turns: ${BURST} conversations back to back × ${ROUNDS} round(s) per mode, each one hello turn (shell, create, edit, finish: 4 LLM calls), ` +
       `POST …/events {run:true} → finished on its socket; ` +
       `load average ${load0.map((x) => x.toFixed(2)).join(' ')} at the start, ${load1.map((x) => x.toFixed(2)).join(' ')} at the end ` +
-      `(command: npx tsx scripts/bench-sandbox.ts --only burst --burst ${BURST} --rounds ${ROUNDS})`,
+      `(command: npx tsx scripts/bench-sandbox.ts --only burst --burst ${BURST} --rounds ${ROUNDS}${args.fresh ? ' --fresh' : ''})`,
   );
   for (const b of daemons) {
-    const ms = turnsOf.get(b)!.map((t) => t.ms);
+    const ms = turnsOf.get(b.mode)!.map((t) => t.ms);
     const mean = ms.reduce((a, x) => a + x, 0) / ms.length;
     console.log(
       `  ${b.mode.padEnd(5)}  p50 ${ms.length ? ms_(median(ms)) : '—'} ms  p90 ${ms_(quantile(ms, 0.9))} ms  mean ${ms_(mean)} ms  ` +
@@ -406,17 +415,18 @@ async function coldBursts(): Promise<void> {
   }
   console.log(`  ratio bwrap / none (p50): ${(p50(bw) / p50(no)).toFixed(2)}`);
   // the first burst's spares are sized from no arrivals; a later one finds those the burst before it left held
+  // (with --fresh every burst is a new daemon's first)
   for (const b of daemons) {
-    const ms = turnsOf.get(b)!.map((t) => t.ms);
+    const ms = turnsOf.get(b.mode)!.map((t) => t.ms);
     const rounds = Array.from({ length: ROUNDS }, (_, r) => ms_(median(ms.slice(r * BURST, (r + 1) * BURST))));
     console.log(`  ${b.mode} p50 by burst: ${rounds.join(' / ')} ms`);
   }
   for (const b of daemons) {
-    const order = turnsOf.get(b)!.map((t) => t.ms.toFixed(0));
+    const order = turnsOf.get(b.mode)!.map((t) => t.ms.toFixed(0));
     console.log(`  ${b.mode} turns in order (ms): ${order.join(' ')}`);
   }
   console.log('  where a cold turn goes (median ms between consecutive marks):');
-  const names = turnsOf.get(bw)![0]!.marks.map((m) => m[0]);
+  const names = turnsOf.get(bw.mode)![0]!.marks.map((m) => m[0]);
   console.log(`  | from → to | ${daemons.map((b) => b.mode).join(' | ')} |`);
   console.log(`  |---|${daemons.map(() => '---:').join('|')}|`);
   for (let i = 1; i < names.length; i++) {
@@ -424,7 +434,7 @@ async function coldBursts(): Promise<void> {
     const cells = daemons.map((b) =>
       ms_(
         median(
-          turnsOf.get(b)!.map((t) => {
+          turnsOf.get(b.mode)!.map((t) => {
             const a = t.marks.find((m) => m[0] === names[i - 1]);
             const z = t.marks.find((m) => m[0] === names[i]);
             return a && z ? z[1] - a[1] : Number.NaN;
@@ -436,7 +446,7 @@ async function coldBursts(): Promise<void> {
   }
   // --dump N: the first N turns of each mode, every mark in order (ms from the POST); --dump-over MS: the turns slower than MS
   for (const b of daemons) {
-    const all = turnsOf.get(b)!;
+    const all = turnsOf.get(b.mode)!;
     const over = args['dump-over'] ? Number(args['dump-over']) : Number.NaN;
     for (const t of Number.isFinite(over) ? all.filter((x) => x.ms > over) : all.slice(0, Number(args.dump))) {
       console.log(`  ${b.mode} turn of ${ms_(t.ms)} ms:`);
