@@ -22,7 +22,8 @@ import { resumePoint, type ResumePoint } from '../src/api/resume.js';
 import { ApiSchemas } from '../src/api/schemas.js';
 import { BODY_SHAPE_LIMITS, jsonShapeError, msgpackShapeError } from '../src/body-shape.js';
 import type { Core } from '../src/core.js';
-import { EncodedEvent, nowIso } from '../src/events/types.js';
+import { EncodedEvent } from '../src/events/types.js';
+import { isoTime } from '../src/iso-time.js';
 import type { LiveTopic, LiveTopics, TopicMember } from './topics.js';
 import type { WebSocket } from './uws.js';
 
@@ -259,7 +260,7 @@ export class EventSocket implements TopicMember {
   }
 
   private serverError(code: string, detail: string): void {
-    this.frame({ kind: 'ServerErrorEvent', id: crypto.randomUUID(), timestamp: nowIso(), source: 'environment', code, detail });
+    this.frame({ kind: 'ServerErrorEvent', id: crypto.randomUUID(), timestamp: isoTime(), source: 'environment', code, detail });
   }
 
   /** An invalid client frame: answered, counted; a client that does not read its answers or keeps sending junk is closed. */

@@ -383,8 +383,7 @@ async function coldBursts(): Promise<void> {
     for (let round = 0; round < ROUNDS; round++) {
       if (round > 0 && args.fresh) {
         await stopDaemons(daemons);
-        daemons = [];
-        daemons.push(await burstDaemon('bwrap'), await burstDaemon('none'));
+        daemons = [await burstDaemon('bwrap'), await burstDaemon('none')];
       }
       // the daemon's first conversation (first LLM client, first tool calls): not counted
       if (round === 0 || args.fresh) for (const b of daemons) await coldTurn(b);

@@ -3,7 +3,7 @@
  * from the UTC fields.
  *
  * Why not `toISOString`: V8's first call of it sets up ICU's host time zone (its rules and the zone
- * data they read, ~0.8 MiB of resident memory measured with /proc/<pid>/pagemap), though the
+ * data they read, ~0.9 MiB of resident memory measured with /proc/<pid>/pagemap), though the
  * result is UTC; the `getUTC*` accessors do not. Every log line and every event carries a
  * timestamp, so with `toISOString` an idle daemon paid for a time zone it never uses.
  *

@@ -11,7 +11,7 @@ import fs from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { Leases } from '../src/cluster/leases.js';
 import { ConflictError, UnavailableError } from '../src/errors.js';
-import { nowIso } from '../src/events/types.js';
+import { isoTime } from '../src/iso-time.js';
 import { workspacePath } from '../src/sandbox/workspace-dir.js';
 import { PostgresStore } from '../src/store/postgres.js';
 import { startNats, type NatsServer } from './support/cluster.js';
@@ -43,8 +43,8 @@ after(async () => {
 const record = (status: string) => ({
   id: crypto.randomUUID() as string,
   title: null,
-  created_at: nowIso(),
-  updated_at: nowIso(),
+  created_at: isoTime(),
+  updated_at: isoTime(),
   execution_status: status,
   data: {},
 });

@@ -11,7 +11,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test, type TestContext } from 'node:test';
 import { parseReplay } from '../src/conversation/replay.js';
-import { nowIso } from '../src/events/types.js';
+import { isoTime } from '../src/iso-time.js';
 import { workspacePath } from '../src/sandbox/workspace-dir.js';
 import { coreParts, statusTrail, type CoreParts } from './support/core-parts.js';
 import { waitFor } from './support/daemon.js';
@@ -47,7 +47,7 @@ async function parts(t: TestContext): Promise<CoreParts> {
 async function conversation(p: CoreParts, data: Record<string, unknown>, first: string | null = null): Promise<string> {
   const id = crypto.randomUUID();
   await p.conversations.create(
-    { id, title: null, created_at: nowIso(), updated_at: nowIso(), execution_status: 'idle', data: { setup: { phase: 'pending' }, ...data } },
+    { id, title: null, created_at: isoTime(), updated_at: isoTime(), execution_status: 'idle', data: { setup: { phase: 'pending' }, ...data } },
     first ? [{ kind: 'MessageEvent', source: 'user', llm_message: { role: 'user', content: [{ type: 'text', text: first }] } }] : [],
   );
   return id;

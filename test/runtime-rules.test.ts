@@ -10,7 +10,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test, type TestContext } from 'node:test';
-import { nowIso } from '../src/events/types.js';
+import { isoTime } from '../src/iso-time.js';
 import { workspacePath } from '../src/sandbox/workspace-dir.js';
 import { coreParts, gate, statusTrail, type CoreParts, type PartsOptions } from './support/core-parts.js';
 import { waitFor } from './support/daemon.js';
@@ -39,7 +39,7 @@ async function parts(t: TestContext, opts: PartsOptions = { llmUrl: llm.url }): 
 /** A new idle conversation holding one user message. */
 async function conversation(p: CoreParts, message = 'please help'): Promise<string> {
   const id = crypto.randomUUID();
-  await p.conversations.create({ id, title: null, created_at: nowIso(), updated_at: nowIso(), execution_status: 'idle', data: {} }, [
+  await p.conversations.create({ id, title: null, created_at: isoTime(), updated_at: isoTime(), execution_status: 'idle', data: {} }, [
     { kind: 'MessageEvent', source: 'user', llm_message: { role: 'user', content: [{ type: 'text', text: message }] } },
   ]);
   return id;

@@ -11,7 +11,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test, type TestContext } from 'node:test';
 import { ConflictError, NotFoundError, PayloadTooLargeError, RequestValidationError } from '../src/errors.js';
-import { nowIso } from '../src/events/types.js';
+import { isoTime } from '../src/iso-time.js';
 import { coreParts, gate, statusTrail, type CoreParts, type PartsOptions } from './support/core-parts.js';
 import { tempDir, waitFor } from './support/daemon.js';
 import { startGitServer, type GitHttpServer } from './support/git-server.js';
@@ -176,7 +176,7 @@ describe('ConversationService (no daemon)', { timeout: 180_000 }, () => {
     const p = await parts(t);
     const stored = async (data: Record<string, unknown>, message: string) => {
       const id = crypto.randomUUID();
-      await p.store.createConversation({ id, title: null, created_at: nowIso(), updated_at: nowIso(), execution_status: 'idle', data }, [
+      await p.store.createConversation({ id, title: null, created_at: isoTime(), updated_at: isoTime(), execution_status: 'idle', data }, [
         p.events.toStore({ kind: 'MessageEvent', source: 'user', llm_message: { role: 'user', content: text(message) } }),
       ]);
       return id;

@@ -9,7 +9,8 @@ import * as z from 'zod';
 import { NotFoundError, RequestValidationError } from '../errors.js';
 import type { EventLog } from '../events/log.js';
 import { GoalState, stateUpdate, stateUpdateValue, type EventOf } from '../events/schema.js';
-import { nowIso, type EncodedEvent, type EventDraft } from '../events/types.js';
+import type { EncodedEvent, EventDraft } from '../events/types.js';
+import { isoTime } from '../iso-time.js';
 import type { Redactor } from '../secrets/redact.js';
 import type { Settings } from '../secrets/settings.js';
 import type { ConversationRecord, ConversationStore } from '../store/types.js';
@@ -570,7 +571,7 @@ export class Conversations {
     return {
       kind: 'ConversationStateUpdateEvent',
       id: crypto.randomUUID(),
-      timestamp: nowIso(),
+      timestamp: isoTime(),
       source: 'environment',
       key: 'full_state',
       value: await this.info(conv),

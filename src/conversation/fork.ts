@@ -24,7 +24,7 @@ import { ConflictError, NotFoundError, UnavailableError } from '../errors.js';
 import type { EventLog } from '../events/log.js';
 import { stateUpdate } from '../events/schema.js';
 import type { EventDraft, ParleyEvent } from '../events/types.js';
-import { nowIso } from '../events/types.js';
+import { isoTime } from '../iso-time.js';
 import type { ProcessLauncher } from '../sandbox/types.js';
 import { createWorkspace } from '../sandbox/workspace-dir.js';
 import type { Conversations } from './conversations.js';
@@ -97,7 +97,7 @@ export class Forks {
     }
     if (req.tags) data.tags = req.tags;
     if (!req.reset_metrics && source.record.data.usage) data.usage = source.record.data.usage;
-    const now = nowIso();
+    const now = isoTime();
     const record: ParsedRecord = {
       id,
       title: req.title ?? source.record.title,

@@ -9,7 +9,8 @@ import type { Logger } from 'pino';
 import { ConflictError, RequestValidationError, type ValidationIssue } from '../errors.js';
 import type { ContentItem } from '../events/content.js';
 import type { EventLog } from '../events/log.js';
-import { nowIso, type EventDraft } from '../events/types.js';
+import type { EventDraft } from '../events/types.js';
+import { isoTime } from '../iso-time.js';
 import type { MessageRole } from '../events/schema.js';
 import type { Redactor } from '../secrets/redact.js';
 import type { Settings } from '../secrets/settings.js';
@@ -88,7 +89,7 @@ export class ConversationService {
       if (existing) return this.join(existing, req);
     }
     const id = req.conversation_id ?? crypto.randomUUID();
-    const now = nowIso();
+    const now = isoTime();
     const mcp = fullMcpConfig(mergeMcpConfig(await this.settings.defaultMcpConfig(), req.mcp_config));
     const mcpSealed = this.settings.sealMcp(mcp); // its secrets are redacted from here on (the title too)
     const title = deriveTitle({ ...req, initial_user_msg: req.initial_user_msg ?? replayText(replay?.firstMessage ?? null) });

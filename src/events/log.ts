@@ -11,7 +11,8 @@ import type { Redactor } from '../secrets/redact.js';
 import type { EventQuery, EventStore } from '../store/types.js';
 import type { EventBus } from './bus.js';
 import { EventFeed, type FeedOptions, type FeedSink } from './feed.js';
-import { EncodedEvent, nowIso, type EventDraft, type ParleyEvent } from './types.js';
+import { EncodedEvent, type EventDraft, type ParleyEvent } from './types.js';
+import { isoTime } from '../iso-time.js';
 import { EventPage } from './page.js';
 import { capEvent } from './cap.js';
 import { mark, published as tracePublished, tracing } from './turn-trace.js';
@@ -88,7 +89,7 @@ export class EventLog {
 
   /** A live-only event (no seq, not stored), e.g. StreamingDeltaEvent. */
   publishTransient(conversationId: string, draft: EventDraft): void {
-    const ev = { id: crypto.randomUUID(), timestamp: nowIso(), ...capEvent(this.redactor.redactDeep(draft), this.maxEventBytes) } as ParleyEvent;
+    const ev = { id: crypto.randomUUID(), timestamp: isoTime(), ...capEvent(this.redactor.redactDeep(draft), this.maxEventBytes) } as ParleyEvent;
     published.inc();
     this.bus.publish(conversationId, new EncodedEvent(ev));
   }

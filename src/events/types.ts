@@ -1,6 +1,5 @@
 import { pack } from 'msgpackr';
 import type { ParleyEvent } from './schema.js';
-import { isoTime } from '../iso-time.js';
 
 export type { EventDraft, ParleyEvent } from './schema.js';
 
@@ -39,5 +38,3 @@ export class EncodedEvent {
     return this.event.seq;
   }
 }
-
-export const nowIso = () => isoTime();

@@ -28,7 +28,8 @@
 import pg from 'pg';
 import { ConflictError, UnavailableError } from '../errors.js';
 import { uuidv7 } from '../events/ids.js';
-import { EncodedEvent, nowIso, type EventDraft, type ParleyEvent } from '../events/types.js';
+import { EncodedEvent, type EventDraft, type ParleyEvent } from '../events/types.js';
+import { isoTime } from '../iso-time.js';
 import { metrics } from '../metrics.js';
 import {
   conversationFromRow,
@@ -354,7 +355,7 @@ export class PostgresStore implements Store {
     const cols: (string | null)[][] = [[], [], [], [], [], [], [], []];
     const out: { p: Pending; events: ParleyEvent[] }[] = [];
     const byId = new Map<string, ParleyEvent>();
-    const now = nowIso();
+    const now = isoTime();
     for (const p of batch) {
       const events: ParleyEvent[] = [];
       for (const d of p.drafts) {
@@ -488,7 +489,7 @@ export class PostgresStore implements Store {
       args.push(k === 'data' ? JSON.stringify(v) : v);
       sets.push(`${k} = $${args.length}`);
     }
-    if (!('updated_at' in patch)) args.push(nowIso()), sets.push(`updated_at = $${args.length}`);
+    if (!('updated_at' in patch)) args.push(isoTime()), sets.push(`updated_at = $${args.length}`);
     args.push(id);
     await this.q(`UPDATE conversations SET ${sets.join(', ')} WHERE id = $${args.length}`, args);
   }

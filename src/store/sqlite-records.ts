@@ -7,7 +7,7 @@
  */
 import type Database from 'better-sqlite3';
 import { UnavailableError } from '../errors.js';
-import { nowIso } from '../events/types.js';
+import { isoTime } from '../iso-time.js';
 import { type DiskWatch, errorText, isDiskFull } from './disk-watch.js';
 import { cannotWrite, type prepareStatements } from './sqlite-schema.js';
 import { type ConversationPatch, type ConversationRecord, conversationFromRow, type SealedValue } from './types.js';
@@ -71,7 +71,7 @@ export class SqliteRecords {
       sets.push(`${k} = ?`);
       args.push(k === 'data' ? JSON.stringify(v) : v);
     }
-    if (!('updated_at' in patch)) sets.push('updated_at = ?'), args.push(nowIso());
+    if (!('updated_at' in patch)) sets.push('updated_at = ?'), args.push(isoTime());
     const sql = `UPDATE conversations SET ${sets.join(', ')} WHERE id = ?`;
     this.writeRow('storing the conversation', () => {
       let stmt = this.updates.get(sql);

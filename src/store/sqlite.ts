@@ -29,7 +29,8 @@ import path from 'node:path';
 import type Database from 'better-sqlite3';
 import { UnavailableError } from '../errors.js';
 import { uuidv7 } from '../events/ids.js';
-import { EncodedEvent, nowIso, type EventDraft, type ParleyEvent } from '../events/types.js';
+import { EncodedEvent, type EventDraft, type ParleyEvent } from '../events/types.js';
+import { isoTime } from '../iso-time.js';
 import { serializeEvent } from '../events/event-json.js';
 import { metrics } from '../metrics.js';
 import { DiskWatch, errorText, isDiskFull } from './disk-watch.js';
@@ -312,7 +313,7 @@ export class SqliteStore implements Store {
     const results: EncodedEvent[][] = [];
     const lines: string[] = [];
     const seqBefore = new Map<string, number>();
-    const now = nowIso(); // the commit time of the whole frame
+    const now = isoTime(); // the commit time of the whole frame
     for (const p of batch) {
       let seq = this.seqOf(p.conversationId);
       if (!seqBefore.has(p.conversationId)) seqBefore.set(p.conversationId, seq);
