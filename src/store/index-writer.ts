@@ -125,10 +125,10 @@ export class IndexWriter {
   }
 
   /**
-   * Sends a request (`transfer`: buffers it hands over, no longer usable here); resolves when its
-   * transaction has committed. The thread keeps the process alive only while a request waits.
+   * Sends a request (a frame's payload is shared memory: the thread reads the bytes the journal wrote);
+   * resolves when its transaction has committed. The thread keeps the process alive only while a request waits.
    */
-  ask(req: IndexRequest, transfer?: ArrayBuffer[]): Promise<void> {
+  ask(req: IndexRequest): Promise<void> {
     // the store's closing checkpoint needs no thread when none runs (SQLite checkpoints as the last connection closes)
     if (req.type === 'close' && !this.worker) return Promise.resolve();
     if (this.idleTimer) clearTimeout(this.idleTimer);
@@ -139,7 +139,7 @@ export class IndexWriter {
     return new Promise<void>((resolve, reject) => {
       this.waiting.set(n, { resolve, reject });
       worker.ref();
-      worker.postMessage({ ...req, n } as WriterRequest, transfer);
+      worker.postMessage({ ...req, n } as WriterRequest);
     }).finally(() => {
       if (this.waiting.size > 0) return;
       worker.unref();

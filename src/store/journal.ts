@@ -70,13 +70,13 @@ function parseLines(payload: string): IndexRow[] {
 }
 
 /**
- * A frame as the journal writes it: header (length, CRC-32) then the payload's UTF-8 bytes, in an
- * ArrayBuffer of its own (never Node's shared pool): once written, the store hands its payload to the
- * writer thread by transfer, without copying it or keeping it in the JS heap while it waits.
+ * A frame as the journal writes it: header (length, CRC-32) then the payload's UTF-8 bytes, in memory
+ * of its own outside the JS heap, shared (never Node's pool): once written, the payload waits in the
+ * store's tail and goes to the writer thread without a copy, and the collector never moves its bytes.
  */
 export function journalFrame(payload: string): Buffer {
   const len = Buffer.byteLength(payload);
-  const frame = Buffer.allocUnsafeSlow(HEADER_BYTES + len);
+  const frame = Buffer.from(new SharedArrayBuffer(HEADER_BYTES + len));
   frame.write(payload, HEADER_BYTES, 'utf8');
   frame.writeUInt32LE(len, 0);
   frame.writeUInt32LE(zlib.crc32(frame.subarray(HEADER_BYTES)), 4);
@@ -85,6 +85,23 @@ export function journalFrame(payload: string): Buffer {
 
 /** A frame's payload (its bytes after the header, the same memory). */
 export const framePayload = (frame: Buffer): Buffer => frame.subarray(HEADER_BYTES);
+
+/**
+ * Where each event's JSON text lies in a payload's bytes, in the frame's order: start and end (exclusive)
+ * of each, one pair after the other. A line is its header, a tab and the JSON, and neither JSON holds a
+ * raw tab or newline, so those two bytes find them.
+ */
+export function eventSpans(payload: Buffer): number[] {
+  const spans: number[] = [];
+  for (let at = 0; at < payload.length; ) {
+    const tab = payload.indexOf(9, at);
+    const newline = payload.indexOf(10, tab);
+    const end = newline < 0 ? payload.length : newline;
+    spans.push(tab + 1, end);
+    at = end + 1;
+  }
+  return spans;
+}
 
 /** A payload given as text or as its UTF-8 bytes (a written frame's, sent to the writer thread). */
 export type FramePayload = string | Uint8Array;

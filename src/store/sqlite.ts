@@ -36,7 +36,7 @@ import { metrics } from '../metrics.js';
 import { DiskWatch, errorText, isDiskFull } from './disk-watch.js';
 import { INLINE_INDEX_BYTES, IndexWriter, type IndexRequest } from './index-writer.js';
 import { lockDataDir } from './lock.js';
-import { framePayload, type Journal, journalEvents, journalFrame, journalIndexer, journalLine, type JournalPosition } from './journal.js';
+import { eventSpans, framePayload, type Journal, journalEvents, journalFrame, journalIndexer, journalLine, type JournalPosition } from './journal.js';
 import { countEvents, decodeBody, queryEvents } from './sqlite-reads.js';
 import { recoverJournal } from './sqlite-recovery.js';
 import { SqliteRecords } from './sqlite-records.js';
@@ -83,8 +83,10 @@ interface Pending {
 interface Frame {
   batch: Pending[];
   results: EncodedEvent[][];
-  /** The journal frame (journal.ts `journalFrame`): its payload goes on to the writer thread. */
+  /** The journal frame (journal.ts `journalFrame`): its payload waits in the tail and goes on to the writer thread. */
   bytes: Buffer;
+  /** Where each event's JSON text lies in the payload, in the frame's order (journal.ts `eventSpans`). */
+  spans: number[];
   /** Each conversation's last seq before the frame. */
   seqBefore: Map<string, number>;
 }
@@ -195,13 +197,15 @@ export class SqliteStore implements Store {
    */
   private readmit(payload: string, pos: JournalPosition): void {
     const newest = new Map<string, number>();
-    for (const { conversationId, event, json } of journalEvents(payload)) {
-      this.tail.add(conversationId, [{ event, json }]);
+    const bytes = framePayload(journalFrame(payload));
+    const spans = eventSpans(bytes);
+    journalEvents(payload).forEach(({ conversationId, event }, k) => {
+      this.tail.add(conversationId, bytes, spans, k, [{ event }]);
       newest.set(conversationId, event.seq!);
       this.lastSeqCache.set(conversationId, event.seq!);
       this.statuses.note(conversationId, event);
-    }
-    this.toIndex(framePayload(journalFrame(payload)), pos, newest);
+    });
+    this.toIndex(bytes, pos, newest);
   }
 
   /** The writer tells how the index is doing. */
@@ -234,10 +238,10 @@ export class SqliteStore implements Store {
   }
 
   /** Sends a request to the writer; resolves when its transaction has committed. */
-  private ask(req: IndexRequest, transfer?: ArrayBuffer[]): Promise<void> {
+  private ask(req: IndexRequest): Promise<void> {
     if (req.type !== 'index') this.sendIndex(); // a delete or close is ordered after every frame committed before it
     if (this.writerError) return Promise.reject(this.writerError);
-    return this.writer.ask(req, transfer);
+    return this.writer.ask(req);
   }
 
   // ---- events -------------------------------------------------------------------------------
@@ -312,6 +316,9 @@ export class SqliteStore implements Store {
   private encode(batch: Pending[]): Frame {
     const results: EncodedEvent[][] = [];
     const lines: string[] = [];
+    // each event's JSON within the payload, in characters (its bytes too while the payload is ASCII)
+    let spans: number[] = [];
+    let at = 0;
     const seqBefore = new Map<string, number>();
     const now = isoTime(); // the commit time of the whole frame
     for (const p of batch) {
@@ -326,13 +333,19 @@ export class SqliteStore implements Store {
         ev.seq = seq;
         ev.timestamp = d.timestamp ?? now;
         const json = serializeEvent(ev);
-        lines.push(journalLine(p.conversationId, ev, json));
+        const line = journalLine(p.conversationId, ev, json);
+        lines.push(line);
+        spans.push(at + line.length - json.length, at + line.length);
+        at += line.length + 1;
         out.push(new EncodedEvent(ev, json));
       }
       this.lastSeqCache.set(p.conversationId, seq);
       results.push(out);
     }
-    return { batch, results, bytes: journalFrame(lines.join('\n')), seqBefore };
+    const text = lines.join('\n');
+    const bytes = journalFrame(text);
+    if (framePayload(bytes).length !== text.length) spans = eventSpans(framePayload(bytes));
+    return { batch, results, bytes, spans, seqBefore };
   }
 
   /**
@@ -367,17 +380,20 @@ export class SqliteStore implements Store {
 
   /** After the commit: statuses, tail, index, publish and resolve, in seq order. */
   private committed(frame: Frame, pos: JournalPosition): void {
-    const { batch, results } = frame;
+    const { batch, results, spans } = frame;
+    const payload = framePayload(frame.bytes);
     // a status event sets the stored status in the same commit: the frame is the commit (statuses-behind.ts)
     batch.forEach((p, i) => {
       for (const e of results[i]!) this.statuses.note(p.conversationId, e.event);
     });
     const newest = new Map<string, number>();
+    let first = 0;
     batch.forEach((p, i) => {
-      this.tail.add(p.conversationId, results[i]!);
+      this.tail.add(p.conversationId, payload, spans, first, results[i]!);
+      first += results[i]!.length;
       newest.set(p.conversationId, this.lastSeqCache.get(p.conversationId)!);
     });
-    this.toIndex(framePayload(frame.bytes), pos, newest);
+    this.toIndex(payload, pos, newest);
     batch.forEach((p, i) => {
       this.commits.emit(p.conversationId, results[i]!);
       const encoded = results[i]!;
@@ -387,11 +403,11 @@ export class SqliteStore implements Store {
 
   /**
    * Hands a committed frame's payload to the writer (with the others of the next `indexDelayMs`);
-   * once it is indexed its events leave the tail. The payload is the written frame's own bytes, which
-   * go to the thread by transfer (journal.ts `journalFrame`): no copy, and nothing of it waits in the
-   * JS heap, where ~250 ms of frames would outlive young-generation collections and be copied by each.
+   * once it is indexed its events leave the tail. The payload is the written frame's own bytes, shared
+   * with the thread and with the tail (journal.ts `journalFrame`): no copy, and nothing of it waits in
+   * the JS heap, where ~250 ms of frames would outlive young-generation collections and be copied by each.
    */
-  private toIndex(payload: Uint8Array, pos: JournalPosition, newest: Map<string, number>): void {
+  private toIndex(payload: Buffer, pos: JournalPosition, newest: Map<string, number>): void {
     this.tail.frameSent(payload.byteLength);
     this.indexQueue.push({ payload, pos, newest });
     this.indexTimer ??= setTimeout(() => this.sendIndex(), this.indexDelayMs);
@@ -408,10 +424,7 @@ export class SqliteStore implements Store {
       for (const f of frames) this.indexed(f.pos, f.newest);
       return;
     }
-    this.ask(
-      { type: 'index', frames: frames.map(({ payload, pos }) => ({ payload, pos })) },
-      frames.map((f) => f.payload.buffer as ArrayBuffer),
-    ).then(
+    this.ask({ type: 'index', frames: frames.map(({ payload, pos }) => ({ payload, pos })) }).then(
       () => {
         for (const f of frames) this.indexed(f.pos, f.newest);
       },

@@ -1,23 +1,32 @@
 import { keepStoredJson, type ParleyEvent } from '../events/types.js';
 
 /**
- * A waiting event as its JSON text (the text its frame and its subscribers got), with its seq. The
- * tail holds ~250 ms of events under load: as objects (an event is 6–10 of them) they outlived the
- * young generation's collections and were copied and marked by each; as one flat string each they cost
- * the collector next to nothing. Reads of the tail parse the ones they ask for (`events`), which only
- * the last quarter-second of a conversation costs.
+ * A waiting event: its seq and where its JSON text (the text its frame and its subscribers got) lies in
+ * its frame's payload. The tail holds ~250 ms of events under load. As objects (an event is 6–10 of
+ * them) they outlived the young generation's collections and were copied and marked by each; as one
+ * string each (~300 bytes for a short message) the scavenger still copied every one twice, into the
+ * survivor space and then into the old generation, and the full collections marked them there. The
+ * payload's bytes lie outside the JS heap (journal.ts `journalFrame`), shared with the writer thread, so
+ * what the collector sees of a waiting event is this small record. Reads of the tail decode and parse
+ * the ones they ask for (`events`), which only the last quarter-second of a conversation costs.
  */
-/** One event taken from the tail by a read: parsed, with the length of its stored text. */
-export interface TailRead {
-  event: ParleyEvent;
-  bytes: number;
-}
-
 class TailEntry {
   constructor(
     readonly seq: number,
-    readonly json: string,
+    readonly payload: Buffer,
+    readonly start: number,
+    readonly end: number,
   ) {}
+
+  text(): string {
+    return this.payload.toString('utf8', this.start, this.end);
+  }
+}
+
+/** One event taken from the tail by a read: parsed, with the length of its stored text in bytes. */
+export interface TailRead {
+  event: ParleyEvent;
+  bytes: number;
 }
 
 /**
@@ -39,12 +48,9 @@ export class TailQueue {
     return this.items[this.head]?.seq;
   }
 
-  /** A committed event, given with its JSON text (the text is what is kept). */
-  push(seq: number, json: string): void {
-    // the text is built by concatenation, a tree of pieces in V8 until something reads it as a whole:
-    // reading a character makes it one string (its pieces are garbage now, not kept for 250 ms)
-    json.charCodeAt(0);
-    this.items.push(new TailEntry(seq, json));
+  /** A committed event: its JSON text is `payload`'s bytes from `start` to `end`. */
+  push(seq: number, payload: Buffer, start: number, end: number): void {
+    this.items.push(new TailEntry(seq, payload, start, end));
   }
 
   /** Takes every event up to seq `upto` off the front; answers how many left. */
@@ -74,9 +80,10 @@ export class TailQueue {
     const { items, head } = this;
     const inRange = (seq: number) => (after === null || seq > after) && (before === null || seq < before);
     const read = (entry: TailEntry): TailRead => {
-      const event = JSON.parse(entry.json) as ParleyEvent;
-      if (keepJson) keepStoredJson(event, entry.json);
-      return { event, bytes: entry.json.length };
+      const json = entry.text();
+      const event = JSON.parse(json) as ParleyEvent;
+      if (keepJson) keepStoredJson(event, json);
+      return { event, bytes: entry.end - entry.start };
     };
     if (desc) {
       for (let i = items.length - 1; i >= head; i--) {
@@ -106,9 +113,9 @@ export class TailQueue {
   /** The waiting event whose id is `id` (parsed), if any. */
   find(id: string): ParleyEvent | undefined {
     for (let i = this.head; i < this.items.length; i++) {
-      const { json } = this.items[i]!;
-      if (!json.includes(id)) continue;
-      const ev = JSON.parse(json) as ParleyEvent;
+      const entry = this.items[i]!;
+      if (!entry.payload.subarray(entry.start, entry.end).includes(id)) continue;
+      const ev = JSON.parse(entry.text()) as ParleyEvent;
       if (ev.id === id) return ev;
     }
     return undefined;

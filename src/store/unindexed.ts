@@ -33,12 +33,16 @@ export class UnindexedEvents {
     return oldest === undefined ? 0 : (performance.now() - oldest.at) / 1000;
   }
 
-  /** A committed frame's events of one conversation, in seq order, with the JSON text the frame encoded each as (what is kept). */
-  add(conversationId: string, encoded: readonly { event: ParleyEvent; json: string }[]): void {
+  /**
+   * A committed frame's events of one conversation, in seq order: `events[j]`'s JSON text is the bytes of
+   * `payload` (the frame's) in the span `first + j` of `spans` (journal.ts `eventSpans`). What is kept is
+   * where the text lies, not the text.
+   */
+  add(conversationId: string, payload: Buffer, spans: readonly number[], first: number, events: readonly { event: ParleyEvent }[]): void {
     let t = this.byConversation.get(conversationId);
     if (!t) this.byConversation.set(conversationId, (t = new TailQueue()));
-    for (const e of encoded) t.push(e.event.seq!, e.json);
-    this.size += encoded.length;
+    for (let j = 0; j < events.length; j++) t.push(events[j]!.event.seq!, payload, spans[2 * (first + j)]!, spans[2 * (first + j) + 1]!);
+    this.size += events.length;
   }
 
   /** A frame of `bytes` went to the index. */
