@@ -316,7 +316,8 @@ export class SqliteStore implements Store {
   private encode(batch: Pending[]): Frame {
     const results: EncodedEvent[][] = [];
     const lines: string[] = [];
-    // each event's JSON within the payload, in characters (its bytes too while the payload is ASCII)
+    // each event's JSON within the payload, in characters: its bytes too while the payload is ASCII, and then no scan of
+    // the bytes (eventSpans: ~70 ns an event, 1 % of the hot path's event loop) is needed
     let spans: number[] = [];
     let at = 0;
     const seqBefore = new Map<string, number>();
