@@ -7,7 +7,7 @@
  * five with `while true; do /bin/true; done`, one in three on a loaded machine). So with the running
  * command given, while it runs (ten seconds at most): once everything that had the signal has ended, a
  * child the shell starts after it (or, where the scans miss such children, the shell reaping children
- * scan after scan, or half a second in which the command has not ended) shows that the shell carried
+ * scan after scan, or half a second after them in which the command has not ended) shows that the shell carried
  * on, and the group gets SIGINT again. (bash breaks the line only when both it and its child have the
  * signal: SIGINT to the child alone does not.) The shell's prompt, which reports the command's end,
  * starts no process, so it is not cut short. A program that handles SIGINT and keeps running is left
@@ -91,14 +91,22 @@ async function interruptAgain(s: Interruptible, rc: RunningCommand, signalled: M
   // left in the foreground, and how many scans in a row found it grown since
   let reaped: number | null = null;
   let grown = 0;
-  let sent = Date.now(); // failing both, half a second without the command's end does (scans far apart under load)
+  let sent = Date.now(); // when the last SIGINT went
+  // failing both, half a second without the command's end does (scans far apart under load), counted from when
+  // everything that had the signal was last seen running: a program that handled it and ran on for longer, then
+  // ended, must not have its shell signalled while the shell reports that end
+  let quietSince = sent;
   const wedge = new WedgeWatch(s.shellPid);
   // the shell's children are read from one /proc file every 20 ms: a loop's short commands live a
   // millisecond or less, and a scan of all of /proc would seldom find one; a wedge that the last
   // SIGINT caused is watched for until WEDGED_MS after it
   while (Date.now() < Math.max(until, sent + 2 * WEDGED_MS) && !(await s.waitDone(rc, 20)) && s.exited === null) {
     if (wedge.seen()) return s.wedged();
-    if (Date.now() >= until || [...signalled].some(([pid, start]) => isRunning(pid, start))) continue;
+    if (Date.now() >= until) continue;
+    if ([...signalled].some(([pid, start]) => isRunning(pid, start))) {
+      quietSince = Date.now();
+      continue;
+    }
     let carriedOn = false;
     let foreground = 0;
     for (const pid of childrenOf(s.shellPid)) {
@@ -116,10 +124,10 @@ async function interruptAgain(s: Interruptible, rc: RunningCommand, signalled: M
     const faults = reapedFaultsOf(s.shellPid);
     grown = reaped !== null && faults !== null && faults > reaped ? grown + 1 : 0;
     reaped = foreground === 0 ? faults : null;
-    if (grown >= 2 || Date.now() - sent >= 500) carriedOn = true;
+    if (grown >= 2 || Date.now() - quietSince >= 500) carriedOn = true;
     if (carriedOn) {
       grown = 0;
-      sent = Date.now();
+      sent = quietSince = Date.now();
       s.interruptSent = true;
       signalGroup(s.groupPid, 'SIGINT');
     }
