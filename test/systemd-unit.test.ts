@@ -137,7 +137,7 @@ describe('systemd: scripts/parley.service under a real systemd (PID 1 of private
     assert.ok(pid, `host pid of MainPID ${mainPid}`);
     assert.match(
       fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8'),
-      /^\/usr\/bin\/node\0--max-semi-space-size=2\0--v8-pool-size=1\0--import\0tsx\0bridge\/main\.ts\0$/,
+      /^\/usr\/bin\/node\0--max-semi-space-size=2\0--v8-pool-size=1\0--interrupt-budget=270336\0--import\0tsx\0bridge\/main\.ts\0$/,
       'node is the main process (ExecStart=)',
     );
     const st = status(pid);

@@ -22,14 +22,17 @@ export function which(name: string): string | null {
 
 /**
  * The directories are tried with a stat that returns nothing for a missing file rather than
- * throwing: the start looks up a dozen programs in ~15 directories each, mostly misses.
+ * throwing: the start looks up a dozen programs in ~15 directories each, mostly misses. Each
+ * directory once (findProgram's system directories are mostly on PATH already), and each candidate
+ * joined by hand, the one found normalized: path.join normalizes every one, and those ~200 were a quarter of
+ * the start's path work, which is what made V8 load its optimizing compiler into an idle daemon
+ * (test/daemon-idle-tiering.test.ts).
  */
 function lookUp(name: string, dirs: string[]): string | null {
   if (name.includes('/')) return isExecutable(name) ? path.resolve(name) : null;
-  for (const dir of dirs) {
+  for (const dir of new Set(dirs)) {
     if (!dir) continue;
-    const p = path.join(dir, name);
-    if (isExecutable(p)) return p;
+    if (isExecutable(dir.endsWith('/') ? dir + name : `${dir}/${name}`)) return path.join(dir, name);
   }
   return null;
 }
