@@ -1,5 +1,5 @@
 /**
- * An idle daemon has not loaded V8's optimizing compiler. Its first use maps ~3.5 MiB of the node
+ * An idle daemon has not loaded V8's optimizing compiler. Its first use maps ~3.6 MiB of the node
  * binary's pages into the process (the compiler's own code and the builtins it calls), which stay
  * resident: a tenth of what the daemon holds beyond a bare server at rest. The start alone (the
  * sandbox's probe and first spare: program lookups over PATH, directories, cgroups, the spare's
@@ -9,10 +9,10 @@
  * optimized, and a daemon that started and ran a text turn has optimized nothing.
  *
  * How it sees: node's `--trace-opt` prints a line for each function it marks for optimization. The
- * built daemon runs with `npm start`'s flags and that one, until its sandbox probe has decided and
- * its start's work is done (its first spare made), then through a text turn against the scripted LLM; and, as the control
- * that shows the trace is read, the same start with a budget a quarter of V8's default, which must
- * optimize something by then.
+ * built daemon runs with `npm start`'s flags and that one until its sandbox probe has decided and
+ * its start's work is done (its first spare made), then through a text turn against the scripted
+ * LLM; and, as the control that shows the trace is read, the same start with a budget a quarter of
+ * V8's default, which must optimize something by then.
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';

@@ -24,9 +24,9 @@ export function which(name: string): string | null {
  * The directories are tried with a stat that returns nothing for a missing file rather than
  * throwing: the start looks up a dozen programs in ~15 directories each, mostly misses. Each
  * directory once (findProgram's system directories are mostly on PATH already), and each candidate
- * joined by hand, the one found normalized: path.join normalizes every one, and those ~200 were a quarter of
- * the start's path work, which is what made V8 load its optimizing compiler into an idle daemon
- * (test/daemon-idle-tiering.test.ts).
+ * joined by hand, only the one found normalized: path.join normalizes every one, and those ~200 were
+ * a quarter of the start's path work, which is what made V8 load its optimizing compiler into an
+ * idle daemon (test/daemon-idle-tiering.test.ts).
  */
 function lookUp(name: string, dirs: string[]): string | null {
   if (name.includes('/')) return isExecutable(name) ? path.resolve(name) : null;
